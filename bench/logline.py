@@ -1,0 +1,61 @@
+"""nanochat's human log lines: the formatter and the parser side by side, so they cannot drift.
+
+One regex reads our logs and upstream nanochat's base_train logs alike, e.g.
+  step 00042/21400 (0.20%) | loss: 7.123456 | grad norm: 0.8123 | lrm: 1.00 | dt: 487.12ms | tok/sec: 1,076,234 | mfu: 47.52 | total time: 0.34m
+  Step 00250 | Validation bpb: 1.0234
+(the `grad norm:` segment is optional: upstream added it on 2025-11-05).
+"""
+
+import re
+
+STEP_RE = re.compile(
+    r"^step (?P<step>\d+)/(?P<num_iterations>\d+) \((?P<pct>[\d.]+)%\) \| "
+    r"loss: (?P<loss>[-\d.naninf]+) \| "
+    r"(?:grad norm: (?P<grad_norm>[-\d.naninf]+) \| )?"
+    r"lrm: (?P<lrm>[-\d.]+) \| "
+    r"dt: (?P<dt_ms>[\d.]+)ms \| "
+    r"tok/sec: (?P<tok_per_sec>[\d,]+) \| "
+    r"mfu: (?P<mfu>[-\d.naninf]+) \| "
+    r"total time: (?P<total_time_m>[\d.]+)m\s*$"
+)
+VAL_RE = re.compile(r"^Step (?P<step>\d+) \| Validation bpb: (?P<val_bpb>[-\d.naninf]+)\s*$")
+
+
+def format_step_line(step: int, num_iterations: int, loss: float, lrm: float, dt_s: float,
+                     tok_per_sec: float, mfu: float, total_time_s: float,
+                     grad_norm: float | None = None) -> str:
+    pct = 100 * step / max(num_iterations, 1)
+    grad = f" grad norm: {grad_norm:.4f} |" if grad_norm is not None else ""
+    return (f"step {step:05d}/{num_iterations:05d} ({pct:.2f}%) | loss: {loss:.6f} |{grad} "
+            f"lrm: {lrm:.2f} | dt: {dt_s * 1000:.2f}ms | tok/sec: {int(tok_per_sec):,} | "
+            f"mfu: {mfu:.2f} | total time: {total_time_s / 60:.2f}m")
+
+
+def format_val_line(step: int, val_bpb: float) -> str:
+    return f"Step {step:05d} | Validation bpb: {val_bpb:.4f}"
+
+
+def parse_step_line(line: str) -> dict | None:
+    """The fields of a step line as numbers, or None if the line is not one."""
+    m = STEP_RE.match(line.strip())
+    if not m:
+        return None
+    d = m.groupdict()
+    return {
+        "step": int(d["step"]),
+        "num_iterations": int(d["num_iterations"]),
+        "loss": float(d["loss"]),
+        "grad_norm": float(d["grad_norm"]) if d["grad_norm"] is not None else None,
+        "lrm": float(d["lrm"]),
+        "dt_ms": float(d["dt_ms"]),
+        "tok_per_sec": float(d["tok_per_sec"].replace(",", "")),
+        "mfu": float(d["mfu"]),
+        "total_time_s": float(d["total_time_m"]) * 60,
+    }
+
+
+def parse_val_line(line: str) -> dict | None:
+    m = VAL_RE.match(line.strip())
+    if not m:
+        return None
+    return {"step": int(m["step"]), "val_bpb": float(m["val_bpb"])}

@@ -17,8 +17,9 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 
-# Final statuses of a run, plus "running" while it goes on.
-STATUSES = ("ok", "failed", "timeout", "oom", "nccl_timeout", "no_data", "cancelled", "running")
+# Final statuses of a run; "pending" from submission until the trainer starts, "running" while it goes on.
+FINAL_STATUSES = ("ok", "failed", "timeout", "oom", "nccl_timeout", "no_data", "cancelled")
+STATUSES = FINAL_STATUSES + ("pending", "running")
 
 # Every event carries "event" and "t" (seconds since the epoch); these are the other fields.
 EVENTS: dict[str, tuple[str, ...]] = {

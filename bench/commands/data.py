@@ -1,0 +1,54 @@
+"""`nanochat-bench data download|generate|info`: the shards under $NANOCHAT_BASE_DIR/base_data."""
+
+from bench.nanochat import dataset, download
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("data", help="get training data: download FineWeb-Edu shards or generate offline ones")
+    sub = p.add_subparsers(dest="data_command", metavar="<subcommand>", required=True)
+
+    d = sub.add_parser("download", help="download FineWeb-Edu shards (parallel, resumable, verified)")
+    d.add_argument("-n", "--num-shards", type=int, required=True,
+                   help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240")
+    d.add_argument("-w", "--workers", type=int, default=4, help="parallel downloads (default: 4)")
+    d.add_argument("--url", default=None,
+                   help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
+    d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
+    d.set_defaults(func=cmd_download)
+
+    g = sub.add_parser("generate", help="write shards offline from text that ships with Python (no network)")
+    g.add_argument("--shards", type=int, default=4, help="number of shard files; the last K are validation (default: 4)")
+    g.add_argument("--docs-per-shard", type=int, default=8192, help="documents per shard, ~3 KB each (default: 8192)")
+    g.add_argument("--row-group-size", type=int, default=256,
+                   help="documents per row group, the unit dealt to ranks (default: 256, so the default "
+                        "validation shard serves 32 ranks; upstream's shards use 1024)")
+    g.set_defaults(func=cmd_generate)
+
+    i = sub.add_parser("info", help="list the shards, the train/val split and how many ranks each split allows")
+    i.set_defaults(func=cmd_info)
+
+
+def cmd_download(args) -> int:
+    paths = download.download_shards(args.num_shards, workers=args.workers, url=args.url, retries=args.retries)
+    print(f"{len(paths)} shard(s) in {dataset.data_dir()}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    paths = dataset.generate_shards(args.shards, args.docs_per_shard, args.row_group_size)
+    print(f"wrote {len(paths)} shard(s) of {args.docs_per_shard} documents to {dataset.data_dir()}")
+    others = len(dataset.list_parquet_files()) - len(paths)
+    if others > 0:
+        print(f"note: {others} other shard file(s) are in that directory too; the last K files are validation")
+    return 0
+
+
+def cmd_info(args) -> int:
+    k = dataset.resolve_val_files_k()
+    print(f"shards in {dataset.data_dir()}: {len(dataset.list_parquet_files())}  (validation files K = {k})")
+    for split in dataset.SPLITS:
+        files = dataset.split_files(split, k)
+        rgs = sum(dataset.row_group_counts(files))
+        span = files[0].name if len(files) == 1 else f"{files[0].name} .. {files[-1].name}"
+        print(f"  {split:5s}: {len(files)} file(s), {rgs} row group(s) -> at most {rgs} ranks ({span})")
+    return 0

@@ -1,0 +1,37 @@
+"""`nanochat-bench tokenizer train|eval`: the BPE tokenizer under $NANOCHAT_BASE_DIR/tokenizer."""
+
+from bench.nanochat import tokenizer
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("tokenizer", help="train the BPE tokenizer on the train split, or evaluate it")
+    sub = p.add_subparsers(dest="tokenizer_command", metavar="<subcommand>", required=True)
+
+    t = sub.add_parser("train", help="train byte-level BPE (GPT-4 split pattern) and save it for tiktoken")
+    t.add_argument("--max_chars", "--max-chars", type=int, default=2_000_000_000,
+                   help="characters of training text to use at most (default: 2,000,000,000, as speedrun)")
+    t.add_argument("--doc_cap", "--doc-cap", type=int, default=10_000,
+                   help="characters kept of each document (default: 10,000)")
+    t.add_argument("--vocab_size", "--vocab-size", type=int, default=65536, help="tokens incl. 9 special (default: 65536)")
+    t.add_argument("--trainer", choices=tokenizer.TRAINERS, default="auto",
+                   help="rustbpe = upstream's Rust trainer (pip install rustbpe), hf = HF tokenizers; "
+                        "auto (default) = rustbpe when installed, else hf")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="bytes per token on offline texts and on the first train/val row group")
+    e.set_defaults(func=cmd_eval)
+
+
+def cmd_train(args) -> int:
+    tokenizer.train_tokenizer(vocab_size=args.vocab_size, max_chars=args.max_chars, doc_cap=args.doc_cap,
+                              trainer=args.trainer)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    tok = tokenizer.get_tokenizer()
+    print(f"tokenizer: vocab {tok.get_vocab_size():,} ({tokenizer.tokenizer_dir()})")
+    print(f"{'text':12s} {'bytes':>12s} {'tokens':>10s} {'bytes/token':>12s}")
+    for name, n_bytes, n_tokens in tokenizer.compression_rows(tok, tokenizer.eval_texts()):
+        print(f"{name:12s} {n_bytes:12,d} {n_tokens:10,d} {n_bytes / n_tokens:12.2f}")
+    return 0

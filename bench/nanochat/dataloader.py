@@ -1,0 +1,166 @@
+"""Batches in memory, by rank: the streaming tokenizing loader of upstream nanochat/dataloader.py (spec §2).
+
+Each rank reads its row groups, tokenizes documents in chunks with tiktoken (threads), puts a BOS token in
+front of every document, concatenates everything into one stream and cuts it into batches of B·T+1
+tokens: x = tokens[:-1], y = tokens[1:], viewed (B, T); consecutive batches do not overlap.
+
+The bench's fix to upstream's sharding: row groups are numbered GLOBALLY across the files of a split
+and rank r takes r, r+W, r+2W, … (`assign_row_groups`), so ranks stride across file boundaries and
+a split works for any W up to its total number of row groups. Upstream strides inside each file, so
+with W above a file's row-group count some ranks get nothing and spin forever while the others hang in
+the next collective. Here the split is checked before the first batch (`check_split`): with too few
+row groups every rank raises the same DataError at once. The train stream wraps around (epochs); a
+fresh loader on the same split gives the same batches (the trainer builds one per evaluation).
+
+`data_bin_dir` selects the NanoGPT/NNTile format instead: `train.bin`/`val.bin`, a flat uint16 token
+stream read through np.memmap; windows of B·T+1 tokens are dealt to ranks round-robin.
+"""
+
+import bisect
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from bench.errors import DataError
+from bench.nanochat import dataset
+from bench.schema import ENV_VAL_FILES_K
+
+# ----------------------------------------------------------------------------------------------
+# Sharding: pure functions of the row-group counts, so they can be property-tested fast
+
+
+def assign_row_groups(rg_counts: list[int], rank: int, world_size: int) -> list[tuple[int, int]]:
+    """(file index, row group index) pairs of one rank: global row groups rank, rank+W, rank+2W, …"""
+    starts = np.cumsum([0] + list(rg_counts)).tolist()  # starts[i] = global number of file i's first row group
+    out = []
+    for g in range(rank, starts[-1], world_size):
+        f = bisect.bisect_right(starts, g) - 1
+        out.append((f, g - starts[f]))
+    return out
+
+
+def workable_val_files_k(rg_counts: list[int], world_size: int) -> int | None:
+    """Smallest K for which both splits (train = files[:-K], val = files[-K:]) have >= W row groups."""
+    for k in range(1, len(rg_counts)):
+        if sum(rg_counts[-k:]) >= world_size and sum(rg_counts[:-k]) >= world_size:
+            return k
+    return None
+
+
+def _file_span(files: list[Path]) -> str:
+    names = [p.name for p in files]
+    return ", ".join(names) if len(names) <= 3 else f"{names[0]} … {names[-1]}"
+
+
+def check_split(split: str, files: list[Path], rg_counts: list[int], world_size: int,
+                all_rg_counts: list[int], k: int) -> None:
+    """DataError unless the split has at least one row group per rank; the message says what would work."""
+    total = sum(rg_counts)
+    if total >= world_size:
+        return
+    fix = workable_val_files_k(all_rg_counts, world_size)
+    hint = (f"set {ENV_VAL_FILES_K}={fix} (now {k})" if fix is not None and fix != k else
+            f"add shards ({dataset.FIX_DATA}) or run on at most {total} ranks")
+    raise DataError(
+        f"{split} split has {total} row group(s) in {len(files)} file(s) ({_file_span(files)}) but {world_size} "
+        f"ranks need at least one each; {hint}"
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# The parquet loader
+
+
+def _to_device(tokens, B: int, T: int, device):
+    """(x, y) on device; pinned memory and non_blocking copies when it is a GPU (upstream)."""
+    cuda = torch.device(device).type == "cuda"
+    if isinstance(tokens, torch.Tensor):
+        buf = tokens.pin_memory() if cuda else tokens
+    else:
+        buf = torch.tensor(tokens, dtype=torch.long, pin_memory=cuda)
+    x, y = buf[:-1].view(B, T), buf[1:].view(B, T)
+    return x.to(device, non_blocking=cuda), y.to(device, non_blocking=cuda)
+
+
+def _documents(files: list[Path], assignment: list[tuple[int, int]]) -> Iterator[list[str]]:
+    """The `text` of the assigned row groups in order, forever (each pass is an epoch)."""
+    while True:
+        open_idx, pf = -1, None
+        for f, rg in assignment:
+            if f != open_idx:  # assignment is sorted by file: one open file at a time
+                open_idx, pf = f, pq.ParquetFile(files[f])
+            yield pf.read_row_group(rg, columns=[dataset.TEXT_COLUMN]).column(dataset.TEXT_COLUMN).to_pylist()
+
+
+def tokenizing_distributed_data_loader(B: int, T: int, split: str, files: list[Path],
+                                       assignment: list[tuple[int, int]], tokenizer_threads: int = 4,
+                                       tokenizer_batch_size: int = 128, device="cpu"):
+    """Yield (x, y) int64 (B, T) batches from this rank's row groups (already checked non-empty)."""
+    from bench.nanochat.tokenizer import get_tokenizer
+
+    tokenizer = get_tokenizer()
+    bos = tokenizer.get_bos_token_id()
+    needed = B * T + 1  # the +1 is only ever a target: batches do not overlap
+    buffer: list[int] = []
+    for docs in _documents(files, assignment):
+        for i in range(0, len(docs), tokenizer_batch_size):
+            for ids in tokenizer.encode(docs[i:i + tokenizer_batch_size], prepend=bos, num_threads=tokenizer_threads):
+                buffer.extend(ids)
+            while len(buffer) >= needed:
+                tokens = buffer[:needed]
+                del buffer[:needed]  # one memmove in C, unlike popping a deque token by token
+                yield _to_device(tokens, B, T, device)
+
+
+# ----------------------------------------------------------------------------------------------
+# The NanoGPT/NNTile .bin loader
+
+
+def bin_data_loader(path: Path, B: int, T: int, rank: int, world_size: int, device="cpu"):
+    """(x, y) from a flat uint16 token file: window w = tokens [w·(B·T+1), (w+1)·(B·T+1)), rank r takes r, r+W, …"""
+    tokens = np.memmap(path, dtype=np.uint16, mode="r")
+    needed = B * T + 1
+    while True:
+        for w in range(rank, len(tokens) // needed, world_size):
+            window = torch.from_numpy(tokens[w * needed:(w + 1) * needed].astype(np.int64))
+            yield _to_device(window, B, T, device)
+
+
+def _bin_split(data_bin_dir: str, split: str, B: int, T: int, world_size: int) -> Path:
+    path = Path(data_bin_dir) / f"{split}.bin"
+    if not path.is_file():
+        raise DataError(f"no {split} token file at {path}; --data_bin_dir needs train.bin and val.bin "
+                        f"(flat uint16 token streams, NanoGPT format)")
+    windows = path.stat().st_size // 2 // (B * T + 1)
+    if windows < world_size:
+        raise DataError(f"{path} holds {windows} window(s) of B*T+1 = {B * T + 1} tokens but {world_size} ranks "
+                        f"need at least one each; use a larger file, smaller B or T, or at most {windows} ranks")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point
+
+
+def build_loader(B: int, T: int, split: str, device="cpu", rank: int = 0, world_size: int = 1,
+                 data_bin_dir: str = "", tokenizer_threads: int = 4, tokenizer_batch_size: int = 128):
+    """Check the split now (same DataError on every rank), then return the iterator of (x, y) batches."""
+    if split not in dataset.SPLITS:
+        raise DataError(f"unknown split {split!r}; valid: {', '.join(dataset.SPLITS)}")
+    if data_bin_dir:
+        path = _bin_split(data_bin_dir, split, B, T, world_size)
+        return bin_data_loader(path, B, T, rank, world_size, device)
+    from bench.nanochat.tokenizer import get_tokenizer
+
+    get_tokenizer()  # a missing tokenizer fails here, not at the first batch
+    k = dataset.resolve_val_files_k()
+    files = dataset.split_files(split, k)
+    counts = dataset.row_group_counts(files)  # parquet footers only; val files are few, re-read per evaluation
+    if sum(counts) < world_size:  # read every footer only to suggest a K that works
+        check_split(split, files, counts, world_size, dataset.row_group_counts(dataset.list_parquet_files()), k)
+    assignment = assign_row_groups(counts, rank, world_size)
+    return tokenizing_distributed_data_loader(B, T, split, files, assignment, tokenizer_threads,
+                                              tokenizer_batch_size, device)

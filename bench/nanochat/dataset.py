@@ -1,0 +1,139 @@
+"""Shard files on disk: where they live, how they split into train/val, how to make or fetch them.
+
+Mirrors upstream nanochat/dataset.py (spec §2). Shards are parquet files `shard_XXXXX.parquet` with one
+string column `text` (one document a row) under `$NANOCHAT_BASE_DIR/base_data/`. Partial downloads end
+in `.tmp` and are never listed.
+
+The bench's change to the split: validation is the last K files (K = NANOCHAT_VAL_FILES_K, default 1,
+as upstream) and training the rest, so enough validation row groups exist for many ranks.
+Shards come from `download_shards` (FineWeb-Edu, see download.py) or `generate_shards` (offline corpus).
+"""
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.errors import ConfigError, DataError
+from bench.nanochat.common import get_base_dir
+from bench.schema import ENV_VAL_FILES_K
+
+SHARD_GLOB = "shard_*.parquet"
+TEXT_COLUMN = "text"
+SPLITS = ("train", "val")
+FIX_DATA = "run `nanochat-bench data generate` (offline) or `nanochat-bench data download -n N`"
+
+
+def shard_name(index: int) -> str:
+    return f"shard_{index:05d}.parquet"
+
+
+def data_dir() -> Path:
+    """$NANOCHAT_BASE_DIR/base_data: where shards are downloaded or generated."""
+    return get_base_dir() / "base_data"
+
+
+def _resolve_dir(directory: str | os.PathLike | None) -> Path:
+    return Path(directory) if directory is not None else data_dir()
+
+
+def list_parquet_files(data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Finished shard files, sorted by name (the order every rank walks them in)."""
+    directory = _resolve_dir(data_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("*.parquet") if p.is_file())
+
+
+def resolve_val_files_k(val_files_k: int | None = None) -> int:
+    """K, the number of last files used for validation: the argument, else NANOCHAT_VAL_FILES_K, else 1."""
+    if val_files_k is None:
+        raw = os.environ.get(ENV_VAL_FILES_K, "1")
+        try:
+            val_files_k = int(raw)
+        except ValueError:
+            raise ConfigError(f"{ENV_VAL_FILES_K}={raw!r} is not an integer; use a whole number >= 1") from None
+    if val_files_k < 1:
+        raise ConfigError(f"{ENV_VAL_FILES_K}={val_files_k}: the validation split needs at least 1 file")
+    return val_files_k
+
+
+def split_files(split: str, val_files_k: int | None = None, data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Files of a split: val = the last K files, train = all the others (both non-empty or DataError)."""
+    k = resolve_val_files_k(val_files_k)
+    files = list_parquet_files(data_dir)
+    if len(files) < k + 1:
+        lower = f", or lower {ENV_VAL_FILES_K}" if k > 1 else ""
+        raise DataError(
+            f"{len(files)} shard file(s) in {_resolve_dir(data_dir)}, but {ENV_VAL_FILES_K}={k} validation file(s) "
+            f"plus at least 1 training file are needed; {FIX_DATA} with N >= {k + 1}{lower}"
+        )
+    return split_of(files, split, k)
+
+
+def split_of(files: list, split: str, k: int) -> list:
+    """The pure rule: val = files[-k:], train = files[:-k] (files sorted by name)."""
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    return files[-k:] if split == "val" else files[:-k]
+
+
+def row_group_counts(files: list[Path]) -> list[int]:
+    """Row groups per file, from the parquet footers only (cheap: no column data is read)."""
+    counts = []
+    for path in files:
+        try:
+            counts.append(pq.ParquetFile(path).num_row_groups)
+        except (OSError, pa.ArrowInvalid) as e:
+            raise DataError(f"{path} is not a readable parquet file ({e}); delete it and {FIX_DATA}") from None
+    return counts
+
+
+def parquets_iter_batched(split: str, start: int = 0, step: int = 1, val_files_k: int | None = None):
+    """Yield the `text` list of row groups start, start+step, … of every file of the split, file by file.
+
+    As upstream: used by tokenizer training and evaluation, where per-file striding is what is wanted.
+    """
+    for path in split_files(split, val_files_k):
+        pf = pq.ParquetFile(path)
+        for rg in range(start, pf.num_row_groups, step):
+            yield pf.read_row_group(rg, columns=[TEXT_COLUMN]).column(TEXT_COLUMN).to_pylist()
+
+
+def write_shard(path: Path, docs: list[str], row_group_size: int = 1024) -> None:
+    """Write one shard in the upstream layout (zstd 3, no dictionary, no statistics), atomically."""
+    table = pa.table({TEXT_COLUMN: pa.array(docs, type=pa.string())})
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(
+        table, tmp, row_group_size=row_group_size, compression="zstd", compression_level=3,
+        use_dictionary=False, write_statistics=False,
+    )
+    os.replace(tmp, path)
+
+
+def generate_shards(
+    num_shards: int, docs_per_shard: int, row_group_size: int = 1024, out_dir: str | os.PathLike | None = None
+) -> list[Path]:
+    """Write shards 0..num_shards-1 from the offline corpus (corpus.py); shard i is seeded by i."""
+    from bench.nanochat import corpus
+
+    for flag, value in (("--shards", num_shards), ("--docs-per-shard", docs_per_shard),
+                        ("--row-group-size", row_group_size)):
+        if value < 1:
+            raise ConfigError(f"{flag}={value}: must be >= 1")
+    out = Path(out_dir) if out_dir is not None else data_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(num_shards):
+        path = out / shard_name(i)
+        write_shard(path, corpus.documents(docs_per_shard, seed=i), row_group_size)
+        paths.append(path)
+    return paths
+
+
+def download_shards(*args, **kwargs) -> list[Path]:
+    """Download FineWeb-Edu shards; see bench.nanochat.download.download_shards."""
+    from bench.nanochat.download import download_shards as _download
+
+    return _download(*args, **kwargs)

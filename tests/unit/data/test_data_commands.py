@@ -1,0 +1,41 @@
+"""`nanochat-bench data …` and `tokenizer …` through the CLI's main().
+
+python -m pytest tests/unit/data/test_data_commands.py -q
+"""
+
+import re
+
+from bench.cli import main
+from bench.nanochat import dataset, tokenizer
+
+
+def test_generate_train_eval_offline(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    assert main(["data", "generate", "--shards", "3", "--docs-per-shard", "64", "--row-group-size", "8"]) == 0
+    assert len(dataset.list_parquet_files()) == 3
+    assert main(["data", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "train: 2 file(s), 16 row group(s) -> at most 16 ranks" in out
+    assert "val  : 1 file(s), 8 row group(s) -> at most 8 ranks" in out
+
+    assert main(["tokenizer", "train", "--vocab_size", "300", "--max_chars", "100000"]) == 0
+    assert tokenizer.get_tokenizer().get_vocab_size() == 300
+    out = capsys.readouterr().out
+    chars = int(re.search(r"on ([\d,]+) characters", out).group(1).replace(",", ""))
+    assert 100_000 < chars < 100_000 + 10_000  # stops after max_chars, each document capped at doc_cap
+
+    assert main(["tokenizer", "eval"]) == 0
+    rows = {line.split()[0]: float(line.split()[-1]) for line in capsys.readouterr().out.splitlines()[2:]}
+    assert {"zen", "reference", "code", "math", "data-train", "data-val"} <= set(rows)
+    assert all(1.0 <= r < 8.0 for r in rows.values())
+
+
+def test_user_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    assert main(["tokenizer", "eval"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no tokenizer at") and "Traceback" not in err
+    assert main(["tokenizer", "train", "--vocab_size", "300"]) == 1
+    assert "0 shard file(s)" in capsys.readouterr().err
+    assert main(["data", "generate", "--shards", "0"]) == 1
+    assert "--shards=0: must be >= 1" in capsys.readouterr().err

@@ -1,0 +1,93 @@
+"""Shard files: generation, listing, the train/val split.  python -m pytest tests/unit/data/test_dataset.py -q"""
+
+import pyarrow.parquet as pq
+import pytest
+
+from bench.errors import ConfigError, DataError
+from bench.nanochat import corpus, dataset
+
+
+def test_generate_writes_upstream_layout(tmp_path):
+    paths = dataset.generate_shards(2, docs_per_shard=40, row_group_size=16, out_dir=tmp_path)
+    assert [p.name for p in paths] == ["shard_00000.parquet", "shard_00001.parquet"]
+    assert not list(tmp_path.glob("*.tmp"))
+    pf = pq.ParquetFile(paths[0])
+    assert pf.schema_arrow.names == ["text"]
+    assert [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)] == [16, 16, 8]
+    docs = pf.read().column("text").to_pylist()
+    assert len(set(docs)) == 40 and all(len(d) > 100 for d in docs)
+
+
+def test_generate_is_reproducible_and_shards_differ(tmp_path):
+    a = dataset.generate_shards(2, 8, out_dir=tmp_path / "a")
+    b = dataset.generate_shards(2, 8, out_dir=tmp_path / "b")
+    read = lambda p: pq.read_table(p).column("text").to_pylist()  # noqa: E731
+    assert read(a[0]) == read(b[0]) and read(a[1]) == read(b[1])
+    assert read(a[0]) != read(a[1])
+
+
+def test_generate_rejects_bad_sizes(tmp_path):
+    with pytest.raises(ConfigError, match="--docs-per-shard=0"):
+        dataset.generate_shards(1, 0, out_dir=tmp_path)
+
+
+def test_corpus_documents_are_offline_text():
+    docs = corpus.documents(50, seed=3)
+    assert docs == corpus.documents(50, seed=3)
+    assert any("def " in d for d in docs) and any(" the " in d for d in docs)  # code and prose
+    assert 1000 < sum(map(len, docs)) / len(docs) < 10000  # FineWeb-like document length
+
+
+def test_listing_is_sorted_and_ignores_partial_files(tmp_path):
+    for name in ["shard_00002.parquet", "shard_00000.parquet", "shard_00001.parquet.tmp", "shard_00001.parquet"]:
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in dataset.list_parquet_files(tmp_path)] == [
+        "shard_00000.parquet", "shard_00001.parquet", "shard_00002.parquet"]
+    assert dataset.list_parquet_files(tmp_path / "missing") == []
+
+
+@pytest.fixture
+def five_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    monkeypatch.delenv("NANOCHAT_VAL_FILES_K", raising=False)
+    (tmp_path / "base_data").mkdir()
+    for i in range(5):
+        (tmp_path / "base_data" / dataset.shard_name(i)).write_bytes(b"")
+    return tmp_path
+
+
+def test_split_val_is_last_k_files(five_files, monkeypatch):
+    names = lambda split, k=None: [p.name[6:11] for p in dataset.split_files(split, k)]  # noqa: E731
+    assert names("val") == ["00004"] and names("train") == ["00000", "00001", "00002", "00003"]
+    assert names("val", 3) == ["00002", "00003", "00004"] and names("train", 3) == ["00000", "00001"]
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "2")
+    assert names("val") == ["00003", "00004"]
+
+
+def test_split_needs_a_training_file(five_files):
+    with pytest.raises(DataError, match=r"5 shard file\(s\) in .*base_data.*NANOCHAT_VAL_FILES_K=5.*data generate"):
+        dataset.split_files("train", 5)
+
+
+def test_split_rejects_bad_k_and_split(five_files, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "two")
+    with pytest.raises(ConfigError, match="NANOCHAT_VAL_FILES_K='two'"):
+        dataset.split_files("val")
+    with pytest.raises(ConfigError, match="at least 1"):
+        dataset.split_files("val", 0)
+    with pytest.raises(ConfigError, match="valid: train, val"):
+        dataset.split_files("test", 1)
+
+
+def test_parquets_iter_batched_strides_row_groups(base_dir_env):
+    val = list(dataset.parquets_iter_batched("val"))
+    assert len(val) == 16 and all(len(rg) == 16 for rg in val)
+    assert list(dataset.parquets_iter_batched("val", start=1, step=4)) == val[1::4]
+    assert len(list(dataset.parquets_iter_batched("train"))) == 32
+
+
+def test_unreadable_shard_is_named(tmp_path):
+    bad = tmp_path / "shard_00000.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(DataError, match="shard_00000.parquet is not a readable parquet file"):
+        dataset.row_group_counts([bad])

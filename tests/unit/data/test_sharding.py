@@ -1,0 +1,91 @@
+"""Properties of the row-group sharding, as pure functions of row-group counts per file.
+
+python -m pytest tests/unit/data/test_sharding.py -q
+
+Row groups are numbered globally across a split's files and rank r takes r, r+W, r+2W, … (the bench's
+fix to upstream, which strides inside each file and leaves ranks empty when W exceeds a file's count).
+"""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench.errors import DataError
+from bench.nanochat.dataloader import assign_row_groups, check_split, workable_val_files_k
+from bench.nanochat.dataset import split_of
+
+counts_st = st.lists(st.integers(min_value=0, max_value=120), min_size=1, max_size=12)
+world_st = st.integers(min_value=1, max_value=512)
+k_st = st.integers(min_value=1, max_value=8)
+
+
+def all_ranks(counts, world_size):
+    return [assign_row_groups(counts, r, world_size) for r in range(world_size)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=counts_st, world_size=world_st)
+def test_ranks_are_disjoint_cover_everything_and_are_non_empty(counts, world_size):
+    ranks = all_ranks(counts, world_size)
+    used = [rg for rank in ranks for rg in rank]
+    assert len(used) == len(set(used))  # disjoint
+    assert set(used) == {(f, i) for f, n in enumerate(counts) for i in range(n)}  # every row group used
+    if sum(counts) >= world_size:
+        assert all(ranks)  # non-empty
+    sizes = [len(r) for r in ranks]
+    assert max(sizes) - min(sizes) <= 1  # balanced to one row group
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=counts_st, world_size=world_st, rank=st.integers(min_value=0, max_value=511))
+def test_rank_strides_globally_in_file_order(counts, world_size, rank):
+    rank %= world_size
+    mine = assign_row_groups(counts, rank, world_size)
+    starts = [sum(counts[:f]) for f in range(len(counts))]
+    assert [starts[f] + i for f, i in mine] == list(range(rank, sum(counts), world_size))
+    assert mine == sorted(mine)  # files are walked in order, one open file at a time
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=st.lists(st.integers(min_value=1, max_value=60), min_size=2, max_size=16), k=k_st, world_size=world_st)
+def test_validation_set_is_fixed_and_independent_of_world_size(counts, k, world_size):
+    k = min(k, len(counts) - 1)
+    files = [Path(f"shard_{i:05d}.parquet") for i in range(len(counts))]
+    val_files, val_counts = split_of(files, "val", k), split_of(counts, "val", k)
+    assert val_files == files[-k:] and split_of(files, "train", k) == files[:-k]
+    once = all_ranks(val_counts, world_size)
+    assert once == all_ranks(val_counts, world_size)  # identical across calls (fresh loader per eval)
+    union = sorted(rg for rank in once for rg in rank)
+    assert union == sorted(rg for rank in all_ranks(val_counts, 1) for rg in rank)  # same set for every W
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.lists(st.integers(min_value=0, max_value=60), min_size=2, max_size=16), world_size=world_st)
+def test_suggested_k_works_and_is_the_smallest(counts, world_size):
+    k = workable_val_files_k(counts, world_size)
+    works = [j for j in range(1, len(counts))
+             if sum(counts[-j:]) >= world_size and sum(counts[:-j]) >= world_size]
+    assert k == (works[0] if works else None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(counts=counts_st, world_size=world_st)
+def test_check_split_raises_exactly_when_a_rank_would_be_empty(counts, world_size):
+    files = [Path(f"shard_{i:05d}.parquet") for i in range(len(counts))]
+    if sum(counts) >= world_size:
+        check_split("val", files, counts, world_size, counts + [world_size], 1)
+        return
+    with pytest.raises(DataError) as e:
+        check_split("val", files, counts, world_size, counts + [world_size], 1)
+    assert f"{sum(counts)} row group(s) in {len(counts)} file(s)" in str(e.value)
+    assert f"{world_size} ranks" in str(e.value)
+
+
+def test_upstream_limit_is_gone():
+    """52 row groups per shard, 1 val shard, 64 ranks: upstream leaves ranks 52-63 spinning forever."""
+    with pytest.raises(DataError, match=r"val split has 52 row group\(s\).*64 ranks.*NANOCHAT_VAL_FILES_K=2 \(now 1\)"):
+        check_split("val", [Path("shard_00239.parquet")], [52], 64, [52] * 240, 1)
+    assert all(all_ranks([52, 52], 64))  # with K=2 every rank has data, across the file boundary
+    assert assign_row_groups([52, 52], 60, 64) == [(1, 8)]

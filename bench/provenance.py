@@ -4,10 +4,16 @@ Recorded in run.json by the trainer (and the launcher) so that every figure can 
 compared like with like. Cheap and failure-proof: a fact that cannot be read is left out, never raised.
 """
 
+import argparse
+import json
 import os
 import platform
 import subprocess
+import sys
+import time
 from pathlib import Path
+
+from bench.schema import write_json_atomic
 
 # Environment prefixes that change communication performance; defaults drift between runtimes and
 # releases (e.g. CE hooks set NCCL_*/FI_* themselves), so the effective values are recorded.
@@ -17,6 +23,12 @@ NETWORK_ENV_PREFIXES = ("NCCL_", "FI_", "TORCH_NCCL_", "CUDA_DEVICE_MAX_CONNECTI
 ENV_RUNTIME = "NANOCHAT_BENCH_RUNTIME"
 ENV_IMAGE = "NANOCHAT_BENCH_IMAGE"
 ENV_IMAGE_DIGEST = "NANOCHAT_BENCH_IMAGE_DIGEST"
+
+# Baked into the image by the Containerfile (`python -m bench.provenance bake ...`): what the image was
+# built from. The image's own digest cannot be inside it, so the launcher passes that in ENV_IMAGE_DIGEST.
+BUILD_INFO_PATH = Path("/etc/nanochat-bench/image.json")
+# Podman writes this file into every container; with --privileged it also names the image and its id.
+CONTAINERENV_PATH = Path("/run/.containerenv")
 
 SLURM_VARS = {
     "job_id": "SLURM_JOB_ID",
@@ -29,15 +41,18 @@ SLURM_VARS = {
 }
 
 
-def git_revision() -> str | None:
-    """The project's git revision (with -dirty when modified), if this is a checkout."""
+def git_revision(build: dict | None = None) -> str | None:
+    """The project's git revision (with -dirty when modified) if this is a checkout, else the one baked
+    into the image at build time."""
     repo = Path(__file__).resolve().parent.parent
     try:
         out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=12"],
                              capture_output=True, text=True, timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+        pass
+    return (build or {}).get("git_revision") or None
 
 
 def software() -> dict:
@@ -79,18 +94,113 @@ def slurm(environ=os.environ) -> dict | None:
     return {key: environ[var] for key, var in SLURM_VARS.items() if var in environ}
 
 
-def image(environ=os.environ) -> dict:
-    return {"reference": environ.get(ENV_IMAGE), "digest": environ.get(ENV_IMAGE_DIGEST)}
+def build_info(path: Path = BUILD_INFO_PATH) -> dict | None:
+    """What the image was built from (reference, base image, git revision, time), when baked in."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def containerenv(path: Path = CONTAINERENV_PATH) -> dict | None:
+    """Podman's `/run/.containerenv` as a dict (`key="value"` lines), or None outside Podman."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    facts = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            facts[key.strip()] = value.strip().strip('"')
+    return facts
+
+
+def detect_runtime(environ=os.environ, root: Path = Path("/")) -> str:
+    """The runtime around this process from what each leaves behind; the launcher's ENV_RUNTIME wins.
+
+    Docker's /.dockerenv is not used: CI machines are often Docker containers themselves, and a bare
+    run there must stay "bare"."""
+    if environ.get(ENV_RUNTIME):
+        return environ[ENV_RUNTIME]
+    if environ.get("APPTAINER_CONTAINER") or environ.get("SINGULARITY_CONTAINER"):
+        return "apptainer"
+    if (root / CONTAINERENV_PATH.relative_to("/")).exists():
+        return "podman"
+    return "bare"
+
+
+def sidecar_digest(reference: str | None) -> str | None:
+    """`sha256:<hex>` from the `<image file>.sha256` that containers/enroot-import.sh writes next to a
+    SquashFS image (sha256sum format), when the reference is such a file and it is visible here."""
+    if not reference or "/" not in reference:
+        return None
+    try:
+        text = Path(os.path.expandvars(reference) + ".sha256").read_text().split()
+    except OSError:
+        return None
+    digest = text[0] if text else ""
+    return f"sha256:{digest}" if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
+
+
+def image(environ=os.environ, build: dict | None = None, podman: dict | None = None) -> dict:
+    """Image reference and digest: the launcher's values first, then what the runtime or the build left."""
+    build, podman = build or {}, podman or {}
+    reference = (environ.get(ENV_IMAGE) or podman.get("image") or environ.get("APPTAINER_CONTAINER")
+                 or build.get("reference") or None)
+    info = {"reference": reference, "digest": environ.get(ENV_IMAGE_DIGEST) or sidecar_digest(reference)}
+    if podman.get("imageid"):
+        info["id"] = podman["imageid"]
+    if build:
+        info["build"] = build
+    return info
 
 
 def collect(environ=os.environ) -> dict:
     """Everything above, as the run.json fields `software`, `git_revision`, `slurm`, `image`, `runtime`,
     `network_env`."""
+    build = build_info()
     return {
         "software": software(),
-        "git_revision": git_revision(),
+        "git_revision": git_revision(build),
         "slurm": slurm(environ),
-        "image": image(environ),
-        "runtime": environ.get(ENV_RUNTIME, "bare"),
+        "image": image(environ, build, containerenv()),
+        "runtime": detect_runtime(environ),
         "network_env": network_env(environ),
     }
+
+
+def bake(path: str | os.PathLike, *, reference: str = "", base_image: str = "", git_revision: str = "") -> dict:
+    """Write the build facts into the image (run by the Containerfile); empty values are left out."""
+    facts = {"reference": reference, "base_image": base_image, "git_revision": git_revision,
+             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    facts = {k: v for k, v in facts.items() if v}
+    write_json_atomic(path, facts)
+    return facts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.provenance",
+                                     description="Bake build facts into an image, or print this process's provenance.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("bake", help="write build facts as JSON (Containerfile)")
+    p.add_argument("path", nargs="?", default=str(BUILD_INFO_PATH))
+    p.add_argument("--reference", default="", help="the image's own name:tag")
+    p.add_argument("--base-image", default="", help="the BASE_IMAGE it was built from")
+    p.add_argument("--git-revision", default="", help="the project's git revision")
+    sub.add_parser("show", help="print collect() as JSON")
+    args = parser.parse_args(argv)
+    if args.command == "bake":
+        facts = bake(args.path, reference=args.reference, base_image=args.base_image,
+                     git_revision=args.git_revision)
+    else:
+        facts = collect()
+    json.dump(facts, sys.stdout, indent=2, sort_keys=True, default=str)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Container Engine environment definition files (EDF): the defaults as data and a TOML renderer.
+
+An EDF is the TOML file that CSCS's Container Engine (`srun --environment=<file>`) and Sarus Suite
+(`srun --edf=<file>`) read to start a container: image, mounts, workdir, `[env]` and `[annotations]`
+(https://docs.cscs.ch/software/container-engine/edf/). This module is the one source of truth for
+the files the benchmark uses: `nanochat-bench edf` renders the checked-in `edf/*.toml` with it, and
+the CE runtime writes one into each run directory with it.
+
+The TOML is written by hand rather than with a TOML library because the layout matters to the people
+reading the file (documented dotted annotation keys, one mount a line, a header saying how to
+regenerate it); every string goes through `toml_string`, which escapes per the TOML spec, and the tests
+round-trip hostile values (quotes, backslashes, newlines, `$(...)`) through `tomllib`.
+"""
+
+import re
+from collections.abc import Mapping, Sequence
+
+from bench.errors import RuntimeConfigError
+
+# Images: the NGC base in enroot's `registry#image` form (a `/` after nvcr.io would be read as Docker
+# Hub unless the credentials file names nvcr.io), and our image imported to SquashFS by
+# `containers/enroot-import.sh` (enroot names it NAME+TAG.sqsh).
+NGC_IMAGE = "nvcr.io#nvidia/pytorch:25.10-py3"
+SQSH_IMAGE = "${SCRATCH}/ce-images/nanochat-bench+latest.sqsh"
+
+# Where the Containerfile installs the project and where a run starts.
+WORKDIR = "/workspace/nanochat-bench"
+
+# Scratch is bind-mounted at the same path, so paths in run directories mean the same inside and out.
+# $HOME is deliberately not mounted: stale per-user caches (~/.triton, ~/.cache) break runs (CSCS advice).
+DEFAULT_MOUNTS = ("${SCRATCH}:${SCRATCH}",)
+
+# NCCL and libfabric settings for Slingshot-11 (CSCS "NCCL environment variables"). The aws_ofi_nccl
+# hook sets its own values too, but those drift between CE releases (NCCL_CROSS_NIC went from 1 to 0 in
+# CE v26.06.1), so the EDF pins them and provenance records what was in effect.
+SLINGSHOT_ENV: dict[str, str] = {
+    "NCCL_NET": "AWS Libfabric",  # fail loudly instead of falling back to TCP sockets
+    "NCCL_NET_GDR_LEVEL": "PHB",
+    "NCCL_CROSS_NIC": "1",
+    "NCCL_PROTO": "^LL128",  # LL128 (default since NCCL 2.27) is slower on Slingshot
+    "FI_CXI_DEFAULT_CQ_SIZE": "131072",
+    "FI_CXI_DEFAULT_TX_SIZE": "16384",
+    "FI_CXI_DISABLE_HOST_REGISTER": "1",
+    "FI_CXI_RX_MATCH_MODE": "software",
+    "FI_MR_CACHE_MONITOR": "userfaultfd",
+    "MPICH_GPU_SUPPORT_ENABLED": "0",  # GPU-aware MPI next to NCCL can deadlock
+}
+
+# What CSCS's PyTorch page sets besides the network, plus the debug level whose INIT/NET lines prove
+# the fast path ("Using network AWS Libfabric", "NET/OFI Selected provider is cxi").
+TORCH_ENV: dict[str, str] = {
+    "NCCL_DEBUG": "INFO",
+    "NCCL_DEBUG_SUBSYS": "INIT,NET",
+    "CUDA_CACHE_DISABLE": "1",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+}
+
+# The benchmark's own variables (DESIGN.md, "Environment variables"); ${SCRATCH} expands on the host.
+BENCH_ENV: dict[str, str] = {
+    "NANOCHAT_BASE_DIR": "${SCRATCH}/nanochat-bench/cache",
+    "NANOCHAT_VAL_FILES_K": "1",
+}
+
+DEFAULT_ENV: dict[str, str] = {**BENCH_ENV, **TORCH_ENV, **SLINGSHOT_ENV}
+
+# aws_ofi_nccl hook variants: cuda12/cuda13 are linked statically and must match the image's CUDA
+# major version; cuda-dl links CUDA dynamically and is CSCS's general recommendation.
+OFI_NCCL_VARIANTS = ("cuda-dl", "cuda13", "cuda12", "rocm6", "rocm5")
+DEFAULT_OFI_NCCL_VARIANT = "cuda-dl"
+
+
+def ofi_nccl_annotations(variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, str]:
+    """The annotations that enable the aws_ofi_nccl hook (which implies the CXI hook) with a variant."""
+    if variant not in OFI_NCCL_VARIANTS:
+        raise RuntimeConfigError(
+            f"aws_ofi_nccl variant {variant!r} is not one of: {', '.join(OFI_NCCL_VARIANTS)}")
+    return {"com.hooks.aws_ofi_nccl.enabled": "true", "com.hooks.aws_ofi_nccl.variant": variant}
+
+
+DEFAULT_ANNOTATIONS: dict[str, str] = ofi_nccl_annotations()
+
+# ---------------------------------------------------------------------------------------------------
+# TOML text
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string holding exactly `value`: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in value:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key: str) -> str:
+    """A TOML key for one name: bare when it may be, quoted otherwise (a dot in it stays literal)."""
+    return key if _BARE_KEY.fullmatch(key) else toml_string(key)
+
+
+def toml_dotted_key(key: str) -> str:
+    """`com.hooks.x.y` as TOML dotted keys, the form CE documents for annotations."""
+    return ".".join(toml_key(part) for part in key.split("."))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Checks: bad input is named with what would be valid; CE itself would fail later and less clearly.
+
+def _check_text(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise RuntimeConfigError(f"EDF {what} must be a string, got {type(value).__name__} {value!r}")
+    return value
+
+
+def check_mount(mount: str) -> str:
+    """A mount must be `SRC:DST[:FLAGS]`; SRC absolute, `./relative` or `${VAR}...`; DST absolute or `${VAR}...`."""
+    _check_text("mount", mount)
+    parts = mount.split(":")
+    ok = len(parts) in (2, 3) and all(parts[:2])
+    if ok:
+        src, dst = parts[0], parts[1]
+        ok = src.startswith(("/", "./", "$")) and dst.startswith(("/", "$"))
+    if ok and len(parts) == 3:
+        ok = all(re.fullmatch(r"[a-z]+", flag) for flag in parts[2].split("+"))
+    if not ok:
+        raise RuntimeConfigError(
+            f"EDF mount {mount!r} is not SRC:DST[:FLAGS] (SRC absolute, ./relative or ${{VAR}}; "
+            "DST absolute; flags joined by +, e.g. /scratch/me:/scratch/me:ro or ./img.sqsh:/data:sqsh)")
+    return mount
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    for key, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", _check_text("[env] name", key)):
+            raise RuntimeConfigError(f"EDF [env] name {key!r} is not a valid environment variable name")
+        _check_text(f"[env] value of {key}", value)
+
+
+def _check_annotations(annotations: Mapping[str, str]) -> None:
+    keys = list(annotations)
+    for key, value in annotations.items():
+        if not _check_text("annotation name", key) or "" in key.split("."):
+            raise RuntimeConfigError(f"EDF annotation name {key!r} must be dotted words, e.g. com.hooks.cxi.enabled")
+        _check_text(f"annotation {key} (use \"true\", not true)", value)
+        # TOML dotted keys build nested tables, so a key cannot also be the prefix of another one.
+        clash = next((k for k in keys if k.startswith(key + ".")), None)
+        if clash:
+            raise RuntimeConfigError(f"EDF annotations {key!r} and {clash!r} clash: one is a prefix of the other")
+
+
+# ---------------------------------------------------------------------------------------------------
+
+def render_edf(image: str, *, mounts: Sequence[str] = (), workdir: str | None = None,
+               env: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+               writable: bool = True, header: str | None = None) -> str:
+    """The EDF for `image` as TOML text.
+
+    `env` and `annotations` default (None) to DEFAULT_ENV and DEFAULT_ANNOTATIONS; pass {} for none.
+    `workdir` None leaves the image's working directory. `header` lines become leading comments.
+    Raises RuntimeConfigError naming the value at fault.
+    """
+    if not _check_text("image", image).strip() or "\n" in image:
+        raise RuntimeConfigError(f"EDF image {image!r} must be a registry reference "
+                                 f"(e.g. {NGC_IMAGE}) or an absolute path to a .sqsh file")
+    if isinstance(mounts, str):
+        raise RuntimeConfigError(f"EDF mounts must be a list of SRC:DST strings, got the string {mounts!r}")
+    mounts = [check_mount(m) for m in mounts]
+    env = DEFAULT_ENV if env is None else env
+    annotations = DEFAULT_ANNOTATIONS if annotations is None else annotations
+    _check_env(env)
+    _check_annotations(annotations)
+
+    lines = [f"# {line}".rstrip() for line in (header or "").splitlines()]
+    lines.append(f"image = {toml_string(image)}")
+    if mounts:
+        lines.append("mounts = [")
+        lines += [f"    {toml_string(m)}," for m in mounts]
+        lines.append("]")
+    if workdir is not None:
+        lines.append(f"workdir = {toml_string(_check_text('workdir', workdir))}")
+    lines.append(f"writable = {'true' if writable else 'false'}")
+    if env:
+        lines += ["", "[env]"]
+        lines += [f"{toml_key(k)} = {toml_string(v)}" for k, v in env.items()]
+    if annotations:
+        lines += ["", "[annotations]"]
+        lines += [f"{toml_dotted_key(k)} = {toml_string(v)}" for k, v in annotations.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Loads the built image into Sarus (classic) from a `docker save` archive, for `srun sarus run`.
+# With a registry, `sarus pull REGISTRY/nanochat-bench:TAG` on a compute node does the same.
+#   containers/sarus-load.sh                  nanochat-bench:latest
+# Then: srun sarus run --mount=type=bind,source=$SCRATCH,destination=$SCRATCH nanochat-bench:latest nanochat-bench ...
+set -euo pipefail
+image=${1:-nanochat-bench:latest}
+work=$(mktemp -d "${TMPDIR:-/tmp}/nanochat-bench-sarus.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+command -v sarus >/dev/null || { echo "sarus-load.sh: sarus is not installed" >&2; exit 2; }
+${CONTAINER_ENGINE:-podman} save --format docker-archive -o "$work/image.tar" "$image"
+sarus load "$work/image.tar" "$image"
+sarus images --digests

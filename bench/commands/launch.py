@@ -1,0 +1,200 @@
+"""`nanochat-bench plan | submit | status | render`: sweeps under Slurm, thin wrappers over bench.launch."""
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+from bench import runtimes
+from bench.errors import ConfigError
+from bench.launch import plan as planmod
+from bench.launch import render, slurm, status, submit
+from bench.launch.job import LaunchOptions, build_run, make_job, write_job
+from bench.runtimes import Mount
+
+TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
+               ("num_iterations", int), ("eval_every", int), ("eval_tokens", int), ("device_type", str)]
+
+
+def _image_defaults() -> str:
+    return "; ".join(f"{n}: {runtimes.get(n).default_image}" for n in runtimes.names() if runtimes.get(n).default_image)
+
+
+def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) -> None:
+    g = p.add_argument_group("sweep")
+    g.add_argument("--nodes", default="1", help="node count" + ("" if single_nodes else "s, comma-separated")
+                   + " (default: 1)" + ("" if single_nodes else "; e.g. 1,2,4,8"))
+    g.add_argument("--gpus-per-node", type=int, default=4, help="GPUs (ranks) per node (default: 4)")
+    g.add_argument("--runtimes", default="bare", help=f"comma-separated, of: {', '.join(runtimes.names())} "
+                   "(default: bare)")
+    g.add_argument("--repeats", type=int, default=1, help="runs per point (default: 1)")
+    g.add_argument("--gpu", default="H200", help="GPU assumed by the node-hour estimate (default: H200)")
+    g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
+    t = p.add_argument_group("trainer flags (nanochat's names; default: the trainer's, "
+                             f"except --num_iterations={planmod.SWEEP_NUM_ITERATIONS})")
+    for name, typ in TRAIN_FLAGS:
+        t.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
+    t.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other trainer flag, repeatable (e.g. --train-arg warmdown_ratio=0.1)")
+
+
+def add_launch_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("launch")
+    g.add_argument("--image", action="append", default=[], metavar="RUNTIME=REF",
+                   help=f"image per runtime, repeatable; defaults: {_image_defaults()}")
+    g.add_argument("--base-dir", default=None, help="NANOCHAT_BASE_DIR on the nodes (default: $NANOCHAT_BASE_DIR "
+                   "or ~/.cache/nanochat); must be on a shared filesystem")
+    g.add_argument("--python", default=sys.executable, help="host interpreter for the bare runtime "
+                   "(default: this one)")
+    g.add_argument("--mount", action="append", default=[], metavar="SRC[:DST[:ro]]",
+                   help="extra bind mount for container runtimes, repeatable")
+    for name in ("partition", "account", "constraint"):
+        g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
+    g.add_argument("--time", default=None, help="Slurm time limit (default: 1.5x the estimate, >= 30 min a run)")
+    g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
+
+
+def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
+    train = {name: getattr(args, name) for name, _ in TRAIN_FLAGS}
+    train.update(planmod.parse_train_args(args.train_arg))
+    return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
+                                      repeats=args.repeats, train=train, gpu=args.gpu,
+                                      assume_mfu=args.assume_mfu)
+
+
+def parse_images(pairs: list[str]) -> dict[str, str]:
+    images = {}
+    for pair in pairs:
+        name, sep, ref = pair.partition("=")
+        if not sep or not ref:
+            raise ConfigError(f"--image {pair!r} is not RUNTIME=REF (e.g. --image ce=/scratch/me/nanochat-bench.sqsh)")
+        runtimes.get(name)  # unknown runtime: clear error listing the valid ones
+        images[name] = ref
+    return images
+
+
+def options_from_args(args) -> LaunchOptions:
+    base_dir = args.base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
+    return LaunchOptions(base_dir=str(Path(base_dir).absolute()), python=args.python,
+                         images=parse_images(args.image), mounts=tuple(Mount.parse(m) for m in args.mount),
+                         partition=args.partition, account=args.account, constraint=args.constraint,
+                         time=args.time, exclusive=args.exclusive)
+
+
+def default_out(name: str | None) -> tuple[str, Path]:
+    name = name or time.strftime("sweep-%Y%m%d-%H%M%S")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ConfigError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
+    return name, Path("runs") / name
+
+
+# -- handlers --------------------------------------------------------------------------------------
+
+def cmd_plan(args) -> int:
+    print(planmod.format_table(sweep_from_args(args)))
+    return 0
+
+
+def cmd_submit(args) -> int:
+    sweep = sweep_from_args(args)
+    opts = options_from_args(args)
+    name, out = default_out(args.name)
+    sweep_dir = Path(args.out) if args.out else out
+    print(planmod.format_table(sweep), end="\n\n")
+    backend = None if args.dry_run else slurm.backend()
+    submit.submit_sweep(sweep, opts, sweep_dir, backend, compare=args.compare, dry_run=args.dry_run)
+    if not args.dry_run:
+        print(f"follow it with: nanochat-bench status {sweep_dir}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    backend = slurm.backend()
+    if args.wait:
+        rows = status.wait(args.sweep, backend, poll_s=args.poll, timeout_s=args.timeout)
+    else:
+        rows = status.sweep_status(args.sweep, backend)
+    print(status.format_status(rows))
+    failed = {r.run_id for r in rows if r.status in status.RESUBMITTABLE}
+    if args.resubmit_failed:
+        if failed:
+            submit.resubmit(args.sweep, failed, backend)
+        else:
+            print("nothing to resubmit")
+        return 0
+    if failed:
+        print(f"resubmit the failed runs with: nanochat-bench status {args.sweep} --resubmit-failed")
+    return 1 if args.wait and failed else 0
+
+
+def cmd_render(args) -> int:
+    """One job's script (sbatch, compare) or the interactive guide, written with its runs' run.json."""
+    if "," in args.nodes:
+        raise ConfigError(f"render takes one node count, got --nodes {args.nodes!r}")
+    sweep = sweep_from_args(args)
+    opts = options_from_args(args)
+    name, default = default_out(args.name)
+    out = Path(args.out or default).absolute()
+    points = sweep.points()
+    bad = [p for p in points if not p.batch.possible]
+    if bad:
+        raise ConfigError(f"{bad[0].run_id}: {bad[0].batch.reason}")
+    if args.kind != "compare" and len(points) > 1:
+        raise ConfigError(f"render {args.kind} makes one run: one runtime and --repeats 1, got --runtimes "
+                          f"{args.runtimes!r} --repeats {args.repeats} (compare runs several in one allocation)")
+    runs = [build_run(sweep, p, out / p.run_id, opts, out.name) for p in points]
+    job_dir = out / "jobs" / f"compare-n{sweep.nodes[0]}" if args.kind == "compare" else runs[0].run_dir
+    title = {"sbatch": f"run {runs[0].run_id}", "interactive": f"run {runs[0].run_id}",
+             "compare": "runtimes compared in one allocation: " + ", ".join(r.run_id for r in runs)}[args.kind]
+    job = make_job(f"{out.name}-{args.kind}", job_dir, sweep, runs, opts, title)
+    if args.kind == "interactive":
+        job.script_name = "interactive.sh"
+        text = render.render_interactive(job, opts.base_dir, args.shards)
+    else:
+        text = render.render_sbatch(job, rendered_by=f"render {args.kind}")
+    write_job(job, text)
+    print(f"wrote {job.script}")
+    if args.kind == "interactive":
+        print(f"follow the steps in it, inside: salloc --nodes={job.nodes} ...")
+    else:
+        print(f"submit with: cd {job.job_dir} && sbatch {job.script.name}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="print a sweep as a table: ranks, batch arithmetic, node-hours",
+                              description="Points (nodes x runtimes x repeats) keeping total_batch_size fixed.")
+    add_sweep_options(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = subparsers.add_parser("submit", help="render every job of a sweep and submit it with sbatch",
+                              description="Render each job's script into the sweep directory and submit it.")
+    add_sweep_options(p)
+    add_launch_options(p)
+    p.add_argument("--name", default=None, help="sweep name (default: sweep-<date>-<time>)")
+    p.add_argument("--out", default=None, help="sweep directory (default: runs/<name>)")
+    p.add_argument("--compare", action="store_true",
+                   help="one job per node count running every runtime in turn (same nodes for all)")
+    p.add_argument("--dry-run", action="store_true", help="render the scripts, print what would be submitted")
+    p.set_defaults(func=cmd_submit)
+
+    p = subparsers.add_parser("status", help="job states and run statuses of a sweep; resubmit failed runs")
+    p.add_argument("sweep", type=Path, help="sweep directory (holds sweep.json)")
+    p.add_argument("--wait", action="store_true", help="poll until every run has a final status")
+    p.add_argument("--poll", type=float, default=10.0, help="seconds between polls with --wait (default: 10)")
+    p.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds")
+    p.add_argument("--resubmit-failed", action="store_true", help="submit the jobs of failed runs again")
+    p.set_defaults(func=cmd_status)
+
+    p = subparsers.add_parser("render", help="write one batch script, a runtime comparison or the interactive guide",
+                              description="sbatch: one run; compare: every --runtimes in turn in one allocation; "
+                                          "interactive: salloc plus the srun lines of data, tokenizer and train.")
+    p.add_argument("kind", choices=("sbatch", "interactive", "compare"))
+    add_sweep_options(p, single_nodes=True)
+    add_launch_options(p)
+    p.add_argument("--name", default=None, help="name (default: sweep-<date>-<time>)")
+    p.add_argument("--out", default=None, help="directory (default: runs/<name>)")
+    p.add_argument("--shards", type=int, default=8, help="interactive: shards the data step downloads (default: 8)")
+    p.set_defaults(func=cmd_render)

@@ -1,0 +1,99 @@
+"""Render jobs into shell text through the templates in slurm/ (jinja2).
+
+Templates hold text, Python holds decisions: every value reaches a template already quoted
+(`shell_join`/`shlex.quote`) or made comment-safe, so the templates only substitute and loop. The
+templates live once, in the repository's slurm/ folder; a wheel ships them as the package
+`bench.slurm_templates` (pyproject's package-dir mapping), and a checkout reads them in place.
+"""
+
+import functools
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+import jinja2
+
+from bench.launch import jobrecord
+from bench.launch.job import PORT_BASE, Job, Run
+from bench.runtimes import shell_join
+
+TEMPLATE_PACKAGE = "bench.slurm_templates"
+SBATCH_TEMPLATE = "sbatch.sh.j2"
+INTERACTIVE_TEMPLATE = "interactive.sh.j2"
+
+
+def template_dirs() -> list[Path]:
+    """Where the templates are: inside the installed package (a wheel), else a checkout's slurm/ folder."""
+    package = Path(__file__).resolve().parent.parent  # bench/
+    dirs = [package / TEMPLATE_PACKAGE.split(".")[-1], package.parent / "slurm"]
+    return [d for d in dirs if (d / SBATCH_TEMPLATE).is_file()]
+
+
+@functools.lru_cache(maxsize=1)  # one compile of the templates for a sweep of hundreds of jobs
+def environment() -> jinja2.Environment:
+    dirs = template_dirs()
+    if not dirs:
+        raise FileNotFoundError("the Slurm templates (slurm/*.j2) are missing from this installation")
+    return jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in dirs]),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              autoescape=False)
+
+
+def comment_safe(text: str) -> str:
+    """Text for a `# ...` line: a newline in a name or path must not end the comment."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
+def multiline(lines: list[list]) -> str:
+    """Token lines joined with backslash continuations, each quoted once."""
+    return " \\\n    ".join(shell_join(line) for line in lines)
+
+
+def run_context(run: Run, index: int) -> dict:
+    version = run.runtime.version_command()
+    return {
+        "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
+        "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
+        "exports": [(name, shlex.quote(value)) for name, value in run.exports.items()],
+        "port_base": PORT_BASE, "port_offset": index % 10,
+        "prepare": [shell_join(c) for c in run.runtime.prepare(run.spec)],
+        "version_command": shell_join(version) if version else None,
+        "srun": multiline(run.srun_lines()),
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def jobrecord_source() -> str:
+    """bench/launch/jobrecord.py, pasted into each script as a here-document (see that module)."""
+    return Path(jobrecord.__file__).read_text().rstrip("\n")
+
+
+def job_context(job: Job, rendered_by: str) -> dict:
+    return {
+        "title": comment_safe(job.title), "rendered_by": comment_safe(rendered_by),
+        "directives": job.directives, "job_dir": comment_safe(shlex.quote(str(job.job_dir))),
+        "script_name": job.script.name, "jobrecord": jobrecord_source(),
+        "runs": [run_context(run, i) for i, run in enumerate(job.runs)],
+    }
+
+
+def render_sbatch(job: Job, rendered_by: str = "submit") -> str:
+    """The batch script of a job: one run (a sweep point) or several in turn (a runtime comparison)."""
+    return environment().get_template(SBATCH_TEMPLATE).render(job_context(job, rendered_by))
+
+
+def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = "render interactive") -> str:
+    """The interactive guide: the salloc line, then the srun lines of data, tokenizer and training."""
+    run = job.runs[0]
+    salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name")))]
+
+    def one_task(*command: str) -> str:
+        spec = replace(run.spec, command=(run.spec.command[0], "-m", "bench.cli", *command))
+        line = ["srun", "--nodes=1", "--ntasks=1", *run.runtime.srun_options(spec), *run.runtime.wrap(spec)]
+        return shell_join(line)
+
+    ctx = job_context(job, rendered_by)
+    ctx.update(salloc=comment_safe(shell_join(salloc)), base_dir=shlex.quote(base_dir), shards=shards,
+               data_srun=one_task("data", "download", "-n", str(shards)),
+               tokenizer_srun=one_task("tokenizer", "train"))
+    return environment().get_template(INTERACTIVE_TEMPLATE).render(ctx)

@@ -1,0 +1,143 @@
+"""Slurm through its command line (submitit's way): `sbatch --parsable`, `squeue --json`, `scontrol show job -o`.
+
+No sacct: it needs slurmdbd, which sites (and CI) may lack. squeue knows pending, running and recently
+finished jobs (for MinJobAge, 300 s by default); scontrol fills in what squeue's JSON lacks. Answers we
+cannot parse raise SubmitError quoting them. JSON layouts differ between Slurm releases (openapi
+v0.0.38 in 22.05: strings and ints; v0.0.40+: lists and {"set", "number"} objects), so fields are
+read tolerantly. pyslurm is used for job states instead when it imports and matches the running
+Slurm's major release (bench/launch/pyslurm_backend.py); submission always goes through sbatch.
+"""
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import SubmitError
+
+# Slurm job states after which nothing will change (squeue/scontrol spelling).
+TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT")
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    state: str  # PENDING, RUNNING, COMPLETED, ...; UNKNOWN once Slurm has forgotten the job
+    exit_code: str = ""
+    nodelist: str = ""
+    reason: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise SubmitError(f"{argv[0]} not found: run this on a Slurm login node (or install slurm-client)") from None
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"{' '.join(argv)} did not answer within 120 s; is slurmctld up?") from None
+
+
+def parse_parsable(stdout: str) -> str:
+    """`sbatch --parsable` prints `<jobid>` or `<jobid>;<cluster>`."""
+    m = re.fullmatch(r"(\d+)(;\S+)?", stdout.strip())
+    if not m:
+        raise SubmitError(f"could not read a job id from sbatch --parsable output {stdout!r}")
+    return m.group(1)
+
+
+def _first(value):
+    """openapi >= v0.0.40 wraps states in lists and numbers in {"set": .., "number": ..} objects."""
+    if isinstance(value, list):
+        return value[0] if value else ""
+    if isinstance(value, dict):
+        return value.get("number", value.get("return_code", "")) if value.get("set", True) else ""
+    return value
+
+
+def parse_squeue_json(text: str) -> dict[str, JobState]:
+    try:
+        jobs = json.loads(text).get("jobs", [])
+    except (json.JSONDecodeError, AttributeError):
+        raise SubmitError(f"squeue --json answered something that is not its JSON: {text[:200]!r}") from None
+    out = {}
+    for job in jobs:
+        exit_code = job.get("exit_code", "")
+        if isinstance(exit_code, dict):  # v0.0.40+: {"status": [...], "return_code": {...}}
+            exit_code = _first(exit_code.get("return_code", ""))
+        job_id = str(_first(job.get("job_id", "")))
+        out[job_id] = JobState(job_id, str(_first(job.get("job_state", ""))), str(exit_code),
+                               str(job.get("nodes", "")), str(job.get("state_reason", "")))
+    return out
+
+
+def parse_scontrol_oneliners(text: str) -> dict[str, JobState]:
+    """`scontrol show job -o`: one `Key=Value Key=Value ...` line per job."""
+    out = {}
+    for line in text.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        if "JobId" in fields:
+            out[fields["JobId"]] = JobState(fields["JobId"], fields.get("JobState", ""), fields.get("ExitCode", ""),
+                                            fields.get("NodeList", ""), fields.get("Reason", ""))
+    return out
+
+
+class SlurmCLI:
+    """The portable backend: Slurm's own commands."""
+
+    name = "cli"
+
+    def submit(self, script: Path) -> str:
+        """Submit a script from its own directory (where its relative Slurm log goes); return the job id."""
+        r = _run(["sbatch", "--parsable", script.name], cwd=script.parent)
+        if r.returncode != 0:
+            raise SubmitError(f"sbatch {script} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()}")
+        return parse_parsable(r.stdout)
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """States of the given jobs with one squeue and, if needed, one scontrol call."""
+        want = set(job_ids)
+        found: dict[str, JobState] = {}
+        if not want:
+            return found
+        sq = _run(["squeue", "--json"])
+        if sq.returncode == 0:
+            found.update({k: v for k, v in parse_squeue_json(sq.stdout).items() if k in want})
+        missing = want - set(found)
+        if missing:
+            sc = _run(["scontrol", "show", "job", "-o"])
+            if sc.returncode == 0:
+                found.update({k: v for k, v in parse_scontrol_oneliners(sc.stdout).items() if k in missing})
+            elif sq.returncode != 0:  # neither answered: the controller is down, not the jobs forgotten
+                raise SubmitError(f"Slurm did not answer: squeue: {sq.stderr.strip()!r}; "
+                                  f"scontrol: {sc.stderr.strip()!r}")
+        return {j: found.get(j, JobState(j, "UNKNOWN")) for j in job_ids}
+
+    def cancel(self, job_ids: list[str]) -> None:
+        if job_ids:
+            _run(["scancel", *job_ids])
+
+
+def slurm_version() -> str | None:
+    """`22.05.8` from `sinfo --version` (None without Slurm)."""
+    try:
+        r = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+\.\d+(\.\d+)?)", r.stdout)
+    return m.group(1) if m else None
+
+
+def backend():
+    """pyslurm when it imports and was built for this Slurm release, else the command line."""
+    from bench.launch import pyslurm_backend
+
+    version = slurm_version()
+    if version and pyslurm_backend.matches(version):
+        return pyslurm_backend.PyslurmBackend()
+    return SlurmCLI()

@@ -1,0 +1,125 @@
+"""Submit a sweep: every job's script rendered into the sweep directory, then `sbatch --parsable`.
+
+    <sweep_dir>/sweep.json                 the plan and, per job, its script, runs and Slurm job ids
+    <sweep_dir>/<run_id>/job.sbatch        one job per point (its Slurm log beside it)
+    <sweep_dir>/jobs/compare-n<N>/job.sbatch   with --compare: every runtime in turn in one allocation
+
+Everything is built and checked before anything is written or submitted, so a bad image or flag
+leaves no half-submitted sweep. sweep.json is rewritten (atomically) after each submission.
+"""
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import schema
+from bench.errors import ConfigError
+from bench.launch.job import Job, LaunchOptions, Run, build_run, make_job, write_job
+from bench.launch.plan import Sweep
+from bench.launch.render import render_sbatch
+
+SWEEP_JSON = "sweep.json"
+
+
+def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool = False,
+               note: Callable[[str], None] = print) -> list[Job]:
+    """The jobs of a sweep, all checked; impossible points are left out with a note saying why."""
+    sweep_dir = Path(sweep_dir).absolute()
+    sweep_id = sweep_dir.name
+    runs: list[Run] = []
+    for point in sweep.points():
+        if not point.batch.possible:
+            note(f"skipping {point.run_id}: {point.batch.reason}")
+            continue
+        runs.append(build_run(sweep, point, sweep_dir / point.run_id, opts, sweep_id))
+    if not runs:
+        raise ConfigError("no point of this sweep is possible; see the reasons above (nanochat-bench plan)")
+    if not compare:
+        return [make_job(f"{sweep_id}-{r.run_id}", r.run_dir, sweep, [r], opts, f"sweep {sweep_id}, run {r.run_id}")
+                for r in runs]
+    jobs = []
+    for nodes in sorted({r.nodes for r in runs}):
+        # Repeats interleaved (r1 of every runtime, then r2, ...) so slow drift hits every runtime alike.
+        group = sorted((r for r in runs if r.nodes == nodes), key=lambda r: (r.manifest["repeat"],
+                                                                              sweep.runtimes.index(r.runtime.name)))
+        name = f"compare-n{nodes}"
+        jobs.append(make_job(f"{sweep_id}-{name}", sweep_dir / "jobs" / name, sweep, group, opts,
+                             f"sweep {sweep_id}, runtimes compared on {nodes} node(s): "
+                             + ", ".join(r.run_id for r in group)))
+    return jobs
+
+
+def read_sweep(sweep_dir: Path) -> dict:
+    path = Path(sweep_dir) / SWEEP_JSON
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist: not a sweep directory made by `nanochat-bench submit`")
+    return json.loads(path.read_text())
+
+
+def write_sweep(sweep_dir: Path, record: dict) -> None:
+    schema.write_json_atomic(Path(sweep_dir) / SWEEP_JSON, record)
+
+
+def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *, compare: bool = False,
+                 dry_run: bool = False, out: Callable[[str], None] = print) -> dict:
+    """Render, write and submit every job; return the sweep record (also in sweep.json)."""
+    sweep_dir = Path(sweep_dir).absolute()
+    if (sweep_dir / SWEEP_JSON).exists() and not dry_run:
+        raise ConfigError(f"{sweep_dir} already holds a sweep; choose another --out or --name, "
+                          f"or resubmit its failed runs with `nanochat-bench status {sweep_dir} --resubmit-failed`")
+    jobs = build_jobs(sweep, opts, sweep_dir, compare, note=out)
+    texts = [render_sbatch(job) for job in jobs]
+    record = {"schema_version": schema.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
+              "plan": sweep.describe(), "compare": compare, "dry_run": dry_run, "jobs": []}
+    for job, text in zip(jobs, texts):
+        write_job(job, text, manifests=not dry_run)
+        record["jobs"].append({"name": job.name, "script": str(job.script), "runs": [r.run_id for r in job.runs],
+                               "job_id": None, "previous_job_ids": []})
+    if dry_run:
+        for job in jobs:
+            out(f"would run: cd {job.job_dir} && sbatch --parsable {job.script.name}")
+        out(f"dry run: {len(jobs)} script(s) rendered under {sweep_dir}, nothing submitted")
+        return record
+    write_sweep(sweep_dir, record)
+    for job, entry in zip(jobs, record["jobs"]):
+        entry["job_id"] = backend.submit(job.script)
+        for run in job.runs:
+            schema.update_run_json(run.run_dir, slurm={"job_id": entry["job_id"]})
+        write_sweep(sweep_dir, record)
+        out(f"submitted {job.name}: job {entry['job_id']}")
+    return record
+
+
+def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], None] = print) -> list[str]:
+    """Submit again the jobs holding these runs; the old attempt's files move to attempts/<job id>/."""
+    sweep_dir = Path(sweep_dir).absolute()
+    record = read_sweep(sweep_dir)
+    new_ids = []
+    for entry in record["jobs"]:
+        if not run_ids & set(entry["runs"]):
+            continue
+        old = entry.get("job_id")
+        for run_id in entry["runs"]:
+            run_dir = sweep_dir / run_id
+            previous = schema.read_run_json(run_dir)
+            keep = run_dir / "attempts" / str(old or "unsubmitted")
+            keep.mkdir(parents=True, exist_ok=True)
+            for name in (schema.METRICS_JSONL, "train.log"):
+                if (run_dir / name).exists():
+                    (run_dir / name).replace(keep / name)
+            schema.write_json_atomic(keep / schema.RUN_JSON, previous)
+            attempts = previous.get("attempts", []) + [{"job_id": old, "status": previous.get("status"),
+                                                        "message": previous.get("message")}]
+            fresh = {k: v for k, v in previous.items()
+                     if k in ("schema_version", "run_id", "sweep_id", "workload", "runtime", "image", "nodes",
+                              "gpus_per_node", "world_size", "repeat", "config", "grad_accum", "launch")}
+            schema.write_json_atomic(run_dir / schema.RUN_JSON, {**fresh, "status": "pending", "attempts": attempts})
+        entry["job_id"] = backend.submit(Path(entry["script"]))
+        entry["previous_job_ids"] = entry.get("previous_job_ids", []) + ([old] if old else [])
+        for run_id in entry["runs"]:
+            schema.update_run_json(sweep_dir / run_id, slurm={"job_id": entry["job_id"]})
+        write_sweep(sweep_dir, record)
+        new_ids.append(entry["job_id"])
+        out(f"resubmitted {entry['name']}: job {entry['job_id']} (was {old})")
+    return new_ids

@@ -1,0 +1,52 @@
+"""The ways of running the trainer under srun, one module each, looked up by name.
+
+`get(name)` returns a runtime or raises RuntimeConfigError listing the valid names; `names()` lists
+them in the order the help text shows. Each module is small: see bench/runtimes/base.py for the interface.
+"""
+
+from bench.errors import RuntimeConfigError
+from bench.runtimes.apptainer import Apptainer
+from bench.runtimes.bare import Bare
+from bench.runtimes.base import LaunchSpec, Mount, Runtime, Token, Var, shell_join
+from bench.runtimes.ce import ContainerEngine
+from bench.runtimes.podman import Podman, PodmanHPC
+from bench.runtimes.pyxis import Pyxis
+from bench.runtimes.sarus import Sarus, SarusSuite
+
+__all__ = ["LaunchSpec", "Mount", "Runtime", "Token", "Var", "shell_join", "get", "names", "parse_names"]
+
+_REGISTRY: dict[str, type[Runtime]] = {}
+
+
+def register(cls: type[Runtime]) -> type[Runtime]:
+    if cls.name in _REGISTRY:
+        raise ValueError(f"runtime {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+for _cls in (Bare, ContainerEngine, Pyxis, Apptainer, Podman, PodmanHPC, Sarus, SarusSuite):
+    register(_cls)
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get(name: str) -> Runtime:
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise RuntimeConfigError(f"unknown runtime {name!r}; valid runtimes: {', '.join(names())}") from None
+
+
+def parse_names(text: str) -> list[str]:
+    """`bare,ce,pyxis` -> the list, each checked, no duplicates."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise RuntimeConfigError(f"--runtimes {text!r} names no runtime; valid: {', '.join(names())}")
+    for item in items:
+        get(item)
+    if len(set(items)) != len(items):
+        raise RuntimeConfigError(f"--runtimes {text!r} names a runtime twice")
+    return items

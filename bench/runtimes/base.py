@@ -1,0 +1,185 @@
+"""The abstract runtime: how one way of running turns a launch spec into what `srun` needs.
+
+Mirrors ReFrame's container platforms (reframe/core/containers.py): shared typed fields (image, mounts,
+env, workdir, command) and a few small methods per runtime. Commands are token lists, quoted once when
+a script is rendered (`shell_join`), never pasted together as strings: a path or name holding spaces,
+quotes, `$(...)` or newlines stays one literal word. The one exception is `Var`, a token that ends in a
+variable of the batch script (the launch time, the rendezvous address), expanded there as one word.
+"""
+
+import os
+import re
+import shlex
+from abc import ABC
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Union
+
+from bench.errors import RuntimeConfigError
+
+
+@dataclass(frozen=True)
+class Var:
+    """A token `prefix` + the value of the batch-script variable `name`, e.g. `--rdzv_id=` + SLURM_JOB_ID."""
+
+    name: str
+    prefix: str = ""
+
+    def __post_init__(self):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
+            raise ValueError(f"not a shell variable name: {self.name!r}")
+
+
+Token = Union[str, Var]
+
+
+def quote_token(token: Token) -> str:
+    """One token as shell text: literal strings quoted by shlex, a Var as `prefix"${name}"`."""
+    if isinstance(token, Var):
+        return (shlex.quote(token.prefix) if token.prefix else "") + f'"${{{token.name}}}"'
+    return shlex.quote(token)
+
+
+def shell_join(tokens: Sequence[Token]) -> str:
+    """shlex.join that also knows Var tokens; the only place a command becomes shell text."""
+    return " ".join(quote_token(t) for t in tokens)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount: host path `src` at `dst` in the container (same path by default)."""
+
+    src: str
+    dst: str = ""
+    readonly: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.dst or self.src
+
+    @classmethod
+    def parse(cls, text: str) -> "Mount":
+        """`SRC[:DST[:ro]]`, the form of the `--mount` flag."""
+        parts = text.split(":")
+        if not 1 <= len(parts) <= 3 or not parts[0] or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise RuntimeConfigError(f"mount {text!r} is not SRC[:DST[:ro|rw]] (e.g. /scratch/me or /data:/data:ro)")
+        return cls(parts[0], parts[1] if len(parts) > 1 else "", len(parts) == 3 and parts[2] == "ro")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run, the same for every runtime; `env` values are exported by the batch script."""
+
+    command: tuple[Token, ...]
+    image: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    run_dir: str = "."
+    gpus: bool = False
+
+
+# Characters that separate fields in the mount syntax of one runtime or another (SRC:DST, a,b lists).
+_MOUNT_SEPARATORS = {":": "':' separates SRC:DST", ",": "',' separates mounts"}
+
+
+class Runtime(ABC):
+    """One way of running the trainer under srun. Subclasses set the class fields and override what differs."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    default_image: ClassVar[str | None] = None  # documented per runtime; ${VAR} expanded at submit time
+    python: ClassVar[str | None] = "python"  # the interpreter inside the container (None: the host's)
+    mount_forbidden: ClassVar[str] = ":"  # characters a mount path may not hold for this runtime
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def resolve_image(self, image: str | None, *, must_exist: bool = True) -> str | None:
+        """The image to use (the default when None), checked; RuntimeConfigError names what is wrong."""
+        image = image or self.default_image
+        if not image:
+            raise RuntimeConfigError(f"runtime {self.name} needs an image: pass --image {self.name}=REF")
+        expanded = os.path.expandvars(image)
+        if must_exist and "$" in expanded:
+            raise RuntimeConfigError(
+                f"runtime {self.name}: image {image!r} names an unset variable; set it or pass --image {self.name}=REF")
+        return self.check_image(expanded, must_exist)
+
+    def check_image(self, image: str, must_exist: bool) -> str:
+        """Validate one image reference; the default accepts registry references only."""
+        if looks_like_path(image):
+            raise RuntimeConfigError(
+                f"runtime {self.name} takes a registry reference, not the path {image!r} "
+                f"(e.g. {self.default_image})")
+        return image
+
+    def check(self, spec: LaunchSpec) -> None:
+        """Refuse mounts this runtime's syntax cannot express, naming the mount and the character."""
+        for m in spec.mounts:
+            for path in (m.src, m.target):
+                if not path.startswith("/"):
+                    raise RuntimeConfigError(f"mount path {path!r} must be absolute")
+                for ch in self.mount_forbidden:
+                    if ch in path:
+                        why = _MOUNT_SEPARATORS.get(ch, "it is special in the mount syntax")
+                        raise RuntimeConfigError(
+                            f"runtime {self.name} cannot mount {path!r}: {why} in its mount syntax; "
+                            "use a path without it (e.g. a symlink)")
+                if "\n" in path:
+                    raise RuntimeConfigError(f"mount path {path!r} holds a newline")
+
+    # -- what the batch script runs -----------------------------------------------------------------
+    def write_files(self, spec: LaunchSpec) -> list[Path]:
+        """Files this runtime needs in the run directory (an EDF), written at render time."""
+        return []
+
+    def prepare(self, spec: LaunchSpec) -> list[list[Token]]:
+        """Commands the batch script runs once before srun (e.g. an image import)."""
+        return []
+
+    def srun_options(self, spec: LaunchSpec) -> list[Token]:
+        """Options this runtime adds to srun (a SPANK plugin's --container-image, CE's --environment)."""
+        return []
+
+    def wrap(self, spec: LaunchSpec) -> list[Token]:
+        """The command srun starts on each node: the inner command, wrapped by the runtime's launcher."""
+        return list(spec.command)
+
+    def version_command(self) -> list[str] | None:
+        """A command printing the runtime's version, recorded with each run (None: nothing to ask)."""
+        return None
+
+
+def looks_like_path(image: str) -> bool:
+    return image.startswith(("/", "./", "../", "~")) or image.endswith((".sqsh", ".sif", ".tar"))
+
+
+def check_image_file(runtime: str, image: str, suffixes: tuple[str, ...], must_exist: bool,
+                     allow_dir: bool = False) -> str:
+    """An image given as a path: absolute, existing, a file with one of `suffixes` (or a dir if allowed)."""
+    path = Path(image).expanduser()
+    if not path.name.endswith(suffixes) and not (allow_dir and path.is_dir()):
+        raise RuntimeConfigError(
+            f"runtime {runtime}: image file {image!r} should end in {' or '.join(suffixes)}")
+    if must_exist and not (path.is_file() or (allow_dir and path.is_dir())):
+        raise RuntimeConfigError(
+            f"runtime {runtime}: image {image!r} does not exist; build or import it first "
+            f"(see containers/) or pass --image {runtime}=PATH")
+    return str(path.absolute()) if must_exist else image
+
+
+def check_registry_ref(runtime: str, image: str) -> str:
+    """Enroot-style `[USER@][REGISTRY#]IMAGE[:TAG]`: a registry host before a '/' would be read as Docker Hub."""
+    if any(c.isspace() for c in image) or not image:
+        raise RuntimeConfigError(f"runtime {runtime}: image reference {image!r} holds whitespace")
+    first = image.split("/", 1)[0]
+    if "#" not in image and "/" in image and ("." in first or ":" in first):
+        fixed = image.replace("/", "#", 1)
+        raise RuntimeConfigError(
+            f"runtime {runtime}: write the registry with '#', as in {fixed!r} (enroot reads {image!r} as a "
+            f"Docker Hub image)")
+    return image
+
+
+def env_names(env: Mapping[str, str]) -> list[str]:
+    return sorted(env)

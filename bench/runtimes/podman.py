@@ -1,0 +1,46 @@
+"""podman and podman-hpc: `srun podman run --rm … IMAGE CMD`, one container per node.
+
+Podman passes no host environment, so each exported benchmark variable is named with `--env=NAME`
+(podman then takes the host's value: no value is ever written into the command), and the SLURM_*
+variables are passed by pattern. Host network and
+IPC namespaces keep the rendezvous and shared memory as on the host. Where podman's default
+ulimits exceed what Slurm gives a task (runc: "error setting rlimits"), set `default_ulimits = []` in
+containers.conf (CONTAINERS_CONF is passed on to the job like the rest of the environment). podman-hpc (NERSC) adds its
+`--gpu` and `--nccl` modules and runs the image it migrated to the shared squash store.
+"""
+
+from bench.runtimes.base import Runtime, env_names
+
+
+class Podman(Runtime):
+    name = "podman"
+    description = "Podman: srun podman run --rm --network=host IMAGE"
+    default_image = "localhost/nanochat-bench:latest"  # containers/build.sh tags nanochat-bench:latest
+    program = "podman"
+
+    def gpu_options(self) -> list[str]:
+        return ["--device=nvidia.com/gpu=all"]  # CDI spec from the NVIDIA container toolkit
+
+    def wrap(self, spec):
+        argv = [self.program, "run", "--rm", "--network=host", "--ipc=host"]
+        if spec.gpus:
+            argv += self.gpu_options()
+        for m in spec.mounts:
+            argv.append(f"--volume={m.src}:{m.target}" + (":ro" if m.readonly else ""))
+        if spec.workdir:
+            argv.append(f"--workdir={spec.workdir}")
+        argv += [f"--env={name}" for name in env_names(spec.env)]
+        argv.append("--env=SLURM_*")  # the job's facts, for the trainer's provenance (podman expands the *)
+        return [*argv, spec.image, *spec.command]
+
+    def version_command(self):
+        return [self.program, "--version"]
+
+
+class PodmanHPC(Podman):
+    name = "podman-hpc"
+    description = "NERSC podman-hpc: srun podman-hpc run --gpu --nccl IMAGE"
+    program = "podman-hpc"
+
+    def gpu_options(self):
+        return ["--gpu", "--nccl"]  # driver libraries; host libfabric + aws-ofi-nccl plugin

@@ -1,0 +1,39 @@
+"""sarus: CSCS's classic `srun sarus run …`, and Sarus Suite's `srun --edf=<EDF>`.
+
+Classic Sarus passes the host environment into the container and selects GPUs from the host's
+CUDA_VISIBLE_DEVICES through its NVIDIA hook, so only mounts and the workdir are flags. Sarus Suite
+(Podman-based, early access on Alps) reads the same EDF files as CE, through `--edf=`, and takes
+registry references only (no .sqsh paths).
+"""
+
+from bench.runtimes.base import Runtime
+from bench.runtimes.ce import ContainerEngine
+
+
+class Sarus(Runtime):
+    name = "sarus"
+    description = "classic Sarus: srun sarus run IMAGE (image pulled or loaded beforehand)"
+    default_image = "load/library/nanochat-bench:latest"  # the name `sarus load` gives
+    mount_forbidden = ":,"  # --mount=type=bind,source=…,destination=…
+
+    def wrap(self, spec):
+        argv = ["sarus", "run"]
+        for m in spec.mounts:
+            argv.append(f"--mount=type=bind,source={m.src},destination={m.target}"
+                        + (",readonly" if m.readonly else ""))
+        if spec.workdir:
+            argv.append(f"--workdir={spec.workdir}")
+        return [*argv, spec.image, *spec.command]
+
+    def version_command(self):
+        return ["sarus", "--version"]
+
+
+class SarusSuite(ContainerEngine):
+    name = "sarus-suite"
+    description = "Sarus Suite (Podman-based CE successor): srun --edf=<EDF>"
+    default_image = "localhost/nanochat-bench:latest"
+    option = "--edf"
+
+    def check_image(self, image, must_exist):
+        return Runtime.check_image(self, image, must_exist)  # Podman-style references, no .sqsh

@@ -1,0 +1,57 @@
+"""The runtime-comparison script: every runtime in turn in one allocation, each with its own run
+directory, launch time and rendezvous port; a failing runtime does not stop the next one, and the
+job's exit code reports it. Run by real bash with stand-ins for srun and scontrol (the real Slurm
+runs are in tests/integration/slurm; CE, pyxis and apptainer cannot run here).
+
+    python -m pytest tests/unit/launch/test_compare_script.py -q
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from bench.launch.job import LaunchOptions
+from bench.launch.plan import Sweep
+from bench.launch.submit import build_jobs, write_job
+from bench.launch.render import render_sbatch
+
+SCONTROL = """#!/bin/bash
+if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=10.0.0.1 NodeHostName=h1"; fi
+"""
+# Records each call's arguments; the call that wraps the command in apptainer fails like a missing image.
+SRUN = """#!/bin/bash
+n=$(cat "$STUB_DIR/count" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$STUB_DIR/count"
+printf '%s\\0' "$@" > "$STUB_DIR/srun.$n"
+for a in "$@"; do if [ "$a" = apptainer ]; then echo "FATAL: image not found" >&2; exit 255; fi; done
+"""
+
+
+def test_compare_runs_every_runtime_in_turn(tmp_path):
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    sweep = Sweep([2], 2, ["bare", "podman", "apptainer"], repeats=1, train={"device_type": "cpu"})
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3",
+                         images={"apptainer": "/img/nb.sif"}, check_images=False)
+    [job] = build_jobs(sweep, opts, tmp_path / "sweep", compare=True, note=lambda _: None)
+    write_job(job, render_sbatch(job))
+    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path)}
+    r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True)
+    assert r.returncode == 255, r.stderr  # the apptainer run failed; the job says so
+
+    calls = [(tmp_path / f"srun.{i}").read_text().split("\0")[:-1] for i in (1, 2, 3)]
+    assert [c[4] for c in calls] == ["/usr/bin/python3", "podman", "apptainer"]  # in the order asked
+    ports = [next(a for a in c if a.startswith("--rdzv_endpoint=")) for c in calls]
+    assert ports == [f"--rdzv_endpoint=10.0.0.1:{20000 + 770 + k}" for k in range(3)]
+    for run_id, status in (("n2-bare-r1", "failed"), ("n2-podman-r1", "failed"), ("n2-apptainer-r1", "failed")):
+        manifest = json.loads((tmp_path / "sweep" / run_id / "run.json").read_text())
+        assert manifest["status"] == status and manifest["slurm"]["job_id"] == "77"
+        assert "t0" in manifest["launcher"]
+    apptainer = json.loads((tmp_path / "sweep" / "n2-apptainer-r1" / "run.json").read_text())
+    assert apptainer["message"] == "the trainer never started (srun exit code 255): FATAL: image not found"
+    assert apptainer["launcher"]["exit_code"] == 255
+    assert Path(tmp_path / "sweep" / "n2-apptainer-r1" / "train.log").read_text().strip() == "FATAL: image not found"

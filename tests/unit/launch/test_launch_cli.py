@@ -1,0 +1,103 @@
+"""The launch commands through the real CLI entry (`bench.cli.main`): plan, submit --dry-run, render;
+user mistakes end as one `error:` line, exit 1, before anything is written or submitted.
+
+    python -m pytest tests/unit/launch -q
+"""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from bench import cli
+
+TINY = ["--gpus-per-node=2", "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--total_batch_size=512",
+        "--num_iterations=6", "--device_type=cpu"]
+
+
+def run_cli(argv, capsys):
+    code = cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_plan_prints_the_table(capsys):
+    code, out, _ = run_cli(["plan", "--nodes", "1,2,4,8", "--gpus-per-node", "4", "--runtimes", "bare,ce,pyxis",
+                            "--repeats", "3"], capsys)
+    assert code == 0
+    assert out.splitlines()[0].split()[:4] == ["nodes", "runtime", "repeats", "ranks"]
+    assert "36 jobs" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["plan", "--nodes", "1,-2"], "--nodes '1,-2' must be a comma-separated list of positive integers"),
+    (["plan", "--runtimes", "bare,docker"], "unknown runtime 'docker'; valid runtimes: bare, ce"),
+    (["submit", "--runtimes", "ce", "--image", "ce=/no/such.sqsh", "--dry-run"], "'/no/such.sqsh' does not exist"),
+    (["submit", "--runtimes", "pyxis", "--image", "pyxis=/no/such.sqsh"], "'/no/such.sqsh' does not exist"),
+    (["submit", "--runtimes", "apptainer", "--image", "apptainer=/no/such.sif"], "'/no/such.sif' does not exist"),
+    (["submit", "--image", "docker=x"], "unknown runtime 'docker'"),
+    (["submit", "--image", "ce"], "--image 'ce' is not RUNTIME=REF"),
+    (["submit", "--partition", "a b"], "--partition 'a b'"),
+    (["submit", "--depht=3"], "unrecognized arguments"),
+    (["render", "sbatch", "--nodes", "1,2"], "render takes one node count"),
+    (["render", "sbatch", "--runtimes", "bare,podman"], "render sbatch makes one run"),
+    (["render", "interactive", "--repeats", "2"], "render interactive makes one run"),
+])
+def test_bad_input_is_one_error_line_and_nothing_is_written(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code, out, err = run_cli([*argv, *(["--out", str(tmp_path / "s")] if argv[0] != "plan" else [])], capsys)
+    except SystemExit as e:  # argparse's own usage errors
+        code, err = e.code, capsys.readouterr().err
+        assert code == 2
+    else:
+        assert code == 1
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert message in err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "runs").exists()
+
+
+def test_submit_dry_run_renders_without_submitting(capsys, tmp_path):
+    out_dir = tmp_path / "sweep"
+    code, out, _ = run_cli(["submit", "--nodes", "1,2", "--runtimes", "bare,podman", *TINY, "--dry-run",
+                            "--out", str(out_dir), "--base-dir", str(tmp_path / "base")], capsys)
+    assert code == 0
+    assert out.count("would run: cd ") == 4 and "nothing submitted" in out
+    scripts = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("job.sbatch"))
+    assert scripts == ["n1-bare-r1/job.sbatch", "n1-podman-r1/job.sbatch", "n2-bare-r1/job.sbatch",
+                       "n2-podman-r1/job.sbatch"]
+    assert not list(out_dir.rglob("run.json")) and not (out_dir / "sweep.json").exists()
+    r = subprocess.run([shutil.which("shellcheck"), *map(str, out_dir.rglob("job.sbatch"))], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_submit_compare_dry_run_groups_runtimes_per_node_count(capsys, tmp_path):
+    out_dir = tmp_path / "cmp"
+    code, out, _ = run_cli(["submit", "--nodes", "1,2", "--runtimes", "bare,podman", "--repeats", "2", *TINY,
+                            "--compare", "--dry-run", "--out", str(out_dir)], capsys)
+    assert code == 0
+    text = (out_dir / "jobs" / "compare-n2" / "job.sbatch").read_text()
+    order = [ln.split()[3].rstrip(":") for ln in text.splitlines() if ln.startswith("# == run ")]
+    assert order == ["n2-bare-r1", "n2-podman-r1", "n2-bare-r2", "n2-podman-r2"]  # repeats interleaved
+
+
+@pytest.mark.parametrize("kind", ["sbatch", "compare", "interactive"])
+def test_render_writes_script_and_pending_run_json(kind, capsys, tmp_path):
+    rts = "bare,podman" if kind == "compare" else "podman"
+    code, out, _ = run_cli(["render", kind, "--nodes", "2", "--runtimes", rts, *TINY, "--out", str(tmp_path / "r")],
+                           capsys)
+    assert code == 0
+    script = tmp_path / "r" / out.split("wrote ")[1].split("\n")[0].split("/r/", 1)[1]
+    assert script.is_file()
+    manifest = json.loads((tmp_path / "r" / "n2-podman-r1" / "run.json").read_text())
+    assert manifest["status"] == "pending" and manifest["world_size"] == 4 and manifest["runtime"] == "podman"
+    assert manifest["launch"]["script"] == str(script)
+    r = subprocess.run([shutil.which("shellcheck"), str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_status_of_a_directory_that_is_no_sweep(capsys, tmp_path):
+    code, _, err = run_cli(["status", str(tmp_path)], capsys)
+    assert code == 1 and "sweep.json" in err and "does not exist" in err

@@ -1,0 +1,78 @@
+"""Sweep plans: parameters expanded as a product, trainer flags checked by the trainer's own parser,
+bad input refused with the flag and the valid form.
+
+    python -m pytest tests/unit/launch -q
+"""
+
+import pytest
+
+from bench.errors import ConfigError, RuntimeConfigError
+from bench.launch.plan import Sweep, format_table, parse_nodes, parse_train_args
+
+
+@pytest.mark.parametrize("text", ["", "0", "1,0", "-1", "1.5", "a", "1,,2", "2,2", "1, x"])
+def test_nodes_must_be_distinct_positive_integers(text):
+    with pytest.raises(ConfigError, match="--nodes"):
+        parse_nodes(text)
+
+
+def test_nodes_parse():
+    assert parse_nodes("1,2, 4,8") == [1, 2, 4, 8]
+
+
+def test_points_are_the_product_with_run_ids():
+    s = Sweep.from_strings("1,2", 4, "bare,ce", repeats=2)
+    ids = [p.run_id for p in s.points()]
+    assert ids == ["n1-bare-r1", "n1-bare-r2", "n1-ce-r1", "n1-ce-r2",
+                   "n2-bare-r1", "n2-bare-r2", "n2-ce-r1", "n2-ce-r2"]
+    assert {p.ranks for p in s.points()} == {4, 8}
+
+
+def test_unknown_runtime_refused():
+    with pytest.raises(RuntimeConfigError, match="valid runtimes"):
+        Sweep.from_strings("1", 4, "bare,docker")
+
+
+@pytest.mark.parametrize("kw,flag", [({"gpus_per_node": 0}, "--gpus-per-node"), ({"repeats": 0}, "--repeats"),
+                                     ({"assume_mfu": 1.5}, "--assume-mfu")])
+def test_bad_counts_refused(kw, flag):
+    args = {"gpus_per_node": 4, "repeats": 1, **kw}
+    with pytest.raises(ConfigError, match=flag):
+        Sweep([1], args.pop("gpus_per_node"), ["bare"], **args)
+
+
+def test_trainer_flags_checked_by_the_trainer_parser():
+    with pytest.raises(ConfigError, match="depht"):
+        Sweep([1], 4, ["bare"], train={"depht": 20})
+    with pytest.raises(ConfigError, match="device_batch_size"):
+        Sweep([1], 4, ["bare"], train={"device_batch_size": 0})
+
+
+def test_train_argv_has_nanochat_names_and_disables_core_and_samples():
+    s = Sweep([1], 4, ["bare"], train={"depth": 12, "eval_every": None})
+    assert s.train_argv(8) == ["--core_metric_every=-1", "--depth=12", "--device_batch_size=8",
+                               "--num_iterations=200", "--sample_every=-1"]
+
+
+def test_train_arg_pairs():
+    assert parse_train_args(["warmdown_ratio=0.1", "--run=x"]) == {"warmdown_ratio": "0.1", "run": "x"}
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_train_args(["warmdown_ratio"])
+
+
+def test_table_shows_batches_impossible_points_and_node_hours():
+    text = format_table(Sweep.from_strings("1,2,3,8", 4, "bare,ce,pyxis", repeats=3))
+    lines = text.splitlines()
+    assert lines[0].split() == ["nodes", "runtime", "repeats", "ranks", "device_bs", "grad_accum", "est_node_h", "note"]
+    row8 = next(ln for ln in lines if ln.startswith("8 ") and "bare" in ln).split()
+    assert row8[:6] == ["8", "bare", "3", "32", "8", "1"]
+    assert "impossible: total_batch_size 524,288 is not a multiple" in text
+    assert "27 jobs" in text and "node-hours estimated" in text
+
+
+def test_node_hours_grow_with_nodes_and_are_unknown_on_cpu():
+    s = Sweep([1, 2], 4, ["bare"])
+    one, two = (p.node_hours for p in s.points())
+    assert 0 < one < two < 2 * one  # compute is shared, the start-up allowance is paid on every node
+    cpu = Sweep([1], 2, ["bare"], train={"device_type": "cpu"})
+    assert cpu.points()[0].node_hours is None and "no estimate on CPU" in format_table(cpu)

@@ -1,0 +1,56 @@
+"""Parsers of Slurm's answers (22.05's openapi v0.0.38 layout and the v0.0.40+ one), and the
+optional pyslurm backend's version rule.
+
+    python -m pytest tests/unit/launch -q
+"""
+
+import json
+import sys
+import types
+
+import pytest
+
+from bench.errors import SubmitError
+from bench.launch import pyslurm_backend, slurm
+
+
+def test_parsable_job_id():
+    assert slurm.parse_parsable("123\n") == "123"
+    assert slurm.parse_parsable("123;alps\n") == "123"
+    with pytest.raises(SubmitError, match="Submitted batch job 5"):
+        slurm.parse_parsable("Submitted batch job 5")
+
+
+def test_squeue_json_v0038_and_v0040():
+    old = {"jobs": [{"job_id": 5, "job_state": "RUNNING", "exit_code": 0, "nodes": "n[1-2]", "state_reason": "None"}]}
+    new = {"jobs": [{"job_id": 6, "job_state": ["COMPLETED"], "nodes": "n1",
+                     "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "number": 0}}}]}
+    assert slurm.parse_squeue_json(json.dumps(old))["5"] == slurm.JobState("5", "RUNNING", "0", "n[1-2]", "None")
+    state = slurm.parse_squeue_json(json.dumps(new))["6"]
+    assert state.state == "COMPLETED" and state.exit_code == "0" and state.terminal
+    with pytest.raises(SubmitError):
+        slurm.parse_squeue_json("slurm_load_jobs error")
+
+
+def test_scontrol_oneliners():
+    text = ("JobId=7 JobName=x UserId=root(0) JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 NodeList=n[1-2]\n"
+            "JobId=8 JobName=y JobState=PENDING Reason=Resources ExitCode=0:0 NodeList=(null)\n")
+    states = slurm.parse_scontrol_oneliners(text)
+    assert states["7"] == slurm.JobState("7", "TIMEOUT", "0:15", "n[1-2]", "TimeLimit")
+    assert not states["8"].terminal
+
+
+def test_missing_sbatch_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    (tmp_path / "job.sbatch").write_text("#!/bin/bash\n")
+    with pytest.raises(SubmitError, match="sbatch not found"):
+        slurm.SlurmCLI().submit(tmp_path / "job.sbatch")
+
+
+def test_pyslurm_used_only_on_a_matching_release(monkeypatch):
+    """pyslurm is not installed here; a stand-in module checks the version rule only."""
+    monkeypatch.setitem(sys.modules, "pyslurm", types.SimpleNamespace(__version__="22.5.3"))
+    assert pyslurm_backend.matches("22.05.8")
+    assert not pyslurm_backend.matches("23.02.1")
+    monkeypatch.setitem(sys.modules, "pyslurm", None)  # import fails
+    assert not pyslurm_backend.matches("22.05.8")

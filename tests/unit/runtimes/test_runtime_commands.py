@@ -1,0 +1,94 @@
+"""What each runtime adds to srun and how it wraps the command, compared with complete expected token
+lists (ReFrame's container tests do the same). Runtimes that cannot run on this machine (CE, pyxis,
+apptainer, sarus: no such Slurm plugins or binaries here) are checked as text only.
+
+    python -m pytest tests/unit/runtimes -q
+"""
+
+import tomllib
+
+import pytest
+
+import bench.runtimes as runtimes
+from bench.runtimes import LaunchSpec, Mount, Var
+
+CMD = ("python", "-m", "bench.nanochat.train", Var("SLURM_JOB_ID", "--rdzv_id="))
+ENV = {"NANOCHAT_BENCH_RUN_DIR": "/s/run", "NANOCHAT_BASE_DIR": "/s/base"}
+
+
+def spec(run_dir, gpus=True, **kw):
+    base = dict(command=CMD, image="/img/nb.sqsh", mounts=(Mount("/s"), Mount("/data", "/d", readonly=True)),
+                env=ENV, workdir="/workspace/nanochat-bench", run_dir=str(run_dir), gpus=gpus)
+    return LaunchSpec(**{**base, **kw})
+
+
+def launch(name, s):
+    rt = runtimes.get(name)
+    rt.check(s)
+    return rt.srun_options(s), rt.wrap(s)
+
+
+def test_bare_runs_the_command_as_is(tmp_path):
+    assert launch("bare", spec(tmp_path, image=None)) == ([], list(CMD))
+
+
+def test_pyxis_options(tmp_path):
+    opts, argv = launch("pyxis", spec(tmp_path))
+    assert opts == ["--container-image=/img/nb.sqsh", "--container-mounts=/s:/s,/data:/d:ro",
+                    "--container-workdir=/workspace/nanochat-bench",
+                    "--container-env=NANOCHAT_BASE_DIR,NANOCHAT_BENCH_RUN_DIR", "--no-container-mount-home"]
+    assert argv == list(CMD)
+
+
+def test_apptainer_exec_with_nv_only_on_gpus(tmp_path):
+    _, argv = launch("apptainer", spec(tmp_path, image="/img/nb.sif"))
+    assert argv == ["apptainer", "exec", "--nv", "--bind=/s:/s", "--bind=/data:/d:ro",
+                    "--pwd=/workspace/nanochat-bench", "/img/nb.sif", *CMD]
+    _, argv = launch("apptainer", spec(tmp_path, image="/img/nb.sif", gpus=False))
+    assert "--nv" not in argv
+
+
+def test_podman_and_podman_hpc(tmp_path):
+    _, argv = launch("podman", spec(tmp_path, image="localhost/nb:1"))
+    assert argv == ["podman", "run", "--rm", "--network=host", "--ipc=host", "--device=nvidia.com/gpu=all",
+                    "--volume=/s:/s", "--volume=/data:/d:ro", "--workdir=/workspace/nanochat-bench",
+                    "--env=NANOCHAT_BASE_DIR", "--env=NANOCHAT_BENCH_RUN_DIR", "--env=SLURM_*", "localhost/nb:1", *CMD]
+    _, argv = launch("podman-hpc", spec(tmp_path, image="localhost/nb:1"))
+    assert argv[:7] == ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--gpu", "--nccl"]
+
+
+def test_sarus_classic(tmp_path):
+    _, argv = launch("sarus", spec(tmp_path, image="load/library/nb:1"))
+    assert argv == ["sarus", "run", "--mount=type=bind,source=/s,destination=/s",
+                    "--mount=type=bind,source=/data,destination=/d,readonly",
+                    "--workdir=/workspace/nanochat-bench", "load/library/nb:1", *CMD]
+
+
+@pytest.mark.parametrize("name,option", [("ce", "--environment"), ("sarus-suite", "--edf")])
+def test_edf_runtimes_write_the_edf_into_the_run_dir(tmp_path, name, option):
+    image = "/img/nb.sqsh" if name == "ce" else "localhost/nb:1"
+    s = spec(tmp_path, image=image)
+    opts, argv = launch(name, s)
+    assert opts == [f"{option}={tmp_path / 'environment.toml'}"] and argv == list(CMD)
+    [path] = runtimes.get(name).write_files(s)
+    edf = tomllib.loads(path.read_text())
+    assert edf["image"] == image
+    assert edf["mounts"] == ["/s:/s", "/data:/d:ro"]
+    assert edf["workdir"] == "/workspace/nanochat-bench"
+    # The benchmark's variables come from the batch script's exports, through CE's ${VAR} expansion.
+    assert edf["env"]["NANOCHAT_BENCH_RUN_DIR"] == "${NANOCHAT_BENCH_RUN_DIR:-}"
+    assert edf["env"]["NCCL_NET"] == "AWS Libfabric"
+    assert edf["annotations"]["com"]["hooks"]["aws_ofi_nccl"]["enabled"] == "true"
+
+
+def test_ce_on_cpu_has_no_network_hooks(tmp_path):
+    s = spec(tmp_path, gpus=False)
+    [path] = runtimes.get("ce").write_files(s)
+    edf = tomllib.loads(path.read_text())
+    assert "annotations" not in edf and "NCCL_NET" not in edf["env"]
+
+
+def test_version_commands():
+    assert runtimes.get("bare").version_command() is None
+    assert runtimes.get("apptainer").version_command() == ["apptainer", "--version"]
+    assert runtimes.get("pyxis").version_command() == ["enroot", "version"]

@@ -1,0 +1,75 @@
+"""Image references checked before anything is submitted: files must exist, registry references must
+be in the form the runtime reads, defaults are documented per runtime.
+
+    python -m pytest tests/unit/runtimes -q
+"""
+
+import pytest
+
+import bench.runtimes as runtimes
+from bench.errors import RuntimeConfigError
+
+
+@pytest.mark.parametrize("name,suffix", [("ce", ".sqsh"), ("pyxis", ".sqsh"), ("apptainer", ".sif")])
+def test_missing_image_file_is_refused_with_the_flag_to_fix_it(tmp_path, name, suffix):
+    missing = tmp_path / f"nope{suffix}"
+    with pytest.raises(RuntimeConfigError) as e:
+        runtimes.get(name).resolve_image(str(missing))
+    assert str(missing) in str(e.value) and "does not exist" in str(e.value) and f"--image {name}=" in str(e.value)
+
+
+@pytest.mark.parametrize("name,suffix", [("ce", ".sqsh"), ("pyxis", ".sqsh"), ("apptainer", ".sif")])
+def test_existing_image_file_is_made_absolute(tmp_path, monkeypatch, name, suffix):
+    (tmp_path / f"img{suffix}").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    assert runtimes.get(name).resolve_image(f"./img{suffix}") == str(tmp_path / f"img{suffix}")
+
+
+def test_wrong_suffix_is_refused(tmp_path):
+    (tmp_path / "img.sif").write_bytes(b"")
+    with pytest.raises(RuntimeConfigError, match=r"\.sqsh"):
+        runtimes.get("ce").resolve_image(str(tmp_path / "img.sif"))
+
+
+@pytest.mark.parametrize("name", ["ce", "pyxis"])
+def test_registry_slash_form_is_refused_with_the_hash_form(name):
+    with pytest.raises(RuntimeConfigError) as e:
+        runtimes.get(name).resolve_image("nvcr.io/nvidia/pytorch:25.10-py3")
+    assert "nvcr.io#nvidia/pytorch:25.10-py3" in str(e.value)
+    assert runtimes.get(name).resolve_image("nvcr.io#nvidia/pytorch:25.10-py3") == "nvcr.io#nvidia/pytorch:25.10-py3"
+
+
+def test_apptainer_takes_registry_schemes():
+    assert runtimes.get("apptainer").resolve_image("docker://nvcr.io/nvidia/pytorch:25.10-py3").startswith("docker://")
+
+
+@pytest.mark.parametrize("name", ["podman", "podman-hpc", "sarus", "sarus-suite"])
+def test_registry_runtimes_refuse_paths(name, tmp_path):
+    (tmp_path / "x.sqsh").write_bytes(b"")
+    with pytest.raises(RuntimeConfigError, match="registry reference"):
+        runtimes.get(name).resolve_image(str(tmp_path / "x.sqsh"))
+
+
+def test_bare_takes_no_image():
+    assert runtimes.get("bare").resolve_image(None) is None
+    with pytest.raises(RuntimeConfigError, match="--python"):
+        runtimes.get("bare").resolve_image("/img/x.sqsh")
+
+
+def test_default_image_with_unset_variable_names_it(monkeypatch):
+    monkeypatch.delenv("SCRATCH", raising=False)
+    with pytest.raises(RuntimeConfigError, match="unset variable"):
+        runtimes.get("ce").resolve_image(None)
+
+
+def test_default_image_expands_variables(monkeypatch, tmp_path):
+    monkeypatch.setenv("SCRATCH", str(tmp_path))
+    (tmp_path / "ce-images").mkdir()
+    (tmp_path / "ce-images" / "nanochat-bench+latest.sqsh").write_bytes(b"")
+    assert runtimes.get("pyxis").resolve_image(None) == str(tmp_path / "ce-images" / "nanochat-bench+latest.sqsh")
+
+
+def test_every_container_runtime_documents_a_default():
+    for name in runtimes.names():
+        rt = runtimes.get(name)
+        assert (rt.default_image is None) == (name == "bare")

@@ -1,0 +1,212 @@
+"""`nanochat-bench model | train | smoke`: the workload's size, a local training run, the smoke test.
+
+- `model --depth D [--json]`: parameters, FLOPs per token, dimensions and a memory estimate, from a
+  model built on the meta device (no memory, no training).
+- `train [--nproc N] [--run_dir DIR] -- <trainer flags>`: torchrun on this machine (bench/launch/local.py).
+- `smoke`: data, tokenizer and a tiny 2-rank training run in a few minutes, with no GPU and no network
+  (one rank per GPU when there are GPUs), leaving a complete run directory.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from bench.errors import ConfigError
+from bench.schema import ENV_BASE_DIR, METRICS_JSONL, read_run_json
+
+# Activation bytes per token, calibrated on d20 (B=32, T=2048, bf16, compiled) on one H200, which
+# peaked at 73,833 MiB: about 27 x model_dim per layer plus 6 x vocab for the logits.
+ACT_BYTES_PER_LAYER_DIM = 27
+ACT_BYTES_PER_VOCAB = 6
+
+# The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
+SMOKE_DATA = dict(num_shards=4, docs_per_shard=512, row_group_size=32)
+SMOKE_VOCAB = 1024
+SMOKE_TRAIN = dict(depth=2, max_seq_len=128, device_batch_size=4)
+
+
+def register(subparsers) -> None:
+    m = subparsers.add_parser("model", help="parameters, FLOPs per token, dims and memory of a depth (no training)")
+    m.add_argument("--depth", type=int, default=20, help="transformer depth (default: 20)")
+    m.add_argument("--vocab_size", type=int, default=65536, help="vocabulary size (default: 65536)")
+    m.add_argument("--max_seq_len", type=int, default=2048, help="context length (default: 2048)")
+    m.add_argument("--device_batch_size", type=int, default=32, help="for the memory estimate (default: 32)")
+    m.add_argument("--world_size", type=int, default=1, help="ranks sharing optimizer state (default: 1)")
+    m.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    m.set_defaults(func=cmd_model)
+
+    t = subparsers.add_parser("train", help="train on this machine with torchrun (no Slurm)",
+                              description="Example: nanochat-bench train --nproc 2 -- --depth=4 --num_iterations=50")
+    t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1)")
+    t.add_argument("--run_dir", default=None, help="run directory (default: ./runs/local/<timestamp>)")
+    t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train --help)")
+    t.set_defaults(func=cmd_train)
+
+    s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); minutes, no GPU")
+    s.add_argument("--base_dir", default="runs/smoke/base",
+                   help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present (default: runs/smoke/base)")
+    s.add_argument("--run_dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")
+    s.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
+    s.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
+    s.set_defaults(func=cmd_smoke)
+
+
+# ------------------------------------------------------------------------------------------------
+# model
+
+
+def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, device_batch_size: int = 32,
+                  world_size: int = 1) -> dict:
+    """Sizes of the GPT at `depth`, built on the meta device, and a memory estimate per rank on CUDA."""
+    from bench.nanochat.gpt import GPT, GPTConfig
+
+    if depth < 1:
+        raise ConfigError(f"--depth={depth}: must be >= 1")
+    config = GPTConfig.from_depth(depth, vocab_size, max_seq_len)
+    import torch
+
+    with torch.device("meta"):
+        model = GPT(config)
+    n_wte = model.transformer.wte.weight.numel()
+    n_lm_head = model.lm_head.weight.numel()
+    num_params = model.num_params()
+    n_matrix = num_params - n_wte - n_lm_head
+    weights = 4 * (num_params - n_wte) + 2 * n_wte  # fp32 master weights, bf16 embedding on CUDA
+    adam = (2 * 4 * n_lm_head + 2 * 2 * n_wte) / world_size  # exp_avg + exp_avg_sq, sharded when W > 1
+    muon = 4 * n_matrix / world_size  # momentum, kept by each matrix's owner rank
+    tokens = device_batch_size * max_seq_len
+    activations = tokens * (depth * ACT_BYTES_PER_LAYER_DIM * config.n_embd + ACT_BYTES_PER_VOCAB * vocab_size)
+    gib = 1024 ** 3
+    return {
+        "depth": depth, "n_layer": config.n_layer, "model_dim": config.n_embd, "n_head": config.n_head,
+        "n_kv_head": config.n_kv_head, "head_dim": config.n_embd // config.n_head, "mlp_hidden": 4 * config.n_embd,
+        "vocab_size": vocab_size, "max_seq_len": max_seq_len,
+        "num_params": num_params, "params_embedding": n_wte, "params_lm_head": n_lm_head, "params_matrices": n_matrix,
+        "flops_per_token": model.estimate_flops(),
+        "memory_gib": {"weights": weights / gib, "grads": weights / gib, "optimizer": (adam + muon) / gib,
+                       "activations_estimate": activations / gib,
+                       "total_estimate": (2 * weights + adam + muon + activations) / gib},
+        "memory_assumes": {"device_batch_size": device_batch_size, "world_size": world_size},
+    }
+
+
+def cmd_model(args) -> int:
+    s = model_summary(args.depth, args.vocab_size, args.max_seq_len, args.device_batch_size, args.world_size)
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    mem = s["memory_gib"]
+    print(f"depth {s['depth']}: {s['n_layer']} layers, model_dim {s['model_dim']}, {s['n_head']} heads x "
+          f"{s['head_dim']} (kv heads {s['n_kv_head']}), MLP {s['mlp_hidden']}, vocab {s['vocab_size']:,}, "
+          f"context {s['max_seq_len']:,}")
+    print(f"parameters:      {s['num_params']:,} (embedding {s['params_embedding']:,}, lm_head "
+          f"{s['params_lm_head']:,}, matrices {s['params_matrices']:,})")
+    print(f"FLOPs per token: {s['flops_per_token']:e}")
+    print(f"memory per rank (device_batch_size={args.device_batch_size}, world_size={args.world_size}): "
+          f"weights {mem['weights']:.2f} GiB, grads {mem['grads']:.2f} GiB, optimizer {mem['optimizer']:.2f} GiB, "
+          f"activations ~{mem['activations_estimate']:.1f} GiB, total ~{mem['total_estimate']:.1f} GiB (rough)")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# train
+
+
+def _default_nproc(cpu_default: int) -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else cpu_default
+
+
+def _check_train_args(train_args: list[str], nproc: int) -> None:
+    """Refuse bad trainer flags before any process starts (the trainer checks them again)."""
+    from bench.nanochat.config import grad_accum_steps, parse_args
+
+    config = parse_args(train_args)
+    grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
+
+
+def cmd_train(args) -> int:
+    from bench.launch.local import default_run_dir, run_local
+
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    nproc = args.nproc or _default_nproc(1)
+    if nproc < 1:
+        raise ConfigError(f"--nproc={nproc}: must be >= 1")
+    _check_train_args(train_args, nproc)
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("local")
+    print(f"run directory: {run_dir}")
+    rc = run_local(train_args, nproc, run_dir)
+    print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
+    return rc
+
+
+# ------------------------------------------------------------------------------------------------
+# smoke
+
+
+def prepare_smoke_data(base_dir: Path) -> None:
+    """Shards from the offline corpus and a small tokenizer under base_dir, unless already there."""
+    from bench.nanochat import dataset, tokenizer
+
+    os.environ[ENV_BASE_DIR] = str(base_dir)
+    have_shards = len(list((base_dir / "base_data").glob("*.parquet"))) >= SMOKE_DATA["num_shards"]
+    have_tokenizer = (base_dir / "tokenizer" / tokenizer.TOKENIZER_PKL).is_file()
+    if have_shards and have_tokenizer:
+        print(f"reusing smoke data and tokenizer in {base_dir}")
+        return
+    t0 = time.time()
+    dataset.generate_shards(**SMOKE_DATA)
+    tokenizer.train_tokenizer(vocab_size=SMOKE_VOCAB)
+    print(f"generated {SMOKE_DATA['num_shards']} shards and a {SMOKE_VOCAB}-token tokenizer in {base_dir} "
+          f"({time.time() - t0:.1f}s)")
+
+
+def smoke_train_args(steps: int, nproc: int) -> list[str]:
+    B, T = SMOKE_TRAIN["device_batch_size"], SMOKE_TRAIN["max_seq_len"]
+    return [f"--depth={SMOKE_TRAIN['depth']}", f"--max_seq_len={T}", f"--device_batch_size={B}",
+            f"--total_batch_size={B * T * nproc}", f"--num_iterations={steps}",
+            f"--eval_every={max(1, steps // 2)}", f"--eval_tokens={2 * B * T * nproc}",
+            "--sample_every=1000000", "--run=smoke"]
+
+
+def summarize_run(run_dir: Path) -> dict:
+    """The figures a reader wants from a finished run directory."""
+    events = [json.loads(line) for line in (run_dir / METRICS_JSONL).read_text().splitlines() if line.strip()]
+    steps = [e for e in events if e["event"] == "step"]
+    vals = [e for e in events if e["event"] == "val"]
+    steady = [e for e in steps if e["step"] > 10] or steps
+    return {
+        "status": read_run_json(run_dir).get("status"),
+        "steps": len(steps),
+        "first_loss": steps[0]["loss"] if steps else None,
+        "last_loss": steps[-1]["loss"] if steps else None,
+        "val_bpb": [(e["step"], e["val_bpb"]) for e in vals],
+        "median_tok_per_sec": statistics.median(e["tok_per_sec"] for e in steady) if steady else None,
+    }
+
+
+def cmd_smoke(args) -> int:
+    from bench.launch.local import default_run_dir, run_local
+
+    nproc = args.nproc or _default_nproc(2)
+    if args.steps < 1:
+        raise ConfigError(f"--steps={args.steps}: must be >= 1")
+    base_dir = Path(args.base_dir).resolve()
+    base_dir.mkdir(parents=True, exist_ok=True)
+    prepare_smoke_data(base_dir)
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("smoke")
+    env = dict(os.environ, **{ENV_BASE_DIR: str(base_dir)})
+    print(f"training a tiny model with {nproc} rank(s); run directory: {run_dir}")
+    rc = run_local(smoke_train_args(args.steps, nproc), nproc, run_dir, env=env)
+    s = summarize_run(run_dir)
+    vals = ", ".join(f"step {st}: {v:.4f}" for st, v in s["val_bpb"])
+    loss = f"{s['first_loss']:.4f} -> {s['last_loss']:.4f}" if s["steps"] else "n/a"
+    tok = f"{s['median_tok_per_sec']:,.0f}" if s["median_tok_per_sec"] else "n/a"
+    print(f"\nsmoke run: {s['status']} | {s['steps']} steps | loss {loss} | val bpb {vals or 'n/a'} | "
+          f"median tok/sec {tok}")
+    print(f"run directory: {run_dir.resolve()} (run.json, metrics.jsonl, train.log)")
+    return rc

@@ -1,0 +1,88 @@
+"""Causal scaled-dot-product attention, optionally forced onto the flash / memory-efficient kernels.
+
+Upstream nanochat calls `F.scaled_dot_product_attention(..., is_causal=True)` and lets PyTorch pick a
+kernel; in bf16 on an H100 that is its flash kernel. On another GPU, dtype or head size PyTorch may
+quietly fall back to the math kernel, which materialises the T x T score matrix: a benchmark would
+then measure a different program. With forcing on (`--force_flash_sdpa` or NANOCHAT_FORCE_FLASH_SDPA=1)
+only the flash and memory-efficient kernels are allowed, and inputs none of them can take end the run
+with an error naming dtype, head dim and device instead of a silent fallback.
+"""
+
+import os
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bench.errors import ConfigError
+from bench.schema import ENV_FORCE_FLASH_SDPA
+
+# The kernels a forced run may use; the math kernel is deliberately absent.
+FORCED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+
+
+class FlashAttentionUnavailable(ConfigError):
+    """Forced flash SDPA was asked for, but no allowed kernel runs these inputs."""
+
+
+def force_flash_from_env(environ=os.environ) -> bool:
+    """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (1/true/yes/on)."""
+    return environ.get(ENV_FORCE_FLASH_SDPA, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _describe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+    return (f"dtype {q.dtype}, head dim {q.size(-1)} (value head dim {v.size(-1)}), device {q.device}, "
+            f"q shape {tuple(q.shape)}, k/v heads {k.size(-3) if k.dim() >= 3 else '?'}")
+
+
+def _torch_reasons(q, k, v, enable_gqa: bool) -> str:
+    """PyTorch's own reasons for refusing each kernel (it gives them as warnings): the call is repeated
+    once, on the failure path only, to collect them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(FORCED_BACKENDS):
+                F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
+        except RuntimeError:
+            pass
+    reasons = [str(w.message).split(" (Triggered internally")[0] for w in caught]
+    reasons = [r for r in reasons if r and not r.endswith("because:")]
+    return f"; PyTorch says: {' / '.join(reasons)}" if reasons else ""
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool = False,
+                     force_flash: bool = False) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + causal mask) v for (B, H, T, D) inputs, as upstream nanochat does."""
+    if not force_flash:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
+    try:
+        with sdpa_kernel(FORCED_BACKENDS):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
+    except RuntimeError as e:
+        if "No available kernel" not in str(e):
+            raise
+        raise FlashAttentionUnavailable(
+            f"forced flash SDPA: neither the flash nor the memory-efficient attention kernel supports "
+            f"these inputs ({_describe(q, k, v)}){_torch_reasons(q, k, v, enable_gqa)}; allowed kernels: "
+            f"{', '.join(b.name for b in FORCED_BACKENDS)}. Use bf16/fp16 on a GPU with a supported head "
+            f"dim, or run without --force_flash_sdpa / {ENV_FORCE_FLASH_SDPA}=1 to allow the math kernel."
+        ) from None
+
+
+def check_forced_attention(n_head: int, n_kv_head: int, head_dim: int, seq_len: int,
+                           dtype: torch.dtype, device: torch.device | str) -> None:
+    """Run one tiny forward and backward through the forced kernels, as training will, before any
+    compile: a problem then surfaces as FlashAttentionUnavailable and not deep in a compiled graph."""
+    shape = (1, n_head, seq_len, head_dim)
+    q = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    k = torch.randn((1, n_kv_head, seq_len, head_dim), dtype=dtype, device=device, requires_grad=True)
+    v = torch.randn((1, n_kv_head, seq_len, head_dim), dtype=dtype, device=device, requires_grad=True)
+    y = causal_attention(q, k, v, enable_gqa=n_head != n_kv_head, force_flash=True)
+    try:
+        with sdpa_kernel(FORCED_BACKENDS):
+            y.sum().backward()
+    except RuntimeError as e:
+        raise FlashAttentionUnavailable(
+            f"forced flash SDPA: the backward pass has no allowed kernel ({_describe(q, k, v)}): {e}"
+        ) from None

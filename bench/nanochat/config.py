@@ -1,0 +1,154 @@
+"""The trainer's settings: one dataclass, turned into argparse flags with nanochat's names.
+
+Field names, defaults and meanings are upstream base_train's (Nov 2025), plus `data_bin_dir` and
+`force_flash_sdpa`. Flags take `--key=value` (nanochat's form) or `--key value`; a leading `--`
+(as in `torchrun ... -m bench.nanochat.train -- --depth=20`) is ignored; an unknown flag fails with
+the closest known names. `asdict(config)` is what run.json and the checkpoint metadata record.
+
+Two upstream traps are fixed here: `-1` disables every periodic task (upstream's `step % -1 == 0`
+made eval and sampling run at every step), and the CORE metric, which needs a 162 MB download and is
+out of scope for a throughput benchmark, is refused with a clear message unless disabled.
+"""
+
+import argparse
+import difflib
+from dataclasses import MISSING, dataclass, field, fields
+
+from bench.errors import ConfigError
+
+
+def _f(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class TrainConfig:
+    # logging
+    run: str = _f("dummy", "run name (upstream's wandb name; 'dummy' = no tracker)")
+    # runtime
+    device_type: str = _f("", "cuda | cpu | mps; empty = autodetect")
+    # model
+    depth: int = _f(20, "transformer depth; sets every model dimension (width 64 x depth)")
+    max_seq_len: int = _f(2048, "context length T in tokens")
+    # training horizon: the first one > 0 wins
+    num_iterations: int = _f(-1, "explicit number of optimizer steps (-1 = derive from the next two)")
+    target_flops: float = _f(-1.0, "train for this many FLOPs (-1 = off)")
+    target_param_data_ratio: int = _f(20, "Chinchilla tokens per parameter (-1 = off)")
+    # optimisation
+    device_batch_size: int = _f(32, "sequences per micro-batch per rank (B)")
+    total_batch_size: int = _f(524288, "tokens per optimizer step over all ranks")
+    embedding_lr: float = _f(0.2, "AdamW lr of the embedding, x (dim/768)^-0.5")
+    unembedding_lr: float = _f(0.004, "AdamW lr of lm_head, x (dim/768)^-0.5")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    matrix_lr: float = _f(0.02, "Muon lr of the block matrices")
+    grad_clip: float = _f(1.0, "clip the (local) gradient norm to this; 0 = off")
+    warmup_ratio: float = _f(0.0, "fraction of steps of linear LR warmup")
+    warmdown_ratio: float = _f(0.2, "fraction of steps of linear LR warmdown at the end")
+    final_lr_frac: float = _f(0.0, "LR multiplier reached at the end of the warmdown")
+    resume_from_step: int = _f(-1, "resume from the checkpoint of this step (-1 = start fresh)")
+    # evaluation
+    eval_every: int = _f(250, "validation bpb every this many steps (-1 = off)")
+    eval_tokens: int = _f(20 * 524288, "tokens per validation, over all ranks")
+    core_metric_every: int = _f(-1, "CORE metric interval; not built in: only values <= 0 (off) are accepted")
+    core_metric_max_per_task: int = _f(500, "CORE examples per task (accepted for compatibility)")
+    sample_every: int = _f(2000, "print greedy samples of a few prompts every this many steps (-1 = off)")
+    # output
+    save_every: int = _f(-1, "checkpoint every this many steps (-1 = only the final one)")
+    model_tag: str = _f("", "checkpoint subdirectory (default d<depth>)")
+    # nanochat-bench additions
+    data_bin_dir: str = _f("", "read pre-tokenized .bin splits from this directory instead of parquet shards")
+    force_flash_sdpa: bool = _f(False, "attention only via flash / memory-efficient kernels "
+                                       "(also NANOCHAT_FORCE_FLASH_SDPA=1)")
+
+    def validate(self) -> None:
+        """Refuse settings that cannot work, naming the flag and what is valid."""
+        if self.core_metric_every > 0:
+            raise ConfigError(
+                f"--core_metric_every={self.core_metric_every}: the CORE metric is not part of this benchmark "
+                f"(it needs the 162 MB eval bundle); use --core_metric_every=-1 (the default)")
+        if self.resume_from_step >= 0:
+            raise ConfigError(f"--resume_from_step={self.resume_from_step}: resuming is not supported; "
+                              f"use -1 (start fresh)")
+        for name in ("depth", "max_seq_len", "device_batch_size", "total_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+        if self.device_type not in ("", "cuda", "cpu", "mps"):
+            raise ConfigError(f"--device_type={self.device_type!r}: valid values are cuda, cpu, mps or empty")
+        if self.num_iterations <= 0 and self.target_flops <= 0 and self.target_param_data_ratio <= 0:
+            raise ConfigError("no training horizon: set one of --num_iterations, --target_flops, "
+                              "--target_param_data_ratio to a value > 0")
+
+
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (1/0, true/false), got {text!r}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with errors raised as ConfigError (one clear line) instead of exiting."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def build_parser(prog: str = "bench.nanochat.train") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, allow_abbrev=False,
+                     description="nanochat base pretraining (flags as upstream base_train: --key=value)")
+    for f in fields(TrainConfig):
+        default = f.default if f.default is not MISSING else None
+        help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
+        if f.type is bool:
+            parser.add_argument(f"--{f.name}", nargs="?", const=True, default=default, type=_parse_bool,
+                                help=help_text, metavar="BOOL")
+        else:
+            parser.add_argument(f"--{f.name}", type=f.type, default=default, help=help_text,
+                                metavar=f.type.__name__.upper())
+    return parser
+
+
+def parse_args(argv: list[str]) -> TrainConfig:
+    """TrainConfig from command-line flags; unknown flags fail with the closest known names."""
+    argv = list(argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        known = [f.name for f in fields(TrainConfig)]
+        problems = []
+        for token in unknown:
+            name = token.split("=", 1)[0].lstrip("-")
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
+            problems.append(f"{token!r}{hint}")
+        raise ConfigError(f"unknown argument(s): {'; '.join(problems)}; see --help for the valid flags")
+    config = TrainConfig(**vars(args))
+    config.validate()
+    return config
+
+
+
+
+def grad_accum_steps(total_batch_size: int, device_batch_size: int, max_seq_len: int, world_size: int) -> int:
+    """Micro-steps per optimizer step; a total that does not divide gets the sizes that would work."""
+    world_tokens = device_batch_size * max_seq_len * world_size
+    if total_batch_size % world_tokens == 0:
+        return total_batch_size // world_tokens
+    per_b = max_seq_len * world_size
+    batch_sizes = [b for b in range(device_batch_size, 0, -1) if total_batch_size % (b * per_b) == 0]
+    lower = (total_batch_size // world_tokens) * world_tokens
+    totals = [t for t in (lower, lower + world_tokens, lower + 2 * world_tokens) if t > 0]
+    options = []
+    if batch_sizes:
+        options.append(f"--device_batch_size={' | '.join(str(b) for b in batch_sizes[:6])} "
+                       f"with --total_batch_size={total_batch_size}")
+    options.append(f"--device_batch_size={device_batch_size} with --total_batch_size="
+                   f"{' | '.join(str(t) for t in totals)}")
+    raise ConfigError(
+        f"--total_batch_size={total_batch_size:,} is not a multiple of device_batch_size x max_seq_len x "
+        f"world_size = {device_batch_size} x {max_seq_len} x {world_size} = {world_tokens:,}; "
+        f"for {world_size} rank(s) use " + "; or ".join(options))

@@ -1,0 +1,244 @@
+"""The GPT of nanochat's base pretraining (mirrors karpathy/nanochat nanochat/gpt.py, Nov 2025).
+
+Architecture choices, as upstream:
+- rotary position embeddings (split-half, base 10,000), no positional embedding table
+- QK norm (RMSNorm over the head dim) applied AFTER the rotary embedding
+- untied token embedding and lm_head; RMSNorm without learnable weights right after the embedding
+- relu^2 in the MLP; no biases; logits soft-capped at 15 with tanh
+- multi-query support through SDPA's enable_gqa (n_kv_head = n_head for base pretraining)
+- projections into the residual stream and lm_head initialised to zero: step-0 loss is ln(vocab)
+
+The model knows nothing of launch or measurement: sizes come from GPTConfig, the optimizers it builds
+know only whether the process group is initialised.
+"""
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from bench.nanochat.adamw import DistAdamW
+from bench.nanochat.attention import causal_attention
+from bench.nanochat.muon import DistMuon, Muon
+
+SOFTCAP = 15.0  # logits = SOFTCAP * tanh(logits / SOFTCAP)
+ROPE_BASE = 10000
+ROPE_LENGTH_FACTOR = 10  # rotary tables cover 10 x sequence_len positions, as upstream
+
+
+@dataclass
+class GPTConfig:
+    sequence_len: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 6  # query heads
+    n_kv_head: int = 6  # key/value heads (GQA)
+    n_embd: int = 768
+    force_flash_sdpa: bool = False  # attention only through flash / memory-efficient kernels
+
+    @classmethod
+    def from_depth(cls, depth: int, vocab_size: int, sequence_len: int = 2048, **kw) -> "GPTConfig":
+        """base_train's sizing: width 64 x depth, heads of 128 (ceil), plain multi-head attention."""
+        model_dim = depth * 64
+        num_heads = max(1, (model_dim + 127) // 128)
+        return cls(sequence_len=sequence_len, vocab_size=vocab_size, n_layer=depth, n_head=num_heads,
+                   n_kv_head=num_heads, n_embd=model_dim, **kw)
+
+
+def norm(x: torch.Tensor) -> torch.Tensor:
+    """RMSNorm with no learnable parameters (torch's default eps)."""
+    return F.rms_norm(x, (x.size(-1),))
+
+
+def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (B, T, H, D) by split halves: (x1, x2) -> (x1 cos + x2 sin, -x1 sin + x2 cos)."""
+    assert x.ndim == 4
+    d = x.shape[3] // 2
+    x1, x2 = x[..., :d], x[..., d:]
+    y1 = x1 * cos + x2 * sin
+    y2 = x1 * (-sin) + x2 * cos
+    return torch.cat([y1, y2], 3).to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_kv_head = config.n_kv_head
+        self.n_embd = config.n_embd
+        self.head_dim = config.n_embd // config.n_head
+        self.force_flash = config.force_flash_sdpa
+        assert self.n_embd % self.n_head == 0 and self.n_head % self.n_kv_head == 0
+        self.c_q = nn.Linear(self.n_embd, self.n_head * self.head_dim, bias=False)
+        self.c_k = nn.Linear(self.n_embd, self.n_kv_head * self.head_dim, bias=False)
+        self.c_v = nn.Linear(self.n_embd, self.n_kv_head * self.head_dim, bias=False)
+        self.c_proj = nn.Linear(self.n_embd, self.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        B, T, _ = x.size()
+        q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
+        k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
+        v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
+        cos, sin = cos_sin
+        q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)  # rotary first ...
+        q, k = norm(q), norm(k)  # ... then QK norm
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+        y = causal_attention(q, k, v, enable_gqa=self.n_head != self.n_kv_head, force_flash=self.force_flash)
+        y = y.transpose(1, 2).contiguous().view(B, T, -1)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.relu(self.c_fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.attn = CausalSelfAttention(config)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos_sin) -> torch.Tensor:
+        x = x + self.attn(norm(x), cos_sin)
+        return x + self.mlp(norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict({
+            "wte": nn.Embedding(config.vocab_size, config.n_embd),
+            "h": nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+        })
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.rotary_seq_len = config.sequence_len * ROPE_LENGTH_FACTOR
+        cos, sin = self._precompute_rotary_embeddings(self.rotary_seq_len, config.n_embd // config.n_head)
+        self.register_buffer("cos", cos, persistent=False)  # not saved: recomputed from the config
+        self.register_buffer("sin", sin, persistent=False)
+
+    def init_weights(self) -> None:
+        """Upstream's init, run after `to_empty` moves the meta-device model onto its device."""
+        self.apply(self._init_weights)
+        nn.init.zeros_(self.lm_head.weight)
+        for block in self.transformer.h:
+            nn.init.zeros_(block.mlp.c_proj.weight)
+            nn.init.zeros_(block.attn.c_proj.weight)
+        cos, sin = self._precompute_rotary_embeddings(self.rotary_seq_len, self.config.n_embd // self.config.n_head)
+        self.cos, self.sin = cos, sin
+        if self.transformer.wte.weight.device.type == "cuda":
+            self.transformer.wte.to(dtype=torch.bfloat16)  # saves memory; grads and Adam state follow
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            fan_out, fan_in = module.weight.shape
+            std = 1.0 / math.sqrt(fan_in) * min(1.0, math.sqrt(fan_out / fan_in))
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=1.0)
+
+    def _precompute_rotary_embeddings(self, seq_len: int, head_dim: int, base: int = ROPE_BASE, device=None):
+        """cos/sin tables of shape (1, seq_len, 1, head_dim/2) in bf16, as upstream keeps them."""
+        if device is None:
+            device = self.transformer.wte.weight.device
+        channel_range = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device)
+        inv_freq = 1.0 / (base ** (channel_range / head_dim))
+        t = torch.arange(seq_len, dtype=torch.float32, device=device)
+        freqs = torch.outer(t, inv_freq)
+        cos, sin = freqs.cos().bfloat16(), freqs.sin().bfloat16()
+        return cos[None, :, None, :], sin[None, :, None, :]
+
+    def get_device(self) -> torch.device:
+        return self.transformer.wte.weight.device
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def estimate_flops(self) -> int:
+        """FLOPs per token, PaLM-style: 6 x (params but the embedding lookup) + attention scores."""
+        nparams_embedding = self.transformer.wte.weight.numel()
+        c = self.config
+        l, h, q, t = c.n_layer, c.n_head, c.n_embd // c.n_head, c.sequence_len
+        return 6 * (self.num_params() - nparams_embedding) + 12 * l * h * q * t
+
+    def setup_optimizers(self, unembedding_lr: float = 0.004, embedding_lr: float = 0.2,
+                         matrix_lr: float = 0.02, weight_decay: float = 0.0, log=print):
+        """AdamW for wte and lm_head (lr x (dim/768)^-0.5), Muon for every matrix in the blocks.
+
+        The sharded forms (DistAdamW, DistMuon) are used when a process group is initialised: they
+        average the gradients themselves, so the model is never wrapped in DDP.
+        """
+        model_dim = self.config.n_embd
+        distributed = dist.is_available() and dist.is_initialized()
+        matrix_params = list(self.transformer.h.parameters())
+        embedding_params = list(self.transformer.wte.parameters())
+        lm_head_params = list(self.lm_head.parameters())
+        assert len(list(self.parameters())) == len(matrix_params) + len(embedding_params) + len(lm_head_params)
+        dmodel_lr_scale = (model_dim / 768) ** -0.5
+        log(f"Scaling the LR for the AdamW parameters ∝1/√({model_dim}/768) = {dmodel_lr_scale:.6f}")
+        adam_groups = [
+            dict(params=lm_head_params, lr=unembedding_lr * dmodel_lr_scale),
+            dict(params=embedding_params, lr=embedding_lr * dmodel_lr_scale),
+        ]
+        adamw_kwargs = dict(betas=(0.8, 0.95), eps=1e-10, weight_decay=weight_decay)
+        if distributed:
+            adamw = DistAdamW(adam_groups, **adamw_kwargs)
+        else:
+            fused = self.get_device().type == "cuda"
+            adamw = partial(torch.optim.AdamW, fused=fused)(adam_groups, **adamw_kwargs)
+        muon_cls = DistMuon if distributed else Muon
+        muon = muon_cls(matrix_params, lr=matrix_lr, momentum=0.95, log=log)
+        optimizers = [adamw, muon]
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group["initial_lr"] = group["lr"]  # the LR schedule multiplies this
+        return optimizers
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_reduction: str = "mean"):
+        """The loss when targets are given (ignore_index -1), else the soft-capped logits."""
+        B, T = idx.size()
+        assert T <= self.cos.size(1), f"sequence length {T} exceeds the rotary cache {self.cos.size(1)}"
+        cos_sin = self.cos[:, :T], self.sin[:, :T]
+        x = norm(self.transformer.wte(idx))
+        for block in self.transformer.h:
+            x = block(x, cos_sin)
+        x = norm(x)
+        logits = self.lm_head(x)
+        logits = SOFTCAP * torch.tanh(logits / SOFTCAP)  # on the autocast dtype, then fp32, as upstream then
+        logits = logits.float()
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1,
+                               reduction=loss_reduction)
+
+    @torch.inference_mode()
+    def generate_greedy(self, tokens: list[int], max_tokens: int) -> list[int]:
+        """Greedy continuation without a KV cache: enough for the few samples printed in training."""
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.get_device())
+        out = []
+        for _ in range(max_tokens):
+            logits = self.forward(ids[:, -self.config.sequence_len:])
+            next_id = logits[:, -1, :].argmax(dim=-1, keepdim=True)
+            ids = torch.cat([ids, next_id], dim=1)
+            out.append(int(next_id.item()))
+        return out
+
+
+def build_model(config: GPTConfig, device: torch.device | str) -> GPT:
+    """Build on the meta device (no memory, no init cost), materialise on `device`, then init."""
+    with torch.device("meta"):
+        model = GPT(config)
+    model.to_empty(device=device)
+    model.init_weights()
+    return model

@@ -1,0 +1,296 @@
+"""Base pretraining of nanochat's GPT (mirrors karpathy/nanochat scripts/base_train.py, Nov 2025).
+
+Run as:
+  python -m bench.nanochat.train                                                   # one process
+  torchrun --standalone --nproc_per_node=8 -m bench.nanochat.train -- --depth=20 --run=dummy
+  python -m bench.nanochat.train --depth=4 --max_seq_len=512 --device_batch_size=1 \
+      --eval_tokens=512 --total_batch_size=512 --num_iterations=20                 # tiny, on a CPU
+
+Flags are nanochat's (see bench/nanochat/config.py). Output: nanochat's human lines on rank 0, and
+with NANOCHAT_BENCH_RUN_DIR set, run.json and metrics.jsonl events (bench/nanochat/runrecord.py).
+"""
+
+import os
+
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
+
+import math
+import sys
+import time
+import traceback
+from contextlib import nullcontext
+from dataclasses import asdict, replace
+
+import torch
+
+from bench.errors import BenchError
+from bench.logline import format_step_line, format_val_line
+from bench.metrics import mfu_percent, peak_flops
+from bench.nanochat.attention import check_forced_attention, force_flash_from_env
+from bench.nanochat.checkpoint import save_checkpoint
+from bench.nanochat.common import get_base_dir, get_dist_info, print0
+from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
+from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
+from bench.nanochat.gpt import GPTConfig, build_model
+from bench.nanochat.loss_eval import evaluate_bpb
+from bench.nanochat.runrecord import RunRecord, classify_failure, install_signal_thread
+
+SAMPLE_PROMPTS = [
+    "The capital of France is",
+    "The chemical symbol of gold is",
+    "If yesterday was Friday, then tomorrow will be",
+    "The opposite of hot is",
+    "The planets of the solar system are:",
+    "My favorite color is",
+    "If 5*x + 3 = 13, then x is",
+]
+WARMUP_STEPS = 10  # steps 0..10 stay out of the total training time (compilation, allocator warm-up)
+
+
+def train(config: TrainConfig, record: RunRecord) -> dict:
+    """The whole pretraining run; returns its summary figures."""
+    from bench.nanochat.dataloader import build_loader  # the data half of the workload
+    from bench.nanochat.tokenizer import get_token_bytes, get_tokenizer
+
+    # ----------------------------------------------------------------------------------------------
+    # Compute init
+    print0("nanochat-bench: base pretraining (nanochat-faithful)")
+    # the effective switch goes into run.json's config, however it was set (flag or environment)
+    config = replace(config, force_flash_sdpa=config.force_flash_sdpa or force_flash_from_env())
+    device_type = config.device_type or autodetect_device_type()
+    if not config.device_type:
+        print0(f"Autodetected device type: {device_type}")
+    ddp, ddp_rank, ddp_local_rank, ddp_world_size, device = compute_init(device_type)
+    master_process = ddp_rank == 0
+    record.emit("dist_init", world_size=ddp_world_size, backend=torch.distributed.get_backend() if ddp else None)
+    print0(f"Distributed world size: {ddp_world_size}")
+    autocast_ctx = torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16) if device_type == "cuda" else nullcontext()
+    synchronize = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
+    get_max_memory = torch.cuda.max_memory_allocated if device_type == "cuda" else (lambda: 0)
+    gpu_name = torch.cuda.get_device_name(device) if device_type == "cuda" else None
+    peak_flops_per_gpu = peak_flops(gpu_name)
+    nodes, per_node = topology()
+    record.start(asdict(config), ddp_world_size, nodes, per_node if device_type == "cuda" else 0, peak_flops_per_gpu)
+    print0(f"Peak FLOPs per GPU for MFU: {peak_flops_per_gpu if peak_flops_per_gpu else 'unknown (MFU not computed)'}"
+           f"{f' ({gpu_name})' if gpu_name else ''}")
+
+    # ----------------------------------------------------------------------------------------------
+    # Tokenizer, model shape and batch arithmetic
+    tokenizer = get_tokenizer()
+    token_bytes = get_token_bytes(device=device)
+    vocab_size = tokenizer.get_vocab_size()
+    print0(f"Vocab size: {vocab_size:,}")
+    force_flash = config.force_flash_sdpa
+    model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len, force_flash_sdpa=force_flash)
+    print0(f"num_layers: {model_config.n_layer}")
+    print0(f"model_dim: {model_config.n_embd}")
+    print0(f"num_heads: {model_config.n_head}")
+    print0(f"num_kv_heads: {model_config.n_kv_head}")
+    B, T = config.device_batch_size, config.max_seq_len
+    tokens_per_fwdbwd = B * T
+    world_tokens_per_fwdbwd = tokens_per_fwdbwd * ddp_world_size
+    grad_accum = grad_accum_steps(config.total_batch_size, B, T, ddp_world_size)
+    print0(f"Tokens / micro-batch / rank: {B} x {T} = {tokens_per_fwdbwd:,}")
+    print0(f"Tokens / micro-batch: {world_tokens_per_fwdbwd:,}")
+    print0(f"Total batch size {config.total_batch_size:,} => gradient accumulation steps: {grad_accum}")
+
+    # ----------------------------------------------------------------------------------------------
+    # Model: built on the meta device, materialised on ours, then initialised; compiled on CUDA
+    if force_flash:
+        dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
+        check_forced_attention(model_config.n_head, model_config.n_kv_head,
+                               model_config.n_embd // model_config.n_head, min(T, 256), dtype, device)
+        print0("Attention: forced flash / memory-efficient SDPA kernels (math kernel disabled)")
+    orig_model = build_model(model_config, device)
+    model = torch.compile(orig_model, dynamic=False) if device_type == "cuda" else orig_model
+    num_params = orig_model.num_params()
+    num_flops_per_token = orig_model.estimate_flops()
+    print0(f"Number of parameters: {num_params:,}")
+    print0(f"Estimated FLOPs per token: {num_flops_per_token:e}")
+    record.emit("model_ready", num_params=num_params, flops_per_token=num_flops_per_token)
+    record.update(num_params=num_params, flops_per_token=num_flops_per_token)
+
+    # ----------------------------------------------------------------------------------------------
+    # Horizon: the first enabled of num_iterations, target_flops, target_param_data_ratio
+    if config.num_iterations > 0:
+        num_iterations = config.num_iterations
+        print0(f"Using user-provided number of iterations: {num_iterations:,}")
+    elif config.target_flops > 0:
+        num_iterations = round(config.target_flops / (num_flops_per_token * config.total_batch_size))
+        print0(f"Calculated number of iterations from target FLOPs: {num_iterations:,}")
+    else:
+        num_iterations = config.target_param_data_ratio * num_params // config.total_batch_size
+        print0(f"Calculated number of iterations from target data:param ratio: {num_iterations:,}")
+    total_tokens = config.total_batch_size * num_iterations
+    print0(f"Total number of training tokens: {total_tokens:,}")
+    print0(f"Tokens : Params ratio: {total_tokens / num_params:.2f}")
+    print0(f"Total training FLOPs estimate: {num_flops_per_token * total_tokens:e}")
+    record.update(num_iterations=num_iterations, grad_accum_steps=grad_accum)
+
+    # ----------------------------------------------------------------------------------------------
+    # Optimizers: AdamW for embedding and lm_head, Muon for the matrices (sharded when distributed)
+    optimizers = orig_model.setup_optimizers(unembedding_lr=config.unembedding_lr, embedding_lr=config.embedding_lr,
+                                             matrix_lr=config.matrix_lr, weight_decay=config.weight_decay, log=print0)
+    adamw_optimizer, muon_optimizer = optimizers
+
+    # ----------------------------------------------------------------------------------------------
+    # Data: the train loader is infinite; a fresh val loader per evaluation sees the same tokens
+    def build_val_loader():
+        return build_loader(B, T, "val", device, ddp_rank, ddp_world_size, config.data_bin_dir)
+
+    train_loader = build_loader(B, T, "train", device, ddp_rank, ddp_world_size, config.data_bin_dir)
+    if config.eval_every > 0:
+        build_val_loader()  # a val split too small for this world size fails now, not at step 0
+    x, y = next(train_loader)  # the first batch; later ones are fetched while the GPU works
+
+    # ----------------------------------------------------------------------------------------------
+    # Schedules
+    def get_lr_multiplier(it: int) -> float:
+        warmup_iters = round(config.warmup_ratio * num_iterations)
+        warmdown_iters = round(config.warmdown_ratio * num_iterations)
+        if it < warmup_iters:
+            return (it + 1) / warmup_iters
+        if it <= num_iterations - warmdown_iters:
+            return 1.0
+        progress = (num_iterations - it) / warmdown_iters
+        return progress * 1.0 + (1 - progress) * config.final_lr_frac
+
+    def get_muon_momentum(it: int) -> float:
+        frac = min(it / 300, 1)
+        return (1 - frac) * 0.85 + frac * 0.95
+
+    # ----------------------------------------------------------------------------------------------
+    # Training loop: one extra pass (last_step) runs the final evaluation and save and then stops
+    min_val_bpb = float("inf")
+    val_bpb = None
+    smooth_train_loss = 0.0
+    total_training_time = 0.0
+    mfu = None
+    step = 0
+    while True:
+        last_step = step == num_iterations
+
+        # validation bpb (-1 disables it, final evaluation included)
+        if config.eval_every > 0 and (last_step or step % config.eval_every == 0):
+            model.eval()
+            eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
+            with autocast_ctx:
+                val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
+            print0(format_val_line(step, val_bpb))
+            record.emit("val", step=step, val_bpb=val_bpb)
+            min_val_bpb = min(min_val_bpb, val_bpb)
+            model.train()
+
+        # greedy samples from a few fixed prompts (rank 0, uncompiled model)
+        if master_process and config.sample_every > 0 and (last_step or (step > 0 and step % config.sample_every == 0)):
+            orig_model.eval()
+            for prompt in SAMPLE_PROMPTS:
+                tokens = tokenizer.encode(prompt, prepend=tokenizer.get_bos_token_id())
+                with autocast_ctx:
+                    sample = orig_model.generate_greedy(tokens, max_tokens=16)
+                print0(prompt + tokenizer.decode(sample))
+            orig_model.train()
+
+        # checkpoint: at the end, and every save_every steps when asked
+        if last_step or (step > 0 and config.save_every > 0 and step % config.save_every == 0):
+            checkpoint_dir = get_base_dir() / "base_checkpoints" / (config.model_tag or f"d{config.depth}")
+            meta = {"step": step, "val_bpb": val_bpb, "model_config": asdict(model_config),
+                    "user_config": asdict(config), "device_batch_size": B, "max_seq_len": T,
+                    "loop_state": {"min_val_bpb": min_val_bpb, "smooth_train_loss": smooth_train_loss,
+                                   "total_training_time": total_training_time}}
+            save_checkpoint(checkpoint_dir, step, orig_model.state_dict(),
+                            [opt.state_dict() for opt in optimizers], meta, rank=ddp_rank)
+            print0(f"Saved checkpoint of step {step} to {checkpoint_dir}")
+
+        if last_step:
+            break
+
+        # ------------------------------------------------------------------------------------------
+        # one training step, timed between device synchronisations
+        synchronize()
+        t0 = time.time()
+        for _ in range(grad_accum):
+            with autocast_ctx:
+                loss = model(x, y)
+            train_loss = loss.detach()  # for logging
+            loss = loss / grad_accum  # each .backward() adds: normalise to the mean over micro-steps
+            loss.backward()
+            x, y = next(train_loader)  # prefetch while the device runs the backward pass
+        grad_norm = None
+        if config.grad_clip > 0.0:  # on each rank's local gradients, before the optimizers average them
+            grad_norm = torch.nn.utils.clip_grad_norm_(orig_model.parameters(), config.grad_clip).item()
+        lrm = get_lr_multiplier(step)
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group["lr"] = group["initial_lr"] * lrm
+        for group in muon_optimizer.param_groups:
+            group["momentum"] = get_muon_momentum(step)
+        for opt in optimizers:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+        synchronize()
+        dt = time.time() - t0
+        # ------------------------------------------------------------------------------------------
+
+        # logging: the bias-corrected EMA of the train loss, throughput, MFU
+        ema_beta = 0.9
+        smooth_train_loss = ema_beta * smooth_train_loss + (1 - ema_beta) * train_loss.item()
+        debiased_smooth_loss = smooth_train_loss / (1 - ema_beta ** (step + 1))
+        tok_per_sec = config.total_batch_size / dt
+        mfu = mfu_percent(num_flops_per_token, tok_per_sec, ddp_world_size, peak_flops_per_gpu)
+        if step > WARMUP_STEPS:
+            total_training_time += dt
+        print0(format_step_line(step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec,
+                                mfu if mfu is not None else 0.0, total_training_time, grad_norm))
+        if step == 0:
+            record.emit("first_step")
+        record.emit("step", step=step, loss=debiased_smooth_loss, lrm=lrm, dt_ms=dt * 1000,
+                    tok_per_sec=tok_per_sec, mfu=mfu, total_time_s=total_training_time, grad_norm=grad_norm)
+        step += 1
+
+    # ----------------------------------------------------------------------------------------------
+    peak_mem_mib = get_max_memory() / 1024 / 1024
+    print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB")
+    print0(f"Total training time: {total_training_time / 60:.2f}m")
+    print0(f"Minimum validation bpb: {min_val_bpb:.4f}")
+    min_val = min_val_bpb if math.isfinite(min_val_bpb) else None
+    record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time, min_val_bpb=min_val)
+    return {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
+            "final_val_bpb": val_bpb, "final_mfu": mfu, "num_iterations": num_iterations}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: records the run's status however it ends; a failing rank ends its process at once
+    (torchrun then stops the others) instead of leaving them to wait for a collective timeout."""
+    _, rank, _, _ = get_dist_info()
+    record = RunRecord(rank)
+    record.emit("start")
+    config = None
+
+    def on_signal(signum: int) -> None:
+        print(f"[rank {rank}] received signal {signum}: cancelling", file=sys.stderr, flush=True)
+        record.fail("cancelled", f"received signal {signum}")
+
+    install_signal_thread(on_signal)
+
+    try:
+        config = parse_args(sys.argv[1:] if argv is None else argv)
+        summary = train(config, record)
+    except BaseException as e:  # noqa: BLE001 - every failure becomes a status, then the process ends
+        if isinstance(e, SystemExit) and config is None and not e.code:
+            return 0  # --help
+        kind, message = classify_failure(e, config.device_batch_size if config else None)
+        print(f"[rank {rank}] error ({kind}): {message}", file=sys.stderr, flush=True)
+        if kind == "failed" and not isinstance(e, BenchError):
+            traceback.print_exc()  # a bug, not a user mistake: keep the traceback
+        record.fail(kind, message)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # no destroy_process_group: peers may sit in a collective that never completes
+    record.finish("ok", None, result=summary)
+    compute_cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

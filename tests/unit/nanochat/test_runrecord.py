@@ -1,0 +1,51 @@
+"""Failure statuses and the run record (bench/nanochat/runrecord.py).
+
+    python -m pytest tests/unit/nanochat/test_runrecord.py -q
+"""
+
+import json
+
+import torch
+
+from bench.errors import ConfigError, DataError
+from bench.nanochat.runrecord import RunRecord, classify_failure
+from bench.schema import read_run_json
+
+
+def test_oom_suggests_a_smaller_device_batch_size():
+    kind, message = classify_failure(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB"), 32)
+    assert kind == "oom"
+    assert "--device_batch_size=16" in message and "Tried to allocate 8.00 GiB" in message
+
+
+def test_other_statuses():
+    assert classify_failure(DataError("no shards in /x"))[0] == "no_data"
+    assert classify_failure(ConfigError("bad flag")) == ("failed", "bad flag")
+    assert classify_failure(KeyboardInterrupt())[0] == "cancelled"
+    kind, message = classify_failure(ValueError("boom"))
+    assert kind == "failed" and message == "ValueError: boom"
+
+
+def test_record_keeps_launcher_fields_and_first_failure_wins(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r7", "sweep_id": "s", "runtime": "ce"}))
+    rank0, rank1 = RunRecord(0, str(tmp_path)), RunRecord(1, str(tmp_path))
+    rank0.start({"depth": 2}, world_size=2, nodes=1, gpus_per_node=2, peak_flops_per_gpu=989e12)
+    run = read_run_json(tmp_path)
+    assert run["run_id"] == "r7" and run["status"] == "running" and run["config"] == {"depth": 2}
+    assert run["peak_flops_per_gpu"] == 989e12 and "software" in run
+    rank1.fail("failed", "boom")
+    rank0.fail("cancelled", "received signal 15")  # torchrun stopping rank 0 afterwards
+    run = read_run_json(tmp_path)
+    assert run["status"] == "failed" and run["message"] == "rank 1: boom"
+    errors = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["kind"], e["rank"]) for e in errors] == [("error", "failed", 1)]
+
+
+def test_without_run_dir_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("NANOCHAT_BENCH_RUN_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    record = RunRecord(0)
+    record.emit("start")
+    record.start({}, 1, 1, 0, None)
+    record.fail("failed", "x")
+    assert list(tmp_path.iterdir()) == []

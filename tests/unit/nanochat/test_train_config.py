@@ -1,0 +1,80 @@
+"""Trainer flags (bench/nanochat/config.py): nanochat's names and defaults, both flag forms, clear errors.
+
+    python -m pytest tests/unit/nanochat/test_train_config.py -q
+"""
+
+from dataclasses import asdict
+
+import pytest
+
+from bench.errors import ConfigError
+from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
+
+
+def test_defaults_are_upstream_base_train():
+    c = parse_args([])
+    assert (c.run, c.depth, c.max_seq_len, c.device_batch_size, c.total_batch_size) == ("dummy", 20, 2048, 32, 524288)
+    assert (c.embedding_lr, c.unembedding_lr, c.matrix_lr, c.weight_decay, c.grad_clip) == (0.2, 0.004, 0.02, 0.0, 1.0)
+    assert (c.warmup_ratio, c.warmdown_ratio, c.final_lr_frac) == (0.0, 0.2, 0.0)
+    assert (c.eval_every, c.eval_tokens, c.sample_every, c.save_every) == (250, 20 * 524288, 2000, -1)
+    assert (c.num_iterations, c.target_flops, c.target_param_data_ratio) == (-1, -1.0, 20)
+    assert c.data_bin_dir == "" and c.force_flash_sdpa is False
+
+
+def test_both_flag_forms_and_leading_double_dash():
+    c = parse_args(["--", "--depth=4", "--device_batch_size", "8", "--run=x", "--target_flops=1e18"])
+    assert (c.depth, c.device_batch_size, c.run, c.target_flops) == (4, 8, "x", 1e18)
+    assert parse_args(["--force_flash_sdpa"]).force_flash_sdpa is True
+    assert parse_args(["--force_flash_sdpa=0"]).force_flash_sdpa is False
+    assert asdict(c)["depth"] == 4
+
+
+def test_unknown_flag_names_close_matches():
+    with pytest.raises(ConfigError, match=r"--device_batch_siz.*did you mean --device_batch_size"):
+        parse_args(["--device_batch_siz=4"])
+    with pytest.raises(ConfigError, match="unknown argument"):
+        parse_args(["--zzz=1"])
+
+
+def test_abbreviations_are_not_accepted():
+    with pytest.raises(ConfigError, match="did you mean --depth"):
+        parse_args(["--dept=4"])
+
+
+def test_bad_value_is_a_config_error():
+    with pytest.raises(ConfigError, match="--depth.*invalid int"):
+        parse_args(["--depth=four"])
+
+
+def test_core_metric_only_disabled():
+    assert parse_args(["--core_metric_every=-1"]).core_metric_every == -1
+    assert parse_args(["--core_metric_every=0"]).core_metric_every == 0
+    with pytest.raises(ConfigError, match="CORE metric is not part of this benchmark"):
+        parse_args(["--core_metric_every=2000"])
+
+
+def test_total_batch_size_that_does_not_divide_lists_working_sizes():
+    assert grad_accum_steps(524288, 32, 2048, 8) == 1
+    assert grad_accum_steps(524288, 32, 2048, 1) == 8
+    with pytest.raises(ConfigError) as e:
+        grad_accum_steps(524288, 32, 2048, 16)  # upstream: a bare AssertionError
+    msg = str(e.value)
+    assert "32 x 2048 x 16 = 1,048,576" in msg
+    assert "--device_batch_size=16 | 8 | 4 | 2 | 1 with --total_batch_size=524288" in msg
+    assert "--total_batch_size=1048576" in msg
+
+
+def test_no_horizon_is_refused():
+    with pytest.raises(ConfigError, match="no training horizon"):
+        parse_args(["--target_param_data_ratio=-1"])
+
+
+def test_every_field_has_a_flag_and_help():
+    from dataclasses import fields
+
+    from bench.nanochat.config import build_parser
+
+    help_text = build_parser().format_help()
+    for f in fields(TrainConfig):
+        assert f"--{f.name}" in help_text
+        assert f.metadata.get("help")

@@ -1,0 +1,46 @@
+"""`nanochat-bench model`: sizes without training (bench/commands/workload.py).
+
+    python -m pytest tests/unit/nanochat/test_workload_model.py -q
+"""
+
+import json
+
+import pytest
+
+from bench.cli import main
+from bench.commands.workload import model_summary, smoke_train_args
+from bench.errors import ConfigError
+
+
+def test_model_d20_json(capsys):
+    assert main(["model", "--depth", "20", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["num_params"] == 560_988_160 and s["flops_per_token"] == 3_491_758_080
+    assert (s["model_dim"], s["n_head"], s["head_dim"], s["mlp_hidden"]) == (1280, 10, 128, 5120)
+    assert s["params_embedding"] + s["params_lm_head"] + s["params_matrices"] == s["num_params"]
+    # within 10% of the 73,833 MiB measured for d20 at B=32 on one H200
+    assert abs(s["memory_gib"]["total_estimate"] - 73833 / 1024) < 0.1 * 73833 / 1024
+
+
+def test_model_table(capsys):
+    assert main(["model", "--depth", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "560,988,160" in out and "3.491758e+09" in out
+
+
+def test_sharded_optimizer_state_shrinks_with_world_size():
+    one, eight = model_summary(20, world_size=1), model_summary(20, world_size=8)
+    assert eight["memory_gib"]["optimizer"] == pytest.approx(one["memory_gib"]["optimizer"] / 8)
+
+
+def test_bad_depth():
+    with pytest.raises(ConfigError, match="--depth=0"):
+        model_summary(0)
+
+
+def test_smoke_batch_divides_for_any_rank_count():
+    from bench.nanochat.config import grad_accum_steps, parse_args
+
+    for nproc in (1, 2, 3, 8):
+        c = parse_args(smoke_train_args(10, nproc))
+        assert grad_accum_steps(c.total_batch_size, c.device_batch_size, c.max_seq_len, nproc) == 1

@@ -1,0 +1,162 @@
+"""Figures against stored references with tolerances (ReFrame's `reference` idea), for CI and acceptance.
+
+A references file (TOML) lists references; each selects rows of the table (`where`, exact values, or
+shell-style patterns for strings such as gpu_name = "*H200*") and bounds figures of their median:
+  [[reference]]
+  name = "d20 bare 1x8 H200"
+  where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "*H200*" }
+  figures.tok_per_sec = { value = 3.9e6, lower = -0.05, unit = "tok/s" }
+Tolerances are fractions of the value, as in ReFrame: pass when value*(1+lower) <= measured <=
+value*(1+upper); a bound left out is unbounded; with value 0 the tolerances are absolute.
+Only usable rows (status ok, steady-state figures) count; a reference that selects none fails as
+missing, so a broken sweep cannot pass by producing nothing.
+"""
+
+import fnmatch
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from bench.analysis.collect import COLUMNS
+from bench.analysis.scaling import usable
+from bench.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        tomllib = None
+
+FIGURES = [c for c, kind in COLUMNS.items() if kind in ("float", "int")]
+
+
+@dataclass
+class Bound:
+    value: float
+    lower: float | None = None
+    upper: float | None = None
+    unit: str = ""
+
+    def limits(self) -> tuple[float, float]:
+        scale = abs(self.value) if self.value else 1.0  # value 0: tolerances are absolute
+        lo = -math.inf if self.lower is None else self.value + self.lower * scale
+        hi = math.inf if self.upper is None else self.value + self.upper * scale
+        return lo, hi
+
+
+@dataclass
+class Reference:
+    name: str
+    where: dict
+    figures: dict[str, Bound]
+
+
+@dataclass
+class Outcome:
+    reference: str
+    figure: str
+    verdict: str  # "pass", "fail" or "missing"
+    measured: float | None
+    bound: Bound
+    runs: int
+
+    def line(self) -> str:
+        lo, hi = self.bound.limits()
+        unit = f" {self.bound.unit}" if self.bound.unit else ""
+        span = f"[{_g(lo)}, {_g(hi)}]"
+        if self.verdict == "missing":
+            return f"MISSING {self.reference}: {self.figure}: no usable run matches (ref {_g(self.bound.value)}{unit})"
+        word = "ok" if self.verdict == "pass" else ("below" if self.measured < lo else "above") + " the allowed range"
+        return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {_g(self.measured)}{unit} "
+                f"({word}; ref {_g(self.bound.value)}, allowed {span}, median of {self.runs} run(s))")
+
+
+def _g(v: float) -> str:
+    if v is None or math.isinf(v):
+        return "none" if v is None else ("-inf" if v < 0 else "inf")
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def load_references(path: str | Path) -> list[Reference]:
+    """Parse and validate a references file; every mistake names the file, the entry and the fix."""
+    path = Path(path)
+    if tomllib is None:
+        raise ConfigError("reading TOML references needs Python >= 3.11 or `pip install tomli`")
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--references {path}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"--references {path}: not valid TOML ({e})") from None
+    entries = data.get("reference")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}: no [[reference]] entries (see results/references.example.toml)")
+    return [_reference(path, i, e) for i, e in enumerate(entries)]
+
+
+def _reference(path: Path, i: int, entry: dict) -> Reference:
+    name = str(entry.get("name") or f"reference #{i + 1}")
+    where, figures = entry.get("where", {}), entry.get("figures")
+    where_err = [k for k in where if k not in COLUMNS]
+    if where_err:
+        raise ConfigError(f"{path}: {name}: unknown column(s) in where: {', '.join(where_err)}; "
+                          f"valid: {', '.join(COLUMNS)}")
+    not_numbers = [k for k, v in where.items() if COLUMNS[k] != "str" and
+                   (isinstance(v, bool) or not isinstance(v, (int, float)))]
+    if not_numbers:
+        raise ConfigError(f"{path}: {name}: where {', '.join(not_numbers)} must be number(s), "
+                          f"got {', '.join(repr(where[k]) for k in not_numbers)}")
+    if not isinstance(figures, dict) or not figures:
+        raise ConfigError(f"{path}: {name}: no figures (e.g. figures.tok_per_sec = {{ value = 1e6, lower = -0.05 }})")
+    bounds = {}
+    for fig, spec in figures.items():
+        if fig not in FIGURES:
+            raise ConfigError(f"{path}: {name}: unknown figure {fig!r}; valid: {', '.join(FIGURES)}")
+        if not isinstance(spec, dict) or not isinstance(spec.get("value"), (int, float)):
+            raise ConfigError(f"{path}: {name}: figures.{fig} needs a numeric value, "
+                              "e.g. { value = 1.0, lower = -0.05 }")
+        unknown = set(spec) - {"value", "lower", "upper", "unit"}
+        if unknown:
+            raise ConfigError(f"{path}: {name}: figures.{fig}: unknown key(s) {sorted(unknown)}; "
+                              "valid: value, lower, upper, unit")
+        lower, upper = spec.get("lower"), spec.get("upper")
+        if (lower is not None and lower > 0) or (upper is not None and upper < 0):
+            raise ConfigError(f"{path}: {name}: figures.{fig}: lower must be <= 0 and upper >= 0 "
+                              f"(fractions of the value, ReFrame style); got lower={lower}, upper={upper}")
+        bounds[fig] = Bound(float(spec["value"]), lower, upper, str(spec.get("unit", "")))
+    return Reference(name, where, bounds)
+
+
+def select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    mask = pd.Series(True, index=df.index)
+    for col, want in where.items():
+        values = df[col]
+        if COLUMNS[col] == "str":
+            pattern = str(want)
+            mask &= values.map(lambda v, p=pattern: isinstance(v, str) and fnmatch.fnmatchcase(v, p)).astype(bool)
+        else:
+            mask &= values.astype("Float64") == float(want)
+    return df[mask.fillna(False).astype(bool)]
+
+
+def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
+    """One outcome per (reference, figure): the median over the usable rows the reference selects."""
+    ok = usable(table)
+    outcomes = []
+    for ref in references:
+        rows = select(ok, ref.where)
+        for fig, bound in ref.figures.items():
+            values = pd.to_numeric(rows[fig], errors="coerce").dropna()
+            if values.empty:
+                outcomes.append(Outcome(ref.name, fig, "missing", None, bound, 0))
+                continue
+            measured = float(values.median())
+            lo, hi = bound.limits()
+            verdict = "pass" if lo <= measured <= hi else "fail"
+            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values)))
+    return outcomes

@@ -1,0 +1,218 @@
+"""Run directories (and upstream nanochat logs) -> one tidy table, one row per run.
+
+`collect(roots, out)` walks the roots, reads each run with bench/analysis/rundir.py, and writes
+`<out>/runs.parquet` and `<out>/runs.csv` atomically. It is incremental: every row keeps a
+fingerprint of its files (names, sizes, modification times), and a later collect into the same
+table re-reads only runs that are new or changed, and drops runs that are gone. It is idempotent:
+the same files give the same table, rows sorted by source path.
+"""
+
+import hashlib
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from bench.analysis.rundir import is_run_dir, read_run_dir
+from bench.analysis.upstream import read_upstream_log
+from bench.errors import AnalysisError
+from bench.schema import METRICS_JSONL, RUN_JSON
+
+LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs (read if they hold step lines)
+TABLE_PARQUET = "runs.parquet"
+TABLE_CSV = "runs.csv"
+# Bump when a row is computed differently: tables of an older version are then re-read in full.
+ROW_VERSION = 1
+
+# The columns of the table and their types, in order; a row lacking a value holds a null.
+COLUMNS: dict[str, str] = {
+    "source": "str", "source_kind": "str", "run_id": "str", "sweep_id": "str", "workload": "str",
+    "runtime": "str", "repeat": "int", "nodes": "int", "gpus_per_node": "int", "world_size": "int",
+    "depth": "int", "max_seq_len": "int", "device_batch_size": "int", "total_batch_size": "int",
+    "num_iterations": "int", "force_flash_sdpa": "str",
+    "gpu_name": "str", "image": "str", "image_digest": "str", "slurm_job_id": "str", "nodelist": "str",
+    "partition": "str", "git_revision": "str", "torch_version": "str", "cuda_version": "str",
+    "nccl_version": "str", "driver_version": "str",
+    "status": "str", "message": "str", "skip_reason": "str", "notes": "str",
+    "steps_recorded": "int", "last_step": "int", "steady_steps": "int", "steady_rule": "str",
+    "tok_per_sec": "float", "tok_per_sec_per_gpu": "float", "step_time_ms": "float",
+    "step_time_cv": "float", "step_time_p90_ms": "float",
+    "num_params": "float", "flops_per_token": "float", "peak_flops_per_gpu": "float", "mfu": "float",
+    "mfu_source": "str",
+    "t0": "float", "t_start": "float", "startup_overhead_s": "float", "time_to_first_step_s": "float",
+    "launch_to_first_step_s": "float",
+    "peak_mem_mib": "float", "min_val_bpb": "float", "final_loss": "float", "total_training_time_s": "float",
+    "fingerprint": "str", "row_version": "int",
+}
+
+
+@dataclass
+class CollectResult:
+    """The table and what the collect did, for the command's summary line."""
+    table: pd.DataFrame
+    read: int = 0  # runs read (new or changed)
+    reused: int = 0  # runs unchanged since the last collect
+    removed: int = 0  # runs in the old table whose files are gone
+    paths: list[Path] = field(default_factory=list)
+
+
+def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
+    """source path -> (kind, fingerprint, file names) for every run directory and candidate log under root."""
+    found: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        names = {e.name for e in entries}
+        if is_run_dir(names):
+            files = [e for e in entries if e.name in (RUN_JSON, METRICS_JSONL) or e.name.endswith(".log")]
+            found[str(d)] = ("run_dir", _fingerprint(files), tuple(sorted(names)))
+            continue  # a run directory holds its own logs; nothing else lives below it
+        # A folder with a batch script is one of our jobs: its Slurm log repeats the output of the runs
+        # whose own directories are collected, so it is no upstream log.
+        job_dir = any(n.endswith(".sbatch") for n in names)
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+            elif not job_dir and e.name.endswith(LOG_SUFFIXES) and e.is_file():
+                found[e.path] = ("log", _fingerprint([e]), ())
+    return found
+
+
+def _fingerprint(entries: list[os.DirEntry]) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    for e in sorted(entries, key=lambda e: e.name):
+        try:
+            st = e.stat(follow_symlinks=True)
+        except OSError:
+            continue
+        h.update(f"{e.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _read_one(item: tuple[str, str, str, tuple[str, ...]]) -> dict | None:
+    source, kind, fingerprint, names = item
+    try:
+        row = read_run_dir(Path(source), set(names)) if kind == "run_dir" else read_upstream_log(Path(source))
+    except FileNotFoundError:
+        return None  # removed between the walk and the read
+    if row is not None:
+        row["fingerprint"], row["row_version"] = fingerprint, ROW_VERSION
+    return row
+
+
+def read_rows(items: list[tuple], workers: int | None = None) -> list[dict]:
+    """Rows for (source, kind, fingerprint, names) items; processes share the work when there is much."""
+    workers = workers or min(os.cpu_count() or 1, 8)
+    if workers > 1 and len(items) >= 500:
+        with ProcessPoolExecutor(workers) as pool:
+            rows = list(pool.map(_read_one, items, chunksize=max(1, len(items) // (workers * 8))))
+    else:
+        rows = [_read_one(it) for it in items]
+    return [r for r in rows if r is not None]
+
+
+def normalise(df: pd.DataFrame) -> pd.DataFrame:
+    """Exactly COLUMNS, in order, with their types (a missing column is all null), sorted by source."""
+    df = df.reindex(columns=list(COLUMNS))
+    for col, kind in COLUMNS.items():
+        values = df[col]
+        if kind == "str":
+            df[col] = values.astype("string")
+        else:
+            values = pd.to_numeric(values, errors="coerce").astype("float64")
+            if kind == "int":
+                # a non-whole number in an int column is a writer's bug: null, not silently truncated
+                values = values.where(values == values.round()).astype("Int64")
+            df[col] = values
+    return df.sort_values("source", kind="stable").reset_index(drop=True)
+
+
+def to_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows (dicts) as a table of COLUMNS; keys that are not columns are dropped."""
+    return normalise(pd.DataFrame.from_records(rows, columns=list(COLUMNS)) if rows
+                     else pd.DataFrame(columns=list(COLUMNS)))
+
+
+def load_table(path: str | os.PathLike) -> pd.DataFrame:
+    """A table written by collect: runs.parquet or runs.csv, or a directory holding one."""
+    path = Path(path)
+    if path.is_dir():
+        for name in (TABLE_PARQUET, TABLE_CSV):
+            if (path / name).exists():
+                path = path / name
+                break
+        else:
+            raise AnalysisError(f"{path}: no {TABLE_PARQUET} or {TABLE_CSV} here; run `nanochat-bench collect` first")
+    if not path.exists():
+        raise AnalysisError(f"{path}: no such table")
+    try:
+        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, dtype=str, keep_default_na=False,
+                                                                                 na_values=[""])
+    except Exception as e:  # noqa: BLE001 - any reader failure means the same thing to the user
+        raise AnalysisError(f"{path}: not a table written by collect ({type(e).__name__}: {e})") from e
+    missing = [c for c in ("source", "status", "skip_reason", "tok_per_sec") if c not in df.columns]
+    if missing:
+        raise AnalysisError(f"{path}: not a table written by collect (no column {', '.join(missing)})")
+    return normalise(df)
+
+
+def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """runs.parquet and runs.csv under out_dir, each replaced atomically (pyarrow writes both: fast)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    paths = []
+    for name, write in ((TABLE_PARQUET, pq.write_table), (TABLE_CSV, pa_csv.write_csv)):
+        path = out_dir / name
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            write(table, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        paths.append(path)
+    return paths
+
+
+def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None,
+            workers: int | None = None) -> CollectResult:
+    """Collect run directories under roots into a table; with out, update <out>/runs.{parquet,csv}."""
+    roots = [Path(r).resolve() for r in roots]
+    for r in roots:
+        if not r.is_dir():
+            raise AnalysisError(f"{r}: not a directory of runs (give a results root or a run directory)")
+    found: dict[str, tuple] = {}
+    for r in roots:
+        found.update(find_sources(r))
+
+    out_dir = Path(out) if out is not None else None
+    old = load_table(out_dir) if out_dir is not None and (out_dir / TABLE_PARQUET).exists() else to_frame([])
+    now_fp = old["source"].map({s: fp for s, (_, fp, _) in found.items()}).astype("string")
+    same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)
+    reused = old[same]
+    gone = ~old["source"].isin(found.keys()).to_numpy()
+    # Rows of other roots collected into the same table stay; rows under these roots whose files went, go.
+    under = old["source"].map(lambda s: any(Path(s).is_relative_to(r) for r in roots)).to_numpy(bool)
+    kept = old[gone & ~under]
+    reused_sources = set(reused["source"])
+    todo = [(s, kind, fp, names) for s, (kind, fp, names) in found.items() if s not in reused_sources]
+    rows = read_rows(todo, workers)
+    table = normalise(pd.concat([reused, kept, to_frame(rows)], ignore_index=True)) if rows else \
+        normalise(pd.concat([reused, kept], ignore_index=True))
+    result = CollectResult(table, read=len(rows), reused=len(reused), removed=int((gone & under).sum()))
+    if out_dir is not None:
+        unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
+        # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)
+        result.paths = [out_dir / TABLE_PARQUET, out_dir / TABLE_CSV] if unchanged else write_table(table, out_dir)
+    return result

@@ -1,0 +1,128 @@
+"""Plain logs of upstream nanochat's base_train -> the same flat row as a run directory.
+
+The step and validation lines are read with bench/logline.py (the one parser shared with the
+trainer); the start-up and final lines (late-2025 base_train, `print0` output) give the config:
+  Distributed world size: 8            num_layers: 20
+  Tokens / micro-batch / rank: 32 x 2048 = 65,536
+  Total batch size 524,288 => gradient accumulation steps: 1
+  Estimated FLOPs per token: 3.491758e+09
+  GPU: NVIDIA H100 80GB HBM3 | Peak FLOPS (BF16): 9.89e+14     (newer trees only)
+  Peak memory usage: 75422.02MiB       Minimum validation bpb: 0.8123
+Upstream's logged MFU assumes the H100 peak whatever the GPU; it is kept only when nothing better
+is known, and the row says so (`mfu_source`).
+"""
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.analysis.figures import step_figures
+from bench.logline import parse_step_line, parse_val_line
+from bench.metrics import peak_flops
+
+# The launcher's name for this workload (bench/launch/job.py WORKLOAD), so upstream logs compare with our runs.
+UPSTREAM_WORKLOAD = "nanochat-base"
+UPSTREAM_PEAK = 989e12  # nanochat's hard-coded H100 SXM bf16 peak behind its logged mfu
+
+_num = r"([\d,]+(?:\.\d+)?(?:e[+-]?\d+)?)"
+HEADER_RES = {
+    "world_size": re.compile(r"Distributed world size: (\d+)"),
+    "depth": re.compile(r"^num_layers: (\d+)"),
+    "micro_batch": re.compile(r"^Tokens / micro-batch / rank: (\d+) x (\d+) ="),
+    "total_batch_size": re.compile(r"^Total batch size ([\d,]+) =>"),
+    "flops_per_token": re.compile(r"^Estimated FLOPs per token: " + _num),
+    "num_params": re.compile(r"^Number of parameters: ([\d,]+)"),
+    "gpu": re.compile(r"^GPU: (.+?) \| Peak FLOPS \(BF16\): " + _num),
+    "peak_mem_mib": re.compile(r"^Peak memory usage: " + _num + "MiB"),
+    "total_training_time_m": re.compile(r"^Total training time: " + _num + "m"),
+    "min_val_bpb": re.compile(r"^Minimum validation bpb: " + _num),
+}
+
+
+def _f(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+@dataclass
+class LogRun:
+    """What one plain log says: step and validation records, and header/final facts."""
+    steps: list[dict] = field(default_factory=list)
+    vals: list[dict] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+    restarts: int = 0  # times the step counter went back: several runs written into one log
+
+
+def parse_log(path: Path) -> LogRun:
+    """Every nanochat line of a log; other lines (warnings, banners, Slurm noise) are skipped."""
+    run = LogRun()
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                line = line.rstrip("\n")
+                if line.startswith("step "):
+                    rec = parse_step_line(line)
+                    if rec:
+                        if run.steps and rec["step"] < run.steps[-1]["step"]:
+                            run.restarts += 1
+                        run.steps.append(rec)
+                    continue
+                if line.startswith("Step "):
+                    rec = parse_val_line(line)
+                    if rec:
+                        run.vals.append(rec)
+                    continue
+                _header(line.strip(), run.facts)
+    except OSError:
+        return LogRun()
+    return run
+
+
+def _header(line: str, facts: dict) -> None:
+    for key, rx in HEADER_RES.items():
+        m = rx.search(line) if key == "world_size" else rx.match(line)
+        if not m:
+            continue
+        if key == "micro_batch":
+            facts["device_batch_size"], facts["max_seq_len"] = int(m[1]), int(m[2])
+        elif key == "gpu":
+            facts["gpu_name"], facts["peak_flops_per_gpu"] = m[1].strip(), _f(m[2])
+        elif key == "total_training_time_m":
+            facts["total_training_time_s"] = _f(m[1]) * 60
+        elif key in ("world_size", "depth", "total_batch_size", "num_params"):
+            facts[key] = int(_f(m[1]))
+        else:
+            facts[key] = _f(m[1])
+        return
+
+
+def read_upstream_log(path: Path) -> dict | None:
+    """The flat row of an upstream log, or None when it holds no nanochat step line."""
+    run = parse_log(path)
+    if not run.steps:
+        return None
+    facts = dict(run.facts)
+    world = facts.get("world_size", 1)  # upstream prints the world size only under torchrun
+    peak = facts.get("peak_flops_per_gpu") or peak_flops(facts.get("gpu_name"))
+    row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": UPSTREAM_WORKLOAD,
+           "runtime": "upstream", **facts, "world_size": world, "peak_flops_per_gpu": peak,
+           "num_iterations": run.steps[-1]["num_iterations"]}
+    figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or UPSTREAM_PEAK)
+    if not peak and figs.get("mfu") is not None:
+        figs["mfu_source"] = f"assumed {UPSTREAM_PEAK:.3g} FLOP/s per GPU (upstream's H100 peak; GPU not in log)"
+    row.update({k: v for k, v in figs.items() if v is not None})
+    if row.get("min_val_bpb") is None and run.vals:
+        row["min_val_bpb"] = min(v["val_bpb"] for v in run.vals)
+    finished = "min_val_bpb" in facts or "total_training_time_s" in facts
+    row["status"] = "ok" if finished else "running"
+    if not finished:
+        notes.append("no final lines (Total training time / Minimum validation bpb): unfinished or cut")
+    if "world_size" not in facts:
+        notes.append("no 'Distributed world size' line: one process assumed")
+    if run.restarts:
+        row["skip_reason"] = f"log holds several runs (step counter restarts {run.restarts} time(s)); not split"
+    elif not finished:
+        row["skip_reason"] = "log has no final lines: run unfinished or log cut"
+    else:
+        row["skip_reason"] = None if row.get("tok_per_sec") else "no steady-state step"
+    row["notes"] = "; ".join(notes) or None
+    return row

@@ -1,0 +1,72 @@
+"""`nanochat-bench collect|report|check`: run directories -> table -> report; figures against references."""
+
+from pathlib import Path
+
+from bench.errors import AnalysisError
+
+
+def register(subparsers) -> None:
+    c = subparsers.add_parser("collect", help="collect run directories (and upstream nanochat logs) into a table")
+    c.add_argument("roots", nargs="+", metavar="ROOT", help="results root(s), sweep or run directories")
+    c.add_argument("--out", default="results/table",
+                   help="directory of the table: runs.parquet and runs.csv, updated incrementally "
+                        "(default: results/table)")
+    c.add_argument("--workers", type=int, default=None, help="processes reading runs (default: CPU count, max 8)")
+    c.set_defaults(func=cmd_collect)
+
+    r = subparsers.add_parser("report", help="Markdown + self-contained HTML report with scaling figures")
+    r.add_argument("source", metavar="TABLE_OR_ROOT",
+                   help="a table from collect (runs.parquet/.csv or its directory), or a directory of runs")
+    r.add_argument("--out", required=True, help="directory for report.md, report.html and figures/")
+    r.add_argument("--baseline", default="bare", help="runtime the others are compared with (default: bare)")
+    r.add_argument("--title", default="nanochat-bench report", help="report title")
+    r.set_defaults(func=cmd_report)
+
+    k = subparsers.add_parser("check", help="compare figures with stored references; exit 1 on a regression")
+    k.add_argument("table", metavar="TABLE", help="a table from collect (runs.parquet/.csv or its directory)")
+    k.add_argument("--references", required=True, metavar="FILE",
+                   help="references TOML (see results/references.example.toml)")
+    k.add_argument("--allow-missing", action="store_true",
+                   help="a reference that no usable run matches is reported but does not fail")
+    k.set_defaults(func=cmd_check)
+
+
+def cmd_collect(args) -> int:
+    from bench.analysis.collect import collect
+
+    result = collect(args.roots, args.out, workers=args.workers)
+    t = result.table
+    usable = int(t["skip_reason"].isna().sum())
+    print(f"{len(t)} run(s) in the table ({result.read} read, {result.reused} unchanged, "
+          f"{result.removed} removed); {usable} usable, {len(t) - usable} left out of figures")
+    for status, n in t["status"].value_counts().sort_index().items():
+        print(f"  {status:12s} {n}")
+    for p in result.paths:
+        print(f"wrote {p}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from bench.analysis.report import load_or_collect, write_report
+
+    source = Path(args.source)
+    if not source.exists():
+        raise AnalysisError(f"{source}: no such table or directory")
+    table = load_or_collect(source, args.out)
+    html = write_report(table, args.out, baseline=args.baseline, title=args.title, source=str(source.resolve()))
+    print(f"wrote {html.with_name('report.md')}\nwrote {html}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from bench.analysis.check import check, load_references
+    from bench.analysis.collect import load_table
+
+    references = load_references(args.references)
+    outcomes = check(load_table(args.table), references)
+    for o in outcomes:
+        print(o.line())
+    failed = [o for o in outcomes if o.verdict == "fail" or (o.verdict == "missing" and not args.allow_missing)]
+    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} check(s) passed"
+          + (f"; regressions: {', '.join(f'{o.reference}/{o.figure}' for o in failed)}" if failed else ""))
+    return 1 if failed else 0

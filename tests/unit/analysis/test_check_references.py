@@ -1,0 +1,95 @@
+"""check: figures against references with ReFrame-style fractional tolerances; regressions exit 1.
+
+python -m pytest tests/unit/analysis/test_check_references.py -q
+"""
+
+from pathlib import Path
+
+import pytest
+
+from bench.analysis.check import Bound, check, load_references
+from bench.analysis.collect import collect
+from bench.cli import main
+from bench.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "results" / "references.example.toml"
+
+
+@pytest.fixture
+def table_dir(tmp_path, make_run):
+    for i, tps in enumerate((1000.0, 1010.0, 990.0)):
+        make_run(f"bare{i}", tok_s=tps, world_size=8, root=tmp_path / "runs")
+    make_run("ce0", tok_s=900.0, world_size=8, runtime="ce", root=tmp_path / "runs")
+    make_run("bad", tok_s=5.0, world_size=8, status="failed", root=tmp_path / "runs")  # never counted
+    collect([tmp_path / "runs"], tmp_path / "table")
+    return tmp_path / "table"
+
+
+def refs(tmp_path, body: str) -> Path:
+    p = tmp_path / "refs.toml"
+    p.write_text(body)
+    return p
+
+
+def test_bounds_are_fractions_like_reframe():
+    assert Bound(100, -0.01, 0.02).limits() == pytest.approx((99, 102))
+    assert Bound(100, lower=-0.05).limits() == (pytest.approx(95), float("inf"))
+    assert Bound(0, upper=0.5).limits() == (float("-inf"), 0.5)  # value 0: absolute
+
+
+def test_pass_fail_and_missing(tmp_path, table_dir, capsys):
+    path = refs(tmp_path, """
+[[reference]]
+name = "bare"
+where = { runtime = "bare", world_size = 8, gpu_name = "*H200*" }
+figures.tok_per_sec = { value = 1000, lower = -0.02, upper = 0.02, unit = "tok/s" }
+[[reference]]
+name = "ce"
+where = { runtime = "ce" }
+figures.tok_per_sec = { value = 1000, lower = -0.05 }
+[[reference]]
+name = "pyxis"
+where = { runtime = "pyxis" }
+figures.tok_per_sec = { value = 1000, lower = -0.05 }
+""")
+    from bench.analysis.collect import load_table
+    out = {o.reference: o for o in check(load_table(table_dir), load_references(path))}
+    assert out["bare"].verdict == "pass" and out["bare"].runs == 3  # the failed run is not among them
+    assert out["ce"].verdict == "fail" and out["ce"].measured == pytest.approx(900, rel=5e-3)
+    assert out["pyxis"].verdict == "missing"
+    assert main(["check", str(table_dir), "--references", str(path)]) == 1
+    printed = capsys.readouterr().out
+    assert "FAIL    ce: tok_per_sec" in printed and "below the allowed range" in printed
+    assert "regressions: ce/tok_per_sec, pyxis/tok_per_sec" in printed
+
+
+def test_all_pass_exits_zero(tmp_path, table_dir):
+    path = refs(tmp_path, '[[reference]]\nwhere = { runtime = "bare" }\n'
+                          'figures.tok_per_sec = { value = 1000, lower = -0.05 }\n'
+                          'figures.startup_overhead_s = { value = 5, upper = 0.1 }\n')
+    assert main(["check", str(table_dir), "--references", str(path)]) == 0
+
+
+def test_example_file_is_valid():
+    assert len(load_references(EXAMPLE)) >= 1
+
+
+@pytest.mark.parametrize("body,message", [
+    ("x = 1", "no [[reference]] entries"),
+    ("[[reference]]\nwhere = { color = 'red' }\nfigures.tok_per_sec = { value = 1 }",
+     "unknown column(s) in where: color"),
+    ("[[reference]]\nfigures.speed = { value = 1 }", "unknown figure 'speed'"),
+    ("[[reference]]\nfigures.mfu = { value = 'high' }", "needs a numeric value"),
+    ("[[reference]]\nfigures.mfu = { value = 40, lower = 0.1 }", "lower must be <= 0"),
+    ("[[reference]]\nfigures.mfu = { value = 40, tolerance = 0.1 }", "unknown key(s) ['tolerance']"),
+    ("[[reference]]\nwhere = { world_size = 'eight' }\nfigures.mfu = { value = 40 }", "must be number(s)"),
+    ("[[reference", "not valid TOML"),
+])
+def test_bad_references_are_clear_errors(tmp_path, body, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        load_references(refs(tmp_path, body))
+
+
+def test_cli_reports_a_bad_file_in_one_line(tmp_path, table_dir, capsys):
+    assert main(["check", str(table_dir), "--references", str(tmp_path / "none.toml")]) == 1
+    assert capsys.readouterr().err.strip() == f"error: --references {tmp_path / 'none.toml'}: no such file"

@@ -1,0 +1,100 @@
+"""collect: generated sweeps at scale, incremental and idempotent updates, table files round trip.
+
+python -m pytest tests/unit/analysis/test_collect_table.py -q
+"""
+
+import json
+import math
+import shutil
+
+import pytest
+
+from bench import schema
+from bench.analysis import collect as collect_mod
+from bench.analysis.collect import TABLE_CSV, TABLE_PARQUET, collect, load_table
+from bench.analysis.scaling import scaling_table
+from bench.analysis.synthetic import SweepSpec, efficiency, generate_sweep
+from bench.errors import AnalysisError
+
+
+def test_thousands_of_generated_runs(tmp_path):
+    spec = SweepSpec(runtimes={"bare": 1.0, "ce": 0.98, "pyxis": 0.99, "apptainer": 0.97},
+                     world_sizes=(1, 2, 4, 8, 16, 32), repeats=50, steps=14, noise=0.01)
+    dirs = generate_sweep(tmp_path / "root", spec)
+    assert len(dirs) == 1200
+    result = collect([tmp_path / "root"], tmp_path / "table", workers=2)
+    t = result.table
+    assert (len(t), result.read, int(t["skip_reason"].isna().sum())) == (1200, 1200, 1200)
+    pts = scaling_table(t).set_index(["runtime", "world_size"])
+    for runtime, factor in spec.runtimes.items():
+        for n in spec.world_sizes:
+            # the median of 50 repeats lands within a fraction of the 1% noise of the generating model
+            expected = spec.per_gpu_tok_s * n * efficiency(spec, n) * factor
+            assert pts.loc[(runtime, n), "tok_per_sec"] == pytest.approx(expected, rel=6e-3)
+            assert pts.loc[(runtime, n), "efficiency"] == pytest.approx(efficiency(spec, n), rel=1e-2)
+
+
+def test_incremental_and_idempotent(tmp_path):
+    root, out = tmp_path / "root", tmp_path / "table"
+    dirs = generate_sweep(root, SweepSpec(world_sizes=(8, 16), repeats=2, steps=12))
+    first = collect([root], out)
+    csv1, pq1 = (out / TABLE_CSV).read_bytes(), load_table(out / TABLE_PARQUET)
+    again = collect([root], out)
+    assert (first.read, again.read, again.reused) == (12, 0, 12)
+    assert (out / TABLE_CSV).read_bytes() == csv1  # same files, same table
+    assert again.table.equals(pq1)
+
+    with open(dirs[0] / schema.METRICS_JSONL, "a") as f:  # one run changes
+        f.write(json.dumps({"event": "error", "t": 1.0, "kind": "failed", "message": "late"}) + "\n")
+    shutil.rmtree(dirs[1])  # one goes
+    generate_sweep(root, SweepSpec(runtimes={"podman": 0.9}, world_sizes=(8,), repeats=1, steps=12,
+                                   sweep_id="sweep1"))  # one arrives
+    third = collect([root], out)
+    assert (third.read, third.reused, third.removed, len(third.table)) == (2, 10, 1, 12)
+    assert "error event" in third.table.set_index("source").loc[str(dirs[0]), "notes"]
+
+
+def test_other_roots_in_the_same_table_are_kept(tmp_path):
+    out = tmp_path / "table"
+    generate_sweep(tmp_path / "a", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    generate_sweep(tmp_path / "b", SweepSpec(runtimes={"ce": 1.0}, world_sizes=(8,), repeats=1, steps=12))
+    collect([tmp_path / "a"], out)
+    both = collect([tmp_path / "b"], out)
+    assert len(both.table) == 4 and both.removed == 0
+
+
+def test_row_version_change_rereads_everything(tmp_path, monkeypatch):
+    generate_sweep(tmp_path / "r", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
+    collect([tmp_path / "r"], tmp_path / "t")
+    monkeypatch.setattr(collect_mod, "ROW_VERSION", collect_mod.ROW_VERSION + 1)
+    assert collect([tmp_path / "r"], tmp_path / "t").read == 6
+
+
+def test_parquet_and_csv_read_back_the_same(tmp_path, make_run):
+    make_run("a", root=tmp_path / "r")
+    make_run("b", root=tmp_path / "r", status="failed", message="boom | with a pipe, and a comma")
+    result = collect([tmp_path / "r"], tmp_path / "t")
+    from_pq, from_csv = load_table(tmp_path / "t" / TABLE_PARQUET), load_table(tmp_path / "t" / TABLE_CSV)
+    assert from_pq.equals(result.table)
+    assert from_csv.drop(columns=["tok_per_sec", "step_time_cv"]).equals(
+        from_pq.drop(columns=["tok_per_sec", "step_time_cv"]))
+    assert from_csv["tok_per_sec"].tolist() == pytest.approx(from_pq["tok_per_sec"].tolist())  # CSV rounds floats
+    assert list(from_pq.columns) == list(collect_mod.COLUMNS)
+
+
+def test_a_run_directory_itself_can_be_the_root(make_run):
+    d = make_run("single", world_size=2, peak=None)
+    t = collect([d]).table
+    assert len(t) == 1 and t.loc[0, "run_id"] == "single" and math.isnan(t.loc[0, "mfu"])
+
+
+def test_bad_inputs_are_clear_errors(tmp_path):
+    with pytest.raises(AnalysisError, match="not a directory of runs"):
+        collect([tmp_path / "nope"])
+    (tmp_path / "x.parquet").write_text("not parquet")
+    with pytest.raises(AnalysisError, match="not a table written by collect"):
+        load_table(tmp_path / "x.parquet")
+    with pytest.raises(AnalysisError, match="no runs.parquet or runs.csv"):
+        load_table(tmp_path)
+    empty = collect([tmp_path])
+    assert len(empty.table) == 0 and list(empty.table.columns) == list(collect_mod.COLUMNS)

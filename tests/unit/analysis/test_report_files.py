@@ -1,0 +1,79 @@
+"""report: Markdown + self-contained HTML with figures; failed/running/skipped runs listed with causes.
+
+python -m pytest tests/unit/analysis/test_report_files.py -q
+"""
+
+import json
+import re
+
+from bench import schema
+from bench.analysis import summarize_runs
+from bench.analysis.synthetic import SweepSpec, generate_sweep
+from bench.cli import main
+
+
+def test_sweep_report(tmp_path, make_run):
+    root = tmp_path / "runs"
+    generate_sweep(root, SweepSpec(world_sizes=(8, 16), repeats=2, steps=14))
+    make_run("oom1", root=root / "sweep0", status="oom", message="CUDA out of memory <script>x</script>")
+    make_run("live1", root=root / "sweep0", status="running")
+    future = make_run("future1", root=root / "sweep0", schema_version=7)
+    (future / schema.METRICS_JSONL).write_text('{"event": "start", "t": 1')  # half-written too
+
+    html = summarize_runs(root, tmp_path / "report")
+    out = tmp_path / "report"
+    assert html == out / "report.html"
+    assert {p.name for p in out.iterdir()} >= {"report.md", "report.html", "runs.parquet", "runs.csv", "figures"}
+    pngs = sorted((out / "figures").glob("*.png"))
+    names = {re.sub(r"^\d+-.*-(\w+)\.png$", r"\1", p.name) for p in pngs}
+    assert names == {"throughput", "efficiency", "mfu", "startup", "ratio"}
+    assert all(p.with_suffix(".svg").stat().st_size > 1000 for p in pngs)
+
+    md = (out / "report.md").read_text()
+    assert "15 run(s), 12 in the figures, 1 failed, 1 not finished, 1 skipped" in md
+    assert "## nanochat-base d20 · seq 2048 · batch 524,288 · NVIDIA H200" in md
+    assert "### Steady-state throughput relative to bare" in md
+    assert "Welch t-interval" in md and "steps 0..10 are warm-up" in md
+    for p in pngs:
+        assert f"](figures/{p.name})" in md
+    assert "| oom1 | s0 | bare | 8 | oom | CUDA out of memory" in md
+    assert "| live1 | s0 | bare | 8 | running | run running: not finished |" in md
+    assert "schema_version 7 is not the known version 1" in md
+
+    text = html.read_text()
+    assert text.count('src="data:image/png;base64,') == len(pngs)
+    assert "<script>x</script>" not in text and "&lt;script&gt;" in text  # messages are escaped
+
+
+def test_single_cpu_run(tmp_path, make_run):
+    d = make_run("smoke", world_size=2, peak=None, t0=None, steps=8)
+    (tmp_path / "out" / "figures").mkdir(parents=True)
+    (tmp_path / "out" / "figures" / "01-old-config-mfu.png").write_bytes(b"stale")  # from an earlier report
+    html = summarize_runs(d, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    figures = {p.name.rsplit("-", 1)[1] for p in (tmp_path / "out" / "figures").glob("*.png")}
+    assert figures == {"throughput.png", "startup.png"}  # one point: no efficiency; CPU: no MFU; no ratio
+    assert "1 run(s), 1 in the figures" in md and "CPU/unknown device" in md
+    assert html.exists()
+
+
+def test_nothing_usable(tmp_path):
+    (tmp_path / "runs").mkdir()
+    summarize_runs(tmp_path / "runs", tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "0 run(s)" in md and "No run has usable figures yet" in md
+
+
+def test_commands(tmp_path, capsys):
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
+    assert main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
+    out = capsys.readouterr().out
+    assert "6 run(s) in the table (6 read, 0 unchanged, 0 removed); 6 usable" in out
+    assert main(["report", str(tmp_path / "table"), "--out", str(tmp_path / "rep"), "--baseline", "ce"]) == 0
+    assert "relative to ce" in (tmp_path / "rep" / "report.md").read_text()
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rep2")]) == 0  # a root: collected
+    assert (tmp_path / "rep2" / "runs.parquet").exists()
+    assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "rep3")]) == 1
+    assert "no such table or directory" in capsys.readouterr().err
+    row = json.loads((tmp_path / "runs" / "sweep0" / "bare-n8-r0" / "run.json").read_text())
+    assert row["schema_version"] == schema.SCHEMA_VERSION

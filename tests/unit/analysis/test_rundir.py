@@ -1,0 +1,152 @@
+"""Run directory -> row, and every way a run directory can be broken: reported, never a crash.
+
+python -m pytest tests/unit/analysis/test_rundir.py -q
+"""
+
+import json
+
+import pytest
+
+from bench import schema
+from bench.analysis.rundir import read_run_dir
+from bench.logline import format_step_line
+
+
+def test_complete_run(make_run):
+    row = read_run_dir(make_run("r1", tok_s=200_000.0, world_size=8, t0=1000.0, startup_s=7.0))
+    assert row["status"] == "ok" and row["skip_reason"] is None and row["notes"] is None
+    assert row["tok_per_sec"] == pytest.approx(200_000.0, rel=5e-3)
+    assert row["tok_per_sec_per_gpu"] == pytest.approx(25_000.0, rel=5e-3)
+    assert row["depth"] == 20 and row["total_batch_size"] == 524_288 and row["gpu_name"] == "NVIDIA H200"
+    assert row["startup_overhead_s"] == pytest.approx(7.0)
+    assert row["time_to_first_step_s"] > 3.0  # dist init + model build + the slow first step
+    assert row["launch_to_first_step_s"] == pytest.approx(7.0 + row["time_to_first_step_s"])
+    assert row["mfu_source"] == "recomputed"
+    assert row["mfu"] == pytest.approx(100 * 3.491758e9 * row["tok_per_sec"] / (8 * 989e12))
+    assert row["peak_mem_mib"] == 70_000.0 and row["min_val_bpb"] == 1.2
+
+
+@pytest.mark.parametrize("where", [{"launch_t0": 1000.5}, {"launcher": {"t0": 1000.5}},
+                                   {"env": {schema.ENV_T0: "1000.5"}}])
+def test_t0_wherever_the_launcher_or_trainer_put_it(make_run, where):
+    row = read_run_dir(make_run("a", t0=None, startup_s=5.0, **where))
+    assert row["startup_overhead_s"] == pytest.approx(4.5)
+
+
+def test_missing_t0(make_run):
+    row = read_run_dir(make_run("b", t0=None))
+    assert row.get("startup_overhead_s") is None and row["skip_reason"] is None  # not measured, still usable
+
+
+def test_cpu_run_has_no_mfu(make_run):
+    row = read_run_dir(make_run("cpu", peak=None, world_size=2))
+    assert row["skip_reason"] is None and row.get("mfu") is None and row.get("mfu_source") is None
+
+
+def test_last_line_cut_mid_json(make_run):
+    d = make_run("cut")
+    path = d / schema.METRICS_JSONL
+    path.write_text(path.read_text() + '{"event": "step", "t": 1.0, "ste')
+    row = read_run_dir(d)
+    assert row["skip_reason"] is None
+    assert "last line cut mid-JSON" in row["notes"]
+
+
+def test_malformed_and_unknown_lines_counted(make_run):
+    d = make_run("bad")
+    path = d / schema.METRICS_JSONL
+    lines = path.read_text().splitlines()
+    lines.insert(3, "not json at all")
+    lines.insert(4, json.dumps({"event": "step", "t": 2.0}))  # lacks the step fields
+    lines.insert(5, json.dumps({"event": "teleport", "t": 2.0}))
+    path.write_text("\n".join(lines) + "\n")
+    row = read_run_dir(d)
+    assert "2 malformed line(s)" in row["notes"] and "1 value(s) of unknown event type" in row["notes"]
+    assert row["skip_reason"] is None
+
+
+@pytest.mark.parametrize("content,reason", [
+    ("", "run.json is empty"),
+    ('{"schema_version": 1, "status": "o', "run.json is not valid JSON"),
+    ("[1, 2]", "not a JSON object"),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe", "not UTF-8 text"),
+])
+def test_broken_run_json_is_skipped(make_run, content, reason):
+    d = make_run("broken")
+    path = d / schema.RUN_JSON
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    row = read_run_dir(d)
+    assert reason in row["skip_reason"]
+    assert row.get("tok_per_sec") is None  # no figures from a run we cannot identify
+
+
+def test_unknown_schema_version_is_skipped_not_guessed(make_run):
+    d = make_run("future", schema_version=99)
+    row = read_run_dir(d)
+    assert "schema_version 99" in row["skip_reason"] and row.get("tok_per_sec") is None
+
+
+def test_running_run_is_marked(make_run):
+    d = make_run("live", status="running")
+    path = d / schema.METRICS_JSONL
+    path.write_text("".join(ln + "\n" for ln in path.read_text().splitlines() if '"end"' not in ln))
+    row = read_run_dir(d)
+    assert row["status"] == "running" and row["skip_reason"] == "run running: not finished"
+
+
+def test_failed_run_keeps_its_cause(make_run):
+    d = make_run("oom", status="oom", message="CUDA out of memory; try --device_batch_size=16")
+    with open(d / schema.METRICS_JSONL, "a") as f:
+        f.write(json.dumps({"event": "error", "t": 5.0, "kind": "oom", "message": "CUDA OOM"}) + "\n")
+    row = read_run_dir(d)
+    assert row["status"] == "oom" and row["skip_reason"] == "run oom"
+    assert row["message"].startswith("CUDA out of memory")
+
+
+def test_status_from_events_without_run_json(make_run):
+    d = make_run("norj")
+    (d / schema.RUN_JSON).unlink()
+    with open(d / schema.METRICS_JSONL, "a") as f:
+        f.write(json.dumps({"event": "error", "t": 5.0, "kind": "nccl_timeout", "message": "watchdog"}) + "\n")
+    row = read_run_dir(d)
+    assert row["status"] == "nccl_timeout" and row["message"] == "nccl_timeout: watchdog"
+    assert "no run.json" in row["notes"] and row["run_id"] == "norj"
+
+
+def test_unknown_status_and_nan_fields(make_run):
+    row = read_run_dir(make_run("weird", status="exploded"))
+    assert "unknown status 'exploded'" in row["skip_reason"]
+    d = make_run("nan", peak_flops_per_gpu=float("nan"))  # written as NaN, which json accepts
+    row = read_run_dir(d)
+    assert row["skip_reason"] is None and row.get("mfu") is None
+
+
+def test_ok_without_steps_is_not_usable(tmp_path):
+    d = tmp_path / "empty"
+    d.mkdir()
+    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": 1, "status": "ok", "world_size": 1}))
+    (d / schema.METRICS_JSONL).write_text("")
+    row = read_run_dir(d)
+    assert row["skip_reason"] == "status ok but no step records"
+
+
+def test_steps_from_the_log_when_no_events(tmp_path):
+    d = tmp_path / "logonly"
+    d.mkdir()
+    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": 1, "status": "ok", "world_size": 2}))
+    lines = [format_step_line(s, 20, 5.0, 1.0, 0.5, 4000.0, 0.0, s) for s in range(20)]
+    (d / "train.log").write_text("banner\n" + "\n".join(lines) + "\n")
+    row = read_run_dir(d)
+    assert row["skip_reason"] is None and row["tok_per_sec"] == pytest.approx(4000.0)
+    assert "steps parsed from train.log" in row["notes"]
+
+
+def test_nan_milestone_time_gives_no_startup_figure(make_run):
+    d = make_run("nant")
+    path = d / schema.METRICS_JSONL
+    lines = path.read_text().splitlines()
+    lines[0] = '{"event": "start", "t": NaN}'
+    path.write_text("\n".join(lines) + "\n")
+    row = read_run_dir(d)
+    assert row.get("startup_overhead_s") is None and row.get("time_to_first_step_s") is None
+    assert row["skip_reason"] is None and row["tok_per_sec"] > 0  # the steady figures do not need it

@@ -1,0 +1,85 @@
+"""Scaling maths on hand-made tables with known answers: speedup, efficiency, ratios and their CIs.
+
+python -m pytest tests/unit/analysis/test_scaling_maths.py -q
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from bench.analysis import scaling
+from bench.analysis.collect import to_frame
+
+
+def row(runtime, world, tps, depth=20, status="ok", skip=None, **kw):
+    return {"source": f"/r/{runtime}-{world}-{tps}-{depth}", "runtime": runtime, "world_size": world,
+            "tok_per_sec": tps, "workload": "nanochat-base", "depth": depth, "max_seq_len": 2048,
+            "total_batch_size": 524288, "gpu_name": "NVIDIA H200", "status": status, "skip_reason": skip,
+            "nodes": max(1, world // 4), **kw}
+
+
+def test_speedup_and_efficiency_known_answers():
+    # repeats at 1 GPU: median 100; at 2: median 180; at 4: 320
+    rows = ([row("bare", 1, t) for t in (90, 100, 130)] + [row("bare", 2, 180)]
+            + [row("bare", 4, t) for t in (320, 300, 340)])
+    pts = scaling.scaling_table(to_frame(rows))
+    assert pts["world_size"].tolist() == [1, 2, 4]
+    assert pts["runs"].tolist() == [3, 1, 3]
+    assert pts["tok_per_sec"].tolist() == [100, 180, 320]
+    assert pts["speedup"].tolist() == pytest.approx([1.0, 1.8, 3.2])
+    assert pts["efficiency"].tolist() == pytest.approx([1.0, 0.9, 0.8])
+    assert pts["ideal_tok_per_sec"].tolist() == pytest.approx([100, 200, 400])
+    assert (pts["tok_per_sec_min"].tolist(), pts["tok_per_sec_max"].tolist()) == ([90, 180, 300], [130, 180, 340])
+
+
+def test_efficiency_relative_to_each_runtimes_smallest_point():
+    rows = [row("ce", 8, 800), row("ce", 16, 1200), row("bare", 4, 500), row("bare", 16, 1500)]
+    pts = scaling.scaling_table(to_frame(rows)).set_index(["runtime", "world_size"])
+    assert pts.loc[("ce", 16), "efficiency"] == pytest.approx(1200 / 800 * 8 / 16)
+    assert pts.loc[("bare", 16), "efficiency"] == pytest.approx(1500 / 500 * 4 / 16)
+
+
+def test_unusable_rows_and_other_configs_are_kept_apart():
+    rows = [row("bare", 1, 100), row("bare", 1, 1, status="failed", skip="run failed"),
+            row("ce", 1, 95, depth=26)]
+    df = to_frame(rows)
+    pts = scaling.scaling_table(df)
+    assert sorted(pts["config"].unique()) == ["nanochat-base d20 · seq 2048 · batch 524,288 · NVIDIA H200",
+                                              "nanochat-base d26 · seq 2048 · batch 524,288 · NVIDIA H200"]
+    assert pts.loc[pts["runtime"] == "bare", "tok_per_sec"].tolist() == [100]  # the failed run is not in
+    assert scaling.runtime_ratios(df).empty  # ce ran another config: no ratio to bare
+
+
+def test_ratio_ci_hand_computed():
+    # logs: x = [0, 0.2] (mean 0.1, var 0.02), base = [0, 0] (var 0): se = 0.1, Welch dof = 1, t = 12.7062
+    ratio, low, high = scaling.ratio_ci(np.exp([0.0, 0.2]), [1.0, 1.0])
+    assert ratio == pytest.approx(math.exp(0.1))
+    assert low == pytest.approx(math.exp(0.1 - 12.7062047 * 0.1), rel=1e-6)
+    assert high == pytest.approx(math.exp(0.1 + 12.7062047 * 0.1), rel=1e-6)
+
+
+def test_ratio_ci_agrees_with_welch_reference():
+    x, base = [0.95, 0.97, 0.96, 0.99], [1.0, 1.03, 0.99]
+    ratio, low, high = scaling.ratio_ci(x, base)
+    ref = stats.ttest_ind(np.log(x), np.log(base), equal_var=False).confidence_interval(0.95)
+    assert (math.log(low), math.log(high)) == pytest.approx((ref.low, ref.high))
+    assert ratio == pytest.approx(stats.gmean(x) / stats.gmean(base))
+
+
+def test_ratio_without_repeats_has_no_ci():
+    ratio, low, high = scaling.ratio_ci([0.9], [1.0, 1.1])
+    assert ratio == pytest.approx(0.9 / math.sqrt(1.1)) and math.isnan(low) and math.isnan(high)
+    ratio, low, high = scaling.ratio_ci([2.0, 2.0], [1.0, 1.0])  # no spread: a zero-width interval
+    assert (ratio, low, high) == (pytest.approx(2.0),) * 3
+
+
+def test_runtime_ratios_table():
+    rows = [row("bare", 8, t) for t in (100, 102, 98)] + [row("ce", 8, t) for t in (97, 99, 98)] + [row("ce", 16, 190)]
+    ratios = scaling.runtime_ratios(to_frame(rows))
+    assert len(ratios) == 1  # no bare run at 16 GPUs: nothing to compare with there
+    r = ratios.iloc[0]
+    assert (r["runtime"], r["world_size"], r["runs"], r["baseline_runs"]) == ("ce", 8, 3, 3)
+    assert r["ratio"] == pytest.approx(stats.gmean([97, 99, 98]) / stats.gmean([100, 102, 98]))
+    assert r["ci_low"] < r["ratio"] < r["ci_high"]

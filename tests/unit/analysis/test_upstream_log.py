@@ -1,0 +1,101 @@
+"""Plain logs of upstream nanochat's base_train: parsed with the shared step-line regex into a row.
+
+python -m pytest tests/unit/analysis/test_upstream_log.py -q
+"""
+
+import pytest
+
+from bench.analysis.collect import collect
+from bench.analysis.upstream import UPSTREAM_PEAK, parse_log, read_upstream_log
+
+# The start-up lines of a late-2025 8-GPU d20 run, as upstream prints them (spec §7).
+HEADER = """\
+Autodetected device type: cuda
+2025-11-20 10:00:01,123 - nanochat.common - INFO - Distributed world size: 8
+Vocab size: 65,536
+num_layers: 20
+model_dim: 1280
+num_heads: 10
+num_kv_heads: 10
+Tokens / micro-batch / rank: 32 x 2048 = 65,536
+Tokens / micro-batch: 524,288
+Total batch size 524,288 => gradient accumulation steps: 1
+Number of parameters: 560,988,160
+Estimated FLOPs per token: 3.491758e+09
+Calculated number of iterations from target data:param ratio: 21,400
+Step 00000 | Validation bpb: 3.3025
+"""
+FOOTER = """\
+Step 00020 | Validation bpb: 1.4012
+Peak memory usage: 75422.02MiB
+Total training time: 0.10m
+Minimum validation bpb: 1.4012
+"""
+
+
+def upstream_step(step: int, dt_ms: float) -> str:
+    """base_train's f-string of late 2025, written out here independently of bench/logline.py."""
+    tok = int(524288 / (dt_ms / 1000))
+    mfu = 100 * 3.491758e9 * 524288 / (dt_ms / 1000) / (989e12 * 8)
+    return (f"step {step:05d}/{21400:05d} ({100 * step / 21400:.2f}%) | loss: {11.0 - step * 0.1:.6f} | "
+            f"grad norm: {0.5:.4f} | lrm: {1.0:.2f} | dt: {dt_ms:.2f}ms | tok/sec: {tok:,} | "
+            f"mfu: {mfu:.2f} | total time: {max(0, step - 10) * dt_ms / 60000:.2f}m")
+
+
+def write_log(path, steps=20, footer=True, extra=""):
+    lines = [upstream_step(s, 40000.0 if s == 0 else 500.0) for s in range(steps)]
+    path.write_text(HEADER + "\n".join(lines) + "\n" + extra + (FOOTER if footer else ""))
+    return path
+
+
+def test_design_example_line_parses(tmp_path):
+    line = ("step 00042/21400 (0.20%) | loss: 7.123456 | lrm: 1.00 | dt: 487.12ms | tok/sec: 1,076,234 | "
+            "mfu: 47.52 | total time: 0.34m")
+    log = tmp_path / "one.log"
+    log.write_text(line + "\n")
+    run = parse_log(log)
+    assert run.steps == [{"step": 42, "num_iterations": 21400, "loss": 7.123456, "grad_norm": None, "lrm": 1.0,
+                          "dt_ms": 487.12, "tok_per_sec": 1_076_234.0, "mfu": 47.52, "total_time_s": 0.34 * 60}]
+
+
+def test_upstream_log_becomes_a_row(tmp_path):
+    row = read_upstream_log(write_log(tmp_path / "base_train.log"))
+    assert row["source_kind"] == "upstream_log" and row["runtime"] == "upstream" and row["status"] == "ok"
+    assert row["skip_reason"] is None
+    assert (row["world_size"], row["depth"], row["device_batch_size"], row["max_seq_len"],
+            row["total_batch_size"]) == (8, 20, 32, 2048, 524_288)
+    assert row["flops_per_token"] == pytest.approx(3.491758e9)
+    assert row["steady_steps"] == 9  # steps 11..19
+    assert row["tok_per_sec"] == pytest.approx(524288 / 0.5, rel=1e-5)
+    assert row["peak_mem_mib"] == pytest.approx(75422.02) and row["min_val_bpb"] == pytest.approx(1.4012)
+    # no GPU line in this log: MFU uses upstream's own assumed peak, and the row says so
+    assert row["mfu"] == pytest.approx(100 * 3.491758e9 * row["tok_per_sec"] / (8 * UPSTREAM_PEAK))
+    assert "assumed" in row["mfu_source"]
+
+
+def test_gpu_line_gives_the_real_peak(tmp_path):
+    log = write_log(tmp_path / "a100.log")
+    log.write_text("GPU: NVIDIA A100-SXM4-80GB | Peak FLOPS (BF16): 3.12e+14\n" + log.read_text())
+    row = read_upstream_log(log)
+    assert row["gpu_name"] == "NVIDIA A100-SXM4-80GB" and row["mfu_source"] == "recomputed"
+    assert row["mfu"] == pytest.approx(100 * 3.491758e9 * row["tok_per_sec"] / (8 * 312e12))
+
+
+def test_unfinished_and_concatenated_logs_are_not_used(tmp_path):
+    row = read_upstream_log(write_log(tmp_path / "cut.log", footer=False))
+    assert row["status"] == "running" and "unfinished" in row["skip_reason"]
+    two = write_log(tmp_path / "two.log", extra="\n".join(upstream_step(s, 500.0) for s in range(15)) + "\n")
+    row = read_upstream_log(two)
+    assert "several runs" in row["skip_reason"]
+
+
+def test_logs_without_step_lines_are_not_runs(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello\nstep 1 of the plan\n")
+    assert read_upstream_log(tmp_path / "notes.txt") is None
+    write_log(tmp_path / "base_train.log")
+    job = tmp_path / "jobs" / "compare-n1"  # a batch job's own Slurm log repeats its runs' output
+    job.mkdir(parents=True)
+    (job / "job.sbatch").write_text("#!/bin/bash\n")
+    write_log(job / "slurm-42.log")
+    table = collect([tmp_path]).table
+    assert list(table["run_id"]) == ["base_train"]

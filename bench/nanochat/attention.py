@@ -26,6 +26,28 @@ class FlashAttentionUnavailable(ConfigError):
     """Forced flash SDPA was asked for, but no allowed kernel runs these inputs."""
 
 
+# Names for --sdpa_backends: the kernels a run may be restricted to, process-wide.
+SDPA_BACKEND_SWITCHES = {
+    "flash": "enable_flash_sdp",
+    "efficient": "enable_mem_efficient_sdp",
+    "cudnn": "enable_cudnn_sdp",
+    "math": "enable_math_sdp",
+}
+
+
+def restrict_sdpa_backends(names: str) -> list[str]:
+    """Allow only the named SDPA kernels in this process (e.g. "cudnn" to measure cuDNN attention).
+
+    Global switches, set once before torch.compile traces the model, so the compiled graph uses
+    them too. An empty string leaves PyTorch's choice alone. Returns the names in effect.
+    """
+    chosen = [n.strip() for n in names.split(",") if n.strip()]  # names checked by TrainConfig.validate
+    if chosen:
+        for name, switch in SDPA_BACKEND_SWITCHES.items():
+            getattr(torch.backends.cuda, switch)(name in chosen)
+    return chosen
+
+
 def force_flash_from_env(environ=os.environ) -> bool:
     """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (1/true/yes/on)."""
     return environ.get(ENV_FORCE_FLASH_SDPA, "0").strip().lower() in ("1", "true", "yes", "on")

@@ -59,6 +59,8 @@ class TrainConfig:
     data_bin_dir: str = _f("", "read pre-tokenized .bin splits from this directory instead of parquet shards")
     force_flash_sdpa: bool = _f(False, "attention only via flash / memory-efficient kernels "
                                        "(also NANOCHAT_FORCE_FLASH_SDPA=1)")
+    sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
+                                "cudnn, math (empty = PyTorch's choice)")
 
     def validate(self) -> None:
         """Refuse settings that cannot work, naming the flag and what is valid."""
@@ -69,6 +71,12 @@ class TrainConfig:
         if self.resume_from_step >= 0:
             raise ConfigError(f"--resume_from_step={self.resume_from_step}: resuming is not supported; "
                               f"use -1 (start fresh)")
+        from bench.nanochat.attention import SDPA_BACKEND_SWITCHES
+
+        unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKEND_SWITCHES]
+        if unknown:
+            raise ConfigError(f"--sdpa_backends={self.sdpa_backends!r}: unknown kernel(s) {', '.join(unknown)}; "
+                              f"valid: {', '.join(SDPA_BACKEND_SWITCHES)}")
         for name in ("depth", "max_seq_len", "device_batch_size", "total_batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")

@@ -26,7 +26,7 @@ import torch
 from bench.errors import BenchError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import mfu_percent, peak_flops
-from bench.nanochat.attention import check_forced_attention, force_flash_from_env
+from bench.nanochat.attention import check_forced_attention, force_flash_from_env, restrict_sdpa_backends
 from bench.nanochat.checkpoint import save_checkpoint
 from bench.nanochat.common import get_base_dir, get_dist_info, print0
 from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
@@ -101,6 +101,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         check_forced_attention(model_config.n_head, model_config.n_kv_head,
                                model_config.n_embd // model_config.n_head, min(T, 256), dtype, device)
         print0("Attention: forced flash / memory-efficient SDPA kernels (math kernel disabled)")
+    if restrict_sdpa_backends(config.sdpa_backends):
+        print0(f"Attention: SDPA kernels restricted to {config.sdpa_backends}")
     orig_model = build_model(model_config, device)
     model = torch.compile(orig_model, dynamic=False) if device_type == "cuda" else orig_model
     num_params = orig_model.num_params()

@@ -17,6 +17,9 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 
+# The workload every run of this project trains; part of the key under which runs are compared.
+WORKLOAD = "nanochat-base"
+
 # Final statuses of a run; "pending" from submission until the trainer starts, "running" while it goes on.
 FINAL_STATUSES = ("ok", "failed", "timeout", "oom", "nccl_timeout", "no_data", "cancelled")
 STATUSES = FINAL_STATUSES + ("pending", "running")

@@ -94,7 +94,7 @@ def generate_sweep(root: Path, spec: SweepSpec | None = None) -> list[Path]:
                 run_id = f"{runtime}-n{n}-r{repeat}"
                 nodes = max(1, n // spec.gpus_per_node)
                 manifest = {
-                    "run_id": run_id, "sweep_id": spec.sweep_id, "workload": "nanochat-base", "runtime": runtime,
+                    "run_id": run_id, "sweep_id": spec.sweep_id, "workload": schema.WORKLOAD, "runtime": runtime,
                     "repeat": repeat, "nodes": nodes, "gpus_per_node": n // nodes, "world_size": n,
                     "config": {"depth": spec.depth, "max_seq_len": spec.max_seq_len, "device_batch_size": 32,
                                "total_batch_size": spec.total_batch_size, "num_iterations": spec.steps},

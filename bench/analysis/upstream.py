@@ -19,9 +19,8 @@ from pathlib import Path
 from bench.analysis.figures import step_figures
 from bench.logline import parse_step_line, parse_val_line
 from bench.metrics import peak_flops
+from bench.schema import WORKLOAD
 
-# The launcher's name for this workload (bench/launch/job.py WORKLOAD), so upstream logs compare with our runs.
-UPSTREAM_WORKLOAD = "nanochat-base"
 UPSTREAM_PEAK = 989e12  # nanochat's hard-coded H100 SXM bf16 peak behind its logged mfu
 
 _num = r"([\d,]+(?:\.\d+)?(?:e[+-]?\d+)?)"
@@ -103,7 +102,7 @@ def read_upstream_log(path: Path) -> dict | None:
     facts = dict(run.facts)
     world = facts.get("world_size", 1)  # upstream prints the world size only under torchrun
     peak = facts.get("peak_flops_per_gpu") or peak_flops(facts.get("gpu_name"))
-    row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": UPSTREAM_WORKLOAD,
+    row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,  # compares with our runs of the same config
            "runtime": "upstream", **facts, "world_size": world, "peak_flops_per_gpu": peak,
            "num_iterations": run.steps[-1]["num_iterations"]}
     figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or UPSTREAM_PEAK)

@@ -10,12 +10,11 @@
 import argparse
 import json
 import os
-import statistics
 import time
 from pathlib import Path
 
 from bench.errors import ConfigError
-from bench.schema import ENV_BASE_DIR, METRICS_JSONL, read_run_json
+from bench.schema import ENV_BASE_DIR, read_run_json
 
 # Activation bytes per token, calibrated on d20 (B=32, T=2048, bf16, compiled) on one H200, which
 # peaked at 73,833 MiB: about 27 x model_dim per layer plus 6 x vocab for the logits.
@@ -173,22 +172,6 @@ def smoke_train_args(steps: int, nproc: int) -> list[str]:
             "--sample_every=1000000", "--run=smoke"]
 
 
-def summarize_run(run_dir: Path) -> dict:
-    """The figures a reader wants from a finished run directory."""
-    events = [json.loads(line) for line in (run_dir / METRICS_JSONL).read_text().splitlines() if line.strip()]
-    steps = [e for e in events if e["event"] == "step"]
-    vals = [e for e in events if e["event"] == "val"]
-    steady = [e for e in steps if e["step"] > 10] or steps
-    return {
-        "status": read_run_json(run_dir).get("status"),
-        "steps": len(steps),
-        "first_loss": steps[0]["loss"] if steps else None,
-        "last_loss": steps[-1]["loss"] if steps else None,
-        "val_bpb": [(e["step"], e["val_bpb"]) for e in vals],
-        "median_tok_per_sec": statistics.median(e["tok_per_sec"] for e in steady) if steady else None,
-    }
-
-
 def cmd_smoke(args) -> int:
     from bench.launch.local import default_run_dir, run_local
 
@@ -202,11 +185,20 @@ def cmd_smoke(args) -> int:
     env = dict(os.environ, **{ENV_BASE_DIR: str(base_dir)})
     print(f"training a tiny model with {nproc} rank(s); run directory: {run_dir}")
     rc = run_local(smoke_train_args(args.steps, nproc), nproc, run_dir, env=env)
-    s = summarize_run(run_dir)
-    vals = ", ".join(f"step {st}: {v:.4f}" for st, v in s["val_bpb"])
-    loss = f"{s['first_loss']:.4f} -> {s['last_loss']:.4f}" if s["steps"] else "n/a"
-    tok = f"{s['median_tok_per_sec']:,.0f}" if s["median_tok_per_sec"] else "n/a"
-    print(f"\nsmoke run: {s['status']} | {s['steps']} steps | loss {loss} | val bpb {vals or 'n/a'} | "
-          f"median tok/sec {tok}")
-    print(f"run directory: {run_dir.resolve()} (run.json, metrics.jsonl, train.log)")
+    print_smoke_summary(run_dir)
     return rc
+
+
+def print_smoke_summary(run_dir: Path) -> None:
+    """The run's figures (by the analysis' steady-state rule) and a report of it, HTML and Markdown."""
+    from bench.analysis import summarize_runs
+    from bench.analysis.rundir import read_run_dir
+
+    row = read_run_dir(run_dir)
+    fmt = lambda key, spec: format(row[key], spec) if row.get(key) is not None else "n/a"  # noqa: E731
+    print(f"\nsmoke run: {row.get('status')} | {fmt('steps_recorded', 'd')} steps | final loss {fmt('final_loss', '.4f')} | "
+          f"min val bpb {fmt('min_val_bpb', '.4f')} | median tok/sec {fmt('tok_per_sec', ',.0f')} "
+          f"({row.get('steady_rule') or 'no steady steps'}) | time to first step {fmt('time_to_first_step_s', '.1f')}s")
+    print(f"run directory: {run_dir.resolve()} (run.json, metrics.jsonl, train.log)")
+    report = summarize_runs(run_dir, run_dir / "report")
+    print(f"report: {Path(report).resolve()} (and report.md beside it)")

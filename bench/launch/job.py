@@ -19,7 +19,6 @@ from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
 from bench.runtimes.edf import WORKDIR
 
-WORKLOAD = "nanochat-base"
 PORT_BASE = 20000  # rendezvous ports 20000-29999 (job id % 1000 x 10 + run index): below Linux's ephemeral range
 TRAIN_MODULE = "bench.nanochat.train"
 SLURM_LOG = "slurm-%j.log"
@@ -115,7 +114,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     runtime.check(spec)
     manifest = {
         "schema_version": schema.SCHEMA_VERSION, "run_id": point.run_id, "sweep_id": sweep_id,
-        "workload": WORKLOAD, "runtime": runtime.name, "image": {"reference": image},
+        "workload": schema.WORKLOAD, "runtime": runtime.name, "image": {"reference": image},
         "nodes": point.nodes, "gpus_per_node": sweep.gpus_per_node, "world_size": point.ranks,
         "repeat": point.repeat, "config": asdict(parse_args(train_argv)),
         "grad_accum": point.batch.grad_accum, "status": "pending",

@@ -20,7 +20,7 @@ from typing import Callable
 
 from bench import provenance
 from bench.errors import BenchError, DataError
-from bench.schema import ENV_RUN_DIR, ENV_T0, FINAL_STATUSES, EventWriter, event_writer, read_run_json, update_run_json
+from bench.schema import ENV_RUN_DIR, ENV_T0, FINAL_STATUSES, WORKLOAD, EventWriter, event_writer, read_run_json, update_run_json
 
 
 class RunRecord:
@@ -53,13 +53,17 @@ class RunRecord:
         existing = read_run_json(self.run_dir)
         defaults = {"run_id": os.path.basename(os.path.normpath(self.run_dir)),
                     "sweep_id": os.path.basename(os.path.dirname(os.path.normpath(self.run_dir))),
-                    "workload": "nanochat-base-train"}
+                    "workload": WORKLOAD}
         t0 = os.environ.get(ENV_T0)
+        # What the trainer cannot see (Slurm facts inside some containers, GPUs on a CPU run) stays as
+        # the launcher wrote it: empty values never overwrite recorded ones.
+        observed = {"gpus_per_node": gpus_per_node or None, **provenance.collect()}
         update_run_json(
             self.run_dir,
             **{k: v for k, v in defaults.items() if k not in existing},
-            config=config, world_size=world_size, nodes=nodes, gpus_per_node=gpus_per_node,
-            peak_flops_per_gpu=peak_flops_per_gpu, **provenance.collect(),
+            **{k: v for k, v in observed.items() if v is not None or k not in existing},
+            config=config, world_size=world_size, nodes=nodes,
+            peak_flops_per_gpu=peak_flops_per_gpu,
             launch_t0=float(t0) if t0 else existing.get("launch_t0"),
             started_at=time.time(), status="running", message=None,
         )

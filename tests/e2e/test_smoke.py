@@ -29,5 +29,9 @@ def test_smoke_leaves_a_complete_run_directory(tmp_path):
     assert sum(parse_step_line(line) is not None for line in log) == 12
     # what it prints: where the run is, and the figures
     assert f"run directory: {run_dir.resolve()}" in proc.stdout
-    assert "smoke run: ok | 12 steps | loss" in proc.stdout and "val bpb step 0:" in proc.stdout
+    assert "smoke run: ok | 12 steps | final loss" in proc.stdout and "min val bpb" in proc.stdout
+    # and it ends by collecting and reporting its own run
+    report = run_dir / "report" / "report.html"
+    assert f"report: {report.resolve()}" in proc.stdout
+    assert report.stat().st_size > 10_000 and "<img" in report.read_text()
     assert (base / "tokenizer" / "tokenizer.pkl").exists()

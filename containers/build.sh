@@ -3,7 +3,7 @@
 # IMAGE_REF, the git revision) that end up in every run.json.
 #   containers/build.sh                                   -> nanochat-bench:latest (full image)
 #   containers/build.sh --target deps --tag nanochat-bench-deps:latest
-#   containers/build.sh --base localhost/my-base:tag -- --build-arg PROJECT_EXTRAS=bench
+#   containers/build.sh --base localhost/my-base:tag -- --build-arg PROJECT_EXTRAS=test
 #   containers/build.sh --local ...                       runc, no ulimits, host network (CI, no daemon)
 # Environment: CONTAINER_ENGINE (podman, docker or podman-hpc; default podman).
 set -euo pipefail

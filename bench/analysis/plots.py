@@ -6,6 +6,7 @@ Each function takes the tables of bench/analysis/scaling.py (already restricted 
 returns a matplotlib Figure, or None when there is nothing to draw; `save` writes it.
 """
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str):
     ax.yaxis.set_major_formatter(FuncFormatter(_human))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("throughput (tokens/s, all GPUs)")
-    ax.set_title(f"Training throughput vs GPUs\n{config}")
+    ax.set_title(f"Training throughput vs GPUs\n{_wrap(config)}")
     ax.legend(loc="upper left")
     return fig
 
@@ -93,7 +94,7 @@ def efficiency(points: pd.DataFrame, colors: dict, config: str):
     low = float(100 * points["efficiency"].min())
     ax.set_ylim(max(0.0, 10 * ((low - 10) // 10)), max(105.0, float(100 * points["efficiency"].max()) + 5))
     ax.set_ylabel("parallel efficiency (%)")
-    ax.set_title(f"Parallel efficiency vs GPUs (relative to each runtime's smallest run)\n{config}")
+    ax.set_title(f"Parallel efficiency vs GPUs (relative to each runtime's smallest run)\n{_wrap(config)}")
     ax.legend(loc="lower left")
     return fig
 
@@ -109,7 +110,7 @@ def mfu(points: pd.DataFrame, colors: dict, config: str):
     _gpu_axis(ax, p_all["world_size"])
     ax.set_ylim(0, max(10.0, float(p_all["mfu"].max()) * 1.2))
     ax.set_ylabel("MFU (% of peak dense bf16)")
-    ax.set_title(f"Model FLOPs utilisation vs GPUs\n{config}")
+    ax.set_title(f"Model FLOPs utilisation vs GPUs\n{_wrap(config)}")
     ax.legend(loc="best")
     return fig
 
@@ -135,7 +136,7 @@ def startup(points: pd.DataFrame, colors: dict, config: str):
     ax.set_xticks(np.arange(len(counts)), [str(int(c)) for c in counts])
     ax.set_xlabel("GPUs")
     ax.set_ylabel("seconds (median over repeats)")
-    ax.set_title(f"Start-up: launch → trainer start (solid) → first step (hatched)\n{config}")
+    ax.set_title(f"Start-up: launch → trainer start (solid) → first step (hatched)\n{_wrap(config)}")
     handles = [Patch(color=colors[r], label=r) for r in runtimes]
     handles += [Patch(facecolor="white", edgecolor="black", label="start-up overhead (start − T0)"),
                 Patch(facecolor="white", edgecolor="black", hatch="//", label="time to first step")]
@@ -166,9 +167,14 @@ def ratios(ratio_table: pd.DataFrame, colors: dict, baseline: str, config: str):
     hi = max(1.05, float(ratio_table[["ratio", "ci_high"]].max().max()) + 0.02)
     ax.set_ylim(lo, hi)
     ax.set_ylabel(f"tok/s relative to {baseline}")
-    ax.set_title(f"Steady-state throughput relative to {baseline} (95% CI over repeats)\n{config}")
+    ax.set_title(f"Steady-state throughput relative to {baseline} (95% CI over repeats)\n{_wrap(config)}")
     ax.legend(loc="best")
     return fig
+
+
+def _wrap(config: str, width: int = 80) -> str:
+    """A config label over as many lines as it needs to fit the figure's width."""
+    return "\n".join(textwrap.wrap(config, width))
 
 
 def save(fig, out_dir: Path, name: str, title: str) -> SavedFigure:

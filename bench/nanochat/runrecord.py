@@ -23,6 +23,11 @@ from bench.errors import BenchError, DataError
 from bench.schema import ENV_RUN_DIR, ENV_T0, FINAL_STATUSES, WORKLOAD, EventWriter, event_writer, read_run_json, update_run_json
 
 
+def _known(value):
+    """A value without its unknown parts (None inside a dict), so it cannot blank out a recorded one."""
+    return {k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+
+
 class RunRecord:
     def __init__(self, rank: int, run_dir: str | None = None):
         self.rank = rank
@@ -57,11 +62,11 @@ class RunRecord:
         t0 = os.environ.get(ENV_T0)
         # What the trainer cannot see (Slurm facts inside some containers, GPUs on a CPU run) stays as
         # the launcher wrote it: empty values never overwrite recorded ones.
-        observed = {"gpus_per_node": gpus_per_node or None, **provenance.collect()}
+        observed = {k: _known(v) for k, v in {"gpus_per_node": gpus_per_node, **provenance.collect()}.items()}
         update_run_json(
             self.run_dir,
             **{k: v for k, v in defaults.items() if k not in existing},
-            **{k: v for k, v in observed.items() if v is not None or k not in existing},
+            **{k: v for k, v in observed.items() if v or k not in existing},
             config=config, world_size=world_size, nodes=nodes,
             peak_flops_per_gpu=peak_flops_per_gpu,
             launch_t0=float(t0) if t0 else existing.get("launch_t0"),

@@ -9,7 +9,7 @@ import torch
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat.runrecord import RunRecord, classify_failure
-from bench.schema import read_run_json
+from bench.schema import WORKLOAD, read_run_json, update_run_json
 
 
 def test_oom_suggests_a_smaller_device_batch_size():
@@ -49,3 +49,29 @@ def test_without_run_dir_nothing_is_written(tmp_path, monkeypatch):
     record.start({}, 1, 1, 0, None)
     record.fail("failed", "x")
     assert list(tmp_path.iterdir()) == []
+
+def test_trainer_keeps_launcher_facts_it_cannot_see(tmp_path, monkeypatch):
+    # inside some containers SLURM_* is hidden, and a CPU run has no GPUs to count
+    for var in ("SLURM_JOB_ID", "NANOCHAT_BENCH_IMAGE", "NANOCHAT_BENCH_IMAGE_DIGEST"):
+        monkeypatch.delenv(var, raising=False)
+    update_run_json(tmp_path, run_id="r1", sweep_id="s1", workload=WORKLOAD, runtime="podman", gpus_per_node=2,
+                    slurm={"job_id": "42", "nodelist": "n[1-2]"}, image={"reference": "localhost/x:1", "digest": "sha256:ab"},
+                    status="pending")
+    RunRecord(rank=0, run_dir=str(tmp_path)).start({"depth": 2}, world_size=4, nodes=2, gpus_per_node=0,
+                                                   peak_flops_per_gpu=None)
+    run = read_run_json(tmp_path)
+    assert run["slurm"] == {"job_id": "42", "nodelist": "n[1-2]"}
+    assert run["gpus_per_node"] == 2
+    assert run["image"]["reference"] == "localhost/x:1" and run["image"]["digest"] == "sha256:ab"
+    assert run["run_id"] == "r1" and run["status"] == "running" and run["world_size"] == 4
+    assert run["software"]["torch"]  # what the trainer does see is recorded
+
+
+def test_trainer_alone_fills_every_field(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    run_dir = tmp_path / "local" / "run-7"
+    RunRecord(rank=0, run_dir=str(run_dir)).start({"depth": 2}, world_size=1, nodes=1, gpus_per_node=0,
+                                                  peak_flops_per_gpu=None)
+    run = read_run_json(run_dir)
+    assert (run["run_id"], run["sweep_id"], run["workload"]) == ("run-7", "local", WORKLOAD)
+    assert run["gpus_per_node"] == 0 and run["slurm"] is None

@@ -53,7 +53,7 @@ def cmd_report(args) -> int:
     if not source.exists():
         raise AnalysisError(f"{source}: no such table or directory")
     table = load_or_collect(source, args.out)
-    html = write_report(table, args.out, baseline=args.baseline, title=args.title, source=str(source.resolve()))
+    html = write_report(table, args.out, baseline=args.baseline, title=args.title, source=str(source))
     print(f"wrote {html.with_name('report.md')}\nwrote {html}")
     return 0
 

@@ -50,6 +50,9 @@ def write_json_atomic(path: str | os.PathLike, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a manifest is as readable as any file written
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=True, default=str)
             f.write("\n")

@@ -61,6 +61,7 @@ class TrainConfig:
                                        "(also NANOCHAT_FORCE_FLASH_SDPA=1)")
     sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
                                 "cudnn, math (empty = PyTorch's choice)")
+    profile_step: int = _f(-1, "profile this step with torch.profiler into the run directory (-1 = off)")
 
     def validate(self) -> None:
         """Refuse settings that cannot work, naming the flag and what is valid."""

@@ -33,6 +33,7 @@ from bench.nanochat.compute import autodetect_device_type, compute_cleanup, comp
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
+from bench.nanochat.profile import maybe_profile
 from bench.nanochat.runrecord import RunRecord, classify_failure, install_signal_thread
 
 SAMPLE_PROMPTS = [
@@ -209,29 +210,30 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
         # ------------------------------------------------------------------------------------------
         # one training step, timed between device synchronisations
-        synchronize()
-        t0 = time.time()
-        for _ in range(grad_accum):
-            with autocast_ctx:
-                loss = model(x, y)
-            train_loss = loss.detach()  # for logging
-            loss = loss / grad_accum  # each .backward() adds: normalise to the mean over micro-steps
-            loss.backward()
-            x, y = next(train_loader)  # prefetch while the device runs the backward pass
-        grad_norm = None
-        if config.grad_clip > 0.0:  # on each rank's local gradients, before the optimizers average them
-            grad_norm = torch.nn.utils.clip_grad_norm_(orig_model.parameters(), config.grad_clip).item()
-        lrm = get_lr_multiplier(step)
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group["lr"] = group["initial_lr"] * lrm
-        for group in muon_optimizer.param_groups:
-            group["momentum"] = get_muon_momentum(step)
-        for opt in optimizers:
-            opt.step()
-        model.zero_grad(set_to_none=True)
-        synchronize()
-        dt = time.time() - t0
+        with maybe_profile(master_process and step == config.profile_step, record.run_dir, step, device_type):
+            synchronize()
+            t0 = time.time()
+            for _ in range(grad_accum):
+                with autocast_ctx:
+                    loss = model(x, y)
+                train_loss = loss.detach()  # for logging
+                loss = loss / grad_accum  # each .backward() adds: normalise to the mean over micro-steps
+                loss.backward()
+                x, y = next(train_loader)  # prefetch while the device runs the backward pass
+            grad_norm = None
+            if config.grad_clip > 0.0:  # on each rank's local gradients, before the optimizers average them
+                grad_norm = torch.nn.utils.clip_grad_norm_(orig_model.parameters(), config.grad_clip).item()
+            lrm = get_lr_multiplier(step)
+            for opt in optimizers:
+                for group in opt.param_groups:
+                    group["lr"] = group["initial_lr"] * lrm
+            for group in muon_optimizer.param_groups:
+                group["momentum"] = get_muon_momentum(step)
+            for opt in optimizers:
+                opt.step()
+            model.zero_grad(set_to_none=True)
+            synchronize()
+            dt = time.time() - t0
         # ------------------------------------------------------------------------------------------
 
         # logging: the bias-corrected EMA of the train loss, throughput, MFU

@@ -117,3 +117,23 @@ def test_ranks_see_different_data(base_dir_env):
     assert not torch.equal(first[0][0], first[1][0])
     x, y = first[0]
     assert x.shape == (B, T) and x.dtype == torch.int64 and torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_profile_step_writes_a_kernel_table_and_a_trace(tiny_base_dir, tmp_path):
+    """--profile_step=N: where the time of step N goes, written beside the run."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(tiny_base_dir), NANOCHAT_BENCH_RUN_DIR=str(tmp_path),
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "bench.nanochat.train", "--depth=2", f"--max_seq_len={T}",
+                           f"--device_batch_size={B}", f"--total_batch_size={B * T}", "--num_iterations=3",
+                           "--eval_every=-1", "--sample_every=-1", "--profile_step=1", "--model_tag=test_profile"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = (tmp_path / "profile_step1.txt").read_text()
+    assert "aten::mm" in table and "Self CPU" in table
+    assert json.loads((tmp_path / "profile_step1.json").read_text())["traceEvents"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "run.json").stat().st_mode & 0o777 == 0o666 & ~umask  # as any file the user writes

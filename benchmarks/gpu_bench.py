@@ -9,24 +9,22 @@ pseudo-words drawn from a Zipf law, which gives BPE enough distinct pairs for ev
 `torchrun -m bench.nanochat.train` with the d20 recipe (device batch 32, sequence 2048, total batch
 524,288 tokens, so gradient accumulation 8 on one GPU, 4 on two) for a fixed number of steps, and
 prints the figures from each run's metrics.jsonl. Evaluation, sampling and CORE are off: only the
-training step is timed. Steady state = steps after the warm-up (bench.analysis rule).
+training step is timed. Figures follow the analysis' steady-state rule (steps after 10).
 """
 
 import argparse
 import json
 import os
 import random
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, REPO)
 
-WARMUP_STEPS = 10  # steps 0..10 are compile/allocator warm-up, as in nanochat's total-time rule
-
+from bench.analysis.rundir import read_run_dir  # noqa: E402
+from bench.launch.local import run_local  # noqa: E402
 
 def pseudo_word_docs(num_docs: int, words_per_doc: int = 300, vocab: int = 150_000, seed: int = 0) -> list[str]:
     """Documents of Zipf-distributed pseudo-words: enough distinct byte pairs for 65k BPE merges."""
@@ -56,35 +54,13 @@ def prepare_data(base_dir: Path, vocab_size: int) -> None:
         print(f"trained the {vocab_size:,}-token tokenizer in {time.time() - t:.1f}s", flush=True)
 
 
-def run_trainer(nproc: int, run_dir: Path, flags: list[str], env_extra: dict) -> int:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "bench.nanochat.train", "--", *flags]
-    env = {**os.environ, "NANOCHAT_BENCH_RUN_DIR": str(run_dir), **env_extra}
-    env["PYTHONPATH"] = f"{REPO}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    print("$ " + " ".join(cmd), flush=True)
-    with open(run_dir / "train.log", "w") as log:
-        proc = subprocess.run(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    return proc.returncode
-
-
 def summarize(run_dir: Path, nproc: int) -> dict:
-    events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    first = {e["event"]: e for e in reversed(events)}  # earliest event of each kind
-    steps = [e for e in events if e["event"] == "step" and e["step"] > WARMUP_STEPS]
-    end = next((e for e in events if e["event"] == "end"), {})
-    tok = statistics.median(e["tok_per_sec"] for e in steps) if steps else float("nan")
-    mfus = [e["mfu"] for e in steps if e.get("mfu") is not None]
-    return {
-        "gpus": nproc,
-        "steady_steps": len(steps),
-        "tok_per_sec": tok,
-        "tok_per_sec_per_gpu": tok / nproc,
-        "mfu": statistics.median(mfus) if mfus else None,
-        "dt_ms": statistics.median(e["dt_ms"] for e in steps) if steps else None,
-        "peak_mem_mib": end.get("peak_mem_mib"),
-        "time_to_first_step_s": first["first_step"]["t"] - first["start"]["t"] if "first_step" in first else None,
-    }
+    """The run's figures by the analysis' own steady-state rule (bench.analysis.rundir)."""
+    row = read_run_dir(run_dir)
+    return {"gpus": nproc, "steady_steps": row.get("steady_steps"), "tok_per_sec": row.get("tok_per_sec"),
+            "tok_per_sec_per_gpu": row.get("tok_per_sec_per_gpu"), "mfu": row.get("mfu"),
+            "dt_ms": row.get("step_time_ms"), "peak_mem_mib": row.get("peak_mem_mib"),
+            "time_to_first_step_s": row.get("time_to_first_step_s")}
 
 
 def main() -> int:
@@ -114,13 +90,15 @@ def main() -> int:
                      "--eval_every=-1", "--core_metric_every=-1", "--sample_every=-1", "--run=dummy",
                      *flag_part.split()]
             run_dir = out / f"{name}-{nproc}gpu"
-            rc = run_trainer(nproc, run_dir, flags, env_extra)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]), **env_extra}
+            rc = run_local(flags, nproc, run_dir, env=env)
             row = {"variant": name, "rc": rc, **summarize(run_dir, nproc)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     for row in rows:  # weak-scaling efficiency against the same variant's 1-GPU figure
         base = next((r for r in rows if r["variant"] == row["variant"] and r["gpus"] == 1), None)
-        row["efficiency"] = row["tok_per_sec_per_gpu"] / base["tok_per_sec_per_gpu"] if base else None
+        ok = base and row["tok_per_sec_per_gpu"] and base["tok_per_sec_per_gpu"]  # a failed run has no figures
+        row["efficiency"] = row["tok_per_sec_per_gpu"] / base["tok_per_sec_per_gpu"] if ok else None
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
 
     header = f"{'variant':<14}{'GPUs':>5}{'tok/s':>12}{'tok/s/GPU':>12}{'MFU %':>8}{'dt ms':>9}{'peak MiB':>10}{'TTFS s':>8}{'eff':>7}"

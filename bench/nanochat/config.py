@@ -61,6 +61,8 @@ class TrainConfig:
                                        "(also NANOCHAT_FORCE_FLASH_SDPA=1)")
     sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
                                 "cudnn, math (empty = PyTorch's choice)")
+    fused_ce: bool = _f(False, "training loss through a chunked lm_head + soft-capped cross-entropy that never "
+                               "holds the full fp32 logits (same maths; evaluation unchanged)")
     profile_step: int = _f(-1, "profile this step with torch.profiler into the run directory (-1 = off)")
 
     def validate(self) -> None:

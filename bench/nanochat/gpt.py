@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from bench.nanochat.adamw import DistAdamW
 from bench.nanochat.attention import causal_attention
+from bench.nanochat.fused_ce import fused_linear_softcap_ce
 from bench.nanochat.muon import DistMuon, Muon
 
 SOFTCAP = 15.0  # logits = SOFTCAP * tanh(logits / SOFTCAP)
@@ -39,6 +40,7 @@ class GPTConfig:
     n_kv_head: int = 6  # key/value heads (GQA)
     n_embd: int = 768
     force_flash_sdpa: bool = False  # attention only through flash / memory-efficient kernels
+    fused_ce: bool = False  # training loss through the chunked lm_head + cross-entropy of fused_ce.py
 
     @classmethod
     def from_depth(cls, depth: int, vocab_size: int, sequence_len: int = 2048, **kw) -> "GPTConfig":
@@ -214,6 +216,8 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x, cos_sin)
         x = norm(x)
+        if targets is not None and loss_reduction == "mean" and self.config.fused_ce:  # same loss, no fp32 logits
+            return fused_linear_softcap_ce(x, self.lm_head.weight, targets, softcap=SOFTCAP)
         logits = self.lm_head(x)
         logits = SOFTCAP * torch.tanh(logits / SOFTCAP)  # on the autocast dtype, then fp32, as upstream then
         logits = logits.float()

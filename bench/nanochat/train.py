@@ -82,7 +82,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     vocab_size = tokenizer.get_vocab_size()
     print0(f"Vocab size: {vocab_size:,}")
     force_flash = config.force_flash_sdpa
-    model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len, force_flash_sdpa=force_flash)
+    model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len, force_flash_sdpa=force_flash,
+                                        fused_ce=config.fused_ce)
     print0(f"num_layers: {model_config.n_layer}")
     print0(f"model_dim: {model_config.n_embd}")
     print0(f"num_heads: {model_config.n_head}")

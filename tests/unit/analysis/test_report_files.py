@@ -31,7 +31,7 @@ def test_sweep_report(tmp_path, make_run):
 
     md = (out / "report.md").read_text()
     assert "15 run(s), 12 in the figures, 1 failed, 1 not finished, 1 skipped" in md
-    assert "## nanochat-base d20 · seq 2048 · batch 524,288 · device batch 32 · NVIDIA H200" in md
+    assert "## nanochat-base d20 · seq 2048 · batch 524,288 · NVIDIA H200" in md
     assert "### Steady-state throughput relative to bare" in md
     assert "Welch t-interval" in md and "steps 0..10 are warm-up" in md
     for p in pngs:

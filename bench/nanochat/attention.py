@@ -45,6 +45,11 @@ def restrict_sdpa_backends(names: str) -> list[str]:
     if chosen:
         for name, switch in SDPA_BACKEND_SWITCHES.items():
             getattr(torch.backends.cuda, switch)(name in chosen)
+        # The kernel is picked when the graph is traced, and torch.compile's on-disk caches do not key on
+        # these switches: a cached graph of another kernel would be measured instead. Compile afresh.
+        import torch._inductor.config as inductor_config
+
+        inductor_config.force_disable_caches = True
     return chosen
 
 

@@ -5,10 +5,12 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bench.errors import ConfigError
-from bench.nanochat.attention import (FlashAttentionUnavailable, causal_attention, check_forced_attention,
-                                      force_flash_from_env)
+from bench.nanochat.attention import (SDPA_BACKEND_SWITCHES, FlashAttentionUnavailable, causal_attention,
+                                      check_forced_attention, force_flash_from_env, restrict_sdpa_backends)
+from bench.nanochat.config import parse_args
 from bench.nanochat.gpt import GPTConfig, build_model
 
 
@@ -44,3 +46,36 @@ def test_forced_model_trains_on_cpu():
 def test_env_switch(value, expected):
     assert force_flash_from_env({"NANOCHAT_FORCE_FLASH_SDPA": value}) is expected
     assert force_flash_from_env({}) is False
+
+
+@pytest.fixture
+def restore_sdpa_switches():
+    """restrict_sdpa_backends changes process-wide switches: put them back after the test."""
+    import torch._inductor.config as inductor_config
+
+    saved = {name: getattr(torch.backends.cuda, f"{switch.replace('enable_', '')}_enabled")()
+             for name, switch in SDPA_BACKEND_SWITCHES.items()}
+    caches = inductor_config.force_disable_caches
+    yield
+    for name, switch in SDPA_BACKEND_SWITCHES.items():
+        getattr(torch.backends.cuda, switch)(saved[name])
+    inductor_config.force_disable_caches = caches
+
+
+def test_sdpa_backends_restrict_the_kernels_and_compile_afresh(restore_sdpa_switches):
+    import torch._inductor.config as inductor_config
+
+    assert restrict_sdpa_backends("") == [] and torch.backends.cuda.math_sdp_enabled()
+    assert restrict_sdpa_backends("flash, efficient") == ["flash", "efficient"]
+    assert not torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+    assert inductor_config.force_disable_caches  # a cached graph of another kernel must not be reused
+    q = torch.randn(1, 2, 16, 64)
+    out = F.scaled_dot_product_attention(q, q, q, is_causal=True)  # CPU's flash kernel still serves
+    assert torch.isfinite(out).all()
+    restrict_sdpa_backends("math")
+    assert torch.backends.cuda.math_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+
+
+def test_unknown_sdpa_backend_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"--sdpa_backends='flash,warp'.*unknown kernel\(s\) warp.*valid: flash"):
+        parse_args(["--sdpa_backends=flash,warp"])

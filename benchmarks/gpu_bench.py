@@ -9,7 +9,8 @@ pseudo-words drawn from a Zipf law, which gives BPE enough distinct pairs for ev
 `torchrun -m bench.nanochat.train` with the d20 recipe (device batch 32, sequence 2048, total batch
 524,288 tokens, so gradient accumulation 8 on one GPU, 4 on two) for a fixed number of steps, and
 prints the figures from each run's metrics.jsonl. Evaluation, sampling and CORE are off: only the
-training step is timed. Figures follow the analysis' steady-state rule (steps after 10).
+training step is timed. `dloss` is the largest gap between a variant's loss curve and the first
+variant's at the same GPU count: a speed-up must not change the training (e.g. d12, 200 steps). Figures follow the analysis' steady-state rule (steps after 10).
 """
 
 import argparse
@@ -23,8 +24,9 @@ from pathlib import Path
 REPO = str(Path(__file__).resolve().parent.parent)
 sys.path.insert(0, REPO)
 
-from bench.analysis.rundir import read_run_dir  # noqa: E402
+from bench.analysis.rundir import read_events, read_run_dir  # noqa: E402
 from bench.launch.local import run_local  # noqa: E402
+from bench.schema import METRICS_JSONL  # noqa: E402
 
 def pseudo_word_docs(num_docs: int, words_per_doc: int = 300, vocab: int = 150_000, seed: int = 0) -> list[str]:
     """Documents of Zipf-distributed pseudo-words: enough distinct byte pairs for 65k BPE merges."""
@@ -63,6 +65,17 @@ def summarize(run_dir: Path, nproc: int) -> dict:
             "time_to_first_step_s": row.get("time_to_first_step_s")}
 
 
+def max_loss_deviation(run_dir: Path, reference_dir: Path) -> float | None:
+    """Largest |loss - reference loss| over the steps both runs logged (None without common steps)."""
+    def losses(d: Path) -> dict[int, float]:
+        events = read_events(d / METRICS_JSONL, [])
+        return {e["step"]: e["loss"] for e in events if e.get("event") == "step"}
+
+    a, b = losses(run_dir), losses(reference_dir)
+    common = a.keys() & b.keys()
+    return max(abs(a[s] - b[s]) for s in common) if common else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="1", help="comma-separated GPU counts to run (default 1)")
@@ -99,15 +112,19 @@ def main() -> int:
         base = next((r for r in rows if r["variant"] == row["variant"] and r["gpus"] == 1), None)
         ok = base and row["tok_per_sec_per_gpu"] and base["tok_per_sec_per_gpu"]  # a failed run has no figures
         row["efficiency"] = row["tok_per_sec_per_gpu"] / base["tok_per_sec_per_gpu"] if ok else None
+        # a faster variant must train the same model: its loss curve against the first variant's
+        first = next(r for r in rows if r["gpus"] == row["gpus"])
+        row["loss_dev"] = max_loss_deviation(out / f"{row['variant']}-{row['gpus']}gpu",
+                                             out / f"{first['variant']}-{first['gpus']}gpu")
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
 
-    header = f"{'variant':<14}{'GPUs':>5}{'tok/s':>12}{'tok/s/GPU':>12}{'MFU %':>8}{'dt ms':>9}{'peak MiB':>10}{'TTFS s':>8}{'eff':>7}"
+    header = f"{'variant':<14}{'GPUs':>5}{'tok/s':>12}{'tok/s/GPU':>12}{'MFU %':>8}{'dt ms':>9}{'peak MiB':>10}{'TTFS s':>8}{'eff':>7}{'dloss':>9}"
     print(header)
     for r in rows:
         fmt = lambda v, f: format(v, f) if v is not None else "-"  # noqa: E731
         print(f"{r['variant']:<14}{r['gpus']:>5}{fmt(r['tok_per_sec'], ',.0f'):>12}{fmt(r['tok_per_sec_per_gpu'], ',.0f'):>12}"
               f"{fmt(r['mfu'], '.2f'):>8}{fmt(r['dt_ms'], '.1f'):>9}{fmt(r['peak_mem_mib'], ',.0f'):>10}"
-              f"{fmt(r['time_to_first_step_s'], '.1f'):>8}{fmt(r['efficiency'], '.3f'):>7}")
+              f"{fmt(r['time_to_first_step_s'], '.1f'):>8}{fmt(r['efficiency'], '.3f'):>7}{fmt(r['loss_dev'], '.4f'):>9}")
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

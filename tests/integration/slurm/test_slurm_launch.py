@@ -144,7 +144,7 @@ def test_squeue_json_and_scontrol_parse_on_this_slurm(slurm_cluster):
     """The status parsers read this Slurm's real answers (a held job, then cancelled)."""
     from bench.launch.slurm import SlurmCLI
 
-    job_id = slurm_cluster.run(["sbatch", "--parsable", "--hold", "--wrap", "true"]).stdout.strip()
+    job_id = slurm_cluster.run(["sbatch", "--parsable", "--hold", "--output=/dev/null", "--wrap", "true"]).stdout.strip()
     backend = SlurmCLI()
     assert backend.states([job_id])[job_id].state == "PENDING"
     slurm_cluster.run(["scancel", job_id])

@@ -27,6 +27,11 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
 ]
 
 
+# Steps 0..10 are warm-up (compilation, allocator): nanochat keeps them out of its total training time,
+# and the analysis keeps them out of the steady state.
+WARMUP_STEPS = 10
+
+
 def peak_flops(device_name: str | None) -> float | None:
     """Peak dense bf16 FLOP/s for a GPU name as torch reports it, or None if unknown (or CPU)."""
     if not device_name:

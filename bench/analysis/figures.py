@@ -10,9 +10,8 @@ Throughput is the median over steady steps: robust to the odd slow step (checkpo
 import math
 import statistics
 
-from bench.metrics import mfu_percent
+from bench.metrics import WARMUP_STEPS, mfu_percent
 
-WARMUP_STEPS = 10  # steps <= 10 are warm-up (nanochat: `if step > 10: total_training_time += dt`)
 RULE_AFTER_WARMUP = f"step > {WARMUP_STEPS}"
 RULE_SECOND_HALF = "second half (run shorter than warm-up)"
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import schema
+from bench.metrics import peak_flops
 
-H200_PEAK = 989e12
+H200_PEAK = peak_flops("NVIDIA H200")
 D20_FLOPS_PER_TOKEN = 3.491758e9
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from bench.schema import write_json_atomic
+
 
 def _save_atomic(obj, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
@@ -29,10 +31,7 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: d
     if rank == 0:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         _save_atomic(model_state, checkpoint_dir / f"model_{step:06d}.pt")
-        meta_path = checkpoint_dir / f"meta_{step:06d}.json"
-        tmp = meta_path.with_name(f".{meta_path.name}.tmp")
-        tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-        os.replace(tmp, meta_path)
+        write_json_atomic(checkpoint_dir / f"meta_{step:06d}.json", meta)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # the directory exists before other ranks write into it
     _save_atomic(optimizer_states, checkpoint_dir / f"optim_{step:06d}_rank{rank}.pt")

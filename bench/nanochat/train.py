@@ -25,7 +25,7 @@ import torch
 
 from bench.errors import BenchError
 from bench.logline import format_step_line, format_val_line
-from bench.metrics import mfu_percent, peak_flops
+from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.attention import check_forced_attention, force_flash_from_env, restrict_sdpa_backends
 from bench.nanochat.checkpoint import save_checkpoint
 from bench.nanochat.common import get_base_dir, get_dist_info, print0
@@ -45,7 +45,6 @@ SAMPLE_PROMPTS = [
     "My favorite color is",
     "If 5*x + 3 = 13, then x is",
 ]
-WARMUP_STEPS = 10  # steps 0..10 stay out of the total training time (compilation, allocator warm-up)
 
 
 def train(config: TrainConfig, record: RunRecord) -> dict:

@@ -10,8 +10,9 @@ import json
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -44,24 +45,33 @@ ENV_RUN_DIR = "NANOCHAT_BENCH_RUN_DIR"
 ENV_T0 = "NANOCHAT_BENCH_T0"
 
 
-def write_json_atomic(path: str | os.PathLike, data: dict[str, Any]) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+@contextmanager
+def atomic_target(path: str | os.PathLike) -> Iterator[str]:
+    """A fresh temp file beside `path` to write into; renamed onto `path` when the block ends cleanly,
+    removed when it raises. A reader sees the old file or the new one, never half of one, and writers
+    that race on one path (two runs sharing a checkpoint tag) each get their own temp file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a manifest is as readable as any file written
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result is as readable as any file written
+        os.close(fd)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, data: dict[str, Any]) -> None:
+    """Write JSON so that a reader sees the old file or the new one, never half of one."""
+    with atomic_target(path) as tmp, open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_run_json(run_dir: str | os.PathLike) -> dict[str, Any]:

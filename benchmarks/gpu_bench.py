@@ -90,8 +90,11 @@ def main() -> int:
                     help="NAME or NAME:ENV=V,...:--flag=v ... to compare variants (default: one 'baseline')")
     args = ap.parse_args()
 
-    prepare_data(Path(args.base_dir), args.vocab_size)
-    out = Path(args.out)
+    base_dir, out = Path(args.base_dir).resolve(), Path(args.out).resolve()
+    # `torchrun -m bench.nanochat.train` finds `bench` in the working directory before PYTHONPATH:
+    # run from this checkout, so that comparing two checkouts measures each one's own code.
+    os.chdir(REPO)
+    prepare_data(base_dir, args.vocab_size)
     rows = []
     for spec in args.variant or ["baseline"]:
         name, _, rest = spec.partition(":")

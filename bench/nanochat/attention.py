@@ -4,8 +4,14 @@ Upstream nanochat calls `F.scaled_dot_product_attention(..., is_causal=True)` an
 kernel; in bf16 on an H100 that is its flash kernel. On another GPU, dtype or head size PyTorch may
 quietly fall back to the math kernel, which materialises the T x T score matrix: a benchmark would
 then measure a different program. With forcing on (`--force_flash_sdpa` or NANOCHAT_FORCE_FLASH_SDPA=1)
-only the flash and memory-efficient kernels are allowed, and inputs none of them can take end the run
-with an error naming dtype, head dim and device instead of a silent fallback.
+only the flash-style kernels are allowed (cuDNN's flash attention, PyTorch's flash and memory-efficient
+kernels), and inputs none of them can take end the run with an error naming dtype, head dim and device
+instead of a silent fallback.
+
+cuDNN belongs in that set: it is PyTorch's own first choice on Hopper (torch 2.11 on an H200 runs cuDNN's
+`sdpa_sm90_flash` kernels when left alone), and at d20 it took 60 ms per micro-step against 109 ms for
+PyTorch's flash kernel (benchmarks/step_floor.py). Forcing flash and memory-efficient alone made the whole
+d20 step 7% slower on one H200 (3,655 ms against 3,410; results/h200-d20/README.md).
 """
 
 import os
@@ -18,8 +24,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from bench.errors import ConfigError
 from bench.schema import ENV_FORCE_FLASH_SDPA
 
-# The kernels a forced run may use; the math kernel is deliberately absent.
-FORCED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+# The kernels a forced run may use, PyTorch's own priority among them; the math kernel is deliberately absent.
+FORCED_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
 
 
 class FlashAttentionUnavailable(ConfigError):
@@ -90,7 +96,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_g
         if "No available kernel" not in str(e):
             raise
         raise FlashAttentionUnavailable(
-            f"forced flash SDPA: neither the flash nor the memory-efficient attention kernel supports "
+            f"forced flash SDPA: none of the cuDNN, flash and memory-efficient attention kernels supports "
             f"these inputs ({_describe(q, k, v)}){_torch_reasons(q, k, v, enable_gqa)}; allowed kernels: "
             f"{', '.join(b.name for b in FORCED_BACKENDS)}. Use bf16/fp16 on a GPU with a supported head "
             f"dim, or run without --force_flash_sdpa / {ENV_FORCE_FLASH_SDPA}=1 to allow the math kernel."

@@ -5,7 +5,7 @@
   <base_dir>/base_checkpoints/<model_tag>/optim_<step:06d>_rank<r>.pt every rank: its optimizer shards
 
 Only rank 0 creates the directory (upstream's race, fixed there in Dec 2025); the other ranks wait at
-a barrier before writing their optimizer state. Files are written to a temp name and renamed.
+a barrier before writing their optimizer state. Files are written to a temp file of their own and renamed.
 """
 
 import json
@@ -15,13 +15,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench.schema import write_json_atomic
+from bench.schema import atomic_target, write_json_atomic
 
 
 def _save_atomic(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: dict, optimizer_states: list,

@@ -57,7 +57,7 @@ class TrainConfig:
     model_tag: str = _f("", "checkpoint subdirectory (default d<depth>)")
     # nanochat-bench additions
     data_bin_dir: str = _f("", "read pre-tokenized .bin splits from this directory instead of parquet shards")
-    force_flash_sdpa: bool = _f(False, "attention only via flash / memory-efficient kernels "
+    force_flash_sdpa: bool = _f(False, "attention only via flash-style kernels (cuDNN, flash, memory-efficient) "
                                        "(also NANOCHAT_FORCE_FLASH_SDPA=1)")
     sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
                                 "cudnn, math (empty = PyTorch's choice)")

@@ -39,7 +39,7 @@ class GPTConfig:
     n_head: int = 6  # query heads
     n_kv_head: int = 6  # key/value heads (GQA)
     n_embd: int = 768
-    force_flash_sdpa: bool = False  # attention only through flash / memory-efficient kernels
+    force_flash_sdpa: bool = False  # attention only through flash-style kernels (cuDNN, flash, mem-efficient)
     fused_ce: bool = False  # training loss through the chunked lm_head + cross-entropy of fused_ce.py
 
     @classmethod

@@ -4,10 +4,15 @@ Mirrors karpathy/nanochat nanochat/muon.py (after Keller Jordan's Muon and modde
 SGD momentum with Nesterov, the update orthogonalised by five quintic Newton-Schulz steps in bf16,
 scaled by sqrt(max(1, rows/cols)). For the 2-D matrices of the transformer blocks only.
 
-DistMuon shards the work: within each group of same-shaped params, param base+r is owned by rank r;
-a reduce_scatter(AVG) hands each owner its averaged gradient, the owner alone keeps the momentum and
-computes the update, and an all_gather replicates the new weights. All communication happens in
-`step()` (none overlaps the backward pass), as upstream.
+The matrices of one shape are stacked and go through momentum and Newton-Schulz as one batch (as
+upstream's later Muon does): the same maths matrix by matrix, in a few large kernels. Done one matrix at
+a time, a d20 step spent about 118 ms in the optimizer on one H200, most of it launching ~5,000 small
+kernels (benchmarks/step_floor.py; results/h200-d20/README.md).
+
+DistMuon shards the work: each group of same-shaped matrices is split into one contiguous block per
+rank (the last padded with zeros); a reduce_scatter(AVG) hands each rank the averaged gradients of its
+block, the rank alone keeps their momentum and computes their update, and an all_gather replicates
+the new weights. All communication happens in `step()` (none overlaps the backward pass), as upstream.
 """
 
 import functools
@@ -40,7 +45,7 @@ def zeropower_via_newtonschulz5(G: Tensor, steps: int, dtype: torch.dtype = torc
 @functools.cache
 def _ns5_compiled():
     """torch.compile'd Newton-Schulz, made at the first CUDA call (importing the compiler costs seconds)."""
-    return torch.compile(zeropower_via_newtonschulz5)
+    return torch.compile(zeropower_via_newtonschulz5, dynamic=False)  # one graph per group shape
 
 
 def orthogonalize(G: Tensor, steps: int) -> Tensor:
@@ -52,87 +57,92 @@ def orthogonalize(G: Tensor, steps: int) -> Tensor:
     return zeropower_via_newtonschulz5(G, steps, dtype=torch.float32)
 
 
-def muon_update(p: Tensor, g: Tensor, state: dict, group: dict) -> None:
-    """One Muon step of p in place: momentum (Nesterov), orthogonalise, aspect-ratio scaled step."""
+def muon_direction(grads: Tensor, momentum_buffer: Tensor, group: dict) -> Tensor:
+    """The orthogonalised update of a stack of same-shaped gradients (k, rows, cols), matrix by matrix:
+    momentum (Nesterov) then Newton-Schulz. Updates momentum_buffer in place; overwrites grads."""
+    momentum = group["momentum"]
+    momentum_buffer.lerp_(grads, 1 - momentum)
+    g = grads.lerp_(momentum_buffer, momentum) if group["nesterov"] else momentum_buffer
+    return orthogonalize(g, steps=group["ns_steps"])
+
+
+def step_size(group: dict, shape: torch.Size) -> float:
+    """The learning rate, scaled by sqrt(max(1, rows/cols)) for the matrices' aspect ratio."""
+    return group["lr"] * max(1, shape[-2] / shape[-1]) ** 0.5
+
+
+def _momentum_buffer(state: dict, like: Tensor) -> Tensor:
     if "momentum_buffer" not in state:
-        state["momentum_buffer"] = torch.zeros_like(g)
-    buf: Tensor = state["momentum_buffer"]
-    buf.lerp_(g, 1 - group["momentum"])
-    g = g.lerp_(buf, group["momentum"]) if group["nesterov"] else buf
-    g = orthogonalize(g, steps=group["ns_steps"])
-    p.add_(g, alpha=-group["lr"] * max(1, p.size(-2) / p.size(-1)) ** 0.5)
+        state["momentum_buffer"] = torch.zeros_like(like)
+    return state["momentum_buffer"]
 
 
 def _quiet(*args, **kwargs) -> None:
     pass
 
 
+def _group_by_shape(params: list[Tensor], log: Callable) -> list[dict]:
+    """One param group per matrix shape, in sorted shape order (the same on every rank)."""
+    assert all(p.ndim == 2 for p in params), "Muon expects 2-D parameters only"
+    groups = []
+    for shape in sorted({tuple(p.shape) for p in params}):
+        group_params = [p for p in params if tuple(p.shape) == shape]
+        device, dtype = group_params[0].device, group_params[0].dtype
+        assert all(p.device == device and p.dtype == dtype for p in group_params)
+        log(f"Muon: Grouping {len(group_params)} params of shape {torch.Size(shape)}, device {device}, dtype {dtype}")
+        groups.append(dict(params=group_params))
+    return groups
+
+
 class Muon(torch.optim.Optimizer):
-    """Single-process Muon. Params are grouped by size (upstream's grouping; it does not change the maths)."""
+    """Single-process Muon. The matrices of one shape are stacked and orthogonalised as one batch: the
+    same maths as one matrix at a time, in a few large kernels instead of thousands of small ones."""
 
     def __init__(self, params: Iterable[Tensor], lr: float = 0.02, momentum: float = 0.95,
                  nesterov: bool = True, ns_steps: int = 5, log: Callable = _quiet):
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps)
-        params = list(params)
-        sizes = sorted({p.numel() for p in params})
-        super().__init__([dict(params=[p for p in params if p.numel() == s]) for s in sizes], defaults)
+        super().__init__(_group_by_shape(list(params), log), defaults)
 
     @torch.no_grad()
     def step(self) -> None:
         for group in self.param_groups:
-            for p in group["params"]:
-                assert p.grad is not None
-                muon_update(p, p.grad, self.state[p], group)
+            params = group["params"]
+            assert all(p.grad is not None for p in params)
+            grads = torch.stack([p.grad for p in params])
+            buf = _momentum_buffer(self.state[params[0]], grads)  # the group's stacked state, on its first param
+            update = muon_direction(grads, buf, group).to(params[0].dtype)
+            torch._foreach_add_(params, list(update.unbind(0)), alpha=-step_size(group, params[0].shape))
 
 
-class DistMuon(torch.optim.Optimizer):
+class DistMuon(Muon):
     """Muon with gradient averaging and work split across ranks (see the module docstring)."""
-
-    def __init__(self, params: Iterable[Tensor], lr: float = 0.02, momentum: float = 0.95,
-                 nesterov: bool = True, ns_steps: int = 5, log: Callable = _quiet):
-        defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps)
-        params = list(params)
-        assert all(p.ndim == 2 for p in params), "Muon expects 2-D parameters only"
-        shapes = sorted({tuple(p.shape) for p in params})  # sorted: the same order on every rank
-        param_groups = []
-        for shape in shapes:
-            group_params = [p for p in params if tuple(p.shape) == shape]
-            device, dtype = group_params[0].device, group_params[0].dtype
-            assert all(p.device == device and p.dtype == dtype for p in group_params)
-            log(f"Muon: Grouping {len(group_params)} params of shape {torch.Size(shape)}, "
-                f"device {device}, dtype {dtype}")
-            param_groups.append(dict(params=group_params, zero_buffer=torch.zeros_like(group_params[0])))
-        super().__init__(param_groups, defaults)
 
     @torch.no_grad()
     def step(self) -> None:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         assert all(p.grad is not None for group in self.param_groups for p in group["params"])
-        # Phase 1: start every reduce_scatter; each owner receives its param's gradient averaged.
-        reduce_works = []
+        # Phase 1: start every group's reduce_scatter; rank r receives the averaged gradients of its block.
+        pending = []
         for group in self.param_groups:
-            params, zero_buffer = group["params"], group["zero_buffer"]
-            for base in range(0, len(params), world_size):
-                owner = base + rank
-                rs_input = [p.grad for p in params[base:base + world_size]]
-                rs_input.extend([zero_buffer] * (world_size - len(rs_input)))  # pad the last chunk
-                rs_output = params[owner].grad if owner < len(params) else torch.empty_like(zero_buffer)
-                reduce_works.append(dist.reduce_scatter(rs_output, rs_input, op=dist.ReduceOp.AVG, async_op=True))
-        # Phase 2: as each chunk arrives, the owner updates its param; then all_gather the chunk.
-        gather_works = []
-        i = 0
-        for group in self.param_groups:
-            params, zero_buffer = group["params"], group["zero_buffer"]
-            for base in range(0, len(params), world_size):
-                owner = base + rank
-                reduce_works[i].wait()
-                i += 1
-                if owner < len(params):
-                    p = params[owner]
-                    muon_update(p, p.grad, self.state[p], group)
-                ag_input = params[owner] if owner < len(params) else zero_buffer
-                ag_output = params[base:base + world_size]
-                ag_output.extend(torch.empty_like(zero_buffer) for _ in range(world_size - len(ag_output)))
-                gather_works.append(dist.all_gather(ag_output, ag_input, async_op=True))
-        for work in gather_works:
+            params = group["params"]
+            block = -(-len(params) // world_size)  # matrices per rank, the last block padded with zeros
+            pad = [torch.zeros_like(params[0])] * (block * world_size - len(params))
+            grads = torch.stack([p.grad for p in params] + pad)
+            own_grads = torch.empty_like(grads[:block])
+            work = dist.reduce_scatter_tensor(own_grads, grads, op=dist.ReduceOp.AVG, async_op=True)
+            pending.append((group, block, own_grads, work))
+        # Phase 2: as each group's gradients arrive, update the own block, then all_gather the new weights.
+        gathers = []
+        for group, block, own_grads, work in pending:
+            params = group["params"]
             work.wait()
+            own = params[rank * block:(rank + 1) * block]  # fewer than `block` (or none) at the end
+            buf = _momentum_buffer(self.state[params[0]], own_grads)
+            update = muon_direction(own_grads, buf, group).to(params[0].dtype)
+            weights = torch.stack(own + [torch.zeros_like(params[0])] * (block - len(own)))
+            weights.add_(update, alpha=-step_size(group, params[0].shape))
+            gathered = torch.empty((block * world_size, *params[0].shape), dtype=weights.dtype, device=weights.device)
+            gathers.append((params, gathered, dist.all_gather_into_tensor(gathered, weights, async_op=True)))
+        for params, gathered, work in gathers:
+            work.wait()
+            torch._foreach_copy_(params, list(gathered[:len(params)].unbind(0)))

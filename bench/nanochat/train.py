@@ -101,7 +101,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
         check_forced_attention(model_config.n_head, model_config.n_kv_head,
                                model_config.n_embd // model_config.n_head, min(T, 256), dtype, device)
-        print0("Attention: forced flash / memory-efficient SDPA kernels (math kernel disabled)")
+        print0("Attention: forced flash-style SDPA kernels: cuDNN, flash, memory-efficient (math kernel disabled)")
     if restrict_sdpa_backends(config.sdpa_backends):
         print0(f"Attention: SDPA kernels restricted to {config.sdpa_backends}")
     orig_model = build_model(model_config, device)

@@ -1,0 +1,65 @@
+"""Where a profiled step's GPU time went, from the trace that `--profile_step=N` writes.
+
+    python benchmarks/profile_summary.py RUN_DIR/profile_step12.json [--top 25]
+
+Sums the device kernels of a Chrome trace (torch.profiler's export) by kind: matmuls, attention,
+compiled elementwise / reduction kernels (Triton), optimizer, communication, copies, and the GPU's
+idle time inside the step's wall span; then the largest kernels by name.
+"""
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+# First match wins: (kind, substrings of a kernel's name, lower-cased).
+KINDS = [
+    ("communication", ("nccl",)),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
+    ("matmul", ("gemm", "cutlass", "sm90_xmma", "nvjet", "matmul")),
+    ("compiled (Triton)", ("triton",)),
+    ("optimizer", ("adam", "foreach", "multi_tensor")),
+    ("copy / fill", ("memcpy", "memset", "copy", "fill")),
+]
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, keys in KINDS if any(k in low for k in keys)), "other")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", help="profile_step<N>.json from a run directory")
+    ap.add_argument("--top", type=int, default=25, help="kernels to list by name")
+    args = ap.parse_args()
+    try:
+        with open(args.trace) as f:
+            events = json.load(f)["traceEvents"]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: {args.trace}: not a readable Chrome trace ({e})", file=sys.stderr)
+        return 2
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    if not kernels:
+        print(f"error: {args.trace}: no GPU kernels in the trace (a CPU run?)", file=sys.stderr)
+        return 2
+    by_kind, by_name, count = defaultdict(float), defaultdict(float), defaultdict(int)
+    for e in kernels:
+        by_kind[kind_of(e["name"])] += e["dur"]
+        by_name[e["name"]] += e["dur"]
+        count[e["name"]] += 1
+    busy = sum(by_kind.values())
+    span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    print(f"{len(kernels):,} kernels; GPU span {span / 1e3:,.1f} ms, kernel time {busy / 1e3:,.1f} ms "
+          f"(idle or overlapped {100 * (1 - busy / span):.1f}%)")
+    print(f"\n{'kind':<22}{'ms':>10}{'share':>8}")
+    for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"{kind:<22}{us / 1e3:>10.1f}{100 * us / busy:>7.1f}%")
+    print(f"\n{'ms':>9}{'share':>7}{'calls':>7}  kernel")
+    for name, us in sorted(by_name.items(), key=lambda kv: -kv[1])[:args.top]:
+        print(f"{us / 1e3:>9.1f}{100 * us / busy:>6.1f}%{count[name]:>7}  {name[:110]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

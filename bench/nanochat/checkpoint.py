@@ -1,4 +1,4 @@
-"""Checkpoints in upstream's layout (mirrors the saving half of nanochat/checkpoint_manager.py).
+"""Checkpoints in upstream's layout (mirrors nanochat/checkpoint_manager.py).
 
   <base_dir>/base_checkpoints/<model_tag>/model_<step:06d>.pt         rank 0: the model's state_dict
   <base_dir>/base_checkpoints/<model_tag>/meta_<step:06d>.json        rank 0: step, config, loop state
@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from bench.errors import ConfigError
 from bench.schema import atomic_target, write_json_atomic
 
 
@@ -37,9 +38,36 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: d
     return checkpoint_dir
 
 
+def saved_steps(checkpoint_dir: str | os.PathLike) -> list[int]:
+    """The steps with a model and meta file in checkpoint_dir, ascending."""
+    names = {p.name for p in Path(checkpoint_dir).glob("*_*")}
+    return sorted(int(n[len("meta_"):-len(".json")]) for n in names
+                  if n.startswith("meta_") and n.endswith(".json") and f"model_{n[5:-5]}.pt" in names)
+
+
 def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu") -> tuple[dict, dict]:
-    """(state_dict, meta) of a saved step, for tests and later stages."""
+    """(state_dict, meta) of a saved step; ConfigError naming the steps there are when it is missing."""
     checkpoint_dir = Path(checkpoint_dir)
+    if step not in saved_steps(checkpoint_dir):
+        there = ", ".join(map(str, saved_steps(checkpoint_dir))) or "none"
+        raise ConfigError(f"no checkpoint of step {step} in {checkpoint_dir} (model_{step:06d}.pt and "
+                          f"meta_{step:06d}.json); saved steps there: {there}")
     state = torch.load(checkpoint_dir / f"model_{step:06d}.pt", map_location=device)
     meta = json.loads((checkpoint_dir / f"meta_{step:06d}.json").read_text())
     return state, meta
+
+
+def load_optimizer_states(checkpoint_dir: str | os.PathLike, step: int, rank: int, world_size: int,
+                          device="cpu") -> list:
+    """This rank's optimizer states of a saved step. The sharded optimizers split their state by rank,
+    so a run resumes with the world size that saved it."""
+    checkpoint_dir = Path(checkpoint_dir)
+    saved_world = json.loads((checkpoint_dir / f"meta_{step:06d}.json").read_text()).get("world_size")
+    if saved_world is not None and saved_world != world_size:
+        raise ConfigError(f"the checkpoint of step {step} in {checkpoint_dir} was written by {saved_world} "
+                          f"rank(s); resume it with {saved_world}, not {world_size} (optimizer state is sharded)")
+    path = checkpoint_dir / f"optim_{step:06d}_rank{rank}.pt"
+    if not path.is_file():
+        raise ConfigError(f"no optimizer state for rank {rank} at {path}: resume with the ranks that saved "
+                          f"step {step}")
+    return torch.load(path, map_location=device)

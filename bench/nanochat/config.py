@@ -45,7 +45,8 @@ class TrainConfig:
     warmup_ratio: float = _f(0.0, "fraction of steps of linear LR warmup")
     warmdown_ratio: float = _f(0.2, "fraction of steps of linear LR warmdown at the end")
     final_lr_frac: float = _f(0.0, "LR multiplier reached at the end of the warmdown")
-    resume_from_step: int = _f(-1, "resume from the checkpoint of this step (-1 = start fresh)")
+    resume_from_step: int = _f(-1, "resume from the checkpoint of this step, with the ranks that saved it "
+                                   "(-1 = start fresh)")
     # evaluation
     eval_every: int = _f(250, "validation bpb every this many steps (-1 = off)")
     eval_tokens: int = _f(20 * 524288, "tokens per validation, over all ranks")
@@ -71,9 +72,9 @@ class TrainConfig:
             raise ConfigError(
                 f"--core_metric_every={self.core_metric_every}: the CORE metric is not part of this benchmark "
                 f"(it needs the 162 MB eval bundle); use --core_metric_every=-1 (the default)")
-        if self.resume_from_step >= 0:
-            raise ConfigError(f"--resume_from_step={self.resume_from_step}: resuming is not supported; "
-                              f"use -1 (start fresh)")
+        if self.resume_from_step < -1:
+            raise ConfigError(f"--resume_from_step={self.resume_from_step}: give the step of a saved checkpoint "
+                              f"(see --save_every), or -1 to start fresh")
         from bench.nanochat.attention import SDPA_BACKEND_SWITCHES
 
         unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKEND_SWITCHES]

@@ -14,6 +14,12 @@ fresh loader on the same split gives the same batches (the trainer builds one pe
 
 `data_bin_dir` selects the NanoGPT/NNTile format instead: `train.bin`/`val.bin`, a flat uint16 token
 stream read through np.memmap; windows of B·T+1 tokens are dealt to ranks round-robin.
+
+Resuming (`state`): the loader keeps a dict up to date with the global number of the row group (or
+window) its last batch came from; the trainer saves rank 0's in the checkpoint, as upstream. A loader
+given such a dict starts from it, on every rank, in rounds of W: a .bin loader re-reads the round of
+that window (exact: the trainer had fetched that batch but not trained on it); a parquet loader starts at
+the next round of row groups, skipping the rest of the current one (upstream's approximate resume).
 """
 
 import bisect
@@ -85,30 +91,37 @@ def _to_device(tokens, B: int, T: int, device):
     return x.to(device, non_blocking=cuda), y.to(device, non_blocking=cuda)
 
 
-def _documents(files: list[Path], assignment: list[tuple[int, int]]) -> Iterator[list[str]]:
-    """The `text` of the assigned row groups in order, forever (each pass is an epoch)."""
+def _documents(files: list[Path], assignment: list[tuple[int, int]], start: int = 0) -> Iterator[tuple[int, list[str]]]:
+    """(round, texts) of the assigned row groups in order from round `start`, then forever from the first
+    (each pass is an epoch); round i is the rank's i-th row group."""
     while True:
         open_idx, pf = -1, None
-        for f, rg in assignment:
+        for i in range(start, len(assignment)):
+            f, rg = assignment[i]
             if f != open_idx:  # assignment is sorted by file: one open file at a time
                 open_idx, pf = f, pq.ParquetFile(files[f])
-            yield pf.read_row_group(rg, columns=[dataset.TEXT_COLUMN]).column(dataset.TEXT_COLUMN).to_pylist()
+            yield i, pf.read_row_group(rg, columns=[dataset.TEXT_COLUMN]).column(dataset.TEXT_COLUMN).to_pylist()
+        start = 0
 
 
 def tokenizing_distributed_data_loader(B: int, T: int, split: str, files: list[Path],
                                        assignment: list[tuple[int, int]], tokenizer_threads: int = 4,
-                                       tokenizer_batch_size: int = 128, device="cpu"):
+                                       tokenizer_batch_size: int = 128, device="cpu", rank: int = 0,
+                                       world_size: int = 1, state: dict | None = None):
     """Yield (x, y) int64 (B, T) batches from this rank's row groups (already checked non-empty)."""
     from bench.nanochat.tokenizer import get_tokenizer
 
     tokenizer = get_tokenizer()
     bos = tokenizer.get_bos_token_id()
     needed = B * T + 1  # the +1 is only ever a target: batches do not overlap
+    state = {} if state is None else state
+    start = state["row_group"] // world_size + 1 if "row_group" in state else 0  # the next round (approximate)
     buffer: list[int] = []
-    for docs in _documents(files, assignment):
-        for i in range(0, len(docs), tokenizer_batch_size):
-            for ids in tokenizer.encode(docs[i:i + tokenizer_batch_size], prepend=bos, num_threads=tokenizer_threads):
+    for i, docs in _documents(files, assignment, start % max(1, len(assignment))):
+        for j in range(0, len(docs), tokenizer_batch_size):
+            for ids in tokenizer.encode(docs[j:j + tokenizer_batch_size], prepend=bos, num_threads=tokenizer_threads):
                 buffer.extend(ids)
+            state["row_group"] = rank + i * world_size  # global number of the row group being read
             while len(buffer) >= needed:
                 tokens = buffer[:needed]
                 del buffer[:needed]  # one memmove in C, unlike popping a deque token by token
@@ -119,14 +132,21 @@ def tokenizing_distributed_data_loader(B: int, T: int, split: str, files: list[P
 # The NanoGPT/NNTile .bin loader
 
 
-def bin_data_loader(path: Path, B: int, T: int, rank: int, world_size: int, device="cpu"):
+def bin_data_loader(path: Path, B: int, T: int, rank: int, world_size: int, device="cpu", state: dict | None = None):
     """(x, y) from a flat uint16 token file: window w = tokens [w·(B·T+1), (w+1)·(B·T+1)), rank r takes r, r+W, …"""
     tokens = np.memmap(path, dtype=np.uint16, mode="r")
     needed = B * T + 1
+    windows = len(tokens) // needed
+    state = {} if state is None else state
+    first = (state["window"] // world_size) * world_size + rank if "window" in state else rank  # the same round
+    if first >= windows:
+        first = rank
     while True:
-        for w in range(rank, len(tokens) // needed, world_size):
+        for w in range(first, windows, world_size):
+            state["window"] = w
             window = torch.from_numpy(tokens[w * needed:(w + 1) * needed].astype(np.int64))
             yield _to_device(window, B, T, device)
+        first = rank
 
 
 def _bin_split(data_bin_dir: str, split: str, B: int, T: int, world_size: int) -> Path:
@@ -146,13 +166,17 @@ def _bin_split(data_bin_dir: str, split: str, B: int, T: int, world_size: int) -
 
 
 def build_loader(B: int, T: int, split: str, device="cpu", rank: int = 0, world_size: int = 1,
-                 data_bin_dir: str = "", tokenizer_threads: int = 4, tokenizer_batch_size: int = 128):
-    """Check the split now (same DataError on every rank), then return the iterator of (x, y) batches."""
+                 data_bin_dir: str = "", tokenizer_threads: int = 4, tokenizer_batch_size: int = 128,
+                 state: dict | None = None):
+    """Check the split now (same DataError on every rank), then return the iterator of (x, y) batches.
+
+    `state`: a dict the loader keeps its position in; given one saved from another loader of the same
+    split, it resumes from there (see the module docstring)."""
     if split not in dataset.SPLITS:
         raise DataError(f"unknown split {split!r}; valid: {', '.join(dataset.SPLITS)}")
     if data_bin_dir:
         path = _bin_split(data_bin_dir, split, B, T, world_size)
-        return bin_data_loader(path, B, T, rank, world_size, device)
+        return bin_data_loader(path, B, T, rank, world_size, device, state)
     from bench.nanochat.tokenizer import get_tokenizer
 
     get_tokenizer()  # a missing tokenizer fails here, not at the first batch
@@ -163,4 +187,4 @@ def build_loader(B: int, T: int, split: str, device="cpu", rank: int = 0, world_
         check_split(split, files, counts, world_size, dataset.row_group_counts(dataset.list_parquet_files()), k)
     assignment = assign_row_groups(counts, rank, world_size)
     return tokenizing_distributed_data_loader(B, T, split, files, assignment, tokenizer_threads,
-                                              tokenizer_batch_size, device)
+                                              tokenizer_batch_size, device, rank, world_size, state)

@@ -23,11 +23,11 @@ from dataclasses import asdict, replace
 
 import torch
 
-from bench.errors import BenchError
+from bench.errors import BenchError, ConfigError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.attention import check_forced_attention, force_flash_from_env, restrict_sdpa_backends
-from bench.nanochat.checkpoint import save_checkpoint
+from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
 from bench.nanochat.common import get_base_dir, get_dist_info, print0
 from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
@@ -105,6 +105,20 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     if restrict_sdpa_backends(config.sdpa_backends):
         print0(f"Attention: SDPA kernels restricted to {config.sdpa_backends}")
     orig_model = build_model(model_config, device)
+    checkpoint_dir = get_base_dir() / "base_checkpoints" / (config.model_tag or f"d{config.depth}")
+    resume_step = config.resume_from_step
+    resume_meta: dict = {}
+    if resume_step >= 0:
+        model_state, resume_meta = load_model_state(checkpoint_dir, resume_step, device)
+        saved, now = resume_meta.get("model_config", {}), asdict(model_config)
+        differ = [f"{k} {saved[k]} (now {now[k]})" for k in ("n_layer", "n_embd", "n_head", "n_kv_head", "vocab_size")
+                  if k in saved and saved[k] != now[k]]
+        if differ:
+            raise ConfigError(f"--resume_from_step={resume_step}: the checkpoint in {checkpoint_dir} is of another "
+                              f"model: {', '.join(differ)}; resume with its --depth and tokenizer")
+        orig_model.load_state_dict(model_state, strict=True)
+        del model_state
+        print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
     model = torch.compile(orig_model, dynamic=False) if device_type == "cuda" else orig_model
     num_params = orig_model.num_params()
     num_flops_per_token = orig_model.estimate_flops()
@@ -135,13 +149,18 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     optimizers = orig_model.setup_optimizers(unembedding_lr=config.unembedding_lr, embedding_lr=config.embedding_lr,
                                              matrix_lr=config.matrix_lr, weight_decay=config.weight_decay, log=print0)
     adamw_optimizer, muon_optimizer = optimizers
+    if resume_step >= 0:
+        for opt, state in zip(optimizers, load_optimizer_states(checkpoint_dir, resume_step, ddp_rank, ddp_world_size,
+                                                                device)):
+            opt.load_state_dict(state)
 
     # ----------------------------------------------------------------------------------------------
     # Data: the train loader is infinite; a fresh val loader per evaluation sees the same tokens
     def build_val_loader():
         return build_loader(B, T, "val", device, ddp_rank, ddp_world_size, config.data_bin_dir)
 
-    train_loader = build_loader(B, T, "train", device, ddp_rank, ddp_world_size, config.data_bin_dir)
+    train_state = dict(resume_meta.get("dataloader_state_dict") or {})  # rank 0's position, saved in checkpoints
+    train_loader = build_loader(B, T, "train", device, ddp_rank, ddp_world_size, config.data_bin_dir, state=train_state)
     if config.eval_every > 0:
         build_val_loader()  # a val split too small for this world size fails now, not at step 0
     x, y = next(train_loader)  # the first batch; later ones are fetched while the GPU works
@@ -164,12 +183,14 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
     # ----------------------------------------------------------------------------------------------
     # Training loop: one extra pass (last_step) runs the final evaluation and save and then stops
-    min_val_bpb = float("inf")
-    val_bpb = None
-    smooth_train_loss = 0.0
-    total_training_time = 0.0
+    loop_state = resume_meta.get("loop_state", {})
+    min_val_bpb = loop_state.get("min_val_bpb", float("inf"))
+    smooth_train_loss = loop_state.get("smooth_train_loss", 0.0)
+    total_training_time = loop_state.get("total_training_time", 0.0)
+    val_bpb = resume_meta.get("val_bpb")
     mfu = None
-    step = 0
+    step = max(0, resume_step)
+    first_step_done = False
     while True:
         last_step = step == num_iterations
 
@@ -194,11 +215,12 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                 print0(prompt + tokenizer.decode(sample))
             orig_model.train()
 
-        # checkpoint: at the end, and every save_every steps when asked
-        if last_step or (step > 0 and config.save_every > 0 and step % config.save_every == 0):
-            checkpoint_dir = get_base_dir() / "base_checkpoints" / (config.model_tag or f"d{config.depth}")
+        # checkpoint: at the end, and every save_every steps when asked (never the step resumed from)
+        periodic = step > 0 and config.save_every > 0 and step % config.save_every == 0
+        if (last_step or periodic) and step != resume_step:
             meta = {"step": step, "val_bpb": val_bpb, "model_config": asdict(model_config),
                     "user_config": asdict(config), "device_batch_size": B, "max_seq_len": T,
+                    "world_size": ddp_world_size, "dataloader_state_dict": dict(train_state),
                     "loop_state": {"min_val_bpb": min_val_bpb, "smooth_train_loss": smooth_train_loss,
                                    "total_training_time": total_training_time}}
             save_checkpoint(checkpoint_dir, step, orig_model.state_dict(),
@@ -246,8 +268,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             total_training_time += dt
         print0(format_step_line(step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec,
                                 mfu if mfu is not None else 0.0, total_training_time, grad_norm))
-        if step == 0:
+        if not first_step_done:
             record.emit("first_step")
+            first_step_done = True
         record.emit("step", step=step, loss=debiased_smooth_loss, lrm=lrm, dt_ms=dt * 1000,
                     tok_per_sec=tok_per_sec, mfu=mfu, total_time_s=total_training_time, grad_norm=grad_norm)
         step += 1

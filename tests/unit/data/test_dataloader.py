@@ -137,3 +137,37 @@ def test_bin_loader_errors(bin_dir, tmp_path):
         build_loader(1, 8, "val", data_bin_dir=str(tmp_path / "nowhere"))
     with pytest.raises(DataError, match=r"val.bin holds 5 window\(s\).*6 ranks"):
         build_loader(2, 8, "val", rank=0, world_size=6, data_bin_dir=str(bin_dir))
+
+
+# ----------------------------------------------------------------------------------------------
+# Resuming from a saved position
+
+
+def test_bin_loader_resumes_at_the_batch_it_had_fetched(bin_dir):
+    """The trainer saves the state after prefetching the next step's batch: resuming re-reads it, exactly,
+    on every rank of the round."""
+    B, T, W = 2, 8, 2
+    states = [{} for _ in range(W)]
+    loaders = [build_loader(B, T, "train", rank=r, world_size=W, data_bin_dir=str(bin_dir), state=states[r])
+               for r in range(W)]
+    last = [take(loader, 5)[-1] for loader in loaders]
+    assert states[0] == {"window": 8} and states[1] == {"window": 9}  # the fifth window of each rank
+    saved = dict(states[0])  # the trainer keeps rank 0's
+    for r in range(W):
+        resumed = build_loader(B, T, "train", rank=r, world_size=W, data_bin_dir=str(bin_dir), state=dict(saved))
+        x, y = next(resumed)
+        assert torch.equal(x, last[r][0]) and torch.equal(y, last[r][1])
+
+
+def test_parquet_loader_resumes_at_the_next_round_of_row_groups(base_dir_env):
+    B, T, W = 2, 16, 2
+    state = {}
+    loader = build_loader(B, T, "train", rank=0, world_size=W, state=state)
+    take(loader, 3)
+    g = state["row_group"]
+    assert g % W == 0  # rank 0 reads global row groups 0, 2, 4, ...
+    for r in range(W):
+        resumed_state = dict(state)
+        x, _ = next(build_loader(B, T, "train", rank=r, world_size=W, state=resumed_state))
+        assert resumed_state["row_group"] == (g // W + 1) * W + r  # the next round: rank r's row group in it
+        assert x[0, 0].item() == get_tokenizer().get_bos_token_id()  # a row group starts with a document

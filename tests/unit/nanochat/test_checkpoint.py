@@ -37,3 +37,30 @@ def test_concurrent_saves_of_one_tag_all_succeed(tmp_path):
     state, meta = load_model_state(tmp_path / "d20", 200)
     assert state["w"].unique().numel() == 1 and meta["writer"] in range(4)  # one whole file, from one writer
     assert not [n for n in os.listdir(tmp_path / "d20") if n.endswith(".tmp")]
+
+
+def test_missing_step_names_the_saved_ones(tmp_path):
+    import pytest
+
+    from bench.errors import ConfigError
+
+    save_checkpoint(tmp_path / "d4", 3, {}, [{}], {"step": 3})
+    save_checkpoint(tmp_path / "d4", 6, {}, [{}], {"step": 6})
+    with pytest.raises(ConfigError, match=r"no checkpoint of step 5 in .*d4 .*saved steps there: 3, 6"):
+        load_model_state(tmp_path / "d4", 5)
+    with pytest.raises(ConfigError, match="saved steps there: none"):
+        load_model_state(tmp_path / "elsewhere", 5)
+
+
+def test_optimizer_state_needs_the_world_size_that_saved_it(tmp_path):
+    import pytest
+
+    from bench.errors import ConfigError
+    from bench.nanochat.checkpoint import load_optimizer_states
+
+    save_checkpoint(tmp_path / "d4", 4, {}, [{"adamw": 1}, {"muon": 2}], {"step": 4, "world_size": 2})
+    with pytest.raises(ConfigError, match=r"written by 2 rank\(s\); resume it with 2, not 1"):
+        load_optimizer_states(tmp_path / "d4", 4, rank=0, world_size=1)
+    with pytest.raises(ConfigError, match=r"no optimizer state for rank 1 at .*optim_000004_rank1\.pt"):
+        load_optimizer_states(tmp_path / "d4", 4, rank=1, world_size=2)
+    assert load_optimizer_states(tmp_path / "d4", 4, rank=0, world_size=2) == [{"adamw": 1}, {"muon": 2}]

@@ -104,7 +104,8 @@ def main() -> int:
     ap.add_argument("--device_batch_size", type=int, default=32)
     ap.add_argument("--max_seq_len", type=int, default=2048)
     ap.add_argument("--vocab_size", type=int, default=65536)
-    ap.add_argument("--chunk_rows", type=int, default=0, help="also time the chunked loss (--fused_ce) with this many rows per chunk (0: skip)")
+    ap.add_argument("--chunk_rows", type=int, default=0,
+                    help="also time the chunked loss (--fused_ce) with this many rows per chunk (0: skip)")
     ap.add_argument("--step_ms", type=float, default=None, help="a measured micro-step (ms) to compare with")
     args = ap.parse_args()
     if not torch.cuda.is_available():

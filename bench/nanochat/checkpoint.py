@@ -45,15 +45,26 @@ def saved_steps(checkpoint_dir: str | os.PathLike) -> list[int]:
                   if n.startswith("meta_") and n.endswith(".json") and f"model_{n[5:-5]}.pt" in names)
 
 
-def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu") -> tuple[dict, dict]:
-    """(state_dict, meta) of a saved step; ConfigError naming the steps there are when it is missing."""
+MODEL_SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "n_kv_head", "vocab_size")
+
+
+def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
+                     expect_model_config: dict | None = None) -> tuple[dict, dict]:
+    """(state_dict, meta) of a saved step. ConfigError naming the saved steps when it is missing, or the
+    differences when its model is not of `expect_model_config`'s shape."""
     checkpoint_dir = Path(checkpoint_dir)
     if step not in saved_steps(checkpoint_dir):
         there = ", ".join(map(str, saved_steps(checkpoint_dir))) or "none"
         raise ConfigError(f"no checkpoint of step {step} in {checkpoint_dir} (model_{step:06d}.pt and "
                           f"meta_{step:06d}.json); saved steps there: {there}")
-    state = torch.load(checkpoint_dir / f"model_{step:06d}.pt", map_location=device)
     meta = json.loads((checkpoint_dir / f"meta_{step:06d}.json").read_text())
+    saved, now = meta.get("model_config", {}), expect_model_config or {}
+    differ = [f"{k} {saved[k]} (now {now[k]})" for k in MODEL_SHAPE_KEYS
+              if k in saved and k in now and saved[k] != now[k]]
+    if differ:
+        raise ConfigError(f"the checkpoint of step {step} in {checkpoint_dir} is of another model: "
+                          f"{', '.join(differ)}; resume with its --depth and tokenizer")
+    state = torch.load(checkpoint_dir / f"model_{step:06d}.pt", map_location=device)
     return state, meta
 
 

@@ -132,7 +132,8 @@ def tokenizing_distributed_data_loader(B: int, T: int, split: str, files: list[P
 # The NanoGPT/NNTile .bin loader
 
 
-def bin_data_loader(path: Path, B: int, T: int, rank: int, world_size: int, device="cpu", state: dict | None = None):
+def bin_data_loader(path: Path, B: int, T: int, rank: int, world_size: int, device="cpu",
+                    state: dict | None = None):
     """(x, y) from a flat uint16 token file: window w = tokens [w·(B·T+1), (w+1)·(B·T+1)), rank r takes r, r+W, …"""
     tokens = np.memmap(path, dtype=np.uint16, mode="r")
     needed = B * T + 1

@@ -23,7 +23,7 @@ from dataclasses import asdict, replace
 
 import torch
 
-from bench.errors import BenchError, ConfigError
+from bench.errors import BenchError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.attention import check_forced_attention, force_flash_from_env, restrict_sdpa_backends
@@ -109,13 +109,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     resume_step = config.resume_from_step
     resume_meta: dict = {}
     if resume_step >= 0:
-        model_state, resume_meta = load_model_state(checkpoint_dir, resume_step, device)
-        saved, now = resume_meta.get("model_config", {}), asdict(model_config)
-        differ = [f"{k} {saved[k]} (now {now[k]})" for k in ("n_layer", "n_embd", "n_head", "n_kv_head", "vocab_size")
-                  if k in saved and saved[k] != now[k]]
-        if differ:
-            raise ConfigError(f"--resume_from_step={resume_step}: the checkpoint in {checkpoint_dir} is of another "
-                              f"model: {', '.join(differ)}; resume with its --depth and tokenizer")
+        model_state, resume_meta = load_model_state(checkpoint_dir, resume_step, device,
+                                                    expect_model_config=asdict(model_config))
         orig_model.load_state_dict(model_state, strict=True)
         del model_state
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")

@@ -67,7 +67,8 @@ def test_resumed_run_matches_the_uninterrupted_one(tiny_base_dir, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("saved, expected", [
     (None, "no checkpoint of step 3 in .*resume_bad_.*saved steps there: none"),
-    ({"n_layer": 3, "n_embd": 192}, "checkpoint in .* is of another model: n_layer 3 \\(now 2\\), n_embd 192 \\(now 128\\)"),
+    ({"n_layer": 3, "n_embd": 192},
+     "checkpoint of step 3 in .* is of another model: n_layer 3 \\(now 2\\), n_embd 192 \\(now 128\\)"),
 ])
 def test_resume_from_a_missing_or_foreign_checkpoint_is_a_clear_error(tiny_base_dir, tmp_path, saved, expected):
     tag = f"resume_bad_{tmp_path.name}"

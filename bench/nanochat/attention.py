@@ -11,7 +11,7 @@ instead of a silent fallback.
 cuDNN belongs in that set: it is PyTorch's own first choice on Hopper (torch 2.11 on an H200 runs cuDNN's
 `sdpa_sm90_flash` kernels when left alone), and at d20 it took 60 ms per micro-step against 109 ms for
 PyTorch's flash kernel (benchmarks/step_floor.py). Forcing flash and memory-efficient alone made the whole
-d20 step 7% slower on one H200 (3,655 ms against 3,410; results/h200-d20/README.md).
+d20 step 7% slower on one H200 (3,684 ms against 3,421; results/h200-d20/README.md).
 """
 
 import os

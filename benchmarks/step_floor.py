@@ -27,7 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from bench.nanochat.fused_ce import fused_linear_softcap_ce  # noqa: E402
-from bench.nanochat.gpt import SOFTCAP, GPTConfig, build_model  # noqa: E402
+from bench.nanochat.gpt import SOFTCAP, GPTConfig, build_model, softcap_logits  # noqa: E402
 
 
 def cuda_ms(fn, warmup: int = 3, reps: int = 10) -> float:
@@ -70,8 +70,7 @@ def attention_ms(batch: int, heads: int, seq: int, head_dim: int, backend: SDPBa
 
 def plain_loss(x, w, targets):
     """The model's own loss path (GPT.forward after the last norm)."""
-    logits = F.linear(x, w)
-    logits = (SOFTCAP * torch.tanh(logits / SOFTCAP)).float()
+    logits = softcap_logits(F.linear(x, w))
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 

@@ -51,6 +51,11 @@ class GPTConfig:
                    n_kv_head=num_heads, n_embd=model_dim, **kw)
 
 
+def softcap_logits(logits: torch.Tensor) -> torch.Tensor:
+    """SOFTCAP * tanh(logits / SOFTCAP) in the logits' dtype (bf16 under autocast), then fp32, as upstream."""
+    return (SOFTCAP * torch.tanh(logits / SOFTCAP)).float()
+
+
 def norm(x: torch.Tensor) -> torch.Tensor:
     """RMSNorm with no learnable parameters (torch's default eps)."""
     return F.rms_norm(x, (x.size(-1),))
@@ -218,9 +223,7 @@ class GPT(nn.Module):
         x = norm(x)
         if targets is not None and loss_reduction == "mean" and self.config.fused_ce:  # same loss, no fp32 logits
             return fused_linear_softcap_ce(x, self.lm_head.weight, targets, softcap=SOFTCAP)
-        logits = self.lm_head(x)
-        logits = SOFTCAP * torch.tanh(logits / SOFTCAP)  # on the autocast dtype, then fp32, as upstream then
-        logits = logits.float()
+        logits = softcap_logits(self.lm_head(x))
         if targets is None:
             return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1,

@@ -93,3 +93,11 @@ def test_bad_references_are_clear_errors(tmp_path, body, message):
 def test_cli_reports_a_bad_file_in_one_line(tmp_path, table_dir, capsys):
     assert main(["check", str(table_dir), "--references", str(tmp_path / "none.toml")]) == 1
     assert capsys.readouterr().err.strip() == f"error: --references {tmp_path / 'none.toml'}: no such file"
+
+
+def test_committed_h200_references_hold_for_the_committed_runs(capsys):
+    """results/h200-d20/references.toml describes its own table: every reference matches runs and passes."""
+    results = EXAMPLE.parent / "h200-d20"
+    assert main(["check", str(results / "table-stacked"), "--references", str(results / "references.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "9 of 9 check(s) passed" in out and "MISSING" not in out

@@ -10,6 +10,7 @@ a barrier before writing their optimizer state. Files are written to a temp file
 
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -41,8 +42,8 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: d
 def saved_steps(checkpoint_dir: str | os.PathLike) -> list[int]:
     """The steps with a model and meta file in checkpoint_dir, ascending."""
     names = {p.name for p in Path(checkpoint_dir).glob("*_*")}
-    return sorted(int(n[len("meta_"):-len(".json")]) for n in names
-                  if n.startswith("meta_") and n.endswith(".json") and f"model_{n[5:-5]}.pt" in names)
+    metas = [m for m in map(re.compile(r"meta_(\d{6})\.json").fullmatch, names) if m]
+    return sorted(int(m[1]) for m in metas if f"model_{m[1]}.pt" in names)
 
 
 MODEL_SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "n_kv_head", "vocab_size")

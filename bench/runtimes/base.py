@@ -181,5 +181,13 @@ def check_registry_ref(runtime: str, image: str) -> str:
     return image
 
 
+def check_enroot_image(runtime: str, image: str, must_exist: bool) -> str:
+    """What enroot-based runtimes (CE, pyxis) take: a .sqsh file, made absolute when it must exist (pyxis
+    reads a value not starting with '/' or './' as a registry image), or an enroot registry reference."""
+    if looks_like_path(image):
+        return check_image_file(runtime, image, (".sqsh",), must_exist)
+    return check_registry_ref(runtime, image)
+
+
 def env_names(env: Mapping[str, str]) -> list[str]:
     return sorted(env)

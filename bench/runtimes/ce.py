@@ -9,7 +9,7 @@ own variables are listed as `${NAME:-}` references to the values the batch scrip
 from pathlib import Path
 
 from bench.runtimes import edf
-from bench.runtimes.base import Runtime, check_image_file, check_registry_ref, looks_like_path
+from bench.runtimes.base import Runtime, check_enroot_image
 
 EDF_NAME = "environment.toml"
 
@@ -26,9 +26,7 @@ class ContainerEngine(Runtime):
     option = "--environment"
 
     def check_image(self, image, must_exist):
-        if looks_like_path(image):
-            return check_image_file(self.name, image, (".sqsh",), must_exist)
-        return check_registry_ref(self.name, image)
+        return check_enroot_image(self.name, image, must_exist)
 
     def edf_text(self, spec) -> str:
         mounts = [f"{edf_literal(m.src)}:{edf_literal(m.target)}" + (":ro" if m.readonly else "")

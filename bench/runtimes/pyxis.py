@@ -6,7 +6,7 @@ Each option is one srun token, so no shell quoting is involved beyond shlex; but
 """
 
 from bench.runtimes import edf
-from bench.runtimes.base import Runtime, check_image_file, check_registry_ref, env_names, looks_like_path
+from bench.runtimes.base import Runtime, check_enroot_image, env_names
 
 
 class Pyxis(Runtime):
@@ -16,10 +16,7 @@ class Pyxis(Runtime):
     mount_forbidden = ":,"
 
     def check_image(self, image, must_exist):
-        if looks_like_path(image):
-            # pyxis reads a value not starting with '/' or './' as a registry image: make it absolute.
-            return check_image_file(self.name, image, (".sqsh",), must_exist)
-        return check_registry_ref(self.name, image)
+        return check_enroot_image(self.name, image, must_exist)
 
     def srun_options(self, spec):
         opts = [f"--container-image={spec.image}"]

@@ -50,9 +50,12 @@ MODEL_SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "n_kv_head", "vocab_size")
 
 
 def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
-                     expect_model_config: dict | None = None) -> tuple[dict, dict]:
-    """(state_dict, meta) of a saved step. ConfigError naming the saved steps when it is missing, or the
-    differences when its model is not of `expect_model_config`'s shape."""
+                     expect_model_config: dict | None = None, expect_world_size: int | None = None
+                     ) -> tuple[dict, dict]:
+    """(state_dict, meta) of a saved step. ConfigError naming the saved steps when it is missing, the
+    differences when its model is not of `expect_model_config`'s shape, or the world size that saved it
+    when that is not `expect_world_size` (the sharded optimizers split their state by rank). All checked
+    from the meta file, before the weights are read."""
     checkpoint_dir = Path(checkpoint_dir)
     if step not in saved_steps(checkpoint_dir):
         there = ", ".join(map(str, saved_steps(checkpoint_dir))) or "none"
@@ -65,20 +68,18 @@ def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
     if differ:
         raise ConfigError(f"the checkpoint of step {step} in {checkpoint_dir} is of another model: "
                           f"{', '.join(differ)}; resume with its --depth and tokenizer")
+    saved_world = meta.get("world_size")
+    if expect_world_size is not None and saved_world is not None and saved_world != expect_world_size:
+        raise ConfigError(f"the checkpoint of step {step} in {checkpoint_dir} was written by {saved_world} "
+                          f"rank(s); resume it with {saved_world}, not {expect_world_size} (optimizer state is "
+                          f"sharded)")
     state = torch.load(checkpoint_dir / f"model_{step:06d}.pt", map_location=device)
     return state, meta
 
 
-def load_optimizer_states(checkpoint_dir: str | os.PathLike, step: int, rank: int, world_size: int,
-                          device="cpu") -> list:
-    """This rank's optimizer states of a saved step. The sharded optimizers split their state by rank,
-    so a run resumes with the world size that saved it."""
-    checkpoint_dir = Path(checkpoint_dir)
-    saved_world = json.loads((checkpoint_dir / f"meta_{step:06d}.json").read_text()).get("world_size")
-    if saved_world is not None and saved_world != world_size:
-        raise ConfigError(f"the checkpoint of step {step} in {checkpoint_dir} was written by {saved_world} "
-                          f"rank(s); resume it with {saved_world}, not {world_size} (optimizer state is sharded)")
-    path = checkpoint_dir / f"optim_{step:06d}_rank{rank}.pt"
+def load_optimizer_states(checkpoint_dir: str | os.PathLike, step: int, rank: int, device="cpu") -> list:
+    """This rank's optimizer states of a saved step (load_model_state has checked the world size)."""
+    path = Path(checkpoint_dir) / f"optim_{step:06d}_rank{rank}.pt"
     if not path.is_file():
         raise ConfigError(f"no optimizer state for rank {rank} at {path}: resume with the ranks that saved "
                           f"step {step}")

@@ -110,7 +110,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     resume_meta: dict = {}
     if resume_step >= 0:
         model_state, resume_meta = load_model_state(checkpoint_dir, resume_step, device,
-                                                    expect_model_config=asdict(model_config))
+                                                    expect_model_config=asdict(model_config),
+                                                    expect_world_size=ddp_world_size)
         orig_model.load_state_dict(model_state, strict=True)
         del model_state
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
@@ -145,8 +146,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                                              matrix_lr=config.matrix_lr, weight_decay=config.weight_decay, log=print0)
     adamw_optimizer, muon_optimizer = optimizers
     if resume_step >= 0:
-        for opt, state in zip(optimizers, load_optimizer_states(checkpoint_dir, resume_step, ddp_rank, ddp_world_size,
-                                                                device)):
+        for opt, state in zip(optimizers, load_optimizer_states(checkpoint_dir, resume_step, ddp_rank, device)):
             opt.load_state_dict(state)
 
     # ----------------------------------------------------------------------------------------------

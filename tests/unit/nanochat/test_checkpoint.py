@@ -60,7 +60,8 @@ def test_optimizer_state_needs_the_world_size_that_saved_it(tmp_path):
 
     save_checkpoint(tmp_path / "d4", 4, {}, [{"adamw": 1}, {"muon": 2}], {"step": 4, "world_size": 2})
     with pytest.raises(ConfigError, match=r"written by 2 rank\(s\); resume it with 2, not 1"):
-        load_optimizer_states(tmp_path / "d4", 4, rank=0, world_size=1)
+        load_model_state(tmp_path / "d4", 4, expect_world_size=1)
     with pytest.raises(ConfigError, match=r"no optimizer state for rank 1 at .*optim_000004_rank1\.pt"):
-        load_optimizer_states(tmp_path / "d4", 4, rank=1, world_size=2)
-    assert load_optimizer_states(tmp_path / "d4", 4, rank=0, world_size=2) == [{"adamw": 1}, {"muon": 2}]
+        load_optimizer_states(tmp_path / "d4", 4, rank=1)
+    assert load_model_state(tmp_path / "d4", 4, expect_world_size=2)[1]["world_size"] == 2
+    assert load_optimizer_states(tmp_path / "d4", 4, rank=0) == [{"adamw": 1}, {"muon": 2}]

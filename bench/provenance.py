@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.schema import write_json_atomic
+from bench.schema import slurm_facts, write_json_atomic
 
 # Environment prefixes that change communication performance; defaults drift between runtimes and
 # releases (e.g. CE hooks set NCCL_*/FI_* themselves), so the effective values are recorded.
@@ -29,16 +29,6 @@ ENV_IMAGE_DIGEST = "NANOCHAT_BENCH_IMAGE_DIGEST"
 BUILD_INFO_PATH = Path("/etc/nanochat-bench/image.json")
 # Podman writes this file into every container; with --privileged it also names the image and its id.
 CONTAINERENV_PATH = Path("/run/.containerenv")
-
-SLURM_VARS = {
-    "job_id": "SLURM_JOB_ID",
-    "job_name": "SLURM_JOB_NAME",
-    "nodelist": "SLURM_JOB_NODELIST",
-    "num_nodes": "SLURM_JOB_NUM_NODES",
-    "partition": "SLURM_JOB_PARTITION",
-    "account": "SLURM_JOB_ACCOUNT",
-    "cluster": "SLURM_CLUSTER_NAME",
-}
 
 
 def git_revision(build: dict | None = None) -> str | None:
@@ -86,12 +76,6 @@ def _nvidia_driver() -> str | None:
 
 def network_env(environ=os.environ) -> dict:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(NETWORK_ENV_PREFIXES)}
-
-
-def slurm(environ=os.environ) -> dict | None:
-    if "SLURM_JOB_ID" not in environ:
-        return None
-    return {key: environ[var] for key, var in SLURM_VARS.items() if var in environ}
 
 
 def build_info(path: Path = BUILD_INFO_PATH) -> dict | None:
@@ -165,7 +149,7 @@ def collect(environ=os.environ) -> dict:
     return {
         "software": software(),
         "git_revision": git_revision(build),
-        "slurm": slurm(environ),
+        "slurm": slurm_facts(environ),
         "image": image(environ, build, containerenv()),
         "runtime": detect_runtime(environ),
         "network_env": network_env(environ),

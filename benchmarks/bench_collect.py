@@ -12,13 +12,16 @@ import json
 import os
 import resource
 import tempfile
+import sys
 import time
 from pathlib import Path
 
-from bench import schema
-from bench.analysis.collect import collect
-from bench.analysis.report import write_report
-from bench.analysis.synthetic import SweepSpec, generate_sweep
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: bench and tests.support
+
+from bench import schema  # noqa: E402
+from bench.analysis.collect import collect  # noqa: E402
+from bench.analysis.report import write_report  # noqa: E402
+from tests.support.synthetic import SweepSpec, generate_sweep  # noqa: E402
 
 GOAL_S = 10.0
 

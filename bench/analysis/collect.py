@@ -1,15 +1,16 @@
 """Run directories (and upstream nanochat logs) -> one tidy table, one row per run.
 
 `collect(roots, out)` walks the roots, reads each run with bench/analysis/rundir.py, and writes
-`<out>/runs.parquet` and `<out>/runs.csv` atomically. It is incremental: every row keeps a
-fingerprint of its files (names, sizes, modification times), and a later collect into the same
-table re-reads only runs that are new or changed, and drops runs that are gone. It is idempotent:
-the same files give the same table, rows sorted by source path.
+`<out>/runs.parquet` and `<out>/runs.csv` atomically. A row names its run by `root` (the root as
+given, relative to the working directory when it lies below it) and `source` (the run's path below
+that root), so a table says the same on every machine it is copied to. It is incremental: every row
+keeps a fingerprint of its files (names, sizes, modification times), and a later collect into the
+same table re-reads only runs that are new or changed, and drops runs that are gone. It is
+idempotent: the same files give the same table, rows sorted by root and source.
 """
 
 import hashlib
 import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +23,17 @@ import pyarrow.parquet as pq
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError
-from bench.schema import METRICS_JSONL, RUN_JSON
+from bench.schema import METRICS_JSONL, RUN_JSON, atomic_target
 
 LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs (read if they hold step lines)
 TABLE_PARQUET = "runs.parquet"
 TABLE_CSV = "runs.csv"
 # Bump when a row is computed differently: tables of an older version are then re-read in full.
-ROW_VERSION = 2
+ROW_VERSION = 4
 
 # The columns of the table and their types, in order; a row lacking a value holds a null.
 COLUMNS: dict[str, str] = {
-    "source": "str", "source_kind": "str", "run_id": "str", "sweep_id": "str", "workload": "str",
+    "root": "str", "source": "str", "source_kind": "str", "run_id": "str", "sweep_id": "str", "workload": "str",
     "runtime": "str", "repeat": "int", "nodes": "int", "gpus_per_node": "int", "world_size": "int",
     "depth": "int", "max_seq_len": "int", "device_batch_size": "int", "total_batch_size": "int",
     "num_iterations": "int", "force_flash_sdpa": "str", "sdpa_backends": "str",
@@ -99,19 +100,27 @@ def _fingerprint(entries: list[os.DirEntry]) -> str:
     return h.hexdigest()
 
 
-def _read_one(item: tuple[str, str, str, tuple[str, ...]]) -> dict | None:
-    source, kind, fingerprint, names = item
+def _read_one(item: tuple[str, str, str, str, tuple[str, ...]]) -> dict | None:
+    root, path, kind, fingerprint, names = item
     try:
-        row = read_run_dir(Path(source), set(names)) if kind == "run_dir" else read_upstream_log(Path(source))
+        row = read_run_dir(Path(path), set(names)) if kind == "run_dir" else read_upstream_log(Path(path))
     except FileNotFoundError:
         return None  # removed between the walk and the read
     if row is not None:
-        row["fingerprint"], row["row_version"] = fingerprint, ROW_VERSION
+        row.update(root=display_root(Path(root)), source=os.path.relpath(path, root), fingerprint=fingerprint,
+                   row_version=ROW_VERSION)
     return row
 
 
+def display_root(root: Path) -> str:
+    """A root as a table records it: relative to the working directory when below it, else absolute."""
+    root = root.resolve()
+    cwd = Path.cwd().resolve()
+    return str(root.relative_to(cwd)) if root.is_relative_to(cwd) else str(root)
+
+
 def read_rows(items: list[tuple], workers: int | None = None) -> list[dict]:
-    """Rows for (source, kind, fingerprint, names) items; processes share the work when there is much."""
+    """Rows for (root, path, kind, fingerprint, names) items; processes share the work when there is much."""
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers > 1 and len(items) >= 500:
         with ProcessPoolExecutor(workers) as pool:
@@ -122,7 +131,7 @@ def read_rows(items: list[tuple], workers: int | None = None) -> list[dict]:
 
 
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
-    """Exactly COLUMNS, in order, with their types (a missing column is all null), sorted by source."""
+    """Exactly COLUMNS, in order, with their types (a missing column is all null), sorted by root and source."""
     df = df.reindex(columns=list(COLUMNS))
     for col, kind in COLUMNS.items():
         values = df[col]
@@ -134,7 +143,7 @@ def normalise(df: pd.DataFrame) -> pd.DataFrame:
                 # a non-whole number in an int column is a writer's bug: null, not silently truncated
                 values = values.where(values == values.round()).astype("Int64")
             df[col] = values
-    return df.sort_values("source", kind="stable").reset_index(drop=True)
+    return df.sort_values(["root", "source"], kind="stable").reset_index(drop=True)
 
 
 def to_frame(rows: list[dict]) -> pd.DataFrame:
@@ -160,7 +169,7 @@ def load_table(path: str | os.PathLike) -> pd.DataFrame:
                                                                                  na_values=[""])
     except Exception as e:  # noqa: BLE001 - any reader failure means the same thing to the user
         raise AnalysisError(f"{path}: not a table written by collect ({type(e).__name__}: {e})") from e
-    missing = [c for c in ("source", "status", "skip_reason", "tok_per_sec") if c not in df.columns]
+    missing = [c for c in ("root", "source", "status", "skip_reason", "tok_per_sec") if c not in df.columns]
     if missing:
         raise AnalysisError(f"{path}: not a table written by collect (no column {', '.join(missing)})")
     return normalise(df)
@@ -173,14 +182,8 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     paths = []
     for name, write in ((TABLE_PARQUET, pq.write_table), (TABLE_CSV, pa_csv.write_csv)):
         path = out_dir / name
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        with atomic_target(path) as tmp:
             write(table, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         paths.append(path)
     return paths
 
@@ -190,24 +193,28 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     """Collect run directories under roots into a table; with out, update <out>/runs.{parquet,csv}."""
     roots = [Path(r).resolve() for r in roots]
     for r in roots:
+        if not r.exists():
+            raise AnalysisError(f"{r}: no such directory (give a results root or a run directory)")
         if not r.is_dir():
-            raise AnalysisError(f"{r}: not a directory of runs (give a results root or a run directory)")
-    found: dict[str, tuple] = {}
+            raise AnalysisError(f"{r}: not a directory (give a results root or a run directory)")
+    # (root as recorded, source below it) -> (root, absolute path, kind, fingerprint, file names)
+    found: dict[tuple[str, str], tuple] = {}
     for r in roots:
-        found.update(find_sources(r))
+        for path, (kind, fp, names) in find_sources(r).items():
+            found[(display_root(r), os.path.relpath(path, r))] = (str(r), path, kind, fp, names)
 
     out_dir = Path(out) if out is not None else None
     old = load_table(out_dir) if out_dir is not None and (out_dir / TABLE_PARQUET).exists() else to_frame([])
-    now_fp = old["source"].map({s: fp for s, (_, fp, _) in found.items()}).astype("string")
+    keys = list(zip(old["root"].astype(object), old["source"].astype(object)))
+    now_fp = pd.Series([found[k][3] if k in found else None for k in keys], index=old.index, dtype="string")
     same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)
     reused = old[same]
-    gone = ~old["source"].isin(found.keys()).to_numpy()
+    gone = ~pd.Series([k in found for k in keys], index=old.index, dtype=bool).to_numpy()
     # Rows of other roots collected into the same table stay; rows under these roots whose files went, go.
-    under = old["source"].map(lambda s: any(Path(s).is_relative_to(r) for r in roots)).to_numpy(bool)
+    under = old["root"].isin({display_root(r) for r in roots}).to_numpy(bool)
     kept = old[gone & ~under]
-    reused_sources = set(reused["source"])
-    todo = [(s, kind, fp, names) for s, (kind, fp, names) in found.items() if s not in reused_sources]
-    rows = read_rows(todo, workers)
+    reused_keys = set(zip(reused["root"].astype(object), reused["source"].astype(object)))
+    rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
     table = normalise(pd.concat([reused, kept, to_frame(rows)], ignore_index=True)) if rows else \
         normalise(pd.concat([reused, kept], ignore_index=True))
     result = CollectResult(table, read=len(rows), reused=len(reused), removed=int((gone & under).sum()))

@@ -21,7 +21,7 @@ import pandas as pd
 from bench.analysis import plots, scaling, templates
 from bench.analysis.collect import collect, load_table
 from bench.analysis.figures import STEADY_STATE_RULE
-from bench.schema import FINAL_STATUSES
+from bench.schema import FINAL_STATUSES, write_text_atomic
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -149,15 +149,9 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
     md_env = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
     md_env.filters["md_table"] = md_table
     html_env = jinja2.Environment(autoescape=True)
-    _write_text(out_dir / REPORT_MD, md_env.from_string(templates.MARKDOWN).render(**context))
-    _write_text(out_dir / REPORT_HTML, html_env.from_string(templates.HTML).render(**context))
+    write_text_atomic(out_dir / REPORT_MD, md_env.from_string(templates.MARKDOWN).render(**context))
+    write_text_atomic(out_dir / REPORT_HTML, html_env.from_string(templates.HTML).render(**context))
     return out_dir / REPORT_HTML
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def load_or_collect(table_or_root: str | os.PathLike, out_dir: str | os.PathLike) -> pd.DataFrame:

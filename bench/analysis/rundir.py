@@ -1,10 +1,11 @@
 """One run directory -> one flat row: manifest fields, status, and the figures of its events.
 
-Reads the contract of bench/schema.py (run.json + metrics.jsonl) and never trusts it blindly:
-an empty, truncated or half-written file, an unknown schema_version, NaN figures or a run still
-going are reported in the row (`skip_reason` when its figures must not be used, `notes` for what
-was repaired), never raised and never averaged in. Only rows with `skip_reason` None are usable.
-Steps come from metrics.jsonl; without step events, from nanochat step lines in the run's *.log.
+Reads the contract of bench/schema.py (run.json + metrics.jsonl) and validates it: a run.json that
+is empty, half-written or not as the contract says (another schema_version, a field of the wrong type
+or an unknown one) is the row's `skip_reason`; an event line that is cut, malformed or not in the
+contract is left out and counted in `notes`. NaN figures and runs still going are reported the same
+way, never raised and never averaged in. Only rows with `skip_reason` None are usable. Steps come
+from metrics.jsonl; without step events, from nanochat step lines in the run's *.log.
 """
 
 import json
@@ -16,8 +17,6 @@ from bench import schema
 from bench.analysis import upstream
 from bench.analysis.figures import _finite, step_figures
 
-# Nested sections of run.json that may hold the trainer config (asdict(TrainConfig) and friends).
-CONFIG_SECTIONS = ("config", "train_config", "trainer", "user_config")
 MANIFEST_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "repeat", "nodes", "gpus_per_node",
                    "world_size", "peak_flops_per_gpu", "flops_per_token", "git_revision", "message")
 CONFIG_FIELDS = ("depth", "max_seq_len", "device_batch_size", "total_batch_size", "num_iterations",
@@ -48,19 +47,11 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
         manifest = json.loads(text)
     except json.JSONDecodeError as e:
         return {}, f"run.json is not valid JSON ({e.msg} at line {e.lineno})"
-    if not isinstance(manifest, dict):
-        return {}, "run.json is not a JSON object"
-    version = manifest.get("schema_version")
-    if version is None:
-        notes.append(f"run.json has no schema_version; read as version {schema.SCHEMA_VERSION}")
-    elif version != schema.SCHEMA_VERSION:
-        return manifest, (f"run.json schema_version {version!r} is not the known version "
-                          f"{schema.SCHEMA_VERSION}; figures not computed")
-    return manifest, None
-
-
-# Keys every event of a type must have: the contract's fields plus "event" and "t".
-_REQUIRED = {name: frozenset(("event", "t", *fields)) for name, fields in schema.EVENTS.items()}
+    try:
+        return schema.RunManifest.from_dict(manifest).to_dict(), None
+    except schema.SchemaError as e:
+        plain = manifest if isinstance(manifest, dict) else {}
+        return plain, f"run.json does not follow the run contract ({e}); figures not computed"
 
 
 def _decode(lines: list[str], cut: bool, notes: list[str]) -> tuple[list, int]:
@@ -97,31 +88,18 @@ def read_events(path: Path, notes: list[str]) -> list[dict]:
     lines = text.split("\n")
     cut = lines[-1].strip() != ""  # a last line without its newline is being written or was cut off
     values, bad = _decode(lines, cut, notes)
-    events, unknown = [], 0
+    events, violations = [], []
     for ev in values:
-        required = _REQUIRED.get(ev.get("event")) if isinstance(ev, dict) else None
-        if required is None:
-            unknown += 1
-        elif not required <= ev.keys():
-            bad += 1
-        else:
-            events.append(ev)
+        try:
+            events.append(schema.parse_event(ev))
+        except schema.SchemaError as e:
+            violations.append(str(e))
     if bad:
         notes.append(f"metrics.jsonl: {bad} malformed line(s) left out")
-    if unknown:
-        notes.append(f"metrics.jsonl: {unknown} value(s) of unknown event type ignored")
+    if violations:
+        notes.append(f"metrics.jsonl: {len(violations)} line(s) not in the run contract left out "
+                     f"(first: {violations[0]})")
     return events
-
-
-def _lookup(manifest: dict, key: str):
-    """A field from the top level of run.json, else from a nested trainer-config section."""
-    if key in manifest:
-        return manifest[key]
-    for section in CONFIG_SECTIONS:
-        value = manifest.get(section)
-        if isinstance(value, dict) and key in value:
-            return value[key]
-    return None
 
 
 def _scalar(value):
@@ -132,45 +110,28 @@ def _scalar(value):
 
 
 def manifest_fields(manifest: dict, notes: list[str]) -> dict:
-    row = {k: _scalar(_lookup(manifest, k)) for k in MANIFEST_FIELDS + CONFIG_FIELDS}
+    config = _section(manifest, "config")
+    row = {k: _scalar(manifest.get(k)) for k in MANIFEST_FIELDS}
+    row.update({k: _scalar(config.get(k)) for k in CONFIG_FIELDS})
     non_finite = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
     for k in non_finite:
         row[k] = None  # NaN/inf in the manifest is no value: treated as unknown, and said
     if non_finite:
         notes.append(f"run.json: non-finite {', '.join(non_finite)} treated as unknown")
-    image = manifest.get("image")
-    if isinstance(image, dict):
-        row["image"], row["image_digest"] = image.get("reference") or image.get("ref"), image.get("digest")
-    else:
-        row["image"] = _scalar(image)
+    image = _section(manifest, "image")
+    row["image"], row["image_digest"] = _scalar(image.get("reference")), _scalar(image.get("digest"))
     for section, fields in (("software", SOFTWARE_FIELDS), ("slurm", SLURM_FIELDS)):
-        values = manifest.get(section) if isinstance(manifest.get(section), dict) else {}
+        values = _section(manifest, section)
         for key, column in fields.items():
             row[column] = _scalar(values.get(key))
-    row["t0"] = launch_t0(manifest)
+    row["t0"] = _finite(_section(manifest, "launch").get("t0"))  # NANOCHAT_BENCH_T0, taken before srun
     return row
 
 
-def launch_t0(manifest: dict) -> float | None:
-    """The launcher's NANOCHAT_BENCH_T0 as recorded: `t0`, the trainer's `launch_t0`, the batch
-    script's `launcher.t0`, or a copy of the environment; None when the run was not launched with it."""
-    launcher = manifest.get("launcher") if isinstance(manifest.get("launcher"), dict) else {}
-    env = manifest.get("env") if isinstance(manifest.get("env"), dict) else {}
-    for value in (manifest.get("t0"), manifest.get("launch_t0"), launcher.get("t0"), env.get(schema.ENV_T0)):
-        t0 = _finite(_number(value))
-        if t0:
-            return t0
-    return None
-
-
-def _number(value):
-    """Numbers written as strings (an environment variable copied verbatim) become floats."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return value
+def _section(manifest: dict, name: str) -> dict:
+    """A section of run.json; {} when absent (or, in a run.json that failed validation, not an object)."""
+    value = manifest.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def event_fields(events: list[dict]) -> dict:

@@ -13,16 +13,18 @@ from pathlib import Path
 
 from bench import schema
 from bench.errors import ConfigError
+from bench.launch import jobrecord
 from bench.launch.plan import Point, Sweep
+from bench.launch.torchrun import torchrun_command
 from bench.nanochat.config import parse_args
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
 from bench.runtimes.edf import WORKDIR
 
 PORT_BASE = 20000  # rendezvous ports 20000-29999 (job id % 1000 x 10 + run index): below Linux's ephemeral range
-TRAIN_MODULE = "bench.nanochat.train"
 SLURM_LOG = "slurm-%j.log"
 SCRIPT_NAME = "job.sbatch"
+LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/schema.py, bench/launch/jobrecord.py)
 # Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 
@@ -83,18 +85,17 @@ class Job:
     runs: list[Run]
     directives: list[str]
     title: str
+    python: str = "python3"  # the host interpreter the batch script's bookkeeping runs with
     script_name: str = SCRIPT_NAME
 
     @property
     def script(self) -> Path:
         return self.job_dir / self.script_name
 
-
-def torchrun_command(python: str, nodes: int, nproc_per_node: int, train_argv: list[str]) -> tuple[Token, ...]:
-    """The command every node runs: torchrun with c10d rendezvous on the first node, then the trainer."""
-    return (python, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc_per_node={nproc_per_node}",
-            "--rdzv_backend=c10d", Var("rdzv_endpoint", "--rdzv_endpoint="), Var("SLURM_JOB_ID", "--rdzv_id="),
-            "-m", TRAIN_MODULE, "--", *train_argv)
+    @property
+    def lib_dir(self) -> Path:
+        """Where the batch script finds its bookkeeping: the sweep directory's .lib (one copy per sweep)."""
+        return self.runs[0].run_dir.parent / LIB_DIR
 
 
 def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sweep_id: str) -> Run:
@@ -108,15 +109,14 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     containerised = runtime.python is not None
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
     spec = LaunchSpec(
-        command=torchrun_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, train_argv),
+        command=torchrun_command(runtime.python or opts.python, sweep.gpus_per_node, train_argv, nnodes=point.nodes),
         image=image, mounts=mounts, env={**exports, schema.ENV_T0: ""},  # T0 is exported just before srun
         workdir=WORKDIR if containerised else None, run_dir=str(run_dir), gpus=gpus)
     runtime.check(spec)
     manifest = {
-        "schema_version": schema.SCHEMA_VERSION, "run_id": point.run_id, "sweep_id": sweep_id,
-        "workload": schema.WORKLOAD, "runtime": runtime.name, "image": {"reference": image},
-        "nodes": point.nodes, "gpus_per_node": sweep.gpus_per_node, "world_size": point.ranks,
-        "repeat": point.repeat, "config": asdict(parse_args(train_argv)),
+        "run_id": point.run_id, "sweep_id": sweep_id, "workload": schema.WORKLOAD, "runtime": runtime.name,
+        "image": {"reference": image}, "nodes": point.nodes, "gpus_per_node": sweep.gpus_per_node,
+        "world_size": point.ranks, "repeat": point.repeat, "config": asdict(parse_args(train_argv)),
         "grad_accum": point.batch.grad_accum, "status": "pending",
     }
     return Run(point.run_id, run_dir, runtime, point.nodes, sweep.gpus_per_node, spec, exports, manifest)
@@ -154,19 +154,23 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
     gpus = sweep.setting("device_type") != "cpu"
     limit = time_limit(sweep, opts, nodes * sweep.gpus_per_node, len(runs))
     return Job(name, job_dir, nodes, sweep.gpus_per_node, runs,
-               directives(name, nodes, sweep.gpus_per_node, gpus, opts, limit), title)
+               directives(name, nodes, sweep.gpus_per_node, gpus, opts, limit), title, python=opts.python)
+
+
+def ship_bookkeeping(lib_dir: Path) -> None:
+    """bench/schema.py and bench/launch/jobrecord.py beside the jobs, for the host's python3 (jobrecord.py)."""
+    for module in (schema, jobrecord):
+        schema.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
 
 
 def write_job(job: Job, script_text: str, manifests: bool = True) -> None:
     """The launcher's run.json first (status pending; skipped for a dry run), the runtime's files (an EDF),
-    then the script, each written atomically."""
+    the sweep's bookkeeping, then the script, each written atomically."""
     for run in job.runs:
         run.run_dir.mkdir(parents=True, exist_ok=True)
         if manifests:
-            schema.update_run_json(run.run_dir, **run.manifest, launch={"script": str(job.script),
-                                                                         "rendered_at": time.time()})
+            schema.update_run_json(run.run_dir, **run.manifest, launch={
+                "kind": "slurm", "script": str(job.script), "rendered_at": time.time()})
         run.runtime.write_files(run.spec)
-    job.job_dir.mkdir(parents=True, exist_ok=True)
-    tmp = job.script.with_suffix(".tmp")
-    tmp.write_text(script_text)
-    tmp.replace(job.script)
+    ship_bookkeeping(job.lib_dir)
+    schema.write_text_atomic(job.script, script_text)

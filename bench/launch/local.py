@@ -1,9 +1,9 @@
 """Run the trainer on this machine, without Slurm: torchrun in standalone mode, one run directory.
 
-`run_local` starts `python -m torch.distributed.run --standalone --nproc_per_node=N -m
-bench.nanochat.train -- <flags>` with NANOCHAT_BENCH_RUN_DIR pointing at the run directory, copies
-the output to the terminal and to `<run_dir>/train.log`, and returns torchrun's exit status. The
-launcher writes run.json first (status running, launch time); the trainer merges its part into it.
+`run_local` writes run.json first (status pending, the launch time), starts torchrun
+(bench/launch/torchrun.py) with NANOCHAT_BENCH_RUN_DIR pointing at the run directory, copies the
+output to the terminal and to `<run_dir>/train.log`, and ends with bench.schema.close_unfinished, the
+same last word a batch job has. It returns torchrun's exit status.
 """
 
 import os
@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.schema import ENV_RUN_DIR, ENV_T0, read_run_json, update_run_json
-
-TRAIN_LOG = "train.log"
+from bench import schema
+from bench.launch.torchrun import torchrun_command
 
 
 def default_run_dir(sweep_id: str = "local", root: str | os.PathLike = "runs") -> Path:
@@ -30,25 +29,19 @@ def default_run_dir(sweep_id: str = "local", root: str | os.PathLike = "runs") -
     return path
 
 
-def torchrun_command(train_args: list[str], nproc: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "bench.nanochat.train", "--", *train_args]
-
-
 def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None) -> int:
     """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    child_env = dict(os.environ if env is None else env)
+    cmd = list(torchrun_command(sys.executable, nproc, train_args))
     t0 = time.time()
-    child_env[ENV_RUN_DIR] = str(run_dir.resolve())
-    child_env[ENV_T0] = f"{t0:.6f}"
+    child_env = dict(os.environ if env is None else env)
+    child_env[schema.ENV_RUN_DIR] = str(run_dir.resolve())
+    child_env[schema.ENV_T0] = f"{t0:.6f}"
     child_env.setdefault("OMP_NUM_THREADS", "1")
-    update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.parent.name, runtime="bare",
-                    status="running", launcher="local", launch_t0=t0,
-                    command=torchrun_command(train_args, nproc))
-    cmd = torchrun_command(train_args, nproc)
-    with open(run_dir / TRAIN_LOG, "ab") as log:
+    schema.update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.resolve().parent.name, runtime="bare",
+                           status="pending", launch={"kind": "local", "t0": t0, "command": cmd})
+    with open(run_dir / schema.TRAIN_LOG, "ab") as log:
         proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             for chunk in iter(lambda: proc.stdout.readline(), b""):
@@ -60,13 +53,6 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGINT)  # torchrun passes it on to the ranks, which record `cancelled`
             rc = proc.wait()
-    _close_if_unfinished(run_dir, rc)
+    schema.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time()})
+    schema.close_unfinished(run_dir, rc, "torchrun")
     return rc
-
-
-def _close_if_unfinished(run_dir: Path, rc: int) -> None:
-    """A run whose trainer died before recording an end (killed, crashed at import) is marked failed."""
-    status = read_run_json(run_dir).get("status")
-    if status in (None, "pending", "running"):
-        update_run_json(run_dir, status="ok" if rc == 0 else "failed", finished_at=time.time(),
-                        message=None if rc == 0 else f"torchrun exited with status {rc}; see {TRAIN_LOG}")

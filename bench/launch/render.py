@@ -62,17 +62,13 @@ def run_context(run: Run, index: int) -> dict:
     }
 
 
-@functools.lru_cache(maxsize=1)
-def jobrecord_source() -> str:
-    """bench/launch/jobrecord.py, pasted into each script as a here-document (see that module)."""
-    return Path(jobrecord.__file__).read_text().rstrip("\n")
-
-
 def job_context(job: Job, rendered_by: str) -> dict:
     return {
         "title": comment_safe(job.title), "rendered_by": comment_safe(rendered_by),
         "directives": job.directives, "job_dir": comment_safe(shlex.quote(str(job.job_dir))),
-        "script_name": job.script.name, "jobrecord": jobrecord_source(),
+        "script_name": job.script.name, "lib_dir": comment_safe(str(job.lib_dir)),
+        "jobrecord": shlex.quote(str(job.lib_dir / Path(jobrecord.__file__).name)),
+        "python": shlex.quote(job.python),
         "runs": [run_context(run, i) for i, run in enumerate(job.runs)],
     }
 

@@ -20,6 +20,9 @@ from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 
 SWEEP_JSON = "sweep.json"
+# run.json fields that submit writes (the plan's decisions), kept when a run is submitted again.
+PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes", "gpus_per_node", "world_size",
+                  "repeat", "config", "grad_accum")
 
 
 def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool = False,
@@ -102,19 +105,19 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
         old = entry.get("job_id")
         for run_id in entry["runs"]:
             run_dir = sweep_dir / run_id
-            previous = schema.read_run_json(run_dir)
+            previous = schema.load_manifest(run_dir)
             keep = run_dir / "attempts" / str(old or "unsubmitted")
             keep.mkdir(parents=True, exist_ok=True)
-            for name in (schema.METRICS_JSONL, "train.log"):
+            for name in (schema.METRICS_JSONL, schema.TRAIN_LOG):
                 if (run_dir / name).exists():
                     (run_dir / name).replace(keep / name)
-            schema.write_json_atomic(keep / schema.RUN_JSON, previous)
-            attempts = previous.get("attempts", []) + [{"job_id": old, "status": previous.get("status"),
-                                                        "message": previous.get("message")}]
-            fresh = {k: v for k, v in previous.items()
-                     if k in ("schema_version", "run_id", "sweep_id", "workload", "runtime", "image", "nodes",
-                              "gpus_per_node", "world_size", "repeat", "config", "grad_accum", "launch")}
-            schema.write_json_atomic(run_dir / schema.RUN_JSON, {**fresh, "status": "pending", "attempts": attempts})
+            schema.write_manifest(keep, previous)
+            attempts = [*previous.attempts, schema.Attempt(job_id=old, status=previous.status, message=previous.message)]
+            # What the plan decided stays; what the attempt observed goes with it into attempts/.
+            planned = {k: getattr(previous, k) for k in PLANNED_FIELDS}
+            planned["launch"] = schema.Launch(kind=previous.launch.kind, script=previous.launch.script,
+                                              rendered_at=previous.launch.rendered_at)
+            schema.write_manifest(run_dir, schema.RunManifest(**planned, status="pending", attempts=attempts))
         entry["job_id"] = backend.submit(Path(entry["script"]))
         entry["previous_job_ids"] = entry.get("previous_job_ids", []) + ([old] if old else [])
         for run_id in entry["runs"]:

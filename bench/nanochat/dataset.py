@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat.common import get_base_dir
-from bench.schema import ENV_VAL_FILES_K
+from bench.schema import ENV_VAL_FILES_K, atomic_target
 
 SHARD_GLOB = "shard_*.parquet"
 TEXT_COLUMN = "text"
@@ -104,12 +104,9 @@ def parquets_iter_batched(split: str, start: int = 0, step: int = 1, val_files_k
 def write_shard(path: Path, docs: list[str], row_group_size: int = 1024) -> None:
     """Write one shard in the upstream layout (zstd 3, no dictionary, no statistics), atomically."""
     table = pa.table({TEXT_COLUMN: pa.array(docs, type=pa.string())})
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(
-        table, tmp, row_group_size=row_group_size, compression="zstd", compression_level=3,
-        use_dictionary=False, write_statistics=False,
-    )
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:
+        pq.write_table(table, tmp, row_group_size=row_group_size, compression="zstd", compression_level=3,
+                       use_dictionary=False, write_statistics=False)
 
 
 def generate_shards(

@@ -66,7 +66,7 @@ def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_
             return path
         except ValueError:
             path.unlink()  # a bad file from elsewhere: fetch it again
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + ".tmp")  # a fixed name, unlike atomic_target's: a later try resumes it
     shard_url = f"{url}/{shard_name(index)}"
     last = ""
     for attempt in range(1, retries + 1):

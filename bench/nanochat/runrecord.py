@@ -20,12 +20,16 @@ from typing import Callable
 
 from bench import provenance
 from bench.errors import BenchError, DataError
-from bench.schema import ENV_RUN_DIR, ENV_T0, FINAL_STATUSES, WORKLOAD, EventWriter, event_writer, read_run_json, update_run_json
-
-
-def _known(value):
-    """A value without its unknown parts (None inside a dict), so it cannot blank out a recorded one."""
-    return {k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+from bench.schema import (
+    ENV_RUN_DIR,
+    ENV_T0,
+    FINAL_STATUSES,
+    WORKLOAD,
+    EventWriter,
+    event_writer,
+    load_manifest,
+    update_run_json,
+)
 
 
 class RunRecord:
@@ -55,21 +59,16 @@ class RunRecord:
         """The manifest at start: config, shape, provenance, status running (keeps launcher fields)."""
         if not (self.rank == 0 and self.run_dir):
             return
-        existing = read_run_json(self.run_dir)
-        defaults = {"run_id": os.path.basename(os.path.normpath(self.run_dir)),
-                    "sweep_id": os.path.basename(os.path.dirname(os.path.normpath(self.run_dir))),
-                    "workload": WORKLOAD}
+        existing = load_manifest(self.run_dir)
         t0 = os.environ.get(ENV_T0)
-        # What the trainer cannot see (Slurm facts inside some containers, GPUs on a CPU run) stays as
-        # the launcher wrote it: empty values never overwrite recorded ones.
-        observed = {k: _known(v) for k, v in {"gpus_per_node": gpus_per_node, **provenance.collect()}.items()}
+        # What the trainer cannot see (Slurm facts inside some containers, GPUs on a CPU run) stays as the
+        # launcher wrote it: sections merge only known values, and a CPU run's 0 GPUs keeps the planned count.
+        keep_gpus = not gpus_per_node and existing.gpus_per_node is not None
         update_run_json(
-            self.run_dir,
-            **{k: v for k, v in defaults.items() if k not in existing},
-            **{k: v for k, v in observed.items() if v or k not in existing},
+            self.run_dir, **provenance.collect(), workload=existing.workload or WORKLOAD,
             config=config, world_size=world_size, nodes=nodes,
-            peak_flops_per_gpu=peak_flops_per_gpu,
-            launch_t0=float(t0) if t0 else existing.get("launch_t0"),
+            gpus_per_node=existing.gpus_per_node if keep_gpus else gpus_per_node,
+            peak_flops_per_gpu=peak_flops_per_gpu, launch={"t0": float(t0) if t0 else None},
             started_at=time.time(), status="running", message=None,
         )
 
@@ -91,7 +90,7 @@ class RunRecord:
         if not self.run_dir:
             return
         try:
-            if read_run_json(self.run_dir).get("status") in FINAL_STATUSES:
+            if load_manifest(self.run_dir).status in FINAL_STATUSES:
                 return  # the first failure wins: later ones (peers stopped by torchrun) are its echoes
             writer = self.events if self.rank == 0 else EventWriter(self.run_dir)
             writer.emit("error", kind=kind, message=message, rank=self.rank)

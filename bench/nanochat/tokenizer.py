@@ -11,7 +11,6 @@ encoding at training time is tiktoken's multi-threaded Rust code.
 """
 
 import importlib.util
-import os
 import pickle
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Iterable, Iterator
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat.common import get_base_dir
+from bench.schema import atomic_target
 
 SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
@@ -172,10 +172,8 @@ def save_tokenizer(encoding, directory: Path | None = None) -> Path:
         (TOKENIZER_PKL, lambda f: pickle.dump(encoding, f)),
         (TOKEN_BYTES_PT, lambda f: torch.save(torch.tensor(token_byte_lengths(encoding), dtype=torch.int32), f)),
     ):
-        tmp = directory / f".{name}.tmp"
-        with open(tmp, "wb") as f:
+        with atomic_target(directory / name) as tmp, open(tmp, "wb") as f:
             write(f)
-        os.replace(tmp, directory / name)
     return directory
 
 

@@ -26,10 +26,23 @@ import torch
 from bench.errors import BenchError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
-from bench.nanochat.attention import check_forced_attention, force_flash_from_env, restrict_sdpa_backends
-from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
+from bench.nanochat.attention import (
+    check_forced_attention,
+    force_flash_from_env,
+    restrict_sdpa_backends,
+)
+from bench.nanochat.checkpoint import (
+    load_model_state,
+    load_optimizer_states,
+    save_checkpoint,
+)
 from bench.nanochat.common import get_base_dir, get_dist_info, print0
-from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
+from bench.nanochat.compute import (
+    autodetect_device_type,
+    compute_cleanup,
+    compute_init,
+    topology,
+)
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
@@ -138,7 +151,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     print0(f"Total number of training tokens: {total_tokens:,}")
     print0(f"Tokens : Params ratio: {total_tokens / num_params:.2f}")
     print0(f"Total training FLOPs estimate: {num_flops_per_token * total_tokens:e}")
-    record.update(num_iterations=num_iterations, grad_accum_steps=grad_accum)
+    record.update(num_iterations=num_iterations, grad_accum=grad_accum)
 
     # ----------------------------------------------------------------------------------------------
     # Optimizers: AdamW for embedding and lm_head, Muon for the matrices (sharded when distributed)
@@ -278,7 +291,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     min_val = min_val_bpb if math.isfinite(min_val_bpb) else None
     record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time, min_val_bpb=min_val)
     return {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
-            "final_val_bpb": val_bpb, "final_mfu": mfu, "num_iterations": num_iterations}
+            "final_val_bpb": val_bpb, "final_mfu": mfu}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench.runtimes import edf
 from bench.runtimes.base import Runtime, check_enroot_image
+from bench.schema import write_text_atomic
 
 EDF_NAME = "environment.toml"
 
@@ -45,10 +46,7 @@ class ContainerEngine(Runtime):
 
     def write_files(self, spec):
         path = self.edf_path(spec)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.edf_text(spec))
-        tmp.replace(path)  # a job starting now reads the old file or the new one, never half of one
+        write_text_atomic(path, self.edf_text(spec))  # a job starting now reads the old file or the new one
         return [path]
 
     def srun_options(self, spec):

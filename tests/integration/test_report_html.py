@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bench.analysis import summarize_runs
-from bench.analysis.synthetic import SweepSpec, generate_sweep
+from tests.support.synthetic import SweepSpec, generate_sweep
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"), reason="chromium not installed")

@@ -10,9 +10,10 @@ import os
 import pytest
 import torch
 
-from bench.launch.local import TRAIN_LOG, run_local
+from bench.launch.local import run_local
 from bench.logline import parse_step_line, parse_val_line
-from bench.schema import EVENTS, METRICS_JSONL, read_run_json
+from bench.schema import EVENTS, METRICS_JSONL, TRAIN_LOG
+from tests.support.contract import assert_follows_contract
 
 STEPS = 24
 B, T, W = 4, 64, 2
@@ -40,12 +41,12 @@ def events_of(run_dir):
 def test_run_succeeds_and_run_json_is_complete(finished_run):
     rc, run_dir = finished_run
     assert rc == 0, (run_dir / TRAIN_LOG).read_text()[-3000:]
-    run = read_run_json(run_dir)
+    run = assert_follows_contract(run_dir)
     assert run["status"] == "ok" and run["message"] is None
     assert run["world_size"] == W and run["nodes"] == 1 and run["gpus_per_node"] == 0
     assert run["peak_flops_per_gpu"] is None  # CPU: no peak, no MFU
     assert run["config"]["depth"] == 2 and run["config"]["total_batch_size"] == B * T * W
-    assert run["num_iterations"] == STEPS and run["grad_accum_steps"] == 1
+    assert run["num_iterations"] == STEPS and run["grad_accum"] == 1
     assert run["software"]["torch"] == torch.__version__
     assert run["run_id"] == "run-1" and run["sweep_id"] == "local"
     assert run["started_at"] <= run["finished_at"]

@@ -17,6 +17,7 @@ import pytest
 
 from bench import cli
 from bench.schema import read_run_json
+from tests.support.contract import assert_follows_contract
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -54,19 +55,19 @@ def test_two_node_training_from_rendered_sbatch(slurm_cluster, tiny_base_dir, tm
     log = (run_dir / "train.log").read_text() if (run_dir / "train.log").exists() else "(no train.log)"
     assert state == "COMPLETED", log[-3000:]
 
-    manifest = read_run_json(run_dir)
+    manifest = assert_follows_contract(run_dir)  # written by submit, the batch script and the trainer
     assert manifest["status"] == "ok", manifest.get("message")
     assert manifest["slurm"]["job_id"] == job_id
     assert manifest["slurm"]["nodelist"] == "n[1-2]"
     assert manifest["world_size"] == 4 and manifest["nodes"] == 2 and manifest["runtime"] == "bare"
-    assert manifest["launcher"]["exit_code"] == 0
+    assert manifest["launch"]["exit_code"] == 0
     kinds = [e["event"] for e in events(run_dir)]
     assert kinds[0] == "start" and "end" in kinds
     assert sum(k == "step" for k in kinds) >= 5 and "val" in kinds
     dist = next(e for e in events(run_dir) if e["event"] == "dist_init")
     assert dist["world_size"] == 4
     # The launch time was taken before srun, the trainer's start after it.
-    assert manifest["launcher"]["t0"] <= events(run_dir)[0]["t"]
+    assert manifest["launch"]["t0"] <= events(run_dir)[0]["t"]
     assert list(run_dir.glob("slurm-*.log")), "the Slurm log lands beside the script"
 
 
@@ -98,7 +99,7 @@ def test_runtime_failure_leaves_failed_run_and_resubmits(slurm_cluster, tiny_bas
     assert cli.main(["status", str(sweep_dir), "--wait", "--poll=1", "--timeout=60"]) == 1
     manifest = read_run_json(sweep_dir / "n1-bare-r1")
     assert manifest["status"] == "failed"
-    assert "never started" in manifest["message"] and manifest["launcher"]["exit_code"] != 0
+    assert "never started" in manifest["message"] and manifest["launch"]["exit_code"] != 0
     first_job = manifest["slurm"]["job_id"]
 
     assert cli.main(["status", str(sweep_dir), "--resubmit-failed"]) == 0
@@ -135,7 +136,7 @@ def test_compare_bare_and_podman_in_one_allocation(slurm_cluster, tiny_base_dir,
         assert manifest["status"] == "ok", (runtime, manifest.get("message"), state)
         assert manifest["runtime"] == runtime and manifest["slurm"]["job_id"] == job_id
         first = events(run_dir)[0]
-        assert first["event"] == "start" and first["t"] >= manifest["launcher"]["t0"]  # start-up is measurable
+        assert first["event"] == "start" and first["t"] >= manifest["launch"]["t0"]  # start-up is measurable
     assert read_run_json(out / "n1-podman-r1")["image"]["reference"] == PODMAN_IMAGE
     assert state == "COMPLETED"
 

@@ -13,8 +13,8 @@ from bench import schema
 from bench.analysis import collect as collect_mod
 from bench.analysis.collect import TABLE_CSV, TABLE_PARQUET, collect, load_table
 from bench.analysis.scaling import scaling_table
-from bench.analysis.synthetic import SweepSpec, efficiency, generate_sweep
 from bench.errors import AnalysisError
+from tests.support.synthetic import SweepSpec, efficiency, generate_sweep
 
 
 def test_thousands_of_generated_runs(tmp_path):
@@ -51,7 +51,17 @@ def test_incremental_and_idempotent(tmp_path):
                                    sweep_id="sweep1"))  # one arrives
     third = collect([root], out)
     assert (third.read, third.reused, third.removed, len(third.table)) == (2, 10, 1, 12)
-    assert "error event" in third.table.set_index("source").loc[str(dirs[0]), "notes"]
+    assert "error event" in third.table.set_index("source").loc[str(dirs[0].relative_to(root)), "notes"]
+
+
+def test_tables_name_runs_relative_to_the_root(tmp_path, monkeypatch):
+    """A table says the same wherever it is copied: no path of the machine that collected it."""
+    monkeypatch.chdir(tmp_path)
+    generate_sweep(tmp_path / "results" / "runs", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    table = collect(["results/runs"], tmp_path / "table").table
+    assert set(table["root"]) == {"results/runs"}
+    assert sorted(table["source"]) == ["sweep0/apptainer-n8-r0", "sweep0/bare-n8-r0", "sweep0/ce-n8-r0"]
+    assert str(tmp_path) not in (tmp_path / "table" / TABLE_CSV).read_text()
 
 
 def test_other_roots_in_the_same_table_are_kept(tmp_path):
@@ -89,8 +99,11 @@ def test_a_run_directory_itself_can_be_the_root(make_run):
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):
-    with pytest.raises(AnalysisError, match="not a directory of runs"):
+    with pytest.raises(AnalysisError, match="nope: no such directory"):
         collect([tmp_path / "nope"])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(AnalysisError, match="file: not a directory"):
+        collect([tmp_path / "file"])
     (tmp_path / "x.parquet").write_text("not parquet")
     with pytest.raises(AnalysisError, match="not a table written by collect"):
         load_table(tmp_path / "x.parquet")

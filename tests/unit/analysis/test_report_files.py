@@ -8,8 +8,8 @@ import re
 
 from bench import schema
 from bench.analysis import summarize_runs
-from bench.analysis.synthetic import SweepSpec, generate_sweep
 from bench.cli import main
+from tests.support.synthetic import SweepSpec, generate_sweep
 
 
 def test_sweep_report(tmp_path, make_run):
@@ -17,7 +17,7 @@ def test_sweep_report(tmp_path, make_run):
     generate_sweep(root, SweepSpec(world_sizes=(8, 16), repeats=2, steps=14))
     make_run("oom1", root=root / "sweep0", status="oom", message="CUDA out of memory <script>x</script>")
     make_run("live1", root=root / "sweep0", status="running")
-    future = make_run("future1", root=root / "sweep0", schema_version=7)
+    future = make_run("future1", root=root / "sweep0", raw=True, schema_version=7)
     (future / schema.METRICS_JSONL).write_text('{"event": "start", "t": 1')  # half-written too
 
     html = summarize_runs(root, tmp_path / "report")
@@ -38,7 +38,7 @@ def test_sweep_report(tmp_path, make_run):
         assert f"](figures/{p.name})" in md
     assert "| oom1 | s0 | bare | 8 | oom | CUDA out of memory" in md
     assert "| live1 | s0 | bare | 8 | running | run running: not finished |" in md
-    assert "schema_version 7 is not the known version 1" in md
+    assert "schema_version 7 is not 2" in md
 
     text = html.read_text()
     assert text.count('src="data:image/png;base64,') == len(pngs)

@@ -26,11 +26,17 @@ def test_complete_run(make_run):
     assert row["peak_mem_mib"] == 70_000.0 and row["min_val_bpb"] == 1.2
 
 
-@pytest.mark.parametrize("where", [{"launch_t0": 1000.5}, {"launcher": {"t0": 1000.5}},
-                                   {"env": {schema.ENV_T0: "1000.5"}}])
-def test_t0_wherever_the_launcher_or_trainer_put_it(make_run, where):
-    row = read_run_dir(make_run("a", t0=None, startup_s=5.0, **where))
+def test_t0_is_the_launch_sections(make_run):
+    row = read_run_dir(make_run("a", t0=None, startup_s=5.0, launch={"kind": "local", "t0": 1000.5}))
     assert row["startup_overhead_s"] == pytest.approx(4.5)
+
+
+@pytest.mark.parametrize("where", [{"launch_t0": 1000.5}, {"launcher": {"t0": 1000.5}}, {"env": {"NANOCHAT_BENCH_T0": "1000.5"}}])
+def test_other_spellings_of_t0_break_the_contract(make_run, where):
+    """The reader does not guess: a launch time anywhere but launch.t0 is a violation, named."""
+    row = read_run_dir(make_run("a", t0=None, raw=True, **where))
+    assert "does not follow the run contract" in row["skip_reason"] and repr(next(iter(where))) in row["skip_reason"]
+    assert row.get("startup_overhead_s") is None and row.get("tok_per_sec") is None
 
 
 def test_missing_t0(make_run):
@@ -61,14 +67,15 @@ def test_malformed_and_unknown_lines_counted(make_run):
     lines.insert(5, json.dumps({"event": "teleport", "t": 2.0}))
     path.write_text("\n".join(lines) + "\n")
     row = read_run_dir(d)
-    assert "2 malformed line(s)" in row["notes"] and "1 value(s) of unknown event type" in row["notes"]
+    assert "1 malformed line(s)" in row["notes"] and "2 line(s) not in the run contract" in row["notes"]
+    assert "missing field 'step'" in row["notes"]  # the first violation, named
     assert row["skip_reason"] is None
 
 
 @pytest.mark.parametrize("content,reason", [
     ("", "run.json is empty"),
     ('{"schema_version": 1, "status": "o', "run.json is not valid JSON"),
-    ("[1, 2]", "not a JSON object"),
+    ("[1, 2]", "run.json: expected an object, got list"),
     (b"\x89PNG\r\n\x1a\n\xff\xfe", "not UTF-8 text"),
 ])
 def test_broken_run_json_is_skipped(make_run, content, reason):
@@ -81,7 +88,7 @@ def test_broken_run_json_is_skipped(make_run, content, reason):
 
 
 def test_unknown_schema_version_is_skipped_not_guessed(make_run):
-    d = make_run("future", schema_version=99)
+    d = make_run("future", raw=True, schema_version=99)
     row = read_run_dir(d)
     assert "schema_version 99" in row["skip_reason"] and row.get("tok_per_sec") is None
 
@@ -114,8 +121,8 @@ def test_status_from_events_without_run_json(make_run):
 
 
 def test_unknown_status_and_nan_fields(make_run):
-    row = read_run_dir(make_run("weird", status="exploded"))
-    assert "unknown status 'exploded'" in row["skip_reason"]
+    row = read_run_dir(make_run("weird", raw=True, status="exploded"))
+    assert "status: 'exploded' is not one of" in row["skip_reason"]
     d = make_run("nan", peak_flops_per_gpu=float("nan"))  # written as NaN, which json accepts
     row = read_run_dir(d)
     assert row["skip_reason"] is None and row.get("mfu") is None
@@ -124,7 +131,7 @@ def test_unknown_status_and_nan_fields(make_run):
 def test_ok_without_steps_is_not_usable(tmp_path):
     d = tmp_path / "empty"
     d.mkdir()
-    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": 1, "status": "ok", "world_size": 1}))
+    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": schema.SCHEMA_VERSION, "status": "ok", "world_size": 1}))
     (d / schema.METRICS_JSONL).write_text("")
     row = read_run_dir(d)
     assert row["skip_reason"] == "status ok but no step records"
@@ -133,7 +140,7 @@ def test_ok_without_steps_is_not_usable(tmp_path):
 def test_steps_from_the_log_when_no_events(tmp_path):
     d = tmp_path / "logonly"
     d.mkdir()
-    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": 1, "status": "ok", "world_size": 2}))
+    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": schema.SCHEMA_VERSION, "status": "ok", "world_size": 2}))
     lines = [format_step_line(s, 20, 5.0, 1.0, 0.5, 4000.0, 0.0, s) for s in range(20)]
     (d / "train.log").write_text("banner\n" + "\n".join(lines) + "\n")
     row = read_run_dir(d)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from bench.launch.job import LaunchOptions
 from bench.launch.plan import Sweep
-from bench.launch.submit import build_jobs, write_job
 from bench.launch.render import render_sbatch
+from bench.launch.submit import build_jobs, write_job
 
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=10.0.0.1 NodeHostName=h1"; fi
@@ -50,8 +50,8 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     for run_id, status in (("n2-bare-r1", "failed"), ("n2-podman-r1", "failed"), ("n2-apptainer-r1", "failed")):
         manifest = json.loads((tmp_path / "sweep" / run_id / "run.json").read_text())
         assert manifest["status"] == status and manifest["slurm"]["job_id"] == "77"
-        assert "t0" in manifest["launcher"]
+        assert manifest["launch"]["t0"] > 0 and manifest["launch"]["kind"] == "slurm"
     apptainer = json.loads((tmp_path / "sweep" / "n2-apptainer-r1" / "run.json").read_text())
     assert apptainer["message"] == "the trainer never started (srun exit code 255): FATAL: image not found"
-    assert apptainer["launcher"]["exit_code"] == 255
+    assert apptainer["launch"]["exit_code"] == 255
     assert Path(tmp_path / "sweep" / "n2-apptainer-r1" / "train.log").read_text().strip() == "FATAL: image not found"

@@ -1,7 +1,8 @@
-"""Golden rendered scripts: every runtime's batch script, a runtime comparison and the interactive
-guide, compared line by line with tests/golden/ and checked by shellcheck. Most runtimes cannot run
-on this machine (no CE, pyxis, apptainer or sarus here; podman without a GPU): their scripts are
-checked as text only; bare runs for real in tests/integration/slurm.
+"""Golden rendered scripts: whole scripts for bare metal, a runtime comparison and the interactive guide;
+for every other runtime only what differs (its run block: exports, preparation and the srun line) and
+its EDF. Every rendered script, whole, is checked by shellcheck. Most runtimes cannot run on this
+machine (no CE, pyxis, apptainer or sarus here; podman without a GPU): their scripts are checked as
+text only; bare runs for real in tests/integration/slurm.
 
 Refresh after an intended change, then review the diff:
     NANOCHAT_BENCH_REFRESH_GOLDEN=1 python -m pytest tests/unit/launch/test_golden_scripts.py -q
@@ -40,13 +41,17 @@ def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bo
                     f"golden {', '.join(r.run_id for r in runs)}")
 
 
-def cases() -> dict[str, str]:
-    out = {}
-    for name in runtimes.names():
-        job = job_for([name], 2)
-        out[f"{name}-n2.sbatch"] = render_sbatch(job)
-        if hasattr(job.runs[0].runtime, "edf_text"):
-            out[f"{name}-n2.environment.toml"] = job.runs[0].runtime.edf_text(job.runs[0].spec)
+def run_block(script: str) -> str:
+    """The part of a one-run script that a runtime decides: from its `# == run` line to `runjson finish`."""
+    lines = script.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith("# == run "))
+    last = next(i for i, line in enumerate(lines) if line.startswith("runjson finish"))
+    return "".join(lines[first:last + 1])
+
+
+def whole_scripts() -> dict[str, str]:
+    """Every rendered script, whole (shellcheck reads these); the golden files keep parts of most."""
+    out = {f"{name}-n2.sbatch": render_sbatch(job_for([name], 2)) for name in runtimes.names()}
     out["bare-n2-cpu.sbatch"] = render_sbatch(job_for(["bare"], 2, cpu=True))
     out["compare-n2.sbatch"] = render_sbatch(job_for(["bare", "ce", "pyxis"], 2, compare=True), "submit --compare")
     job = job_for(["ce"], 2)
@@ -55,6 +60,21 @@ def cases() -> dict[str, str]:
     return out
 
 
+WHOLE = ("bare-n2.sbatch", "compare-n2.sbatch", "interactive-ce-n2.sh")
+
+
+def cases() -> dict[str, str]:
+    scripts = whole_scripts()
+    out = {name: text if name in WHOLE else run_block(text) for name, text in scripts.items()}
+    out = {(name if name in WHOLE else name.replace(".sbatch", ".run.sh")): text for name, text in out.items()}
+    for name in runtimes.names():
+        run = job_for([name], 2).runs[0]
+        if hasattr(run.runtime, "edf_text"):
+            out[f"{name}-n2.environment.toml"] = run.runtime.edf_text(run.spec)
+    return out
+
+
+SCRIPTS = whole_scripts()
 CASES = cases()
 
 
@@ -82,7 +102,9 @@ def shellcheck() -> str:
     return found
 
 
-def test_golden_scripts_pass_shellcheck():
-    scripts = [str(GOLDEN / n) for n in sorted(CASES) if not n.endswith(".toml")]
-    r = subprocess.run([shellcheck(), "--severity=style", *scripts], capture_output=True, text=True)
+def test_rendered_scripts_pass_shellcheck(tmp_path):
+    for name, text in SCRIPTS.items():
+        (tmp_path / name).write_text(text)
+    r = subprocess.run([shellcheck(), "--severity=style", *sorted(SCRIPTS)], capture_output=True, text=True,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stdout

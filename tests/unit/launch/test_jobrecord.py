@@ -1,45 +1,57 @@
-"""The batch script's run.json step (stdlib only): Slurm facts before srun, a final status after it
-even when the trainer never ran.
+"""The batch script's run.json step: Slurm facts before srun, a final status after it even when the
+trainer never ran, by the copy of bench/schema.py + jobrecord.py shipped beside the jobs, run with
+the standard library alone (`python -S`: no site-packages) and, where one is installed, Python 3.8.
 
-    python -m pytest tests/unit/launch -q
+    python -m pytest tests/unit/launch/test_jobrecord.py -q
 """
 
-import json
+import glob
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench import schema
 from bench.launch import jobrecord
+from bench.launch.job import ship_bookkeeping
+
+OLD_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3")) + sorted(glob.glob("/usr/bin/python3.8"))
+PYTHONS = [sys.executable] + OLD_PYTHONS[:1]
 
 
-def test_final_statuses_are_the_schema_ones():
-    assert jobrecord.FINAL_STATUSES == schema.FINAL_STATUSES
+@pytest.fixture
+def lib(tmp_path):
+    ship_bookkeeping(tmp_path / ".lib")
+    return tmp_path / ".lib"
 
 
-def test_standard_library_only():
-    source = Path(jobrecord.__file__).read_text()
-    assert "import bench" not in source and "from bench" not in source
+def run(python, lib, args, cwd, **env):
+    return subprocess.run([python, "-S", str(lib / "jobrecord.py"), *args], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", **env}, cwd=cwd)
 
 
-def run(args, tmp_path, **env):
-    return subprocess.run([sys.executable, jobrecord.__file__, *args], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", **env}, cwd=tmp_path)
+def test_the_shipped_copy_is_the_packages_own(lib):
+    assert (lib / "schema.py").read_text() == Path(schema.__file__).read_text()
+    assert (lib / "jobrecord.py").read_text() == Path(jobrecord.__file__).read_text()
 
 
-def test_start_then_finish_without_trainer_marks_failed_with_log_tail(tmp_path):
-    schema.update_run_json(tmp_path, run_id="r", status="pending", slurm={"job_id": "7"})
-    assert run(["start", str(tmp_path), "enroot 3.5"], tmp_path, SLURM_JOB_ID="7",
-               SLURM_JOB_NODELIST="n[1-2]").returncode == 0
-    (tmp_path / "train.log").write_text("pyxis: importing\nslurmstepd: error: pyxis: failed to import image\n\n")
-    assert run(["finish", str(tmp_path), "1"], tmp_path, NANOCHAT_BENCH_T0="12.5").returncode == 0
-    data = json.loads((tmp_path / "run.json").read_text())
-    assert data["status"] == "failed"
-    assert data["message"] == ("the trainer never started (srun exit code 1): "
-                               "slurmstepd: error: pyxis: failed to import image")
-    assert data["slurm"] == {"job_id": "7", "nodelist": "n[1-2]"}
-    assert data["runtime_version"] == "enroot 3.5"
-    assert data["launcher"]["exit_code"] == 1 and data["launcher"]["t0"] == 12.5
+@pytest.mark.parametrize("python", PYTHONS)
+def test_start_then_finish_without_trainer_marks_failed_with_log_tail(python, lib, tmp_path):
+    run_dir = tmp_path / "r"
+    schema.update_run_json(run_dir, run_id="r", status="pending", slurm={"job_id": "7"})
+    r = run(python, lib, ["start", str(run_dir), "enroot 3.5"], tmp_path, SLURM_JOB_ID="7",
+            SLURM_JOB_NODELIST="n[1-2]")
+    assert r.returncode == 0, r.stderr
+    (run_dir / "train.log").write_text("pyxis: importing\nslurmstepd: error: pyxis: failed to import image\n\n")
+    r = run(python, lib, ["finish", str(run_dir), "1"], tmp_path, NANOCHAT_BENCH_T0="12.5")
+    assert r.returncode == 0, r.stderr
+    data = schema.load_manifest(run_dir)  # what the host's python wrote follows the contract
+    assert data.status == "failed"
+    assert data.message == "the trainer never started (srun exit code 1): slurmstepd: error: pyxis: failed to import image"
+    assert (data.slurm.job_id, data.slurm.nodelist) == ("7", "n[1-2]")
+    assert data.launch.runtime_version == "enroot 3.5" and data.launch.kind == "slurm"
+    assert data.launch.exit_code == 1 and data.launch.t0 == 12.5
 
 
 def test_finish_keeps_the_trainers_final_status(tmp_path):
@@ -53,9 +65,10 @@ def test_finish_after_a_crash_mid_run(tmp_path):
     schema.update_run_json(tmp_path, status="running")
     jobrecord.finish(str(tmp_path), "137")
     data = schema.read_run_json(tmp_path)
-    assert data["status"] == "failed" and "ended without a final status (srun exit code 137)" in data["message"]
+    assert data["status"] == "failed"
+    assert "ended without recording a final status (srun exit code 137)" in data["message"]
 
 
-def test_usage_on_bad_arguments(tmp_path):
-    r = run(["explode"], tmp_path)
+def test_usage_on_bad_arguments(lib, tmp_path):
+    r = run(sys.executable, lib, ["explode"], tmp_path)
     assert r.returncode == 2 and "start" in r.stderr

@@ -27,7 +27,7 @@ def test_other_statuses():
 
 
 def test_record_keeps_launcher_fields_and_first_failure_wins(tmp_path):
-    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r7", "sweep_id": "s", "runtime": "ce"}))
+    update_run_json(tmp_path, run_id="r7", sweep_id="s", runtime="ce")
     rank0, rank1 = RunRecord(0, str(tmp_path)), RunRecord(1, str(tmp_path))
     rank0.start({"depth": 2}, world_size=2, nodes=1, gpus_per_node=2, peak_flops_per_gpu=989e12)
     run = read_run_json(tmp_path)
@@ -60,7 +60,7 @@ def test_trainer_keeps_launcher_facts_it_cannot_see(tmp_path, monkeypatch):
     RunRecord(rank=0, run_dir=str(tmp_path)).start({"depth": 2}, world_size=4, nodes=2, gpus_per_node=0,
                                                    peak_flops_per_gpu=None)
     run = read_run_json(tmp_path)
-    assert run["slurm"] == {"job_id": "42", "nodelist": "n[1-2]"}
+    assert (run["slurm"]["job_id"], run["slurm"]["nodelist"]) == ("42", "n[1-2]")
     assert run["gpus_per_node"] == 2
     assert run["image"]["reference"] == "localhost/x:1" and run["image"]["digest"] == "sha256:ab"
     assert run["run_id"] == "r1" and run["status"] == "running" and run["world_size"] == 4
@@ -74,4 +74,4 @@ def test_trainer_alone_fills_every_field(tmp_path, monkeypatch):
                                                   peak_flops_per_gpu=None)
     run = read_run_json(run_dir)
     assert (run["run_id"], run["sweep_id"], run["workload"]) == ("run-7", "local", WORKLOAD)
-    assert run["gpus_per_node"] == 0 and run["slurm"] is None
+    assert run["gpus_per_node"] == 0 and not any(run["slurm"].values())

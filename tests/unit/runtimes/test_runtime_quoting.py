@@ -10,10 +10,10 @@ their arguments (Slurm itself is exercised in tests/integration/slurm); nothing 
 import json
 import os
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import bench.runtimes as runtimes
 from bench.errors import RuntimeConfigError
@@ -133,4 +133,4 @@ def test_rendered_script_with_hostile_paths_and_name_runs_the_intended_command(t
     # run.json sits in the hostile directory, and the stand-in srun never started a trainer.
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "failed" and "never started" in manifest["message"]
-    assert manifest["slurm"]["job_id"] == "4242" and manifest["launcher"]["exit_code"] == 0
+    assert manifest["slurm"]["job_id"] == "4242" and manifest["launch"]["exit_code"] == 0

@@ -1,4 +1,4 @@
-"""Generated run directories that follow bench/schema.py, for tests and the collect benchmark.
+"""Generated run directories that follow bench/schema.py, for tests and benchmarks/bench_collect.py.
 
 A sweep of (runtime x GPU count x repeat) points with a known throughput model, so tests can check
 the analysis against the numbers that went in:
@@ -43,14 +43,16 @@ def efficiency(spec: SweepSpec, n: int) -> float:
     return spec.efficiency_per_doubling ** math.log2(n / min(spec.world_sizes))
 
 
-def write_run(run_dir: Path, manifest: dict, events: list[dict], log_lines: list[str] = ()) -> Path:
-    """Write one run directory: run.json, metrics.jsonl and an optional human log."""
-    for ev in events:
-        missing = [k for k in ("event", "t", *schema.EVENTS[ev["event"]]) if k not in ev]
-        assert not missing, f"generated {ev['event']} event lacks {missing}"
+def write_run(run_dir: Path, manifest: dict, events: list[dict], log_lines: list[str] = (),
+              check: bool = True) -> Path:
+    """Write one run directory: run.json, metrics.jsonl and an optional human log, each through the
+    contract's classes (a fixture that does not follow it fails here, not in the test that reads it);
+    `check=False` writes the manifest unchecked, for tests of a reader facing a bad one."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / schema.RUN_JSON).write_text(json.dumps({"schema_version": schema.SCHEMA_VERSION, **manifest}))
-    (run_dir / schema.METRICS_JSONL).write_text("".join(json.dumps(e) + "\n" for e in events))
+    data = {"schema_version": schema.SCHEMA_VERSION, **manifest}
+    data = schema.RunManifest.from_dict(data).to_dict() if check else data
+    (run_dir / schema.RUN_JSON).write_text(json.dumps(data))
+    (run_dir / schema.METRICS_JSONL).write_text("".join(json.dumps(schema.parse_event(e)) + "\n" for e in events))
     if log_lines:
         (run_dir / "train.log").write_text("\n".join(log_lines) + "\n")
     return run_dir
@@ -100,7 +102,8 @@ def generate_sweep(root: Path, spec: SweepSpec | None = None) -> list[Path]:
                     "config": {"depth": spec.depth, "max_seq_len": spec.max_seq_len, "device_batch_size": 32,
                                "total_batch_size": spec.total_batch_size, "num_iterations": spec.steps},
                     "software": {"gpu_name": spec.gpu_name, "torch": "2.9.0"}, "slurm": {"job_id": "1000"},
-                    "peak_flops_per_gpu": H200_PEAK, "t0": t0, "status": "ok", "message": None,
+                    "peak_flops_per_gpu": H200_PEAK, "launch": {"kind": "slurm", "t0": t0}, "status": "ok",
+                    "message": None,
                 }
                 events = run_events(tok_s, spec.steps, spec.total_batch_size, n, t0,
                                     spec.startup_s.get(runtime, 5.0), rng)

@@ -1,0 +1,107 @@
+"""The run contract (bench/schema.py): merge rules, violations named, events checked, the JSON Schemas
+checked in equal to the ones the classes generate.
+
+    python -m pytest tests/unit/test_schema.py -q
+    python -m bench.schema bench/schemas      # refresh the checked-in schemas after changing a class
+"""
+
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from bench import schema
+from tests.support.contract import SCHEMAS
+
+
+def test_checked_in_schemas_are_generated_from_the_classes():
+    for name, generated in schema.json_schemas().items():
+        assert json.loads((SCHEMAS / name).read_text()) == generated, f"refresh: python -m bench.schema {SCHEMAS}"
+    assert sorted(p.name for p in SCHEMAS.iterdir()) == sorted(schema.json_schemas())
+
+
+def test_sections_merge_and_unknown_values_never_blank_them(tmp_path):
+    schema.update_run_json(tmp_path, status="pending", slurm={"job_id": "7"}, image={"reference": "img"})
+    schema.update_run_json(tmp_path, slurm={"nodelist": "n[1-2]", "job_id": None}, image=None, message="x")
+    m = schema.load_manifest(tmp_path)
+    assert (m.slurm.job_id, m.slurm.nodelist, m.image.reference, m.message) == ("7", "n[1-2]", "img", "x")
+    schema.update_run_json(tmp_path, message=None)  # a top-level value is replaced, None included
+    assert schema.load_manifest(tmp_path).message is None
+    assert (m.run_id, m.sweep_id) == (tmp_path.name, tmp_path.parent.name)  # named after the directories
+
+
+@pytest.mark.parametrize("fields,named", [
+    ({"status": "exploded"}, "status: 'exploded' is not one of"),
+    ({"nodes": "2"}, "nodes: expected an integer, got '2'"),
+    ({"world_size": True}, "world_size: expected an integer, got True"),
+    ({"slurm": {"jobid": "7"}}, "slurm: unknown field(s) 'jobid'"),
+    ({"launch": {"kind": "ssh"}}, "launch.kind: 'ssh' is not one of 'local', 'slurm'"),
+    ({"launch_t0": 1.0}, "'launch_t0' is not a field of the run contract"),
+    ({"network_env": {"NCCL_DEBUG": 1}}, "network_env.NCCL_DEBUG: expected str"),
+])
+def test_a_writer_cannot_write_outside_the_contract(tmp_path, fields, named):
+    with pytest.raises(schema.SchemaError, match=None) as e:
+        schema.update_run_json(tmp_path, **fields)
+    assert named in str(e.value)
+    assert not (tmp_path / schema.RUN_JSON).exists()  # nothing half-valid was written
+
+
+def test_reader_rejects_other_versions_and_shapes():
+    with pytest.raises(schema.SchemaError, match="schema_version 1 is not 2"):
+        schema.RunManifest.from_dict({"schema_version": 1, "launch_t0": 5.0})
+    with pytest.raises(schema.SchemaError, match="run.json: expected an object, got list"):
+        schema.RunManifest.from_dict([1, 2])
+
+
+def test_events_are_checked_on_write_and_read(tmp_path):
+    writer = schema.EventWriter(tmp_path)
+    writer.emit("dist_init", world_size=2, backend="gloo")
+    with pytest.raises(schema.SchemaError, match="step event: missing field 'loss'"):
+        writer.emit("step", step=1)
+    with pytest.raises(schema.SchemaError, match="unknown event 'teleport'"):
+        writer.emit("teleport")
+    with pytest.raises(schema.SchemaError, match="world_size: expected an integer"):
+        schema.NullEventWriter().emit("dist_init", world_size="2", backend=None)  # checked without a run dir too
+    writer.close()
+    [line] = (tmp_path / schema.METRICS_JSONL).read_text().splitlines()
+    event = schema.parse_event(json.loads(line))
+    assert event["event"] == "dist_init" and event["world_size"] == 2 and event["t"] > 0
+    with pytest.raises(schema.SchemaError, match="missing field 't'"):
+        schema.parse_event({"event": "start"})
+
+
+def test_nan_figures_stay_numbers():
+    """A diverged loss is a real value of a step: NaN passes the type check (the analysis drops it)."""
+    ev = schema.make_event("step", step=3, loss=math.nan, lrm=1.0, dt_ms=1.0, tok_per_sec=1.0, mfu=None,
+                           total_time_s=0.0)
+    assert math.isnan(ev["loss"])
+
+
+def test_a_full_manifest_validates_against_the_json_schema():
+    manifest = schema.RunManifest(run_id="r", status="ok", launch=schema.Launch(kind="local", t0=1.0),
+                                  attempts=[schema.Attempt(job_id="1", status="failed")]).to_dict()
+    jsonschema.validate(manifest, json.loads((SCHEMAS / "run.schema.json").read_text()))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**manifest, "launch_t0": 1.0}, json.loads((SCHEMAS / "run.schema.json").read_text()))
+
+
+def test_close_unfinished_is_the_one_last_word(tmp_path):
+    schema.update_run_json(tmp_path, status="pending")
+    (tmp_path / schema.TRAIN_LOG).write_text("Traceback ...\nImportError: no module named torch\n")
+    m = schema.close_unfinished(tmp_path, 1, "torchrun")
+    assert m.status == "failed"
+    assert m.message == "the trainer never started (torchrun exit code 1): ImportError: no module named torch"
+    schema.update_run_json(tmp_path, status="ok", message=None)
+    assert schema.close_unfinished(tmp_path, 0, "srun").status == "ok"  # a recorded final status stays
+
+
+def test_atomic_target_leaves_nothing_on_failure(tmp_path):
+    path = tmp_path / "out.txt"
+    schema.write_text_atomic(path, "old")
+    with pytest.raises(RuntimeError):
+        with schema.atomic_target(path) as tmp:
+            Path(tmp).write_text("half")
+            raise RuntimeError("disk went away")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

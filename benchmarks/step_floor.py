@@ -7,7 +7,7 @@ The step's floor, from the shapes of the real model (bench.nanochat.gpt):
   - every nn.Linear of the model, forward and backward, in bf16 (rows = device batch x sequence);
   - causal attention forward and backward through each SDPA kernel that runs these shapes;
   - the loss: lm_head + soft-capped cross-entropy, forward and backward, compiled as the trainer
-    compiles it (with --chunk_rows, also the chunked form of bench/nanochat/fused_ce.py);
+    compiles it;
   - the optimizers' step (Muon over the block matrices, fused AdamW over embedding and lm_head).
 A micro-step's parts add to the time a perfect fusion of everything else would take; the gap to the
 trainer's measured step is the elementwise work (norms, rotary, relu^2, residuals) and overheads.
@@ -26,8 +26,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
-from bench.nanochat.fused_ce import fused_linear_softcap_ce  # noqa: E402
-from bench.nanochat.gpt import SOFTCAP, GPTConfig, build_model, softcap_logits  # noqa: E402
+from bench.nanochat.gpt import GPTConfig, build_model, softcap_logits  # noqa: E402
 
 
 def cuda_ms(fn, warmup: int = 3, reps: int = 10) -> float:
@@ -103,8 +102,6 @@ def main() -> int:
     ap.add_argument("--device_batch_size", type=int, default=32)
     ap.add_argument("--max_seq_len", type=int, default=2048)
     ap.add_argument("--vocab_size", type=int, default=65536)
-    ap.add_argument("--chunk_rows", type=int, default=0,
-                    help="also time the chunked loss (--fused_ce) with this many rows per chunk (0: skip)")
     ap.add_argument("--step_ms", type=float, default=None, help="a measured micro-step (ms) to compare with")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -130,11 +127,6 @@ def main() -> int:
             parts[f"attention ({backend.name})"] = ms * cfg.n_layer
     parts["lm_head matmul"] = linear_ms(rows, cfg.n_embd, args.vocab_size)
     parts["lm_head + loss, plain"] = loss_ms(rows, cfg.n_embd, args.vocab_size, plain_loss)
-    chunk = args.chunk_rows
-    if chunk:
-        parts[f"lm_head + loss, chunks of {chunk}"] = loss_ms(
-            rows, cfg.n_embd, args.vocab_size,
-            lambda x, w, t: fused_linear_softcap_ce(x, w, t, softcap=SOFTCAP, chunk_rows=chunk))
     step_parts = optimizer_ms(args.depth, args.vocab_size)
 
     print(f"\n{'part (per micro-step)':<34}{'ms':>9}")

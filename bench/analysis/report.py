@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jinja2
 import pandas as pd
+from tabulate import tabulate
 
 from bench.analysis import plots, scaling, templates
 from bench.analysis.collect import collect, load_table
@@ -96,12 +97,12 @@ def md_table(t: Table) -> str:
     if not t.rows:
         return "None."
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    lines = ["| " + " | ".join(esc(c) for c in t.columns) + " |",
-             "|" + "|".join(":---" if i in t.text_cols else "---:" for i in range(len(t.columns))) + "|"]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in t.rows]
+    align = ["left" if i in t.text_cols else "right" for i in range(len(t.columns))]
+    text = tabulate([[esc(c) for c in row] for row in t.rows], headers=[esc(c) for c in t.columns],
+                    tablefmt="github", colalign=align, disable_numparse=True)
     if t.more:
-        lines.append(f"\n_… and {t.more} more rows (all of them are in the table file)._")
-    return "\n".join(lines)
+        text += f"\n\n_… and {t.more} more rows (all of them are in the table file)._"
+    return text
 
 
 def _slug(text: str) -> str:

@@ -1,7 +1,7 @@
 """A sweep declared as data: node counts x runtimes x repeats, with the batch arithmetic of each point.
 
 Like a ReFrame parameterised test, a plan expands its parameters as a product; every point keeps
-total_batch_size fixed (bench.launch.scaling) and gets an estimated cost in node-hours. Trainer flags
+total_batch_size fixed (bench.nanochat.config.fit_batch) and gets an estimated cost in node-hours. Trainer flags
 keep nanochat's names; their defaults are the trainer's own (bench.nanochat.config.TrainConfig),
 except the horizon: a benchmark point runs a fixed number of steps rather than nanochat's
 Chinchilla-derived ~21,400.
@@ -12,10 +12,11 @@ from dataclasses import dataclass, field, fields
 
 from bench import metrics
 from bench.errors import ConfigError
-from bench.launch.scaling import BatchFit, fit_batch, flops_per_token
-from bench.nanochat.config import TrainConfig, parse_args
+from bench.nanochat.config import BatchFit, TrainConfig, fit_batch, parse_args
+from bench.nanochat.gpt import GPTConfig
 from bench.runtimes import parse_names
 
+VOCAB_SIZE = 65536  # the recipe's tokenizer, for estimates made before any tokenizer is read
 SWEEP_NUM_ITERATIONS = 200  # long enough for a steady state after warm-up and compile
 TRAIN_FLAGS_ALWAYS = {"core_metric_every": -1, "sample_every": -1}  # not part of a throughput benchmark
 TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
@@ -118,7 +119,8 @@ class Sweep:
         if self.setting("device_type") == "cpu" or not peak:
             return None
         tokens = self.setting("total_batch_size") * self.setting("num_iterations")
-        flops = tokens * flops_per_token(self.setting("depth"), self.setting("max_seq_len"))
+        model = GPTConfig.from_depth(self.setting("depth"), VOCAB_SIZE, self.setting("max_seq_len"))
+        flops = tokens * model.flops_per_token()
         return (flops / (ranks * peak * self.assume_mfu) + self.startup_s) / 3600
 
     def describe(self) -> dict:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tabulate import tabulate
+
 from bench import schema
 from bench.launch.slurm import JobState
 from bench.launch.submit import read_sweep
@@ -62,10 +64,8 @@ def sweep_status(sweep_dir: Path, backend) -> list[RunState]:
 
 
 def format_status(rows: list[RunState]) -> str:
-    head = ("run", "job", "slurm", "status", "message")
-    cells = [head] + [(r.run_id, r.job_id or "-", r.slurm_state, r.status, r.message) for r in rows]
-    widths = [max(len(str(c[i])) for c in cells) for i in range(4)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4] for row in cells]
+    table = [(r.run_id, r.job_id or "-", r.slurm_state, r.status, r.message) for r in rows]
+    lines = tabulate(table, headers=("run", "job", "slurm", "status", "message"), tablefmt="plain").splitlines()
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.status] = counts.get(r.status, 0) + 1

@@ -26,6 +26,7 @@ from bench.schema import ENV_FORCE_FLASH_SDPA
 
 # The kernels a forced run may use, PyTorch's own priority among them; the math kernel is deliberately absent.
 FORCED_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+FORCED = "cudnn,flash,efficient"  # the same kernels as --sdpa_backends names
 
 
 class FlashAttentionUnavailable(ConfigError):
@@ -59,6 +60,13 @@ def restrict_sdpa_backends(names: str) -> list[str]:
     return chosen
 
 
+def force_flash_attention() -> list[str]:
+    """Forced flash SDPA for this process: the math kernel off, so an input no flash-style kernel takes
+    fails (causal_attention says why) instead of falling back. A switch of the process, like
+    --sdpa_backends, not of the model: the model's code and config are the same either way."""
+    return restrict_sdpa_backends(FORCED)
+
+
 def force_flash_from_env(environ=os.environ) -> bool:
     """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (1/true/yes/on)."""
     return environ.get(ENV_FORCE_FLASH_SDPA, "0").strip().lower() in ("1", "true", "yes", "on")
@@ -84,16 +92,13 @@ def _torch_reasons(q, k, v, enable_gqa: bool) -> str:
     return f"; PyTorch says: {' / '.join(reasons)}" if reasons else ""
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool = False,
-                     force_flash: bool = False) -> torch.Tensor:
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_gqa: bool = False) -> torch.Tensor:
     """softmax(q k^T / sqrt(D) + causal mask) v for (B, H, T, D) inputs, as upstream nanochat does."""
-    if not force_flash:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
     try:
-        with sdpa_kernel(FORCED_BACKENDS):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
     except RuntimeError as e:
-        if "No available kernel" not in str(e):
+        no_kernel = "No available kernel" in str(e) or "No viable backend" in str(e)
+        if not no_kernel or torch.backends.cuda.math_sdp_enabled():
             raise
         raise FlashAttentionUnavailable(
             f"forced flash SDPA: none of the cuDNN, flash and memory-efficient attention kernels supports "
@@ -105,16 +110,15 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_g
 
 def check_forced_attention(n_head: int, n_kv_head: int, head_dim: int, seq_len: int,
                            dtype: torch.dtype, device: torch.device | str) -> None:
-    """Run one tiny forward and backward through the forced kernels, as training will, before any
+    """Run one tiny forward and backward, as training will, after force_flash_attention and before any
     compile: a problem then surfaces as FlashAttentionUnavailable and not deep in a compiled graph."""
     shape = (1, n_head, seq_len, head_dim)
     q = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
     k = torch.randn((1, n_kv_head, seq_len, head_dim), dtype=dtype, device=device, requires_grad=True)
     v = torch.randn((1, n_kv_head, seq_len, head_dim), dtype=dtype, device=device, requires_grad=True)
-    y = causal_attention(q, k, v, enable_gqa=n_head != n_kv_head, force_flash=True)
+    y = causal_attention(q, k, v, enable_gqa=n_head != n_kv_head)
     try:
-        with sdpa_kernel(FORCED_BACKENDS):
-            y.sum().backward()
+        y.sum().backward()
     except RuntimeError as e:
         raise FlashAttentionUnavailable(
             f"forced flash SDPA: the backward pass has no allowed kernel ({_describe(q, k, v)}): {e}"

@@ -46,9 +46,6 @@ def saved_steps(checkpoint_dir: str | os.PathLike) -> list[int]:
     return sorted(int(m[1]) for m in metas if f"model_{m[1]}.pt" in names)
 
 
-MODEL_SHAPE_KEYS = ("n_layer", "n_embd", "n_head", "n_kv_head", "vocab_size")
-
-
 def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
                      expect_model_config: dict | None = None, expect_world_size: int | None = None
                      ) -> tuple[dict, dict]:
@@ -63,8 +60,7 @@ def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
                           f"meta_{step:06d}.json); saved steps there: {there}")
     meta = json.loads((checkpoint_dir / f"meta_{step:06d}.json").read_text())
     saved, now = meta.get("model_config", {}), expect_model_config or {}
-    differ = [f"{k} {saved[k]} (now {now[k]})" for k in MODEL_SHAPE_KEYS
-              if k in saved and k in now and saved[k] != now[k]]
+    differ = [f"{k} {saved[k]} (now {now[k]})" for k in now if k in saved and saved[k] != now[k]]
     if differ:
         raise ConfigError(f"the checkpoint of step {step} in {checkpoint_dir} is of another model: "
                           f"{', '.join(differ)}; resume with its --depth and tokenizer")

@@ -62,8 +62,6 @@ class TrainConfig:
                                        "(also NANOCHAT_FORCE_FLASH_SDPA=1)")
     sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
                                 "cudnn, math (empty = PyTorch's choice)")
-    fused_ce: bool = _f(False, "training loss through a chunked lm_head + soft-capped cross-entropy that never "
-                               "holds the full fp32 logits (same maths; evaluation unchanged)")
     profile_step: int = _f(-1, "profile this step with torch.profiler into the run directory (-1 = off)")
 
     def validate(self) -> None:
@@ -143,13 +141,13 @@ def parse_args(argv: list[str]) -> TrainConfig:
     return config
 
 
-
-
 def grad_accum_steps(total_batch_size: int, device_batch_size: int, max_seq_len: int, world_size: int) -> int:
-    """Micro-steps per optimizer step; a total that does not divide gets the sizes that would work."""
+    """Micro-steps per optimizer step at exactly this device batch size (the trainer never changes it;
+    the planner's fit_batch may); a total that does not divide gets the sizes that would work."""
+    fit = fit_batch(total_batch_size, device_batch_size, max_seq_len, world_size)
+    if fit.possible and fit.device_batch_size == device_batch_size:
+        return fit.grad_accum
     world_tokens = device_batch_size * max_seq_len * world_size
-    if total_batch_size % world_tokens == 0:
-        return total_batch_size // world_tokens
     per_b = max_seq_len * world_size
     batch_sizes = [b for b in range(device_batch_size, 0, -1) if total_batch_size % (b * per_b) == 0]
     lower = (total_batch_size // world_tokens) * world_tokens
@@ -164,3 +162,34 @@ def grad_accum_steps(total_batch_size: int, device_batch_size: int, max_seq_len:
         f"--total_batch_size={total_batch_size:,} is not a multiple of device_batch_size x max_seq_len x "
         f"world_size = {device_batch_size} x {max_seq_len} x {world_size} = {world_tokens:,}; "
         f"for {world_size} rank(s) use " + "; or ".join(options))
+
+
+@dataclass(frozen=True)
+class BatchFit:
+    """How `ranks` reach a total batch size: device batch x sequence x ranks x grad_accum, or why not."""
+
+    device_batch_size: int
+    grad_accum: int
+    note: str = ""
+    reason: str = ""  # set when no device batch size works; the rest is then 0
+
+    @property
+    def possible(self) -> bool:
+        return not self.reason
+
+
+def fit_batch(total_batch_size: int, device_batch_size: int, max_seq_len: int, ranks: int) -> BatchFit:
+    """The largest device batch size <= the asked one that reaches total_batch_size exactly (with
+    gradient accumulation); when none does, the reason names the totals that would work."""
+    per_rank_seq = max_seq_len * ranks  # tokens of one sequence on every rank
+    if total_batch_size % per_rank_seq:
+        lo = total_batch_size // per_rank_seq * per_rank_seq
+        options = [t for t in (lo, lo + per_rank_seq) if t > 0]
+        return BatchFit(0, 0, reason=(
+            f"total_batch_size {total_batch_size:,} is not a multiple of max_seq_len x ranks = "
+            f"{max_seq_len} x {ranks} = {per_rank_seq:,}; totals that work: "
+            + " or ".join(f"{t:,}" for t in options)))
+    sequences = total_batch_size // per_rank_seq  # sequences per rank per optimizer step
+    dbs = max(b for b in range(1, min(device_batch_size, sequences) + 1) if sequences % b == 0)
+    note = "" if dbs == device_batch_size else f"device batch lowered from {device_batch_size} to {dbs}"
+    return BatchFit(dbs, sequences // dbs, note)

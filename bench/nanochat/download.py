@@ -1,20 +1,20 @@
 """Fetch FineWeb-Edu shards (spec §2): parallel, resumable, retried, each file verified before it counts.
 
 Upstream's downloader (nanochat/dataset.py) streams each shard to `<name>.tmp`, renames it when done and
-retries 5 times with 2^attempt s backoff. This one also resumes a partial `.tmp` with an HTTP Range
+retries 5 times with 2^attempt s backoff (here through tenacity). This one also resumes a partial `.tmp` with an HTTP Range
 request, verifies every finished file as parquet with a `text` column (a truncated or corrupt file is
 deleted and fetched again), runs in threads (the work is network I/O) and names each shard it could
 not get. The base URL comes from the argument, else NANOCHAT_DATA_URL (a mirror), else Hugging Face.
 """
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import requests
+import tenacity
 from tqdm import tqdm
 
 from bench.errors import ConfigError, DataError
@@ -68,25 +68,36 @@ def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_
             path.unlink()  # a bad file from elsewhere: fetch it again
     tmp = path.with_name(path.name + ".tmp")  # a fixed name, unlike atomic_target's: a later try resumes it
     shard_url = f"{url}/{shard_name(index)}"
-    last = ""
-    for attempt in range(1, retries + 1):
+
+    def attempt() -> Path:
         try:
             _fetch_once(shard_url, tmp, timeout_s, chunk_bytes)
             verify_shard(tmp)
-            os.replace(tmp, path)
-            return path
-        except requests.HTTPError as e:
-            last = f"{type(e).__name__}: {e}"
-            if e.response is not None and e.response.status_code in PERMANENT_HTTP:
-                break  # the mirror does not have it: retrying will not help
-        except requests.RequestException as e:
-            last = f"{type(e).__name__}: {e}"  # keep the partial .tmp: the next attempt resumes it
-        except ValueError as e:
-            last = str(e)
-            tmp.unlink(missing_ok=True)  # complete but bad: start over
-        if attempt < retries:
-            time.sleep(backoff_s * 2 ** (attempt - 1))
-    raise ValueError(f"{shard_name(index)} from {shard_url}: {attempt} attempt(s) failed, last: {last}")
+        except ValueError:
+            tmp.unlink(missing_ok=True)  # complete but bad: start over (a cut download keeps its .tmp)
+            raise
+        os.replace(tmp, path)
+        return path
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(retries), reraise=False,
+        wait=tenacity.wait_exponential(multiplier=backoff_s, max=60),
+        retry=tenacity.retry_if_exception(_worth_retrying))
+    try:
+        return retrying(attempt)
+    except tenacity.RetryError as e:
+        tries, last = e.last_attempt.attempt_number, e.last_attempt.exception()
+    except (requests.RequestException, ValueError) as e:  # not worth retrying: the mirror does not have it
+        tries, last = retrying.statistics.get("attempt_number", 1), e
+    why = f"{type(last).__name__}: {last}" if isinstance(last, requests.RequestException) else str(last)
+    raise ValueError(f"{shard_name(index)} from {shard_url}: {tries} attempt(s) failed, last: {why}")
+
+
+def _worth_retrying(e: BaseException) -> bool:
+    """Network trouble and bad files are retried; an answer like 404 that no retry can change is not."""
+    if isinstance(e, requests.HTTPError) and e.response is not None:
+        return e.response.status_code not in PERMANENT_HTTP
+    return isinstance(e, (requests.RequestException, ValueError))
 
 
 def download_shards(num_shards: int, workers: int = 4, url: str | None = None, out_dir: str | os.PathLike | None = None,

@@ -23,7 +23,6 @@ import torch.nn.functional as F
 
 from bench.nanochat.adamw import DistAdamW
 from bench.nanochat.attention import causal_attention
-from bench.nanochat.fused_ce import fused_linear_softcap_ce
 from bench.nanochat.muon import DistMuon, Muon
 
 SOFTCAP = 15.0  # logits = SOFTCAP * tanh(logits / SOFTCAP)
@@ -39,8 +38,6 @@ class GPTConfig:
     n_head: int = 6  # query heads
     n_kv_head: int = 6  # key/value heads (GQA)
     n_embd: int = 768
-    force_flash_sdpa: bool = False  # attention only through flash-style kernels (cuDNN, flash, mem-efficient)
-    fused_ce: bool = False  # training loss through the chunked lm_head + cross-entropy of fused_ce.py
 
     @classmethod
     def from_depth(cls, depth: int, vocab_size: int, sequence_len: int = 2048, **kw) -> "GPTConfig":
@@ -49,6 +46,21 @@ class GPTConfig:
         num_heads = max(1, (model_dim + 127) // 128)
         return cls(sequence_len=sequence_len, vocab_size=vocab_size, n_layer=depth, n_head=num_heads,
                    n_kv_head=num_heads, n_embd=model_dim, **kw)
+
+    def num_params(self) -> int:
+        """Parameters of the GPT of this shape (GPT.num_params counts the built module; a test holds
+        them equal): embedding and lm_head, and per block q, k, v, proj and the 4x MLP."""
+        d, kv = self.n_embd, self.n_kv_head * (self.n_embd // self.n_head)
+        per_block = d * d + 2 * d * kv + d * d + 8 * d * d
+        return 2 * self.vocab_size * d + self.n_layer * per_block
+
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token, PaLM-style as upstream's estimate_flops: 6 x (parameters but the
+        embedding lookup) + 12 x layers x heads x head dim x sequence for the attention scores. The
+        planner's estimates use this too, before any model exists."""
+        head_dim = self.n_embd // self.n_head
+        attention = 12 * self.n_layer * self.n_head * head_dim * self.sequence_len
+        return 6 * (self.num_params() - self.vocab_size * self.n_embd) + attention
 
 
 def softcap_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -78,7 +90,6 @@ class CausalSelfAttention(nn.Module):
         self.n_kv_head = config.n_kv_head
         self.n_embd = config.n_embd
         self.head_dim = config.n_embd // config.n_head
-        self.force_flash = config.force_flash_sdpa
         assert self.n_embd % self.n_head == 0 and self.n_head % self.n_kv_head == 0
         self.c_q = nn.Linear(self.n_embd, self.n_head * self.head_dim, bias=False)
         self.c_k = nn.Linear(self.n_embd, self.n_kv_head * self.head_dim, bias=False)
@@ -94,7 +105,7 @@ class CausalSelfAttention(nn.Module):
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)  # rotary first ...
         q, k = norm(q), norm(k)  # ... then QK norm
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
-        y = causal_attention(q, k, v, enable_gqa=self.n_head != self.n_kv_head, force_flash=self.force_flash)
+        y = causal_attention(q, k, v, enable_gqa=self.n_head != self.n_kv_head)
         y = y.transpose(1, 2).contiguous().view(B, T, -1)
         return self.c_proj(y)
 
@@ -173,11 +184,8 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def estimate_flops(self) -> int:
-        """FLOPs per token, PaLM-style: 6 x (params but the embedding lookup) + attention scores."""
-        nparams_embedding = self.transformer.wte.weight.numel()
-        c = self.config
-        l, h, q, t = c.n_layer, c.n_head, c.n_embd // c.n_head, c.sequence_len
-        return 6 * (self.num_params() - nparams_embedding) + 12 * l * h * q * t
+        """FLOPs per token (GPTConfig.flops_per_token), nanochat's name for it."""
+        return self.config.flops_per_token()
 
     def setup_optimizers(self, unembedding_lr: float = 0.004, embedding_lr: float = 0.2,
                          matrix_lr: float = 0.02, weight_decay: float = 0.0, log=print):
@@ -221,8 +229,6 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x, cos_sin)
         x = norm(x)
-        if targets is not None and loss_reduction == "mean" and self.config.fused_ce:  # same loss, no fp32 logits
-            return fused_linear_softcap_ce(x, self.lm_head.weight, targets, softcap=SOFTCAP)
         logits = softcap_logits(self.lm_head(x))
         if targets is None:
             return logits

@@ -26,23 +26,11 @@ import torch
 from bench.errors import BenchError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
-from bench.nanochat.attention import (
-    check_forced_attention,
-    force_flash_from_env,
-    restrict_sdpa_backends,
-)
-from bench.nanochat.checkpoint import (
-    load_model_state,
-    load_optimizer_states,
-    save_checkpoint,
-)
+from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
+                                      restrict_sdpa_backends)
+from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
 from bench.nanochat.common import get_base_dir, get_dist_info, print0
-from bench.nanochat.compute import (
-    autodetect_device_type,
-    compute_cleanup,
-    compute_init,
-    topology,
-)
+from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
@@ -93,9 +81,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     token_bytes = get_token_bytes(device=device)
     vocab_size = tokenizer.get_vocab_size()
     print0(f"Vocab size: {vocab_size:,}")
-    force_flash = config.force_flash_sdpa
-    model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len, force_flash_sdpa=force_flash,
-                                        fused_ce=config.fused_ce)
+    model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len)
     print0(f"num_layers: {model_config.n_layer}")
     print0(f"model_dim: {model_config.n_embd}")
     print0(f"num_heads: {model_config.n_head}")
@@ -110,7 +96,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
     # ----------------------------------------------------------------------------------------------
     # Model: built on the meta device, materialised on ours, then initialised; compiled on CUDA
-    if force_flash:
+    if config.force_flash_sdpa:
+        force_flash_attention()
         dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
         check_forced_attention(model_config.n_head, model_config.n_kv_head,
                                model_config.n_embd // model_config.n_head, min(T, 256), dtype, device)

@@ -8,35 +8,39 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import ConfigError
-from bench.nanochat.attention import (SDPA_BACKEND_SWITCHES, FlashAttentionUnavailable, causal_attention,
-                                      check_forced_attention, force_flash_from_env, restrict_sdpa_backends)
+from bench.nanochat.attention import (FlashAttentionUnavailable, causal_attention, check_forced_attention,
+                                      force_flash_attention, force_flash_from_env, restrict_sdpa_backends)
 from bench.nanochat.config import parse_args
 from bench.nanochat.gpt import GPTConfig, build_model
 
 
-def test_forced_flash_runs_on_cpu_and_equals_default():
+def test_forced_flash_runs_on_cpu_and_equals_default(restore_sdpa_switches):
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 64, 32) for _ in range(3))
-    assert torch.allclose(causal_attention(q, k, v, force_flash=True), causal_attention(q, k, v), atol=1e-5)
+    default = causal_attention(q, k, v)
+    assert force_flash_attention() == ["cudnn", "flash", "efficient"] and not torch.backends.cuda.math_sdp_enabled()
+    assert torch.allclose(causal_attention(q, k, v), default, atol=1e-5)
     check_forced_attention(n_head=2, n_kv_head=2, head_dim=32, seq_len=64, dtype=torch.float32, device="cpu")
 
 
-def test_no_allowed_kernel_fails_clearly():
+def test_no_allowed_kernel_fails_clearly(restore_sdpa_switches):
     # The flash and memory-efficient kernels need equal q/k and v head dims: only the math kernel takes this.
     q, k = torch.randn(1, 2, 16, 32), torch.randn(1, 2, 16, 32)
     v = torch.randn(1, 2, 16, 48)
     assert causal_attention(q, k, v).shape == (1, 2, 16, 48)  # unforced: the math kernel runs it
+    force_flash_attention()
     with pytest.raises(FlashAttentionUnavailable) as e:
-        causal_attention(q, k, v, force_flash=True)
+        causal_attention(q, k, v)
     msg = str(e.value)
     assert "torch.float32" in msg and "head dim 32" in msg and "device cpu" in msg
     assert "FLASH_ATTENTION" in msg and "NANOCHAT_FORCE_FLASH_SDPA" in msg
     assert isinstance(e.value, ConfigError)  # the CLI prints it as one line
 
 
-def test_forced_model_trains_on_cpu():
+def test_forced_model_trains_on_cpu(restore_sdpa_switches):
     torch.manual_seed(0)
-    model = build_model(GPTConfig.from_depth(1, 64, 32, force_flash_sdpa=True), "cpu")
+    force_flash_attention()
+    model = build_model(GPTConfig.from_depth(1, 64, 32), "cpu")
     x = torch.randint(0, 64, (2, 32))
     model(x, x).backward()
     assert model.transformer.h[0].attn.c_q.weight.grad is not None
@@ -46,20 +50,6 @@ def test_forced_model_trains_on_cpu():
 def test_env_switch(value, expected):
     assert force_flash_from_env({"NANOCHAT_FORCE_FLASH_SDPA": value}) is expected
     assert force_flash_from_env({}) is False
-
-
-@pytest.fixture
-def restore_sdpa_switches():
-    """restrict_sdpa_backends changes process-wide switches: put them back after the test."""
-    import torch._inductor.config as inductor_config
-
-    saved = {name: getattr(torch.backends.cuda, f"{switch.replace('enable_', '')}_enabled")()
-             for name, switch in SDPA_BACKEND_SWITCHES.items()}
-    caches = inductor_config.force_disable_caches
-    yield
-    for name, switch in SDPA_BACKEND_SWITCHES.items():
-        getattr(torch.backends.cuda, switch)(saved[name])
-    inductor_config.force_disable_caches = caches
 
 
 def test_sdpa_backends_restrict_the_kernels_and_compile_afresh(restore_sdpa_switches):

@@ -83,7 +83,7 @@ def test_rope_is_applied_before_qk_norm(monkeypatch):
     attn = model.transformer.h[0].attn
     seen = {}
 
-    def capture(q, k, v, enable_gqa=False, force_flash=False):
+    def capture(q, k, v, enable_gqa=False):
         seen["q"], seen["k"] = q, k
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -120,13 +120,15 @@ def test_logits_are_softcapped_at_15():
 
 
 @pytest.mark.parametrize("force_flash", [False, True])
-def test_causal_attention_matches_reference(force_flash):
-    from bench.nanochat.attention import causal_attention
+def test_causal_attention_matches_reference(force_flash, restore_sdpa_switches):
+    from bench.nanochat.attention import causal_attention, force_flash_attention
 
+    if force_flash:
+        force_flash_attention()
     torch.manual_seed(0)
     B, H, T, D = 2, 3, 17, 16
     q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
-    out = causal_attention(q, k, v, force_flash=force_flash)
+    out = causal_attention(q, k, v)
     scores = q @ k.transpose(-1, -2) / math.sqrt(D)
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     ref = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v

@@ -1,13 +1,17 @@
-"""Batch-size scaling keeps total_batch_size fixed; impossible points say which totals would work.
+"""Batch fitting (bench/nanochat/config.py) keeps total_batch_size fixed; impossible points say which
+totals would work; the model's FLOPs per token, which the planner's estimates use, is nanochat's.
 
-    python -m pytest tests/unit/launch -q
+    python -m pytest tests/unit/nanochat/test_batch_fit.py -q
 """
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.launch.scaling import fit_batch, flops_per_token
+import torch
+
+from bench.nanochat.config import fit_batch, grad_accum_steps
+from bench.nanochat.gpt import GPT, GPTConfig
 
 
 @pytest.mark.parametrize("ranks,dbs,accum", [(1, 32, 8), (2, 32, 4), (4, 32, 2), (8, 32, 1), (16, 16, 1),
@@ -41,15 +45,21 @@ def test_fit_keeps_the_total_exact_or_explains(total_seqs, dbs, seq, ranks):
         assert total % (seq * ranks) != 0 and "not a multiple" in fit.reason
 
 
+def test_the_trainer_agrees_with_the_fit_at_the_same_device_batch():
+    for ranks in (1, 2, 8):
+        fit = fit_batch(524288, 32, 2048, ranks)
+        assert grad_accum_steps(524288, 32, 2048, ranks) == fit.grad_accum
+
+
 def test_flops_per_token_matches_nanochat_d20():
-    assert flops_per_token(20, 2048) == 3_491_758_080  # nanochat's estimate_flops for d20 (3.491758e9)
+    d20 = GPTConfig.from_depth(20, vocab_size=65536, sequence_len=2048)
+    assert d20.flops_per_token() == 3_491_758_080  # nanochat's estimate_flops for d20 (3.491758e9)
+    assert d20.num_params() == 560_988_160
 
 
-def test_flops_per_token_matches_the_trainer_model():
-    gpt = pytest.importorskip("bench.nanochat.gpt")
-    import torch
-
-    config = gpt.GPTConfig.from_depth(4, vocab_size=65536, sequence_len=256)
+@pytest.mark.parametrize("depth,seq", [(1, 64), (4, 256), (20, 2048)])
+def test_shape_arithmetic_matches_the_built_model(depth, seq):
+    config = GPTConfig.from_depth(depth, vocab_size=65536, sequence_len=seq)
     with torch.device("meta"):
-        model = gpt.GPT(config)
-    assert flops_per_token(4, 256) == model.estimate_flops()
+        model = GPT(config)
+    assert config.num_params() == model.num_params()

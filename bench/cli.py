@@ -6,6 +6,7 @@ this file only builds the parser and turns expected failures (BenchError) into o
 
 import argparse
 import importlib
+import os
 import sys
 
 from bench import __version__
@@ -37,7 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # a group not built yet
             raise
         module.register(subparsers)
+    describe_commands(parser)
     return parser
+
+
+def describe_commands(parser: argparse.ArgumentParser) -> None:
+    """A command's one-line help (shown in its group's list) is also its --help description, unless it
+    has a longer one of its own."""
+    for action in parser._actions:  # argparse keeps sub-commands here; no public accessor exists
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not sub.description and helps.get(name):
+                    sub.description = helps[name][0].upper() + helps[name][1:] + "."
+                describe_commands(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a Unix tool killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the final flush cannot fail again
+        return 141
     return int(result or 0)
 
 

@@ -42,10 +42,6 @@ def peak_flops(device_name: str | None) -> float | None:
     return None
 
 
-def tokens_per_second(tokens_per_step: int, dt_s: float) -> float:
-    return tokens_per_step / dt_s if dt_s > 0 else float("nan")
-
-
 def mfu_percent(flops_per_token: float, tok_per_sec: float, world_size: int,
                 peak_flops_per_gpu: float | None) -> float | None:
     """Model FLOPs utilisation in percent, or None without a known peak."""

@@ -84,7 +84,7 @@ def main() -> int:
     ap.add_argument("--device_batch_size", type=int, default=32)
     ap.add_argument("--total_batch_size", type=int, default=524288)
     ap.add_argument("--vocab_size", type=int, default=65536)
-    ap.add_argument("--base_dir", default="/tmp/nanochat-bench-gpu", help="data and tokenizer (made once)")
+    ap.add_argument("--base-dir", default="/tmp/nanochat-bench-gpu", help="data and tokenizer (made once)")
     ap.add_argument("--out", default="gpu-bench", help="run directories and summary.json go here")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME or NAME:ENV=V,...:--flag=v ... to compare variants (default: one 'baseline')")

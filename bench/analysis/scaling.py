@@ -17,7 +17,7 @@ import pandas as pd
 from scipy.stats import ttest_ind
 
 # Another attention kernel is another program to measure: never pooled. The device batch size is not a
-# key: a sweep lowers it where ranks grow (DESIGN's scaling rule) and the points still form one curve.
+# key: a sweep lowers it where ranks grow (bench/nanochat/config.py fit_batch) and the points still form one curve.
 GROUP_KEYS = ("workload", "depth", "max_seq_len", "total_batch_size", "gpu_name", "force_flash_sdpa",
               "sdpa_backends")
 BASELINE_RUNTIME = "bare"

@@ -67,6 +67,9 @@ def cmd_check(args) -> int:
     for o in outcomes:
         print(o.line())
     failed = [o for o in outcomes if o.verdict == "fail" or (o.verdict == "missing" and not args.allow_missing)]
-    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} check(s) passed"
+    passed = sum(o.verdict == "pass" for o in outcomes)
+    missing = sum(o.verdict == "missing" for o in outcomes)
+    print(f"{passed} of {len(outcomes)} check(s) passed"
+          + (f", {missing} missing" + (" (allowed)" if args.allow_missing else "") if missing else "")
           + (f"; regressions: {', '.join(f'{o.reference}/{o.figure}' for o in failed)}" if failed else ""))
     return 1 if failed else 0

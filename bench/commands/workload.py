@@ -2,7 +2,7 @@
 
 - `model --depth D [--json]`: parameters, FLOPs per token, dimensions and a memory estimate, from a
   model built on the meta device (no memory, no training).
-- `train [--nproc N] [--run_dir DIR] -- <trainer flags>`: torchrun on this machine (bench/launch/local.py).
+- `train [--nproc N] [--run-dir DIR] -- <trainer flags>`: torchrun on this machine (bench/launch/local.py).
 - `smoke`: data, tokenizer and a tiny 2-rank training run in a few minutes, with no GPU and no network
   (one rank per GPU when there are GPUs), leaving a complete run directory.
 """
@@ -40,14 +40,14 @@ def register(subparsers) -> None:
     t = subparsers.add_parser("train", help="train on this machine with torchrun (no Slurm)",
                               description="Example: nanochat-bench train --nproc 2 -- --depth=4 --num_iterations=50")
     t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1)")
-    t.add_argument("--run_dir", default=None, help="run directory (default: ./runs/local/<timestamp>)")
+    t.add_argument("--run-dir", default=None, help="run directory (default: ./runs/local/<timestamp>)")
     t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train --help)")
     t.set_defaults(func=cmd_train)
 
     s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); minutes, no GPU")
-    s.add_argument("--base_dir", default="runs/smoke/base",
+    s.add_argument("--base-dir", default="runs/smoke/base",
                    help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present (default: runs/smoke/base)")
-    s.add_argument("--run_dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")
+    s.add_argument("--run-dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")
     s.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
     s.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
     s.set_defaults(func=cmd_smoke)
@@ -132,9 +132,9 @@ def cmd_train(args) -> int:
     from bench.launch.local import default_run_dir, run_local
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    nproc = args.nproc or _default_nproc(1)
+    nproc = _default_nproc(1) if args.nproc is None else args.nproc
     if nproc < 1:
-        raise ConfigError(f"--nproc={nproc}: must be >= 1")
+        raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
     _check_train_args(train_args, nproc)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("local")
     print(f"run directory: {run_dir}")
@@ -175,7 +175,9 @@ def smoke_train_args(steps: int, nproc: int) -> list[str]:
 def cmd_smoke(args) -> int:
     from bench.launch.local import default_run_dir, run_local
 
-    nproc = args.nproc or _default_nproc(2)
+    nproc = _default_nproc(2) if args.nproc is None else args.nproc
+    if nproc < 1:
+        raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 2)")
     if args.steps < 1:
         raise ConfigError(f"--steps={args.steps}: must be >= 1")
     base_dir = Path(args.base_dir).resolve()

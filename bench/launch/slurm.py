@@ -4,8 +4,7 @@ No sacct: it needs slurmdbd, which sites (and CI) may lack. squeue knows pending
 finished jobs (for MinJobAge, 300 s by default); scontrol fills in what squeue's JSON lacks. Answers we
 cannot parse raise SubmitError quoting them. JSON layouts differ between Slurm releases (openapi
 v0.0.38 in 22.05: strings and ints; v0.0.40+: lists and {"set", "number"} objects), so fields are
-read tolerantly. pyslurm is used for job states instead when it imports and matches the running
-Slurm's major release (bench/launch/pyslurm_backend.py); submission always goes through sbatch.
+read tolerantly. pyslurm is not used: it must be built for the exact Slurm release of each site.
 """
 
 import json
@@ -118,26 +117,7 @@ class SlurmCLI:
                                   f"scontrol: {sc.stderr.strip()!r}")
         return {j: found.get(j, JobState(j, "UNKNOWN")) for j in job_ids}
 
-    def cancel(self, job_ids: list[str]) -> None:
-        if job_ids:
-            _run(["scancel", *job_ids])
 
-
-def slurm_version() -> str | None:
-    """`22.05.8` from `sinfo --version` (None without Slurm)."""
-    try:
-        r = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"(\d+\.\d+(\.\d+)?)", r.stdout)
-    return m.group(1) if m else None
-
-
-def backend():
-    """pyslurm when it imports and was built for this Slurm release, else the command line."""
-    from bench.launch import pyslurm_backend
-
-    version = slurm_version()
-    if version and pyslurm_backend.matches(version):
-        return pyslurm_backend.PyslurmBackend()
+def backend() -> "SlurmCLI":
+    """The Slurm backend: its command line, which every site has."""
     return SlurmCLI()

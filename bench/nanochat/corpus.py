@@ -10,7 +10,7 @@ The prose alone allows only ~10k BPE merges; with the code, the default `data ge
 a few KB each like FineWeb-Edu's; the same seed gives the same documents on the same installation
 (generate once on a shared file system and every runtime reads the same shards).
 
-`eval_texts()` gives a few labelled texts for `tokenizer eval` (spec §3, tok_eval), all offline.
+`eval_texts()` gives a few labelled texts for `tokenizer eval` (as upstream's scripts/tok_eval.py), all offline.
 """
 
 import codecs

@@ -1,4 +1,4 @@
-"""Batches in memory, by rank: the streaming tokenizing loader of upstream nanochat/dataloader.py (spec §2).
+"""Batches in memory, by rank: the streaming tokenizing loader of upstream nanochat/dataloader.py.
 
 Each rank reads its row groups, tokenizes documents in chunks with tiktoken (threads), puts a BOS token in
 front of every document, concatenates everything into one stream and cuts it into batches of B·T+1

@@ -1,12 +1,12 @@
 """Shard files on disk: where they live, how they split into train/val, how to make or fetch them.
 
-Mirrors upstream nanochat/dataset.py (spec §2). Shards are parquet files `shard_XXXXX.parquet` with one
+Mirrors upstream nanochat/dataset.py. Shards are parquet files `shard_XXXXX.parquet` with one
 string column `text` (one document a row) under `$NANOCHAT_BASE_DIR/base_data/`. Partial downloads end
 in `.tmp` and are never listed.
 
 The bench's change to the split: validation is the last K files (K = NANOCHAT_VAL_FILES_K, default 1,
 as upstream) and training the rest, so enough validation row groups exist for many ranks.
-Shards come from `download_shards` (FineWeb-Edu, see download.py) or `generate_shards` (offline corpus).
+Shards come from bench/nanochat/download.py (FineWeb-Edu) or `generate_shards` (offline corpus).
 """
 
 import os
@@ -19,7 +19,6 @@ from bench.errors import ConfigError, DataError
 from bench.nanochat.common import get_base_dir
 from bench.schema import ENV_VAL_FILES_K, atomic_target
 
-SHARD_GLOB = "shard_*.parquet"
 TEXT_COLUMN = "text"
 SPLITS = ("train", "val")
 FIX_DATA = "run `nanochat-bench data generate` (offline) or `nanochat-bench data download -n N`"
@@ -127,10 +126,3 @@ def generate_shards(
         write_shard(path, corpus.documents(docs_per_shard, seed=i), row_group_size)
         paths.append(path)
     return paths
-
-
-def download_shards(*args, **kwargs) -> list[Path]:
-    """Download FineWeb-Edu shards; see bench.nanochat.download.download_shards."""
-    from bench.nanochat.download import download_shards as _download
-
-    return _download(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""Fetch FineWeb-Edu shards (spec §2): parallel, resumable, retried, each file verified before it counts.
+"""Fetch FineWeb-Edu shards: parallel, resumable, retried, each file verified before it counts.
 
 Upstream's downloader (nanochat/dataset.py) streams each shard to `<name>.tmp`, renames it when done and
 retries 5 times with 2^attempt s backoff (here through tenacity). This one also resumes a partial `.tmp` with an HTTP Range

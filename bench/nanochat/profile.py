@@ -10,7 +10,6 @@ That step's own dt includes the profiler's overhead; the medians over the steady
 from contextlib import nullcontext
 from pathlib import Path
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 

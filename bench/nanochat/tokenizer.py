@@ -1,6 +1,6 @@
 """GPT-4-style byte-level BPE: trained once on the train split, used through tiktoken for speed.
 
-Mirrors upstream nanochat/tokenizer.py (spec §3): the same split regex, ids 0-255 = raw bytes (no GPT-2
+Mirrors upstream nanochat/tokenizer.py: the same split regex, ids 0-255 = raw bytes (no GPT-2
 byte permutation), then merges in merge order, then the 9 special tokens; saved as a pickled tiktoken
 Encoding in `$NANOCHAT_BASE_DIR/tokenizer/tokenizer.pkl` plus `token_bytes.pt` for bits-per-byte.
 
@@ -128,8 +128,10 @@ def train_tokenizer(
         from bench.nanochat.dataset import parquets_iter_batched
 
         texts = (doc for batch in parquets_iter_batched("train") for doc in batch)
-    counter = _CharCounter(capped_texts(texts, max_chars, doc_cap))
     num_tokens = vocab_size - len(SPECIAL_TOKENS)
+    print(f"tokenizer: reading the training text (up to {max_chars:,} characters), then learning "
+          f"{num_tokens - 256:,} merges with {trainer}", flush=True)
+    counter = _CharCounter(capped_texts(texts, max_chars, doc_cap), num_tokens - 256)
     t0 = time.time()
     ranks = (train_ranks_hf if trainer == "hf" else train_ranks_rustbpe)(counter, num_tokens)
     train_s = time.time() - t0
@@ -145,15 +147,25 @@ def train_tokenizer(
 
 
 class _CharCounter:
-    """Passes texts through and counts their characters (for the chars/s figure and error messages)."""
+    """Passes texts through and counts their characters (for the chars/s figure and error messages),
+    with a progress line every PROGRESS_CHARS and one when the text is read and merging begins: on the
+    full 240 shards reading alone takes minutes."""
 
-    def __init__(self, texts: Iterable[str]):
-        self.texts, self.chars = texts, 0
+    PROGRESS_CHARS = 500_000_000
+
+    def __init__(self, texts: Iterable[str], merges: int = 0):
+        self.texts, self.chars, self.merges = texts, 0, merges
 
     def __iter__(self):
+        t0, next_report = time.time(), self.PROGRESS_CHARS
         for text in self.texts:
             self.chars += len(text)
+            if self.chars >= next_report:
+                print(f"tokenizer: read {self.chars:,} characters ({time.time() - t0:.0f}s)", flush=True)
+                next_report += self.PROGRESS_CHARS
             yield text
+        print(f"tokenizer: read {self.chars:,} characters in {time.time() - t0:.1f}s; learning {self.merges:,} "
+              f"merges", flush=True)
 
 
 def token_byte_lengths(encoding) -> list[int]:

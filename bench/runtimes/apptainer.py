@@ -11,7 +11,6 @@ REF_SCHEMES = ("docker://", "oras://", "library://", "docker-daemon:", "oci-arch
 
 class Apptainer(Runtime):
     name = "apptainer"
-    description = "Apptainer/Singularity: srun apptainer exec --nv IMAGE.sif"
     default_image = "${SCRATCH}/images/nanochat-bench.sif"  # containers/apptainer-build.sh
     program = "apptainer"
     mount_forbidden = ":,"  # --bind takes comma-separated SRC:DST lists

@@ -6,7 +6,6 @@ from bench.runtimes.base import Runtime
 
 class Bare(Runtime):
     name = "bare"
-    description = "host Python environment (venv or module), no container"
     python = None  # the interpreter the sweep was planned with, or --python
 
     def resolve_image(self, image, *, must_exist=True):

@@ -88,7 +88,6 @@ class Runtime(ABC):
     """One way of running the trainer under srun. Subclasses set the class fields and override what differs."""
 
     name: ClassVar[str]
-    description: ClassVar[str]
     default_image: ClassVar[str | None] = None  # documented per runtime; ${VAR} expanded at submit time
     python: ClassVar[str | None] = "python"  # the interpreter inside the container (None: the host's)
     mount_forbidden: ClassVar[str] = ":"  # characters a mount path may not hold for this runtime

@@ -22,7 +22,6 @@ def edf_literal(path: str) -> str:
 
 class ContainerEngine(Runtime):
     name = "ce"
-    description = "CSCS Container Engine: srun --environment=<EDF> (enroot + pyxis underneath)"
     default_image = edf.SQSH_IMAGE  # containers/enroot-import.sh
     option = "--environment"
 

@@ -55,7 +55,7 @@ TORCH_ENV: dict[str, str] = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 }
 
-# The benchmark's own variables (DESIGN.md, "Environment variables"); ${SCRATCH} expands on the host.
+# The benchmark's own variables (README, "Contracts"); ${SCRATCH} expands on the host.
 BENCH_ENV: dict[str, str] = {
     "NANOCHAT_BASE_DIR": "${SCRATCH}/nanochat-bench/cache",
     "NANOCHAT_VAL_FILES_K": "1",

@@ -14,7 +14,6 @@ from bench.runtimes.base import Runtime, env_names
 
 class Podman(Runtime):
     name = "podman"
-    description = "Podman: srun podman run --rm --network=host IMAGE"
     default_image = "localhost/nanochat-bench:latest"  # containers/build.sh tags nanochat-bench:latest
     program = "podman"
 
@@ -39,7 +38,6 @@ class Podman(Runtime):
 
 class PodmanHPC(Podman):
     name = "podman-hpc"
-    description = "NERSC podman-hpc: srun podman-hpc run --gpu --nccl IMAGE"
     program = "podman-hpc"
 
     def gpu_options(self):

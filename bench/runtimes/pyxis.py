@@ -11,7 +11,6 @@ from bench.runtimes.base import Runtime, check_enroot_image, env_names
 
 class Pyxis(Runtime):
     name = "pyxis"
-    description = "NVIDIA pyxis + enroot: srun --container-image=<.sqsh or registry#image>"
     default_image = edf.SQSH_IMAGE  # containers/enroot-import.sh
     mount_forbidden = ":,"
 

@@ -12,7 +12,6 @@ from bench.runtimes.ce import ContainerEngine
 
 class Sarus(Runtime):
     name = "sarus"
-    description = "classic Sarus: srun sarus run IMAGE (image pulled or loaded beforehand)"
     default_image = "load/library/nanochat-bench:latest"  # the name `sarus load` gives
     mount_forbidden = ":,"  # --mount=type=bind,source=…,destination=…
 
@@ -31,7 +30,6 @@ class Sarus(Runtime):
 
 class SarusSuite(ContainerEngine):
     name = "sarus-suite"
-    description = "Sarus Suite (Podman-based CE successor): srun --edf=<EDF>"
     default_image = "localhost/nanochat-bench:latest"
     option = "--edf"
 

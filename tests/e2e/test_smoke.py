@@ -18,8 +18,8 @@ from bench.schema import read_run_json
 def test_smoke_leaves_a_complete_run_directory(tmp_path):
     base, run_dir = tmp_path / "base", tmp_path / "runs" / "smoke" / "r1"
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-m", "bench.cli", "smoke", "--steps", "12", "--base_dir", str(base),
-                           "--run_dir", str(run_dir)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "smoke", "--steps", "12", "--base-dir", str(base),
+                           "--run-dir", str(run_dir)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = read_run_json(run_dir)
     assert run["status"] == "ok" and run["world_size"] == 2

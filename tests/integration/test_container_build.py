@@ -35,7 +35,7 @@ DEFAULT_WHEEL = re.search(r"TORCH_WHEEL:-([^}]+)}", (CONTAINERS / "standin-base.
 TIMINGS: dict[str, float] = {}
 
 # Inside the image: offline data, a small tokenizer and 20 steps of a tiny model on 2 CPU ranks (gloo).
-SMOKE = ["nanochat-bench", "smoke", "--base_dir", "/data", "--run_dir", "/out/run", "--steps", "20"]
+SMOKE = ["nanochat-bench", "smoke", "--base-dir", "/data", "--run-dir", "/out/run", "--steps", "20"]
 
 
 def _why_not() -> str | None:

@@ -107,7 +107,7 @@ def test_bad_total_batch_size_is_refused_before_launch(tmp_path, capsys):
     from bench.cli import main
 
     run_dir = tmp_path / "run"
-    rc = main(["train", "--nproc", "2", "--run_dir", str(run_dir), "--", "--max_seq_len=64",
+    rc = main(["train", "--nproc", "2", "--run-dir", str(run_dir), "--", "--max_seq_len=64",
                "--device_batch_size=3", "--total_batch_size=1000"])
     assert rc == 1
     err = capsys.readouterr().err
@@ -118,5 +118,5 @@ def test_bad_total_batch_size_is_refused_before_launch(tmp_path, capsys):
 def test_unknown_trainer_flag_is_refused_before_launch(tmp_path, capsys):
     from bench.cli import main
 
-    assert main(["train", "--nproc", "1", "--run_dir", str(tmp_path / "r"), "--", "--detph=4"]) == 1
+    assert main(["train", "--nproc", "1", "--run-dir", str(tmp_path / "r"), "--", "--detph=4"]) == 1
     assert "did you mean --depth" in capsys.readouterr().err

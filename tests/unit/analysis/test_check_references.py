@@ -70,6 +70,14 @@ def test_all_pass_exits_zero(tmp_path, table_dir):
     assert main(["check", str(table_dir), "--references", str(path)]) == 0
 
 
+def test_allowed_missing_references_are_not_counted_as_passed(tmp_path, table_dir, capsys):
+    path = refs(tmp_path, '[[reference]]\nname = "gone"\nwhere = { runtime = "sarus" }\n'
+                          'figures.tok_per_sec = { value = 1000 }\n')
+    assert main(["check", str(table_dir), "--references", str(path), "--allow-missing"]) == 0
+    assert "0 of 1 check(s) passed, 1 missing (allowed)" in capsys.readouterr().out
+    assert main(["check", str(table_dir), "--references", str(path)]) == 1
+
+
 def test_example_file_is_valid():
     assert len(load_references(EXAMPLE)) >= 1
 

@@ -1,17 +1,14 @@
-"""Parsers of Slurm's answers (22.05's openapi v0.0.38 layout and the v0.0.40+ one), and the
-optional pyslurm backend's version rule.
+"""Parsers of Slurm's answers (22.05's openapi v0.0.38 layout and the v0.0.40+ one).
 
     python -m pytest tests/unit/launch -q
 """
 
 import json
-import sys
-import types
 
 import pytest
 
 from bench.errors import SubmitError
-from bench.launch import pyslurm_backend, slurm
+from bench.launch import slurm
 
 
 def test_parsable_job_id():
@@ -45,12 +42,3 @@ def test_missing_sbatch_is_a_clear_error(monkeypatch, tmp_path):
     (tmp_path / "job.sbatch").write_text("#!/bin/bash\n")
     with pytest.raises(SubmitError, match="sbatch not found"):
         slurm.SlurmCLI().submit(tmp_path / "job.sbatch")
-
-
-def test_pyslurm_used_only_on_a_matching_release(monkeypatch):
-    """pyslurm is not installed here; a stand-in module checks the version rule only."""
-    monkeypatch.setitem(sys.modules, "pyslurm", types.SimpleNamespace(__version__="22.5.3"))
-    assert pyslurm_backend.matches("22.05.8")
-    assert not pyslurm_backend.matches("23.02.1")
-    monkeypatch.setitem(sys.modules, "pyslurm", None)  # import fails
-    assert not pyslurm_backend.matches("22.05.8")

@@ -1,4 +1,4 @@
-"""Shard files: generation, listing, the train/val split.  python -m pytest tests/unit/data/test_dataset.py -q"""
+"""Shard files: generation, listing, the train/val split.  python -m pytest tests/unit/nanochat/test_dataset.py -q"""
 
 import pyarrow.parquet as pq
 import pytest

@@ -1,7 +1,7 @@
 """The launch commands through the real CLI entry (`bench.cli.main`): plan, submit --dry-run, render;
 user mistakes end as one `error:` line, exit 1, before anything is written or submitted.
 
-    python -m pytest tests/unit/launch -q
+    python -m pytest tests/unit/commands/test_launch_cli.py -q
 """
 
 import json

@@ -1,4 +1,4 @@
-"""The shard downloader against a real HTTP server on 127.0.0.1.  python -m pytest tests/unit/data/test_download.py -q
+"""The shard downloader against a real HTTP server on 127.0.0.1.  python -m pytest tests/unit/nanochat/test_download.py -q
 
 The server serves generated shards and misbehaves on purpose, per shard: a 500 error (once or always), a
 connection cut in the middle of the body, a corrupt file, a response slower than the client's timeout.

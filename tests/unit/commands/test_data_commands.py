@@ -1,6 +1,6 @@
 """`nanochat-bench data …` and `tokenizer …` through the CLI's main().
 
-python -m pytest tests/unit/data/test_data_commands.py -q
+python -m pytest tests/unit/commands/test_data_commands.py -q
 """
 
 import re

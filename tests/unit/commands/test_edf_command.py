@@ -1,5 +1,5 @@
 """`nanochat-bench edf`: the checked-in edf/*.toml equal what their header command renders; flags and errors.
-    python -m pytest tests/unit/containers/test_edf_command.py -q
+    python -m pytest tests/unit/commands/test_edf_command.py -q
 Refresh the checked-in files after changing bench/runtimes/edf.py: nanochat-bench edf --regenerate edf/*.toml
 """
 

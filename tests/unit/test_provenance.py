@@ -1,5 +1,5 @@
 """Provenance inside containers: baked build facts, Podman's .containerenv, launcher variables, network env.
-    python -m pytest tests/unit/containers/test_container_provenance.py -q
+    python -m pytest tests/unit/test_provenance.py -q
 """
 
 import json

@@ -1,4 +1,4 @@
-"""The BPE tokenizer: vocab layout, encoding, token bytes, errors.  python -m pytest tests/unit/data/test_tokenizer.py -q"""
+"""The BPE tokenizer: vocab layout, encoding, token bytes, errors.  python -m pytest tests/unit/nanochat/test_tokenizer.py -q"""
 
 import pickle
 

@@ -1,5 +1,5 @@
 """EDF rendering: valid TOML with CE's documented keys and types, hostile values round-trip, bad input named.
-    python -m pytest tests/unit/containers/test_edf.py -q
+    python -m pytest tests/unit/runtimes/test_edf.py -q
 """
 
 from pathlib import Path

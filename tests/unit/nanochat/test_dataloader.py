@@ -1,4 +1,4 @@
-"""The tokenizing distributed loader and the .bin loader.  python -m pytest tests/unit/data/test_dataloader.py -q"""
+"""The tokenizing distributed loader and the .bin loader.  python -m pytest tests/unit/nanochat/test_dataloader.py -q"""
 
 import itertools
 import shutil

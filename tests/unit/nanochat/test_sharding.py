@@ -1,6 +1,6 @@
 """Properties of the row-group sharding, as pure functions of row-group counts per file.
 
-python -m pytest tests/unit/data/test_sharding.py -q
+python -m pytest tests/unit/nanochat/test_sharding.py -q
 
 Row groups are numbered globally across a split's files and rank r takes r, r+W, r+2W, … (the bench's
 fix to upstream, which strides inside each file and leaves ranks empty when W exceeds a file's count).

@@ -1,0 +1,42 @@
+"""The command line itself (bench/cli.py): every command explains itself, a closed pipe ends quietly,
+bad counts are refused by name.
+
+    python -m pytest tests/unit/test_cli.py -q
+"""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from bench import cli
+
+
+def commands(parser, prefix=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name), sub
+                yield from commands(sub, (*prefix, name))
+
+
+def test_every_command_has_a_help_description():
+    missing = [" ".join(name) for name, sub in commands(cli.build_parser()) if not sub.description]
+    assert not missing, f"commands without a --help description: {missing}"
+    described = dict(commands(cli.build_parser()))
+    assert described[("data", "info")].description.startswith("List the shards")
+
+
+def test_output_into_a_closed_pipe_ends_without_a_traceback():
+    # `true` exits at once, so the first write meets a pipe with no reader (EPIPE), as `| head` does later
+    r = subprocess.run(f"{sys.executable} -m bench.cli plan --nodes 1,2 | true; exit ${{PIPESTATUS[0]}}",
+                       shell=True, executable="/bin/bash", capture_output=True, text=True)
+    assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
+    assert r.returncode == 141
+
+
+@pytest.mark.parametrize("argv", [["train", "--nproc", "0", "--", "--depth=2"], ["smoke", "--nproc", "0"]])
+def test_zero_processes_is_refused(argv, capsys):
+    assert cli.main(argv) == 1
+    assert "--nproc 0: must be >= 1" in capsys.readouterr().err

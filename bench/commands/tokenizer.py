@@ -8,11 +8,11 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="tokenizer_command", metavar="<subcommand>", required=True)
 
     t = sub.add_parser("train", help="train byte-level BPE (GPT-4 split pattern) and save it for tiktoken")
-    t.add_argument("--max_chars", "--max-chars", type=int, default=2_000_000_000,
+    t.add_argument("--max_chars", type=int, default=2_000_000_000,
                    help="characters of training text to use at most (default: 2,000,000,000, as speedrun)")
-    t.add_argument("--doc_cap", "--doc-cap", type=int, default=10_000,
+    t.add_argument("--doc_cap", type=int, default=10_000,
                    help="characters kept of each document (default: 10,000)")
-    t.add_argument("--vocab_size", "--vocab-size", type=int, default=65536, help="tokens incl. 9 special (default: 65536)")
+    t.add_argument("--vocab_size", type=int, default=65536, help="tokens incl. 9 special (default: 65536)")
     t.add_argument("--trainer", choices=tokenizer.TRAINERS, default="auto",
                    help="rustbpe = upstream's Rust trainer (pip install rustbpe), hf = HF tokenizers; "
                         "auto (default) = rustbpe when installed, else hf")

@@ -1,18 +1,22 @@
 """Run the trainer on this machine, without Slurm: torchrun in standalone mode, one run directory.
 
-`run_local` starts `python -m torch.distributed.run --standalone --nproc_per_node=N -m
-bench.nanochat.train -- <flags>` with NANOCHAT_BENCH_RUN_DIR pointing at the run directory, copies
-the output to the terminal and to `<run_dir>/train.log`, and returns torchrun's exit status. The
-launcher writes run.json first (status running, launch time); the trainer merges its part into it.
+`run_local` starts the workload's local command (nanochat: `python -m torch.distributed.run --standalone
+--nproc_per_node=N -m bench.nanochat.train -- <flags>`; bench/workloads/) with NANOCHAT_BENCH_RUN_DIR
+pointing at the run directory, copies the output to the terminal and to `<run_dir>/train.log`, and
+returns the command's exit status. The launcher writes run.json first (status running, launch time)
+and last its wall and CPU time (`wall_time_s`, `cpu_time_s`: user + system seconds of every process
+the command started); the trainer merges its part into it.
 """
 
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench import workloads
 from bench.schema import ENV_RUN_DIR, ENV_T0, read_run_json, update_run_json
 
 TRAIN_LOG = "train.log"
@@ -35,8 +39,11 @@ def torchrun_command(train_args: list[str], nproc: int) -> list[str]:
             "-m", "bench.nanochat.train", "--", *train_args]
 
 
-def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None) -> int:
+def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
+              workload: str = workloads.DEFAULT, python: str | None = None) -> int:
     """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
+    chosen = workloads.get(workload)
+    cmd = chosen.local_command(train_args, nproc, python)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
@@ -44,10 +51,11 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     child_env[ENV_RUN_DIR] = str(run_dir.resolve())
     child_env[ENV_T0] = f"{t0:.6f}"
     child_env.setdefault("OMP_NUM_THREADS", "1")
+    for key, value in chosen.local_env().items():
+        child_env.setdefault(key, value)
     update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.parent.name, runtime="bare",
-                    status="running", launcher="local", launch_t0=t0,
-                    command=torchrun_command(train_args, nproc))
-    cmd = torchrun_command(train_args, nproc)
+                    status="running", launcher="local", launch_t0=t0, workload=chosen.run_workload, command=cmd)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(run_dir / TRAIN_LOG, "ab") as log:
         proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
@@ -60,6 +68,9 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGINT)  # torchrun passes it on to the ranks, which record `cancelled`
             rc = proc.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    update_run_json(run_dir, wall_time_s=time.time() - t0, cpu_time_s=cpu)
     _close_if_unfinished(run_dir, rc)
     return rc
 
@@ -69,4 +80,4 @@ def _close_if_unfinished(run_dir: Path, rc: int) -> None:
     status = read_run_json(run_dir).get("status")
     if status in (None, "pending", "running"):
         update_run_json(run_dir, status="ok" if rc == 0 else "failed", finished_at=time.time(),
-                        message=None if rc == 0 else f"torchrun exited with status {rc}; see {TRAIN_LOG}")
+                        message=None if rc == 0 else f"the trainer exited with status {rc}; see {TRAIN_LOG}")

@@ -1,0 +1,36 @@
+"""The nanochat workload: bench/nanochat/train.py under torchrun, one process per GPU (or CPU rank)."""
+
+from dataclasses import asdict
+
+from bench.workloads.base import Workload
+
+
+class Nanochat(Workload):
+    name = "nanochat"
+    run_workload = "nanochat-base"  # bench.schema.WORKLOAD
+
+    def check(self, argv: list[str], nproc: int) -> None:
+        from bench.nanochat.config import grad_accum_steps, parse_args
+
+        config = parse_args(argv)
+        grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
+
+    def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
+        from bench.launch.local import torchrun_command
+
+        command = torchrun_command(argv, nproc)
+        return [python, *command[1:]] if python else command
+
+    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list[str],
+                       containerised: bool) -> tuple:
+        from bench.launch.job import torchrun_command
+
+        return torchrun_command(python, nodes, nproc_per_node, argv)
+
+    def manifest_config(self, argv: list[str]) -> dict:
+        from bench.nanochat.config import parse_args
+
+        return asdict(parse_args(argv))
+
+
+WORKLOAD = Nanochat()

@@ -10,7 +10,7 @@ Chinchilla-derived ~21,400.
 import itertools
 from dataclasses import dataclass, field, fields
 
-from bench import metrics
+from bench import metrics, workloads
 from bench.errors import ConfigError
 from bench.launch.scaling import BatchFit, fit_batch, flops_per_token
 from bench.nanochat.config import TrainConfig, parse_args
@@ -76,6 +76,7 @@ class Sweep:
     gpu: str = "H200"  # GPU the estimate assumes (peak FLOPs from bench.metrics)
     assume_mfu: float = 0.40  # MFU the estimate assumes
     startup_s: float = 300.0  # per-job start-up allowance in the estimate (image, compile, data)
+    workload: str = workloads.DEFAULT  # bench/workloads: nanochat, or nntile (its flags via --train-arg)
 
     def __post_init__(self):
         if self.gpus_per_node <= 0:
@@ -85,7 +86,9 @@ class Sweep:
         if not 0 < self.assume_mfu <= 1:
             raise ConfigError(f"--assume-mfu {self.assume_mfu} must be in (0, 1]")
         self.train = {k: v for k, v in self.train.items() if v is not None}
-        self.train.setdefault("num_iterations", SWEEP_NUM_ITERATIONS)
+        workloads.get(self.workload)  # an unknown name fails here
+        if self.workload == workloads.DEFAULT:
+            self.train.setdefault("num_iterations", SWEEP_NUM_ITERATIONS)
         self.train_argv()  # the trainer's own parser refuses bad flags now, before any job exists
 
     @classmethod
@@ -96,7 +99,10 @@ class Sweep:
         return type(TRAIN_DEFAULTS[name])(self.train.get(name, TRAIN_DEFAULTS[name]))
 
     def train_argv(self, device_batch_size: int | None = None) -> list[str]:
-        """The trainer's flags (`--key=value`, sorted), checked by bench.nanochat.config.parse_args."""
+        """The trainer's flags (`--key=value`, sorted), checked by bench.nanochat.config.parse_args
+        (another workload's by that workload: its flags are the --train-arg pairs alone)."""
+        if self.workload != workloads.DEFAULT:
+            return workloads.get(self.workload).sweep_argv(self.train)
         flags = {**TRAIN_FLAGS_ALWAYS, **self.train}
         if device_batch_size is not None:
             flags["device_batch_size"] = device_batch_size
@@ -115,7 +121,7 @@ class Sweep:
 
     def estimate_hours(self, ranks: int) -> float | None:
         peak = metrics.peak_flops(self.gpu)
-        if self.setting("device_type") == "cpu" or not peak:
+        if self.setting("device_type") == "cpu" or not peak or self.workload != workloads.DEFAULT:
             return None
         tokens = self.setting("total_batch_size") * self.setting("num_iterations")
         flops = tokens * flops_per_token(self.setting("depth"), self.setting("max_seq_len"))
@@ -125,7 +131,7 @@ class Sweep:
         """The sweep as JSON-ready data (recorded in sweep.json)."""
         return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "runtimes": self.runtimes,
                 "repeats": self.repeats, "train": self.train, "gpu": self.gpu, "assume_mfu": self.assume_mfu,
-                "startup_s": self.startup_s}
+                "startup_s": self.startup_s, "workload": self.workload}
 
 
 def format_table(sweep: Sweep) -> str:

@@ -23,6 +23,14 @@ class Workload:
         bench.runtimes.Var)."""
         raise NotImplementedError
 
+    def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:
+        """Variables a Slurm job exports for this workload (passed into containers like the contract's)."""
+        return {}
+
+    def sweep_argv(self, train: dict) -> list[str]:
+        """The trainer flags of a sweep point from `--train-arg KEY=VALUE` pairs, checked (bench/launch/plan.py)."""
+        raise NotImplementedError
+
     def manifest_config(self, argv: list[str]) -> dict:
         """run.json's `config` for these flags, as the launcher writes it before the run starts."""
         raise NotImplementedError

@@ -51,10 +51,12 @@ def interpreter(python: str | None = None) -> str:
     return str(default)
 
 
-def starpu_env() -> dict[str, str]:
-    """StarPU's variables for a run: quiet, performance models under one pinned directory (so the
-    calibration of one run serves the next), one BLAS thread per StarPU worker."""
-    return {"STARPU_SILENT": "1", "STARPU_HOME": str(cache_dir() / "starpu"), "OPENBLAS_NUM_THREADS": "1"}
+def starpu_env(base_dir: str | None = None) -> dict[str, str]:
+    """StarPU's variables for a run: quiet, performance models under one pinned directory beside the data
+    ($NANOCHAT_BASE_DIR/starpu, so the calibration of one run serves the next), one BLAS thread per
+    StarPU worker."""
+    base = base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
+    return {"STARPU_SILENT": "1", "STARPU_HOME": str(Path(base) / "starpu"), "OPENBLAS_NUM_THREADS": "1"}
 
 
 class NNTile(Workload):
@@ -75,6 +77,16 @@ class NNTile(Workload):
 
     def local_env(self) -> dict[str, str]:
         return starpu_env()
+
+    def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:
+        return {**starpu_env(base_dir), "STARPU_NCUDA": str(gpus_per_node)}
+
+    def sweep_argv(self, train: dict) -> list[str]:
+        from bench.workloads.nntile.config import parse_args
+
+        argv = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(train.items())]
+        parse_args(argv)
+        return argv
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list[str],
                        containerised: bool) -> tuple:

@@ -106,3 +106,15 @@ def accumulate(acc, grad, weight: float):
     if acc is None:
         return mul_scalar(grad, weight) if weight != 1.0 else grad
     return add(acc, grad, alpha=1.0, beta=weight)
+
+
+def tiling_summary() -> dict:
+    """How many axis groups of the pending graph the tile flags cut, of how many, from NNTile's own
+    listing ("Pending TensorGraph: ..., axis_groups=91, ..." then one line a group, `pending_tile=N`
+    on the groups that will be tiled when the graph compiles)."""
+    import re
+
+    lines = torch_nntile.format_axis_groups().splitlines()
+    total = re.search(r"axis_groups=(\d+)", lines[0])
+    return {"tiled_axis_groups": sum("pending_tile=" in line for line in lines[1:]),
+            "axis_groups": int(total[1]) if total else None}

@@ -248,6 +248,8 @@ def train(argv: list[str], record: RunRecord) -> dict:
         optimizer.zero_grad(set_to_none=True)
         if tiled:
             nmodel.apply_tiling(tiles, extents)
+            if step == 0:  # what NNTile made of the tile flags: axis groups tiled of all in a step's graph
+                record.update(tiling=nmodel.tiling_summary())
         torch_nntile.compile_graph()
         torch_nntile.run()
         train_loss = step_loss.to("cpu").item() / config.num_minibatch  # waits for the step to finish

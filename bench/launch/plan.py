@@ -145,7 +145,10 @@ def format_table(sweep: Sweep) -> str:
     for (n, rt), group in itertools.groupby(points, key=lambda p: (p.nodes, p.runtime)):
         group = list(group)
         p = group[0]
-        if p.batch.possible:
+        if sweep.workload != workloads.DEFAULT:  # its own batch flags: nanochat's arithmetic does not apply
+            jobs += len(group)
+            rows.append((n, rt, len(group), p.ranks, "-", "-", "?", ""))
+        elif p.batch.possible:
             jobs += len(group)
             nh = sum(q.node_hours or 0 for q in group)
             unknown |= p.node_hours is None
@@ -159,11 +162,16 @@ def format_table(sweep: Sweep) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in cells]
     s = sweep
     lines.append("")
-    lines.append(
-        f"workload: depth={s.setting('depth')} max_seq_len={s.setting('max_seq_len')} "
-        f"total_batch_size={s.setting('total_batch_size'):,} num_iterations={s.setting('num_iterations')}")
+    if s.workload != workloads.DEFAULT:
+        lines.append(f"workload: {s.workload} {' '.join(s.train_argv())}")
+        unknown = True
+    else:
+        lines.append(
+            f"workload: depth={s.setting('depth')} max_seq_len={s.setting('max_seq_len')} "
+            f"total_batch_size={s.setting('total_batch_size'):,} num_iterations={s.setting('num_iterations')}")
     total = "?" if unknown and node_hours == 0 else f"{node_hours:.2f}"
     lines.append(f"{jobs} jobs, {total} node-hours estimated "
                  f"({s.gpu} at {s.assume_mfu:.0%} MFU + {s.startup_s:.0f} s start-up per job"
-                 + ("; no estimate on CPU" if unknown else "") + ")")
+                 + ("" if not unknown else "; no estimate on CPU" if s.workload == workloads.DEFAULT
+                    else f"; no estimate for {s.workload}") + ")")
     return "\n".join(lines)

@@ -88,3 +88,11 @@ def test_nntile_flags_are_checked_at_planning(train):
 def test_nntile_is_refused_on_two_nodes(train):
     with pytest.raises(ConfigError, match="one node"):
         job_for(["bare"], train, nodes=2)
+
+
+def test_plan_shows_the_nntile_flags_not_nanochats_arithmetic(train):
+    from bench.launch.plan import format_table
+
+    text = format_table(Sweep([1], 4, ["bare"], train=train, workload="nntile"))
+    assert "workload: nntile --batch=32" in text and "depth=" not in text
+    assert "no estimate for nntile" in text

@@ -2,12 +2,13 @@
 
 from dataclasses import asdict
 
+from bench.schema import WORKLOAD as NANOCHAT_WORKLOAD
 from bench.workloads.base import Workload
 
 
 class Nanochat(Workload):
     name = "nanochat"
-    run_workload = "nanochat-base"  # bench.schema.WORKLOAD
+    run_workload = NANOCHAT_WORKLOAD
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.nanochat.config import grad_accum_steps, parse_args

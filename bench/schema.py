@@ -35,8 +35,9 @@ RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 TRAIN_LOG = "train.log"
 
-# The workloads this project trains; part of the key under which runs are compared.
+# The workloads this project trains (bench/workloads/); part of the key under which runs are compared.
 WORKLOAD = "nanochat-base"
+NNTILE_WORKLOAD = "nntile-gpt2"
 
 # Final statuses of a run; "pending" from submission until the trainer starts, "running" while it goes on.
 FINAL_STATUSES = ("ok", "failed", "timeout", "oom", "nccl_timeout", "hung", "no_data", "cancelled")
@@ -106,6 +107,10 @@ class Software:
     driver: Optional[str] = _f(None, "NVIDIA driver version")
     gpu_name: Optional[str] = _f(None, "GPU name as torch reports it")
     gpu_count: Optional[int] = _f(None, "GPUs visible to rank 0")
+    nntile: Optional[str] = _f(None, "torch-nntile version (nntile workload)")
+    starpu: Optional[str] = _f(None, "StarPU version (nntile workload)")
+    transformers: Optional[str] = _f(None, "transformers version (nntile workload)")
+    nntile_built_with_cuda: Optional[bool] = _f(None, "whether the torch-nntile wheel was built with CUDA")
 
 
 @dataclasses.dataclass
@@ -121,6 +126,8 @@ class Launch:
     finished_at: Optional[float] = _f(None, "when the launcher saw the run end")
     exit_code: Optional[int] = _f(None, "exit status of srun or torchrun")
     runtime_version: Optional[str] = _f(None, "first line of the runtime's --version")
+    wall_time_s: Optional[float] = _f(None, "wall time from launch to the end of the command (local runs)")
+    cpu_time_s: Optional[float] = _f(None, "user + system seconds of every process the command started (local runs)")
 
 
 @dataclasses.dataclass
@@ -130,6 +137,26 @@ class Result:
     min_val_bpb: Optional[float] = _f(None, "lowest validation bits per byte")
     final_val_bpb: Optional[float] = _f(None, "validation bits per byte at the end")
     final_mfu: Optional[float] = _f(None, "MFU of the last step, %")
+    final_loss: Optional[float] = _f(None, "debiased train loss of the last step")
+    cpu_time_s: Optional[float] = _f(None, "CPU seconds of the training process")
+
+
+@dataclasses.dataclass
+class Vocabulary:
+    vocab_size: Optional[int] = _f(None, "tokens the model's embedding covers")
+    source: Optional[str] = _f(None, "the tokenizer, or the .bin files whose tokenizer it is")
+    bpb: Optional[bool] = _f(None, "whether bytes per token are known, so validation bpb can be computed")
+
+
+@dataclasses.dataclass
+class NNTileRun:
+    """What the nntile workload saw (bench/workloads/nntile/runner.py); empty for other workloads."""
+
+    starpu: Optional[Dict[str, Any]] = _f(None, "StarPU workers: ncpu, ncuda, restrict, home")
+    dataset: Optional[Dict[str, Any]] = _f(None, "the train.bin: path, tokens, batches_per_epoch, tokenizer")
+    tiling: Optional[Dict[str, int]] = _f(None, "axis groups tiled of all in a step's graph")
+    passes: Optional[Dict[str, Dict[str, Any]]] = _f(None, "the seed's timed forward / forward+backward passes")
+    training: Optional[Dict[str, Any]] = _f(None, "the seed's timed-epoch figures: tokens, time_s, cpu_s, tok/s")
 
 
 @dataclasses.dataclass
@@ -166,6 +193,8 @@ class RunManifest:
     software: Software = _f(None, "")
     launch: Launch = _f(None, "")
     result: Result = _f(None, "")
+    vocabulary: Vocabulary = _f(None, "")
+    nntile: NNTileRun = _f(None, "")
     network_env: Dict[str, str] = _f({}, "NCCL_*, FI_*, ... in effect for rank 0")
     attempts: List[Attempt] = _f([], "earlier attempts of this run (resubmissions)")
     started_at: Optional[float] = _f(None, "when the trainer started")
@@ -225,6 +254,8 @@ class DistInitEvent:
     t: float
     world_size: int
     backend: Optional[str]
+    ncpu: Optional[int] = None  # StarPU's CPU and CUDA workers (nntile)
+    ncuda: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -253,6 +284,10 @@ class StepEvent:
     mfu: Optional[float]
     total_time_s: float
     grad_norm: Optional[float] = None
+    train_loss: Optional[float] = None  # the step's raw loss (nntile; `loss` is the debiased EMA)
+    cpu_s: Optional[float] = None  # CPU seconds of the step's process (nntile)
+    epoch: Optional[int] = None
+    warmup_epoch: Optional[bool] = None  # in a --nepochs-warmup epoch: outside the seed's timed figure
 
 
 @dataclasses.dataclass
@@ -270,6 +305,7 @@ class EndEvent:
     peak_mem_mib: float
     total_training_time_s: float
     min_val_bpb: Optional[float]
+    cpu_time_s: Optional[float] = None
 
 
 @dataclasses.dataclass

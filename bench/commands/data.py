@@ -1,4 +1,5 @@
-"""`nanochat-bench data download|generate|info`: the shards under $NANOCHAT_BASE_DIR/base_data."""
+"""`nanochat-bench data download|generate|info|bin`: the shards under $NANOCHAT_BASE_DIR/base_data, and
+their pre-tokenized .bin form (bench/nanochat/tokbin.py)."""
 
 from bench.nanochat import dataset, download
 
@@ -27,6 +28,16 @@ def register(subparsers) -> None:
     i = sub.add_parser("info", help="list the shards, the train/val split and how many ranks each split allows")
     i.set_defaults(func=cmd_info)
 
+    b = sub.add_parser("bin", help="write train.bin/val.bin (flat uint16 tokens, NanoGPT/NNTile format) from the shards",
+                       description="Tokenize the train and val splits into train.bin and val.bin, with token_bytes.npy "
+                                   "(for bits per byte) and meta.json (which tokenizer made them) beside them.")
+    b.add_argument("--tokenizer", default="nanochat", choices=("nanochat", "gpt2"),
+                   help="nanochat: ours ($NANOCHAT_BASE_DIR/tokenizer); gpt2: GPT-2's BPE via tiktoken, only if its "
+                        "files are cached offline (default: nanochat)")
+    b.add_argument("--out", default=None, help="directory (default: $NANOCHAT_BASE_DIR/base_data_bin)")
+    b.add_argument("--max-tokens", type=int, default=None, help="at most this many tokens per split (default: all)")
+    b.set_defaults(func=cmd_bin)
+
 
 def cmd_download(args) -> int:
     paths = download.download_shards(args.num_shards, workers=args.workers, url=args.url, retries=args.retries)
@@ -51,4 +62,15 @@ def cmd_info(args) -> int:
         rgs = sum(dataset.row_group_counts(files))
         span = files[0].name if len(files) == 1 else f"{files[0].name} .. {files[-1].name}"
         print(f"  {split:5s}: {len(files)} file(s), {rgs} row group(s) -> at most {rgs} ranks ({span})")
+    return 0
+
+
+def cmd_bin(args) -> int:
+    from bench.nanochat import tokbin
+
+    out = tokbin.write_bins(args.out, args.tokenizer, args.max_tokens)
+    meta = tokbin.read_meta(out)
+    sizes = ", ".join(f"{split} {info['tokens']:,}" for split, info in meta["splits"].items())
+    print(f"wrote {out}/train.bin and val.bin ({sizes} tokens; tokenizer {meta['tokenizer']}, "
+          f"vocab {meta['vocab_size']:,})")
     return 0

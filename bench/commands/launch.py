@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import runtimes
+from bench import runtimes, workloads
 from bench.errors import ConfigError
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
@@ -32,6 +32,9 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
     g.add_argument("--repeats", type=int, default=1, help="runs per point (default: 1)")
     g.add_argument("--gpu", default="H200", help="GPU assumed by the node-hour estimate (default: H200)")
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
+    g.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
+                   help="what each run trains (default: nanochat); nntile takes its flags as --train-arg KEY=VALUE "
+                        "(e.g. --train-arg batch=8) and runs on one node")
     t = p.add_argument_group("trainer flags (nanochat's names; default: the trainer's, "
                              f"except --num_iterations={planmod.SWEEP_NUM_ITERATIONS})")
     for name, typ in TRAIN_FLAGS:
@@ -61,7 +64,7 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
     train.update(planmod.parse_train_args(args.train_arg))
     return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
                                       repeats=args.repeats, train=train, gpu=args.gpu,
-                                      assume_mfu=args.assume_mfu)
+                                      assume_mfu=args.assume_mfu, workload=args.workload)
 
 
 def parse_images(pairs: list[str]) -> dict[str, str]:

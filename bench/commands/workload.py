@@ -2,7 +2,8 @@
 
 - `model --depth D [--json]`: parameters, FLOPs per token, dimensions and a memory estimate, from a
   model built on the meta device (no memory, no training).
-- `train [--nproc N] [--run-dir DIR] -- <trainer flags>`: torchrun on this machine (bench/launch/local.py).
+- `train [--workload nanochat|nntile] [--nproc N] [--run-dir DIR] -- <trainer flags>`: the workload's
+  trainer on this machine (bench/launch/local.py; bench/workloads/).
 - `smoke`: data, tokenizer and a tiny 2-rank training run in a few minutes, with no GPU and no network
   (one rank per GPU when there are GPUs), leaving a complete run directory.
 """
@@ -13,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from bench import workloads
 from bench.errors import ConfigError
 from bench.schema import ENV_BASE_DIR, read_run_json
 
@@ -38,10 +40,19 @@ def register(subparsers) -> None:
     m.set_defaults(func=cmd_model)
 
     t = subparsers.add_parser("train", help="train on this machine with torchrun (no Slurm)",
-                              description="Example: nanochat-bench train --nproc 2 -- --depth=4 --num_iterations=50")
-    t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1)")
+                              description="Example: nanochat-bench train --nproc 2 -- --depth=4 --num_iterations=50\n"
+                                          "         nanochat-bench train --workload nntile -- --config-path=cfg.json "
+                                          "--batch=8 --seq-tile=64",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
+                   help="nanochat: bench/nanochat under torchrun; nntile: NNTile's GPT-2 on StarPU in the NNTile "
+                        "interpreter (default: nanochat)")
+    t.add_argument("--python", default=None, help="the workload's interpreter (default: this one for nanochat; for "
+                   "nntile $NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
+    t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1; nntile: 1)")
     t.add_argument("--run-dir", default=None, help="run directory (default: ./runs/local/<timestamp>)")
-    t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train --help)")
+    t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train "
+                   "--help; nntile: <NNTile python> bench/workloads/nntile/runner.py --help)")
     t.set_defaults(func=cmd_train)
 
     s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); minutes, no GPU")
@@ -120,25 +131,19 @@ def _default_nproc(cpu_default: int) -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else cpu_default
 
 
-def _check_train_args(train_args: list[str], nproc: int) -> None:
-    """Refuse bad trainer flags before any process starts (the trainer checks them again)."""
-    from bench.nanochat.config import grad_accum_steps, parse_args
-
-    config = parse_args(train_args)
-    grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
-
-
 def cmd_train(args) -> int:
     from bench.launch.local import default_run_dir, run_local
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    nproc = _default_nproc(1) if args.nproc is None else args.nproc
+    workload = workloads.get(args.workload)
+    nproc = (_default_nproc(1) if args.workload == "nanochat" else 1) if args.nproc is None else args.nproc
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
-    _check_train_args(train_args, nproc)
+    workload.check(train_args, nproc)  # bad flags fail here, before any process starts (the trainer checks again)
+    workload.local_command(train_args, nproc, args.python)  # a missing interpreter too
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("local")
     print(f"run directory: {run_dir}")
-    rc = run_local(train_args, nproc, run_dir)
+    rc = run_local(train_args, nproc, run_dir, workload=args.workload, python=args.python)
     print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
     return rc
 

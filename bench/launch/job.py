@@ -8,15 +8,13 @@ import math
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import schema
+from bench import schema, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord
 from bench.launch.plan import Point, Sweep
-from bench.launch.torchrun import torchrun_command
-from bench.nanochat.config import parse_args
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
 from bench.runtimes.edf import WORKDIR
@@ -104,19 +102,22 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     image = runtime.resolve_image(opts.images.get(point.runtime), must_exist=opts.check_images)
     gpus = sweep.setting("device_type") != "cpu"
     train_argv = sweep.train_argv(point.batch.device_batch_size)
+    workload = workloads.get(sweep.workload)  # the workload decides the command each node runs
     exports = {schema.ENV_RUN_DIR: str(run_dir), schema.ENV_BASE_DIR: opts.base_dir,
-               ENV_RUNTIME: runtime.name, ENV_IMAGE: image or ""}
+               ENV_RUNTIME: runtime.name, ENV_IMAGE: image or "",
+               **workload.launch_env(opts.base_dir, sweep.gpus_per_node)}
     containerised = runtime.python is not None
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
     spec = LaunchSpec(
-        command=torchrun_command(runtime.python or opts.python, sweep.gpus_per_node, train_argv, nnodes=point.nodes),
+        command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node,
+                                        train_argv, containerised),
         image=image, mounts=mounts, env={**exports, schema.ENV_T0: ""},  # T0 is exported just before srun
         workdir=WORKDIR if containerised else None, run_dir=str(run_dir), gpus=gpus)
     runtime.check(spec)
     manifest = {
-        "run_id": point.run_id, "sweep_id": sweep_id, "workload": schema.WORKLOAD, "runtime": runtime.name,
+        "run_id": point.run_id, "sweep_id": sweep_id, "workload": workload.run_workload, "runtime": runtime.name,
         "image": {"reference": image}, "nodes": point.nodes, "gpus_per_node": sweep.gpus_per_node,
-        "world_size": point.ranks, "repeat": point.repeat, "config": asdict(parse_args(train_argv)),
+        "world_size": point.ranks, "repeat": point.repeat, "config": workload.manifest_config(train_argv),
         "grad_accum": point.batch.grad_accum, "status": "pending",
     }
     return Run(point.run_id, run_dir, runtime, point.nodes, sweep.gpus_per_node, spec, exports, manifest)

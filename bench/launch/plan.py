@@ -10,7 +10,7 @@ Chinchilla-derived ~21,400.
 import itertools
 from dataclasses import dataclass, field, fields
 
-from bench import metrics
+from bench import metrics, workloads
 from bench.errors import ConfigError
 from bench.nanochat.config import BatchFit, TrainConfig, fit_batch, parse_args
 from bench.nanochat.gpt import GPTConfig
@@ -77,6 +77,7 @@ class Sweep:
     gpu: str = "H200"  # GPU the estimate assumes (peak FLOPs from bench.metrics)
     assume_mfu: float = 0.40  # MFU the estimate assumes
     startup_s: float = 300.0  # per-job start-up allowance in the estimate (image, compile, data)
+    workload: str = workloads.DEFAULT  # bench/workloads: nanochat, or nntile (its flags via --train-arg)
 
     def __post_init__(self):
         if self.gpus_per_node <= 0:
@@ -86,7 +87,9 @@ class Sweep:
         if not 0 < self.assume_mfu <= 1:
             raise ConfigError(f"--assume-mfu {self.assume_mfu} must be in (0, 1]")
         self.train = {k: v for k, v in self.train.items() if v is not None}
-        self.train.setdefault("num_iterations", SWEEP_NUM_ITERATIONS)
+        workloads.get(self.workload)  # an unknown name fails here
+        if self.workload == workloads.DEFAULT:
+            self.train.setdefault("num_iterations", SWEEP_NUM_ITERATIONS)
         self.train_argv()  # the trainer's own parser refuses bad flags now, before any job exists
 
     @classmethod
@@ -97,7 +100,10 @@ class Sweep:
         return type(TRAIN_DEFAULTS[name])(self.train.get(name, TRAIN_DEFAULTS[name]))
 
     def train_argv(self, device_batch_size: int | None = None) -> list[str]:
-        """The trainer's flags (`--key=value`, sorted), checked by bench.nanochat.config.parse_args."""
+        """The trainer's flags (`--key=value`, sorted), checked by bench.nanochat.config.parse_args
+        (another workload's by that workload: its flags are the --train-arg pairs alone)."""
+        if self.workload != workloads.DEFAULT:
+            return workloads.get(self.workload).sweep_argv(self.train)
         flags = {**TRAIN_FLAGS_ALWAYS, **self.train}
         if device_batch_size is not None:
             flags["device_batch_size"] = device_batch_size
@@ -116,7 +122,7 @@ class Sweep:
 
     def estimate_hours(self, ranks: int) -> float | None:
         peak = metrics.peak_flops(self.gpu)
-        if self.setting("device_type") == "cpu" or not peak:
+        if self.setting("device_type") == "cpu" or not peak or self.workload != workloads.DEFAULT:
             return None
         tokens = self.setting("total_batch_size") * self.setting("num_iterations")
         model = GPTConfig.from_depth(self.setting("depth"), VOCAB_SIZE, self.setting("max_seq_len"))
@@ -127,7 +133,7 @@ class Sweep:
         """The sweep as JSON-ready data (recorded in sweep.json)."""
         return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "runtimes": self.runtimes,
                 "repeats": self.repeats, "train": self.train, "gpu": self.gpu, "assume_mfu": self.assume_mfu,
-                "startup_s": self.startup_s}
+                "startup_s": self.startup_s, "workload": self.workload}
 
 
 def format_table(sweep: Sweep) -> str:
@@ -141,7 +147,10 @@ def format_table(sweep: Sweep) -> str:
     for (n, rt), group in itertools.groupby(points, key=lambda p: (p.nodes, p.runtime)):
         group = list(group)
         p = group[0]
-        if p.batch.possible:
+        if sweep.workload != workloads.DEFAULT:  # its own batch flags: nanochat's arithmetic does not apply
+            jobs += len(group)
+            rows.append((n, rt, len(group), p.ranks, "-", "-", "?", ""))
+        elif p.batch.possible:
             jobs += len(group)
             nh = sum(q.node_hours or 0 for q in group)
             unknown |= p.node_hours is None
@@ -155,11 +164,16 @@ def format_table(sweep: Sweep) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in cells]
     s = sweep
     lines.append("")
-    lines.append(
-        f"workload: depth={s.setting('depth')} max_seq_len={s.setting('max_seq_len')} "
-        f"total_batch_size={s.setting('total_batch_size'):,} num_iterations={s.setting('num_iterations')}")
+    if s.workload != workloads.DEFAULT:
+        lines.append(f"workload: {s.workload} {' '.join(s.train_argv())}")
+        unknown = True
+    else:
+        lines.append(
+            f"workload: depth={s.setting('depth')} max_seq_len={s.setting('max_seq_len')} "
+            f"total_batch_size={s.setting('total_batch_size'):,} num_iterations={s.setting('num_iterations')}")
     total = "?" if unknown and node_hours == 0 else f"{node_hours:.2f}"
     lines.append(f"{jobs} jobs, {total} node-hours estimated "
                  f"({s.gpu} at {s.assume_mfu:.0%} MFU + {s.startup_s:.0f} s start-up per job"
-                 + ("; no estimate on CPU" if unknown else "") + ")")
+                 + ("" if not unknown else "; no estimate on CPU" if s.workload == workloads.DEFAULT
+                    else f"; no estimate for {s.workload}") + ")")
     return "\n".join(lines)

@@ -51,7 +51,7 @@ SAMPLE_PROMPTS = [
 def train(config: TrainConfig, record: RunRecord) -> dict:
     """The whole pretraining run; returns its summary figures."""
     from bench.nanochat.dataloader import build_loader  # the data half of the workload
-    from bench.nanochat.tokenizer import get_token_bytes, get_tokenizer
+    from bench.nanochat.tokbin import vocabulary
 
     # ----------------------------------------------------------------------------------------------
     # Compute init
@@ -77,10 +77,11 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
     # ----------------------------------------------------------------------------------------------
     # Tokenizer, model shape and batch arithmetic
-    tokenizer = get_tokenizer()
-    token_bytes = get_token_bytes(device=device)
-    vocab_size = tokenizer.get_vocab_size()
-    print0(f"Vocab size: {vocab_size:,}")
+    tokenizer, token_bytes, vocab_size, vocab_source = vocabulary(config.data_bin_dir, device)
+    print0(f"Vocab size: {vocab_size:,} ({vocab_source})")
+    record.update(vocabulary={"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None})
+    if token_bytes is None and config.eval_every > 0:
+        print0("Validation bpb: not computed (the bytes per token of these .bin files are unknown)")
     model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len)
     print0(f"num_layers: {model_config.n_layer}")
     print0(f"model_dim: {model_config.n_embd}")
@@ -190,7 +191,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         last_step = step == num_iterations
 
         # validation bpb (-1 disables it, final evaluation included)
-        if config.eval_every > 0 and (last_step or step % config.eval_every == 0):
+        if config.eval_every > 0 and token_bytes is not None and (last_step or step % config.eval_every == 0):
             model.eval()
             eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
             with autocast_ctx:
@@ -201,7 +202,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             model.train()
 
         # greedy samples from a few fixed prompts (rank 0, uncompiled model)
-        if master_process and config.sample_every > 0 and (last_step or (step > 0 and step % config.sample_every == 0)):
+        if master_process and tokenizer is not None and config.sample_every > 0 and (last_step or (step > 0 and step % config.sample_every == 0)):
             orig_model.eval()
             for prompt in SAMPLE_PROMPTS:
                 tokens = tokenizer.encode(prompt, prepend=tokenizer.get_bos_token_id())

@@ -1,0 +1,29 @@
+"""Workloads: what a run trains, behind one interface, so launchers ask the workload for its command.
+
+Two members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun) and `nntile`
+(NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter: bench/workloads/nntile/). Both leave
+the same run directory (bench/schema.py), so collect, report and check read them alike; run.json's
+`workload` field tells them apart (`nanochat-base`, `nntile-gpt2`).
+
+Standard library only, and each member imported on first use: the NNTile interpreter imports this
+package too, and must not pull in the main process's torch.
+"""
+
+import importlib
+
+from bench.errors import ConfigError
+
+# name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
+_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile"}
+DEFAULT = "nanochat"
+
+
+def names() -> list[str]:
+    return list(_MODULES)
+
+
+def get(name: str):
+    """The workload called `name`; an unknown name is a ConfigError listing the valid ones."""
+    if name not in _MODULES:
+        raise ConfigError(f"unknown workload {name!r}; valid: {', '.join(_MODULES)}")
+    return importlib.import_module(_MODULES[name]).WORKLOAD

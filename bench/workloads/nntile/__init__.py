@@ -1,0 +1,105 @@
+"""The NNTile workload: NNTile's GPT-2 training on StarPU (torch-nntile), in its own interpreter.
+
+torch-nntile 0.1.0 is a cp312 wheel linked against the CUDA build of torch 2.9.1, so it cannot live in
+the main process (another Python, another torch): the launchers start `runner.py` with the NNTile
+interpreter, chosen by
+  1. `--python` of `nanochat-bench train` (or `--python` of submit/render for the bare runtime),
+  2. NANOCHAT_BENCH_NNTILE_PYTHON,
+  3. the environment `env.sh` builds: $NANOCHAT_BENCH_NNTILE_VENV, else ~/.cache/nanochat-bench/nntile-venv;
+inside a container image built from containers/nntile.Containerfile it is the image's own Python.
+
+One process per node, no torchrun: StarPU spreads the tiles over every CPU core and GPU of the node
+(torch-nntile 0.1.0 has no multi-node runtime, so runs are single-node). Standard library only.
+"""
+
+import os
+from pathlib import Path
+
+from bench import schema
+from bench.errors import ConfigError
+from bench.workloads.base import Workload
+
+WORKLOAD_NAME = schema.NNTILE_WORKLOAD
+ENV_PYTHON = "NANOCHAT_BENCH_NNTILE_PYTHON"
+ENV_VENV = "NANOCHAT_BENCH_NNTILE_VENV"
+ENV_SCRIPT = Path(__file__).with_name("env.sh")
+RUNNER = Path(__file__).with_name("runner.py")
+RUNNER_MODULE = "bench.workloads.nntile.runner"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nanochat-bench"
+
+
+def default_venv() -> Path:
+    return Path(os.environ.get(ENV_VENV) or cache_dir() / "nntile-venv")
+
+
+def interpreter(python: str | None = None) -> str:
+    """The NNTile interpreter (see the module docstring); a ConfigError says how to make one."""
+    chosen = python or os.environ.get(ENV_PYTHON)
+    if chosen:
+        if not os.access(chosen, os.X_OK):
+            source = "--python" if python else ENV_PYTHON
+            raise ConfigError(f"{source}={chosen}: no such interpreter; build the NNTile environment with "
+                              f"{ENV_SCRIPT} (it prints the interpreter's path)")
+        return chosen
+    default = default_venv() / "bin" / "python"
+    if not (default.parent.parent / ".nanochat-bench-nntile").is_file():
+        raise ConfigError(f"no NNTile environment at {default.parent.parent}: build it with {ENV_SCRIPT} "
+                          f"(a few minutes and ~7 GB the first time), or set {ENV_PYTHON} to an interpreter "
+                          f"with torch-nntile")
+    return str(default)
+
+
+def starpu_env(base_dir: str | None = None) -> dict[str, str]:
+    """StarPU's variables for a run: quiet, performance models under one pinned directory beside the data
+    ($NANOCHAT_BASE_DIR/starpu, so the calibration of one run serves the next), one BLAS thread per
+    StarPU worker."""
+    base = base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
+    return {"STARPU_SILENT": "1", "STARPU_HOME": str(Path(base) / "starpu"), "OPENBLAS_NUM_THREADS": "1"}
+
+
+class NNTile(Workload):
+    name = "nntile"
+    run_workload = WORKLOAD_NAME
+
+    def check(self, argv: list[str], nproc: int) -> None:
+        from bench.workloads.nntile.config import check_dataset, parse_args
+
+        if nproc != 1:
+            raise ConfigError(f"--nproc={nproc}: the nntile workload is one process (StarPU uses every core "
+                              "and GPU itself); leave --nproc out and set STARPU_NCPU / STARPU_NCUDA")
+        config, shape = parse_args(argv)
+        check_dataset(config, shape)
+
+    def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
+        return [interpreter(python), str(RUNNER), *argv]
+
+    def local_env(self) -> dict[str, str]:
+        return starpu_env()
+
+    def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:
+        return {**starpu_env(base_dir), "STARPU_NCUDA": str(gpus_per_node)}
+
+    def sweep_argv(self, train: dict) -> list[str]:
+        from bench.workloads.nntile.config import parse_args
+
+        argv = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(train.items())]
+        parse_args(argv)
+        return argv
+
+    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list[str],
+                       containerised: bool) -> tuple:
+        if nodes != 1:
+            raise ConfigError(f"--nodes {nodes}: torch-nntile 0.1.0 runs on one node (no StarPU-MPI); use --nodes 1")
+        # in an image nanochat-bench is installed in the NNTile Python; on the host the runner is run by path
+        return (python, "-m", RUNNER_MODULE, *argv) if containerised else (python, str(RUNNER), *argv)
+
+    def manifest_config(self, argv: list[str]) -> dict:
+        from bench.workloads.nntile.config import as_record, parse_args
+
+        return as_record(*parse_args(argv))
+
+
+WORKLOAD = NNTile()

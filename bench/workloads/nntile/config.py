@@ -1,0 +1,254 @@
+"""The NNTile workload's settings: the flags of NNTile's GPT-2 example, checked before StarPU starts.
+
+Flag names and meanings are those of NNTile's `wrappers/python/examples/gpt2_custom_training.py`
+(`--batch`, `--minibatch`, the tile sizes, `--restrict`, the timed forward/backward passes, the
+optimizer, the warm-up of the learning rate, epochs, `--dataset=train.bin --dataset-path=FILE`), with
+a GPT-2 shape from a JSON file like the example's `gpt2_default_config.json`. Defaults differ where the
+example's would train nothing (`--lr=0`, `--nepochs=0`). Suite additions: `--num-batches` (batches per
+epoch, to bound a run on a large file) and `--seed`.
+
+Standard library only: the main process checks flags with it before it starts the NNTile interpreter,
+and that interpreter (another Python, with torch-nntile) imports it too.
+"""
+
+import argparse
+import difflib
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from bench.errors import ConfigError, DataError
+
+DEFAULT_CONFIG = Path(__file__).with_name("gpt2_default_config.json")
+DATASETS = ("train.bin", "WikiText-103")
+OPTIMIZERS = ("fusedadamw", "fusedadam", "sgd")
+OPTIMIZER_ALIASES = {"adamw": "fusedadamw", "adam": "fusedadam"}  # NNTile's newer examples' names
+RESTRICT = ("", "cpu", "cuda")
+TOKEN_BYTES = 2  # train.bin holds uint16 tokens (NanoGPT's format)
+# (flag, GPT-2 field its tile cuts): each tile size must divide its extent.
+TILES = (("minibatch_tile", "minibatch"), ("seq_tile", "n_positions"), ("embd_tile", "n_embd"),
+         ("inner_tile", "n_inner"), ("head_tile", "n_head"))
+
+
+@dataclass
+class NNTileConfig:
+    config_path: str = ""  # GPT-2 shape (HF GPT2Config JSON); empty = GPT-2 small, as the example's file
+    batch: int = 1  # sequences per optimizer step
+    minibatch: int = -1  # sequences per forward/backward (-1 = batch); gradients accumulate over batch/minibatch
+    minibatch_tile: int = -1  # tile of the batch axis (-1 = untiled)
+    seq_tile: int = -1  # tile of the sequence axis (-1 = n_positions)
+    embd_tile: int = -1  # tile of the embedding axis (-1 = n_embd)
+    inner_tile: int = -1  # tile of the MLP's inner axis (-1 = n_inner)
+    head_tile: int = -1  # heads per tile (-1 = n_head)
+    restrict: str = ""  # cpu | cuda: run every task on that kind of StarPU worker (empty = StarPU decides)
+    flashattention: bool = False
+    nforward: int = 0  # timed forward passes on random tokens (after --nforward-warmup untimed ones)
+    nforward_warmup: int = 0
+    nbackward: int = 0  # timed forward+backward passes on random tokens (after --nbackward-warmup)
+    nbackward_warmup: int = 0
+    dataset: str = "train.bin"
+    dataset_path: str = ""  # train.bin file, or a directory holding one (empty = nanochat-bench data bin's)
+    num_batches: int = -1  # batches per epoch (-1 = as many as the file holds)
+    optimizer: str = "fusedadamw"
+    optimizer_eps: float = 1e-8
+    weight_decay: float = 0.0
+    loss_reduction: str = "mean"
+    lr: float = 1e-3
+    start_lr: float = 0.0  # learning rate of the first step, rising linearly to --lr at step --full-lr-iter
+    full_lr_iter: int = 1
+    nepochs: int = 1  # timed epochs over the dataset
+    nepochs_warmup: int = 0  # epochs before them (trained, but out of the timed figures)
+    seed: int = 0
+
+    @property
+    def num_minibatch(self) -> int:
+        return self.batch // self.minibatch
+
+
+HELP = {
+    "config_path": "GPT-2 configuration JSON (HF GPT2Config fields; default: GPT-2 small, NNTile's "
+                   "gpt2_default_config.json)",
+    "restrict": "cpu | cuda: StarPU runs every task on that kind of worker",
+    "flashattention": "flash attention (not in torch-nntile 0.1.0: refused)",
+    "dataset": "train.bin (a flat uint16 token file) or WikiText-103 (needs a download: refused offline)",
+    "dataset_path": "the train.bin file or its directory (default: $NANOCHAT_BASE_DIR/base_data_bin)",
+    "num_batches": "batches per epoch; -1 = all the file holds (a nanochat-bench addition)",
+    "optimizer": "fusedadamw | fusedadam | sgd (adamw, adam accepted)",
+}
+
+
+def gpt2_shape(path: str | os.PathLike) -> dict:
+    """The GPT-2 fields the run needs from a config JSON; n_inner is 4 x n_embd, as NNTile's example sets."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"--config-path {path}: cannot read it ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--config-path {path}: not JSON ({e.msg} at line {e.lineno})") from None
+    names = {"n_embd": ("n_embd", "hidden_size"), "n_head": ("n_head", "num_heads", "num_attention_heads"),
+             "n_layer": ("n_layer", "num_hidden_layers"), "n_positions": ("n_positions", "n_ctx"),
+             "vocab_size": ("vocab_size",)}
+    shape = {}
+    for key, spellings in names.items():
+        value = next((raw[s] for s in spellings if s in raw), None)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"--config-path {path}: {key} must be a positive integer, got {value!r}")
+        shape[key] = value
+    if shape["n_embd"] % shape["n_head"]:
+        raise ConfigError(f"--config-path {path}: n_embd={shape['n_embd']} is not a multiple of "
+                          f"n_head={shape['n_head']}")
+    shape["n_inner"] = 4 * shape["n_embd"]
+    shape["layer_norm_epsilon"] = float(raw.get("layer_norm_epsilon", 1e-5))
+    shape["initializer_range"] = float(raw.get("initializer_range", 0.02))
+    return shape
+
+
+def flops_per_token(shape: dict, flashattention: bool = False) -> float:
+    """Training FLOPs per token of the matrix products, forward and backward, as NNTile's example counts
+    them: per layer MLP 4·E·I, Q/K/V/O 8·E², attention 4·T·E (forward; backward twice that), and the
+    lm_head 2·E·V. It equals nanochat's 6·N + 12·L·E·T for the same shape, so MFU compares."""
+    E, I, T, V, L = shape["n_embd"], shape["n_inner"], shape["n_positions"], shape["vocab_size"], shape["n_layer"]
+    attention = (6 + 14) * T * E if flashattention else (4 + 8) * T * E  # forward + backward
+    per_layer = 3 * (4 * E * I + 8 * E * E) + attention
+    return float(L * per_layer + 3 * 2 * E * V)
+
+
+def _divisors(n: int, limit: int = 8) -> str:
+    found = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, found[:limit])) + (", ..." if len(found) > limit else "")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
+    """The config with -1 sizes made explicit, checked: a size that cannot work fails with one line naming
+    the flag, its value and values that would do (before any StarPU worker exists)."""
+    if config.batch <= 0:
+        raise ConfigError(f"--batch={config.batch}: must be a positive integer")
+    if config.minibatch == -1:
+        config.minibatch = config.batch
+    if config.minibatch <= 0 or config.batch % config.minibatch:
+        raise ConfigError(f"--minibatch={config.minibatch} must divide --batch={config.batch}; "
+                          f"valid: {_divisors(config.batch)}")
+    extents = {**shape, "minibatch": config.minibatch}
+    for flag, field in TILES:
+        tile, extent = getattr(config, flag), extents[field]
+        if tile == -1:
+            setattr(config, flag, extent)
+        elif tile <= 0 or extent % tile:
+            raise ConfigError(f"{_flag(flag)}={tile} does not divide {field}={extent} (tiles must cut the "
+                              f"axis evenly); valid: {_divisors(extent)}")
+    for name in ("nforward", "nforward_warmup", "nbackward", "nbackward_warmup", "nepochs", "nepochs_warmup"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{_flag(name)}={getattr(config, name)}: must be >= 0")
+    if config.num_batches == 0 or config.num_batches < -1:
+        raise ConfigError(f"--num-batches={config.num_batches}: give a positive number, or -1 for all")
+    if config.full_lr_iter < 1:
+        raise ConfigError(f"--full-lr-iter={config.full_lr_iter}: must be >= 1")
+    if config.weight_decay < 0:
+        raise ConfigError(f"--weight-decay={config.weight_decay}: must be >= 0")
+    config.optimizer = OPTIMIZER_ALIASES.get(config.optimizer, config.optimizer)
+    if config.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"--optimizer={config.optimizer}: valid: {', '.join(OPTIMIZERS)} (or adamw, adam)")
+    if config.restrict not in RESTRICT:
+        raise ConfigError(f"--restrict={config.restrict}: valid: cpu, cuda")
+    if config.loss_reduction not in ("mean", "sum"):
+        raise ConfigError(f"--loss-reduction={config.loss_reduction}: valid: mean, sum")
+    if config.flashattention:
+        raise ConfigError("--flashattention: torch-nntile 0.1.0 has no flash attention kernel "
+                          "(its attention is float32 and unfused); leave the flag out")
+    if config.dataset != "train.bin":
+        raise ConfigError(f"--dataset={config.dataset}: WikiText-103 and NNTile's GPT-2 tokenizer are downloads; "
+                          "use --dataset=train.bin with a file from `nanochat-bench data bin`")
+    return config
+
+
+def default_dataset_path() -> Path:
+    base = os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
+    return Path(base) / "base_data_bin"
+
+
+def train_bin(config: NNTileConfig) -> Path:
+    """The train.bin the run reads: --dataset-path as a file, or train.bin inside it as a directory."""
+    path = Path(config.dataset_path) if config.dataset_path else default_dataset_path()
+    return path / "train.bin" if path.is_dir() or not path.suffix else path
+
+
+def check_dataset(config: NNTileConfig, shape: dict) -> dict:
+    """Size of the token file in batches; DataError if it is missing, too small, or made with a larger
+    vocabulary than the model's (its sidecar, written by `data bin`, says which tokenizer made it)."""
+    path = train_bin(config)
+    if not path.is_file():
+        raise DataError(f"no token file at {path}; make one with `nanochat-bench data bin` or pass "
+                        f"--dataset-path=<train.bin file or its directory>")
+    tokens = path.stat().st_size // TOKEN_BYTES
+    per_batch = config.batch * (shape["n_positions"] + 1)
+    batches = tokens // per_batch
+    if batches < 1:
+        raise DataError(f"{path} holds {tokens:,} tokens, fewer than one batch of --batch={config.batch} "
+                        f"sequences of n_positions+1={shape['n_positions'] + 1}; use a smaller --batch or a "
+                        f"larger file")
+    meta = read_sidecar(path)
+    vocab = meta.get("vocab_size")
+    if isinstance(vocab, int) and vocab > shape["vocab_size"]:
+        raise DataError(f"{path} was made by a tokenizer of {vocab:,} tokens ({meta.get('tokenizer')}), more than "
+                        f"the model's vocab_size={shape['vocab_size']:,}; raise vocab_size in --config-path")
+    if config.num_batches > 0:
+        batches = min(batches, config.num_batches)
+    return {"path": str(path), "tokens": tokens, "batches_per_epoch": batches, "tokenizer": meta.get("tokenizer")}
+
+
+def read_sidecar(bin_path: Path) -> dict:
+    """The `<dir>/meta.json` that `data bin` writes beside the .bin files ({} without one)."""
+    try:
+        data = json.loads((Path(bin_path).parent / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ConfigError(f"nntile: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="nanochat-bench train --workload nntile --", allow_abbrev=False,
+                     description="NNTile GPT-2 training on StarPU (flags of NNTile's gpt2_custom_training.py)")
+    for f in fields(NNTileConfig):
+        flag = _flag(f.name)
+        help_text = f"{HELP.get(f.name, '')} (default: {f.default!r})".strip()
+        if f.type is bool:
+            parser.add_argument(flag, action="store_true", help=help_text)
+        else:
+            parser.add_argument(flag, type=f.type, default=f.default, help=help_text, metavar=f.type.__name__.upper())
+    return parser
+
+
+def parse_args(argv: list[str]) -> tuple[NNTileConfig, dict]:
+    """(config with sizes resolved, GPT-2 shape) from the flags; unknown flags fail with close names."""
+    argv = list(argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        known = [_flag(f.name) for f in fields(NNTileConfig)]
+        hints = []
+        for token in unknown:
+            close = difflib.get_close_matches(token.split("=", 1)[0], known, n=3, cutoff=0.5)
+            hints.append(f"{token!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        raise ConfigError(f"nntile: unknown argument(s): {'; '.join(hints)}; see --help for the valid flags")
+    config = NNTileConfig(**vars(args))
+    shape = gpt2_shape(config.config_path or DEFAULT_CONFIG)
+    return resolve(config, shape), shape
+
+
+def as_record(config: NNTileConfig, shape: dict) -> dict:
+    """What run.json's `config` holds: the flags, the GPT-2 shape, and the names the analysis groups by
+    (depth = n_layer, max_seq_len = n_positions, total_batch_size = tokens per step)."""
+    return {**asdict(config), "gpt2": shape, "depth": shape["n_layer"], "max_seq_len": shape["n_positions"],
+            "total_batch_size": config.batch * shape["n_positions"], "device_batch_size": config.minibatch}

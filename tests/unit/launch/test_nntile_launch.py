@@ -1,0 +1,98 @@
+"""The nntile workload under Slurm: every runtime's batch script runs NNTile's runner (no torchrun),
+with StarPU's variables passed the runtime's way, and a manifest of the NNTile run. Checked as text
+(and by shellcheck): no GPU here, and the NNTile image cannot be pulled.
+
+    python -m pytest tests/unit/launch/test_nntile_launch.py -q
+"""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import bench.runtimes as runtimes
+from bench.errors import ConfigError
+from bench.launch.job import LaunchOptions, build_run, make_job
+from bench.launch.plan import Sweep
+from bench.launch.render import render_interactive, render_sbatch
+from bench.workloads import nntile
+
+SWEEP_DIR = Path("/scratch/nb/sweeps/nntile")
+OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/scratch/nb/nntile-venv/bin/python",
+                     images={"ce": "/scratch/nb/images/nntile.sqsh", "pyxis": "/scratch/nb/images/nntile.sqsh",
+                             "apptainer": "/scratch/nb/images/nntile.sif"}, check_images=False)
+
+
+@pytest.fixture
+def train(tmp_path):
+    config = tmp_path / "gpt2.json"
+    config.write_text(json.dumps({"n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+                                  "vocab_size": 50257}))
+    return {"config-path": str(config), "batch": "32", "minibatch": "8", "seq-tile": "256", "restrict": "cuda"}
+
+
+def job_for(names, train, nodes=1):
+    sweep = Sweep([nodes], 4, names, train=train, workload="nntile")
+    runs = [build_run(sweep, p, SWEEP_DIR / p.run_id, OPTS, SWEEP_DIR.name) for p in sweep.points()]
+    return make_job("nntile", runs[0].run_dir, sweep, runs, OPTS, "nntile")
+
+
+@pytest.mark.parametrize("name", runtimes.names())
+def test_every_runtime_runs_the_nntile_runner(name, train):
+    job = job_for([name], train)
+    text = render_sbatch(job)
+    run = job.runs[0]
+    assert "torch.distributed.run" not in text
+    flags = "--batch=32 --config-path=" + train["config-path"] + " --minibatch=8 --restrict=cuda --seq-tile=256"
+    if run.runtime.python is None:  # bare: the host's NNTile interpreter runs the runner by its path
+        assert f"{OPTS.python} {nntile.RUNNER} {flags}" in text
+    else:  # in the image nanochat-bench is installed in the NNTile Python
+        assert f"{run.runtime.python} -m bench.workloads.nntile.runner {flags}" in text
+    assert "export STARPU_HOME=/scratch/nb/cache/starpu" in text and "export STARPU_NCUDA=4" in text
+    assert run.spec.env["STARPU_SILENT"] == "1"  # reaches containers by the runtime's own mechanism
+    assert run.manifest["workload"] == "nntile-gpt2" and run.manifest["config"]["seq_tile"] == 256
+    assert run.manifest["config"]["total_batch_size"] == 32 * 1024
+
+
+def test_pyxis_passes_starpus_variables_into_the_container(train):
+    text = render_sbatch(job_for(["pyxis"], train))
+    env_line = next(line for line in text.splitlines() if "--container-env=" in line)
+    assert all(v in env_line for v in ("STARPU_HOME", "STARPU_SILENT", "STARPU_NCUDA", "OPENBLAS_NUM_THREADS"))
+
+
+def test_compare_and_interactive_render_for_nntile(train, tmp_path):
+    job = job_for(["bare", "pyxis"], train)
+    assert render_sbatch(job, "submit --compare").count("bench.workloads.nntile.runner") == 1  # pyxis; bare by path
+    single = job_for(["ce"], train)
+    single.script_name = "interactive.sh"
+    assert "-m bench.workloads.nntile.runner" in render_interactive(single, OPTS.base_dir, 8)
+    found = shutil.which("shellcheck")
+    if found:
+        script = tmp_path / "job.sbatch"
+        script.write_text(render_sbatch(job))
+        # SC2034: the templates always compute torchrun's rendezvous endpoint, which the runner does not use
+        r = subprocess.run([found, "--severity=style", "--exclude=SC2034", str(script)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stdout
+
+
+def test_nntile_flags_are_checked_at_planning(train):
+    with pytest.raises(ConfigError, match="--seq-tile=300 does not divide n_positions=1024"):
+        Sweep([1], 4, ["bare"], train={**train, "seq-tile": "300"}, workload="nntile")
+    with pytest.raises(ConfigError, match="unknown argument"):
+        Sweep([1], 4, ["bare"], train={**train, "depth": "20"}, workload="nntile")
+
+
+def test_nntile_is_refused_on_two_nodes(train):
+    with pytest.raises(ConfigError, match="one node"):
+        job_for(["bare"], train, nodes=2)
+
+
+def test_plan_shows_the_nntile_flags_not_nanochats_arithmetic(train):
+    from bench.launch.plan import format_table
+
+    text = format_table(Sweep([1], 4, ["bare"], train=train, workload="nntile"))
+    assert "workload: nntile --batch=32" in text and "depth=" not in text
+    assert "no estimate for nntile" in text

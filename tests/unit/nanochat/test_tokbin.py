@@ -1,0 +1,81 @@
+"""`nanochat-bench data bin`: the shards as flat uint16 token files, with what made them beside them.
+
+    python -m pytest tests/unit/data/test_tokbin.py -q
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bench.cli import main
+from bench.nanochat import dataset, tokbin
+from bench.nanochat.dataloader import build_loader
+from bench.nanochat.tokenizer import get_token_bytes, get_tokenizer
+
+
+@pytest.fixture
+def bins(base_dir_env, tmp_path):
+    out = tmp_path / "bins"
+    assert main(["data", "bin", "--out", str(out)]) == 0
+    return out
+
+
+def test_bins_hold_every_document_after_a_bos(bins):
+    tok = get_tokenizer()
+    bos = tok.get_bos_token_id()
+    for split in dataset.SPLITS:
+        tokens = np.fromfile(bins / f"{split}.bin", dtype=np.uint16).tolist()
+        docs = [d for batch in dataset.parquets_iter_batched(split) for d in batch]
+        expected = [t for doc in docs for t in [bos, *tok.encode(doc)]]
+        assert tokens == expected
+    meta = json.loads((bins / "meta.json").read_text())
+    assert meta["tokenizer"] == "nanochat" and meta["vocab_size"] == tok.get_vocab_size()
+    assert meta["splits"]["val"]["tokens"] == len(np.fromfile(bins / "val.bin", dtype=np.uint16))
+    assert meta["splits"]["val"]["files"] == [p.name for p in dataset.split_files("val")]
+
+
+def test_token_bytes_are_the_tokenizers(bins):
+    assert np.array_equal(tokbin.token_bytes(bins), get_token_bytes().numpy())
+
+
+def test_max_tokens_cuts_each_split(base_dir_env, tmp_path):
+    out = tokbin.write_bins(tmp_path / "small", max_tokens=1000)
+    assert all((out / f"{s}.bin").stat().st_size == 2000 for s in dataset.SPLITS)
+    assert tokbin.read_meta(out)["splits"]["train"]["tokens"] == 1000
+
+
+def test_the_loader_reads_them_and_the_trainer_takes_their_vocabulary(bins):
+    x, y = next(build_loader(2, 16, "train", data_bin_dir=str(bins)))
+    assert torch.equal(x[0, 1:], y[0, :-1])
+    tok, token_bytes, vocab, source = tokbin.vocabulary(str(bins))
+    assert tok is not None and vocab == tok.get_vocab_size() and torch.equal(token_bytes, get_token_bytes())
+    assert "meta.json" in source
+
+
+def test_a_bin_of_another_tokenizer_gives_its_vocabulary_and_no_samples(bins):
+    meta = tokbin.read_meta(bins)
+    (bins / "meta.json").write_text(json.dumps({**meta, "tokenizer": "gpt2", "vocab_size": 50257}))
+    tok, token_bytes, vocab, _ = tokbin.vocabulary(str(bins))
+    assert tok is None and vocab == 50257 and token_bytes is not None
+
+
+def test_bins_made_elsewhere_have_no_bpb(bins):
+    (bins / "meta.json").unlink()
+    (bins / "token_bytes.npy").unlink()
+    tok, token_bytes, vocab, source = tokbin.vocabulary(str(bins))
+    assert token_bytes is None and vocab == get_tokenizer().get_vocab_size() and "no bpb" in source
+
+
+def test_gpt2_offline_is_one_clear_error(base_dir_env, tmp_path, monkeypatch, capsys):
+    """tiktoken downloads GPT-2's files unless cached: with an empty cache and no way out, a DataError."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # the discard port: refused at once, never a hang
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert main(["data", "bin", "--tokenizer", "gpt2", "--out", str(tmp_path / "g")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tokenizer gpt2: GPT-2's BPE files are not available offline")
+    assert not (tmp_path / "g" / "train.bin").exists()

@@ -1,0 +1,105 @@
+"""The NNTile workload's flags, checked in the main process before StarPU starts (no torch-nntile needed).
+
+    python -m pytest tests/unit/workloads/test_nntile_config.py -q
+"""
+
+import json
+
+import pytest
+
+from bench.commands.workload import model_summary
+from bench.errors import ConfigError, DataError
+from bench.workloads.nntile import config as nconfig
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    path = tmp_path / "gpt2.json"
+    path.write_text(json.dumps({"n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32, "vocab_size": 512}))
+    return str(path)
+
+
+def parse(cfg, *flags):
+    return nconfig.parse_args([f"--config-path={cfg}", *flags])
+
+
+def test_defaults_resolve_to_untiled_sizes(cfg):
+    config, shape = parse(cfg, "--batch=8")
+    assert shape["n_inner"] == 4 * 64  # NNTile's example sets n_inner = 4 x n_embd
+    assert (config.minibatch, config.minibatch_tile, config.seq_tile, config.embd_tile, config.inner_tile,
+            config.head_tile) == (8, 8, 32, 64, 256, 4)
+    assert config.num_minibatch == 1 and config.optimizer == "fusedadamw"
+
+
+def test_the_default_shape_is_gpt2_small():
+    config, shape = nconfig.parse_args([])
+    assert (shape["n_layer"], shape["n_embd"], shape["n_head"], shape["n_positions"], shape["vocab_size"]) == \
+        (12, 768, 12, 1024, 50257)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--seq-tile=24"], "--seq-tile=24 does not divide n_positions=32"),
+    (["--head-tile=3"], "--head-tile=3 does not divide n_head=4"),
+    (["--embd-tile=48"], "--embd-tile=48 does not divide n_embd=64"),
+    (["--inner-tile=100"], "--inner-tile=100 does not divide n_inner=256"),
+    (["--minibatch=4", "--minibatch-tile=3"], "--minibatch-tile=3 does not divide minibatch=4"),
+    (["--minibatch=3"], "--minibatch=3 must divide --batch=8"),
+    (["--flashattention"], "no flash attention"),
+    (["--dataset=WikiText-103"], "--dataset=WikiText-103"),
+    (["--optimizer=lion"], "--optimizer=lion"),
+    (["--seqtile=16"], "did you mean --seq-tile"),
+])
+def test_bad_sizes_and_flags_fail_with_the_flag_named(cfg, flags, named):
+    with pytest.raises(ConfigError, match=named.replace("+", r"\+")):
+        parse(cfg, "--batch=8", *flags)
+
+
+def test_a_bad_tile_lists_the_sizes_that_work(cfg):
+    with pytest.raises(ConfigError, match=r"valid: 1, 2, 4, 8, 16, 32$"):
+        parse(cfg, "--seq-tile=5")
+
+
+def test_aliases_of_the_newer_example(cfg):
+    assert parse(cfg, "--optimizer=adamw")[0].optimizer == "fusedadamw"
+    assert parse(cfg, "--optimizer=adam")[0].optimizer == "fusedadam"
+
+
+def test_a_config_without_a_shape_field_is_refused(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"n_embd": 64, "n_layer": 2}))
+    with pytest.raises(ConfigError, match="n_head must be a positive integer"):
+        nconfig.parse_args([f"--config-path={path}"])
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="not JSON"):
+        nconfig.parse_args([f"--config-path={path}"])
+
+
+def test_flops_per_token_equal_nanochats_for_the_same_shape():
+    """NNTile's example counts matmul FLOPs per layer; nanochat counts 6N + 12·L·E·T: the same number for a
+    GPT-2 of nanochat's shape (width 64·depth, 4x MLP, untied lm_head), so MFU compares across workloads."""
+    for depth, seq in ((2, 64), (4, 256), (20, 2048)):
+        ours = model_summary(depth, vocab_size=65536, max_seq_len=seq)
+        width = 64 * depth
+        shape = {"n_embd": width, "n_inner": 4 * width, "n_positions": seq, "vocab_size": 65536, "n_layer": depth}
+        assert nconfig.flops_per_token(shape) == ours["flops_per_token"]
+
+
+def test_dataset_checks(cfg, tmp_path):
+    config, shape = parse(cfg, "--batch=4", f"--dataset-path={tmp_path}")
+    with pytest.raises(DataError, match="no token file"):
+        nconfig.check_dataset(config, shape)
+    (tmp_path / "train.bin").write_bytes(b"\0\0" * (4 * 33 - 1))  # one token short of a batch
+    with pytest.raises(DataError, match="fewer than one batch"):
+        nconfig.check_dataset(config, shape)
+    (tmp_path / "train.bin").write_bytes(b"\0\0" * (4 * 33 * 3))
+    assert nconfig.check_dataset(config, shape)["batches_per_epoch"] == 3
+    (tmp_path / "meta.json").write_text(json.dumps({"tokenizer": "gpt2", "vocab_size": 50257}))
+    with pytest.raises(DataError, match="raise vocab_size"):
+        nconfig.check_dataset(config, shape)
+
+
+def test_the_record_carries_the_analysis_keys(cfg):
+    record = nconfig.as_record(*parse(cfg, "--batch=8", "--minibatch=2"))
+    assert (record["depth"], record["max_seq_len"], record["total_batch_size"], record["device_batch_size"]) == \
+        (2, 32, 8 * 32, 2)
+    json.dumps(record)  # run.json material

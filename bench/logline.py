@@ -3,13 +3,15 @@
 One regex reads our logs and upstream nanochat's base_train logs alike, e.g.
   step 00042/21400 (0.20%) | loss: 7.123456 | grad norm: 0.8123 | lrm: 1.00 | dt: 487.12ms | tok/sec: 1,076,234 | mfu: 47.52 | total time: 0.34m
   Step 00250 | Validation bpb: 1.0234
-(the `grad norm:` segment is optional: upstream added it on 2025-11-05).
+(the `grad norm:` segment is optional: upstream added it on 2025-11-05). A label that `srun -l` puts in
+front (`0: step 00042/...`) is allowed and ignored.
 """
 
 import re
 
+SRUN_LABEL = r"(?:\d+: )?"  # srun -l labels each line with its task number
 STEP_RE = re.compile(
-    r"^step (?P<step>\d+)/(?P<num_iterations>\d+) \((?P<pct>[\d.]+)%\) \| "
+    r"^" + SRUN_LABEL + r"step (?P<step>\d+)/(?P<num_iterations>\d+) \((?P<pct>[\d.]+)%\) \| "
     r"loss: (?P<loss>[-\d.naninf]+) \| "
     r"(?:grad norm: (?P<grad_norm>[-\d.naninf]+) \| )?"
     r"lrm: (?P<lrm>[-\d.]+) \| "
@@ -18,7 +20,7 @@ STEP_RE = re.compile(
     r"mfu: (?P<mfu>[-\d.naninf]+) \| "
     r"total time: (?P<total_time_m>[\d.]+)m\s*$"
 )
-VAL_RE = re.compile(r"^Step (?P<step>\d+) \| Validation bpb: (?P<val_bpb>[-\d.naninf]+)\s*$")
+VAL_RE = re.compile(r"^" + SRUN_LABEL + r"Step (?P<step>\d+) \| Validation bpb: (?P<val_bpb>[-\d.naninf]+)\s*$")
 
 
 def format_step_line(step: int, num_iterations: int, loss: float, lrm: float, dt_s: float,

@@ -182,6 +182,11 @@ class RunManifest:
     gpus_per_node: Optional[int] = _f(None, "GPUs (ranks) per node; 0 on a CPU run")
     world_size: Optional[int] = _f(None, "ranks")
     grad_accum: Optional[int] = _f(None, "micro-steps per optimizer step")
+    scaling: Optional[Literal["weak", "strong"]] = _f(
+        None, "weak: device batch x sequence per rank fixed, total batch grows with ranks; strong: total fixed")
+    val_files_k: Optional[int] = _f(None, "NANOCHAT_VAL_FILES_K the planner chose for this point's ranks")
+    ofi_hook: Optional[Literal["default", "on", "off"]] = _f(
+        None, "CE's aws_ofi_nccl hook as launched: the site's default, forced on, or off (container engines only)")
     config: Dict[str, Any] = _f({}, "the trainer's settings, asdict(TrainConfig)")
     num_params: Optional[int] = _f(None, "model parameters")
     flops_per_token: Optional[float] = _f(None, "training FLOPs per token (nanochat's estimate)")

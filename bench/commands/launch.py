@@ -30,6 +30,16 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
     g.add_argument("--runtimes", default="bare", help=f"comma-separated, of: {', '.join(runtimes.names())} "
                    "(default: bare)")
     g.add_argument("--repeats", type=int, default=1, help="runs per point (default: 1)")
+    g.add_argument("--scaling", choices=planmod.SCALING_MODES, default="weak",
+                   help="weak: each rank keeps device batch x sequence, total batch grows with the ranks; "
+                        "strong: --total_batch_size fixed, gradient accumulation makes up the rest (default: weak)")
+    g.add_argument("--data-dir", default=None, help="the shards, to choose the validation files K of each point "
+                   "(default: base_data/ under --base-dir or $NANOCHAT_BASE_DIR, when it holds shards)")
+    g.add_argument("--row-groups", type=int, default=None, metavar="N",
+                   help="row groups per shard, when the data is not on this host (with --shards)")
+    g.add_argument("--shards", type=int, default=None, metavar="M", help="shard files there (with --row-groups)")
+    g.add_argument("--time", default=None, help="time limit of each run, Slurm's HH:MM:SS (default: from the "
+                   "estimate with a quarter and 10 min to spare; 30 min where nothing can be estimated)")
     g.add_argument("--gpu", default="H200", help="GPU assumed by the node-hour estimate (default: H200)")
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
     g.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
@@ -53,10 +63,18 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                    "(default: this one)")
     g.add_argument("--mount", action="append", default=[], metavar="SRC[:DST[:ro]]",
                    help="extra bind mount for container runtimes, repeatable")
+    g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a variable every run gets, passed literally by each runtime (e.g. NCCL_PROTO=^LL128), "
+                        "repeatable")
+    g.add_argument("--ofi-hook", choices=("default", "on", "off"), default="default",
+                   help="CE's aws_ofi_nccl hook: as the site configures it, forced on (variant cuda-dl), or off to "
+                        "run the image's own network plugin (default: default)")
     for name in ("partition", "account", "constraint"):
         g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
-    g.add_argument("--time", default=None, help="Slurm time limit (default: 1.5x the estimate, >= 30 min a run)")
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
+    g.add_argument("--numa-binding", choices=("node", "socket", "exclusive", "none"), default="node",
+                   help="GPU runs: bind each worker to CPUs near its GPU (torchrun --numa-binding, torch >= 2.8; "
+                        "none to leave it to the OS) (default: node)")
 
 
 def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
@@ -64,7 +82,36 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
     train.update(planmod.parse_train_args(args.train_arg))
     return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
                                       repeats=args.repeats, train=train, gpu=args.gpu,
-                                      assume_mfu=args.assume_mfu, workload=args.workload)
+                                      assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling,
+                                      data=data_shape(args), time=args.time)
+
+
+def base_dir_of(args) -> str:
+    """NANOCHAT_BASE_DIR on the nodes: --base-dir, else the environment's, else nanochat's default."""
+    base = getattr(args, "base_dir", None) or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
+    return str(Path(base).absolute())
+
+
+def data_shape(args) -> planmod.DataShape | None:
+    """What the plan knows of the shards: --row-groups/--shards, else the data directory's own files."""
+    if (args.row_groups is None) != (args.shards is None):
+        raise ConfigError("--row-groups and --shards go together (row groups per shard, and shard files)")
+    if args.row_groups is not None:
+        return planmod.DataShape.from_counts(args.row_groups, args.shards)
+    directory = Path(args.data_dir) if args.data_dir else Path(base_dir_of(args)) / "base_data"
+    if args.data_dir and not directory.is_dir():
+        raise ConfigError(f"--data-dir {directory}: no such directory")
+    return planmod.DataShape.from_dir(directory)
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--env {pair!r} is not NAME=VALUE (e.g. --env NCCL_PROTO=^LL128)")
+        env[name] = value
+    return env
 
 
 def parse_images(pairs: list[str]) -> dict[str, str]:
@@ -79,11 +126,11 @@ def parse_images(pairs: list[str]) -> dict[str, str]:
 
 
 def options_from_args(args) -> LaunchOptions:
-    base_dir = args.base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return LaunchOptions(base_dir=str(Path(base_dir).absolute()), python=args.python,
-                         images=parse_images(args.image), mounts=tuple(Mount.parse(m) for m in args.mount),
-                         partition=args.partition, account=args.account, constraint=args.constraint,
-                         time=args.time, exclusive=args.exclusive)
+    return LaunchOptions(base_dir=base_dir_of(args), python=args.python, images=parse_images(args.image),
+                         mounts=tuple(Mount.parse(m) for m in args.mount), env=parse_env(args.env),
+                         ofi_hook=args.ofi_hook, numa_binding=None if args.numa_binding == "none" else args.numa_binding,
+                         partition=args.partition, account=args.account,
+                         constraint=args.constraint, exclusive=args.exclusive)
 
 
 def default_out(name: str | None) -> tuple[str, Path]:
@@ -129,7 +176,10 @@ def cmd_status(args) -> int:
         return 0
     if failed:
         print(f"resubmit the failed runs with: nanochat-bench status {args.sweep} --resubmit-failed")
-    return 1 if args.wait and failed else 0
+    unfinished = [r.run_id for r in rows if not r.done]
+    if args.wait and unfinished:
+        print(f"gave up waiting after --timeout {args.timeout:g} s: {len(unfinished)} run(s) not finished")
+    return 1 if args.wait and (failed or unfinished) else 0
 
 
 def cmd_render(args) -> int:
@@ -141,9 +191,9 @@ def cmd_render(args) -> int:
     name, default = default_out(args.name)
     out = Path(args.out or default).absolute()
     points = sweep.points()
-    bad = [p for p in points if not p.batch.possible]
+    bad = [p for p in points if not p.possible]
     if bad:
-        raise ConfigError(f"{bad[0].run_id}: {bad[0].batch.reason}")
+        raise ConfigError(f"{bad[0].run_id}: {bad[0].reason}")
     if args.kind != "compare" and len(points) > 1:
         raise ConfigError(f"render {args.kind} makes one run: one runtime and --repeats 1, got --runtimes "
                           f"{args.runtimes!r} --repeats {args.repeats} (compare runs several in one allocation)")
@@ -154,7 +204,7 @@ def cmd_render(args) -> int:
     job = make_job(f"{out.name}-{args.kind}", job_dir, sweep, runs, opts, title)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"
-        text = render.render_interactive(job, opts.base_dir, args.shards)
+        text = render.render_interactive(job, opts.base_dir, args.download or sweep.shards_needed() or 8)
     else:
         text = render.render_sbatch(job, rendered_by=f"render {args.kind}")
     write_job(job, text)
@@ -199,5 +249,6 @@ def register(subparsers) -> None:
     add_launch_options(p)
     p.add_argument("--name", default=None, help="name (default: sweep-<date>-<time>)")
     p.add_argument("--out", default=None, help="directory (default: runs/<name>)")
-    p.add_argument("--shards", type=int, default=8, help="interactive: shards the data step downloads (default: 8)")
+    p.add_argument("--download", type=int, default=None, metavar="N",
+                   help="interactive: shards the data step downloads (default: what the plan needs)")
     p.set_defaults(func=cmd_render)

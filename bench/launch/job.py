@@ -4,7 +4,6 @@ the exported environment, the #SBATCH directives and the first run.json.
 Decisions live here; bench/launch/render.py only turns them into text through the slurm/ templates.
 """
 
-import math
 import re
 import sys
 import time
@@ -14,17 +13,24 @@ from pathlib import Path
 from bench import schema, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord
-from bench.launch.plan import Point, Sweep
+from bench.launch.plan import Point, Sweep, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
+from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 
-PORT_BASE = 20000  # rendezvous ports 20000-29999 (job id % 1000 x 10 + run index): below Linux's ephemeral range
+# Rendezvous ports 20000-29999, below Linux's ephemeral range: 100 per job (job id % 100), one per run in
+# the job, so no two runs of one allocation (and no two recent jobs on shared nodes) share a port.
+PORT_BASE = 20000
+MAX_RUNS_PER_JOB = 100
 SLURM_LOG = "slurm-%j.log"
 SCRIPT_NAME = "job.sbatch"
 LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/schema.py, bench/launch/jobrecord.py)
 # Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+OFI_HOOK = ("default", "on", "off")
+HOST_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
 
 
 @dataclass
@@ -32,21 +38,28 @@ class LaunchOptions:
     """How every job of a sweep is launched (the part of `submit` that is not the plan)."""
 
     base_dir: str  # NANOCHAT_BASE_DIR on the nodes (shared filesystem)
-    python: str = sys.executable  # the host interpreter for the bare runtime
+    python: str = sys.executable  # the host interpreter for the bare runtime and the bookkeeping
     images: dict[str, str] = field(default_factory=dict)  # runtime -> image; defaults per runtime module
     mounts: tuple[Mount, ...] = ()  # extra bind mounts for container runtimes
+    env: dict[str, str] = field(default_factory=dict)  # --env NAME=VALUE: passed literally to every run
+    ofi_hook: str = "default"  # CE / Sarus Suite: the aws_ofi_nccl hook as the site has it, or on, or off
+    numa_binding: str | None = "node"  # GPU runs: torchrun binds each worker to the CPUs near its GPU
     partition: str | None = None
     account: str | None = None
     constraint: str | None = None
-    time: str | None = None  # Slurm time limit; None: from the estimate (x1.5, at least 30 min)
     exclusive: bool = True  # a benchmark owns its nodes
     check_images: bool = True  # False only to render scripts for images that live elsewhere (golden tests)
 
     def __post_init__(self):
-        for name in ("partition", "account", "constraint", "time"):
+        for name in ("partition", "account", "constraint"):
             value = getattr(self, name)
             if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
                 raise ConfigError(f"--{name} {value!r} holds characters Slurm directives cannot take")
+        if self.ofi_hook not in OFI_HOOK:
+            raise ConfigError(f"--ofi-hook {self.ofi_hook!r}: valid values are {', '.join(OFI_HOOK)}")
+        for name, value in self.env.items():
+            if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
+                raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")
 
 
 @dataclass
@@ -59,13 +72,23 @@ class Run:
     nodes: int
     nproc_per_node: int
     spec: LaunchSpec
-    exports: dict[str, str]
     manifest: dict
+    time_minutes: int  # this run's own limit: srun --time, and the trainer's deadline before it
+
+    @property
+    def deadline_margin_s(self) -> int:
+        """How long before its limit the trainer stops to checkpoint: a tenth, between 30 s and 10 min."""
+        return min(600, max(30, self.time_minutes * 6))
 
     def srun_lines(self) -> list[list[Token]]:
-        """srun with its options and the runtime's; the runtime's wrapper; the command (one line each)."""
-        srun = ["srun", f"--nodes={self.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                Var("cpus_per_node", "--cpus-per-task="), *self.runtime.srun_options(self.spec)]
+        """srun with its options and the runtime's; the runtime's wrapper; the command (one line each).
+        -l -u: rank-labelled, unbuffered output; --time: this run's limit, so one run that hangs cannot
+        eat the allocation of a runtime comparison."""
+        srun = ["srun", "-l", "-u", f"--nodes={self.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                f"--time={self.time_minutes}", Var("cpus_per_node", "--cpus-per-task="),
+                *self.runtime.srun_options(self.spec)]
+        if self.runtime.python is not None:  # a host venv's or module's Python paths must not reach the image
+            srun = ["env", *(t for name in HOST_PYTHON_ENV for t in ("-u", name)), *srun]
         wrapped = self.runtime.wrap(self.spec)
         n = len(self.spec.command)
         assert wrapped[len(wrapped) - n:] == list(self.spec.command), "a runtime must end with the command"
@@ -100,37 +123,31 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     """Everything one run needs, checked: an unusable image or mount fails here, before any submission."""
     runtime = get(point.runtime)
     image = runtime.resolve_image(opts.images.get(point.runtime), must_exist=opts.check_images)
-    gpus = sweep.setting("device_type") != "cpu"
-    train_argv = sweep.train_argv(point.batch.device_batch_size)
+    gpus = sweep.gpus_used
     workload = workloads.get(sweep.workload)  # the workload decides the command each node runs
-    exports = {schema.ENV_RUN_DIR: str(run_dir), schema.ENV_BASE_DIR: opts.base_dir,
-               ENV_RUNTIME: runtime.name, ENV_IMAGE: image or "",
-               **workload.launch_env(opts.base_dir, sweep.gpus_per_node)}
+    # Literal values, passed by each runtime's own mechanism: a variable the image also sets must not win.
+    env = {schema.ENV_RUN_DIR: str(run_dir), schema.ENV_BASE_DIR: opts.base_dir, ENV_RUNTIME: runtime.name,
+           ENV_IMAGE: image or "", **(edf.TORCH_ENV if gpus else {}), **dict(point.env),
+           **workload.launch_env(opts.base_dir, sweep.gpus_per_node), **opts.env}
     containerised = runtime.python is not None
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
+    argv = list(point.train_argv) + ([Var("run_deadline", "--deadline=")] if sweep.nanochat else [])
     spec = LaunchSpec(
-        command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node,
-                                        train_argv, containerised),
-        image=image, mounts=mounts, env={**exports, schema.ENV_T0: ""},  # T0 is exported just before srun
-        workdir=WORKDIR if containerised else None, run_dir=str(run_dir), gpus=gpus)
+        command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, argv,
+                                        containerised, opts.numa_binding if gpus else None),
+        image=image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None, run_dir=str(run_dir),
+        gpus=gpus, ofi_hook=opts.ofi_hook)
     runtime.check(spec)
     manifest = {
         "run_id": point.run_id, "sweep_id": sweep_id, "workload": workload.run_workload, "runtime": runtime.name,
         "image": {"reference": image}, "nodes": point.nodes, "gpus_per_node": sweep.gpus_per_node,
-        "world_size": point.ranks, "repeat": point.repeat, "config": workload.manifest_config(train_argv),
-        "grad_accum": point.batch.grad_accum, "status": "pending",
+        "world_size": point.ranks, "repeat": point.repeat, "scaling": point.scaling,
+        "config": workload.manifest_config(list(point.train_argv)), "grad_accum": point.grad_accum or None,
+        "val_files_k": point.val_files_k, "ofi_hook": opts.ofi_hook if runtime.ofi_hook else None,
+        "status": "pending",
     }
-    return Run(point.run_id, run_dir, runtime, point.nodes, sweep.gpus_per_node, spec, exports, manifest)
-
-
-def time_limit(sweep: Sweep, opts: LaunchOptions, ranks: int, runs: int) -> str:
-    """--time, or 1.5x the estimate per run (at least 30 minutes each) when none is given."""
-    if opts.time:
-        return opts.time
-    est = sweep.estimate_hours(ranks)
-    minutes = 30 if est is None else max(30, math.ceil(est * 60 * 1.5))
-    minutes *= runs
-    return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+    return Run(point.run_id, run_dir, runtime, point.nodes, sweep.gpus_per_node, spec, manifest,
+               point.time_minutes)
 
 
 def safe_job_name(name: str) -> str:
@@ -139,23 +156,27 @@ def safe_job_name(name: str) -> str:
     return cleaned or "nanochat-bench"
 
 
-def directives(name: str, nodes: int, gpus_per_node: int, gpus: bool, opts: LaunchOptions, limit: str) -> list[str]:
+def directives(name: str, nodes: int, gpus_per_node: int, gpus: bool, opts: LaunchOptions, minutes: int) -> list[str]:
     """#SBATCH options sorted by name, unset ones dropped (submitit's rule). No paths: the job runs in
     the directory it is submitted from, so the script needs no path that would need quoting."""
-    d = {"job-name": safe_job_name(name), "nodes": str(nodes), "ntasks-per-node": "1", "time": limit,
-         "output": SLURM_LOG, "partition": opts.partition, "account": opts.account,
+    d = {"job-name": safe_job_name(name), "nodes": str(nodes), "ntasks-per-node": "1",
+         "time": slurm_time(minutes), "output": SLURM_LOG, "partition": opts.partition, "account": opts.account,
          "constraint": opts.constraint, "gpus-per-node": str(gpus_per_node) if gpus else None,
          "exclusive": "" if opts.exclusive else None}
     return [f"--{k}={v}" if v else f"--{k}" for k, v in sorted(d.items()) if v is not None]
 
 
 def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: LaunchOptions, title: str) -> Job:
-    """A job for runs that share one allocation (all on the same node count)."""
+    """A job for runs that share one allocation (all on the same node count), in the order given. Its
+    time limit is the sum of its runs' limits, plus a minute each for the bookkeeping around them."""
+    if len(runs) > MAX_RUNS_PER_JOB:
+        raise ConfigError(f"{len(runs)} runs in one allocation; at most {MAX_RUNS_PER_JOB} (fewer --repeats or "
+                          f"--runtimes per job)")
     nodes = runs[0].nodes
-    gpus = sweep.setting("device_type") != "cpu"
-    limit = time_limit(sweep, opts, nodes * sweep.gpus_per_node, len(runs))
+    minutes = sum(r.time_minutes + 1 for r in runs)
     return Job(name, job_dir, nodes, sweep.gpus_per_node, runs,
-               directives(name, nodes, sweep.gpus_per_node, gpus, opts, limit), title, python=opts.python)
+               directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes), title,
+               python=opts.python)
 
 
 def ship_bookkeeping(lib_dir: Path) -> None:

@@ -23,18 +23,36 @@ else:  # the copy beside the jobs: import the schema written next to it, never a
 
 
 def start(run_dir: str, runtime_version: str = "") -> None:
+    """Called right before srun: its time is the launch time (T0) that start-up is measured from."""
+    now = time.time()
     schema.update_run_json(run_dir, slurm=schema.slurm_facts(),
-                           launch={"kind": "slurm", "started_at": time.time(),
+                           launch={"kind": "slurm", "started_at": now, "t0": now,
                                    "runtime_version": runtime_version or None})
 
 
 def finish(run_dir: str, exit_code: str) -> None:
     code = int(exit_code)
-    t0 = os.environ.get(schema.ENV_T0)
     # Slurm facts again: a trainer inside a container may not see them and record none.
-    schema.update_run_json(run_dir, slurm=schema.slurm_facts(),
-                           launch={"exit_code": code, "finished_at": time.time(), "t0": float(t0) if t0 else None})
+    manifest = schema.update_run_json(run_dir, slurm=schema.slurm_facts(),
+                                      launch={"exit_code": code, "finished_at": time.time()})
+    limit = time_limit_line(os.path.join(run_dir, schema.TRAIN_LOG))
+    if limit and manifest.status not in ("ok", "timeout"):
+        # srun's --time ended the step: the trainer saw only a SIGTERM and may have said "cancelled"
+        schema.update_run_json(run_dir, status="timeout", finished_at=time.time(),
+                               message=f"the run reached its time limit before finishing: {limit}")
     schema.close_unfinished(run_dir, code, "srun")
+
+
+def time_limit_line(log_path: str) -> str:
+    """Slurm's `*** STEP … CANCELLED AT … DUE TO TIME LIMIT ***` line in the run's log, if any."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return next((line.strip() for line in tail.splitlines() if "DUE TO TIME LIMIT" in line), "")
 
 
 def main(argv) -> int:

@@ -54,8 +54,9 @@ def run_context(run: Run, index: int) -> dict:
     return {
         "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
         "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
-        "exports": [(name, shlex.quote(value)) for name, value in run.exports.items()],
-        "port_base": PORT_BASE, "port_offset": index % 10,
+        "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],
+        "port_base": PORT_BASE, "index": index, "time_minutes": run.time_minutes,
+        "margin_s": run.deadline_margin_s,
         "prepare": [shell_join(c) for c in run.runtime.prepare(run.spec)],
         "version_command": shell_join(version) if version else None,
         "srun": multiline(run.srun_lines()),
@@ -83,13 +84,17 @@ def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = 
     run = job.runs[0]
     salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name")))]
 
-    def one_task(*command: str) -> str:
-        spec = replace(run.spec, command=(run.spec.command[0], "-m", "bench.cli", *command))
-        line = ["srun", "--nodes=1", "--ntasks=1", *run.runtime.srun_options(spec), *run.runtime.wrap(spec)]
+    def one_task(*command: str, tty: bool = False) -> str:
+        spec = replace(run.spec, command=command)
+        wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
+        line = ["srun", "--nodes=1", "--ntasks=1", *(["--pty"] if tty else []), *run.runtime.srun_options(spec),
+                *wrap]
         return shell_join(line)
 
+    python = run.spec.command[0]
     ctx = job_context(job, rendered_by)
     ctx.update(salloc=comment_safe(shell_join(salloc)), base_dir=shlex.quote(base_dir), shards=shards,
-               data_srun=one_task("data", "download", "-n", str(shards)),
-               tokenizer_srun=one_task("tokenizer", "train"))
+               data_srun=one_task(python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
+               tokenizer_srun=one_task(python, "-m", "bench.cli", "tokenizer", "train"),
+               shell_srun=comment_safe(one_task("bash", tty=True)))
     return environment().get_template(INTERACTIVE_TEMPLATE).render(ctx)

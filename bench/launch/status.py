@@ -19,7 +19,7 @@ from bench.launch.submit import read_sweep
 
 # What a run's status becomes when Slurm ended its job and run.json has no final status.
 FROM_SLURM = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom", "DEADLINE": "timeout"}
-RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "cancelled", "oom")
+RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,14 @@ class RunState:
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
     manifest = schema.read_run_json(run_dir)
     status, message = manifest.get("status", "pending"), manifest.get("message") or ""
-    if status in schema.FINAL_STATUSES or job is None:
+    if job is None:
+        return status, message
+    if job.state in ("TIMEOUT", "DEADLINE") and status == "cancelled":
+        # Slurm's time limit sent the SIGTERM the trainer recorded as a cancel: the cause is the limit
+        message = f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}"
+        schema.update_run_json(run_dir, status="timeout", message=message)
+        return "timeout", message
+    if status in schema.FINAL_STATUSES:
         return status, message
     if job.terminal or job.state == "UNKNOWN":  # UNKNOWN: a responsive slurmctld forgot it, so it ended
         status = FROM_SLURM.get(job.state, "failed")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import schema
-from bench.errors import ConfigError
+from bench.errors import ConfigError, SubmitError
 from bench.launch.job import Job, LaunchOptions, Run, build_run, make_job, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
@@ -32,8 +32,8 @@ def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool
     sweep_id = sweep_dir.name
     runs: list[Run] = []
     for point in sweep.points():
-        if not point.batch.possible:
-            note(f"skipping {point.run_id}: {point.batch.reason}")
+        if not point.possible:
+            note(f"skipping {point.run_id}: {point.reason}")
             continue
         runs.append(build_run(sweep, point, sweep_dir / point.run_id, opts, sweep_id))
     if not runs:
@@ -85,13 +85,31 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
         out(f"dry run: {len(jobs)} script(s) rendered under {sweep_dir}, nothing submitted")
         return record
     write_sweep(sweep_dir, record)
+    refused = 0
     for job, entry in zip(jobs, record["jobs"]):
-        entry["job_id"] = backend.submit(job.script)
-        for run in job.runs:
-            schema.update_run_json(run.run_dir, slurm={"job_id": entry["job_id"]})
+        refused += not submit_job(backend, job.script, [run.run_dir for run in job.runs], entry, out)
         write_sweep(sweep_dir, record)
-        out(f"submitted {job.name}: job {entry['job_id']}")
+    if refused:
+        raise SubmitError(f"sbatch refused {refused} of {len(jobs)} job(s) (their runs are marked failed); fix the "
+                          f"cause and submit them with `nanochat-bench status {sweep_dir} --resubmit-failed`")
     return record
+
+
+def submit_job(backend, script: Path, run_dirs: list[Path], entry: dict, out: Callable[[str], None]) -> bool:
+    """sbatch one job and record its id in each run; a refusal marks the runs failed (so `status
+    --resubmit-failed` takes them) instead of leaving them pending for ever. True when submitted."""
+    try:
+        entry["job_id"] = backend.submit(script)
+    except SubmitError as e:
+        entry["job_id"] = None
+        for run_dir in run_dirs:
+            schema.update_run_json(run_dir, status="failed", message=f"not submitted: {e}", finished_at=time.time())
+        out(f"not submitted {entry['name']}: {e}")
+        return False
+    for run_dir in run_dirs:
+        schema.update_run_json(run_dir, slurm={"job_id": entry["job_id"]})
+    out(f"submitted {entry['name']}: job {entry['job_id']}")
+    return True
 
 
 def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], None] = print) -> list[str]:
@@ -118,11 +136,8 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
             planned["launch"] = schema.Launch(kind=previous.launch.kind, script=previous.launch.script,
                                               rendered_at=previous.launch.rendered_at)
             schema.write_manifest(run_dir, schema.RunManifest(**planned, status="pending", attempts=attempts))
-        entry["job_id"] = backend.submit(Path(entry["script"]))
         entry["previous_job_ids"] = entry.get("previous_job_ids", []) + ([old] if old else [])
-        for run_id in entry["runs"]:
-            schema.update_run_json(sweep_dir / run_id, slurm={"job_id": entry["job_id"]})
+        if submit_job(backend, Path(entry["script"]), [sweep_dir / r for r in entry["runs"]], entry, out):
+            new_ids.append(entry["job_id"])
         write_sweep(sweep_dir, record)
-        new_ids.append(entry["job_id"])
-        out(f"resubmitted {entry['name']}: job {entry['job_id']} (was {old})")
     return new_ids

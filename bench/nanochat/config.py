@@ -54,8 +54,9 @@ class TrainConfig:
     core_metric_max_per_task: int = _f(500, "CORE examples per task (accepted for compatibility)")
     sample_every: int = _f(2000, "print greedy samples of a few prompts every this many steps (-1 = off)")
     # output
-    save_every: int = _f(-1, "checkpoint every this many steps (-1 = only the final one)")
-    model_tag: str = _f("", "checkpoint subdirectory (default d<depth>)")
+    save_every: int = _f(-1, "checkpoint every this many steps and at the end (-1 = never: a benchmark saves nothing "
+                             "unless asked)")
+    model_tag: str = _f("", "checkpoint subdirectory (default d<depth>; in a run directory <sweep>/<run>)")
     # nanochat-bench additions
     data_bin_dir: str = _f("", "read pre-tokenized .bin splits from this directory instead of parquet shards")
     force_flash_sdpa: bool = _f(False, "attention only via flash-style kernels (cuDNN, flash, memory-efficient) "
@@ -63,6 +64,8 @@ class TrainConfig:
     sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
                                 "cudnn, math (empty = PyTorch's choice)")
     profile_step: int = _f(-1, "profile this step with torch.profiler into the run directory (-1 = off)")
+    deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
+                              "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
 
     def validate(self) -> None:
         """Refuse settings that cannot work, naming the flag and what is valid."""
@@ -193,3 +196,14 @@ def fit_batch(total_batch_size: int, device_batch_size: int, max_seq_len: int, r
     dbs = max(b for b in range(1, min(device_batch_size, sequences) + 1) if sequences % b == 0)
     note = "" if dbs == device_batch_size else f"device batch lowered from {device_batch_size} to {dbs}"
     return BatchFit(dbs, sequences // dbs, note)
+
+
+def training_horizon(config: TrainConfig, num_params: int, flops_per_token: float) -> tuple[int, str]:
+    """(optimizer steps, how they were chosen): the first enabled of --num_iterations, --target_flops and
+    --target_param_data_ratio, as upstream base_train derives it. The trainer and the planner's time
+    limits both use it, so a job is sized for the run it will really do."""
+    if config.num_iterations > 0:
+        return config.num_iterations, "user-provided number of iterations"
+    if config.target_flops > 0:
+        return round(config.target_flops / (flops_per_token * config.total_batch_size)), "target FLOPs"
+    return config.target_param_data_ratio * num_params // config.total_batch_size, "target data:param ratio"

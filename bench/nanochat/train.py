@@ -20,6 +20,7 @@ import time
 import traceback
 from contextlib import nullcontext
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import torch
 
@@ -31,7 +32,7 @@ from bench.nanochat.attention import (check_forced_attention, force_flash_attent
 from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
 from bench.nanochat.common import get_base_dir, get_dist_info, print0
 from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
-from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
+from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.profile import maybe_profile
@@ -106,7 +107,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     if restrict_sdpa_backends(config.sdpa_backends):
         print0(f"Attention: SDPA kernels restricted to {config.sdpa_backends}")
     orig_model = build_model(model_config, device)
-    checkpoint_dir = get_base_dir() / "base_checkpoints" / (config.model_tag or f"d{config.depth}")
+    checkpoint_dir = get_base_dir() / "base_checkpoints" / (config.model_tag or default_model_tag(config, record))
     resume_step = config.resume_from_step
     resume_meta: dict = {}
     if resume_step >= 0:
@@ -126,15 +127,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
     # ----------------------------------------------------------------------------------------------
     # Horizon: the first enabled of num_iterations, target_flops, target_param_data_ratio
-    if config.num_iterations > 0:
-        num_iterations = config.num_iterations
-        print0(f"Using user-provided number of iterations: {num_iterations:,}")
-    elif config.target_flops > 0:
-        num_iterations = round(config.target_flops / (num_flops_per_token * config.total_batch_size))
-        print0(f"Calculated number of iterations from target FLOPs: {num_iterations:,}")
-    else:
-        num_iterations = config.target_param_data_ratio * num_params // config.total_batch_size
-        print0(f"Calculated number of iterations from target data:param ratio: {num_iterations:,}")
+    num_iterations, how = training_horizon(config, num_params, num_flops_per_token)
+    print0(f"Number of iterations ({how}): {num_iterations:,}")
     total_tokens = config.total_batch_size * num_iterations
     print0(f"Total number of training tokens: {total_tokens:,}")
     print0(f"Tokens : Params ratio: {total_tokens / num_params:.2f}")
@@ -187,11 +181,28 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     mfu = None
     step = max(0, resume_step)
     first_step_done = False
+    dt = 0.0  # the last step's time, for the deadline
+
+    def out_of_time() -> bool:
+        """Whether the next step would end after --deadline; every rank gets the same answer (one tiny
+        all-reduce a step, only with a deadline), so no rank steps into a collective the others left."""
+        if config.deadline <= 0 or dt == 0.0:
+            return False
+        late = torch.tensor([float(time.time() + 1.5 * dt > config.deadline)], device=device)
+        if ddp:
+            torch.distributed.all_reduce(late, op=torch.distributed.ReduceOp.MAX)
+        return bool(late.item())
+
+    stopped_early = False
     while True:
-        last_step = step == num_iterations
+        stopped_early = step < num_iterations and out_of_time()
+        last_step = step == num_iterations or stopped_early
 
         # validation bpb (-1 disables it, final evaluation included)
-        if config.eval_every > 0 and token_bytes is not None and (last_step or step % config.eval_every == 0):
+        if config.eval_every > 0 and token_bytes is not None and not stopped_early and \
+                (last_step or step % config.eval_every == 0):
+            print0(f"Validation: {max(1, config.eval_tokens // world_tokens_per_fwdbwd)} pass(es) over "
+                   f"{config.eval_tokens:,} tokens")
             model.eval()
             eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
             with autocast_ctx:
@@ -202,7 +213,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             model.train()
 
         # greedy samples from a few fixed prompts (rank 0, uncompiled model)
-        if master_process and tokenizer is not None and config.sample_every > 0 and (last_step or (step > 0 and step % config.sample_every == 0)):
+        if master_process and tokenizer is not None and config.sample_every > 0 and not stopped_early and \
+                (last_step or (step > 0 and step % config.sample_every == 0)):
             orig_model.eval()
             for prompt in SAMPLE_PROMPTS:
                 tokens = tokenizer.encode(prompt, prepend=tokenizer.get_bos_token_id())
@@ -211,9 +223,10 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                 print0(prompt + tokenizer.decode(sample))
             orig_model.train()
 
-        # checkpoint: at the end, and every save_every steps when asked (never the step resumed from)
-        periodic = step > 0 and config.save_every > 0 and step % config.save_every == 0
-        if (last_step or periodic) and step != resume_step:
+        # checkpoint: every save_every steps and at the end when asked, and always when stopped by the deadline
+        # (never the step resumed from)
+        asked = config.save_every > 0 and step > 0 and (last_step or step % config.save_every == 0)
+        if (asked or stopped_early) and step != resume_step:
             meta = {"step": step, "val_bpb": val_bpb, "model_config": asdict(model_config),
                     "user_config": asdict(config), "device_batch_size": B, "max_seq_len": T,
                     "world_size": ddp_world_size, "dataloader_state_dict": dict(train_state),
@@ -278,8 +291,25 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     print0(f"Minimum validation bpb: {min_val_bpb:.4f}")
     min_val = min_val_bpb if math.isfinite(min_val_bpb) else None
     record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time, min_val_bpb=min_val)
-    return {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
-            "final_val_bpb": val_bpb, "final_mfu": mfu}
+    summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
+               "final_val_bpb": val_bpb, "final_mfu": mfu}
+    if stopped_early:
+        message = (f"stopped at step {step} of {num_iterations} to end before the time limit (--deadline); "
+                   f"checkpoint of step {step} in {checkpoint_dir}: continue with --resume_from_step={step}"
+                   + (f" --model_tag={checkpoint_dir.relative_to(get_base_dir() / 'base_checkpoints')}"
+                      if not config.model_tag else ""))
+        print0(message)
+        return summary, "timeout", message
+    return summary, "ok", None
+
+
+def default_model_tag(config: TrainConfig, record: RunRecord) -> str:
+    """Where checkpoints go without --model_tag: nanochat's d<depth>, or the run's own <sweep>/<run> when it
+    has a run directory, so runs of a sweep never overwrite each other's checkpoints."""
+    if record.run_dir:
+        run_dir = Path(record.run_dir).resolve()
+        return f"{run_dir.parent.name}/{run_dir.name}"
+    return f"d{config.depth}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = parse_args(sys.argv[1:] if argv is None else argv)
-        summary = train(config, record)
+        summary, status, message = train(config, record)
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status, then the process ends
         if isinstance(e, SystemExit) and config is None and not e.code:
             return 0  # --help
@@ -310,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # no destroy_process_group: peers may sit in a collective that never completes
-    record.finish("ok", None, result=summary)
+    record.finish(status, message, result=summary)
     compute_cleanup()
     return 0
 

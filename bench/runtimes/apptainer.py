@@ -1,10 +1,19 @@
-"""apptainer: `srun apptainer exec [--nv] --bind SRC:DST … IMAGE.sif CMD`.
+"""apptainer: `srun apptainer exec --cleanenv --env-file RUN_DIR/apptainer.env [--nv] --bind SRC:DST … IMAGE CMD`.
 
-The host environment passes into the container by default, so the exported benchmark variables
-need no flags. `--nv` binds the host's NVIDIA driver libraries when the run uses GPUs.
+Apptainer passes the host environment in by default, and the image's own variables win over it
+(apptainer-userdocs, "Environment and metadata"); so `--cleanenv` starts from the image's, and every
+variable of the run is set from an env file of literal values written into the run directory, which
+beats the image's value. (A file, not `--env`: that flag splits its argument at commas, and values such
+as NCCL_DEBUG_SUBSYS=INIT,NET hold them.) `--nv` binds the host's NVIDIA driver libraries for GPU runs.
 """
 
+import shlex
+from pathlib import Path
+
 from bench.runtimes.base import Runtime, check_image_file
+from bench.schema import write_text_atomic
+
+ENV_FILE = "apptainer.env"
 
 REF_SCHEMES = ("docker://", "oras://", "library://", "docker-daemon:", "oci-archive:", "docker-archive:")
 
@@ -21,7 +30,7 @@ class Apptainer(Runtime):
         return check_image_file(self.name, image, (".sif",), must_exist, allow_dir=True)
 
     def wrap(self, spec):
-        argv = [self.program, "exec"]
+        argv = [self.program, "exec", "--cleanenv", f"--env-file={self.env_file(spec)}"]
         if spec.gpus:
             argv.append("--nv")
         for m in spec.mounts:
@@ -29,6 +38,14 @@ class Apptainer(Runtime):
         if spec.workdir:
             argv.append(f"--pwd={spec.workdir}")
         return [*argv, spec.image, *spec.command]
+
+    def env_file(self, spec) -> Path:
+        return Path(spec.run_dir).absolute() / ENV_FILE
+
+    def write_files(self, spec):
+        lines = [f"{name}={shlex.quote(value)}" for name, value in sorted(spec.env.items())]
+        write_text_atomic(self.env_file(spec), "\n".join(lines) + "\n")
+        return [self.env_file(spec)]
 
     def version_command(self):
         return [self.program, "--version"]

@@ -78,6 +78,7 @@ class LaunchSpec:
     workdir: str | None = None
     run_dir: str = "."
     gpus: bool = False
+    ofi_hook: str = "default"  # CE's aws_ofi_nccl hook: the site's default, "on" or "off" (bench/launch/job.py)
 
 
 # Characters that separate fields in the mount syntax of one runtime or another (SRC:DST, a,b lists).
@@ -91,6 +92,8 @@ class Runtime(ABC):
     default_image: ClassVar[str | None] = None  # documented per runtime; ${VAR} expanded at submit time
     python: ClassVar[str | None] = "python"  # the interpreter inside the container (None: the host's)
     mount_forbidden: ClassVar[str] = ":"  # characters a mount path may not hold for this runtime
+    ofi_hook: ClassVar[bool] = False  # whether --ofi-hook means anything here (CE's hooks)
+    tty_flags: ClassVar[tuple[str, ...]] = ()  # what the wrapper needs for an interactive shell (after its subcommand)
 
     # -- inputs ----------------------------------------------------------------------------------
     def resolve_image(self, image: str | None, *, must_exist: bool = True) -> str | None:
@@ -143,6 +146,13 @@ class Runtime(ABC):
     def wrap(self, spec: LaunchSpec) -> list[Token]:
         """The command srun starts on each node: the inner command, wrapped by the runtime's launcher."""
         return list(spec.command)
+
+    def shell_wrap(self, spec: LaunchSpec) -> list[Token]:
+        """wrap() for an interactive command (a shell): the runtime's tty flags after its subcommand."""
+        wrapped = self.wrap(spec)
+        if not self.tty_flags:
+            return wrapped
+        return [*wrapped[:2], *self.tty_flags, *wrapped[2:]]
 
     def version_command(self) -> list[str] | None:
         """A command printing the runtime's version, recorded with each run (None: nothing to ask)."""

@@ -30,29 +30,19 @@ WORKDIR = "/workspace/nanochat-bench"
 # $HOME is deliberately not mounted: stale per-user caches (~/.triton, ~/.cache) break runs (CSCS advice).
 DEFAULT_MOUNTS = ("${SCRATCH}:${SCRATCH}",)
 
-# NCCL and libfabric settings for Slingshot-11 (CSCS "NCCL environment variables"). The aws_ofi_nccl
-# hook sets its own values too, but those drift between CE releases (NCCL_CROSS_NIC went from 1 to 0 in
-# CE v26.06.1), so the EDF pins them and provenance records what was in effect.
-SLINGSHOT_ENV: dict[str, str] = {
-    "NCCL_NET": "AWS Libfabric",  # fail loudly instead of falling back to TCP sockets
-    "NCCL_NET_GDR_LEVEL": "PHB",
-    "NCCL_CROSS_NIC": "1",
-    "NCCL_PROTO": "^LL128",  # LL128 (default since NCCL 2.27) is slower on Slingshot
-    "FI_CXI_DEFAULT_CQ_SIZE": "131072",
-    "FI_CXI_DEFAULT_TX_SIZE": "16384",
-    "FI_CXI_DISABLE_HOST_REGISTER": "1",
-    "FI_CXI_RX_MATCH_MODE": "software",
-    "FI_MR_CACHE_MONITOR": "userfaultfd",
-    "MPICH_GPU_SUPPORT_ENABLED": "0",  # GPU-aware MPI next to NCCL can deadlock
-}
+# NCCL and libfabric variables are not pinned: CE's aws_ofi_nccl hook sets its own, and they drift between
+# CE releases (NCCL_CROSS_NIC went from 1 to 0 in CE v26.06.1); every run records the values in effect
+# (run.json network_env). A site that wants them fixed passes them with `submit --env NAME=VALUE`.
 
 # What CSCS's PyTorch page sets besides the network, plus the debug level whose INIT/NET lines prove
-# the fast path ("Using network AWS Libfabric", "NET/OFI Selected provider is cxi").
+# the path NCCL took ("Using network AWS Libfabric", "NET/OFI Selected provider is cxi"). Every GPU run
+# gets these, whatever its runtime (bench/launch/job.py).
 TORCH_ENV: dict[str, str] = {
     "NCCL_DEBUG": "INFO",
     "NCCL_DEBUG_SUBSYS": "INIT,NET",
     "CUDA_CACHE_DISABLE": "1",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # a failed collective tears the process down at once
+    "MPICH_GPU_SUPPORT_ENABLED": "0",  # GPU-aware MPI next to NCCL can deadlock
 }
 
 # The benchmark's own variables (README, "Contracts"); ${SCRATCH} expands on the host.
@@ -61,7 +51,7 @@ BENCH_ENV: dict[str, str] = {
     "NANOCHAT_VAL_FILES_K": "1",
 }
 
-DEFAULT_ENV: dict[str, str] = {**BENCH_ENV, **TORCH_ENV, **SLINGSHOT_ENV}
+DEFAULT_ENV: dict[str, str] = {**BENCH_ENV, **TORCH_ENV}
 
 # aws_ofi_nccl hook variants: cuda12/cuda13 are linked statically and must match the image's CUDA
 # major version; cuda-dl links CUDA dynamically and is CSCS's general recommendation.
@@ -78,6 +68,17 @@ def ofi_nccl_annotations(variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, s
 
 
 DEFAULT_ANNOTATIONS: dict[str, str] = ofi_nccl_annotations()
+
+
+def ofi_hook_annotations(hook: str, variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, str]:
+    """A run's hook annotations for `--ofi-hook`: none (CE's own default), enabled with a variant, or off."""
+    if hook == "default":
+        return {}
+    if hook == "on":
+        return ofi_nccl_annotations(variant)
+    if hook == "off":
+        return {"com.hooks.aws_ofi_nccl.enabled": "false"}
+    raise RuntimeConfigError(f"--ofi-hook {hook!r}: valid values are default, on, off")
 
 # ---------------------------------------------------------------------------------------------------
 # TOML text

@@ -1,7 +1,8 @@
 """sarus: CSCS's classic `srun sarus run …`, and Sarus Suite's `srun --edf=<EDF>`.
 
-Classic Sarus passes the host environment into the container and selects GPUs from the host's
-CUDA_VISIBLE_DEVICES through its NVIDIA hook, so only mounts and the workdir are flags. Sarus Suite
+Classic Sarus passes the host environment into the container, where the image's own variables win
+(CSCS's Sarus user guide), and selects GPUs from the host's CUDA_VISIBLE_DEVICES through its NVIDIA hook;
+so every variable of the run is given as a literal `-e NAME=VALUE`, besides mounts and the workdir. Sarus Suite
 (Podman-based, early access on Alps) reads the same EDF files as CE, through `--edf=`, and takes
 registry references only (no .sqsh paths).
 """
@@ -14,9 +15,10 @@ class Sarus(Runtime):
     name = "sarus"
     default_image = "load/library/nanochat-bench:latest"  # the name `sarus load` gives
     mount_forbidden = ":,"  # --mount=type=bind,source=…,destination=…
+    tty_flags = ("-t",)
 
     def wrap(self, spec):
-        argv = ["sarus", "run"]
+        argv = ["sarus", "run", *(t for name, value in sorted(spec.env.items()) for t in ("-e", f"{name}={value}"))]
         for m in spec.mounts:
             argv.append(f"--mount=type=bind,source={m.src},destination={m.target}"
                         + (",readonly" if m.readonly else ""))

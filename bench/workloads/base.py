@@ -17,10 +17,10 @@ class Workload:
         """Variables the local command needs besides the run contract's (set when not already set)."""
         return {}
 
-    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list[str],
-                       containerised: bool) -> tuple:
+    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
+                       containerised: bool, numa_binding: str | None = None) -> tuple:
         """The command each node of a Slurm job runs (bench/launch/job.py), as tokens (str or
-        bench.runtimes.Var)."""
+        bench.runtimes.Var); `numa_binding` when its GPU workers are to be bound to their NUMA node."""
         raise NotImplementedError
 
     def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:

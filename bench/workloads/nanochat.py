@@ -22,11 +22,11 @@ class Nanochat(Workload):
 
         return list(torchrun_command(python or sys.executable, nproc, argv))
 
-    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list[str],
-                       containerised: bool) -> tuple:
+    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
+                       containerised: bool, numa_binding: str | None = None) -> tuple:
         from bench.launch.torchrun import torchrun_command
 
-        return torchrun_command(python, nproc_per_node, argv, nnodes=nodes)
+        return torchrun_command(python, nproc_per_node, argv, nnodes=nodes, numa_binding=numa_binding)
 
     def manifest_config(self, argv: list[str]) -> dict:
         from bench.nanochat.config import parse_args

@@ -4,17 +4,21 @@
 #
 #   1. allocate nodes (the shell salloc opens runs on the login node unless the site says otherwise;
 #      only srun lands on the compute nodes):
-#        salloc --account=a-bench --exclusive --gpus-per-node=4 --nodes=2 --ntasks-per-node=1 --partition=normal --time=00:30:00
-#   2. in that shell, paste the blocks below one by one, or run them all:  bash interactive.sh
+#        salloc --account=a-bench --exclusive --gpus-per-node=4 --nodes=2 --ntasks-per-node=1 --partition=normal --time=00:31:00
+#   2. in that shell, paste the blocks below one at a time: nothing here exits your shell, and a step
+#      that fails only prints its error. Or run them all, stopping at the first error:  bash interactive.sh
 #      Data and tokenizer live in NANOCHAT_BASE_DIR and are made once; later runs reuse them.
-set -euo pipefail
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only when run as a script
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 
-# -- data: 8 FineWeb-Edu shards (offline alternative: data generate --shards N --docs-per-shard M)
+# -- data: 8 FineWeb-Edu shards, what the plan needs (offline: data generate --shards N --docs-per-shard M)
 srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli data download -n 8
 
 # -- tokenizer: byte-level BPE trained on the shards
 srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli tokenizer train
+
+# -- a shell inside the ce container on one node, to look around (exit to come back):
+#   srun --nodes=1 --ntasks=1 --pty --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml bash
 
 # -- train: the same block the batch script runs
 # -- rendezvous: torchrun's c10d store listens on the first node, reached by its address ---------------
@@ -26,6 +30,7 @@ rdzv_addr=${rdzv_addr:-$first_node}
 # CPUs of a node for the one task there (torchrun and its workers): batch jobs and steps set
 # SLURM_CPUS_ON_NODE, an salloc shell only SLURM_JOB_CPUS_PER_NODE (e.g. "72(x2)")
 cpus_per_node=${SLURM_CPUS_ON_NODE:-${SLURM_JOB_CPUS_PER_NODE%%[(,]*}}
+ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run
 #    contract (/scratch/nb/sweeps/golden/.lib/schema.py, standard library only), outside any container
@@ -35,22 +40,28 @@ runjson() { "$bench_python" /scratch/nb/sweeps/golden/.lib/jobrecord.py "$@"; }
 job_rc=0
 
 
-# == run n2-ce-r1: ce on 2 node(s) x 4 rank(s) ==========
+# == run n2-ce-r1: ce on 2 node(s) x 4 rank(s), 30 min ==========
 run_dir=/scratch/nb/sweeps/golden/n2-ce-r1
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-ce-r1
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=ce
 export NANOCHAT_BENCH_IMAGE=/scratch/nb/images/nanochat-bench+latest.sqsh
-rdzv_endpoint="${rdzv_addr}:$(( 20000 + SLURM_JOB_ID % 1000 * 10 + 0 ))"
+export NCCL_DEBUG=INFO
+export NCCL_DEBUG_SUBSYS=INIT,NET
+export CUDA_CACHE_DISABLE=1
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export MPICH_GPU_SUPPORT_ENABLED=0
+export NANOCHAT_VAL_FILES_K=1
+rdzv_endpoint="${rdzv_addr}:$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))"
 runtime_version=""
-runjson start "$run_dir" "$runtime_version"
-NANOCHAT_BENCH_T0=$(date +%s.%N)  # launch time: the trainer's start event minus this is the start-up cost
-export NANOCHAT_BENCH_T0
+# the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
+run_deadline=$(( $(date +%s) + 1620 ))
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 rc=0
-srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml \
-    python -m torch.distributed.run --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 \
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml \
+    python -m torch.distributed.run --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 
-exit "$job_rc"
+echo "training ended with status $job_rc; run.json in each run directory says how"

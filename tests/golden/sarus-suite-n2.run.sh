@@ -1,16 +1,22 @@
-# == run n2-sarus-suite-r1: sarus-suite on 2 node(s) x 4 rank(s) ==========
+# == run n2-sarus-suite-r1: sarus-suite on 2 node(s) x 4 rank(s), 30 min ==========
 run_dir=/scratch/nb/sweeps/golden/n2-sarus-suite-r1
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-sarus-suite-r1
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=sarus-suite
 export NANOCHAT_BENCH_IMAGE=localhost/nanochat-bench:latest
-rdzv_endpoint="${rdzv_addr}:$(( 20000 + SLURM_JOB_ID % 1000 * 10 + 0 ))"
+export NCCL_DEBUG=INFO
+export NCCL_DEBUG_SUBSYS=INIT,NET
+export CUDA_CACHE_DISABLE=1
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export MPICH_GPU_SUPPORT_ENABLED=0
+export NANOCHAT_VAL_FILES_K=1
+rdzv_endpoint="${rdzv_addr}:$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))"
 runtime_version=""
-runjson start "$run_dir" "$runtime_version"
-NANOCHAT_BENCH_T0=$(date +%s.%N)  # launch time: the trainer's start event minus this is the start-up cost
-export NANOCHAT_BENCH_T0
+# the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
+run_deadline=$(( $(date +%s) + 1620 ))
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 rc=0
-srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --cpus-per-task="${cpus_per_node}" --edf=/scratch/nb/sweeps/golden/n2-sarus-suite-r1/environment.toml \
-    python -m torch.distributed.run --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 \
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" --edf=/scratch/nb/sweeps/golden/n2-sarus-suite-r1/environment.toml \
+    python -m torch.distributed.run --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 runjson finish "$run_dir" "$rc"

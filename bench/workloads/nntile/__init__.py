@@ -89,8 +89,8 @@ class NNTile(Workload):
         parse_args(argv)
         return argv
 
-    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list[str],
-                       containerised: bool) -> tuple:
+    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
+                       containerised: bool, numa_binding: str | None = None) -> tuple:  # StarPU places its workers
         if nodes != 1:
             raise ConfigError(f"--nodes {nodes}: torch-nntile 0.1.0 runs on one node (no StarPU-MPI); use --nodes 1")
         # in an image nanochat-bench is installed in the NNTile Python; on the host the runner is run by path

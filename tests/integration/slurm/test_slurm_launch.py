@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SEQ, DBS = 64, 2
 TINY = ["--gpus-per-node=2", "--depth=2", f"--max_seq_len={SEQ}", f"--device_batch_size={DBS}",
         f"--total_batch_size={DBS * SEQ * 4}", "--num_iterations=6", "--eval_every=3",
-        f"--eval_tokens={DBS * SEQ * 4 * 2}", "--device_type=cpu"]
+        f"--eval_tokens={DBS * SEQ * 4 * 2}", "--device_type=cpu", "--scaling=strong"]
 
 
 def wait_job(cluster, job_id: str, timeout: float = 120) -> str:

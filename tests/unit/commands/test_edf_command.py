@@ -41,7 +41,7 @@ def test_flags_reach_the_file(tmp_path):
     doc = tomllib.loads(out.read_text())
     assert doc["mounts"] == ["/a:/b:ro"] and "workdir" not in doc and doc["writable"] is False
     assert doc["env"]["NCCL_DEBUG"] == "WARN" and doc["env"]["EXTRA"] == "a=b"
-    assert doc["env"]["NCCL_NET"] == "AWS Libfabric"
+    assert doc["env"]["MPICH_GPU_SUPPORT_ENABLED"] == "0" and "NCCL_NET" not in doc["env"]  # the hook's, not pinned
     assert doc["annotations"]["com"]["hooks"]["aws_ofi_nccl"]["variant"] == "cuda13"
     assert doc["annotations"]["com"]["hooks"]["cxi"]["enabled"] == "true"
     assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temp file

@@ -13,7 +13,7 @@ import pytest
 from bench import cli
 
 TINY = ["--gpus-per-node=2", "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--total_batch_size=512",
-        "--num_iterations=6", "--device_type=cpu"]
+        "--num_iterations=6", "--device_type=cpu", "--scaling=strong"]
 
 
 def run_cli(argv, capsys):
@@ -27,7 +27,36 @@ def test_plan_prints_the_table(capsys):
                             "--repeats", "3"], capsys)
     assert code == 0
     assert out.splitlines()[0].split()[:4] == ["nodes", "runtime", "repeats", "ranks"]
-    assert "36 jobs" in out
+    assert "36 runs" in out and "scaling=weak" in out
+
+
+def test_plan_chooses_validation_files_and_says_what_to_download(capsys):
+    """~52 row groups per FineWeb-Edu shard: 64 ranks need K=2 validation files, 128 need K=3."""
+    code, out, _ = run_cli(["plan", "--nodes", "16,32", "--gpus-per-node", "4", "--row-groups", "52",
+                            "--shards", "250"], capsys)
+    assert code == 0
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.split()[:1] in (["16"], ["32"])}
+    head = out.splitlines()[0].split()
+    assert rows["16"][head.index("val_K")] == "2" and rows["32"][head.index("val_K")] == "3"
+    assert "download 39 shard(s)" in out  # 200 steps x 8.4M tokens at 128 ranks: 36 shards (+10%), + K = 3
+
+
+def test_the_recipes_horizon_gets_hours_not_half_an_hour(capsys):
+    code, out, _ = run_cli(["plan", "--nodes", "1", "--gpus-per-node", "4", "--num_iterations", "-1",
+                            "--scaling", "strong"], capsys)
+    assert code == 0
+    row = out.splitlines()[1].split()
+    head = out.splitlines()[0].split()
+    assert row[head.index("steps")] == "21400"  # 20 tokens per parameter at d20, as the trainer derives it
+    hours, minutes, _ = map(int, row[head.index("time")].split(":"))
+    assert hours >= 5  # 11.2e9 tokens x 3.49e9 FLOPs at 4 x 989 TFLOP/s x 35.6% MFU: 7.7 h, with margin
+
+
+def test_a_point_no_validation_split_can_serve_is_refused(capsys, tmp_path):
+    code, out, err = run_cli(["submit", "--nodes", "64", "--gpus-per-node", "4", "--row-groups", "2", "--shards", "4",
+                              "--dry-run", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "no point of this sweep is possible" in err
+    assert "skipping n64-bare-r1: no validation split serves 256 ranks" in out
 
 
 @pytest.mark.parametrize("argv,message", [

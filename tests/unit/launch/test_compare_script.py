@@ -33,7 +33,7 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
-    sweep = Sweep([2], 2, ["bare", "podman", "apptainer"], repeats=1, train={"device_type": "cpu"})
+    sweep = Sweep([2], 2, ["bare", "podman", "apptainer"], repeats=2, train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3",
                          images={"apptainer": "/img/nb.sif"}, check_images=False)
     [job] = build_jobs(sweep, opts, tmp_path / "sweep", compare=True, note=lambda _: None)
@@ -43,11 +43,13 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True)
     assert r.returncode == 255, r.stderr  # the apptainer run failed; the job says so
 
-    calls = [(tmp_path / f"srun.{i}").read_text().split("\0")[:-1] for i in (1, 2, 3)]
-    assert [c[4] for c in calls] == ["/usr/bin/python3", "podman", "apptainer"]  # in the order asked
+    calls = [(tmp_path / f"srun.{i}").read_text().split("\0")[:-1] for i in range(1, 7)]
+    # runtimes alternate within each repeat (A B C A B C), so slow drift hits each of them alike
+    assert [c[7] for c in calls] == ["/usr/bin/python3", "podman", "apptainer"] * 2
+    assert all("--time=30" in c for c in calls)  # each run has its own limit
     ports = [next(a for a in c if a.startswith("--rdzv_endpoint=")) for c in calls]
-    assert ports == [f"--rdzv_endpoint=10.0.0.1:{20000 + 770 + k}" for k in range(3)]
-    for run_id, status in (("n2-bare-r1", "failed"), ("n2-podman-r1", "failed"), ("n2-apptainer-r1", "failed")):
+    assert ports == [f"--rdzv_endpoint=10.0.0.1:{20000 + 7700 + k}" for k in range(6)]  # none repeats
+    for run_id, status in (("n2-bare-r1", "failed"), ("n2-podman-r2", "failed"), ("n2-apptainer-r1", "failed")):
         manifest = json.loads((tmp_path / "sweep" / run_id / "run.json").read_text())
         assert manifest["status"] == status and manifest["slurm"]["job_id"] == "77"
         assert manifest["launch"]["t0"] > 0 and manifest["launch"]["kind"] == "slurm"

@@ -18,7 +18,7 @@ import pytest
 
 import bench.runtimes as runtimes
 from bench.launch.job import LaunchOptions, build_run, make_job
-from bench.launch.plan import Sweep
+from bench.launch.plan import DataShape, Sweep
 from bench.launch.render import render_interactive, render_sbatch
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"
@@ -34,7 +34,8 @@ OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/v
 def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bool = False):
     train = {"device_type": "cpu", "depth": 2, "max_seq_len": 64, "device_batch_size": 2,
              "total_batch_size": 512} if cpu else {}
-    sweep = Sweep([nodes], 2 if cpu else 4, runtime_names, train=train)
+    sweep = Sweep([nodes], 2 if cpu else 4, runtime_names, train=train, scaling="strong" if cpu else "weak",
+                  data=DataShape.from_counts(52, 250))
     runs = [build_run(sweep, p, SWEEP_DIR / p.run_id, OPTS, SWEEP_DIR.name) for p in sweep.points()]
     job_dir = SWEEP_DIR / "jobs" / f"compare-n{nodes}" if compare else runs[0].run_dir
     return make_job(f"golden-{'compare' if compare else runs[0].run_id}", job_dir, sweep, runs, OPTS,

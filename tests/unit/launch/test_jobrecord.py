@@ -44,14 +44,15 @@ def test_start_then_finish_without_trainer_marks_failed_with_log_tail(python, li
             SLURM_JOB_NODELIST="n[1-2]")
     assert r.returncode == 0, r.stderr
     (run_dir / "train.log").write_text("pyxis: importing\nslurmstepd: error: pyxis: failed to import image\n\n")
-    r = run(python, lib, ["finish", str(run_dir), "1"], tmp_path, NANOCHAT_BENCH_T0="12.5")
+    r = run(python, lib, ["finish", str(run_dir), "1"], tmp_path)
     assert r.returncode == 0, r.stderr
     data = schema.load_manifest(run_dir)  # what the host's python wrote follows the contract
     assert data.status == "failed"
     assert data.message == "the trainer never started (srun exit code 1): slurmstepd: error: pyxis: failed to import image"
     assert (data.slurm.job_id, data.slurm.nodelist) == ("7", "n[1-2]")
     assert data.launch.runtime_version == "enroot 3.5" and data.launch.kind == "slurm"
-    assert data.launch.exit_code == 1 and data.launch.t0 == 12.5
+    assert data.launch.exit_code == 1 and data.launch.t0 == data.launch.started_at  # T0: just before srun
+    assert data.launch.t0 <= data.launch.finished_at
 
 
 def test_finish_keeps_the_trainers_final_status(tmp_path):
@@ -67,6 +68,16 @@ def test_finish_after_a_crash_mid_run(tmp_path):
     data = schema.read_run_json(tmp_path)
     assert data["status"] == "failed"
     assert "ended without recording a final status (srun exit code 137)" in data["message"]
+
+
+def test_a_step_killed_at_its_time_limit_is_a_timeout_not_a_cancel(tmp_path):
+    schema.update_run_json(tmp_path, status="cancelled", message="rank 0: received signal 15")
+    (tmp_path / "train.log").write_text("0: step 00007/00100 ...\n"
+                                        "slurmstepd: error: *** STEP 42.0 ON n1 CANCELLED AT 2026-12-01T10:00:00 "
+                                        "DUE TO TIME LIMIT ***\n0: [rank 0] received signal 15: cancelling\n")
+    jobrecord.finish(str(tmp_path), "143")
+    data = schema.read_run_json(tmp_path)
+    assert data["status"] == "timeout" and "DUE TO TIME LIMIT" in data["message"]
 
 
 def test_usage_on_bad_arguments(lib, tmp_path):

@@ -7,7 +7,7 @@ bad input refused with the flag and the valid form.
 import pytest
 
 from bench.errors import ConfigError, RuntimeConfigError
-from bench.launch.plan import Sweep, format_table, parse_nodes, parse_train_args
+from bench.launch.plan import Sweep, format_table, parse_minutes, parse_nodes, parse_train_args
 
 
 @pytest.mark.parametrize("text", ["", "0", "1,0", "-1", "1.5", "a", "1,,2", "2,2", "1, x"])
@@ -49,9 +49,34 @@ def test_trainer_flags_checked_by_the_trainer_parser():
 
 
 def test_train_argv_has_nanochat_names_and_disables_core_and_samples():
-    s = Sweep([1], 4, ["bare"], train={"depth": 12, "eval_every": None})
-    assert s.train_argv(8) == ["--core_metric_every=-1", "--depth=12", "--device_batch_size=8",
-                               "--num_iterations=200", "--sample_every=-1"]
+    s = Sweep([1], 4, ["bare"], train={"depth": 12, "eval_every": None, "device_batch_size": 8})
+    assert s.points()[0].train_argv == ("--core_metric_every=-1", "--depth=12", "--device_batch_size=8",
+                                        "--num_iterations=200", "--sample_every=-1", "--total_batch_size=65536")
+
+
+def test_weak_scaling_keeps_each_ranks_work_and_strong_the_total():
+    weak = Sweep([1, 2, 4], 4, ["bare"], train={"device_batch_size": 16})
+    assert [(p.device_batch_size, p.grad_accum, p.total_batch_size) for p in weak.points()] == \
+        [(16, 1, 16 * 2048 * 4), (16, 1, 16 * 2048 * 8), (16, 1, 16 * 2048 * 16)]
+    strong = Sweep([1, 2, 4], 4, ["bare"], scaling="strong")
+    assert [(p.device_batch_size, p.grad_accum, p.total_batch_size) for p in strong.points()] == \
+        [(32, 2, 524288), (32, 1, 524288), (16, 1, 524288)]
+    with pytest.raises(ConfigError, match="--total_batch_size is what weak scaling grows"):
+        Sweep([1], 4, ["bare"], train={"total_batch_size": 524288})
+    with pytest.raises(ConfigError, match="--scaling 'both'"):
+        Sweep([1], 4, ["bare"], scaling="both")
+
+
+@pytest.mark.parametrize("text,minutes", [("90", 90), ("01:30:00", 90), ("1-00:00:00", 1440), ("00:00:30", 1),
+                                          ("2-12", 3600), ("5:30", 6), ("1-02:03", 1563)])
+def test_time_limits_in_slurms_forms(text, minutes):
+    assert parse_minutes(text) == minutes
+    assert Sweep([1], 2, ["bare"], train={"device_type": "cpu"}, time=text).points()[0].time_minutes == minutes
+
+
+def test_time_limit_covers_the_estimate_with_margin():
+    p = Sweep([1], 4, ["bare"], train={"num_iterations": 2000}).points()[0]
+    assert p.time_minutes >= p.est_hours * 60 * 1.25 and p.time_minutes % 5 == 0
 
 
 def test_train_arg_pairs():
@@ -61,17 +86,18 @@ def test_train_arg_pairs():
 
 
 def test_table_shows_batches_impossible_points_and_node_hours():
-    text = format_table(Sweep.from_strings("1,2,3,8", 4, "bare,ce,pyxis", repeats=3))
+    text = format_table(Sweep.from_strings("1,2,3,8", 4, "bare,ce,pyxis", repeats=3, scaling="strong"))
     lines = text.splitlines()
-    assert lines[0].split() == ["nodes", "runtime", "repeats", "ranks", "device_bs", "grad_accum", "est_node_h", "note"]
+    assert lines[0].split() == ["nodes", "runtime", "repeats", "ranks", "device_bs", "grad_accum", "total_batch",
+                                "steps", "val_K", "time", "est_node_h", "note"]
     row8 = next(ln for ln in lines if ln.startswith("8 ") and "bare" in ln).split()
-    assert row8[:6] == ["8", "bare", "3", "32", "8", "1"]
+    assert row8[:8] == ["8", "bare", "3", "32", "8", "1", "524,288", "200"]
     assert "impossible: total_batch_size 524,288 is not a multiple" in text
-    assert "27 jobs" in text and "node-hours estimated" in text
+    assert "27 runs" in text and "node-hours estimated" in text
 
 
 def test_node_hours_grow_with_nodes_and_are_unknown_on_cpu():
-    s = Sweep([1, 2], 4, ["bare"])
+    s = Sweep([1, 2], 4, ["bare"], scaling="strong")
     one, two = (p.node_hours for p in s.points())
     assert 0 < one < two < 2 * one  # compute is shared, the start-up allowance is paid on every node
     cpu = Sweep([1], 2, ["bare"], train={"device_type": "cpu"})

@@ -13,7 +13,7 @@ import bench.runtimes as runtimes
 from bench.runtimes import LaunchSpec, Mount, Var
 
 CMD = ("python", "-m", "bench.nanochat.train", Var("SLURM_JOB_ID", "--rdzv_id="))
-ENV = {"NANOCHAT_BENCH_RUN_DIR": "/s/run", "NANOCHAT_BASE_DIR": "/s/base"}
+ENV = {"NANOCHAT_BENCH_RUN_DIR": "/s/run", "NANOCHAT_BASE_DIR": "/s/base", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 def spec(run_dir, gpus=True, **kw):
@@ -36,14 +36,21 @@ def test_pyxis_options(tmp_path):
     opts, argv = launch("pyxis", spec(tmp_path))
     assert opts == ["--container-image=/img/nb.sqsh", "--container-mounts=/s:/s,/data:/d:ro",
                     "--container-workdir=/workspace/nanochat-bench",
-                    "--container-env=NANOCHAT_BASE_DIR,NANOCHAT_BENCH_RUN_DIR", "--no-container-mount-home"]
+                    "--container-env=NANOCHAT_BASE_DIR,NANOCHAT_BENCH_RUN_DIR,NCCL_DEBUG_SUBSYS",
+                    "--no-container-mount-home"]
     assert argv == list(CMD)
 
 
 def test_apptainer_exec_with_nv_only_on_gpus(tmp_path):
-    _, argv = launch("apptainer", spec(tmp_path, image="/img/nb.sif"))
-    assert argv == ["apptainer", "exec", "--nv", "--bind=/s:/s", "--bind=/data:/d:ro",
-                    "--pwd=/workspace/nanochat-bench", "/img/nb.sif", *CMD]
+    s = spec(tmp_path, image="/img/nb.sif")
+    _, argv = launch("apptainer", s)
+    env_file = tmp_path / "apptainer.env"
+    assert argv == ["apptainer", "exec", "--cleanenv", f"--env-file={env_file}", "--nv", "--bind=/s:/s",
+                    "--bind=/data:/d:ro", "--pwd=/workspace/nanochat-bench", "/img/nb.sif", *CMD]
+    # literal values from a file: --env would split NCCL_DEBUG_SUBSYS=INIT,NET at its comma
+    assert runtimes.get("apptainer").write_files(s) == [env_file]
+    assert env_file.read_text().splitlines() == ["NANOCHAT_BASE_DIR=/s/base", "NANOCHAT_BENCH_RUN_DIR=/s/run",
+                                                 "NCCL_DEBUG_SUBSYS=INIT,NET"]
     _, argv = launch("apptainer", spec(tmp_path, image="/img/nb.sif", gpus=False))
     assert "--nv" not in argv
 
@@ -52,14 +59,16 @@ def test_podman_and_podman_hpc(tmp_path):
     _, argv = launch("podman", spec(tmp_path, image="localhost/nb:1"))
     assert argv == ["podman", "run", "--rm", "--network=host", "--ipc=host", "--device=nvidia.com/gpu=all",
                     "--volume=/s:/s", "--volume=/data:/d:ro", "--workdir=/workspace/nanochat-bench",
-                    "--env=NANOCHAT_BASE_DIR", "--env=NANOCHAT_BENCH_RUN_DIR", "--env=SLURM_*", "localhost/nb:1", *CMD]
+                    "--env=NANOCHAT_BASE_DIR=/s/base", "--env=NANOCHAT_BENCH_RUN_DIR=/s/run",
+                    "--env=NCCL_DEBUG_SUBSYS=INIT,NET", "--env=SLURM_*", "localhost/nb:1", *CMD]
     _, argv = launch("podman-hpc", spec(tmp_path, image="localhost/nb:1"))
     assert argv[:7] == ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--gpu", "--nccl"]
 
 
 def test_sarus_classic(tmp_path):
     _, argv = launch("sarus", spec(tmp_path, image="load/library/nb:1"))
-    assert argv == ["sarus", "run", "--mount=type=bind,source=/s,destination=/s",
+    assert argv == ["sarus", "run", "-e", "NANOCHAT_BASE_DIR=/s/base", "-e", "NANOCHAT_BENCH_RUN_DIR=/s/run",
+                    "-e", "NCCL_DEBUG_SUBSYS=INIT,NET", "--mount=type=bind,source=/s,destination=/s",
                     "--mount=type=bind,source=/data,destination=/d,readonly",
                     "--workdir=/workspace/nanochat-bench", "load/library/nb:1", *CMD]
 
@@ -75,10 +84,12 @@ def test_edf_runtimes_write_the_edf_into_the_run_dir(tmp_path, name, option):
     assert edf["image"] == image
     assert edf["mounts"] == ["/s:/s", "/data:/d:ro"]
     assert edf["workdir"] == "/workspace/nanochat-bench"
-    # The benchmark's variables come from the batch script's exports, through CE's ${VAR} expansion.
-    assert edf["env"]["NANOCHAT_BENCH_RUN_DIR"] == "${NANOCHAT_BENCH_RUN_DIR:-}"
-    assert edf["env"]["NCCL_NET"] == "AWS Libfabric"
-    assert edf["annotations"]["com"]["hooks"]["aws_ofi_nccl"]["enabled"] == "true"
+    # Literal values: an image's ENV would win over a ${VAR} reference to the host's value (CE's rule).
+    assert edf["env"] == ENV
+    assert "annotations" not in edf  # --ofi-hook default: CE's own setting
+    for hook, enabled in (("on", "true"), ("off", "false")):
+        [path] = runtimes.get(name).write_files(spec(tmp_path, image=image, ofi_hook=hook))
+        assert tomllib.loads(path.read_text())["annotations"]["com"]["hooks"]["aws_ofi_nccl"]["enabled"] == enabled
 
 
 def test_ce_on_cpu_has_no_network_hooks(tmp_path):

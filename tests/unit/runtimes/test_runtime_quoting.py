@@ -10,6 +10,7 @@ their arguments (Slurm itself is exercised in tests/integration/slurm); nothing 
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def run_rendered(tmp_path, runtime: str, sweep_dir: Path, job_name: str) -> tupl
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     sweep = Sweep([2], 2, [runtime], train={"depth": 2, "max_seq_len": 64, "device_batch_size": 2,
-                                            "total_batch_size": 512, "device_type": "cpu"})
+                                            "total_batch_size": 512, "device_type": "cpu"}, scaling="strong")
     opts = LaunchOptions(base_dir=str(sweep_dir / "base"), python="/opt/py thon/bin/python",
                          images={"podman": "localhost/nb:1"}, check_images=False)
     point = sweep.points()[0]
@@ -120,17 +121,20 @@ def test_rendered_script_with_hostile_paths_and_name_runs_the_intended_command(t
     # The directives hold the name only in a cleaned form, and no line of the script was injected.
     assert [ln for ln in text.splitlines() if ln.startswith("#SBATCH")][1].startswith("#SBATCH --job-name=job__SBATCH")
     assert sum(ln.startswith("#SBATCH") for ln in text.splitlines()) == 6
-    assert argv[:4] == ["--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--cpus-per-task=8"]
-    assert f"--rdzv_endpoint=10.9.8.7:{20000 + 4242 % 1000 * 10}" in argv and "--rdzv_id=4242" in argv
+    assert argv[:7] == ["-l", "-u", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--time=30",
+                        "--cpus-per-task=8"]
+    assert f"--rdzv_endpoint=10.9.8.7:{20000 + 4242 % 100 * 100}" in argv and "--rdzv_id=4242" in argv
+    deadline = next(int(a.split("=")[1]) for a in argv if a.startswith("--deadline="))
+    assert 0 < deadline - time.time() <= 30 * 60  # the run's own limit, less the margin to checkpoint
     if runtime == "bare":
-        assert argv[4] == "/opt/py thon/bin/python"
+        assert argv[7] == "/opt/py thon/bin/python"
     else:
         assert f"--volume={sweep_dir}:{sweep_dir}" in argv
     exported = dict(item.split("=", 1) for item in (tmp_path / "srun.args.env").read_text().split("\0") if item)
     assert exported["NANOCHAT_BENCH_RUNTIME"] == runtime
     assert exported["NANOCHAT_BENCH_RUN_DIR"] == str(run_dir)
-    assert float(exported["NANOCHAT_BENCH_T0"]) > 0
     # run.json sits in the hostile directory, and the stand-in srun never started a trainer.
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "failed" and "never started" in manifest["message"]
+    assert manifest["launch"]["t0"] > 0
     assert manifest["slurm"]["job_id"] == "4242" and manifest["launch"]["exit_code"] == 0

@@ -11,7 +11,7 @@ from bench import runtimes, workloads
 from bench.errors import ConfigError
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import LaunchOptions, build_run, make_job, write_job
+from bench.launch.job import LaunchOptions, build_run, interleaved, make_job, write_job
 from bench.runtimes import Mount
 
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
@@ -197,7 +197,7 @@ def cmd_render(args) -> int:
     if args.kind != "compare" and len(points) > 1:
         raise ConfigError(f"render {args.kind} makes one run: one runtime and --repeats 1, got --runtimes "
                           f"{args.runtimes!r} --repeats {args.repeats} (compare runs several in one allocation)")
-    runs = [build_run(sweep, p, out / p.run_id, opts, out.name) for p in points]
+    runs = interleaved([build_run(sweep, p, out / p.run_id, opts, out.name) for p in points], sweep.runtimes)
     job_dir = out / "jobs" / f"compare-n{sweep.nodes[0]}" if args.kind == "compare" else runs[0].run_dir
     title = {"sbatch": f"run {runs[0].run_id}", "interactive": f"run {runs[0].run_id}",
              "compare": "runtimes compared in one allocation: " + ", ".join(r.run_id for r in runs)}[args.kind]

@@ -166,6 +166,12 @@ def directives(name: str, nodes: int, gpus_per_node: int, gpus: bool, opts: Laun
     return [f"--{k}={v}" if v else f"--{k}" for k, v in sorted(d.items()) if v is not None]
 
 
+def interleaved(runs: list[Run], runtimes: list[str]) -> list[Run]:
+    """Runs of one allocation in comparison order: repeat 1 of every runtime, then repeat 2, ... (A B C A B C),
+    so slow drift of the nodes or the filesystem hits every runtime alike."""
+    return sorted(runs, key=lambda r: (r.manifest["repeat"], runtimes.index(r.runtime.name)))
+
+
 def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: LaunchOptions, title: str) -> Job:
     """A job for runs that share one allocation (all on the same node count), in the order given. Its
     time limit is the sum of its runs' limits, plus a minute each for the bookkeeping around them."""

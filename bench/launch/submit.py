@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench import schema
 from bench.errors import ConfigError, SubmitError
-from bench.launch.job import Job, LaunchOptions, Run, build_run, make_job, write_job
+from bench.launch.job import Job, LaunchOptions, Run, build_run, interleaved, make_job, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 
@@ -43,9 +43,7 @@ def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool
                 for r in runs]
     jobs = []
     for nodes in sorted({r.nodes for r in runs}):
-        # Repeats interleaved (r1 of every runtime, then r2, ...) so slow drift hits every runtime alike.
-        group = sorted((r for r in runs if r.nodes == nodes), key=lambda r: (r.manifest["repeat"],
-                                                                              sweep.runtimes.index(r.runtime.name)))
+        group = interleaved([r for r in runs if r.nodes == nodes], sweep.runtimes)
         name = f"compare-n{nodes}"
         jobs.append(make_job(f"{sweep_id}-{name}", sweep_dir / "jobs" / name, sweep, group, opts,
                              f"sweep {sweep_id}, runtimes compared on {nodes} node(s): "

@@ -26,7 +26,7 @@ def finished_run(tiny_base_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "local" / "run-1"
     args = ["--depth=2", f"--max_seq_len={T}", f"--device_batch_size={B}", f"--total_batch_size={B * T * W}",
             f"--num_iterations={STEPS}", "--eval_every=12", f"--eval_tokens={2 * B * T * W}", "--sample_every=-1",
-            "--model_tag=test_train"]
+            "--model_tag=test_train", f"--save_every={STEPS}"]
     env = dict(os.environ, NANOCHAT_BASE_DIR=str(tiny_base_dir), OMP_NUM_THREADS="1")
     env.pop("NANOCHAT_VAL_FILES_K", None)
     rc = run_local(args, nproc=W, run_dir=run_dir, env=env)
@@ -132,6 +132,7 @@ def test_profile_step_writes_a_kernel_table_and_a_trace(tiny_base_dir, tmp_path)
                            "--eval_every=-1", "--sample_every=-1", "--profile_step=1", "--model_tag=test_profile"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (tiny_base_dir / "base_checkpoints" / "test_profile").exists()  # a benchmark saves nothing unasked
     table = (tmp_path / "profile_step1.txt").read_text()
     assert "aten::mm" in table and "Self CPU" in table
     assert json.loads((tmp_path / "profile_step1.json").read_text())["traceEvents"]

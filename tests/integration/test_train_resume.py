@@ -44,7 +44,8 @@ def test_resumed_run_matches_the_uninterrupted_one(tiny_base_dir, tmp_path):
     (checkpoints / "resume_part").mkdir()
     for f in (checkpoints / "resume_whole").glob(f"*_{SAVE:06d}*"):
         shutil.copy(f, checkpoints / "resume_part")
-    part = train(tiny_base_dir, tmp_path / "part", tmp_path, "resume_part", f"--resume_from_step={SAVE}")
+    part = train(tiny_base_dir, tmp_path / "part", tmp_path, "resume_part", f"--resume_from_step={SAVE}",
+                 f"--save_every={SAVE}")
 
     steps_whole = {e["step"]: e for e in whole if e["event"] == "step"}
     steps_part = [e for e in part if e["event"] == "step"]

@@ -111,36 +111,6 @@ def test_runtime_failure_leaves_failed_run_and_resubmits(slurm_cluster, tiny_bas
     capsys.readouterr()
 
 
-PODMAN_IMAGE = os.environ.get("NANOCHAT_BENCH_PODMAN_IMAGE", "localhost/nanochat-bench:test")
-
-
-def test_compare_bare_and_podman_in_one_allocation(slurm_cluster, tiny_base_dir, tmp_path, monkeypatch):
-    """The compare-runtimes script for real: bare, then the project's image under podman, in one job.
-    Needs the image built by tests/integration/test_container_build.py (or NANOCHAT_BENCH_PODMAN_IMAGE);
-    skipped without it. CE, pyxis, apptainer and sarus cannot run here: their scripts are golden-tested."""
-    podman = shutil.which("podman")
-    if not podman or subprocess.run([podman, "image", "exists", PODMAN_IMAGE]).returncode != 0:
-        pytest.skip(f"no podman image {PODMAN_IMAGE} (built by tests/integration/test_container_build.py)")
-    conf = tmp_path / "containers.conf"  # as containers/podman-local.sh: runc, no default ulimits
-    conf.write_text('[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n')
-    monkeypatch.setenv("CONTAINERS_CONF", str(conf))  # sbatch passes the environment on to the job
-    out = tmp_path / "cmp"
-    assert cli.main(["render", "compare", "--nodes=1", "--runtimes=bare,podman", *TINY, "--eval_every=-1",
-                     f"--image=podman={PODMAN_IMAGE}", f"--base-dir={tiny_base_dir}", f"--out={out}"]) == 0
-    job_dir = out / "jobs" / "compare-n1"
-    job_id = slurm_cluster.run(["sbatch", "--parsable", "job.sbatch"], cwd=job_dir).stdout.strip()
-    state = wait_job(slurm_cluster, job_id, timeout=180)
-    for runtime in ("bare", "podman"):
-        run_dir = out / f"n1-{runtime}-r1"
-        manifest = read_run_json(run_dir)
-        assert manifest["status"] == "ok", (runtime, manifest.get("message"), state)
-        assert manifest["runtime"] == runtime and manifest["slurm"]["job_id"] == job_id
-        first = events(run_dir)[0]
-        assert first["event"] == "start" and first["t"] >= manifest["launch"]["t0"]  # start-up is measurable
-    assert read_run_json(out / "n1-podman-r1")["image"]["reference"] == PODMAN_IMAGE
-    assert state == "COMPLETED"
-
-
 def test_squeue_json_and_scontrol_parse_on_this_slurm(slurm_cluster):
     """The status parsers read this Slurm's real answers (a held job, then cancelled)."""
     from bench.launch.slurm import SlurmCLI

@@ -27,6 +27,14 @@ def test_hadolint(path):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.parametrize("path", CONTAINERFILES, ids=lambda p: p.name)
+def test_images_set_no_variable_of_the_run_contract(path):
+    """CE, Apptainer and Sarus let an image's ENV beat the job's value: the image must not set one."""
+    text = path.read_text()
+    env_lines = [ln for ln in text.replace("\\\n", " ").splitlines() if ln.strip().startswith("ENV ")]
+    assert not [ln for ln in env_lines if "NANOCHAT_" in ln], env_lines
+
+
 def test_shellcheck():
     assert SCRIPTS
     out = subprocess.run([_tool("shellcheck"), "-x", *map(str, SCRIPTS)], capture_output=True, text=True,
@@ -45,7 +53,6 @@ def test_containerfile_contract():
     assert "ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.10-py3" in text
     assert "AS deps" in text and "FROM deps AS full" in text
     assert "WORKDIR /workspace/nanochat-bench" in text
-    assert "NANOCHAT_BASE_DIR=/data" in text
     assert "--no-deps" in text and "venv" not in text.replace("virtual environment", "")
 
 

@@ -30,13 +30,14 @@ def default_run_dir(sweep_id: str = "local", root: str | os.PathLike = "runs") -
     return path
 
 
-def torchrun_command(train_args: list[str], nproc: int) -> list[str]:
+def torchrun_command(train_args: list[str], nproc: int, module: str = "bench.nanochat.train") -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "bench.nanochat.train", "--", *train_args]
+            "-m", module, "--", *train_args]
 
 
-def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None) -> int:
-    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
+def prepare_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
+                  module: str = "bench.nanochat.train") -> tuple[list[str], dict]:
+    """(command, environment) of a local run; writes the launcher's part of run.json (status running)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
@@ -44,10 +45,16 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     child_env[ENV_RUN_DIR] = str(run_dir.resolve())
     child_env[ENV_T0] = f"{t0:.6f}"
     child_env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = torchrun_command(train_args, nproc, module)
     update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.parent.name, runtime="bare",
-                    status="running", launcher="local", launch_t0=t0,
-                    command=torchrun_command(train_args, nproc))
-    cmd = torchrun_command(train_args, nproc)
+                    status="running", launcher="local", launch_t0=t0, command=cmd)
+    return cmd, child_env
+
+
+def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None) -> int:
+    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
+    run_dir = Path(run_dir)
+    cmd, child_env = prepare_local(train_args, nproc, run_dir, env)
     with open(run_dir / TRAIN_LOG, "ab") as log:
         proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
@@ -60,11 +67,11 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGINT)  # torchrun passes it on to the ranks, which record `cancelled`
             rc = proc.wait()
-    _close_if_unfinished(run_dir, rc)
+    close_if_unfinished(run_dir, rc)
     return rc
 
 
-def _close_if_unfinished(run_dir: Path, rc: int) -> None:
+def close_if_unfinished(run_dir: Path, rc: int) -> None:
     """A run whose trainer died before recording an end (killed, crashed at import) is marked failed."""
     status = read_run_json(run_dir).get("status")
     if status in (None, "pending", "running"):

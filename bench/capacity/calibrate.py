@@ -73,8 +73,9 @@ def refit(summary: dict, calibration: dict | None = None, mode: str = "eager") -
         if not p.get("peak_mem_mib"):
             continue
         point = _point(p, summary["machine"])
-        fixed = memory.estimate(point, zero).phases["backward"]
-        units = [memory.estimate(point, _with(zero, device, mode, {n: 1})).phases["backward"] - fixed for n in FITTED]
+        fixed = memory.estimate(point, zero).phase_bytes("backward")
+        units = [memory.estimate(point, _with(zero, device, mode, {n: 1})).phase_bytes("backward") - fixed
+                 for n in FITTED]
         if memory.estimate(point, base).phase != "backward":
             continue
         rows.append(units)

@@ -176,6 +176,15 @@ def _tree_vm_peak(root: int) -> int:
     return max((peaks.get(pid, 0) for pid in tree), default=0)
 
 
+def _first_to_go() -> None:
+    """Make the probe the kernel's first choice when the host runs out of memory (its pinned buffers may
+    not count as its own resident memory), so that no other process is killed in its place."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGTERM to the probe's session (torchrun passes it on), SIGKILL if it is still there after a grace."""
     for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
@@ -202,7 +211,8 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
     base_avail = _mem_available()
     host_peak, vm_peak, stopped = 0, 0, None
     with open(run_dir / TRAIN_LOG, "ab") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_first_to_go)
         while proc.poll() is None:
             time.sleep(POLL_S)
             vm_peak = max(vm_peak, _tree_vm_peak(proc.pid))

@@ -128,6 +128,17 @@ class Sweep:
                 "startup_s": self.startup_s}
 
 
+def memory_warning(sweep: Sweep, p: Point) -> str | None:
+    """The memory model's warning when a GPU point will not fit (bench/nanochat/memory.py), else None."""
+    if sweep.setting("device_type") == "cpu":
+        return None
+    from bench.nanochat.memory import fit_warning
+
+    return fit_warning(sweep.setting("depth"), p.batch.device_batch_size, sweep.setting("max_seq_len"), p.ranks,
+                       sweep.gpu, sweep.setting("strategy"), aspect_ratio=sweep.setting("aspect_ratio"),
+                       grad_accum=p.batch.grad_accum)
+
+
 def format_table(sweep: Sweep) -> str:
     """The plan as a text table, one row per node count and runtime (repeats folded), then totals."""
     head = ("nodes", "runtime", "repeats", "ranks", "device_bs", "grad_accum", "est_node_h", "note")
@@ -145,7 +156,8 @@ def format_table(sweep: Sweep) -> str:
             unknown |= p.node_hours is None
             node_hours += nh
             rows.append((n, rt, len(group), p.ranks, p.batch.device_batch_size, p.batch.grad_accum,
-                         "?" if p.node_hours is None else f"{nh:.2f}", p.batch.note))
+                         "?" if p.node_hours is None else f"{nh:.2f}",
+                         "; ".join(filter(None, [p.batch.note, memory_warning(sweep, p)]))))
         else:
             rows.append((n, rt, len(group), p.ranks, "-", "-", "-", "impossible: " + p.batch.reason))
     cells = [tuple(str(c) for c in head)] + [tuple(str(c) for c in row) for row in rows]

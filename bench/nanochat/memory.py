@@ -62,7 +62,10 @@ class Estimate:
     components: dict = field(default_factory=dict)  # bytes at that peak, by part
     host_bytes: int = 0  # host memory of one rank (offload: its pinned shards and optimizer state)
     host_components: dict = field(default_factory=dict)
-    phases: dict = field(default_factory=dict)  # torch-allocated bytes at each moment's peak
+    phases: dict = field(default_factory=dict)  # {moment: {part: bytes}} at the peak of each moment
+
+    def phase_bytes(self, phase: str) -> int:
+        return sum(self.phases[phase].values())
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -171,7 +174,7 @@ def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
         muon_tmp = _dist_muon_extra(_groups(matrices), W, k["ns_bytes_per_element"])
     step["optimizer_temporaries"] = max(adam_tmp, muon_tmp)
 
-    phases = {"backward": int(sum(bwd.values())), "optimizer step": int(sum(step.values()))}
+    phases = {"backward": {n: int(v) for n, v in bwd.items()}, "optimizer step": {n: int(v) for n, v in step.items()}}
     phase, parts = max((("backward", bwd), ("optimizer step", step)), key=lambda t: sum(t[1].values()))
     peak = int(sum(parts.values()))
     need = int(peak * (1 + k["allocator_overhead"]) + k["context_bytes"])

@@ -42,12 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=1, help="ranks per probe (default: 1)")
     ap.add_argument("--budget", type=float, default=500.0, help="seconds of probes in all (default: 500)")
     ap.add_argument("--time-per-point", type=float, default=200.0, help="a probe's own limit (default: 200 s)")
+    ap.add_argument("--max-batch", type=int, default=None, help="largest batch of the tok/s probes (1 = none; "
+                    "default: 32 on a GPU, 2 with --tiny)")
     ap.add_argument("--tiny", action="store_true", help="CPU, tiny shapes, 1050 MiB cap per rank: a check of the command")
     args = ap.parse_args(argv)
 
     t0 = time.time()
     out = Path(args.out).resolve()
-    preset = TINY if args.tiny else GPU
+    preset = dict(TINY if args.tiny else GPU)
+    if args.max_batch:
+        preset["max_batch"] = args.max_batch
     cfg = SweepConfig(out=out, strategies=args.strategies.split(","), nproc=args.gpus, search=True, steps=3,
                       time_per_point=args.time_per_point, budget_s=args.budget, **preset)
     summary = Sweep(cfg, log=lambda line: print(line, flush=True)).run()

@@ -1,11 +1,11 @@
 """Which model to probe next: doubling, then bisection, over model shapes sorted by parameter count.
 
 Candidates are nanochat's family (width = aspect_ratio x depth, heads of 128; even depths give head dim
-128 exactly) or the depths a user lists. The search starts where the memory model predicts the largest
-model that fits and first tries the neighbour on the other side of that border (one probe each way when
-the prediction is right); after that it doubles the parameter count up from the largest model that
-trained, or halves it down from the smallest that did not, until one of each is known, then bisects
-between them (geometric middle of the parameter counts) until they are neighbours.
+128 exactly) or the depths a user lists. The search starts where the memory model predicts the border
+and steps away from it in strides that double (1, 2, 4, ... candidates) until it holds a shape that
+trained and one that did not; without a prediction it starts at the smallest shape and doubles the
+parameter count. Then it bisects between the two (geometric middle of the parameter counts) until they
+are neighbours.
 """
 
 import math
@@ -48,13 +48,18 @@ def family(max_depth: int, aspect_ratio: int = 64, vocab_size: int = 65536) -> l
 
 
 class CapacitySearch:
-    """Feed it outcomes (`record`), ask it for the next shape (`next`); None when the border is found."""
+    """Feed it outcomes (`record`), ask it for the next shape (`next`); None when the border is found.
 
-    def __init__(self, candidates: list[Shape], start: int = 0):
+    With a predicted start the steps away from it double in candidates (1, 2, 4, ...: a right prediction
+    costs two probes, an off-by-one three); without one the search starts at the smallest shape and
+    doubles the parameter count."""
+
+    def __init__(self, candidates: list[Shape], start: int | None = None):
         if not candidates:
             raise ConfigError("no model shapes to search")
         self.candidates = sorted(candidates)
-        self.start = min(max(start, 0), len(self.candidates) - 1)
+        self.predicted = start is not None
+        self.start = min(max(start or 0, 0), len(self.candidates) - 1)
         self.lo: int | None = None  # largest index that trained
         self.hi: int | None = None  # smallest index that did not fit
         self.probes = 0
@@ -75,17 +80,21 @@ class CapacitySearch:
         return None if i is None else self.candidates[i]
 
     def _next_index(self) -> int | None:
-        lo, hi, last = self.lo, self.hi, len(self.candidates) - 1
+        lo, hi, last, start = self.lo, self.hi, len(self.candidates) - 1, self.start
         if lo is None and hi is None:
-            return self.start
+            return start
         if hi is None:
             if lo == last:
                 return None
-            return lo + 1 if self.probes == 1 else self._at_least(2 * self.candidates[lo].num_params, lo + 1)
+            if self.predicted:
+                return min(last, lo + max(1, lo - start))
+            return self._at_least(2 * self.candidates[lo].num_params, lo + 1)
         if lo is None:
             if hi == 0:
                 return None
-            return hi - 1 if self.probes == 1 else self._at_most(self.candidates[hi].num_params // 2, hi - 1)
+            if self.predicted:
+                return max(0, hi - max(1, start - hi))
+            return self._at_most(self.candidates[hi].num_params // 2, hi - 1)
         if hi - lo <= 1:
             return None
         middle = math.sqrt(self.candidates[lo].num_params * self.candidates[hi].num_params)

@@ -132,11 +132,20 @@ class Sweep:
         return memory.estimate(memory.MemoryPoint(shape.depth, shape.aspect_ratio, c.vocab_size, c.max_seq_len,
                                                   batch, c.nproc, strategy, self.machine["device_type"]))
 
+    def _predicted_border(self, strategy: str, candidates: list[Shape]) -> int | None:
+        """Index of the largest candidate the memory model says fits; None without a model (other workloads)."""
+        from bench.capacity.probe import backend_for, pytorch_backend
+
+        if backend_for(strategy) is not pytorch_backend:
+            return None
+        fitting = [i for i, s in enumerate(candidates) if self.predicted_fit(strategy, s)]
+        return fitting[-1] if fitting else 0
+
     def predicted_fit(self, strategy: str, shape: Shape, batch: int = 1, correction: int = 0) -> bool:
         from bench.capacity.probe import backend_for, pytorch_backend
 
         if backend_for(strategy) is not pytorch_backend:
-            return True  # no memory model for other workloads: start from the smallest shape
+            return batch == 1  # no memory model for other workloads: no batch search either
         est = self.estimate(strategy, shape, batch)
         est.need_bytes += correction
         host = self.machine["host_available_bytes"]
@@ -228,8 +237,7 @@ class Sweep:
     def _search(self, strategy: str, aspect_ratio: int) -> None:
         c = self.cfg
         candidates = family(c.max_depth, aspect_ratio, c.vocab_size)
-        fitting = [i for i, s in enumerate(candidates) if self.predicted_fit(strategy, s)]
-        search = CapacitySearch(candidates, start=fitting[-1] if fitting else 0)
+        search = CapacitySearch(candidates, start=self._predicted_border(strategy, candidates))
         state = {"strategy": strategy, "aspect_ratio": aspect_ratio, "stopped": None}
         self.searches[(strategy, aspect_ratio)] = state
         while (shape := search.next()) is not None:

@@ -5,10 +5,10 @@
 
 Self-contained with no network: the probes' tokenizer (65,536 tokens) and random tokens are generated in
 seconds (bench/capacity/data.py). It runs `nanochat-bench capacity` (bench/capacity/sweep.py) with
---budget (default 500 s: no probe starts after it, a running one is stopped at it), so the whole command
-ends within about 9 minutes: capacity at device batch 1, seq 2048, 3 optimizer steps a probe, no
-torch.compile, the first probe where the memory model puts the border; then a depth-24 point per strategy
-and the tok/s at the largest batch that fits. Then it compares the model with every measured peak
+--budget (default 480 s: no probe starts after it, a running one is stopped at it), so the whole command
+ends within about 9 minutes: per strategy a depth-24 point, then the capacity at device batch 1 (seq 2048,
+3 optimizer steps a probe, no torch.compile, the first probe where the memory model puts the border);
+then the tok/s at the largest batch that fits. Then it compares the model with every measured peak
 (memory_check.csv), refits its constants (calibration.json, memory_calibration.json's format) and writes
 the capacity report (report/capacity.md). Running it again with the same OUT_DIR resumes: probes already
 done are read back.
@@ -28,7 +28,9 @@ from bench.analysis.capacity import write_capacity_report  # noqa: E402
 from bench.capacity import calibrate  # noqa: E402
 from bench.capacity.sweep import Sweep, SweepConfig  # noqa: E402
 
-STRATEGIES = "zero2,fsdp,fsdp+ac,fsdp+ac+offload"
+# fsdp first (the reference of the ratios), offload before fsdp+ac: should the budget run short, the
+# prediction that checkpointing adds nothing at batch 1 is the one left unmeasured.
+STRATEGIES = "fsdp,zero2,fsdp+ac+offload,fsdp+ac"
 GPU = dict(max_seq_len=2048, aspect_ratios=[64], max_depth=128, depths=[24], max_batch=32, vocab_size=65536)
 # CPU: widths 32 x depth, so Newton-Schulz stays cheap; the cap puts the border inside the family.
 TINY = dict(max_seq_len=64, aspect_ratios=[32], max_depth=8, depths=[], max_batch=2, vocab_size=65536,
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", help="output directory: runs/, summary.json, probes.csv, memory_check.csv, report/")
     ap.add_argument("--strategies", default=STRATEGIES, help=f"default: {STRATEGIES}")
     ap.add_argument("--gpus", type=int, default=1, help="ranks per probe (default: 1)")
-    ap.add_argument("--budget", type=float, default=500.0, help="seconds of probes in all (default: 500)")
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds of probes in all (default: 480)")
     ap.add_argument("--time-per-point", type=float, default=200.0, help="a probe's own limit (default: 200 s)")
     ap.add_argument("--max-batch", type=int, default=None, help="largest batch of the tok/s probes (1 = none; "
                     "default: 32 on a GPU, 2 with --tiny)")

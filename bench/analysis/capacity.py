@@ -17,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from bench.analysis.plots import STYLE, _human, save  # noqa: E402
@@ -151,15 +152,18 @@ def speed_figure(probes: pd.DataFrame, colors: dict):
         for strategy, p in ok.groupby("strategy", sort=False):
             b1 = p[p["device_batch_size"] == 1].sort_values("num_params")
             best = p.loc[p.groupby("num_params")["tok_per_sec"].idxmax()].sort_values("num_params")
-            ax.plot(b1["num_params"], b1[key], "o-", color=colors[strategy], label=f"{strategy} batch 1")
-            ax.plot(best["num_params"], best[key], "s:", mfc="none", color=colors[strategy], label="best batch")
+            ax.plot(b1["num_params"], b1[key], "o-", color=colors[strategy])
+            ax.plot(best["num_params"], best[key], "s:", mfc="none", color=colors[strategy])
         _params_axis(ax)
         ax.set_yscale("log" if key == "tok_per_sec" else "linear")
         ax.yaxis.set_major_formatter(FuncFormatter(_human))
         ax.set_ylabel(label)
         ax.set_title(("Throughput" if col == 0 else "MFU") + " vs size")
         if col == 0:
-            ax.legend(loc="best", fontsize=9)
+            handles = [Line2D([], [], color=colors[x], lw=2, label=x) for x in dict.fromkeys(ok["strategy"])]
+            handles += [Line2D([], [], color="grey", marker="o", label="device batch 1"),
+                        Line2D([], [], color="grey", marker="s", mfc="none", ls=":", label="best batch measured")]
+            ax.legend(handles=handles, loc="best", fontsize=9)
     return fig
 
 

@@ -155,17 +155,13 @@ def _mem_available() -> int | None:
     return None
 
 
-def _tree_vm_peak(root: int) -> int:
-    """The largest peak address space (VmPeak) among a process and its descendants: what RLIMIT_AS caps.
-    (torchrun starts its workers in sessions of their own, so the tree is followed by parent ids.)"""
-    parents, peaks = {}, {}
+def _tree(root: int) -> set[int]:
+    """A process and its descendants, by parent ids (torchrun starts its workers in sessions of their own,
+    so neither a session nor a process group holds them all)."""
+    parents = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            parents[int(pid)] = int(stat.rsplit(")", 1)[1].split()[1])
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmPeak:"):
-                    peaks[int(pid)] = int(line.split()[1]) * 1024
+            parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
     tree, grew = {root}, True
@@ -173,7 +169,20 @@ def _tree_vm_peak(root: int) -> int:
         more = {pid for pid, parent in parents.items() if parent in tree} - tree
         tree |= more
         grew = bool(more)
-    return max((peaks.get(pid, 0) for pid in tree), default=0)
+    return tree
+
+
+def _vm_peak(pids: set[int]) -> int:
+    """The largest peak address space (VmPeak) among these processes: what RLIMIT_AS caps."""
+    peak = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmPeak:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except (OSError, ValueError):
+            continue
+    return peak
 
 
 def _first_to_go() -> None:
@@ -186,17 +195,31 @@ def _first_to_go() -> None:
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGTERM to the probe's session (torchrun passes it on), SIGKILL if it is still there after a grace."""
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
+    """SIGTERM to the probe (torchrun passes it on to its ranks), then SIGKILL to the whole tree, ranks
+    included, if anything of it is still there after a grace period: no orphan keeps the GPU's memory."""
+    pids = _tree(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in sorted(pids):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
+            proc.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
-            continue
+            pass
+        deadline = time.time() + GRACE_S
+        while time.time() < deadline and any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+            time.sleep(POLL_S)
+        if not any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host_floor: int = 2 << 30,
@@ -215,7 +238,7 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
                                 preexec_fn=_first_to_go)
         while proc.poll() is None:
             time.sleep(POLL_S)
-            vm_peak = max(vm_peak, _tree_vm_peak(proc.pid))
+            vm_peak = max(vm_peak, _vm_peak(_tree(proc.pid)))
             avail = _mem_available()
             if avail is not None and base_avail is not None:
                 host_peak = max(host_peak, base_avail - avail)

@@ -1,12 +1,13 @@
 """A capacity sweep: for each memory strategy, the largest model that trains, then its speed at its best batch.
 
-Three passes, most important first, so a time budget cuts the least useful probes:
-1. capacity: per strategy and aspect ratio, the doubling-then-bisection search of search.py at device
-   batch 1, started where the memory model (bench/nanochat/memory.py) puts the border;
-2. points: the depths a user lists (a memory-vs-size curve), at batch 1;
-3. batch: for every model that trained at batch 1, the largest power-of-two batch the memory model
-   (corrected by the measured batch-1 peak) says fits, halved once if it does not: tok/s at the batch
-   that maximises it.
+Per strategy, in the order given:
+1. points: the depths a user lists (a memory-vs-size curve), at device batch 1; cheap, and a strategy
+   that fails or hangs there (not out of memory) is not searched;
+2. capacity: per aspect ratio, the search of search.py at device batch 1, started where the memory
+   model (bench/nanochat/memory.py) puts the border.
+Then, for every model that trained at batch 1, the largest power-of-two batch the memory model
+(corrected by the measured batch-1 peak) says fits, halved once if it does not: tok/s at the batch that
+maximises it. A time budget stops the sweep between probes (and cuts a running one).
 Every probe's run directory is `<out>/runs/<strategy>/<shape>-b<batch>/`; done ones are read back, so
 running the same command again resumes. `<out>/summary.json` and `<out>/probes.csv` hold the results.
 """
@@ -52,7 +53,8 @@ class SweepConfig:
     memory_limit: int | None = None  # CPU: bytes each rank may add after start-up (bench/capacity/capped.py)
     device_type: str = ""
     min_probe_s: float = 20.0  # do not start a probe with less time than this left in the budget
-    host_floor: int = 2 << 30
+    host_floor: int | None = None  # stop a probe when the host's available memory falls below this
+    # (default: 3% of the host's memory, at least 2 GiB: above what the kernel's OOM killer waits for)
 
     def __post_init__(self):
         if not self.strategies:
@@ -122,6 +124,7 @@ class Sweep:
     def __init__(self, cfg: SweepConfig, log=print):
         self.cfg, self.log = cfg, log
         self.machine = machine(cfg)
+        self.host_floor = cfg.host_floor or max(2 << 30, int(0.03 * (self.machine["host_bytes"] or 0)))
         self.results: list[ProbeResult] = []
         self.searches: dict[tuple[str, int], dict] = {}
         self.t0 = time.time()
@@ -166,7 +169,7 @@ class Sweep:
                 self.out_of_time = True
                 return ProbeResult(spec, "budget", "not run: the sweep's time budget is spent")
             timeout = c.time_per_point if left is None else min(c.time_per_point, left)
-            result = run_probe(spec, run_dir, self.data, timeout, c.host_floor,
+            result = run_probe(spec, run_dir, self.data, timeout, self.host_floor,
                                deadline_cut=left is not None and left < c.time_per_point)
             self.out_of_time |= result.outcome == "budget"
         if result.outcome != "budget":
@@ -220,27 +223,31 @@ class Sweep:
         self.log(f"capacity: {c.nproc} rank(s) on {dev}, host {m['host_bytes'] / 2**30:.0f} GiB; strategies "
                  f"{', '.join(c.strategies)}; seq {c.max_seq_len}, {c.steps} steps a probe; data ready in "
                  f"{time.time() - t:.1f} s; run directories under {c.out / 'runs'}")
-        if c.search:
-            for strategy in c.strategies:
-                for ar in c.aspect_ratios:
-                    self._search(strategy, ar)
         for strategy in c.strategies:
+            broken = None
             for ar in c.aspect_ratios:
                 for shape in shapes(c.depths, ar, c.vocab_size) if c.depths else []:
-                    if not self.out_of_time:
-                        self.probe(strategy, shape, 1)
+                    r = None if self.out_of_time else self.probe(strategy, shape, 1)
+                    broken = broken or (r if r and r.outcome in ("failed", "timeout") else None)
+            for ar in c.aspect_ratios if c.search else []:
+                self._search(strategy, ar, broken)
         if c.batch_search:
             for strategy in c.strategies:
                 self._batches(strategy)
         return self.write_summary()
 
-    def _search(self, strategy: str, aspect_ratio: int) -> None:
+    def _search(self, strategy: str, aspect_ratio: int, broken: ProbeResult | None = None) -> None:
+        """The capacity search of one strategy; not started when a smaller point already failed or hung
+        (its big probes would fail the same way, at a higher price)."""
         c = self.cfg
         candidates = family(c.max_depth, aspect_ratio, c.vocab_size)
         search = CapacitySearch(candidates, start=self._predicted_border(strategy, candidates))
         state = {"strategy": strategy, "aspect_ratio": aspect_ratio, "stopped": None}
         self.searches[(strategy, aspect_ratio)] = state
-        while (shape := search.next()) is not None:
+        if broken is not None:
+            state["stopped"] = {"shape": broken.spec.name, "num_params": broken.num_params,
+                                "outcome": broken.outcome, "message": broken.message}
+        while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
             r = self.probe(strategy, shape, 1)
             if r.outcome in ("ok", "oom"):
                 search.record(shape, r.fits)
@@ -251,7 +258,7 @@ class Sweep:
         state["capacity"] = _shape_dict(search.capacity)
         state["first_failure"] = _shape_dict(search.first_failure)
         state["probes"] = search.probes
-        state["complete"] = state["stopped"] is None and (search.capacity or search.first_failure) is not None
+        state["complete"] = state["stopped"] is None and search.next() is None  # the border was found
 
     def _batches(self, strategy: str) -> None:
         c = self.cfg

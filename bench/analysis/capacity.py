@@ -102,8 +102,8 @@ def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[lis
 
 
 def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
-    b1 = probes[(probes["device_batch_size"] == 1) & probes["aspect_ratio"].eq(64 if (probes["aspect_ratio"] == 64).any()
-                                                                                 else probes["aspect_ratio"].iloc[0])]
+    aspect = 64 if (probes["aspect_ratio"] == 64).any() else probes["aspect_ratio"].iloc[0]  # one family per panel
+    b1 = probes[(probes["device_batch_size"] == 1) & (probes["aspect_ratio"] == aspect)]
     if b1.empty:
         return None
     cuda = any(m["device_type"] == "cuda" for m in machines)  # on CPU runs the host is the device

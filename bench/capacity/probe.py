@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Callable
 
 from bench.capacity import capped
-from bench.errors import ConfigError
 from bench.launch.local import TRAIN_LOG, close_if_unfinished, prepare_local
 from bench.schema import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
 
@@ -335,6 +334,7 @@ def read_probe(spec: ProbeSpec, run_dir: Path) -> ProbeResult | None:
     cap = read_run_json(run_dir).get("capacity") if (run_dir / "run.json").exists() else None
     if not cap or cap.get("probe") != asdict(spec) or cap.get("outcome") not in OUTCOMES:
         return None
-    fields = {k: cap.get(k) for k in ProbeResult.__dataclass_fields__ if k not in ("spec", "reused", "run_dir", "extra")}
+    own = [k for k in ProbeResult.__dataclass_fields__ if k not in ("spec", "reused", "run_dir", "extra")]
+    fields = {k: cap.get(k) for k in own}
     extra = {k: v for k, v in cap.items() if k not in fields and k != "probe"}
     return ProbeResult(spec, **fields, run_dir=str(run_dir), reused=True, extra=extra)

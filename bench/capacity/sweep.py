@@ -91,8 +91,8 @@ def _gpu() -> tuple[str | None, int | None]:
     """(name, total bytes) of GPU 0 from nvidia-smi, else from a short torch subprocess (so that this
     process never holds a CUDA context of its own while the probes need the memory)."""
     if shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True)
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits", "-i", "0"]
+        out = subprocess.run(query, capture_output=True, text=True)
         if out.returncode == 0 and "," in out.stdout:
             name, mib = out.stdout.strip().splitlines()[0].rsplit(",", 1)
             return name.strip(), int(float(mib)) * 2 ** 20
@@ -271,7 +271,8 @@ class Sweep:
             correction = 0
             if base.peak_mem_mib and base.extra.get("predicted_peak_bytes"):  # measured minus predicted at b=1
                 correction = int(base.peak_mem_mib * 2 ** 20 - base.extra["predicted_peak_bytes"])
-            batch = next((b for b in _powers_of_two(c.max_batch) if self.predicted_fit(strategy, shape, b, correction)), 1)
+            fitting = (b for b in _powers_of_two(c.max_batch) if self.predicted_fit(strategy, shape, b, correction))
+            batch = next(fitting, 1)
             for b in (batch, batch // 2):  # the predicted largest, and half of it if that does not fit
                 if b <= 1 or self.out_of_time or self.probe(strategy, shape, b).fits:
                     break

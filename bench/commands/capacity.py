@@ -37,7 +37,7 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", type=int, default=None, help="ranks per probe (default: the GPUs here, else 1)")
     p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
-                   help=f"comma-separated memory strategies of the trainer's --strategy (default: {DEFAULT_STRATEGIES})")
+                   help=f"comma-separated values of the trainer's --strategy (default: {DEFAULT_STRATEGIES})")
     p.add_argument("--search", action="store_true",
                    help="find each strategy's largest model (the default when no --depths are given)")
     p.add_argument("--depths", default=None, help="also measure these depths at batch 1 (e.g. 12,24,36)")

@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     m.add_argument("--total_batch_size", type=int, default=524288,
                    help="tokens per step: sets gradient accumulation for the memory estimate (default: 524288)")
     m.add_argument("--aspect_ratio", type=int, default=64, help="width = depth x this (default: 64)")
-    m.add_argument("--eager", action="store_true", help="estimate memory without torch.compile (as capacity probes run)")
+    m.add_argument("--eager", action="store_true", help="memory without torch.compile (as capacity probes run)")
     m.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m.set_defaults(func=cmd_model)
 
@@ -121,8 +121,8 @@ def cmd_model(args) -> int:
     print(f"FLOPs per token: {s['flops_per_token']:e}")
     a = s["memory_assumes"]
     print(f"memory per rank (device_batch_size={a['device_batch_size']}, world_size={a['world_size']}, "
-          f"grad_accum={a['grad_accum']}, {'compiled' if a['compiled'] else 'eager'}): weights {mem['weights']:.2f} GiB, "
-          f"grads {mem['grads']:.2f} GiB, optimizer {mem['optimizer']:.2f} GiB, "
+          f"grad_accum={a['grad_accum']}, {'compiled' if a['compiled'] else 'eager'}): "
+          f"weights {mem['weights']:.2f} GiB, grads {mem['grads']:.2f} GiB, optimizer {mem['optimizer']:.2f} GiB, "
           f"activations ~{mem['activations_estimate']:.1f} GiB")
     print("predicted peak per GPU by --strategy (bench/nanochat/memory.py; need = peak + allocator and context):")
     for name, m in s["memory_by_strategy"].items():

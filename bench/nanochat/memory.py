@@ -69,7 +69,7 @@ class Estimate:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["peak_gib"], d["need_gib"], d["host_gib"] = self.peak_bytes / GIB, self.need_bytes / GIB, self.host_bytes / GIB
+        d.update(peak_gib=self.peak_bytes / GIB, need_gib=self.need_bytes / GIB, host_gib=self.host_bytes / GIB)
         return d
 
 

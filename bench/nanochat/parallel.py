@@ -91,7 +91,7 @@ def apply_fsdp(model: nn.Module, device: torch.device, offload: bool) -> None:
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     cuda = device.type == "cuda"
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if cuda else MixedPrecisionPolicy()
+    mp = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if cuda else MixedPrecisionPolicy()  # param, reduce
     # pinned host memory makes the copies asynchronous; pinning needs a GPU
     policy = CPUOffloadPolicy(pin_memory=cuda) if offload else OffloadPolicy()
     kw = dict(mesh=mesh, mp_policy=mp, offload_policy=policy)

@@ -18,7 +18,8 @@ from bench.capacity import calibrate
 from bench.capacity.probe import ProbeResult, ProbeSpec
 from bench.nanochat import memory
 
-TRUE = {"act_bytes_per_token_layer_dim": 50, "logits_bytes_per_token_vocab": 20, "ac_saved_bytes_per_token_layer_dim": 3}
+TRUE = {"act_bytes_per_token_layer_dim": 50, "logits_bytes_per_token_vocab": 20,
+        "ac_saved_bytes_per_token_layer_dim": 3}
 MACHINE = {"device_type": "cuda", "gpu_name": "NVIDIA H200", "device_bytes": 140 * 2 ** 30, "host_bytes": 125 * 2 ** 30,
            "host_available_bytes": 120 * 2 ** 30, "memory_limit": None, "nproc": 1}
 

@@ -68,7 +68,8 @@ def test_read_back_only_for_the_same_settings(tmp_path):
     r.extra["predicted_peak_bytes"] = 5
     update_run_json(tmp_path, capacity=r.record())
     back = read_probe(SPEC, tmp_path)
-    assert back.reused and back.outcome == "ok" and back.tok_per_sec == 999.0 and back.extra["predicted_peak_bytes"] == 5
+    assert back.reused and back.outcome == "ok" and back.tok_per_sec == 999.0
+    assert back.extra["predicted_peak_bytes"] == 5
     assert read_probe(ProbeSpec("fsdp", 4, steps=4, device_type="cpu"), tmp_path) is None
 
 

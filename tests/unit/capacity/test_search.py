@@ -51,7 +51,8 @@ def test_without_a_prediction_doubling_goes_by_parameters():
     s.record(FAMILY[0], True)
     s.record(FAMILY[1], True)
     nxt = s.next()
-    assert nxt.num_params >= 2 * FAMILY[1].num_params and FAMILY[FAMILY.index(nxt) - 1].num_params < 2 * FAMILY[1].num_params
+    double = 2 * FAMILY[1].num_params
+    assert nxt.num_params >= double and FAMILY[FAMILY.index(nxt) - 1].num_params < double
 
 
 def test_memory_that_is_not_monotonic_is_an_error():

@@ -117,8 +117,8 @@ def clip_grad_norm_(parameters, max_norm: float) -> float:
     device = params[0].device_mesh.device_type
     total = torch.zeros((), dtype=torch.float32, device=device)
     for g in local:
-        if g.numel():
-            total += g.float().pow(2).sum().to(device)
+        if g.numel():  # in fp32, without a copy of the gradient
+            total += torch.linalg.vector_norm(g, dtype=torch.float32).square().to(device)
     if dist.get_world_size() > 1:
         dist.all_reduce(total)
     norm = total.sqrt().item()

@@ -1,7 +1,8 @@
 """ShardedMuon on FSDP2-sharded matrices equals single-process Muon on the full ones, on 2 real gloo ranks
 that see different gradients (the reference sees their mean, as FSDP averages them). The shapes include
 row counts that do not split evenly (5 rows: 3 + 2) and a matrix with fewer rows than ranks (1 row: rank 1
-holds nothing), so the row bookkeeping of own_rows is exercised where it can go wrong.
+holds nothing), so the row bookkeeping of own_rows is exercised where it can go wrong. The gradient norm that
+parallel.clip_grad_norm_ reports must be the full averaged gradient's.
 
     python -m pytest tests/integration/test_fsdp_muon.py -q
 """
@@ -39,6 +40,7 @@ WORKER = COMMON + textwrap.dedent("""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
     from bench.nanochat.muon import ShardedMuon
+    from bench.nanochat.parallel import clip_grad_norm_
 
     class Matrices(nn.Module):
         def __init__(self, tensors):
@@ -54,15 +56,17 @@ WORKER = COMMON + textwrap.dedent("""
     fully_shard(model)
     assert all(isinstance(p, DTensor) for p in model.parameters())
     muon = ShardedMuon(list(model.parameters()), lr=0.02, momentum=0.95, compute_device="cpu")
+    norms = []
     for step in range(STEPS):
         model([grad(step, i, rank, s) for i, s in enumerate(SHAPES)]).backward()
+        norms.append(clip_grad_norm_(model.parameters(), 1e9))  # the norm of the averaged gradient
         for group in muon.param_groups:
             group["momentum"] = momentum(step)
         muon.step()
         model.zero_grad(set_to_none=True)
     full = [p.full_tensor() for p in model.parameters()]
     if rank == 0:
-        torch.save(full, sys.argv[1])
+        torch.save((full, norms), sys.argv[1])
     dist.destroy_process_group()
 """)
 
@@ -74,13 +78,15 @@ def reference(world_size: int):
     exec(COMMON, scope)
     params = scope["initial_params"]()
     muon = Muon(params, lr=0.02, momentum=0.95)
+    norms = []
     for step in range(STEPS):
         for i, p in enumerate(params):
             p.grad = sum(scope["grad"](step, i, r, p.shape) for r in range(world_size)) / world_size
+        norms.append(torch.sqrt(sum((p.grad ** 2).sum() for p in params)).item())
         for group in muon.param_groups:
             group["momentum"] = scope["momentum"](step)
         muon.step()
-    return params, scope["initial_params"]()
+    return params, scope["initial_params"](), norms
 
 
 @pytest.mark.slow
@@ -92,8 +98,9 @@ def test_sharded_muon_equals_unsharded_muon(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script), str(out)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    sharded = torch.load(out)
-    single, initial = reference(world_size=2)
+    sharded, norms = torch.load(out)
+    single, initial, ref_norms = reference(world_size=2)
+    assert norms == pytest.approx(ref_norms, rel=1e-5)  # clip_grad_norm_ sums the shards over the ranks
     for i, (a, b, p0) in enumerate(zip(sharded, single, initial)):
         assert a.shape == b.shape == SHAPES[i]
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), f"param {i} {SHAPES[i]}: max diff {(a - b).abs().max()}"

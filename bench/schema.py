@@ -200,6 +200,8 @@ class RunManifest:
     result: Result = _f(None, "")
     vocabulary: Vocabulary = _f(None, "")
     nntile: NNTileRun = _f(None, "")
+    capacity: Optional[Dict[str, Any]] = _f(None, "a capacity probe's record: the probe, its outcome and figures "
+                                                  "(bench/capacity/probe.py)")
     network_env: Dict[str, str] = _f({}, "NCCL_*, FI_*, ... in effect for rank 0")
     attempts: List[Attempt] = _f([], "earlier attempts of this run (resubmissions)")
     started_at: Optional[float] = _f(None, "when the trainer started")

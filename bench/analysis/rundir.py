@@ -19,8 +19,8 @@ from bench.analysis.figures import _finite, step_figures
 
 MANIFEST_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "repeat", "nodes", "gpus_per_node",
                    "world_size", "peak_flops_per_gpu", "flops_per_token", "git_revision", "message")
-CONFIG_FIELDS = ("depth", "max_seq_len", "device_batch_size", "total_batch_size", "num_iterations",
-                 "force_flash_sdpa", "sdpa_backends")
+CONFIG_FIELDS = ("depth", "aspect_ratio", "strategy", "max_seq_len", "device_batch_size", "total_batch_size",
+                 "num_iterations", "force_flash_sdpa", "sdpa_backends")
 SOFTWARE_FIELDS = {"gpu_name": "gpu_name", "torch": "torch_version", "cuda": "cuda_version",
                    "nccl": "nccl_version", "driver": "driver_version"}
 SLURM_FIELDS = {"job_id": "slurm_job_id", "nodelist": "nodelist", "partition": "partition"}

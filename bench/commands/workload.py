@@ -18,11 +18,6 @@ from bench import workloads
 from bench.errors import ConfigError
 from bench.schema import ENV_BASE_DIR, read_run_json
 
-# Activation bytes per token, calibrated on d20 (B=32, T=2048, bf16, compiled) on one H200, which
-# peaked at 73,833 MiB: about 27 x model_dim per layer plus 6 x vocab for the logits.
-ACT_BYTES_PER_LAYER_DIM = 27
-ACT_BYTES_PER_VOCAB = 6
-
 # The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
 SMOKE_DATA = dict(num_shards=4, docs_per_shard=512, row_group_size=32)
 SMOKE_VOCAB = 1024
@@ -36,6 +31,10 @@ def register(subparsers) -> None:
     m.add_argument("--max_seq_len", type=int, default=2048, help="context length (default: 2048)")
     m.add_argument("--device_batch_size", type=int, default=32, help="for the memory estimate (default: 32)")
     m.add_argument("--world_size", type=int, default=1, help="ranks sharing optimizer state (default: 1)")
+    m.add_argument("--total_batch_size", type=int, default=524288,
+                   help="tokens per step: sets gradient accumulation for the memory estimate (default: 524288)")
+    m.add_argument("--aspect_ratio", type=int, default=64, help="width = depth x this (default: 64)")
+    m.add_argument("--eager", action="store_true", help="memory without torch.compile (as capacity probes run)")
     m.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m.set_defaults(func=cmd_model)
 
@@ -68,14 +67,20 @@ def register(subparsers) -> None:
 # model
 
 
+STRATEGIES = ("zero2", "fsdp", "fsdp+ac", "fsdp+ac+offload")  # the memory estimate's rows (parallel.py)
+
+
 def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, device_batch_size: int = 32,
-                  world_size: int = 1) -> dict:
-    """Sizes of the GPT at `depth`, built on the meta device, and a memory estimate per rank on CUDA."""
+                  world_size: int = 1, total_batch_size: int = 524288, aspect_ratio: int = 64,
+                  compiled: bool = True) -> dict:
+    """Sizes of the GPT at `depth`, built on the meta device, and per memory strategy the predicted peak
+    memory per rank on CUDA (bench/nanochat/memory.py); the trainer's default, zero2, gives the totals."""
     from bench.nanochat.gpt import GPT, GPTConfig
+    from bench.nanochat.memory import GIB, MemoryPoint, estimate
 
     if depth < 1:
         raise ConfigError(f"--depth={depth}: must be >= 1")
-    config = GPTConfig.from_depth(depth, vocab_size, max_seq_len)
+    config = GPTConfig.from_depth(depth, vocab_size, max_seq_len, aspect_ratio)
     import torch
 
     with torch.device("meta"):
@@ -87,24 +92,34 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     weights = 4 * (num_params - n_wte) + 2 * n_wte  # fp32 master weights, bf16 embedding on CUDA
     adam = (2 * 4 * n_lm_head + 2 * 2 * n_wte) / world_size  # exp_avg + exp_avg_sq, sharded when W > 1
     muon = 4 * n_matrix / world_size  # momentum, kept by each matrix's owner rank
-    tokens = device_batch_size * max_seq_len
-    activations = tokens * (depth * ACT_BYTES_PER_LAYER_DIM * config.n_embd + ACT_BYTES_PER_VOCAB * vocab_size)
-    gib = 1024 ** 3
+    grad_accum = max(1, total_batch_size // (device_batch_size * max_seq_len * world_size))
+    by_strategy = {}
+    for name in STRATEGIES:
+        e = estimate(MemoryPoint(depth, aspect_ratio, vocab_size, max_seq_len, device_batch_size, world_size, name,
+                                 "cuda", compiled, grad_accum))
+        by_strategy[name] = {"peak_gib": e.peak_bytes / GIB, "need_gib": e.need_bytes / GIB, "phase": e.phase,
+                             "host_gib": e.host_bytes / GIB,
+                             "components_gib": {k: v / GIB for k, v in e.components.items()}}
+        if name == "zero2":
+            zero2 = {k: v / GIB for k, v in e.phases["backward"].items()}
     return {
         "depth": depth, "n_layer": config.n_layer, "model_dim": config.n_embd, "n_head": config.n_head,
         "n_kv_head": config.n_kv_head, "head_dim": config.n_embd // config.n_head, "mlp_hidden": 4 * config.n_embd,
         "vocab_size": vocab_size, "max_seq_len": max_seq_len,
         "num_params": num_params, "params_embedding": n_wte, "params_lm_head": n_lm_head, "params_matrices": n_matrix,
         "flops_per_token": model.estimate_flops(),
-        "memory_gib": {"weights": weights / gib, "grads": weights / gib, "optimizer": (adam + muon) / gib,
-                       "activations_estimate": activations / gib,
-                       "total_estimate": (2 * weights + adam + muon + activations) / gib},
-        "memory_assumes": {"device_batch_size": device_batch_size, "world_size": world_size},
+        "memory_gib": {"weights": weights / GIB, "grads": weights / GIB, "optimizer": (adam + muon) / GIB,
+                       "activations_estimate": zero2.get("activations", 0) + zero2.get("logits", 0),
+                       "total_estimate": by_strategy["zero2"]["peak_gib"]},
+        "memory_by_strategy": by_strategy,
+        "memory_assumes": {"device_batch_size": device_batch_size, "world_size": world_size,
+                           "grad_accum": grad_accum, "compiled": compiled},
     }
 
 
 def cmd_model(args) -> int:
-    s = model_summary(args.depth, args.vocab_size, args.max_seq_len, args.device_batch_size, args.world_size)
+    s = model_summary(args.depth, args.vocab_size, args.max_seq_len, args.device_batch_size, args.world_size,
+                      args.total_batch_size, args.aspect_ratio, compiled=not args.eager)
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
@@ -115,9 +130,15 @@ def cmd_model(args) -> int:
     print(f"parameters:      {s['num_params']:,} (embedding {s['params_embedding']:,}, lm_head "
           f"{s['params_lm_head']:,}, matrices {s['params_matrices']:,})")
     print(f"FLOPs per token: {s['flops_per_token']:e}")
-    print(f"memory per rank (device_batch_size={args.device_batch_size}, world_size={args.world_size}): "
+    a = s["memory_assumes"]
+    print(f"memory per rank (device_batch_size={a['device_batch_size']}, world_size={a['world_size']}, "
+          f"grad_accum={a['grad_accum']}, {'compiled' if a['compiled'] else 'eager'}): "
           f"weights {mem['weights']:.2f} GiB, grads {mem['grads']:.2f} GiB, optimizer {mem['optimizer']:.2f} GiB, "
-          f"activations ~{mem['activations_estimate']:.1f} GiB, total ~{mem['total_estimate']:.1f} GiB (rough)")
+          f"activations ~{mem['activations_estimate']:.1f} GiB")
+    print("predicted peak per GPU by --strategy (bench/nanochat/memory.py; need = peak + allocator and context):")
+    for name, m in s["memory_by_strategy"].items():
+        host = f", host {m['host_gib']:.1f} GiB" if "offload" in name else ""
+        print(f"  {name:<16} peak {m['peak_gib']:7.1f} GiB, need {m['need_gib']:7.1f} GiB ({m['phase']}){host}")
     return 0
 
 

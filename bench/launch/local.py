@@ -1,10 +1,10 @@
 """Run a workload on this machine, without Slurm: one run directory, the workload's local command.
 
-`run_local` writes run.json first (status pending, the launch time), starts the workload's command
-(nanochat: torchrun in standalone mode, bench/launch/torchrun.py; others: bench/workloads/) with
-NANOCHAT_BENCH_RUN_DIR pointing at the run directory, copies the output to the terminal and to
-`<run_dir>/train.log`, records the wall and CPU time of everything it started, and ends with
-bench.schema.close_unfinished, the same last word a batch job has. It returns the command's exit status.
+`run_local` = `prepare_local` (run.json first, status pending, the launch time; the workload's command,
+nanochat's torchrun in standalone mode from bench/launch/torchrun.py, others from bench/workloads/) + the
+process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to the terminal and to
+`<run_dir>/train.log`, the wall and CPU time of everything it started are recorded, and
+bench.schema.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
 """
 
 import os
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from bench import schema, workloads
+from bench.launch.torchrun import torchrun_command
 
 
 def default_run_dir(sweep_id: str = "local", root: str | os.PathLike = "runs") -> Path:
@@ -30,11 +31,14 @@ def default_run_dir(sweep_id: str = "local", root: str | os.PathLike = "runs") -
     return path
 
 
-def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
-              workload: str = workloads.DEFAULT, python: str | None = None) -> int:
-    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
+def prepare_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
+                  workload: str = workloads.DEFAULT, python: str | None = None,
+                  module: str | None = None) -> tuple[list[str], dict]:
+    """(command, environment) of a local run, with the launcher's run.json written. `module` replaces the
+    nanochat trainer's module under torchrun (a wrapper around it, as the capacity probes' memory cap)."""
     chosen = workloads.get(workload)
-    cmd = chosen.local_command(train_args, nproc, python)
+    cmd = list(torchrun_command(python or sys.executable, nproc, train_args, module=module)) if module \
+        else chosen.local_command(train_args, nproc, python)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -47,6 +51,15 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     schema.update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.resolve().parent.name, runtime="bare",
                            workload=chosen.run_workload, status="pending",
                            launch={"kind": "local", "t0": t0, "command": cmd})
+    return cmd, child_env
+
+
+def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
+              workload: str = workloads.DEFAULT, python: str | None = None) -> int:
+    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
+    run_dir = Path(run_dir)
+    cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
+    t0 = time.time()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(run_dir / schema.TRAIN_LOG, "ab") as log:
         proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

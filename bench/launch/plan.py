@@ -246,7 +246,7 @@ class Sweep:
         if why_not:
             return replace(p, reason=why_not)
         config = replace(base, device_batch_size=dbs, total_batch_size=total)
-        model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, seq)
+        model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, seq, config.aspect_ratio)
         steps, _ = training_horizon(config, model.num_params(), model.flops_per_token())
         est = self.estimate_hours(model.flops_per_token() * total * steps, p.ranks, dbs, config.device_type)
         env = {schema.ENV_VAL_FILES_K: str(k)} if k is not None else {}
@@ -307,6 +307,17 @@ def _argv(flags: dict) -> list[str]:
     return [f"--{k}={v}" for k, v in sorted(flags.items())]
 
 
+def memory_warning(sweep: Sweep, p: Point) -> str | None:
+    """The memory model's warning when a GPU point will not fit (bench/nanochat/memory.py), else None."""
+    config = sweep.base_config()
+    if config is None or config.device_type == "cpu" or not p.possible:
+        return None
+    from bench.nanochat.memory import fit_warning
+
+    return fit_warning(config.depth, p.device_batch_size, config.max_seq_len, p.ranks, sweep.gpu, config.strategy,
+                       aspect_ratio=config.aspect_ratio, grad_accum=p.grad_accum)
+
+
 def format_table(sweep: Sweep) -> str:
     """The plan as a text table, one row per node count and runtime (repeats folded), then totals."""
     head = ("nodes", "runtime", "repeats", "ranks", "device_bs", "grad_accum", "total_batch", "steps", "val_K",
@@ -326,7 +337,8 @@ def format_table(sweep: Sweep) -> str:
         batch = (p.device_batch_size, p.grad_accum, f"{p.total_batch_size:,}", p.num_iterations) if sweep.nanochat \
             else ("-", "-", "-", "-")
         rows.append((n, rt, len(group), p.ranks, *batch, p.val_files_k or "-", p.time_limit,
-                     "?" if p.node_hours is None else f"{nh:.2f}", p.note))
+                     "?" if p.node_hours is None else f"{nh:.2f}",
+                     "; ".join(filter(None, [p.note, memory_warning(sweep, p)]))))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
     s, lines = sweep, lines + [""]
     if s.nanochat:

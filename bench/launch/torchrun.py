@@ -16,7 +16,7 @@ JOIN_TIMEOUT_S = 900
 
 
 def torchrun_command(python: str, nproc_per_node: int, train_argv: list, nnodes: int | None = None,
-                     numa_binding: str | None = None) -> tuple[Token, ...]:
+                     numa_binding: str | None = None, module: str | None = None) -> tuple[Token, ...]:
     """`python -m torch.distributed.run ... -m bench.nanochat.train -- <train_argv>`.
 
     Without `nnodes`: `--standalone` (a local rendezvous on a free port). With it: c10d rendezvous on
@@ -30,4 +30,4 @@ def torchrun_command(python: str, nproc_per_node: int, train_argv: list, nnodes:
                  Var("SLURM_JOB_ID", "--rdzv_id="), f"--rdzv_conf=join_timeout={JOIN_TIMEOUT_S}"]
     if numa_binding:
         where.append(f"--numa-binding={numa_binding}")
-    return (python, "-m", "torch.distributed.run", *where, "-m", TRAIN_MODULE, "--", *train_argv)
+    return (python, "-m", "torch.distributed.run", *where, "-m", module or TRAIN_MODULE, "--", *train_argv)

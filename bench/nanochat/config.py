@@ -28,7 +28,8 @@ class TrainConfig:
     # runtime
     device_type: str = _f("", "cuda | cpu | mps; empty = autodetect")
     # model
-    depth: int = _f(20, "transformer depth; sets every model dimension (width 64 x depth)")
+    depth: int = _f(20, "transformer depth; sets every model dimension (width aspect_ratio x depth)")
+    aspect_ratio: int = _f(64, "model width = depth x aspect_ratio (upstream's later name; 64 = the Nov 2025 shapes)")
     max_seq_len: int = _f(2048, "context length T in tokens")
     # training horizon: the first one > 0 wins
     num_iterations: int = _f(-1, "explicit number of optimizer steps (-1 = derive from the next two)")
@@ -54,8 +55,8 @@ class TrainConfig:
     core_metric_max_per_task: int = _f(500, "CORE examples per task (accepted for compatibility)")
     sample_every: int = _f(2000, "print greedy samples of a few prompts every this many steps (-1 = off)")
     # output
-    save_every: int = _f(-1, "checkpoint every this many steps and at the end (-1 = never: a benchmark saves nothing "
-                             "unless asked)")
+    save_every: int = _f(-1, "checkpoint every this many steps and at the end (-1 or 0 = never: a benchmark saves "
+                             "nothing unless asked)")
     model_tag: str = _f("", "checkpoint subdirectory (default d<depth>; in a run directory <sweep>/<run>)")
     # nanochat-bench additions
     data_bin_dir: str = _f("", "read pre-tokenized .bin splits from this directory instead of parquet shards")
@@ -66,6 +67,10 @@ class TrainConfig:
     profile_step: int = _f(-1, "profile this step with torch.profiler into the run directory (-1 = off)")
     deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
                               "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
+    strategy: str = _f("zero2", "memory strategy (bench/nanochat/parallel.py): zero2 (sharded optimizers, "
+                                "replicated parameters) or fsdp (FSDP2), each optionally +ac (activation "
+                                "checkpointing per block); fsdp also +offload (parameters, gradients and "
+                                "optimizer state in host memory), e.g. fsdp+ac+offload")
 
     def validate(self) -> None:
         """Refuse settings that cannot work, naming the flag and what is valid."""
@@ -82,7 +87,13 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"--sdpa_backends={self.sdpa_backends!r}: unknown kernel(s) {', '.join(unknown)}; "
                               f"valid: {', '.join(SDPA_BACKEND_SWITCHES)}")
-        for name in ("depth", "max_seq_len", "device_batch_size", "total_batch_size"):
+        from bench.nanochat.parallel import Strategy
+
+        strategy = Strategy.parse(self.strategy)
+        if strategy.fsdp and (self.save_every > 0 or self.resume_from_step >= 0):
+            raise ConfigError(f"--strategy={self.strategy}: checkpoints of FSDP-sharded models are not written "
+                              f"or read yet; leave out --save_every and --resume_from_step, or use zero2")
+        for name in ("depth", "aspect_ratio", "max_seq_len", "device_batch_size", "total_batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
         if self.device_type not in ("", "cuda", "cpu", "mps"):

@@ -20,10 +20,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
 
 from bench.nanochat.adamw import DistAdamW
 from bench.nanochat.attention import causal_attention
-from bench.nanochat.muon import DistMuon, Muon
+from bench.nanochat.muon import DistMuon, Muon, ShardedMuon
 
 SOFTCAP = 15.0  # logits = SOFTCAP * tanh(logits / SOFTCAP)
 ROPE_BASE = 10000
@@ -40,9 +41,10 @@ class GPTConfig:
     n_embd: int = 768
 
     @classmethod
-    def from_depth(cls, depth: int, vocab_size: int, sequence_len: int = 2048, **kw) -> "GPTConfig":
-        """base_train's sizing: width 64 x depth, heads of 128 (ceil), plain multi-head attention."""
-        model_dim = depth * 64
+    def from_depth(cls, depth: int, vocab_size: int, sequence_len: int = 2048, aspect_ratio: int = 64,
+                   **kw) -> "GPTConfig":
+        """base_train's sizing: width aspect_ratio (64) x depth, heads of 128 (ceil), plain multi-head attention."""
+        model_dim = depth * aspect_ratio
         num_heads = max(1, (model_dim + 127) // 128)
         return cls(sequence_len=sequence_len, vocab_size=vocab_size, n_layer=depth, n_head=num_heads,
                    n_kv_head=num_heads, n_embd=model_dim, **kw)
@@ -192,10 +194,12 @@ class GPT(nn.Module):
         """AdamW for wte and lm_head (lr x (dim/768)^-0.5), Muon for every matrix in the blocks.
 
         The sharded forms (DistAdamW, DistMuon) are used when a process group is initialised: they
-        average the gradients themselves, so the model is never wrapped in DDP.
+        average the gradients themselves, so the model is never wrapped in DDP. Parameters that FSDP has
+        sharded (DTensors, whose gradients arrive averaged) get torch's AdamW and ShardedMuon.
         """
         model_dim = self.config.n_embd
         distributed = dist.is_available() and dist.is_initialized()
+        fsdp_sharded = any(isinstance(p, DTensor) for p in self.parameters())
         matrix_params = list(self.transformer.h.parameters())
         embedding_params = list(self.transformer.wte.parameters())
         lm_head_params = list(self.lm_head.parameters())
@@ -207,12 +211,14 @@ class GPT(nn.Module):
             dict(params=embedding_params, lr=embedding_lr * dmodel_lr_scale),
         ]
         adamw_kwargs = dict(betas=(0.8, 0.95), eps=1e-10, weight_decay=weight_decay)
-        if distributed:
+        if fsdp_sharded:  # foreach: works on DTensors wherever their shards live (GPU or host memory)
+            adamw = torch.optim.AdamW(adam_groups, foreach=True, **adamw_kwargs)
+        elif distributed:
             adamw = DistAdamW(adam_groups, **adamw_kwargs)
         else:
             fused = self.get_device().type == "cuda"
             adamw = partial(torch.optim.AdamW, fused=fused)(adam_groups, **adamw_kwargs)
-        muon_cls = DistMuon if distributed else Muon
+        muon_cls = ShardedMuon if fsdp_sharded else DistMuon if distributed else Muon
         muon = muon_cls(matrix_params, lr=matrix_lr, momentum=0.95, log=log)
         optimizers = [adamw, muon]
         for opt in optimizers:

@@ -13,6 +13,14 @@ DistMuon shards the work: each group of same-shaped matrices is split into one c
 rank (the last padded with zeros); a reduce_scatter(AVG) hands each rank the averaged gradients of its
 block, the rank alone keeps their momentum and computes their update, and an all_gather replicates
 the new weights. All communication happens in `step()` (none overlaps the backward pass), as upstream.
+
+ShardedMuon is Muon for parameters that FSDP2 has sharded by rows (DTensors, Shard(0)), after the
+Distributed Muon of Liu et al. 2025, "Muon is Scalable for LLM Training" (Moonlight): each rank keeps
+the momentum of its own rows only; momentum and Nesterov are elementwise, so they run on the shard;
+the blended rows are all-gathered into the full matrix for Newton-Schulz, which needs it whole, and
+each rank keeps only its rows of the result. One matrix at a time, so the step's extra memory is one
+full matrix, not a stack of them; every rank orthogonalises every matrix (W-fold redundant work, no
+extra communication). Shards held in host memory (CPU offload) are orthogonalised on `compute_device`.
 """
 
 import functools
@@ -146,3 +154,46 @@ class DistMuon(Muon):
         for params, gathered, work in gathers:
             work.wait()
             torch._foreach_copy_(params, list(gathered[:len(params)].unbind(0)))
+
+
+def _dtensor():
+    from torch.distributed.tensor import DTensor, Shard
+
+    return DTensor, Shard
+
+
+class ShardedMuon(Muon):
+    """Muon on FSDP2-sharded matrices (see the module docstring); gradients arrive averaged by FSDP."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.02, momentum: float = 0.95,
+                 nesterov: bool = True, ns_steps: int = 5, log: Callable = _quiet,
+                 compute_device: torch.device | str | None = None):
+        super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, log=log)
+        if compute_device is None:
+            compute_device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+        self.compute_device = torch.device(compute_device)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        DTensor, Shard = _dtensor()
+        for group in self.param_groups:
+            for p in group["params"]:
+                assert isinstance(p, DTensor) and p.placements == (Shard(0),), "ShardedMuon: FSDP2 row shards only"
+                local = p.grad.to_local()  # this rank's rows of the averaged gradient
+                buf = _momentum_buffer(self.state[p], local)  # on the shard's own device (host under offload)
+                momentum = group["momentum"]
+                buf.lerp_(local, 1 - momentum)
+                blended = local.lerp_(buf, momentum) if group["nesterov"] else buf
+                rows = DTensor.from_local(blended.to(self.compute_device), p.device_mesh, p.placements,
+                                          shape=p.shape, stride=p.stride())
+                update = orthogonalize(rows.full_tensor(), steps=group["ns_steps"])
+                mine = own_rows(update, p.shape[0], local.shape[0], p.device_mesh)
+                p.to_local().add_(mine.to(device=local.device, dtype=p.dtype), alpha=-step_size(group, p.shape))
+
+
+def own_rows(full: Tensor, rows: int, local_rows: int, mesh) -> Tensor:
+    """This rank's rows of a full matrix, as FSDP2 splits dim 0: torch.chunk's blocks of ceil(rows/W)."""
+    world, rank = mesh.size(), mesh.get_local_rank()
+    start = min(rows, rank * -(-rows // world))
+    assert local_rows == min(rows - start, -(-rows // world)), "shard rows differ from FSDP2's torch.chunk split"
+    return full[start:start + local_rows]

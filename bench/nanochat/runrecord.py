@@ -11,6 +11,7 @@ Without NANOCHAT_BENCH_RUN_DIR every write is a no-op (the null event writer, no
 """
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -105,6 +106,11 @@ class RunRecord:
             self.closed = True
 
 
+# Failed allocations outside torch's CUDA caching allocator: its CPU allocator, a pinned buffer or a
+# driver allocation (CUDA error), C++'s new.
+ALLOC_FAILED = re.compile(r"can't allocate memory|CUDA error: out of memory|std::bad_alloc")
+
+
 def classify_failure(exc: BaseException, device_batch_size: int | None = None) -> tuple[str, str]:
     """(status, one-line message) for an exception that ended the run."""
     import torch
@@ -117,6 +123,9 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
         first = first.split(" If reserved but unallocated")[0]  # drop torch's generic allocator advice
         return "oom", f"out of memory at --device_batch_size={device_batch_size}: {first}{hint}"
+    if isinstance(exc, MemoryError) or ALLOC_FAILED.search(str(exc)):  # outside torch's CUDA caching allocator
+        first = (str(exc).strip().splitlines() or ["out of memory"])[0]
+        return "oom", f"out of memory at --device_batch_size={device_batch_size}: {first}"
     if isinstance(exc, DataError):
         return "no_data", str(exc)
     if isinstance(exc, KeyboardInterrupt):

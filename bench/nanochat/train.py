@@ -35,6 +35,7 @@ from bench.nanochat.compute import autodetect_device_type, compute_cleanup, comp
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
+from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
 from bench.nanochat.runrecord import RunRecord, classify_failure, install_signal_thread
 
@@ -83,7 +84,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     record.update(vocabulary={"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None})
     if token_bytes is None and config.eval_every > 0:
         print0("Validation bpb: not computed (the bytes per token of these .bin files are unknown)")
-    model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len)
+    model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len, config.aspect_ratio)
     print0(f"num_layers: {model_config.n_layer}")
     print0(f"model_dim: {model_config.n_embd}")
     print0(f"num_heads: {model_config.n_head}")
@@ -117,7 +118,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         orig_model.load_state_dict(model_state, strict=True)
         del model_state
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
-    model = torch.compile(orig_model, dynamic=False) if device_type == "cuda" else orig_model
+    strategy = Strategy.parse(config.strategy)  # zero2, or FSDP2 sharding, checkpointing, offload
+    model = parallelize(orig_model, strategy, device, compile=device_type == "cuda")
+    print0(f"Memory strategy: {strategy.name}")
     num_params = orig_model.num_params()
     num_flops_per_token = orig_model.estimate_flops()
     print0(f"Number of parameters: {num_params:,}")
@@ -173,6 +176,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
     # ----------------------------------------------------------------------------------------------
     # Training loop: one extra pass (last_step) runs the final evaluation and save and then stops
+    if device_type == "cuda":  # the peak of training, not of start-up (the whole model before FSDP shards it)
+        torch.cuda.reset_peak_memory_stats(device)
     loop_state = resume_meta.get("loop_state", {})
     min_val_bpb = loop_state.get("min_val_bpb", float("inf"))
     smooth_train_loss = loop_state.get("smooth_train_loss", 0.0)
@@ -212,8 +217,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             min_val_bpb = min(min_val_bpb, val_bpb)
             model.train()
 
-        # greedy samples from a few fixed prompts (rank 0, uncompiled model)
-        if master_process and tokenizer is not None and config.sample_every > 0 and not stopped_early and \
+        # greedy samples from a few fixed prompts (rank 0, uncompiled model; every rank under fsdp)
+        sampler = master_process or strategy.fsdp  # a sharded model computes on every rank
+        if sampler and tokenizer is not None and config.sample_every > 0 and not stopped_early and \
                 (last_step or (step > 0 and step % config.sample_every == 0)):
             orig_model.eval()
             for prompt in SAMPLE_PROMPTS:
@@ -224,9 +230,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             orig_model.train()
 
         # checkpoint: every save_every steps and at the end when asked, and always when stopped by the deadline
-        # (never the step resumed from)
+        # (never the step resumed from; FSDP-sharded models are not saved yet, see TrainConfig.validate)
         asked = config.save_every > 0 and step > 0 and (last_step or step % config.save_every == 0)
-        if (asked or stopped_early) and step != resume_step:
+        if (asked or (stopped_early and not strategy.fsdp)) and step != resume_step:
             meta = {"step": step, "val_bpb": val_bpb, "model_config": asdict(model_config),
                     "user_config": asdict(config), "device_batch_size": B, "max_seq_len": T,
                     "world_size": ddp_world_size, "dataloader_state_dict": dict(train_state),
@@ -252,8 +258,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                 loss.backward()
                 x, y = next(train_loader)  # prefetch while the device runs the backward pass
             grad_norm = None
-            if config.grad_clip > 0.0:  # on each rank's local gradients, before the optimizers average them
-                grad_norm = torch.nn.utils.clip_grad_norm_(orig_model.parameters(), config.grad_clip).item()
+            if config.grad_clip > 0.0:  # zero2: each rank's local gradients (upstream); fsdp: the averaged ones
+                grad_norm = clip_grad_norm_(orig_model.parameters(), config.grad_clip)
             lrm = get_lr_multiplier(step)
             for opt in optimizers:
                 for group in opt.param_groups:

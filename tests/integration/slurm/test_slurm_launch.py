@@ -7,9 +7,6 @@ session's tiny data (tests/conftest.py: tiny_base_dir).
 """
 
 import json
-import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 

@@ -63,7 +63,7 @@ def test_a_run_longer_than_its_time_limit_ends_as_timeout_with_a_checkpoint(slur
     assert 0 < step < 1_000_000 and f"--resume_from_step={step}" in run["message"]
     checkpoint = tiny_base_dir / "base_checkpoints" / "limited" / "n1-bare-r1"  # the run's own tag
     assert (checkpoint / f"model_{step:06d}.pt").is_file() and (checkpoint / f"meta_{step:06d}.json").is_file()
-    assert f"--model_tag=limited/n1-bare-r1" in run["message"]
+    assert "--model_tag=limited/n1-bare-r1" in run["message"]
 
 
 def _pids_of(run_dir: Path) -> list[int]:

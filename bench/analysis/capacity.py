@@ -1,0 +1,226 @@
+"""The capacity report: the largest model each memory strategy trains, its memory and its speed.
+
+Reads the summary.json of one or more capacity sweeps (bench/capacity/sweep.py; one per GPU count, say)
+and writes `capacity.md` with figures (PNG and SVG) beside it:
+- the largest trainable parameter count per strategy and GPU count, with its ratio to fsdp's;
+- peak memory per GPU against parameters, measured (batch 1) and predicted (bench/nanochat/memory.py),
+  with the GPU's memory drawn; for offloading strategies the host memory the probe took, with the host's;
+- tok/s and MFU against parameters, at batch 1 and at the best batch measured.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+from bench.analysis.plots import STYLE, _human, save  # noqa: E402
+from bench.errors import AnalysisError  # noqa: E402
+
+REPORT_MD = "capacity.md"
+GIB = 2 ** 30
+
+
+def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+    """(probes, searches, machines) of the sweeps; AnalysisError naming a directory without a summary."""
+    probes, searches, machines = [], [], []
+    for d in sweep_dirs:
+        path = Path(d) / "summary.json"
+        if not path.is_file():
+            raise AnalysisError(f"{path}: no capacity summary (run `nanochat-bench capacity --out {d}`)")
+        s = json.loads(path.read_text())
+        m = s["machine"]
+        machines.append(m)
+        for p in s["probes"]:
+            probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"]})
+        for c in s["searches"]:
+            cap, fail, stop = c.get("capacity") or {}, c.get("first_failure") or {}, c.get("stopped") or {}
+            searches.append({"strategy": c["strategy"], "aspect_ratio": c["aspect_ratio"], "gpus": m["nproc"],
+                             "gpu_name": m.get("gpu_name") or m["device_type"], "capacity": cap.get("name"),
+                             "capacity_params": cap.get("num_params"), "ratio_to_fsdp": c.get("ratio_to_fsdp"),
+                             "tok_per_sec": c.get("tok_per_sec_at_capacity"), "batch": c.get("batch_at_capacity"),
+                             "first_failure": fail.get("name"), "failure_params": fail.get("num_params"),
+                             "stopped": f"{stop['outcome']} at {stop['shape']}" if stop else None,
+                             "probes": c.get("probes")})
+    return pd.DataFrame(probes), pd.DataFrame(searches), machines
+
+
+def _colors(strategies) -> dict:
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {s: cycle[i % len(cycle)] for i, s in enumerate(dict.fromkeys(strategies))}
+
+
+def _params_axis(ax) -> None:
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(_human))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("parameters (log scale)")
+
+
+def capacity_bars(searches: pd.DataFrame, colors: dict):
+    s = searches.dropna(subset=["capacity_params"])
+    if s.empty:
+        return None
+    fig, ax = plt.subplots()
+    labels = [f"{r.strategy} ({r.gpus} GPU{'s' if r.gpus > 1 else ''})" for r in s.itertuples()]
+    ax.barh(labels, s["capacity_params"], color=[colors[x] for x in s["strategy"]])
+    for i, r in enumerate(s.itertuples()):
+        ratio = f", {r.ratio_to_fsdp:.2f}x fsdp" if pd.notna(r.ratio_to_fsdp) else ""
+        ax.text(r.capacity_params, i, f" {r.capacity} {_human(r.capacity_params)}{ratio}", va="center")
+    ax.xaxis.set_major_formatter(FuncFormatter(_human))
+    ax.set_xlim(0, float(s["capacity_params"].max()) * 1.45)
+    ax.invert_yaxis()
+    ax.set_xlabel("largest model that trained (parameters, device batch 1)")
+    ax.set_title(f"Capacity per memory strategy ({', '.join(sorted(set(s['gpu_name'])))})")
+    return fig
+
+
+def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[list, list]:
+    """Predicted bytes (need or host) over the family's depths around the probed ones, at batch 1."""
+    from bench.nanochat import memory
+    from bench.nanochat.parallel import Strategy
+
+    try:
+        Strategy.parse(strategy)
+    except Exception:  # noqa: BLE001 - another workload's strategy: no model of ours
+        return [], []
+    p = probes.iloc[0]
+    depths = range(2, int(probes["depth"].max() * 1.25) + 3, 2)
+    xs, ys = [], []
+    for d in depths:
+        e = memory.estimate(memory.MemoryPoint(d, int(p.aspect_ratio), int(p.vocab_size), int(p.max_seq_len), 1,
+                                               int(p.nproc), strategy, p.device_type))
+        xs.append(e.num_params)
+        ys.append((e.need_bytes if key == "need" else e.host_bytes * int(p.nproc)) / GIB)
+    return xs, ys
+
+
+def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
+    aspect = 64 if (probes["aspect_ratio"] == 64).any() else probes["aspect_ratio"].iloc[0]  # one family per panel
+    b1 = probes[(probes["device_batch_size"] == 1) & (probes["aspect_ratio"] == aspect)]
+    if b1.empty:
+        return None
+    cuda = any(m["device_type"] == "cuda" for m in machines)  # on CPU runs the host is the device
+    offload = b1[b1["strategy"].str.contains("offload")] if cuda else b1.iloc[0:0]
+    fig, axes = plt.subplots(1, 2 if not offload.empty else 1, squeeze=False)
+    ax = axes[0][0]
+    for strategy, p in b1.groupby("strategy", sort=False):
+        ok, oom = p[p["outcome"] == "ok"], p[p["outcome"] != "ok"]
+        ax.plot(ok["num_params"], ok["peak_mem_mib"] * 2 ** 20 / GIB, "o", color=colors[strategy], ms=8,
+                label=f"{strategy} measured")
+        if oom["predicted_need_bytes"].notna().any():
+            ax.plot(oom["num_params"], oom["predicted_need_bytes"] / GIB, "x", color=colors[strategy], ms=10, mew=2)
+        xs, ys = _predicted_curve(strategy, p, "need")
+        ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2)
+    device = max(m["device_bytes"] or 0 for m in machines) / GIB
+    ax.axhline(device, color="black", lw=1.5, label=f"device memory {device:.0f} GiB")
+    _params_axis(ax)
+    ax.set_ylim(0, device * 1.5)
+    ax.set_ylabel("peak memory per GPU (GiB)")
+    ax.set_title("Peak memory vs size, device batch 1\n(o measured, x out of memory, -- predicted)", fontsize=12)
+    ax.legend(loc="upper left", fontsize=9)
+    if not offload.empty:
+        ax = axes[0][1]
+        for strategy, p in offload.groupby("strategy", sort=False):
+            ax.plot(p["num_params"], p["host_peak_bytes"] / GIB, "o", color=colors[strategy], ms=8,
+                    label=f"{strategy} taken from the host")
+            xs, ys = _predicted_curve(strategy, p, "host")
+            ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2, label="predicted")
+        host = max(m["host_bytes"] or 0 for m in machines) / GIB
+        ax.axhline(host, color="black", lw=1.5, label=f"host memory {host:.0f} GiB")
+        _params_axis(ax)
+        ax.set_ylim(0, host * 1.5)
+        ax.set_ylabel("host memory (GiB)")
+        ax.set_title("Host memory of offloading strategies", fontsize=12)
+        ax.legend(loc="upper left", fontsize=9)
+    return fig
+
+
+def speed_figure(probes: pd.DataFrame, colors: dict):
+    ok = probes[probes["outcome"] == "ok"]
+    if ok.empty:
+        return None
+    has_mfu = ok["mfu"].notna().any()
+    fig, axes = plt.subplots(1, 2 if has_mfu else 1, squeeze=False)
+    for col, (ax, key, label) in enumerate(zip(axes[0], ("tok_per_sec", "mfu"), ("tokens/s (all GPUs)", "MFU %"))):
+        for strategy, p in ok.groupby("strategy", sort=False):
+            b1 = p[p["device_batch_size"] == 1].sort_values("num_params")
+            best = p.loc[p.groupby("num_params")["tok_per_sec"].idxmax()].sort_values("num_params")
+            ax.plot(b1["num_params"], b1[key], "o-", color=colors[strategy])
+            ax.plot(best["num_params"], best[key], "s:", mfc="none", color=colors[strategy])
+        _params_axis(ax)
+        ax.set_yscale("log" if key == "tok_per_sec" else "linear")
+        ax.yaxis.set_major_formatter(FuncFormatter(_human))
+        ax.set_ylabel(label)
+        ax.set_title(("Throughput" if col == 0 else "MFU") + " vs size")
+        if col == 0:
+            handles = [Line2D([], [], color=colors[x], lw=2, label=x) for x in dict.fromkeys(ok["strategy"])]
+            handles += [Line2D([], [], color="grey", marker="o", label="device batch 1"),
+                        Line2D([], [], color="grey", marker="s", mfc="none", ls=":", label="best batch measured")]
+            ax.legend(handles=handles, loc="best", fontsize=9)
+    return fig
+
+
+def _md_table(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:
+    def cell(v, kind):
+        if v is None or (isinstance(v, float) and pd.isna(v)):
+            return "–"
+        return {"int": lambda: f"{int(v):,}", "1": lambda: f"{float(v):.1f}", "2": lambda: f"{float(v):.2f}",
+                "gib": lambda: f"{float(v) / GIB:.1f}"}.get(kind, lambda: str(v))()
+
+    lines = ["| " + " | ".join(h for h, _, _ in cols) + " |", "|" + "|".join("---:" for _ in cols) + "|"]
+    for r in df.to_dict("records"):
+        lines.append("| " + " | ".join(cell(r.get(c), k) for _, c, k in cols) + " |")
+    return "\n".join(lines)
+
+
+SEARCH_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("largest that trained", "capacity", "s"),
+               ("parameters", "capacity_params", "int"), ("x fsdp", "ratio_to_fsdp", "2"),
+               ("tok/s there", "tok_per_sec", "int"), ("at batch", "batch", "int"),
+               ("smallest that did not", "first_failure", "s"), ("its parameters", "failure_params", "int"),
+               ("search stopped by", "stopped", "s"), ("probes", "probes", "int")]
+PROBE_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("depth", "depth", "int"),
+              ("batch", "device_batch_size", "int"), ("parameters", "num_params", "int"), ("outcome", "outcome", "s"),
+              ("peak MiB", "peak_mem_mib", "int"), ("predicted GiB", "predicted_need_bytes", "gib"),
+              ("host GiB", "host_peak_bytes", "gib"), ("tok/s", "tok_per_sec", "int"), ("MFU %", "mfu", "1"),
+              ("OOM asked GiB", "oom_bytes", "gib"), ("s", "wall_s", "int")]
+
+
+def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
+    """capacity.md and figures/ under out_dir; returns the Markdown file's path."""
+    probes, searches, machines = load(sweep_dirs)
+    out_dir = Path(out_dir)
+    fig_dir = out_dir / "figures"
+    colors = _colors(list(searches.get("strategy", [])) + list(probes.get("strategy", [])))
+    figures = []
+    with plt.rc_context(STYLE):
+        for name, title, make in (("capacity", "Capacity per strategy", lambda: capacity_bars(searches, colors)),
+                                  ("memory", "Peak memory vs size", lambda: memory_figure(probes, machines, colors)),
+                                  ("speed", "Throughput and MFU vs size", lambda: speed_figure(probes, colors))):
+            fig = make() if not probes.empty else None
+            if fig is not None:
+                figures.append(save(fig, fig_dir, f"capacity-{name}", title))
+    m = machines[0]
+    lines = ["# Capacity: the largest model each memory strategy trains", "",
+             f"Machine: {m.get('gpu_name') or m['device_type']}, {m['device_bytes'] / GIB:.1f} GiB per device, host "
+             f"{(m['host_bytes'] or 0) / GIB:.0f} GiB. Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
+             "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
+             "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
+             "batch 1; `x fsdp` is its parameter count over fsdp's. Peak memory is torch's max_memory_allocated "
+             "over the steps; host memory is how far the host's available memory fell during the probe.", "",
+             _md_table(searches, SEARCH_COLS) if not searches.empty else "No capacity search in these sweeps.", ""]
+    for f in figures:
+        lines += [f"![{f.title}](figures/{f.png.name})", ""]
+    lines += ["## Every probe", "", _md_table(probes, PROBE_COLS) if not probes.empty else "None.", ""]
+    path = out_dir / REPORT_MD
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, path)
+    return path

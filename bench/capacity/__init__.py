@@ -1,0 +1,9 @@
+"""`nanochat-bench capacity`: the largest model a node can train, per memory strategy.
+
+- data.py    the probes' workspace: a tokenizer of the asked size and random tokens (.bin), made in seconds
+- search.py  the candidates (model shapes sorted by parameters) and the doubling-then-bisection search
+- probe.py   one probe = one trainer process tree under a timeout, a memory watch and an optional cap,
+             in its own run directory (read back, not rerun, when it is already done)
+- sweep.py   every strategy in turn: capacity at batch 1, then throughput at the largest batch that fits
+The report is bench/analysis/capacity.py.
+"""

@@ -1,0 +1,341 @@
+"""One capacity probe: a few real optimizer steps of one model in its own process tree and run directory.
+
+The probe is the trainer itself (torchrun, bench/launch/local.py's command and run-directory set-up),
+started in a session of its own so that nothing it does can take the sweep down:
+- a CUDA out-of-memory ends the run as `oom` (the trainer records it; the bytes asked are read back);
+- host memory is watched: when the machine's available memory falls below a floor the whole tree is
+  killed and the probe is `oom` (host), before the kernel's OOM killer picks a victim; a rank that the
+  kernel killed anyway (SIGKILL) counts as host OOM too;
+- on CPU an address-space cap (RLIMIT_AS, bench/capacity/capped.py) can stand in for a smaller
+  machine (the tests use it);
+- a probe that runs past its time limit is killed and recorded as `timeout`: a hang is a result.
+The outcome and the probe's facts go into run.json under `capacity`. A probe whose run directory
+already holds an outcome for the same settings is read back instead of run again (resumable sweeps).
+
+Backends: a strategy whose base is a trainer strategy (bench/nanochat/parallel.py) runs the PyTorch
+trainer. Another workload (NNTile) registers a function of its own with `register_backend(name, fn)`:
+fn(spec, run_dir, data) -> (command, environment), after writing its run.json like prepare_local does;
+its strategies are then named `<name>` or `<name>+<options>`.
+"""
+
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bench.capacity import capped
+from bench.launch.local import prepare_local
+from bench.schema import TRAIN_LOG, close_unfinished
+from bench.schema import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
+
+OUTCOMES = ("ok", "oom", "timeout", "failed")  # "budget" (not run for lack of time) is never stored
+POLL_S = 0.25
+GRACE_S = 10.0  # between SIGTERM and SIGKILL
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    strategy: str
+    depth: int
+    aspect_ratio: int = 64
+    device_batch_size: int = 1
+    max_seq_len: int = 2048
+    nproc: int = 1
+    steps: int = 3
+    device_type: str = ""
+    vocab_size: int = 65536
+
+    @property
+    def name(self) -> str:
+        a = "" if self.aspect_ratio == 64 else f"-a{self.aspect_ratio}"
+        return f"d{self.depth}{a}-b{self.device_batch_size}"
+
+    def train_args(self, bin_dir: Path) -> list[str]:
+        B, T = self.device_batch_size, self.max_seq_len
+        args = [f"--depth={self.depth}", f"--aspect_ratio={self.aspect_ratio}", f"--max_seq_len={T}",
+                f"--device_batch_size={B}", f"--total_batch_size={B * T * self.nproc}",
+                f"--num_iterations={self.steps}", f"--strategy={self.strategy}", f"--data_bin_dir={bin_dir}",
+                "--eval_every=-1", "--sample_every=-1", "--save_every=0", "--run=capacity"]
+        return args + ([f"--device_type={self.device_type}"] if self.device_type else [])
+
+
+@dataclass
+class ProbeResult:
+    spec: ProbeSpec
+    outcome: str  # ok | oom | timeout | failed | budget
+    message: str | None = None
+    run_dir: str | None = None
+    num_params: int | None = None
+    peak_mem_mib: float | None = None  # torch's max_memory_allocated over the training steps (CUDA)
+    tok_per_sec: float | None = None  # median over the steps after the first
+    mfu: float | None = None
+    step_ms: float | None = None
+    oom_bytes: int | None = None  # the allocation that failed, when the error says
+    host_peak_bytes: int | None = None  # how far the host's available memory fell during the probe
+    vm_peak_bytes: int | None = None  # the largest address space of one of its processes (sampled)
+    wall_s: float | None = None
+    reused: bool = False
+    extra: dict = field(default_factory=dict)  # the sweep's own facts (prediction, device memory)
+
+    @property
+    def fits(self) -> bool:
+        return self.outcome == "ok"
+
+    def record(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in ("spec", "reused", "run_dir", "extra")}
+        return {"probe": asdict(self.spec), **d, **self.extra}
+
+
+# ------------------------------------------------------------------------------------------------
+# backends
+
+
+def pytorch_backend(spec: ProbeSpec, run_dir: Path, data: dict) -> tuple[list[str], dict]:
+    env = dict(os.environ, **{ENV_BASE_DIR: str(data["base_dir"])})
+    env["TORCHDYNAMO_DISABLE"] = "1"  # no torch.compile: minutes per new shape, more than a probe's steps
+    module = "bench.nanochat.train"
+    if data.get("memory_limit"):
+        env[capped.ENV_CAP], env["MALLOC_ARENA_MAX"] = str(data["memory_limit"]), "2"  # fewer arenas: less slack
+        module = "bench.capacity.capped"
+    args = spec.train_args(Path(data["bin_dir"]))
+    cmd, env = prepare_local(args, spec.nproc, run_dir, env, module=module)
+    if spec.nproc == 1:  # one rank: the trainer alone, its process group from these variables (no torchrun)
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(_free_port()))
+        cmd = [sys.executable, "-m", module, "--", *args]
+        update_run_json(run_dir, launch={"command": cmd})
+    return cmd, env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+BACKENDS: dict[str, Callable] = {}
+
+
+def register_backend(name: str, launch: Callable) -> None:
+    if name in BACKENDS:
+        raise ValueError(f"capacity backend {name!r} is registered twice")
+    BACKENDS[name] = launch
+
+
+def backend_for(strategy: str) -> Callable:
+    """The launcher of a strategy: the trainer for its own strategies, else a registered backend."""
+    from bench.nanochat.parallel import Strategy
+
+    base = strategy.split("+", 1)[0]
+    if base in BACKENDS:
+        return BACKENDS[base]
+    Strategy.parse(strategy)  # ConfigError listing the trainer's strategies
+    return pytorch_backend
+
+
+# ------------------------------------------------------------------------------------------------
+# running
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _tree(root: int) -> set[int]:
+    """A process and its descendants, by parent ids (torchrun starts its workers in sessions of their own,
+    so neither a session nor a process group holds them all)."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
+def _vm_peak(pids: set[int]) -> int:
+    """The largest peak address space (VmPeak) among these processes: what RLIMIT_AS caps."""
+    peak = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmPeak:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except (OSError, ValueError):
+            continue
+    return peak
+
+
+def _first_to_go() -> None:
+    """Make the probe the kernel's first choice when the host runs out of memory (its pinned buffers may
+    not count as its own resident memory), so that no other process is killed in its place."""
+    try:
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM to the probe (torchrun passes it on to its ranks), then SIGKILL to the whole tree, ranks
+    included, if anything of it is still there after a grace period: no orphan keeps the GPU's memory."""
+    pids = _tree(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in sorted(pids):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.time() + GRACE_S
+        while time.time() < deadline and any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+            time.sleep(POLL_S)
+        if not any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+            return
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host_floor: int = 2 << 30,
+              deadline_cut: bool = False) -> ProbeResult:
+    """Run one probe to its end, whatever that is. `data`: base_dir, bin_dir (bench/capacity/data.py) and
+    memory_limit (bytes each rank may add after start-up, bench/capacity/capped.py; None = no cap).
+    `deadline_cut`: the timeout is the sweep's remaining time, not the probe's own limit, so running out
+    of it is `budget`, not a hang."""
+    shutil.rmtree(run_dir, ignore_errors=True)  # no stale events from an unfinished earlier attempt
+    cmd, env = backend_for(spec.strategy)(spec, run_dir, data)
+    t0 = time.time()
+    base_avail = _mem_available()
+    host_peak, vm_peak, stopped = 0, 0, None
+    with open(run_dir / TRAIN_LOG, "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_first_to_go)
+        while proc.poll() is None:
+            time.sleep(POLL_S)
+            vm_peak = max(vm_peak, _vm_peak(_tree(proc.pid)))
+            avail = _mem_available()
+            if avail is not None and base_avail is not None:
+                host_peak = max(host_peak, base_avail - avail)
+                if avail < host_floor:
+                    stopped = ("oom", f"host out of memory: available memory fell to {avail / 2**30:.1f} GiB "
+                                      f"({host_peak / 2**30:.1f} GiB taken by the probe); stopped it")
+            if time.time() - t0 > timeout_s:
+                stopped = ("budget", "the sweep's time budget ran out") if deadline_cut else \
+                    ("timeout", f"no end after {timeout_s:.0f} s: stopped (a hang or too slow)")
+            if stopped:
+                update_run_json(run_dir, status="timeout" if stopped[0] != "oom" else "oom",
+                                message=stopped[1], finished_at=time.time())  # before the ranks say cancelled
+                _kill_tree(proc)
+                break
+    rc = proc.wait()
+    close_unfinished(run_dir, rc, "the probe")
+    result = classify(spec, run_dir, stopped, rc)
+    result.host_peak_bytes = host_peak or None
+    result.vm_peak_bytes = vm_peak or None
+    result.wall_s = time.time() - t0
+    if result.outcome != "budget":
+        update_run_json(run_dir, capacity=result.record())
+    return result
+
+
+# ------------------------------------------------------------------------------------------------
+# reading a probe's run directory
+
+_GIB_ASKED = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)")
+_BYTES_ASKED = re.compile(r"tried to allocate (\d+) bytes")
+_UNIT = {"GiB": 2 ** 30, "MiB": 2 ** 20, "KiB": 2 ** 10, "B": 1}
+
+
+def bytes_asked(message: str | None) -> int | None:
+    """The size of the failed allocation in a CUDA or CPU out-of-memory message."""
+    if not message:
+        return None
+    if m := _GIB_ASKED.search(message):
+        return int(float(m[1]) * _UNIT[m[2]])
+    if m := _BYTES_ASKED.search(message):
+        return int(m[1])
+    return None
+
+
+def _events(run_dir: Path) -> list[dict]:
+    from bench.analysis.rundir import read_events
+
+    return read_events(run_dir / METRICS_JSONL, [])
+
+
+def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = None, rc: int | None = None
+             ) -> ProbeResult:
+    """The probe's outcome from what its run directory holds (and the exit status of its process)."""
+    run = read_run_json(run_dir)
+    status, message = run.get("status"), run.get("message")
+    events = _events(run_dir)
+    steps = [e for e in events if e["event"] == "step"]
+    end = next((e for e in events if e["event"] == "end"), {})
+    ready = next((e for e in events if e["event"] == "model_ready"), {})
+    r = ProbeResult(spec, "failed", message, str(run_dir), num_params=ready.get("num_params"))
+    if stopped:
+        r.outcome, r.message = stopped
+    elif status == "ok":
+        losses = [e.get("loss") for e in steps]
+        if len(steps) < spec.steps or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in losses):
+            r.message = f"{len(steps)} of {spec.steps} steps, losses {losses}: not a finite training run"
+        else:
+            r.outcome = "ok"
+            later = sorted(steps[1:] or steps, key=lambda e: e["tok_per_sec"])
+            mid = later[len(later) // 2]
+            r.tok_per_sec, r.mfu, r.step_ms = mid["tok_per_sec"], mid.get("mfu"), mid["dt_ms"]
+            r.peak_mem_mib = end.get("peak_mem_mib") or None  # 0 on CPU: no allocator statistics there
+    elif status == "oom":
+        r.outcome, r.oom_bytes = "oom", bytes_asked(message)
+    elif status == "timeout":
+        r.outcome = "timeout"
+    elif rc == -signal.SIGKILL or _killed_by_sigkill(run_dir):
+        r.outcome = "oom"
+        r.message = "a rank was killed by SIGKILL (most likely the kernel's out-of-memory killer: host memory)"
+        update_run_json(run_dir, status="oom", message=r.message)
+    return r
+
+
+def _killed_by_sigkill(run_dir: Path) -> bool:
+    try:
+        log = (run_dir / TRAIN_LOG).read_text(errors="replace")[-20000:]
+    except OSError:
+        return False
+    return "Signal 9 (SIGKILL)" in log or re.search(r"exitcode\s*:\s*-9\b", log) is not None
+
+
+def read_probe(spec: ProbeSpec, run_dir: Path) -> ProbeResult | None:
+    """A finished probe of the same settings, read back from its run directory; None if it must run."""
+    cap = read_run_json(run_dir).get("capacity") if (run_dir / "run.json").exists() else None
+    if not cap or cap.get("probe") != asdict(spec) or cap.get("outcome") not in OUTCOMES:
+        return None
+    own = [k for k in ProbeResult.__dataclass_fields__ if k not in ("spec", "reused", "run_dir", "extra")]
+    fields = {k: cap.get(k) for k in own}
+    extra = {k: v for k, v in cap.items() if k not in fields and k != "probe"}
+    return ProbeResult(spec, **fields, run_dir=str(run_dir), reused=True, extra=extra)

@@ -1,0 +1,364 @@
+"""A capacity sweep: for each memory strategy, the largest model that trains, then its speed at its best batch.
+
+Per strategy, in the order given:
+1. points: the depths a user lists (a memory-vs-size curve), at device batch 1; cheap, and a strategy
+   that fails or hangs there (not out of memory) is not searched;
+2. capacity: per aspect ratio, the search of search.py at device batch 1, started where the memory
+   model (bench/nanochat/memory.py) puts the border.
+Then, for every model that trained at batch 1, the largest power-of-two batch the memory model
+(corrected by the measured batch-1 peak) says fits, halved once if it does not: tok/s at the batch that
+maximises it. A time budget stops the sweep between probes (and cuts a running one).
+Every probe's run directory is `<out>/runs/<strategy>/<shape>-b<batch>/`; done ones are read back, so
+running the same command again resumes. `<out>/summary.json` and `<out>/probes.csv` hold the results.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.capacity import data as capdata
+from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe, run_probe
+from bench.capacity.search import CapacitySearch, Shape, family, shapes
+from bench.errors import ConfigError
+from bench.nanochat import memory
+from bench.schema import write_json_atomic
+
+SUMMARY_JSON = "summary.json"
+PROBES_CSV = "probes.csv"
+REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
+
+
+@dataclass
+class SweepConfig:
+    out: Path
+    strategies: list[str]
+    nproc: int = 1
+    search: bool = True
+    depths: list[int] = field(default_factory=list)
+    aspect_ratios: list[int] = field(default_factory=lambda: [64])
+    max_depth: int = 128
+    max_seq_len: int = 2048
+    steps: int = 3
+    time_per_point: float = 600.0
+    budget_s: float | None = None
+    batch_search: bool = True
+    max_batch: int = 64
+    vocab_size: int = 65536
+    memory_limit: int | None = None  # CPU: bytes each rank may add after start-up (bench/capacity/capped.py)
+    device_type: str = ""
+    min_probe_s: float = 20.0  # do not start a probe with less time than this left in the budget
+    host_floor: int | None = None  # stop a probe when the host's available memory falls below this
+    # (default: 3% of the host's memory, at least 2 GiB: above what the kernel's OOM killer waits for)
+
+    def __post_init__(self):
+        if not self.strategies:
+            raise ConfigError("--strategies: name at least one, e.g. zero2,fsdp,fsdp+ac,fsdp+ac+offload")
+        if not self.search and not self.depths:
+            raise ConfigError("give --search, --depths D1,D2,... or both")
+        for name, value in (("--gpus", self.nproc), ("--seq", self.max_seq_len), ("--steps", self.steps),
+                            ("--max_batch", self.max_batch), ("--time-per-point", self.time_per_point)):
+            if value <= 0:
+                raise ConfigError(f"{name}={value}: must be positive")
+        from bench.capacity.probe import backend_for
+
+        for s in self.strategies:
+            backend_for(s)  # an unknown strategy fails now, naming the valid ones
+
+
+# ------------------------------------------------------------------------------------------------
+# the machine
+
+
+def _host_bytes() -> tuple[int | None, int | None]:
+    """(MemTotal, MemAvailable) of this host in bytes."""
+    info = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, value = line.split(":", 1)
+            info[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return info.get("MemTotal"), info.get("MemAvailable")
+
+
+def _gpu() -> tuple[str | None, int | None]:
+    """(name, total bytes) of GPU 0 from nvidia-smi, else from a short torch subprocess (so that this
+    process never holds a CUDA context of its own while the probes need the memory)."""
+    if shutil.which("nvidia-smi"):
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits", "-i", "0"]
+        out = subprocess.run(query, capture_output=True, text=True)
+        if out.returncode == 0 and "," in out.stdout:
+            name, mib = out.stdout.strip().splitlines()[0].rsplit(",", 1)
+            return name.strip(), int(float(mib)) * 2 ** 20
+    code = ("import torch; p = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None; "
+            "print(f'{p.name}|{p.total_memory}' if p else '')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    if "|" in out:
+        name, total = out.rsplit("|", 1)
+        return name, int(total)
+    return None, None
+
+
+def machine(cfg: SweepConfig) -> dict:
+    total, available = _host_bytes()
+    name, gpu_bytes = _gpu() if cfg.device_type in ("", "cuda") else (None, None)
+    device_type = cfg.device_type or ("cuda" if gpu_bytes else "cpu")
+    if device_type == "cuda" and not gpu_bytes:
+        raise ConfigError("--device_type=cuda but no GPU is visible (nvidia-smi, torch.cuda)")
+    device_bytes = gpu_bytes if device_type == "cuda" else (cfg.memory_limit or available)
+    return {"device_type": device_type, "gpu_name": name, "device_bytes": device_bytes, "host_bytes": total,
+            "host_available_bytes": available, "memory_limit": cfg.memory_limit, "nproc": cfg.nproc}
+
+
+# ------------------------------------------------------------------------------------------------
+# predictions
+
+
+class Sweep:
+    def __init__(self, cfg: SweepConfig, log=print):
+        self.cfg, self.log = cfg, log
+        self.machine = machine(cfg)
+        self.host_floor = cfg.host_floor or max(2 << 30, int(0.03 * (self.machine["host_bytes"] or 0)))
+        self.results: list[ProbeResult] = []
+        self.searches: dict[tuple[str, int], dict] = {}
+        self.t0 = time.time()
+        self.out_of_time = False
+
+    def estimate(self, strategy: str, shape: Shape, batch: int) -> memory.Estimate:
+        c = self.cfg
+        return memory.estimate(memory.MemoryPoint(shape.depth, shape.aspect_ratio, c.vocab_size, c.max_seq_len,
+                                                  batch, c.nproc, strategy, self.machine["device_type"]))
+
+    def _predicted_border(self, strategy: str, candidates: list[Shape]) -> int | None:
+        """Index of the largest candidate the memory model says fits; None without a model (other workloads)."""
+        from bench.capacity.probe import backend_for, pytorch_backend
+
+        if backend_for(strategy) is not pytorch_backend:
+            return None
+        fitting = [i for i, s in enumerate(candidates) if self.predicted_fit(strategy, s)]
+        return fitting[-1] if fitting else 0
+
+    def predicted_fit(self, strategy: str, shape: Shape, batch: int = 1, correction: int = 0) -> bool:
+        from bench.capacity.probe import backend_for, pytorch_backend
+
+        if backend_for(strategy) is not pytorch_backend:
+            return batch == 1  # no memory model for other workloads: no batch search either
+        est = self.estimate(strategy, shape, batch)
+        est.need_bytes += correction
+        host = self.machine["host_available_bytes"]
+        return memory.fits(est, self.machine["device_bytes"], host)[0]
+
+    # --------------------------------------------------------------------------------------------
+    # probes
+
+    def probe(self, strategy: str, shape: Shape, batch: int) -> ProbeResult:
+        c = self.cfg
+        spec = ProbeSpec(strategy, shape.depth, shape.aspect_ratio, batch, c.max_seq_len, c.nproc, c.steps,
+                         c.device_type, c.vocab_size)
+        run_dir = c.out / "runs" / strategy / spec.name
+        result = read_probe(spec, run_dir)
+        if result is None:
+            left = None if c.budget_s is None else c.budget_s - (time.time() - self.t0)
+            if left is not None and left < c.min_probe_s:
+                self.out_of_time = True
+                return ProbeResult(spec, "budget", "not run: the sweep's time budget is spent")
+            timeout = c.time_per_point if left is None else min(c.time_per_point, left)
+            result = run_probe(spec, run_dir, self.data, timeout, self.host_floor,
+                               deadline_cut=left is not None and left < c.time_per_point)
+            self.out_of_time |= result.outcome == "budget"
+        if result.outcome != "budget":
+            result.extra.update(self._prediction(strategy, shape, batch))
+            from bench.schema import update_run_json
+
+            if not result.reused:
+                update_run_json(run_dir, capacity=result.record())
+        result.num_params = result.num_params or shape.num_params
+        self.results.append(result)
+        self._progress(result)
+        return result
+
+    def _prediction(self, strategy: str, shape: Shape, batch: int) -> dict:
+        from bench.capacity.probe import backend_for, pytorch_backend
+
+        m = {k: self.machine[k] for k in ("device_type", "gpu_name", "device_bytes", "host_bytes")}
+        if backend_for(strategy) is not pytorch_backend:
+            return m
+        est = self.estimate(strategy, shape, batch)
+        return {**m, "predicted_peak_bytes": est.peak_bytes, "predicted_need_bytes": est.need_bytes,
+                "predicted_host_bytes": est.host_bytes, "predicted_phase": est.phase}
+
+    def _progress(self, r: ProbeResult) -> None:
+        s, n = r.spec, len(self.results)
+        size = f"{r.num_params / 1e9:.2f}B" if r.num_params >= 1e8 else f"{r.num_params / 1e6:.1f}M"
+        pred = r.extra.get("predicted_need_bytes")
+        line = f"[{n:3d} {time.time() - self.t0:6.0f}s] {s.strategy:<16} {s.name:<12} {size:>8}"
+        line += f" predicted {pred / 2**30:6.1f} GiB" if pred else ""
+        line += f" -> {r.outcome}"
+        if r.outcome == "ok":
+            peak = f"{r.peak_mem_mib:,.0f} MiB" if r.peak_mem_mib else "n/a"
+            line += f", peak {peak}, {r.tok_per_sec:,.0f} tok/s"
+        elif r.message:
+            line += f": {r.message[:120]}"
+        line += " (read back)" if r.reused else (f" ({r.wall_s:.0f} s)" if r.wall_s else "")
+        self.log(line)
+
+    # --------------------------------------------------------------------------------------------
+    # passes
+
+    def run(self) -> dict:
+        c = self.cfg
+        c.out.mkdir(parents=True, exist_ok=True)
+        t = time.time()
+        self.data = {"base_dir": c.out / "data", "memory_limit": c.memory_limit,
+                     "bin_dir": capdata.prepare(c.out / "data", c.vocab_size)}
+        m = self.machine
+        dev = f"{m['gpu_name']} ({m['device_bytes'] / 2**30:.1f} GiB)" if m["gpu_name"] else \
+            f"cpu (cap {m['device_bytes'] / 2**30:.2f} GiB per rank)" if c.memory_limit else "cpu"
+        self.log(f"capacity: {c.nproc} rank(s) on {dev}, host {m['host_bytes'] / 2**30:.0f} GiB; strategies "
+                 f"{', '.join(c.strategies)}; seq {c.max_seq_len}, {c.steps} steps a probe; data ready in "
+                 f"{time.time() - t:.1f} s; run directories under {c.out / 'runs'}")
+        for strategy in c.strategies:
+            broken = None
+            for ar in c.aspect_ratios:
+                for shape in shapes(c.depths, ar, c.vocab_size) if c.depths else []:
+                    r = None if self.out_of_time else self.probe(strategy, shape, 1)
+                    broken = broken or (r if r and r.outcome in ("failed", "timeout") else None)
+            for ar in c.aspect_ratios if c.search else []:
+                self._search(strategy, ar, broken)
+        if c.batch_search:
+            for strategy in c.strategies:
+                self._batches(strategy)
+        return self.write_summary()
+
+    def _search(self, strategy: str, aspect_ratio: int, broken: ProbeResult | None = None) -> None:
+        """The capacity search of one strategy; not started when a smaller point already failed or hung
+        (its big probes would fail the same way, at a higher price)."""
+        c = self.cfg
+        candidates = family(c.max_depth, aspect_ratio, c.vocab_size)
+        search = CapacitySearch(candidates, start=self._predicted_border(strategy, candidates))
+        state = {"strategy": strategy, "aspect_ratio": aspect_ratio, "stopped": None}
+        self.searches[(strategy, aspect_ratio)] = state
+        if broken is not None:
+            state["stopped"] = {"shape": broken.spec.name, "num_params": broken.num_params,
+                                "outcome": broken.outcome, "message": broken.message}
+        while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
+            r = self.probe(strategy, shape, 1)
+            if r.outcome in ("ok", "oom"):
+                search.record(shape, r.fits)
+                continue
+            state["stopped"] = {"shape": shape.name, "num_params": shape.num_params, "outcome": r.outcome,
+                                "message": r.message}
+            break
+        state["capacity"] = _shape_dict(search.capacity)
+        state["first_failure"] = _shape_dict(search.first_failure)
+        state["probes"] = search.probes
+        state["complete"] = state["stopped"] is None and search.next() is None  # the border was found
+
+    def _batches(self, strategy: str) -> None:
+        c = self.cfg
+        done = {(r.spec.depth, r.spec.aspect_ratio): r for r in self.results
+                if r.spec.strategy == strategy and r.spec.device_batch_size == 1 and r.fits}
+        for (depth, ar), base in sorted(done.items(), key=lambda kv: kv[1].num_params):
+            if self.out_of_time:
+                return
+            shape = Shape(base.num_params, depth, ar)
+            correction = 0
+            if base.peak_mem_mib and base.extra.get("predicted_peak_bytes"):  # measured minus predicted at b=1
+                correction = int(base.peak_mem_mib * 2 ** 20 - base.extra["predicted_peak_bytes"])
+            fitting = (b for b in _powers_of_two(c.max_batch) if self.predicted_fit(strategy, shape, b, correction))
+            batch = next(fitting, 1)
+            for b in (batch, batch // 2):  # the predicted largest, and half of it if that does not fit
+                if b <= 1 or self.out_of_time or self.probe(strategy, shape, b).fits:
+                    break
+
+    # --------------------------------------------------------------------------------------------
+    # results
+
+    def write_summary(self) -> dict:
+        summary = summarize(self.cfg, self.machine, self.results, list(self.searches.values()))
+        write_json_atomic(self.cfg.out / SUMMARY_JSON, summary)
+        write_probes_csv(self.cfg.out / PROBES_CSV, summary["probes"])
+        for line in format_table(summary):
+            self.log(line)
+        return summary
+
+
+def _powers_of_two(top: int) -> list[int]:
+    out, b = [], 1
+    while b <= top:
+        out.append(b)
+        b *= 2
+    return out[::-1]
+
+
+def _shape_dict(shape: Shape | None) -> dict | None:
+    return None if shape is None else {"name": shape.name, "depth": shape.depth, "aspect_ratio": shape.aspect_ratio,
+                                       "num_params": shape.num_params}
+
+
+def summarize(cfg: SweepConfig, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
+    """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe."""
+    probes = [dict(r.record(), run_dir=r.run_dir, reused=r.reused) for r in results if r.outcome != "budget"]
+    ref = next((s["capacity"] for s in searches if s["strategy"] == REFERENCE and s.get("capacity")), None)
+    for s in searches:
+        cap = s.get("capacity")
+        s["ratio_to_fsdp"] = cap["num_params"] / ref["num_params"] if cap and ref else None
+        at_cap = [r for r in results if cap and r.fits and r.spec.strategy == s["strategy"]
+                  and r.spec.depth == cap["depth"] and r.spec.aspect_ratio == cap["aspect_ratio"]]
+        best = max(at_cap, key=lambda r: r.tok_per_sec, default=None)
+        s["tok_per_sec_at_capacity"] = best.tok_per_sec if best else None
+        s["batch_at_capacity"] = best.spec.device_batch_size if best else None
+    skipped = sum(r.outcome == "budget" for r in results)
+    return {"machine": machine_info, "config": _config_dict(cfg), "searches": searches, "probes": probes,
+            "not_run_for_budget": skipped, "written_at": time.time()}
+
+
+def _config_dict(cfg: SweepConfig) -> dict:
+    d = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
+    d["out"] = str(cfg.out)
+    return d
+
+
+CSV_FIELDS = ["strategy", "depth", "aspect_ratio", "device_batch_size", "num_params", "outcome", "peak_mem_mib",
+              "predicted_peak_bytes", "predicted_need_bytes", "predicted_host_bytes", "host_peak_bytes",
+              "vm_peak_bytes", "device_bytes", "tok_per_sec", "mfu", "step_ms", "oom_bytes", "wall_s", "message",
+              "run_dir"]
+
+
+def write_probes_csv(path: Path, probes: list[dict]) -> None:
+    from bench.schema import atomic_target
+
+    with atomic_target(path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for p in probes:
+            w.writerow({**p, **{k: p["probe"][k] for k in ("strategy", "depth", "aspect_ratio", "device_batch_size")}})
+
+
+def format_table(summary: dict) -> list[str]:
+    lines = ["", f"{'strategy':<18}{'capacity':>10}{'params':>16}{'x fsdp':>8}{'tok/s':>10}{'first failure':>28}"]
+    for s in summary["searches"]:
+        cap, fail, stop = s.get("capacity"), s.get("first_failure"), s.get("stopped")
+        ratio = f"{s['ratio_to_fsdp']:.2f}" if s.get("ratio_to_fsdp") else "-"
+        tps = f"{s['tok_per_sec_at_capacity']:,.0f}" if s.get("tok_per_sec_at_capacity") else "-"
+        end = f"{fail['name']} ({fail['num_params']:,})" if fail else \
+            f"{stop['outcome']} at {stop['shape']}" if stop else "none (largest candidate fits)"
+        name = s["strategy"] + ("" if s["aspect_ratio"] == 64 else f" a{s['aspect_ratio']}")
+        lines.append(f"{name:<18}{cap['name'] if cap else '-':>10}{format(cap['num_params'], ',') if cap else '-':>16}"
+                     f"{ratio:>8}{tps:>10}{end:>28}")
+    if summary.get("not_run_for_budget"):
+        lines.append(f"({summary['not_run_for_budget']} probe(s) not run: time budget spent; run again to resume)")
+    return lines
+
+
+def load_summary(out: str | os.PathLike) -> dict:
+    path = Path(out) / SUMMARY_JSON
+    if not path.is_file():
+        raise ConfigError(f"{path}: no capacity summary there (run `nanochat-bench capacity --out {out}` first)")
+    return json.loads(path.read_text())

@@ -1,0 +1,100 @@
+"""`nanochat-bench capacity`: the largest model this node trains, per memory strategy (bench/capacity/).
+
+    nanochat-bench capacity --gpus 1 --strategies zero2,fsdp,fsdp+ac,fsdp+ac+offload --out runs/capacity
+    nanochat-bench capacity --depths 12,24,36 --no-batch-search --out runs/capacity   # a memory-vs-size curve
+    nanochat-bench capacity --report --out runs/capacity      # the report of what is there (no probes)
+"""
+
+import re
+from pathlib import Path
+
+from bench.errors import ConfigError
+
+DEFAULT_STRATEGIES = "zero2,fsdp,fsdp+ac,fsdp+ac+offload"
+_SIZE = re.compile(r"^\s*([\d.]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """`760M`, `2G`, `1.5GiB`, `123456` -> bytes (powers of 1024)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ConfigError(f"--memory-limit {text!r}: give bytes or a size such as 760M, 2G, 1.5GiB")
+    return int(float(m[1]) * 1024 ** " kmgt".index((m[2] or " ").lower()))
+
+
+def parse_ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"{flag} {text!r}: give comma-separated positive integers, e.g. 12,24,36")
+    return values
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("capacity", help="the largest model this node trains, per memory strategy",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus", type=int, default=None, help="ranks per probe (default: the GPUs here, else 1)")
+    p.add_argument("--strategies", default=DEFAULT_STRATEGIES,
+                   help=f"comma-separated values of the trainer's --strategy (default: {DEFAULT_STRATEGIES})")
+    p.add_argument("--search", action="store_true",
+                   help="find each strategy's largest model (the default when no --depths are given)")
+    p.add_argument("--depths", default=None, help="also measure these depths at batch 1 (e.g. 12,24,36)")
+    p.add_argument("--aspect-ratios", default="64", help="widths = depth x each of these (default: 64, nanochat's)")
+    p.add_argument("--max-depth", type=int, default=128, help="largest depth the search considers (default: 128)")
+    p.add_argument("--seq", type=int, default=2048, help="sequence length (default: 2048)")
+    p.add_argument("--steps", type=int, default=3, help="optimizer steps per probe (default: 3)")
+    p.add_argument("--time-per-point", type=float, default=600.0,
+                   help="seconds a probe may take before it counts as a hang (default: 600)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole sweep: no probe starts after it (default: none); run again to resume")
+    p.add_argument("--no-batch-search", dest="batch_search", action="store_false",
+                   help="skip the tok/s probes at the largest batch that fits")
+    p.add_argument("--max-batch", type=int, default=64, help="largest device batch tried for tok/s (default: 64)")
+    p.add_argument("--vocab-size", type=int, default=65536, help="vocabulary of the probes' tokenizer (default: 65536)")
+    p.add_argument("--memory-limit", default=None,
+                   help="CPU stand-in for a smaller machine: address space each rank may add after start-up "
+                        "(RLIMIT_AS), e.g. 760M")
+    p.add_argument("--device-type", default="", choices=["", "cuda", "cpu"], help="default: cuda if a GPU is visible")
+    p.add_argument("--out", default="runs/capacity", help="sweep directory; an existing one is resumed "
+                   "(default: runs/capacity)")
+    p.add_argument("--report", action="store_true", help="write <out>/report/capacity.md and figures; alone: "
+                   "only the report of what <out> holds")
+    p.set_defaults(func=cmd_capacity)
+
+
+def cmd_capacity(args) -> int:
+    from bench.capacity.sweep import SweepConfig, Sweep
+
+    out = Path(args.out)
+    depths = parse_ints(args.depths, "--depths") if args.depths else []
+    if not (args.report and not args.search and not depths):
+        nproc = args.gpus or _gpus()
+        cfg = SweepConfig(out=out, strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
+                          nproc=nproc, search=args.search or not depths, depths=depths,
+                          aspect_ratios=parse_ints(args.aspect_ratios, "--aspect-ratios"), max_depth=args.max_depth,
+                          max_seq_len=args.seq, steps=args.steps, time_per_point=args.time_per_point,
+                          budget_s=args.budget, batch_search=args.batch_search, max_batch=args.max_batch,
+                          vocab_size=args.vocab_size,
+                          memory_limit=parse_size(args.memory_limit) if args.memory_limit else None,
+                          device_type=args.device_type)
+        Sweep(cfg).run()
+        print(f"summary: {out / 'summary.json'} (every probe: {out / 'probes.csv'})")
+    if args.report:
+        from bench.analysis.capacity import write_capacity_report
+
+        path = write_capacity_report([out], out / "report")
+        print(f"report: {path}")
+    return 0
+
+
+def _gpus() -> int:
+    from bench.capacity.sweep import _gpu
+
+    import subprocess
+
+    if _gpu()[0] is None:
+        return 1
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return max(1, out.stdout.count("GPU ")) if out.returncode == 0 else 1

@@ -1,0 +1,75 @@
+"""The memory model's check and refit, and the capacity report, on a GPU sweep's summary.
+
+The "measurements" are made with known constants (activations 50, logits 20, checkpointed input 3 bytes),
+so the refit must find those constants again and the check must then show no error; the report must draw
+the GPU panels (device and host memory, tok/s, MFU). No GPU here: this checks the arithmetic and the
+files, not the hardware.
+
+    python -m pytest tests/unit/capacity/test_calibrate_report.py -q
+"""
+
+import copy
+import json
+
+import pytest
+
+from bench.analysis.capacity import write_capacity_report
+from bench.capacity import calibrate
+from bench.capacity.probe import ProbeResult, ProbeSpec
+from bench.nanochat import memory
+
+TRUE = {"act_bytes_per_token_layer_dim": 50, "logits_bytes_per_token_vocab": 20,
+        "ac_saved_bytes_per_token_layer_dim": 3}
+MACHINE = {"device_type": "cuda", "gpu_name": "NVIDIA H200", "device_bytes": 140 * 2 ** 30, "host_bytes": 125 * 2 ** 30,
+           "host_available_bytes": 120 * 2 ** 30, "memory_limit": None, "nproc": 1}
+
+
+def true_calibration():
+    c = copy.deepcopy(memory.load_calibration())
+    c["cuda"]["eager"]["act_bytes_per_token_layer_dim"]["value"] = TRUE["act_bytes_per_token_layer_dim"]
+    c["cuda"]["eager"]["logits_bytes_per_token_vocab"]["value"] = TRUE["logits_bytes_per_token_vocab"]
+    c["cuda"]["ac_saved_bytes_per_token_layer_dim"]["value"] = TRUE["ac_saved_bytes_per_token_layer_dim"]
+    return c
+
+
+def summary():
+    truth, probes = true_calibration(), []
+    for strategy, depth, batch in [("fsdp", 12, 8), ("fsdp", 24, 16), ("fsdp+ac", 24, 32), ("fsdp+ac", 12, 16),
+                                   ("zero2", 24, 16), ("fsdp+ac+offload", 24, 8), ("fsdp", 60, 1)]:
+        spec = ProbeSpec(strategy, depth, device_batch_size=batch, device_type="cuda")
+        est = memory.estimate(memory.MemoryPoint(depth, device_batch_size=batch, strategy=strategy), truth)
+        r = ProbeResult(spec, "ok", num_params=est.num_params, peak_mem_mib=est.peak_bytes / 2 ** 20,
+                        tok_per_sec=1e5 / depth * batch, mfu=10.0 + batch / 4, step_ms=100.0,
+                        host_peak_bytes=est.host_bytes, run_dir="runs/x")
+        probes.append({**r.record(), "run_dir": r.run_dir, "reused": False})
+    oom = ProbeResult(ProbeSpec("fsdp", 62, device_type="cuda"), "oom", "Tried to allocate 2.00 GiB",
+                      num_params=12_000_000_000, oom_bytes=2 ** 31, extra={"predicted_need_bytes": 150 * 2 ** 30})
+    probes.append({**oom.record(), "run_dir": "runs/y", "reused": False})
+    cap = {"name": "d60", "depth": 60, "aspect_ratio": 64, "num_params": probes[-2]["num_params"]}
+    searches = [{"strategy": "fsdp", "aspect_ratio": 64, "capacity": cap, "stopped": None, "probes": 2,
+                 "first_failure": {"name": "d62", "depth": 62, "aspect_ratio": 64, "num_params": 12_000_000_000},
+                 "ratio_to_fsdp": 1.0, "tok_per_sec_at_capacity": 1666.0, "batch_at_capacity": 1}]
+    return {"machine": MACHINE, "config": {}, "searches": searches, "probes": probes, "not_run_for_budget": 0}
+
+
+def test_refit_finds_the_constants_that_made_the_measurements():
+    s = summary()
+    before = [abs(r["error"]) for r in calibrate.check(s)]
+    fitted, facts = calibrate.refit(s)
+    assert facts["probes_used"] >= 4 and max(before) > 0.05
+    for name, value in TRUE.items():
+        assert facts["fitted"][name] == pytest.approx(value, rel=0.01)
+    assert max(abs(r["error"]) for r in calibrate.check(s, fitted)) < 0.005
+    section = fitted["cuda"]["eager"]["act_bytes_per_token_layer_dim"]
+    assert section["source"].startswith("measured:") and "NVIDIA H200" in section["source"]
+    host = [r for r in calibrate.check(s) if r["measured_host_bytes"]]
+    assert len(host) == 1 and abs(host[0]["host_error"]) < 1e-9
+
+
+def test_report_of_a_gpu_sweep(tmp_path):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(summary()))
+    md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
+    assert "| fsdp | 1 | d60 |" in md and "d62" in md
+    for name in ("capacity", "memory", "speed"):
+        assert (tmp_path / "report" / "figures" / f"capacity-{name}.png").stat().st_size > 10_000

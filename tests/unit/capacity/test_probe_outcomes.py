@@ -1,0 +1,84 @@
+"""How a probe's run directory becomes an outcome, read back for a resumed sweep (bench/capacity/probe.py).
+The run directories here are written as the trainer writes them (run.json + metrics.jsonl).
+
+    python -m pytest tests/unit/capacity/test_probe_outcomes.py -q
+"""
+
+import json
+
+import pytest
+
+from bench.capacity import probe
+from bench.capacity.probe import ProbeSpec, backend_for, bytes_asked, classify, read_probe
+from bench.errors import ConfigError
+from bench.schema import update_run_json
+
+SPEC = ProbeSpec("fsdp", 4, steps=3, device_type="cpu")
+
+
+def write_run(run_dir, status, message=None, losses=(11.0, 10.9, 10.8), log=""):
+    update_run_json(run_dir, status=status, message=message)
+    events = [{"event": "model_ready", "t": 1.0, "num_params": 123, "flops_per_token": 1}]
+    events += [{"event": "step", "t": 2.0 + i, "step": i, "loss": x, "lrm": 1.0, "dt_ms": 100.0 + i,
+                "tok_per_sec": 1000.0 - i, "mfu": None, "total_time_s": 0.0} for i, x in enumerate(losses)]
+    if status == "ok":
+        events.append({"event": "end", "t": 9.0, "peak_mem_mib": 4096.0, "total_training_time_s": 1.0,
+                       "min_val_bpb": None})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run_dir / "train.log").write_text(log)
+
+
+def test_bytes_asked_from_cuda_and_cpu_messages():
+    assert bytes_asked("CUDA out of memory. Tried to allocate 5.36 GiB. GPU 0 ...") == int(5.36 * 2 ** 30)
+    assert bytes_asked("DefaultCPUAllocator: can't allocate memory: you tried to allocate 16777216 bytes.") == 16777216
+    assert bytes_asked("something else") is None and bytes_asked(None) is None
+
+
+def test_ok_needs_every_step_with_a_finite_loss(tmp_path):
+    write_run(tmp_path, "ok")
+    r = classify(SPEC, tmp_path)
+    assert r.outcome == "ok" and r.num_params == 123 and r.peak_mem_mib == 4096.0
+    assert r.tok_per_sec == 999.0  # the median of the steps after the first
+    write_run(tmp_path, "ok", losses=(11.0, float("nan"), 10.0))
+    assert classify(SPEC, tmp_path).outcome == "failed"
+    write_run(tmp_path, "ok", losses=(11.0, 10.0))
+    assert classify(SPEC, tmp_path).outcome == "failed"
+
+
+def test_oom_keeps_the_bytes_asked(tmp_path):
+    write_run(tmp_path, "oom", "rank 0: out of memory at --device_batch_size=1: Tried to allocate 2.00 GiB", ())
+    r = classify(SPEC, tmp_path)
+    assert r.outcome == "oom" and r.oom_bytes == 2 * 2 ** 30
+
+
+def test_a_rank_killed_by_the_kernel_is_host_oom(tmp_path):
+    write_run(tmp_path, "failed", "torchrun exited with status 1", (),
+              log="  exitcode  : -9 (pid: 123)\n  traceback : Signal 9 (SIGKILL) received by PID 123\n")
+    r = classify(SPEC, tmp_path)
+    assert r.outcome == "oom" and "SIGKILL" in r.message
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "oom"
+    write_run(tmp_path, "failed", "a bug", ())
+    assert classify(SPEC, tmp_path).outcome == "failed"
+
+
+def test_read_back_only_for_the_same_settings(tmp_path):
+    write_run(tmp_path, "ok")
+    assert read_probe(SPEC, tmp_path) is None  # no capacity record yet: it must run
+    r = classify(SPEC, tmp_path)
+    r.extra["predicted_peak_bytes"] = 5
+    update_run_json(tmp_path, capacity=r.record())
+    back = read_probe(SPEC, tmp_path)
+    assert back.reused and back.outcome == "ok" and back.tok_per_sec == 999.0
+    assert back.extra["predicted_peak_bytes"] == 5
+    assert read_probe(ProbeSpec("fsdp", 4, steps=4, device_type="cpu"), tmp_path) is None
+
+
+def test_backends(monkeypatch):
+    assert backend_for("fsdp+ac+offload") is probe.pytorch_backend
+    with pytest.raises(ConfigError, match="valid"):
+        backend_for("zero3")
+    monkeypatch.setattr(probe, "BACKENDS", {})
+    probe.register_backend("nntile", lambda spec, run_dir, data: ([], {}))
+    assert backend_for("nntile+ooc") is probe.BACKENDS["nntile"]
+    with pytest.raises(ValueError, match="twice"):
+        probe.register_backend("nntile", lambda *a: None)

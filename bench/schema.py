@@ -160,6 +160,42 @@ class NNTileRun:
 
 
 @dataclasses.dataclass
+class Network:
+    """The path the run's collectives took, from rank 0's NCCL INFO lines (bench/nccl_log.py), or gloo."""
+
+    backend: Optional[str] = _f(None, "nccl or gloo")
+    nccl_version: Optional[str] = _f(None, "NCCL version NCCL printed")
+    net: Optional[str] = _f(None, "the network NCCL chose between nodes: Socket, IB, AWS Libfabric, ...")
+    net_provider: Optional[str] = _f(None, "libfabric provider of the OFI plugin (cxi on Slingshot)")
+    net_plugin: Optional[str] = _f(None, "what NCCL said of its network plugin")
+    channels: Optional[int] = _f(None, "collective channels of the communicator")
+    transports: Optional[Dict[str, int]] = _f(None, "connections by transport: P2P, SHM, NET/Socket, NET/IB, ...")
+    evidence: Optional[List[str]] = _f(None, "the NCCL lines these facts come from")
+
+
+@dataclasses.dataclass
+class Preflight:
+    """Bus bandwidth of the training collectives before the first step (bench/nanochat/preflight.py)."""
+
+    backend: Optional[str] = _f(None, "nccl or gloo")
+    world_size: Optional[int] = _f(None, "ranks")
+    bytes: Optional[int] = _f(None, "largest buffer measured")
+    busbw_gbps: Optional[Dict[str, float]] = _f(None, "busbw at the largest buffer, per collective, GB/s")
+    records: Optional[List[Dict[str, Any]]] = _f(None, "collective, bytes, time_us, algbw_gbps, busbw_gbps")
+
+
+@dataclasses.dataclass
+class Breakdown:
+    """Where the run's time went (bench/breakdown.py, bench/nanochat/steptimer.py)."""
+
+    phases_s: Optional[Dict[str, float]] = _f(None, "seconds from one milestone to the next, launch.t0 to end")
+    step_ms: Optional[Dict[str, float]] = _f(None, "steady-state medians: step, fwd_bwd, comm, optim, data, other")
+    ranks: Optional[List[Dict[str, Any]]] = _f(None, "per rank: rank, host, steady step_ms, comm_ms, data_ms")
+    slowest_rank: Optional[int] = _f(None, "the rank with the longest median step")
+    slowest_host: Optional[str] = _f(None, "its host")
+
+
+@dataclasses.dataclass
 class Attempt:
     job_id: Optional[str] = _f(None, "Slurm job of the earlier attempt")
     status: Optional[Status] = _f(None, "how it ended")
@@ -200,6 +236,9 @@ class RunManifest:
     result: Result = _f(None, "")
     vocabulary: Vocabulary = _f(None, "")
     nntile: NNTileRun = _f(None, "")
+    network: Network = _f(None, "")
+    preflight: Preflight = _f(None, "")
+    breakdown: Breakdown = _f(None, "")
     capacity: Optional[Dict[str, Any]] = _f(None, "a capacity probe's record: the probe, its outcome and figures "
                                                   "(bench/capacity/probe.py)")
     network_env: Dict[str, str] = _f({}, "NCCL_*, FI_*, ... in effect for rank 0")
@@ -250,8 +289,20 @@ def _is_section(name: str) -> bool:
 
 
 @dataclasses.dataclass
+class RuntimeStartEvent:
+    NAME = "runtime_start"  # the first process inside the runtime began (torchrun's agent, from /proc)
+    t: float
+
+
+@dataclasses.dataclass
 class StartEvent:
     NAME = "start"  # the trainer process began (inside the runtime): minus launch.t0 = start-up overhead
+    t: float
+
+
+@dataclasses.dataclass
+class ImportsDoneEvent:
+    NAME = "imports_done"  # the trainer's Python imports (torch among them) are done
     t: float
 
 
@@ -271,6 +322,28 @@ class ModelReadyEvent:
     t: float
     num_params: int
     flops_per_token: float
+
+
+@dataclasses.dataclass
+class PreflightEvent:
+    NAME = "preflight"  # the communication pre-flight ended (bench/nanochat/preflight.py)
+    t: float
+    world_size: int
+    busbw_gbps: Dict[str, float]
+    bytes: int
+
+
+@dataclasses.dataclass
+class DataReadyEvent:
+    NAME = "data_ready"  # loaders built and the first batch in hand
+    t: float
+
+
+@dataclasses.dataclass
+class SteadyEvent:
+    NAME = "steady"  # the last warm-up step (bench.metrics.WARMUP_STEPS) ended: steady state from here
+    t: float
+    step: int
 
 
 @dataclasses.dataclass
@@ -295,6 +368,11 @@ class StepEvent:
     cpu_s: Optional[float] = None  # CPU seconds of the step's process (nntile)
     epoch: Optional[int] = None
     warmup_epoch: Optional[bool] = None  # in a --nepochs-warmup epoch: outside the seed's timed figure
+    fwd_bwd_ms: Optional[float] = None  # the step's split (bench/nanochat/steptimer.py; --breakdown)
+    data_ms: Optional[float] = None
+    comm_ms: Optional[float] = None
+    optim_ms: Optional[float] = None
+    other_ms: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -324,8 +402,9 @@ class ErrorEvent:
     rank: Optional[int] = None
 
 
-EVENT_TYPES = {cls.NAME: cls for cls in (StartEvent, DistInitEvent, ModelReadyEvent, FirstStepEvent, StepEvent,
-                                         ValEvent, EndEvent, ErrorEvent)}
+EVENT_TYPES = {cls.NAME: cls for cls in (RuntimeStartEvent, StartEvent, ImportsDoneEvent, DistInitEvent,
+                                         PreflightEvent, ModelReadyEvent, DataReadyEvent, FirstStepEvent,
+                                         SteadyEvent, StepEvent, ValEvent, EndEvent, ErrorEvent)}
 # The fields an event of each type must carry besides `event` and `t`.
 EVENTS: Dict[str, Tuple[str, ...]] = {
     name: tuple(f.name for f in dataclasses.fields(cls) if f.name != "t" and f.default is dataclasses.MISSING)
@@ -338,7 +417,14 @@ def make_event(event: str, t: Optional[float] = None, **fields: Any) -> Dict[str
     if cls is None:
         raise SchemaError(f"unknown event {event!r}; known: {', '.join(EVENT_TYPES)}")
     record = {"t": time.time() if t is None else t, **fields}
-    return {"event": event, **_values(cls, record, (METRICS_JSONL, f"{event} event"))}
+    return {"event": event, **_event_values(cls, record)}
+
+
+def _event_values(cls, record: Dict[str, Any]) -> Dict[str, Any]:
+    """The checked fields of an event; optional ones left unset (None) stay out of the line."""
+    values = _values(cls, record, (METRICS_JSONL, f"{cls.NAME} event"))
+    required = {name for name, _, req, _ in _fields(cls) if req}
+    return {k: v for k, v in values.items() if v is not None or k in required}
 
 
 def parse_event(value: Any) -> Dict[str, Any]:
@@ -348,7 +434,7 @@ def parse_event(value: Any) -> Dict[str, Any]:
     event = value["event"]
     fields = dict(value)
     del fields["event"]
-    return {"event": event, **_values(EVENT_TYPES[event], fields, (METRICS_JSONL, f"{event} event"))}
+    return {"event": event, **_event_values(EVENT_TYPES[event], fields)}
 
 
 # ---------------------------------------------------------------------------------------------------

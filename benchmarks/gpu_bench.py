@@ -85,6 +85,9 @@ def main() -> int:
     ap.add_argument("--total_batch_size", type=int, default=524288)
     ap.add_argument("--vocab_size", type=int, default=65536)
     ap.add_argument("--base-dir", default="/tmp/nanochat-bench-gpu", help="data and tokenizer (made once)")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="random tokens of a synthetic tokenizer (bench/capacity/data.py), ready in seconds: "
+                         "for throughput and breakdowns, not for losses")
     ap.add_argument("--out", default="gpu-bench", help="run directories and summary.json go here")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME or NAME:ENV=V,...:--flag=v ... to compare variants (default: one 'baseline')")
@@ -94,7 +97,14 @@ def main() -> int:
     # `torchrun -m bench.nanochat.train` finds `bench` in the working directory before PYTHONPATH:
     # run from this checkout, so that comparing two checkouts measures each one's own code.
     os.chdir(REPO)
-    prepare_data(base_dir, args.vocab_size)
+    data_flags = []
+    if args.synthetic:
+        from bench.capacity import data
+
+        os.environ["NANOCHAT_BASE_DIR"] = str(base_dir)
+        data_flags = [f"--data_bin_dir={data.prepare(base_dir, args.vocab_size, tokens=1 << 26)}"]
+    else:
+        prepare_data(base_dir, args.vocab_size)
     rows = []
     for spec in args.variant or ["baseline"]:
         name, _, rest = spec.partition(":")
@@ -104,7 +114,7 @@ def main() -> int:
             flags = [f"--depth={args.depth}", f"--device_batch_size={args.device_batch_size}",
                      f"--total_batch_size={args.total_batch_size}", f"--num_iterations={args.steps}",
                      "--eval_every=-1", "--core_metric_every=-1", "--sample_every=-1", "--run=dummy",
-                     *flag_part.split()]
+                     *data_flags, *flag_part.split()]
             run_dir = out / f"{name}-{nproc}gpu"
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]), **env_extra}
             rc = run_local(flags, nproc, run_dir, env=env)

@@ -54,6 +54,13 @@ def register(subparsers) -> None:
                    "--help; nntile: <NNTile python> bench/workloads/nntile/runner.py --help)")
     t.set_defaults(func=cmd_train)
 
+    p = subparsers.add_parser("preflight", help="bus bandwidth of all_reduce, reduce_scatter and all_gather on this "
+                              "machine's ranks (torchrun; in a job: -m bench.nanochat.preflight)")
+    p.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
+    p.add_argument("--max-mib", type=int, default=None, help="largest buffer (default: 1024 on GPU, 4 on CPU)")
+    p.add_argument("--json", default=None, help="write the records there")
+    p.set_defaults(func=cmd_preflight)
+
     s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); minutes, no GPU")
     s.add_argument("--base-dir", default="runs/smoke/base",
                    help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present (default: runs/smoke/base)")
@@ -167,6 +174,20 @@ def cmd_train(args) -> int:
     rc = run_local(train_args, nproc, run_dir, workload=args.workload, python=args.python)
     print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
     return rc
+
+
+def cmd_preflight(args) -> int:
+    import subprocess
+    import sys
+
+    from bench.launch.torchrun import torchrun_command
+
+    nproc = _default_nproc(2) if args.nproc is None else args.nproc
+    if nproc < 1:
+        raise ConfigError(f"--nproc {nproc}: must be >= 1")
+    argv = [*(["--max-mib", str(args.max_mib)] if args.max_mib else []), *(["--json", args.json] if args.json else [])]
+    cmd = list(torchrun_command(sys.executable, nproc, argv, module="bench.nanochat.preflight"))
+    return subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}).returncode
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from bench.errors import ConfigError
+from bench.nanochat import steptimer
 
 # Newer torch renames reduce_scatter_tensor (same collective); the old name works on every version we support.
 warnings.filterwarnings("ignore", message=r".*reduce_scatter_tensor.* is deprecated")
@@ -62,7 +63,7 @@ class DistAdamW(torch.optim.Optimizer):
             beta1, beta2 = group["betas"]
             eps, wd = group["eps"], group["weight_decay"]
             for p in group["params"]:
-                reduce_works[idx].wait()
+                steptimer.wait(reduce_works[idx])
                 rank_size = p.shape[0] // world_size
                 p_slice = p[rank * rank_size:(rank + 1) * rank_size]
                 lr = group["lr"] * getattr(p, "lr_mul", 1.0)
@@ -86,4 +87,4 @@ class DistAdamW(torch.optim.Optimizer):
                 idx += 1
                 gather_works.append(dist.all_gather_into_tensor(p, p_slice, async_op=True))
         for work in gather_works:
-            work.wait()
+            steptimer.wait(work)

@@ -65,6 +65,8 @@ class TrainConfig:
     sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
                                 "cudnn, math (empty = PyTorch's choice)")
     profile_step: int = _f(-1, "profile this step with torch.profiler into the run directory (-1 = off)")
+    preflight: bool = _f(True, "time all_reduce, reduce_scatter and all_gather before training (busbw into run.json)")
+    breakdown: bool = _f(True, "split each step into fwd+bwd, exposed comm, optimizer and data wait (step events)")
     deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
                               "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
     strategy: str = _f("zero2", "memory strategy (bench/nanochat/parallel.py): zero2 (sharded optimizers, "

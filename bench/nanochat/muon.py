@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from bench.nanochat import steptimer
+
 NS_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic coefficients maximising the slope at zero
 
 
@@ -143,7 +145,7 @@ class DistMuon(Muon):
         gathers = []
         for group, block, own_grads, work in pending:
             params = group["params"]
-            work.wait()
+            steptimer.wait(work)
             own = params[rank * block:(rank + 1) * block]  # fewer than `block` (or none) at the end
             buf = _momentum_buffer(self.state[params[0]], own_grads)
             update = muon_direction(own_grads, buf, group).to(params[0].dtype)
@@ -152,7 +154,7 @@ class DistMuon(Muon):
             gathered = torch.empty((block * world_size, *params[0].shape), dtype=weights.dtype, device=weights.device)
             gathers.append((params, gathered, dist.all_gather_into_tensor(gathered, weights, async_op=True)))
         for params, gathered, work in gathers:
-            work.wait()
+            steptimer.wait(work)
             torch._foreach_copy_(params, list(gathered[:len(params)].unbind(0)))
 
 

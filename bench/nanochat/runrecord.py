@@ -19,7 +19,7 @@ import time
 import traceback
 from typing import Callable
 
-from bench import provenance
+from bench import breakdown, provenance
 from bench.errors import BenchError, DataError
 from bench.schema import (
     ENV_RUN_DIR,
@@ -39,6 +39,7 @@ class RunRecord:
         self.run_dir = run_dir if run_dir is not None else (os.environ.get(ENV_RUN_DIR) or None)
         self.events = event_writer(self.run_dir, rank == 0)
         self.closed = False
+        self.milestones: dict[str, float] = {}  # first time of each event, for the breakdown
         # The signal thread records a cancellation while the main thread may still be logging a step:
         # after a failure is recorded, the error event stays the last line and the status stays put.
         self._lock = threading.Lock()
@@ -47,7 +48,22 @@ class RunRecord:
     def emit(self, event: str, **fields) -> None:
         with self._lock:
             if not self._failed:
-                self.events.emit(event, **fields)
+                t = fields.pop("t", None)
+                t = time.time() if t is None else t
+                self.events.emit(event, t=t, **fields)
+                self.milestones.setdefault(event, t)
+
+    def write_breakdown(self, step_ms: dict, ranks: list[dict], network: dict | None) -> None:
+        """run.json's breakdown (phases from launch.t0 to the end event, the steady step split, the ranks)
+        and network sections (rank 0, after the end event)."""
+        if not (self.rank == 0 and self.run_dir):
+            return
+        times = {**self.milestones, "launch": load_manifest(self.run_dir).launch.t0}
+        slowest = max(ranks, key=lambda r: r.get("step_ms") or 0.0) if ranks else None
+        self.update(breakdown={"phases_s": breakdown.phases(times), "step_ms": step_ms or None, "ranks": ranks or None,
+                               "slowest_rank": slowest["rank"] if slowest else None,
+                               "slowest_host": slowest["host"] if slowest else None},
+                    network=network)
 
     def update(self, **fields) -> None:
         """Merge fields into run.json (rank 0 only; nothing once a failure is recorded)."""
@@ -159,3 +175,30 @@ def install_signal_thread(on_signal: Callable[[int], None]) -> None:
             os._exit(128 + signum)
 
     threading.Thread(target=wait_for_signal, name="signal-wait", daemon=True).start()
+
+
+def process_start_time(pid: str | int = "self") -> float | None:
+    """When a process began, epoch seconds (Linux /proc: its start in clock ticks after boot, measured back
+    from now and the uptime, both to 10 ms; /proc/stat's boot time is whole seconds). The kernel's clock, so
+    a process inside a container reads its own and its parents' alike."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, after the command name
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def runtime_start_time() -> float | None:
+    """When the first process inside the runtime began: torchrun's agent, this process's parent, when it is
+    one (a container's start-up ends there); else this process itself."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read()
+    except OSError:
+        parent = b""
+    torchrun = b"torch.distributed.run" in parent or b"torchrun" in parent
+    return process_start_time(os.getppid() if torchrun else "self")
+

@@ -15,6 +15,8 @@ import os
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
 
 import math
+import socket
+import statistics
 import sys
 import time
 import traceback
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from bench import nccl_log
 from bench.errors import BenchError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
@@ -37,7 +40,10 @@ from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.runrecord import RunRecord, classify_failure, install_signal_thread
+from bench.nanochat.runrecord import (RunRecord, classify_failure, install_signal_thread, process_start_time,
+                                      runtime_start_time)
+from bench.nanochat import preflight, steptimer
+from bench.nanochat.steptimer import NullTimer, StepTimer
 
 SAMPLE_PROMPTS = [
     "The capital of France is",
@@ -65,8 +71,15 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         print0(f"Autodetected device type: {device_type}")
     ddp, ddp_rank, ddp_local_rank, ddp_world_size, device = compute_init(device_type)
     master_process = ddp_rank == 0
-    record.emit("dist_init", world_size=ddp_world_size, backend=torch.distributed.get_backend() if ddp else None)
+    backend = torch.distributed.get_backend() if ddp else None
+    record.emit("dist_init", world_size=ddp_world_size, backend=backend)
     print0(f"Distributed world size: {ddp_world_size}")
+    if config.preflight and ddp:  # the collectives' bus bandwidth, on this very process group
+        pre = preflight.summary(preflight.measure(device), ddp_world_size, backend)
+        record.emit("preflight", world_size=ddp_world_size, busbw_gbps=pre["busbw_gbps"], bytes=pre["bytes"])
+        record.update(preflight=pre)
+        print0(f"Pre-flight busbw at {pre['bytes'] / 2**20:,.0f} MiB: " +
+               ", ".join(f"{c} {bw:.2f} GB/s" for c, bw in pre["busbw_gbps"].items()))
     autocast_ctx = torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16) if device_type == "cuda" else nullcontext()
     synchronize = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
     get_max_memory = torch.cuda.max_memory_allocated if device_type == "cuda" else (lambda: 0)
@@ -157,6 +170,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     if config.eval_every > 0:
         build_val_loader()  # a val split too small for this world size fails now, not at step 0
     x, y = next(train_loader)  # the first batch; later ones are fetched while the GPU works
+    record.emit("data_ready")
 
     # ----------------------------------------------------------------------------------------------
     # Schedules
@@ -198,6 +212,10 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             torch.distributed.all_reduce(late, op=torch.distributed.ReduceOp.MAX)
         return bool(late.item())
 
+    # where each step's time goes (bench/nanochat/steptimer.py): device events on CUDA, wall clock on CPU
+    timer = StepTimer(device_type) if config.breakdown else NullTimer()
+    steptimer.use(timer)
+    steady_splits: list[dict] = []
     stopped_early = False
     while True:
         stopped_early = step < num_iterations and out_of_time()
@@ -249,14 +267,17 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         # one training step, timed between device synchronisations
         with maybe_profile(master_process and step == config.profile_step, record.run_dir, step, device_type):
             synchronize()
+            timer.begin()
             t0 = time.time()
-            for _ in range(grad_accum):
-                with autocast_ctx:
-                    loss = model(x, y)
-                train_loss = loss.detach()  # for logging
-                loss = loss / grad_accum  # each .backward() adds: normalise to the mean over micro-steps
-                loss.backward()
-                x, y = next(train_loader)  # prefetch while the device runs the backward pass
+            with timer.section("fwd_bwd"):
+                for _ in range(grad_accum):
+                    with autocast_ctx:
+                        loss = model(x, y)
+                    train_loss = loss.detach()  # for logging
+                    loss = loss / grad_accum  # each .backward() adds: normalise to the mean over micro-steps
+                    loss.backward()
+                    with timer.section("data"):
+                        x, y = next(train_loader)  # prefetch while the device runs the backward pass
             grad_norm = None
             if config.grad_clip > 0.0:  # zero2: each rank's local gradients (upstream); fsdp: the averaged ones
                 grad_norm = clip_grad_norm_(orig_model.parameters(), config.grad_clip)
@@ -266,11 +287,13 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                     group["lr"] = group["initial_lr"] * lrm
             for group in muon_optimizer.param_groups:
                 group["momentum"] = get_muon_momentum(step)
-            for opt in optimizers:
-                opt.step()
+            with timer.section("optim"):  # the sharded optimizers' collectives are timed inside, as comm
+                for opt in optimizers:
+                    opt.step()
             model.zero_grad(set_to_none=True)
             synchronize()
             dt = time.time() - t0
+        split = timer.split(dt * 1000)
         # ------------------------------------------------------------------------------------------
 
         # logging: the bias-corrected EMA of the train loss, throughput, MFU
@@ -287,7 +310,11 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             record.emit("first_step")
             first_step_done = True
         record.emit("step", step=step, loss=debiased_smooth_loss, lrm=lrm, dt_ms=dt * 1000,
-                    tok_per_sec=tok_per_sec, mfu=mfu, total_time_s=total_training_time, grad_norm=grad_norm)
+                    tok_per_sec=tok_per_sec, mfu=mfu, total_time_s=total_training_time, grad_norm=grad_norm, **split)
+        if step == WARMUP_STEPS:
+            record.emit("steady", step=step)
+        if step > WARMUP_STEPS:
+            steady_splits.append({"step_ms": dt * 1000, **split})
         step += 1
 
     # ----------------------------------------------------------------------------------------------
@@ -297,6 +324,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     print0(f"Minimum validation bpb: {min_val_bpb:.4f}")
     min_val = min_val_bpb if math.isfinite(min_val_bpb) else None
     record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time, min_val_bpb=min_val)
+    step_ms = {k: statistics.median(s[k] for s in steady_splits) for k in steady_splits[0]} if steady_splits else {}
+    ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
+    record.write_breakdown(step_ms, ranks, network_facts(record.run_dir, backend))
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
                "final_val_bpb": val_bpb, "final_mfu": mfu}
     if stopped_early:
@@ -307,6 +337,26 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         print0(message)
         return summary, "timeout", message
     return summary, "ok", None
+
+
+def gather_rank_figures(step_ms: dict, rank: int, ddp: bool) -> list[dict]:
+    """Every rank's steady step time and its parts, with its host, for finding stragglers (one collective,
+    at the end)."""
+    mine = {"rank": rank, "host": socket.gethostname(),
+            **{k: round(v, 3) for k, v in step_ms.items() if k in ("step_ms", "comm_ms", "data_ms")}}
+    if not ddp:
+        return [mine]
+    everyone: list = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(everyone, mine)
+    return everyone
+
+
+def network_facts(run_dir: str | None, backend: str | None) -> dict | None:
+    """run.json's network section: rank 0's NCCL lines (its NCCL_DEBUG_FILE, set in main), or the backend."""
+    if backend is None:
+        return None
+    facts = nccl_log.parse_file(os.environ.get("NCCL_DEBUG_FILE", "")) if backend == "nccl" else None
+    return {"backend": backend, **(facts or {})}
 
 
 def default_model_tag(config: TrainConfig, record: RunRecord) -> str:
@@ -323,7 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     (torchrun then stops the others) instead of leaving them to wait for a collective timeout."""
     _, rank, _, _ = get_dist_info()
     record = RunRecord(rank)
-    record.emit("start")
+    record.emit("start", t=process_start_time())
+    record.emit("runtime_start", t=runtime_start_time())
+    record.emit("imports_done")
+    if record.run_dir and os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
+        # each rank's NCCL lines into the run directory, where rank 0 reads the path its network took
+        Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
+        os.environ["NCCL_DEBUG_FILE"] = str(Path(record.run_dir, "nccl", f"rank{rank}.log"))
     config = None
 
     def on_signal(signum: int) -> None:

@@ -1,0 +1,42 @@
+"""A run's start-up and training time, cut at its milestones: launch (T0) -> ... -> end.
+
+The milestones, in the order a run passes them (run.json's launch.t0, then metrics.jsonl events):
+  launch        the launcher, just before srun / torchrun (launch.t0)
+  runtime_start the first process inside the runtime (torchrun's agent): the container's start-up before it
+  start         the trainer process: torchrun's own start and its workers' spawn before it
+  imports_done  the trainer's imports (torch) done
+  dist_init     the process group up
+  preflight     the communication pre-flight done (absent with --preflight=0)
+  model_ready   tokenizer and model built
+  data_ready    loaders built, first batch in hand
+  first_step    the first optimizer step done: compilation, mostly
+  steady        the warm-up steps done
+  end           the last step done
+Each phase is named after the milestone that ends it and lasts from the one before it that the run has,
+so the phases of a run add up to end - launch exactly, whatever it skipped. Standard library only: the
+trainer writes the result into run.json, the analysis computes the same from the events.
+"""
+
+from typing import Dict, Optional
+
+MILESTONES = ("launch", "runtime_start", "start", "imports_done", "dist_init", "preflight", "model_ready",
+              "data_ready", "first_step", "steady", "end")
+LABELS = {"runtime_start": "runtime start-up", "start": "torchrun and spawn", "imports_done": "Python imports",
+          "dist_init": "process group", "preflight": "pre-flight", "model_ready": "model build",
+          "data_ready": "data loaders", "first_step": "first step (compile)", "steady": "warm-up steps",
+          "end": "steady training"}
+
+
+def phases(times: Dict[str, Optional[float]]) -> Dict[str, float]:
+    """{milestone: seconds since the previous milestone the run reached}, in MILESTONES order; `times` maps
+    milestone names to epoch seconds (missing or None: not reached, or not recorded)."""
+    out: Dict[str, float] = {}
+    previous = None
+    for name in MILESTONES:
+        t = times.get(name)
+        if t is None:
+            continue
+        if previous is not None:
+            out[name] = t - previous
+        previous = t
+    return out

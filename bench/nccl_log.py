@@ -1,0 +1,78 @@
+"""Which network path NCCL really took, read from its `NCCL_DEBUG=INFO` lines (subsystems INIT and NET).
+
+The lines proving a run's path (NCCL's own wording, as NCCL 2.2x prints it):
+  `NCCL version 2.28.9+cuda13.0`                       the library's version
+  `NET/Plugin: ...`, `NET/OFI Selected provider is cxi` the network plugin and its libfabric provider
+  `Using network Socket` / `IB` / `AWS Libfabric`      the network between nodes it chose
+  `... via P2P/CUMEM/read`, `via SHM/direct/direct`,   the transport of each channel's connection between
+  `via NET/Socket/0`, `via NET/IB/0/GDRDMA`            two GPUs (NVLink/PCIe P2P, shared memory, network)
+  `N coll channels, ... N p2p channels`                how many channels a communicator opened
+A run whose nodes talked over `Socket` took TCP: on a Slingshot or InfiniBand system that means the
+container lacked the right network plugin, and its throughput says nothing about the runtime.
+
+Standard library only: the trainer parses its own debug file (bench/nanochat/train.py sets
+NCCL_DEBUG_FILE into the run directory), the analysis reads the result from run.json.
+"""
+
+import re
+from typing import Dict, Iterable, List, Optional
+
+_VERSION = re.compile(r"NCCL version (\S+)")
+_NETWORK = re.compile(r"Using network (.+?)\s*$")
+_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (\S+)")
+_PLUGIN = re.compile(r"NET/Plugin\s*:?\s*(.+?)\s*$")
+_VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS)(/[^\s]*)?")
+_CHANNELS = re.compile(r"(\d+) coll channels")
+_NET_PLUGINS = ("Socket", "IB")  # built into NCCL; any other network name comes from a plugin
+EVIDENCE_KEEP = 8  # lines kept as evidence in run.json
+
+
+def parse(lines: Iterable[str]) -> Dict[str, object]:
+    """The network facts of one rank's NCCL INFO lines (absent facts are None; `evidence` quotes them)."""
+    facts: Dict[str, object] = {"nccl_version": None, "net": None, "net_provider": None, "net_plugin": None,
+                                "channels": None}
+    transports: Dict[str, int] = {}
+    evidence: List[str] = []
+
+    def keep(line: str) -> None:
+        if len(evidence) < EVIDENCE_KEEP and line not in evidence:
+            evidence.append(line)
+
+    for raw in lines:
+        if "NCCL" not in raw:
+            continue
+        line = raw.strip()
+        for key, pattern in (("nccl_version", _VERSION), ("net", _NETWORK), ("net_provider", _PROVIDER),
+                             ("net_plugin", _PLUGIN), ("channels", _CHANNELS)):
+            m = pattern.search(line)
+            if m and facts[key] is None:
+                facts[key] = int(m.group(1)) if key == "channels" else m.group(1)
+                keep(line)
+        m = _VIA.search(line)
+        if m:
+            kind = m.group(1) + ("/" + m.group(2).split("/")[1] if m.group(1) == "NET" and m.group(2) else "")
+            if kind not in transports:
+                keep(line)
+            transports[kind] = transports.get(kind, 0) + 1
+    facts["transports"] = transports
+    facts["evidence"] = evidence
+    return facts
+
+
+def parse_file(path: str) -> Optional[Dict[str, object]]:
+    """parse() of a debug file; None when there is none (no NCCL, or NCCL_DEBUG unset)."""
+    try:
+        with open(path, errors="replace") as f:
+            return parse(f)
+    except OSError:
+        return None
+
+
+def over_sockets(facts: Dict[str, object]) -> Optional[str]:
+    """The line proving that NCCL's inter-node traffic went over TCP sockets, or None."""
+    if facts.get("net") != "Socket" and not any(k == "NET/Socket" for k in (facts.get("transports") or {})):
+        return None
+    for line in facts.get("evidence") or []:
+        if "Using network Socket" in line or "via NET/Socket" in line:
+            return line
+    return "Using network Socket"

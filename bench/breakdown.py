@@ -12,6 +12,7 @@ The milestones, in the order a run passes them (run.json's launch.t0, then metri
   first_step    the first optimizer step done: compilation, mostly
   steady        the warm-up steps done
   end           the last step done
+  finished      the launcher saw the run end (launch.finished_at): process group, interpreter and runtime gone
 Each phase is named after the milestone that ends it and lasts from the one before it that the run has,
 so the phases of a run add up to end - launch exactly, whatever it skipped. Standard library only: the
 trainer writes the result into run.json, the analysis computes the same from the events.
@@ -20,11 +21,11 @@ trainer writes the result into run.json, the analysis computes the same from the
 from typing import Dict, Optional
 
 MILESTONES = ("launch", "runtime_start", "start", "imports_done", "dist_init", "preflight", "model_ready",
-              "data_ready", "first_step", "steady", "end")
+              "data_ready", "first_step", "steady", "end", "finished")
 LABELS = {"runtime_start": "runtime start-up", "start": "torchrun and spawn", "imports_done": "Python imports",
           "dist_init": "process group", "preflight": "pre-flight", "model_ready": "model build",
           "data_ready": "data loaders", "first_step": "first step (compile)", "steady": "warm-up steps",
-          "end": "steady training"}
+          "end": "steady training", "finished": "teardown"}
 
 
 def phases(times: Dict[str, Optional[float]]) -> Dict[str, float]:

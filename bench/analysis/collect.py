@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from bench.analysis import why
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError
@@ -29,7 +30,7 @@ LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs 
 TABLE_PARQUET = "runs.parquet"
 TABLE_CSV = "runs.csv"
 # Bump when a row is computed differently: tables of an older version are then re-read in full.
-ROW_VERSION = 4
+ROW_VERSION = 5
 
 # The columns of the table and their types, in order; a row lacking a value holds a null.
 COLUMNS: dict[str, str] = {
@@ -49,6 +50,8 @@ COLUMNS: dict[str, str] = {
     "t0": "float", "t_start": "float", "startup_overhead_s": "float", "time_to_first_step_s": "float",
     "launch_to_first_step_s": "float",
     "peak_mem_mib": "float", "min_val_bpb": "float", "final_loss": "float", "total_training_time_s": "float",
+    "scaling": "str", "val_files_k": "int", "ofi_hook": "str", "strategy": "str", "aspect_ratio": "int",
+    **why.COLUMNS,
     "fingerprint": "str", "row_version": "int",
 }
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 from bench import schema
 from bench.analysis import upstream
-from bench.analysis.figures import _finite, step_figures
+from bench.analysis import why
+from bench.analysis.figures import _finite, step_figures, steady_mask
 
 MANIFEST_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "repeat", "nodes", "gpus_per_node",
-                   "world_size", "peak_flops_per_gpu", "flops_per_token", "git_revision", "message")
+                   "world_size", "peak_flops_per_gpu", "flops_per_token", "git_revision", "message", "scaling",
+                   "val_files_k", "ofi_hook")
 CONFIG_FIELDS = ("depth", "aspect_ratio", "strategy", "max_seq_len", "device_batch_size", "total_batch_size",
                  "num_iterations", "force_flash_sdpa", "sdpa_backends")
 SOFTWARE_FIELDS = {"gpu_name": "gpu_name", "torch": "torch_version", "cuda": "cuda_version",
@@ -220,6 +222,13 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         figs, fig_notes = step_figures(steps, world, row.get("flops_per_token"), row.get("peak_flops_per_gpu"))
         row.update({k: v for k, v in figs.items() if v is not None})
         notes += fig_notes
+        mask, _ = steady_mask([int(s["step"]) for s in steps])
+        row.update(why.split_fields([s for s, m in zip(steps, mask) if m]))
+    first_times = {}
+    for ev in events:
+        first_times.setdefault(ev["event"], ev["t"])
+    row.update(why.phase_fields(manifest, first_times))
+    row.update(why.section_fields(manifest))
     row["skip_reason"] = skip or usability(row)
     row["notes"] = "; ".join(notes) or None
     return row

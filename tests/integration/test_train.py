@@ -12,7 +12,7 @@ import torch
 
 from bench.launch.local import run_local
 from bench.logline import parse_step_line, parse_val_line
-from bench.schema import EVENTS, METRICS_JSONL, TRAIN_LOG
+from bench.schema import EVENTS, METRICS_JSONL, TRAIN_LOG, read_run_json
 from tests.support.contract import assert_follows_contract
 
 STEPS = 24
@@ -51,6 +51,30 @@ def test_run_succeeds_and_run_json_is_complete(finished_run):
     assert run["run_id"] == "run-1" and run["sweep_id"] == "local"
     assert run["started_at"] <= run["finished_at"]
     assert run["result"]["min_val_bpb"] > 0
+
+
+@pytest.mark.slow
+def test_network_preflight_and_breakdown_are_recorded(finished_run):
+    _, run_dir = finished_run
+    run = read_run_json(run_dir)
+    assert run["network"]["backend"] == "gloo"
+    pre = run["preflight"]
+    assert pre["world_size"] == W and pre["backend"] == "gloo" and pre["bytes"] == 4 << 20
+    assert pre["busbw_gbps"]["all_reduce"] > 0 and {r["collective"] for r in pre["records"]} >= {"all_reduce"}
+    phases = run["breakdown"]["phases_s"]
+    assert {"runtime_start", "start", "imports_done", "dist_init", "preflight", "model_ready", "data_ready",
+            "first_step", "steady", "end"} <= set(phases)
+    assert all(v >= 0 for v in phases.values())
+    events = {e["event"]: e for e in events_of(run_dir)}
+    assert sum(phases.values()) == pytest.approx(events["end"]["t"] - run["launch"]["t0"], abs=1e-3)
+    steps = [e for e in events_of(run_dir) if e["event"] == "step"]
+    for e in steps:  # the parts of every step add up to it; what they do not explain is small on CPU too
+        parts = [e[k] for k in ("fwd_bwd_ms", "data_ms", "comm_ms", "optim_ms", "other_ms")]
+        assert sum(parts) == pytest.approx(e["dt_ms"], rel=1e-6) and e["other_ms"] < 0.25 * e["dt_ms"]
+    split = run["breakdown"]["step_ms"]
+    assert split["comm_ms"] > 0  # the sharded optimizers' reduce_scatter and all_gather wait on gloo
+    ranks = run["breakdown"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and run["breakdown"]["slowest_rank"] in (0, 1)
 
 
 @pytest.mark.slow

@@ -66,6 +66,11 @@ def test_two_node_training_from_rendered_sbatch(slurm_cluster, tiny_base_dir, tm
     # The launch time was taken before srun, the trainer's start after it.
     assert manifest["launch"]["t0"] <= events(run_dir)[0]["t"]
     assert list(run_dir.glob("slurm-*.log")), "the Slurm log lands beside the script"
+    # why runtimes differ: the path the collectives took, their bandwidth before training, where time went
+    assert manifest["network"]["backend"] == "gloo"
+    assert manifest["preflight"]["world_size"] == 4 and manifest["preflight"]["busbw_gbps"]["all_reduce"] > 0
+    assert {"runtime_start", "imports_done", "preflight", "first_step"} <= set(manifest["breakdown"]["phases_s"])
+    assert len(manifest["breakdown"]["ranks"]) == 4 and manifest["breakdown"]["slowest_host"]
 
 
 def test_sweep_submit_and_status_to_completion(slurm_cluster, tiny_base_dir, tmp_path, capsys):

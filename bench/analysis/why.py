@@ -1,0 +1,65 @@
+"""The fields of a row that say why a run took the time it did: its start-up phases, its steady step split,
+the pre-flight bandwidth of its collectives, the network path NCCL took, and its slowest rank.
+
+Computed from the run's own records: the phases from launch.t0, the events' first times and
+launch.finished_at with the rule of bench/breakdown.py (so a run that died early still shows how far it
+got); the rest from run.json's preflight, network and breakdown sections.
+"""
+
+import json
+import statistics
+
+from bench import breakdown, nccl_log
+from bench.analysis.figures import _finite
+
+SPLIT = ("fwd_bwd_ms", "comm_ms", "optim_ms", "data_ms", "other_ms")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+# column -> type, for bench/analysis/collect.py
+COLUMNS = {
+    **{f"phase_{m}_s": "float" for m in breakdown.MILESTONES[1:]},
+    **{f"step_{k}": "float" for k in SPLIT},
+    **{f"busbw_{c}_gbps": "float" for c in COLLECTIVES}, "preflight_bytes": "float",
+    "net": "str", "net_provider": "str", "nccl_transports": "str", "net_over_sockets": "str",
+    "slowest_rank": "int", "slowest_host": "str", "rank_step_spread_pct": "float",
+}
+
+
+def phase_fields(manifest: dict, first_times: dict) -> dict:
+    launch = manifest.get("launch") if isinstance(manifest.get("launch"), dict) else {}
+    times = {**{k: _finite(v) for k, v in first_times.items()}, "launch": _finite(launch.get("t0")),
+             "finished": _finite(launch.get("finished_at"))}
+    return {f"phase_{m}_s": s for m, s in breakdown.phases(times).items()}
+
+
+def split_fields(steady_steps: list[dict]) -> dict:
+    """Medians of the step split over the steady steps that carry it (--breakdown)."""
+    out = {}
+    for key in SPLIT:
+        values = [v for s in steady_steps if (v := _finite(s.get(key))) is not None]
+        if values:
+            out[f"step_{key}"] = statistics.median(values)
+    return out
+
+
+def section_fields(manifest: dict) -> dict:
+    def section(name):
+        value = manifest.get(name)
+        return value if isinstance(value, dict) else {}
+
+    out = {}
+    pre = section("preflight")
+    for c, bw in (pre.get("busbw_gbps") or {}).items():
+        if c in COLLECTIVES:
+            out[f"busbw_{c}_gbps"] = _finite(bw)
+    out["preflight_bytes"] = _finite(pre.get("bytes"))
+    net = section("network")
+    out["net"], out["net_provider"] = net.get("net") or net.get("backend"), net.get("net_provider")
+    if net.get("transports"):
+        out["nccl_transports"] = json.dumps(net["transports"], sort_keys=True)
+    out["net_over_sockets"] = nccl_log.over_sockets(net) if net.get("backend") == "nccl" else None
+    bd = section("breakdown")
+    out["slowest_rank"], out["slowest_host"] = bd.get("slowest_rank"), bd.get("slowest_host")
+    steps = [v for r in bd.get("ranks") or [] if isinstance(r, dict) and (v := _finite(r.get("step_ms")))]
+    if len(steps) > 1:
+        out["rank_step_spread_pct"] = 100 * (max(steps) - min(steps)) / statistics.median(steps)
+    return {k: v for k, v in out.items() if v is not None}

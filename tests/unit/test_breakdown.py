@@ -1,0 +1,65 @@
+"""Start-up phases (bench/breakdown.py) and the step split (bench/nanochat/steptimer.py).
+
+    python -m pytest tests/unit/test_breakdown.py -q
+"""
+
+import time
+
+import pytest
+
+from bench import breakdown
+from bench.nanochat import steptimer
+from bench.nanochat.preflight import bus_factor
+
+
+def test_phases_add_up_to_the_whole_and_skip_what_a_run_lacks():
+    times = {"launch": 100.0, "runtime_start": 101.0, "start": 102.5, "imports_done": 105.0, "dist_init": 106.0,
+             "model_ready": 110.0, "data_ready": 110.5, "first_step": 140.0, "steady": 170.0, "end": 200.0,
+             "finished": 203.0}  # no pre-flight: its time goes to the next phase, model build
+    p = breakdown.phases(times)
+    assert list(p) == ["runtime_start", "start", "imports_done", "dist_init", "model_ready", "data_ready",
+                       "first_step", "steady", "end", "finished"]
+    assert p["model_ready"] == 4.0 and p["runtime_start"] == 1.0
+    assert sum(p.values()) == pytest.approx(times["finished"] - times["launch"])
+    assert breakdown.phases({"end": 5.0}) == {}
+
+
+def test_cpu_split_adds_up_to_the_step():
+    timer = steptimer.StepTimer("cpu")
+    steptimer.use(timer)
+    try:
+        timer.begin()
+        t0 = time.perf_counter()
+        with timer.section("fwd_bwd"):
+            time.sleep(0.02)
+            with timer.section("data"):
+                time.sleep(0.01)
+
+        class Work:
+            def wait(self):
+                time.sleep(0.01)
+
+        with timer.section("optim"):
+            steptimer.wait(Work())  # as the sharded optimizers wait for their collectives
+            time.sleep(0.005)
+        step_ms = (time.perf_counter() - t0) * 1000
+        split = timer.split(step_ms)
+    finally:
+        steptimer.use(steptimer.NullTimer())
+    assert split["data_ms"] == pytest.approx(10, abs=5) and split["comm_ms"] == pytest.approx(10, abs=5)
+    assert split["fwd_bwd_ms"] == pytest.approx(20, abs=5) and split["optim_ms"] == pytest.approx(5, abs=4)
+    assert sum(split.values()) == pytest.approx(step_ms)  # `other` is the rest, so the parts are the step
+    assert 0 <= split["other_ms"] < 2
+
+
+def test_the_null_timer_costs_nothing_and_says_nothing():
+    t = steptimer.NullTimer()
+    with t.section("data"):
+        pass
+    assert t.split(10.0) == {}
+
+
+@pytest.mark.parametrize("collective,n,factor", [("all_reduce", 8, 1.75), ("all_gather", 8, 0.875),
+                                                 ("reduce_scatter", 2, 0.5), ("all_reduce", 1, 0.0)])
+def test_bus_bandwidth_factors_are_nccl_tests(collective, n, factor):
+    assert bus_factor(collective, n) == factor

@@ -1,0 +1,39 @@
+"""NCCL's INFO lines read into run.json's network facts, on real logs of one H200 (tests/assets/nccl/: the
+pre-flight of `python -m torch.distributed.run --standalone --nproc_per_node=1 -m bench.nanochat.preflight`
+with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET, as is, NCCL_NET=Socket, and NCCL_P2P_DISABLE=1
+NCCL_SHM_DISABLE=1; and rank 0's NCCL_DEBUG_FILE of a d20 training run, torch 2.11, NCCL 2.28.9).
+
+    python -m pytest tests/unit/test_nccl_log.py -q
+"""
+
+from pathlib import Path
+
+import pytest
+
+from bench import nccl_log
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "nccl"
+
+
+@pytest.mark.parametrize("name", ["default", "Socket", "nop2p", "d20-rank0"])
+def test_real_one_gpu_logs(name):
+    facts = nccl_log.parse_file(str(ASSETS / f"h200-1gpu-{name}.log"))
+    assert facts["nccl_version"] == "2.28.9+cuda13.0"
+    assert facts["net"] == "Socket"  # the machine has no InfiniBand or Slingshot: NCCL's socket transport
+    assert facts["net_plugin"] == "Could not find: libnccl-net.so"  # no external plugin in the image
+    assert facts["net_provider"] is None and facts["channels"] == 64
+    assert facts["transports"] == {}  # one rank: no connection to another GPU
+    assert any("Using network Socket" in line for line in facts["evidence"])
+    # every fact has the line it came from
+    assert any("NCCL version 2.28.9" in line for line in facts["evidence"])
+
+
+def test_sockets_are_named_with_the_line_that_proves_it():
+    facts = nccl_log.parse_file(str(ASSETS / "h200-1gpu-Socket.log"))
+    assert "Using network Socket" in nccl_log.over_sockets(facts)
+    assert nccl_log.over_sockets({"net": "AWS Libfabric", "transports": {"NET/AWS Libfabric": 4}}) is None
+
+
+def test_no_file_no_facts(tmp_path):
+    assert nccl_log.parse_file(str(tmp_path / "none.log")) is None
+    assert nccl_log.parse(["a line without the library's name"])["nccl_version"] is None

@@ -52,13 +52,6 @@ PENDING = {
                "the error path must record before it prints and survive a closed stdout/stderr (run.json stays "
                "`running`)"),
     "data_traceback": TORCHRUN_TRACEBACK,
-    "empty_val": ("bench/nanochat/dataloader.py build_loader: a rank whose row groups are all empty spins for ever "
-                  "while the others wait in the first evaluation's collective (hung until killed); "
-                  f"{TORCHRUN_TRACEBACK}"),
-    "no_text": ("bench/nanochat/dataset.py, dataloader.py: a shard without a `text` column ends `failed` with a "
-                f"KeyError, not `no_data` naming the file; {TORCHRUN_TRACEBACK}"),
-    "corrupt": ("bench/nanochat/dataloader.py: a damaged page ends `failed` with 'OSError: ZSTD decompression "
-                f"failed', not `no_data` naming file and row group; {TORCHRUN_TRACEBACK}"),
     "negative_count": "bench/nanochat/config.py TrainConfig.validate: --num_iterations=-5 is taken as -1 (full horizon)",
     "model_tag": ("bench/nanochat/config.py TrainConfig.validate: --model_tag=../.. is accepted and checkpoints land "
                   "outside base_checkpoints"),
@@ -278,7 +271,7 @@ def _val_message(o: Outcome) -> list[str]:
 
 @case("validation shard with an empty row group, 4 ranks",
       Expect(START_BOUND_S + 30, ("no_data",), r"NANOCHAT_VAL_FILES_K=2", extra=_val_message),
-      PENDING["empty_val"])
+      PENDING["data_traceback"])
 def empty_val_row_group(ctx):
     base = base_with_shards(ctx, {"shard_00000.parquet": None, "shard_00001.parquet": None,
                                   "shard_00002.parquet": _val_with_empty_row_group})
@@ -293,7 +286,7 @@ def _no_text_column(path: Path) -> None:
 
 @case("a shard without a `text` column",
       Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*text|text.*shard_00000\.parquet"),
-      PENDING["no_text"])
+      PENDING["data_traceback"])
 def shard_without_text(ctx):
     base = base_with_shards(ctx, {"shard_00000.parquet": _no_text_column, "shard_00001.parquet": None,
                                   "shard_00002.parquet": None})
@@ -309,7 +302,7 @@ def corrupt_row_group(path: Path, row_group: int) -> None:
 
 
 @case("a corrupt page mid-file (parquet row group 3 of 16)",
-      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*row group 3"), PENDING["corrupt"])
+      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*row group 3"), PENDING["data_traceback"])
 def corrupt_page(ctx):
     def write(path: Path) -> None:
         shutil.copy(ctx.base_dir / "base_data" / path.name, path)

@@ -59,10 +59,6 @@ PENDING = {
                    "written into the current directory"),
     "collect_fifo": "bench/analysis/collect.py, rundir.py: a FIFO named metrics.jsonl is opened and collect blocks",
     "collect_loop": "bench/analysis/collect.py collect: a symlink loop as the root is a RuntimeError traceback",
-    "edf": ("bench/runtimes/edf.py, bench/commands/containers.py: control characters in a value reach the header "
-            "comment (invalid TOML), a line break splits it, an undecodable byte is a UnicodeEncodeError traceback"),
-    "edf_regenerate": ("bench/commands/containers.py header_argv: a header cut by a newline is "
-                       "'ValueError: No closing quotation' with a traceback"),
     "run_dir_at_start": ("bench/launch/local.py run_local (or commands/workload.py cmd_train): create and write the "
                          "run directory before launch; an OSError becomes one `error:` line naming the path "
                          "(today a raw PermissionError/FileExistsError/OSError traceback)"),
@@ -510,7 +506,7 @@ def _edf_results(o: Outcome) -> list[str]:
 
 
 @case("hostile strings into `edf` (control characters in image, mount, annotation, env)",
-      Expect(60, exit_zero=True, listed=False, extra=_edf_results), PENDING["edf"])
+      Expect(60, exit_zero=True, listed=False, extra=_edf_results))
 def edf_hostile(ctx):
     """Each value alone through `nanochat-bench edf`: valid TOML that holds it exactly, or one error line."""
     bad, total, seconds = [], 0.0, 0.0
@@ -585,7 +581,7 @@ image = "/x/ok.sqsh"
 
 
 @case("`edf --regenerate` of a file whose header holds a newline in a value",
-      Expect(30, refused=True, message=r"legacy\.toml", listed=False), PENDING["edf_regenerate"])
+      Expect(30, refused=True, message=r"legacy\.toml", listed=False))
 def edf_regenerate_newline(ctx):
     path = ctx.work / "legacy.toml"
     path.write_text(LEGACY_EDF)

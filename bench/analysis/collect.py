@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError
@@ -74,6 +75,8 @@ def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
             continue
         names = {e.name for e in entries}
         if is_run_dir(names):
+            # every name goes along, so that a run.json or metrics.jsonl that is a link or a FIFO is
+            # reported in the row; the reader opens regular files only (rundir.py)
             files = [e for e in entries if e.name in (RUN_JSON, METRICS_JSONL) or e.name.endswith(".log")]
             found[str(d)] = ("run_dir", _fingerprint(files), tuple(sorted(names)))
             continue  # a run directory holds its own logs; nothing else lives below it
@@ -81,9 +84,9 @@ def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
         # whose own directories are collected, so it is no upstream log.
         job_dir = any(n.endswith(".sbatch") for n in names)
         for e in entries:
-            if e.is_dir(follow_symlinks=False):
+            if e.is_dir(follow_symlinks=False):  # a link to a folder, out of the root or round in it, is not walked
                 stack.append(Path(e.path))
-            elif not job_dir and e.name.endswith(LOG_SUFFIXES) and e.is_file():
+            elif not job_dir and e.name.endswith(LOG_SUFFIXES) and is_regular(e):
                 found[e.path] = ("log", _fingerprint([e]), ())
     return found
 
@@ -92,7 +95,7 @@ def _fingerprint(entries: list[os.DirEntry]) -> str:
     h = hashlib.blake2b(digest_size=12)
     for e in sorted(entries, key=lambda e: e.name):
         try:
-            st = e.stat(follow_symlinks=True)
+            st = e.stat(follow_symlinks=False)  # lstat: never touches what a link points to
         except OSError:
             continue
         h.update(f"{e.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -185,13 +188,25 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
+def _root(root: str | os.PathLike) -> Path:
+    """A root as an absolute directory: a link given as the root is followed once, a loop is an error."""
+    try:
+        path = Path(root).resolve(strict=True)
+    except FileNotFoundError:
+        path = None
+    except (OSError, RuntimeError) as e:  # ELOOP (RuntimeError "Symlink loop" before Python 3.13)
+        raise AnalysisError(f"{root}: a symbolic link that leads round in a loop ({e}); give a directory of runs") \
+            from None
+    if path is None or not path.is_dir():
+        raise AnalysisError(f"{Path(root).absolute()}: not a directory of runs (give a results root or a run "
+                            "directory)")
+    return path
+
+
 def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None,
             workers: int | None = None) -> CollectResult:
     """Collect run directories under roots into a table; with out, update <out>/runs.{parquet,csv}."""
-    roots = [Path(r).resolve() for r in roots]
-    for r in roots:
-        if not r.is_dir():
-            raise AnalysisError(f"{r}: not a directory of runs (give a results root or a run directory)")
+    roots = [_root(r) for r in roots]
     found: dict[str, tuple] = {}
     for r in roots:
         found.update(find_sources(r))

@@ -5,6 +5,8 @@ an empty, truncated or half-written file, an unknown schema_version, NaN figures
 going are reported in the row (`skip_reason` when its figures must not be used, `notes` for what
 was repaired), never raised and never averaged in. Only rows with `skip_reason` None are usable.
 Steps come from metrics.jsonl; without step events, from nanochat step lines in the run's *.log.
+Only regular files are read (bench/analysis/regular_files.py): a link or a FIFO under a run's name is
+left unread and said so in the row.
 """
 
 import json
@@ -15,6 +17,7 @@ from pathlib import Path
 from bench import schema
 from bench.analysis import upstream
 from bench.analysis.figures import _finite, step_figures
+from bench.analysis.regular_files import NotRegularFile, read_regular
 
 # Nested sections of run.json that may hold the trainer config (asdict(TrainConfig) and friends).
 CONFIG_SECTIONS = ("config", "train_config", "trainer", "user_config")
@@ -34,10 +37,12 @@ def is_run_dir(names: set[str]) -> bool:
 
 def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     """The manifest and a reason to skip the run's figures (None when it can be read as ours)."""
-    if not path.exists():
-        return {}, None
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path).decode("utf-8")
+    except FileNotFoundError:
+        return {}, None
+    except NotRegularFile as e:
+        return {}, f"run.json is {e.strerror}"
     except OSError as e:
         return {}, f"run.json unreadable: {e.strerror}"
     except UnicodeDecodeError:
@@ -88,8 +93,11 @@ def _decode(lines: list[str], cut: bool, notes: list[str]) -> tuple[list, int]:
 def read_events(path: Path, notes: list[str]) -> list[dict]:
     """The well-formed events of metrics.jsonl; bad lines are counted in notes and left out."""
     try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        text = read_regular(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
+        return []
+    except NotRegularFile as e:
+        notes.append(f"metrics.jsonl is {e.strerror}")
         return []
     except OSError as e:
         notes.append(f"metrics.jsonl unreadable: {e.strerror}")

@@ -52,11 +52,6 @@ PENDING = {
                "the error path must record before it prints and survive a closed stdout/stderr (run.json stays "
                "`running`)"),
     "data_traceback": TORCHRUN_TRACEBACK,
-    "negative_count": "bench/nanochat/config.py TrainConfig.validate: --num_iterations=-5 is taken as -1 (full horizon)",
-    "model_tag": ("bench/nanochat/config.py TrainConfig.validate: --model_tag=../.. is accepted and checkpoints land "
-                  "outside base_checkpoints"),
-    "sweep_name": ("bench/commands/launch.py default_out: --name .. passes the character check and the sweep is "
-                   "written into the current directory"),
     "run_dir_at_start": ("bench/launch/local.py run_local (or commands/workload.py cmd_train): create and write the "
                          "run directory before launch; an OSError becomes one `error:` line naming the path "
                          "(today a raw PermissionError/FileExistsError/OSError traceback)"),
@@ -322,8 +317,7 @@ def truncated_shard(ctx):
 # Flags
 
 
-@case("--num_iterations=-5", Expect(START_BOUND_S, refused=True, message=r"--num_iterations=-5"),
-      PENDING["negative_count"])
+@case("--num_iterations=-5", Expect(START_BOUND_S, refused=True, message=r"--num_iterations=-5"))
 def negative_num_iterations(ctx):
     args = [a for a in TINY] + ["--num_iterations=-5"]
     return train_fault(ctx, "negative_num_iterations", None, args)
@@ -334,8 +328,7 @@ def _nothing_outside_checkpoints(o: Outcome) -> list[str]:
     return [f"checkpoint files outside base_checkpoints: {stray}"] if stray else []
 
 
-@case("--model_tag=../..", Expect(START_BOUND_S, refused=True, message=r"--model_tag", extra=_nothing_outside_checkpoints),
-      PENDING["model_tag"])
+@case("--model_tag=../..", Expect(START_BOUND_S, refused=True, message=r"--model_tag", extra=_nothing_outside_checkpoints))
 def model_tag_escapes(ctx):
     base = ctx.work / "nest" / "base"  # ../.. of base/base_checkpoints is ctx.work/nest
     base.mkdir(parents=True)
@@ -348,8 +341,7 @@ def model_tag_escapes(ctx):
 
 
 @case("--name .. (sweep name)", Expect(START_BOUND_S, refused=True, message=r"--name", listed=False,
-                                       extra=lambda o: [f"wrote outside runs/: {o.facts['stray']}"] if o.facts["stray"] else []),
-      PENDING["sweep_name"])
+                                       extra=lambda o: [f"wrote outside runs/: {o.facts['stray']}"] if o.facts["stray"] else []))
 def sweep_name_dotdot(ctx):
     cwd = ctx.work / "cwd"
     cwd.mkdir(parents=True)

@@ -68,9 +68,11 @@ def main(argv=None) -> int:
     p.add_argument("--keep", default=None, metavar="DIR", help="stage the cases under DIR and keep it (default: "
                                                                "a temporary directory, removed)")
     args = p.parse_args(argv)
-    wanted = [c for c in CASES if (not args.cases or c.name in args.cases.split(",")) and not (c.slurm and args.no_slurm)]
+    names = args.cases.split(",") if args.cases else [c.name for c in CASES]
+    wanted = [c for c in CASES if c.name in names and not (c.slurm and args.no_slurm)]
     header = ["fault", "s until last process ended", "status", "message", "events kept", "traceback", "meets goal"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([":---"] + ["---:"] + [":---"] * 2 + ["---:"] + [":---"] * 2) + "|"]
+    align = [":---", "---:", ":---", ":---", "---:", ":---", ":---"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="faults-")) as tmp:
         root = Path(tmp)
         root.mkdir(parents=True, exist_ok=True)

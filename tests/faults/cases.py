@@ -13,15 +13,15 @@ import signal
 import subprocess
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness import (FOREVER, TINY, TRACEBACK, Command, Expect, Outcome, Unavailable, ext4_image, fill,
-                     is_rank, is_torchrun, outcome_of, python, run_env, steps_recorded, tmpfs, wait_steps,
+from harness import (FOREVER, TINY, TRACEBACK, Command, Expect, Outcome, Unavailable, cli, ext4_image, fill,
+                     is_rank, is_torchrun, outcome_of, repo_env, run_env, steps_recorded, tmpfs, wait_steps,
                      wrapper_argv)
 
 LOCAL_BOUND_S = 20.0  # after the fault; a tiny CPU run that fails fast ends in a few seconds
@@ -150,6 +150,7 @@ def _signal_wrapper(sig: int):
     return inject
 
 
+DISK_FULL_AT_CHECKPOINTS = r"(No space left|disk full).*base_checkpoints|base_checkpoints.*(No space|full)"
 DIED = r"rank {r}.*(SIGKILL|signal 9|killed|died|exit)|(SIGKILL|signal 9|killed|died|exit).*rank {r}"
 
 
@@ -328,7 +329,8 @@ def _nothing_outside_checkpoints(o: Outcome) -> list[str]:
     return [f"checkpoint files outside base_checkpoints: {stray}"] if stray else []
 
 
-@case("--model_tag=../..", Expect(START_BOUND_S, refused=True, message=r"--model_tag", extra=_nothing_outside_checkpoints))
+@case("--model_tag=../..",
+      Expect(START_BOUND_S, refused=True, message=r"--model_tag", extra=_nothing_outside_checkpoints))
 def model_tag_escapes(ctx):
     base = ctx.work / "nest" / "base"  # ../.. of base/base_checkpoints is ctx.work/nest
     base.mkdir(parents=True)
@@ -340,14 +342,17 @@ def model_tag_escapes(ctx):
     return o
 
 
-@case("--name .. (sweep name)", Expect(START_BOUND_S, refused=True, message=r"--name", listed=False,
-                                       extra=lambda o: [f"wrote outside runs/: {o.facts['stray']}"] if o.facts["stray"] else []))
+def _nothing_outside_runs(o: Outcome) -> list[str]:
+    return [f"wrote outside runs/: {o.facts['stray']}"] if o.facts["stray"] else []
+
+
+@case("--name .. (sweep name)",
+      Expect(START_BOUND_S, refused=True, message=r"--name", listed=False, extra=_nothing_outside_runs))
 def sweep_name_dotdot(ctx):
     cwd = ctx.work / "cwd"
     cwd.mkdir(parents=True)
-    cmd = Command([*python(), "-m", "bench.cli", "render", "sbatch", "--nodes=1", "--runtimes=bare",
-                   "--gpus-per-node=2", "--device_type=cpu", f"--base-dir={ctx.base_dir}", "--name", ".."],
-                  ctx.work / "cmd", cwd=cwd)
+    cmd = Command(cli("render", "sbatch", "--nodes=1", "--runtimes=bare", "--gpus-per-node=2", "--device_type=cpu",
+                      f"--base-dir={ctx.base_dir}", "--name", ".."), ctx.work / "cmd", cwd=cwd)
     try:
         seconds, left = cmd.wait_gone(_cap("sweep_name_dotdot", ctx), cmd.t_start)
         o = outcome_of("sweep_name_dotdot", cmd, None, seconds, left, ctx.work)
@@ -408,7 +413,7 @@ def run_dir_full_mid_run(ctx):
 
 
 @case("checkpoint on a full disk (base_checkpoints on a 256 KiB tmpfs)",
-      Expect(START_BOUND_S, ("failed",), r"(No space left|disk full).*base_checkpoints|base_checkpoints.*(No space|full)"),
+      Expect(START_BOUND_S, ("failed",), DISK_FULL_AT_CHECKPOINTS),
       PENDING["checkpoint_full"])
 def checkpoint_disk_full(ctx):
     base = ctx.work / "base"
@@ -445,7 +450,8 @@ def _fifo_listed(o: Outcome) -> list[str]:
     if not (table_dir / "runs.csv").exists():
         return ["no table written"]
     rows = load_table(table_dir)
-    out = [] if len(rows) == 1 and rows["status"].iloc[0] == "failed" else [f"table rows: {rows[['source', 'status']].to_dict('records')}"]
+    out = [] if len(rows) == 1 and rows["status"].iloc[0] == "failed" else \
+        [f"table rows: {rows[['source', 'status']].to_dict('records')}"]
     notes = str(rows["notes"].iloc[0]) if len(rows) else ""
     if "metrics.jsonl" not in notes:
         out.append(f"the row's notes do not say metrics.jsonl was skipped: {notes!r}")
@@ -463,8 +469,8 @@ def collect_fifo(ctx):
                                   '"message": "rank 0: boom"}\n')
     os.mkfifo(run / "metrics.jsonl")
     table, report = ctx.work / "table", ctx.work / "report"
-    o = command_fault(ctx, "collect_fifo", [[*python(), "-m", "bench.cli", "collect", str(ctx.work / "runs"), "--out", str(table)],
-                                            [*python(), "-m", "bench.cli", "report", str(table), "--out", str(report)]])
+    o = command_fault(ctx, "collect_fifo", [cli("collect", str(ctx.work / "runs"), "--out", str(table)),
+                                            cli("report", str(table), "--out", str(report))])
     o.facts.update(table=table, report=report)
     return o
 
@@ -472,8 +478,8 @@ def collect_fifo(ctx):
 @case("collect with a symlink loop as the root", Expect(30, refused=True, message=r"loop", listed=False))
 def collect_symlink_loop(ctx):
     os.symlink("loop", ctx.work / "loop")
-    return command_fault(ctx, "collect_symlink_loop", [[*python(), "-m", "bench.cli", "collect", str(ctx.work / "loop"),
-                                                        "--out", str(ctx.work / "table")]])
+    return command_fault(ctx, "collect_symlink_loop",
+                         [cli("collect", str(ctx.work / "loop"), "--out", str(ctx.work / "table"))])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -503,10 +509,10 @@ def edf_hostile(ctx):
         for value in values:
             out = ctx.work / f"edf{int(total)}.toml"
             total += 1
-            argv = [*python(), "-m", "bench.cli", "edf", "-o", str(out)]
+            argv = cli("edf", "-o", str(out))
             argv += ["--image", "/x/ok.sqsh", flag, value] if flag != "--image" else [flag, value]
             t = time.time()
-            r = subprocess.run(argv, capture_output=True, env=_env_with_repo(), timeout=30)
+            r = subprocess.run(argv, capture_output=True, env=repo_env(), timeout=30)
             seconds += time.time() - t
             err = r.stderr.decode(errors="replace")
             if TRACEBACK in err:
@@ -525,8 +531,8 @@ def edf_hostile(ctx):
                     bad.append(f"{flag} {value!r}: the TOML does not hold the value")
                     continue
                 before = out.read_bytes()
-                r = subprocess.run([*python(), "-m", "bench.cli", "edf", "--regenerate", str(out)],
-                                   capture_output=True, env=_env_with_repo(), timeout=30)
+                r = subprocess.run(cli("edf", "--regenerate", str(out)), capture_output=True, env=repo_env(),
+                                   timeout=30)
                 err = r.stderr.decode(errors="replace")
                 if TRACEBACK in err:
                     o.traceback = True
@@ -536,12 +542,6 @@ def edf_hostile(ctx):
     o.seconds, o.facts["bad"] = seconds, bad
     o.message = f"{len(bad)} of {int(total)} values mishandled" + (f": {bad[0]}" if bad else "")
     return o
-
-
-def _env_with_repo() -> dict:
-    from harness import repo_root
-
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(repo_root()), os.environ.get("PYTHONPATH", "")) if p))
 
 
 def _holds(doc: dict, flag: str, value: str) -> bool:
@@ -573,7 +573,7 @@ image = "/x/ok.sqsh"
 def edf_regenerate_newline(ctx):
     path = ctx.work / "legacy.toml"
     path.write_text(LEGACY_EDF)
-    return command_fault(ctx, "edf_regenerate_newline", [[*python(), "-m", "bench.cli", "edf", "--regenerate", str(path)]])
+    return command_fault(ctx, "edf_regenerate_newline", [cli("edf", "--regenerate", str(path))])
 
 
 # -------------------------------------------------------------------------------------------------

@@ -284,7 +284,8 @@ def problems(o: Outcome, e: Expect) -> list[str]:
             out.append(f"no one-line `error:` matching {e.message!r} on stderr (error lines: {o.error_lines})")
     if e.status is not None:
         if o.status not in e.status:
-            out.append(f"run.json status {o.status!r} ({o.run_json_problem or o.message!r}), expected {'/'.join(e.status)}")
+            out.append(f"run.json status {o.status!r} ({o.run_json_problem or o.message!r}), "
+                       f"expected {'/'.join(e.status)}")
         elif e.message and not re.search(e.message, o.message or ""):
             out.append(f"run.json message {o.message!r} does not match {e.message!r}")
     if any("malformed" in n or "unreadable" in n for n in o.metrics_notes):
@@ -309,6 +310,18 @@ def problems(o: Outcome, e: Expect) -> list[str]:
 # Starting and ending runs
 
 
+def default_signal_dispositions() -> None:
+    """Let our commands start with the dispositions a command typed at a terminal has. A harness started
+    in the background by a non-interactive shell has SIGINT and SIGQUIT ignored, and its children would
+    inherit that (an ignored SIGINT never reaches the wrapper's KeyboardInterrupt); Python handlers, unlike
+    SIG_IGN, fall back to the default across exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+
+
 class Command:
     """One command of a run, started in a session of its own with the run's tag in its environment.
 
@@ -321,10 +334,10 @@ class Command:
         self.work.mkdir(parents=True, exist_ok=True)
         self.tag = uuid.uuid4().hex
         self.tracker = Tracker(self.tag)
-        env = dict(os.environ if env is None else env)
+        default_signal_dispositions()
+        env = repo_env(env)
         env[TAG_ENV] = self.tag
         env.setdefault("OMP_NUM_THREADS", "1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo_root()), env.get("PYTHONPATH", "")) if p)
         self.stdout_path, self.stderr_path = self.work / "stdout.txt", self.work / "stderr.txt"
         self._master = None
         self.cap_s: float | None = None
@@ -380,7 +393,8 @@ class Command:
         return self.proc.poll()
 
     def output(self) -> str:
-        return "".join(p.read_text(errors="replace") if p.exists() else "" for p in (self.stderr_path, self.stdout_path))
+        paths = (self.stderr_path, self.stdout_path)
+        return "".join(p.read_text(errors="replace") if p.exists() else "" for p in paths)
 
     def cleanup(self) -> None:
         self.tracker.kill_all()
@@ -394,13 +408,24 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def repo_env(env: dict | None = None) -> dict:
+    """The environment with this checkout first on PYTHONPATH, so every process runs the code under test."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo_root()), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def python() -> list[str]:
     return [sys.executable]
 
 
+def cli(*args: str) -> list[str]:
+    """`nanochat-bench ARGS` as this interpreter runs it."""
+    return [*python(), "-m", "bench.cli", *args]
+
+
 def wrapper_argv(run_dir: Path, train_args: list[str], nproc: int = 2) -> list[str]:
-    return [*python(), "-m", "bench.cli", "train", "--nproc", str(nproc), "--run_dir", str(run_dir), "--",
-            *train_args]
+    return cli("train", "--nproc", str(nproc), "--run_dir", str(run_dir), "--", *train_args)
 
 
 def run_env(base_dir: Path, **extra: str) -> dict:

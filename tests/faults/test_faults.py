@@ -28,7 +28,8 @@ def _judge(case: Case, ctx) -> None:
     except Unavailable as e:  # this machine cannot stage the fault: a skip, except under CI=true
         (pytest.fail if in_ci() else pytest.skip)(f"{case.name}: {e}")
     missed = problems(outcome, case.expect)
-    assert not missed, f"{case.title}:\n  - " + "\n  - ".join(missed) + f"\n--- output (tail) ---\n{outcome.output[-3000:]}"
+    assert not missed, (f"{case.title}:\n  - " + "\n  - ".join(missed)
+                        + f"\n--- output (tail) ---\n{outcome.output[-3000:]}")
 
 
 @pytest.mark.parametrize("case", _params(local_cases()))

@@ -5,14 +5,12 @@ blocks, and says in the row what it left unread.
     python -m pytest tests/unit/analysis/test_collect_hostile.py -q
 """
 
-import errno
 import os
 import threading
 
 import pytest
 
 from bench.analysis.collect import collect
-from bench.analysis.regular_files import NotRegularFile, read_regular
 from bench.analysis.rundir import read_run_dir
 from bench.errors import AnalysisError
 
@@ -97,18 +95,3 @@ def test_a_symlink_loop_as_the_root_is_one_clear_error(tmp_path):
     (tmp_path / "b").symlink_to("a")
     with pytest.raises(AnalysisError, match=r"symbolic link"):
         collect([tmp_path / "a"])
-
-
-def test_read_regular_refuses_what_is_not_a_regular_file(tmp_path):
-    (tmp_path / "f").write_bytes(b"data")
-    (tmp_path / "link").symlink_to(tmp_path / "f")
-    assert read_regular(tmp_path / "f") == b"data"
-    with pytest.raises(NotRegularFile, match="symbolic link"):
-        read_regular(tmp_path / "link")
-    with pytest.raises(NotRegularFile, match="a directory"):
-        read_regular(tmp_path)
-    with pytest.raises(NotRegularFile, match="character device"):
-        read_regular("/dev/null")
-    with pytest.raises(FileNotFoundError) as e:
-        read_regular(tmp_path / "gone")
-    assert e.value.errno == errno.ENOENT

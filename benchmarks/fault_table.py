@@ -57,11 +57,11 @@ def row(case, outcome, cap: float) -> list[str]:
     if outcome is None:
         return [case.title, "–", "–", "not staged here", "–", "–", "–"]
     seconds = f"> {cap:.0f}, killed" if outcome.seconds is None else f"{outcome.seconds:.1f}"
-    status = outcome.status or ("refused" if outcome.error_lines and not outcome.run_dir else "–")
+    status = outcome.status or ("refused" if outcome.error_lines else "–")
     message = outcome.message or (outcome.error_lines[0] if outcome.error_lines else None) or \
         (outcome.run_json_problem if outcome.run_dir else last_line(outcome.output))
     missed = problems(outcome, case.expect)
-    return [case.title, seconds, status, short(message), str(outcome.events) if outcome.run_dir else "–",
+    return [case.title, seconds, status, short(message), str(outcome.events) if outcome.run_dir and outcome.run_dir.exists() else "–",
             "yes" if outcome.traceback else "no", "yes" if not missed else f"no: {short(missed[0], 70)}"]
 
 

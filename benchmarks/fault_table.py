@@ -61,7 +61,7 @@ def row(case, outcome, cap: float) -> list[str]:
     message = outcome.message or (outcome.error_lines[0] if outcome.error_lines else None) or \
         (outcome.run_json_problem if outcome.run_dir else last_line(outcome.output))
     missed = problems(outcome, case.expect)
-    return [case.title, seconds, status, short(message), str(outcome.events) if outcome.run_dir and outcome.run_dir.exists() else "–",
+    return [case.title, seconds, status, short(message), "–" if outcome.events is None else str(outcome.events),
             "yes" if outcome.traceback else "no", "yes" if not missed else f"no: {short(missed[0], 70)}"]
 
 

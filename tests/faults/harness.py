@@ -191,13 +191,13 @@ def read_run(run_dir: Path | None) -> tuple[dict, str | None]:
         return {}, f"run.json unreadable: {e}"
 
 
-def read_metrics(run_dir: Path | None) -> tuple[int, list[str]]:
+def read_metrics(run_dir: Path | None) -> tuple[int | None, list[str]]:
     """(events kept, notes) of metrics.jsonl through the analysis' own reader."""
     from bench.analysis.rundir import read_events
 
     notes: list[str] = []
     if run_dir is None or not (Path(run_dir) / "metrics.jsonl").exists():
-        return 0, notes
+        return None, notes
     return len(read_events(Path(run_dir) / "metrics.jsonl", notes)), notes
 
 
@@ -242,7 +242,7 @@ class Outcome:
     status: str | None = None
     message: str | None = None
     run_json_problem: str | None = None
-    events: int = 0
+    events: int | None = None  # events metrics.jsonl yields; None: there is no metrics.jsonl
     metrics_notes: list[str] = field(default_factory=list)
     traceback: bool = False
     error_lines: list[str] = field(default_factory=list)  # `error:` / `error (kind):` lines on stderr

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ from bench.schema import slurm_facts, write_json_atomic
 # Environment prefixes that change communication performance; defaults drift between runtimes and
 # releases (e.g. CE hooks set NCCL_*/FI_* themselves), so the effective values are recorded.
 NETWORK_ENV_PREFIXES = ("NCCL_", "FI_", "TORCH_NCCL_", "CUDA_DEVICE_MAX_CONNECTIONS", "UCX_")
+# Names that look like credentials are never recorded, whatever their prefix (run.json is shared).
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY|AUTH", re.IGNORECASE)
 
 # Set by the launcher (bench/launch) so the trainer can record what wrapped it.
 ENV_RUNTIME = "NANOCHAT_BENCH_RUNTIME"
@@ -75,7 +78,9 @@ def _nvidia_driver() -> str | None:
 
 
 def network_env(environ=os.environ) -> dict:
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(NETWORK_ENV_PREFIXES)}
+    """The variables under NETWORK_ENV_PREFIXES, less any whose name looks like a credential."""
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith(NETWORK_ENV_PREFIXES) and not SECRET_NAME.search(k)}
 
 
 def build_info(path: Path = BUILD_INFO_PATH) -> dict | None:

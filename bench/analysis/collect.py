@@ -21,6 +21,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from bench.analysis import why
+from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError
@@ -78,6 +79,8 @@ def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
             continue
         names = {e.name for e in entries}
         if is_run_dir(names):
+            # every name goes along, so that a run.json or metrics.jsonl that is a link or a FIFO is
+            # reported in the row; the reader opens regular files only (rundir.py)
             files = [e for e in entries if e.name in (RUN_JSON, METRICS_JSONL) or e.name.endswith(".log")]
             found[str(d)] = ("run_dir", _fingerprint(files), tuple(sorted(names)))
             continue  # a run directory holds its own logs; nothing else lives below it
@@ -85,9 +88,9 @@ def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
         # whose own directories are collected, so it is no upstream log.
         job_dir = any(n.endswith(".sbatch") for n in names)
         for e in entries:
-            if e.is_dir(follow_symlinks=False):
+            if e.is_dir(follow_symlinks=False):  # a link to a folder, out of the root or round in it, is not walked
                 stack.append(Path(e.path))
-            elif not job_dir and e.name.endswith(LOG_SUFFIXES) and e.is_file():
+            elif not job_dir and e.name.endswith(LOG_SUFFIXES) and is_regular(e):
                 found[e.path] = ("log", _fingerprint([e]), ())
     return found
 
@@ -96,7 +99,7 @@ def _fingerprint(entries: list[os.DirEntry]) -> str:
     h = hashlib.blake2b(digest_size=12)
     for e in sorted(entries, key=lambda e: e.name):
         try:
-            st = e.stat(follow_symlinks=True)
+            st = e.stat(follow_symlinks=False)  # lstat: never touches what a link points to
         except OSError:
             continue
         h.update(f"{e.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -191,15 +194,26 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
+def _root(root: str | os.PathLike) -> Path:
+    """A root as an absolute directory: a link given as the root is followed once, a loop is an error."""
+    try:
+        path = Path(root).resolve(strict=True)
+    except FileNotFoundError:
+        path = None
+    except (OSError, RuntimeError) as e:  # ELOOP (RuntimeError "Symlink loop" before Python 3.13)
+        raise AnalysisError(f"{root}: a symbolic link that leads round in a loop ({e}); give a directory of runs") \
+            from None
+    if path is None:
+        raise AnalysisError(f"{Path(root).absolute()}: no such directory (give a results root or a run directory)")
+    if not path.is_dir():
+        raise AnalysisError(f"{path}: not a directory (give a results root or a run directory)")
+    return path
+
+
 def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None,
             workers: int | None = None) -> CollectResult:
     """Collect run directories under roots into a table; with out, update <out>/runs.{parquet,csv}."""
-    roots = [Path(r).resolve() for r in roots]
-    for r in roots:
-        if not r.exists():
-            raise AnalysisError(f"{r}: no such directory (give a results root or a run directory)")
-        if not r.is_dir():
-            raise AnalysisError(f"{r}: not a directory (give a results root or a run directory)")
+    roots = [_root(r) for r in roots]
     # (root as recorded, source below it) -> (root, absolute path, kind, fingerprint, file names)
     found: dict[tuple[str, str], tuple] = {}
     for r in roots:

@@ -6,6 +6,8 @@ or an unknown one) is the row's `skip_reason`; an event line that is cut, malfor
 contract is left out and counted in `notes`. NaN figures and runs still going are reported the same
 way, never raised and never averaged in. Only rows with `skip_reason` None are usable. Steps come
 from metrics.jsonl; without step events, from nanochat step lines in the run's *.log.
+Only regular files are read (bench/analysis/regular_files.py): a link or a FIFO under a run's name is
+left unread and said so in the row.
 """
 
 import json
@@ -17,6 +19,7 @@ from bench import schema
 from bench.analysis import upstream
 from bench.analysis import why
 from bench.analysis.figures import _finite, step_figures, steady_mask
+from bench.analysis.regular_files import NotRegularFile, read_regular
 
 MANIFEST_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "repeat", "nodes", "gpus_per_node",
                    "world_size", "peak_flops_per_gpu", "flops_per_token", "git_revision", "message", "scaling",
@@ -35,10 +38,12 @@ def is_run_dir(names: set[str]) -> bool:
 
 def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     """The manifest and a reason to skip the run's figures (None when it can be read as ours)."""
-    if not path.exists():
-        return {}, None
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path).decode("utf-8")
+    except FileNotFoundError:
+        return {}, None
+    except NotRegularFile as e:
+        return {}, f"run.json is {e.strerror}"
     except OSError as e:
         return {}, f"run.json unreadable: {e.strerror}"
     except UnicodeDecodeError:
@@ -81,8 +86,11 @@ def _decode(lines: list[str], cut: bool, notes: list[str]) -> tuple[list, int]:
 def read_events(path: Path, notes: list[str]) -> list[dict]:
     """The well-formed events of metrics.jsonl; bad lines are counted in notes and left out."""
     try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        text = read_regular(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
+        return []
+    except NotRegularFile as e:
+        notes.append(f"metrics.jsonl is {e.strerror}")
         return []
     except OSError as e:
         notes.append(f"metrics.jsonl unreadable: {e.strerror}")

@@ -12,11 +12,13 @@ Upstream's logged MFU assumes the H100 peak whatever the GPU; it is kept only wh
 is known, and the row says so (`mfu_source`).
 """
 
+import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.analysis.figures import step_figures
+from bench.analysis.regular_files import open_regular
 from bench.logline import parse_step_line, parse_val_line
 from bench.metrics import peak_flops
 from bench.schema import WORKLOAD
@@ -55,7 +57,7 @@ def parse_log(path: Path) -> LogRun:
     """Every nanochat line of a log; other lines (warnings, banners, Slurm noise) are skipped."""
     run = LogRun()
     try:
-        with open(path, errors="replace") as f:
+        with io.TextIOWrapper(open_regular(path), errors="replace") as f:  # no link, FIFO or device
             for line in f:
                 line = line.rstrip("\n")
                 if line.startswith("step "):

@@ -84,10 +84,26 @@ def canonical_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
+def _check_one_line(flag: str, value: str) -> None:
+    """The header repeats the command on one comment line, which no control character or line break but
+    tab can sit in, and the file is UTF-8: such a value is refused, naming the flag."""
+    bad = edf.line_breaker(value)
+    if bad:
+        raise ConfigError(f"{flag} {value!r} holds the control character {bad}; an EDF records its command on one "
+                          "line, so values cannot hold control characters or line breaks (tab can)")
+    bad = edf.not_utf8(value)
+    if bad:
+        raise ConfigError(f"{flag} {value!r} is not UTF-8 text (an undecodable byte {bad}); EDF files are UTF-8")
+
+
 def render(args: argparse.Namespace) -> str:
     """The EDF text for parsed `edf` flags, with a header naming the command that reproduces it."""
     if not args.image:
         raise ConfigError(f"--image is required, e.g. --image '{edf.NGC_IMAGE}' or --image '{edf.SQSH_IMAGE}'")
+    for flag, values in (("--image", [args.image]), ("--mount", args.mount), ("--workdir", [args.workdir]),
+                         ("--env", args.env), ("--annotation", args.annotation)):
+        for value in values:
+            _check_one_line(flag, value)
     mounts = ([] if args.no_default_mounts else list(edf.DEFAULT_MOUNTS)) + args.mount
     env = {} if args.no_default_env else dict(edf.DEFAULT_ENV)
     env.update(_pairs(args.env, "--env"))
@@ -102,12 +118,21 @@ def render(args: argparse.Namespace) -> str:
 def header_argv(path: str | Path) -> list[str]:
     """The `edf` flags recorded in a generated file's header."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read EDF {path}: {e.strerror}") from e
-    for line in text.splitlines():
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                          "an EDF written by `nanochat-bench edf` always is") from None
+    for line in text.split("\n"):  # not splitlines(): it also breaks at U+0085, U+2028, ...
         if line.startswith("# " + HEADER_PREFIX):
-            argv = shlex.split(line[len("# " + HEADER_PREFIX):])
+            try:
+                argv = shlex.split(line[len("# " + HEADER_PREFIX):])
+            except ValueError as e:
+                raise ConfigError(
+                    f"{path}: the command in its '# {HEADER_PREFIX}' line cannot be read back ({e}): a value with "
+                    "a line break split it over several lines; write the file anew with `nanochat-bench edf "
+                    "...` (values cannot hold line breaks)") from None
             if argv[:2] == ["nanochat-bench", "edf"]:
                 return argv[2:]
     raise ConfigError(f"{path} has no '# {HEADER_PREFIX}nanochat-bench edf ...' header line; "

@@ -135,8 +135,10 @@ def options_from_args(args) -> LaunchOptions:
 
 def default_out(name: str | None) -> tuple[str, Path]:
     name = name or time.strftime("sweep-%Y%m%d-%H%M%S")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ConfigError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name in (".", ".."):
+        # '.' and '..' pass the character check but would put the sweep in runs/ or in the current directory
+        raise ConfigError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only, and not '.' or '..' "
+                          "(the sweep goes to runs/<name>)")
     return name, Path("runs") / name
 
 

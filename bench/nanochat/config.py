@@ -12,6 +12,7 @@ out of scope for a throughput benchmark, is refused with a clear message unless 
 
 import argparse
 import difflib
+import re
 from dataclasses import MISSING, dataclass, field, fields
 
 from bench.errors import ConfigError
@@ -80,9 +81,18 @@ class TrainConfig:
             raise ConfigError(
                 f"--core_metric_every={self.core_metric_every}: the CORE metric is not part of this benchmark "
                 f"(it needs the 162 MB eval bundle); use --core_metric_every=-1 (the default)")
-        if self.resume_from_step < -1:
-            raise ConfigError(f"--resume_from_step={self.resume_from_step}: give the step of a saved checkpoint "
-                              f"(see --save_every), or -1 to start fresh")
+        for name, meaning in MINUS_ONE_MEANS.items():
+            value = getattr(self, name)
+            if value < -1:  # -1 is the documented off; below it is a typo, not a setting
+                raise ConfigError(f"--{name}={value}: give a count >= 0, or -1 to {meaning}")
+        if self.target_flops < 0 and self.target_flops != -1:
+            raise ConfigError(f"--target_flops={self.target_flops}: give FLOPs > 0, or -1 to turn it off")
+        if self.eval_tokens < 0:
+            raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
+        tag = self.model_tag
+        if tag and (tag in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", tag)):  # it must not leave its folder
+            raise ConfigError(f"--model_tag={tag!r}: checkpoints go to base_checkpoints/<model_tag>, so the tag is "
+                              "one folder name: letters, digits, '.', '_' and '-', not '.' or '..'")
         from bench.nanochat.attention import SDPA_BACKEND_SWITCHES
 
         unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKEND_SWITCHES]
@@ -103,6 +113,18 @@ class TrainConfig:
         if self.num_iterations <= 0 and self.target_flops <= 0 and self.target_param_data_ratio <= 0:
             raise ConfigError("no training horizon: set one of --num_iterations, --target_flops, "
                               "--target_param_data_ratio to a value > 0")
+
+
+# Counts whose -1 has a documented meaning (the help texts); a value below -1 is refused.
+MINUS_ONE_MEANS = {
+    "num_iterations": "derive the horizon from --target_flops or --target_param_data_ratio",
+    "target_param_data_ratio": "turn it off",
+    "eval_every": "turn validation off",
+    "sample_every": "turn sampling off",
+    "save_every": "save only the final checkpoint",
+    "profile_step": "turn profiling off",
+    "resume_from_step": "start fresh (or give the step of a checkpoint saved with --save_every)",
+}
 
 
 def _parse_bool(text: str) -> bool:

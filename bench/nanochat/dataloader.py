@@ -8,9 +8,12 @@ The bench's fix to upstream's sharding: row groups are numbered GLOBALLY across 
 and rank r takes r, r+W, r+2W, … (`assign_row_groups`), so ranks stride across file boundaries and
 a split works for any W up to its total number of row groups. Upstream strides inside each file, so
 with W above a file's row-group count some ranks get nothing and spin forever while the others hang in
-the next collective. Here the split is checked before the first batch (`check_split`): with too few
-row groups every rank raises the same DataError at once. The train stream wraps around (epochs); a
-fresh loader on the same split gives the same batches (the trainer builds one per evaluation).
+the next collective. Here the split is checked before the first batch (`check_shares`): when some rank
+would get no row group with rows (too few row groups, or only empty ones) every rank raises the same
+DataError at once, from the footers alone. A shard without a `text` column or with a damaged page is a
+DataError naming the file (and row group), not a KeyError or a decompression error. The train stream
+wraps around (epochs); a fresh loader on the same split gives the same batches (the trainer builds one
+per evaluation).
 
 `data_bin_dir` selects the NanoGPT/NNTile format instead: `train.bin`/`val.bin`, a flat uint16 token
 stream read through np.memmap; windows of B·T+1 tokens are dealt to ranks round-robin.
@@ -27,7 +30,6 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 
 from bench.errors import DataError
@@ -48,12 +50,24 @@ def assign_row_groups(rg_counts: list[int], rank: int, world_size: int) -> list[
     return out
 
 
-def workable_val_files_k(rg_counts: list[int], world_size: int) -> int | None:
-    """Smallest K for which both splits (train = files[:-K], val = files[-K:]) have >= W row groups."""
-    for k in range(1, len(rg_counts)):
-        if sum(rg_counts[-k:]) >= world_size and sum(rg_counts[:-k]) >= world_size:
+def starved_ranks(rows: list[list[int]], world_size: int) -> list[int]:
+    """Ranks whose row groups (global r, r+W, …; `rows` = rows per row group, file by file) hold no row:
+    such a rank would read nothing for ever while the others wait for it in the next collective."""
+    flat = [n for file_rows in rows for n in file_rows]
+    return [r for r in range(world_size) if not any(flat[r::world_size])]
+
+
+def workable_val_files_k_rows(rows: list[list[int]], world_size: int) -> int | None:
+    """Smallest K for which both splits (train = files[:-K], val = files[-K:]) give every rank rows."""
+    for k in range(1, len(rows)):
+        if not starved_ranks(rows[-k:], world_size) and not starved_ranks(rows[:-k], world_size):
             return k
     return None
+
+
+def workable_val_files_k(rg_counts: list[int], world_size: int) -> int | None:
+    """Smallest K for which both splits have >= W row groups (each row group holding rows)."""
+    return workable_val_files_k_rows([[1] * n for n in rg_counts], world_size)
 
 
 def _file_span(files: list[Path]) -> str:
@@ -61,19 +75,39 @@ def _file_span(files: list[Path]) -> str:
     return ", ".join(names) if len(names) <= 3 else f"{names[0]} … {names[-1]}"
 
 
+def _hint(total: int, all_rows: list[list[int]], world_size: int, k: int) -> str:
+    fix = workable_val_files_k_rows(all_rows, world_size)
+    return (f"set {ENV_VAL_FILES_K}={fix} (now {k})" if fix is not None and fix != k else
+            f"add shards ({dataset.FIX_DATA}) or run on at most {total} ranks")
+
+
 def check_split(split: str, files: list[Path], rg_counts: list[int], world_size: int,
                 all_rg_counts: list[int], k: int) -> None:
     """DataError unless the split has at least one row group per rank; the message says what would work."""
-    total = sum(rg_counts)
-    if total >= world_size:
+    check_shares(split, files, [[1] * n for n in rg_counts], world_size, [[1] * n for n in all_rg_counts], k)
+
+
+def check_shares(split: str, files: list[Path], rows: list[list[int]], world_size: int,
+                 all_rows: list[list[int]], k: int) -> None:
+    """DataError unless every rank's row groups hold rows; the message names the ranks, the empty row
+    groups and the K (or the shards or ranks) that would work. Every rank calls it with the same footers,
+    so all reach the same verdict without a collective."""
+    starved = starved_ranks(rows, world_size)
+    if not starved:
         return
-    fix = workable_val_files_k(all_rg_counts, world_size)
-    hint = (f"set {ENV_VAL_FILES_K}={fix} (now {k})" if fix is not None and fix != k else
-            f"add shards ({dataset.FIX_DATA}) or run on at most {total} ranks")
-    raise DataError(
-        f"{split} split has {total} row group(s) in {len(files)} file(s) ({_file_span(files)}) but {world_size} "
-        f"ranks need at least one each; {hint}"
-    )
+    total = sum(len(r) for r in rows)
+    where = f"{total} row group(s) in {len(files)} file(s) ({_file_span(files)})"
+    if total < world_size:
+        raise DataError(f"{split} split has {where} but {world_size} ranks need at least one each; "
+                        f"{_hint(total, all_rows, world_size, k)}")
+    counts = [len(r) for r in rows]
+    empty = [f"{files[f].name} row group {rg}"
+             for r in starved[:3] for f, rg in assign_row_groups(counts, r, world_size)]
+    who = f"rank {starved[0]}" if len(starved) == 1 else \
+        "ranks " + ", ".join(map(str, starved[:8])) + (" …" if len(starved) > 8 else "")
+    raise DataError(f"{split} split has {where}, but {who} of {world_size} would get only row groups "
+                    f"without rows ({'; '.join(empty[:6])}{' …' if len(empty) > 6 else ''}) and wait for ever; "
+                    f"{_hint(total, all_rows, world_size, k)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -99,8 +133,8 @@ def _documents(files: list[Path], assignment: list[tuple[int, int]], start: int 
         for i in range(start, len(assignment)):
             f, rg = assignment[i]
             if f != open_idx:  # assignment is sorted by file: one open file at a time
-                open_idx, pf = f, pq.ParquetFile(files[f])
-            yield i, pf.read_row_group(rg, columns=[dataset.TEXT_COLUMN]).column(dataset.TEXT_COLUMN).to_pylist()
+                open_idx, pf = f, dataset.open_shard(files[f])
+            yield i, dataset.read_texts(pf, files[f], rg)  # DataError naming file and row group if damaged
         start = 0
 
 
@@ -183,9 +217,9 @@ def build_loader(B: int, T: int, split: str, device="cpu", rank: int = 0, world_
     get_tokenizer()  # a missing tokenizer fails here, not at the first batch
     k = dataset.resolve_val_files_k()
     files = dataset.split_files(split, k)
-    counts = dataset.row_group_counts(files)  # parquet footers only; val files are few, re-read per evaluation
-    if sum(counts) < world_size:  # read every footer only to suggest a K that works
-        check_split(split, files, counts, world_size, dataset.row_group_counts(dataset.list_parquet_files()), k)
-    assignment = assign_row_groups(counts, rank, world_size)
+    rows = dataset.row_group_rows(files)  # parquet footers only; val files are few, re-read per evaluation
+    if starved_ranks(rows, world_size):  # read every footer only to suggest a K that works
+        check_shares(split, files, rows, world_size, dataset.row_group_rows(dataset.list_parquet_files()), k)
+    assignment = assign_row_groups([len(r) for r in rows], rank, world_size)
     return tokenizing_distributed_data_loader(B, T, split, files, assignment, tokenizer_threads,
                                               tokenizer_batch_size, device, rank, world_size, state)

@@ -78,15 +78,47 @@ def split_of(files: list, split: str, k: int) -> list:
     return files[-k:] if split == "val" else files[:-k]
 
 
-def row_group_counts(files: list[Path]) -> list[int]:
-    """Row groups per file, from the parquet footers only (cheap: no column data is read)."""
-    counts = []
+def open_shard(path: Path) -> pq.ParquetFile:
+    """A shard with its footer read and its `text` column checked (DataError naming the file); its row
+    groups are then read with read_texts."""
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as e:
+        raise DataError(f"{path} is not a readable parquet file ({e}); delete it and {FIX_DATA}") from None
+    schema = pf.schema_arrow
+    if TEXT_COLUMN not in schema.names:
+        raise DataError(f"{path} has no '{TEXT_COLUMN}' column (columns: {', '.join(schema.names) or 'none'}), so "
+                        f"none of its {pf.num_row_groups} row group(s) can be read; shards hold one document a row "
+                        f"in a string column '{TEXT_COLUMN}': delete it and {FIX_DATA}")
+    kind = schema.field(TEXT_COLUMN).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataError(f"{path}: column '{TEXT_COLUMN}' holds {kind}, not strings; shards hold one document a row: "
+                        f"delete it and {FIX_DATA}")
+    return pf
+
+
+def read_texts(pf: pq.ParquetFile, path: Path, row_group: int) -> list[str]:
+    """The documents of one row group; DataError naming file and row group when its pages are damaged."""
+    try:
+        return pf.read_row_group(row_group, columns=[TEXT_COLUMN]).column(TEXT_COLUMN).to_pylist()
+    except (OSError, pa.ArrowException) as e:
+        raise DataError(f"{path}: row group {row_group} of {pf.num_row_groups} cannot be read ({e}); the file is "
+                        f"damaged: delete it and {FIX_DATA}") from None
+
+
+def row_group_rows(files: list[Path]) -> list[list[int]]:
+    """Rows of every row group, file by file, from the parquet footers only (cheap: no column data is
+    read); every file's `text` column is checked on the way."""
+    out = []
     for path in files:
-        try:
-            counts.append(pq.ParquetFile(path).num_row_groups)
-        except (OSError, pa.ArrowInvalid) as e:
-            raise DataError(f"{path} is not a readable parquet file ({e}); delete it and {FIX_DATA}") from None
-    return counts
+        md = open_shard(path).metadata
+        out.append([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+    return out
+
+
+def row_group_counts(files: list[Path]) -> list[int]:
+    """Row groups per file, from the parquet footers only."""
+    return [len(rows) for rows in row_group_rows(files)]
 
 
 def parquets_iter_batched(split: str, start: int = 0, step: int = 1, val_files_k: int | None = None):
@@ -95,9 +127,9 @@ def parquets_iter_batched(split: str, start: int = 0, step: int = 1, val_files_k
     As upstream: used by tokenizer training and evaluation, where per-file striding is what is wanted.
     """
     for path in split_files(split, val_files_k):
-        pf = pq.ParquetFile(path)
+        pf = open_shard(path)
         for rg in range(start, pf.num_row_groups, step):
-            yield pf.read_row_group(rg, columns=[TEXT_COLUMN]).column(TEXT_COLUMN).to_pylist()
+            yield read_texts(pf, path, rg)
 
 
 def write_shard(path: Path, docs: list[str], row_group_size: int = 1024) -> None:

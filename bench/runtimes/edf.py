@@ -9,10 +9,13 @@ the CE runtime writes one into each run directory with it.
 The TOML is written by hand rather than with a TOML library because the layout matters to the people
 reading the file (documented dotted annotation keys, one mount a line, a header saying how to
 regenerate it); every string goes through `toml_string`, which escapes per the TOML spec, and the tests
-round-trip hostile values (quotes, backslashes, newlines, `$(...)`) through `tomllib`.
+round-trip hostile values (quotes, backslashes, newlines, `$(...)`) through `tomllib`. What cannot be
+escaped is refused with RuntimeConfigError: a control character in a header line (a TOML comment takes
+none but tab) and text that is not UTF-8 (a surrogate from an undecodable command-line byte).
 """
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 
 from bench.errors import RuntimeConfigError
@@ -116,7 +119,28 @@ def toml_dotted_key(key: str) -> str:
 def _check_text(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise RuntimeConfigError(f"EDF {what} must be a string, got {type(value).__name__} {value!r}")
+    bad = not_utf8(value)
+    if bad:
+        raise RuntimeConfigError(f"EDF {what} {value!r} is not UTF-8 text (an undecodable byte {bad}); "
+                                 "TOML files hold UTF-8 only")
     return value
+
+
+def not_utf8(text: str) -> str | None:
+    """The first character of text that UTF-8 cannot encode (a lone surrogate, from an undecodable byte
+    of a command-line argument), shown as the byte it came from; None when there is none."""
+    ch = next((c for c in text if 0xD800 <= ord(c) <= 0xDFFF), None)
+    if ch is None:
+        return None
+    return f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else f"U+{ord(ch):04X}"
+
+
+def line_breaker(text: str) -> str | None:
+    """The first control character or line separator in text (tab excepted), as U+XXXX; None when none.
+    A TOML comment may hold no control character but tab, and str.splitlines() also breaks at U+0085,
+    U+2028 and U+2029, so none of these can sit in a one-line header."""
+    ch = next((c for c in text if c != "\t" and (unicodedata.category(c) in ("Cc", "Zl", "Zp"))), None)
+    return None if ch is None else f"U+{ord(ch):04X}"
 
 
 def check_mount(mount: str) -> str:
@@ -177,7 +201,13 @@ def render_edf(image: str, *, mounts: Sequence[str] = (), workdir: str | None = 
     _check_env(env)
     _check_annotations(annotations)
 
-    lines = [f"# {line}".rstrip() for line in (header or "").splitlines()]
+    lines = []
+    for line in header.split("\n") if header else []:
+        bad = line_breaker(line) or not_utf8(line)
+        if bad:
+            raise RuntimeConfigError(f"EDF header line {line!r} holds the control character {bad}; header lines "
+                                     "are TOML comments, which take no control character but tab")
+        lines.append(f"# {line}".rstrip())
     lines.append(f"image = {toml_string(image)}")
     if mounts:
         lines.append("mounts = [")

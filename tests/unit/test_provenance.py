@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bench import provenance
 
 
@@ -79,6 +81,13 @@ def test_network_env_keeps_nccl_and_fi_only():
            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "PATH": "/bin"}
     assert provenance.network_env(env) == {"FI_CXI_RX_MATCH_MODE": "software", "NCCL_NET": "AWS Libfabric",
                                            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+@pytest.mark.parametrize("name", ["NCCL_IB_TOKEN", "FI_CXI_PASSWORD", "TORCH_NCCL_SECRET_KEY", "UCX_AUTH_TOKEN",
+                                  "NCCL_PASSWD", "FI_CREDENTIALS", "NCCL_API_KEY", "UCX_PRIVATE_KEY"])
+def test_network_env_leaves_out_secret_looking_names(name):
+    """A name that looks like a credential stays out of run.json even under a recorded prefix."""
+    assert provenance.network_env({name: "s3cr3t", "NCCL_DEBUG": "INFO"}) == {"NCCL_DEBUG": "INFO"}
 
 
 def test_collect_has_the_run_json_fields():

@@ -130,3 +130,15 @@ def test_render_writes_script_and_pending_run_json(kind, capsys, tmp_path):
 def test_status_of_a_directory_that_is_no_sweep(capsys, tmp_path):
     code, _, err = run_cli(["status", str(tmp_path)], capsys)
     assert code == 1 and "sweep.json" in err and "does not exist" in err
+
+
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"]])
+@pytest.mark.parametrize("name", ["..", ".", "/", "a/b", "../x"])
+def test_a_sweep_name_that_would_leave_runs_is_refused(command, name, tmp_path, monkeypatch, capsys):
+    """`--name ..` once wrote the sweep into the current directory (runs/.. = .)."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli([*command, "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}",
+                            "--name", name], capsys)
+    assert code == 1
+    assert err.startswith(f"error: --name {name!r}: ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.errors import DataError
-from bench.nanochat.dataloader import assign_row_groups, check_split, workable_val_files_k
+from bench.nanochat.dataloader import (assign_row_groups, check_split, starved_ranks, workable_val_files_k,
+                                      workable_val_files_k_rows)
 from bench.nanochat.dataset import split_of
 
 counts_st = st.lists(st.integers(min_value=0, max_value=120), min_size=1, max_size=12)
@@ -89,3 +90,30 @@ def test_upstream_limit_is_gone():
         check_split("val", [Path("shard_00239.parquet")], [52], 64, [52] * 240, 1)
     assert all(all_ranks([52, 52], 64))  # with K=2 every rank has data, across the file boundary
     assert assign_row_groups([52, 52], 60, 64) == [(1, 8)]
+
+
+rows_st = st.lists(st.lists(st.integers(min_value=0, max_value=3), max_size=12), min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=rows_st, world_size=st.integers(min_value=1, max_value=40))
+def test_a_rank_is_starved_exactly_when_all_its_row_groups_are_empty(rows, world_size):
+    counts = [len(r) for r in rows]
+    starved = [r for r in range(world_size)
+               if not any(rows[f][i] for f, i in assign_row_groups(counts, r, world_size))]
+    assert starved_ranks(rows, world_size) == starved
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(min_value=0, max_value=3), max_size=12), min_size=2, max_size=10),
+       world_size=st.integers(min_value=1, max_value=40))
+def test_suggested_k_gives_every_rank_rows_in_both_splits_and_is_the_smallest(rows, world_size):
+    works = [k for k in range(1, len(rows))
+             if not starved_ranks(rows[-k:], world_size) and not starved_ranks(rows[:-k], world_size)]
+    assert workable_val_files_k_rows(rows, world_size) == (works[0] if works else None)
+
+
+def test_counts_and_rows_agree_when_no_row_group_is_empty():
+    for counts in ([52], [52, 52], [3, 0, 5], [1]):
+        for w in (1, 2, 3, 52, 64, 104):
+            assert workable_val_files_k(counts, w) == workable_val_files_k_rows([[1] * c for c in counts], w)

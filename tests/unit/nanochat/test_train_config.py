@@ -78,3 +78,44 @@ def test_every_field_has_a_flag_and_help():
     for f in fields(TrainConfig):
         assert f"--{f.name}" in help_text
         assert f.metadata.get("help")
+
+
+# Counts whose documented "off" or "derive it" value is -1: anything below is a mistake, not a setting
+# (upstream ran on with --num_iterations=-5 as if it were -1, for the full Chinchilla horizon).
+MINUS_ONE_COUNTS = ["num_iterations", "target_param_data_ratio", "eval_every", "sample_every", "save_every",
+                    "profile_step", "resume_from_step"]
+
+
+@pytest.mark.parametrize("name", MINUS_ONE_COUNTS)
+@pytest.mark.parametrize("value", [-2, -5, -1000])
+def test_negative_counts_other_than_minus_one_are_refused(name, value):
+    with pytest.raises(ConfigError) as e:
+        parse_args([f"--{name}={value}"])
+    message = str(e.value)
+    assert message.startswith(f"--{name}={value}: ") and "-1" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", MINUS_ONE_COUNTS)
+def test_minus_one_stays_the_documented_off(name):
+    horizon = [] if name == "num_iterations" else ["--num_iterations=5"]
+    assert getattr(parse_args([f"--{name}=-1", *horizon]), name) == -1
+
+
+@pytest.mark.parametrize("argv, flag", [(["--target_flops=-5"], "--target_flops=-5.0"),
+                                        (["--eval_tokens=-1"], "--eval_tokens=-1"),
+                                        (["--target_flops=-1", "--target_param_data_ratio=-3"],
+                                         "--target_param_data_ratio=-3")])
+def test_other_negative_values_are_refused(argv, flag):
+    with pytest.raises(ConfigError, match=f"^{flag}: "):
+        parse_args(argv)
+
+
+@pytest.mark.parametrize("tag", ["..", "../..", ".", "/abs", "a/b", "../d20", "a\\b", "x\ny", "d20/.."])
+def test_model_tag_that_would_leave_base_checkpoints_is_refused(tag):
+    with pytest.raises(ConfigError, match=r"^--model_tag=.*base_checkpoints"):
+        parse_args([f"--model_tag={tag}"])
+
+
+@pytest.mark.parametrize("tag", ["", "d20", "my-run_2.1", "..hidden-but-inside"])
+def test_model_tags_that_stay_inside_are_fine(tag):
+    assert parse_args([f"--model_tag={tag}"]).model_tag == tag

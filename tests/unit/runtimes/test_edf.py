@@ -131,3 +131,24 @@ def test_ofi_variant_is_checked():
     assert edf.ofi_nccl_annotations("cuda13")["com.hooks.aws_ofi_nccl.variant"] == "cuda13"
     with pytest.raises(RuntimeConfigError, match="cuda-dl, cuda13"):
         edf.ofi_nccl_annotations("cuda11")
+
+
+@pytest.mark.parametrize("header", ["bell\x07", "cr\rx", "nel\x85", "ls\u2028x", "esc\x1b"])
+def test_a_header_with_control_characters_is_refused(header):
+    """Header lines are TOML comments, which may hold no control character but tab."""
+    with pytest.raises(RuntimeConfigError, match="header"):
+        edf.render_edf("img", header=header)
+
+
+def test_header_splits_only_at_newlines():
+    assert edf.render_edf("img", env={}, annotations={}, header="a\tb\nc").startswith("# a\tb\n# c\nimage = ")
+
+
+@pytest.mark.parametrize("kwargs", [dict(image="/x/\udcff.sqsh"), dict(mounts=["/a\udcff:/b"]),
+                                    dict(workdir="/w\udcff"), dict(env={"X": "\udcff"}),
+                                    dict(annotations={"com.x": "\udcff"})], ids=str)
+def test_text_that_is_not_utf8_is_refused(kwargs):
+    """A surrogate (an undecodable byte of a command-line argument) cannot be written as UTF-8 TOML."""
+    kwargs = {"image": "img", **kwargs}
+    with pytest.raises(RuntimeConfigError, match="not UTF-8"):
+        edf.render_edf(kwargs.pop("image"), **kwargs)

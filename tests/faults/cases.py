@@ -1,0 +1,651 @@
+"""The faults, one function each, with the goal each must meet (issue 15).
+
+A case stages its fault against real processes (tests/faults/harness.py) and returns an Outcome; its
+Expect says what a run that fails well looks like: every process gone within the bound, the status and
+message in run.json, metrics.jsonl readable, the run listed by `collect` and `report`, no traceback.
+`pending` names the fix a case still waits for: the test marks it xfail(strict=True), so the mark must go
+when the fix lands. tests/faults/test_faults.py runs them; benchmarks/fault_table.py prints their table.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness import (FOREVER, TINY, TRACEBACK, Command, Expect, Outcome, Unavailable, cli, ext4_image, fill,
+                     is_rank, is_torchrun, outcome_of, repo_env, run_env, steps_recorded, tmpfs, wait_steps,
+                     wrapper_argv)
+
+LOCAL_BOUND_S = 20.0  # after the fault; a tiny CPU run that fails fast ends in a few seconds
+START_BOUND_S = 60.0  # from launch, for faults that hit at start (start-up of 2 ranks is ~15 s on 2 cores)
+WATCHDOG_S = 10  # --watchdog_s for the hung-rank case, once the trainer has the flag
+SIGNAL_CANCEL = {signal.SIGTERM: r"SIGTERM|signal 15", signal.SIGINT: r"SIGINT|signal 2\b|interrupt",
+                 signal.SIGHUP: r"SIGHUP|signal 1\b|hang"}
+
+
+# The fixes cases wait for (the xfail reasons); a case whose fixes have all landed passes, and its mark goes.
+TORCHRUN_TRACEBACK = ("bench/launch/local.py run_local and slurm/_run.sh.j2: torchrun prints its own traceback "
+                      "(ChildFailedError, SignalException) into the output and train.log when a worker fails or a "
+                      "signal arrives; run it so that this ends as one line")
+PEER_DEATH = ("bench/nanochat/runrecord.py classify_failure + train.py main: a survivor that sees a peer die "
+              "(gloo 'Connection closed by peer', then torchrun's SIGTERM) must record `failed` naming the rank "
+              "that died (torchrun knows it: exit code -9 of local_rank N), not its own raw gloo RuntimeError "
+              "with a traceback")
+PENDING = {
+    "peer_death": f"{PEER_DEATH}; {TORCHRUN_TRACEBACK}",
+    "watchdog": ("trainer watchdog (--watchdog_s in config.py; train.py/runrecord.py): collective timeout set "
+                 "from it (gloo/NCCL), a rank that stops ends the run as `nccl_timeout`/`hung` naming rank and "
+                 "host; today the others wait for gloo's 30-minute default"),
+    "wrapper_term": ("bench/launch/local.py run_local: SIGTERM to the wrapper kills it (default action) while "
+                     "torchrun's ranks die of the broken pipe; forward SIGTERM to torchrun and record `cancelled` "
+                     "when the trainer could not (run.json stays `running`)"),
+    "torchrun_signal": TORCHRUN_TRACEBACK,
+    "hangup": ("bench/launch/local.py run_local: SIGHUP (terminal closed) forwarded like SIGTERM; train.py main: "
+               "the error path must record before it prints and survive a closed stdout/stderr (run.json stays "
+               "`running`)"),
+    "data_traceback": TORCHRUN_TRACEBACK,
+    "run_dir_at_start": ("bench/launch/local.py run_local (or commands/workload.py cmd_train): create and write the "
+                         "run directory before launch; an OSError becomes one `error:` line naming the path "
+                         "(today a raw PermissionError/FileExistsError/OSError traceback)"),
+    "run_dir_read_only": ("bench/launch/local.py run_local: a train.log write that fails kills the wrapper with a "
+                          "traceback; runrecord.py: a run directory that turned read-only ends the run with one "
+                          "line naming it (today OSError tracebacks, ranks die of the broken pipe)"),
+    "run_dir_full": ("bench/nanochat/runrecord.py: a last-gasp status that needs no new space (reserved at start), "
+                     "so a full disk still ends run.json as `failed` 'disk full' (today `running` for ever); "
+                     f"{TORCHRUN_TRACEBACK}"),
+    "checkpoint_full": ("bench/nanochat/checkpoint.py save_checkpoint + runrecord.py classify_failure: torch.save on "
+                        "a full disk raises RuntimeError '[enforce fail at inline_container.cc]'; end as `failed` "
+                        f"'checkpoint write failed: disk full at <path>'; {TORCHRUN_TRACEBACK}"),
+    "node_lost": ("slurm/sbatch.sh.j2 + jobrecord.py: Slurm requeues the job after a node failure (into the same "
+                  "run directory) and the ranks record `cancelled` 'received signal 15'; render --no-requeue (or a "
+                  "fresh attempt directory) and record `failed` naming the lost node"),
+}
+
+
+@dataclass
+class Ctx:
+    work: Path  # a fresh directory for this case
+    base_dir: Path  # NANOCHAT_BASE_DIR with the tiny shards and tokenizer (tests/conftest.py)
+    cap_s: float | None = None  # wait at least this long before killing what is left (the table's setting)
+    cluster: object = None  # a started tests/faults/conftest.py FaultCluster, for the Slurm cases
+
+
+@dataclass
+class Case:
+    name: str
+    title: str  # the fault, as the table names it
+    run: Callable[[Ctx], Outcome]
+    expect: Expect
+    pending: str | None = None  # the fix this case waits for (xfail until it lands)
+    slurm: bool = False
+
+    def cap(self, ctx: Ctx) -> float:
+        return max(self.expect.bound_s, ctx.cap_s or 0)
+
+
+CASES: list[Case] = []
+
+
+def case(title: str, expect: Expect, pending: str | None = None, slurm: bool = False):
+    def register(fn):
+        CASES.append(Case(fn.__name__, title, fn, expect, pending, slurm))
+        return fn
+    return register
+
+
+def by_name(name: str) -> Case:
+    return next(c for c in CASES if c.name == name)
+
+
+def _cap(name: str, ctx: Ctx) -> float:
+    return by_name(name).cap(ctx)
+
+
+# -------------------------------------------------------------------------------------------------
+# Local 2-rank runs through `nanochat-bench train`
+
+
+def train_fault(ctx: Ctx, name: str, inject: Callable[[Command], None] | None, train_args: list[str],
+                nproc: int = 2, base_dir: Path | None = None, steps: int = 3, tty: bool = False,
+                run_dir: Path | None = None, analyse: bool = True) -> Outcome:
+    """Start the wrapper; with `inject`, hit the run once it has `steps` steps, else time from launch."""
+    run_dir = run_dir or ctx.work / "runs" / "faults" / name
+    cmd = Command(wrapper_argv(run_dir, train_args, nproc), ctx.work / "cmd",
+                  env=run_env(base_dir or ctx.base_dir), cwd=ctx.work, tty=tty)
+    try:
+        since = cmd.t_start
+        if inject is not None:
+            wait_steps(cmd, run_dir, steps)
+            since = time.time()
+            inject(cmd)
+        seconds, left = cmd.wait_gone(_cap(name, ctx), since)
+        return outcome_of(name, cmd, run_dir, seconds, left, ctx.work, analyse=analyse)
+    finally:
+        cmd.cleanup()
+
+
+def _signal_rank(rank: int, sig: int):
+    def inject(cmd: Command) -> None:
+        os.kill(cmd.tracker.find(is_rank(rank)).pid, sig)
+    return inject
+
+
+def _signal_torchrun(sig: int):
+    def inject(cmd: Command) -> None:
+        os.kill(cmd.tracker.find(is_torchrun).pid, sig)
+    return inject
+
+
+def _signal_wrapper(sig: int):
+    def inject(cmd: Command) -> None:
+        cmd.proc.send_signal(sig)
+    return inject
+
+
+DISK_FULL_AT_CHECKPOINTS = r"(No space left|disk full).*base_checkpoints|base_checkpoints.*(No space|full)"
+DIED = r"rank {r}.*(SIGKILL|signal 9|killed|died|exit)|(SIGKILL|signal 9|killed|died|exit).*rank {r}"
+
+
+@case("kill -9 rank 0", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=0)), PENDING["peer_death"])
+def kill9_rank0(ctx):
+    return train_fault(ctx, "kill9_rank0", _signal_rank(0, signal.SIGKILL), [*TINY, FOREVER])
+
+
+@case("kill -9 rank 1", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=1)), PENDING["peer_death"])
+def kill9_rank1(ctx):
+    return train_fault(ctx, "kill9_rank1", _signal_rank(1, signal.SIGKILL), [*TINY, FOREVER])
+
+
+def _watchdog_args() -> list[str]:
+    from dataclasses import fields
+
+    from bench.nanochat.config import TrainConfig
+
+    return [f"--watchdog_s={WATCHDOG_S}"] if "watchdog_s" in {f.name for f in fields(TrainConfig)} else []
+
+
+@case(f"SIGSTOP rank 1 (hung rank; --watchdog_s={WATCHDOG_S} once it exists)",
+      Expect(WATCHDOG_S + LOCAL_BOUND_S, ("nccl_timeout", "hung"), r"rank 1"), PENDING["watchdog"])
+def sigstop_rank1(ctx):
+    return train_fault(ctx, "sigstop_rank1", _signal_rank(1, signal.SIGSTOP), [*TINY, FOREVER, *_watchdog_args()])
+
+
+@case("SIGTERM to the `nanochat-bench train` wrapper",
+      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGTERM]), PENDING["wrapper_term"])
+def sigterm_wrapper(ctx):
+    return train_fault(ctx, "sigterm_wrapper", _signal_wrapper(signal.SIGTERM), [*TINY, FOREVER])
+
+
+@case("SIGINT to the `nanochat-bench train` wrapper",
+      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGINT]))
+def sigint_wrapper(ctx):
+    return train_fault(ctx, "sigint_wrapper", _signal_wrapper(signal.SIGINT), [*TINY, FOREVER])
+
+
+@case("SIGTERM to torchrun", Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGTERM]),
+      PENDING["torchrun_signal"])
+def sigterm_torchrun(ctx):
+    return train_fault(ctx, "sigterm_torchrun", _signal_torchrun(signal.SIGTERM), [*TINY, FOREVER])
+
+
+@case("SIGINT to torchrun", Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGINT]),
+      PENDING["torchrun_signal"])
+def sigint_torchrun(ctx):
+    return train_fault(ctx, "sigint_torchrun", _signal_torchrun(signal.SIGINT), [*TINY, FOREVER])
+
+
+def _hang_up(cmd: Command) -> None:
+    """What closing a terminal does to a job: the terminal goes, and the shell sends SIGHUP to the group."""
+    cmd.hang_up()
+    os.killpg(cmd.proc.pid, signal.SIGHUP)
+
+
+@case("terminal closed: SIGHUP to the process group, stdout/stderr gone",
+      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGHUP]), PENDING["hangup"])
+def sighup_terminal(ctx):
+    return train_fault(ctx, "sighup_terminal", _hang_up, [*TINY, FOREVER], tty=True)
+
+
+@case("kill -9 rank 1 mid-accumulation (8 micro-steps)", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=1)),
+      PENDING["peer_death"])
+def kill9_mid_accumulation(ctx):
+    args = [a for a in TINY if not a.startswith("--total_batch_size")] + ["--total_batch_size=1024", FOREVER]
+    return train_fault(ctx, "kill9_mid_accumulation", _signal_rank(1, signal.SIGKILL), args, steps=2)
+
+
+# -------------------------------------------------------------------------------------------------
+# Data faults: shards made for the case, tokenizer shared
+
+
+def base_with_shards(ctx: Ctx, shards: dict[str, Callable[[Path], None] | None]) -> Path:
+    """A NANOCHAT_BASE_DIR sharing the tiny tokenizer; `shards` maps a file name to a writer (None:
+    copy the tiny shard of that name)."""
+    base = ctx.work / "base"
+    (base / "base_data").mkdir(parents=True)
+    os.symlink(ctx.base_dir / "tokenizer", base / "tokenizer")
+    for name, write in shards.items():
+        path = base / "base_data" / name
+        if write is None:
+            shutil.copy(ctx.base_dir / "base_data" / name, path)
+        else:
+            write(path)
+    return base
+
+
+def _docs(n: int, seed: int = 0) -> list[str]:
+    from bench.nanochat import corpus
+
+    return corpus.documents(n, seed=seed)
+
+
+def _val_with_empty_row_group(path: Path) -> None:
+    """4 row groups, the third (global row group 2, rank 2's only one at 4 ranks) without rows."""
+    docs = _docs(24, seed=7)
+    schema = pa.schema([("text", pa.string())])
+    with pq.ParquetWriter(path, schema, compression="zstd") as w:
+        for chunk in (docs[:8], docs[8:16], [], docs[16:]):
+            w.write_table(pa.table({"text": pa.array(chunk, type=pa.string())}))
+
+
+def _val_message(o: Outcome) -> list[str]:
+    return [] if "shard_00002.parquet" in (o.message or "") else ["the message does not name shard_00002.parquet"]
+
+
+@case("validation shard with an empty row group, 4 ranks",
+      Expect(START_BOUND_S + 30, ("no_data",), r"NANOCHAT_VAL_FILES_K=2", extra=_val_message),
+      PENDING["data_traceback"])
+def empty_val_row_group(ctx):
+    base = base_with_shards(ctx, {"shard_00000.parquet": None, "shard_00001.parquet": None,
+                                  "shard_00002.parquet": _val_with_empty_row_group})
+    args = [a for a in TINY if not a.startswith(("--total_batch_size", "--eval_every"))]
+    args += ["--total_batch_size=256", "--eval_every=2", "--eval_tokens=512", FOREVER]
+    return train_fault(ctx, "empty_val_row_group", None, args, nproc=4, base_dir=base)
+
+
+def _no_text_column(path: Path) -> None:
+    pq.write_table(pa.table({"content": pa.array(_docs(64), type=pa.string())}), path, row_group_size=16)
+
+
+@case("a shard without a `text` column",
+      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*text|text.*shard_00000\.parquet"),
+      PENDING["data_traceback"])
+def shard_without_text(ctx):
+    base = base_with_shards(ctx, {"shard_00000.parquet": _no_text_column, "shard_00001.parquet": None,
+                                  "shard_00002.parquet": None})
+    return train_fault(ctx, "shard_without_text", None, [*TINY, FOREVER], base_dir=base)
+
+
+def corrupt_row_group(path: Path, row_group: int) -> None:
+    """Overwrite bytes in the middle of a row group's compressed page, as a bad disk block would."""
+    chunk = pq.ParquetFile(path).metadata.row_group(row_group).column(0)
+    with open(path, "r+b") as f:
+        f.seek(chunk.data_page_offset + chunk.total_compressed_size // 2)
+        f.write(b"\xff" * 64)
+
+
+@case("a corrupt page mid-file (parquet row group 3 of 16)",
+      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*row group 3"), PENDING["data_traceback"])
+def corrupt_page(ctx):
+    def write(path: Path) -> None:
+        shutil.copy(ctx.base_dir / "base_data" / path.name, path)
+        corrupt_row_group(path, 3)  # global row group 3: rank 1's second one, read after ~100 steps
+
+    base = base_with_shards(ctx, {"shard_00000.parquet": write, "shard_00001.parquet": None,
+                                  "shard_00002.parquet": None})
+    return train_fault(ctx, "corrupt_page", None, [*TINY, FOREVER], base_dir=base)
+
+
+@case("a truncated shard", Expect(START_BOUND_S, ("no_data",), r"shard_00001\.parquet"), PENDING["data_traceback"])
+def truncated_shard(ctx):
+    def write(path: Path) -> None:
+        data = (ctx.base_dir / "base_data" / path.name).read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+
+    base = base_with_shards(ctx, {"shard_00000.parquet": None, "shard_00001.parquet": write,
+                                  "shard_00002.parquet": None})
+    return train_fault(ctx, "truncated_shard", None, [*TINY, FOREVER], base_dir=base)
+
+
+# -------------------------------------------------------------------------------------------------
+# Flags
+
+
+@case("--num_iterations=-5", Expect(START_BOUND_S, refused=True, message=r"--num_iterations=-5"))
+def negative_num_iterations(ctx):
+    args = [a for a in TINY] + ["--num_iterations=-5"]
+    return train_fault(ctx, "negative_num_iterations", None, args)
+
+
+def _nothing_outside_checkpoints(o: Outcome) -> list[str]:
+    stray = o.facts.get("outside", [])
+    return [f"checkpoint files outside base_checkpoints: {stray}"] if stray else []
+
+
+@case("--model_tag=../..",
+      Expect(START_BOUND_S, refused=True, message=r"--model_tag", extra=_nothing_outside_checkpoints))
+def model_tag_escapes(ctx):
+    base = ctx.work / "nest" / "base"  # ../.. of base/base_checkpoints is ctx.work/nest
+    base.mkdir(parents=True)
+    for sub in ("tokenizer", "base_data"):
+        os.symlink(ctx.base_dir / sub, base / sub)
+    args = [a for a in TINY if not a.startswith("--model_tag")] + ["--model_tag=../..", "--num_iterations=2"]
+    o = train_fault(ctx, "model_tag_escapes", None, args, base_dir=base)
+    o.facts["outside"] = sorted(str(p.relative_to(ctx.work)) for p in (ctx.work / "nest").glob("*.pt"))
+    return o
+
+
+def _nothing_outside_runs(o: Outcome) -> list[str]:
+    return [f"wrote outside runs/: {o.facts['stray']}"] if o.facts["stray"] else []
+
+
+@case("--name .. (sweep name)",
+      Expect(START_BOUND_S, refused=True, message=r"--name", listed=False, extra=_nothing_outside_runs))
+def sweep_name_dotdot(ctx):
+    cwd = ctx.work / "cwd"
+    cwd.mkdir(parents=True)
+    cmd = Command(cli("render", "sbatch", "--nodes=1", "--runtimes=bare", "--gpus-per-node=2", "--device_type=cpu",
+                      f"--base-dir={ctx.base_dir}", "--name", ".."), ctx.work / "cmd", cwd=cwd)
+    try:
+        seconds, left = cmd.wait_gone(_cap("sweep_name_dotdot", ctx), cmd.t_start)
+        o = outcome_of("sweep_name_dotdot", cmd, None, seconds, left, ctx.work)
+        o.facts["stray"] = sorted(p.name for p in cwd.iterdir() if p.name != "runs") + \
+            sorted(str(p.relative_to(ctx.work)) for p in ctx.work.iterdir() if p.name not in ("cwd", "cmd"))
+        return o
+    finally:
+        cmd.cleanup()
+
+
+# -------------------------------------------------------------------------------------------------
+# The run directory's filesystem
+
+
+@case("run directory on a read-only filesystem at start",
+      Expect(START_BOUND_S, refused=True, message=r"ro/run"), PENDING["run_dir_at_start"])
+def run_dir_read_only(ctx):
+    with tmpfs(ctx.work / "ro", "1m", read_only=True):
+        return train_fault(ctx, "run_dir_read_only", None, [*TINY, FOREVER], run_dir=ctx.work / "ro" / "run")
+
+
+@case("run directory is a file", Expect(START_BOUND_S, refused=True, message=r"afile"), PENDING["run_dir_at_start"])
+def run_dir_is_file(ctx):
+    (ctx.work / "afile").write_text("not a directory\n")
+    return train_fault(ctx, "run_dir_is_file", None, [*TINY, FOREVER], run_dir=ctx.work / "afile")
+
+
+@case("run directory on a full disk at start (tmpfs, filled)",
+      Expect(START_BOUND_S, refused=True, message=r"full/run.*(space|full)|(space|full).*full/run"),
+      PENDING["run_dir_at_start"])
+def run_dir_full_at_start(ctx):
+    with tmpfs(ctx.work / "full", "64k") as mnt:
+        fill(mnt)
+        return train_fault(ctx, "run_dir_full_at_start", None, [*TINY, FOREVER], run_dir=mnt / "run")
+
+
+def _names_run_dir(o: Outcome) -> list[str]:
+    """The run directory cannot take a final status any more: the error line must say why, and where."""
+    if not any("ext4/run" in ln and "read-only" in ln.lower() for ln in o.error_lines):
+        return [f"no error line naming the read-only run directory (error lines: {o.error_lines})"]
+    return []
+
+
+@case("run directory turns read-only mid-run (ext4 remounted ro)",
+      Expect(LOCAL_BOUND_S, extra=_names_run_dir), PENDING["run_dir_read_only"])
+def run_dir_read_only_mid_run(ctx):
+    with ext4_image(ctx.work / "ext4") as make_read_only:
+        return train_fault(ctx, "run_dir_read_only_mid_run", lambda cmd: make_read_only(), [*TINY, FOREVER],
+                           run_dir=ctx.work / "ext4" / "run")
+
+
+@case("run directory fills up mid-run (tmpfs, filled)",
+      Expect(LOCAL_BOUND_S, ("failed",), r"No space left|disk full|full"), PENDING["run_dir_full"])
+def run_dir_full_mid_run(ctx):
+    with tmpfs(ctx.work / "full", "2m") as mnt:
+        return train_fault(ctx, "run_dir_full_mid_run", lambda cmd: fill(mnt / "run"), [*TINY, FOREVER],
+                           run_dir=mnt / "run")
+
+
+@case("checkpoint on a full disk (base_checkpoints on a 256 KiB tmpfs)",
+      Expect(START_BOUND_S, ("failed",), DISK_FULL_AT_CHECKPOINTS),
+      PENDING["checkpoint_full"])
+def checkpoint_disk_full(ctx):
+    base = ctx.work / "base"
+    base.mkdir(parents=True)
+    for sub in ("tokenizer", "base_data"):
+        os.symlink(ctx.base_dir / sub, base / sub)
+    with tmpfs(base / "base_checkpoints", "256k"):
+        return train_fault(ctx, "checkpoint_disk_full", None, [*TINY, "--num_iterations=3"], base_dir=base)
+
+
+# -------------------------------------------------------------------------------------------------
+# Analysis over hostile run directories (a command each: a hang must be caught)
+
+
+def command_fault(ctx: Ctx, name: str, argv_list: list[list[str]], cwd: Path | None = None) -> Outcome:
+    """Run commands one after the other; the outcome of the first that fails (or of the last)."""
+    o = None
+    for i, argv in enumerate(argv_list):
+        cmd = Command(argv, ctx.work / f"cmd{i}", cwd=cwd or ctx.work)
+        try:
+            seconds, left = cmd.wait_gone(_cap(name, ctx), cmd.t_start)
+            o = outcome_of(name, cmd, None, seconds, left, ctx.work)
+        finally:
+            cmd.cleanup()
+        if o.seconds is None or o.rc != 0 or o.traceback:
+            break
+    return o
+
+
+def _fifo_listed(o: Outcome) -> list[str]:
+    from bench.analysis.collect import load_table
+
+    table_dir = o.facts["table"]
+    if not (table_dir / "runs.csv").exists():
+        return ["no table written"]
+    rows = load_table(table_dir)
+    out = [] if len(rows) == 1 and rows["status"].iloc[0] == "failed" else \
+        [f"table rows: {rows[['source', 'status']].to_dict('records')}"]
+    notes = str(rows["notes"].iloc[0]) if len(rows) else ""
+    if "metrics.jsonl" not in notes:
+        out.append(f"the row's notes do not say metrics.jsonl was skipped: {notes!r}")
+    report = o.facts["report"] / "report.md"
+    if not report.exists() or "fifo-run" not in report.read_text():
+        out.append("report.md does not list the run")
+    return out
+
+
+@case("collect over a FIFO named metrics.jsonl", Expect(30, exit_zero=True, listed=False, extra=_fifo_listed))
+def collect_fifo(ctx):
+    run = ctx.work / "runs" / "s" / "fifo-run"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"schema_version": 1, "run_id": "fifo-run", "status": "failed", '
+                                  '"message": "rank 0: boom"}\n')
+    os.mkfifo(run / "metrics.jsonl")
+    table, report = ctx.work / "table", ctx.work / "report"
+    o = command_fault(ctx, "collect_fifo", [cli("collect", str(ctx.work / "runs"), "--out", str(table)),
+                                            cli("report", str(table), "--out", str(report))])
+    o.facts.update(table=table, report=report)
+    return o
+
+
+@case("collect with a symlink loop as the root", Expect(30, refused=True, message=r"loop", listed=False))
+def collect_symlink_loop(ctx):
+    os.symlink("loop", ctx.work / "loop")
+    return command_fault(ctx, "collect_symlink_loop",
+                         [cli("collect", str(ctx.work / "loop"), "--out", str(ctx.work / "table"))])
+
+
+# -------------------------------------------------------------------------------------------------
+# Hostile strings into edf
+
+
+HOSTILE = {  # flag -> values that must come out as valid TOML holding them, or be refused with one line
+    "--image": ["/x/a\x01b.sqsh", "/x/esc\x1b[31m.sqsh", "/x/del\x7f.sqsh", "/x/ls\u2028.sqsh",
+                os.fsdecode(b"/x/not-utf8-\xff.sqsh")],
+    "--mount": ["/a\x01:/b", "/a:/b\x1f", "/a\u0085:/b"],
+    "--annotation": ["com.x.y=a\x02b", "com.x.z=line\nbreak"],
+    "--env": ["A=x\x01y", "B=x\ny", "C=\x0b", "D=x\u2029y"],
+}
+
+
+def _edf_results(o: Outcome) -> list[str]:
+    return o.facts.get("bad", [])
+
+
+@case("hostile strings into `edf` (control characters in image, mount, annotation, env)",
+      Expect(60, exit_zero=True, listed=False, extra=_edf_results))
+def edf_hostile(ctx):
+    """Each value alone through `nanochat-bench edf`: valid TOML that holds it exactly, or one error line."""
+    bad, total, seconds = [], 0.0, 0.0
+    o = Outcome("edf_hostile", seconds=0.0, rc=0)
+    for flag, values in HOSTILE.items():
+        for value in values:
+            out = ctx.work / f"edf{int(total)}.toml"
+            total += 1
+            argv = cli("edf", "-o", str(out))
+            argv += ["--image", "/x/ok.sqsh", flag, value] if flag != "--image" else [flag, value]
+            t = time.time()
+            r = subprocess.run(argv, capture_output=True, env=repo_env(), timeout=30)
+            seconds += time.time() - t
+            err = r.stderr.decode(errors="replace")
+            if TRACEBACK in err:
+                o.traceback = True
+                bad.append(f"{flag} {value!r}: traceback ({err.strip().splitlines()[-1]})")
+            elif r.returncode != 0:
+                if not (err.startswith("error: ") and err.count("\n") == 1):
+                    bad.append(f"{flag} {value!r}: refused without one `error:` line: {err!r}")
+            else:
+                try:
+                    doc = tomllib.loads(out.read_text())
+                except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+                    bad.append(f"{flag} {value!r}: invalid TOML ({e})")
+                    continue
+                if not _holds(doc, flag, value):
+                    bad.append(f"{flag} {value!r}: the TOML does not hold the value")
+                    continue
+                before = out.read_bytes()
+                r = subprocess.run(cli("edf", "--regenerate", str(out)), capture_output=True, env=repo_env(),
+                                   timeout=30)
+                err = r.stderr.decode(errors="replace")
+                if TRACEBACK in err:
+                    o.traceback = True
+                    bad.append(f"{flag} {value!r}: --regenerate traceback ({err.strip().splitlines()[-1]})")
+                elif r.returncode != 0 or out.read_bytes() != before:
+                    bad.append(f"{flag} {value!r}: --regenerate does not reproduce the file ({err.strip()!r})")
+    o.seconds, o.facts["bad"] = seconds, bad
+    o.message = f"{len(bad)} of {int(total)} values mishandled" + (f": {bad[0]}" if bad else "")
+    return o
+
+
+def _holds(doc: dict, flag: str, value: str) -> bool:
+    if flag == "--image":
+        return doc.get("image") == value
+    if flag == "--mount":
+        return value in doc.get("mounts", [])
+    key, _, v = value.partition("=")
+    if flag == "--env":
+        return doc.get("env", {}).get(key) == v
+    node = doc.get("annotations", {})
+    for part in key.split("."):
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+    return node == v
+
+
+# The header today's `edf` wrote for `--env 'B=x<newline>y'`: the command split over two comment lines.
+LEGACY_EDF = """\
+# Container Engine environment definition (EDF) for nanochat-bench; see edf/README.md.
+# Generated by: nanochat-bench edf --image /x/ok.sqsh --env 'B=x
+# y'
+# Do not edit: change the command above and run `nanochat-bench edf --regenerate <this file>`.
+image = "/x/ok.sqsh"
+"""
+
+
+@case("`edf --regenerate` of a file whose header holds a newline in a value",
+      Expect(30, refused=True, message=r"legacy\.toml", listed=False))
+def edf_regenerate_newline(ctx):
+    path = ctx.work / "legacy.toml"
+    path.write_text(LEGACY_EDF)
+    return command_fault(ctx, "edf_regenerate_newline", [cli("edf", "--regenerate", str(path))])
+
+
+# -------------------------------------------------------------------------------------------------
+# Slurm: a 2-node job on the test cluster (2 nodes x 2 CPU ranks)
+
+SLURM_TINY = ["--gpus-per-node=2", "--depth=1", "--max_seq_len=32", "--device_batch_size=2",
+              "--total_batch_size=256", FOREVER, "--eval_every=-1", "--device_type=cpu"]
+
+
+def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None]) -> Outcome:
+    """Render a 2-node job, submit it, hit it once it steps, and follow its processes (the batch script,
+    srun and the tasks on both nodes, found by their tag) until the last one ended."""
+    from bench import cli
+
+    cluster = ctx.cluster
+    if cluster is None:
+        raise Unavailable("no Slurm cluster")
+    out = ctx.work / "sweep"
+    rc = cli.main(["render", "sbatch", "--nodes=2", "--runtimes=bare", *SLURM_TINY, f"--base-dir={ctx.base_dir}",
+                   f"--out={out}", f"--name={name}"])
+    assert rc == 0
+    run_dir = out / "n2-bare-r1"
+    cmd = Command(["sbatch", "--parsable", "job.sbatch"], ctx.work / "cmd",
+                  env=run_env(ctx.base_dir, SLURM_CONF=str(cluster.conf)), cwd=run_dir)
+    job_id = ""
+    try:
+        assert cmd.proc.wait(timeout=60) == 0, cmd.output()
+        job_id = cmd.stdout_path.read_text().strip().split(";")[0]
+        deadline = time.time() + 180
+        while steps_recorded(run_dir) < 3:
+            state = cluster.job_state(job_id)
+            assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} {state} before 3 steps"
+            assert time.time() < deadline, f"job {job_id} made fewer than 3 steps in 180s"
+            time.sleep(0.5)
+        since = time.time()
+        inject(job_id)
+        seconds, left = cmd.wait_gone(_cap(name, ctx), since)
+        o = outcome_of(name, cmd, run_dir, seconds, left, ctx.work)
+        o.rc, o.facts["job_state"] = cluster.exit_code(job_id), cluster.job_state(job_id)
+        return o
+    finally:
+        cmd.cleanup()
+        if job_id:
+            cluster.run(["scancel", job_id], check=False)
+
+
+def _job_ended(o: Outcome) -> list[str]:
+    """A job that Slurm requeued would run again into the same run directory, on top of this run."""
+    state = o.facts.get("job_state")
+    return [] if state not in ("PENDING", "REQUEUED", "RUNNING", "CONFIGURING") else \
+        [f"Slurm left the job {state} (requeued into the same run directory)"]
+
+
+@case("`scancel` of a running 2-node Slurm job",
+      Expect(30, ("cancelled",), r"SIGTERM|signal 15|cancel", extra=_job_ended), slurm=True)
+def slurm_scancel(ctx):
+    return slurm_fault(ctx, "slurm_scancel", lambda job: ctx.cluster.run(["scancel", job]))
+
+
+@case("slurmd of the second node killed mid-job (kill -9)",
+      Expect(60, ("failed",), r"n2|node", extra=_job_ended), PENDING["node_lost"], slurm=True)
+def slurm_node_lost(ctx):
+    try:
+        return slurm_fault(ctx, "slurm_node_lost", lambda job: ctx.cluster.kill_slurmd("n2"))
+    finally:
+        ctx.cluster.restart_slurmd("n2")
+
+
+def local_cases() -> list[Case]:
+    return [c for c in CASES if not c.slurm]
+
+
+def slurm_cases() -> list[Case]:
+    return [c for c in CASES if c.slurm]
+

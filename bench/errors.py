@@ -4,6 +4,8 @@ The CLI prints a BenchError as `error: <message>` and exits 1; anything else is 
 traceback. Messages name the file, flag or value at fault and what would be valid.
 """
 
+import errno
+
 
 class BenchError(Exception):
     """Base of every expected failure."""
@@ -27,3 +29,22 @@ class RuntimeConfigError(BenchError):
 
 class AnalysisError(BenchError):
     """Run directories or result tables cannot be read as asked."""
+
+
+class CheckpointError(BenchError):
+    """A checkpoint cannot be written (a full disk, a quota, a read-only filesystem)."""
+
+
+class RunDirError(BenchError):
+    """A run directory cannot be created or written (read-only, full, not a directory)."""
+
+
+def run_dir_error(run_dir, e: OSError) -> RunDirError:
+    """`the run directory /x/run cannot be written: No space left on device (disk full)`."""
+    reason = e.strerror or str(e)
+    if e.errno == errno.ENOSPC:
+        reason += " (disk full)"
+    elif e.errno in (errno.EEXIST, errno.ENOTDIR):
+        reason = "a file of that name is in the way, not a directory"
+    where = f" ({e.filename})" if e.filename and str(e.filename) != str(run_dir) else ""
+    return RunDirError(f"the run directory {run_dir} cannot be written: {reason}{where}")

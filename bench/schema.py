@@ -16,6 +16,7 @@ beside the jobs at submit time (bench/launch/jobrecord.py).
 """
 
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -682,10 +683,34 @@ def last_log_line(path: "str | os.PathLike", limit: int = 300) -> str:
     return lines[-1][:limit] if lines else ""
 
 
+RESERVE = ".reserve"  # space a run holds back for its last words on a disk that fills up
+RESERVE_BYTES = 64 * 1024
+
+
+def reserve_space(run_dir: "str | os.PathLike") -> None:
+    """Hold back RESERVE_BYTES in the run directory (written, not sparse), for release_space to give
+    back when the disk is full, so the final status and error event can still be written."""
+    path = os.path.join(os.fspath(run_dir), RESERVE)
+    with open(path, "wb") as f:
+        f.write(b"\0" * RESERVE_BYTES)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def release_space(run_dir: "str | os.PathLike") -> bool:
+    """Give the reserved space back; whether there was any."""
+    try:
+        os.unlink(os.path.join(os.fspath(run_dir), RESERVE))
+        return True
+    except OSError:
+        return False
+
+
 def close_unfinished(run_dir: "str | os.PathLike", exit_code: int, launcher: str) -> RunManifest:
     """The launcher's last word on a run (local and Slurm alike): a run whose trainer never started, or
     died before recording a final status, is marked failed with the exit code and its log's last line,
     so no run directory stays pending or running for ever. A final status already recorded is kept."""
+    release_space(run_dir)
     manifest = load_manifest(run_dir)
     if manifest.status in FINAL_STATUSES:
         return manifest
@@ -696,19 +721,32 @@ def close_unfinished(run_dir: "str | os.PathLike", exit_code: int, launcher: str
 
 
 class EventWriter:
-    """Appends events to metrics.jsonl, one line each, flushed at once so a crash loses nothing."""
+    """Appends events to metrics.jsonl, one line each, written at once so a crash loses nothing. A write
+    that fails (a full disk) is cut back to the last whole line, so the file always parses."""
 
     def __init__(self, run_dir: "str | os.PathLike"):
         os.makedirs(os.fspath(run_dir), exist_ok=True)
         self.path = os.path.join(os.fspath(run_dir), METRICS_JSONL)
-        self._f = open(self.path, "a", buffering=1)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
     def emit(self, event: str, **fields: Any) -> None:
-        self._f.write(json.dumps(make_event(event, **fields)) + "\n")
-        self._f.flush()
+        line = (json.dumps(make_event(event, **fields)) + "\n").encode()
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            written = os.write(self._fd, line)
+            if written != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError:
+                pass
+            raise
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class NullEventWriter:

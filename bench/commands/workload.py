@@ -172,7 +172,10 @@ def cmd_train(args) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("local")
     print(f"run directory: {run_dir}")
     rc = run_local(train_args, nproc, run_dir, workload=args.workload, python=args.python)
-    print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
+    try:
+        print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
+    except OSError:  # the terminal went away (the run itself is recorded)
+        pass
     return rc
 
 

@@ -162,7 +162,9 @@ def directives(name: str, nodes: int, gpus_per_node: int, gpus: bool, opts: Laun
     d = {"job-name": safe_job_name(name), "nodes": str(nodes), "ntasks-per-node": "1",
          "time": slurm_time(minutes), "output": SLURM_LOG, "partition": opts.partition, "account": opts.account,
          "constraint": opts.constraint, "gpus-per-node": str(gpus_per_node) if gpus else None,
-         "exclusive": "" if opts.exclusive else None}
+         "exclusive": "" if opts.exclusive else None,
+         # a requeued job would run again into the same run directories, on top of the first attempt
+         "no-requeue": ""}
     return [f"--{k}={v}" if v else f"--{k}" for k, v in sorted(d.items()) if v is not None]
 
 

@@ -35,24 +35,34 @@ def finish(run_dir: str, exit_code: str) -> None:
     # Slurm facts again: a trainer inside a container may not see them and record none.
     manifest = schema.update_run_json(run_dir, slurm=schema.slurm_facts(),
                                       launch={"exit_code": code, "finished_at": time.time()})
-    limit = time_limit_line(os.path.join(run_dir, schema.TRAIN_LOG))
-    if limit and manifest.status not in ("ok", "timeout"):
+    tail = log_tail(os.path.join(run_dir, schema.TRAIN_LOG))
+    limit = slurm_line(tail, "DUE TO TIME LIMIT")
+    lost = slurm_line(tail, "Node failure on") or slurm_line(tail, "DUE TO NODE FAILURE")
+    if lost and manifest.status != "ok":
+        # a node went away: the ranks elsewhere saw a lost peer or srun's SIGTERM ("cancelled"), its echo
+        schema.update_run_json(run_dir, status="failed", finished_at=time.time(),
+                               message=f"a node of the job was lost: {lost}")
+    elif limit and manifest.status not in ("ok", "timeout"):
         # srun's --time ended the step: the trainer saw only a SIGTERM and may have said "cancelled"
         schema.update_run_json(run_dir, status="timeout", finished_at=time.time(),
                                message=f"the run reached its time limit before finishing: {limit}")
     schema.close_unfinished(run_dir, code, "srun")
 
 
-def time_limit_line(log_path: str) -> str:
-    """Slurm's `*** STEP … CANCELLED AT … DUE TO TIME LIMIT ***` line in the run's log, if any."""
+def log_tail(log_path: str, size: int = 65536) -> str:
     try:
         with open(log_path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 65536))
-            tail = f.read().decode("utf-8", "replace")
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return next((line.strip() for line in tail.splitlines() if "DUE TO TIME LIMIT" in line), "")
+
+
+def slurm_line(tail: str, marker: str) -> str:
+    """Slurm's line holding `marker` in the run's log, e.g. `*** STEP … CANCELLED AT … DUE TO TIME LIMIT ***`
+    or srun's `error: Node failure on nid001234`; empty if none."""
+    return next((line.strip() for line in tail.splitlines() if marker in line), "")
 
 
 def main(argv) -> int:

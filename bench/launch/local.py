@@ -5,8 +5,15 @@ nanochat's torchrun in standalone mode from bench/launch/torchrun.py, others fro
 process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to the terminal and to
 `<run_dir>/train.log`, the wall and CPU time of everything it started are recorded, and
 bench.schema.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
+
+The workload runs in a session of its own, so the wrapper decides what reaches it: SIGINT (Ctrl-C),
+SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to the end, and a
+run its trainer could not mark is marked `cancelled` naming the signal. If the wrapper itself dies, the
+kernel sends the workload SIGTERM (PR_SET_PDEATHSIG). A terminal that went away, or a train.log that
+cannot be written any more, costs that copy of the output, never the run.
 """
 
+import ctypes
 import os
 import resource
 import signal
@@ -16,7 +23,11 @@ import time
 from pathlib import Path
 
 from bench import schema, workloads
+from bench.errors import run_dir_error
 from bench.launch.torchrun import torchrun_command
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1
 
 
 def default_run_dir(sweep_id: str = "local", root: str | os.PathLike = "runs") -> Path:
@@ -40,7 +51,6 @@ def prepare_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike,
     cmd = list(torchrun_command(python or sys.executable, nproc, train_args, module=module)) if module \
         else chosen.local_command(train_args, nproc, python)
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     child_env = dict(os.environ if env is None else env)
     child_env[schema.ENV_RUN_DIR] = str(run_dir.resolve())
@@ -48,10 +58,64 @@ def prepare_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike,
     child_env.setdefault("OMP_NUM_THREADS", "1")
     for key, value in chosen.local_env().items():
         child_env.setdefault(key, value)
-    schema.update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.resolve().parent.name, runtime="bare",
-                           workload=chosen.run_workload, status="pending",
-                           launch={"kind": "local", "t0": t0, "command": cmd})
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        schema.update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.resolve().parent.name,
+                               runtime="bare", workload=chosen.run_workload, status="pending",
+                               launch={"kind": "local", "t0": t0, "command": cmd})
+    except OSError as e:
+        raise run_dir_error(run_dir, e) from None
     return cmd, child_env
+
+
+def _own_session_dying_with_parent() -> None:
+    """In the child before exec: a session of its own (terminal signals reach the wrapper only), and
+    SIGTERM when the wrapper dies."""
+    os.setsid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the workload outlives a killed wrapper
+
+
+class Output:
+    """The workload's output, to the terminal and to train.log; either copy that fails stops alone, with
+    one line saying so (on whichever of the two still works)."""
+
+    def __init__(self, log_path: Path):
+        self.log_path = log_path
+        self.log = open(log_path, "ab")
+        self.terminal = True
+
+    def write(self, chunk: bytes) -> None:
+        if self.terminal:
+            try:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+            except (OSError, ValueError):
+                self.terminal = False
+        if self.log is not None:
+            try:
+                self.log.write(chunk)
+                self.log.flush()
+            except OSError as e:
+                self.log = None
+                self.note(f"error: {self.log_path} cannot be written any more ({e.strerror}); "
+                          f"the output goes on on the terminal only")
+
+    def note(self, line: str) -> None:
+        if self.terminal:
+            try:
+                print(line, file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                self.terminal = False
+
+    def close(self) -> None:
+        if self.log is not None:
+            try:
+                self.log.close()
+            except OSError:
+                pass
 
 
 def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
@@ -59,23 +123,40 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
     run_dir = Path(run_dir)
     cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
+    try:
+        output = Output(run_dir / schema.TRAIN_LOG)
+    except OSError as e:
+        raise run_dir_error(run_dir, e) from None
     t0 = time.time()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(run_dir / schema.TRAIN_LOG, "ab") as log:
-        proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        try:
-            for chunk in iter(lambda: proc.stdout.readline(), b""):
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-                log.write(chunk)
-                log.flush()
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)  # torchrun passes it on to the ranks, which record `cancelled`
-            rc = proc.wait()
+    received: list[int] = []
+    proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_own_session_dying_with_parent)
+
+    def forward(signum, _frame):
+        if not received:  # once: a second signal would cut torchrun's own shutdown of the ranks short
+            received.append(signum)
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        for chunk in iter(proc.stdout.readline, b""):
+            output.write(chunk)
+        rc = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        output.close()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    schema.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
-                                            "wall_time_s": time.time() - t0, "cpu_time_s": cpu})
-    schema.close_unfinished(run_dir, rc, "the launcher" if workload != workloads.DEFAULT else "torchrun")
+    try:
+        schema.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
+                                                "wall_time_s": time.time() - t0, "cpu_time_s": cpu})
+        if received and schema.load_manifest(run_dir).status not in schema.FINAL_STATUSES:
+            name = signal.Signals(received[0]).name
+            schema.update_run_json(run_dir, status="cancelled", finished_at=time.time(),
+                                   message=f"nanochat-bench train received {name}; the workload was stopped")
+        schema.close_unfinished(run_dir, rc, "the launcher" if workload != workloads.DEFAULT else "torchrun")
+    except OSError as e:
+        output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")
     return rc

@@ -25,7 +25,6 @@ from tabulate import tabulate
 from bench import metrics, schema, workloads
 from bench.errors import ConfigError
 from bench.nanochat.config import TrainConfig, fit_batch, parse_args, training_horizon
-from bench.nanochat.gpt import GPTConfig
 from bench.runtimes import parse_names
 
 SCALING_MODES = ("weak", "strong")
@@ -246,6 +245,8 @@ class Sweep:
         if why_not:
             return replace(p, reason=why_not)
         config = replace(base, device_batch_size=dbs, total_batch_size=total)
+        from bench.nanochat.gpt import GPTConfig  # torch: only where a model is sized, so the CLI starts fast
+
         model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, seq, config.aspect_ratio)
         steps, _ = training_horizon(config, model.num_params(), model.flops_per_token())
         est = self.estimate_hours(model.flops_per_token() * total * steps, p.ranks, dbs, config.device_type)

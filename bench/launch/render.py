@@ -82,7 +82,7 @@ def render_sbatch(job: Job, rendered_by: str = "submit") -> str:
 def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = "render interactive") -> str:
     """The interactive guide: the salloc line, then the srun lines of data, tokenizer and training."""
     run = job.runs[0]
-    salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name")))]
+    salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name", "--no-requeue")))]
 
     def one_task(*command: str, tty: bool = False) -> str:
         spec = replace(run.spec, command=command)

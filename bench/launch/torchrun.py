@@ -7,6 +7,7 @@ Local runs (bench/launch/local.py) and batch jobs (bench/launch/job.py) both sta
 from bench.runtimes import Token, Var
 
 TRAIN_MODULE = "bench.nanochat.train"
+LAUNCHER_MODULE = "bench.launch.elastic"  # torchrun itself, ending in one line (bench/launch/elastic.py)
 
 
 # How long the nodes of a job wait for each other at the rendezvous. Not torchrun's 600 s default by
@@ -17,7 +18,7 @@ JOIN_TIMEOUT_S = 900
 
 def torchrun_command(python: str, nproc_per_node: int, train_argv: list, nnodes: int | None = None,
                      numa_binding: str | None = None, module: str | None = None) -> tuple[Token, ...]:
-    """`python -m torch.distributed.run ... -m bench.nanochat.train -- <train_argv>`.
+    """`python -m bench.launch.elastic ... -m bench.nanochat.train -- <train_argv>`: torchrun's flags.
 
     Without `nnodes`: `--standalone` (a local rendezvous on a free port). With it: c10d rendezvous on
     the batch script's `$rdzv_endpoint` (the first node's address), job id as the rendezvous id.
@@ -30,4 +31,4 @@ def torchrun_command(python: str, nproc_per_node: int, train_argv: list, nnodes:
                  Var("SLURM_JOB_ID", "--rdzv_id="), f"--rdzv_conf=join_timeout={JOIN_TIMEOUT_S}"]
     if numa_binding:
         where.append(f"--numa-binding={numa_binding}")
-    return (python, "-m", "torch.distributed.run", *where, "-m", module or TRAIN_MODULE, "--", *train_argv)
+    return (python, "-m", LAUNCHER_MODULE, *where, "-m", module or TRAIN_MODULE, "--", *train_argv)

@@ -5,24 +5,60 @@
   <base_dir>/base_checkpoints/<model_tag>/optim_<step:06d>_rank<r>.pt every rank: its optimizer shards
 
 Only rank 0 creates the directory (upstream's race, fixed there in Dec 2025); the other ranks wait at
-a barrier before writing their optimizer state. Files are written to a temp file of their own and renamed.
+a barrier before writing their optimizer state. Files are written to a temp file of their own and renamed;
+a write that fails leaves no temp file and ends the run with a CheckpointError naming the file and why.
 """
 
+import errno
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from bench.errors import ConfigError
+from bench.errors import CheckpointError, ConfigError
 from bench.schema import atomic_target, write_json_atomic
+
+MIB = 1024 * 1024
+
+
+def _payload_bytes(obj) -> int:
+    """The tensor bytes in a (nested) state dict: what torch.save has to write, give or take its headers."""
+    if isinstance(obj, torch.Tensor):
+        return obj.nbytes
+    if isinstance(obj, dict):
+        return sum(map(_payload_bytes, obj.values()))
+    if isinstance(obj, (list, tuple)):
+        return sum(map(_payload_bytes, obj))
+    return 0
+
+
+def checkpoint_error(path: Path, e: Exception, needed: int = 0) -> CheckpointError:
+    """`checkpoint write failed: disk full at <path> (...)`, or the error as it came. torch.save reports a
+    full disk as a RuntimeError without an errno ('file write failed'): the free space left decides."""
+    try:
+        free = shutil.disk_usage(path.parent if path.parent.exists() else path.parent.parent).free
+    except OSError:
+        free = None
+    code = getattr(e, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT) or (free is not None and needed and free < needed):
+        what = "quota exceeded" if code == errno.EDQUOT else "disk full"
+        sizes = f"{needed / MIB:.1f} MiB to write, " if needed else ""
+        left = f"{free / MIB:.1f} MiB free" if free is not None else "free space unknown"
+        return CheckpointError(f"checkpoint write failed: {what} at {path} ({sizes}{left})")
+    reason = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    return CheckpointError(f"checkpoint write failed at {path}: {reason}")
 
 
 def _save_atomic(obj, path: Path) -> None:
-    with atomic_target(path) as tmp:
-        torch.save(obj, tmp)
+    try:
+        with atomic_target(path) as tmp:
+            torch.save(obj, tmp)
+    except (OSError, RuntimeError) as e:
+        raise checkpoint_error(path, e, _payload_bytes(obj)) from None
 
 
 def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: dict, optimizer_states: list,
@@ -30,9 +66,16 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: d
     """Write model + meta (rank 0) and this rank's optimizer state; returns the directory."""
     checkpoint_dir = Path(checkpoint_dir)
     if rank == 0:
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        meta_path = checkpoint_dir / f"meta_{step:06d}.json"
+        try:
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise checkpoint_error(checkpoint_dir, e) from None
         _save_atomic(model_state, checkpoint_dir / f"model_{step:06d}.pt")
-        write_json_atomic(checkpoint_dir / f"meta_{step:06d}.json", meta)
+        try:
+            write_json_atomic(meta_path, meta)
+        except OSError as e:
+            raise checkpoint_error(meta_path, e) from None
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # the directory exists before other ranks write into it
     _save_atomic(optimizer_states, checkpoint_dir / f"optim_{step:06d}_rank{rank}.pt")

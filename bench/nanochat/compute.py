@@ -6,6 +6,8 @@ without torchrun's environment runs undistributed. Every rank seeds 42, so initi
 """
 
 import os
+from contextlib import contextmanager
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -60,3 +62,45 @@ def topology() -> tuple[int, int]:
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     return max(1, world_size // max(1, local_world_size)), local_world_size
+
+
+def set_collective_timeout(seconds: float | None) -> None:
+    """The default process group's timeout for the collectives issued from now on (None: the backend's
+    own, 10 min NCCL, 30 min gloo). torch has no public call to change a live group's timeout."""
+    from torch.distributed import constants
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    if seconds:
+        timeout = timedelta(seconds=seconds)
+    elif dist.get_backend() == "nccl":
+        timeout = getattr(constants, "default_pg_nccl_timeout", None) or timedelta(minutes=10)
+    else:
+        timeout = constants.default_pg_timeout
+    _set_pg_timeout(timeout)
+
+
+class Watchdog:
+    """--watchdog_s: once steps are timed, a collective that waits longer than watchdog_s + twice the step
+    time raises (a timeout the run record turns into `hung`, naming the rank waited for) instead of
+    the backend's 10 or 30 minutes. Validation, samples and checkpoints run under the backend's timeout:
+    there one rank may legitimately keep the others waiting (rank 0 samples and writes alone)."""
+
+    def __init__(self, seconds: float, distributed: bool):
+        self.seconds = seconds if distributed else 0.0
+        self.armed: float | None = None
+
+    def arm(self, step_s: float) -> None:
+        if self.seconds > 0:
+            self.armed = self.seconds + 2 * step_s
+            set_collective_timeout(self.armed)
+
+    @contextmanager
+    def relaxed(self):
+        if self.armed is None:
+            yield
+            return
+        set_collective_timeout(None)
+        try:
+            yield
+        finally:
+            set_collective_timeout(self.armed)

@@ -16,6 +16,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 
 from bench.errors import ConfigError
+from bench.nanochat.heartbeat import INTERVAL_S
 
 
 def _f(default, help: str):
@@ -70,6 +71,9 @@ class TrainConfig:
     breakdown: bool = _f(True, "split each step into fwd+bwd, exposed comm, optimizer and data wait (step events)")
     deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
                               "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
+    watchdog_s: float = _f(300.0, "after the first step, a collective that waits longer than this (plus twice the "
+                                  "step time) ends the run as `hung`, naming the rank it waited for (0 = the "
+                                  "backend's own timeout: 10 min NCCL, 30 min gloo)")
     strategy: str = _f("zero2", "memory strategy (bench/nanochat/parallel.py): zero2 (sharded optimizers, "
                                 "replicated parameters) or fsdp (FSDP2), each optionally +ac (activation "
                                 "checkpointing per block); fsdp also +offload (parameters, gradients and "
@@ -87,6 +91,9 @@ class TrainConfig:
                 raise ConfigError(f"--{name}={value}: give a count >= 0, or -1 to {meaning}")
         if self.target_flops < 0 and self.target_flops != -1:
             raise ConfigError(f"--target_flops={self.target_flops}: give FLOPs > 0, or -1 to turn it off")
+        if self.watchdog_s != 0 and self.watchdog_s < WATCHDOG_MIN_S:
+            raise ConfigError(f"--watchdog_s={self.watchdog_s:g}: give 0 (off) or at least {WATCHDOG_MIN_S:g} s "
+                              f"(a stopped rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s apart)")
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
         tag = self.model_tag
@@ -114,6 +121,8 @@ class TrainConfig:
             raise ConfigError("no training horizon: set one of --num_iterations, --target_flops, "
                               "--target_param_data_ratio to a value > 0")
 
+
+WATCHDOG_MIN_S = 2 * INTERVAL_S
 
 # Counts whose -1 has a documented meaning (the help texts); a value below -1 is refused.
 MINUS_ONE_MEANS = {

@@ -5,11 +5,17 @@ only decides when the trainer writes what:
 - rank 0 writes run.json (merged into what the launcher wrote) and metrics.jsonl events;
 - a rank that fails writes an `error` event and the failure status itself, then ends its process at
   once, so torchrun stops the other ranks without anyone waiting for a collective timeout;
-- SIGTERM/SIGINT are taken by a dedicated thread (they are blocked in every other thread), so a run
-  is marked `cancelled` even while the main thread waits inside a collective.
+- SIGTERM/SIGINT/SIGHUP are taken by a dedicated thread (they are blocked in every other thread), so a
+  run is marked `cancelled` even while the main thread waits inside a collective;
+- every event is also a heartbeat (bench/nanochat/heartbeat.py), so a collective that times out can name
+  the rank that stopped;
+- the record is written before anything is printed (the terminal may be gone), and a run directory that
+  cannot be written any more ends the run with one line naming it; space held back at start
+  (bench.schema.reserve_space) lets a full disk still take the final status.
 Without NANOCHAT_BENCH_RUN_DIR every write is a no-op (the null event writer, no run.json).
 """
 
+import errno
 import os
 import re
 import signal
@@ -17,10 +23,11 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable
+from typing import Callable, NamedTuple, NoReturn
 
 from bench import breakdown, provenance
-from bench.errors import BenchError, DataError
+from bench.errors import BenchError, DataError, run_dir_error
+from bench.nanochat.heartbeat import Heartbeat, waited_for
 from bench.schema import (
     ENV_RUN_DIR,
     ENV_T0,
@@ -29,15 +36,36 @@ from bench.schema import (
     EventWriter,
     event_writer,
     load_manifest,
+    release_space,
+    reserve_space,
     update_run_json,
 )
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def say(line: str) -> None:
+    """A line on stderr, if there still is one (a closed terminal, a broken pipe): never a new failure."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 class RunRecord:
     def __init__(self, rank: int, run_dir: str | None = None):
         self.rank = rank
         self.run_dir = run_dir if run_dir is not None else (os.environ.get(ENV_RUN_DIR) or None)
-        self.events = event_writer(self.run_dir, rank == 0)
+        self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
+        self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")))
         self.closed = False
         self.milestones: dict[str, float] = {}  # first time of each event, for the breakdown
         # The signal thread records a cancellation while the main thread may still be logging a step:
@@ -45,13 +73,21 @@ class RunRecord:
         self._lock = threading.Lock()
         self._failed = False
 
+    def _writing(self, write: Callable):
+        """Run a write into the run directory; an OSError becomes a RunDirError naming the directory."""
+        try:
+            return write()
+        except OSError as e:
+            raise run_dir_error(self.run_dir, e) from None
+
     def emit(self, event: str, **fields) -> None:
         with self._lock:
             if not self._failed:
                 t = fields.pop("t", None)
                 t = time.time() if t is None else t
-                self.events.emit(event, t=t, **fields)
+                self._writing(lambda: self.events.emit(event, t=t, **fields))
                 self.milestones.setdefault(event, t)
+        self.heartbeat.beat(event, fields.get("step"))
 
     def write_breakdown(self, step_ms: dict, ranks: list[dict], network: dict | None) -> None:
         """run.json's breakdown (phases from launch.t0 to the end event, the steady step split, the ranks)
@@ -69,7 +105,7 @@ class RunRecord:
         """Merge fields into run.json (rank 0 only; nothing once a failure is recorded)."""
         with self._lock:
             if self.rank == 0 and self.run_dir and not self._failed:
-                update_run_json(self.run_dir, **fields)
+                self._writing(lambda: update_run_json(self.run_dir, **fields))
 
     def start(self, config: dict, world_size: int, nodes: int, gpus_per_node: int,
               peak_flops_per_gpu: float | None) -> None:
@@ -81,8 +117,9 @@ class RunRecord:
         # What the trainer cannot see (Slurm facts inside some containers, GPUs on a CPU run) stays as the
         # launcher wrote it: sections merge only known values, and a CPU run's 0 GPUs keeps the planned count.
         keep_gpus = not gpus_per_node and existing.gpus_per_node is not None
-        update_run_json(
-            self.run_dir, **provenance.collect(), workload=existing.workload or WORKLOAD,
+        self._writing(lambda: reserve_space(self.run_dir))
+        self.update(
+            **provenance.collect(), workload=existing.workload or WORKLOAD,
             config=config, world_size=world_size, nodes=nodes,
             gpus_per_node=existing.gpus_per_node if keep_gpus else gpus_per_node,
             peak_flops_per_gpu=peak_flops_per_gpu, launch={"t0": float(t0) if t0 else None},
@@ -92,6 +129,8 @@ class RunRecord:
     def finish(self, status: str, message: str | None = None, **fields) -> None:
         """Final status of a run that ended normally (rank 0)."""
         self.update(status=status, message=message, finished_at=time.time(), **fields)
+        if self.rank == 0 and self.run_dir:
+            release_space(self.run_dir)
         self.close()
 
     def fail(self, kind: str, message: str) -> None:
@@ -106,19 +145,55 @@ class RunRecord:
     def _record_failure(self, kind: str, message: str) -> None:
         if not self.run_dir:
             return
-        try:
-            if load_manifest(self.run_dir).status in FINAL_STATUSES:
-                return  # the first failure wins: later ones (peers stopped by torchrun) are its echoes
-            writer = self.events if self.rank == 0 else EventWriter(self.run_dir)
-            writer.emit("error", kind=kind, message=message, rank=self.rank)
-            update_run_json(self.run_dir, status=kind, message=f"rank {self.rank}: {message}",
-                            finished_at=time.time())
-        except OSError as e:  # a full or vanished disk must not hide the original failure
-            print(f"[rank {self.rank}] could not record the failure in {self.run_dir}: {e}", file=sys.stderr)
+        for attempt in (1, 2):
+            try:
+                if load_manifest(self.run_dir).status in FINAL_STATUSES:
+                    return  # the first failure wins: later ones (peers stopped by torchrun) are its echoes
+                writer = self.events if self.rank == 0 else EventWriter(self.run_dir)
+                writer.emit("error", kind=kind, message=message, rank=self.rank)
+                update_run_json(self.run_dir, status=kind, message=f"rank {self.rank}: {message}",
+                                finished_at=time.time())
+                release_space(self.run_dir)
+                return
+            except OSError as e:  # a full disk gets the space held back at start, once
+                if attempt == 1 and e.errno == errno.ENOSPC and release_space(self.run_dir):
+                    continue
+                say(f"[rank {self.rank}] could not record the failure: {run_dir_error(self.run_dir, e)}")
+                return
+
+    def cancel_on_signals(self) -> None:
+        """Take SIGTERM/SIGINT/SIGHUP in a thread of their own: the run is recorded `cancelled`, naming
+        the signal, then the process ends (install_signal_thread)."""
+        def on_signal(signum: int) -> None:
+            name = signal.Signals(signum).name
+            self.fail("cancelled", f"received {name} (signal {signum})")
+            say(f"[rank {self.rank}] received {name}: cancelling")
+
+        install_signal_thread(on_signal)
+
+    def die(self, exc: BaseException, device_batch_size: int | None = None) -> NoReturn:
+        """End the process for an exception: the status first, then one line (a traceback only for a bug),
+        then os._exit, without destroy_process_group (peers may sit in a collective that never completes),
+        so torchrun stops the others at once."""
+        failure = classify_failure(exc, device_batch_size)
+        status, message = failure.status, failure.message
+        if status == "nccl_timeout":
+            culprit = waited_for(self.run_dir)
+            if culprit:
+                status, message = "hung", f"{culprit[0]}; the others timed out waiting for it ({message})"
+        self.fail(status, message)
+        say(f"[rank {self.rank}] error ({status}): {message}")
+        if failure.bug:
+            say(traceback.format_exc().rstrip())
+        flush_streams()
+        os._exit(1)
 
     def close(self) -> None:
         if not self.closed:
-            self.events.close()
+            try:
+                self.events.close()
+            except OSError:
+                pass
             self.closed = True
 
 
@@ -127,8 +202,25 @@ class RunRecord:
 ALLOC_FAILED = re.compile(r"can't allocate memory|CUDA error: out of memory|std::bad_alloc")
 
 
-def classify_failure(exc: BaseException, device_batch_size: int | None = None) -> tuple[str, str]:
-    """(status, one-line message) for an exception that ended the run."""
+class Failure(NamedTuple):
+    status: str
+    message: str  # one line
+    bug: bool = False  # an unexpected exception: its traceback is kept
+
+
+# A peer that died or left: the echo of another rank's failure, which torchrun (bench/launch/elastic.py)
+# or that rank itself records as the cause.
+PEER_LOST = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote process exited|ncclRemoteError|"
+                       r"failed to recv, got 0 bytes|NCCL communicator was aborted")
+TIMED_OUT = re.compile(r"timed out|timeout caused|Watchdog caught collective operation timeout", re.IGNORECASE)
+
+
+def first_line(exc: BaseException, default: str) -> str:
+    return (str(exc).strip().splitlines() or [default])[0]
+
+
+def classify_failure(exc: BaseException, device_batch_size: int | None = None) -> Failure:
+    """The status and one-line message of an exception that ended the run."""
     import torch
 
     if isinstance(exc, torch.OutOfMemoryError):
@@ -136,31 +228,31 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         if device_batch_size and device_batch_size > 1:
             hint = (f"; try --device_batch_size={device_batch_size // 2} (gradient accumulation keeps "
                     f"--total_batch_size the same)")
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
-        first = first.split(" If reserved but unallocated")[0]  # drop torch's generic allocator advice
-        return "oom", f"out of memory at --device_batch_size={device_batch_size}: {first}{hint}"
+        first = first_line(exc, "out of memory").split(" If reserved but unallocated")[0]  # drop torch's advice
+        return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: {first}{hint}")
     if isinstance(exc, MemoryError) or ALLOC_FAILED.search(str(exc)):  # outside torch's CUDA caching allocator
-        first = (str(exc).strip().splitlines() or ["out of memory"])[0]
-        return "oom", f"out of memory at --device_batch_size={device_batch_size}: {first}"
+        return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: "
+                              f"{first_line(exc, 'out of memory')}")
     if isinstance(exc, DataError):
-        return "no_data", str(exc)
+        return Failure("no_data", str(exc))
     if isinstance(exc, KeyboardInterrupt):
-        return "cancelled", "interrupted"
-    text = str(exc)
-    dist_error = getattr(torch.distributed, "DistBackendError", ())
-    if isinstance(exc, dist_error) or "Watchdog caught collective operation timeout" in text:
-        if "timeout" in text.lower() or "timed out" in text.lower():
-            return "nccl_timeout", text.strip().splitlines()[0] if text.strip() else "collective timeout"
+        return Failure("cancelled", "interrupted")
     if isinstance(exc, BenchError):
-        return "failed", text
-    return "failed", f"{type(exc).__name__}: {text}".strip()
+        return Failure("failed", str(exc))
+    text = str(exc)
+    if isinstance(exc, RuntimeError):  # gloo's, NCCL's and the store's errors (torch's DistError kinds)
+        if TIMED_OUT.search(text):
+            return Failure("nccl_timeout", f"a collective timed out: {first_line(exc, 'timeout')}")
+        if PEER_LOST.search(text):
+            return Failure("failed", f"lost contact with another rank: {first_line(exc, 'peer lost')}")
+    return Failure("failed", f"{type(exc).__name__}: {text}".strip(), bug=True)
 
 
 def install_signal_thread(on_signal: Callable[[int], None]) -> None:
-    """Block SIGTERM/SIGINT in this (main) thread and the threads it starts later, and handle them in
-    one thread that waits for them: it runs `on_signal(signum)` and ends the process with 128+signum.
+    """Block SIGNALS in this (main) thread and the threads it starts later, and handle them in one thread
+    that waits for them: it runs `on_signal(signum)` and ends the process with 128+signum.
     Call it first thing in the process, before libraries start threads of their own."""
-    signals = {signal.SIGTERM, signal.SIGINT}
+    signals = set(SIGNALS)
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
 
     def wait_for_signal():
@@ -168,10 +260,9 @@ def install_signal_thread(on_signal: Callable[[int], None]) -> None:
         try:
             on_signal(signum)
         except BaseException:  # noqa: BLE001 - nothing may keep the process from ending
-            traceback.print_exc()
+            say(traceback.format_exc().rstrip())
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush_streams()
             os._exit(128 + signum)
 
     threading.Thread(target=wait_for_signal, name="signal-wait", daemon=True).start()
@@ -199,6 +290,6 @@ def runtime_start_time() -> float | None:
             parent = f.read()
     except OSError:
         parent = b""
-    torchrun = b"torch.distributed.run" in parent or b"torchrun" in parent
+    torchrun = any(name in parent for name in (b"bench.launch.elastic", b"torch.distributed.run", b"torchrun"))
     return process_start_time(os.getppid() if torchrun else "self")
 

@@ -19,7 +19,6 @@ import socket
 import statistics
 import sys
 import time
-import traceback
 from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -34,14 +33,13 @@ from bench.nanochat.attention import (check_forced_attention, force_flash_attent
                                       restrict_sdpa_backends)
 from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
 from bench.nanochat.common import get_base_dir, get_dist_info, print0
-from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
+from bench.nanochat.compute import Watchdog, autodetect_device_type, compute_cleanup, compute_init, topology
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.runrecord import (RunRecord, classify_failure, install_signal_thread, process_start_time,
-                                      runtime_start_time)
+from bench.nanochat.runrecord import RunRecord, process_start_time, runtime_start_time, say
 from bench.nanochat import preflight, steptimer
 from bench.nanochat.steptimer import NullTimer, StepTimer
 
@@ -217,48 +215,51 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     steptimer.use(timer)
     steady_splits: list[dict] = []
     stopped_early = False
+    watchdog = Watchdog(config.watchdog_s, ddp)
     while True:
         stopped_early = step < num_iterations and out_of_time()
         last_step = step == num_iterations or stopped_early
 
-        # validation bpb (-1 disables it, final evaluation included)
-        if config.eval_every > 0 and token_bytes is not None and not stopped_early and \
-                (last_step or step % config.eval_every == 0):
-            print0(f"Validation: {max(1, config.eval_tokens // world_tokens_per_fwdbwd)} pass(es) over "
-                   f"{config.eval_tokens:,} tokens")
-            model.eval()
-            eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
-            with autocast_ctx:
-                val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
-            print0(format_val_line(step, val_bpb))
-            record.emit("val", step=step, val_bpb=val_bpb)
-            min_val_bpb = min(min_val_bpb, val_bpb)
-            model.train()
-
-        # greedy samples from a few fixed prompts (rank 0, uncompiled model; every rank under fsdp)
-        sampler = master_process or strategy.fsdp  # a sharded model computes on every rank
-        if sampler and tokenizer is not None and config.sample_every > 0 and not stopped_early and \
-                (last_step or (step > 0 and step % config.sample_every == 0)):
-            orig_model.eval()
-            for prompt in SAMPLE_PROMPTS:
-                tokens = tokenizer.encode(prompt, prepend=tokenizer.get_bos_token_id())
+        # one rank may keep the others waiting here (samples, checkpoints): the backend's own timeout
+        with watchdog.relaxed():
+            # validation bpb (-1 disables it, final evaluation included)
+            if config.eval_every > 0 and token_bytes is not None and not stopped_early and \
+                    (last_step or step % config.eval_every == 0):
+                print0(f"Validation: {max(1, config.eval_tokens // world_tokens_per_fwdbwd)} pass(es) over "
+                       f"{config.eval_tokens:,} tokens")
+                model.eval()
+                eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
                 with autocast_ctx:
-                    sample = orig_model.generate_greedy(tokens, max_tokens=16)
-                print0(prompt + tokenizer.decode(sample))
-            orig_model.train()
+                    val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
+                print0(format_val_line(step, val_bpb))
+                record.emit("val", step=step, val_bpb=val_bpb)
+                min_val_bpb = min(min_val_bpb, val_bpb)
+                model.train()
 
-        # checkpoint: every save_every steps and at the end when asked, and always when stopped by the deadline
-        # (never the step resumed from; FSDP-sharded models are not saved yet, see TrainConfig.validate)
-        asked = config.save_every > 0 and step > 0 and (last_step or step % config.save_every == 0)
-        if (asked or (stopped_early and not strategy.fsdp)) and step != resume_step:
-            meta = {"step": step, "val_bpb": val_bpb, "model_config": asdict(model_config),
-                    "user_config": asdict(config), "device_batch_size": B, "max_seq_len": T,
-                    "world_size": ddp_world_size, "dataloader_state_dict": dict(train_state),
-                    "loop_state": {"min_val_bpb": min_val_bpb, "smooth_train_loss": smooth_train_loss,
-                                   "total_training_time": total_training_time}}
-            save_checkpoint(checkpoint_dir, step, orig_model.state_dict(),
-                            [opt.state_dict() for opt in optimizers], meta, rank=ddp_rank)
-            print0(f"Saved checkpoint of step {step} to {checkpoint_dir}")
+            # greedy samples from a few fixed prompts (rank 0, uncompiled model; every rank under fsdp)
+            sampler = master_process or strategy.fsdp  # a sharded model computes on every rank
+            if sampler and tokenizer is not None and config.sample_every > 0 and not stopped_early and \
+                    (last_step or (step > 0 and step % config.sample_every == 0)):
+                orig_model.eval()
+                for prompt in SAMPLE_PROMPTS:
+                    tokens = tokenizer.encode(prompt, prepend=tokenizer.get_bos_token_id())
+                    with autocast_ctx:
+                        sample = orig_model.generate_greedy(tokens, max_tokens=16)
+                    print0(prompt + tokenizer.decode(sample))
+                orig_model.train()
+
+            # checkpoint: every save_every steps and at the end when asked, and always when stopped by the deadline
+            # (never the step resumed from; FSDP-sharded models are not saved yet, see TrainConfig.validate)
+            asked = config.save_every > 0 and step > 0 and (last_step or step % config.save_every == 0)
+            if (asked or (stopped_early and not strategy.fsdp)) and step != resume_step:
+                meta = {"step": step, "val_bpb": val_bpb, "model_config": asdict(model_config),
+                        "user_config": asdict(config), "device_batch_size": B, "max_seq_len": T,
+                        "world_size": ddp_world_size, "dataloader_state_dict": dict(train_state),
+                        "loop_state": {"min_val_bpb": min_val_bpb, "smooth_train_loss": smooth_train_loss,
+                                       "total_training_time": total_training_time}}
+                save_checkpoint(checkpoint_dir, step, orig_model.state_dict(),
+                                [opt.state_dict() for opt in optimizers], meta, rank=ddp_rank)
+                print0(f"Saved checkpoint of step {step} to {checkpoint_dir}")
 
         if last_step:
             break
@@ -306,6 +307,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             total_training_time += dt
         print0(format_step_line(step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec,
                                 mfu if mfu is not None else 0.0, total_training_time, grad_norm))
+        if not first_step_done or step == WARMUP_STEPS:
+            watchdog.arm(dt)  # from the first step's time (compilation included), then a steady step's
         if not first_step_done:
             record.emit("first_step")
             first_step_done = True
@@ -372,40 +375,30 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: records the run's status however it ends; a failing rank ends its process at once
     (torchrun then stops the others) instead of leaving them to wait for a collective timeout."""
     _, rank, _, _ = get_dist_info()
-    record = RunRecord(rank)
-    record.emit("start", t=process_start_time())
-    record.emit("runtime_start", t=runtime_start_time())
-    record.emit("imports_done")
-    if record.run_dir and os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
-        # each rank's NCCL lines into the run directory, where rank 0 reads the path its network took
-        Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
-        os.environ["NCCL_DEBUG_FILE"] = str(Path(record.run_dir, "nccl", f"rank{rank}.log"))
-    config = None
-
-    def on_signal(signum: int) -> None:
-        print(f"[rank {rank}] received signal {signum}: cancelling", file=sys.stderr, flush=True)
-        record.fail("cancelled", f"received signal {signum}")
-
-    install_signal_thread(on_signal)
-
     try:
+        record = RunRecord(rank)
+    except BenchError as e:  # the run directory cannot be written: nothing to record into
+        say(f"[rank {rank}] error (failed): {e}")
+        return 1
+    record.cancel_on_signals()  # before any thread starts (the heartbeat's starts with the first event)
+    config = None
+    try:
+        record.emit("start", t=process_start_time())
+        record.emit("runtime_start", t=runtime_start_time())
+        record.emit("imports_done")
+        if record.run_dir and os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
+            # each rank's NCCL lines into the run directory, where rank 0 reads the path its network took
+            Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
+            os.environ["NCCL_DEBUG_FILE"] = str(Path(record.run_dir, "nccl", f"rank{rank}.log"))
         config = parse_args(sys.argv[1:] if argv is None else argv)
         summary, status, message = train(config, record)
+        record.finish(status, message, result=summary)
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status, then the process ends
         if isinstance(e, SystemExit) and config is None and not e.code:
             return 0  # --help
-        kind, message = classify_failure(e, config.device_batch_size if config else None)
-        print(f"[rank {rank}] error ({kind}): {message}", file=sys.stderr, flush=True)
-        if kind == "failed" and not isinstance(e, BenchError):
-            traceback.print_exc()  # a bug, not a user mistake: keep the traceback
-        record.fail(kind, message)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)  # no destroy_process_group: peers may sit in a collective that never completes
-    record.finish(status, message, result=summary)
+        record.die(e, config.device_batch_size if config else None)
     compute_cleanup()
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,8 +3,7 @@
 A case stages its fault against real processes (tests/faults/harness.py) and returns an Outcome; its
 Expect says what a run that fails well looks like: every process gone within the bound, the status and
 message in run.json, metrics.jsonl readable, the run listed by `collect` and `report`, no traceback.
-`pending` names the fix a case still waits for: the test marks it xfail(strict=True), so the mark must go
-when the fix lands. tests/faults/test_faults.py runs them; benchmarks/fault_table.py prints their table.
+tests/faults/test_faults.py runs them; benchmarks/fault_table.py prints their table.
 """
 
 import os
@@ -31,45 +30,6 @@ SIGNAL_CANCEL = {signal.SIGTERM: r"SIGTERM|signal 15", signal.SIGINT: r"SIGINT|s
                  signal.SIGHUP: r"SIGHUP|signal 1\b|hang"}
 
 
-# The fixes cases wait for (the xfail reasons); a case whose fixes have all landed passes, and its mark goes.
-TORCHRUN_TRACEBACK = ("bench/launch/local.py run_local and slurm/_run.sh.j2: torchrun prints its own traceback "
-                      "(ChildFailedError, SignalException) into the output and train.log when a worker fails or a "
-                      "signal arrives; run it so that this ends as one line")
-PEER_DEATH = ("bench/nanochat/runrecord.py classify_failure + train.py main: a survivor that sees a peer die "
-              "(gloo 'Connection closed by peer', then torchrun's SIGTERM) must record `failed` naming the rank "
-              "that died (torchrun knows it: exit code -9 of local_rank N), not its own raw gloo RuntimeError "
-              "with a traceback")
-PENDING = {
-    "peer_death": f"{PEER_DEATH}; {TORCHRUN_TRACEBACK}",
-    "watchdog": ("trainer watchdog (--watchdog_s in config.py; train.py/runrecord.py): collective timeout set "
-                 "from it (gloo/NCCL), a rank that stops ends the run as `nccl_timeout`/`hung` naming rank and "
-                 "host; today the others wait for gloo's 30-minute default"),
-    "wrapper_term": ("bench/launch/local.py run_local: SIGTERM to the wrapper kills it (default action) while "
-                     "torchrun's ranks die of the broken pipe; forward SIGTERM to torchrun and record `cancelled` "
-                     "when the trainer could not (run.json stays `running`)"),
-    "torchrun_signal": TORCHRUN_TRACEBACK,
-    "hangup": ("bench/launch/local.py run_local: SIGHUP (terminal closed) forwarded like SIGTERM; train.py main: "
-               "the error path must record before it prints and survive a closed stdout/stderr (run.json stays "
-               "`running`)"),
-    "data_traceback": TORCHRUN_TRACEBACK,
-    "run_dir_at_start": ("bench/launch/local.py run_local (or commands/workload.py cmd_train): create and write the "
-                         "run directory before launch; an OSError becomes one `error:` line naming the path "
-                         "(today a raw PermissionError/FileExistsError/OSError traceback)"),
-    "run_dir_read_only": ("bench/launch/local.py run_local: a train.log write that fails kills the wrapper with a "
-                          "traceback; runrecord.py: a run directory that turned read-only ends the run with one "
-                          "line naming it (today OSError tracebacks, ranks die of the broken pipe)"),
-    "run_dir_full": ("bench/nanochat/runrecord.py: a last-gasp status that needs no new space (reserved at start), "
-                     "so a full disk still ends run.json as `failed` 'disk full' (today `running` for ever); "
-                     f"{TORCHRUN_TRACEBACK}"),
-    "checkpoint_full": ("bench/nanochat/checkpoint.py save_checkpoint + runrecord.py classify_failure: torch.save on "
-                        "a full disk raises RuntimeError '[enforce fail at inline_container.cc]'; end as `failed` "
-                        f"'checkpoint write failed: disk full at <path>'; {TORCHRUN_TRACEBACK}"),
-    "node_lost": ("slurm/sbatch.sh.j2 + jobrecord.py: Slurm requeues the job after a node failure (into the same "
-                  "run directory) and the ranks record `cancelled` 'received signal 15'; render --no-requeue (or a "
-                  "fresh attempt directory) and record `failed` naming the lost node"),
-}
-
-
 @dataclass
 class Ctx:
     work: Path  # a fresh directory for this case
@@ -84,7 +44,6 @@ class Case:
     title: str  # the fault, as the table names it
     run: Callable[[Ctx], Outcome]
     expect: Expect
-    pending: str | None = None  # the fix this case waits for (xfail until it lands)
     slurm: bool = False
 
     def cap(self, ctx: Ctx) -> float:
@@ -94,9 +53,9 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(title: str, expect: Expect, pending: str | None = None, slurm: bool = False):
+def case(title: str, expect: Expect, slurm: bool = False):
     def register(fn):
-        CASES.append(Case(fn.__name__, title, fn, expect, pending, slurm))
+        CASES.append(Case(fn.__name__, title, fn, expect, slurm))
         return fn
     return register
 
@@ -154,12 +113,12 @@ DISK_FULL_AT_CHECKPOINTS = r"(No space left|disk full).*base_checkpoints|base_ch
 DIED = r"rank {r}.*(SIGKILL|signal 9|killed|died|exit)|(SIGKILL|signal 9|killed|died|exit).*rank {r}"
 
 
-@case("kill -9 rank 0", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=0)), PENDING["peer_death"])
+@case("kill -9 rank 0", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=0)))
 def kill9_rank0(ctx):
     return train_fault(ctx, "kill9_rank0", _signal_rank(0, signal.SIGKILL), [*TINY, FOREVER])
 
 
-@case("kill -9 rank 1", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=1)), PENDING["peer_death"])
+@case("kill -9 rank 1", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=1)))
 def kill9_rank1(ctx):
     return train_fault(ctx, "kill9_rank1", _signal_rank(1, signal.SIGKILL), [*TINY, FOREVER])
 
@@ -173,13 +132,13 @@ def _watchdog_args() -> list[str]:
 
 
 @case(f"SIGSTOP rank 1 (hung rank; --watchdog_s={WATCHDOG_S} once it exists)",
-      Expect(WATCHDOG_S + LOCAL_BOUND_S, ("nccl_timeout", "hung"), r"rank 1"), PENDING["watchdog"])
+      Expect(WATCHDOG_S + LOCAL_BOUND_S, ("nccl_timeout", "hung"), r"rank 1"))
 def sigstop_rank1(ctx):
     return train_fault(ctx, "sigstop_rank1", _signal_rank(1, signal.SIGSTOP), [*TINY, FOREVER, *_watchdog_args()])
 
 
 @case("SIGTERM to the `nanochat-bench train` wrapper",
-      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGTERM]), PENDING["wrapper_term"])
+      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGTERM]))
 def sigterm_wrapper(ctx):
     return train_fault(ctx, "sigterm_wrapper", _signal_wrapper(signal.SIGTERM), [*TINY, FOREVER])
 
@@ -190,14 +149,12 @@ def sigint_wrapper(ctx):
     return train_fault(ctx, "sigint_wrapper", _signal_wrapper(signal.SIGINT), [*TINY, FOREVER])
 
 
-@case("SIGTERM to torchrun", Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGTERM]),
-      PENDING["torchrun_signal"])
+@case("SIGTERM to torchrun", Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGTERM]))
 def sigterm_torchrun(ctx):
     return train_fault(ctx, "sigterm_torchrun", _signal_torchrun(signal.SIGTERM), [*TINY, FOREVER])
 
 
-@case("SIGINT to torchrun", Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGINT]),
-      PENDING["torchrun_signal"])
+@case("SIGINT to torchrun", Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGINT]))
 def sigint_torchrun(ctx):
     return train_fault(ctx, "sigint_torchrun", _signal_torchrun(signal.SIGINT), [*TINY, FOREVER])
 
@@ -209,13 +166,12 @@ def _hang_up(cmd: Command) -> None:
 
 
 @case("terminal closed: SIGHUP to the process group, stdout/stderr gone",
-      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGHUP]), PENDING["hangup"])
+      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGHUP]))
 def sighup_terminal(ctx):
     return train_fault(ctx, "sighup_terminal", _hang_up, [*TINY, FOREVER], tty=True)
 
 
-@case("kill -9 rank 1 mid-accumulation (8 micro-steps)", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=1)),
-      PENDING["peer_death"])
+@case("kill -9 rank 1 mid-accumulation (8 micro-steps)", Expect(LOCAL_BOUND_S, ("failed",), DIED.format(r=1)))
 def kill9_mid_accumulation(ctx):
     args = [a for a in TINY if not a.startswith("--total_batch_size")] + ["--total_batch_size=1024", FOREVER]
     return train_fault(ctx, "kill9_mid_accumulation", _signal_rank(1, signal.SIGKILL), args, steps=2)
@@ -260,8 +216,7 @@ def _val_message(o: Outcome) -> list[str]:
 
 
 @case("validation shard with an empty row group, 4 ranks",
-      Expect(START_BOUND_S + 30, ("no_data",), r"NANOCHAT_VAL_FILES_K=2", extra=_val_message),
-      PENDING["data_traceback"])
+      Expect(START_BOUND_S + 30, ("no_data",), r"NANOCHAT_VAL_FILES_K=2", extra=_val_message))
 def empty_val_row_group(ctx):
     base = base_with_shards(ctx, {"shard_00000.parquet": None, "shard_00001.parquet": None,
                                   "shard_00002.parquet": _val_with_empty_row_group})
@@ -275,8 +230,7 @@ def _no_text_column(path: Path) -> None:
 
 
 @case("a shard without a `text` column",
-      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*text|text.*shard_00000\.parquet"),
-      PENDING["data_traceback"])
+      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*text|text.*shard_00000\.parquet"))
 def shard_without_text(ctx):
     base = base_with_shards(ctx, {"shard_00000.parquet": _no_text_column, "shard_00001.parquet": None,
                                   "shard_00002.parquet": None})
@@ -292,7 +246,7 @@ def corrupt_row_group(path: Path, row_group: int) -> None:
 
 
 @case("a corrupt page mid-file (parquet row group 3 of 16)",
-      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*row group 3"), PENDING["data_traceback"])
+      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet.*row group 3"))
 def corrupt_page(ctx):
     def write(path: Path) -> None:
         shutil.copy(ctx.base_dir / "base_data" / path.name, path)
@@ -303,7 +257,7 @@ def corrupt_page(ctx):
     return train_fault(ctx, "corrupt_page", None, [*TINY, FOREVER], base_dir=base)
 
 
-@case("a truncated shard", Expect(START_BOUND_S, ("no_data",), r"shard_00001\.parquet"), PENDING["data_traceback"])
+@case("a truncated shard", Expect(START_BOUND_S, ("no_data",), r"shard_00001\.parquet"))
 def truncated_shard(ctx):
     def write(path: Path) -> None:
         data = (ctx.base_dir / "base_data" / path.name).read_bytes()
@@ -368,21 +322,20 @@ def sweep_name_dotdot(ctx):
 
 
 @case("run directory on a read-only filesystem at start",
-      Expect(START_BOUND_S, refused=True, message=r"ro/run"), PENDING["run_dir_at_start"])
+      Expect(START_BOUND_S, refused=True, message=r"ro/run"))
 def run_dir_read_only(ctx):
     with tmpfs(ctx.work / "ro", "1m", read_only=True):
         return train_fault(ctx, "run_dir_read_only", None, [*TINY, FOREVER], run_dir=ctx.work / "ro" / "run")
 
 
-@case("run directory is a file", Expect(START_BOUND_S, refused=True, message=r"afile"), PENDING["run_dir_at_start"])
+@case("run directory is a file", Expect(START_BOUND_S, refused=True, message=r"afile"))
 def run_dir_is_file(ctx):
     (ctx.work / "afile").write_text("not a directory\n")
     return train_fault(ctx, "run_dir_is_file", None, [*TINY, FOREVER], run_dir=ctx.work / "afile")
 
 
 @case("run directory on a full disk at start (tmpfs, filled)",
-      Expect(START_BOUND_S, refused=True, message=r"full/run.*(space|full)|(space|full).*full/run"),
-      PENDING["run_dir_at_start"])
+      Expect(START_BOUND_S, refused=True, message=r"full/run.*(space|full)|(space|full).*full/run"))
 def run_dir_full_at_start(ctx):
     with tmpfs(ctx.work / "full", "64k") as mnt:
         fill(mnt)
@@ -397,7 +350,7 @@ def _names_run_dir(o: Outcome) -> list[str]:
 
 
 @case("run directory turns read-only mid-run (ext4 remounted ro)",
-      Expect(LOCAL_BOUND_S, extra=_names_run_dir), PENDING["run_dir_read_only"])
+      Expect(LOCAL_BOUND_S, extra=_names_run_dir))
 def run_dir_read_only_mid_run(ctx):
     with ext4_image(ctx.work / "ext4") as make_read_only:
         return train_fault(ctx, "run_dir_read_only_mid_run", lambda cmd: make_read_only(), [*TINY, FOREVER],
@@ -405,7 +358,7 @@ def run_dir_read_only_mid_run(ctx):
 
 
 @case("run directory fills up mid-run (tmpfs, filled)",
-      Expect(LOCAL_BOUND_S, ("failed",), r"No space left|disk full|full"), PENDING["run_dir_full"])
+      Expect(LOCAL_BOUND_S, ("failed",), r"No space left|disk full|full"))
 def run_dir_full_mid_run(ctx):
     with tmpfs(ctx.work / "full", "2m") as mnt:
         return train_fault(ctx, "run_dir_full_mid_run", lambda cmd: fill(mnt / "run"), [*TINY, FOREVER],
@@ -413,15 +366,15 @@ def run_dir_full_mid_run(ctx):
 
 
 @case("checkpoint on a full disk (base_checkpoints on a 256 KiB tmpfs)",
-      Expect(START_BOUND_S, ("failed",), DISK_FULL_AT_CHECKPOINTS),
-      PENDING["checkpoint_full"])
+      Expect(START_BOUND_S, ("failed",), DISK_FULL_AT_CHECKPOINTS))
 def checkpoint_disk_full(ctx):
     base = ctx.work / "base"
     base.mkdir(parents=True)
     for sub in ("tokenizer", "base_data"):
         os.symlink(ctx.base_dir / sub, base / sub)
     with tmpfs(base / "base_checkpoints", "256k"):
-        return train_fault(ctx, "checkpoint_disk_full", None, [*TINY, "--num_iterations=3"], base_dir=base)
+        return train_fault(ctx, "checkpoint_disk_full", None, [*TINY, "--num_iterations=3", "--save_every=3"],
+                           base_dir=base)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -579,8 +532,8 @@ def edf_regenerate_newline(ctx):
 # -------------------------------------------------------------------------------------------------
 # Slurm: a 2-node job on the test cluster (2 nodes x 2 CPU ranks)
 
-SLURM_TINY = ["--gpus-per-node=2", "--depth=1", "--max_seq_len=32", "--device_batch_size=2",
-              "--total_batch_size=256", FOREVER, "--eval_every=-1", "--device_type=cpu"]
+SLURM_TINY = ["--gpus-per-node=2", "--depth=1", "--max_seq_len=32", "--device_batch_size=2", FOREVER,
+              "--eval_every=-1", "--device_type=cpu"]  # weak scaling: 2 x 32 tokens x 4 ranks a step
 
 
 def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None]) -> Outcome:
@@ -634,7 +587,7 @@ def slurm_scancel(ctx):
 
 
 @case("slurmd of the second node killed mid-job (kill -9)",
-      Expect(60, ("failed",), r"n2|node", extra=_job_ended), PENDING["node_lost"], slurm=True)
+      Expect(60, ("failed",), r"n2|node", extra=_job_ended), slurm=True)
 def slurm_node_lost(ctx):
     try:
         return slurm_fault(ctx, "slurm_node_lost", lambda job: ctx.cluster.kill_slurmd("n2"))

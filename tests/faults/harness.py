@@ -165,13 +165,15 @@ class Tracker:
         return killed
 
 
+TORCHRUN = ("bench.launch.elastic", "torch.distributed.run")  # our torchrun entry, or torch's own
+
+
 def is_rank(rank: int) -> Callable[[Member], bool]:
-    return lambda m: "bench.nanochat.train" in m.cmdline and "torch.distributed.run" not in m.cmdline \
-        and m.env.get("RANK") == str(rank)
+    return lambda m: "bench.nanochat.train" in m.cmdline and not is_torchrun(m) and m.env.get("RANK") == str(rank)
 
 
 def is_torchrun(m: Member) -> bool:
-    return "torch.distributed.run" in m.cmdline
+    return any(name in m.cmdline for name in TORCHRUN)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -216,16 +218,17 @@ def listed_by_analysis(run_dir: Path, work: Path) -> tuple[str | None, str | Non
     from bench.analysis.report import write_report
 
     table = collect([Path(run_dir).parent], work / "table").table
-    rows = table[table["source"] == str(Path(run_dir).resolve())]
+    rows = table[table["run_id"] == Path(run_dir).name]
     if rows.empty:
         return None, None, False
     row = rows.iloc[0]
     write_report(table, work / "report")
     md = (work / "report" / "report.md").read_text()
-    line = next((ln for ln in md.splitlines() if f"| {row['run_id']} |" in ln), "")
+    cell = lambda text: re.compile(rf"\|\s*{re.escape(str(text))}\s*\|")  # noqa: E731 - a padded table cell
     status, message = row["status"], row["message"]
+    listed = any(cell(row["run_id"]).search(ln) and cell(status).search(ln) for ln in md.splitlines())
     return (None if status is None else str(status), None if message is None or message != message else str(message),
-            bool(line) and f"| {status} |" in line)
+            listed)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -348,7 +351,7 @@ class Command:
             self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave,
                                          start_new_session=True)
             os.close(slave)
-            self._reader = threading.Thread(target=self._copy_tty, daemon=True)
+            self._reader = threading.Thread(target=self._copy_tty, args=(master,), daemon=True)
             self._reader.start()
         else:
             with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
@@ -357,11 +360,11 @@ class Command:
         self.tracker.members[self.proc.pid] = Member(self.proc.pid, (_stat(self.proc.pid) or ("", 0, -1))[2],
                                                      " ".join(argv), env)
 
-    def _copy_tty(self) -> None:
+    def _copy_tty(self, master: int) -> None:  # the fd, not self._master: hang_up may clear that meanwhile
         with open(self.stderr_path, "wb") as f:
             while True:
                 try:
-                    chunk = os.read(self._master, 65536)
+                    chunk = os.read(master, 65536)
                 except OSError:
                     return
                 if not chunk:
@@ -425,7 +428,7 @@ def cli(*args: str) -> list[str]:
 
 
 def wrapper_argv(run_dir: Path, train_args: list[str], nproc: int = 2) -> list[str]:
-    return cli("train", "--nproc", str(nproc), "--run_dir", str(run_dir), "--", *train_args)
+    return cli("train", "--nproc", str(nproc), "--run-dir", str(run_dir), "--", *train_args)
 
 
 def run_env(base_dir: Path, **extra: str) -> dict:

@@ -38,6 +38,10 @@ bench_python=/opt/nanochat-bench/venv/bin/python
 command -v "$bench_python" >/dev/null || bench_python=python3
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/.lib/jobrecord.py "$@"; }
 job_rc=0
+# scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
+# Slurm's KillWait): the running step ends, its outcome is recorded, and no further run starts
+stopping=""
+trap 'stopping=1' TERM
 
 
 # == run n2-ce-r1: ce on 2 node(s) x 4 rank(s), 30 min ==========
@@ -59,9 +63,10 @@ run_deadline=$(( $(date +%s) + 1620 ))
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 rc=0
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml \
-    python -m torch.distributed.run --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" \
+    python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
+if [ -n "$stopping" ]; then exit 143; fi
 
 echo "training ended with status $job_rc; run.json in each run directory says how"

@@ -42,7 +42,7 @@ def test_secrets_in_the_environment_reach_no_file(tiny_base_dir, tmp_path, monke
     monkeypatch.chdir(tmp_path)
 
     run_dir = tmp_path / "runs" / "local" / "with-secrets"
-    assert cli.main(["train", "--nproc", "2", "--run_dir", str(run_dir), "--", *TINY]) == 0
+    assert cli.main(["train", "--nproc", "2", "--run-dir", str(run_dir), "--", *TINY]) == 0
     assert (run_dir / "run.json").is_file() and (run_dir / "train.log").is_file()
     assert cli.main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
     assert cli.main(["report", str(tmp_path / "table"), "--out", str(tmp_path / "report")]) == 0

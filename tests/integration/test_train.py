@@ -82,18 +82,21 @@ def test_metrics_events_follow_the_schema(finished_run):
     _, run_dir = finished_run
     events = events_of(run_dir)
     names = [e["event"] for e in events]
-    assert names[:3] == ["start", "dist_init", "model_ready"]
+    assert names[:4] == ["start", "runtime_start", "imports_done", "dist_init"]  # the start-up phases, in order
+    assert names.index("model_ready") < names.index("first_step")
     assert names[-1] == "end"
     assert names.count("first_step") == 1 and names.count("step") == STEPS
     assert names.count("val") == 3  # steps 0, 12 and the final one
     for e in events:
         assert e["event"] in EVENTS and isinstance(e["t"], float)
         assert all(k in e for k in EVENTS[e["event"]])
-    assert [e["t"] for e in events] == sorted(e["t"] for e in events)
+    runtime_start, start = events[1]["t"], events[0]["t"]  # back-dated: when torchrun's agent and this process began
+    assert runtime_start <= start <= events[2]["t"]
+    assert [e["t"] for e in events[2:]] == sorted(e["t"] for e in events[2:])
     steps = [e for e in events if e["event"] == "step"]
     assert [e["step"] for e in steps] == list(range(STEPS))
     assert all(e["mfu"] is None for e in steps)
-    assert next(e for e in events if e["event"] == "dist_init") == {**events[1], "world_size": W, "backend": "gloo"}
+    assert {k: events[3][k] for k in ("world_size", "backend")} == {"world_size": W, "backend": "gloo"}
     assert next(e for e in events if e["event"] == "model_ready")["num_params"] > 0
 
 

@@ -110,3 +110,14 @@ def generate_sweep(root: Path, spec: SweepSpec | None = None) -> list[Path]:
                 dirs.append(write_run(root / spec.sweep_id / run_id, manifest, events))
                 t0 += 600
     return dirs
+
+
+def write_heartbeat(run_dir: Path, rank: int, t: float, step: int | None, event: str = "step",
+                    event_t: float | None = None, host: str = "nid1") -> None:
+    """One rank's heartbeat file as bench/nanochat/heartbeat.py writes it (pid 100 + rank)."""
+    from bench.nanochat.heartbeat import DIR
+
+    path = Path(run_dir) / DIR / f"rank{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rank": rank, "host": host, "pid": 100 + rank, "t": t, "event": event,
+                                "step": step, "event_t": event_t or t}))

@@ -31,12 +31,11 @@ if __package__ in (None, ""):  # run by path: make `bench` importable from besid
     _spec.loader.exec_module(sys.modules["bench"])
 
 import math
-import traceback
 
 from bench.errors import BenchError
 from bench.logline import format_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
-from bench.nanochat.runrecord import RunRecord, classify_failure, install_signal_thread
+from bench.nanochat.runrecord import RunRecord
 from bench.workloads.nntile import WORKLOAD_NAME
 from bench.workloads.nntile.config import as_record, check_dataset, flops_per_token, parse_args
 
@@ -295,26 +294,14 @@ def train(argv: list[str], record: RunRecord) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Records the run's status however it ends; a bad flag is one line, before StarPU starts."""
     record = RunRecord(0)
-    record.emit("start")
-
-    def on_signal(signum: int) -> None:
-        print(f"received signal {signum}: cancelling", file=sys.stderr, flush=True)
-        record.fail("cancelled", f"received signal {signum}")
-
-    install_signal_thread(on_signal)
+    record.cancel_on_signals()
     try:
+        record.emit("start")
         summary = train(sys.argv[1:] if argv is None else argv, record)
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status, then the process ends
         if isinstance(e, SystemExit) and not e.code:
             return 0  # --help
-        kind, message = classify_failure(e)
-        print(f"error ({kind}): {message}", file=sys.stderr, flush=True)
-        if kind == "failed" and not isinstance(e, BenchError):
-            traceback.print_exc()
-        record.fail(kind, message)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)  # StarPU's workers may hold locks a normal exit would wait for
+        record.die(e)  # os._exit: StarPU's workers may hold locks a normal exit would wait for
     record.finish("ok", None, result=summary)
     import torch_nntile
 

@@ -86,7 +86,7 @@ def _trainer_pid(run_dir: Path, timeout: float = 120) -> int:
         metrics = run_dir / "metrics.jsonl"
         if metrics.exists() and '"event": "step"' in metrics.read_text():
             ranks = [p for p in _pids_of(run_dir) if b"bench.nanochat.train" in Path(f"/proc/{p}/cmdline").read_bytes()
-                     and b"torch.distributed.run" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+                     and b"bench.launch.elastic" not in Path(f"/proc/{p}/cmdline").read_bytes()]
             if ranks:
                 return ranks[-1]
         time.sleep(0.5)

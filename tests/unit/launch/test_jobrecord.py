@@ -80,6 +80,22 @@ def test_a_step_killed_at_its_time_limit_is_a_timeout_not_a_cancel(tmp_path):
     assert data["status"] == "timeout" and "DUE TO TIME LIMIT" in data["message"]
 
 
+def test_a_lost_node_is_a_failure_naming_it_not_the_survivors_cancel(tmp_path):
+    schema.update_run_json(tmp_path, status="cancelled", message="rank 0: received SIGTERM (signal 15)")
+    (tmp_path / "train.log").write_text("0: step 00007/00100 ...\nsrun: error: Node failure on n2\n"
+                                        "0: [rank 0] received SIGTERM: cancelling\n")
+    jobrecord.finish(str(tmp_path), "143")
+    data = schema.read_run_json(tmp_path)
+    assert data["status"] == "failed" and data["message"] == "a node of the job was lost: srun: error: Node failure on n2"
+
+
+def test_a_finished_run_keeps_ok_whatever_the_log_says(tmp_path):
+    schema.update_run_json(tmp_path, status="ok")
+    (tmp_path / "train.log").write_text("srun: error: Node failure on n2\n")
+    jobrecord.finish(str(tmp_path), "0")
+    assert schema.read_run_json(tmp_path)["status"] == "ok"
+
+
 def test_usage_on_bad_arguments(lib, tmp_path):
     r = run(sys.executable, lib, ["explode"], tmp_path)
     assert r.returncode == 2 and "start" in r.stderr

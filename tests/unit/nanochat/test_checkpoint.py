@@ -1,11 +1,15 @@
 """Checkpoints: upstream's file layout, written atomically, also when two runs share a model tag."""
 
+import errno
 import os
+import shutil
 import threading
 
+import pytest
 import torch
 
-from bench.nanochat.checkpoint import load_model_state, save_checkpoint
+from bench.errors import CheckpointError
+from bench.nanochat.checkpoint import checkpoint_error, load_model_state, save_checkpoint
 
 
 def test_save_then_load_round_trips(tmp_path):
@@ -65,3 +69,27 @@ def test_optimizer_state_needs_the_world_size_that_saved_it(tmp_path):
         load_optimizer_states(tmp_path / "d4", 4, rank=1)
     assert load_model_state(tmp_path / "d4", 4, expect_world_size=2)[1]["world_size"] == 2
     assert load_optimizer_states(tmp_path / "d4", 4, rank=0) == [{"adamw": 1}, {"muon": 2}]
+
+
+def test_a_write_that_does_not_fit_is_named_disk_full(tmp_path):
+    # torch.save's own words for a failed write carry no errno: the free space decides
+    path = tmp_path / "base_checkpoints" / "d4" / "model_000007.pt"
+    path.parent.mkdir(parents=True)
+    free = shutil.disk_usage(tmp_path).free
+    err = checkpoint_error(path, RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter "
+                                              "failed writing file data/0: file write failed"), needed=free + 2**30)
+    assert str(err).startswith(f"checkpoint write failed: disk full at {path} (")
+    err = checkpoint_error(path, OSError(errno.EROFS, "Read-only file system"), needed=1)
+    assert str(err) == f"checkpoint write failed at {path}: Read-only file system"
+
+
+def test_a_failed_write_leaves_no_temp_file(tmp_path):
+    (tmp_path / "d4").mkdir()
+    with pytest.raises(CheckpointError, match="checkpoint write failed"):
+        save_checkpoint(tmp_path / "d4", 7, {"w": Unpicklable()}, [], {"step": 7})
+    assert os.listdir(tmp_path / "d4") == []
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise RuntimeError("cannot be written")

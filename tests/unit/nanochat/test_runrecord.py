@@ -13,17 +13,29 @@ from bench.schema import WORKLOAD, read_run_json, update_run_json
 
 
 def test_oom_suggests_a_smaller_device_batch_size():
-    kind, message = classify_failure(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB"), 32)
-    assert kind == "oom"
+    kind, message, bug = classify_failure(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB"), 32)
+    assert kind == "oom" and not bug
     assert "--device_batch_size=16" in message and "Tried to allocate 8.00 GiB" in message
 
 
 def test_other_statuses():
-    assert classify_failure(DataError("no shards in /x"))[0] == "no_data"
-    assert classify_failure(ConfigError("bad flag")) == ("failed", "bad flag")
-    assert classify_failure(KeyboardInterrupt())[0] == "cancelled"
-    kind, message = classify_failure(ValueError("boom"))
-    assert kind == "failed" and message == "ValueError: boom"
+    assert classify_failure(DataError("no shards in /x")).status == "no_data"
+    assert classify_failure(ConfigError("bad flag")) == ("failed", "bad flag", False)
+    assert classify_failure(KeyboardInterrupt()).status == "cancelled"
+    assert classify_failure(ValueError("boom")) == ("failed", "ValueError: boom", True)  # a bug keeps its traceback
+
+
+def test_a_lost_peer_and_a_timeout_are_named_without_a_traceback():
+    # gloo's words when the rank at the other end of a pair died, and when a collective waited too long
+    lost = classify_failure(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+                                         "peer [127.0.0.1]:4242\nmore"))
+    assert lost.status == "failed" and not lost.bug
+    assert lost.message == ("lost contact with another rank: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                            "Connection closed by peer [127.0.0.1]:4242")
+    timeout = classify_failure(RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 10000ms for "
+                                            "recv operation to complete"))
+    assert timeout.status == "nccl_timeout" and not timeout.bug and "Timed out waiting 10000ms" in timeout.message
+    assert classify_failure(BrokenPipeError(32, "Broken pipe")).bug  # our own stdout, not a peer
 
 
 def test_record_keeps_launcher_fields_and_first_failure_wins(tmp_path):

@@ -120,7 +120,7 @@ def test_rendered_script_with_hostile_paths_and_name_runs_the_intended_command(t
     assert not list(tmp_path.rglob("PWNED"))
     # The directives hold the name only in a cleaned form, and no line of the script was injected.
     assert [ln for ln in text.splitlines() if ln.startswith("#SBATCH")][1].startswith("#SBATCH --job-name=job__SBATCH")
-    assert sum(ln.startswith("#SBATCH") for ln in text.splitlines()) == 6
+    assert sum(ln.startswith("#SBATCH") for ln in text.splitlines()) == 7
     assert argv[:7] == ["-l", "-u", "--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--time=30",
                         "--cpus-per-task=8"]
     assert f"--rdzv_endpoint=10.9.8.7:{20000 + 4242 % 100 * 100}" in argv and "--rdzv_id=4242" in argv

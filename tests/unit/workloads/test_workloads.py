@@ -24,7 +24,7 @@ def test_unknown_workload_lists_the_valid_ones():
 def test_nanochat_local_command_is_torchrun():
     argv = ["--depth=2"]
     assert workloads.get("nanochat").local_command(argv, 2) == [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+        sys.executable, "-m", "bench.launch.elastic", "--standalone", "--nproc_per_node=2", "-m",
         "bench.nanochat.train", "--", "--depth=2"]
 
 

@@ -1,0 +1,82 @@
+"""Each rank's sign of life, so that a run whose collective timed out can say which rank it waited for.
+
+Every rank keeps `<run_dir>/.heartbeat/rank<r>.json` ({rank, host, pid, t, event, step, event_t}): a
+thread of its own rewrites it every INTERVAL_S (`t`), with the last event the trainer emitted (`event`,
+`step`, `event_t`). A rank that waits inside a collective keeps beating (the wait releases the GIL); a
+stopped, frozen or lost one does not. So when a collective times out (--watchdog_s), `waited_for` names:
+- the rank whose beat stopped, if one did (SIGSTOP, a frozen node, a process stuck holding the GIL);
+- else the rank furthest behind (fewest steps, then the oldest event): the one that is still busy
+  elsewhere (a stuck filesystem read, a different collective) while the others wait.
+One small file a rank, rewritten atomically: a reader sees the old beat or the new one.
+"""
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+from bench.schema import write_text_atomic
+
+DIR = ".heartbeat"
+INTERVAL_S = 5.0  # at 1024 ranks, ~200 small renames a second in one directory
+STOPPED_AFTER_S = 1.5 * INTERVAL_S  # a beat older than this: the rank's process is not running
+
+
+class Heartbeat:
+    def __init__(self, run_dir: str | None, rank: int, world_size: int):
+        self.path = Path(run_dir, DIR, f"rank{rank}.json") if run_dir and world_size > 1 else None
+        self.state = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+                      "event": None, "step": None, "event_t": None}
+        self.thread: threading.Thread | None = None
+
+    def beat(self, event: str, step: int | None = None) -> None:
+        """The trainer's last event; the thread (started on the first) writes it with its next beat."""
+        if self.path is None:
+            return
+        self.state.update(event=event, step=step if step is not None else self.state["step"], event_t=time.time())
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while self.path is not None:
+            try:
+                write_text_atomic(self.path, json.dumps({**self.state, "t": time.time()}))
+            except OSError:
+                return  # a run directory that cannot be written is reported by the run record, not here
+            time.sleep(INTERVAL_S)
+
+
+def beats(run_dir: str) -> list[dict]:
+    out = []
+    for path in sorted(Path(run_dir, DIR).glob("rank*.json")):
+        try:
+            beat = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
+            out.append(beat)
+    return out
+
+
+def _who(b: dict) -> str:
+    return f"rank {b.get('rank')} on {b.get('host')} (pid {b.get('pid')})"
+
+
+def waited_for(run_dir: str | None, now: float | None = None) -> tuple[str, bool] | None:
+    """(the rank the others waited for, in words; whether its process stopped), or None without beats."""
+    found = beats(run_dir) if run_dir else []
+    if not found:
+        return None
+    now = time.time() if now is None else now
+    oldest = min(found, key=lambda b: b["t"])
+    at = f" at step {oldest['step']}" if oldest.get("step") is not None else ""
+    if now - oldest["t"] > STOPPED_AFTER_S:
+        return (f"{_who(oldest)} stopped: no heartbeat for {now - oldest['t']:.0f} s, last event "
+                f"`{oldest.get('event')}`{at}"), True
+    behind = min(found, key=lambda b: (b.get("step") if b.get("step") is not None else -1, b.get("event_t") or 0))
+    since = f", {now - behind['event_t']:.0f} s ago" if behind.get("event_t") else ""
+    step = f" of step {behind['step']}" if behind.get("step") is not None else ""
+    return f"{_who(behind)} is behind the others: its last event was `{behind.get('event')}`{step}{since}", False

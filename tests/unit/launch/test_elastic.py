@@ -1,0 +1,61 @@
+"""torchrun's ending (bench/launch/elastic.py): the cause of a failed run, recorded over its echoes.
+
+    python -m pytest tests/unit/launch/test_elastic.py -q
+"""
+
+import signal
+import socket
+import time
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+from bench import schema
+from bench.launch.elastic import describe, first_failure, record_root_cause, record_signal
+from bench.nanochat.heartbeat import STOPPED_AFTER_S
+from tests.support.synthetic import write_heartbeat as write_beat
+
+HOST = socket.gethostname()
+
+
+def failure(rank: int, exitcode: int, timestamp: int) -> ProcessFailure:
+    f = ProcessFailure(local_rank=rank, pid=4000 + rank, exitcode=exitcode, error_file="<N/A>")
+    f.timestamp = timestamp
+    return f
+
+
+def test_a_killed_worker_is_the_cause_before_the_one_that_lost_it():
+    # rank 0 exited 1 (its peer vanished) a moment before torchrun saw rank 1's SIGKILL
+    e = ChildFailedError("train", {0: failure(0, 1, 100), 1: failure(1, -signal.SIGKILL, 101)})
+    rank, f = first_failure(e)
+    assert rank == 1 and describe(rank, f) == f"rank 1 on {HOST} died: killed by SIGKILL"
+    assert describe(0, failure(0, 3, 1)) == f"rank 0 on {HOST} exited with status 3"
+
+
+def test_the_echo_gives_way_but_a_rank_s_own_reason_stays(tmp_path):
+    schema.update_run_json(tmp_path, status="failed", message="rank 0: lost contact with another rank: Connection "
+                                                              "closed by peer")
+    record_root_cause(str(tmp_path), 1, failure(1, -9, 1), "rank 1 on n1 died: killed by SIGKILL")
+    assert schema.read_run_json(tmp_path)["message"] == "rank 1 on n1 died: killed by SIGKILL"
+    schema.update_run_json(tmp_path, status="oom", message="rank 1: out of memory at --device_batch_size=32")
+    record_root_cause(str(tmp_path), 1, failure(1, 1, 1), "rank 1 on n1 exited with status 1")
+    assert schema.read_run_json(tmp_path)["status"] == "oom"
+
+
+def test_an_aborted_rank_with_a_stopped_peer_is_hung(tmp_path):
+    now = time.time()
+    write_beat(tmp_path, 0, now, 7)
+    write_beat(tmp_path, 1, now - STOPPED_AFTER_S - 20, 7, host="nid2")
+    schema.update_run_json(tmp_path, status="running")
+    record_root_cause(str(tmp_path), 0, failure(0, -signal.SIGABRT, 1), "rank 0 on nid1 died: killed by SIGABRT")
+    data = schema.read_run_json(tmp_path)
+    assert data["status"] == "hung" and data["message"].startswith("rank 1 on nid2 (pid 101) stopped")
+
+
+def test_a_signal_to_torchrun_is_the_run_s_cancel(tmp_path):
+    schema.update_run_json(tmp_path, status="cancelled", message="rank 0: received SIGTERM (signal 15)")
+    record_signal(str(tmp_path), "SIGHUP")
+    data = schema.read_run_json(tmp_path)
+    assert data["status"] == "cancelled" and data["message"].startswith("torchrun received SIGHUP")
+    schema.update_run_json(tmp_path, status="ok", message=None)
+    record_signal(str(tmp_path), "SIGTERM")
+    assert schema.read_run_json(tmp_path)["status"] == "ok"

@@ -1,0 +1,51 @@
+"""Heartbeats: which rank a timed-out collective waited for (bench/nanochat/heartbeat.py).
+
+    python -m pytest tests/unit/nanochat/test_heartbeat.py -q
+"""
+
+import json
+import time
+
+from bench.nanochat.heartbeat import DIR, INTERVAL_S, STOPPED_AFTER_S, Heartbeat, beats, waited_for
+from tests.support.synthetic import write_heartbeat as write_beat
+
+
+def test_a_rank_whose_beat_stopped_is_named(tmp_path):
+    now = 1000.0
+    write_beat(tmp_path, 0, now - 1, 7)
+    write_beat(tmp_path, 1, now - STOPPED_AFTER_S - 5, 7, host="nid2")  # SIGSTOP, a frozen node
+    write_beat(tmp_path, 2, now - 2, 7)
+    who, stopped = waited_for(str(tmp_path), now)
+    assert stopped and who.startswith("rank 1 on nid2 (pid 101) stopped: no heartbeat for 12 s")
+    assert "at step 7" in who
+
+
+def test_else_the_rank_furthest_behind_is_named(tmp_path):
+    # every process beats (the waiting ones too); rank 2 is still on step 6, in a slow read
+    now = 1000.0
+    write_beat(tmp_path, 0, now - 1, 7, event_t=now - 30)
+    write_beat(tmp_path, 1, now - 2, 7, event_t=now - 30)
+    write_beat(tmp_path, 2, now - 1, 6, event_t=now - 31)
+    who, stopped = waited_for(str(tmp_path), now)
+    assert not stopped and who == "rank 2 on nid1 (pid 102) is behind the others: its last event was `step` of step 6, 31 s ago"
+
+
+def test_no_beats_no_answer_and_bad_files_are_skipped(tmp_path):
+    assert waited_for(str(tmp_path)) is None and waited_for(None) is None
+    (tmp_path / DIR).mkdir()
+    (tmp_path / DIR / "rank0.json").write_text("{half")
+    (tmp_path / DIR / "rank1.json").write_text('{"rank": 1}')  # no time
+    assert beats(str(tmp_path)) == []
+
+
+def test_a_heartbeat_is_written_by_its_thread_with_the_last_event(tmp_path):
+    hb = Heartbeat(str(tmp_path), rank=3, world_size=4)
+    hb.beat("step", 12)
+    deadline = time.time() + 10
+    while not (tmp_path / DIR / "rank3.json").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    beat = json.loads((tmp_path / DIR / "rank3.json").read_text())
+    assert beat["rank"] == 3 and beat["event"] == "step" and beat["step"] == 12 and time.time() - beat["t"] < INTERVAL_S + 5
+    single = Heartbeat(str(tmp_path / "one"), rank=0, world_size=1)  # nobody to wait for: nothing written
+    single.beat("step", 1)
+    assert single.thread is None and not (tmp_path / "one").exists()

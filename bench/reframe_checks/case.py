@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from bench.errors import ConfigError
+from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import Job, LaunchOptions, build_run, make_job, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
 from bench.launch.render import render_sbatch
@@ -28,7 +28,7 @@ EXTRAS_KEY = "nanochat_bench"
 # #SBATCH lines of the rendered job that ReFrame's job must ask for too; the others (name, output, time,
 # tasks per node, exclusive, partition, account) are ReFrame's own settings.
 PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=")
-RENDERED_BY = "reframe (bench/reframe_checks/checks.py)"
+RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
 
 
 @dataclass
@@ -146,7 +146,10 @@ def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
         raise ConfigError(f"{point.run_id}: {point.reason}")
     opts = options_of(case.site, base_dir, dry_run)
     sweep_dir = Path(stage_dir).absolute() / case.sweep_id
-    run = build_run(sweep, point, sweep_dir / point.run_id, opts, case.sweep_id)
+    try:
+        run = build_run(sweep, point, sweep_dir / point.run_id, opts, case.sweep_id)
+    except RuntimeConfigError as e:  # its hints name submit's flags; here the partition's settings hold them
+        raise RuntimeConfigError(f"{e} (for ReFrame: the partition's extras['{EXTRAS_KEY}'] images/mounts)") from None
     job = make_job(f"{case.sweep_id}-{point.run_id}", run.run_dir, sweep, [run], opts,
                    f"ReFrame check {case.sweep_id}, run {point.run_id}")
     text = render_sbatch(job, rendered_by=RENDERED_BY)

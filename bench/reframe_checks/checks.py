@@ -19,15 +19,17 @@ references come from the same file and matching code as `nanochat-bench check`.
 import math
 import os
 import shlex
+from contextlib import contextmanager
 from pathlib import Path
 
 import reframe as rfm
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
-from reframe.core.exceptions import SanityError
+from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
 from bench import runtimes, schema
+from bench.errors import BenchError
 from bench.analysis.rundir import read_run_dir
 from bench.launch.plan import SCALING_MODES
 from bench.reframe_checks import case as casemod
@@ -47,6 +49,15 @@ def preflight_busbw(manifest: dict) -> float | None:
     section = manifest.get("preflight")
     value = section.get("busbw_gbps") if isinstance(section, dict) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@contextmanager
+def one_line(error_class):
+    """nanochat-bench's expected failures as ReFrame's own, which it reports as one line, no traceback."""
+    try:
+        yield
+    except BenchError as e:
+        raise error_class(str(e)) from None
 
 
 class NanochatBenchBase(rfm.RunOnlyRegressionTest):
@@ -85,10 +96,11 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     @run_after("setup")
     def render_job(self):
         part = self.current_partition
-        site = casemod.Site.from_extras(part.extras, part.fullname)
-        case = casemod.Case(self.runtime, self.num_nodes, self.scaling, self.depth, list(self.train_args), site,
-                            self.short_name)
-        built = casemod.build(case, Path(self.stagedir), dry_run=self.is_dry_run())
+        with one_line(ConfigError):
+            site = casemod.Site.from_extras(part.extras, part.fullname)
+            case = casemod.Case(self.runtime, self.num_nodes, self.scaling, self.depth, list(self.train_args), site,
+                                self.short_name)
+            built = casemod.build(case, Path(self.stagedir), dry_run=self.is_dry_run())
         p = built.point
         self.run_id, self.run_dir = p.run_id, str(built.run_dir)
         self.world_size, self.gpus_per_node = p.ranks, site.gpus_per_node
@@ -155,7 +167,8 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
             values[PREFLIGHT_BUSBW], units[PREFLIGHT_BUSBW] = busbw, "GB/s"
         wanted: dict = {}
         if self.references:
-            reference, used = reframe_reference(self.current_partition.fullname, row, self.references)
+            with one_line(PerformanceError):
+                reference, used = reframe_reference(self.current_partition.fullname, row, self.references)
             self.reference, wanted = reference, reference[self.current_partition.fullname]
             self.logger.info(f"{self.short_name}: references {', '.join(used) or 'none'} from {self.references}")
         for name in wanted:  # a referenced figure the run lacks is NaN: ReFrame's own check then fails it

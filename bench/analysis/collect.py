@@ -43,7 +43,8 @@ COLUMNS: dict[str, str] = {
     "depth": "int", "max_seq_len": "int", "device_batch_size": "int", "total_batch_size": "int",
     "num_iterations": "int", "force_flash_sdpa": "str", "sdpa_backends": "str",
     "gpu_name": "str", "image": "str", "image_digest": "str", "slurm_job_id": "str", "nodelist": "str",
-    "partition": "str", "reframe_partition": "str", "git_revision": "str", "torch_version": "str", "cuda_version": "str",
+    "partition": "str", "reframe_partition": "str", "git_revision": "str", "torch_version": "str",
+    "cuda_version": "str",
     "nccl_version": "str", "driver_version": "str",
     "status": "str", "message": "str", "skip_reason": "str", "notes": "str",
     "steps_recorded": "int", "last_step": "int", "steady_steps": "int", "steady_rule": "str",
@@ -242,7 +243,8 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
     table = normalise(pd.concat([reused, kept, to_frame(rows)], ignore_index=True)) if rows else \
         normalise(pd.concat([reused, kept], ignore_index=True))
-    result = CollectResult(reframe.one_row_per_run(table), read=len(rows), reused=len(reused), removed=int((gone & under).sum()))
+    result = CollectResult(reframe.one_row_per_run(table), read=len(rows), reused=len(reused),
+                           removed=int((gone & under).sum()))
     if out_dir is not None:
         unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
         # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)

@@ -46,7 +46,7 @@ class Site:
     exclusive: bool = True
     ofi_hook: str = "default"
     numa_binding: str = "node"  # "none" leaves CPU binding to the OS
-    network_transport: str = ""  # the transport the sanity stage expects (see checks.py)
+    nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
     references: str = ""  # a references file for this partition's checks
 
     @classmethod
@@ -129,11 +129,13 @@ def sweep_of(case: Case, base_dir: str) -> Sweep:
 
 
 def options_of(site: Site, base_dir: str, dry_run: bool) -> LaunchOptions:
-    return LaunchOptions(base_dir=base_dir, python=expanded(site.python, "python") if site.python else sys.executable,
-                         images=dict(site.images), mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts),
-                         env=dict(site.env),
-                         ofi_hook=site.ofi_hook, numa_binding=None if site.numa_binding == "none" else site.numa_binding,
-                         exclusive=site.exclusive, check_images=not dry_run)
+    """The launch options `submit` would build from flags, from the partition's settings (images are
+    checked only for a real run: a dry run renders scripts for images that live on the cluster)."""
+    python = expanded(site.python, "python") if site.python else sys.executable
+    numa = None if site.numa_binding == "none" else site.numa_binding
+    return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
+                         mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),
+                         ofi_hook=site.ofi_hook, numa_binding=numa, exclusive=site.exclusive, check_images=not dry_run)
 
 
 def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:

@@ -29,8 +29,8 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
 from bench import runtimes, schema
-from bench.errors import BenchError
 from bench.analysis.rundir import read_run_dir
+from bench.errors import BenchError
 from bench.launch.plan import SCALING_MODES
 from bench.reframe_checks import case as casemod
 from bench.reframe_checks.references import reframe_reference
@@ -41,14 +41,29 @@ ENVIRON_FEATURE = "nanochat-bench"  # programming environments the checks may us
 # a figure the run lacks (MFU without a known peak, on CPU) is left out unless a reference asks for it.
 UNITS = {"tok_per_sec_per_gpu": "tok/s", "tok_per_sec": "tok/s", "mfu": "%", "step_time_ms": "ms",
          "startup_overhead_s": "s", "time_to_first_step_s": "s", "peak_mem_mib": "MiB"}
-PREFLIGHT_BUSBW = "preflight_busbw"  # GB/s, from run.json `preflight` once the pre-flight check writes it
 
 
-def preflight_busbw(manifest: dict) -> float | None:
-    """The pre-flight all-reduce bus bandwidth (GB/s) of run.json's `preflight` section, when recorded."""
+def preflight_busbw(manifest: dict) -> dict[str, float]:
+    """`busbw_<collective>_gbps` (GB/s) of run.json's `preflight` section, the communication pre-flight's
+    bus bandwidth at its largest buffer per collective ({} while the run records none)."""
     section = manifest.get("preflight")
-    value = section.get("busbw_gbps") if isinstance(section, dict) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    per = section.get("busbw_gbps") if isinstance(section, dict) else None
+    return {f"busbw_{c}_gbps": float(v) for c, v in (per if isinstance(per, dict) else {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def nccl_net_problem(manifest: dict, expected: str, nodes: int) -> str | None:
+    """Why the run's network is not the one the partition expects (None when it is, or when nothing is
+    expected): run.json's `network.net`, the network NCCL chose between nodes (bench/nccl_log.py)."""
+    if not expected or nodes < 2:
+        return None  # on one node nothing crosses the network
+    network = manifest.get("network")
+    seen = network.get("net") if isinstance(network, dict) else None
+    if seen is None:
+        return f"the partition expects NCCL's network {expected!r} between nodes, but run.json records none"
+    if seen != expected:
+        return f"NCCL's network between nodes was {seen!r}, the partition expects {expected!r}"
+    return None
 
 
 @contextmanager
@@ -128,7 +143,8 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
 
     @sanity_function
     def run_finished_ok(self):
-        """run.json says ok, step records are there, the figures can be computed; then the network."""
+        """run.json says ok, step records are there, the figures can be computed; and where the partition
+        names one (extras' `nccl_net`, e.g. "AWS Libfabric" on Slingshot), NCCL took that network."""
         row = self.row()
         if not row:
             raise SanityError(f"no run.json in {self.run_dir}: the batch script never ran (see {self.job.stdout})")
@@ -138,23 +154,10 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
             raise SanityError(f"run {self.run_id} recorded no step events ({self.run_dir}/metrics.jsonl)")
         if row.get("skip_reason"):
             raise SanityError(f"run {self.run_id} cannot be measured: {row['skip_reason']}")
-        self.check_network_transport()
+        problem = nccl_net_problem(self._manifest, self._site.nccl_net, self.num_nodes)
+        if problem:
+            raise SanityError(problem)
         return True
-
-    def check_network_transport(self) -> None:
-        """Sanity hook for the network transport the partition expects (extras' `network_transport`, e.g.
-        NCCL over the Slingshot OFI plugin). Nothing is checked while the partition names none; once a
-        partition names one, run.json must record the transport the run used (`network.transport`,
-        written by the network proof) and it must be that one."""
-        expected = self._site.network_transport
-        if not expected:
-            return
-        network = self._manifest.get("network")
-        seen = network.get("transport") if isinstance(network, dict) else None
-        if seen is None:
-            raise SanityError(f"the partition expects network transport {expected!r} but run.json records none")
-        if seen != expected:
-            raise SanityError(f"network transport {seen!r}, the partition expects {expected!r}")
 
     @run_before("performance")
     def set_performance(self):
@@ -162,9 +165,8 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         row = self.row()
         values = {name: row.get(name) for name in UNITS}
         units = dict(UNITS)
-        busbw = preflight_busbw(self._manifest)
-        if busbw is not None:
-            values[PREFLIGHT_BUSBW], units[PREFLIGHT_BUSBW] = busbw, "GB/s"
+        for name, busbw in preflight_busbw(self._manifest).items():
+            values[name], units[name] = busbw, "GB/s"
         wanted: dict = {}
         if self.references:
             with one_line(PerformanceError):
@@ -184,6 +186,6 @@ def _number(value) -> float:
 
 
 @rfm.simple_test
-class nanochat_bench(NanochatBenchBase):  # noqa: N801 - ReFrame names tests in snake case
+class nanochat_bench(NanochatBenchBase):  # ReFrame names tests in snake case
     runtime = parameter(runtimes.names())
     scaling = parameter(list(SCALING_MODES))

@@ -9,7 +9,7 @@
 # not offer. A check case runs on the partitions whose `features` name its runtime; the partition's
 # `extras['nanochat_bench']` says how nanochat-bench runs there (bench/reframe_checks/case.py, Site):
 # gpus_per_node, base_dir, python, images, mounts, env, train, time, exclusive, ofi_hook, numa_binding,
-# network_transport, references.
+# nccl_net, references.
 #
 # Scheduler `slurm` (polls sacct; on a Slurm without accounting use `squeue`). Launcher `local`: the
 # check's job runs nanochat-bench's batch script once, and its srun starts one task per node, each
@@ -43,6 +43,7 @@ site_configuration = {
                         **COMMON,
                         "images": {"ce": "$SCRATCH/ce-images/nanochat-bench+latest.sqsh"},
                         "ofi_hook": "default",  # the site's aws_ofi_nccl hook as configured
+                        # "nccl_net": "AWS Libfabric",  # sanity: NCCL's network between nodes (run.json network.net)
                     }},
                 },
                 {

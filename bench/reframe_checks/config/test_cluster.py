@@ -2,8 +2,9 @@
 # ClusterName=nbtest, partition debug, nodes n1 and n2 with 2 CPUs each, no accounting).
 #
 #   SLURM_CONF=<cluster>/slurm.conf NANOCHAT_BASE_DIR=<data> \
-#   reframe -C bench/reframe_checks/config/test_cluster.py -c bench/reframe_checks/checks.py \
-#       --system nbtest -S depth=2 -S train_args=max_seq_len=64,device_batch_size=2,num_iterations=14 -r
+#   reframe -C bench/reframe_checks/config/test_cluster.py -c bench/reframe_checks/checks.py --system nbtest \
+#       -n %scaling=strong -P num_nodes=1,2 -S depth=2 \
+#       -S train_args=max_seq_len=64,device_batch_size=2,num_iterations=13,total_batch_size=512,eval_every=-1 -r
 #
 # Scheduler `squeue`: ReFrame's `slurm` backend polls sacct, which a Slurm without accounting lacks;
 # `squeue` polls squeue instead (and takes a job gone from the queue as completed: the sanity stage

@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[3]
 # Strong scaling, total batch 512: 2 ranks accumulate 2 micro-steps, 4 ranks none. 13 steps: two steady
 # steps after nanochat's warm-up (steps 0..10). No validation: the figures are the point here.
-TINY = ["-S", "depth=2", "-S", "train_args=max_seq_len=64,device_batch_size=2,num_iterations=13,"
-        "total_batch_size=512,eval_every=-1", "-n", "%scaling=strong"]
+TINY = ["-S", "depth=2", "-S", ("train_args=max_seq_len=64,device_batch_size=2,num_iterations=13,"
+                                "total_batch_size=512,eval_every=-1"), "-n", "%scaling=strong"]
 # Floors and ceilings any working run meets on this machine, and one no run can.
 REFERENCES = """
 [[reference]]
@@ -86,7 +86,8 @@ def test_checks_pass_on_one_and_two_nodes_and_land_in_the_table(slurm_cluster, t
     everything = collect([tmp_path], tmp_path / "table").table
     assert set(everything["source_kind"]) == {"run_dir", "reframe_perflog", "reframe_report"}
     usable = everything[everything["skip_reason"].isna()]
-    assert sorted(usable["source_kind"]) == ["run_dir", "run_dir"] and (usable["reframe_partition"] == "nbtest:cpu").all()
+    assert sorted(usable["source_kind"]) == ["run_dir", "run_dir"]
+    assert (usable["reframe_partition"] == "nbtest:cpu").all()
     for row in usable.itertuples():
         same = perflog[perflog["run_id"] == row.run_id].iloc[0]
         assert same["tok_per_sec_per_gpu"] == pytest.approx(row.tok_per_sec_per_gpu)  # the same figure

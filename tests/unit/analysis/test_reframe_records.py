@@ -16,7 +16,8 @@ HEADER = ("result|job_completion_time|jobid|job_nodelist|partition|runtime|run_i
 
 
 def line(jobid: str, tok_s: str, result: str = "pass", runtime: str = "bare") -> str:
-    return f"{result}|2026-12-01T11:40:33|{jobid}|n1|cpu|{runtime}|n1-{runtime}-r1|ok|nb_1|sys|2|{tok_s}|tok/s|0|None|None"
+    return (f"{result}|2026-12-01T11:40:33|{jobid}|n1|cpu|{runtime}|n1-{runtime}-r1|ok|nb_1|sys|2|{tok_s}|tok/s|0|"
+            "None|None")
 
 
 def test_perflog_lines_become_rows_and_a_broken_line_is_left_out_with_a_note(tmp_path):

@@ -13,7 +13,7 @@ from bench import __version__
 from bench.errors import BenchError
 
 # Command groups in the order `--help` lists them: the workflow from data to report.
-COMMAND_GROUPS = ["data", "tokenizer", "workload", "capacity", "launch", "analysis", "containers"]
+COMMAND_GROUPS = ["data", "tokenizer", "workload", "capacity", "launch", "analysis", "containers", "reframe"]
 
 
 def build_parser() -> argparse.ArgumentParser:

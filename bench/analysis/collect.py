@@ -7,6 +7,10 @@ that root), so a table says the same on every machine it is copied to. It is inc
 keeps a fingerprint of its files (names, sizes, modification times), and a later collect into the
 same table re-reads only runs that are new or changed, and drops runs that are gone. It is
 idempotent: the same files give the same table, rows sorted by root and source.
+
+ReFrame's perflogs and run reports of nanochat-bench's checks are sources too (bench/analysis/reframe.py),
+one row per test case. A run that several sources describe is one run to the figures (`load_table` and
+collect's result mark the extra rows; the files keep every source's row).
 """
 
 import hashlib
@@ -20,7 +24,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from bench.analysis import why
+from bench.analysis import reframe, why
 from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
@@ -31,7 +35,7 @@ LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs 
 TABLE_PARQUET = "runs.parquet"
 TABLE_CSV = "runs.csv"
 # Bump when a row is computed differently: tables of an older version are then re-read in full.
-ROW_VERSION = 5
+ROW_VERSION = 6
 
 # The columns of the table and their types, in order; a row lacking a value holds a null.
 COLUMNS: dict[str, str] = {
@@ -40,7 +44,8 @@ COLUMNS: dict[str, str] = {
     "depth": "int", "max_seq_len": "int", "device_batch_size": "int", "total_batch_size": "int",
     "num_iterations": "int", "force_flash_sdpa": "str", "sdpa_backends": "str",
     "gpu_name": "str", "image": "str", "image_digest": "str", "slurm_job_id": "str", "nodelist": "str",
-    "partition": "str", "git_revision": "str", "torch_version": "str", "cuda_version": "str",
+    "partition": "str", "reframe_partition": "str", "git_revision": "str", "torch_version": "str",
+    "cuda_version": "str",
     "nccl_version": "str", "driver_version": "str",
     "status": "str", "message": "str", "skip_reason": "str", "notes": "str",
     "steps_recorded": "int", "last_step": "int", "steady_steps": "int", "steady_rule": "str",
@@ -84,14 +89,16 @@ def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
             files = [e for e in entries if e.name in (RUN_JSON, METRICS_JSONL) or e.name.endswith(".log")]
             found[str(d)] = ("run_dir", _fingerprint(files), tuple(sorted(names)))
             continue  # a run directory holds its own logs; nothing else lives below it
-        # A folder with a batch script is one of our jobs: its Slurm log repeats the output of the runs
-        # whose own directories are collected, so it is no upstream log.
-        job_dir = any(n.endswith(".sbatch") for n in names)
+        # A folder with a batch script is one of our jobs (or a ReFrame test's): its Slurm log repeats the
+        # output of the runs whose own directories are collected, so it is no upstream log.
+        job_dir = any(n.endswith(".sbatch") or n == reframe.JOB_SCRIPT for n in names)
         for e in entries:
             if e.is_dir(follow_symlinks=False):  # a link to a folder, out of the root or round in it, is not walked
                 stack.append(Path(e.path))
             elif not job_dir and e.name.endswith(LOG_SUFFIXES) and is_regular(e):
-                found[e.path] = ("log", _fingerprint([e]), ())
+                found[e.path] = ("log", _fingerprint([e]), ())  # upstream nanochat's, or a ReFrame perflog
+            elif e.name.endswith(".json") and is_regular(e):
+                found[e.path] = ("json", _fingerprint([e]), ())  # perhaps a ReFrame run report
     return found
 
 
@@ -106,16 +113,28 @@ def _fingerprint(entries: list[os.DirEntry]) -> str:
     return h.hexdigest()
 
 
-def _read_one(item: tuple[str, str, str, str, tuple[str, ...]]) -> dict | None:
+def _rows_of(path: Path, kind: str, names: tuple[str, ...]) -> list[dict]:
+    if kind == "run_dir":
+        return [read_run_dir(path, set(names))]
+    if kind == "json":
+        return reframe.read_report(path)
+    if reframe.is_perflog(path):
+        return reframe.read_perflog(path)
+    row = read_upstream_log(path)
+    return [row] if row is not None else []
+
+
+def _read_one(item: tuple[str, str, str, str, tuple[str, ...]]) -> list[dict]:
+    """The rows of one source: a run directory or an upstream log gives one, a ReFrame file one per test case."""
     root, path, kind, fingerprint, names = item
     try:
-        row = read_run_dir(Path(path), set(names)) if kind == "run_dir" else read_upstream_log(Path(path))
+        rows = _rows_of(Path(path), kind, names)
     except FileNotFoundError:
-        return None  # removed between the walk and the read
-    if row is not None:
+        return []  # removed between the walk and the read
+    for row in rows:
         row.update(root=display_root(Path(root)), source=os.path.relpath(path, root), fingerprint=fingerprint,
                    row_version=ROW_VERSION)
-    return row
+    return rows
 
 
 def display_root(root: Path) -> str:
@@ -130,10 +149,10 @@ def read_rows(items: list[tuple], workers: int | None = None) -> list[dict]:
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers > 1 and len(items) >= 500:
         with ProcessPoolExecutor(workers) as pool:
-            rows = list(pool.map(_read_one, items, chunksize=max(1, len(items) // (workers * 8))))
+            per_source = list(pool.map(_read_one, items, chunksize=max(1, len(items) // (workers * 8))))
     else:
-        rows = [_read_one(it) for it in items]
-    return [r for r in rows if r is not None]
+        per_source = [_read_one(it) for it in items]
+    return [r for rows in per_source for r in rows]
 
 
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
@@ -159,7 +178,13 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def load_table(path: str | os.PathLike) -> pd.DataFrame:
-    """A table written by collect: runs.parquet or runs.csv, or a directory holding one."""
+    """A table written by collect: runs.parquet or runs.csv, or a directory holding one; a run that several
+    sources describe counts once (bench.analysis.reframe.one_row_per_run)."""
+    return reframe.one_row_per_run(_read_table(path))
+
+
+def _read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """The table as written: every source's row."""
     path = Path(path)
     if path.is_dir():
         for name in (TABLE_PARQUET, TABLE_CSV):
@@ -221,7 +246,7 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
             found[(display_root(r), os.path.relpath(path, r))] = (str(r), path, kind, fp, names)
 
     out_dir = Path(out) if out is not None else None
-    old = load_table(out_dir) if out_dir is not None and (out_dir / TABLE_PARQUET).exists() else to_frame([])
+    old = _read_table(out_dir) if out_dir is not None and (out_dir / TABLE_PARQUET).exists() else to_frame([])
     keys = list(zip(old["root"].astype(object), old["source"].astype(object)))
     now_fp = pd.Series([found[k][3] if k in found else None for k in keys], index=old.index, dtype="string")
     same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)
@@ -234,7 +259,8 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
     table = normalise(pd.concat([reused, kept, to_frame(rows)], ignore_index=True)) if rows else \
         normalise(pd.concat([reused, kept], ignore_index=True))
-    result = CollectResult(table, read=len(rows), reused=len(reused), removed=int((gone & under).sum()))
+    result = CollectResult(reframe.one_row_per_run(table), read=len(rows), reused=len(reused),
+                           removed=int((gone & under).sum()))
     if out_dir is not None:
         unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
         # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)

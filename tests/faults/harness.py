@@ -298,7 +298,9 @@ def problems(o: Outcome, e: Expect) -> list[str]:
             out.append("not collected")
         else:
             status, message, in_report = o.listed
-            if status not in e.status:
+            if status is None:  # no row for the run, or collect/report raised (the message says which)
+                out.append(f"collect does not list the run ({message or 'no row with its run_id'})")
+            elif status not in e.status:
                 out.append(f"collect lists status {status!r}, expected {'/'.join(e.status)}")
             elif e.message and not re.search(e.message, message or ""):
                 out.append(f"collect lists message {message!r}, not matching {e.message!r}")

@@ -1,0 +1,159 @@
+"""One ReFrame test case -> the nanochat-bench job it runs: planned, rendered and written by the launch layer.
+
+A test case (runtime, nodes, scaling, depth, trainer flags) and its partition's settings become a
+one-point Sweep; bench/launch/plan.py resolves the point (ranks, batch arithmetic, K, time limit),
+bench/launch/job.py builds the run and bench/launch/render.py writes the same job.sbatch that
+`nanochat-bench submit` would. ReFrame's own job then runs that script with `bash` inside its
+allocation, so the srun/torchrun line exists once, in slurm/*.j2.
+
+A partition's settings live in its `extras` under one key, so a site's configuration shared with other
+checks stays readable:
+
+    'extras': {'nanochat_bench': {'gpus_per_node': 4, 'base_dir': '$SCRATCH/nanochat',
+                                  'images': {'ce': '$SCRATCH/ce-images/nanochat-bench+latest.sqsh'}}}
+"""
+
+import os
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from bench.errors import ConfigError, RuntimeConfigError
+from bench.launch.job import Job, LaunchOptions, build_run, make_job, write_job
+from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
+from bench.launch.render import render_sbatch
+from bench.runtimes import Mount
+
+EXTRAS_KEY = "nanochat_bench"
+# #SBATCH lines of the rendered job that ReFrame's job must ask for too; the others (name, output, time,
+# tasks per node, exclusive, partition, account) are ReFrame's own settings.
+PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=")
+RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
+
+
+@dataclass
+class Site:
+    """A partition's `extras['nanochat_bench']`: how nanochat-bench runs there (README, "ReFrame")."""
+
+    gpus_per_node: int  # ranks per node (GPUs; on a CPU partition the processes per node)
+    base_dir: str = ""  # NANOCHAT_BASE_DIR on the nodes; default $NANOCHAT_BASE_DIR, else ~/.cache/nanochat
+    python: str = ""  # host interpreter of the bare runtime and the bookkeeping; default ReFrame's own
+    images: dict = field(default_factory=dict)  # runtime -> image (defaults per runtime module)
+    mounts: list = field(default_factory=list)  # SRC[:DST[:ro]] for container runtimes
+    env: dict = field(default_factory=dict)  # NAME -> VALUE passed literally into every run
+    train: list = field(default_factory=list)  # KEY=VALUE trainer flags of the partition (device_type=cpu)
+    time: str = ""  # a fixed time limit per run instead of the planner's estimate
+    exclusive: bool = True
+    ofi_hook: str = "default"
+    numa_binding: str = "node"  # "none" leaves CPU binding to the OS
+    nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
+    references: str = ""  # a references file for this partition's checks
+
+    @classmethod
+    def from_extras(cls, extras: dict, partition: str) -> "Site":
+        where = f"partition {partition}: extras['{EXTRAS_KEY}']"
+        data = extras.get(EXTRAS_KEY)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where} is missing; it needs at least gpus_per_node (README, \"ReFrame\")")
+        valid = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+        if "gpus_per_node" not in data:
+            raise ConfigError(f"{where}: gpus_per_node is required (ranks per node)")
+        for name, value in data.items():
+            want = valid[name].type  # a plain class: int, str, dict, list or bool
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+                raise ConfigError(f"{where}: {name} must be a {want.__name__}, got {value!r}")
+        return cls(**data)
+
+
+@dataclass
+class Case:
+    """A test case as the check's parameters and variables give it."""
+
+    runtime: str
+    nodes: int
+    scaling: str
+    depth: int
+    train_args: list[str]  # KEY=VALUE, after the partition's own
+    site: Site
+    sweep_id: str  # the test's unique name: the folder above the run directory
+
+
+@dataclass
+class Built:
+    job: Job
+    point: Point
+    text: str
+
+    @property
+    def run_dir(self) -> Path:
+        return self.job.runs[0].run_dir
+
+    @property
+    def sweep_dir(self) -> Path:
+        return self.run_dir.parent
+
+    @property
+    def minutes(self) -> int:
+        """The allocation's limit: the run's own plus a minute for the bookkeeping (as make_job sums it)."""
+        return sum(r.time_minutes + 1 for r in self.job.runs)
+
+    @property
+    def directives(self) -> list[str]:
+        return [d for d in self.job.directives if d.startswith(PASSED_DIRECTIVES)]
+
+
+def expanded(value: str, key: str) -> str:
+    """A path of the partition's settings with $VARIABLES expanded on the host that renders the job."""
+    out = os.path.expandvars(value)
+    if "$" in out:
+        raise ConfigError(f"extras['{EXTRAS_KEY}'].{key} {value!r} names an unset variable")
+    return out
+
+
+def base_dir_of(site: Site) -> str:
+    base = site.base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
+    return str(Path(expanded(base, "base_dir")).absolute())
+
+
+def sweep_of(case: Case, base_dir: str) -> Sweep:
+    train = parse_train_args([*case.site.train, *case.train_args])
+    if "depth" in train:
+        raise ConfigError(f"train_args set depth={train['depth']}: depth is the check's own variable "
+                          f"(-S depth=N, or -P depth=N,M for several)")
+    train["depth"] = case.depth
+    return Sweep([case.nodes], case.site.gpus_per_node, [case.runtime], train=train, scaling=case.scaling,
+                 data=DataShape.from_dir(Path(base_dir) / "base_data"), time=case.site.time or None)
+
+
+def options_of(site: Site, base_dir: str, dry_run: bool) -> LaunchOptions:
+    """The launch options `submit` would build from flags, from the partition's settings (images are
+    checked only for a real run: a dry run renders scripts for images that live on the cluster)."""
+    python = expanded(site.python, "python") if site.python else sys.executable
+    numa = None if site.numa_binding == "none" else site.numa_binding
+    return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
+                         mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),
+                         ofi_hook=site.ofi_hook, numa_binding=numa, exclusive=site.exclusive, check_images=not dry_run)
+
+
+def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
+    """Plan, render and write the case's job under `stage_dir/<sweep_id>/<run_id>/` (run.json pending,
+    except in a dry run, which writes the script only). Every mistake is a ConfigError naming it."""
+    base_dir = base_dir_of(case.site)
+    sweep = sweep_of(case, base_dir)
+    point = sweep.points()[0]
+    if not point.possible:
+        raise ConfigError(f"{point.run_id}: {point.reason}")
+    opts = options_of(case.site, base_dir, dry_run)
+    sweep_dir = Path(stage_dir).absolute() / case.sweep_id
+    try:
+        run = build_run(sweep, point, sweep_dir / point.run_id, opts, case.sweep_id)
+    except RuntimeConfigError as e:  # its hints name submit's flags; here the partition's settings hold them
+        raise RuntimeConfigError(f"{e} (for ReFrame: the partition's extras['{EXTRAS_KEY}'] images/mounts)") from None
+    job = make_job(f"{case.sweep_id}-{point.run_id}", run.run_dir, sweep, [run], opts,
+                   f"ReFrame check {case.sweep_id}, run {point.run_id}")
+    text = render_sbatch(job, rendered_by=RENDERED_BY)
+    write_job(job, text, manifests=not dry_run)
+    return Built(job, point, text)

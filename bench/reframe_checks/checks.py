@@ -1,0 +1,191 @@
+"""nanochat-bench as ReFrame checks: nanochat's base pretraining under each container runtime, judged
+from its run directory.
+
+    reframe -C bench/reframe_checks/config/test_cluster.py -c bench/reframe_checks/checks.py -r
+    reframe -C site.py -c bench/reframe_checks/checks.py -P num_nodes=1,2,4,8 -S depth=20 -r
+
+Parameters: `runtime` (every nanochat-bench runtime; a case runs only on partitions that list the
+runtime's name among their features) and `scaling` (weak, strong). Variables, set with -S or turned
+into parameters with ReFrame's -P: `num_nodes`, `depth`, `train_args` (KEY=VALUE trainer flags) and
+`references` (a nanochat-bench references file; default $NANOCHAT_BENCH_REFERENCES).
+
+Each case is one nanochat-bench run. Setup plans and renders its job.sbatch through bench/launch (see
+case.py) into the stage directory; ReFrame's job (launcher `local`, one task per node) runs it with
+bash, and the script's own srun starts the runtime on every node and records run.json. Sanity and
+performance read that run directory with bench.analysis.rundir, the reader `collect` uses, and the
+references come from the same file and matching code as `nanochat-bench check`.
+"""
+
+import math
+import os
+import shlex
+from contextlib import contextmanager
+from pathlib import Path
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
+
+from bench import runtimes, schema
+from bench.analysis.rundir import read_run_dir
+from bench.errors import BenchError
+from bench.launch.plan import SCALING_MODES
+from bench.reframe_checks import case as casemod
+from bench.reframe_checks.references import reframe_reference
+
+ENV_REFERENCES = "NANOCHAT_BENCH_REFERENCES"
+ENVIRON_FEATURE = "nanochat-bench"  # programming environments the checks may use declare this feature
+# Figures every case reports (table columns of bench/analysis/collect.py, units as in references files);
+# a figure the run lacks (MFU without a known peak, on CPU) is left out unless a reference asks for it.
+UNITS = {"tok_per_sec_per_gpu": "tok/s", "tok_per_sec": "tok/s", "mfu": "%", "step_time_ms": "ms",
+         "startup_overhead_s": "s", "time_to_first_step_s": "s", "peak_mem_mib": "MiB"}
+
+
+def preflight_busbw(manifest: dict) -> dict[str, float]:
+    """`busbw_<collective>_gbps` (GB/s) of run.json's `preflight` section, the communication pre-flight's
+    bus bandwidth at its largest buffer per collective ({} while the run records none)."""
+    section = manifest.get("preflight")
+    per = section.get("busbw_gbps") if isinstance(section, dict) else None
+    return {f"busbw_{c}_gbps": float(v) for c, v in (per if isinstance(per, dict) else {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def nccl_net_problem(manifest: dict, expected: str, nodes: int) -> str | None:
+    """Why the run's network is not the one the partition expects (None when it is, or when nothing is
+    expected): run.json's `network.net`, the network NCCL chose between nodes (bench/nccl_log.py)."""
+    if not expected or nodes < 2:
+        return None  # on one node nothing crosses the network
+    network = manifest.get("network")
+    seen = network.get("net") if isinstance(network, dict) else None
+    if seen is None:
+        return f"the partition expects NCCL's network {expected!r} between nodes, but run.json records none"
+    if seen != expected:
+        return f"NCCL's network between nodes was {seen!r}, the partition expects {expected!r}"
+    return None
+
+
+@contextmanager
+def one_line(error_class):
+    """nanochat-bench's expected failures as ReFrame's own, which it reports as one line, no traceback."""
+    try:
+        yield
+    except BenchError as e:
+        raise error_class(str(e)) from None
+
+
+class NanochatBenchBase(rfm.RunOnlyRegressionTest):
+    """The check without its parameters: subclass it to fix other runtimes or scaling modes for a site."""
+
+    descr = "nanochat base pretraining (nanochat-bench): throughput, MFU and start-up under a runtime"
+    valid_prog_environs = [f"+{ENVIRON_FEATURE}"]
+    sourcesdir = None
+    executable = "bash"
+    num_tasks_per_node = 1  # the rendered script's srun starts one task per node itself
+    tags = {"nanochat-bench", "ml", "training"}
+
+    num_nodes = variable(int, value=1, loggable=True)
+    depth = variable(int, value=20, loggable=True)
+    train_args = variable(typ.List[str], value=[], loggable=True)  # KEY=VALUE trainer flags
+    references = variable(str, value=os.environ.get(ENV_REFERENCES, ""), loggable=True)
+    # Set by setup and after the run, so that the perflog and the run report carry the run itself
+    # (bench/analysis/reframe.py reads them back into the tables).
+    workload = variable(str, value="", loggable=True)
+    run_id = variable(str, value="", loggable=True)
+    run_dir = variable(str, value="", loggable=True)
+    world_size = variable(int, value=0, loggable=True)
+    gpus_per_node = variable(int, value=0, loggable=True)
+    max_seq_len = variable(int, value=0, loggable=True)
+    device_batch_size = variable(int, value=0, loggable=True)
+    total_batch_size = variable(int, value=0, loggable=True)
+    grad_accum = variable(int, value=0, loggable=True)
+    num_iterations = variable(int, value=0, loggable=True)
+    run_status = variable(str, value="", loggable=True)
+    gpu_name = variable(str, value="", loggable=True)
+
+    @run_after("init")
+    def select_partitions(self):
+        self.valid_systems = [f"+{self.runtime}"]
+
+    @run_after("setup")
+    def render_job(self):
+        part = self.current_partition
+        with one_line(ConfigError):
+            site = casemod.Site.from_extras(part.extras, part.fullname)
+            case = casemod.Case(self.runtime, self.num_nodes, self.scaling, self.depth, list(self.train_args), site,
+                                self.short_name)
+            built = casemod.build(case, Path(self.stagedir), dry_run=self.is_dry_run())
+        p = built.point
+        self.run_id, self.run_dir = p.run_id, str(built.run_dir)
+        self.world_size, self.gpus_per_node = p.ranks, site.gpus_per_node
+        manifest = built.job.runs[0].manifest
+        config, self.workload = manifest["config"], manifest["workload"]
+        self.max_seq_len, self.device_batch_size = config.get("max_seq_len", 0), p.device_batch_size
+        self.total_batch_size, self.grad_accum, self.num_iterations = p.total_batch_size, p.grad_accum, p.num_iterations
+        self.num_tasks = self.num_nodes
+        self.exclusive_access = site.exclusive
+        self.time_limit = f"{built.minutes}m"
+        self.job.options += built.directives
+        self.executable_opts = [shlex.quote(str(built.job.script))]
+        self.keep_files = [os.path.relpath(built.sweep_dir, self.stagedir)]  # the run directory outlives the stage
+        self._site = site
+
+    # -- the run directory, read once after the job ----------------------------------------------------
+    def row(self) -> dict:
+        if getattr(self, "_row", None) is None:
+            run_dir = Path(self.run_dir)
+            self._row = read_run_dir(run_dir) if (run_dir / schema.RUN_JSON).exists() else {}
+            self._manifest = schema.read_run_json(run_dir)
+            self.run_status = str(self._row.get("status") or "")
+            self.gpu_name = str(self._row.get("gpu_name") or "")
+        return self._row
+
+    @sanity_function
+    def run_finished_ok(self):
+        """run.json says ok, step records are there, the figures can be computed; and where the partition
+        names one (extras' `nccl_net`, e.g. "AWS Libfabric" on Slingshot), NCCL took that network."""
+        row = self.row()
+        if not row:
+            raise SanityError(f"no run.json in {self.run_dir}: the batch script never ran (see {self.job.stdout})")
+        if row["status"] != "ok":
+            raise SanityError(f"run.json status is {row['status']!r}: {row.get('message') or 'no message'}")
+        if not row.get("steps_recorded"):
+            raise SanityError(f"run {self.run_id} recorded no step events ({self.run_dir}/metrics.jsonl)")
+        if row.get("skip_reason"):
+            raise SanityError(f"run {self.run_id} cannot be measured: {row['skip_reason']}")
+        problem = nccl_net_problem(self._manifest, self._site.nccl_net, self.num_nodes)
+        if problem:
+            raise SanityError(problem)
+        return True
+
+    @run_before("performance")
+    def set_performance(self):
+        """Figures of the run as performance variables, references from the references file."""
+        row = self.row()
+        values = {name: row.get(name) for name in UNITS}
+        units = dict(UNITS)
+        for name, busbw in preflight_busbw(self._manifest).items():
+            values[name], units[name] = busbw, "GB/s"
+        wanted: dict = {}
+        if self.references:
+            with one_line(PerformanceError):
+                reference, used = reframe_reference(self.current_partition.fullname, row, self.references)
+            self.reference, wanted = reference, reference[self.current_partition.fullname]
+            self.logger.info(f"{self.short_name}: references {', '.join(used) or 'none'} from {self.references}")
+        for name in wanted:  # a referenced figure the run lacks is NaN: ReFrame's own check then fails it
+            units.setdefault(name, wanted[name][3])
+            values.setdefault(name, row.get(name))
+        self.perf_variables = {
+            name: sn.make_performance_function(sn.defer(_number(values[name])), units[name])
+            for name in units if name in wanted or values.get(name) is not None}
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+@rfm.simple_test
+class nanochat_bench(NanochatBenchBase):  # ReFrame names tests in snake case
+    runtime = parameter(runtimes.names())
+    scaling = parameter(list(SCALING_MODES))

@@ -1,0 +1,85 @@
+# An example ReFrame site configuration for an Alps-like system (GH200 nodes, 4 GPUs each, Slurm with
+# accounting, Slingshot): one ReFrame partition per way of running, all on the Slurm partition `normal`.
+#
+#   export SCRATCH=/capstor/scratch/cscs/$USER NANOCHAT_BENCH_REFERENCES=$PWD/results/h200-d20/references.toml
+#   reframe -C bench/reframe_checks/config/alps_example.py -c bench/reframe_checks/checks.py \
+#       --system alps-example -P num_nodes=1,2,4,8 -S depth=20 -r
+#
+# Copy it, set the account, images and base directory, and drop the features (runtimes) the site does
+# not offer. A check case runs on the partitions whose `features` name its runtime; the partition's
+# `extras['nanochat_bench']` says how nanochat-bench runs there (bench/reframe_checks/case.py, Site):
+# gpus_per_node, base_dir, python, images, mounts, env, train, time, exclusive, ofi_hook, numa_binding,
+# nccl_net, references.
+#
+# Scheduler `slurm` (polls sacct; on a Slurm without accounting use `squeue`). Launcher `local`: the
+# check's job runs nanochat-bench's batch script once, and its srun starts one task per node, each
+# starting the runtime and torchrun with one process per GPU.
+
+ACCESS = ["--partition=normal", "--account=a-example"]  # the project to charge
+COMMON = {
+    "gpus_per_node": 4,
+    "base_dir": "$SCRATCH/nanochat",  # shards and tokenizer on the shared filesystem
+    "env": {"NCCL_DEBUG": "WARN"},  # passed literally into every run, by each runtime's own mechanism
+}
+
+site_configuration = {
+    "systems": [
+        {
+            "name": "alps-example",
+            "descr": "An Alps-like GH200 system (example)",
+            "hostnames": [r"^alps-ln\d+$", r"^nid\d{6}$"],
+            "modules_system": "nomod",
+            "partitions": [
+                {
+                    "name": "gh200-ce",
+                    "descr": "Container Engine: the image through an EDF (srun --environment)",
+                    "scheduler": "slurm",
+                    "launcher": "local",
+                    "access": ACCESS,
+                    "environs": ["nanochat-bench"],
+                    "features": ["ce"],
+                    "max_jobs": 4,
+                    "extras": {"nanochat_bench": {
+                        **COMMON,
+                        "images": {"ce": "$SCRATCH/ce-images/nanochat-bench+latest.sqsh"},
+                        "ofi_hook": "default",  # the site's aws_ofi_nccl hook as configured
+                        # "nccl_net": "AWS Libfabric",  # sanity: NCCL's network between nodes (run.json network.net)
+                    }},
+                },
+                {
+                    "name": "gh200-pyxis",
+                    "descr": "Pyxis/enroot: the image through srun --container-image",
+                    "scheduler": "slurm",
+                    "launcher": "local",
+                    "access": ACCESS,
+                    "environs": ["nanochat-bench"],
+                    "features": ["pyxis"],
+                    "max_jobs": 4,
+                    "extras": {"nanochat_bench": {
+                        **COMMON,
+                        "images": {"pyxis": "$SCRATCH/ce-images/nanochat-bench+latest.sqsh"},
+                    }},
+                },
+                {
+                    "name": "gh200",
+                    "descr": "Runtimes started as commands: a host Python environment, Apptainer, Podman, Sarus",
+                    "scheduler": "slurm",
+                    "launcher": "local",
+                    "access": ACCESS,
+                    "environs": ["nanochat-bench"],
+                    "features": ["bare", "apptainer", "podman", "sarus"],
+                    "max_jobs": 4,
+                    "extras": {"nanochat_bench": {
+                        **COMMON,
+                        "python": "$SCRATCH/nanochat-bench-venv/bin/python",  # bare: where nanochat-bench is installed
+                        "images": {"apptainer": "$SCRATCH/images/nanochat-bench.sif"},
+                    }},
+                },
+            ],
+        }
+    ],
+    "environments": [
+        # Modules or environment variables every case needs go here (e.g. "modules": [...]).
+        {"name": "nanochat-bench", "features": ["nanochat-bench"], "target_systems": ["alps-example"]},
+    ],
+}

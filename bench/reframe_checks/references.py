@@ -1,0 +1,60 @@
+"""ReFrame references generated from a nanochat-bench references file, so both judge by the same numbers.
+
+`nanochat-bench check` (bench/analysis/check.py) selects table rows with each reference's `where` and
+bounds their figures. A ReFrame test case is one run: its row (bench.analysis.rundir.read_run_dir, the
+row collect would put in the table) is matched against the same `where` clauses by the same code, and
+each bound becomes ReFrame's `(value, lower, upper, unit)` under the test's `system:partition`.
+
+The tolerances mean the same in both: fractions of the value, absolute when the value is 0, mirrored
+for a negative value. ReFrame limits lower to [-1, 0] for a positive value (and upper to [0, 1] for a
+negative one); a bound outside that is refused with its name rather than silently changed.
+"""
+
+from pathlib import Path
+
+from bench.analysis.check import Bound, Reference, load_references, select
+from bench.analysis.collect import to_frame
+from bench.analysis.scaling import usable
+from bench.errors import ConfigError
+
+RefTuple = tuple[float, float | None, float | None, str]
+
+
+def matching(row: dict, references: list[Reference]) -> list[Reference]:
+    """The references whose `where` selects this run's row (none when the row is not usable)."""
+    frame = usable(to_frame([row]))
+    return [ref for ref in references if not select(frame, ref.where).empty]
+
+
+def as_tuple(ref_name: str, figure: str, bound: Bound) -> RefTuple:
+    """One bound as ReFrame's reference tuple, after checking that ReFrame accepts its tolerances."""
+    if bound.value > 0 and bound.lower is not None and bound.lower < -1:
+        raise ConfigError(f"{ref_name}: figures.{figure}: lower = {bound.lower} is below -1, which ReFrame "
+                          f"refuses for a positive value; use -1 (a bound of 0)")
+    if bound.value < 0 and bound.upper is not None and bound.upper > 1:
+        raise ConfigError(f"{ref_name}: figures.{figure}: upper = {bound.upper} is above 1, which ReFrame "
+                          f"refuses for a negative value; use 1 (a bound of 0)")
+    return (bound.value, bound.lower, bound.upper, bound.unit)
+
+
+def figures_for(row: dict, references: list[Reference]) -> tuple[dict[str, RefTuple], list[str]]:
+    """figure -> reference tuple for this row, and the names of the references used. One reference per
+    figure: ReFrame holds one per partition, so two that select the same run and bound the same figure
+    are refused (make their `where` clauses tell the runs apart)."""
+    out: dict[str, RefTuple] = {}
+    source: dict[str, str] = {}
+    used = []
+    for ref in matching(row, references):
+        used.append(ref.name)
+        for figure, bound in ref.figures.items():
+            if figure in out:
+                raise ConfigError(f"references {source[figure]!r} and {ref.name!r} both bound {figure} of this run; "
+                                  f"ReFrame takes one reference per figure and partition")
+            out[figure], source[figure] = as_tuple(ref.name, figure, bound), ref.name
+    return out, used
+
+
+def reframe_reference(partition: str, row: dict, path: str | Path) -> tuple[dict, list[str]]:
+    """ReFrame's `reference` for this run on `partition` (its `system:partition`) from a references file."""
+    figures, used = figures_for(row, load_references(path))
+    return {partition: figures}, used

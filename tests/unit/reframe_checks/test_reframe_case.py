@@ -1,0 +1,80 @@
+"""A ReFrame test case -> the nanochat-bench job it runs, through the launch layer.
+
+    python -m pytest tests/unit/reframe_checks/test_reframe_case.py -q
+"""
+
+import pytest
+
+from bench import cli
+from bench.errors import ConfigError, RuntimeConfigError
+from bench.reframe_checks.case import Case, Site, build
+
+CPU = {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False, "numa_binding": "none"}
+
+
+def case(site: dict, nodes: int = 2, scaling: str = "weak", train_args=(), runtime: str = "bare") -> Case:
+    return Case(runtime, nodes, scaling, 2, list(train_args), Site.from_extras({"nanochat_bench": site}, "sys:part"),
+                "nanochat_bench_1a2b3c4d")
+
+
+@pytest.mark.parametrize("extras, message", [
+    ({}, r"partition sys:part: extras\['nanochat_bench'\] is missing; it needs at least gpus_per_node"),
+    ({"nanochat_bench": {"gpus_per_node": 4, "image": "x"}}, "unknown key.s. image; valid: gpus_per_node, base_dir"),
+    ({"nanochat_bench": {"base_dir": "/x"}}, "gpus_per_node is required"),
+    ({"nanochat_bench": {"gpus_per_node": "4"}}, "gpus_per_node must be a int, got '4'"),
+    ({"nanochat_bench": {"gpus_per_node": 4, "exclusive": "no"}}, "exclusive must be a bool"),
+])
+def test_partition_settings_are_checked_with_one_clear_line(extras, message):
+    with pytest.raises(ConfigError, match=message):
+        Site.from_extras(extras, "sys:part")
+
+
+def test_the_job_is_the_one_render_sbatch_writes(tiny_base_dir, tmp_path):
+    """Same sweep point, same options: ReFrame's job.sbatch and `nanochat-bench render sbatch`'s differ only
+    in names and paths, so the srun/torchrun line has one source."""
+    built = build(case({**CPU, "base_dir": str(tiny_base_dir)}), tmp_path / "stage")
+    assert built.job.script == tmp_path / "stage" / "nanochat_bench_1a2b3c4d" / "n2-bare-r1" / "job.sbatch"
+    assert (built.run_dir / "run.json").is_file() and (built.sweep_dir / ".lib" / "jobrecord.py").is_file()
+    assert built.directives == ["--nodes=2"]  # CPU: no --gpus-per-node; the rest is ReFrame's own
+    assert built.minutes == built.point.time_minutes + 1
+    assert built.point.val_files_k == 1  # planned from the shards of the base directory
+
+    out = tmp_path / "render"
+    assert cli.main(["render", "sbatch", "--nodes=2", "--runtimes=bare", "--gpus-per-node=2", "--depth=2",
+                     "--device_type=cpu", "--numa-binding=none", "--no-exclusive", f"--base-dir={tiny_base_dir}",
+                     f"--out={out}"]) == 0
+    rendered = (out / "n2-bare-r1" / "job.sbatch").read_text()
+
+    def body(text: str, sweep_dir) -> list[str]:
+        text = text.replace(str(sweep_dir), "SWEEP")
+        return text[text.index("set -euo pipefail"):].splitlines()
+
+    assert body(built.text, built.sweep_dir) == body(rendered, out)
+
+
+def test_strong_scaling_keeps_the_total_and_the_train_args_reach_the_trainer(tmp_path):
+    built = build(case({**CPU, "base_dir": str(tmp_path / "base")}, nodes=1, scaling="strong",
+                       train_args=["max_seq_len=64", "device_batch_size=2", "total_batch_size=512"]), tmp_path)
+    p = built.point
+    assert (p.ranks, p.device_batch_size, p.grad_accum, p.total_batch_size) == (2, 2, 2, 512)
+    assert "--max_seq_len=64" in p.train_argv and "--depth=2" in p.train_argv and "--device_type=cpu" in p.train_argv
+
+
+def test_case_mistakes_fail_before_anything_is_written(tmp_path):
+    with pytest.raises(ConfigError, match="depth is the check's own variable"):
+        build(case(CPU, train_args=["depth=4"]), tmp_path)
+    with pytest.raises(ConfigError, match="total_batch_size 500 is not a multiple"):
+        build(case(CPU, scaling="strong", train_args=["total_batch_size=500"]), tmp_path)
+    with pytest.raises(ConfigError, match=r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names an unset variable"):
+        build(case({**CPU, "base_dir": "$NANOCHAT_BENCH_UNSET_VAR/x"}), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_dry_run_renders_a_container_job_without_its_image(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    site = {"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat"}
+    built = build(case(site, runtime="ce"), tmp_path / "stage", dry_run=True)
+    assert built.directives == ["--gpus-per-node=4", "--nodes=2"]
+    assert (built.run_dir / "environment.toml").is_file() and not (built.run_dir / "run.json").exists()
+    with pytest.raises(RuntimeConfigError, match=r"does not exist.*for ReFrame: the partition.s extras"):
+        build(case(site, runtime="ce"), tmp_path / "stage2")

@@ -1,0 +1,37 @@
+"""Pieces of the check that no test-cluster run reaches: the pre-flight hook, nanochat-bench's errors as ReFrame's.
+
+    python -m pytest tests/unit/reframe_checks/test_reframe_checks.py -q
+"""
+
+import pytest
+from reframe.core.exceptions import ConfigError as ReframeConfigError
+from reframe.core.exceptions import is_severe
+
+from bench.errors import ConfigError
+from bench.reframe_checks.checks import nccl_net_problem, one_line, preflight_busbw
+
+
+def test_preflight_busbw_is_read_when_run_json_records_it():
+    pre = {"preflight": {"backend": "nccl", "busbw_gbps": {"all_reduce": 182.5, "all_gather": 90}}}
+    assert preflight_busbw(pre) == {"busbw_all_reduce_gbps": 182.5, "busbw_all_gather_gbps": 90.0}
+    assert preflight_busbw({}) == {} and preflight_busbw({"preflight": None}) == {}
+    assert preflight_busbw({"preflight": {"busbw_gbps": {"all_reduce": "fast"}}}) == {}
+
+
+def test_the_network_is_checked_where_the_partition_names_one_and_nodes_talk():
+    slingshot = {"network": {"backend": "nccl", "net": "AWS Libfabric", "net_provider": "cxi"}}
+    assert nccl_net_problem(slingshot, "AWS Libfabric", nodes=2) is None
+    assert nccl_net_problem({"network": {"net": "Socket"}}, "AWS Libfabric", nodes=2) == \
+        "NCCL's network between nodes was 'Socket', the partition expects 'AWS Libfabric'"
+    assert "records none" in nccl_net_problem({}, "AWS Libfabric", nodes=4)
+    assert nccl_net_problem({}, "AWS Libfabric", nodes=1) is None and nccl_net_problem({}, "", nodes=4) is None
+
+
+def test_expected_failures_reach_reframe_as_its_own_soft_errors():
+    with pytest.raises(ReframeConfigError, match="^gpus_per_node is required$") as info:
+        with one_line(ReframeConfigError):
+            raise ConfigError("gpus_per_node is required")
+    assert not is_severe(info.type, info.value, info.tb)  # ReFrame prints it as one line, no traceback
+    with pytest.raises(KeyError):  # a bug stays a bug
+        with one_line(ReframeConfigError):
+            raise KeyError("x")

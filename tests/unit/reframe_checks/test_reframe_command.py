@@ -1,0 +1,37 @@
+"""`nanochat-bench reframe`: the shipped checks and configurations on ReFrame's command line.
+
+    python -m pytest tests/unit/reframe_checks/test_reframe_command.py -q
+"""
+
+import os
+import shlex
+from pathlib import Path
+
+from bench import cli
+from bench.reframe_checks import CHECKS, CONFIG_DIR
+
+
+def test_print_command_names_the_shipped_files(capsys):
+    assert cli.main(["reframe", "--config", "alps-example", "--print-command", "--", "--system", "alps-example",
+                     "-r"]) == 0
+    argv = shlex.split(capsys.readouterr().out)
+    assert argv == ["reframe", "-C", str(CONFIG_DIR / "alps_example.py"), "-c", str(CHECKS), "--system",
+                    "alps-example", "-r"]
+    assert CHECKS.is_file() and (CONFIG_DIR / "alps_example.py").is_file()
+
+
+def test_reframe_lists_the_checks_of_the_test_cluster(capfd, monkeypatch):
+    """Real ReFrame loads the checks and the configuration: one case per runtime the partition offers and
+    scaling mode."""
+    repo = str(Path(__file__).resolve().parents[3])  # the checks import this checkout's bench package
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+    assert cli.main(["reframe", "--config", "test-cluster", "--", "--system", "nbtest", "-l"]) == 0
+    out = capfd.readouterr().out
+    assert "- nanochat_bench %runtime=bare %scaling=weak" in out and "%runtime=bare %scaling=strong" in out
+    assert "Found 2 check(s)" in out  # ce, pyxis, ... need partitions that list them as features
+
+
+def test_an_unknown_configuration_is_one_error_line(capsys):
+    assert cli.main(["reframe", "--config", "nowhere.py", "--print-command"]) == 1
+    assert capsys.readouterr().err == ("error: --config 'nowhere.py': no such file; shipped configurations: "
+                                       "test-cluster, alps-example\n")

@@ -1,0 +1,94 @@
+"""ReFrame references from a nanochat-bench references file: the same runs selected, the same limits.
+
+    python -m pytest tests/unit/reframe_checks/test_reframe_references.py -q
+"""
+
+import math
+
+import pytest
+import reframe.utility.sanity as sn
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.analysis.check import Bound, check, load_references
+from bench.analysis.collect import to_frame
+from bench.analysis.rundir import read_run_dir
+from bench.errors import ConfigError
+from bench.reframe_checks.references import figures_for, reframe_reference
+
+REFS = """
+[[reference]]
+name = "d20 bare 8xH200"
+where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "*H200*" }
+figures.tok_per_sec = { value = 100000, lower = -0.05, unit = "tok/s" }
+figures.startup_overhead_s = { value = 0, upper = 30, unit = "s" }
+
+[[reference]]
+name = "d20 bare 16xH200"
+where = { depth = 20, runtime = "bare", world_size = 16 }
+figures.tok_per_sec = { value = 200000, lower = -0.05, unit = "tok/s" }
+"""
+
+
+@pytest.fixture
+def refs(tmp_path):
+    path = tmp_path / "references.toml"
+    path.write_text(REFS)
+    return path
+
+
+def test_the_references_selecting_the_run_become_its_reframe_reference(make_run, refs):
+    row = read_run_dir(make_run("r8", tok_s=101_000.0, world_size=8))
+    reference, used = reframe_reference("alps:gh200-ce", row, refs)
+    assert used == ["d20 bare 8xH200"]
+    assert reference == {"alps:gh200-ce": {"tok_per_sec": (100000.0, -0.05, None, "tok/s"),
+                                           "startup_overhead_s": (0.0, None, 30, "s")}}
+    assert reframe_reference("alps:gh200-ce", read_run_dir(make_run("r4", world_size=4)), refs)[0] == \
+        {"alps:gh200-ce": {}}
+
+
+def test_a_run_check_would_not_use_gets_no_reference(make_run, refs):
+    row = read_run_dir(make_run("failed", world_size=8, status="failed", message="boom"))
+    assert figures_for(row, load_references(refs)) == ({}, [])
+
+
+def test_two_references_bounding_one_figure_of_a_run_are_refused(make_run, refs, tmp_path):
+    refs.write_text(REFS + '\n[[reference]]\nname = "any 8"\nwhere = { world_size = 8 }\n'
+                    'figures.tok_per_sec = { value = 1, lower = -0.5 }\n')
+    row = read_run_dir(make_run("r8", world_size=8))
+    with pytest.raises(ConfigError, match="'d20 bare 8xH200' and 'any 8' both bound tok_per_sec"):
+        figures_for(row, load_references(refs))
+
+
+def test_a_tolerance_reframe_cannot_hold_is_refused_by_name(make_run, refs):
+    refs.write_text('[[reference]]\nname = "loose"\nwhere = { world_size = 8 }\n'
+                    'figures.tok_per_sec = { value = 10, lower = -2 }\n')
+    with pytest.raises(ConfigError, match="loose: figures.tok_per_sec: lower = -2 is below -1"):
+        figures_for(read_run_dir(make_run("r8", world_size=8)), load_references(refs))
+
+
+def test_reframe_and_check_give_one_verdict_on_the_same_run(make_run, refs):
+    for tok_s, verdict in ((101_000.0, "pass"), (90_000.0, "fail")):
+        row = read_run_dir(make_run(f"r{int(tok_s)}", tok_s=tok_s, world_size=8))
+        (outcome,) = [o for o in check(to_frame([row]), load_references(refs))
+                      if o.figure == "tok_per_sec" and o.verdict != "missing"]
+        value, lower, upper, _ = figures_for(row, load_references(refs))[0]["tok_per_sec"]
+        lo, hi = sn.reference_bounds(value, lower, upper)
+        assert outcome.verdict == verdict == ("pass" if lo <= row["tok_per_sec"] <= hi else "fail")
+
+
+finite = st.floats(-1e9, 1e9, allow_nan=False)
+fraction = st.one_of(st.none(), st.floats(0, 1))
+
+
+@given(value=st.one_of(finite, st.just(0.0)), lower=fraction, upper=st.one_of(st.none(), st.floats(0, 5)))
+def test_tolerances_mean_the_same_to_reframe_and_check(value, lower, upper):
+    """ReFrame's own bounds (reframe.utility.sanity.reference_bounds) equal check's, for every tolerance
+    ReFrame accepts: fractions of the value, mirrored when it is negative, absolute when it is 0."""
+    lower = None if lower is None else -lower
+    if value < 0 and upper is not None:
+        upper = min(upper, 1.0)
+    ours = Bound(value, lower, upper).limits()
+    theirs = sn.reference_bounds(value, lower, upper)
+    for a, b in zip(ours, theirs):
+        assert a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9)

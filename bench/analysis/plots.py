@@ -270,7 +270,7 @@ def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dic
                     config: str, unit: str, scaling: str) -> list[tuple[str, str, object]]:
     """(name, caption, figure) of one config's scaling figures, None where there is nothing to draw."""
     if scaling == "weak":
-        first = [("per-gpu", f"Throughput per {unit[:-1]} (weak scaling)",
+        first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling)",
                   per_gpu(points, colors, baseline, config, unit))]
     else:
         first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, baseline, config, unit))]

@@ -84,7 +84,7 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     pick = lambda *names: [figs[n] for n in names if n in figs]  # noqa: E731
     has = lambda cols: p[cols].notna().any().any()  # noqa: E731
     sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
-                 "figures": pick("per-gpu", "speedup", "efficiency", "mfu")}]
+                 "figures": pick("per_gpu", "speedup", "efficiency", "mfu")}]
     if not r.empty:
         sections.append({"title": f"Steady-state throughput relative to {baseline}",
                          "table": tables.ratio_table(r, unit), "figures": pick("ratio")})

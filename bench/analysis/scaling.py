@@ -128,7 +128,8 @@ def with_config(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     nanochat = df["workload"].map(is_nanochat).astype(bool)
     for col, value in LEGACY.items():
-        df[col] = df[col].astype(object).where(df[col].notna() | ~nanochat, value)
+        filled = df[col].astype(object).where(df[col].notna() | ~nanochat, value)
+        df[col] = filled.where(filled.notna(), None)  # None, not pd.NA: the keys are compared as plain values
     df["device"] = [device_name(g, p) for g, p in zip(df["gpu_name"], df["gpus_per_node"])]
     df["batch"] = [batch_key(*k) for k in zip(df["scaling"], df["total_batch_size"], df["device_batch_size"],
                                              df["max_seq_len"])]

@@ -83,15 +83,16 @@ def run_events(tok_s: float, steps: int, total_batch_size: int, world_size: int,
                flops_per_token: float = D20_FLOPS_PER_TOKEN, milestones: tuple[str, ...] = (),
                nodes: int = 1, busbw: dict | None = None) -> list[dict]:
     """The events of one successful run with steady throughput tok_s after a slow warm-up. `milestones`
-    adds those optional start-up milestones (and the step split to the step events); without them a run
-    has start, dist_init, model_ready and first_step only, as runs recorded before the breakdown."""
+    records those optional start-up milestones (and the step split in the step events); without them a
+    run has start, dist_init, model_ready and first_step only, as runs recorded before the breakdown. An
+    unrecorded phase still takes its time (MILESTONE_S); the pre-flight only runs when it is recorded."""
     t = t0 + startup_s
     evs = []
     if "runtime_start" in milestones:
         evs.append({"event": "runtime_start", "t": t - SPAWN_S})
     evs.append({"event": "start", "t": t})
+    t += MILESTONE_S["imports_done"]  # imports and loaders take their time whether recorded or not
     if "imports_done" in milestones:
-        t += MILESTONE_S["imports_done"]
         evs.append({"event": "imports_done", "t": t})
     t += MILESTONE_S["dist_init"]
     evs.append({"event": "dist_init", "t": t, "world_size": world_size, "backend": "nccl" if peak else "gloo"})
@@ -100,8 +101,8 @@ def run_events(tok_s: float, steps: int, total_batch_size: int, world_size: int,
         evs.append({"event": "preflight", "t": t, "world_size": world_size, "busbw_gbps": busbw, "bytes": 1 << 30})
     t += MILESTONE_S["model_ready"]
     evs.append({"event": "model_ready", "t": t, "num_params": 560_988_160, "flops_per_token": flops_per_token})
+    t += MILESTONE_S["data_ready"]
     if "data_ready" in milestones:
-        t += MILESTONE_S["data_ready"]
         evs.append({"event": "data_ready", "t": t})
     total = 0.0
     for step in range(steps):

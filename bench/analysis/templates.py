@@ -74,7 +74,7 @@ HTML = """\
   figcaption { color: #555; font-size: .9rem; }
   .meta { color: #555; } ul.methods li { margin: .2rem 0; } .more, .absent { color: #777; font-style: italic; }
   ul.findings li { margin: .35rem 0; } ul.findings code { background: #f4f4f4; padding: 0 .25rem;
-         font-size: .85rem; word-break: break-all; }
+         font-size: .85rem; overflow-wrap: anywhere; }
 </style>
 </head>
 <body>

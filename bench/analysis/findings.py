@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench.analysis.scaling import STARTUP_PHASES
+from bench.analysis.scaling import STARTUP_PHASES, count
 from bench.analysis.tables import NOT_MEASURED, transports_text
 from bench.breakdown import LABELS
 
@@ -44,12 +44,12 @@ class Finding:
 
 
 def _nodes(nodes) -> str:
-    nodes = str(nodes)
-    return f"{nodes} node{'' if nodes == '1' else 's'}"
+    """'1 node', '2 nodes', or 'nodes 1,2' when the runs of one point differ in layout."""
+    return count(nodes, "nodes") if str(nodes).isdigit() else f"nodes {nodes}"
 
 
 def _where(runtime: str, world: int, nodes, unit: str) -> str:
-    return f"{runtime} at {int(world)} {unit} ({_nodes(nodes)})"
+    return f"{runtime} at {count(world, unit)} ({_nodes(nodes)})"
 
 
 def _phase(col: str) -> str:
@@ -86,7 +86,7 @@ def throughput_ratios(ratios: pd.DataFrame, baseline: str, unit: str) -> list[Fi
             continue
         word = "slower" if r["ratio"] < 1 else "faster"
         out.append(Finding(f"{r['runtime']} is {100 * abs(1 - r['ratio']):.1f}% {word} than {baseline} at "
-                           f"{int(r['world_size'])} {unit}",
+                           f"{count(r['world_size'], unit)}",
                            f"ratio {r['ratio']:.3f}, 95% CI [{r['ci_low']:.3f}, {r['ci_high']:.3f}], "
                            f"{int(r['runs'])} vs {int(r['baseline_runs'])} runs"))
     return _capped(out, "throughput gaps")
@@ -104,7 +104,7 @@ def low_efficiency(points: pd.DataFrame, unit: str, scaling: str) -> list[Findin
         per = unit[:-1]
         if scaling == "weak":
             how = (f"tok/s per {per} {r['tok_per_sec_per_gpu']:,.0f} vs {first['tok_per_sec_per_gpu']:,.0f} at "
-                   f"{int(first['world_size'])} {unit}")
+                   f"{count(first['world_size'], unit)}")
         else:
             how = f"speedup {r['speedup']:.2f}x of an ideal {r['world_size'] / first['world_size']:.0f}x"
         bw = [f"{c.replace('busbw_', '').replace('_gbps', '')} {first[c]:,.0f} -> {r[c]:,.0f} GB/s"
@@ -140,7 +140,7 @@ def startup_gaps(points: pd.DataFrame, baseline: str, unit: str) -> list[Finding
             inside = _unmeasured_before(phase, p.loc[common], base.loc[common])
             if inside:
                 text += f", which includes {' and '.join(inside)} (not measured)"
-        evidence = "; ".join(f"{int(n)} {unit}: launch to first step {p.at[n, 'launch_to_first_step_s']:.1f} s vs "
+        evidence = "; ".join(f"{count(n, unit)}: launch to first step {p.at[n, 'launch_to_first_step_s']:.1f} s vs "
                              f"{base.at[n, 'launch_to_first_step_s']:.1f} s" for n in common)
         out.append(Finding(text, evidence))
     return _capped(out, "start-up gaps")
@@ -176,7 +176,7 @@ def stragglers(runs: pd.DataFrame, unit: str) -> list[Finding]:
         rank = "?" if pd.isna(rank) else int(rank)
         host = "an unrecorded host" if pd.isna(host) else f"host {host}"
         worst = g.loc[g["rank_step_spread_pct"].idxmax()]
-        out.append(Finding(f"rank {rank} on {host} is the slowest rank of {runtime} at {int(world)} {unit} "
+        out.append(Finding(f"rank {rank} on {host} is the slowest rank of {runtime} at {count(world, unit)} "
                            f"({_nodes(g['nodes'].iloc[0])}) in {len(g)} of {total} run(s): the ranks' steady steps "
                            f"lie up to {worst['rank_step_spread_pct']:.1f}% of the median apart",
                            f"run {worst['run_id']}: rank_step_spread_pct {worst['rank_step_spread_pct']:.1f} "

@@ -23,10 +23,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from bench.analysis.scaling import count  # noqa: E402
+
 STYLE = {"figure.figsize": (10, 5.6), "font.size": 13, "axes.titlesize": 15, "axes.labelsize": 13,
          "legend.fontsize": 11, "axes.grid": True, "grid.alpha": 0.3,
          "figure.constrained_layout.use": True,  # lays out during the draw: no extra pass as bbox="tight" needs
-         "svg.fonttype": "none"}  # SVG text stays text (searchable, and several times faster than glyph paths)
+         # a browser sets SVG text a little wider than matplotlib measures it: pad the edges
+         "figure.constrained_layout.w_pad": 0.08, "figure.constrained_layout.h_pad": 0.06,
+         "svg.fonttype": "none"}  # SVG text stays text (searchable, and about twice as fast as glyph paths)
 PNG_DPI = 130
 TITLE_WIDTH = 78  # characters of the config label per title line at axes.titlesize 15 on a 10-inch figure
 NUDGE = 0.05  # log2 units between runtimes at one rank count: apart, yet read as the same count
@@ -60,12 +64,6 @@ def wrap_label(config: str, width: int = TITLE_WIDTH) -> str:
     return "\n".join([*lines, line])
 
 
-def count(n, unit: str) -> str:
-    """'1 GPU', '8 GPUs', '2 ranks': a number of GPUs, ranks or nodes (unit given in the plural)."""
-    n = int(n)
-    return f"{n} {unit[:-1] if n == 1 else unit}"
-
-
 def title(ax, what: str, config: str) -> None:
     ax.set_title(f"{what}\n{wrap_label(config)}")
 
@@ -92,20 +90,18 @@ def label_points(ax, labels: list[tuple[int, float, float, str, str]], gap_pt: f
     column right of its rightmost point, spread apart vertically so none covers another. Call after the
     limits are set: positions are worked out in display space."""
     by_count: dict[int, list] = {}
-    for count, x, y, text, color in labels:
-        by_count.setdefault(count, []).append((x, y, text, color))
+    for n, x, y, text, color in labels:
+        by_count.setdefault(n, []).append((x, y, text, color))
     to_pt = 72.0 / ax.figure.dpi
     for group in by_count.values():
-        right = max(x for x, *_ in group)
-        shown = sorted(group, key=lambda g: -g[1])
-        placed = []
-        for x, y, text, color in shown:  # top to bottom, each at least gap_pt below the one above
-            py = ax.transData.transform((x, y))[1] * to_pt
-            py = min(py, placed[-1] - gap_pt) if placed else py
-            placed.append(py)
-            px, own = (ax.transData.transform((right, y))[0] * to_pt, ax.transData.transform((x, y)))
-            ax.annotate(text, (x, y), textcoords="offset points", fontsize=10, color=color, va="center",
-                        xytext=(px - own[0] * to_pt + 8, py - own[1] * to_pt))
+        right = ax.transData.transform((max(x for x, *_ in group), 1.0))[0] * to_pt
+        placed: list[float] = []
+        for x, y, text, color in sorted(group, key=lambda g: -g[1]):  # top to bottom, gap_pt apart at least
+            px, py = ax.transData.transform((x, y)) * to_pt
+            target = min(py, placed[-1] - gap_pt) if placed else py
+            placed.append(target)
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(right - px + 8, target - py),
+                        fontsize=10, color=color, va="center")
 
 
 def _human(v, _=None) -> str:
@@ -214,9 +210,10 @@ def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scali
 
 
 def mfu(points: pd.DataFrame, colors: dict, config: str, unit: str):
-    """Model FLOPs utilisation per runtime against GPUs (only where a GPU peak was known)."""
+    """Model FLOPs utilisation per runtime against GPUs (only where a GPU peak was known; one rank count
+    is a table's worth, not a figure's)."""
     p_all = points.dropna(subset=["mfu"])
-    if p_all.empty:
+    if p_all.empty or p_all["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
     runtimes = _runtimes(p_all)

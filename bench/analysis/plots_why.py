@@ -3,7 +3,7 @@
 One horizontal bar per runtime x rank count (the median over its repeats), read left to right as the
 run lived it. A phase that a run did not measure is not drawn as zero: a cross in that phase's colour
 marks where it would be, and its time is inside the next measured phase (bench/breakdown.py); a run
-without a launch time has crosses at 0 for what came before its first milestone. Names are
+without a launch time starts at its first milestone, with crosses at 0 for the phases before it. Names are
 bench/breakdown.py's LABELS. Each function returns a Figure or None when there is nothing to draw.
 """
 
@@ -18,8 +18,8 @@ from matplotlib.transforms import offset_copy
 
 from bench import breakdown
 from bench.analysis import why
-from bench.analysis.plots import _human, count, nudged, rank_axis, title, wrap_label
-from bench.analysis.scaling import STARTUP_PHASES
+from bench.analysis.plots import _human, nudged, rank_axis, wrap_label
+from bench.analysis.scaling import STARTUP_PHASES, count
 
 PHASE_COLORS = plt.get_cmap("tab10").colors
 SPLIT_LABELS = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed communication", "optim_ms": "optimizer",
@@ -77,8 +77,8 @@ def _stack(ax, values: pd.DataFrame, colors: dict, mark_missing: bool) -> np.nda
 
 def _rows(ax, p_all: pd.DataFrame, ends: np.ndarray, texts: list[str], unit: str, room: float) -> None:
     """Each bar's text after its end, the rows named on the y axis (first on top), room for the texts."""
-    for y, (end, text) in enumerate(zip(ends, texts)):
-        ax.text(end, y, text, va="center", fontsize=10)
+    for y, (end, text) in enumerate(zip(ends, texts)):  # an offset, not leading spaces: SVG collapses those
+        ax.annotate(text, (end, y), xytext=(5, 0), textcoords="offset points", va="center", fontsize=10)
     ax.set_yticks(range(len(p_all)), [point_label(r, unit) for _, r in p_all.iterrows()])
     ax.set_ylim(len(p_all) - 0.5, -0.5)  # collections do not autoscale the axes
     ax.set_xlim(0, float(ends.max()) * room or 1.0)
@@ -93,13 +93,13 @@ def startup_phases(points: pd.DataFrame, config: str, unit: str):
     fig, ax = _bar_figure(len(p_all))
     colors = {c: PHASE_COLORS[i % len(PHASE_COLORS)] for i, c in enumerate(cols)}
     ends = _stack(ax, p_all[cols], colors, mark_missing=True)
-    # without a launch time (and no runtime start) the first milestone is the trainer's start
-    no_launch = (p_all["phase_runtime_start_s"].isna() & p_all["phase_start_s"].isna()).to_numpy()
-    texts = [f"  {end:.1f} s" + (" from trainer start (no launch time)" if late else "")
+    # without a launch time (NANOCHAT_BENCH_T0) a bar starts at the run's first milestone
+    no_launch = p_all["startup_overhead_s"].isna().to_numpy()
+    texts = [f"{end:.1f} s" + (" from its first milestone (no launch time)" if late else "")
              for end, late in zip(ends, no_launch)]
-    _rows(ax, p_all, ends, texts, unit, 1.7 if no_launch.any() else 1.18)
+    _rows(ax, p_all, ends, texts, unit, 1.8 if no_launch.any() else 1.18)
     ax.set_xlabel("seconds from launch (median over repeats)" if not no_launch.any() else
-                  "seconds from launch, or from the trainer's start (medians)")
+                  "seconds from launch, or from the first milestone (medians)")
     # a phase some run measured is a box; one no run measured is its cross, so every cross has its name
     handles = [Patch(color=colors[c], label=phase_label(c)) if p_all[c].notna().any() else
                Line2D([], [], marker="X", ls="", ms=10, color=colors[c], mec="black", mew=0.6,
@@ -122,7 +122,7 @@ def step_split(points: pd.DataFrame, config: str, unit: str):
     fig, ax = _bar_figure(len(p_all))
     colors = {c: PHASE_COLORS[i] for i, c in enumerate(cols)}
     ends = _stack(ax, p_all[cols[1:]], colors, mark_missing=False)
-    _rows(ax, p_all, ends, [f" {end:,.1f} of a {step:,.1f} ms step" for end, step in zip(ends, p_all["step_time_ms"])],
+    _rows(ax, p_all, ends, [f"{end:,.1f} of a {step:,.1f} ms step" for end, step in zip(ends, p_all["step_time_ms"])],
           unit, 1.9)
     ax.set_xlabel("ms per step besides forward+backward, of the whole step (medians)")
     handles = [Patch(color=colors[c], label=SPLIT_LABELS[c[len("step_"):]]) for c in cols[1:]]

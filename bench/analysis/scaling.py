@@ -81,6 +81,12 @@ def rank_unit(device) -> str:
     return "ranks" if _missing(device) or device == CPU else "GPUs"
 
 
+def count(n, unit: str) -> str:
+    """'1 GPU', '8 GPUs', '2 ranks', '1 node': a number of GPUs, ranks or nodes (unit given in the plural)."""
+    n = int(n)
+    return f"{n} {unit[:-1] if n == 1 else unit}"
+
+
 def batch_key(scaling, total_batch_size, device_batch_size, max_seq_len) -> str | None:
     """The batch that stays fixed along a curve: per rank in weak scaling ('32x2048': device batch x
     sequence), in total otherwise ('524288')."""

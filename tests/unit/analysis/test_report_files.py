@@ -61,7 +61,7 @@ def test_single_cpu_run(tmp_path, make_run):
     assert "| runtime | ranks | nodes | runs | tok/s | tok/s/rank |" in re.sub(r" {2,}", " ", md)
     svg = next((tmp_path / "out" / "figures").glob("*-startup.svg")).read_text()
     assert "bare · 2 ranks (1 node)" in svg and "GPU" not in svg  # SVG text is text (svg.fonttype none)
-    assert "from trainer start (no launch time)" in svg  # no NANOCHAT_BENCH_T0: no phase before the start
+    assert "from its first milestone (no launch time)" in svg  # no NANOCHAT_BENCH_T0: no phase before the start
     assert html.exists()
 
 

@@ -78,7 +78,7 @@ WEAK_LABEL = "nanochat-base d20 · seq 2048 · weak scaling, 32 x 2,048 tokens p
 
 
 def test_weak_and_strong_sweeps_are_their_own_configs_with_their_own_figures(report):
-    table, out, md, figures = report
+    table, _, md, figures = report
     assert f"## {STRONG_LABEL}" in md and f"## {WEAK_LABEL}" in md
     names = {i: {p.name.rsplit("-", 1)[1][:-4] for p in figures.glob(f"{i:02d}-*.png")} for i in (1, 2, 3)}
     configs = sorted(scaling.with_config(scaling.usable(table))["config"].unique())
@@ -94,7 +94,7 @@ def test_weak_and_strong_sweeps_are_their_own_configs_with_their_own_figures(rep
 
 
 def test_efficiency_figure_labels_the_gap_to_ideal(report):
-    table, _, md, figures = report
+    table, _, _, figures = report
     pts = scaling.scaling_table(table)
     weak = pts[(pts["config"] == WEAK_LABEL) & (pts["runtime"] == "bare")].sort_values("world_size")
     text = svg(figures, table, WEAK_LABEL, "efficiency")

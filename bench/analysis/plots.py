@@ -1,12 +1,17 @@
-"""Figures of one workload config, drawn with matplotlib and saved as PNG and SVG.
+"""Scaling figures of one workload config, drawn with matplotlib and saved as PNG and SVG.
 
-Made to be read on a slide: 16:9, large type, a title that says what is compared, units on the axes,
-GPU counts on a log2 axis, one colour per runtime kept the same in every figure.
+Made to be read on a slide: 16:9, large type, a title that says what is compared (its first line
+short, the config's label below it broken only between its ' · ' parts), units on the axes, rank
+counts on a log2 axis labelled GPUs or ranks (CPU runs have no GPUs), one colour per runtime kept the
+same in every figure, and runtimes nudged apart along the axis so that none hides another.
+The story is the gap to ideal, so it is drawn where it can be seen: weak scaling shows tok/s per GPU
+against the flat ideal and its efficiency; strong scaling shows speedup against the diagonal with
+each point's efficiency written beside it, and the efficiency itself on an axis zoomed to the data.
 Each function takes the tables of bench/analysis/scaling.py (already restricted to one config) and
-returns a matplotlib Figure, or None when there is nothing to draw; `save` writes it.
+returns a matplotlib Figure, or None when there is nothing to draw; `save` writes it. The figures of
+a run's time (start-up phases, step split, pre-flight bandwidth) are in plots_why.py.
 """
 
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,13 +21,20 @@ matplotlib.use("Agg")  # files only: no display on compute or CI nodes
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+
+from bench.analysis.scaling import count  # noqa: E402
 
 STYLE = {"figure.figsize": (10, 5.6), "font.size": 13, "axes.titlesize": 15, "axes.labelsize": 13,
          "legend.fontsize": 11, "axes.grid": True, "grid.alpha": 0.3,
-         "figure.constrained_layout.use": True}  # lays out during the draw: no extra pass as bbox="tight" needs
+         "figure.constrained_layout.use": True,  # lays out during the draw: no extra pass as bbox="tight" needs
+         # a browser sets SVG text a little wider than matplotlib measures it: pad the edges
+         "figure.constrained_layout.w_pad": 0.08, "figure.constrained_layout.h_pad": 0.06,
+         "svg.fonttype": "none"}  # SVG text stays text (searchable, and about twice as fast as glyph paths)
 PNG_DPI = 130
+TITLE_WIDTH = 78  # characters of the config label per title line at axes.titlesize 15 on a 10-inch figure
+NUDGE = 0.05  # log2 units between runtimes at one rank count: apart, yet read as the same count
+ANNOTATE_MAX_RUNTIMES = 3  # more labelled points than this per figure stop being readable
 
 
 @dataclass
@@ -40,15 +52,56 @@ def runtime_colors(runtimes, baseline: str) -> dict[str, str]:
     return {r: cycle[i % len(cycle)] for i, r in enumerate(ordered)}
 
 
-def _gpu_axis(ax, counts) -> None:
+def wrap_label(config: str, width: int = TITLE_WIDTH) -> str:
+    """The config label over as many lines as it needs, broken only between its ' · ' parts."""
+    lines, line = [], ""
+    for part in config.split(" · "):
+        candidate = f"{line} · {part}" if line else part
+        if line and len(candidate) > width:
+            lines.append(line)
+            candidate = part
+        line = candidate
+    return "\n".join([*lines, line])
+
+
+def title(ax, what: str, config: str) -> None:
+    ax.set_title(f"{what}\n{wrap_label(config)}")
+
+
+def rank_axis(ax, counts, unit: str) -> None:
+    """Rank counts on a log2 axis, one tick per count measured, labelled GPUs or ranks."""
     counts = sorted({int(c) for c in counts})
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(counts))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(round(v))}"))
-    if len(counts) == 1:
-        ax.set_xlim(counts[0] / 1.5, counts[0] * 1.5)
-    ax.set_xlabel("GPUs (log2 scale)")
+    lo, hi = counts[0], counts[-1]
+    ax.set_xlim(lo / 2 ** 0.4, hi * 2 ** 0.4)  # room for the nudged runtimes at both ends
+    ax.set_xlabel(f"{unit} (log2 scale)")
+
+
+def nudged(world_sizes, i: int, n: int):
+    """x positions of the i-th of n runtimes: shifted along the log2 axis so markers do not overlap."""
+    return np.asarray(world_sizes, float) * 2 ** ((i - (n - 1) / 2) * NUDGE)
+
+
+def label_points(ax, labels: list[tuple[int, float, float, str, str]], gap_pt: float = 14.0) -> None:
+    """Write (rank count, x, y, text, colour) labels beside their points, those of one rank count in a
+    column right of its rightmost point, spread apart vertically so none covers another. Call after the
+    limits are set: positions are worked out in display space."""
+    by_count: dict[int, list] = {}
+    for n, x, y, text, color in labels:
+        by_count.setdefault(n, []).append((x, y, text, color))
+    to_pt = 72.0 / ax.figure.dpi
+    for group in by_count.values():
+        right = ax.transData.transform((max(x for x, *_ in group), 1.0))[0] * to_pt
+        placed: list[float] = []
+        for x, y, text, color in sorted(group, key=lambda g: -g[1]):  # top to bottom, gap_pt apart at least
+            px, py = ax.transData.transform((x, y)) * to_pt
+            target = min(py, placed[-1] - gap_pt) if placed else py
+            placed.append(target)
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(right - px + 8, target - py),
+                        fontsize=10, color=color, va="center")
 
 
 def _human(v, _=None) -> str:
@@ -58,147 +111,167 @@ def _human(v, _=None) -> str:
     return f"{v:g}"
 
 
-def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str):
-    """Steady-state tok/s against GPUs per runtime (median, range of repeats), with ideal scaling."""
-    if points.empty:
+def _runtimes(points: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(points["runtime"]))
+
+
+def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    runtime = baseline if baseline in set(points["runtime"]) else points["runtime"].iloc[0]
+    return points[points["runtime"] == runtime]
+
+
+def per_gpu(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit: str):
+    """Weak scaling: steady tok/s per GPU (rank) against ranks, each runtime with its spread over
+    repeats, and the ideal: flat at the smallest point's value."""
+    if points.empty or points["world_size"].nunique() < 2:
+        return None
+    per = unit[:-1]  # "GPU" or "rank"
+    fig, ax = plt.subplots()
+    runtimes = _runtimes(points)
+    for i, runtime in enumerate(runtimes):
+        p = points[points["runtime"] == runtime]
+        n = p["world_size"].to_numpy(float)
+        y = p["tok_per_sec"].to_numpy(float) / n
+        yerr = np.vstack([y - p["tok_per_sec_min"] / n, p["tok_per_sec_max"] / n - y])
+        ax.errorbar(nudged(n, i, len(runtimes)), y, yerr=yerr, marker="o", capsize=4, lw=2,
+                    color=colors[runtime], label=runtime)
+    src = _ideal_source(points, baseline)
+    first = src.iloc[0]
+    ax.axhline(first["tok_per_sec"] / first["world_size"], ls="--", color="grey", lw=1.5,
+               label=f"ideal: flat at {first['runtime']}'s {count(first['world_size'], unit)}")
+    rank_axis(ax, points["world_size"], unit)
+    ax.yaxis.set_major_formatter(FuncFormatter(_human))
+    ax.set_ylabel(f"tokens/s per {per} (axis zoomed)")
+    title(ax, f"Weak scaling: throughput per {per} vs {unit}", config)
+    ax.legend(loc="best")
+    return fig
+
+
+def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit: str):
+    """Strong scaling: speedup over each runtime's smallest point against ranks, with the ideal
+    (linear) speedup; each point carries its efficiency, the part of the ideal it reached."""
+    if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    ideal_from = baseline if baseline in set(points["runtime"]) else points["runtime"].iloc[0]
-    for runtime, p in points.groupby("runtime", sort=False):
-        yerr = np.vstack([p["tok_per_sec"] - p["tok_per_sec_min"], p["tok_per_sec_max"] - p["tok_per_sec"]])
-        ax.errorbar(p["world_size"], p["tok_per_sec"], yerr=yerr, marker="o", capsize=4, lw=2,
-                    color=colors[runtime], label=runtime)
-        if runtime == ideal_from and len(p) > 1:
-            ax.plot(p["world_size"], p["ideal_tok_per_sec"], ls="--", color="grey", lw=1.5,
-                    label=f"ideal (linear from {runtime} at {int(p['world_size'].min())} GPUs)")
-    _gpu_axis(ax, points["world_size"])
-    ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(_human))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_ylabel("throughput (tokens/s, all GPUs)")
-    ax.set_title(f"Training throughput vs GPUs\n{_wrap(config)}")
+    runtimes = _runtimes(points)
+    labels = []
+    for i, runtime in enumerate(runtimes):
+        p = points[points["runtime"] == runtime]
+        x = nudged(p["world_size"], i, len(runtimes))
+        ax.plot(x, p["speedup"], marker="o", lw=2, color=colors[runtime], label=runtime)
+        labels += [(n, xi, s, f"{s:.2f}x ({100 * e:.1f}%)", colors[runtime])
+                   for n, xi, s, e in zip(p["world_size"].iloc[1:], x[1:], p["speedup"].iloc[1:],
+                                          p["efficiency"].iloc[1:])]
+    counts = np.array(sorted(points["world_size"].unique()), float)
+    n0 = points.groupby("runtime")["world_size"].min().min()
+    ax.plot(counts, counts / n0, ls="--", color="grey", lw=1.5, label=f"ideal (linear from {count(n0, unit)})")
+    rank_axis(ax, points["world_size"], unit)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.set_ylabel("speedup over the smallest run (log2)")
+    if len(runtimes) <= ANNOTATE_MAX_RUNTIMES:
+        label_points(ax, labels)
+    title(ax, f"Strong scaling: speedup vs {unit} (efficiency in brackets)", config)
     ax.legend(loc="upper left")
     return fig
 
 
-def efficiency(points: pd.DataFrame, colors: dict, config: str):
-    """Parallel efficiency S(n) * n0 / n per runtime, in percent, against GPUs."""
+def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scaling: str):
+    """Parallel efficiency in percent against ranks, on an axis zoomed to the data so a 1% gap shows."""
     if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    for runtime, p in points.groupby("runtime", sort=False):
-        ax.plot(p["world_size"], 100 * p["efficiency"], marker="o", lw=2, color=colors[runtime], label=runtime)
-    ax.axhline(100, ls="--", color="grey", lw=1.5, label="ideal")
-    _gpu_axis(ax, points["world_size"])
-    low = float(100 * points["efficiency"].min())
-    ax.set_ylim(max(0.0, 10 * ((low - 10) // 10)), max(105.0, float(100 * points["efficiency"].max()) + 5))
-    ax.set_ylabel("parallel efficiency (%)")
-    ax.set_title(f"Parallel efficiency vs GPUs (relative to each runtime's smallest run)\n{_wrap(config)}")
+    runtimes = _runtimes(points)
+    labels = []
+    for i, runtime in enumerate(runtimes):
+        p = points[points["runtime"] == runtime]
+        x = nudged(p["world_size"], i, len(runtimes))
+        y = 100 * p["efficiency"].to_numpy(float)
+        ax.plot(x, y, marker="o", lw=2, color=colors[runtime], label=runtime)
+        labels += [(n, xi, yi, f"{yi:.1f}%", colors[runtime])  # the first point is 100% by definition
+                   for n, xi, yi in zip(p["world_size"].iloc[1:], x[1:], y[1:])]
+    ax.axhline(100, ls="--", color="grey", lw=1.5, label="ideal (100%)")
+    rank_axis(ax, points["world_size"], unit)
+    eff = 100 * points["efficiency"].astype(float)
+    span = max(100.0, float(eff.max())) - float(eff.min())
+    ax.set_ylim(float(eff.min()) - max(1.0, 0.25 * span), max(100.0, float(eff.max())) + max(0.5, 0.1 * span))
+    per = unit[:-1]
+    if scaling == "weak":
+        ax.set_ylabel(f"tok/s per {per} / smallest run's (%)")
+        what = f"Weak-scaling efficiency vs {unit} (ideal: flat)"
+    else:
+        ax.set_ylabel("speedup / ideal speedup (%)")
+        what = f"Strong-scaling efficiency vs {unit}"
+    if len(runtimes) <= ANNOTATE_MAX_RUNTIMES:
+        label_points(ax, labels)
+    title(ax, what, config)
     ax.legend(loc="lower left")
     return fig
 
 
-def mfu(points: pd.DataFrame, colors: dict, config: str):
-    """Model FLOPs utilisation per runtime against GPUs (only where a GPU peak was known)."""
+def mfu(points: pd.DataFrame, colors: dict, config: str, unit: str):
+    """Model FLOPs utilisation per runtime against GPUs (only where a GPU peak was known; one rank count
+    is a table's worth, not a figure's)."""
     p_all = points.dropna(subset=["mfu"])
-    if p_all.empty:
+    if p_all.empty or p_all["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    for runtime, p in p_all.groupby("runtime", sort=False):
-        ax.plot(p["world_size"], p["mfu"], marker="o", lw=2, color=colors[runtime], label=runtime)
-    _gpu_axis(ax, p_all["world_size"])
+    runtimes = _runtimes(p_all)
+    for i, runtime in enumerate(runtimes):
+        p = p_all[p_all["runtime"] == runtime]
+        ax.plot(nudged(p["world_size"], i, len(runtimes)), p["mfu"], marker="o", lw=2, color=colors[runtime],
+                label=runtime)
+    rank_axis(ax, p_all["world_size"], unit)
     ax.set_ylim(0, max(10.0, float(p_all["mfu"].max()) * 1.2))
     ax.set_ylabel("MFU (% of peak dense bf16)")
-    ax.set_title(f"Model FLOPs utilisation vs GPUs\n{_wrap(config)}")
-    ax.legend(loc="best")
+    title(ax, f"Model FLOPs utilisation vs {unit}", config)
+    ax.legend(loc="lower left")
     return fig
 
 
-def startup(points: pd.DataFrame, colors: dict, config: str):
-    """Launch to first step per runtime and GPU count: start-up overhead, then time to first step."""
-    cols = ["startup_overhead_s", "time_to_first_step_s"]
-    p_all = points.dropna(subset=cols, how="all")
-    if p_all.empty:
-        return None
-    counts = sorted(p_all["world_size"].unique())
-    runtimes = list(dict.fromkeys(p_all["runtime"]))
-    width = 0.8 / len(runtimes)
-    fig, ax = plt.subplots()
-    for i, runtime in enumerate(runtimes):
-        p = p_all[p_all["runtime"] == runtime].set_index("world_size").reindex(counts)
-        x = np.arange(len(counts)) + (i - (len(runtimes) - 1) / 2) * width
-        over = p["startup_overhead_s"].fillna(0).to_numpy(float)
-        first = p["time_to_first_step_s"].fillna(0).to_numpy(float)
-        ax.bar(x, over, width, color=colors[runtime], edgecolor="black", lw=0.5)
-        ax.bar(x, first, width, bottom=over, color=colors[runtime], alpha=0.45, hatch="//",
-               edgecolor="black", lw=0.5)
-    ax.set_xticks(np.arange(len(counts)), [str(int(c)) for c in counts])
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("seconds (median over repeats)")
-    ax.set_title(f"Start-up: launch → trainer start (solid) → first step (hatched)\n{_wrap(config)}")
-    handles = [Patch(color=colors[r], label=r) for r in runtimes]
-    handles += [Patch(facecolor="white", edgecolor="black", label="start-up overhead (start − T0)"),
-                Patch(facecolor="white", edgecolor="black", hatch="//", label="time to first step")]
-    top = float((p_all["startup_overhead_s"].fillna(0) + p_all["time_to_first_step_s"].fillna(0)).max())
-    ax.set_ylim(0, top * 1.45)  # headroom so the legend sits above the bars
-    ax.legend(handles=handles, loc="upper center", ncol=3)
-    ax.grid(axis="x", visible=False)
-    return fig
-
-
-def ratios(ratio_table: pd.DataFrame, colors: dict, baseline: str, config: str):
-    """Steady-state tok/s of each runtime relative to the baseline, with 95% CIs, against GPUs."""
+def ratios(ratio_table: pd.DataFrame, colors: dict, baseline: str, config: str, unit: str):
+    """Steady-state tok/s of each runtime relative to the baseline, with 95% CIs, against ranks."""
     if ratio_table.empty:
         return None
     fig, ax = plt.subplots()
-    runtimes = list(dict.fromkeys(ratio_table["runtime"]))
+    runtimes = _runtimes(ratio_table)
     for i, runtime in enumerate(runtimes):
         r = ratio_table[ratio_table["runtime"] == runtime]
-        # nudge runtimes apart along the log axis so their intervals do not hide each other
-        x = r["world_size"] * 2 ** ((i - (len(runtimes) - 1) / 2) * 0.06)
         low = (r["ratio"] - r["ci_low"]).fillna(0).clip(lower=0)
         high = (r["ci_high"] - r["ratio"]).fillna(0).clip(lower=0)
-        ax.errorbar(x, r["ratio"], yerr=np.vstack([low, high]), marker="o", capsize=5, lw=0, elinewidth=2,
-                    ms=8, color=colors[runtime], label=runtime)
+        ax.errorbar(nudged(r["world_size"], i, len(runtimes)), r["ratio"], yerr=np.vstack([low, high]),
+                    marker="o", capsize=5, lw=0, elinewidth=2, ms=8, color=colors[runtime], label=runtime)
     ax.axhline(1.0, ls="--", color="grey", lw=1.5, label=f"{baseline} (= 1)")
-    _gpu_axis(ax, ratio_table["world_size"])
-    lo = min(0.9, float(ratio_table[["ratio", "ci_low"]].min().min()) - 0.02)
-    hi = max(1.05, float(ratio_table[["ratio", "ci_high"]].max().max()) + 0.02)
+    rank_axis(ax, ratio_table["world_size"], unit)
+    lo = min(0.95, float(ratio_table[["ratio", "ci_low"]].min().min()) - 0.01)
+    hi = max(1.03, float(ratio_table[["ratio", "ci_high"]].max().max()) + 0.01)
     ax.set_ylim(lo, hi)
     ax.set_ylabel(f"tok/s relative to {baseline}")
-    ax.set_title(f"Steady-state throughput relative to {baseline} (95% CI over repeats)\n{_wrap(config)}")
-    ax.legend(loc="best")
+    title(ax, f"Throughput relative to {baseline} (95% CI over repeats)", config)
+    ax.legend(loc="lower left")
     return fig
-
-
-def _wrap(config: str, width: int = 80) -> str:
-    """A config label over as many lines as it needs to fit the figure's width."""
-    return "\n".join(textwrap.wrap(config, width))
 
 
 def save(fig, out_dir: Path, name: str, title: str) -> SavedFigure:
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
     fig.savefig(png, dpi=PNG_DPI)
+    # The layout is in figure fractions and type in points, so the PNG's holds for the SVG: not done twice.
+    fig.set_layout_engine("none")
     fig.savefig(svg)
     plt.close(fig)
     return SavedFigure(name, title, png, svg)
 
 
-def config_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, baseline: str, config: str,
-                   out_dir: Path, prefix: str) -> list[SavedFigure]:
-    """All figures of one config that have data, saved under out_dir with names starting with prefix."""
-    colors = runtime_colors(list(points["runtime"]) + list(ratio_table["runtime"]), baseline)
-    made = []
-    with plt.rc_context(STYLE):
-        for name, title, fig in (
-            ("throughput", "Throughput vs GPUs", throughput(points, colors, baseline, config)),
-            ("efficiency", "Parallel efficiency", efficiency(points, colors, config)),
-            ("mfu", "MFU", mfu(points, colors, config)),
-            ("startup", "Start-up time", startup(points, colors, config)),
-            ("ratio", f"Ratio to {baseline}", ratios(ratio_table, colors, baseline, config)),
-        ):
-            if fig is not None:
-                made.append(save(fig, out_dir, f"{prefix}-{name}", title))
-    return made
+def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dict, baseline: str,
+                    config: str, unit: str, scaling: str) -> list[tuple[str, str, object]]:
+    """(name, caption, figure) of one config's scaling figures, None where there is nothing to draw."""
+    if scaling == "weak":
+        first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling)",
+                  per_gpu(points, colors, baseline, config, unit))]
+    else:
+        first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, baseline, config, unit))]
+    return [*first,
+            ("efficiency", "Parallel efficiency", efficiency(points, colors, config, unit, scaling)),
+            ("mfu", "MFU", mfu(points, colors, config, unit)),
+            ("ratio", f"Ratio to {baseline}", ratios(ratio_table, colors, baseline, config, unit))]

@@ -1,4 +1,6 @@
-"""The report: per workload config a summary table, runtime ratios and figures; then the runs left out.
+"""The report: per workload config its findings, a summary table, runtime ratios, scaling figures and
+where the time went (start-up phases, the steady step, pre-flight bandwidth, the network path); then
+nanochat and NNTile side by side, and the runs left out.
 
 `write_report(table, out_dir)` writes `report.md` (images linked from figures/) and `report.html`
 (the same, self-contained: images embedded as data URIs, so one file can be mailed or attached).
@@ -7,102 +9,47 @@
 
 import base64
 import datetime as dt
-import math
 import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import matplotlib.pyplot as plt
 import pandas as pd
-from tabulate import tabulate
 
-from bench.analysis import plots, scaling, templates
+from bench.analysis import findings, plots, plots_why, scaling, sidebyside, tables, templates, why
 from bench.analysis.collect import collect, load_table
 from bench.analysis.figures import STEADY_STATE_RULE
+from bench.analysis.tables import md_table, runs_table
 from bench.schema import FINAL_STATUSES, write_text_atomic
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
-MAX_TABLE_ROWS = 100  # per table of runs; the table file has them all
 METHODS = [
     STEADY_STATE_RULE,
     "MFU = FLOPs per token × steady tok/s / (GPUs × peak dense bf16 FLOP/s of the GPU recorded in run.json); "
     "none on CPU or an unknown GPU.",
-    "Start-up overhead = the trainer's start event − the launcher's NANOCHAT_BENCH_T0 (taken before srun); "
-    "time to first step = first_step event − start event.",
-    "Speedup and parallel efficiency are relative to each runtime's smallest GPU count in the same config; "
-    "repeats of a point are summarised by their median.",
+    "Start-up phases run from one milestone to the next the run recorded (launch, runtime start, trainer "
+    "start, imports, process group, pre-flight, model, data, first step; bench/breakdown.py), so a phase "
+    "that was not measured (–, or a cross in the figure) is inside the next measured one; a run without a "
+    "launch time has no phase before its first milestone. Start-up s = trainer start − launch.",
+    "Weak scaling keeps device batch × sequence per rank (the total batch grows with the ranks): "
+    "efficiency = tok/s per rank / the smallest run's, ideal flat. Strong scaling keeps the total batch: "
+    "speedup = tok/s / the smallest run's, efficiency = speedup / ideal. Both relative to each runtime's "
+    "smallest rank count in the config; repeats of a point are summarised by their median.",
     scaling.CI_METHOD,
-    "Runs are compared only within one workload config (" + ", ".join(scaling.GROUP_KEYS) + ").",
+    "Runs are compared only within one workload config (" + ", ".join(scaling.GROUP_KEYS) + "). "
+    + scaling.LEGACY_METHOD,
+    findings.THRESHOLDS,
 ]
-
-
-@dataclass
-class Table:
-    columns: list[str]
-    rows: list[list[str]]
-    more: int = 0
-    text_cols: tuple[int, ...] = ()
-
-
-def _fmt(v, kind: str = "g") -> str:
-    """A cell: '–' for missing values; numbers by kind (int, thousands, 1..3 decimals, percent)."""
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if kind == "int":
-        return f"{int(v):,}"
-    if kind in ("1", "2", "3"):
-        return f"{float(v):.{kind}f}"
-    if kind == "pct":
-        return f"{100 * float(v):.1f}%"
-    return str(v)
-
-
-def summary_table(points: pd.DataFrame) -> Table:
-    cols = [("runtime", "runtime", "s"), ("GPUs", "world_size", "int"), ("nodes", "nodes", "s"),
-            ("runs", "runs", "int"), ("tok/s", "tok_per_sec", "int"), ("tok/s/GPU", "tok_per_sec_per_gpu", "int"),
-            ("speedup", "speedup", "2"), ("efficiency", "efficiency", "pct"), ("MFU %", "mfu", "1"),
-            ("step ms", "step_time_ms", "1"), ("step CV", "step_time_cv", "3"),
-            ("step p90 ms", "step_time_p90_ms", "1"),
-            ("start-up s", "startup_overhead_s", "1"), ("1st step s", "time_to_first_step_s", "1"),
-            ("peak mem MiB", "peak_mem_mib", "int"), ("min val bpb", "min_val_bpb", "3")]
-    rows = [[_fmt(r[c], k) for _, c, k in cols] for r in points.to_dict("records")]
-    return Table([h for h, _, _ in cols], rows, text_cols=(0,))
-
-
-def ratio_table(ratios: pd.DataFrame) -> Table:
-    rows = [[r["runtime"], _fmt(r["world_size"], "int"), _fmt(r["runs"], "int"), _fmt(r["baseline_runs"], "int"),
-             _fmt(r["ratio"], "3"),
-             "–" if math.isnan(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"]
-            for r in ratios.to_dict("records")]
-    return Table(["runtime", "GPUs", "runs", "baseline runs", "ratio", "95% CI"], rows, text_cols=(0,))
-
-
-def runs_table(df: pd.DataFrame, reason_col: str) -> Table:
-    """Runs left out of the figures, with what happened to them (capped at MAX_TABLE_ROWS)."""
-    cols = ["run", "sweep", "runtime", "GPUs", "status", "cause"]
-    rows = []
-    for r in df.head(MAX_TABLE_ROWS).to_dict("records"):
-        cause = r[reason_col] if reason_col != "message" else (r["message"] or r["skip_reason"])
-        rows.append([_fmt(r["run_id"]), _fmt(r["sweep_id"]), _fmt(r["runtime"]), _fmt(r["world_size"], "int"),
-                     _fmt(r["status"]), _fmt(cause)])
-    return Table(cols, rows, more=max(0, len(df) - MAX_TABLE_ROWS), text_cols=(0, 1, 2, 4, 5))
-
-
-def md_table(t: Table) -> str:
-    if not t.rows:
-        return "None."
-    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    align = ["left" if i in t.text_cols else "right" for i in range(len(t.columns))]
-    text = tabulate([[esc(c) for c in row] for row in t.rows], headers=[esc(c) for c in t.columns],
-                    tablefmt="github", colalign=align, disable_numparse=True)
-    if t.more:
-        text += f"\n\n_… and {t.more} more rows (all of them are in the table file)._"
-    return text
+# Sections of a config and what a run needs to fill them, said when none of its runs did.
+SECTION_NEEDS = {"startup": "start-up phases (the run's milestones: launch time and events)",
+                 "step": "the steady step split (--breakdown)",
+                 "busbw": "pre-flight bandwidth (--preflight, more than one rank)",
+                 "network": "the network path (NCCL_DEBUG=INFO on GPU runs)"}
 
 
 def _slug(text: str) -> str:
@@ -111,6 +58,64 @@ def _slug(text: str) -> str:
 
 def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _figure(saved: plots.SavedFigure) -> dict:
+    return {"title": saved.title, "png": f"{FIGURES_DIR}/{saved.png.name}", "svg": f"{FIGURES_DIR}/{saved.svg.name}",
+            "data_uri": _data_uri(saved.png)}
+
+
+def _save_all(drawn, fig_dir: Path, prefix: str) -> dict[str, dict]:
+    """name -> figure entry of the figures that were drawn (None: nothing to draw)."""
+    return {name: _figure(plots.save(fig, fig_dir, f"{prefix}-{name}", caption))
+            for name, caption, fig in drawn if fig is not None}
+
+
+def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFrame, baseline: str,
+                 fig_dir: Path, prefix: str) -> dict:
+    """Everything the templates show of one config: findings, then sections of tables and figures."""
+    device, mode = p["device"].iloc[0], p["scaling"].iloc[0]
+    unit = scaling.rank_unit(device)
+    mode = mode if isinstance(mode, str) else "strong"  # one point of a run without a mode: drawn as strong
+    colors = plots.runtime_colors(list(p["runtime"]) + list(r["runtime"]), baseline)
+    with plt.rc_context(plots.STYLE):
+        figs = _save_all(plots.scaling_figures(p, r, colors, baseline, config, unit, mode) +
+                         plots_why.why_figures(p, colors, config, unit), fig_dir, prefix)
+    pick = lambda *names: [figs[n] for n in names if n in figs]  # noqa: E731
+    has = lambda cols: p[cols].notna().any().any()  # noqa: E731
+    sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
+                 "figures": pick("per_gpu", "speedup", "efficiency", "mfu")}]
+    if not r.empty:
+        sections.append({"title": f"Steady-state throughput relative to {baseline}",
+                         "table": tables.ratio_table(r, unit), "figures": pick("ratio")})
+    missing = []
+    if has(list(scaling.STARTUP_PHASES)):
+        sections.append({"title": "Start-up phases (seconds, median over repeats)",
+                         "note": f"{tables.NOT_MEASURED}: not measured; its time is in the next measured phase.",
+                         "table": tables.phase_table(p, unit), "figures": pick("startup")})
+    else:
+        missing.append(SECTION_NEEDS["startup"])
+    if has([f"step_{k}" for k in why.SPLIT]):
+        sections.append({"title": "Steady step split (ms per step, share of the step)",
+                         "table": tables.split_table(p, unit), "figures": pick("step")})
+    else:
+        missing.append(SECTION_NEEDS["step"])
+    if has([f"busbw_{c}_gbps" for c in why.COLLECTIVES]):
+        one_rank = "busbw is 0 on one rank by nccl-tests' definition (nothing crosses a link). " \
+            if (p["world_size"] == 1).any() else ""
+        sections.append({"title": "Pre-flight bus bandwidth beside throughput",
+                         "note": one_rank + "busbw at the largest buffer of the pre-flight, as nccl-tests defines it "
+                                            "(algbw x 2(n-1)/n for all-reduce, x (n-1)/n for the others).",
+                         "table": tables.busbw_table(p, unit), "figures": pick("busbw")})
+    else:
+        missing.append(SECTION_NEEDS["busbw"])
+    if runs[["net", "nccl_transports", "net_over_sockets"]].notna().any().any():
+        sections.append({"title": "Network path of each run", "table": tables.network_table(runs, unit),
+                         "figures": []})
+    else:
+        missing.append(SECTION_NEEDS["network"])
+    return {"config": config, "sections": sections, "not_recorded": missing,
+            "findings": findings.config_findings(runs, p, r, baseline, unit, mode)}
 
 
 def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str = scaling.BASELINE_RUNTIME,
@@ -124,13 +129,12 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
     order = lambda col: col.map(lambda r: (r != baseline, r)) if col.name == "runtime" else col  # noqa: E731
     points = scaling.scaling_table(table).sort_values(["config", "runtime", "world_size"], key=order)
     ratios = scaling.runtime_ratios(table, baseline).sort_values(["config", "runtime", "world_size"])
-    groups = []
-    for i, (config, p) in enumerate(points.groupby("config", sort=True)):
-        r = ratios[ratios["config"] == config]
-        figs = plots.config_figures(p, r, baseline, config, fig_dir, f"{i + 1:02d}-{_slug(config)}")
-        groups.append({"config": config, "summary": summary_table(p), "ratios": ratio_table(r), "figures": [
-            {"title": f.title, "png": f"{FIGURES_DIR}/{f.png.name}", "svg": f"{FIGURES_DIR}/{f.svg.name}",
-             "data_uri": _data_uri(f.png)} for f in figs]})
+    runs = scaling.with_config(scaling.usable(table)).sort_values(["config", "runtime", "world_size", "run_id"],
+                                                                   key=order)
+    groups = [config_group(config, p, ratios[ratios["config"] == config], runs[runs["config"] == config],
+                           baseline, fig_dir, f"{i + 1:02d}-{_slug(config)}")
+              for i, (config, p) in enumerate(points.groupby("config", sort=True))]
+    pairs = sidebyside.side_by_side(table)
 
     used = table["skip_reason"].isna()
     live = table["status"].isin(["pending", "running"])
@@ -144,11 +148,13 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
               "skipped": int(skipped.sum())}
     context = {"title": title, "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "source": source, "counts": counts, "methods": METHODS, "groups": groups, "baseline": baseline,
-               "run_tables": run_tables}
+               "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
+               "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None}
     shutil.rmtree(out_dir / FIGURES_DIR, ignore_errors=True)
     os.replace(fig_dir, out_dir / FIGURES_DIR)
     md_env = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
     md_env.filters["md_table"] = md_table
+    md_env.filters["md_code"] = templates.md_code
     html_env = jinja2.Environment(autoescape=True)
     write_text_atomic(out_dir / REPORT_MD, md_env.from_string(templates.MARKDOWN).render(**context))
     write_text_atomic(out_dir / REPORT_HTML, html_env.from_string(templates.HTML).render(**context))

@@ -1,10 +1,15 @@
 """Scaling maths over the table: like-for-like groups, speedup and efficiency, runtime ratios with CIs.
 
-Comparisons are made only between runs of the same workload config (GROUP_KEYS: same model, sequence
-length, total batch and GPU), and only with usable rows (status ok, steady-state figures present).
-Repeats of one point are summarised by their median.
+Comparisons are made only between runs of the same workload config (GROUP_KEYS), and only with usable
+rows (status ok, steady-state figures present). Repeats of one point are summarised by their median.
 
-Ratio of a runtime to the baseline (bare metal) at one GPU count: the ratio of geometric means of the
+A config is one curve. Its batch key depends on the scaling mode (DESIGN.md, scaling rules): in weak
+scaling each rank keeps device batch x sequence and `total_batch_size` grows with the ranks, so the
+key is the per-rank work; in strong scaling the total is what stays fixed (a sweep may lower the
+device batch where the ranks grow, bench/nanochat/config.py fit_batch), so the key is the total.
+Runs recorded before a field existed are read with the only value it could have had then (LEGACY).
+
+Ratio of a runtime to the baseline (bare metal) at one rank count: the ratio of geometric means of the
 runs' steady-state tok/s, with a 95% confidence interval from Welch's t-interval on the difference of
 mean log tok/s (unequal variances, Welch-Satterthwaite degrees of freedom), exponentiated. Logs make
 the interval multiplicative, as ratios are. With fewer than two runs on either side there is no CI.
@@ -16,21 +21,36 @@ import numpy as np
 import pandas as pd
 from scipy.stats import ttest_ind
 
-# Another attention kernel is another program to measure: never pooled. The device batch size is not a
-# key: a sweep lowers it where ranks grow (bench/nanochat/config.py fit_batch) and the points still form one curve.
-GROUP_KEYS = ("workload", "depth", "max_seq_len", "total_batch_size", "gpu_name", "force_flash_sdpa",
-              "sdpa_backends")
+from bench import breakdown
+from bench.analysis import why
+
+# Another attention kernel, memory strategy or model shape is another program to measure: never pooled.
+# `batch` and `device` are derived (batch_key, device_name); the device batch size is no key of a strong
+# curve and the total is none of a weak one (see the module's docstring).
+GROUP_KEYS = ("workload", "scaling", "depth", "aspect_ratio", "max_seq_len", "batch", "strategy", "device",
+              "force_flash_sdpa", "sdpa_backends")
+# Fields added to the run contract after runs were recorded: before `--scaling` the launcher knew only
+# strong scaling (issue 18), before `--strategy` only nanochat's sharded optimizers (zero2, issue 17),
+# and the model's width was always 64 x depth. Only for nanochat's trainer: NNTile has none of these.
+LEGACY = {"scaling": "strong", "strategy": "zero2", "aspect_ratio": 64}
+LEGACY_METHOD = ("Runs recorded before a field existed are read with the only value there was then: "
+                 "strong scaling, strategy zero2, aspect ratio 64 (nanochat's trainer).")
+CPU = "CPU"
 BASELINE_RUNTIME = "bare"
 CI_LEVEL = 0.95
 CI_METHOD = (
     "Ratio = geometric mean of a runtime's steady-state tok/s over repeats / that of the baseline at the "
-    "same GPU count and config; 95% CI = Welch t-interval on the difference of mean log tok/s, "
+    "same rank count and config; 95% CI = Welch t-interval on the difference of mean log tok/s, "
     "exponentiated (no CI with fewer than 2 repeats on either side)."
 )
-POINT_FIGURES = {  # column -> how repeats of one point are summarised
+STARTUP_PHASES = tuple(f"phase_{m}_s" for m in breakdown.MILESTONES[1:breakdown.MILESTONES.index("first_step") + 1])
+POINT_FIGURES = {  # column -> how repeats of one point are summarised (a median skips the runs without it)
     "tok_per_sec": "median", "tok_per_sec_per_gpu": "median", "mfu": "median", "step_time_ms": "median",
     "step_time_cv": "median", "step_time_p90_ms": "median", "startup_overhead_s": "median",
-    "time_to_first_step_s": "median", "peak_mem_mib": "max", "min_val_bpb": "min",
+    "time_to_first_step_s": "median", "launch_to_first_step_s": "median", "peak_mem_mib": "max",
+    "min_val_bpb": "min", "num_params": "median",
+    **{c: "median" for c in why.COLUMNS if why.COLUMNS[c] == "float" and c != "rank_step_spread_pct"},
+    "rank_step_spread_pct": "max",
 }
 
 
@@ -39,16 +59,68 @@ def usable(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["skip_reason"].isna() & df["tok_per_sec"].notna() & df["world_size"].notna()]
 
 
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+
+def is_nanochat(workload) -> bool:
+    return not _missing(workload) and str(workload).startswith("nanochat")
+
+
+def device_name(gpu_name, gpus_per_node) -> str | None:
+    """The device a run trained on: the GPU's name, CPU for a run without GPUs, None when not recorded."""
+    if not _missing(gpu_name):
+        return str(gpu_name)
+    if not _missing(gpus_per_node) and int(gpus_per_node) == 0:
+        return CPU
+    return None
+
+
+def rank_unit(device) -> str:
+    """What one rank is, for axes and headers: a GPU where the device is one, else a rank."""
+    return "ranks" if _missing(device) or device == CPU else "GPUs"
+
+
+def count(n, unit: str) -> str:
+    """'1 GPU', '8 GPUs', '2 ranks', '1 node': a number of GPUs, ranks or nodes (unit given in the plural)."""
+    n = int(n)
+    return f"{n} {unit[:-1] if n == 1 else unit}"
+
+
+def batch_key(scaling, total_batch_size, device_batch_size, max_seq_len) -> str | None:
+    """The batch that stays fixed along a curve: per rank in weak scaling ('32x2048': device batch x
+    sequence), in total otherwise ('524288')."""
+    if scaling == "weak":
+        if _missing(device_batch_size) or _missing(max_seq_len):
+            return None
+        return f"{int(device_batch_size)}x{int(max_seq_len)}"
+    return None if _missing(total_batch_size) else str(int(total_batch_size))
+
+
+def _batch_label(scaling, batch) -> str:
+    if _missing(batch):
+        return f"{scaling} scaling"
+    if scaling == "weak":
+        dbs, seq = batch.split("x")
+        return f"weak scaling, {int(dbs)} x {int(seq):,} tokens per rank"
+    return ("" if _missing(scaling) else f"{scaling} scaling, ") + f"batch {int(batch):,}"
+
+
 def config_label(row) -> str:
-    """A short human label of a workload config, e.g. 'nanochat d20 · seq 2048 · batch 524,288 · NVIDIA H200'."""
+    """A short human label of a workload config, parts joined by ' · ' (figure titles break only there),
+    e.g. 'nanochat-base d20 · seq 2048 · strong scaling, batch 524,288 · zero2 · NVIDIA H200'."""
     parts = [str(row.get("workload") or "?")]
     if not _missing(row.get("depth")):
         parts[0] += f" d{int(row['depth'])}"
+    if not _missing(row.get("aspect_ratio")) and int(row["aspect_ratio"]) != LEGACY["aspect_ratio"]:
+        parts[0] += f" (aspect {int(row['aspect_ratio'])})"
     if not _missing(row.get("max_seq_len")):
         parts.append(f"seq {int(row['max_seq_len'])}")
-    if not _missing(row.get("total_batch_size")):
-        parts.append(f"batch {int(row['total_batch_size']):,}")
-    parts.append(str(row.get("gpu_name") or "CPU/unknown device"))
+    if not (_missing(row.get("scaling")) and _missing(row.get("batch"))):
+        parts.append(_batch_label(row.get("scaling"), row.get("batch")))
+    if not _missing(row.get("strategy")):
+        parts.append(str(row["strategy"]))
+    parts.append(str(row.get("device") or "device not recorded"))
     if not _missing(row.get("force_flash_sdpa")):
         parts.append(f"forced flash SDPA: {'yes' if str(row['force_flash_sdpa']) == 'True' else 'no'}")
     if not _missing(row.get("sdpa_backends")) and row["sdpa_backends"]:
@@ -56,13 +128,17 @@ def config_label(row) -> str:
     return " · ".join(parts)
 
 
-def _missing(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-
-
 def with_config(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows with a `config` column: the label of their GROUP_KEYS values (nulls are a value too)."""
+    """The rows with the derived keys (LEGACY values filled for nanochat, `batch`, `device`) and a `config`
+    column: the label of their GROUP_KEYS values (nulls are a value too)."""
     df = df.copy()
+    nanochat = df["workload"].map(is_nanochat).astype(bool)
+    for col, value in LEGACY.items():
+        filled = df[col].astype(object).where(df[col].notna() | ~nanochat, value)
+        df[col] = filled.where(filled.notna(), None)  # None, not pd.NA: the keys are compared as plain values
+    df["device"] = [device_name(g, p) for g, p in zip(df["gpu_name"], df["gpus_per_node"])]
+    df["batch"] = [batch_key(*k) for k in zip(df["scaling"], df["total_batch_size"], df["device_batch_size"],
+                                             df["max_seq_len"])]
     keys = df[list(GROUP_KEYS)].astype(object).where(df[list(GROUP_KEYS)].notna(), None)
     distinct = set(map(tuple, keys.itertuples(index=False)))
     labels = {k: config_label(dict(zip(GROUP_KEYS, k, strict=True))) for k in distinct}
@@ -76,22 +152,27 @@ def _node_counts(nodes: pd.Series) -> str:
     return ",".join(map(str, sorted(nodes.dropna().unique())))
 
 
+POINT_COLUMNS = ["config", "runtime", "world_size", "runs", "tok_per_sec_min", "tok_per_sec_max", "nodes",
+                 "scaling", "device", "workload", "depth", "max_seq_len", "total_batch_size", *POINT_FIGURES,
+                 "ideal_tok_per_sec", "speedup", "efficiency"]
+
+
 def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (config, runtime, world_size): repeats, median figures, speedup and efficiency.
 
     Speedup S(n) = T(n) / T(n0) and parallel efficiency E(n) = S(n) * n0 / n, with T the median tok/s and
-    n0 the smallest GPU count measured for that runtime and config; ideal T(n) = T(n0) * n / n0.
+    n0 the smallest rank count measured for that runtime and config; ideal T(n) = T(n0) * n / n0. In weak
+    scaling E(n) is the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat.
     """
     ok = with_config(usable(df))
     if ok.empty:
-        return pd.DataFrame(columns=["config", "runtime", "world_size", "runs", "tok_per_sec_min",
-                                     "tok_per_sec_max", "nodes", *POINT_FIGURES,
-                                     "ideal_tok_per_sec", "speedup", "efficiency"])
+        return pd.DataFrame(columns=POINT_COLUMNS)
     agg = {col: (col, how) for col, how in POINT_FIGURES.items()}
+    first = {col: (col, "first") for col in ("scaling", "device", "workload", "depth", "max_seq_len")}
     points = (ok.groupby(["config", "runtime", "world_size"], observed=True, dropna=False)
               .agg(runs=("source", "size"), tok_per_sec_min=("tok_per_sec", "min"),
                    tok_per_sec_max=("tok_per_sec", "max"), nodes=("nodes", _node_counts),
-                   **agg)
+                   total_batch_size=("total_batch_size", "median"), **first, **agg)
               .reset_index())
     points["world_size"] = points["world_size"].astype(int)
     points = points.sort_values(["config", "runtime", "world_size"]).reset_index(drop=True)
@@ -100,7 +181,7 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     points["ideal_tok_per_sec"] = base_tps * points["world_size"] / base
     points["speedup"] = points["tok_per_sec"] / base_tps
     points["efficiency"] = points["speedup"] * base / points["world_size"]
-    return points
+    return points[POINT_COLUMNS]
 
 
 def ratio_ci(x, base, level: float = CI_LEVEL) -> tuple[float, float, float]:
@@ -118,7 +199,7 @@ def ratio_ci(x, base, level: float = CI_LEVEL) -> tuple[float, float, float]:
 
 
 def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME, metric: str = "tok_per_sec") -> pd.DataFrame:
-    """Each runtime's steady-state metric relative to the baseline runtime, per config and GPU count."""
+    """Each runtime's steady-state metric relative to the baseline runtime, per config and rank count."""
     ok = with_config(usable(df))
     rows = []
     for (config, world), g in ok.groupby(["config", "world_size"]):

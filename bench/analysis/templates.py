@@ -1,31 +1,52 @@
 """The text of the reports (jinja2): Markdown with image links, and a self-contained HTML page.
 
 Text only; bench/analysis/report.py decides what goes in. Tables arrive as {"columns", "rows",
-"more"} with cells already formatted as strings; figures as {"title", "png", "data_uri"}.
+"more"} with cells already formatted as strings; figures as {"title", "png", "data_uri"}; a config
+as {"config", "findings": [{"text", "evidence"}], "sections": [{"title", "note", "table", "figures"}],
+"not_recorded": [what none of its runs measured]}. The HTML is autoescaped; the Markdown quotes
+evidence (NCCL's log lines) as code spans.
 """
+
+
+def md_code(text: str) -> str:
+    """text as one Markdown code span, whatever backticks or line breaks it holds."""
+    text = " ".join(str(text).split())
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+
 
 MARKDOWN = """\
 # {{ title }}
 
-Generated {{ generated }} from `{{ source }}`: {{ counts.total }} run(s), {{ counts.usable }} in the figures, {{ counts.failed }} failed, {{ counts.live }} not finished, {{ counts.skipped }} skipped (unreadable or incomplete).
+Generated {{ generated }}{% if source %} from `{{ source }}`{% endif %}: {{ counts.total }} run(s), {{ counts.usable }} in the figures, {{ counts.failed }} failed, {{ counts.live }} not finished, {{ counts.skipped }} skipped (unreadable or incomplete). {{ not_measured }} in a table: not measured.
 
 {% for line in methods %}- {{ line }}
 {% endfor %}
 {% for g in groups %}
 ## {{ g.config }}
 
-{{ g.summary | md_table }}
-{% if g.ratios.rows %}
-### Steady-state throughput relative to {{ baseline }}
+**Findings.**{% if not g.findings %} None: no gap in these runs passes its threshold.{% endif %}
+{% for f in g.findings %}
+- {{ f.text }}: {{ f.evidence | md_code }}{% endfor %}
+{% for s in g.sections %}
+{% if s.title %}### {{ s.title }}
 
-{{ g.ratios | md_table }}
-{% endif %}
-{% for f in g.figures %}
+{% endif %}{% if s.note %}{{ s.note }}
+
+{% endif %}{{ s.table | md_table }}
+{% for f in s.figures %}
 ![{{ f.title }}]({{ f.png }})
-{% endfor %}
-{% else %}
+{% endfor %}{% endfor %}{% if g.not_recorded %}
+_Not recorded by these runs: {{ g.not_recorded | join("; ") }}._
+{% endif %}{% else %}
 No run has usable figures yet (see the tables below for why).
-{% endfor %}
+{% endfor %}{% if side_by_side %}
+## nanochat and NNTile side by side
+
+Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats).
+
+{{ side_by_side | md_table }}
+{% endif %}
 {% for t in run_tables %}
 ## {{ t.title }}
 
@@ -51,14 +72,16 @@ HTML = """\
   div.scroll { overflow-x: auto; }
   figure { margin: 1.5rem 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
   figcaption { color: #555; font-size: .9rem; }
-  .meta { color: #555; } ul.methods li { margin: .2rem 0; } .more { color: #777; font-style: italic; }
+  .meta { color: #555; } ul.methods li { margin: .2rem 0; } .more, .absent { color: #777; font-style: italic; }
+  ul.findings li { margin: .35rem 0; } ul.findings code { background: #f4f4f4; padding: 0 .25rem;
+         font-size: .85rem; overflow-wrap: anywhere; }
 </style>
 </head>
 <body>
 <h1>{{ title }}</h1>
-<p class="meta">Generated {{ generated }} from <code>{{ source }}</code>: {{ counts.total }} run(s),
+<p class="meta">Generated {{ generated }}{% if source %} from <code>{{ source }}</code>{% endif %}: {{ counts.total }} run(s),
 {{ counts.usable }} in the figures, {{ counts.failed }} failed, {{ counts.live }} not finished,
-{{ counts.skipped }} skipped (unreadable or incomplete).</p>
+{{ counts.skipped }} skipped (unreadable or incomplete). {{ not_measured }} in a table: not measured.</p>
 <ul class="methods">{% for line in methods %}<li>{{ line }}</li>{% endfor %}</ul>
 {% macro table(t) %}
 {% if not t.rows %}<p>None.</p>{% else %}
@@ -72,16 +95,26 @@ HTML = """\
 {% endmacro %}
 {% for g in groups %}
 <h2>{{ g.config }}</h2>
-{{ table(g.summary) }}
-{% if g.ratios.rows %}<h3>Steady-state throughput relative to {{ baseline }}</h3>
-{{ table(g.ratios) }}{% endif %}
-{% for f in g.figures %}
+<p><strong>Findings.</strong>{% if not g.findings %} None: no gap in these runs passes its threshold.{% endif %}</p>
+{% if g.findings %}<ul class="findings">{% for f in g.findings %}<li>{{ f.text }}: <code>{{ f.evidence }}</code></li>{% endfor %}</ul>{% endif %}
+{% for s in g.sections %}
+{% if s.title %}<h3>{{ s.title }}</h3>{% endif %}
+{% if s.note %}<p>{{ s.note }}</p>{% endif %}
+{{ table(s.table) }}
+{% for f in s.figures %}
 <figure><img src="{{ f.data_uri }}" alt="{{ f.title }}"><figcaption>{{ f.title }}
 (<a href="{{ f.svg }}">SVG</a>)</figcaption></figure>
 {% endfor %}
+{% endfor %}
+{% if g.not_recorded %}<p class="absent">Not recorded by these runs: {{ g.not_recorded | join("; ") }}.</p>{% endif %}
 {% else %}
 <p>No run has usable figures yet (see the tables below for why).</p>
 {% endfor %}
+{% if side_by_side %}
+<h2>nanochat and NNTile side by side</h2>
+<p>Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats).</p>
+{{ table(side_by_side) }}
+{% endif %}
 {% for t in run_tables %}
 <h2>{{ t.title }}</h2>
 {{ table(t.table) }}

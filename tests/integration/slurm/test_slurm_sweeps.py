@@ -8,6 +8,7 @@ that sets others.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ import pytest
 
 from bench import cli
 from bench.analysis.collect import collect
+from bench.analysis.report import write_report
 from bench.schema import read_run_json
 from tests.support.containers import podman
 
@@ -47,6 +49,13 @@ def test_weak_sweep_grows_the_total_batch_and_strong_keeps_it(slurm_cluster, tin
         assert (weak["scaling"], strong["scaling"]) == ("weak", "strong")
         assert weak["val_files_k"] == 1  # planned from the shards of the base dir: 16 validation row groups
         assert weak["grad_accum"] == 1 and strong["grad_accum"] == (2 if run_id == "n1-bare-r1" else 1)
+    # the report draws each sweep as one curve of its own kind: weak per rank, strong as speedup
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    figures = {p.name.rsplit("-", 1)[1] for p in (tmp_path / "report" / "figures").glob("*.png")}
+    assert "weak scaling, 2 x 64 tokens per rank" in md and "strong scaling, batch 512" in md
+    assert {"per_gpu.png", "speedup.png", "startup.png"} <= figures
+    assert "| bare | 4 | 2 |" in re.sub(r" {2,}", " ", md)  # 4 ranks on 2 nodes, counted as ranks (CPU)
 
 
 def test_a_run_longer_than_its_time_limit_ends_as_timeout_with_a_checkpoint(slurm_cluster, tiny_base_dir, tmp_path,

@@ -26,19 +26,22 @@ def test_sweep_report(tmp_path, make_run):
     assert {p.name for p in out.iterdir()} >= {"report.md", "report.html", "runs.parquet", "runs.csv", "figures"}
     pngs = sorted((out / "figures").glob("*.png"))
     names = {re.sub(r"^\d+-.*-(\w+)\.png$", r"\1", p.name) for p in pngs}
-    assert names == {"throughput", "efficiency", "mfu", "startup", "ratio"}
+    assert names == {"speedup", "efficiency", "mfu", "startup", "step", "busbw", "ratio"}  # strong scaling
     assert all(p.with_suffix(".svg").stat().st_size > 1000 for p in pngs)
 
     md = (out / "report.md").read_text()
     assert "15 run(s), 12 in the figures, 1 failed, 1 not finished, 1 skipped" in md
-    assert "## nanochat-base d20 · seq 2048 · batch 524,288 · NVIDIA H200" in md
-    assert "### Steady-state throughput relative to bare" in md
+    assert "## nanochat-base d20 · seq 2048 · strong scaling, batch 524,288 · zero2 · NVIDIA H200" in md
+    for section in ("### Steady-state throughput relative to bare", "### Start-up phases",
+                    "### Steady step split", "### Pre-flight bus bandwidth beside throughput"):
+        assert section in md
+    assert "Not recorded by these runs: the network path" in md  # no NCCL facts in this sweep
     assert "Welch t-interval" in md and "steps 0..10 are warm-up" in md
     for p in pngs:
         assert f"](figures/{p.name})" in md
     cells = re.sub(r" {2,}", " ", md)  # table columns are padded to their width
     assert "| oom1 | s0 | bare | 8 | oom | CUDA out of memory" in cells
-    assert "| live1 | s0 | bare | 8 | running | run running: not finished |" in cells
+    assert "| live1 | s0 | bare | 8 | running | run running: not finished |" in cells  # `ranks` column
     assert "schema_version 7 is not 2" in md
 
     text = html.read_text()
@@ -47,14 +50,18 @@ def test_sweep_report(tmp_path, make_run):
 
 
 def test_single_cpu_run(tmp_path, make_run):
-    d = make_run("smoke", world_size=2, peak=None, t0=None, steps=8)
+    d = make_run("smoke", world_size=2, peak=None, t0=None, steps=8, gpus_per_node=0)
     (tmp_path / "out" / "figures").mkdir(parents=True)
     (tmp_path / "out" / "figures" / "01-old-config-mfu.png").write_bytes(b"stale")  # from an earlier report
     html = summarize_runs(d, tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     figures = {p.name.rsplit("-", 1)[1] for p in (tmp_path / "out" / "figures").glob("*.png")}
-    assert figures == {"throughput.png", "startup.png"}  # one point: no efficiency; CPU: no MFU; no ratio
-    assert "1 run(s), 1 in the figures" in md and "CPU/unknown device" in md
+    assert figures == {"startup.png"}  # one point: no scaling; CPU: no MFU; no ratio
+    assert "1 run(s), 1 in the figures" in md and "· CPU" in md
+    assert "| runtime | ranks | nodes | runs | tok/s | tok/s/rank |" in re.sub(r" {2,}", " ", md)
+    svg = next((tmp_path / "out" / "figures").glob("*-startup.svg")).read_text()
+    assert "bare · 2 ranks (1 node)" in svg and "GPU" not in svg  # SVG text is text (svg.fonttype none)
+    assert "from its first milestone (no launch time)" in svg  # no NANOCHAT_BENCH_T0: no phase before the start
     assert html.exists()
 
 

@@ -46,8 +46,9 @@ def test_unusable_rows_and_other_configs_are_kept_apart():
             row("ce", 1, 95, depth=26)]
     df = to_frame(rows)
     pts = scaling.scaling_table(df)
-    assert sorted(pts["config"].unique()) == ["nanochat-base d20 · seq 2048 · batch 524,288 · NVIDIA H200",
-                                              "nanochat-base d26 · seq 2048 · batch 524,288 · NVIDIA H200"]
+    assert sorted(pts["config"].unique()) == [
+        "nanochat-base d20 · seq 2048 · strong scaling, batch 524,288 · zero2 · NVIDIA H200",
+        "nanochat-base d26 · seq 2048 · strong scaling, batch 524,288 · zero2 · NVIDIA H200"]
     assert pts.loc[pts["runtime"] == "bare", "tok_per_sec"].tolist() == [100]  # the failed run is not in
     assert scaling.runtime_ratios(df).empty  # ce ran another config: no ratio to bare
 
@@ -91,3 +92,78 @@ def test_runtime_ratios_table():
     assert (r["runtime"], r["world_size"], r["runs"], r["baseline_runs"]) == ("ce", 8, 3, 3)
     assert r["ratio"] == pytest.approx(stats.gmean([97, 99, 98]) / stats.gmean([100, 102, 98]))
     assert r["ci_low"] < r["ratio"] < r["ci_high"]
+
+
+def weak(runtime, world, tps, dbs=32, **kw):
+    """A weak-scaling row: the total batch is device batch x seq x ranks, as the planner sets it."""
+    return row(runtime, world, tps, scaling="weak", device_batch_size=dbs, total_batch_size=dbs * 2048 * world,
+               strategy="zero2", **kw)
+
+
+def test_weak_curve_is_one_group_though_its_total_batch_grows():
+    rows = [weak("bare", n, 1000 * n * 0.95 ** i) for i, n in enumerate((8, 16, 32))]
+    pts = scaling.scaling_table(to_frame(rows))
+    assert pts["config"].nunique() == 1
+    assert pts["config"].iloc[0] == ("nanochat-base d20 · seq 2048 · weak scaling, 32 x 2,048 tokens per rank · "
+                                     "zero2 · NVIDIA H200")
+    # weak efficiency = tok/s per rank over the smallest point's: the ideal is flat
+    assert pts["efficiency"].tolist() == pytest.approx([1.0, 0.95, 0.95 ** 2])
+    assert pts["total_batch_size"].tolist() == [8 * 65536, 16 * 65536, 32 * 65536]
+
+
+def test_weak_curves_of_another_device_batch_are_another_config():
+    rows = [weak("bare", 8, 1000), weak("bare", 16, 2000), weak("bare", 8, 600, dbs=16)]
+    pts = scaling.scaling_table(to_frame(rows))
+    assert sorted(pts.groupby("config")["world_size"].apply(list).tolist()) == [[8], [8, 16]]
+
+
+def test_strong_curves_of_another_total_are_another_config_and_device_batch_is_no_key():
+    rows = [row("bare", 8, 1000, scaling="strong", device_batch_size=32),
+            row("bare", 16, 1900, scaling="strong", device_batch_size=16),  # fit_batch lowered it: same curve
+            row("bare", 8, 1100, scaling="strong", total_batch_size=1048576)]
+    pts = scaling.scaling_table(to_frame(rows))
+    by_config = pts.groupby("config")["world_size"].apply(list).to_dict()
+    assert sorted(by_config.values()) == [[8], [8, 16]]
+    assert any("batch 1,048,576" in c for c in by_config)
+
+
+def test_scaling_mode_strategy_and_aspect_ratio_separate_configs():
+    # the same total batch at one rank count, run weak, strong, sharded another way, or wider: four programs
+    rows = [row("bare", 8, 100, scaling="strong", device_batch_size=32),
+            row("bare", 8, 101, scaling="weak", device_batch_size=32),
+            row("bare", 8, 102, scaling="strong", strategy="fsdp", device_batch_size=32),
+            row("bare", 8, 103, scaling="strong", aspect_ratio=128, device_batch_size=32)]
+    pts = scaling.scaling_table(to_frame(rows))
+    assert pts["config"].nunique() == 4
+    assert any("fsdp" in c for c in pts["config"]) and any("d20 (aspect 128)" in c for c in pts["config"])
+
+
+def test_runs_before_the_fields_existed_join_their_default_curve():
+    # no scaling/strategy/aspect recorded (older nanochat runs): strong, zero2, 64; NNTile gets none of them
+    rows = [row("bare", 8, 100), row("bare", 16, 190, scaling="strong", strategy="zero2", aspect_ratio=64),
+            row("bare", 8, 50, workload="nntile-gpt2")]
+    pts = scaling.scaling_table(to_frame(rows))
+    nano = pts[pts["workload"] == "nanochat-base"]
+    assert nano["config"].nunique() == 1 and nano["world_size"].tolist() == [8, 16]
+    nntile = pts.loc[pts["workload"] == "nntile-gpt2", "config"].iloc[0]
+    assert nntile == "nntile-gpt2 d20 · seq 2048 · batch 524,288 · NVIDIA H200"
+
+
+def test_cpu_runs_count_ranks_not_gpus():
+    rows = [row("bare", 2, 100, gpu_name=None, gpus_per_node=0), row("bare", 2, 100, gpu_name=None)]
+    pts = scaling.scaling_table(to_frame(rows))
+    devices = sorted(pts["device"].fillna("none"))
+    assert devices == ["CPU", "none"]  # no GPU recorded and no 0 GPUs per node: the device is unknown
+    assert {scaling.rank_unit(d) for d in pts["device"]} == {"ranks"}
+    assert scaling.rank_unit("NVIDIA H200") == "GPUs"
+    assert any(c.endswith("· CPU") for c in pts["config"]) and any("device not recorded" in c for c in pts["config"])
+
+
+def test_point_figures_summarise_the_why_columns_and_keep_missing_phases_missing():
+    rows = [row("bare", 8, 100, phase_imports_done_s=6.0, phase_dist_init_s=1.0, busbw_all_reduce_gbps=300.0),
+            row("bare", 8, 100, phase_imports_done_s=8.0, phase_dist_init_s=1.5, busbw_all_reduce_gbps=310.0),
+            row("bare", 8, 100, phase_dist_init_s=9.0)]  # no imports milestone: its time is in dist_init
+    pt = scaling.scaling_table(to_frame(rows)).iloc[0]
+    assert pt["phase_imports_done_s"] == pytest.approx(7.0)  # median of the runs that measured it
+    assert pt["phase_dist_init_s"] == pytest.approx(1.5) and pt["busbw_all_reduce_gbps"] == pytest.approx(305.0)
+    assert math.isnan(pt["phase_preflight_s"])  # measured by none: missing, not 0

@@ -1,0 +1,56 @@
+"""nanochat and NNTile side by side: runs of both workloads with the same shape on the same device.
+
+Two workloads are never one config (they are different programs), so their scaling curves stay
+apart; this table puts their points next to each other where the shape matches: the same depth
+(n_layer for NNTile), sequence length, total batch (tokens per optimizer step), device and ranks.
+Per point: runs, median steady tok/s, MFU, peak memory, parameters, and tok/s relative to the
+nanochat point of the same runtime (or, when nanochat ran under another runtime only, its first).
+"""
+
+import pandas as pd
+
+from bench.analysis.scaling import usable, with_config
+from bench.analysis.tables import Table, fmt
+
+MATCH_KEYS = ("depth", "max_seq_len", "total_batch_size", "device", "world_size")
+
+
+def family(workload) -> str | None:
+    """nanochat or nntile, from the workload's name (nanochat-base, nanochat-base-train, nntile-gpt2)."""
+    name = str(workload)
+    return "nanochat" if name.startswith("nanochat") else "nntile" if name.startswith("nntile") else None
+
+
+def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (shape, workload, runtime) where both families ran that shape."""
+    ok = with_config(usable(table))
+    ok = ok.assign(family=ok["workload"].map(family)).dropna(subset=["family", *MATCH_KEYS])
+    if ok.empty:
+        return pd.DataFrame()
+    both = ok.groupby(list(MATCH_KEYS))["family"].transform("nunique") == 2
+    ok = ok[both]
+    if ok.empty:
+        return pd.DataFrame()
+    points = (ok.groupby([*MATCH_KEYS, "family", "workload", "runtime"], sort=True)
+              .agg(runs=("source", "size"), tok_per_sec=("tok_per_sec", "median"), mfu=("mfu", "median"),
+                   peak_mem_mib=("peak_mem_mib", "max"), num_params=("num_params", "median"))
+              .reset_index())
+    refs = []
+    for r in points.to_dict("records"):
+        nano = points[(points[list(MATCH_KEYS)] == pd.Series({k: r[k] for k in MATCH_KEYS})).all(axis=1)
+                      & (points["family"] == "nanochat")]
+        same = nano[nano["runtime"] == r["runtime"]]
+        ref = (same if not same.empty else nano)["tok_per_sec"].iloc[0]
+        refs.append(r["tok_per_sec"] / ref)
+    points["vs_nanochat"] = refs
+    return points.sort_values([*MATCH_KEYS, "family", "runtime"]).reset_index(drop=True)
+
+
+def side_by_side_table(points: pd.DataFrame) -> Table:
+    cols = [("depth", "depth", "int"), ("seq", "max_seq_len", "int"), ("total batch", "total_batch_size", "int"),
+            ("device", "device", "s"), ("ranks", "world_size", "int"), ("workload", "workload", "s"),
+            ("runtime", "runtime", "s"), ("runs", "runs", "int"), ("params", "num_params", "int"),
+            ("tok/s", "tok_per_sec", "int"), ("tok/s vs nanochat", "vs_nanochat", "2"), ("MFU %", "mfu", "1"),
+            ("peak mem MiB", "peak_mem_mib", "int")]
+    rows = [[fmt(r[c], k) for _, c, k in cols] for r in points.to_dict("records")]
+    return Table([h for h, _, _ in cols], rows, text_cols=(3, 5, 6))

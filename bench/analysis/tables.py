@@ -1,0 +1,153 @@
+"""The report's tables: cells formatted once here, as strings, for both the Markdown and the HTML.
+
+Each builder takes a table of bench/analysis/scaling.py (points: one row per runtime x rank count, or
+runs) and returns a Table. A missing value is '–' everywhere: not measured, never zero. Headers say
+GPUs where the config ran on GPUs and ranks otherwise (`unit`).
+"""
+
+import json
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+from tabulate import tabulate
+
+from bench import breakdown
+from bench.analysis import why
+
+MAX_TABLE_ROWS = 100  # per table of runs; the table file has them all
+NOT_MEASURED = "–"
+PHASES = tuple(f"phase_{m}_s" for m in breakdown.MILESTONES[1:])
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[str]]
+    more: int = 0
+    text_cols: tuple[int, ...] = ()
+
+
+def fmt(v, kind: str = "g") -> str:
+    """A cell: '–' for missing values; numbers by kind (int, thousands, 1..3 decimals, percent)."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return NOT_MEASURED
+    if kind == "int":
+        return f"{int(round(float(v))):,}"
+    if kind in ("1", "2", "3"):
+        return f"{float(v):,.{kind}f}"
+    if kind == "pct":
+        return f"{100 * float(v):.1f}%"
+    return str(v)
+
+
+def _table(points: pd.DataFrame, cols: list[tuple[str, str, str]], text_cols=(0,)) -> Table:
+    rows = [[fmt(r[c], k) for _, c, k in cols] for r in points.to_dict("records")]
+    return Table([h for h, _, _ in cols], rows, text_cols=text_cols)
+
+
+def _point_cols(unit: str) -> list[tuple[str, str, str]]:
+    return [("runtime", "runtime", "s"), (unit, "world_size", "int"), ("nodes", "nodes", "s")]
+
+
+def summary_table(points: pd.DataFrame, unit: str, scaling: str) -> Table:
+    per = unit[:-1]
+    cols = [*_point_cols(unit), ("runs", "runs", "int"), ("tok/s", "tok_per_sec", "int"),
+            (f"tok/s/{per}", "tok_per_sec_per_gpu", "int")]
+    if scaling == "weak":  # the total grows with the ranks; the speedup of a weak curve is no goal
+        cols += [("total batch", "total_batch_size", "int")]
+    else:
+        cols += [("speedup", "speedup", "2")]
+    cols += [("efficiency", "efficiency", "pct"), ("MFU %", "mfu", "1"),
+             ("step ms", "step_time_ms", "1"), ("step CV", "step_time_cv", "3"),
+             ("step p90 ms", "step_time_p90_ms", "1"),
+             ("start-up s", "startup_overhead_s", "1"), ("1st step s", "time_to_first_step_s", "1"),
+             ("peak mem MiB", "peak_mem_mib", "int"), ("min val bpb", "min_val_bpb", "3")]
+    return _table(points, cols)
+
+
+def ratio_table(ratios: pd.DataFrame, unit: str) -> Table:
+    rows = [[r["runtime"], fmt(r["world_size"], "int"), fmt(r["runs"], "int"), fmt(r["baseline_runs"], "int"),
+             fmt(r["ratio"], "3"),
+             NOT_MEASURED if math.isnan(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"]
+            for r in ratios.to_dict("records")]
+    return Table(["runtime", unit, "runs", "baseline runs", "ratio", "95% CI"], rows, text_cols=(0,))
+
+
+def runs_table(df: pd.DataFrame, reason_col: str) -> Table:
+    """Runs left out of the figures, with what happened to them (capped at MAX_TABLE_ROWS)."""
+    cols = ["run", "sweep", "runtime", "ranks", "status", "cause"]
+    rows = []
+    for r in df.head(MAX_TABLE_ROWS).to_dict("records"):
+        cause = r[reason_col] if reason_col != "message" else (r["message"] or r["skip_reason"])
+        rows.append([fmt(r["run_id"]), fmt(r["sweep_id"]), fmt(r["runtime"]), fmt(r["world_size"], "int"),
+                     fmt(r["status"]), fmt(cause)])
+    return Table(cols, rows, more=max(0, len(df) - MAX_TABLE_ROWS), text_cols=(0, 1, 2, 4, 5))
+
+
+def phase_table(points: pd.DataFrame, unit: str) -> Table:
+    """Seconds per phase (medians over repeats), launch to teardown, and launch to first step."""
+    cols = [*_point_cols(unit)]
+    cols += [(breakdown.LABELS[c[len("phase_"):-len("_s")]], c, "1") for c in PHASES]
+    cols += [("launch to 1st step", "launch_to_first_step_s", "1")]
+    return _table(points, cols)
+
+
+def split_table(points: pd.DataFrame, unit: str) -> Table:
+    """The steady step and its parts in ms, each with its share of the step."""
+    head = _table(points, [*_point_cols(unit), ("step ms", "step_time_ms", "1")])
+    names = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed comm", "optim_ms": "optimizer",
+             "data_ms": "data wait", "other_ms": "other"}
+    rows = []
+    for cells, r in zip(head.rows, points.to_dict("records")):
+        parts = []
+        for key in why.SPLIT:
+            v = r[f"step_{key}"]
+            share = v / r["step_time_ms"] if not pd.isna(v) and r["step_time_ms"] else None
+            parts.append(NOT_MEASURED if pd.isna(v) else f"{v:,.1f} ({fmt(share, 'pct')})")
+        rows.append(cells + parts)
+    return Table(head.columns + [f"{names[k]} ms" for k in why.SPLIT], rows, text_cols=(0,))
+
+
+def busbw_table(points: pd.DataFrame, unit: str) -> Table:
+    per = unit[:-1]
+    cols = [*_point_cols(unit), ("buffer MiB", "preflight_mib", "int"),
+            *[(f"{c.replace('_', '-')} GB/s", f"busbw_{c}_gbps", "1") for c in why.COLLECTIVES],
+            ("tok/s", "tok_per_sec", "int"), (f"tok/s/{per}", "tok_per_sec_per_gpu", "int"),
+            ("efficiency", "efficiency", "pct")]
+    return _table(points.assign(preflight_mib=points["preflight_bytes"] / 2 ** 20), cols)
+
+
+def transports_text(value) -> str:
+    """nccl_transports (JSON {"P2P": 24, "NET/Socket": 8}) as 'NET/Socket 8, P2P 24'."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return NOT_MEASURED
+    try:
+        counts = json.loads(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none (one rank)"
+
+
+def network_table(runs: pd.DataFrame, unit: str) -> Table:
+    """The path each run's collectives took: NCCL's network, provider, transports, and the proof of TCP."""
+    cols = ["run", "runtime", "nodes", unit, "network", "provider", "transports", "inter-node over sockets"]
+    rows = []
+    for r in runs.head(MAX_TABLE_ROWS).to_dict("records"):
+        multi = not pd.isna(r["nodes"]) and int(r["nodes"]) > 1
+        sockets = fmt(r["net_over_sockets"]) if multi else "one node" if not pd.isna(r["nodes"]) else NOT_MEASURED
+        rows.append([fmt(r["run_id"]), fmt(r["runtime"]), fmt(r["nodes"], "int"), fmt(r["world_size"], "int"),
+                     fmt(r["net"]), fmt(r["net_provider"]), transports_text(r["nccl_transports"]), sockets])
+    return Table(cols, rows, more=max(0, len(runs) - MAX_TABLE_ROWS), text_cols=(0, 1, 4, 5, 6, 7))
+
+
+def md_table(t: Table) -> str:
+    if not t.rows:
+        return "None."
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    align = ["left" if i in t.text_cols else "right" for i in range(len(t.columns))]
+    text = tabulate([[esc(c) for c in row] for row in t.rows], headers=[esc(c) for c in t.columns],
+                    tablefmt="github", colalign=align, disable_numparse=True)
+    if t.more:
+        text += f"\n\n_… and {t.more} more rows (all of them are in the table file)._"
+    return text

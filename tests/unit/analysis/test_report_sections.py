@@ -1,0 +1,184 @@
+"""The report's sections on generated sweeps with known answers: weak vs strong figures, start-up phases
+with missing ones shown as missing, the step split, pre-flight busbw, the network path, findings in
+words (a multi-node run forced onto sockets, with the real NCCL line of tests/assets/nccl), and
+nanochat beside NNTile. Figure text is read from the SVGs (matplotlib writes SVG text as text).
+
+python -m pytest tests/unit/analysis/test_report_sections.py -q
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import nccl_log, schema
+from bench.analysis import findings, scaling
+from bench.analysis.collect import collect
+from bench.analysis.report import write_report
+from tests.support.synthetic import MILESTONE_S, SPAWN_S, SweepSpec, generate_sweep
+
+SOCKET_LOG = Path(__file__).parents[2] / "assets" / "nccl" / "h200-1gpu-Socket.log"
+STRONG = SweepSpec(world_sizes=(8, 16), repeats=2, steps=14, sweep_id="strong",
+                   runtimes={"bare": 1.0, "ce": 1.0, "apptainer": 1.0}, noise=0.002,
+                   startup_s={"bare": 5.0, "ce": 5.5, "apptainer": 5.0}, straggler={"apptainer": (3, 0.06)})
+WEAK = SweepSpec(world_sizes=(8, 16, 32), repeats=1, steps=14, sweep_id="weak", scaling="weak",
+                 runtimes={"bare": 1.0, "pyxis": 1.0}, startup_s={"bare": 5.0, "pyxis": 19.0},
+                 efficiency_per_doubling=0.93, milestones=("runtime_start", "steady"), noise=0.0)
+NNTILE = SweepSpec(world_sizes=(8,), repeats=1, steps=14, sweep_id="nntile", workload=schema.NNTILE_WORKLOAD,
+                   strategy=None, runtimes={"bare": 0.5}, noise=0.0, detail=False)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """One report of a strong runtime comparison (ce forced onto sockets, an apptainer straggler), a weak
+    sweep (pyxis slow to start; imports and pre-flight not measured) and an NNTile run beside nanochat."""
+    root = tmp_path_factory.mktemp("sections")
+    sockets = nccl_log.parse_file(str(SOCKET_LOG))
+    generate_sweep(root / "runs", SweepSpec(**{**STRONG.__dict__, "network": {"ce": sockets}}))
+    generate_sweep(root / "runs", WEAK)
+    generate_sweep(root / "runs", NNTILE)
+    table = collect([root / "runs"]).table
+    write_report(table, root / "report", source="runs")
+    out = root / "report"
+    return table, out, (out / "report.md").read_text(), out / "figures"
+
+
+def section(md: str, config_start: str) -> str:
+    """The Markdown of the config whose heading starts with config_start."""
+    start = md.index(f"## {config_start}")
+    end = md.find("\n## ", start + 3)
+    return md[start:end if end > 0 else None]
+
+
+def cells(text: str) -> str:
+    return re.sub(r" {2,}", " ", text)
+
+
+def md_rows(text: str, heading: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table after `heading`, as {column: cell}."""
+    lines = text[text.index(heading):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([c.strip() for c in line.strip().strip("|").split("|")])
+    header, rows = table[0], table[2:]  # the second line is the alignment row
+    return [dict(zip(header, r, strict=True)) for r in rows]
+
+
+def svg(figures: Path, table, config: str, name: str) -> str:
+    """The text of a config's figure: configs are numbered in the order of their labels."""
+    index = sorted(scaling.with_config(scaling.usable(table))["config"].unique()).index(config) + 1
+    return next(figures.glob(f"{index:02d}-*-{name}.svg")).read_text()
+
+
+STRONG_LABEL = "nanochat-base d20 · seq 2048 · strong scaling, batch 524,288 · zero2 · NVIDIA H200"
+WEAK_LABEL = "nanochat-base d20 · seq 2048 · weak scaling, 32 x 2,048 tokens per rank · zero2 · NVIDIA H200"
+
+
+def test_weak_and_strong_sweeps_are_their_own_configs_with_their_own_figures(report):
+    table, _, md, figures = report
+    assert f"## {STRONG_LABEL}" in md and f"## {WEAK_LABEL}" in md
+    names = {i: {p.name.rsplit("-", 1)[1][:-4] for p in figures.glob(f"{i:02d}-*.png")} for i in (1, 2, 3)}
+    configs = sorted(scaling.with_config(scaling.usable(table))["config"].unique())
+    strong, weak = configs.index(STRONG_LABEL) + 1, configs.index(WEAK_LABEL) + 1
+    assert "speedup" in names[strong] and "per_gpu" not in names[strong]
+    assert "per_gpu" in names[weak] and "speedup" not in names[weak]
+    # one weak curve although its total batch grows with the ranks
+    weak_md = cells(section(md, WEAK_LABEL))
+    for n in (8, 16, 32):
+        assert f"| bare | {n} | {n // 8} | 1 |" in weak_md and f"| {32 * 2048 * n:,} |" in weak_md
+    assert "ideal: flat at bare's 8 GPUs" in svg(figures, table, WEAK_LABEL, "per_gpu")
+    assert "ideal (linear from 8 GPUs)" in svg(figures, table, STRONG_LABEL, "speedup")
+
+
+def test_efficiency_figure_labels_the_gap_to_ideal(report):
+    table, _, _, figures = report
+    pts = scaling.scaling_table(table)
+    weak = pts[(pts["config"] == WEAK_LABEL) & (pts["runtime"] == "bare")].sort_values("world_size")
+    text = svg(figures, table, WEAK_LABEL, "efficiency")
+    for e in weak["efficiency"].iloc[1:]:
+        assert f"{100 * e:.1f}%" in text  # each point's efficiency is written beside it
+    assert weak["efficiency"].iloc[-1] == pytest.approx(WEAK.efficiency_per_doubling ** 2, rel=1e-3)
+    assert "Weak-scaling efficiency vs GPUs (ideal: flat)" in text
+
+
+def test_start_up_phases_with_missing_ones_shown_as_missing(report):
+    table, _, md, figures = report
+    # the weak sweep recorded runtime_start but not imports_done, pre-flight or data_ready: '–', not 0
+    phases = md_rows(section(md, WEAK_LABEL), "### Start-up phases")
+    phase = next(r for r in phases if (r["runtime"], r["GPUs"]) == ("pyxis", "8"))
+    assert phase["Python imports"] == phase["pre-flight"] == phase["data loaders"] == "–"
+    assert float(phase["runtime start-up"]) == pytest.approx(WEAK.startup_s["pyxis"] - SPAWN_S, abs=0.05)
+    # its time is in the next measured phase: process group holds the imports
+    assert float(phase["process group"]) == pytest.approx(MILESTONE_S["imports_done"] + MILESTONE_S["dist_init"],
+                                                          abs=0.05)
+    text = svg(figures, table, WEAK_LABEL, "startup")
+    assert "Python imports: not measured" in text and "pre-flight: not measured" in text
+    assert "runtime start-up" in text and "runtime start-up: not measured" not in text
+
+
+def test_step_split_and_busbw_beside_throughput(report):
+    _, _, md, _ = report
+    strong_md = section(md, STRONG_LABEL)
+    split = {(r["runtime"], r["GPUs"]): r for r in md_rows(strong_md, "### Steady step split")}
+    assert split[("bare", "8")]["exposed comm ms"] == "0.0 (0.0%)"
+    assert split[("bare", "16")]["exposed comm ms"].endswith("(1.0%)")  # 1% of the step per node beyond the first
+    busbw = {(r["runtime"], r["GPUs"]): r for r in md_rows(strong_md, "### Pre-flight bus bandwidth")}
+    assert [busbw[("bare", n)]["all-reduce GB/s"] for n in ("8", "16")] == ["350.0", "40.0"]  # within / across nodes
+    assert busbw[("bare", "16")]["tok/s"] == md_rows(strong_md, "**Findings.**")[1]["tok/s"]  # beside the summary's
+
+
+def test_a_multi_node_run_forced_onto_sockets_is_a_finding_with_ncclS_line(report):
+    _, _, md, _ = report
+    line = next(raw.strip() for raw in SOCKET_LOG.read_text().splitlines() if "Using network Socket" in raw)
+    strong_md = section(md, STRONG_LABEL)
+    findings_md = strong_md.split("\n| runtime")[0]
+    assert "- ce at 2 nodes: inter-node NCCL used NET/Socket (TCP) in 2 of 2 run(s)" in findings_md
+    assert f"`{line}`" in findings_md
+    assert "ce at 1 nodes" not in findings_md and "bare at 2 nodes: inter" not in findings_md  # one node, or no NCCL facts
+    network = cells(strong_md[strong_md.index("### Network path of each run"):])
+    assert f"| ce-n16-r0 | ce | 2 | 16 | Socket | – | – | {line} |" in network
+    assert "| ce-n8-r0 | ce | 1 | 8 | Socket | – | – | one node |" in network
+
+
+def test_findings_in_words_with_their_evidence(report):
+    _, _, md, _ = report
+    weak_findings = section(md, WEAK_LABEL).split("\n| runtime")[0]
+    gap = WEAK.startup_s["pyxis"] - WEAK.startup_s["bare"]
+    assert f"- pyxis start-up is {gap:.1f} s longer than bare (mean over 8, 16, 32 GPUs), most of it in " \
+           f"runtime start-up (+{gap:.1f} s)" in weak_findings
+    eff = 100 * WEAK.efficiency_per_doubling ** 2
+    assert re.search(rf"- bare at 32 GPUs \(4 nodes\) reaches {eff:.1f}% parallel efficiency, below 90%: "
+                     r"`tok/s per GPU [\d,]+ vs [\d,]+ at 8 GPUs; pre-flight busbw all_reduce 350 -> 40 GB/s`",
+                     weak_findings)
+    strong_findings = section(md, STRONG_LABEL).split("\n| runtime")[0]
+    assert "- rank 3 on host nid000000 is the slowest rank of apptainer at 8 GPUs (1 node) in 2 of 2 run(s)" \
+        in strong_findings
+    assert "lie up to 6.0% of the median apart" in strong_findings
+    # ce starts 0.5 s later than bare: below STARTUP_GAP_S, so no finding; equal throughput: no ratio finding
+    assert 0.5 < findings.STARTUP_GAP_S and "ce start-up" not in strong_findings
+    assert "slower than bare" not in strong_findings and "faster than bare" not in strong_findings
+
+
+def test_nanochat_and_nntile_side_by_side(report):
+    table, _, md, _ = report
+    side = cells(md[md.index("## nanochat and NNTile side by side"):md.index("## Failed runs")])
+    rows = [line for line in side.splitlines() if line.startswith("| 20 | 2,048 | 524,288 | NVIDIA H200 | 8 |")]
+    assert [r.split(" | ")[5] for r in rows] == ["nanochat-base", "nanochat-base", "nanochat-base", "nanochat-base",
+                                                 "nntile-gpt2"]
+    nntile = table.loc[table["workload"] == "nntile-gpt2", "tok_per_sec"].iloc[0]
+    # the weak sweep's 8-GPU point has the same shape (32 x 2048 x 8 = 524,288): it is compared too
+    bare = table[(table["workload"] == "nanochat-base") & (table["runtime"] == "bare")
+                 & (table["world_size"] == 8)]["tok_per_sec"]
+    assert f"| {nntile:,.0f} | {nntile / bare.median():.2f} |" in rows[-1]  # tok/s and its ratio to nanochat's
+    assert "| 16 |" not in side  # nntile ran 8 GPUs only: no other rank count is compared
+
+
+def test_a_clean_sweep_has_no_findings(tmp_path):
+    spec = SweepSpec(world_sizes=(8, 16), repeats=1, steps=12, runtimes={"bare": 1.0}, efficiency_per_doubling=0.99)
+    generate_sweep(tmp_path / "runs", spec)
+    write_report(collect([tmp_path / "runs"]).table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "**Findings.** None: no gap in these runs passes its threshold." in md

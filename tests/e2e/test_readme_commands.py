@@ -1,0 +1,142 @@
+"""Every command README.md shows runs as written on this kind of machine, or is listed here with why not.
+
+    python -m pytest tests/e2e/test_readme_commands.py -q
+
+The commands run in README order through bash, in a fresh directory that stands for a user's working
+directory: `$NANOCHAT_BASE_DIR` and `$SCRATCH` point into it (with the image files the render commands
+expect), and the repository's `results/*.toml` and `edf/` are copied in, since the commands name them by
+relative path. Each must exit 0 within COMMAND_TIMEOUT_S. A command this machine cannot run (a GPU, a
+download, a site's Slurm and images) is in NOT_HERE with the reason, and the tiny CPU sweep runs on the test
+Slurm cluster (tests/integration/slurm/test_readme_sweep.py), so a new README command fails here until it
+is either runnable or listed.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.readme import commands
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+COMMAND_TIMEOUT_S = 600
+CPU_SWEEP = next((c for c in commands() if c.startswith("nanochat-bench submit") and "--device_type cpu" in c), None)
+
+NOT_HERE = {
+    "pip install torch==2.13.0 -e . && nanochat-bench smoke":
+        "the set-up command: CI installs this way; tests/e2e/test_smoke.py runs the smoke job",
+    "tests/run": "the test command: this suite",
+    "nanochat-bench data download -n 240 -w 8": "downloads FineWeb-Edu shards (no network here)",
+    "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.train -- --depth=20 --device_batch_size=32 "
+    "--run=dummy": "8 GPUs",
+    "nanochat-bench capacity --gpus 1 --strategies zero2,fsdp,fsdp+ac,fsdp+ac+offload --out runs/capacity":
+        "a GPU (tests/integration/test_capacity.py runs the search on CPU ranks)",
+    "nanochat-bench capacity --depths 12,24,36 --out runs/capacity": "a GPU (d36 on a CPU takes hours)",
+    "nanochat-bench capacity --report --out runs/capacity": "the output of the capacity runs above",
+    "python benchmarks/capacity_bench.py OUT": "a GPU",
+    "bench/workloads/nntile/env.sh": "run by .ci/run before the tests (3 minutes, 7 GB); the NNTile lines below use it",
+    "nanochat-bench train --workload nntile -- --batch=8 --minibatch=4 --seq-tile=64":
+        "GPT-2 small (124M parameters, context 1,024): hours on 2 CPU cores; the d2.json lines run instead",
+    "nanochat-bench submit --nodes 1,2,4,8 --gpus-per-node 4 --runtimes bare,ce --repeats 3 "
+    "--image ce=$SCRATCH/ce-images/nanochat-bench+latest.sqsh --partition normal --name d20-scaling":
+        "a GPU cluster with a partition `normal` and 8 nodes",
+    "nanochat-bench status runs/d20-scaling --wait": "the d20 sweep submitted above",
+    "nanochat-bench status runs/d20-scaling --resubmit-failed": "the d20 sweep submitted above",
+    CPU_SWEEP: "runs on the test Slurm cluster: tests/integration/slurm/test_readme_sweep.py",
+    "reframe -C site.py -c bench/reframe_checks/checks.py -P num_nodes=1,2,4,8 -S depth=20 "
+    "-S references=results/h200-d20/references.toml -r":
+        "a site's ReFrame configuration and GPU nodes (tests/integration/slurm/test_reframe.py runs the "
+        "check on the test cluster)",
+    "nanochat-bench collect perflogs/ ~/.reframe/reports/ output/ --out results/reframe-table":
+        "ReFrame's output of the run above (tests/integration/slurm/test_reframe.py collects it)",
+    "containers/build.sh": "pulls nvcr.io/nvidia/pytorch (the stand-in build: tests/integration/test_container_build.py)",
+    "containers/build.sh --target deps": "pulls nvcr.io/nvidia/pytorch",
+    'containers/build.sh -- --build-arg PROJECT_EXTRAS=test --build-arg EXTRA_PIP_PACKAGES="pkg==1.0"':
+        "pulls nvcr.io/nvidia/pytorch, and pkg==1.0 stands for a package of the reader's",
+    "containers/enroot-import.sh": "enroot and the image built above",
+    "NANOCHAT_BENCH_CONTAINER_TEST=1 tests/run tests/integration/test_container_build.py -s":
+        "a part of this suite (.ci/run sets NANOCHAT_BENCH_CONTAINER_TEST=1)",
+    "python benchmarks/gpu_bench.py --gpus 1,2 --steps 25": "2 GPUs",
+    "python benchmarks/bench_tokenizer.py": "a benchmark of the tools: it prints figures, run by hand",
+    "python benchmarks/bench_loader.py": "a benchmark of the tools: it prints figures, run by hand",
+    "python benchmarks/bench_collect.py": "a benchmark of the tools (10,000 run directories), run by hand",
+}
+
+# Commands whose documented exit status here is not 0: the reference files hold GPU figures, which no CPU run
+# matches, and `check` calls a missing figure a regression (README: "exit 1 on a regression").
+EXIT_HERE = {"nanochat-bench check results/table --references results/references.example.toml": 1,
+             "nanochat-bench check results/table --references results/h200-d20/references.toml": 1}
+
+# The small GPT-2 of the README's NNTile-beside-nanochat measurement, and the data it states for it.
+D2_CONFIG = {"n_embd": 128, "n_head": 1, "n_layer": 2, "n_positions": 128, "vocab_size": 1024}
+D2_DATA = [["data", "generate", "--shards", "3", "--docs-per-shard", "512", "--row-group-size", "64"],
+           ["tokenizer", "train", "--vocab_size", "1024"], ["data", "bin"]]
+
+
+def _measured_beside_nntile(command: str) -> bool:
+    """The README's nanochat-vs-NNTile lines, which run on their own data (1,024-token vocabulary)."""
+    return "d2.json" in command or "--data_bin_dir=$NANOCHAT_BASE_DIR/base_data_bin" in command
+
+
+def _workdir(tmp_path: Path) -> tuple[Path, dict]:
+    work = tmp_path / "work"
+    (work / "results" / "h200-d20").mkdir(parents=True)
+    shutil.copy(REPO / "results" / "references.example.toml", work / "results")
+    shutil.copy(REPO / "results" / "h200-d20" / "references.toml", work / "results" / "h200-d20")
+    shutil.copytree(REPO / "edf", work / "edf")
+    scratch = tmp_path / "scratch"
+    (scratch / "ce-images").mkdir(parents=True)
+    (scratch / "ce-images" / "nanochat-bench+latest.sqsh").write_bytes(b"hsqs")  # render only checks it exists
+    env = {**os.environ, "NANOCHAT_BASE_DIR": str(tmp_path / "base"), "SCRATCH": str(scratch),
+           "OMP_NUM_THREADS": "1"}
+    for name in ("NANOCHAT_VAL_FILES_K", "NANOCHAT_BENCH_RUN_DIR", "NANOCHAT_BENCH_T0"):
+        env.pop(name, None)
+    return work, env
+
+
+def _run(command: str, cwd: Path, env: dict, rc: int = 0) -> str:
+    try:
+        p = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
+                           timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"README command still running after {COMMAND_TIMEOUT_S} s: {command}")
+    assert p.returncode == rc, (f"README command exited {p.returncode}, not {rc}: {command}\n"
+                                f"--- output (tail) ---\n{(p.stdout + p.stderr)[-3000:]}")
+    return p.stdout + p.stderr
+
+
+def test_every_readme_command_is_run_here_or_says_why_not():
+    listed = commands()
+    assert CPU_SWEEP is not None, "README shows no tiny CPU sweep (submit ... --device_type cpu)"
+    stale = sorted((set(NOT_HERE) | set(EXIT_HERE)) - set(listed))
+    assert not stale, f"NOT_HERE or EXIT_HERE name commands README no longer shows: {stale}"
+
+
+def test_readme_commands_run_as_written(tmp_path):
+    work, env = _workdir(tmp_path)
+    nntile_env = dict(env, NANOCHAT_BASE_DIR=str(tmp_path / "base-d2"))
+    prepared = False
+    ran = []
+    for command in commands():
+        if command in NOT_HERE:
+            continue
+        here = env
+        if _measured_beside_nntile(command):
+            here = nntile_env
+            if not prepared:
+                for argv in D2_DATA:
+                    _run(" ".join(["nanochat-bench", *argv]), work, here)
+                (work / "d2.json").write_text(json.dumps(D2_CONFIG))
+                prepared = True
+        out = _run(command, work, here, EXIT_HERE.get(command, 0))
+        if command in EXIT_HERE:
+            assert "no usable run matches" in out and "Traceback" not in out, out[-2000:]
+        ran.append(command)
+    assert any(c.startswith("nanochat-bench train --nproc") for c in ran) and any("report" in c for c in ran)
+    statuses = [json.loads(p.read_text())["status"] for p in (work / "runs" / "local").rglob("run.json")]  # trained
+    assert statuses and set(statuses) == {"ok"}, statuses

@@ -62,6 +62,7 @@ NOT_HERE = {
     "NANOCHAT_BENCH_CONTAINER_TEST=1 tests/run tests/integration/test_container_build.py -s":
         "a part of this suite (.ci/run sets NANOCHAT_BENCH_CONTAINER_TEST=1)",
     "python benchmarks/gpu_bench.py --gpus 1,2 --steps 25": "2 GPUs",
+    "python benchmarks/cpu_slurm_breakdown.py OUT": "a benchmark: it starts its own Slurm cluster, run by hand",
     "python benchmarks/bench_tokenizer.py": "a benchmark of the tools: it prints figures, run by hand",
     "python benchmarks/bench_loader.py": "a benchmark of the tools: it prints figures, run by hand",
     "python benchmarks/bench_collect.py": "a benchmark of the tools (10,000 run directories), run by hand",

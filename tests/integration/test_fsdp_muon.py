@@ -7,13 +7,12 @@ parallel.clip_grad_norm_ reports must be the full averaged gradient's.
     python -m pytest tests/integration/test_fsdp_muon.py -q
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
+
+from tests.support.two_ranks import run_two_ranks
 
 STEPS = 3
 SHAPES = [(8, 8), (5, 8), (1, 8), (16, 8), (8, 16), (8, 8)]
@@ -91,13 +90,7 @@ def reference(world_size: int):
 
 @pytest.mark.slow
 def test_sharded_muon_equals_unsharded_muon(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    out = tmp_path / "params.pt"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script), str(out)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = run_two_ranks(tmp_path, WORKER)
     sharded, norms = torch.load(out)
     single, initial, ref_norms = reference(world_size=2)
     assert norms == pytest.approx(ref_norms, rel=1e-5)  # clip_grad_norm_ sums the shards over the ranks

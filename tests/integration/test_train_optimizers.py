@@ -4,13 +4,12 @@ on 2 real gloo ranks that see different gradients (the single-process reference 
     python -m pytest tests/integration/test_train_optimizers.py -q
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
+
+from tests.support.two_ranks import run_two_ranks
 
 STEPS = 4
 SHAPES_MUON = [(8, 8), (8, 8), (8, 8), (16, 8), (8, 16)]  # three of one shape: an uneven last chunk for W=2
@@ -80,13 +79,7 @@ def reference(world_size: int):
 
 @pytest.mark.slow
 def test_sharded_optimizers_equal_single_process(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    out = tmp_path / "params.pt"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script), str(out)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = run_two_ranks(tmp_path, WORKER)
     sharded = torch.load(out)
     single = reference(world_size=2)
     for i, (a, b) in enumerate(zip(sharded, single)):

@@ -35,13 +35,13 @@ LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs 
 TABLE_PARQUET = "runs.parquet"
 TABLE_CSV = "runs.csv"
 # Bump when a row is computed differently: tables of an older version are then re-read in full.
-ROW_VERSION = 6
+ROW_VERSION = 7
 
 # The columns of the table and their types, in order; a row lacking a value holds a null.
 COLUMNS: dict[str, str] = {
     "root": "str", "source": "str", "source_kind": "str", "run_id": "str", "sweep_id": "str", "workload": "str",
     "runtime": "str", "repeat": "int", "nodes": "int", "gpus_per_node": "int", "world_size": "int",
-    "depth": "int", "max_seq_len": "int", "device_batch_size": "int", "total_batch_size": "int",
+    "depth": "int", "max_seq_len": "int", "device_batch_size": "int", "total_batch_size": "int", "device_type": "str",
     "num_iterations": "int", "force_flash_sdpa": "str", "sdpa_backends": "str",
     "gpu_name": "str", "image": "str", "image_digest": "str", "slurm_job_id": "str", "nodelist": "str",
     "partition": "str", "reframe_partition": "str", "git_revision": "str", "torch_version": "str",

@@ -25,7 +25,7 @@ MANIFEST_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "repeat", "nodes
                    "world_size", "peak_flops_per_gpu", "flops_per_token", "git_revision", "message", "scaling",
                    "val_files_k", "ofi_hook")
 CONFIG_FIELDS = ("depth", "aspect_ratio", "strategy", "max_seq_len", "device_batch_size", "total_batch_size",
-                 "num_iterations", "force_flash_sdpa", "sdpa_backends")
+                 "device_type", "num_iterations", "force_flash_sdpa", "sdpa_backends")
 SOFTWARE_FIELDS = {"gpu_name": "gpu_name", "torch": "torch_version", "cuda": "cuda_version",
                    "nccl": "nccl_version", "driver": "driver_version"}
 SLURM_FIELDS = {"job_id": "slurm_job_id", "nodelist": "nodelist", "partition": "partition"}

@@ -67,11 +67,13 @@ def is_nanochat(workload) -> bool:
     return not _missing(workload) and str(workload).startswith("nanochat")
 
 
-def device_name(gpu_name, gpus_per_node) -> str | None:
-    """The device a run trained on: the GPU's name, CPU for a run without GPUs, None when not recorded."""
+def device_name(gpu_name, gpus_per_node, device_type=None) -> str | None:
+    """The device a run trained on: the GPU's name, CPU for a run without GPUs (or trained with
+    --device_type=cpu: under Slurm gpus_per_node counts its ranks), None when not recorded."""
     if not _missing(gpu_name):
         return str(gpu_name)
-    if not _missing(gpus_per_node) and int(gpus_per_node) == 0:
+    no_gpus = not _missing(gpus_per_node) and int(gpus_per_node) == 0
+    if no_gpus or (not _missing(device_type) and device_type == "cpu"):
         return CPU
     return None
 
@@ -136,7 +138,8 @@ def with_config(df: pd.DataFrame) -> pd.DataFrame:
     for col, value in LEGACY.items():
         filled = df[col].astype(object).where(df[col].notna() | ~nanochat, value)
         df[col] = filled.where(filled.notna(), None)  # None, not pd.NA: the keys are compared as plain values
-    df["device"] = [device_name(g, p) for g, p in zip(df["gpu_name"], df["gpus_per_node"])]
+    device_type = df["device_type"] if "device_type" in df else [None] * len(df)  # tables before row version 7
+    df["device"] = [device_name(g, p, d) for g, p, d in zip(df["gpu_name"], df["gpus_per_node"], device_type)]
     df["batch"] = [batch_key(*k) for k in zip(df["scaling"], df["total_batch_size"], df["device_batch_size"],
                                              df["max_seq_len"])]
     keys = df[list(GROUP_KEYS)].astype(object).where(df[list(GROUP_KEYS)].notna(), None)

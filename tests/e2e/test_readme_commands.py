@@ -13,13 +13,14 @@ is either runnable or listed.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.readme import commands
+from tests.support.readme import README, commands
 
 pytestmark = pytest.mark.slow
 
@@ -73,10 +74,11 @@ NOT_HERE = {
 EXIT_HERE = {"nanochat-bench check results/table --references results/references.example.toml": 1,
              "nanochat-bench check results/table --references results/h200-d20/references.toml": 1}
 
-# The small GPT-2 of the README's NNTile-beside-nanochat measurement, and the data it states for it.
-D2_CONFIG = {"n_embd": 128, "n_head": 1, "n_layer": 2, "n_positions": 128, "vocab_size": 1024}
-D2_DATA = [["data", "generate", "--shards", "3", "--docs-per-shard", "512", "--row-group-size", "64"],
-           ["tokenizer", "train", "--vocab_size", "1024"], ["data", "bin"]]
+# The small GPT-2 of the README's NNTile-beside-nanochat measurement (README: "with `d2.json` = `{...}`"),
+# and the data the README states for it.
+D2_CONFIG = re.search(r"`d2\.json` =\s*`(\{.*?\})`", README.read_text(), re.S)
+_D2_PROSE = re.search(r"of 40 steps after (.*?) with `d2\.json`", README.read_text(), re.S)
+D2_DATA = re.findall(r"`(nanochat-bench [^`]+)`", _D2_PROSE.group(1)) if _D2_PROSE else []
 
 
 def _measured_beside_nntile(command: str) -> bool:
@@ -114,6 +116,8 @@ def _run(command: str, cwd: Path, env: dict, rc: int = 0) -> str:
 def test_every_readme_command_is_run_here_or_says_why_not():
     listed = commands()
     assert CPU_SWEEP is not None, "README shows no tiny CPU sweep (submit ... --device_type cpu)"
+    assert D2_CONFIG is not None, "README no longer states d2.json as `d2.json` = `{...}`"
+    assert len(D2_DATA) == 3, f"README's data for the NNTile comparison: {D2_DATA}"
     stale = sorted((set(NOT_HERE) | set(EXIT_HERE)) - set(listed))
     assert not stale, f"NOT_HERE or EXIT_HERE name commands README no longer shows: {stale}"
 
@@ -130,9 +134,9 @@ def test_readme_commands_run_as_written(tmp_path):
         if _measured_beside_nntile(command):
             here = nntile_env
             if not prepared:
-                for argv in D2_DATA:
-                    _run(" ".join(["nanochat-bench", *argv]), work, here)
-                (work / "d2.json").write_text(json.dumps(D2_CONFIG))
+                for prepare in D2_DATA:
+                    _run(prepare, work, here)
+                (work / "d2.json").write_text(json.dumps(json.loads(D2_CONFIG.group(1))))
                 prepared = True
         out = _run(command, work, here, EXIT_HERE.get(command, 0))
         if command in EXIT_HERE:

@@ -58,6 +58,8 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
             data = f.read()
     except OSError:
         return None
+    if b")" not in data:  # read as the process was reaped: an empty file
+        return None
     fields_ = data[data.rindex(b")") + 2:].split()
     return fields_[0].decode(), int(fields_[1]), int(fields_[19])
 

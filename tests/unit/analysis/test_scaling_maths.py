@@ -167,3 +167,10 @@ def test_point_figures_summarise_the_why_columns_and_keep_missing_phases_missing
     assert pt["phase_imports_done_s"] == pytest.approx(7.0)  # median of the runs that measured it
     assert pt["phase_dist_init_s"] == pytest.approx(1.5) and pt["busbw_all_reduce_gbps"] == pytest.approx(305.0)
     assert math.isnan(pt["phase_preflight_s"])  # measured by none: missing, not 0
+
+
+def test_a_slurm_cpu_run_is_a_cpu_run_though_it_has_ranks_per_node():
+    # under Slurm gpus_per_node counts the ranks of a node; --device_type=cpu says what they ran on
+    rows = [row("bare", 4, 100, gpu_name=None, gpus_per_node=2, device_type="cpu")]
+    pts = scaling.scaling_table(to_frame(rows))
+    assert pts["device"].tolist() == ["CPU"] and pts["config"].iloc[0].endswith("· CPU")

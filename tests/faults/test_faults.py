@@ -5,8 +5,7 @@
 Each case (tests/faults/cases.py) starts real processes: `nanochat-bench train` with 2 (or 4) CPU
 ranks on the session's tiny data, the analysis commands over hostile run directories, `edf` with
 hostile strings, and 2-node jobs on the test Slurm cluster; then it checks the outcome against the
-goal of issue 15 (harness.problems). A case marked xfail waits for the fix its reason names; the mark
-is strict, so it must be removed when that fix lands.
+goal of issue 15 (harness.problems).
 """
 
 import pytest

@@ -101,6 +101,16 @@ def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[lis
     return xs, ys
 
 
+def _finish_panel(ax, limit_gib: float, limit: str, ylabel: str, title: str) -> None:
+    """The memory limit drawn, the size axis, labels and legend of one memory panel."""
+    ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.0f} GiB")
+    _params_axis(ax)
+    ax.set_ylim(0, limit_gib * 1.5)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=12)
+    ax.legend(loc="upper left", fontsize=9)
+
+
 def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
     aspect = 64 if (probes["aspect_ratio"] == 64).any() else probes["aspect_ratio"].iloc[0]  # one family per panel
     b1 = probes[(probes["device_batch_size"] == 1) & (probes["aspect_ratio"] == aspect)]
@@ -118,13 +128,8 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
             ax.plot(oom["num_params"], oom["predicted_need_bytes"] / GIB, "x", color=colors[strategy], ms=10, mew=2)
         xs, ys = _predicted_curve(strategy, p, "need")
         ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2)
-    device = max(m["device_bytes"] or 0 for m in machines) / GIB
-    ax.axhline(device, color="black", lw=1.5, label=f"device memory {device:.0f} GiB")
-    _params_axis(ax)
-    ax.set_ylim(0, device * 1.5)
-    ax.set_ylabel("peak memory per GPU (GiB)")
-    ax.set_title("Peak memory vs size, device batch 1\n(o measured, x out of memory, -- predicted)", fontsize=12)
-    ax.legend(loc="upper left", fontsize=9)
+    _finish_panel(ax, max(m["device_bytes"] or 0 for m in machines) / GIB, "device memory", "peak memory per GPU (GiB)",
+                  "Peak memory vs size, device batch 1\n(o measured, x out of memory, -- predicted)")
     if not offload.empty:
         ax = axes[0][1]
         for strategy, p in offload.groupby("strategy", sort=False):
@@ -132,13 +137,8 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
                     label=f"{strategy} taken from the host")
             xs, ys = _predicted_curve(strategy, p, "host")
             ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2, label="predicted")
-        host = max(m["host_bytes"] or 0 for m in machines) / GIB
-        ax.axhline(host, color="black", lw=1.5, label=f"host memory {host:.0f} GiB")
-        _params_axis(ax)
-        ax.set_ylim(0, host * 1.5)
-        ax.set_ylabel("host memory (GiB)")
-        ax.set_title("Host memory of offloading strategies", fontsize=12)
-        ax.legend(loc="upper left", fontsize=9)
+        _finish_panel(ax, max(m["host_bytes"] or 0 for m in machines) / GIB, "host memory", "host memory (GiB)",
+                      "Host memory of offloading strategies")
     return fig
 
 

@@ -7,7 +7,8 @@ becomes one line naming the cause, and the worker that failed first is recorded 
 worker killed by a signal (kill -9, the kernel's OOM killer) cannot say so itself, and the ranks torchrun
 then stops with SIGTERM, or that lost their peer, would otherwise leave the echo as the run's status. A
 worker aborted (SIGABRT, as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats
-show another rank stopped is recorded `hung`, naming that rank. A signal to torchrun itself is recorded as the run's `cancelled`.
+show another rank stopped is recorded `hung`, naming that rank. A signal to torchrun itself is recorded
+as the run's `cancelled`.
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path
 where one worker failed and torchrun stops the others (there its 30 s are fixed, not the
 TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not hold
@@ -68,13 +69,10 @@ def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
     """The failure becomes the run's status where what is recorded is only the teardown's echo: no final
     status, `cancelled` (torchrun's SIGTERM) or a lost peer. A rank's own reason stays (an OOM, a data
     error, `hung` naming the rank it waited for)."""
-    try:
-        manifest = schema.load_manifest(run_dir)
-    except (OSError, schema.SchemaError):
+    manifest = _manifest(run_dir)
+    if manifest is None or manifest.status == "ok" or (manifest.message or "").startswith(f"rank {rank}:"):
         return
-    if manifest.status == "ok" or (manifest.message or "").startswith(f"rank {rank}:"):
-        return
-    unexplained = manifest.status not in schema.FINAL_STATUSES or manifest.status == "cancelled"
+    unexplained = _teardown_only(manifest)
     lost_peer = "lost contact with another rank" in (manifest.message or "")
     killed = failure.exitcode is not None and failure.exitcode < 0
     if not (unexplained or (lost_peer and killed)):  # a rank's own diagnosis (hung, oom, no_data) stays
@@ -84,6 +82,19 @@ def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
     if culprit and culprit[1]:  # NCCL's watchdog aborts a rank whose collective timed out; one rank stopped
         status, message = "hung", f"{culprit[0]}; {cause} (a collective timed out)"
     _update(run_dir, status=status, message=message)
+
+
+def _manifest(run_dir: str):
+    """run.json as recorded so far, or None where it cannot be read (nothing to correct then)."""
+    try:
+        return schema.load_manifest(run_dir)
+    except (OSError, schema.SchemaError):
+        return None
+
+
+def _teardown_only(manifest) -> bool:
+    """No final status yet, or only the `cancelled` the workers record when torchrun stops them."""
+    return manifest.status not in schema.FINAL_STATUSES or manifest.status == "cancelled"
 
 
 def _update(run_dir: str, **fields) -> None:
@@ -96,11 +107,8 @@ def _update(run_dir: str, **fields) -> None:
 def record_signal(run_dir: str, name: str) -> None:
     """torchrun was stopped by a signal: the run is `cancelled` by it (the workers' own `cancelled` names
     only the SIGTERM torchrun passed on)."""
-    try:
-        manifest = schema.load_manifest(run_dir)
-    except (OSError, schema.SchemaError):
-        return
-    if manifest.status not in schema.FINAL_STATUSES or manifest.status == "cancelled":
+    manifest = _manifest(run_dir)
+    if manifest is not None and _teardown_only(manifest):
         _update(run_dir, status="cancelled", message=f"torchrun received {name}; the workers were stopped")
 
 
@@ -122,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             record_signal(run_dir, e.sigval.name)
         return 128 + int(e.sigval)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -197,6 +197,18 @@ class RunRecord:
             self.closed = True
 
 
+def open_record(rank: int) -> "RunRecord | None":
+    """The rank's run record, taking the signals; None (after one line) when the run directory cannot be
+    written, so there is nothing to record into."""
+    try:
+        record = RunRecord(rank)
+    except BenchError as e:
+        say(f"[rank {rank}] error (failed): {e}")
+        return None
+    record.cancel_on_signals()  # before any thread starts (the heartbeat's starts with the first event)
+    return record
+
+
 # Failed allocations outside torch's CUDA caching allocator: its CPU allocator, a pinned buffer or a
 # driver allocation (CUDA error), C++'s new.
 ALLOC_FAILED = re.compile(r"can't allocate memory|CUDA error: out of memory|std::bad_alloc")

@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 
 from bench import nccl_log
-from bench.errors import BenchError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
@@ -39,7 +38,7 @@ from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.runrecord import RunRecord, process_start_time, runtime_start_time, say
+from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time
 from bench.nanochat import preflight, steptimer
 from bench.nanochat.steptimer import NullTimer, StepTimer
 
@@ -375,12 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: records the run's status however it ends; a failing rank ends its process at once
     (torchrun then stops the others) instead of leaving them to wait for a collective timeout."""
     _, rank, _, _ = get_dist_info()
-    try:
-        record = RunRecord(rank)
-    except BenchError as e:  # the run directory cannot be written: nothing to record into
-        say(f"[rank {rank}] error (failed): {e}")
+    record = open_record(rank)
+    if record is None:
         return 1
-    record.cancel_on_signals()  # before any thread starts (the heartbeat's starts with the first event)
     config = None
     try:
         record.emit("start", t=process_start_time())
@@ -399,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         record.die(e, config.device_batch_size if config else None)
     compute_cleanup()
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,7 +35,7 @@ import math
 from bench.errors import BenchError
 from bench.logline import format_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
-from bench.nanochat.runrecord import RunRecord
+from bench.nanochat.runrecord import RunRecord, open_record
 from bench.workloads.nntile import WORKLOAD_NAME
 from bench.workloads.nntile.config import as_record, check_dataset, flops_per_token, parse_args
 
@@ -293,8 +293,9 @@ def train(argv: list[str], record: RunRecord) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Records the run's status however it ends; a bad flag is one line, before StarPU starts."""
-    record = RunRecord(0)
-    record.cancel_on_signals()
+    record = open_record(0)
+    if record is None:
+        return 1
     try:
         record.emit("start")
         summary = train(sys.argv[1:] if argv is None else argv, record)

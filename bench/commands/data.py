@@ -1,7 +1,7 @@
 """`nanochat-bench data download|generate|info|bin`: the shards under $NANOCHAT_BASE_DIR/base_data, and
 their pre-tokenized .bin form (bench/nanochat/tokbin.py)."""
 
-from bench.nanochat import dataset, download
+from bench.nanochat import dataset, download, provenance
 
 
 def register(subparsers) -> None:
@@ -15,6 +15,11 @@ def register(subparsers) -> None:
     d.add_argument("--url", default=None,
                    help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
     d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
+    d.add_argument("--timeout", type=float, default=download.READ_TIMEOUT_S,
+                   help=f"seconds a server may stay silent before an attempt counts as failed (default: "
+                        f"{download.READ_TIMEOUT_S:g}; connecting gets at most {download.CONNECT_TIMEOUT_S:g})")
+    d.add_argument("--overwrite", action="store_true",
+                   help="replace shards that `data generate` made by the downloads (default: refuse to mix them)")
     d.set_defaults(func=cmd_download)
 
     g = sub.add_parser("generate", help="write shards offline from text that ships with Python (no network)")
@@ -23,6 +28,9 @@ def register(subparsers) -> None:
     g.add_argument("--row-group-size", type=int, default=256,
                    help="documents per row group, the unit dealt to ranks (default: 256, so the default "
                         "validation shard serves 32 ranks; upstream's shards use 1024)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace shard files already there (downloaded, or generated with other settings); "
+                        "default: refuse, naming them")
     g.set_defaults(func=cmd_generate)
 
     i = sub.add_parser("info", help="list the shards, the train/val split and how many ranks each split allows")
@@ -40,13 +48,14 @@ def register(subparsers) -> None:
 
 
 def cmd_download(args) -> int:
-    paths = download.download_shards(args.num_shards, workers=args.workers, url=args.url, retries=args.retries)
+    paths = download.download_shards(args.num_shards, workers=args.workers, url=args.url, retries=args.retries,
+                                     timeout_s=args.timeout, overwrite=args.overwrite)
     print(f"{len(paths)} shard(s) in {dataset.data_dir()}")
     return 0
 
 
 def cmd_generate(args) -> int:
-    paths = dataset.generate_shards(args.shards, args.docs_per_shard, args.row_group_size)
+    paths = dataset.generate_shards(args.shards, args.docs_per_shard, args.row_group_size, overwrite=args.overwrite)
     print(f"wrote {len(paths)} shard(s) of {args.docs_per_shard} documents to {dataset.data_dir()}")
     others = len(dataset.list_parquet_files()) - len(paths)
     if others > 0:
@@ -61,7 +70,8 @@ def cmd_info(args) -> int:
         files = dataset.split_files(split, k)
         rgs = sum(dataset.row_group_counts(files))
         span = files[0].name if len(files) == 1 else f"{files[0].name} .. {files[-1].name}"
-        print(f"  {split:5s}: {len(files)} file(s), {rgs} row group(s) -> at most {rgs} ranks ({span})")
+        print(f"  {split:5s}: {len(files)} file(s), {rgs} row group(s) -> at most {rgs} ranks ({span}); "
+              f"origin: {provenance.describe(files)}")
     return 0
 
 

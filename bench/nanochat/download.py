@@ -5,19 +5,32 @@ retries 5 times with 2^attempt s backoff (here through tenacity). This one also 
 request, verifies every finished file as parquet with a `text` column (a truncated or corrupt file is
 deleted and fetched again), runs in threads (the work is network I/O) and names each shard it could
 not get. The base URL comes from the argument, else NANOCHAT_DATA_URL (a mirror), else Hugging Face.
+
+Waits are bounded. One request before the pool starts finds a host that does not resolve, refuses
+connections or never answers, and stops the command in seconds with one line; each request has a connect
+and a read timeout; and once `max(retries, 2 x workers)` attempts in a row (across all workers) got no
+answer at all, the mirror is taken as gone and the command stops, instead of retrying every shard in turn.
+A shard that arrives resets that count, so a real transient outage is still ridden out by the retries.
+
+Every downloaded file is recorded in sources.json (provenance.py); a shard `data generate` made is never
+counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`.
 """
 
 import os
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import socket
+import threading
+from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import requests
 import tenacity
+import urllib3
 from tqdm import tqdm
 
 from bench.errors import ConfigError, DataError
+from bench.nanochat import provenance
 from bench.nanochat.dataset import TEXT_COLUMN, data_dir, shard_name
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
@@ -25,6 +38,9 @@ DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-sh
 MAX_SHARD = 1822  # shards 0..1822 exist upstream
 PERMANENT_HTTP = (400, 401, 403, 404, 410)  # answers no retry can change
 CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the rest resumes
+CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
+READ_TIMEOUT_S = 30.0  # the longest silence accepted from a server that took the connection
+FIX_URL = f"check the network, or point --url (or {ENV_DATA_URL}) at a mirror that serves the shards"
 
 
 def base_url(url: str | None = None) -> str:
@@ -42,11 +58,92 @@ def verify_shard(path: Path) -> None:
         raise ValueError(f"parquet file without a string '{TEXT_COLUMN}' column (columns: {pf.schema_arrow.names})")
 
 
-def _fetch_once(url: str, tmp: Path, timeout_s: float, chunk_bytes: int = CHUNK_BYTES) -> None:
+def no_answer(e: BaseException) -> str | None:
+    """Why a request got no answer at all, in words (`the host name does not resolve`, `connection refused`,
+    a timeout); None when the server did answer (an HTTP error, a bad file) or the error is not network."""
+    if isinstance(e, requests.ConnectTimeout):
+        return "no connection within the connect timeout"
+    if isinstance(e, requests.ReadTimeout):
+        return "the server took the connection but sent nothing within the read timeout"
+    if not isinstance(e, requests.ConnectionError):
+        return None
+    for cause in _causes(e):
+        if isinstance(cause, socket.gaierror):
+            return "the host name does not resolve (no network or DNS here, or a wrong host)"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused (nothing listens at that host and port)"
+        if isinstance(cause, urllib3.exceptions.ReadTimeoutError):
+            return "the server stopped sending within the read timeout"
+    return f"connection failed ({type(e).__name__})"
+
+
+def _causes(e: BaseException):
+    """e, its causes and contexts, and urllib3's `reason`s: where the socket error of a requests error hides."""
+    seen, todo = set(), [e]
+    while todo:
+        cur = todo.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        yield cur
+        todo += [cur.__cause__, cur.__context__, getattr(cur, "reason", None) if isinstance(
+            getattr(cur, "reason", None), BaseException) else None]
+        todo += [a for a in getattr(cur, "args", ()) if isinstance(a, BaseException)]
+
+
+def check_reachable(url: str, timeout: tuple[float, float], tries: int = 3, pause_s: float = 0.5) -> None:
+    """One HEAD request for the first shard before any download: DataError in one line when the host does
+    not resolve (at once), refuses (after `tries` quick tries) or never answers (after one read timeout).
+    Any HTTP answer, even an error, means the mirror is there: the downloads then say what is wrong."""
+    probe = f"{url}/{shard_name(0)}"
+    for attempt in range(1, tries + 1):
+        try:
+            requests.head(probe, timeout=timeout, allow_redirects=True)
+            return
+        except requests.RequestException as e:
+            why = no_answer(e)
+            if why is None:
+                return
+            refused = any(isinstance(c, ConnectionRefusedError) for c in _causes(e))  # may be a restart
+            if attempt == tries or not refused:
+                raise DataError(f"cannot reach {probe}: {why}; nothing was downloaded; {FIX_URL}") from None
+        threading.Event().wait(pause_s)
+
+
+class _Breaker:
+    """Attempts in a row (across all workers) that got no answer; at `limit`, the mirror is taken as gone
+    and every worker stops before its next attempt. Any answer resets the count."""
+
+    def __init__(self, limit: int):
+        self.limit, self.in_a_row, self.last = limit, 0, ""
+        self.open = threading.Event()
+        self._lock = threading.Lock()
+
+    def no_answer(self, why: str) -> None:
+        with self._lock:
+            self.in_a_row += 1
+            self.last = why
+            if self.in_a_row >= self.limit:
+                self.open.set()
+
+    def answered(self) -> None:
+        with self._lock:
+            self.in_a_row = 0
+
+
+class NotFineWeb(ValueError):
+    """A file that is a valid shard but says it was generated: no retry changes that."""
+
+
+class _Stopped(Exception):
+    """A shard not tried (further) because the mirror was taken as gone."""
+
+
+def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: int = CHUNK_BYTES) -> None:
     """One attempt: continue `tmp` from its current size if the server honours Range, else start over."""
     have = tmp.stat().st_size if tmp.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
-    with requests.get(url, stream=True, timeout=timeout_s, headers=headers) as r:
+    with requests.get(url, stream=True, timeout=timeout, headers=headers) as r:
         if r.status_code == 416:  # our partial file is already the whole thing
             return
         r.raise_for_status()
@@ -57,31 +154,50 @@ def _fetch_once(url: str, tmp: Path, timeout_s: float, chunk_bytes: int = CHUNK_
 
 
 def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_s: float = 2.0,
-                 timeout_s: float = 30.0, chunk_bytes: int = CHUNK_BYTES) -> Path:
-    """Fetch shard `index` into out_dir unless a valid copy is there; ValueError naming it if all tries fail."""
+                 timeout_s: float = READ_TIMEOUT_S, chunk_bytes: int = CHUNK_BYTES, replace: bool = False,
+                 breaker: _Breaker | None = None) -> Path:
+    """Fetch shard `index` into out_dir unless a valid copy is there (a generated one only counts as in
+    the way: replaced when `replace`); ValueError naming it if all tries fail."""
+    breaker = breaker or _Breaker(limit=retries)
     path = out_dir / shard_name(index)
     if path.exists():
         try:
             verify_shard(path)
-            return path
+            if not (replace and provenance.shard_origin(path) == provenance.GENERATED):
+                return path
         except ValueError:
-            path.unlink()  # a bad file from elsewhere: fetch it again
+            pass  # a bad file from elsewhere: fetch it again
+        path.unlink()
     tmp = path.with_name(path.name + ".tmp")  # a fixed name, unlike atomic_target's: a later try resumes it
     shard_url = f"{url}/{shard_name(index)}"
+    timeout = (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s)
 
     def attempt() -> Path:
+        if breaker.open.is_set():
+            raise _Stopped()
         try:
-            _fetch_once(shard_url, tmp, timeout_s, chunk_bytes)
+            _fetch_once(shard_url, tmp, timeout, chunk_bytes)
             verify_shard(tmp)
+            if provenance.recipe(tmp) is not None:
+                raise NotFineWeb("the mirror serves a shard made by `data generate` (its footer says so), "
+                                 "not FineWeb-Edu")
         except ValueError:
+            breaker.answered()
             tmp.unlink(missing_ok=True)  # complete but bad: start over (a cut download keeps its .tmp)
             raise
+        except requests.RequestException as e:
+            why = no_answer(e)
+            breaker.no_answer(why) if why else breaker.answered()
+            raise
+        breaker.answered()
         os.replace(tmp, path)
+        provenance.record_downloaded(path, shard_url)
         return path
 
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(retries), reraise=False,
+        stop=tenacity.stop_after_attempt(retries) | (lambda _: breaker.open.is_set()), reraise=False,
         wait=tenacity.wait_exponential(multiplier=backoff_s, max=60),
+        sleep=lambda seconds: breaker.open.wait(seconds),  # a backoff ends at once when the mirror is given up
         retry=tenacity.retry_if_exception(_worth_retrying))
     try:
         return retrying(attempt)
@@ -89,7 +205,10 @@ def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_
         tries, last = e.last_attempt.attempt_number, e.last_attempt.exception()
     except (requests.RequestException, ValueError) as e:  # not worth retrying: the mirror does not have it
         tries, last = retrying.statistics.get("attempt_number", 1), e
-    why = f"{type(last).__name__}: {last}" if isinstance(last, requests.RequestException) else str(last)
+    if breaker.open.is_set():
+        raise _Stopped()
+    why = no_answer(last) or (f"{type(last).__name__}: {last}" if isinstance(last, requests.RequestException)
+                              else str(last))
     raise ValueError(f"{shard_name(index)} from {shard_url}: {tries} attempt(s) failed, last: {why}")
 
 
@@ -97,13 +216,24 @@ def _worth_retrying(e: BaseException) -> bool:
     """Network trouble and bad files are retried; an answer like 404 that no retry can change is not."""
     if isinstance(e, requests.HTTPError) and e.response is not None:
         return e.response.status_code not in PERMANENT_HTTP
+    if isinstance(e, NotFineWeb):
+        return False
     return isinstance(e, (requests.RequestException, ValueError))
 
 
+def generated_in_the_way(out: Path, num_shards: int) -> list[Path]:
+    """Shards 0..num_shards-1 already in `out` that `data generate` made: never to be taken as FineWeb-Edu."""
+    paths = [out / shard_name(i) for i in range(num_shards)]
+    return [p for p, origin in provenance.origins([p for p in paths if p.exists()]).items()
+            if origin == provenance.GENERATED]
+
+
 def download_shards(num_shards: int, workers: int = 4, url: str | None = None, out_dir: str | os.PathLike | None = None,
-                    retries: int = 5, backoff_s: float = 2.0, timeout_s: float = 30.0,
-                    progress: bool = True, chunk_bytes: int = CHUNK_BYTES) -> list[Path]:
-    """Shards 0..num_shards-1 (-1 = all 1823) into out_dir (default base_data/); DataError listing failures."""
+                    retries: int = 5, backoff_s: float = 2.0, timeout_s: float = READ_TIMEOUT_S,
+                    progress: bool = True, chunk_bytes: int = CHUNK_BYTES, overwrite: bool = False) -> list[Path]:
+    """Shards 0..num_shards-1 (-1 = all 1823) into out_dir (default base_data/); DataError listing failures,
+    or in one line when the mirror cannot be reached or stops answering. Generated shards in the way are
+    a DataError naming them unless `overwrite` (then they are replaced by the downloads)."""
     total = MAX_SHARD + 1
     if num_shards == -1:
         num_shards = total
@@ -111,20 +241,43 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
         raise ConfigError(f"-n {num_shards}: must be between 1 and {total}, or -1 for all {total} shards")
     if workers < 1:
         raise ConfigError(f"-w {workers}: must be >= 1")
+    if retries < 1:
+        raise ConfigError(f"--retries {retries}: must be >= 1")
+    if not timeout_s > 0:
+        raise ConfigError(f"--timeout {timeout_s}: must be a positive number of seconds")
     out = Path(out_dir) if out_dir is not None else data_dir()
-    out.mkdir(parents=True, exist_ok=True)
+    generated = generated_in_the_way(out, num_shards)
+    if generated and not overwrite:
+        names = [p.name for p in generated]
+        shown = ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} … {names[-1]} ({len(names)} files)"
+        raise DataError(f"{out} holds {shown}, made by `data generate`, not FineWeb-Edu: downloading would mix "
+                        f"the two; pass --overwrite to replace them by the downloads, or set NANOCHAT_BASE_DIR "
+                        f"to another directory")
     url = base_url(url)
+    check_reachable(url, (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s))
+    out.mkdir(parents=True, exist_ok=True)
+    breaker = _Breaker(limit=max(retries, 2 * workers))
     done, failed = [], []
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             tqdm(total=num_shards, unit="shard", desc="download", disable=not progress) as bar:
-        futures = [pool.submit(download_one, i, out, url, retries, backoff_s, timeout_s, chunk_bytes)
-                   for i in range(num_shards)]
+        futures = [pool.submit(download_one, i, out, url, retries, backoff_s, timeout_s, chunk_bytes, overwrite,
+                               breaker) for i in range(num_shards)]
         for fut in as_completed(futures):
             try:
                 done.append(fut.result())
+                bar.update(1)  # the bar counts shards that arrived; failures are counted beside it
+            except (_Stopped, CancelledError):
+                pass  # not tried: the breaker's message below says why
             except ValueError as e:
                 failed.append(str(e))
-            bar.update(1)
+                bar.set_postfix_str(f"{len(failed)} failed", refresh=True)
+            if breaker.open.is_set():
+                for f in futures:
+                    f.cancel()  # the mirror is gone: shards not started yet are not tried
+    if breaker.open.is_set():
+        raise DataError(f"data download stopped: {breaker.in_a_row} attempt(s) in a row to reach {url} got no "
+                        f"answer (last: {breaker.last}); {len(done)} of {num_shards} shard(s) are in {out} "
+                        f"(run again to resume); {FIX_URL}")
     if failed:
         raise DataError(f"{len(failed)} of {num_shards} shard(s) could not be downloaded into {out} "
                         f"(run again to resume):\n  " + "\n  ".join(sorted(failed)))

@@ -3,8 +3,13 @@
 The server serves generated shards and misbehaves on purpose, per shard: a 500 error (once or always), a
 connection cut in the middle of the body, a corrupt file, a response slower than the client's timeout.
 It honours Range requests, as Hugging Face does, so a cut download resumes where it stopped.
+Mirrors that cannot be reached are real sockets on 127.0.0.1 too: a closed port, and a listening socket
+that never answers; only a host name that does not resolve is staged by replacing the resolver (the site's
+DNS), since a real lookup would leave this machine.
 """
 
+import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +18,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import DataError
-from bench.nanochat import dataset, download
+from bench.nanochat import corpus, dataset, download
 
 FAST = dict(backoff_s=0.01, timeout_s=5.0, progress=False, chunk_bytes=4096)
 
@@ -26,6 +31,11 @@ class ShardServer(ThreadingHTTPServer):
         self.files = files
         self.behaviour: dict[str, str] = {}  # shard name -> "500", "500-once", "cut-once", "slow-once", "corrupt"
         self.requests: list[tuple[str, str | None]] = []  # (name, Range header)
+        self.release = threading.Event()  # ends the waits of "hang"
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that timed out and left: expected
+            super().handle_error(request, client_address)
 
     @property
     def url(self):
@@ -36,9 +46,19 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def do_HEAD(self):
+        name = self.path.rsplit("/", 1)[-1]
+        self.send_response(200 if name in self.server.files else 404)
+        self.send_header("Content-Length", str(len(self.server.files.get(name, b""))))
+        self.end_headers()
+
     def do_GET(self):
         srv = self.server
         name = self.path.rsplit("/", 1)[-1]
+        if srv.behaviour.get("*") == "hang":  # answers HEAD, then never a GET: a mirror that went quiet
+            srv.requests.append((name, None))
+            srv.release.wait(10)
+            return
         rng = self.headers.get("Range")
         seen = sum(1 for n, _ in srv.requests if n == name)
         srv.requests.append((name, rng))
@@ -64,9 +84,15 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def shard_bytes(tmp_path_factory):
+    """Shards as the mirror has them: offline-corpus text without the `generated` footer mark, like
+    FineWeb-Edu's files (which carry no mark of ours)."""
     src = tmp_path_factory.mktemp("src")
-    paths = dataset.generate_shards(4, docs_per_shard=64, row_group_size=16, out_dir=src)
-    return {p.name: p.read_bytes() for p in paths}
+    files = {}
+    for i in range(4):
+        path = src / dataset.shard_name(i)
+        dataset.write_shard(path, corpus.documents(64, seed=i), row_group_size=16)
+        files[path.name] = path.read_bytes()
+    return files
 
 
 @pytest.fixture
@@ -75,6 +101,7 @@ def server(shard_bytes):
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield srv
+    srv.release.set()
     srv.shutdown()
     srv.server_close()
 
@@ -136,3 +163,135 @@ def test_url_from_environment_and_cli(server, tmp_path, monkeypatch, capsys):
     assert sorted(p.name for p in dataset.list_parquet_files()) == ["shard_00000.parquet", "shard_00001.parquet"]
     assert main(["data", "download", "-n", "0"]) == 1
     assert "-n 0: must be between 1 and 1823" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# Mirrors that cannot be reached: one line, in seconds, with the defaults of `data download`
+
+
+@pytest.fixture
+def closed_port_url():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now: every connection is refused
+    return f"http://127.0.0.1:{port}/mirror"
+
+
+@pytest.fixture
+def silent_url():
+    """A socket that takes connections (the kernel's backlog) and never reads or answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/mirror"
+    sock.close()
+
+
+def run_cli(args, capsys):
+    t0 = time.monotonic()
+    rc = main(args)
+    out = capsys.readouterr()
+    return rc, out.err.strip().splitlines(), time.monotonic() - t0
+
+
+def test_refusing_mirror_stops_in_seconds_with_one_line(closed_port_url, tmp_path, monkeypatch, capsys):
+    """Issue 23: `-n 240 -w 8` against a refusing mirror took 901 s of silent retries before its error."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    rc, err, took = run_cli(["data", "download", "-n", "240", "-w", "8", "--url", closed_port_url], capsys)
+    assert rc == 1 and took < 10
+    assert len(err) == 1 and err[0].startswith("error: cannot reach " + closed_port_url + "/shard_00000.parquet")
+    assert "connection refused" in err[0] and "--url" in err[0] and "NANOCHAT_DATA_URL" in err[0]
+    assert not (tmp_path / "base_data").exists()  # stopped before anything was made
+
+
+def test_unresolvable_host_stops_at_once(tmp_path, monkeypatch, capsys):
+    """A host that does not resolve: one try, one line (the resolver is the site's network: replaced here)."""
+    lookups = []
+    real = socket.getaddrinfo
+
+    def resolver(host, *args, **kwargs):
+        if host == "mirror.invalid":
+            lookups.append(host)
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    monkeypatch.setenv("NANOCHAT_DATA_URL", "http://mirror.invalid/fineweb")
+    rc, err, took = run_cli(["data", "download", "-n", "240", "-w", "8"], capsys)
+    assert rc == 1 and took < 5 and len(lookups) == 1
+    assert len(err) == 1 and "http://mirror.invalid/fineweb/shard_00000.parquet" in err[0]
+    assert "does not resolve" in err[0] and "NANOCHAT_DATA_URL" in err[0]
+
+
+def test_silent_mirror_is_bounded_by_the_read_timeout(silent_url, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    rc, err, took = run_cli(["data", "download", "-n", "240", "-w", "8", "--url", silent_url, "--timeout", "1"],
+                            capsys)
+    assert rc == 1 and took < 6
+    assert len(err) == 1 and "sent nothing within the read timeout" in err[0] and "--url" in err[0]
+
+
+def test_mirror_that_goes_quiet_mid_run_stops_the_command(server, tmp_path):
+    """HEAD answers, then no GET does: after max(retries, 2 x workers) attempts in a row without an answer
+    the command stops, instead of trying all 40 shards x 5 attempts."""
+    server.behaviour["*"] = "hang"
+    t0 = time.monotonic()
+    with pytest.raises(DataError) as e:
+        download.download_shards(40, workers=4, url=server.url, out_dir=tmp_path, retries=5, backoff_s=0.01,
+                                 timeout_s=0.3, progress=False)
+    assert time.monotonic() - t0 < 8
+    msg = str(e.value)
+    assert "\n" not in msg and "data download stopped: 8 attempt(s) in a row" in msg
+    assert "0 of 40 shard(s)" in msg and "--url" in msg
+    assert len(server.requests) <= 8 + 4  # the count plus attempts already in flight
+
+
+def test_progress_counts_failures_apart(server, tmp_path, capsys):
+    server.behaviour["shard_00001.parquet"] = "500"
+    with pytest.raises(DataError):
+        download.download_shards(3, workers=1, url=server.url, out_dir=tmp_path, retries=2, backoff_s=0.01,
+                                 timeout_s=5.0, progress=True)
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "2/3" in bar and "1 failed" in bar and "3/3" not in bar
+
+
+# ----------------------------------------------------------------------------------------------
+# Where shards came from
+
+
+def test_downloads_are_recorded_with_their_url(server, tmp_path):
+    from bench.nanochat import provenance
+
+    paths = download.download_shards(2, url=server.url, out_dir=tmp_path, **FAST)
+    sources = provenance.read_sources(tmp_path)
+    assert sources["shard_00001.parquet"] == {"url": f"{server.url}/shard_00001.parquet",
+                                              "bytes": paths[1].stat().st_size}
+    assert provenance.data_identity(tmp_path, tmp_path / "no-tokenizer")["origin"] == "downloaded"
+
+
+def test_generated_shards_are_never_counted_as_fineweb(server, tmp_path, monkeypatch, capsys):
+    """Issue 23: a `data download` after `data generate` took the generated shards as FineWeb-Edu."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    assert main(["data", "generate", "--shards", "2", "--docs-per-shard", "16", "--row-group-size", "8"]) == 0
+    before = (tmp_path / "base_data" / "shard_00000.parquet").read_bytes()
+    rc, err, _ = run_cli(["data", "download", "-n", "3", "--url", server.url], capsys)
+    assert rc == 1 and len(err) == 1
+    assert "shard_00000.parquet, shard_00001.parquet, made by `data generate`, not FineWeb-Edu" in err[0]
+    assert "--overwrite" in err[0] and server.requests == []  # refused before any download
+    assert (tmp_path / "base_data" / "shard_00000.parquet").read_bytes() == before
+    assert main(["data", "download", "-n", "3", "--url", server.url, "--overwrite"]) == 0
+    assert (tmp_path / "base_data" / "shard_00000.parquet").read_bytes() == server.files["shard_00000.parquet"]
+    assert main(["data", "info"]) == 0
+    info = capsys.readouterr().out
+    assert info.count("origin: downloaded") == 2 and "origin: generated" not in info
+
+
+def test_a_mirror_serving_generated_shards_is_not_fineweb(server, tmp_path):
+    marked = tmp_path / "marked"
+    (path,) = dataset.generate_shards(1, 16, 8, out_dir=marked)
+    server.files["shard_00000.parquet"] = path.read_bytes()
+    with pytest.raises(DataError, match="serves a shard made by `data generate`.*not FineWeb-Edu"):
+        download.download_shards(1, url=server.url, out_dir=tmp_path / "out", **FAST)
+    assert [n for n, _ in server.requests].count("shard_00000.parquet") == 1  # no retry changes that

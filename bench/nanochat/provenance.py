@@ -1,0 +1,191 @@
+"""Where the shards came from, and which tokenizer: recorded when the files are written, checked when they are used.
+
+Two origins, each recorded where it cannot drift from the file it describes:
+- generated (`data generate`, the offline corpus): the shard's own parquet footer holds key-value metadata
+  `nanochat_bench.origin = generated` and the recipe (seed, documents, row-group size), so the mark travels
+  with the file wherever it is copied;
+- downloaded (`data download`): FineWeb-Edu's files are kept byte for byte, so the record is beside them, in
+  `sources.json` of the shard directory: name -> URL and size. A listed file whose size changed since is no
+  longer taken as downloaded.
+A shard with neither mark has no known origin (written before origins were recorded, or copied in by hand).
+
+`data_identity` is what a run records of its data: the origin of the shards (generated, downloaded, mixed, or
+None when any is unknown) and a sha256 over the tokenizer's files.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.nanochat.tokenizer import TOKEN_BYTES_PT, TOKENIZER_PKL
+
+GENERATED, DOWNLOADED, MIXED = "generated", "downloaded", "mixed"
+ORIGIN_KEY = b"nanochat_bench.origin"
+RECIPE_KEY = b"nanochat_bench.recipe"
+SOURCES_JSON = "sources.json"
+TOKENIZER_FILES = (TOKENIZER_PKL, TOKEN_BYTES_PT)  # hashed in this order
+
+
+# ----------------------------------------------------------------------------------------------
+# Generated: a mark in the footer
+
+
+def generated_recipe(seed: int, docs: int, row_group_size: int) -> dict:
+    """What makes a generated shard again: the offline corpus, the seed, documents and row-group size."""
+    return {"corpus": "offline", "seed": seed, "docs": docs, "row_group_size": row_group_size}
+
+
+def generated_metadata(recipe: dict) -> dict[bytes, bytes]:
+    """Footer key-value metadata of a generated shard: its origin and its recipe."""
+    return {ORIGIN_KEY: GENERATED.encode(), RECIPE_KEY: json.dumps(recipe, sort_keys=True).encode()}
+
+
+def footer_marks(path: Path) -> dict[str, str]:
+    """The nanochat_bench.* footer entries of a parquet file ({} when it has none or is unreadable)."""
+    try:
+        kv = pq.ParquetFile(path).metadata.metadata or {}
+    except (OSError, pa.ArrowException):
+        return {}
+    return {k.decode(): v.decode(errors="replace") for k, v in kv.items() if k.startswith(b"nanochat_bench.")}
+
+
+def recipe(path: Path) -> dict | None:
+    """The recipe of a generated shard, None for any other file."""
+    marks = footer_marks(path)
+    if marks.get(ORIGIN_KEY.decode()) != GENERATED:
+        return None
+    try:
+        return json.loads(marks.get(RECIPE_KEY.decode(), "{}"))
+    except ValueError:
+        return {}
+
+
+# ----------------------------------------------------------------------------------------------
+# Downloaded: sources.json beside the shards
+
+
+def read_sources(directory: Path) -> dict[str, dict]:
+    """sources.json of a shard directory as {name: {"url", "bytes"}}; {} when absent or unreadable."""
+    try:
+        data = json.loads((Path(directory) / SOURCES_JSON).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+@contextlib.contextmanager
+def _sources_locked(directory: Path):
+    """sources.json read and written under an exclusive lock: download threads and processes add entries
+    at once, and a read-modify-write without it would lose some."""
+    directory = Path(directory)
+    with open(directory / f".{SOURCES_JSON}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sources = read_sources(directory)
+        yield sources
+        from bench.schema import write_json_atomic
+
+        write_json_atomic(directory / SOURCES_JSON, sources)
+
+
+def record_downloaded(path: Path, url: str) -> None:
+    """Note in sources.json that `path` is the file fetched from `url`, with its size now."""
+    path = Path(path)
+    with _sources_locked(path.parent) as sources:
+        sources[path.name] = {"url": url, "bytes": path.stat().st_size}
+
+
+def forget(directory: Path, names: list[str]) -> None:
+    """Drop entries of sources.json (their files were replaced by other ones)."""
+    if not any(name in read_sources(directory) for name in names):
+        return
+    with _sources_locked(directory) as sources:
+        for name in names:
+            sources.pop(name, None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading origins
+
+
+def shard_origin(path: Path, sources: dict[str, dict] | None = None) -> str | None:
+    """GENERATED, DOWNLOADED or None (unknown) for one shard file."""
+    path = Path(path)
+    if recipe(path) is not None:
+        return GENERATED
+    sources = read_sources(path.parent) if sources is None else sources
+    entry = sources.get(path.name)
+    if entry and path.is_file() and entry.get("bytes") == path.stat().st_size:
+        return DOWNLOADED
+    return None
+
+
+def origins(files: list[Path]) -> dict[Path, str | None]:
+    """The origin of each file (sources.json read once per directory)."""
+    by_dir: dict[Path, dict] = {}
+    out = {}
+    for path in files:
+        sources = by_dir.setdefault(path.parent, read_sources(path.parent))
+        out[path] = shard_origin(path, sources)
+    return out
+
+
+def combined_origin(found: list[str | None]) -> str | None:
+    """One word for a set of shards: GENERATED or DOWNLOADED when all agree, MIXED when both occur,
+    None when there are none or any is unknown (nothing can be claimed for them)."""
+    kinds = set(found)
+    if {GENERATED, DOWNLOADED} <= kinds:
+        return MIXED
+    if not kinds or None in kinds:
+        return None
+    return kinds.pop()
+
+
+def describe(files: list[Path]) -> str:
+    """`generated`, `downloaded`, or counts with names for a mix: what `data info` prints for a split."""
+    found = origins(files)
+    word = combined_origin(list(found.values()))
+    if word in (GENERATED, DOWNLOADED):
+        return word
+    groups: dict[str, list[str]] = {}
+    for path, origin in found.items():
+        groups.setdefault(origin or "unknown origin", []).append(path.name)
+    parts = []
+    for origin, names in sorted(groups.items()):
+        shown = ", ".join(names[:3]) + (" …" if len(names) > 3 else "")
+        parts.append(f"{len(names)} {origin} ({shown})")
+    return f"{word or 'unknown'}: " + "; ".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# What a run records
+
+
+def tokenizer_sha256(tokenizer_dir: str | os.PathLike) -> str | None:
+    """sha256 over the tokenizer's files (name and bytes, in a fixed order); None when one is missing."""
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        path = Path(tokenizer_dir) / name
+        if not path.is_file():
+            return None
+        digest.update(name.encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def data_identity(data_dir: str | os.PathLike | None = None,
+                  tokenizer_dir: str | os.PathLike | None = None) -> dict:
+    """{"origin": generated|downloaded|mixed|None, "tokenizer_sha256": str|None} of the shards (train and
+    val: every shard file) and the tokenizer (defaults: $NANOCHAT_BASE_DIR/base_data and /tokenizer)."""
+    from bench.nanochat import dataset, tokenizer
+
+    files = dataset.list_parquet_files(data_dir)
+    tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else tokenizer.tokenizer_dir()
+    return {"origin": combined_origin(list(origins(files).values())), "tokenizer_sha256": tokenizer_sha256(tok_dir)}

@@ -3,6 +3,8 @@
 Mirrors upstream nanochat/tokenizer.py: the same split regex, ids 0-255 = raw bytes (no GPT-2
 byte permutation), then merges in merge order, then the 9 special tokens; saved as a pickled tiktoken
 Encoding in `$NANOCHAT_BASE_DIR/tokenizer/tokenizer.pkl` plus `token_bytes.pt` for bits-per-byte.
+The two are a pair: written together (`save_tokenizer`), checked together at load (`check_pair`), and a
+damaged file is one error line naming it, not a traceback.
 
 Training: `trainer="auto"` (the default) uses upstream's Rust trainer `rustbpe` when it is installed
 (measured ~2-4x faster than HF `tokenizers` at equal compression: benchmarks/bench_tokenizer.py) and HF
@@ -10,15 +12,18 @@ Training: `trainer="auto"` (the default) uses upstream's Rust trainer `rustbpe` 
 encoding at training time is tiktoken's multi-threaded Rust code.
 """
 
+import functools
 import importlib.util
+import os
 import pickle
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat.common import get_base_dir
-from bench.schema import atomic_target
 
 SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
@@ -175,17 +180,38 @@ def token_byte_lengths(encoding) -> list[int]:
 
 
 def save_tokenizer(encoding, directory: Path | None = None) -> Path:
-    """Write tokenizer.pkl and token_bytes.pt atomically (temp file, rename); return the directory."""
+    """Write tokenizer.pkl and token_bytes.pt as a pair; return the directory.
+
+    Both are written into a staging directory beside them first, then renamed into place together
+    (token_bytes.pt, then tokenizer.pkl). A failure while writing (a full disk) leaves the previous pair as
+    it was, with one line saying why; a crash between the two renames leaves a pair that `get_token_bytes`
+    finds does not belong together, and says so."""
     import torch
 
     directory = directory or tokenizer_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, write in (
-        (TOKENIZER_PKL, lambda f: pickle.dump(encoding, f)),
-        (TOKEN_BYTES_PT, lambda f: torch.save(torch.tensor(token_byte_lengths(encoding), dtype=torch.int32), f)),
-    ):
-        with atomic_target(directory / name) as tmp, open(tmp, "wb") as f:
-            write(f)
+    staging = None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=directory, prefix=".staging-"))
+        for name, write in (
+            (TOKENIZER_PKL, lambda f: pickle.dump(encoding, f)),
+            (TOKEN_BYTES_PT, lambda f: torch.save(torch.tensor(token_byte_lengths(encoding), dtype=torch.int32), f)),
+        ):
+            with open(staging / name, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+        for name in (TOKEN_BYTES_PT, TOKENIZER_PKL):
+            os.replace(staging / name, directory / name)
+    except OSError as e:
+        from bench.nanochat.dataset import os_reason
+
+        raise DataError(f"cannot write the tokenizer into {directory}: {os_reason(e)}; the tokenizer there before "
+                        f"(if any) is unchanged; free space there or set NANOCHAT_BASE_DIR to another directory, "
+                        f"then run `nanochat-bench tokenizer train` again") from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return directory
 
 
@@ -239,20 +265,70 @@ def _require(path: Path) -> Path:
     return path
 
 
-def get_tokenizer() -> Tokenizer:
-    """The trained tokenizer of $NANOCHAT_BASE_DIR (DataError naming the path if it is missing)."""
+def _damaged(path: Path, e: BaseException) -> DataError:
+    cause = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+    return DataError(f"{path} is damaged ({cause}); run `nanochat-bench tokenizer train` again to write the "
+                     f"tokenizer's files anew")
+
+
+@functools.lru_cache(maxsize=4)
+def _load_encoding(path: Path, mtime_ns: int, size: int):
+    """The pickled tiktoken Encoding at `path`, unpickled once per version of the file (the trainer reads
+    it for the tokenizer and again to check token_bytes.pt against it)."""
+    import tiktoken
+
+    try:
+        with open(path, "rb") as f:
+            encoding = pickle.load(f)
+    except Exception as e:  # noqa: BLE001 - a cut or overwritten pickle fails in many ways, all meaning "damaged"
+        raise _damaged(path, e) from None
+    if not isinstance(encoding, tiktoken.Encoding):
+        raise _damaged(path, TypeError(f"it holds a {type(encoding).__name__}, not a tiktoken Encoding"))
+    return encoding
+
+
+def _encoding():
     path = _require(tokenizer_dir() / TOKENIZER_PKL)
-    with open(path, "rb") as f:
-        return Tokenizer(pickle.load(f))
+    st = path.stat()
+    return _load_encoding(path, st.st_mtime_ns, st.st_size)
+
+
+def get_tokenizer() -> Tokenizer:
+    """The trained tokenizer of $NANOCHAT_BASE_DIR (DataError naming the path if it is missing or damaged)."""
+    return Tokenizer(_encoding())
+
+
+def check_pair(encoding, token_bytes, directory: Path) -> None:
+    """DataError unless token_bytes.pt is the one written with tokenizer.pkl: one entry per token, each the
+    token's byte length. Two `tokenizer train` runs, or one cut between its two renames, leave a pair
+    that indexes out of range (an IndexError mid-training) or, worse, gives every bpb wrong bytes."""
+    expected = token_byte_lengths(encoding)
+    have = token_bytes.tolist()
+    if have == expected:
+        return
+    where = (f"tokenizer.pkl has {len(expected):,} tokens but token_bytes.pt {len(have):,} entries"
+             if len(have) != len(expected) else
+             f"their byte lengths differ from token {next(i for i, (a, b) in enumerate(zip(have, expected)) if a != b)}")
+    raise DataError(f"{directory}: {TOKENIZER_PKL} and {TOKEN_BYTES_PT} do not belong together ({where}; written "
+                    f"by two `tokenizer train` runs, or one that did not finish); run `nanochat-bench tokenizer "
+                    f"train` again")
 
 
 def get_token_bytes(device="cpu"):
-    """int32 [vocab]: UTF-8 bytes of each token, 0 for special tokens (bpb's denominator)."""
+    """int32 [vocab]: UTF-8 bytes of each token, 0 for special tokens (bpb's denominator); checked to be
+    the pair of tokenizer.pkl (DataError otherwise)."""
     import torch
 
     path = _require(tokenizer_dir() / TOKEN_BYTES_PT)
-    with open(path, "rb") as f:
-        return torch.load(f, map_location=device)
+    try:
+        with open(path, "rb") as f:
+            lengths = torch.load(f, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - torch.load of a cut zip raises RuntimeError, of garbage many kinds
+        raise _damaged(path, e) from None
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1:
+        raise _damaged(path, TypeError("it holds no 1-D tensor of token byte lengths"))
+    check_pair(_encoding(), lengths, path.parent)
+    return lengths.to(device)
 
 
 # ----------------------------------------------------------------------------------------------

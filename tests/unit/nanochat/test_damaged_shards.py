@@ -65,6 +65,28 @@ def test_a_corrupt_page_names_file_and_row_group(base):
         list(dataset.parquets_iter_batched("train"))
 
 
+def string_array_of_bytes(docs: list[bytes]) -> pa.Array:
+    """A string column holding these raw bytes, valid UTF-8 or not (pyarrow does not check)."""
+    offsets = pa.array([0] + list(itertools.accumulate(map(len, docs))), type=pa.int32())
+    return pa.Array.from_buffers(pa.string(), len(docs), [None, offsets.buffers()[1], pa.py_buffer(b"".join(docs))])
+
+
+def test_invalid_utf8_names_file_and_row_group(base, capsys):
+    """Issue 23: invalid UTF-8 in a shard was a UnicodeDecodeError traceback naming neither file nor row group."""
+    from bench.cli import main
+
+    docs = [d.encode() for d in corpus.documents(32, seed=5)]
+    docs[20] = docs[20][:50] + b"\xff\xfe" + docs[20][50:]  # row 20: row group 1 of rows 16-31
+    path = base / "shard_00000.parquet"
+    pq.write_table(pa.table({"text": string_array_of_bytes(docs)}), path, row_group_size=16)
+    with pytest.raises(DataError, match=r"shard_00000\.parquet: row group 1 of 2 holds text that is not valid "
+                                        r"UTF-8 \(byte 0xff at offset 50 of a document\)"):
+        list(dataset.parquets_iter_batched("train"))
+    assert main(["tokenizer", "train", "--vocab_size", "300"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "shard_00000.parquet: row group 1 of 2 holds text that is not valid UTF-8" in err[0]
+
+
 def write_val_with_empty_row_group(path):
     """4 row groups; the third has no rows: at 4 ranks rank 2 would read nothing, for ever."""
     docs = corpus.documents(24, seed=7)

@@ -85,3 +85,57 @@ def test_too_little_text_for_the_vocab(tmp_path, monkeypatch):
 def test_max_chars_and_doc_cap_bound_the_text():
     out = list(tokenizer.capped_texts(["a" * 50, "b" * 50, "c" * 50, "d" * 50], max_chars=70, doc_cap=30))
     assert out == ["a" * 30, "b" * 30, "c" * 30]  # stops once more than max_chars were given
+
+
+# ----------------------------------------------------------------------------------------------
+# The two files are one set (issue 23: a new tokenizer.pkl beside the old token_bytes.pt)
+
+
+@pytest.fixture
+def trained(tmp_path, monkeypatch):
+    """A 300-token tokenizer in its own NANOCHAT_BASE_DIR; returns its directory."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    return tokenizer.train_tokenizer(vocab_size=300, texts=corpus.documents(100, seed=1), trainer="hf")
+
+
+def test_a_pair_from_two_trainings_is_refused_at_load(trained, capsys):
+    old_bytes = (trained / "token_bytes.pt").read_bytes()
+    tokenizer.train_tokenizer(vocab_size=320, texts=corpus.documents(100, seed=1), trainer="hf")
+    assert not list(trained.glob(".staging-*"))  # the staging directory is gone
+    (trained / "token_bytes.pt").write_bytes(old_bytes)  # as a cut between the two renames would leave it
+    with pytest.raises(DataError, match=r"tokenizer.pkl and token_bytes.pt do not belong together "
+                                        r"\(tokenizer.pkl has 320 tokens but token_bytes.pt 300 entries"):
+        tokenizer.get_token_bytes()
+    from bench.nanochat.tokbin import vocabulary
+
+    with pytest.raises(DataError, match="do not belong together"):  # what the trainer calls first
+        vocabulary("")
+
+
+def test_same_size_but_other_tokens_is_refused(trained):
+    lengths = tokenizer.get_token_bytes()
+    lengths[260] += 1
+    torch.save(lengths, trained / "token_bytes.pt")
+    with pytest.raises(DataError, match="their byte lengths differ from token 260"):
+        tokenizer.get_token_bytes()
+
+
+@pytest.mark.parametrize("name", ["tokenizer.pkl", "token_bytes.pt"])
+def test_truncated_tokenizer_files_are_one_line_naming_the_file(trained, name, capsys):
+    from bench.cli import main
+
+    path = trained / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(DataError, match=rf"{path} is damaged \(.*\); run `nanochat-bench tokenizer train` again"):
+        tokenizer.get_token_bytes()
+    if name == "tokenizer.pkl":
+        assert main(["tokenizer", "eval"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {path} is damaged")
+
+
+def test_a_tokenizer_file_of_another_kind_is_damaged(trained):
+    with open(trained / "tokenizer.pkl", "wb") as f:
+        pickle.dump({"not": "an encoding"}, f)
+    with pytest.raises(DataError, match="holds a dict, not a tiktoken Encoding"):
+        tokenizer.get_tokenizer()

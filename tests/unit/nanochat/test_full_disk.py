@@ -1,0 +1,67 @@
+"""A full disk while writing shards or the tokenizer: one line naming the directory, nothing half-written,
+nothing already there lost.  python -m pytest tests/unit/nanochat/test_full_disk.py -q
+
+The full disk is real: a 1 MiB tmpfs mounted for the test (root only; skipped elsewhere) and unmounted after.
+"""
+
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from bench.cli import main
+from bench.nanochat import corpus, tokenizer
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"a 1 MiB tmpfs cannot be mounted here (root needed): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def fill(directory):
+    """Write a filler file until the filesystem has no byte left."""
+    with open(directory / "filler", "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_data_generate_on_a_full_disk_is_one_line(small_disk, monkeypatch, capsys):
+    """Issue 23: disk full in `data generate` was a traceback."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(small_disk))
+    assert main(["data", "generate", "--shards", "8", "--docs-per-shard", "512"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: data generate: cannot write into {small_disk}/base_data")
+    assert "No space left on device (disk full)" in err[0] and "NANOCHAT_BASE_DIR" in err[0]
+    left = sorted((small_disk / "base_data").iterdir())
+    assert all(p.suffix == ".parquet" for p in left)  # no temp file stays behind
+    for p in left:
+        assert pq.ParquetFile(p).metadata.num_rows == 512  # the shards written before are whole
+
+
+def test_tokenizer_train_on_a_full_disk_keeps_the_old_pair(small_disk, monkeypatch, capsys):
+    """Issue 23: disk full during `tokenizer train` left a new tokenizer.pkl beside the old token_bytes.pt."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(small_disk))
+    texts = corpus.documents(100, seed=1)
+    directory = tokenizer.train_tokenizer(vocab_size=300, texts=texts, trainer="hf")
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    fill(small_disk)
+    with pytest.raises(tokenizer.DataError) as e:
+        tokenizer.train_tokenizer(vocab_size=400, texts=texts, trainer="hf")
+    assert f"cannot write the tokenizer into {directory}: No space left on device (disk full)" in str(e.value)
+    assert "is unchanged" in str(e.value)
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before  # no staging directory left either
+    assert tokenizer.get_tokenizer().get_vocab_size() == 300 and len(tokenizer.get_token_bytes()) == 300
+    (small_disk / "filler").unlink()
+    tokenizer.train_tokenizer(vocab_size=400, texts=texts, trainer="hf")
+    assert len(tokenizer.get_token_bytes()) == tokenizer.get_tokenizer().get_vocab_size() == 400

@@ -91,3 +91,52 @@ def test_unreadable_shard_is_named(tmp_path):
     bad.write_bytes(b"not parquet")
     with pytest.raises(DataError, match="shard_00000.parquet is not a readable parquet file"):
         dataset.row_group_counts([bad])
+
+
+# ----------------------------------------------------------------------------------------------
+# A shard is never replaced without saying so (issue 23: `data generate` over downloaded shards, rc 0)
+
+
+def downloaded_like(directory, n=2):
+    """Shards as `data download` leaves them: no footer mark of ours, listed in sources.json."""
+    from bench.nanochat import provenance
+
+    paths = []
+    for i in range(n):
+        path = directory / dataset.shard_name(i)
+        dataset.write_shard(path, corpus.documents(8, seed=100 + i), row_group_size=4)
+        provenance.record_downloaded(path, f"https://mirror.example/{path.name}")
+        paths.append(path)
+    return paths
+
+
+def test_generate_refuses_to_replace_downloaded_shards(tmp_path, monkeypatch, capsys):
+    from bench.cli import main
+    from bench.nanochat import provenance
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    paths = downloaded_like(tmp_path / "base_data")
+    before = [p.read_bytes() for p in paths]
+    assert main(["data", "generate", "--shards", "3", "--docs-per-shard", "8"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "already holds shard_00000.parquet, shard_00001.parquet (downloaded)" in err[0] and "--overwrite" in err[0]
+    assert [p.read_bytes() for p in paths] == before
+    assert not (tmp_path / "base_data" / "shard_00002.parquet").exists()  # refused before writing anything
+    assert main(["data", "generate", "--shards", "3", "--docs-per-shard", "8", "--overwrite"]) == 0
+    assert all(provenance.shard_origin(p) == "generated" for p in dataset.list_parquet_files())
+    assert provenance.read_sources(tmp_path / "base_data") == {}  # the replaced downloads are not listed any more
+
+
+def test_generate_keeps_its_own_shards_and_refuses_other_settings(tmp_path):
+    first = dataset.generate_shards(2, 8, 4, out_dir=tmp_path)
+    stamps = [p.stat().st_mtime_ns for p in first]
+    dataset.generate_shards(3, 8, 4, out_dir=tmp_path)  # the same recipe: kept as they are, one added
+    assert [p.stat().st_mtime_ns for p in first] == stamps and len(dataset.list_parquet_files(tmp_path)) == 3
+    with pytest.raises(DataError, match=r"shard_00000.parquet, shard_00001.parquet, shard_00002.parquet "
+                                        r"\(generated with other settings\)"):
+        dataset.generate_shards(3, 16, 4, out_dir=tmp_path)
+    unknown = tmp_path / "unknown"
+    dataset.write_shard(unknown / dataset.shard_name(0), ["copied in by hand " * 20])
+    with pytest.raises(DataError, match=r"shard_00000.parquet \(of unknown origin\)"):
+        dataset.generate_shards(1, 8, out_dir=unknown)

@@ -121,6 +121,8 @@ class _Breaker:
 
     def no_answer(self, why: str) -> None:
         with self._lock:
+            if self.open.is_set():
+                return  # attempts that were in flight when it opened: the verdict stands as it was
             self.in_a_row += 1
             self.last = why
             if self.in_a_row >= self.limit:
@@ -128,7 +130,8 @@ class _Breaker:
 
     def answered(self) -> None:
         with self._lock:
-            self.in_a_row = 0
+            if not self.open.is_set():
+                self.in_a_row = 0
 
 
 class NotFineWeb(ValueError):

@@ -5,7 +5,8 @@
   token_bytes.npy       UTF-8 bytes of every token id (0 for special tokens): the denominator of bits
                         per byte, so a trainer reading the .bin files reports bpb in the units of the
                         tokenizer that made them, not of whatever tokenizer it has at hand
-  meta.json             which tokenizer (name, vocabulary size, separator id) and how many tokens a split
+  meta.json             which tokenizer (name, vocabulary size, separator id), how many tokens a split, and
+                        the shards' data identity (origin, tokenizer_sha256: bench/nanochat/provenance.py)
 Tokenizers: `nanochat` (ours, $NANOCHAT_BASE_DIR/tokenizer; <|bos|> before each document, as the
 nanochat loader does) or `gpt2` (GPT-2's BPE through tiktoken, only where its files are already cached:
 tiktoken downloads them otherwise; <|endoftext|> after each document, as NanoGPT's prepare.py).
@@ -103,8 +104,18 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
         splits[split] = {"tokens": n, "files": [p.name for p in files]}
     with atomic_target(out / TOKEN_BYTES_NPY) as tmp, open(tmp, "wb") as f:
         np.save(f, np.asarray(token_bytes, dtype=np.int32))
-    write_json_atomic(out / META_JSON, {**meta, "splits": splits, "val_files_k": k, "dtype": "uint16"})
+    write_json_atomic(out / META_JSON, {**meta, **_identity(tokenizer), "splits": splits, "val_files_k": k,
+                                        "dtype": "uint16"})
     return out
+
+
+def _identity(tokenizer: str) -> dict:
+    """The data identity of the shards the .bin files were made from (provenance.data_identity), so a run on
+    them can record it too; the tokenizer's hash only for ours (GPT-2's is named by `tokenizer`)."""
+    from bench.nanochat.provenance import data_identity
+
+    identity = data_identity()
+    return identity if tokenizer == "nanochat" else {**identity, "tokenizer_sha256": None}
 
 
 def read_meta(bin_dir: str | os.PathLike) -> dict:

@@ -228,7 +228,7 @@ def generated_in_the_way(out: Path, num_shards: int) -> list[Path]:
     """Shards 0..num_shards-1 already in `out` that `data generate` made: never to be taken as FineWeb-Edu."""
     paths = [out / shard_name(i) for i in range(num_shards)]
     return [p for p, origin in provenance.origins([p for p in paths if p.exists()]).items()
-            if origin == provenance.GENERATED]
+            if origin == provenance.GENERATED or (origin is None and provenance.unmarked_generated(p))]
 
 
 def download_shards(num_shards: int, workers: int = 4, url: str | None = None, out_dir: str | os.PathLike | None = None,

@@ -159,14 +159,14 @@ def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: 
 def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_s: float = 2.0,
                  timeout_s: float = READ_TIMEOUT_S, chunk_bytes: int = CHUNK_BYTES, replace: bool = False,
                  breaker: _Breaker | None = None) -> Path:
-    """Fetch shard `index` into out_dir unless a valid copy is there (a generated one only counts as in
-    the way: replaced when `replace`); ValueError naming it if all tries fail."""
+    """Fetch shard `index` into out_dir unless a valid copy is there (or `replace`: a generated shard in the
+    way); ValueError naming it if all tries fail, DataError in one line when out_dir cannot be written."""
     breaker = breaker or _Breaker(limit=retries)
     path = out_dir / shard_name(index)
     if path.exists():
         try:
             verify_shard(path)
-            if not (replace and provenance.shard_origin(path) == provenance.GENERATED):
+            if not replace:
                 return path
         except ValueError:
             pass  # a bad file from elsewhere: fetch it again
@@ -208,6 +208,11 @@ def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_
         tries, last = e.last_attempt.attempt_number, e.last_attempt.exception()
     except (requests.RequestException, ValueError) as e:  # not worth retrying: the mirror does not have it
         tries, last = retrying.statistics.get("attempt_number", 1), e
+    except OSError as e:  # our side: a full disk, a read-only directory (requests' own errors are caught above)
+        from bench.nanochat.dataset import os_reason
+
+        raise DataError(f"data download: cannot write {tmp}: {os_reason(e)}; free space there or set "
+                        f"NANOCHAT_BASE_DIR to another directory, then run again to resume") from None
     if breaker.open.is_set():
         raise _Stopped()
     why = no_answer(last) or (f"{type(last).__name__}: {last}" if isinstance(last, requests.RequestException)
@@ -260,11 +265,11 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     check_reachable(url, (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s))
     out.mkdir(parents=True, exist_ok=True)
     breaker = _Breaker(limit=max(retries, 2 * workers))
-    done, failed = [], []
+    done, failed, local = [], [], None
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             tqdm(total=num_shards, unit="shard", desc="download", disable=not progress) as bar:
-        futures = [pool.submit(download_one, i, out, url, retries, backoff_s, timeout_s, chunk_bytes, overwrite,
-                               breaker) for i in range(num_shards)]
+        futures = [pool.submit(download_one, i, out, url, retries, backoff_s, timeout_s, chunk_bytes,
+                               out / shard_name(i) in generated, breaker) for i in range(num_shards)]
         for fut in as_completed(futures):
             try:
                 done.append(fut.result())
@@ -274,9 +279,14 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
             except ValueError as e:
                 failed.append(str(e))
                 bar.set_postfix_str(f"{len(failed)} failed", refresh=True)
+            except DataError as e:
+                local = local or e
+                breaker.open.set()  # writing fails here, for every shard alike: stop the others too
             if breaker.open.is_set():
                 for f in futures:
-                    f.cancel()  # the mirror is gone: shards not started yet are not tried
+                    f.cancel()  # the mirror is gone (or our disk is full): shards not started yet are not tried
+    if local is not None:
+        raise local
     if breaker.open.is_set():
         raise DataError(f"data download stopped: {breaker.in_a_row} attempt(s) in a row to reach {url} got no "
                         f"answer (last: {breaker.last}); {len(done)} of {num_shards} shard(s) are in {out} "

@@ -306,9 +306,10 @@ def check_pair(encoding, token_bytes, directory: Path) -> None:
     have = token_bytes.tolist()
     if have == expected:
         return
-    where = (f"tokenizer.pkl has {len(expected):,} tokens but token_bytes.pt {len(have):,} entries"
-             if len(have) != len(expected) else
-             f"their byte lengths differ from token {next(i for i, (a, b) in enumerate(zip(have, expected)) if a != b)}")
+    if len(have) != len(expected):
+        where = f"tokenizer.pkl has {len(expected):,} tokens but token_bytes.pt {len(have):,} entries"
+    else:
+        where = f"their byte lengths differ from token {next(i for i, (a, b) in enumerate(zip(have, expected)) if a != b)}"
     raise DataError(f"{directory}: {TOKENIZER_PKL} and {TOKEN_BYTES_PT} do not belong together ({where}; written "
                     f"by two `tokenizer train` runs, or one that did not finish); run `nanochat-bench tokenizer "
                     f"train` again")

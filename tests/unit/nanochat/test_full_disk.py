@@ -4,13 +4,16 @@ nothing already there lost.  python -m pytest tests/unit/nanochat/test_full_disk
 The full disk is real: a 1 MiB tmpfs mounted for the test (root only; skipped elsewhere) and unmounted after.
 """
 
+import functools
 import subprocess
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pyarrow.parquet as pq
 import pytest
 
 from bench.cli import main
-from bench.nanochat import corpus, tokenizer
+from bench.nanochat import corpus, dataset, tokenizer
 
 
 @pytest.fixture
@@ -65,3 +68,31 @@ def test_tokenizer_train_on_a_full_disk_keeps_the_old_pair(small_disk, monkeypat
     (small_disk / "filler").unlink()
     tokenizer.train_tokenizer(vocab_size=400, texts=texts, trainer="hf")
     assert len(tokenizer.get_token_bytes()) == tokenizer.get_tokenizer().get_vocab_size() == 400
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_data_download_on_a_full_disk_is_one_line(small_disk, tmp_path, monkeypatch, capsys):
+    """A tiny HTTP server on 127.0.0.1 serves real shards; the disk they go to fills up."""
+    mirror = tmp_path / "mirror"
+    for i in range(4):
+        dataset.write_shard(mirror / dataset.shard_name(i), corpus.documents(256, seed=500 + i), row_group_size=64)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(mirror)))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(small_disk))
+        (small_disk / "base_data").mkdir()
+        fill(small_disk)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert main(["data", "download", "-n", "4", "-w", "2", "--url", url]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("download:")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: data download: cannot write {small_disk}/base_data/shard_")
+    assert "No space left on device (disk full)" in lines[0] and "run again to resume" in lines[0]
+    assert not list((small_disk / "base_data").glob("*.parquet"))

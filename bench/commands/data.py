@@ -56,7 +56,7 @@ def cmd_download(args) -> int:
 
 def cmd_generate(args) -> int:
     paths = dataset.generate_shards(args.shards, args.docs_per_shard, args.row_group_size, overwrite=args.overwrite)
-    print(f"wrote {len(paths)} shard(s) of {args.docs_per_shard} documents to {dataset.data_dir()}")
+    print(f"{len(paths)} generated shard(s) of {args.docs_per_shard} documents in {dataset.data_dir()}")
     others = len(dataset.list_parquet_files()) - len(paths)
     if others > 0:
         print(f"note: {others} other shard file(s) are in that directory too; the last K files are validation")

@@ -185,11 +185,14 @@ def generate_shards(
         kinds = sorted({words[o] for o in provenance.origins(in_the_way).values()})
         raise DataError(f"{out} already holds {_names(in_the_way)} ({', '.join(kinds)}): generating would replace "
                         f"them; pass --overwrite to replace them, or set NANOCHAT_BASE_DIR to another directory")
+    kept = [p for p in paths if p.exists() and p not in in_the_way]  # the same recipe's shards: identical data
+    if kept:
+        print(f"kept {_names(kept)}: already generated with these settings")
     try:
         out.mkdir(parents=True, exist_ok=True)
         for i, (path, recipe) in enumerate(zip(paths, recipes)):
-            if path.exists() and path not in in_the_way:
-                continue  # the same recipe's shard: identical data, kept
+            if path in kept:
+                continue
             write_shard(path, corpus.documents(docs_per_shard, seed=i), row_group_size,
                         provenance.generated_metadata(recipe))
         provenance.forget(out, [p.name for p in in_the_way])

@@ -67,6 +67,8 @@ def no_answer(e: BaseException) -> str | None:
         return "the server took the connection but sent nothing within the read timeout"
     if not isinstance(e, requests.ConnectionError):
         return None
+    if isinstance(e, requests.exceptions.ProxyError):
+        return "the HTTP(S)_PROXY of this environment cannot be reached or refused the request"
     for cause in _causes(e):
         if isinstance(cause, socket.gaierror):
             return "the host name does not resolve (no network or DNS here, or a wrong host)"

@@ -157,7 +157,8 @@ def _in_the_way(paths: list[Path], recipes: list[dict]) -> list[Path]:
     return [p for p, r in zip(paths, recipes) if p.exists() and provenance.recipe(p) != r]
 
 
-def _names(paths: list[Path]) -> str:
+def file_names(paths: list[Path]) -> str:
+    """`a, b, c` or, for many, `a, b, c … z (N files)`: files named in one line of a message."""
     names = [p.name for p in paths]
     return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} … {names[-1]} ({len(names)} files)"
 
@@ -183,11 +184,13 @@ def generate_shards(
         words = {provenance.GENERATED: "generated with other settings", provenance.DOWNLOADED: "downloaded",
                  None: "of unknown origin"}
         kinds = sorted({words[o] for o in provenance.origins(in_the_way).values()})
-        raise DataError(f"{out} already holds {_names(in_the_way)} ({', '.join(kinds)}): generating would replace "
+        raise DataError(f"{out} already holds {file_names(in_the_way)} ({', '.join(kinds)}): generating would replace "
                         f"them; pass --overwrite to replace them, or set NANOCHAT_BASE_DIR to another directory")
+    if in_the_way:
+        print(f"replacing {file_names(in_the_way)} (--overwrite)")
     kept = [p for p in paths if p.exists() and p not in in_the_way]  # the same recipe's shards: identical data
     if kept:
-        print(f"kept {_names(kept)}: already generated with these settings")
+        print(f"kept {file_names(kept)}: already generated with these settings")
     try:
         out.mkdir(parents=True, exist_ok=True)
         for i, (path, recipe) in enumerate(zip(paths, recipes)):

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat import provenance
-from bench.nanochat.dataset import TEXT_COLUMN, data_dir, shard_name
+from bench.nanochat.dataset import TEXT_COLUMN, data_dir, file_names, shard_name
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"
@@ -258,11 +258,11 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     out = Path(out_dir) if out_dir is not None else data_dir()
     generated = generated_in_the_way(out, num_shards)
     if generated and not overwrite:
-        names = [p.name for p in generated]
-        shown = ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} … {names[-1]} ({len(names)} files)"
-        raise DataError(f"{out} holds {shown}, made by `data generate`, not FineWeb-Edu: downloading would mix "
+        raise DataError(f"{out} holds {file_names(generated)}, made by `data generate`, not FineWeb-Edu: downloading would mix "
                         f"the two; pass --overwrite to replace them by the downloads, or set NANOCHAT_BASE_DIR "
                         f"to another directory")
+    if generated:
+        print(f"replacing {file_names(generated)} (made by `data generate`; --overwrite) by the downloads")
     url = base_url(url)
     check_reachable(url, (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s))
     out.mkdir(parents=True, exist_ok=True)

@@ -258,9 +258,9 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     out = Path(out_dir) if out_dir is not None else data_dir()
     generated = generated_in_the_way(out, num_shards)
     if generated and not overwrite:
-        raise DataError(f"{out} holds {file_names(generated)}, made by `data generate`, not FineWeb-Edu: downloading would mix "
-                        f"the two; pass --overwrite to replace them by the downloads, or set NANOCHAT_BASE_DIR "
-                        f"to another directory")
+        raise DataError(f"{out} holds {file_names(generated)}, made by `data generate`, not FineWeb-Edu: "
+                        f"downloading would mix the two; pass --overwrite to replace them by the downloads, or set "
+                        f"NANOCHAT_BASE_DIR to another directory")
     if generated:
         print(f"replacing {file_names(generated)} (made by `data generate`; --overwrite) by the downloads")
     url = base_url(url)

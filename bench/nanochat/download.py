@@ -9,8 +9,9 @@ not get. The base URL comes from the argument, else NANOCHAT_DATA_URL (a mirror)
 Waits are bounded. One request before the pool starts finds a host that does not resolve, refuses
 connections or never answers, and stops the command in seconds with one line; each request has a connect
 and a read timeout; and once `max(retries, 2 x workers)` attempts in a row (across all workers) got no
-answer at all, the mirror is taken as gone and the command stops, instead of retrying every shard in turn.
-A shard that arrives resets that count, so a real transient outage is still ridden out by the retries.
+answer at all, for as long as one shard's retries wait in all (30 s by default), the mirror is taken as gone
+and the command stops, instead of retrying every shard in turn. Any answer resets that, so a transient
+outage is still ridden out by the retries.
 
 Every downloaded file is recorded in sources.json (provenance.py); a shard `data generate` made is never
 counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`.
@@ -19,6 +20,7 @@ counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`.
 import os
 import socket
 import threading
+import time
 from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -113,11 +115,15 @@ def check_reachable(url: str, timeout: tuple[float, float], tries: int = 3, paus
 
 
 class _Breaker:
-    """Attempts in a row (across all workers) that got no answer; at `limit`, the mirror is taken as gone
-    and every worker stops before its next attempt. Any answer resets the count."""
+    """Attempts in a row (across all workers) that got no answer. Once there are `limit` of them and no
+    answer came for `quiet_s` (as long as one shard's retries wait in all), the mirror is taken as gone and
+    every worker stops before its next attempt; an outage shorter than that is ridden out, as before.
+    Any answer resets both."""
 
-    def __init__(self, limit: int):
-        self.limit, self.in_a_row, self.last = limit, 0, ""
+    def __init__(self, limit: int, quiet_s: float = 0.0):
+        self.limit, self.quiet_s, self.in_a_row, self.last = limit, quiet_s, 0, ""
+        self.last_answer = time.monotonic()
+        self.quiet_when_opened = 0.0
         self.open = threading.Event()
         self._lock = threading.Lock()
 
@@ -127,13 +133,20 @@ class _Breaker:
                 return  # attempts that were in flight when it opened: the verdict stands as it was
             self.in_a_row += 1
             self.last = why
-            if self.in_a_row >= self.limit:
+            quiet = time.monotonic() - self.last_answer
+            if self.in_a_row >= self.limit and quiet >= self.quiet_s:
+                self.quiet_when_opened = quiet
                 self.open.set()
 
     def answered(self) -> None:
         with self._lock:
             if not self.open.is_set():
-                self.in_a_row = 0
+                self.in_a_row, self.last_answer = 0, time.monotonic()
+
+
+def retry_waits_s(retries: int, backoff_s: float) -> float:
+    """Seconds one shard's retries wait in all (tenacity's exponential backoff, each wait at most 60 s)."""
+    return sum(min(60.0, backoff_s * 2 ** k) for k in range(retries - 1))
 
 
 class NotFineWeb(ValueError):
@@ -266,7 +279,7 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     url = base_url(url)
     check_reachable(url, (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s))
     out.mkdir(parents=True, exist_ok=True)
-    breaker = _Breaker(limit=max(retries, 2 * workers))
+    breaker = _Breaker(limit=max(retries, 2 * workers), quiet_s=retry_waits_s(retries, backoff_s))
     done, failed, local = [], [], None
     with ThreadPoolExecutor(max_workers=workers) as pool, \
             tqdm(total=num_shards, unit="shard", desc="download", disable=not progress) as bar:
@@ -291,7 +304,8 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
         raise local
     if breaker.open.is_set():
         raise DataError(f"data download stopped: {breaker.in_a_row} attempt(s) in a row to reach {url} got no "
-                        f"answer (last: {breaker.last}); {len(done)} of {num_shards} shard(s) are in {out} "
+                        f"answer for {breaker.quiet_when_opened:.1f} s (last: {breaker.last}); {len(done)} of {num_shards} "
+                        f"shard(s) are in {out} "
                         f"(run again to resume); {FIX_URL}")
     if failed:
         raise DataError(f"{len(failed)} of {num_shards} shard(s) could not be downloaded into {out} "

@@ -32,6 +32,7 @@ class ShardServer(ThreadingHTTPServer):
         self.behaviour: dict[str, str] = {}  # shard name -> "500", "500-once", "cut-once", "slow-once", "corrupt"
         self.requests: list[tuple[str, str | None]] = []  # (name, Range header)
         self.release = threading.Event()  # ends the waits of "hang"
+        self.drops = 0  # the next this many GETs are dropped without an answer
 
     def handle_error(self, request, client_address):
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that timed out and left: expected
@@ -55,6 +56,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         srv = self.server
         name = self.path.rsplit("/", 1)[-1]
+        if srv.drops > 0:  # the connection closed without a byte of answer: a mirror restarting
+            srv.drops -= 1
+            srv.requests.append((name, None))
+            self.close_connection = True
+            return
         if srv.behaviour.get("*") == "hang":  # answers HEAD, then never a GET: a mirror that went quiet
             srv.requests.append((name, None))
             srv.release.wait(10)
@@ -243,9 +249,18 @@ def test_mirror_that_goes_quiet_mid_run_stops_the_command(server, tmp_path):
                                  timeout_s=0.3, progress=False)
     assert time.monotonic() - t0 < 8
     msg = str(e.value)
-    assert "\n" not in msg and "data download stopped: 8 attempt(s) in a row" in msg
+    assert "\n" not in msg and "data download stopped: 8 attempt(s) in a row" in msg and "got no answer for" in msg
     assert "0 of 40 shard(s)" in msg and "--url" in msg
     assert len(server.requests) <= 8 + 4  # the count plus attempts already in flight
+
+
+def test_a_short_outage_is_ridden_out(server, tmp_path):
+    """More attempts in a row than the count without an answer, but for less time than one shard's retries
+    wait in all (0.05 + 0.1 + 0.2 + 0.4 s): the retries carry on and every shard arrives."""
+    server.drops = 6
+    paths = download.download_shards(4, workers=2, url=server.url, out_dir=tmp_path, retries=5, backoff_s=0.05,
+                                     timeout_s=5.0, progress=False)
+    assert len(paths) == 4 and len(server.requests) == 6 + 4
 
 
 def test_progress_counts_failures_apart(server, tmp_path, capsys):

@@ -64,7 +64,7 @@ class _FP8Matmul(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         x8, x_inv, w8, w_inv = ctx.saved_tensors
         x_dtype, w_dtype = ctx.dtypes
-        g8, g_inv = to_fp8(grad_out, E5M2)
+        g8, g_inv = to_fp8(grad_out.contiguous(), E5M2)  # row-major: _scaled_mm's first operand
         grad_x = _mm(g8, g_inv, _column_major(w8), w_inv, x_dtype)
         grad_w = _mm(g8.t().contiguous(), g_inv, _column_major(x8), x_inv, torch.float32).to(w_dtype)
         return grad_x, grad_w, None

@@ -174,3 +174,14 @@ def test_gc_is_frozen_after_the_first_step_and_released():
     finally:
         gcfreeze.release()
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_memory_model_predicts_the_measured_fp8_peak_at_d20():
+    """results/h200-d20/fp8: d20, B=32, one H200, compiled: 73,833 MiB in bf16, 53,885 MiB with --fp8."""
+    from bench.nanochat.memory import MemoryPoint, estimate
+
+    point = dict(device_batch_size=32, compiled=True, grad_accum=8)
+    bf16 = estimate(MemoryPoint(20, **point)).peak_bytes / 2 ** 20
+    with_fp8 = estimate(MemoryPoint(20, fp8=True, **point)).peak_bytes / 2 ** 20
+    assert with_fp8 == pytest.approx(53_885, rel=0.02)
+    assert bf16 - with_fp8 == pytest.approx(73_833 - 53_885, rel=0.05)

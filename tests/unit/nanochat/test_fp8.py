@@ -185,3 +185,13 @@ def test_memory_model_predicts_the_measured_fp8_peak_at_d20():
     with_fp8 = estimate(MemoryPoint(20, fp8=True, **point)).peak_bytes / 2 ** 20
     assert with_fp8 == pytest.approx(53_885, rel=0.02)
     assert bf16 - with_fp8 == pytest.approx(73_833 - 53_885, rel=0.05)
+
+
+def test_pre_ada_gpu_is_refused_naming_its_capability(monkeypatch):
+    """A mocked A100 (no GPU on the test machine): compute capability 8.0 has no FP8 matmuls."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(ConfigError, match=r"^--fp8: .* NVIDIA A100-SXM4-80GB has compute capability 8\.0, below 8\.9"):
+        fp8.apply_fp8(tiny_model(), True, False, torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert fp8.fp8_supported(torch.device("cuda")) is None

@@ -11,6 +11,8 @@ pseudo-words drawn from a Zipf law, which gives BPE enough distinct pairs for ev
 prints the figures from each run's metrics.jsonl. Evaluation, sampling and CORE are off: only the
 training step is timed. `dloss` is the largest gap between a variant's loss curve and the first
 variant's at the same GPU count: a speed-up must not change the training (e.g. d12, 200 steps). Figures follow the analysis' steady-state rule (steps after 10).
+`loss` is the loss at the last step; `stepdev` the steady steps' largest distance from their median
+(a stall inside the measured window shows there).
 """
 
 import argparse

@@ -11,12 +11,15 @@ pseudo-words drawn from a Zipf law, which gives BPE enough distinct pairs for ev
 prints the figures from each run's metrics.jsonl. Evaluation, sampling and CORE are off: only the
 training step is timed. `dloss` is the largest gap between a variant's loss curve and the first
 variant's at the same GPU count: a speed-up must not change the training (e.g. d12, 200 steps). Figures follow the analysis' steady-state rule (steps after 10).
+`loss` is the loss at the last step; `stepdev` the steady steps' largest distance from their median
+(a stall inside the measured window shows there).
 """
 
 import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,6 +29,7 @@ sys.path.insert(0, REPO)
 
 from bench.analysis.rundir import read_events, read_run_dir  # noqa: E402
 from bench.launch.local import run_local  # noqa: E402
+from bench.metrics import WARMUP_STEPS  # noqa: E402
 from bench.schema import METRICS_JSONL  # noqa: E402
 
 def pseudo_word_docs(num_docs: int, words_per_doc: int = 300, vocab: int = 150_000, seed: int = 0) -> list[str]:
@@ -63,6 +67,16 @@ def summarize(run_dir: Path, nproc: int) -> dict:
             "tok_per_sec_per_gpu": row.get("tok_per_sec_per_gpu"), "mfu": row.get("mfu"),
             "dt_ms": row.get("step_time_ms"), "peak_mem_mib": row.get("peak_mem_mib"),
             "time_to_first_step_s": row.get("time_to_first_step_s")}
+
+
+def step_figures(run_dir: Path) -> dict:
+    """The loss at the last step, and the steady steps' largest distance from their median step time
+    (a stall inside the measured window shows here: every steady step should lie within 3%)."""
+    steps = [e for e in read_events(run_dir / METRICS_JSONL, []) if e.get("event") == "step"]
+    steady = [e["dt_ms"] for e in steps if e["step"] > WARMUP_STEPS]
+    median = statistics.median(steady) if steady else None
+    return {"last_loss": steps[-1]["loss"] if steps else None,
+            "max_step_dev": max(abs(t / median - 1) for t in steady) if steady else None}
 
 
 def max_loss_deviation(run_dir: Path, reference_dir: Path) -> float | None:
@@ -118,7 +132,7 @@ def main() -> int:
             run_dir = out / f"{name}-{nproc}gpu"
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]), **env_extra}
             rc = run_local(flags, nproc, run_dir, env=env)
-            row = {"variant": name, "rc": rc, **summarize(run_dir, nproc)}
+            row = {"variant": name, "rc": rc, **summarize(run_dir, nproc), **step_figures(run_dir)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     for row in rows:  # weak-scaling efficiency against the same variant's 1-GPU figure
@@ -131,13 +145,14 @@ def main() -> int:
                                              out / f"{first['variant']}-{first['gpus']}gpu")
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
 
-    header = f"{'variant':<14}{'GPUs':>5}{'tok/s':>12}{'tok/s/GPU':>12}{'MFU %':>8}{'dt ms':>9}{'peak MiB':>10}{'TTFS s':>8}{'eff':>7}{'dloss':>9}"
+    header = f"{'variant':<14}{'GPUs':>5}{'tok/s':>12}{'tok/s/GPU':>12}{'MFU %':>8}{'dt ms':>9}{'peak MiB':>10}{'TTFS s':>8}{'eff':>7}{'dloss':>9}{'loss':>8}{'stepdev':>9}"
     print(header)
     for r in rows:
         fmt = lambda v, f: format(v, f) if v is not None else "-"  # noqa: E731
         print(f"{r['variant']:<14}{r['gpus']:>5}{fmt(r['tok_per_sec'], ',.0f'):>12}{fmt(r['tok_per_sec_per_gpu'], ',.0f'):>12}"
               f"{fmt(r['mfu'], '.2f'):>8}{fmt(r['dt_ms'], '.1f'):>9}{fmt(r['peak_mem_mib'], ',.0f'):>10}"
-              f"{fmt(r['time_to_first_step_s'], '.1f'):>8}{fmt(r['efficiency'], '.3f'):>7}{fmt(r['loss_dev'], '.4f'):>9}")
+              f"{fmt(r['time_to_first_step_s'], '.1f'):>8}{fmt(r['efficiency'], '.3f'):>7}{fmt(r['loss_dev'], '.4f'):>9}"
+              f"{fmt(r['last_loss'], '.3f'):>8}{fmt(r['max_step_dev'], '.1%'):>9}")
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

@@ -79,6 +79,10 @@ class TrainConfig:
                                 "checkpointing per block); fsdp also +offload (parameters, gradients and "
                                 "optimizer state in host memory), e.g. fsdp+ac+offload")
 
+    fp8: bool = _f(False, "FP8 matmuls (tensorwise scaling, e4m3 forward, e5m2 gradients) for the blocks' Linears; "
+                          "needs a GPU of compute capability 8.9+ (bench/nanochat/fp8.py)")
+    fp8_lm_head: bool = _f(False, "FP8 matmuls for lm_head too (alone, or with --fp8)")
+
     def validate(self) -> None:
         """Refuse settings that cannot work, naming the flag and what is valid."""
         if self.core_metric_every > 0:

@@ -50,6 +50,7 @@ class MemoryPoint:
     device_type: str = "cuda"
     compiled: bool = False
     grad_accum: int = 1
+    fp8: bool = False  # --fp8: the blocks save FP8 copies of their matmul inputs for backward
 
 
 @dataclass
@@ -151,10 +152,11 @@ def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
 
     # backward pass
     blk = sum(r * c for r, c in matrices[:6])  # one block's parameters
+    act = k["act_bytes_per_token_layer_dim"] - (k.get("fp8_act_bytes_saved_per_token_layer_dim", 0) if p.fp8 else 0)
     if s.ac:
-        acts = tokens * d * (L * k["ac_saved_bytes_per_token_layer_dim"] + k["act_bytes_per_token_layer_dim"])
+        acts = tokens * d * (L * k["ac_saved_bytes_per_token_layer_dim"] + act)
     else:
-        acts = tokens * L * d * k["act_bytes_per_token_layer_dim"]
+        acts = tokens * L * d * act
     bwd = dict(resident, activations=acts, logits=tokens * V * k["logits_bytes_per_token_vocab"])
     if s.fsdp:
         u = 2 if cuda else 4  # gathered dtype: bf16 on CUDA (MixedPrecisionPolicy), fp32 on CPU

@@ -39,7 +39,7 @@ from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
 from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time
-from bench.nanochat import preflight, steptimer
+from bench.nanochat import gcfreeze, preflight, steptimer
 from bench.nanochat.steptimer import NullTimer, StepTimer
 
 SAMPLE_PROMPTS = [
@@ -56,6 +56,7 @@ SAMPLE_PROMPTS = [
 def train(config: TrainConfig, record: RunRecord) -> dict:
     """The whole pretraining run; returns its summary figures."""
     from bench.nanochat.dataloader import build_loader  # the data half of the workload
+    from bench.nanochat.fp8 import apply_fp8
     from bench.nanochat.tokbin import vocabulary
 
     # ----------------------------------------------------------------------------------------------
@@ -128,6 +129,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         orig_model.load_state_dict(model_state, strict=True)
         del model_state
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
+    apply_fp8(orig_model, config.fp8, config.fp8_lm_head, device, log=print0)  # before compile and sharding
     strategy = Strategy.parse(config.strategy)  # zero2, or FSDP2 sharding, checkpointing, offload
     model = parallelize(orig_model, strategy, device, compile=device_type == "cuda")
     print0(f"Memory strategy: {strategy.name}")
@@ -308,6 +310,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                                 mfu if mfu is not None else 0.0, total_training_time, grad_norm))
         if not first_step_done or step == WARMUP_STEPS:
             watchdog.arm(dt)  # from the first step's time (compilation included), then a steady step's
+        gcfreeze.after_step(step, first=not first_step_done)  # outside the timed region
         if not first_step_done:
             record.emit("first_step")
             first_step_done = True
@@ -320,6 +323,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         step += 1
 
     # ----------------------------------------------------------------------------------------------
+    gcfreeze.release()
     peak_mem_mib = get_max_memory() / 1024 / 1024
     print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB")
     print0(f"Total training time: {total_training_time / 60:.2f}m")

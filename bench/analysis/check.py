@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.analysis.collect import COLUMNS
+from bench.analysis.columns import FIGURES, TYPES as COLUMNS
 from bench.analysis.scaling import usable
 from bench.errors import ConfigError
 
@@ -31,9 +31,6 @@ else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     except ModuleNotFoundError:
         tomllib = None
-
-FIGURES = [c for c, kind in COLUMNS.items() if kind in ("float", "int")]
-
 
 @dataclass
 class Bound:

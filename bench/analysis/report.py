@@ -45,6 +45,8 @@ METHODS = [
     + scaling.LEGACY_METHOD,
     findings.THRESHOLDS,
 ]
+KEPT_APART = ("These runs share a config but trained another model (parameters, vocabulary, FLOPs per token), "
+              "precision, data or tiling: each group is a config of its own below, never repeats of one point.")
 # Sections of a config and what a run needs to fill them, said when none of its runs did.
 SECTION_NEEDS = {"startup": "start-up phases (the run's milestones: launch time and events)",
                  "step": "the steady step split (--breakdown)",
@@ -135,6 +137,7 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
                            baseline, fig_dir, f"{i + 1:02d}-{_slug(config)}")
               for i, (config, p) in enumerate(points.groupby("config", sort=True))]
     pairs = sidebyside.side_by_side(table)
+    kept = scaling.kept_apart(table)
 
     used = table["skip_reason"].isna()
     live = table["status"].isin(["pending", "running"])
@@ -149,6 +152,7 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
     context = {"title": title, "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "source": source, "counts": counts, "methods": METHODS, "groups": groups, "baseline": baseline,
                "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
+               "kept_apart": tables.kept_apart_table(kept) if not kept.empty else None, "kept_note": KEPT_APART,
                "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None}
     shutil.rmtree(out_dir / FIGURES_DIR, ignore_errors=True)
     os.replace(fig_dir, out_dir / FIGURES_DIR)

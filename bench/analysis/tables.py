@@ -153,3 +153,9 @@ def md_table(t: Table) -> str:
     if t.more:
         text += f"\n\n_… and {t.more} more rows (all of them are in the table file)._"
     return text
+
+
+def kept_apart_table(kept: pd.DataFrame) -> Table:
+    """Groups of runs that look alike but trained different models or data (scaling.kept_apart)."""
+    rows = [[r["config_base"], r["values"], fmt(r["runs"], "int"), r["differs"]] for r in kept.to_dict("records")]
+    return Table(["runs of", "group", "runs", "differ in"], rows, text_cols=(0, 1, 3))

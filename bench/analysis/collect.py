@@ -16,7 +16,9 @@ twice (ReFrame's stage directory, kept after a failure, and its output directory
 figures: `load_table` and collect's result mark the copy; the files keep both rows.
 """
 
+import csv
 import hashlib
+import io
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -175,6 +177,8 @@ def _read_table(path: str | os.PathLike) -> pd.DataFrame:
             raise AnalysisError(f"{path}: no {TABLE_PARQUET} or {TABLE_CSV} here; run `nanochat-bench collect` first")
     if not path.exists():
         raise AnalysisError(f"{path}: no such table")
+    if path.suffix != ".parquet":
+        _refuse_torn_csv(path)
     try:
         df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, dtype=str, keep_default_na=False,
                                                                                  na_values=[""])
@@ -184,6 +188,27 @@ def _read_table(path: str | os.PathLike) -> pd.DataFrame:
     if missing:
         raise AnalysisError(f"{path}: not a table written by collect (no column {', '.join(missing)})")
     return normalise(df)
+
+
+def _refuse_torn_csv(path: Path) -> None:
+    """A CSV cut mid-row (a copy or a write that stopped) is refused, never read with its torn row: collect
+    writes every row whole, each with as many fields as the header, the last one ended by a newline."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise AnalysisError(f"{path}: unreadable ({e.strerror})") from None
+    fix = "re-run `nanochat-bench collect` to write it again"
+    if data and not data.endswith(b"\n"):
+        raise AnalysisError(f"{path}: a torn table: its last row ends without a newline (cut mid-row); {fix}")
+    try:
+        rows = csv.reader(io.StringIO(data.decode("utf-8"), newline=""), strict=True)
+        width = len(next(rows, []))
+        for i, row in enumerate(rows, 1):
+            if len(row) != width:
+                raise AnalysisError(f"{path}: a torn table: row {i} (line {rows.line_num}) has {len(row)} fields, "
+                                    f"the header {width}; {fix}")
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise AnalysisError(f"{path}: not a table written by collect ({e}); {fix}") from None
 
 
 def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:

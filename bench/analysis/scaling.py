@@ -2,6 +2,9 @@
 
 Comparisons are made only between runs of the same workload config (GROUP_KEYS), and only with usable
 rows (status ok, steady-state figures present). Repeats of one point are summarised by their median.
+The key holds what was trained as well as how (MODEL_KEYS: parameters, vocabulary, FLOPs per token,
+precision, the data's origin and tokenizer, NNTile's tiles): runs that differ there are never repeats,
+and `kept_apart` lists the groups that would otherwise look like one config.
 
 A config is one curve. Its batch key depends on the scaling mode (DESIGN.md, scaling rules): in weak
 scaling each rank keeps device batch x sequence and `total_batch_size` grows with the ranks, so the

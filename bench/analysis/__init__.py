@@ -14,7 +14,7 @@
     plots_why.py      figures of where the time went (start-up phases, step split, busbw)
     sidebyside.py     nanochat and NNTile runs of the same shape side by side
     templates.py      the text of report.md and report.html
-    report.py         writes the report (the only module that writes files besides collect)
+    report.py         writes the report: report.md, report.html and figures/
     check.py          figures against a references file (ReFrame-style tolerances)
     capacity.py       the capacity search's report
 """

@@ -129,8 +129,9 @@ def above_ideal(points: pd.DataFrame, unit: str) -> list[Finding]:
             out.append(Finding(f"{_where(runtime, r['world_size'], r['nodes'], unit)} reaches "
                                f"{100 * r['efficiency']:.1f}% parallel efficiency, above ideal: check the smallest "
                                f"point ({count(first['world_size'], unit)}) for a slowed run before trusting the gain",
-                               f"tok/s per {unit[:-1]} {r['tok_per_sec_per_gpu']:,.0f} at {count(r['world_size'], unit)}"
-                               f" vs {first['tok_per_sec_per_gpu']:,.0f} at {count(first['world_size'], unit)}"))
+                               f"tok/s per {unit[:-1]} {r['tok_per_sec_per_gpu']:,.0f} at "
+                               f"{count(r['world_size'], unit)} vs {first['tok_per_sec_per_gpu']:,.0f} at "
+                               f"{count(first['world_size'], unit)}"))
     return _capped(out, "points above ideal")
 
 
@@ -213,5 +214,6 @@ def config_findings(runs: pd.DataFrame, points: pd.DataFrame, ratios: pd.DataFra
 
 THRESHOLDS = (f"Findings need a gap beyond a named threshold (bench/analysis/findings.py): start-up "
               f"{STARTUP_GAP_S:g} s, throughput ratio {100 * RATIO_GAP:g}% with a 95% CI excluding 1, efficiency "
-              f"below {100 * EFFICIENCY_FLOOR:g}% or above {100 + 100 * ABOVE_IDEAL:g}%, exposed communication {100 * COMM_SHARE:g}% of the step, ranks "
+              f"below {100 * EFFICIENCY_FLOOR:g}% or above {100 + 100 * ABOVE_IDEAL:g}%, exposed communication "
+              f"{100 * COMM_SHARE:g}% of the step, ranks "
               f"{STRAGGLER_PCT:g}% apart; a socket fallback needs NCCL's own line.")

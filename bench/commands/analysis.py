@@ -22,7 +22,8 @@ def register(subparsers) -> None:
     r.add_argument("--title", default="nanochat-bench report", help="report title")
     r.set_defaults(func=cmd_report)
 
-    k = subparsers.add_parser("check", help="compare figures with stored references; exit 1 on a regression or a missing one")
+    k = subparsers.add_parser("check", help="compare figures with stored references; exit 1 on a regression "
+                                            "or a missing one")
     k.add_argument("table", metavar="TABLE", help="a table from collect (runs.parquet/.csv or its directory)")
     k.add_argument("--references", required=True, metavar="FILE",
                    help="references TOML (see results/references.example.toml)")

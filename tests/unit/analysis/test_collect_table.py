@@ -157,3 +157,17 @@ def test_a_table_of_an_older_row_version_is_read(tmp_path):
     assert len(table) and (table["row_version"] < collect_mod.ROW_VERSION).all()
     assert table["vocab_size"].isna().all() and list(table.columns) == list(collect_mod.COLUMNS)
     assert len(scaling_table(table)) > 0
+
+
+def test_a_run_directory_found_twice_is_one_run(make_run, tmp_path):
+    """ReFrame keeps a failed case's run directory in its stage directory and copies it to its output
+    directory: both are read, the figures count the run once, and the copy names the one they use."""
+    run = make_run("n1-bare-r1", root=tmp_path / "stage" / "sweep", slurm={"job_id": "42"})
+    shutil.copytree(run, tmp_path / "output" / "sweep" / run.name)
+    table = collect([tmp_path], tmp_path / "table").table
+    assert len(table) == 2 and table["skip_reason"].isna().sum() == 1
+    copy = table[table["skip_reason"].notna()].iloc[0]
+    assert copy["skip_reason"].startswith("the same run as ")
+    assert copy["skip_reason"].endswith("(a copy of its directory)")
+    assert load_table(tmp_path / "table")["skip_reason"].isna().sum() == 1
+    assert scaling_table(table)["runs"].tolist() == [1]

@@ -13,7 +13,10 @@ Each case is one nanochat-bench run. Setup plans and renders its job.sbatch thro
 case.py) into the stage directory; ReFrame's job (launcher `local`, one task per node) runs it with
 bash, and the script's own srun starts the runtime on every node and records run.json. Sanity and
 performance read that run directory with bench.analysis.rundir, the reader `collect` uses, and the
-references come from the same file and matching code as `nanochat-bench check`.
+references come from the same file and matching code as `nanochat-bench check`. The performance
+variables and their units are the table's (bench/analysis/columns.py). The run directory is kept in
+ReFrame's output directory (keep_files), and that is what `collect` reads: every column is there, so
+ReFrame's perflog and run report, which copy a few of its figures, are not read back.
 """
 
 import math

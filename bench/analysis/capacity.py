@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from bench.analysis.plots import STYLE, _human, save  # noqa: E402
+from bench.analysis.tables import frame_table, md_table  # noqa: E402
 from bench.errors import AnalysisError  # noqa: E402
 
 REPORT_MD = "capacity.md"
@@ -168,16 +169,12 @@ def speed_figure(probes: pd.DataFrame, colors: dict):
 
 
 def _md_table(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:
-    def cell(v, kind):
-        if v is None or (isinstance(v, float) and pd.isna(v)):
-            return "–"
-        return {"int": lambda: f"{int(v):,}", "1": lambda: f"{float(v):.1f}", "2": lambda: f"{float(v):.2f}",
-                "gib": lambda: f"{float(v) / GIB:.1f}"}.get(kind, lambda: str(v))()
-
-    lines = ["| " + " | ".join(h for h, _, _ in cols) + " |", "|" + "|".join("---:" for _ in cols) + "|"]
-    for r in df.to_dict("records"):
-        lines.append("| " + " | ".join(cell(r.get(c), k) for _, c, k in cols) + " |")
-    return "\n".join(lines)
+    """The report's one Markdown table writer (bench/analysis/tables.py), byte counts shown in GiB."""
+    gib = [c for _, c, k in cols if k == "gib"]
+    df = df.assign(**{c: df[c] / GIB for c in gib if c in df})
+    cols = [(h, c, "1" if k == "gib" else k) for h, c, k in cols]
+    text = tuple(i for i, (_, _, k) in enumerate(cols) if k == "s")
+    return md_table(frame_table(df.reindex(columns=[c for _, c, _ in cols]), cols, text_cols=text))
 
 
 SEARCH_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("largest that trained", "capacity", "s"),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.analysis.collect import COLUMNS
+from bench.analysis.columns import FIGURES, TYPES as COLUMNS
 from bench.analysis.scaling import usable
 from bench.errors import ConfigError
 
@@ -31,9 +31,6 @@ else:  # pragma: no cover - Python 3.10
         import tomli as tomllib
     except ModuleNotFoundError:
         tomllib = None
-
-FIGURES = [c for c, kind in COLUMNS.items() if kind in ("float", "int")]
-
 
 @dataclass
 class Bound:
@@ -88,48 +85,67 @@ def load_references(path: str | Path) -> list[Reference]:
     if tomllib is None:
         raise ConfigError("reading TOML references needs Python >= 3.11 or `pip install tomli`")
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise ConfigError(f"--references {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--references {path}: a directory, not a references file (TOML)") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--references {path}: not UTF-8 text (byte {e.start}: binary data?); a references file "
+                          "is TOML (see results/references.example.toml)") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"--references {path}: not valid TOML ({e})") from None
     entries = data.get("reference")
-    if not isinstance(entries, list) or not entries:
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ConfigError(f"{path}: no [[reference]] entries (see results/references.example.toml)")
     return [_reference(path, i, e) for i, e in enumerate(entries)]
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _reference(path: Path, i: int, entry: dict) -> Reference:
     name = str(entry.get("name") or f"reference #{i + 1}")
     where, figures = entry.get("where", {}), entry.get("figures")
+    if not isinstance(where, dict):
+        raise ConfigError(f"{path}: {name}: where must be a table of column = value, e.g. "
+                          f"where = {{ depth = 20, runtime = \"bare\" }}; got {where!r}")
     where_err = [k for k in where if k not in COLUMNS]
     if where_err:
         raise ConfigError(f"{path}: {name}: unknown column(s) in where: {', '.join(where_err)}; "
                           f"valid: {', '.join(COLUMNS)}")
-    not_numbers = [k for k, v in where.items() if COLUMNS[k] != "str" and
-                   (isinstance(v, bool) or not isinstance(v, (int, float)))]
+    not_numbers = [k for k, v in where.items() if COLUMNS[k] != "str" and not _is_number(v)]
     if not_numbers:
         raise ConfigError(f"{path}: {name}: where {', '.join(not_numbers)} must be number(s), "
                           f"got {', '.join(repr(where[k]) for k in not_numbers)}")
     if not isinstance(figures, dict) or not figures:
         raise ConfigError(f"{path}: {name}: no figures (e.g. figures.tok_per_sec = {{ value = 1e6, lower = -0.05 }})")
-    bounds = {}
-    for fig, spec in figures.items():
-        if fig not in FIGURES:
-            raise ConfigError(f"{path}: {name}: unknown figure {fig!r}; valid: {', '.join(FIGURES)}")
-        if not isinstance(spec, dict) or not isinstance(spec.get("value"), (int, float)):
-            raise ConfigError(f"{path}: {name}: figures.{fig} needs a numeric value, "
-                              "e.g. { value = 1.0, lower = -0.05 }")
-        unknown = set(spec) - {"value", "lower", "upper", "unit"}
-        if unknown:
-            raise ConfigError(f"{path}: {name}: figures.{fig}: unknown key(s) {sorted(unknown)}; "
-                              "valid: value, lower, upper, unit")
-        lower, upper = spec.get("lower"), spec.get("upper")
-        if (lower is not None and lower > 0) or (upper is not None and upper < 0):
-            raise ConfigError(f"{path}: {name}: figures.{fig}: lower must be <= 0 and upper >= 0 "
-                              f"(fractions of the value, ReFrame style); got lower={lower}, upper={upper}")
-        bounds[fig] = Bound(float(spec["value"]), lower, upper, str(spec.get("unit", "")))
-    return Reference(name, where, bounds)
+    return Reference(name, where, {fig: _bound(path, name, fig, spec) for fig, spec in figures.items()})
+
+
+def _bound(path: Path, name: str, fig: str, spec) -> Bound:
+    where = f"{path}: {name}: figures.{fig}"
+    if fig not in FIGURES:
+        raise ConfigError(f"{path}: {name}: unknown figure {fig!r}; valid: {', '.join(FIGURES)}")
+    if not isinstance(spec, dict) or not _is_number(spec.get("value")):
+        got = f"; got value = {spec.get('value')!r}" if isinstance(spec, dict) and "value" in spec else ""
+        raise ConfigError(f"{where} needs a numeric value, e.g. {{ value = 1.0, lower = -0.05 }}{got}")
+    unknown = set(spec) - {"value", "lower", "upper", "unit"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: value, lower, upper, unit")
+    lower, upper = spec.get("lower"), spec.get("upper")
+    for key, v in (("lower", lower), ("upper", upper)):
+        if v is not None and not _is_number(v):
+            raise ConfigError(f"{where}: {key} = {v!r} is not a number; {key} is a fraction of the value "
+                              f"({'lower <= 0, e.g. -0.05' if key == 'lower' else 'upper >= 0, e.g. 0.05'})")
+    if (lower is not None and lower > 0) or (upper is not None and upper < 0):
+        raise ConfigError(f"{where}: lower must be <= 0 and upper >= 0 "
+                          f"(fractions of the value, ReFrame style); got lower={lower}, upper={upper}")
+    if not isinstance(spec.get("unit", ""), str):
+        raise ConfigError(f"{where}: unit = {spec['unit']!r} must be a string, e.g. unit = \"tok/s\"")
+    return Bound(float(spec["value"]), lower, upper, spec.get("unit", ""))
 
 
 def select(df: pd.DataFrame, where: dict) -> pd.DataFrame:

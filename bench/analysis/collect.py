@@ -8,12 +8,17 @@ keeps a fingerprint of its files (names, sizes, modification times), and a later
 same table re-reads only runs that are new or changed, and drops runs that are gone. It is
 idempotent: the same files give the same table, rows sorted by root and source.
 
-ReFrame's perflogs and run reports of nanochat-bench's checks are sources too (bench/analysis/reframe.py),
-one row per test case. A run that several sources describe is one run to the figures (`load_table` and
-collect's result mark the extra rows; the files keep every source's row).
+ReFrame's checks (bench/reframe_checks/checks.py) keep each case's run directory in ReFrame's output
+directory, so a ReFrame run is collected as any other: from its run directory, which holds every column.
+ReFrame's perflog and run report are not read: they hold a few of the same figures, copied out of that
+run directory, and reading them put one run into the table up to three times. A run directory found
+twice (ReFrame's stage directory, kept after a failure, and its output directory) is one run to the
+figures: `load_table` and collect's result mark the copy; the files keep both rows.
 """
 
+import csv
 import hashlib
+import io
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +29,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from bench.analysis import reframe, why
+from bench.analysis.columns import TYPES
 from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
@@ -35,31 +40,14 @@ LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs 
 TABLE_PARQUET = "runs.parquet"
 TABLE_CSV = "runs.csv"
 # Bump when a row is computed differently: tables of an older version are then re-read in full.
-ROW_VERSION = 7
+# 8: the model's identity (vocab_size, precision, data_origin, tokenizer_sha256, tiling) and num_params from
+#    run.json; ReFrame's perflog and report rows (source_kind reframe_*, reframe_partition) no longer made.
+ROW_VERSION = 8
+# A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
+REFRAME_JOB_SCRIPT = "rfm_job.sh"
 
-# The columns of the table and their types, in order; a row lacking a value holds a null.
-COLUMNS: dict[str, str] = {
-    "root": "str", "source": "str", "source_kind": "str", "run_id": "str", "sweep_id": "str", "workload": "str",
-    "runtime": "str", "repeat": "int", "nodes": "int", "gpus_per_node": "int", "world_size": "int",
-    "depth": "int", "max_seq_len": "int", "device_batch_size": "int", "total_batch_size": "int", "device_type": "str",
-    "num_iterations": "int", "force_flash_sdpa": "str", "sdpa_backends": "str",
-    "gpu_name": "str", "image": "str", "image_digest": "str", "slurm_job_id": "str", "nodelist": "str",
-    "partition": "str", "reframe_partition": "str", "git_revision": "str", "torch_version": "str",
-    "cuda_version": "str",
-    "nccl_version": "str", "driver_version": "str",
-    "status": "str", "message": "str", "skip_reason": "str", "notes": "str",
-    "steps_recorded": "int", "last_step": "int", "steady_steps": "int", "steady_rule": "str",
-    "tok_per_sec": "float", "tok_per_sec_per_gpu": "float", "step_time_ms": "float",
-    "step_time_cv": "float", "step_time_p90_ms": "float",
-    "num_params": "float", "flops_per_token": "float", "peak_flops_per_gpu": "float", "mfu": "float",
-    "mfu_source": "str",
-    "t0": "float", "t_start": "float", "startup_overhead_s": "float", "time_to_first_step_s": "float",
-    "launch_to_first_step_s": "float",
-    "peak_mem_mib": "float", "min_val_bpb": "float", "final_loss": "float", "total_training_time_s": "float",
-    "scaling": "str", "val_files_k": "int", "ofi_hook": "str", "strategy": "str", "aspect_ratio": "int",
-    **why.COLUMNS,
-    "fingerprint": "str", "row_version": "int",
-}
+# The columns of the table and their types, in order (bench/analysis/columns.py); a row lacking a value holds a null.
+COLUMNS: dict[str, str] = TYPES
 
 
 @dataclass
@@ -91,14 +79,12 @@ def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
             continue  # a run directory holds its own logs; nothing else lives below it
         # A folder with a batch script is one of our jobs (or a ReFrame test's): its Slurm log repeats the
         # output of the runs whose own directories are collected, so it is no upstream log.
-        job_dir = any(n.endswith(".sbatch") or n == reframe.JOB_SCRIPT for n in names)
+        job_dir = any(n.endswith(".sbatch") or n == REFRAME_JOB_SCRIPT for n in names)
         for e in entries:
             if e.is_dir(follow_symlinks=False):  # a link to a folder, out of the root or round in it, is not walked
                 stack.append(Path(e.path))
             elif not job_dir and e.name.endswith(LOG_SUFFIXES) and is_regular(e):
-                found[e.path] = ("log", _fingerprint([e]), ())  # upstream nanochat's, or a ReFrame perflog
-            elif e.name.endswith(".json") and is_regular(e):
-                found[e.path] = ("json", _fingerprint([e]), ())  # perhaps a ReFrame run report
+                found[e.path] = ("log", _fingerprint([e]), ())  # perhaps upstream nanochat's
     return found
 
 
@@ -116,16 +102,12 @@ def _fingerprint(entries: list[os.DirEntry]) -> str:
 def _rows_of(path: Path, kind: str, names: tuple[str, ...]) -> list[dict]:
     if kind == "run_dir":
         return [read_run_dir(path, set(names))]
-    if kind == "json":
-        return reframe.read_report(path)
-    if reframe.is_perflog(path):
-        return reframe.read_perflog(path)
     row = read_upstream_log(path)
     return [row] if row is not None else []
 
 
 def _read_one(item: tuple[str, str, str, str, tuple[str, ...]]) -> list[dict]:
-    """The rows of one source: a run directory or an upstream log gives one, a ReFrame file one per test case."""
+    """The rows of one source: a run directory or an upstream log gives one (a log without step lines none)."""
     root, path, kind, fingerprint, names = item
     try:
         rows = _rows_of(Path(path), kind, names)
@@ -179,8 +161,8 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
 
 def load_table(path: str | os.PathLike) -> pd.DataFrame:
     """A table written by collect: runs.parquet or runs.csv, or a directory holding one; a run that several
-    sources describe counts once (bench.analysis.reframe.one_row_per_run)."""
-    return reframe.one_row_per_run(_read_table(path))
+    directory found twice counts once (one_row_per_run)."""
+    return one_row_per_run(_read_table(path))
 
 
 def _read_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -195,6 +177,8 @@ def _read_table(path: str | os.PathLike) -> pd.DataFrame:
             raise AnalysisError(f"{path}: no {TABLE_PARQUET} or {TABLE_CSV} here; run `nanochat-bench collect` first")
     if not path.exists():
         raise AnalysisError(f"{path}: no such table")
+    if path.suffix != ".parquet":
+        _refuse_torn_csv(path)
     try:
         df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, dtype=str, keep_default_na=False,
                                                                                  na_values=[""])
@@ -204,6 +188,27 @@ def _read_table(path: str | os.PathLike) -> pd.DataFrame:
     if missing:
         raise AnalysisError(f"{path}: not a table written by collect (no column {', '.join(missing)})")
     return normalise(df)
+
+
+def _refuse_torn_csv(path: Path) -> None:
+    """A CSV cut mid-row (a copy or a write that stopped) is refused, never read with its torn row: collect
+    writes every row whole, each with as many fields as the header, the last one ended by a newline."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise AnalysisError(f"{path}: unreadable ({e.strerror})") from None
+    fix = "re-run `nanochat-bench collect` to write it again"
+    if data and not data.endswith(b"\n"):
+        raise AnalysisError(f"{path}: a torn table: its last row ends without a newline (cut mid-row); {fix}")
+    try:
+        rows = csv.reader(io.StringIO(data.decode("utf-8"), newline=""), strict=True)
+        width = len(next(rows, []))
+        for i, row in enumerate(rows, 1):
+            if len(row) != width:
+                raise AnalysisError(f"{path}: a torn table: row {i} (line {rows.line_num}) has {len(row)} fields, "
+                                    f"the header {width}; {fix}")
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise AnalysisError(f"{path}: not a table written by collect ({e}); {fix}") from None
 
 
 def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -259,10 +264,27 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
     table = normalise(pd.concat([reused, kept, to_frame(rows)], ignore_index=True)) if rows else \
         normalise(pd.concat([reused, kept], ignore_index=True))
-    result = CollectResult(reframe.one_row_per_run(table), read=len(rows), reused=len(reused),
+    result = CollectResult(one_row_per_run(table), read=len(rows), reused=len(reused),
                            removed=int((gone & under).sum()))
     if out_dir is not None:
         unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
         # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)
         result.paths = [out_dir / TABLE_PARQUET, out_dir / TABLE_CSV] if unchanged else write_table(table, out_dir)
     return result
+
+
+def one_row_per_run(table: pd.DataFrame) -> pd.DataFrame:
+    """Copies of one run directory (same sweep_id, run_id and Slurm job): the first usable one keeps its
+    figures, the others are left out of them with a skip_reason naming it."""
+    ids = ["sweep_id", "run_id", "slurm_job_id"]
+    candidates = (table["source_kind"] == "run_dir").fillna(False) & table[ids].notna().all(axis=1)
+    dup = table[candidates].duplicated(ids, keep=False)
+    if not dup.any():
+        return table
+    table = table.copy()
+    copies = table[candidates][dup].assign(_unusable=lambda t: t["skip_reason"].notna())
+    for _, group in copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(ids, sort=False):
+        best = group.index[0]
+        table.loc[group.index[1:], "skip_reason"] = \
+            f"the same run as {table.at[best, 'root']}/{table.at[best, 'source']} (a copy of its directory)"
+    return table

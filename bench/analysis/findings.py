@@ -5,7 +5,7 @@ gap beyond a threshold, and the thresholds are named here with the reason for th
 without any gap that large has no findings, and the report says so.
   - a multi-node run whose NCCL took TCP sockets between nodes (the line of NCCL's log that proves it);
   - a runtime's throughput relative to the baseline, where its confidence interval excludes 1;
-  - parallel efficiency below a floor, with the pre-flight busbw of the same points beside it;
+  - parallel efficiency below a floor, with the pre-flight busbw of the same points beside it, or above ideal;
   - a runtime's start-up longer or shorter than the baseline's, and the phase the difference is in;
   - exposed communication taking a large part of the steady step;
   - a straggler: the ranks of one run far apart, its slowest rank and host named.
@@ -34,6 +34,10 @@ COMM_SHARE = 0.10
 RATIO_GAP = 0.01
 # Efficiency below 90% loses a tenth of the machine: worth its explanation (repeats vary by ~1%).
 EFFICIENCY_FLOOR = 0.90
+# Efficiency above 100% by more than the repeats' spread (~1%) is no speed-up to celebrate: more ranks
+# doing better than ideal means the smallest point was slowed (a cold cache, another job) or the points
+# are not the same work; the figure is flagged, never taken as is.
+ABOVE_IDEAL = 0.01
 MAX_PER_KIND = 5  # findings of one kind per config; more are summarised by a count
 
 
@@ -115,6 +119,22 @@ def low_efficiency(points: pd.DataFrame, unit: str, scaling: str) -> list[Findin
     return _capped(out, "efficiency drops")
 
 
+def above_ideal(points: pd.DataFrame, unit: str) -> list[Finding]:
+    """Points whose parallel efficiency exceeds 100% by more than ABOVE_IDEAL."""
+    out = []
+    for runtime, p in points.groupby("runtime", sort=False):
+        p = p.sort_values("world_size")
+        first = p.iloc[0]
+        for r in p[p["efficiency"] > 1 + ABOVE_IDEAL].to_dict("records"):
+            out.append(Finding(f"{_where(runtime, r['world_size'], r['nodes'], unit)} reaches "
+                               f"{100 * r['efficiency']:.1f}% parallel efficiency, above ideal: check the smallest "
+                               f"point ({count(first['world_size'], unit)}) for a slowed run before trusting the gain",
+                               f"tok/s per {unit[:-1]} {r['tok_per_sec_per_gpu']:,.0f} at "
+                               f"{count(r['world_size'], unit)} vs {first['tok_per_sec_per_gpu']:,.0f} at "
+                               f"{count(first['world_size'], unit)}"))
+    return _capped(out, "points above ideal")
+
+
 def startup_gaps(points: pd.DataFrame, baseline: str, unit: str) -> list[Finding]:
     """A runtime whose launch-to-first-step differs from the baseline's at the same rank counts, and
     the phase (measured on both sides) where most of the difference lies."""
@@ -188,10 +208,12 @@ def config_findings(runs: pd.DataFrame, points: pd.DataFrame, ratios: pd.DataFra
                     scaling: str) -> list[Finding]:
     """The findings of one config: its usable runs, its points and its ratios to the baseline."""
     return [*sockets(runs), *throughput_ratios(ratios, baseline, unit), *low_efficiency(points, unit, scaling),
+            *above_ideal(points, unit),
             *startup_gaps(points, baseline, unit), *exposed_comm(points, unit), *stragglers(runs, unit)]
 
 
 THRESHOLDS = (f"Findings need a gap beyond a named threshold (bench/analysis/findings.py): start-up "
               f"{STARTUP_GAP_S:g} s, throughput ratio {100 * RATIO_GAP:g}% with a 95% CI excluding 1, efficiency "
-              f"below {100 * EFFICIENCY_FLOOR:g}%, exposed communication {100 * COMM_SHARE:g}% of the step, ranks "
+              f"below {100 * EFFICIENCY_FLOOR:g}% or above {100 + 100 * ABOVE_IDEAL:g}%, exposed communication "
+              f"{100 * COMM_SHARE:g}% of the step, ranks "
               f"{STRAGGLER_PCT:g}% apart; a socket fallback needs NCCL's own line.")

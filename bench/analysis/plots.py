@@ -6,7 +6,9 @@ counts on a log2 axis labelled GPUs or ranks (CPU runs have no GPUs), one colour
 same in every figure, and runtimes nudged apart along the axis so that none hides another.
 The story is the gap to ideal, so it is drawn where it can be seen: weak scaling shows tok/s per GPU
 against the flat ideal and its efficiency; strong scaling shows speedup against the diagonal with
-each point's efficiency written beside it, and the efficiency itself on an axis zoomed to the data.
+each point's efficiency written beside it, the throughput itself against its ideal, and the efficiency on
+an axis zoomed to the data. Error bars say what they are in the legend and the caption: min–max over
+repeats on throughput, the 95% CI on ratios.
 Each function takes the tables of bench/analysis/scaling.py (already restricted to one config) and
 returns a matplotlib Figure, or None when there is nothing to draw; `save` writes it. The figures of
 a run's time (start-up phases, step split, pre-flight bandwidth) are in plots_why.py.
@@ -35,6 +37,8 @@ PNG_DPI = 130
 TITLE_WIDTH = 78  # characters of the config label per title line at axes.titlesize 15 on a 10-inch figure
 NUDGE = 0.05  # log2 units between runtimes at one rank count: apart, yet read as the same count
 ANNOTATE_MAX_RUNTIMES = 3  # more labelled points than this per figure stop being readable
+SPREAD_BARS = "bars: min–max over repeats"  # what a throughput figure's error bars are
+CI_BARS = "bars: 95% CI over repeats"
 
 
 @dataclass
@@ -143,7 +147,32 @@ def per_gpu(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit
     ax.yaxis.set_major_formatter(FuncFormatter(_human))
     ax.set_ylabel(f"tokens/s per {per} (axis zoomed)")
     title(ax, f"Weak scaling: throughput per {per} vs {unit}", config)
-    ax.legend(loc="best")
+    ax.legend(loc="best", title=SPREAD_BARS)
+    return fig
+
+
+def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit: str):
+    """Strong scaling: steady tok/s itself against ranks (the speedup hides how fast), each runtime with its
+    spread over repeats, and the ideal: the smallest point's tok/s times the ranks."""
+    if points.empty or points["world_size"].nunique() < 2:
+        return None
+    fig, ax = plt.subplots()
+    runtimes = _runtimes(points)
+    for i, runtime in enumerate(runtimes):
+        p = points[points["runtime"] == runtime]
+        y = p["tok_per_sec"].to_numpy(float)
+        yerr = np.vstack([y - p["tok_per_sec_min"], p["tok_per_sec_max"] - y])
+        ax.errorbar(nudged(p["world_size"], i, len(runtimes)), y, yerr=yerr, marker="o", capsize=4, lw=2,
+                    color=colors[runtime], label=runtime)
+    src = _ideal_source(points, baseline)
+    ax.plot(src["world_size"], src["ideal_tok_per_sec"], ls="--", color="grey", lw=1.5,
+            label=f"ideal: {src['runtime'].iloc[0]}'s {count(src['world_size'].iloc[0], unit)} x {unit}")
+    rank_axis(ax, points["world_size"], unit)
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(FuncFormatter(_human))
+    ax.set_ylabel("tokens/s (log2)")
+    title(ax, f"Strong scaling: throughput vs {unit}", config)
+    ax.legend(loc="upper left", title=SPREAD_BARS)
     return fig
 
 
@@ -248,7 +277,7 @@ def ratios(ratio_table: pd.DataFrame, colors: dict, baseline: str, config: str, 
     ax.set_ylim(lo, hi)
     ax.set_ylabel(f"tok/s relative to {baseline}")
     title(ax, f"Throughput relative to {baseline} (95% CI over repeats)", config)
-    ax.legend(loc="lower left")
+    ax.legend(loc="lower left", title=CI_BARS)
     return fig
 
 
@@ -267,11 +296,13 @@ def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dic
                     config: str, unit: str, scaling: str) -> list[tuple[str, str, object]]:
     """(name, caption, figure) of one config's scaling figures, None where there is nothing to draw."""
     if scaling == "weak":
-        first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling)",
+        first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling; {SPREAD_BARS})",
                   per_gpu(points, colors, baseline, config, unit))]
     else:
-        first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, baseline, config, unit))]
+        first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, baseline, config, unit)),
+                 ("throughput", f"Throughput (strong scaling; {SPREAD_BARS})",
+                  throughput(points, colors, baseline, config, unit))]
     return [*first,
             ("efficiency", "Parallel efficiency", efficiency(points, colors, config, unit, scaling)),
             ("mfu", "MFU", mfu(points, colors, config, unit)),
-            ("ratio", f"Ratio to {baseline}", ratios(ratio_table, colors, baseline, config, unit))]
+            ("ratio", f"Ratio to {baseline} ({CI_BARS})", ratios(ratio_table, colors, baseline, config, unit))]

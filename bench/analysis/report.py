@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from bench.analysis import findings, plots, plots_why, scaling, sidebyside, tables, templates, why
-from bench.analysis.collect import collect, load_table
+from bench.analysis.collect import ROW_VERSION, collect, load_table
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
 from bench.schema import FINAL_STATUSES, write_text_atomic
@@ -45,6 +45,8 @@ METHODS = [
     + scaling.LEGACY_METHOD,
     findings.THRESHOLDS,
 ]
+KEPT_APART = ("These runs share a config but trained another model (parameters, vocabulary, FLOPs per token), "
+              "precision, data or tiling: each group is a config of its own below, never repeats of one point.")
 # Sections of a config and what a run needs to fill them, said when none of its runs did.
 SECTION_NEEDS = {"startup": "start-up phases (the run's milestones: launch time and events)",
                  "step": "the steady step split (--breakdown)",
@@ -84,7 +86,7 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     pick = lambda *names: [figs[n] for n in names if n in figs]  # noqa: E731
     has = lambda cols: p[cols].notna().any().any()  # noqa: E731
     sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
-                 "figures": pick("per_gpu", "speedup", "efficiency", "mfu")}]
+                 "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     if not r.empty:
         sections.append({"title": f"Steady-state throughput relative to {baseline}",
                          "table": tables.ratio_table(r, unit), "figures": pick("ratio")})
@@ -135,6 +137,7 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
                            baseline, fig_dir, f"{i + 1:02d}-{_slug(config)}")
               for i, (config, p) in enumerate(points.groupby("config", sort=True))]
     pairs = sidebyside.side_by_side(table)
+    kept = scaling.kept_apart(table)
 
     used = table["skip_reason"].isna()
     live = table["status"].isin(["pending", "running"])
@@ -147,8 +150,10 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
     counts = {"total": len(table), "usable": int(used.sum()), "failed": int(failed.sum()), "live": int(live.sum()),
               "skipped": int(skipped.sum())}
     context = {"title": title, "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "source": source, "counts": counts, "methods": METHODS, "groups": groups, "baseline": baseline,
+               "source": source, "counts": counts, "methods": [*METHODS, row_versions(table)], "groups": groups,
+               "baseline": baseline,
                "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
+               "kept_apart": tables.kept_apart_table(kept) if not kept.empty else None, "kept_note": KEPT_APART,
                "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None}
     shutil.rmtree(out_dir / FIGURES_DIR, ignore_errors=True)
     os.replace(fig_dir, out_dir / FIGURES_DIR)
@@ -159,6 +164,18 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
     write_text_atomic(out_dir / REPORT_MD, md_env.from_string(templates.MARKDOWN).render(**context))
     write_text_atomic(out_dir / REPORT_HTML, html_env.from_string(templates.HTML).render(**context))
     return out_dir / REPORT_HTML
+
+
+def row_versions(table: pd.DataFrame) -> str:
+    """Which row version the table's rows are, and what an older one means for the report."""
+    versions = table["row_version"].dropna().astype(int)
+    older = versions[versions < ROW_VERSION]
+    text = f"Table rows of row version {ROW_VERSION} (bench/analysis/collect.py ROW_VERSION)"
+    if older.empty:
+        return text + "."
+    return (f"{text}, {len(older)} of an older one ({', '.join(map(str, sorted(older.unique())))}): those are read "
+            "as they were collected, and columns added since (the model's identity among them) are unknown for "
+            "them, so they are kept apart from newer runs of the same config; collect again to recompute them.")
 
 
 def load_or_collect(table_or_root: str | os.PathLike, out_dir: str | os.PathLike) -> pd.DataFrame:

@@ -18,17 +18,10 @@ from pathlib import Path
 from bench import schema
 from bench.analysis import upstream
 from bench.analysis import why
+from bench.analysis.columns import FLAT
 from bench.analysis.figures import _finite, step_figures, steady_mask
 from bench.analysis.regular_files import NotRegularFile, read_regular
 
-MANIFEST_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "repeat", "nodes", "gpus_per_node",
-                   "world_size", "peak_flops_per_gpu", "flops_per_token", "git_revision", "message", "scaling",
-                   "val_files_k", "ofi_hook")
-CONFIG_FIELDS = ("depth", "aspect_ratio", "strategy", "max_seq_len", "device_batch_size", "total_batch_size",
-                 "device_type", "num_iterations", "force_flash_sdpa", "sdpa_backends")
-SOFTWARE_FIELDS = {"gpu_name": "gpu_name", "torch": "torch_version", "cuda": "cuda_version",
-                   "nccl": "nccl_version", "driver": "driver_version"}
-SLURM_FIELDS = {"job_id": "slurm_job_id", "nodelist": "nodelist", "partition": "partition"}
 LIVE_STATUSES = ("pending", "running")
 
 
@@ -120,22 +113,47 @@ def _scalar(value):
 
 
 def manifest_fields(manifest: dict, notes: list[str]) -> dict:
-    config = _section(manifest, "config")
-    row = {k: _scalar(manifest.get(k)) for k in MANIFEST_FIELDS}
-    row.update({k: _scalar(config.get(k)) for k in CONFIG_FIELDS})
+    """The columns run.json fills (bench/analysis/columns.py FLAT, by their paths) and the derived ones."""
+    row = {name: _scalar(_at(manifest, path)) for name, path in FLAT.items()}
     non_finite = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
     for k in non_finite:
         row[k] = None  # NaN/inf in the manifest is no value: treated as unknown, and said
     if non_finite:
         notes.append(f"run.json: non-finite {', '.join(non_finite)} treated as unknown")
-    image = _section(manifest, "image")
-    row["image"], row["image_digest"] = _scalar(image.get("reference")), _scalar(image.get("digest"))
-    for section, fields in (("software", SOFTWARE_FIELDS), ("slurm", SLURM_FIELDS)):
-        values = _section(manifest, section)
-        for key, column in fields.items():
-            row[column] = _scalar(values.get(key))
-    row["t0"] = _finite(_section(manifest, "launch").get("t0"))  # NANOCHAT_BENCH_T0, taken before srun
+    row["t0"] = _finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
+    config = _section(manifest, "config")
+    row["precision"] = precision(config) if manifest else None
+    row["tiling"] = tiling(config, _section(manifest, "nntile"))
     return row
+
+
+def _at(manifest: dict, path: tuple[str, ...]):
+    """The value at a path of run.json; None where a section is absent or not an object."""
+    value = manifest
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def precision(config: dict) -> str:
+    """fp8 when the run trained in FP8 (`--fp8`), else its dtype; a run that records neither trained in bf16,
+    the only precision before `--fp8` existed."""
+    if config.get("fp8") is True:
+        return "fp8"
+    dtype = config.get("dtype")
+    return str(dtype) if isinstance(dtype, str) and dtype else "bf16"
+
+
+def tiling(config: dict, nntile: dict) -> str | None:
+    """NNTile's tile settings ("embd_tile=256,seq_tile=-1", -1 = untiled), else the tiling it recorded;
+    None for a workload without tiles."""
+    tiles = {k: v for k, v in sorted(config.items()) if k.endswith("_tile") and isinstance(v, int)}
+    if tiles:
+        return ",".join(f"{k}={v}" for k, v in tiles.items())
+    recorded = nntile.get("tiling")
+    return json.dumps(recorded, sort_keys=True) if isinstance(recorded, dict) and recorded else None
 
 
 def _section(manifest: dict, name: str) -> dict:
@@ -200,7 +218,7 @@ def resolve_status(manifest: dict, ev: dict, notes: list[str]) -> tuple[str, str
 
 
 def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
-    """The flat row of one run directory (see bench/analysis/collect.py COLUMNS for the columns)."""
+    """The flat row of one run directory (its columns: bench/analysis/columns.py)."""
     run_dir = Path(run_dir)
     names = names if names is not None else set(os.listdir(run_dir))
     notes: list[str] = []

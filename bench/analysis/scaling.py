@@ -2,6 +2,9 @@
 
 Comparisons are made only between runs of the same workload config (GROUP_KEYS), and only with usable
 rows (status ok, steady-state figures present). Repeats of one point are summarised by their median.
+The key holds what was trained as well as how (MODEL_KEYS: parameters, vocabulary, FLOPs per token,
+precision, the data's origin and tokenizer, NNTile's tiles): runs that differ there are never repeats,
+and `kept_apart` lists the groups that would otherwise look like one config.
 
 A config is one curve. Its batch key depends on the scaling mode (DESIGN.md, scaling rules): in weak
 scaling each rank keeps device batch x sequence and `total_batch_size` grows with the ranks, so the
@@ -16,19 +19,21 @@ the interval multiplicative, as ratios are. With fewer than two runs on either s
 """
 
 import math
+from collections import Counter
 
 import numpy as np
 import pandas as pd
 from scipy.stats import ttest_ind
 
 from bench import breakdown
-from bench.analysis import why
+from bench.analysis import columns
 
-# Another attention kernel, memory strategy or model shape is another program to measure: never pooled.
-# `batch` and `device` are derived (batch_key, device_name); the device batch size is no key of a strong
-# curve and the total is none of a weak one (see the module's docstring).
-GROUP_KEYS = ("workload", "scaling", "depth", "aspect_ratio", "max_seq_len", "batch", "strategy", "device",
-              "force_flash_sdpa", "sdpa_backends")
+# Another attention kernel, memory strategy, model or data is another program to measure: never pooled.
+# The keys are the catalogue's (bench/analysis/columns.py) and two derived here (batch_key, device_name):
+# the device batch size is no key of a strong curve and the total is none of a weak one (see the
+# module's docstring).
+GROUP_KEYS = (*columns.KEYS, "batch", "device")
+MODEL_KEYS = columns.MODEL_KEYS  # what a run trained: the model and its data (the rest is how)
 # Fields added to the run contract after runs were recorded: before `--scaling` the launcher knew only
 # strong scaling (issue 18), before `--strategy` only nanochat's sharded optimizers (zero2, issue 17),
 # and the model's width was always 64 x depth. Only for nanochat's trainer: NNTile has none of these.
@@ -44,14 +49,7 @@ CI_METHOD = (
     "exponentiated (no CI with fewer than 2 repeats on either side)."
 )
 STARTUP_PHASES = tuple(f"phase_{m}_s" for m in breakdown.MILESTONES[1:breakdown.MILESTONES.index("first_step") + 1])
-POINT_FIGURES = {  # column -> how repeats of one point are summarised (a median skips the runs without it)
-    "tok_per_sec": "median", "tok_per_sec_per_gpu": "median", "mfu": "median", "step_time_ms": "median",
-    "step_time_cv": "median", "step_time_p90_ms": "median", "startup_overhead_s": "median",
-    "time_to_first_step_s": "median", "launch_to_first_step_s": "median", "peak_mem_mib": "max",
-    "min_val_bpb": "min", "num_params": "median",
-    **{c: "median" for c in why.COLUMNS if why.COLUMNS[c] == "float" and c != "rank_step_spread_pct"},
-    "rank_step_spread_pct": "max",
-}
+POINT_FIGURES = {name: how for name, how in columns.AGGREGATES.items() if name != "total_batch_size"}
 
 
 def usable(df: pd.DataFrame) -> pd.DataFrame:
@@ -130,9 +128,47 @@ def config_label(row) -> str:
     return " · ".join(parts)
 
 
+def identity_text(key: str, value) -> str:
+    """One field of a model's identity as the report writes it, e.g. 'vocab 65,536', '17.2M params'."""
+    if _missing(value):
+        return f"{columns.header(key)} not recorded"
+    if key == "num_params":
+        return f"{_human_count(float(value))} params"
+    if key == "vocab_size":
+        return f"vocab {int(value):,}"
+    if key == "flops_per_token":
+        return f"{float(value):.4g} FLOPs/token"
+    if key == "tokenizer_sha256":
+        return f"tokenizer {str(value)[:12]}"
+    if key == "data_origin":
+        return f"{value} data"
+    return f"{columns.header(key)} {value}"
+
+
+def _human_count(n: float) -> str:
+    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:g}"
+
+
+def _labels(keys: set[tuple]) -> dict[tuple, str]:
+    """A label per distinct key: the config's, and where several keys share it (runs of different models,
+    precision or data), the fields that tell them apart appended, so that no two groups share a label."""
+    base = {k: config_label(dict(zip(GROUP_KEYS, k, strict=True))) for k in keys}
+    labels, uses = dict(base), Counter(base.values())
+    for label in [v for v, n in uses.items() if n > 1]:
+        same = [k for k in keys if base[k] == label]
+        differ = [i for i, name in enumerate(GROUP_KEYS) if len({k[i] for k in same}) > 1]
+        for k in same:
+            labels[k] = label + " · " + ", ".join(identity_text(GROUP_KEYS[i], k[i]) for i in differ)
+    return labels
+
+
 def with_config(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows with the derived keys (LEGACY values filled for nanochat, `batch`, `device`) and a `config`
-    column: the label of their GROUP_KEYS values (nulls are a value too)."""
+    """The rows with the derived keys (LEGACY values filled for nanochat, `batch`, `device`), a `config`
+    column (the label of their GROUP_KEYS values; nulls are a value too) and `config_base`, the label
+    without what tells different models apart."""
     df = df.copy()
     nanochat = df["workload"].map(is_nanochat).astype(bool)
     for col, value in LEGACY.items():
@@ -143,11 +179,29 @@ def with_config(df: pd.DataFrame) -> pd.DataFrame:
     df["batch"] = [batch_key(*k) for k in zip(df["scaling"], df["total_batch_size"], df["device_batch_size"],
                                              df["max_seq_len"])]
     keys = df[list(GROUP_KEYS)].astype(object).where(df[list(GROUP_KEYS)].notna(), None)
-    distinct = set(map(tuple, keys.itertuples(index=False)))
-    labels = {k: config_label(dict(zip(GROUP_KEYS, k, strict=True))) for k in distinct}
-    df["config"] = [labels[tuple(k)] for k in keys.itertuples(index=False)]
+    rows = [tuple(k) for k in keys.itertuples(index=False)]
+    labels = _labels(set(rows))
+    df["config"] = [labels[k] for k in rows]
+    df["config_base"] = [config_label(dict(zip(GROUP_KEYS, k, strict=True))) for k in rows]
     df["runtime"] = df["runtime"].fillna("unknown")
     return df
+
+
+def kept_apart(df: pd.DataFrame) -> pd.DataFrame:
+    """Usable runs that look alike (same config label) but trained another model, precision or data, so
+    they are separate groups, not repeats: one row per group with its runs and the fields that differ."""
+    ok = with_config(usable(df))
+    rows = []
+    for base, g in ok.groupby("config_base", sort=True):
+        if g["config"].nunique() < 2:
+            continue
+        differ = [k for k in GROUP_KEYS if g[k].astype(object).map(str).nunique() > 1]
+        for config, c in g.groupby("config", sort=True):
+            first = c.iloc[0]
+            rows.append({"config_base": base, "config": config, "runs": len(c),
+                         "differs": ", ".join(differ),
+                         "values": "; ".join(identity_text(k, first[k]) for k in differ)})
+    return pd.DataFrame(rows, columns=["config_base", "config", "runs", "differs", "values"])
 
 
 def _node_counts(nodes: pd.Series) -> str:

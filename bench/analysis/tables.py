@@ -1,4 +1,5 @@
-"""The report's tables: cells formatted once here, as strings, for both the Markdown and the HTML.
+"""The report's tables: cells formatted once here, as strings, for both the Markdown and the HTML, and the
+one Markdown table writer (md_table). Headers and formats of table columns come from bench/analysis/columns.py.
 
 Each builder takes a table of bench/analysis/scaling.py (points: one row per runtime x rank count, or
 runs) and returns a Table. A missing value is '–' everywhere: not measured, never zero. Headers say
@@ -14,6 +15,7 @@ from tabulate import tabulate
 
 from bench import breakdown
 from bench.analysis import why
+from bench.analysis.columns import cell
 
 MAX_TABLE_ROWS = 100  # per table of runs; the table file has them all
 NOT_MEASURED = "–"
@@ -41,9 +43,13 @@ def fmt(v, kind: str = "g") -> str:
     return str(v)
 
 
-def _table(points: pd.DataFrame, cols: list[tuple[str, str, str]], text_cols=(0,)) -> Table:
+def frame_table(points: pd.DataFrame, cols: list[tuple[str, str, str]], text_cols=(0,)) -> Table:
+    """A Table of (header, column, format) cells of each row of a frame."""
     rows = [[fmt(r[c], k) for _, c, k in cols] for r in points.to_dict("records")]
     return Table([h for h, _, _ in cols], rows, text_cols=text_cols)
+
+
+_table = frame_table
 
 
 def _point_cols(unit: str) -> list[tuple[str, str, str]]:
@@ -52,17 +58,14 @@ def _point_cols(unit: str) -> list[tuple[str, str, str]]:
 
 def summary_table(points: pd.DataFrame, unit: str, scaling: str) -> Table:
     per = unit[:-1]
-    cols = [*_point_cols(unit), ("runs", "runs", "int"), ("tok/s", "tok_per_sec", "int"),
-            (f"tok/s/{per}", "tok_per_sec_per_gpu", "int")]
+    cols = [*_point_cols(unit), ("runs", "runs", "int"), cell("tok_per_sec"), cell("tok_per_sec_per_gpu", per)]
     if scaling == "weak":  # the total grows with the ranks; the speedup of a weak curve is no goal
-        cols += [("total batch", "total_batch_size", "int")]
+        cols += [cell("total_batch_size")]
     else:
         cols += [("speedup", "speedup", "2")]
-    cols += [("efficiency", "efficiency", "pct"), ("MFU %", "mfu", "1"),
-             ("step ms", "step_time_ms", "1"), ("step CV", "step_time_cv", "3"),
-             ("step p90 ms", "step_time_p90_ms", "1"),
-             ("start-up s", "startup_overhead_s", "1"), ("1st step s", "time_to_first_step_s", "1"),
-             ("peak mem MiB", "peak_mem_mib", "int"), ("min val bpb", "min_val_bpb", "3")]
+    cols += [("efficiency", "efficiency", "pct"),
+             *map(cell, ("mfu", "step_time_ms", "step_time_cv", "step_time_p90_ms", "startup_overhead_s",
+                         "time_to_first_step_s", "peak_mem_mib", "min_val_bpb"))]
     return _table(points, cols)
 
 
@@ -88,8 +91,7 @@ def runs_table(df: pd.DataFrame, reason_col: str) -> Table:
 def phase_table(points: pd.DataFrame, unit: str) -> Table:
     """Seconds per phase (medians over repeats), launch to teardown, and launch to first step."""
     cols = [*_point_cols(unit)]
-    cols += [(breakdown.LABELS[c[len("phase_"):-len("_s")]], c, "1") for c in PHASES]
-    cols += [("launch to 1st step", "launch_to_first_step_s", "1")]
+    cols += [cell(c) for c in (*PHASES, "launch_to_first_step_s")]
     return _table(points, cols)
 
 
@@ -112,8 +114,8 @@ def split_table(points: pd.DataFrame, unit: str) -> Table:
 def busbw_table(points: pd.DataFrame, unit: str) -> Table:
     per = unit[:-1]
     cols = [*_point_cols(unit), ("buffer MiB", "preflight_mib", "int"),
-            *[(f"{c.replace('_', '-')} GB/s", f"busbw_{c}_gbps", "1") for c in why.COLLECTIVES],
-            ("tok/s", "tok_per_sec", "int"), (f"tok/s/{per}", "tok_per_sec_per_gpu", "int"),
+            *[cell(f"busbw_{c}_gbps") for c in why.COLLECTIVES],
+            cell("tok_per_sec"), cell("tok_per_sec_per_gpu", per),
             ("efficiency", "efficiency", "pct")]
     return _table(points.assign(preflight_mib=points["preflight_bytes"] / 2 ** 20), cols)
 
@@ -151,3 +153,9 @@ def md_table(t: Table) -> str:
     if t.more:
         text += f"\n\n_… and {t.more} more rows (all of them are in the table file)._"
     return text
+
+
+def kept_apart_table(kept: pd.DataFrame) -> Table:
+    """Groups of runs that look alike but trained different models or data (scaling.kept_apart)."""
+    rows = [[r["config_base"], r["values"], fmt(r["runs"], "int"), r["differs"]] for r in kept.to_dict("records")]
+    return Table(["runs of", "group", "runs", "differ in"], rows, text_cols=(0, 1, 3))

@@ -21,7 +21,13 @@ MARKDOWN = """\
 Generated {{ generated }}{% if source %} from `{{ source }}`{% endif %}: {{ counts.total }} run(s), {{ counts.usable }} in the figures, {{ counts.failed }} failed, {{ counts.live }} not finished, {{ counts.skipped }} skipped (unreadable or incomplete). {{ not_measured }} in a table: not measured.
 
 {% for line in methods %}- {{ line }}
-{% endfor %}
+{% endfor %}{% if kept_apart %}
+## Runs kept apart
+
+{{ kept_note }}
+
+{{ kept_apart | md_table }}
+{% endif %}
 {% for g in groups %}
 ## {{ g.config }}
 
@@ -93,6 +99,11 @@ HTML = """\
 {% if t.more %}<p class="more">… and {{ t.more }} more rows (all of them are in the table file).</p>{% endif %}
 {% endif %}
 {% endmacro %}
+{% if kept_apart %}
+<h2>Runs kept apart</h2>
+<p>{{ kept_note }}</p>
+{{ table(kept_apart) }}
+{% endif %}
 {% for g in groups %}
 <h2>{{ g.config }}</h2>
 <p><strong>Findings.</strong>{% if not g.findings %} None: no gap in these runs passes its threshold.{% endif %}</p>

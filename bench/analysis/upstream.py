@@ -33,6 +33,7 @@ HEADER_RES = {
     "total_batch_size": re.compile(r"^Total batch size ([\d,]+) =>"),
     "flops_per_token": re.compile(r"^Estimated FLOPs per token: " + _num),
     "num_params": re.compile(r"^Number of parameters: ([\d,]+)"),
+    "vocab_size": re.compile(r"^Vocab size: ([\d,]+)"),
     "gpu": re.compile(r"^GPU: (.+?) \| Peak FLOPS \(BF16\): " + _num),
     "peak_mem_mib": re.compile(r"^Peak memory usage: " + _num + "MiB"),
     "total_training_time_m": re.compile(r"^Total training time: " + _num + "m"),
@@ -89,7 +90,7 @@ def _header(line: str, facts: dict) -> None:
             facts["gpu_name"], facts["peak_flops_per_gpu"] = m[1].strip(), _f(m[2])
         elif key == "total_training_time_m":
             facts["total_training_time_s"] = _f(m[1]) * 60
-        elif key in ("world_size", "depth", "total_batch_size", "num_params"):
+        elif key in ("world_size", "depth", "total_batch_size", "num_params", "vocab_size"):
             facts[key] = int(_f(m[1]))
         else:
             facts[key] = _f(m[1])
@@ -105,7 +106,7 @@ def read_upstream_log(path: Path) -> dict | None:
     world = facts.get("world_size", 1)  # upstream prints the world size only under torchrun
     peak = facts.get("peak_flops_per_gpu") or peak_flops(facts.get("gpu_name"))
     row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,  # compares with our runs of the same config
-           "runtime": "upstream", **facts, "world_size": world, "peak_flops_per_gpu": peak,
+           "runtime": "upstream", "precision": "bf16", **facts, "world_size": world, "peak_flops_per_gpu": peak,
            "num_iterations": run.steps[-1]["num_iterations"]}
     figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or UPSTREAM_PEAK)
     if not peak and figs.get("mfu") is not None:

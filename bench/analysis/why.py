@@ -10,18 +10,8 @@ import json
 import statistics
 
 from bench import breakdown, nccl_log
+from bench.analysis.columns import COLLECTIVES, SPLIT  # noqa: F401 - SPLIT and COLLECTIVES are read from here too
 from bench.analysis.figures import _finite
-
-SPLIT = ("fwd_bwd_ms", "comm_ms", "optim_ms", "data_ms", "other_ms")
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
-# column -> type, for bench/analysis/collect.py
-COLUMNS = {
-    **{f"phase_{m}_s": "float" for m in breakdown.MILESTONES[1:]},
-    **{f"step_{k}": "float" for k in SPLIT},
-    **{f"busbw_{c}_gbps": "float" for c in COLLECTIVES}, "preflight_bytes": "float",
-    "net": "str", "net_provider": "str", "nccl_transports": "str", "net_over_sockets": "str",
-    "slowest_rank": "int", "slowest_host": "str", "rank_step_spread_pct": "float",
-}
 
 
 def phase_fields(manifest: dict, first_times: dict) -> dict:
@@ -51,14 +41,12 @@ def section_fields(manifest: dict) -> dict:
     for c, bw in (pre.get("busbw_gbps") or {}).items():
         if c in COLLECTIVES:
             out[f"busbw_{c}_gbps"] = _finite(bw)
-    out["preflight_bytes"] = _finite(pre.get("bytes"))
     net = section("network")
-    out["net"], out["net_provider"] = net.get("net") or net.get("backend"), net.get("net_provider")
+    out["net"] = net.get("net") or net.get("backend")
     if net.get("transports"):
         out["nccl_transports"] = json.dumps(net["transports"], sort_keys=True)
     out["net_over_sockets"] = nccl_log.over_sockets(net) if net.get("backend") == "nccl" else None
     bd = section("breakdown")
-    out["slowest_rank"], out["slowest_host"] = bd.get("slowest_rank"), bd.get("slowest_host")
     steps = [v for r in bd.get("ranks") or [] if isinstance(r, dict) and (v := _finite(r.get("step_ms")))]
     if len(steps) > 1:
         out["rank_step_spread_pct"] = 100 * (max(steps) - min(steps)) / statistics.median(steps)

@@ -22,7 +22,8 @@ def register(subparsers) -> None:
     r.add_argument("--title", default="nanochat-bench report", help="report title")
     r.set_defaults(func=cmd_report)
 
-    k = subparsers.add_parser("check", help="compare figures with stored references; exit 1 on a regression")
+    k = subparsers.add_parser("check", help="compare figures with stored references; exit 1 on a regression "
+                                            "or a missing one")
     k.add_argument("table", metavar="TABLE", help="a table from collect (runs.parquet/.csv or its directory)")
     k.add_argument("--references", required=True, metavar="FILE",
                    help="references TOML (see results/references.example.toml)")
@@ -66,10 +67,11 @@ def cmd_check(args) -> int:
     outcomes = check(load_table(args.table), references)
     for o in outcomes:
         print(o.line())
-    failed = [o for o in outcomes if o.verdict == "fail" or (o.verdict == "missing" and not args.allow_missing)]
+    regressions = [f"{o.reference}/{o.figure}" for o in outcomes if o.verdict == "fail"]
+    missing = [f"{o.reference}/{o.figure}" for o in outcomes if o.verdict == "missing"]
     passed = sum(o.verdict == "pass" for o in outcomes)
-    missing = sum(o.verdict == "missing" for o in outcomes)
     print(f"{passed} of {len(outcomes)} check(s) passed"
-          + (f", {missing} missing" + (" (allowed)" if args.allow_missing else "") if missing else "")
-          + (f"; regressions: {', '.join(f'{o.reference}/{o.figure}' for o in failed)}" if failed else ""))
-    return 1 if failed else 0
+          + (f", {len(missing)} missing" + (" (allowed)" if args.allow_missing else "") if missing else "")
+          + (f"; regressions: {', '.join(regressions)}" if regressions else "")
+          + (f"; missing (no usable run matches): {', '.join(missing)}" if missing else ""))
+    return 1 if regressions or (missing and not args.allow_missing) else 0

@@ -13,7 +13,10 @@ Each case is one nanochat-bench run. Setup plans and renders its job.sbatch thro
 case.py) into the stage directory; ReFrame's job (launcher `local`, one task per node) runs it with
 bash, and the script's own srun starts the runtime on every node and records run.json. Sanity and
 performance read that run directory with bench.analysis.rundir, the reader `collect` uses, and the
-references come from the same file and matching code as `nanochat-bench check`.
+references come from the same file and matching code as `nanochat-bench check`. The performance
+variables and their units are the table's (bench/analysis/columns.py). The run directory is kept in
+ReFrame's output directory (keep_files), and that is what `collect` reads: every column is there, so
+ReFrame's perflog and run report, which copy a few of its figures, are not read back.
 """
 
 import math
@@ -29,6 +32,7 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
 from bench import runtimes, schema
+from bench.analysis.columns import PERF_UNITS
 from bench.analysis.rundir import read_run_dir
 from bench.errors import BenchError
 from bench.launch.plan import SCALING_MODES
@@ -37,19 +41,10 @@ from bench.reframe_checks.references import reframe_reference
 
 ENV_REFERENCES = "NANOCHAT_BENCH_REFERENCES"
 ENVIRON_FEATURE = "nanochat-bench"  # programming environments the checks may use declare this feature
-# Figures every case reports (table columns of bench/analysis/collect.py, units as in references files);
-# a figure the run lacks (MFU without a known peak, on CPU) is left out unless a reference asks for it.
-UNITS = {"tok_per_sec_per_gpu": "tok/s", "tok_per_sec": "tok/s", "mfu": "%", "step_time_ms": "ms",
-         "startup_overhead_s": "s", "time_to_first_step_s": "s", "peak_mem_mib": "MiB"}
-
-
-def preflight_busbw(manifest: dict) -> dict[str, float]:
-    """`busbw_<collective>_gbps` (GB/s) of run.json's `preflight` section, the communication pre-flight's
-    bus bandwidth at its largest buffer per collective ({} while the run records none)."""
-    section = manifest.get("preflight")
-    per = section.get("busbw_gbps") if isinstance(section, dict) else None
-    return {f"busbw_{c}_gbps": float(v) for c, v in (per if isinstance(per, dict) else {}).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+# Figures every case reports: the table's performance columns and their units (bench/analysis/columns.py);
+# a figure the run lacks (MFU without a known peak, on CPU; busbw on one rank) is left out unless a
+# reference asks for it.
+UNITS = PERF_UNITS
 
 
 def nccl_net_problem(manifest: dict, expected: str, nodes: int) -> str | None:
@@ -89,8 +84,8 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     depth = variable(int, value=20, loggable=True)
     train_args = variable(typ.List[str], value=[], loggable=True)  # KEY=VALUE trainer flags
     references = variable(str, value=os.environ.get(ENV_REFERENCES, ""), loggable=True)
-    # Set by setup and after the run, so that the perflog and the run report carry the run itself
-    # (bench/analysis/reframe.py reads them back into the tables).
+    # Set by setup and after the run, so that ReFrame's perflog and run report name the run they measured;
+    # the table is collected from the run directory itself, kept in ReFrame's output directory.
     workload = variable(str, value="", loggable=True)
     run_id = variable(str, value="", loggable=True)
     run_dir = variable(str, value="", loggable=True)
@@ -165,8 +160,6 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         row = self.row()
         values = {name: row.get(name) for name in UNITS}
         units = dict(UNITS)
-        for name, busbw in preflight_busbw(self._manifest).items():
-            values[name], units[name] = busbw, "GB/s"
         wanted: dict = {}
         if self.references:
             with one_line(PerformanceError):

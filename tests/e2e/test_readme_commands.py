@@ -53,7 +53,7 @@ NOT_HERE = {
     "-S references=results/h200-d20/references.toml -r":
         "a site's ReFrame configuration and GPU nodes (tests/integration/slurm/test_reframe.py runs the "
         "check on the test cluster)",
-    "nanochat-bench collect perflogs/ ~/.reframe/reports/ output/ --out results/reframe-table":
+    "nanochat-bench collect output/ stage/ --out results/reframe-table":
         "ReFrame's output of the run above (tests/integration/slurm/test_reframe.py collects it)",
     "containers/build.sh": "pulls nvcr.io/nvidia/pytorch (the stand-in build: tests/integration/test_container_build.py)",
     "containers/build.sh --target deps": "pulls nvcr.io/nvidia/pytorch",
@@ -70,7 +70,7 @@ NOT_HERE = {
 }
 
 # Commands whose documented exit status here is not 0: the reference files hold GPU figures, which no CPU run
-# matches, and `check` calls a missing figure a regression (README: "exit 1 on a regression").
+# matches, and `check` fails on a missing figure (README: "exit 1 on a regression or a missing one").
 EXIT_HERE = {"nanochat-bench check results/table --references results/references.example.toml": 1,
              "nanochat-bench check results/table --references results/h200-d20/references.toml": 1}
 

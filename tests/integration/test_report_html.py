@@ -52,7 +52,7 @@ def image_widths(tmp_path, html: str) -> list[int]:
 
 def test_images_load_in_the_browser(tmp_path, report):
     widths = image_widths(tmp_path, report.read_text())
-    assert len(widths) == 7 and all(w > 500 for w in widths), widths  # 7 figures (strong scaling), each decoded
+    assert len(widths) == 8 and all(w > 500 for w in widths), widths  # 8 figures (strong scaling), each decoded
 
 
 def test_the_probe_sees_a_broken_image(tmp_path, report):

@@ -60,7 +60,9 @@ figures.tok_per_sec = { value = 1000, lower = -0.05 }
     assert main(["check", str(table_dir), "--references", str(path)]) == 1
     printed = capsys.readouterr().out
     assert "FAIL    ce: tok_per_sec" in printed and "below the allowed range" in printed
-    assert "regressions: ce/tok_per_sec, pyxis/tok_per_sec" in printed
+    # a reference no run matches is missing, not a regression
+    assert "; regressions: ce/tok_per_sec;" in printed
+    assert "missing (no usable run matches): pyxis/tok_per_sec" in printed
 
 
 def test_all_pass_exits_zero(tmp_path, table_dir):
@@ -92,10 +94,23 @@ def test_example_file_is_valid():
     ("[[reference]]\nfigures.mfu = { value = 40, tolerance = 0.1 }", "unknown key(s) ['tolerance']"),
     ("[[reference]]\nwhere = { world_size = 'eight' }\nfigures.mfu = { value = 40 }", "must be number(s)"),
     ("[[reference", "not valid TOML"),
+    ("[[reference]]\nfigures.mfu = { value = 40, lower = '-5%' }", "lower = '-5%' is not a number"),
+    ("[[reference]]\nfigures.mfu = { value = 40, upper = true }", "upper = True is not a number"),
+    ("[[reference]]\nfigures.mfu = { value = 40, unit = 3 }", "unit = 3 must be a string"),
+    ("[[reference]]\nwhere = 'bare'\nfigures.mfu = { value = 40 }", "where must be a table"),
+    ("reference = [1, 2]", "no [[reference]] entries"),
 ])
 def test_bad_references_are_clear_errors(tmp_path, body, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         load_references(refs(tmp_path, body))
+
+
+def test_a_binary_references_file_is_one_line_naming_it(tmp_path, table_dir, capsys):
+    path = tmp_path / "refs.toml"
+    path.write_bytes(b"[[reference]]\nname = \"\xff\xfe\x00\"\n")
+    assert main(["check", str(table_dir), "--references", str(path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --references {path}: not UTF-8 text") and "\n" not in err
 
 
 def test_cli_reports_a_bad_file_in_one_line(tmp_path, table_dir, capsys):

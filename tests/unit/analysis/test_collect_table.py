@@ -6,6 +6,7 @@ python -m pytest tests/unit/analysis/test_collect_table.py -q
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from bench.analysis.collect import TABLE_CSV, TABLE_PARQUET, collect, load_table
 from bench.analysis.scaling import scaling_table
 from bench.errors import AnalysisError
 from tests.support.synthetic import SweepSpec, efficiency, generate_sweep
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_thousands_of_generated_runs(tmp_path):
@@ -111,3 +114,60 @@ def test_bad_inputs_are_clear_errors(tmp_path):
         load_table(tmp_path)
     empty = collect([tmp_path])
     assert len(empty.table) == 0 and list(empty.table.columns) == list(collect_mod.COLUMNS)
+
+
+@pytest.mark.parametrize("cut", ["mid_row", "mid_field"])
+def test_a_torn_csv_is_refused_by_report_and_check_with_one_line(tmp_path, capsys, cut):
+    """A runs.csv cut mid-row (a copy that stopped) is never read with its torn row (issue 23)."""
+    from bench.cli import main
+
+    generate_sweep(tmp_path / "root", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
+    collect([tmp_path / "root"], tmp_path / "table")
+    text = (tmp_path / "table" / TABLE_CSV).read_text()
+    torn = tmp_path / "torn.csv"
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    keep = len(text.rstrip("\n")) - len(last) + (len(last) // 2 if cut == "mid_row" else last.index(",") + 3)
+    torn.write_text(text[:keep])
+    with pytest.raises(AnalysisError, match="a torn table: its last row ends without a newline"):
+        load_table(torn)
+    refs = tmp_path / "refs.toml"
+    refs.write_text('[[reference]]\nwhere = { runtime = "bare" }\nfigures.tok_per_sec = { value = 1 }\n')
+    for argv in (["report", str(torn), "--out", str(tmp_path / "report")],
+                 ["check", str(torn), "--references", str(refs)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {torn}: a torn table") and "\n" not in err
+    assert not (tmp_path / "report" / "report.md").exists()
+
+
+def test_a_row_with_fields_missing_is_refused_naming_it(tmp_path):
+    generate_sweep(tmp_path / "root", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
+    collect([tmp_path / "root"], tmp_path / "table")
+    lines = (tmp_path / "table" / TABLE_CSV).read_text().splitlines()
+    lines[1] = lines[1].rsplit(",", 3)[0]  # three fields short, yet whole lines
+    torn = tmp_path / "short.csv"
+    torn.write_text("\n".join(lines) + "\n")
+    with pytest.raises(AnalysisError, match=r"row 1 \(line 2\) has \d+ fields, the header \d+"):
+        load_table(torn)
+
+
+def test_a_table_of_an_older_row_version_is_read(tmp_path):
+    """Tables collected by an older release keep working: columns added since are empty (unknown)."""
+    table = load_table(REPO / "results" / "h200-d20" / "table-stacked")
+    assert len(table) and (table["row_version"] < collect_mod.ROW_VERSION).all()
+    assert table["vocab_size"].isna().all() and list(table.columns) == list(collect_mod.COLUMNS)
+    assert len(scaling_table(table)) > 0
+
+
+def test_a_run_directory_found_twice_is_one_run(make_run, tmp_path):
+    """ReFrame keeps a failed case's run directory in its stage directory and copies it to its output
+    directory: both are read, the figures count the run once, and the copy names the one they use."""
+    run = make_run("n1-bare-r1", root=tmp_path / "stage" / "sweep", slurm={"job_id": "42"})
+    shutil.copytree(run, tmp_path / "output" / "sweep" / run.name)
+    table = collect([tmp_path], tmp_path / "table").table
+    assert len(table) == 2 and table["skip_reason"].isna().sum() == 1
+    copy = table[table["skip_reason"].notna()].iloc[0]
+    assert copy["skip_reason"].startswith("the same run as ")
+    assert copy["skip_reason"].endswith("(a copy of its directory)")
+    assert load_table(tmp_path / "table")["skip_reason"].isna().sum() == 1
+    assert scaling_table(table)["runs"].tolist() == [1]

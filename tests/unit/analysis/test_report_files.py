@@ -26,7 +26,7 @@ def test_sweep_report(tmp_path, make_run):
     assert {p.name for p in out.iterdir()} >= {"report.md", "report.html", "runs.parquet", "runs.csv", "figures"}
     pngs = sorted((out / "figures").glob("*.png"))
     names = {re.sub(r"^\d+-.*-(\w+)\.png$", r"\1", p.name) for p in pngs}
-    assert names == {"speedup", "efficiency", "mfu", "startup", "step", "busbw", "ratio"}  # strong scaling
+    assert names == {"speedup", "throughput", "efficiency", "mfu", "startup", "step", "busbw", "ratio"}  # strong
     assert all(p.with_suffix(".svg").stat().st_size > 1000 for p in pngs)
 
     md = (out / "report.md").read_text()

@@ -182,3 +182,16 @@ def test_a_clean_sweep_has_no_findings(tmp_path):
     write_report(collect([tmp_path / "runs"]).table, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
     assert "**Findings.** None: no gap in these runs passes its threshold." in md
+
+
+def test_efficiency_above_ideal_is_flagged_and_strong_scaling_has_a_throughput_figure(tmp_path):
+    """A point beyond 100% efficiency is a finding (not a gain taken as is); strong scaling draws tok/s
+    itself, and each throughput figure says its bars are min-max over repeats."""
+    spec = SweepSpec(runtimes={"bare": 1.0}, world_sizes=(8, 16), repeats=2, steps=14, noise=0.0,
+                     efficiency_per_doubling=1.08)
+    generate_sweep(tmp_path / "runs", spec)
+    table = collect([tmp_path / "runs"], tmp_path / "table").table
+    md = write_report(table, tmp_path / "report").with_name("report.md").read_text()
+    assert re.search(r"bare at 16 GPUs \(2 nodes\) reaches 10[78]\.\d% parallel efficiency, above ideal", md)
+    assert "Throughput (strong scaling; bars: min–max over repeats)" in md
+    assert any(p.name.endswith("-throughput.png") for p in (tmp_path / "report" / "figures").iterdir())

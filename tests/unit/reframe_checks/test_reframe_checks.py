@@ -8,14 +8,20 @@ from reframe.core.exceptions import ConfigError as ReframeConfigError
 from reframe.core.exceptions import is_severe
 
 from bench.errors import ConfigError
-from bench.reframe_checks.checks import nccl_net_problem, one_line, preflight_busbw
+from bench.analysis import why
+from bench.reframe_checks.checks import UNITS, nccl_net_problem, one_line
 
 
-def test_preflight_busbw_is_read_when_run_json_records_it():
+def test_preflight_busbw_is_a_performance_variable_read_from_the_row():
+    """The check reports the row's figures: the pre-flight's busbw as run.json records it, in GB/s."""
     pre = {"preflight": {"backend": "nccl", "busbw_gbps": {"all_reduce": 182.5, "all_gather": 90}}}
-    assert preflight_busbw(pre) == {"busbw_all_reduce_gbps": 182.5, "busbw_all_gather_gbps": 90.0}
-    assert preflight_busbw({}) == {} and preflight_busbw({"preflight": None}) == {}
-    assert preflight_busbw({"preflight": {"busbw_gbps": {"all_reduce": "fast"}}}) == {}
+    row = why.section_fields(pre)
+    assert {k: v for k, v in row.items() if k.startswith("busbw_")} == \
+        {"busbw_all_reduce_gbps": 182.5, "busbw_all_gather_gbps": 90.0}
+    assert UNITS["busbw_all_reduce_gbps"] == "GB/s" and UNITS["tok_per_sec_per_gpu"] == "tok/s"
+    assert not any(k.startswith("busbw_") for k in why.section_fields({"preflight": None}))
+    fast = {"preflight": {"busbw_gbps": {"all_reduce": "fast"}}}
+    assert not any(k.startswith("busbw_") for k in why.section_fields(fast))
 
 
 def test_the_network_is_checked_where_the_partition_names_one_and_nodes_talk():

@@ -1,0 +1,79 @@
+"""The comparison key holds the model's identity: runs of different models, precision, data or tiling are
+never repeats of one point, and the report says which runs it kept apart and why.
+
+    python -m pytest tests/unit/analysis/test_comparison_key.py -q
+"""
+
+import pandas as pd
+import pytest
+
+from bench.analysis import scaling
+from bench.analysis.collect import collect, to_frame
+from bench.analysis.report import write_report
+from bench.analysis.rundir import manifest_fields
+
+
+def _two_models(make_run, field: dict, other: dict):
+    for i in range(2):
+        make_run(f"a{i}", tok_s=17_000.0 + i, **field)
+        make_run(f"b{i}", tok_s=500.0 + i, **other)
+
+
+def test_two_vocabularies_are_two_groups_and_the_report_says_why(make_run, tmp_path):
+    _two_models(make_run, {"vocabulary": {"vocab_size": 1024}}, {"vocabulary": {"vocab_size": 65536}})
+    table = collect([tmp_path / "runs"], tmp_path / "table").table
+    points = scaling.scaling_table(table)
+    assert len(points) == 2 and sorted(points["runs"]) == [2, 2]  # not one row of 4 pooled "repeats"
+    assert sorted(points["tok_per_sec"]) == pytest.approx([500.5, 17_000.5], rel=0.01)
+    assert points["config"].str.contains("vocab 1,024").sum() == 1
+    assert points["config"].str.contains("vocab 65,536").sum() == 1
+
+    kept = scaling.kept_apart(table)
+    assert list(kept["differs"].unique()) == ["vocab_size"] and sorted(kept["runs"]) == [2, 2]
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md[md.index("## Runs kept apart"):]
+    assert "trained another model" in section and "vocab 1,024" in section and "vocab 65,536" in section
+    assert md.count("\n## nanochat-base d20") == 2  # one config section per model
+    assert "## Runs kept apart" in (tmp_path / "report" / "report.html").read_text().replace("<h2>", "## ")
+
+
+def test_one_model_has_no_kept_apart_section(make_run, tmp_path):
+    _two_models(make_run, {"vocabulary": {"vocab_size": 1024}}, {"vocabulary": {"vocab_size": 1024}})
+    table = collect([tmp_path / "runs"], tmp_path / "table").table
+    assert len(scaling.scaling_table(table)) == 1 and scaling.kept_apart(table).empty
+    write_report(table, tmp_path / "report")
+    assert "Runs kept apart" not in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_fp8_is_another_precision_and_a_run_without_the_key_trained_in_bf16(make_run, tmp_path):
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "device_batch_size": 32}
+    _two_models(make_run, {"config": {**base, "fp8": True}}, {"config": base})
+    table = collect([tmp_path / "runs"]).table
+    assert sorted(table["precision"].unique()) == ["bf16", "fp8"]
+    kept = scaling.kept_apart(table)
+    assert set(kept["values"]) == {"precision fp8", "precision bf16"}
+
+
+def test_data_identity_and_nntile_tiles_are_flattened_and_keys():
+    """run.json's `data` section (origin, tokenizer) read tolerantly: absent is unknown, never an error."""
+    row = manifest_fields({"data": {"origin": "generated", "tokenizer_sha256": "ab" * 32}, "config": {}}, [])
+    assert (row["data_origin"], row["tokenizer_sha256"], row["precision"]) == ("generated", "ab" * 32, "bf16")
+    row = manifest_fields({"config": {}, "data": None}, [])
+    assert row["data_origin"] is None and row["tokenizer_sha256"] is None
+    tiled = manifest_fields({"workload": "nntile-gpt2", "config": {"seq_tile": 64, "embd_tile": -1}}, [])
+    assert tiled["tiling"] == "embd_tile=-1,seq_tile=64"
+    recorded = manifest_fields({"nntile": {"tiling": {"tiled_axis_groups": 3, "axis_groups": 91}}}, [])
+    assert recorded["tiling"] == '{"axis_groups": 91, "tiled_axis_groups": 3}'
+    assert {"data_origin", "tokenizer_sha256", "tiling", "vocab_size", "num_params", "flops_per_token",
+            "precision"} <= set(scaling.GROUP_KEYS)
+
+
+def test_generated_and_downloaded_data_are_kept_apart(make_run, tmp_path):
+    make_run("g0")
+    make_run("d0")
+    table = collect([tmp_path / "runs"]).table
+    table["data_origin"] = pd.Series(["downloaded", "generated"], dtype="string")  # as a newer contract writes
+    points = scaling.scaling_table(table)
+    assert len(points) == 2 and set(points["config"].str.extract(r"(\w+) data$")[0]) == {"generated", "downloaded"}
+    assert to_frame([]).columns.tolist()[-1] == "row_version"

@@ -10,6 +10,7 @@ Probes are real trainer processes; on CPU there is no CUDA peak to compare, so t
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -176,3 +177,13 @@ def test_capacity_on_cpu_without_a_cap_is_refused_naming_settings_that_fit(tmp_p
                            "100T", "--out", str(tmp_path / "cap")], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert huge.returncode == 1 and "more than half" in huge.stderr and "allows --memory-limit up to" in huge.stderr
+
+
+def test_the_gpu_benchmark_on_a_cpu_host_is_refused_pointing_at_tiny(tmp_path):
+    """benchmarks/capacity_bench.py without --tiny on a CPU host: one line naming --tiny, no probe."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU is visible: the benchmark would run")
+    p = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "cap")], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
+    assert p.returncode == 1 and p.stderr.startswith("error: capacity on CPU") and "--tiny" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "cap" / "runs").exists()

@@ -143,7 +143,7 @@ def test_readme_commands_run_as_written(tmp_path):
         if command in NOT_HERE:
             continue
         if command == ENV_SH:
-            built = support_nntile.build(["bash", "-c", command], cwd=work, env=env)
+            built = support_nntile.build(["bash", "-c", command], cwd=REPO, env=env)  # a path in the checkout
             no_nntile = built.stderr.strip() if support_nntile.unavailable(built) else None
             if no_nntile is None:
                 _exited(built, command)

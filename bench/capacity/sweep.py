@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.capacity import data as capdata, lifetime
+from bench.capacity.cpuhost import check_cpu_host
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError
@@ -118,29 +119,6 @@ def machine(cfg: SweepConfig) -> dict:
 
 # ------------------------------------------------------------------------------------------------
 # predictions
-
-
-# What benchmarks/capacity_bench.py --tiny runs: a search that ends inside its family within minutes on CPU.
-TINY_CPU_FLAGS = "--device-type cpu --memory-limit 1050M --seq 64 --aspect-ratios 32 --max-depth 8 --max-batch 2"
-
-
-def check_cpu_host(cfg: SweepConfig, machine_info: dict, host_floor: int) -> None:
-    """On CPU the probes' memory is the host's: refuse a sweep whose ranks could take the host down to its
-    guard (a probe stopped there leaves the machine at a few GiB free for every other process). Each rank
-    needs an address-space cap, and the ranks' caps together at most half of what is available above it."""
-    if machine_info["device_type"] != "cpu":
-        return
-    room = (machine_info["host_available_bytes"] or 0) - host_floor
-    fits = max(0, room // 2 // cfg.nproc) >> 20  # MiB per rank
-    hint = (f"e.g. `nanochat-bench capacity {TINY_CPU_FLAGS}` (what benchmarks/capacity_bench.py --tiny runs); "
-            f"this host allows --memory-limit up to {fits}M with --gpus {cfg.nproc}")
-    if cfg.memory_limit is None:
-        raise ConfigError(f"capacity on CPU: give --memory-limit, or the probes grow until this host "
-                          f"({room / 2**30:.1f} GiB available above its {host_floor / 2**30:.1f} GiB guard) runs "
-                          f"low; {hint}")
-    if cfg.memory_limit * cfg.nproc > room // 2:
-        raise ConfigError(f"--memory-limit {cfg.memory_limit >> 20}M x {cfg.nproc} rank(s): more than half of "
-                          f"the {room / 2**30:.1f} GiB this host has available above its guard; {hint}")
 
 
 class Sweep:

@@ -11,7 +11,8 @@ ends within about 9 minutes: per strategy a depth-24 point, then the capacity at
 then the tok/s at the largest batch that fits. Then it compares the model with every measured peak
 (memory_check.csv), refits its constants (calibration.json, memory_calibration.json's format) and writes
 the capacity report (report/capacity.md). Running it again with the same OUT_DIR resumes: probes already
-done are read back.
+done are read back. On a CPU host without --tiny it refuses at once (the probes' memory would be the host's),
+naming settings that fit.
 """
 
 import argparse
@@ -27,6 +28,7 @@ sys.path.insert(0, REPO)
 from bench.analysis.capacity import write_capacity_report  # noqa: E402
 from bench.capacity import calibrate  # noqa: E402
 from bench.capacity.sweep import Sweep, SweepConfig  # noqa: E402
+from bench.errors import ConfigError  # noqa: E402
 
 # fsdp first (the reference of the ratios), offload before fsdp+ac: should the budget run short, the
 # prediction that checkpointing adds nothing at batch 1 is the one left unmeasured.
@@ -54,9 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     preset = dict(TINY if args.tiny else GPU)
     if args.max_batch:
         preset["max_batch"] = args.max_batch
-    cfg = SweepConfig(out=out, strategies=args.strategies.split(","), nproc=args.gpus, search=True, steps=3,
-                      time_per_point=args.time_per_point, budget_s=args.budget, **preset)
-    summary = Sweep(cfg, log=lambda line: print(line, flush=True)).run()
+    try:
+        cfg = SweepConfig(out=out, strategies=args.strategies.split(","), nproc=args.gpus, search=True, steps=3,
+                          time_per_point=args.time_per_point, budget_s=args.budget, **preset)
+        summary = Sweep(cfg, log=lambda line: print(line, flush=True)).run()
+    except ConfigError as e:  # e.g. a CPU host without --tiny: one line naming what would fit
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: the probe is ended, the finished ones summarised
+        print(f"interrupted; the finished probes are in {out / 'summary.json'}", file=sys.stderr)
+        return 130
 
     rows = calibrate.check(summary)
     write_rows(out / "memory_check.csv", rows)

@@ -5,5 +5,8 @@
 - probe.py   one probe = one trainer process tree under a timeout, a memory watch and an optional cap,
              in its own run directory (read back, not rerun, when it is already done)
 - sweep.py   every strategy in turn: capacity at batch 1, then throughput at the largest batch that fits
+- lifetime.py  the probes end with the sweep (signals become an exception; own session; parent-death signal)
+- cpuhost.py   on CPU: a sweep whose ranks could exhaust the host is refused, naming settings that fit
+- rebuild.py   a summary from the finished probes, for a sweep that ended without writing one
 The report is bench/analysis/capacity.py.
 """

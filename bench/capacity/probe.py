@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from bench.capacity import capped
+from bench.capacity import capped, lifetime
 from bench.launch.local import prepare_local
 from bench.schema import TRAIN_LOG, close_unfinished
 from bench.schema import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
@@ -185,15 +185,6 @@ def _vm_peak(pids: set[int]) -> int:
     return peak
 
 
-def _first_to_go() -> None:
-    """Make the probe the kernel's first choice when the host runs out of memory (its pinned buffers may
-    not count as its own resident memory), so that no other process is killed in its place."""
-    try:
-        Path("/proc/self/oom_score_adj").write_text("1000")
-    except OSError:
-        pass
-
-
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGTERM to the probe (torchrun passes it on to its ranks), then SIGKILL to the whole tree, ranks
     included, if anything of it is still there after a grace period: no orphan keeps the GPU's memory."""
@@ -215,6 +206,36 @@ def _kill_tree(proc: subprocess.Popen) -> None:
             return
 
 
+class _Reaper:
+    """Starts the probe (bench/capacity/lifetime.py: own session, dies with the sweep) and, when the sweep
+    leaves the probe's block by an exception (Ctrl-C, SIGTERM, a bug), records it `cancelled` and kills
+    its whole tree before the exception goes on: no probe outlives the sweep."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.proc = run_dir, None
+
+    def __enter__(self) -> "_Reaper":
+        return self
+
+    def start(self, cmd: list[str], env: dict, log) -> subprocess.Popen:
+        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     preexec_fn=lifetime.child_setup(os.getpid()))
+        return self.proc
+
+    def __exit__(self, kind, error, _tb) -> None:
+        if kind is None or self.proc is None or self.proc.poll() is not None:
+            return
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, lifetime.SIGNALS)  # a second Ctrl-C waits for this
+        try:
+            why = error.args[0] if isinstance(error, lifetime.Stopped) else kind.__name__
+            update_run_json(self.run_dir, status="cancelled", message=f"the capacity sweep was stopped ({why}) "
+                            "while this probe ran; it runs again when the sweep is resumed", finished_at=time.time())
+            _kill_tree(self.proc)
+            self.proc.wait()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
@@ -233,9 +254,8 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
     t0 = time.time()
     base_avail = _mem_available()
     host_peak, vm_peak, stopped = 0, 0, None
-    with open(run_dir / TRAIN_LOG, "ab") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_first_to_go)
+    with open(run_dir / TRAIN_LOG, "ab") as log, _Reaper(run_dir) as reaper:
+        proc = reaper.start(cmd, env, log)
         while proc.poll() is None:
             time.sleep(POLL_S)
             vm_peak = max(vm_peak, _vm_peak(_tree(proc.pid)))

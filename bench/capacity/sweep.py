@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.capacity import data as capdata
+from bench.capacity import data as capdata, lifetime
+from bench.capacity.cpuhost import check_cpu_host
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError
@@ -125,10 +126,12 @@ class Sweep:
         self.cfg, self.log = cfg, log
         self.machine = machine(cfg)
         self.host_floor = cfg.host_floor or max(2 << 30, int(0.03 * (self.machine["host_bytes"] or 0)))
+        check_cpu_host(cfg, self.machine, self.host_floor)
         self.results: list[ProbeResult] = []
         self.searches: dict[tuple[str, int], dict] = {}
         self.t0 = time.time()
         self.out_of_time = False
+        self.interrupted: str | None = None  # the signal (or error) that stopped the sweep
 
     def estimate(self, strategy: str, shape: Shape, batch: int) -> memory.Estimate:
         c = self.cfg
@@ -169,6 +172,8 @@ class Sweep:
                 self.out_of_time = True
                 return ProbeResult(spec, "budget", "not run: the sweep's time budget is spent")
             timeout = c.time_per_point if left is None else min(c.time_per_point, left)
+            self.log(f"[{len(self.results) + 1:3d} {time.time() - self.t0:6.0f}s] {strategy:<16} {spec.name:<12} "
+                     f"starting (up to {timeout:.0f} s)")
             result = run_probe(spec, run_dir, self.data, timeout, self.host_floor,
                                deadline_cut=left is not None and left < c.time_per_point)
             self.out_of_time |= result.outcome == "budget"
@@ -212,8 +217,22 @@ class Sweep:
     # passes
 
     def run(self) -> dict:
+        """Every pass; stopped by a signal or an error, it still writes the summary of the probes that
+        finished (marked `interrupted`) before the exception goes on."""
+        with lifetime.stop_on_signals():
+            try:
+                self._passes()
+            except BaseException as e:
+                self.interrupted = e.args[0] if isinstance(e, lifetime.Stopped) else type(e).__name__
+                if self.results:
+                    self.write_summary()
+                raise
+        return self.write_summary()
+
+    def _passes(self) -> None:
         c = self.cfg
         c.out.mkdir(parents=True, exist_ok=True)
+        self.log(f"capacity: preparing the probes' data ({c.vocab_size:,}-token vocabulary) under {c.out / 'data'}")
         t = time.time()
         self.data = {"base_dir": c.out / "data", "memory_limit": c.memory_limit,
                      "bin_dir": capdata.prepare(c.out / "data", c.vocab_size)}
@@ -234,7 +253,6 @@ class Sweep:
         if c.batch_search:
             for strategy in c.strategies:
                 self._batches(strategy)
-        return self.write_summary()
 
     def _search(self, strategy: str, aspect_ratio: int, broken: ProbeResult | None = None) -> None:
         """The capacity search of one strategy; not started when a smaller point already failed or hung
@@ -247,6 +265,12 @@ class Sweep:
         if broken is not None:
             state["stopped"] = {"shape": broken.spec.name, "num_params": broken.num_params,
                                 "outcome": broken.outcome, "message": broken.message}
+        try:
+            self._bisect(strategy, search, state)
+        finally:  # an interrupted search still says what its finished probes found
+            self._settle(search, state)
+
+    def _bisect(self, strategy: str, search: CapacitySearch, state: dict) -> None:
         while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
             r = self.probe(strategy, shape, 1)
             if r.outcome in ("ok", "oom"):
@@ -255,6 +279,9 @@ class Sweep:
             state["stopped"] = {"shape": shape.name, "num_params": shape.num_params, "outcome": r.outcome,
                                 "message": r.message}
             break
+
+    @staticmethod
+    def _settle(search: CapacitySearch, state: dict) -> None:
         state["capacity"] = _shape_dict(search.capacity)
         state["first_failure"] = _shape_dict(search.first_failure)
         state["probes"] = search.probes
@@ -281,7 +308,15 @@ class Sweep:
     # results
 
     def write_summary(self) -> dict:
-        summary = summarize(self.cfg, self.machine, self.results, list(self.searches.values()))
+        from bench.capacity.rebuild import search_from_probes
+
+        searches = list(self.searches.values())
+        for strategy in self.cfg.strategies:  # not searched (only --depths, or stopped before): what its probes say
+            for ar in self.cfg.aspect_ratios:
+                if (strategy, ar) not in self.searches and any(r.spec.strategy == strategy for r in self.results):
+                    searches.append(search_from_probes(strategy, ar, self.results))
+        summary = summarize(_config_dict(self.cfg), self.machine, self.results, searches)
+        summary["interrupted"] = self.interrupted
         write_json_atomic(self.cfg.out / SUMMARY_JSON, summary)
         write_probes_csv(self.cfg.out / PROBES_CSV, summary["probes"])
         for line in format_table(summary):
@@ -302,7 +337,7 @@ def _shape_dict(shape: Shape | None) -> dict | None:
                                        "num_params": shape.num_params}
 
 
-def summarize(cfg: SweepConfig, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
+def summarize(config: dict, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
     """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe."""
     probes = [dict(r.record(), run_dir=r.run_dir, reused=r.reused) for r in results if r.outcome != "budget"]
     ref = next((s["capacity"] for s in searches if s["strategy"] == REFERENCE and s.get("capacity")), None)
@@ -315,7 +350,7 @@ def summarize(cfg: SweepConfig, machine_info: dict, results: list[ProbeResult], 
         s["tok_per_sec_at_capacity"] = best.tok_per_sec if best else None
         s["batch_at_capacity"] = best.spec.device_batch_size if best else None
     skipped = sum(r.outcome == "budget" for r in results)
-    return {"machine": machine_info, "config": _config_dict(cfg), "searches": searches, "probes": probes,
+    return {"machine": machine_info, "config": config, "searches": searches, "probes": probes,
             "not_run_for_budget": skipped, "written_at": time.time()}
 
 
@@ -352,6 +387,9 @@ def format_table(summary: dict) -> list[str]:
         name = s["strategy"] + ("" if s["aspect_ratio"] == 64 else f" a{s['aspect_ratio']}")
         lines.append(f"{name:<18}{cap['name'] if cap else '-':>10}{format(cap['num_params'], ',') if cap else '-':>16}"
                      f"{ratio:>8}{tps:>10}{end:>28}")
+    if summary.get("interrupted"):
+        lines.append(f"(interrupted by {summary['interrupted']} after {len(summary['probes'])} finished probe(s); "
+                     "run again to resume)")
     if summary.get("not_run_for_budget"):
         lines.append(f"({summary['not_run_for_budget']} probe(s) not run: time budget spent; run again to resume)")
     return lines

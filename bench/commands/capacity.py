@@ -83,9 +83,17 @@ def cmd_capacity(args) -> int:
         print(f"summary: {out / 'summary.json'} (every probe: {out / 'probes.csv'})")
     if args.report:
         from bench.analysis.capacity import write_capacity_report
+        from bench.capacity.rebuild import rebuild_summary
+        from bench.capacity.sweep import SUMMARY_JSON, load_summary
 
+        if not (out / SUMMARY_JSON).is_file():  # a sweep that was killed before it could write one
+            rebuild_summary(out)
+            print(f"{out / SUMMARY_JSON}: rebuilt from the finished probes under {out / 'runs'}")
         path = write_capacity_report([out], out / "report")
         print(f"report: {path}")
+        if stopped := load_summary(out).get("interrupted"):
+            print(f"note: the sweep did not finish ({stopped}): the report holds the probes that did; run the "
+                  "same command without --report to resume it")
     return 0
 
 

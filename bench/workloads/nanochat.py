@@ -2,7 +2,9 @@
 
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
+from bench.errors import DataError
 from bench.schema import WORKLOAD as NANOCHAT_WORKLOAD
 from bench.workloads.base import Workload
 
@@ -16,6 +18,9 @@ class Nanochat(Workload):
 
         config = parse_args(argv)
         grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
+        if config.data_bin_dir and not (Path(config.data_bin_dir) / "train.bin").is_file():  # before torchrun
+            raise DataError(f"--data_bin_dir={config.data_bin_dir}: no train.bin there; `nanochat-bench data bin` "
+                            "writes one (default: $NANOCHAT_BASE_DIR/base_data_bin, ~/.cache/nanochat/base_data_bin)")
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
         from bench.launch.torchrun import torchrun_command

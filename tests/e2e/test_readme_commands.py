@@ -14,18 +14,22 @@ is either runnable or listed.
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from bench.workloads import nntile
+from tests.support import nntile as support_nntile
 from tests.support.readme import README, commands
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_S = 600
+ENV_SH = "bench/workloads/nntile/env.sh"
 CPU_SWEEP = next((c for c in commands() if c.startswith("nanochat-bench submit") and "--device_type cpu" in c), None)
 
 NOT_HERE = {
@@ -40,7 +44,8 @@ NOT_HERE = {
     "nanochat-bench capacity --depths 12,24,36 --out runs/capacity": "a GPU (d36 on a CPU takes hours)",
     "nanochat-bench capacity --report --out runs/capacity": "the output of the capacity runs above",
     "python benchmarks/capacity_bench.py OUT": "a GPU",
-    "bench/workloads/nntile/env.sh": "run by .ci/run before the tests (3 minutes, 7 GB); the NNTile lines below use it",
+    "python benchmarks/capacity_bench.py runs/capacity-cpu --tiny --strategies zero2,fsdp+ac+offload --max-batch 1":
+        "tests/integration/test_capacity.py runs this very command and checks where its search ends",
     "nanochat-bench train --workload nntile -- --batch=8 --minibatch=4 --seq-tile=64":
         "GPT-2 small (124M parameters, context 1,024): hours on 2 CPU cores; the d2.json lines run instead",
     "nanochat-bench submit --nodes 1,2,4,8 --gpus-per-node 4 --runtimes bare,ce --repeats 3 "
@@ -83,7 +88,7 @@ D2_DATA = re.findall(r"`(nanochat-bench [^`]+)`", _D2_PROSE.group(1)) if _D2_PRO
 
 def _measured_beside_nntile(command: str) -> bool:
     """The README's nanochat-vs-NNTile lines, which run on their own data (1,024-token vocabulary)."""
-    return "d2.json" in command or "--data_bin_dir=$NANOCHAT_BASE_DIR/base_data_bin" in command
+    return "d2.json" in command or re.search(r"--data_bin_dir=\S*/base_data_bin", command) is not None
 
 
 def _workdir(tmp_path: Path) -> tuple[Path, dict]:
@@ -108,6 +113,10 @@ def _run(command: str, cwd: Path, env: dict, rc: int = 0) -> str:
                            timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"README command still running after {COMMAND_TIMEOUT_S} s: {command}")
+    return _exited(p, command, rc)
+
+
+def _exited(p: subprocess.CompletedProcess, command: str, rc: int = 0) -> str:
     assert p.returncode == rc, (f"README command exited {p.returncode}, not {rc}: {command}\n"
                                 f"--- output (tail) ---\n{(p.stdout + p.stderr)[-3000:]}")
     return p.stdout + p.stderr
@@ -123,12 +132,28 @@ def test_every_readme_command_is_run_here_or_says_why_not():
 
 
 def test_readme_commands_run_as_written(tmp_path):
+    """Regression: on a fresh machine this failed for want of the NNTile environment, which only .ci/run
+    built; the README's env.sh line now runs here, in order, as a reader would run it."""
     work, env = _workdir(tmp_path)
     nntile_env = dict(env, NANOCHAT_BASE_DIR=str(tmp_path / "base-d2"))
     prepared = False
+    no_nntile = None  # why the NNTile lines cannot run here (no Python 3.12 outside CI), else None
     ran = []
     for command in commands():
         if command in NOT_HERE:
+            continue
+        if command == ENV_SH:
+            built = support_nntile.build(["bash", "-c", command], cwd=REPO, env=env)  # a path in the checkout
+            no_nntile = built.stderr.strip() if support_nntile.unavailable(built) else None
+            if no_nntile is None:
+                _exited(built, command)
+            continue
+        if "--workload nntile" in command and no_nntile:
+            continue
+        if command.startswith("nanochat-bench data bin"):  # README: GPT-2 small takes this data's vocabulary
+            _run(command, work, env)
+            _gpt2_small_accepts(env)
+            ran.append(command)
             continue
         here = env
         if _measured_beside_nntile(command):
@@ -145,3 +170,20 @@ def test_readme_commands_run_as_written(tmp_path):
     assert any(c.startswith("nanochat-bench train --nproc") for c in ran) and any("report" in c for c in ran)
     statuses = [json.loads(p.read_text())["status"] for p in (work / "runs" / "local").rglob("run.json")]  # trained
     assert statuses and set(statuses) == {"ok"}, statuses
+    report = (work / "results" / "report" / "report.md").read_text()
+    if no_nntile is None:  # README: "the section 'nanochat and NNTile side by side' sets the 1-rank ..."
+        assert "## nanochat and NNTile side by side" in report, report[-3000:]
+
+
+def _gpt2_small_accepts(env: dict) -> None:
+    """The README's GPT-2 small command (hours here, so not run) passes every check on the data the README
+    made: its vocabulary is the 65,536-token tokenizer's, not GPT-2's 50,257."""
+    command = next(c for c in commands() if c.startswith("nanochat-bench train --workload nntile") and "d2" not in c)
+    argv = shlex.split(command.split(" -- ", 1)[1])
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NANOCHAT_BASE_DIR", env["NANOCHAT_BASE_DIR"])
+    try:
+        nntile.WORKLOAD.check(argv, 1)
+        assert nntile.WORKLOAD.manifest_config(argv)["gpt2"]["vocab_size"] == 65536
+    finally:
+        mp.undo()

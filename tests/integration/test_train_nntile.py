@@ -5,7 +5,7 @@
 
 The NNTile environment (Python 3.12, torch 2.9.1, torch-nntile 0.1.0) is built by
 bench/workloads/nntile/env.sh when missing: a few minutes and ~7 GB the first time, cached after
-(.ci/run builds it before the tests). Skipped only where no Python 3.12 exists, never in CI.
+(tests/support/nntile.py). Skipped only where no Python 3.12 exists, never in CI.
 """
 
 import json
@@ -18,12 +18,14 @@ import pytest
 from bench.analysis import summarize_runs
 from bench.analysis.collect import load_table
 from bench.cli import main
+from bench.errors import DataError
 from bench.launch.local import run_local
 from bench.logline import parse_step_line
 from bench.nanochat import tokbin
 from bench.schema import EVENTS, METRICS_JSONL, TRAIN_LOG, read_run_json
 from bench.workloads import nntile
 from bench.workloads.nntile.config import flops_per_token, gpt2_shape
+from tests.support import nntile as support_nntile
 from tests.support.contract import assert_follows_contract
 
 STEPS = 24
@@ -34,14 +36,7 @@ TILES = ["--minibatch-tile=2", "--seq-tile=16", "--head-tile=2"]  # tiled: the f
 
 @pytest.fixture(scope="session")
 def nntile_python():
-    """The NNTile interpreter: NANOCHAT_BENCH_NNTILE_PYTHON, else the one env.sh builds (or finds built)."""
-    if os.environ.get(nntile.ENV_PYTHON):
-        return os.environ[nntile.ENV_PYTHON]
-    proc = subprocess.run(["bash", str(nntile.ENV_SCRIPT)], capture_output=True, text=True, timeout=1500)
-    if proc.returncode == 2 and "no Python 3.12" in proc.stderr and os.environ.get("CI") != "true":
-        pytest.skip(f"the NNTile environment cannot be built here: {proc.stderr.strip()}")
-    assert proc.returncode == 0, f"env.sh failed:\n{proc.stderr[-3000:]}"
-    return proc.stdout.strip().splitlines()[-1]
+    return support_nntile.interpreter()
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +170,54 @@ def test_a_bad_tile_is_refused_by_the_cli_before_anything_starts(workspace, tmp_
     assert rc == 1 and not (tmp_path / "never").exists()
     err = capsys.readouterr().err
     assert err.strip() == "error: --head-tile=3 does not divide n_head=4 (tiles must cut the axis evenly); valid: 1, 2, 4"
+
+
+# ------------------------------------------------------------------------------------------------
+# the README's NNTile path by hand: the checks before any process starts (no NNTile interpreter needed)
+
+README_GPT2_SMALL = ["--batch=8", "--minibatch=4", "--seq-tile=64"]  # README: "GPT-2 small, the data's vocabulary"
+
+
+def _bins_of_vocab(directory, vocab: int, tokens: int = 20_000):
+    directory.mkdir(parents=True)
+    (directory / "train.bin").write_bytes(bytes(2 * tokens))
+    (directory / "meta.json").write_text(json.dumps({"tokenizer": "nanochat", "vocab_size": vocab}))
+    return directory
+
+
+def test_the_default_gpt2_takes_the_vocabulary_of_the_readmes_data(tmp_path, monkeypatch):
+    """Regression: GPT-2 small (50,257 tokens) refused the `data bin` output of the README's 65,536-token
+    tokenizer. The default config now takes the vocabulary from the token file's meta.json."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    _bins_of_vocab(tmp_path / "base_data_bin", 65536)
+    nntile.WORKLOAD.check(README_GPT2_SMALL, 1)
+    record = nntile.WORKLOAD.manifest_config(README_GPT2_SMALL)
+    assert record["gpt2"]["vocab_size"] == 65536 and record["gpt2"]["n_layer"] == 12
+
+
+def test_an_own_config_keeps_its_vocabulary_and_a_smaller_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    _bins_of_vocab(tmp_path / "base_data_bin", 65536)
+    config = tmp_path / "small.json"
+    config.write_text(json.dumps({**SHAPE, "n_positions": 32}))
+    with pytest.raises(DataError, match="65,536 tokens .* more than the model's vocab_size=512"):
+        nntile.WORKLOAD.check([f"--config-path={config}", "--batch=2"], 1)
+
+
+def test_the_base_directory_defaults_to_the_clis(tmp_path, monkeypatch):
+    """Without $NANOCHAT_BASE_DIR the token file is looked for where `data bin` writes it by default."""
+    monkeypatch.delenv("NANOCHAT_BASE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _bins_of_vocab(tmp_path / ".cache" / "nanochat" / "base_data_bin", 65536)
+    nntile.WORKLOAD.check(README_GPT2_SMALL, 1)
+
+
+def test_a_missing_data_bin_dir_fails_before_torchrun(tmp_path, capsys):
+    """Regression: `--data_bin_dir=$NANOCHAT_BASE_DIR/base_data_bin` with the variable unset became
+    /base_data_bin and failed as `no_data` only after torchrun and the model build. Now: one line, no run."""
+    missing = tmp_path / "base_data_bin"
+    rc = main(["train", "--nproc", "1", "--run-dir", str(tmp_path / "run"), "--", "--depth=2",
+               "--max_seq_len=128", "--device_batch_size=8", "--total_batch_size=1024", f"--data_bin_dir={missing}"])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"--data_bin_dir={missing}: no train.bin there" in err and "data bin" in err, err
+    assert not (tmp_path / "run").exists()

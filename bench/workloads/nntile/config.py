@@ -33,7 +33,7 @@ TILES = (("minibatch_tile", "minibatch"), ("seq_tile", "n_positions"), ("embd_ti
 
 @dataclass
 class NNTileConfig:
-    config_path: str = ""  # GPT-2 shape (HF GPT2Config JSON); empty = GPT-2 small, as the example's file
+    config_path: str = ""  # GPT-2 shape (HF GPT2Config JSON); empty = GPT-2 small, with the data's vocabulary
     batch: int = 1  # sequences per optimizer step
     minibatch: int = -1  # sequences per forward/backward (-1 = batch); gradients accumulate over batch/minibatch
     minibatch_tile: int = -1  # tile of the batch axis (-1 = untiled)
@@ -68,7 +68,7 @@ class NNTileConfig:
 
 HELP = {
     "config_path": "GPT-2 configuration JSON (HF GPT2Config fields; default: GPT-2 small, NNTile's "
-                   "gpt2_default_config.json)",
+                   "gpt2_default_config.json, with the vocabulary of the token file's meta.json)",
     "restrict": "cpu | cuda: StarPU runs every task on that kind of worker",
     "flashattention": "flash attention (not in torch-nntile 0.1.0: refused)",
     "dataset": "train.bin (a flat uint16 token file) or WikiText-103 (needs a download: refused offline)",
@@ -244,7 +244,17 @@ def parse_args(argv: list[str]) -> tuple[NNTileConfig, dict]:
         raise ConfigError(f"nntile: unknown argument(s): {'; '.join(hints)}; see --help for the valid flags")
     config = NNTileConfig(**vars(args))
     shape = gpt2_shape(config.config_path or DEFAULT_CONFIG)
+    if not config.config_path:
+        shape["vocab_size"] = data_vocabulary(config) or shape["vocab_size"]
     return resolve(config, shape), shape
+
+
+def data_vocabulary(config: NNTileConfig) -> int | None:
+    """The vocabulary the token file was made with (its meta.json), which the default GPT-2 small takes in
+    place of GPT-2's 50,257: `data bin` writes our 65,536-token tokenizer's ids, which that would refuse.
+    None when the file or its sidecar is missing (check_dataset then says what is wrong)."""
+    vocab = read_sidecar(train_bin(config)).get("vocab_size")
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
 
 
 def as_record(config: NNTileConfig, shape: dict) -> dict:

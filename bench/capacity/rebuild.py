@@ -1,0 +1,67 @@
+"""A sweep's summary rebuilt from its probes' run directories, for a sweep that ended without writing one
+(killed with SIGKILL, or by a power cut): `capacity --report` then reports what the finished probes found.
+
+Each finished probe's run.json holds its settings and outcome under `capacity` (bench/capacity/probe.py);
+per strategy and width, the capacity is the largest model that trained at device batch 1 and the first
+failure the smallest larger one that did not fit. The search is marked incomplete, since what the
+sweep would have probed next is not known.
+"""
+
+from pathlib import Path
+
+from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
+from bench.capacity.search import Shape
+from bench.capacity.sweep import SUMMARY_JSON, PROBES_CSV, _shape_dict, summarize, write_probes_csv
+from bench.errors import ConfigError
+from bench.schema import read_run_json, write_json_atomic
+
+MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")
+
+
+def finished_probes(out: Path) -> list[ProbeResult]:
+    """Every probe under <out>/runs/ with a recorded outcome, smallest model first."""
+    found = []
+    for run_json in sorted((out / "runs").glob("*/*/run.json")):
+        cap = read_run_json(run_json.parent).get("capacity")
+        try:
+            spec = ProbeSpec(**cap["probe"])
+        except (TypeError, KeyError):
+            continue  # not a finished probe (cancelled, or written by another release)
+        if (result := read_probe(spec, run_json.parent)) is not None:
+            found.append(result)
+    return sorted(found, key=lambda r: (r.spec.strategy, r.num_params or 0, r.spec.device_batch_size))
+
+
+def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResult]) -> dict:
+    """A strategy's search state from its probes at device batch 1 (not a finished search: `complete` False)."""
+    at_b1 = [r for r in results if r.spec.strategy == strategy and r.spec.aspect_ratio == aspect_ratio
+             and r.spec.device_batch_size == 1 and r.num_params]
+    shape = lambda r: Shape(r.num_params, r.spec.depth, r.spec.aspect_ratio)  # noqa: E731
+    fits = max((r for r in at_b1 if r.fits), key=lambda r: r.num_params, default=None)
+    bound = fits.num_params if fits else 0
+    fail = min((r for r in at_b1 if r.outcome == "oom" and r.num_params > bound), key=lambda r: r.num_params,
+               default=None)
+    stop = next((r for r in at_b1 if r.outcome in ("failed", "timeout")), None)
+    return {"strategy": strategy, "aspect_ratio": aspect_ratio, "capacity": _shape_dict(fits and shape(fits)),
+            "first_failure": _shape_dict(fail and shape(fail)), "probes": len(at_b1), "complete": False,
+            "stopped": stop and {"shape": stop.spec.name, "num_params": stop.num_params, "outcome": stop.outcome,
+                                 "message": stop.message}}
+
+
+def rebuild_summary(out: str | Path) -> dict:
+    """summary.json and probes.csv of <out> from its finished probes; ConfigError when there are none."""
+    out = Path(out)
+    results = finished_probes(out)
+    if not results:
+        raise ConfigError(f"{out}: no capacity summary and no finished probe under {out / 'runs'} (run "
+                          f"`nanochat-bench capacity --out {out}` first)")
+    first = results[0]
+    machine = {k: first.extra.get(k) for k in MACHINE_KEYS}
+    machine.update(nproc=first.spec.nproc, memory_limit=None, host_available_bytes=None)
+    pairs = dict.fromkeys((r.spec.strategy, r.spec.aspect_ratio) for r in results)
+    searches = [search_from_probes(strategy, ar, results) for strategy, ar in pairs]
+    summary = summarize({"out": str(out)}, machine, results, searches)
+    summary["interrupted"] = "an end without a summary (rebuilt from the finished probes)"
+    write_json_atomic(out / SUMMARY_JSON, summary)
+    write_probes_csv(out / PROBES_CSV, summary["probes"])
+    return summary

@@ -49,7 +49,10 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
                              "first_failure": fail.get("name"), "failure_params": fail.get("num_params"),
                              "stopped": f"{stop['outcome']} at {stop['shape']}" if stop else None,
                              "probes": c.get("probes")})
-    return pd.DataFrame(probes), pd.DataFrame(searches), machines
+    # the columns even when no search was recorded (probes only), so the report shows the probes alone
+    search_columns = ["strategy", "aspect_ratio", "gpus", "gpu_name", "capacity", "capacity_params", "ratio_to_fsdp",
+                      "tok_per_sec", "batch", "first_failure", "failure_params", "stopped", "probes"]
+    return pd.DataFrame(probes), pd.DataFrame(searches, columns=search_columns), machines
 
 
 def _colors(strategies) -> dict:

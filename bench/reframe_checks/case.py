@@ -23,6 +23,7 @@ from bench.launch.job import Job, LaunchOptions, build_run, make_job, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
 from bench.launch.render import render_sbatch
 from bench.runtimes import Mount
+from bench.runtimes.base import unset_variables
 
 EXTRAS_KEY = "nanochat_bench"
 # #SBATCH lines of the rendered job that ReFrame's job must ask for too; the others (name, output, time,
@@ -108,8 +109,9 @@ class Built:
 def expanded(value: str, key: str) -> str:
     """A path of the partition's settings with $VARIABLES expanded on the host that renders the job."""
     out = os.path.expandvars(value)
-    if "$" in out:
-        raise ConfigError(f"extras['{EXTRAS_KEY}'].{key} {value!r} names an unset variable")
+    unset = unset_variables(out)
+    if unset:
+        raise ConfigError(f"extras['{EXTRAS_KEY}'].{key} {value!r} names the unset variable(s) {', '.join(unset)}")
     return out
 
 

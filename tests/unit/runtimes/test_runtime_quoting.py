@@ -104,7 +104,8 @@ def run_rendered(tmp_path, runtime: str, sweep_dir: Path, job_name: str) -> tupl
     text = render_sbatch(job)
     write_job(job, text)
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n[1-2]",
-           "SLURM_CPUS_ON_NODE": "8", "STUB_LOG": str(tmp_path / "srun.args"), "HOME": str(tmp_path)}
+           "SLURM_CPUS_ON_NODE": "8", "STUB_LOG": str(tmp_path / "srun.args"), "HOME": str(tmp_path),
+           "SLURMD_NODENAME": "n1"}  # the batch host, as slurmd sets it: the first node
     r = subprocess.run(["bash", str(job.script)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return run.run_dir, (tmp_path / "srun.args").read_text().split("\0")[:-1], text

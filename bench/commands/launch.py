@@ -1,17 +1,17 @@
 """`nanochat-bench plan | submit | status | render`: sweeps under Slurm, thin wrappers over bench.launch."""
 
 import argparse
-import os
 import re
 import sys
 import time
 from pathlib import Path
 
-from bench import runtimes, workloads
+from bench import paths, runtimes, workloads
 from bench.errors import ConfigError
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
 from bench.launch.job import LaunchOptions, build_run, interleaved, make_job, write_job
+from bench.pairs import parse_pairs
 from bench.runtimes import Mount
 
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
@@ -88,8 +88,7 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
 
 def base_dir_of(args) -> str:
     """NANOCHAT_BASE_DIR on the nodes: --base-dir, else the environment's, else nanochat's default."""
-    base = getattr(args, "base_dir", None) or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return str(Path(base).absolute())
+    return str(Path(paths.base_dir(getattr(args, "base_dir", None))).absolute())
 
 
 def data_shape(args) -> planmod.DataShape | None:
@@ -105,23 +104,14 @@ def data_shape(args) -> planmod.DataShape | None:
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise ConfigError(f"--env {pair!r} is not NAME=VALUE (e.g. --env NCCL_PROTO=^LL128)")
-        env[name] = value
-    return env
+    return parse_pairs(pairs, "--env", "NCCL_PROTO=^LL128")
 
 
 def parse_images(pairs: list[str]) -> dict[str, str]:
-    images = {}
-    for pair in pairs:
-        name, sep, ref = pair.partition("=")
-        if not sep or not ref:
-            raise ConfigError(f"--image {pair!r} is not RUNTIME=REF (e.g. --image ce=/scratch/me/nanochat-bench.sqsh)")
+    images = parse_pairs(pairs, "--image", "ce=/scratch/me/nanochat-bench.sqsh", form="RUNTIME=REF",
+                         value_required=True)
+    for name in images:
         runtimes.get(name)  # unknown runtime: clear error listing the valid ones
-        images[name] = ref
     return images
 
 

@@ -24,6 +24,7 @@ from tabulate import tabulate
 
 from bench import metrics, schema, workloads
 from bench.errors import ConfigError
+from bench.pairs import parse_pairs
 from bench.nanochat.config import TrainConfig, fit_batch, parse_args, training_horizon
 from bench.runtimes import parse_names
 
@@ -56,13 +57,8 @@ def parse_nodes(text: str) -> list[int]:
 
 def parse_train_args(pairs: list[str]) -> dict:
     """Repeated `--train-arg KEY=VALUE` -> {key: value as text}; keys checked later by the trainer's parser."""
-    out = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--train-arg {pair!r} is not KEY=VALUE (e.g. --train-arg eval_every=100)")
-        out[key.lstrip("-")] = value
-    return out
+    pairs = parse_pairs(pairs, "--train-arg", "eval_every=100", form="KEY=VALUE")
+    return {key.lstrip("-"): value for key, value in pairs.items()}
 
 
 def parse_minutes(text: str) -> int:

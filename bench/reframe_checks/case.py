@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from bench import paths
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import Job, LaunchOptions, build_run, make_job, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
@@ -116,8 +117,7 @@ def expanded(value: str, key: str) -> str:
 
 
 def base_dir_of(site: Site) -> str:
-    base = site.base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return str(Path(expanded(base, "base_dir")).absolute())
+    return str(Path(expanded(paths.base_dir(site.base_dir or None), "base_dir")).absolute())
 
 
 def sweep_of(case: Case, base_dir: str) -> Sweep:

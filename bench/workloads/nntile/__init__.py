@@ -15,7 +15,7 @@ One process per node, no torchrun: StarPU spreads the tiles over every CPU core 
 import os
 from pathlib import Path
 
-from bench import schema
+from bench import paths, schema
 from bench.errors import ConfigError
 from bench.workloads.base import Workload
 
@@ -56,8 +56,8 @@ def starpu_env(base_dir: str | None = None) -> dict[str, str]:
     """StarPU's variables for a run: quiet, performance models under one pinned directory beside the data
     ($NANOCHAT_BASE_DIR/starpu, so the calibration of one run serves the next), one BLAS thread per
     StarPU worker."""
-    base = base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return {"STARPU_SILENT": "1", "STARPU_HOME": str(Path(base) / "starpu"), "OPENBLAS_NUM_THREADS": "1"}
+    return {"STARPU_SILENT": "1", "STARPU_HOME": str(Path(paths.base_dir(base_dir)) / "starpu"),
+            "OPENBLAS_NUM_THREADS": "1"}
 
 
 class NNTile(Workload):

@@ -13,6 +13,7 @@ from bench.launch import render, slurm, status, submit
 from bench.launch.job import LaunchOptions, build_run, interleaved, make_job, write_job
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount
+from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
                ("num_iterations", int), ("eval_every", int), ("eval_tokens", int), ("device_type", str)]
@@ -46,7 +47,7 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
                    help="what each run trains (default: nanochat); nntile takes its flags as --train-arg KEY=VALUE "
                         "(e.g. --train-arg batch=8) and runs on one node")
     t = p.add_argument_group("trainer flags (nanochat's names; default: the trainer's, "
-                             f"except --num_iterations={planmod.SWEEP_NUM_ITERATIONS})")
+                             f"except --num_iterations={SWEEP_NUM_ITERATIONS})")
     for name, typ in TRAIN_FLAGS:
         t.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
     t.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE",

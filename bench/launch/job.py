@@ -131,7 +131,8 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
            **workload.launch_env(opts.base_dir, sweep.gpus_per_node), **opts.env}
     containerised = runtime.python is not None
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
-    argv = list(point.train_argv) + ([Var("run_deadline", "--deadline=")] if sweep.nanochat else [])
+    deadline = [Var("run_deadline", workload.deadline_flag)] if workload.deadline_flag else []
+    argv = [*point.train_argv, *deadline]
     spec = LaunchSpec(
         command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, argv,
                                         containerised, opts.numa_binding if gpus else None),
@@ -142,7 +143,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
         "run_id": point.run_id, "sweep_id": sweep_id, "workload": workload.run_workload, "runtime": runtime.name,
         "image": {"reference": image}, "nodes": point.nodes, "gpus_per_node": sweep.gpus_per_node,
         "world_size": point.ranks, "repeat": point.repeat, "scaling": point.scaling,
-        "config": workload.manifest_config(list(point.train_argv)), "grad_accum": point.grad_accum or None,
+        "config": workload.manifest_config(list(point.train_argv)), **dict(point.plan.manifest),
         "val_files_k": point.val_files_k, "ofi_hook": opts.ofi_hook if runtime.ofi_hook else None,
         "status": "pending",
     }

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench import paths, schema
 from bench.errors import ConfigError
-from bench.workloads.base import Workload
+from bench.workloads.base import Settings, Workload
 
 WORKLOAD_NAME = schema.NNTILE_WORKLOAD
 ENV_PYTHON = "NANOCHAT_BENCH_NNTILE_PYTHON"
@@ -82,12 +82,17 @@ class NNTile(Workload):
     def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:
         return {**starpu_env(base_dir), "STARPU_NCUDA": str(gpus_per_node)}
 
-    def sweep_argv(self, train: dict) -> list[str]:
+    def settings(self, train: dict, scaling: str) -> Settings:
+        """NNTile's flags from the --train-arg pairs, checked by its parser (its config stays unparsed
+        here: parsing reads the model's JSON, which the runner reads again on the node)."""
         from bench.workloads.nntile.config import parse_args
 
         argv = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(train.items())]
         parse_args(argv)
-        return argv
+        return Settings(None, tuple(argv), dict(train))
+
+    def uses_gpus(self, settings: Settings) -> bool:
+        return settings.train.get("restrict") != "cpu"
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None) -> tuple:  # StarPU places its workers

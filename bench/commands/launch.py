@@ -10,7 +10,7 @@ from bench import paths, runtimes, workloads
 from bench.errors import ConfigError
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import LaunchOptions, build_run, interleaved, make_job, write_job
+from bench.launch.job import LaunchOptions, Naming, assemble, write_job
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -183,18 +183,12 @@ def cmd_render(args) -> int:
     opts = options_from_args(args)
     name, default = default_out(args.name)
     out = Path(args.out or default).absolute()
-    points = sweep.points()
-    bad = [p for p in points if not p.possible]
-    if bad:
-        raise ConfigError(f"{bad[0].run_id}: {bad[0].reason}")
-    if args.kind != "compare" and len(points) > 1:
+    if args.kind != "compare" and len(sweep.points()) > 1:
         raise ConfigError(f"render {args.kind} makes one run: one runtime and --repeats 1, got --runtimes "
                           f"{args.runtimes!r} --repeats {args.repeats} (compare runs several in one allocation)")
-    runs = interleaved([build_run(sweep, p, out / p.run_id, opts, out.name) for p in points], sweep.runtimes)
-    job_dir = out / "jobs" / f"compare-n{sweep.nodes[0]}" if args.kind == "compare" else runs[0].run_dir
-    title = {"sbatch": f"run {runs[0].run_id}", "interactive": f"run {runs[0].run_id}",
-             "compare": "runtimes compared in one allocation: " + ", ".join(r.run_id for r in runs)}[args.kind]
-    job = make_job(f"{out.name}-{args.kind}", job_dir, sweep, runs, opts, title)
+    naming = Naming(one_name=f"{{sweep_id}}-{args.kind}", one_title="run {run_id}",
+                    compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
+    [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"
         text = render.render_interactive(job, opts.base_dir, args.download or sweep.shards_needed() or 8)

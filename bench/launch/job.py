@@ -7,6 +7,7 @@ Decisions live here; bench/launch/render.py only turns them into text through th
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,6 +187,46 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
     return Job(name, job_dir, nodes, sweep.gpus_per_node, runs,
                directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes), title,
                python=opts.python)
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How one caller names and titles its jobs (str.format fields: sweep_id, run_id, runs, nodes)."""
+
+    one_name: str = "{sweep_id}-{run_id}"
+    one_title: str = "sweep {sweep_id}, run {run_id}"
+    compare_name: str = "{sweep_id}-compare-n{nodes}"
+    compare_title: str = "sweep {sweep_id}, runtimes compared on {nodes} node(s): {runs}"
+
+
+def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: bool = False,
+             naming: Naming = Naming(), note: Callable[[str], None] = print) -> list[Job]:
+    """The jobs of a sweep, every run built and checked: the one assembly of submit, render, the ReFrame
+    case and the golden test. One job per point, or with `compare` one per node count running every
+    runtime in turn (in <sweep_dir>/jobs/compare-n<N>/). An impossible point is left out with a note
+    saying why; when no point is possible, a ConfigError names each reason."""
+    sweep_dir = Path(sweep_dir).absolute()
+    sweep_id = sweep_dir.name
+    runs: list[Run] = []
+    for point in sweep.points():
+        if not point.possible:
+            note(f"skipping {point.run_id}: {point.reason}")
+            continue
+        runs.append(build_run(sweep, point, sweep_dir / point.run_id, opts, sweep_id))
+    if not runs:
+        reasons = sorted({p.reason for p in sweep.points()})
+        raise ConfigError(f"no point of this sweep is possible: {'; '.join(reasons)} (nanochat-bench plan shows them)")
+
+    def job(group: list[Run], job_dir: Path, name: str, title: str) -> Job:
+        fields = {"sweep_id": sweep_id, "run_id": group[0].run_id, "runs": ", ".join(r.run_id for r in group),
+                  "nodes": group[0].nodes}
+        return make_job(name.format(**fields), job_dir, sweep, group, opts, title.format(**fields))
+
+    if not compare:
+        return [job([r], r.run_dir, naming.one_name, naming.one_title) for r in runs]
+    return [job(interleaved([r for r in runs if r.nodes == nodes], sweep.runtimes),
+                sweep_dir / "jobs" / f"compare-n{nodes}", naming.compare_name, naming.compare_title)
+            for nodes in sorted({r.nodes for r in runs})]
 
 
 def ship_bookkeeping(lib_dir: Path) -> None:

@@ -49,9 +49,14 @@ def multiline(lines: list[list]) -> str:
     return " \\\n    ".join(shell_join(line) for line in lines)
 
 
+def uses(run: Run, variable: str) -> bool:
+    """Whether the run's command reads this batch-script variable (a Var token), so the script must set it."""
+    return any(isinstance(t, Var) and t.name == variable for t in run.spec.command)
+
+
 def rendezvous(run: Run) -> bool:
-    """Whether the run's command meets at the batch script's rendezvous endpoint (torchrun across nodes)."""
-    return any(isinstance(t, Var) and t.name == "rdzv_endpoint" for t in run.spec.command)
+    """Whether the run meets at the batch script's rendezvous endpoint (torchrun across nodes)."""
+    return uses(run, "rdzv_endpoint")
 
 
 def lib_file(job: Job, module) -> str:
@@ -62,7 +67,7 @@ def lib_file(job: Job, module) -> str:
 def run_context(job: Job, run: Run, index: int) -> dict:
     version = run.runtime.version_command()
     return {
-        "rendezvous": rendezvous(run), "rdzvport": lib_file(job, rdzvport),
+        "rendezvous": rendezvous(run), "rdzvport": lib_file(job, rdzvport), "deadline": uses(run, "run_deadline"),
         "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
         "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
         "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],

@@ -89,3 +89,17 @@ def test_a_registered_stage_is_assembled_and_rendered_like_any_other(tiny_regist
 def test_an_unregistered_name_is_refused_listing_the_registered_ones():
     with pytest.raises(ConfigError, match="unknown workload 'tiny_loss'; valid: nanochat, nntile"):
         Sweep([1], 2, ["bare"], workload="tiny_loss")
+
+
+def test_a_sweep_is_frozen_and_plans_each_node_count_once(tiny_registered, tmp_path, monkeypatch):
+    calls = []
+    plan = TinyLoss.plan
+    monkeypatch.setattr(TinyLoss, "plan", lambda self, settings, point: calls.append(point.nodes) or
+                        plan(self, settings, point))
+    sweep = Sweep([1, 2], 2, ["bare", "podman"], repeats=3, workload="tiny_loss")
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3", check_images=False)
+    format_table(sweep)
+    assert len(assemble(sweep, opts, tmp_path / "sweep", compare=True, note=lambda _: None)) == 2
+    assert len(sweep.points()) == 12 and sorted(calls) == [1, 2]
+    with pytest.raises(AttributeError):
+        sweep.scaling = "strong"

@@ -12,10 +12,7 @@ started in a session of its own so that nothing it does can take the sweep down:
 The outcome and the probe's facts go into run.json under `capacity`. A probe whose run directory
 already holds an outcome for the same settings is read back instead of run again (resumable sweeps).
 
-Backends: a strategy whose base is a trainer strategy (bench/nanochat/parallel.py) runs the PyTorch
-trainer. Another workload (NNTile) registers a function of its own with `register_backend(name, fn)`:
-fn(spec, run_dir, data) -> (command, environment), after writing its run.json like prepare_local does;
-its strategies are then named `<name>` or `<name>+<options>`.
+Backend: a strategy (bench/nanochat/parallel.py) runs the PyTorch trainer.
 """
 
 import math
@@ -121,23 +118,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-BACKENDS: dict[str, Callable] = {}
-
-
-def register_backend(name: str, launch: Callable) -> None:
-    if name in BACKENDS:
-        raise ValueError(f"capacity backend {name!r} is registered twice")
-    BACKENDS[name] = launch
-
-
 def backend_for(strategy: str) -> Callable:
-    """The launcher of a strategy: the trainer for its own strategies, else a registered backend."""
+    """The launcher of a strategy: the trainer (a strategy it does not know is a ConfigError listing its own)."""
     from bench.nanochat.parallel import Strategy
 
-    base = strategy.split("+", 1)[0]
-    if base in BACKENDS:
-        return BACKENDS[base]
-    Strategy.parse(strategy)  # ConfigError listing the trainer's strategies
+    Strategy.parse(strategy)
     return pytorch_backend
 
 

@@ -63,7 +63,7 @@ class SweepConfig:
         if not self.search and not self.depths:
             raise ConfigError("give --search, --depths D1,D2,... or both")
         for name, value in (("--gpus", self.nproc), ("--seq", self.max_seq_len), ("--steps", self.steps),
-                            ("--max_batch", self.max_batch), ("--time-per-point", self.time_per_point)):
+                            ("--max-batch", self.max_batch), ("--time-per-point", self.time_per_point)):
             if value <= 0:
                 raise ConfigError(f"{name}={value}: must be positive")
         from bench.capacity.probe import backend_for

@@ -1,18 +1,19 @@
 """`nanochat-bench plan | submit | status | render`: sweeps under Slurm, thin wrappers over bench.launch."""
 
 import argparse
-import os
 import re
 import sys
 import time
 from pathlib import Path
 
-from bench import runtimes, workloads
+from bench import paths, runtimes, workloads
 from bench.errors import ConfigError
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import LaunchOptions, build_run, interleaved, make_job, write_job
+from bench.launch.job import LaunchOptions, Naming, assemble, write_job
+from bench.pairs import parse_pairs
 from bench.runtimes import Mount
+from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
                ("num_iterations", int), ("eval_every", int), ("eval_tokens", int), ("device_type", str)]
@@ -46,7 +47,7 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
                    help="what each run trains (default: nanochat); nntile takes its flags as --train-arg KEY=VALUE "
                         "(e.g. --train-arg batch=8) and runs on one node")
     t = p.add_argument_group("trainer flags (nanochat's names; default: the trainer's, "
-                             f"except --num_iterations={planmod.SWEEP_NUM_ITERATIONS})")
+                             f"except --num_iterations={SWEEP_NUM_ITERATIONS})")
     for name, typ in TRAIN_FLAGS:
         t.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
     t.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -88,8 +89,7 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
 
 def base_dir_of(args) -> str:
     """NANOCHAT_BASE_DIR on the nodes: --base-dir, else the environment's, else nanochat's default."""
-    base = getattr(args, "base_dir", None) or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return str(Path(base).absolute())
+    return str(Path(paths.base_dir(getattr(args, "base_dir", None))).absolute())
 
 
 def data_shape(args) -> planmod.DataShape | None:
@@ -105,23 +105,14 @@ def data_shape(args) -> planmod.DataShape | None:
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise ConfigError(f"--env {pair!r} is not NAME=VALUE (e.g. --env NCCL_PROTO=^LL128)")
-        env[name] = value
-    return env
+    return parse_pairs(pairs, "--env", "NCCL_PROTO=^LL128")
 
 
 def parse_images(pairs: list[str]) -> dict[str, str]:
-    images = {}
-    for pair in pairs:
-        name, sep, ref = pair.partition("=")
-        if not sep or not ref:
-            raise ConfigError(f"--image {pair!r} is not RUNTIME=REF (e.g. --image ce=/scratch/me/nanochat-bench.sqsh)")
+    images = parse_pairs(pairs, "--image", "ce=/scratch/me/nanochat-bench.sqsh", form="RUNTIME=REF",
+                         value_required=True)
+    for name in images:
         runtimes.get(name)  # unknown runtime: clear error listing the valid ones
-        images[name] = ref
     return images
 
 
@@ -192,18 +183,12 @@ def cmd_render(args) -> int:
     opts = options_from_args(args)
     name, default = default_out(args.name)
     out = Path(args.out or default).absolute()
-    points = sweep.points()
-    bad = [p for p in points if not p.possible]
-    if bad:
-        raise ConfigError(f"{bad[0].run_id}: {bad[0].reason}")
-    if args.kind != "compare" and len(points) > 1:
+    if args.kind != "compare" and len(sweep.points()) > 1:
         raise ConfigError(f"render {args.kind} makes one run: one runtime and --repeats 1, got --runtimes "
                           f"{args.runtimes!r} --repeats {args.repeats} (compare runs several in one allocation)")
-    runs = interleaved([build_run(sweep, p, out / p.run_id, opts, out.name) for p in points], sweep.runtimes)
-    job_dir = out / "jobs" / f"compare-n{sweep.nodes[0]}" if args.kind == "compare" else runs[0].run_dir
-    title = {"sbatch": f"run {runs[0].run_id}", "interactive": f"run {runs[0].run_id}",
-             "compare": "runtimes compared in one allocation: " + ", ".join(r.run_id for r in runs)}[args.kind]
-    job = make_job(f"{out.name}-{args.kind}", job_dir, sweep, runs, opts, title)
+    naming = Naming(one_name=f"{{sweep_id}}-{args.kind}", one_title="run {run_id}",
+                    compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
+    [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"
         text = render.render_interactive(job, opts.base_dir, args.download or sweep.shards_needed() or 8)

@@ -1,12 +1,15 @@
-"""Launching sweeps: plan (points and batch arithmetic), render (slurm/ templates), submit and status
-through Slurm's command line, and the local launcher for machines without Slurm.
+"""Launching sweeps: plan (the product of axes, Slurm times, the table), one job assembly, render
+(slurm/ templates), submit and status through Slurm's command line, and the local launcher.
 
-    scaling.py   total_batch_size kept fixed: device batch and gradient accumulation per point
-    plan.py      a sweep as data (nodes x runtimes x repeats), its table and node-hour estimate
-    job.py       a point -> torchrun command, runtime launch spec, exports, #SBATCH lines, run.json
+    plan.py      a sweep as data (nodes x runtimes x repeats), frozen; each point planned by its workload
+    job.py       a point -> runtime launch spec, exports, #SBATCH lines, run.json; `assemble`: a sweep's jobs
     render.py    jobs -> shell text through slurm/*.j2
-    jobrecord.py the batch script's own run.json step (standard library only, pasted into scripts)
-    slurm.py     sbatch --parsable, squeue --json, scontrol show job -o (pyslurm_backend.py optional)
+    jobrecord.py the batch script's own run.json step (standard library only, shipped in <sweep>/.lib)
+    rdzvport.py  the rendezvous port checked free on the first node (standard library only, in .lib too)
+    elastic.py   torchrun, ending in one line that says how the ranks ended
+    local.py     a run on this machine, without Slurm
+    slurm.py     sbatch --parsable, squeue --json, scontrol show job -o
     submit.py    a sweep directory, sweep.json, submission and resubmission
     status.py    run statuses next to job states, to completion
+    torchrun.py  moved to bench/workloads/torchrun.py (re-exported here)
 """

@@ -7,12 +7,13 @@ Decisions live here; bench/launch/render.py only turns them into text through th
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import schema, workloads
 from bench.errors import ConfigError
-from bench.launch import jobrecord
+from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import Point, Sweep, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
@@ -25,7 +26,7 @@ PORT_BASE = 20000
 MAX_RUNS_PER_JOB = 100
 SLURM_LOG = "slurm-%j.log"
 SCRIPT_NAME = "job.sbatch"
-LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/schema.py, bench/launch/jobrecord.py)
+LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/schema.py, launch/jobrecord.py, rdzvport.py)
 # Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -131,7 +132,8 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
            **workload.launch_env(opts.base_dir, sweep.gpus_per_node), **opts.env}
     containerised = runtime.python is not None
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
-    argv = list(point.train_argv) + ([Var("run_deadline", "--deadline=")] if sweep.nanochat else [])
+    deadline = [Var("run_deadline", workload.deadline_flag)] if workload.deadline_flag else []
+    argv = [*point.train_argv, *deadline]
     spec = LaunchSpec(
         command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, argv,
                                         containerised, opts.numa_binding if gpus else None),
@@ -142,7 +144,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
         "run_id": point.run_id, "sweep_id": sweep_id, "workload": workload.run_workload, "runtime": runtime.name,
         "image": {"reference": image}, "nodes": point.nodes, "gpus_per_node": sweep.gpus_per_node,
         "world_size": point.ranks, "repeat": point.repeat, "scaling": point.scaling,
-        "config": workload.manifest_config(list(point.train_argv)), "grad_accum": point.grad_accum or None,
+        "config": workload.manifest_config(list(point.train_argv)), **dict(point.plan.manifest),
         "val_files_k": point.val_files_k, "ofi_hook": opts.ofi_hook if runtime.ofi_hook else None,
         "status": "pending",
     }
@@ -187,9 +189,49 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
                python=opts.python)
 
 
+@dataclass(frozen=True)
+class Naming:
+    """How one caller names and titles its jobs (str.format fields: sweep_id, run_id, runs, nodes)."""
+
+    one_name: str = "{sweep_id}-{run_id}"
+    one_title: str = "sweep {sweep_id}, run {run_id}"
+    compare_name: str = "{sweep_id}-compare-n{nodes}"
+    compare_title: str = "sweep {sweep_id}, runtimes compared on {nodes} node(s): {runs}"
+
+
+def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: bool = False,
+             naming: Naming = Naming(), note: Callable[[str], None] = print) -> list[Job]:
+    """The jobs of a sweep, every run built and checked: the one assembly of submit, render, the ReFrame
+    case and the golden test. One job per point, or with `compare` one per node count running every
+    runtime in turn (in <sweep_dir>/jobs/compare-n<N>/). An impossible point is left out with a note
+    saying why; when no point is possible, a ConfigError names each reason."""
+    sweep_dir = Path(sweep_dir).absolute()
+    sweep_id = sweep_dir.name
+    runs: list[Run] = []
+    for point in sweep.points():
+        if not point.possible:
+            note(f"skipping {point.run_id}: {point.reason}")
+            continue
+        runs.append(build_run(sweep, point, sweep_dir / point.run_id, opts, sweep_id))
+    if not runs:
+        reasons = sorted({p.reason for p in sweep.points()})
+        raise ConfigError(f"no point of this sweep is possible: {'; '.join(reasons)} (nanochat-bench plan shows them)")
+
+    def job(group: list[Run], job_dir: Path, name: str, title: str) -> Job:
+        fields = {"sweep_id": sweep_id, "run_id": group[0].run_id, "runs": ", ".join(r.run_id for r in group),
+                  "nodes": group[0].nodes}
+        return make_job(name.format(**fields), job_dir, sweep, group, opts, title.format(**fields))
+
+    if not compare:
+        return [job([r], r.run_dir, naming.one_name, naming.one_title) for r in runs]
+    return [job(interleaved([r for r in runs if r.nodes == nodes], sweep.runtimes),
+                sweep_dir / "jobs" / f"compare-n{nodes}", naming.compare_name, naming.compare_title)
+            for nodes in sorted({r.nodes for r in runs})]
+
+
 def ship_bookkeeping(lib_dir: Path) -> None:
-    """bench/schema.py and bench/launch/jobrecord.py beside the jobs, for the host's python3 (jobrecord.py)."""
-    for module in (schema, jobrecord):
+    """bench/schema.py, launch/jobrecord.py and launch/rdzvport.py beside the jobs, for the host's python3."""
+    for module in (schema, jobrecord, rdzvport):
         schema.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
 
 

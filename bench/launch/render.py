@@ -13,9 +13,9 @@ from pathlib import Path
 
 import jinja2
 
-from bench.launch import jobrecord
+from bench.launch import jobrecord, rdzvport
 from bench.launch.job import PORT_BASE, Job, Run
-from bench.runtimes import shell_join
+from bench.runtimes import Var, shell_join
 
 TEMPLATE_PACKAGE = "bench.slurm_templates"
 SBATCH_TEMPLATE = "sbatch.sh.j2"
@@ -49,9 +49,25 @@ def multiline(lines: list[list]) -> str:
     return " \\\n    ".join(shell_join(line) for line in lines)
 
 
-def run_context(run: Run, index: int) -> dict:
+def uses(run: Run, variable: str) -> bool:
+    """Whether the run's command reads this batch-script variable (a Var token), so the script must set it."""
+    return any(isinstance(t, Var) and t.name == variable for t in run.spec.command)
+
+
+def rendezvous(run: Run) -> bool:
+    """Whether the run meets at the batch script's rendezvous endpoint (torchrun across nodes)."""
+    return uses(run, "rdzv_endpoint")
+
+
+def lib_file(job: Job, module) -> str:
+    """The sweep's copy of a bookkeeping module (bench/launch/job.py ships them), quoted."""
+    return shlex.quote(str(job.lib_dir / Path(module.__file__).name))
+
+
+def run_context(job: Job, run: Run, index: int) -> dict:
     version = run.runtime.version_command()
     return {
+        "rendezvous": rendezvous(run), "rdzvport": lib_file(job, rdzvport), "deadline": uses(run, "run_deadline"),
         "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
         "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
         "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],
@@ -68,9 +84,9 @@ def job_context(job: Job, rendered_by: str) -> dict:
         "title": comment_safe(job.title), "rendered_by": comment_safe(rendered_by),
         "directives": job.directives, "job_dir": comment_safe(shlex.quote(str(job.job_dir))),
         "script_name": job.script.name, "lib_dir": comment_safe(str(job.lib_dir)),
-        "jobrecord": shlex.quote(str(job.lib_dir / Path(jobrecord.__file__).name)),
+        "jobrecord": lib_file(job, jobrecord), "rendezvous": any(rendezvous(run) for run in job.runs),
         "python": shlex.quote(job.python),
-        "runs": [run_context(run, i) for i, run in enumerate(job.runs)],
+        "runs": [run_context(job, run, i) for i, run in enumerate(job.runs)],
     }
 
 

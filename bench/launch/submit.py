@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench import schema
 from bench.errors import ConfigError, SubmitError
-from bench.launch.job import Job, LaunchOptions, Run, build_run, interleaved, make_job, write_job
+from bench.launch.job import Job, LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 
@@ -28,27 +28,7 @@ PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes",
 def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool = False,
                note: Callable[[str], None] = print) -> list[Job]:
     """The jobs of a sweep, all checked; impossible points are left out with a note saying why."""
-    sweep_dir = Path(sweep_dir).absolute()
-    sweep_id = sweep_dir.name
-    runs: list[Run] = []
-    for point in sweep.points():
-        if not point.possible:
-            note(f"skipping {point.run_id}: {point.reason}")
-            continue
-        runs.append(build_run(sweep, point, sweep_dir / point.run_id, opts, sweep_id))
-    if not runs:
-        raise ConfigError("no point of this sweep is possible; see the reasons above (nanochat-bench plan)")
-    if not compare:
-        return [make_job(f"{sweep_id}-{r.run_id}", r.run_dir, sweep, [r], opts, f"sweep {sweep_id}, run {r.run_id}")
-                for r in runs]
-    jobs = []
-    for nodes in sorted({r.nodes for r in runs}):
-        group = interleaved([r for r in runs if r.nodes == nodes], sweep.runtimes)
-        name = f"compare-n{nodes}"
-        jobs.append(make_job(f"{sweep_id}-{name}", sweep_dir / "jobs" / name, sweep, group, opts,
-                             f"sweep {sweep_id}, runtimes compared on {nodes} node(s): "
-                             + ", ".join(r.run_id for r in group)))
-    return jobs
+    return assemble(sweep, opts, sweep_dir, compare=compare, note=note)
 
 
 def read_sweep(sweep_dir: Path) -> dict:

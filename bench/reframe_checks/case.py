@@ -18,11 +18,13 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from bench import paths
 from bench.errors import ConfigError, RuntimeConfigError
-from bench.launch.job import Job, LaunchOptions, build_run, make_job, write_job
+from bench.launch.job import Job, LaunchOptions, Naming, assemble, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
 from bench.launch.render import render_sbatch
 from bench.runtimes import Mount
+from bench.runtimes.base import unset_variables
 
 EXTRAS_KEY = "nanochat_bench"
 # #SBATCH lines of the rendered job that ReFrame's job must ask for too; the others (name, output, time,
@@ -108,14 +110,14 @@ class Built:
 def expanded(value: str, key: str) -> str:
     """A path of the partition's settings with $VARIABLES expanded on the host that renders the job."""
     out = os.path.expandvars(value)
-    if "$" in out:
-        raise ConfigError(f"extras['{EXTRAS_KEY}'].{key} {value!r} names an unset variable")
+    unset = unset_variables(out)
+    if unset:
+        raise ConfigError(f"extras['{EXTRAS_KEY}'].{key} {value!r} names the unset variable(s) {', '.join(unset)}")
     return out
 
 
 def base_dir_of(site: Site) -> str:
-    base = site.base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return str(Path(expanded(base, "base_dir")).absolute())
+    return str(Path(expanded(paths.base_dir(site.base_dir or None), "base_dir")).absolute())
 
 
 def sweep_of(case: Case, base_dir: str) -> Sweep:
@@ -143,17 +145,13 @@ def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
     except in a dry run, which writes the script only). Every mistake is a ConfigError naming it."""
     base_dir = base_dir_of(case.site)
     sweep = sweep_of(case, base_dir)
-    point = sweep.points()[0]
-    if not point.possible:
-        raise ConfigError(f"{point.run_id}: {point.reason}")
     opts = options_of(case.site, base_dir, dry_run)
-    sweep_dir = Path(stage_dir).absolute() / case.sweep_id
+    naming = Naming(one_title="ReFrame check {sweep_id}, run {run_id}")
     try:
-        run = build_run(sweep, point, sweep_dir / point.run_id, opts, case.sweep_id)
+        [job] = assemble(sweep, opts, Path(stage_dir) / case.sweep_id, naming=naming, note=lambda _: None)
     except RuntimeConfigError as e:  # its hints name submit's flags; here the partition's settings hold them
         raise RuntimeConfigError(f"{e} (for ReFrame: the partition's extras['{EXTRAS_KEY}'] images/mounts)") from None
-    job = make_job(f"{case.sweep_id}-{point.run_id}", run.run_dir, sweep, [run], opts,
-                   f"ReFrame check {case.sweep_id}, run {point.run_id}")
+    point = sweep.points()[0]
     text = render_sbatch(job, rendered_by=RENDERED_BY)
     write_job(job, text, manifests=not dry_run)
     return Built(job, point, text)

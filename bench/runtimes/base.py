@@ -102,9 +102,12 @@ class Runtime(ABC):
         if not image:
             raise RuntimeConfigError(f"runtime {self.name} needs an image: pass --image {self.name}=REF")
         expanded = os.path.expandvars(image)
-        if must_exist and "$" in expanded:
+        unset = unset_variables(expanded)
+        # a file whose name holds a literal `$NAME` is taken as it is; only a missing one names a variable
+        if must_exist and unset and not Path(expanded).expanduser().exists():
             raise RuntimeConfigError(
-                f"runtime {self.name}: image {image!r} names an unset variable; set it or pass --image {self.name}=REF")
+                f"runtime {self.name}: image {image!r} names the unset variable(s) {', '.join(unset)}; "
+                f"set them or pass --image {self.name}=REF")
         return self.check_image(expanded, must_exist)
 
     def check_image(self, image: str, must_exist: bool) -> str:
@@ -159,6 +162,15 @@ class Runtime(ABC):
         return None
 
 
+def unset_variables(text: str) -> list[str]:
+    """The `$NAME` / `${NAME}` references os.path.expandvars left in `text` (a `$` before anything else,
+    as in `a$.sqsh` or `$1`, is a literal character, not a variable)."""
+    return sorted({a or b for a, b in _VARIABLE.findall(text)})
+
+
+_VARIABLE = re.compile(r"\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
+
+
 def looks_like_path(image: str) -> bool:
     return image.startswith(("/", "./", "../", "~")) or image.endswith((".sqsh", ".sif", ".tar"))
 
@@ -174,6 +186,10 @@ def check_image_file(runtime: str, image: str, suffixes: tuple[str, ...], must_e
         raise RuntimeConfigError(
             f"runtime {runtime}: image {image!r} does not exist; build or import it first "
             f"(see containers/) or pass --image {runtime}=PATH")
+    if must_exist and path.is_file() and path.stat().st_size == 0:
+        raise RuntimeConfigError(
+            f"runtime {runtime}: image file {image!r} is empty (0 bytes), as an interrupted build or import "
+            f"leaves it; build or import it again (see containers/)")
     return str(path.absolute()) if must_exist else image
 
 

@@ -1,4 +1,11 @@
-"""Workloads: what a run trains, behind one interface, so launchers ask the workload for its command.
+"""Workloads: what a run trains, behind one interface (bench/workloads/base.py), so launchers ask the
+workload for its command and the planner asks it to plan each point. Adding a workload or a stage is
+one module holding `WORKLOAD` plus one line in `_MODULES` below.
+
+    base.py       the interface, and what a plan holds (PointPlan) and is given (PointContext, Estimate)
+    nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
+    torchrun.py   the one torchrun command line (local and under Slurm)
+    nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
 Two members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun) and `nntile`
 (NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter: bench/workloads/nntile/). Both leave

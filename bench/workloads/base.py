@@ -1,9 +1,86 @@
-"""The interface every workload implements (the launchers call only these). Standard library only."""
+"""The interface every workload implements (the launchers and the planner call only these). Standard library only.
+
+Planning is the workload's: bench/launch/plan.py expands nodes x runtimes x repeats and keeps the Slurm
+times and the table, and asks the workload for the rest of each point (`plan`): its trainer flags, the
+contract variables it needs (NANOCHAT_VAL_FILES_K), its batch arithmetic per rank count, its horizon and
+time estimate, and why a point cannot run. A new workload or stage is one module holding a `WORKLOAD`
+plus one line in bench/workloads/__init__.py.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a time estimate assumes (the sweep's --gpu, --assume-mfu and start-up allowance), and the
+    one formula turning a run's FLOPs into wall hours (bench/launch/plan.py explains the MFU model)."""
+
+    peak_flops: float | None  # of the assumed GPU, bench.metrics; None: unknown
+    assume_mfu: float
+    startup_s: float
+    mfu_half_batch: int
+
+    def hours(self, flops: float, ranks: int, device_batch_size: int) -> float | None:
+        if not self.peak_flops:
+            return None
+        mfu = self.assume_mfu * device_batch_size / (device_batch_size + self.mfu_half_batch)
+        return (flops / (ranks * self.peak_flops * mfu) + self.startup_s) / 3600
+
+
+@dataclass(frozen=True)
+class PointContext:
+    """What the planner knows of one point when it asks the workload to plan it."""
+
+    nodes: int
+    gpus_per_node: int
+    scaling: str  # weak | strong (bench/launch/plan.py SCALING_MODES)
+    data: Any  # bench.launch.plan.DataShape, or None when the shards' shape is not known
+    estimate: Estimate
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    """A workload's decisions for one point. `columns` are its own figures for the plan's table (its
+    `PLAN_COLUMNS`), `manifest` its own run.json fields; `reason` set means the point cannot run."""
+
+    train_argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # contract variables every runtime passes into the run
+    columns: tuple[tuple[str, Any], ...] = ()
+    manifest: tuple[tuple[str, Any], ...] = ()
+    val_files_k: int | None = None  # None: not planned
+    tokens: int | None = None  # training tokens of the run (for the shards to download); None: unknown
+    est_hours: float | None = None  # wall hours of the run; None: no estimate can be made
+    note: str = ""
+    reason: str = ""
+
+    @property
+    def possible(self) -> bool:
+        return not self.reason
+
+    def column(self, name: str, default: Any = 0) -> Any:
+        return dict(self.columns).get(name, default)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A sweep's flags for one workload, parsed once: `config` is the workload's own object, `argv` the flags."""
+
+    config: Any
+    argv: tuple[str, ...] = ()
+    train: dict = field(default_factory=dict)
 
 
 class Workload:
     name = ""  # the command line's name (`--workload NAME`)
     run_workload = ""  # run.json's `workload`: part of the key under which the analysis compares runs
+    # its columns in the plan's table, after ranks: (header, key in PointPlan.columns, format)
+    PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()
+    deadline_flag: str | None = None  # a flag taking the batch script's deadline (epoch s), if it has one
 
     def check(self, argv: list[str], nproc: int) -> None:
         """Refuse flags that cannot work, with one clear line, before any process starts."""
@@ -27,9 +104,26 @@ class Workload:
         """Variables a Slurm job exports for this workload (passed into containers like the contract's)."""
         return {}
 
-    def sweep_argv(self, train: dict) -> list[str]:
-        """The trainer flags of a sweep point from `--train-arg KEY=VALUE` pairs, checked (bench/launch/plan.py)."""
+    # -- planning (bench/launch/plan.py) ------------------------------------------------------------
+    def settings(self, train: dict, scaling: str) -> Settings:
+        """The sweep's trainer flags (`--train-arg KEY=VALUE` and the named ones), checked once."""
         raise NotImplementedError
+
+    def uses_gpus(self, settings: Settings) -> bool:
+        """Whether the runs use the nodes' GPUs (a CPU run asks Slurm for none)."""
+        return True
+
+    def plan(self, settings: Settings, point: PointContext) -> PointPlan:
+        """Everything this workload decides for one point (or `reason` saying why it cannot run)."""
+        return PointPlan(train_argv=settings.argv)
+
+    def memory_warning(self, settings: Settings, plan: PointPlan, point: PointContext, gpu: str) -> str | None:
+        """A warning when the point will not fit in the GPU's memory, else None."""
+        return None
+
+    def describe(self, sweep) -> list[str]:
+        """The plan table's lines about the workload, after the rows (`sweep`: bench.launch.plan.Sweep)."""
+        return [f"workload: {self.name} {' '.join(sweep.settings.argv)}"]
 
     def manifest_config(self, argv: list[str]) -> dict:
         """run.json's `config` for these flags, as the launcher writes it before the run starts."""

@@ -1,17 +1,53 @@
-"""The nanochat workload: bench/nanochat/train.py under torchrun, one process per GPU (or CPU rank)."""
+"""The nanochat workload: bench/nanochat/train.py under torchrun, one process per GPU (or CPU rank).
+
+How it plans a sweep point (README, "Under Slurm"):
+- weak scaling (the default): each rank keeps its work, device batch x sequence, with no accumulation,
+  so total_batch_size = device batch x sequence x ranks grows with the ranks;
+- strong: total_batch_size stays fixed (524,288 by default) and gradient accumulation makes up the
+  difference (bench.nanochat.config.fit_batch lowers the device batch where it must);
+- K (NANOCHAT_VAL_FILES_K): the smallest number of last shards whose row groups serve every rank;
+- the horizon: SWEEP_NUM_ITERATIONS steps unless told otherwise (-1: the recipe's own, 20 tokens per
+  parameter, 21,400 steps at d20), and the wall time of those steps at the assumed MFU.
+Trainer flags keep nanochat's names and defaults (bench.nanochat.config.TrainConfig).
+"""
 
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from bench.errors import DataError
+from bench import schema
+from bench.errors import ConfigError, DataError
 from bench.schema import WORKLOAD as NANOCHAT_WORKLOAD
-from bench.workloads.base import Workload
+from bench.workloads.base import PointContext, PointPlan, Settings, Workload
+
+VOCAB_SIZE = 65536  # the recipe's tokenizer, for estimates made before any tokenizer is read
+SWEEP_NUM_ITERATIONS = 200  # long enough for a steady state after warm-up and compile
+TRAIN_FLAGS_ALWAYS = {"core_metric_every": -1, "sample_every": -1}  # not part of a throughput benchmark
+
+
+def argv_of(flags: dict) -> list[str]:
+    return [f"--{k}={v}" for k, v in sorted(flags.items())]
+
+
+def val_files_k(config, data, ranks: int) -> tuple[int | None, str]:
+    """(K, "") for parquet data whose shape is known; (None, "") when it is not planned; (None, why)."""
+    if config.data_bin_dir or data is None:
+        return None, ""
+    k = data.val_files_k(ranks)
+    if k is None:
+        return None, (f"no validation split serves {ranks} ranks: {data.source} have "
+                      f"{sum(data.row_groups)} row group(s) in all, and both splits need one per rank; "
+                      f"download more shards")
+    return k, ""
 
 
 class Nanochat(Workload):
     name = "nanochat"
     run_workload = NANOCHAT_WORKLOAD
+    # (table header, plan column, format)
+    PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
+                    ("total_batch", "total_batch_size", "{:,}"), ("steps", "num_iterations", "{}"))
+    deadline_flag = "--deadline="
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.nanochat.config import grad_accum_steps, parse_args
@@ -23,13 +59,13 @@ class Nanochat(Workload):
                             "writes one (default: $NANOCHAT_BASE_DIR/base_data_bin, ~/.cache/nanochat/base_data_bin)")
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
-        from bench.launch.torchrun import torchrun_command
+        from bench.workloads.torchrun import torchrun_command
 
         return list(torchrun_command(python or sys.executable, nproc, argv))
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None) -> tuple:
-        from bench.launch.torchrun import torchrun_command
+        from bench.workloads.torchrun import torchrun_command
 
         return torchrun_command(python, nproc_per_node, argv, nnodes=nodes, numa_binding=numa_binding)
 
@@ -37,6 +73,79 @@ class Nanochat(Workload):
         from bench.nanochat.config import parse_args
 
         return asdict(parse_args(argv))
+
+    # -- planning -------------------------------------------------------------------------------------
+    def settings(self, train: dict, scaling: str) -> Settings:
+        from bench.nanochat.config import parse_args
+
+        if scaling == "weak" and "total_batch_size" in train:
+            raise ConfigError("--total_batch_size is what weak scaling grows with the ranks (device batch x "
+                              "sequence x ranks); fix it with --scaling strong, or leave it out")
+        train = {"num_iterations": SWEEP_NUM_ITERATIONS, **train}
+        # the trainer's own parser refuses bad flags now, before any job exists
+        return Settings(parse_args(argv_of({**TRAIN_FLAGS_ALWAYS, **train})), train=train)
+
+    def uses_gpus(self, settings: Settings) -> bool:
+        return settings.config.device_type != "cpu"
+
+    def plan(self, settings: Settings, point: PointContext) -> PointPlan:
+        from bench.nanochat.config import fit_batch, training_horizon
+
+        base, ranks = settings.config, point.ranks
+        seq = base.max_seq_len
+        if point.scaling == "weak":
+            dbs, accum, total, note = base.device_batch_size, 1, base.device_batch_size * seq * ranks, ""
+        else:
+            fit = fit_batch(base.total_batch_size, base.device_batch_size, seq, ranks)
+            if not fit.possible:
+                return PointPlan(reason=fit.reason)
+            dbs, accum, total, note = fit.device_batch_size, fit.grad_accum, base.total_batch_size, fit.note
+        k, why_not = val_files_k(base, point.data, ranks)
+        if why_not:
+            return PointPlan(reason=why_not)
+        config = replace(base, device_batch_size=dbs, total_batch_size=total)
+        from bench.nanochat.gpt import GPTConfig  # torch: only where a model is sized, so the CLI starts fast
+
+        model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, seq, config.aspect_ratio)
+        steps, _ = training_horizon(config, model.num_params(), model.flops_per_token())
+        est = None if config.device_type == "cpu" else \
+            point.estimate.hours(model.flops_per_token() * total * steps, ranks, dbs)
+        env = {schema.ENV_VAL_FILES_K: str(k)} if k is not None else {}
+        if config.force_flash_sdpa:
+            env[schema.ENV_FORCE_FLASH_SDPA] = "1"
+        flags = {**TRAIN_FLAGS_ALWAYS, **settings.train, "device_batch_size": dbs, "total_batch_size": total}
+        return PointPlan(train_argv=tuple(argv_of(flags)), env=tuple(sorted(env.items())),
+                         columns=(("device_batch_size", dbs), ("grad_accum", accum), ("total_batch_size", total),
+                                  ("num_iterations", steps)),
+                         manifest=(("grad_accum", accum),), val_files_k=k, tokens=total * steps, est_hours=est,
+                         note=note)
+
+    def memory_warning(self, settings: Settings, plan: PointPlan, point: PointContext, gpu: str) -> str | None:
+        """The memory model's warning when a GPU point will not fit (bench/nanochat/memory.py)."""
+        config = settings.config
+        if config.device_type == "cpu" or not plan.possible:
+            return None
+        from bench.nanochat.memory import fit_warning
+
+        return fit_warning(config.depth, plan.column("device_batch_size"), config.max_seq_len, point.ranks, gpu,
+                           config.strategy, aspect_ratio=config.aspect_ratio, grad_accum=plan.column("grad_accum"))
+
+    def describe(self, sweep) -> list[str]:
+        config = sweep.settings.config
+        grows = "total batch grows with the ranks" if sweep.scaling == "weak" else "total batch fixed"
+        return [f"workload: depth={config.depth} max_seq_len={config.max_seq_len} scaling={sweep.scaling} ({grows})",
+                f"validation files: {data_line(sweep)}"]
+
+
+def data_line(sweep) -> str:
+    """What the plan knows of the data: where K came from, and how many shards to download."""
+    shards = sweep.shards_needed()
+    need = f"; download {shards} shard(s) (training tokens at ~52M a shard, +10%, + K validation)" \
+        if shards else ""
+    if sweep.data is None:
+        return ("K not planned: no shards found and no --row-groups given (the trainer uses "
+                f"{schema.ENV_VAL_FILES_K} or 1; give --data-dir or --row-groups N --shards M){need}")
+    return f"K chosen per point from {sweep.data.source}{need}"
 
 
 WORKLOAD = Nanochat()

@@ -10,14 +10,21 @@ export CUDA_CACHE_DISABLE=1
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export MPICH_GPU_SUPPORT_ENABLED=0
 export NANOCHAT_VAL_FILES_K=1
-rdzv_endpoint="${rdzv_addr}:$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))"
+rc=0
+# the job's port for this run, or the next free one: a port taken on the first node would leave every
+# rank waiting for the store until the join timeout
+rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
+rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=$(apptainer --version 2>/dev/null | head -n 1 || true)
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-rc=0
+if [ "$rc" -ne 0 ]; then
+    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
+else
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     apptainer exec --cleanenv --env-file=/scratch/nb/sweeps/golden/n2-apptainer-r1/apptainer.env --nv --bind=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --bind=/scratch/nb/cache:/scratch/nb/cache --pwd=/workspace/nanochat-bench /scratch/nb/images/nanochat-bench.sif \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
+fi
 runjson finish "$run_dir" "$rc"

@@ -5,13 +5,20 @@ export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=bare
 export NANOCHAT_BENCH_IMAGE=''
 export NANOCHAT_VAL_FILES_K=1
-rdzv_endpoint="${rdzv_addr}:$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))"
+rc=0
+# the job's port for this run, or the next free one: a port taken on the first node would leave every
+# rank waiting for the store until the join timeout
+rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
+rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-rc=0
+if [ "$rc" -ne 0 ]; then
+    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
+else
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 -m bench.nanochat.train -- --core_metric_every=-1 --depth=2 --device_batch_size=2 --device_type=cpu --max_seq_len=64 --num_iterations=200 --sample_every=-1 --total_batch_size=512 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
+fi
 runjson finish "$run_dir" "$rc"

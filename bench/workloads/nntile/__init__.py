@@ -15,9 +15,9 @@ One process per node, no torchrun: StarPU spreads the tiles over every CPU core 
 import os
 from pathlib import Path
 
-from bench import schema
+from bench import paths, schema
 from bench.errors import ConfigError
-from bench.workloads.base import Workload
+from bench.workloads.base import Settings, Workload
 
 WORKLOAD_NAME = schema.NNTILE_WORKLOAD
 ENV_PYTHON = "NANOCHAT_BENCH_NNTILE_PYTHON"
@@ -56,8 +56,8 @@ def starpu_env(base_dir: str | None = None) -> dict[str, str]:
     """StarPU's variables for a run: quiet, performance models under one pinned directory beside the data
     ($NANOCHAT_BASE_DIR/starpu, so the calibration of one run serves the next), one BLAS thread per
     StarPU worker."""
-    base = base_dir or os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return {"STARPU_SILENT": "1", "STARPU_HOME": str(Path(base) / "starpu"), "OPENBLAS_NUM_THREADS": "1"}
+    return {"STARPU_SILENT": "1", "STARPU_HOME": str(Path(paths.base_dir(base_dir)) / "starpu"),
+            "OPENBLAS_NUM_THREADS": "1"}
 
 
 class NNTile(Workload):
@@ -82,12 +82,17 @@ class NNTile(Workload):
     def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:
         return {**starpu_env(base_dir), "STARPU_NCUDA": str(gpus_per_node)}
 
-    def sweep_argv(self, train: dict) -> list[str]:
+    def settings(self, train: dict, scaling: str) -> Settings:
+        """NNTile's flags from the --train-arg pairs, checked by its parser (its config stays unparsed
+        here: parsing reads the model's JSON, which the runner reads again on the node)."""
         from bench.workloads.nntile.config import parse_args
 
         argv = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(train.items())]
         parse_args(argv)
-        return argv
+        return Settings(None, tuple(argv), dict(train))
+
+    def uses_gpus(self, settings: Settings) -> bool:
+        return settings.train.get("restrict") != "cpu"
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None) -> tuple:  # StarPU places its workers

@@ -73,12 +73,14 @@ def test_read_back_only_for_the_same_settings(tmp_path):
     assert read_probe(ProbeSpec("fsdp", 4, steps=4, device_type="cpu"), tmp_path) is None
 
 
-def test_backends(monkeypatch):
+def test_backends():
     assert backend_for("fsdp+ac+offload") is probe.pytorch_backend
     with pytest.raises(ConfigError, match="valid"):
         backend_for("zero3")
-    monkeypatch.setattr(probe, "BACKENDS", {})
-    probe.register_backend("nntile", lambda spec, run_dir, data: ([], {}))
-    assert backend_for("nntile+ooc") is probe.BACKENDS["nntile"]
-    with pytest.raises(ValueError, match="twice"):
-        probe.register_backend("nntile", lambda *a: None)
+
+
+def test_a_bad_max_batch_names_the_flag_as_typed(tmp_path):
+    from bench.capacity.sweep import SweepConfig
+
+    with pytest.raises(ConfigError, match=r"^--max-batch=0: must be positive$"):
+        SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[2], max_batch=0)

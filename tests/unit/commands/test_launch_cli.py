@@ -59,6 +59,14 @@ def test_a_point_no_validation_split_can_serve_is_refused(capsys, tmp_path):
     assert "skipping n64-bare-r1: no validation split serves 256 ranks" in out
 
 
+@pytest.mark.parametrize("kind", ["sbatch", "compare"])
+def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_path):
+    code, out, err = run_cli(["render", kind, "--nodes", "64", "--gpus-per-node", "4", "--row-groups", "2",
+                              "--shards", "4", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "no point of this sweep is possible: no validation split serves 256 ranks" in err
+    assert "skipping n64-bare-r1" in out and not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize("argv,message", [
     (["plan", "--nodes", "1,-2"], "--nodes '1,-2' must be a comma-separated list of positive integers"),
     (["plan", "--runtimes", "bare,docker"], "unknown runtime 'docker'; valid runtimes: bare, ce"),

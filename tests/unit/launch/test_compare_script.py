@@ -39,7 +39,8 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     [job] = build_jobs(sweep, opts, tmp_path / "sweep", compare=True, note=lambda _: None)
     write_job(job, render_sbatch(job))
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
-           "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path)}
+           "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path),
+           "SLURMD_NODENAME": "n1"}  # the batch host, as slurmd sets it: the first node
     r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True)
     assert r.returncode == 255, r.stderr  # the apptainer run failed; the job says so
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import bench.runtimes as runtimes
-from bench.launch.job import LaunchOptions, build_run, make_job
+from bench.launch.job import LaunchOptions, Naming, assemble
 from bench.launch.plan import DataShape, Sweep
 from bench.launch.render import render_interactive, render_sbatch
 
@@ -29,6 +29,7 @@ IMAGES = {"ce": "/scratch/nb/images/nanochat-bench+latest.sqsh",
           "apptainer": "/scratch/nb/images/nanochat-bench.sif"}
 OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/venv/bin/python", images=IMAGES,
                      partition="normal", account="a-bench", check_images=False)
+NAMING = Naming("golden-{run_id}", "golden {runs}", "golden-compare", "golden {runs}")
 
 
 def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bool = False):
@@ -36,10 +37,8 @@ def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bo
              "total_batch_size": 512} if cpu else {}
     sweep = Sweep([nodes], 2 if cpu else 4, runtime_names, train=train, scaling="strong" if cpu else "weak",
                   data=DataShape.from_counts(52, 250))
-    runs = [build_run(sweep, p, SWEEP_DIR / p.run_id, OPTS, SWEEP_DIR.name) for p in sweep.points()]
-    job_dir = SWEEP_DIR / "jobs" / f"compare-n{nodes}" if compare else runs[0].run_dir
-    return make_job(f"golden-{'compare' if compare else runs[0].run_id}", job_dir, sweep, runs, OPTS,
-                    f"golden {', '.join(r.run_id for r in runs)}")
+    [job] = assemble(sweep, OPTS, SWEEP_DIR, compare=compare, naming=NAMING)  # the assembly submit uses
+    return job
 
 
 def run_block(script: str) -> str:

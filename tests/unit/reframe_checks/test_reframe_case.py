@@ -65,7 +65,7 @@ def test_case_mistakes_fail_before_anything_is_written(tmp_path):
         build(case(CPU, train_args=["depth=4"]), tmp_path)
     with pytest.raises(ConfigError, match="total_batch_size 500 is not a multiple"):
         build(case(CPU, scaling="strong", train_args=["total_batch_size=500"]), tmp_path)
-    with pytest.raises(ConfigError, match=r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names an unset variable"):
+    with pytest.raises(ConfigError, match=r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names the unset variable\(s\) NANOCHAT_BENCH_UNSET_VAR"):
         build(case({**CPU, "base_dir": "$NANOCHAT_BENCH_UNSET_VAR/x"}), tmp_path)
     assert not any(tmp_path.iterdir())
 

@@ -20,13 +20,13 @@ def test_missing_image_file_is_refused_with_the_flag_to_fix_it(tmp_path, name, s
 
 @pytest.mark.parametrize("name,suffix", [("ce", ".sqsh"), ("pyxis", ".sqsh"), ("apptainer", ".sif")])
 def test_existing_image_file_is_made_absolute(tmp_path, monkeypatch, name, suffix):
-    (tmp_path / f"img{suffix}").write_bytes(b"")
+    (tmp_path / f"img{suffix}").write_bytes(b"hsqs")
     monkeypatch.chdir(tmp_path)
     assert runtimes.get(name).resolve_image(f"./img{suffix}") == str(tmp_path / f"img{suffix}")
 
 
 def test_wrong_suffix_is_refused(tmp_path):
-    (tmp_path / "img.sif").write_bytes(b"")
+    (tmp_path / "img.sif").write_bytes(b"hsqs")
     with pytest.raises(RuntimeConfigError, match=r"\.sqsh"):
         runtimes.get("ce").resolve_image(str(tmp_path / "img.sif"))
 
@@ -45,7 +45,7 @@ def test_apptainer_takes_registry_schemes():
 
 @pytest.mark.parametrize("name", ["podman", "podman-hpc", "sarus", "sarus-suite"])
 def test_registry_runtimes_refuse_paths(name, tmp_path):
-    (tmp_path / "x.sqsh").write_bytes(b"")
+    (tmp_path / "x.sqsh").write_bytes(b"hsqs")
     with pytest.raises(RuntimeConfigError, match="registry reference"):
         runtimes.get(name).resolve_image(str(tmp_path / "x.sqsh"))
 
@@ -58,14 +58,36 @@ def test_bare_takes_no_image():
 
 def test_default_image_with_unset_variable_names_it(monkeypatch):
     monkeypatch.delenv("SCRATCH", raising=False)
-    with pytest.raises(RuntimeConfigError, match="unset variable"):
+    with pytest.raises(RuntimeConfigError, match=r"names the unset variable\(s\) SCRATCH;"):
         runtimes.get("ce").resolve_image(None)
+
+
+@pytest.mark.parametrize("name,suffix", [("ce", ".sqsh"), ("pyxis", ".sqsh"), ("apptainer", ".sif")])
+def test_empty_image_file_is_refused_naming_it(tmp_path, name, suffix):
+    empty = tmp_path / f"img{suffix}"
+    empty.write_bytes(b"")
+    with pytest.raises(RuntimeConfigError) as e:
+        runtimes.get(name).resolve_image(str(empty))
+    assert str(empty) in str(e.value) and "empty (0 bytes)" in str(e.value)
+
+
+@pytest.mark.parametrize("file_name", ["img$.sqsh", "img$1.sqsh", "a$HOPEFULLY_UNSET_NB.sqsh"])
+def test_an_existing_image_with_a_literal_dollar_is_taken_as_written(tmp_path, monkeypatch, file_name):
+    monkeypatch.delenv("HOPEFULLY_UNSET_NB", raising=False)
+    (tmp_path / file_name).write_bytes(b"hsqs")
+    assert runtimes.get("ce").resolve_image(str(tmp_path / file_name)) == str(tmp_path / file_name)
+
+
+def test_a_missing_image_with_a_literal_dollar_is_missing_not_unset(tmp_path):
+    with pytest.raises(RuntimeConfigError) as e:
+        runtimes.get("ce").resolve_image(str(tmp_path / "img$.sqsh"))
+    assert "does not exist" in str(e.value) and "unset" not in str(e.value)
 
 
 def test_default_image_expands_variables(monkeypatch, tmp_path):
     monkeypatch.setenv("SCRATCH", str(tmp_path))
     (tmp_path / "ce-images").mkdir()
-    (tmp_path / "ce-images" / "nanochat-bench+latest.sqsh").write_bytes(b"")
+    (tmp_path / "ce-images" / "nanochat-bench+latest.sqsh").write_bytes(b"hsqs")
     assert runtimes.get("pyxis").resolve_image(None) == str(tmp_path / "ce-images" / "nanochat-bench+latest.sqsh")
 
 

@@ -18,7 +18,7 @@ import tomllib
 
 import bench.runtimes as runtimes
 from bench.errors import RuntimeConfigError
-from bench.launch.job import LaunchOptions, build_run, make_job, write_job
+from bench.launch.job import LaunchOptions, Naming, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 from bench.runtimes import LaunchSpec, Mount, Var, shell_join
@@ -98,13 +98,14 @@ def run_rendered(tmp_path, runtime: str, sweep_dir: Path, job_name: str) -> tupl
                                             "total_batch_size": 512, "device_type": "cpu"}, scaling="strong")
     opts = LaunchOptions(base_dir=str(sweep_dir / "base"), python="/opt/py thon/bin/python",
                          images={"podman": "localhost/nb:1"}, check_images=False)
-    point = sweep.points()[0]
-    run = build_run(sweep, point, sweep_dir / point.run_id, opts, "s")
-    job = make_job(job_name, run.run_dir, sweep, [run], opts, f"title {job_name}")
+    naming = Naming(job_name.replace("{", "{{").replace("}", "}}"), "title {run_id}")
+    [job] = assemble(sweep, opts, sweep_dir, naming=naming)
+    run = job.runs[0]
     text = render_sbatch(job)
     write_job(job, text)
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n[1-2]",
-           "SLURM_CPUS_ON_NODE": "8", "STUB_LOG": str(tmp_path / "srun.args"), "HOME": str(tmp_path)}
+           "SLURM_CPUS_ON_NODE": "8", "STUB_LOG": str(tmp_path / "srun.args"), "HOME": str(tmp_path),
+           "SLURMD_NODENAME": "n1"}  # the batch host, as slurmd sets it: the first node
     r = subprocess.run(["bash", str(job.script)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return run.run_dir, (tmp_path / "srun.args").read_text().split("\0")[:-1], text

@@ -1,0 +1,15 @@
+"""Where nanochat's files live on a machine: NANOCHAT_BASE_DIR, else upstream's ~/.cache/nanochat.
+
+Standard library only: the NNTile interpreter and the batch scripts' bookkeeping import it too.
+"""
+
+import os
+from pathlib import Path
+
+from bench.schema import ENV_BASE_DIR
+DEFAULT_BASE_DIR = Path("~") / ".cache" / "nanochat"  # karpathy/nanochat/nanochat/common.py get_base_dir
+
+
+def base_dir(given: str | None = None) -> str:
+    """`given` (a flag or a setting), else $NANOCHAT_BASE_DIR, else ~/.cache/nanochat; not made absolute."""
+    return given or os.environ.get(ENV_BASE_DIR) or str(DEFAULT_BASE_DIR.expanduser())

@@ -1,0 +1,104 @@
+"""The rendezvous port checked on the first node before torchrun: a taken port moves the run to the next
+free one, and a block of taken ports fails the run in seconds with one line naming them (real sockets,
+real bash; srun and scontrol are stand-ins, the real Slurm runs are in tests/integration/slurm).
+
+    python -m pytest tests/unit/launch/test_rdzvport.py -q
+"""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from bench.launch import rdzvport
+from bench.launch.job import LaunchOptions, PORT_BASE
+from bench.launch.plan import Sweep
+from bench.launch.render import render_sbatch
+from bench.launch.submit import build_jobs, write_job
+
+SCONTROL = """#!/bin/bash
+if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=127.0.0.1 NodeHostName=h1"; fi
+"""
+SRUN = """#!/bin/bash
+printf '%s\\0' "$@" >> "$STUB_DIR/srun.args"
+"""
+JOB_ID = 4321  # its runs' ports: PORT_BASE + 21 * 100 + run index
+
+
+@contextlib.contextmanager
+def listening(ports):
+    socks = []
+    try:
+        for port in ports:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", port))
+            s.listen()
+            socks.append(s)
+        yield
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def test_a_free_port_is_kept_and_a_taken_one_moves_to_the_next():
+    port = free_port()
+    assert rdzvport.pick(port) == port
+    with listening([port]):
+        assert not rdzvport.is_free(port)
+        assert port < rdzvport.pick(port) < port + rdzvport.SPAN
+
+
+def test_all_ports_taken_is_one_line_naming_them_and_the_node():
+    port = free_port()
+    with listening(range(port, port + rdzvport.SPAN)):
+        r = subprocess.run([sys.executable, "-S", rdzvport.__file__, str(port), "nid001"], capture_output=True,
+                           text=True, timeout=30)
+    assert r.returncode == 1 and r.stderr == ""
+    assert r.stdout.count("\n") == 1
+    assert f"ports {port}-{port + rdzvport.SPAN - 1} on nid001" in r.stdout and "in use" in r.stdout
+
+
+def run_job(tmp_path):
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    sweep = Sweep([2], 2, ["bare"], train={"device_type": "cpu"})
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
+    [job] = build_jobs(sweep, opts, tmp_path / "sweep", note=lambda _: None)
+    write_job(job, render_sbatch(job))
+    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": str(JOB_ID), "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path), "SLURMD_NODENAME": "n1"}
+    r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60)
+    args = (tmp_path / "srun.args").read_text().split("\0")[:-1] if (tmp_path / "srun.args").exists() else []
+    return r, args, json.loads((job.runs[0].run_dir / "run.json").read_text())
+
+
+def test_rendered_job_moves_off_a_taken_port(tmp_path):
+    port = PORT_BASE + JOB_ID % 100 * 100
+    with listening([port]):
+        r, args, _ = run_job(tmp_path)
+    endpoint = next(a for a in args if a.startswith("--rdzv_endpoint="))
+    assert endpoint != f"--rdzv_endpoint=127.0.0.1:{port}"
+    assert port < int(endpoint.rsplit(":", 1)[1]) < port + rdzvport.SPAN
+
+
+def test_rendered_job_with_every_port_taken_fails_at_once_naming_them(tmp_path):
+    port = PORT_BASE + JOB_ID % 100 * 100
+    with listening(range(port, port + rdzvport.SPAN)):
+        r, args, manifest = run_job(tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert args == []  # no srun: torchrun never started
+    assert manifest["status"] == "failed"
+    assert f"rendezvous ports {port}-{port + rdzvport.SPAN - 1} on n1" in manifest["message"]

@@ -1,7 +1,7 @@
 """`nanochat-bench data download|generate|info|bin`: the shards under $NANOCHAT_BASE_DIR/base_data, and
 their pre-tokenized .bin form (bench/nanochat/tokbin.py)."""
 
-from bench.nanochat import dataset, download, provenance
+from bench.nanochat import data_origin, dataset, download
 
 
 def register(subparsers) -> None:
@@ -71,7 +71,7 @@ def cmd_info(args) -> int:
         rgs = sum(dataset.row_group_counts(files))
         span = files[0].name if len(files) == 1 else f"{files[0].name} .. {files[-1].name}"
         print(f"  {split:5s}: {len(files)} file(s), {rgs} row group(s) -> at most {rgs} ranks ({span}); "
-              f"origin: {provenance.describe(files)}")
+              f"origin: {data_origin.describe(files)}")
     return 0
 
 

@@ -13,7 +13,7 @@ answer at all, for as long as one shard's retries wait in all (30 s by default),
 and the command stops, instead of retrying every shard in turn. Any answer resets that, so a transient
 outage is still ridden out by the retries.
 
-Every downloaded file is recorded in sources.json (provenance.py); a shard `data generate` made is never
+Every downloaded file is recorded in sources.json (data_origin.py); a shard `data generate` made is never
 counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`.
 """
 
@@ -32,7 +32,7 @@ import urllib3
 from tqdm import tqdm
 
 from bench.errors import ConfigError, DataError
-from bench.nanochat import provenance
+from bench.nanochat import data_origin
 from bench.nanochat.dataset import TEXT_COLUMN, data_dir, file_names, shard_name
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
@@ -196,7 +196,7 @@ def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_
         try:
             _fetch_once(shard_url, tmp, timeout, chunk_bytes)
             verify_shard(tmp)
-            if provenance.recipe(tmp) is not None:
+            if data_origin.recipe(tmp) is not None:
                 raise NotFineWeb("the mirror serves a shard made by `data generate` (its footer says so), "
                                  "not FineWeb-Edu")
         except ValueError:
@@ -209,7 +209,7 @@ def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_
             raise
         breaker.answered()
         os.replace(tmp, path)
-        provenance.record_downloaded(path, shard_url)
+        data_origin.record_downloaded(path, shard_url)
         return path
 
     retrying = tenacity.Retrying(
@@ -247,8 +247,8 @@ def _worth_retrying(e: BaseException) -> bool:
 def generated_in_the_way(out: Path, num_shards: int) -> list[Path]:
     """Shards 0..num_shards-1 already in `out` that `data generate` made: never to be taken as FineWeb-Edu."""
     paths = [out / shard_name(i) for i in range(num_shards)]
-    return [p for p, origin in provenance.origins([p for p in paths if p.exists()]).items()
-            if origin == provenance.GENERATED or (origin is None and provenance.unmarked_generated(p))]
+    return [p for p, origin in data_origin.origins([p for p in paths if p.exists()]).items()
+            if origin == data_origin.GENERATED or (origin is None and data_origin.unmarked_generated(p))]
 
 
 def download_shards(num_shards: int, workers: int = 4, url: str | None = None, out_dir: str | os.PathLike | None = None,

@@ -6,7 +6,7 @@
                         per byte, so a trainer reading the .bin files reports bpb in the units of the
                         tokenizer that made them, not of whatever tokenizer it has at hand
   meta.json             which tokenizer (name, vocabulary size, separator id), how many tokens a split, and
-                        the shards' data identity (origin, tokenizer_sha256: bench/nanochat/provenance.py)
+                        the shards' data identity (origin, tokenizer_sha256: bench/nanochat/data_origin.py)
 Tokenizers: `nanochat` (ours, $NANOCHAT_BASE_DIR/tokenizer; <|bos|> before each document, as the
 nanochat loader does) or `gpt2` (GPT-2's BPE through tiktoken, only where its files are already cached:
 tiktoken downloads them otherwise; <|endoftext|> after each document, as NanoGPT's prepare.py).
@@ -110,9 +110,9 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
 
 
 def _identity(tokenizer: str) -> dict:
-    """The data identity of the shards the .bin files were made from (provenance.data_identity), so a run on
+    """The data identity of the shards the .bin files were made from (data_origin.data_identity), so a run on
     them can record it too; the tokenizer's hash only for ours (GPT-2's is named by `tokenizer`)."""
-    from bench.nanochat.provenance import data_identity
+    from bench.nanochat.data_origin import data_identity
 
     identity = data_identity()
     return identity if tokenizer == "nanochat" else {**identity, "tokenizer_sha256": None}

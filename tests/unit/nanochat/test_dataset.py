@@ -99,20 +99,20 @@ def test_unreadable_shard_is_named(tmp_path):
 
 def downloaded_like(directory, n=2):
     """Shards as `data download` leaves them: no footer mark of ours, listed in sources.json."""
-    from bench.nanochat import provenance
+    from bench.nanochat import data_origin
 
     paths = []
     for i in range(n):
         path = directory / dataset.shard_name(i)
         dataset.write_shard(path, corpus.documents(8, seed=100 + i), row_group_size=4)
-        provenance.record_downloaded(path, f"https://mirror.example/{path.name}")
+        data_origin.record_downloaded(path, f"https://mirror.example/{path.name}")
         paths.append(path)
     return paths
 
 
 def test_generate_refuses_to_replace_downloaded_shards(tmp_path, monkeypatch, capsys):
     from bench.cli import main
-    from bench.nanochat import provenance
+    from bench.nanochat import data_origin
 
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
     paths = downloaded_like(tmp_path / "base_data")
@@ -124,8 +124,8 @@ def test_generate_refuses_to_replace_downloaded_shards(tmp_path, monkeypatch, ca
     assert [p.read_bytes() for p in paths] == before
     assert not (tmp_path / "base_data" / "shard_00002.parquet").exists()  # refused before writing anything
     assert main(["data", "generate", "--shards", "3", "--docs-per-shard", "8", "--overwrite"]) == 0
-    assert all(provenance.shard_origin(p) == "generated" for p in dataset.list_parquet_files())
-    assert provenance.read_sources(tmp_path / "base_data") == {}  # the replaced downloads are not listed any more
+    assert all(data_origin.shard_origin(p) == "generated" for p in dataset.list_parquet_files())
+    assert data_origin.read_sources(tmp_path / "base_data") == {}  # the replaced downloads are not listed any more
 
 
 def test_generate_keeps_its_own_shards_and_refuses_other_settings(tmp_path):

@@ -34,7 +34,7 @@ def test_bins_hold_every_document_after_a_bos(bins):
     assert meta["tokenizer"] == "nanochat" and meta["vocab_size"] == tok.get_vocab_size()
     assert meta["splits"]["val"]["tokens"] == len(np.fromfile(bins / "val.bin", dtype=np.uint16))
     assert meta["splits"]["val"]["files"] == [p.name for p in dataset.split_files("val")]
-    from bench.nanochat.provenance import data_identity
+    from bench.nanochat.data_origin import data_identity
 
     assert meta["origin"] == "generated" and meta["tokenizer_sha256"] == data_identity()["tokenizer_sha256"]
 

@@ -5,14 +5,14 @@
 
 import shutil
 
-from bench.nanochat import corpus, dataset, provenance, tokenizer
+from bench.nanochat import corpus, dataset, data_origin, tokenizer
 
 
 def downloaded(directory, indices):
     for i in indices:
         path = directory / dataset.shard_name(i)
         dataset.write_shard(path, corpus.documents(8, seed=50 + i), row_group_size=4)
-        provenance.record_downloaded(path, f"https://mirror.example/{path.name}")
+        data_origin.record_downloaded(path, f"https://mirror.example/{path.name}")
 
 
 def test_identity_of_generated_downloaded_and_mixed_shards(tmp_path):
@@ -22,21 +22,21 @@ def test_identity_of_generated_downloaded_and_mixed_shards(tmp_path):
     downloaded(mixed, [2])
     dataset.generate_shards(2, 8, 4, out_dir=mixed)
     no_tok = tmp_path / "none"
-    assert provenance.data_identity(gen, no_tok) == {"origin": "generated", "tokenizer_sha256": None}
-    assert provenance.data_identity(dl, no_tok)["origin"] == "downloaded"
-    assert provenance.data_identity(mixed, no_tok)["origin"] == "mixed"
-    assert provenance.data_identity(tmp_path / "empty", no_tok)["origin"] is None
-    assert provenance.describe(dataset.list_parquet_files(mixed)) == (
+    assert data_origin.data_identity(gen, no_tok) == {"origin": "generated", "tokenizer_sha256": None}
+    assert data_origin.data_identity(dl, no_tok)["origin"] == "downloaded"
+    assert data_origin.data_identity(mixed, no_tok)["origin"] == "mixed"
+    assert data_origin.data_identity(tmp_path / "empty", no_tok)["origin"] is None
+    assert data_origin.describe(dataset.list_parquet_files(mixed)) == (
         "mixed: 1 downloaded (shard_00002.parquet); 2 generated (shard_00000.parquet, shard_00001.parquet)")
 
 
 def test_unknown_or_changed_shards_claim_no_origin(tmp_path):
     downloaded(tmp_path, range(2))
-    assert provenance.data_identity(tmp_path, tmp_path)["origin"] == "downloaded"
+    assert data_origin.data_identity(tmp_path, tmp_path)["origin"] == "downloaded"
     dataset.write_shard(tmp_path / dataset.shard_name(0), corpus.documents(9, seed=1))  # replaced behind our back
-    assert provenance.shard_origin(tmp_path / dataset.shard_name(0)) is None
-    assert provenance.data_identity(tmp_path, tmp_path)["origin"] is None
-    assert provenance.describe(dataset.list_parquet_files(tmp_path)).startswith("unknown: 1 downloaded")
+    assert data_origin.shard_origin(tmp_path / dataset.shard_name(0)) is None
+    assert data_origin.data_identity(tmp_path, tmp_path)["origin"] is None
+    assert data_origin.describe(dataset.list_parquet_files(tmp_path)).startswith("unknown: 1 downloaded")
 
 
 def test_generated_mark_travels_with_the_file(tmp_path):
@@ -44,20 +44,20 @@ def test_generated_mark_travels_with_the_file(tmp_path):
     copy = tmp_path / "b" / path.name
     copy.parent.mkdir()
     shutil.copy(path, copy)
-    assert provenance.shard_origin(copy) == "generated"
-    assert provenance.recipe(copy) == {"corpus": "offline", "seed": 0, "docs": 8, "row_group_size": 4}
+    assert data_origin.shard_origin(copy) == "generated"
+    assert data_origin.recipe(copy) == {"corpus": "offline", "seed": 0, "docs": 8, "row_group_size": 4}
 
 
 def test_tokenizer_hash_covers_both_files(tmp_path, monkeypatch, tiny_base_dir):
     tok = tmp_path / "tokenizer"
     shutil.copytree(tiny_base_dir / "tokenizer", tok)
-    ident = provenance.data_identity(tiny_base_dir / "base_data", tok)
+    ident = data_origin.data_identity(tiny_base_dir / "base_data", tok)
     assert ident["origin"] == "generated" and len(ident["tokenizer_sha256"]) == 64
-    assert ident == provenance.data_identity(tiny_base_dir / "base_data", tiny_base_dir / "tokenizer")
+    assert ident == data_origin.data_identity(tiny_base_dir / "base_data", tiny_base_dir / "tokenizer")
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
     tokenizer.train_tokenizer(vocab_size=300, texts=corpus.documents(50, seed=3), trainer="hf")
-    assert provenance.tokenizer_sha256(tok) not in (None, ident["tokenizer_sha256"])
+    assert data_origin.tokenizer_sha256(tok) not in (None, ident["tokenizer_sha256"])
     (tok / "token_bytes.pt").unlink()
-    assert provenance.tokenizer_sha256(tok) is None
+    assert data_origin.tokenizer_sha256(tok) is None
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tiny_base_dir))
-    assert provenance.data_identity() == ident  # defaults: $NANOCHAT_BASE_DIR/base_data and /tokenizer
+    assert data_origin.data_identity() == ident  # defaults: $NANOCHAT_BASE_DIR/base_data and /tokenizer

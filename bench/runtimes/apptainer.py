@@ -35,6 +35,8 @@ class Apptainer(Runtime):
             argv.append("--nv")
         for m in spec.mounts:
             argv.append(f"--bind={m.src}:{m.target}" + (":ro" if m.readonly else ""))
+        if spec.gpus:  # device files are bound like any file; a CDI name needs --oci mode, which this is not
+            argv += [f"--bind={d}" for d in spec.devices if d.startswith("/")] + list(spec.flags)
         if spec.workdir:
             argv.append(f"--pwd={spec.workdir}")
         return [*argv, spec.image, *spec.command]

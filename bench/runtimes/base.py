@@ -79,6 +79,11 @@ class LaunchSpec:
     run_dir: str = "."
     gpus: bool = False
     ofi_hook: str = "default"  # CE's aws_ofi_nccl hook: the site's default, "on" or "off" (bench/launch/job.py)
+    # The site's network set-up for this runtime (bench/sites): hook annotations (None: from ofi_hook),
+    # devices (paths or CDI names) and the runtime's own switches. Its variables are in `env`, its binds in `mounts`.
+    annotations: Mapping[str, str] | None = None
+    devices: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
 
 
 # Characters that separate fields in the mount syntax of one runtime or another (SRC:DST, a,b lists).

@@ -183,7 +183,7 @@ def _check_annotations(annotations: Mapping[str, str]) -> None:
 
 def render_edf(image: str, *, mounts: Sequence[str] = (), workdir: str | None = None,
                env: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
-               writable: bool = True, header: str | None = None) -> str:
+               writable: bool = True, header: str | None = None, devices: Sequence[str] = ()) -> str:
     """The EDF for `image` as TOML text.
 
     `env` and `annotations` default (None) to DEFAULT_ENV and DEFAULT_ANNOTATIONS; pass {} for none.
@@ -216,6 +216,8 @@ def render_edf(image: str, *, mounts: Sequence[str] = (), workdir: str | None = 
     if workdir is not None:
         lines.append(f"workdir = {toml_string(_check_text('workdir', workdir))}")
     lines.append(f"writable = {'true' if writable else 'false'}")
+    if devices:  # Sarus Suite only: Podman --device values (paths or CDI names)
+        lines.append("devices = [" + ", ".join(toml_string(_check_text("device", d)) for d in devices) + "]")
     if env:
         lines += ["", "[env]"]
         lines += [f"{toml_key(k)} = {toml_string(v)}" for k, v in env.items()]

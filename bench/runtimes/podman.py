@@ -25,6 +25,8 @@ class Podman(Runtime):
         argv = [self.program, "run", "--rm", "--network=host", "--ipc=host"]
         if spec.gpus:
             argv += self.gpu_options()
+            argv += [f"--device={d}" for d in spec.devices]
+            argv += [f for f in spec.flags if f not in argv]  # the site's modules (podman-hpc --nccl)
         for m in spec.mounts:
             argv.append(f"--volume={m.src}:{m.target}" + (":ro" if m.readonly else ""))
         if spec.workdir:

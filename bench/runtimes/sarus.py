@@ -24,6 +24,8 @@ class Sarus(Runtime):
                         + (",readonly" if m.readonly else ""))
         if spec.workdir:
             argv.append(f"--workdir={spec.workdir}")
+        if spec.gpus:
+            argv += [f"--device={d}" for d in spec.devices] + list(spec.flags)
         return [*argv, spec.image, *spec.command]
 
     def version_command(self):
@@ -37,3 +39,6 @@ class SarusSuite(ContainerEngine):
 
     def check_image(self, image, must_exist):
         return Runtime.check_image(self, image, must_exist)  # Podman-style references, no .sqsh
+
+    def edf_devices(self, spec):
+        return list(spec.devices) if spec.gpus else []  # its `devices` key: Podman --device values, CDI names

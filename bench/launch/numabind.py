@@ -1,0 +1,28 @@
+"""torchrun's `--numa-binding` only where it can work: it runs each worker under `numactl`, so an image
+without numactl would fail every worker at start. Without it the flag is dropped with one warning line and
+the workers keep the CPUs Slurm gave the task (srun's own --cpu-bind), instead of the run failing."""
+
+import shutil
+from typing import Callable, Optional
+
+FLAG = "--numa-binding"
+
+
+def usable(argv: list[str], which: Callable[[str], Optional[str]] = shutil.which) -> tuple[list[str], Optional[str]]:
+    """(argv without `--numa-binding` when numactl is missing, the warning) or (argv, None)."""
+    flags = [a for a in argv if a == FLAG or a.startswith(FLAG + "=")]
+    if not flags or which("numactl"):
+        return argv, None
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == FLAG:  # `--numa-binding node`
+            skip = True
+            continue
+        if a.startswith(FLAG + "="):
+            continue
+        kept.append(a)
+    return kept, (f"torchrun: {flags[0]} needs numactl, which this image lacks; workers keep the CPUs Slurm "
+                  "bound the task to (install numactl in the image to bind them to their GPU's NUMA node)")

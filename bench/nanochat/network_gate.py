@@ -1,0 +1,24 @@
+"""The trainer's side of the network gate (bench/netgate.py): after the pre-flight, every rank reads its own
+NCCL INFO file, and the ranks agree in one all-reduce whether any of them saw the wrong network, so all stop
+together within seconds instead of one rank leaving the others waiting in their first collective."""
+
+import os
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from bench import nccl_log, netgate
+
+
+def wrong_network(nodes: int, ddp: bool, device) -> Optional[str]:
+    """Why this run must stop as `wrong_network` (every rank gets a reason), or None."""
+    facts = nccl_log.parse_file(os.environ.get("NCCL_DEBUG_FILE", "")) if os.environ.get("NCCL_DEBUG_FILE") else None
+    why = netgate.check_env(facts, nodes)
+    if not ddp:
+        return why
+    flag = torch.tensor([1.0 if why else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item() and not why:
+        why = "another rank saw NCCL choose a network other than the site's; see its NCCL log in the run directory"
+    return why

@@ -1,0 +1,213 @@
+"""A site profile: one TOML file, read into frozen dataclasses, every key checked.
+
+The file (see alps.toml for a full one):
+
+    name = "alps"
+    network = "slingshot"             # slingshot | infiniband | ethernet
+    nccl_net = "AWS Libfabric"        # what NCCL must choose between nodes ("Using network ...")
+    gpus_per_node = 4
+    gpu_memory_gib = 96
+    [partitions.normal]
+    max_time = "12:00:00"             # Slurm's [D-]HH:MM:SS
+    max_nodes = 2                     # optional
+    [network_env]                     # every runtime's NCCL/libfabric variables on this network
+    NCCL_NET = "AWS Libfabric"
+    [runtimes.ce]                     # per runtime: how the fast network reaches the container
+    setup = "the aws_ofi_nccl hook (cuda-dl) and the CXI hook"
+    annotations = { "com.hooks.aws_ofi_nccl.enabled" = "true" }
+    env = { ... }                     # on top of network_env; "" unsets a network_env variable
+    mounts = ["/host/lib:/host/lib:ro"]
+    devices = ["/dev/cxi0"]
+    flags = ["--nccl"]                # the runtime's own switches (podman-hpc modules)
+
+A runtime without a `[runtimes.X]` table gets `network_env` alone. Unknown keys are errors naming the file
+and the key, so a typo never silently drops a setting.
+"""
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+from bench.errors import ConfigError
+
+NETWORKS = ("slingshot", "infiniband", "ethernet")
+SHIPPED_SUFFIX = ".toml"
+_TIME = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2}):(\d{2})$")
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    max_time_s: int  # the partition's time limit
+    max_nodes: int | None = None
+
+
+@dataclass(frozen=True)
+class NetworkSetup:
+    """How one runtime reaches the site's network: variables, hook annotations, binds, devices, switches."""
+
+    setup: str = ""  # one line, for messages and run.json: what this set-up is
+    env: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    without_hook: "NetworkSetup | None" = None  # CE / Sarus Suite with `--ofi-hook off`
+
+    def record(self) -> dict[str, Any]:
+        """What run.json keeps of the set-up that was applied."""
+        return {"setup": self.setup, "env": dict(self.env), "annotations": dict(self.annotations),
+                "mounts": list(self.mounts), "devices": list(self.devices), "flags": list(self.flags)}
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    network: str
+    nccl_net: str | None  # None: the site does not say, so no run is stopped for its network
+    gpus_per_node: int | None = None
+    gpu_memory_gib: float | None = None
+    description: str = ""
+    partitions: Mapping[str, Partition] = field(default_factory=dict)
+    network_env: Mapping[str, str] = field(default_factory=dict)
+    runtimes: Mapping[str, NetworkSetup] = field(default_factory=dict)
+    source: str = ""  # the file it was read from
+
+    def network_setup(self, runtime: str, ofi_hook: str = "default") -> NetworkSetup:
+        """The runtime's set-up with the site's network variables under it ("" in the runtime unsets one);
+        `ofi_hook="off"` takes the runtime's `without_hook` set-up where it has one."""
+        own = self.runtimes.get(runtime, NetworkSetup(setup=f"{self.network} variables only"))
+        if ofi_hook == "off" and own.without_hook is not None:
+            own = own.without_hook
+        env = {**self.network_env, **own.env}
+        env = {k: v for k, v in env.items() if v != ""}
+        return NetworkSetup(own.setup, env, own.annotations, own.mounts, own.devices, own.flags)
+
+    def partition(self, name: str) -> Partition:
+        try:
+            return self.partitions[name]
+        except KeyError:
+            known = ", ".join(self.partitions) or "none"
+            raise ConfigError(f"site {self.name}: no partition {name!r} (the profile knows: {known}; "
+                              f"{self.source})") from None
+
+
+def names() -> list[str]:
+    """The shipped profiles."""
+    return sorted(p.name[: -len(SHIPPED_SUFFIX)] for p in resources.files(__package__).iterdir()
+                  if p.name.endswith(SHIPPED_SUFFIX))
+
+
+def load(name_or_file: str) -> Site:
+    """A shipped profile by name (`alps`) or a TOML file by path; ConfigError names the file and key."""
+    path = Path(name_or_file)
+    if name_or_file in names():
+        text = resources.files(__package__).joinpath(name_or_file + SHIPPED_SUFFIX).read_text()
+        where = f"site profile {name_or_file} (bench/sites/{name_or_file}{SHIPPED_SUFFIX})"
+    elif path.suffix == SHIPPED_SUFFIX or path.exists():
+        where = f"site profile {path}"
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{where} cannot be read: {getattr(e, 'strerror', None) or e}") from None
+    else:
+        raise ConfigError(f"--site {name_or_file!r}: not a shipped site ({', '.join(names())}) nor a .toml file")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where} is not valid TOML: {e}") from None
+    return _site(data, where)
+
+
+def parse_time(text: str, where: str) -> int:
+    """Slurm's `[D-]HH:MM:SS` in seconds."""
+    m = _TIME.match(str(text))
+    if not m:
+        raise ConfigError(f"{where}: time {text!r} is not [D-]HH:MM:SS (e.g. 12:00:00)")
+    days, h, mi, s = (int(g or 0) for g in m.groups())
+    return ((days * 24 + h) * 60 + mi) * 60 + s
+
+
+def _keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
+
+
+def _strings(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{where} must be a table of strings (NAME = \"value\")")
+    return dict(value)
+
+
+def _list(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of strings")
+    return tuple(value)
+
+
+def _positive(value: Any, where: str, kind=int):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
+            kind is int and not isinstance(value, int)):
+        raise ConfigError(f"{where} must be a positive {'whole number' if kind is int else 'number'}, not {value!r}")
+    return kind(value)
+
+
+def _site(data: Mapping[str, Any], where: str) -> Site:
+    _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "partitions",
+                 "network_env", "runtimes"}, where)
+    network = data.get("network")
+    if network not in NETWORKS:
+        raise ConfigError(f"{where}: network {network!r} is not one of {', '.join(NETWORKS)}")
+    if not isinstance(data.get("name"), str) or not data["name"]:
+        raise ConfigError(f"{where}: `name` (a string) is required")
+    partitions = {}
+    for pname, table in (data.get("partitions") or {}).items():
+        pw = f"{where}: partitions.{pname}"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{pw} must be a table")
+        _keys(table, {"max_time", "max_nodes"}, pw)
+        if "max_time" not in table:
+            raise ConfigError(f"{pw}: max_time is required")
+        partitions[pname] = Partition(pname, parse_time(table["max_time"], f"{pw}.max_time"),
+                                      _positive(table.get("max_nodes"), f"{pw}.max_nodes"))
+    runtimes = {rname: _setup(table, f"{where}: runtimes.{rname}", nested=True)
+                for rname, table in (data.get("runtimes") or {}).items()}
+    _check_runtime_names(runtimes, where)
+    nccl_net = data.get("nccl_net")
+    if nccl_net is not None and not isinstance(nccl_net, str):
+        raise ConfigError(f"{where}: nccl_net must be a string such as \"AWS Libfabric\", \"IB\" or \"Socket\"")
+    return Site(name=data["name"], network=network, nccl_net=nccl_net or None,
+                gpus_per_node=_positive(data.get("gpus_per_node"), f"{where}: gpus_per_node"),
+                gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),
+                description=str(data.get("description", "")), partitions=partitions,
+                network_env=_strings(data.get("network_env", {}), f"{where}: network_env"),
+                runtimes=runtimes, source=where)
+
+
+def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    _keys(table, {"setup", "env", "annotations", "mounts", "devices", "flags"} | ({"without_hook"} if nested else set()),
+          where)
+    without = table.get("without_hook")
+    return NetworkSetup(
+        setup=str(table.get("setup", "")), env=_strings(table.get("env", {}), f"{where}.env"),
+        annotations=_strings(table.get("annotations", {}), f"{where}.annotations"),
+        mounts=_list(table.get("mounts", []), f"{where}.mounts"),
+        devices=_list(table.get("devices", []), f"{where}.devices"),
+        flags=_list(table.get("flags", []), f"{where}.flags"),
+        without_hook=_setup(without, f"{where}.without_hook", nested=False) if without is not None else None)
+
+
+def _check_runtime_names(runtimes: Mapping[str, NetworkSetup], where: str) -> None:
+    from bench import runtimes as registry  # the runtimes' own registry: one list of names
+
+    unknown = sorted(set(runtimes) - set(registry.names()))
+    if unknown:
+        raise ConfigError(f"{where}: runtimes.{unknown[0]} is not a runtime; valid: {', '.join(registry.names())}")

@@ -1,0 +1,31 @@
+"""The ranks agree on the network gate: a real NCCL INFO log of TCP sockets replayed into rank 1 alone (gloo
+writes no NCCL log, so the log is staged through NCCL_DEBUG_FILE) stops both ranks, each with a reason."""
+
+import json
+from pathlib import Path
+
+from tests.support.two_ranks import run_two_ranks
+
+SOCKET_LOG = Path(__file__).resolve().parents[2] / "assets" / "nccl" / "h200-1gpu-Socket.log"
+
+WORKER = f'''
+import json, os, sys
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+os.environ["NANOCHAT_BENCH_EXPECT_NET"] = "AWS Libfabric"
+if rank == 1:
+    os.environ["NCCL_DEBUG_FILE"] = {str(SOCKET_LOG)!r}
+from bench.nanochat.network_gate import wrong_network
+why = wrong_network(nodes=2, ddp=True, device="cpu")
+with open(sys.argv[1] + f".{{rank}}", "w") as f:
+    json.dump(why, f)
+dist.destroy_process_group()
+'''
+
+
+def test_both_ranks_stop_when_one_saw_sockets(tmp_path):
+    out = run_two_ranks(tmp_path, WORKER)
+    reasons = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
+    assert "'Socket'" in reasons[1] and "Using network Socket" in reasons[1]
+    assert reasons[0] and "another rank" in reasons[0]

@@ -1,0 +1,40 @@
+"""The network gate on real NCCL INFO logs of an H200 host (tests/assets/nccl): a run across nodes whose NCCL
+chose TCP sockets on a Slingshot site is stopped; one node, the expected network, or an allowed one is not."""
+
+from pathlib import Path
+
+from bench import nccl_log, netgate
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "nccl"
+SOCKET = nccl_log.parse_file(str(ASSETS / "h200-1gpu-Socket.log"))
+
+
+def test_sockets_between_nodes_on_a_slingshot_site_stop_the_run():
+    why = netgate.check(SOCKET, nodes=2, expected="AWS Libfabric", setup="CE's aws_ofi_nccl hook")
+    assert why is not None
+    assert "'Socket'" in why and "'AWS Libfabric'" in why
+    assert "Using network Socket" in why  # NCCL's own line is the evidence
+    assert "CE's aws_ofi_nccl hook" in why and "--allow-network" in why
+
+
+def test_what_is_not_judged():
+    assert netgate.check(SOCKET, nodes=1, expected="AWS Libfabric") is None  # within a node the network is unused
+    assert netgate.check(SOCKET, nodes=2, expected=None) is None  # the site says nothing
+    assert netgate.check(None, nodes=2, expected="AWS Libfabric") is None  # no NCCL lines (gloo)
+    assert netgate.check(SOCKET, nodes=2, expected="socket") is None  # names compare without case
+    assert netgate.check(SOCKET, nodes=2, expected="AWS Libfabric", allowed="Socket") is None
+
+
+def test_the_transport_counts_when_no_network_line_was_kept():
+    facts = {"net": None, "transports": {"P2P": 4, "NET/Socket": 2}, "evidence": []}
+    assert netgate.chosen_network(facts) == "Socket"
+    assert netgate.check(facts, nodes=4, expected="IB") is not None
+    libfabric = {"net": "AWS Libfabric", "transports": {"NET/AWS Libfabric": 2}, "evidence": []}
+    assert netgate.check(libfabric, nodes=4, expected="AWS Libfabric") is None
+
+
+def test_check_env_reads_what_the_job_rendered():
+    env = {netgate.ENV_EXPECT: "AWS Libfabric", netgate.ENV_SETUP: "podman-hpc --nccl"}
+    assert "podman-hpc --nccl" in netgate.check_env(SOCKET, 2, env)
+    assert netgate.check_env(SOCKET, 2, {**env, netgate.ENV_ALLOW: "Socket"}) is None
+    assert netgate.check_env(SOCKET, 2, {}) is None

@@ -1,0 +1,72 @@
+"""Site profiles: the shipped ones load, every runtime of a Slingshot site gets a set-up, bad files say where."""
+
+import pytest
+
+from bench import runtimes, sites
+from bench.errors import ConfigError
+
+
+def test_shipped_profiles_load():
+    assert {"alps", "infiniband", "test-cluster"} <= set(sites.names())
+    for name in sites.names():
+        site = sites.load(name)
+        assert site.name == name and site.network in sites.NETWORKS and site.partitions
+
+
+def test_alps_sets_up_every_runtime_for_slingshot():
+    alps = sites.load("alps")
+    assert alps.network == "slingshot" and alps.nccl_net == "AWS Libfabric"
+    assert set(alps.runtimes) == set(runtimes.names())
+    for name in runtimes.names():
+        setup = alps.network_setup(name)
+        assert setup.setup, name
+        assert setup.env["NCCL_NET"] == "AWS Libfabric", name  # a missing plugin fails, never falls back
+    ce = alps.network_setup("ce")
+    assert ce.annotations["com.hooks.aws_ofi_nccl.enabled"] == "true"
+    assert ce.annotations["com.hooks.cxi.enabled"] == "true"
+    assert "FI_CXI_RX_MATCH_MODE" not in ce.env  # the hook sets its own tuned values
+    off = alps.network_setup("ce", ofi_hook="off")
+    assert off.annotations["com.hooks.aws_ofi_nccl.enabled"] == "false"
+    assert off.env["FI_CXI_RX_MATCH_MODE"] == "software"  # the seed's env-only set
+    suite = alps.network_setup("sarus-suite")
+    assert suite.annotations["com.hooks.cxi.enabled"] == "true" and "/dev/gdrdrv" in suite.devices
+    assert alps.network_setup("bare").env["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
+    assert alps.partition("debug").max_time_s == 30 * 60
+
+
+def test_a_site_file_by_path(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('name = "mine"\nnetwork = "infiniband"\nnccl_net = "IB"\n'
+                    '[partitions.gpu]\nmax_time = "2-00:00:00"\nmax_nodes = 8\n'
+                    '[runtimes.podman]\ndevices = ["/dev/infiniband"]\n')
+    site = sites.load(str(path))
+    assert site.partition("gpu").max_time_s == 2 * 86400 and site.partition("gpu").max_nodes == 8
+    assert site.network_setup("podman").devices == ("/dev/infiniband",)
+    assert site.network_setup("bare").env == {}
+
+
+@pytest.mark.parametrize("text, words", [
+    ('name = "x"\nnetwork = "myrinet"\n', ["network 'myrinet'", "slingshot"]),
+    ('name = "x"\nnetwork = "ethernet"\n[partitions.p]\nmax_time = "90 minutes"\n', ["partitions.p.max_time", "HH:MM:SS"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.docker]\n', ["runtimes.docker", "valid: bare"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.ce]\nenvs = {}\n', ["unknown key(s) envs"]),
+    ('name = "x"\nnetwork = "ethernet"\n[network_env]\nNCCL_PROTO = 1\n', ["network_env must be a table of strings"]),
+    ('name = "x"\nnetwork = "ethernet"\ngpus_per_node = -4\n', ["gpus_per_node must be a positive"]),
+    ('name = "x"\nnetwork = ', ["not valid TOML"]),
+])
+def test_bad_profiles_name_the_file_and_key(tmp_path, text, words):
+    path = tmp_path / "site.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        sites.load(str(path))
+    message = str(e.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message
+
+
+def test_unknown_site_lists_the_shipped_ones():
+    with pytest.raises(ConfigError, match="alps"):
+        sites.load("daint-typo")
+    with pytest.raises(ConfigError, match="no partition 'gpu'.*debug"):
+        sites.load("alps").partition("gpu")

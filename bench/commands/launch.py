@@ -1,12 +1,13 @@
 """`nanochat-bench plan | submit | status | render`: sweeps under Slurm, thin wrappers over bench.launch."""
 
 import argparse
+import os
 import re
 import sys
 import time
 from pathlib import Path
 
-from bench import paths, runtimes, workloads
+from bench import paths, runtimes, sites, workloads
 from bench.errors import ConfigError
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
@@ -70,6 +71,12 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ofi-hook", choices=("default", "on", "off"), default="default",
                    help="CE's aws_ofi_nccl hook: as the site configures it, forced on (variant cuda-dl), or off to "
                         "run the image's own network plugin (default: default)")
+    g.add_argument("--site", default=os.environ.get("NANOCHAT_BENCH_SITE"), metavar="NAME|FILE",
+                   help=f"site profile: its fast network's set-up for every runtime, the network NCCL must choose "
+                        f"(a run on another stops as wrong_network), partitions and GPU memory; shipped: "
+                        f"{', '.join(sites.names())} (default: $NANOCHAT_BENCH_SITE, else none)")
+    g.add_argument("--allow-network", default=None, metavar="NAME",
+                   help="let runs on this NCCL network through the gate on purpose (e.g. Socket, to measure it)")
     for name in ("partition", "account", "constraint"):
         g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
@@ -121,7 +128,8 @@ def options_from_args(args) -> LaunchOptions:
                          mounts=tuple(Mount.parse(m) for m in args.mount), env=parse_env(args.env),
                          ofi_hook=args.ofi_hook, numa_binding=None if args.numa_binding == "none" else args.numa_binding,
                          partition=args.partition, account=args.account,
-                         constraint=args.constraint, exclusive=args.exclusive)
+                         constraint=args.constraint, exclusive=args.exclusive,
+                         site=sites.load(args.site) if args.site else None, allow_network=args.allow_network)
 
 
 def default_out(name: str | None) -> tuple[str, Path]:

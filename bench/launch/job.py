@@ -8,10 +8,10 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench import schema, workloads
+from bench import netgate, schema, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import Point, Sweep, slurm_time
@@ -19,6 +19,7 @@ from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
+from bench.sites import Site, apply as apply_site
 
 # Rendezvous ports 20000-29999, below Linux's ephemeral range: 100 per job (job id % 100), one per run in
 # the job, so no two runs of one allocation (and no two recent jobs on shared nodes) share a port.
@@ -50,6 +51,8 @@ class LaunchOptions:
     constraint: str | None = None
     exclusive: bool = True  # a benchmark owns its nodes
     check_images: bool = True  # False only to render scripts for images that live elsewhere (golden tests)
+    site: Site | None = None  # the site's network set-up for every runtime (bench/sites); None: no set-up
+    allow_network: str | None = None  # a network the gate lets through on purpose (--allow-network)
 
     def __post_init__(self):
         for name in ("partition", "account", "constraint"):
@@ -139,6 +142,10 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
                                         containerised, opts.numa_binding if gpus else None),
         image=image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None, run_dir=str(run_dir),
         gpus=gpus, ofi_hook=opts.ofi_hook)
+    if opts.site is not None:
+        spec = apply_site(opts.site, runtime.name, spec)
+    if opts.allow_network and gpus:
+        spec = replace(spec, env={**spec.env, netgate.ENV_ALLOW: opts.allow_network})
     runtime.check(spec)
     manifest = {
         "run_id": point.run_id, "sweep_id": sweep_id, "workload": workload.run_workload, "runtime": runtime.name,
@@ -207,6 +214,9 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
     saying why; when no point is possible, a ConfigError names each reason."""
     sweep_dir = Path(sweep_dir).absolute()
     sweep_id = sweep_dir.name
+    if opts.site is None and sweep.gpus_used and any(p.nodes > 1 for p in sweep.points()):
+        note("warning: no --site: jobs across nodes get no network set-up, and a run on the wrong network "
+             "(TCP sockets) is not stopped; pass --site alps, --site infiniband or --site FILE.toml")
     runs: list[Run] = []
     for point in sweep.points():
         if not point.possible:

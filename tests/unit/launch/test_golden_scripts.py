@@ -12,11 +12,13 @@ import difflib
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import bench.runtimes as runtimes
+from bench import sites
 from bench.launch.job import LaunchOptions, Naming, assemble
 from bench.launch.plan import DataShape, Sweep
 from bench.launch.render import render_interactive, render_sbatch
@@ -32,12 +34,13 @@ OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/v
 NAMING = Naming("golden-{run_id}", "golden {runs}", "golden-compare", "golden {runs}")
 
 
-def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bool = False):
+def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bool = False, site: str | None = None):
+    opts = replace(OPTS, site=sites.load(site)) if site else OPTS
     train = {"device_type": "cpu", "depth": 2, "max_seq_len": 64, "device_batch_size": 2,
              "total_batch_size": 512} if cpu else {}
     sweep = Sweep([nodes], 2 if cpu else 4, runtime_names, train=train, scaling="strong" if cpu else "weak",
                   data=DataShape.from_counts(52, 250))
-    [job] = assemble(sweep, OPTS, SWEEP_DIR, compare=compare, naming=NAMING)  # the assembly submit uses
+    [job] = assemble(sweep, opts, SWEEP_DIR, compare=compare, naming=NAMING, note=lambda _: None)  # as submit does
     return job
 
 
@@ -52,6 +55,8 @@ def run_block(script: str) -> str:
 def whole_scripts() -> dict[str, str]:
     """Every rendered script, whole (shellcheck reads these); the golden files keep parts of most."""
     out = {f"{name}-n2.sbatch": render_sbatch(job_for([name], 2)) for name in runtimes.names()}
+    # on Alps every runtime carries its Slingshot set-up (bench/sites/alps.toml)
+    out.update({f"alps-{name}-n2.sbatch": render_sbatch(job_for([name], 2, site="alps")) for name in runtimes.names()})
     out["bare-n2-cpu.sbatch"] = render_sbatch(job_for(["bare"], 2, cpu=True))
     out["compare-n2.sbatch"] = render_sbatch(job_for(["bare", "ce", "pyxis"], 2, compare=True), "submit --compare")
     job = job_for(["ce"], 2)
@@ -68,9 +73,10 @@ def cases() -> dict[str, str]:
     out = {name: text if name in WHOLE else run_block(text) for name, text in scripts.items()}
     out = {(name if name in WHOLE else name.replace(".sbatch", ".run.sh")): text for name, text in out.items()}
     for name in runtimes.names():
-        run = job_for([name], 2).runs[0]
-        if hasattr(run.runtime, "edf_text"):
-            out[f"{name}-n2.environment.toml"] = run.runtime.edf_text(run.spec)
+        for prefix, site in (("", None), ("alps-", "alps")):
+            run = job_for([name], 2, site=site).runs[0]
+            if hasattr(run.runtime, "edf_text"):
+                out[f"{prefix}{name}-n2.environment.toml"] = run.runtime.edf_text(run.spec)
     return out
 
 

@@ -1,0 +1,42 @@
+# == run n2-apptainer-r1: apptainer on 2 node(s) x 4 rank(s), 30 min ==========
+run_dir=/scratch/nb/sweeps/golden/n2-apptainer-r1
+export NCCL_NET='AWS Libfabric'
+export NCCL_NET_GDR_LEVEL=PHB
+export NCCL_CROSS_NIC=1
+export NCCL_PROTO='^LL128'
+export FI_CXI_DEFAULT_CQ_SIZE=131072
+export FI_CXI_DEFAULT_TX_SIZE=16384
+export FI_CXI_DISABLE_HOST_REGISTER=1
+export FI_CXI_RX_MATCH_MODE=software
+export FI_MR_CACHE_MONITOR=userfaultfd
+export MPICH_GPU_SUPPORT_ENABLED=0
+export NCCL_NET_PLUGIN=/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default/lib/libnccl-net.so
+export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-apptainer-r1
+export NANOCHAT_BASE_DIR=/scratch/nb/cache
+export NANOCHAT_BENCH_RUNTIME=apptainer
+export NANOCHAT_BENCH_IMAGE=/scratch/nb/images/nanochat-bench.sif
+export NCCL_DEBUG=INFO
+export NCCL_DEBUG_SUBSYS=INIT,NET
+export CUDA_CACHE_DISABLE=1
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export NANOCHAT_VAL_FILES_K=1
+export NANOCHAT_BENCH_EXPECT_NET='AWS Libfabric'
+export NANOCHAT_BENCH_NET_SETUP='alps/apptainer: CSCS'"'"'s netstack bound in (--bind), /dev/cxi* bound, the Slingshot variables'
+rc=0
+# the job's port for this run, or the next free one: a port taken on the first node would leave every
+# rank waiting for the store until the join timeout
+rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
+rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
+runtime_version=$(apptainer --version 2>/dev/null | head -n 1 || true)
+# the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
+run_deadline=$(( $(date +%s) + 1620 ))
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
+if [ "$rc" -ne 0 ]; then
+    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
+else
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
+    apptainer exec --cleanenv --env-file=/scratch/nb/sweeps/golden/n2-apptainer-r1/apptainer.env --nv --bind=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --bind=/scratch/nb/cache:/scratch/nb/cache --bind=/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default:/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default:ro --bind=/dev/cxi0 --bind=/dev/cxi1 --bind=/dev/cxi2 --bind=/dev/cxi3 --pwd=/workspace/nanochat-bench /scratch/nb/images/nanochat-bench.sif \
+    python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" \
+    2>&1 | tee "$run_dir/train.log" || rc=$?
+fi
+runjson finish "$run_dir" "$rc"

@@ -42,6 +42,10 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
     g.add_argument("--shards", type=int, default=None, metavar="M", help="shard files there (with --row-groups)")
     g.add_argument("--time", default=None, help="time limit of each run, Slurm's HH:MM:SS (default: from the "
                    "estimate with a quarter and 10 min to spare; 30 min where nothing can be estimated)")
+    g.add_argument("--site", default=os.environ.get("NANOCHAT_BENCH_SITE"), metavar="NAME|FILE",
+                   help=f"site profile: its fast network's set-up for every runtime, the network NCCL must choose "
+                        f"(a run on another stops as wrong_network), partitions and GPU memory; shipped: "
+                        f"{', '.join(sites.names())} (default: $NANOCHAT_BENCH_SITE, else none)")
     g.add_argument("--gpu", default="H200", help="GPU assumed by the node-hour estimate (default: H200)")
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
     g.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
@@ -71,10 +75,6 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ofi-hook", choices=("default", "on", "off"), default="default",
                    help="CE's aws_ofi_nccl hook: as the site configures it, forced on (variant cuda-dl), or off to "
                         "run the image's own network plugin (default: default)")
-    g.add_argument("--site", default=os.environ.get("NANOCHAT_BENCH_SITE"), metavar="NAME|FILE",
-                   help=f"site profile: its fast network's set-up for every runtime, the network NCCL must choose "
-                        f"(a run on another stops as wrong_network), partitions and GPU memory; shipped: "
-                        f"{', '.join(sites.names())} (default: $NANOCHAT_BENCH_SITE, else none)")
     g.add_argument("--allow-network", default=None, metavar="NAME",
                    help="let runs on this NCCL network through the gate on purpose (e.g. Socket, to measure it)")
     for name in ("partition", "account", "constraint"):
@@ -91,7 +91,16 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
     return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
                                       repeats=args.repeats, train=train, gpu=args.gpu,
                                       assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling,
-                                      data=data_shape(args), time=args.time)
+                                      data=data_shape(args), time=args.time, site=site_of(args))
+
+
+def site_of(args):
+    """The site profile of --site (a shipped name or a TOML file), read once per command."""
+    if not getattr(args, "site", None):
+        return None
+    if getattr(args, "_site", None) is None:
+        args._site = sites.load(args.site)
+    return args._site
 
 
 def base_dir_of(args) -> str:
@@ -129,7 +138,7 @@ def options_from_args(args) -> LaunchOptions:
                          ofi_hook=args.ofi_hook, numa_binding=None if args.numa_binding == "none" else args.numa_binding,
                          partition=args.partition, account=args.account,
                          constraint=args.constraint, exclusive=args.exclusive,
-                         site=sites.load(args.site) if args.site else None, allow_network=args.allow_network)
+                         site=site_of(args), allow_network=args.allow_network)
 
 
 def default_out(name: str | None) -> tuple[str, Path]:

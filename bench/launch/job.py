@@ -190,7 +190,7 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
         raise ConfigError(f"{len(runs)} runs in one allocation; at most {MAX_RUNS_PER_JOB} (fewer --repeats or "
                           f"--runtimes per job)")
     nodes = runs[0].nodes
-    minutes = sum(r.time_minutes + 1 for r in runs)
+    minutes = job_minutes(runs)
     return Job(name, job_dir, nodes, sweep.gpus_per_node, runs,
                directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes), title,
                python=opts.python)
@@ -232,11 +232,60 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
                   "nodes": group[0].nodes}
         return make_job(name.format(**fields), job_dir, sweep, group, opts, title.format(**fields))
 
+    limit = partition_limit(opts)
     if not compare:
+        for r in runs:
+            check_partition(limit, [r])
         return [job([r], r.run_dir, naming.one_name, naming.one_title) for r in runs]
-    return [job(interleaved([r for r in runs if r.nodes == nodes], sweep.runtimes),
-                sweep_dir / "jobs" / f"compare-n{nodes}", naming.compare_name, naming.compare_title)
-            for nodes in sorted({r.nodes for r in runs})]
+    jobs = []
+    for nodes in sorted({r.nodes for r in runs}):
+        parts = split_for_partition(limit, interleaved([r for r in runs if r.nodes == nodes], sweep.runtimes))
+        for i, part in enumerate(parts, 1):
+            suffix = f"-part{i}" if len(parts) > 1 else ""
+            if suffix:
+                note(f"the comparison on {nodes} node(s) is split into {len(parts)} jobs to fit the partition's "
+                     f"{limit.name} limit of {slurm_time(limit.max_time_s // 60)}")
+            jobs.append(job(part, sweep_dir / "jobs" / f"compare-n{nodes}{suffix}", naming.compare_name + suffix,
+                            naming.compare_title))
+    return jobs
+
+
+def partition_limit(opts: LaunchOptions):
+    """The site's limits of the partition the jobs go to (None: no site, or no partition named)."""
+    if opts.site is None or not opts.partition:
+        return None
+    return opts.site.partition(opts.partition)  # an unknown partition is an error naming the known ones
+
+
+def job_minutes(runs: list[Run]) -> int:
+    return sum(r.time_minutes + 1 for r in runs)  # a minute each for the bookkeeping around a run
+
+
+def check_partition(limit, runs: list[Run]) -> None:
+    """A job that the partition would refuse (too long, too many nodes) fails here, naming the limit."""
+    if limit is None:
+        return
+    if limit.max_nodes and runs[0].nodes > limit.max_nodes:
+        raise ConfigError(f"{runs[0].run_id}: {runs[0].nodes} nodes, but partition {limit.name} takes at most "
+                          f"{limit.max_nodes} (choose another --partition)")
+    if job_minutes(runs) * 60 > limit.max_time_s:
+        raise ConfigError(f"{runs[0].run_id}: its time limit {slurm_time(job_minutes(runs))} is over partition "
+                          f"{limit.name}'s {slurm_time(limit.max_time_s // 60)}; pass a shorter --time, fewer "
+                          f"--num_iterations, or another --partition")
+
+
+def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:
+    """A comparison's runs in consecutive jobs, each within the partition's time limit (one job without one)."""
+    if limit is None:
+        return [runs]
+    parts: list[list[Run]] = [[]]
+    for r in runs:
+        if parts[-1] and job_minutes(parts[-1] + [r]) * 60 > limit.max_time_s:
+            parts.append([])
+        parts[-1].append(r)
+    for part in parts:
+        check_partition(limit, part)
+    return parts
 
 
 def ship_bookkeeping(lib_dir: Path) -> None:

@@ -12,6 +12,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from tabulate import tabulate
 
@@ -182,6 +183,7 @@ class Sweep:
     workload: str = workloads.DEFAULT  # bench/workloads: nanochat, or nntile (its flags via --train-arg)
     data: DataShape | None = None  # the shards, for the choice of K (None: K is not planned)
     time: str | None = None  # a fixed time limit per run instead of the estimate
+    site: Any = None  # bench.sites.Site: GPU memory and device batch limits of the site (None: the GPU's own)
     settings: Settings = field(init=False, repr=False, compare=False)  # the flags, parsed once
 
     def __post_init__(self):
@@ -219,7 +221,14 @@ class Sweep:
         return Estimate(metrics.peak_flops(self.gpu), self.assume_mfu, self.startup_s, MFU_HALF_BATCH)
 
     def context(self, nodes: int) -> PointContext:
-        return PointContext(nodes, self.gpus_per_node, self.scaling, self.data, self.estimate)
+        from bench.nanochat.memory import GIB, device_memory_bytes
+
+        site = self.site
+        memory = int(site.gpu_memory_gib * GIB) if site is not None and site.gpu_memory_gib else \
+            device_memory_bytes(self.gpu)
+        ranks = nodes * self.gpus_per_node
+        return PointContext(nodes, self.gpus_per_node, self.scaling, self.data, self.estimate, memory,
+                            site.max_device_batch(ranks) if site is not None else None)
 
     @functools.cached_property
     def _points(self) -> tuple[Point, ...]:

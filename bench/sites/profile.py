@@ -74,7 +74,13 @@ class Site:
     partitions: Mapping[str, Partition] = field(default_factory=dict)
     network_env: Mapping[str, str] = field(default_factory=dict)
     runtimes: Mapping[str, NetworkSetup] = field(default_factory=dict)
+    device_batch_limits: Mapping[int, int] = field(default_factory=dict)  # from N ranks on: largest device batch
     source: str = ""  # the file it was read from
+
+    def max_device_batch(self, ranks: int) -> int | None:
+        """The largest device batch this site allows at `ranks` (its observed limits), or None."""
+        limits = [b for n, b in self.device_batch_limits.items() if ranks >= n]
+        return min(limits) if limits else None
 
     def network_setup(self, runtime: str, ofi_hook: str = "default") -> NetworkSetup:
         """The runtime's set-up with the site's network variables under it ("" in the runtime unsets one);
@@ -160,7 +166,7 @@ def _positive(value: Any, where: str, kind=int):
 
 def _site(data: Mapping[str, Any], where: str) -> Site:
     _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "partitions",
-                 "network_env", "runtimes"}, where)
+                 "network_env", "runtimes", "device_batch_limits"}, where)
     network = data.get("network")
     if network not in NETWORKS:
         raise ConfigError(f"{where}: network {network!r} is not one of {', '.join(NETWORKS)}")
@@ -187,7 +193,8 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                 gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),
                 description=str(data.get("description", "")), partitions=partitions,
                 network_env=_strings(data.get("network_env", {}), f"{where}: network_env"),
-                runtimes=runtimes, source=where)
+                runtimes=runtimes, device_batch_limits=_batch_limits(data.get("device_batch_limits", {}), where),
+                source=where)
 
 
 def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
@@ -203,6 +210,18 @@ def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
         devices=_list(table.get("devices", []), f"{where}.devices"),
         flags=_list(table.get("flags", []), f"{where}.flags"),
         without_hook=_setup(without, f"{where}.without_hook", nested=False) if without is not None else None)
+
+
+def _batch_limits(table: Any, where: str) -> dict[int, int]:
+    """`"128" = 16`: from 128 ranks on, a device batch of at most 16."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: device_batch_limits must be a table of \"RANKS\" = DEVICE_BATCH")
+    limits = {}
+    for ranks, batch in table.items():
+        if not str(ranks).isdigit() or int(ranks) <= 0:
+            raise ConfigError(f"{where}: device_batch_limits key {ranks!r} must be a rank count, e.g. \"128\"")
+        limits[int(ranks)] = _positive(batch, f"{where}: device_batch_limits.{ranks}")
+    return limits
 
 
 def _check_runtime_names(runtimes: Mapping[str, NetworkSetup], where: str) -> None:

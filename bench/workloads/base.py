@@ -37,6 +37,8 @@ class PointContext:
     scaling: str  # weak | strong (bench/launch/plan.py SCALING_MODES)
     data: Any  # bench.launch.plan.DataShape, or None when the shards' shape is not known
     estimate: Estimate
+    gpu_memory_bytes: int | None = None  # the site's (or the named GPU's) memory per GPU; None: unknown
+    max_device_batch: int | None = None  # the site's observed limit at this rank count (bench/sites)
 
     @property
     def ranks(self) -> int:

@@ -29,6 +29,35 @@ def argv_of(flags: dict) -> list[str]:
     return [f"--{k}={v}" for k, v in sorted(flags.items())]
 
 
+# Beyond this many ranks a K left to the trainer's default (1) is a gamble: one validation shard of FineWeb-Edu
+# serves as many ranks as it has row groups, so a point whose data shape is unknown is refused, not guessed.
+UNPLANNED_K_MAX_RANKS = 32
+
+
+def fit_device_memory(config, ranks: int, dbs: int, accum: int, point) -> tuple[int, int, str]:
+    """(device batch, accumulation, note): the largest device batch that fits the GPU's memory (the memory
+    model) and the site's observed limit at this rank count, keeping the tokens per rank and step
+    (device batch x accumulation), so the model trains the same way; unchanged when it already fits."""
+    from bench.nanochat.memory import GIB, MemoryPoint, estimate
+
+    sequences = dbs * accum  # per rank per optimizer step
+    cap, why = dbs, ""
+    if point.max_device_batch and point.max_device_batch < cap:
+        cap, why = point.max_device_batch, f"the site's limit at {ranks} ranks"
+    if point.gpu_memory_bytes:
+        def need(b: int) -> int:
+            return estimate(MemoryPoint(config.depth, config.aspect_ratio, VOCAB_SIZE, config.max_seq_len, b, ranks,
+                                        config.strategy, "cuda", True, sequences // b,
+                                        fp8=getattr(config, "fp8", False))).need_bytes
+        while cap > 1 and need(cap) > point.gpu_memory_bytes:
+            cap, why = cap // 2, f"the memory model: {dbs} needs ~{need(dbs) / GIB:.0f} GiB of " \
+                                 f"{point.gpu_memory_bytes / GIB:.0f} GiB"
+    if cap >= dbs:
+        return dbs, accum, ""
+    new = max(b for b in range(1, cap + 1) if sequences % b == 0)
+    return new, sequences // new, f"device batch {dbs} -> {new} x accumulation {sequences // new} ({why})"
+
+
 def val_files_k(config, data, ranks: int) -> tuple[int | None, str]:
     """(K, "") for parquet data whose shape is known; (None, "") when it is not planned; (None, why)."""
     if config.data_bin_dir or data is None:
@@ -100,9 +129,17 @@ class Nanochat(Workload):
             if not fit.possible:
                 return PointPlan(reason=fit.reason)
             dbs, accum, total, note = fit.device_batch_size, fit.grad_accum, base.total_batch_size, fit.note
+        if base.device_type != "cpu":
+            dbs, accum, fitted = fit_device_memory(base, ranks, dbs, accum, point)
+            note = "; ".join(filter(None, [note, fitted]))
         k, why_not = val_files_k(base, point.data, ranks)
         if why_not:
             return PointPlan(reason=why_not)
+        if k is None and point.data is None and not base.data_bin_dir and ranks > UNPLANNED_K_MAX_RANKS:
+            return PointPlan(reason=(
+                f"K ({schema.ENV_VAL_FILES_K}) cannot be planned for {ranks} ranks: no shards on this host and no "
+                f"--row-groups; with the trainer's K=1 every rank may not get a validation row group and the run "
+                f"would stop at start-up on the cluster; pass --data-dir DIR or --row-groups N --shards M"))
         config = replace(base, device_batch_size=dbs, total_batch_size=total)
         from bench.nanochat.gpt import GPTConfig  # torch: only where a model is sized, so the CLI starts fast
 

@@ -53,6 +53,7 @@ def test_a_site_file_by_path(tmp_path):
     ('name = "x"\nnetwork = "ethernet"\n[network_env]\nNCCL_PROTO = 1\n', ["network_env must be a table of strings"]),
     ('name = "x"\nnetwork = "ethernet"\ngpus_per_node = -4\n', ["gpus_per_node must be a positive"]),
     ('name = "x"\nnetwork = ', ["not valid TOML"]),
+    ('name = "x"\nnetwork = "ethernet"\n[device_batch_limits]\nbig = 16\n', ["device_batch_limits key 'big'"]),
 ])
 def test_bad_profiles_name_the_file_and_key(tmp_path, text, words):
     path = tmp_path / "site.toml"

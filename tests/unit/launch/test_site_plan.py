@@ -1,0 +1,67 @@
+"""What a site profile changes in the plan: the device batch where the site's observation or the memory model
+says it does not fit (the tokens per rank and step kept), and a K that cannot be planned refused at scale."""
+
+from bench import sites
+from bench.launch.plan import DataShape, Sweep, format_table
+
+DATA = DataShape.from_counts(52, 250)
+
+
+def plan_of(nodes: int, **kw):
+    [point] = Sweep([nodes], 4, ["bare"], **kw).points()
+    return point
+
+
+def test_alps_at_128_gpus_takes_device_batch_16_with_accumulation_2():
+    alps = sites.load("alps")
+    small, large = plan_of(8, site=alps, data=DATA), plan_of(32, site=alps, data=DATA)
+    assert (small.device_batch_size, small.grad_accum) == (32, 1)
+    assert (large.device_batch_size, large.grad_accum) == (16, 2)
+    assert large.total_batch_size == 32 * 2048 * 128  # weak scaling: the same tokens per rank and step
+    assert "--device_batch_size=16" in large.train_argv and "site's limit at 128 ranks" in large.note
+    assert "device batch 32 -> 16 x accumulation 2" in format_table(Sweep([8, 32], 4, ["bare"], site=alps, data=DATA))
+
+
+def test_the_memory_model_lowers_the_batch_on_a_small_gpu(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text('name = "small"\nnetwork = "infiniband"\ngpu_memory_gib = 40\n')
+    point = plan_of(1, site=sites.load(str(path)), data=DATA)
+    assert point.device_batch_size < 32 and point.device_batch_size * point.grad_accum == 32
+    assert "memory model" in point.note and "40 GiB" in point.note
+
+
+def test_without_a_site_nothing_changes():
+    point = plan_of(32, data=DATA)
+    assert (point.device_batch_size, point.grad_accum) == (32, 1) and not point.note
+
+
+def test_an_unplanned_k_is_refused_beyond_32_ranks():
+    assert plan_of(8).possible  # 32 ranks: the trainer's K=1 is left to it
+    point = plan_of(16)
+    assert not point.possible and "--row-groups" in point.reason and "64 ranks" in point.reason
+    assert plan_of(16, data=DATA).possible
+
+
+def test_a_comparison_is_split_to_fit_the_partition_and_an_oversized_job_refused(tmp_path):
+    import pytest
+
+    from bench.errors import ConfigError
+    from bench.launch.job import LaunchOptions, assemble
+
+    alps = sites.load("alps")
+    opts = LaunchOptions(base_dir="/scratch/cache", images={"podman": "localhost/x:1"}, site=alps, partition="debug",
+                         check_images=False)
+    sweep = Sweep([2], 4, ["bare", "podman"], repeats=2, data=DATA, time="00:10:00", site=alps)
+    notes: list[str] = []
+    jobs = assemble(sweep, opts, tmp_path / "s", compare=True, note=notes.append)
+    assert [len(j.runs) for j in jobs] == [2, 2]  # 4 x 11 min in a 30-minute partition: two jobs
+    assert [r.run_id for j in jobs for r in j.runs] == ["n2-bare-r1", "n2-podman-r1", "n2-bare-r2", "n2-podman-r2"]
+    assert all(j.directives.count("--time=00:22:00") == 1 for j in jobs)
+    assert any("split into 2 jobs" in n for n in notes)
+    with pytest.raises(ConfigError, match="over partition debug's 00:30:00"):
+        assemble(Sweep([1], 4, ["bare"], data=DATA, time="00:45:00", site=alps), opts, tmp_path / "t", note=notes.append)
+    with pytest.raises(ConfigError, match="partition debug takes at most 2"):
+        assemble(Sweep([4], 4, ["bare"], data=DATA, time="00:10:00", site=alps), opts, tmp_path / "u", note=notes.append)
+    with pytest.raises(ConfigError, match="no partition 'gpu'"):
+        from dataclasses import replace
+        assemble(sweep, replace(opts, partition="gpu"), tmp_path / "v", note=notes.append)

@@ -9,6 +9,8 @@ library only) on the first node and uses the port it prints:
                                                 -> one line naming the ports and NODE, exit 1
 """
 
+from __future__ import annotations  # the hosts' python3 may be older than the annotations
+
 import socket
 import sys
 

@@ -21,6 +21,15 @@ srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/envir
 #   srun --nodes=1 --ntasks=1 --pty --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml bash
 
 # -- train: the same block the batch script runs
+# -- the host's Python for this script's bookkeeping (run.json, the rendezvous port): checked first, so a
+#    node without a usable one fails the job in its first second, saying what it needs
+bench_python=/opt/nanochat-bench/venv/bin/python
+command -v "$bench_python" >/dev/null || bench_python=python3
+if ! "$bench_python" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
+    echo "nanochat-bench: the job's bookkeeping needs Python >= 3.8 on this node; found $("$bench_python" --version 2>&1) ($bench_python); load a Python module before sbatch, or render with --python PATH" >&2
+    exit 1
+fi
+
 # -- rendezvous: torchrun's c10d store listens on the first node, reached by its address ---------------
 # (NodeAddr, not the node name: names need not resolve, e.g. several slurmd on one host)
 nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
@@ -38,8 +47,6 @@ ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run
 #    contract (/scratch/nb/sweeps/golden/.lib/schema.py, standard library only), outside any container
-bench_python=/opt/nanochat-bench/venv/bin/python
-command -v "$bench_python" >/dev/null || bench_python=python3
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/.lib/jobrecord.py "$@"; }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after

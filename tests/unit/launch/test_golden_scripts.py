@@ -114,3 +114,21 @@ def test_rendered_scripts_pass_shellcheck(tmp_path):
     r = subprocess.run([shellcheck(), "--severity=style", *sorted(SCRIPTS)], capture_output=True, text=True,
                        cwd=tmp_path)
     assert r.returncode == 0, r.stdout
+
+
+def test_a_node_without_a_usable_python_fails_in_its_first_second(tmp_path):
+    """The rendered job on a node whose interpreter is missing and whose python3 is too old (a fake 3.6,
+    as SLES ships): one line naming what it needs, exit 1, before any Slurm command runs."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "Python 3.6.15"; exit 0; }\nexit 1\n')
+    (fake / "scontrol").write_text("#!/bin/sh\necho scontrol-was-called >&2\nexit 3\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    script = tmp_path / "job.sbatch"
+    script.write_text(SCRIPTS["bare-n2.sbatch"])  # rendered with --python /opt/nanochat-bench/venv/bin/python
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, cwd=tmp_path,
+                       env={"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "1"})
+    assert r.returncode == 1
+    assert "needs Python >= 3.8" in r.stderr and "Python 3.6.15" in r.stderr and "--python" in r.stderr
+    assert "scontrol-was-called" not in r.stderr

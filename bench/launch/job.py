@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import schema, workloads
+from bench import contract, schema, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord
 from bench.launch.plan import Point, Sweep, slurm_time
@@ -25,7 +25,7 @@ PORT_BASE = 20000
 MAX_RUNS_PER_JOB = 100
 SLURM_LOG = "slurm-%j.log"
 SCRIPT_NAME = "job.sbatch"
-LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/schema.py, bench/launch/jobrecord.py)
+LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/contract/, bench/launch/jobrecord.py)
 # Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -188,9 +188,9 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
 
 
 def ship_bookkeeping(lib_dir: Path) -> None:
-    """bench/schema.py and bench/launch/jobrecord.py beside the jobs, for the host's python3 (jobrecord.py)."""
-    for module in (schema, jobrecord):
-        schema.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
+    """bench/contract/ and bench/launch/jobrecord.py beside the jobs, for the host's python3 (jobrecord.py)."""
+    contract.ship(lib_dir)
+    schema.write_text_atomic(lib_dir / Path(jobrecord.__file__).name, Path(jobrecord.__file__).read_text())
 
 
 def write_job(job: Job, script_text: str, manifests: bool = True) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .outcome import Evidence, Status
 from .validate import Literal, Reading, SchemaError, build, check, field
-from .versions import SCHEMA_VERSION, migrate, newer
+from .versions import RETIRED, SCHEMA_VERSION, migrate, newer
 
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
@@ -155,8 +155,6 @@ class Preflight:
 class Breakdown:
     """Where the run's time went (bench/breakdown.py, bench/nanochat/steptimer.py)."""
 
-    phases_s: Optional[Dict[str, float]] = field(None, "seconds from one milestone to the next, launch.t0 to end")
-    step_ms: Optional[Dict[str, float]] = field(None, "steady-state medians: step, fwd_bwd, comm, optim, data, other")
     ranks: Optional[List[Dict[str, Any]]] = field(None, "per rank: rank, host, steady step_ms, comm_ms, data_ms")
     slowest_rank: Optional[int] = field(None, "the rank with the longest median step")
     slowest_host: Optional[str] = field(None, "its host")
@@ -228,7 +226,7 @@ class RunManifest:
         is not as the contract says. Unknown fields are kept (`unknown`) and said (`notes`)."""
         if not isinstance(data, dict):
             raise SchemaError(f"{where}: expected an object, got {type(data).__name__}")
-        reading = Reading()
+        reading = Reading(RETIRED)
         manifest = build(cls, migrate(data, reading.notes, where), (where,), reading)
         manifest.notes, manifest.unknown = reading.notes, reading.unknown
         return manifest

@@ -33,13 +33,16 @@ def field(default: Any = None, doc: str = ""):
 class Reading:
     """What a lenient read found beside the contract: notes for the reader, unknown values to keep."""
 
-    def __init__(self):
+    def __init__(self, retired: "frozenset | set" = frozenset()):
         self.notes: List[str] = []
         self.unknown: Dict[Tuple[str, ...], Any] = {}  # path inside the file (section, field) -> value
+        self.retired = retired  # paths an earlier minor wrote: kept, not worth a note
 
     def keep(self, path: Tuple[str, ...], data: Dict[str, Any], names: List[str]) -> None:
-        self.notes.append(f"{where(path)}: unknown field(s) {', '.join(map(repr, names))} kept, not checked "
-                          f"(written by a newer release?)")
+        new = [n for n in names if path[1:] + (n,) not in self.retired]
+        if new:
+            self.notes.append(f"{where(path)}: unknown field(s) {', '.join(map(repr, new))} kept, not checked "
+                              f"(written by a newer release?)")
         for name in names:
             self.unknown[path[1:] + (name,)] = data[name]
 

@@ -7,7 +7,9 @@ by every later release. Only an unknown major is a reason not to read a run.
 
     1    release 7031fbf and before: a free-form dict (launch facts at the top level, integer version)
     2    the typed contract (integer 2 until the version became MAJOR.MINOR)
-    2.1  `evidence` and its settled status (bench/contract/outcome.py); statuses diverged, wrong_network
+    2.1  `evidence` and its settled status (bench/contract/outcome.py); statuses diverged, wrong_network;
+         breakdown.phases_s and breakdown.step_ms retired (nothing read them: the reader computes both
+         from the events), kept without a note where a 2.0 run has them
 """
 
 from typing import Any, Callable, Dict, List, Tuple
@@ -29,6 +31,8 @@ def parse_version(value: Any, where: str = "run.json") -> Tuple[int, int]:
 
 
 MAJOR = parse_version(SCHEMA_VERSION)[0]
+# Fields earlier minors of this major wrote and this one no longer has: kept as written, never noted.
+RETIRED = {("breakdown", "phases_s"), ("breakdown", "step_ms")}
 
 
 def newer(a: str, b: str) -> str:

@@ -27,7 +27,7 @@ import time
 import traceback
 from typing import Callable, NamedTuple, NoReturn
 
-from bench import breakdown, provenance
+from bench import provenance
 from bench.errors import BenchError, DataError, run_dir_error
 from bench.nanochat.heartbeat import Heartbeat, waited_for
 from bench.contract import (
@@ -74,7 +74,6 @@ class RunRecord:
         self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
         self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")))
         self.closed = False
-        self.milestones: dict[str, float] = {}  # first time of each event, for the breakdown
         # The signal thread records a cancellation while the main thread may still be logging a step:
         # after a failure is recorded, the error event stays the last line and the status stays put.
         self._lock = threading.Lock()
@@ -93,17 +92,15 @@ class RunRecord:
                 t = fields.pop("t", None)
                 t = time.time() if t is None else t
                 self._writing(lambda: self.events.emit(event, t=t, **fields))
-                self.milestones.setdefault(event, t)
         self.heartbeat.beat(event, fields.get("step"))
 
-    def write_breakdown(self, step_ms: dict, ranks: list[dict], network: dict | None) -> None:
-        """run.json's breakdown (phases from launch.t0 to the end event, the steady step split, the ranks)
-        and network sections (rank 0, after the end event)."""
+    def write_breakdown(self, ranks: list[dict], network: dict | None) -> None:
+        """run.json's breakdown (each rank's steady figures, the slowest) and network sections (rank 0, after
+        the end event). The phases and the step split are the reader's, from the events (bench/analysis/why.py)."""
         if not (self.rank == 0 and self.run_dir):
             return
-        times = {**self.milestones, "launch": load_manifest(self.run_dir).launch.t0}
         slowest = max(ranks, key=lambda r: r.get("step_ms") or 0.0) if ranks else None
-        self.update(breakdown={"phases_s": breakdown.phases(times), "step_ms": step_ms or None, "ranks": ranks or None,
+        self.update(breakdown={"ranks": ranks or None,
                                "slowest_rank": slowest["rank"] if slowest else None,
                                "slowest_host": slowest["host"] if slowest else None},
                     network=network)

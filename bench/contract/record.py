@@ -174,7 +174,7 @@ class RunManifest:
     schema_version: str = field(SCHEMA_VERSION, "version of this contract, MAJOR.MINOR (bench/contract/versions.py)")
     run_id: Optional[str] = field(None, "name of the run directory")
     sweep_id: Optional[str] = field(None, "name of the directory above it")
-    workload: Optional[str] = field(None, "what is trained (bench.schema.WORKLOAD)")
+    workload: Optional[str] = field(None, "what is trained (bench.contract.WORKLOAD)")
     status: Status = field("pending", "pending, running, or how the run ended: settled from `evidence`")
     message: Optional[str] = field(None, "why it ended as it did (None when ok): the deciding evidence's")
     runtime: Optional[str] = field(None, "bare, ce, pyxis, apptainer, podman, podman-hpc, sarus, sarus-suite")

@@ -4,7 +4,7 @@
 nanochat's torchrun in standalone mode from bench/launch/torchrun.py, others from bench/workloads/) + the
 process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to the terminal and to
 `<run_dir>/train.log`, the wall and CPU time of everything it started are recorded, and
-bench.schema.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
+bench.contract.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
 
 The workload runs in a session of its own, so the wrapper decides what reaches it: SIGINT (Ctrl-C),
 SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to the end, and a

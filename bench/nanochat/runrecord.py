@@ -1,7 +1,7 @@
-"""What one trainer process leaves in its run directory, and how failures and signals become statuses.
+"""What one trainer process leaves in its run directory, and how failures and signals become evidence.
 
-The run-directory contract itself (fields, events, statuses) lives in bench/schema.py; this module
-only decides when the trainer writes what:
+The run-directory contract itself (fields, events, statuses, the outcome rule) lives in bench/contract/;
+this module only decides when the trainer writes what:
 - rank 0 writes run.json (merged into what the launcher wrote) and metrics.jsonl events;
 - a rank that fails writes an `error` event (the first failure only) and its evidence (bench/contract/
   outcome.py settles the run's status from it), then ends its process at once, so torchrun stops the
@@ -12,7 +12,7 @@ only decides when the trainer writes what:
   the rank that stopped;
 - the record is written before anything is printed (the terminal may be gone), and a run directory that
   cannot be written any more ends the run with one line naming it; space held back at start
-  (bench.schema.reserve_space) lets a full disk still take the final status.
+  (bench.contract.reserve_space) lets a full disk still take the final status.
 Without NANOCHAT_BENCH_RUN_DIR every write is a no-op (the null event writer, no run.json).
 """
 

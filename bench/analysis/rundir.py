@@ -48,7 +48,9 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     except json.JSONDecodeError as e:
         return {}, f"run.json is not valid JSON ({e.msg} at line {e.lineno})"
     try:
-        return schema.RunManifest.from_dict(manifest).to_dict(), None
+        read = schema.RunManifest.from_dict(manifest)  # any known major, migrated; unknown fields noted
+        notes += read.notes
+        return read.to_dict(), None
     except schema.SchemaError as e:
         plain = manifest if isinstance(manifest, dict) else {}
         return plain, f"run.json does not follow the run contract ({e}); figures not computed"
@@ -94,7 +96,7 @@ def read_events(path: Path, notes: list[str]) -> list[dict]:
     events, violations = [], []
     for ev in values:
         try:
-            events.append(schema.parse_event(ev))
+            events.append(schema.parse_event(ev, notes))
         except schema.SchemaError as e:
             violations.append(str(e))
     if bad:

@@ -30,7 +30,7 @@ from typing import Callable
 
 from bench.capacity import capped, lifetime
 from bench.launch.local import prepare_local
-from bench.schema import TRAIN_LOG, close_unfinished
+from bench.contract import TRAIN_LOG, Evidence, close_unfinished, record_evidence
 from bench.schema import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
 
 OUTCOMES = ("ok", "oom", "timeout", "failed")  # "budget" (not run for lack of time) is never stored
@@ -254,12 +254,12 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
                 stopped = ("budget", "the sweep's time budget ran out") if deadline_cut else \
                     ("timeout", f"no end after {timeout_s:.0f} s: stopped (a hang or too slow)")
             if stopped:
-                update_run_json(run_dir, status="timeout" if stopped[0] != "oom" else "oom",
-                                message=stopped[1], finished_at=time.time())  # before the ranks say cancelled
+                record_evidence(run_dir, Evidence(source="probe", kind="oom" if stopped[0] == "oom" else "time_limit",
+                                                  message=stopped[1]))
                 _kill_tree(proc)
                 break
     rc = proc.wait()
-    close_unfinished(run_dir, rc, "the probe")
+    close_unfinished(run_dir, rc, "the probe", source="probe")
     result = classify(spec, run_dir, stopped, rc)
     result.host_peak_bytes = host_peak or None
     result.vm_peak_bytes = vm_peak or None
@@ -323,7 +323,7 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
     elif rc == -signal.SIGKILL or _killed_by_sigkill(run_dir):
         r.outcome = "oom"
         r.message = "a rank was killed by SIGKILL (most likely the kernel's out-of-memory killer: host memory)"
-        update_run_json(run_dir, status="oom", message=r.message)
+        record_evidence(run_dir, Evidence(source="probe", kind="oom", signal="SIGKILL", message=r.message))
     return r
 
 

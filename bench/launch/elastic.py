@@ -3,12 +3,12 @@
 
 torchrun ends a failed run by raising ChildFailedError (a worker died) or SignalException (torchrun itself
 got SIGTERM/SIGINT/SIGHUP), and Python prints them as tracebacks into the job's output. Here either
-becomes one line naming the cause, and the worker that failed first is recorded as the run's cause: a
-worker killed by a signal (kill -9, the kernel's OOM killer) cannot say so itself, and the ranks torchrun
-then stops with SIGTERM, or that lost their peer, would otherwise leave the echo as the run's status. A
-worker aborted (SIGABRT, as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats
-show another rank stopped is recorded `hung`, naming that rank. A signal to torchrun itself is recorded
-as the run's `cancelled`.
+becomes one line naming the cause, and what torchrun saw is recorded as evidence (bench/contract/outcome.py
+settles the status): the worker that failed first, killed by a signal (kill -9, the kernel's OOM killer:
+it cannot say so itself) before one that exited with an error, so the ranks torchrun then stops with
+SIGTERM, or that lost their peer, do not leave the echo as the run's status. A worker aborted (SIGABRT,
+as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats show another rank stopped
+is evidence of `hung`, naming that rank. A signal to torchrun itself is evidence of a cancel.
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path
 where one worker failed and torchrun stops the others (there its 30 s are fixed, not the
 TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not hold
@@ -46,11 +46,7 @@ def describe(rank: int, failure) -> str:
     """`rank 1 on node7 died: killed by SIGKILL` / `rank 0 on node7 exited with status 1`."""
     who = f"rank {rank} on {socket.gethostname()}"
     if failure.exitcode is not None and failure.exitcode < 0:
-        try:
-            name = signal.Signals(-failure.exitcode).name
-        except ValueError:
-            name = f"signal {-failure.exitcode}"
-        return f"{who} died: killed by {name}"
+        return f"{who} died: killed by {_signal_name(-failure.exitcode)}"
     return f"{who} exited with status {failure.exitcode}"
 
 
@@ -66,50 +62,39 @@ def first_failure(e: ChildFailedError) -> tuple[int, object]:
 
 
 def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
-    """The failure becomes the run's status where what is recorded is only the teardown's echo: no final
-    status, `cancelled` (torchrun's SIGTERM) or a lost peer. A rank's own reason stays (an OOM, a data
-    error, `hung` naming the rank it waited for)."""
-    manifest = _manifest(run_dir)
-    if manifest is None or manifest.status == "ok" or (manifest.message or "").startswith(f"rank {rank}:"):
-        return
-    unexplained = _teardown_only(manifest)
-    lost_peer = "lost contact with another rank" in (manifest.message or "")
+    """What torchrun saw of the worker that failed first, as evidence: killed by a signal (it could not
+    say why itself), or exited with an error; `hung` where it was aborted (SIGABRT, as NCCL's watchdog ends
+    a rank whose collective timed out) while the heartbeats show another rank stopped. Whether that is
+    the run's cause or a rank's own reason stays (an OOM, a data error) is settled by the contract."""
     killed = failure.exitcode is not None and failure.exitcode < 0
-    if not (unexplained or (lost_peer and killed)):  # a rank's own diagnosis (hung, oom, no_data) stays
-        return
-    status, message = "failed", cause
+    kind, message = ("rank_killed" if killed else "rank_exited"), cause
     culprit = waited_for(run_dir) if failure.exitcode == -signal.SIGABRT else None
-    if culprit and culprit[1]:  # NCCL's watchdog aborts a rank whose collective timed out; one rank stopped
-        status, message = "hung", f"{culprit[0]}; {cause} (a collective timed out)"
-    _update(run_dir, status=status, message=message)
+    if culprit and culprit[1]:  # one rank stopped: the others' collective timed out waiting for it
+        kind, message = "hung", f"{culprit[0]}; {cause} (a collective timed out)"
+    _record(run_dir, schema.Evidence(source="wrapper", kind=kind, rank=rank, node=socket.gethostname(),
+                                     signal=_signal_name(-failure.exitcode) if killed else None,
+                                     exit_code=failure.exitcode, message=message))
 
 
-def _manifest(run_dir: str):
-    """run.json as recorded so far, or None where it cannot be read (nothing to correct then)."""
+def _signal_name(signum: int) -> str:
     try:
-        return schema.load_manifest(run_dir)
-    except (OSError, schema.SchemaError):
-        return None
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
-def _teardown_only(manifest) -> bool:
-    """No final status yet, or only the `cancelled` the workers record when torchrun stops them."""
-    return manifest.status not in schema.FINAL_STATUSES or manifest.status == "cancelled"
-
-
-def _update(run_dir: str, **fields) -> None:
+def _record(run_dir: str, evidence) -> None:
     try:
-        schema.update_run_json(run_dir, **fields)
-    except OSError as e:
+        schema.record_evidence(run_dir, evidence)
+    except (OSError, schema.SchemaError) as e:
         print(f"torchrun: could not record the outcome in {run_dir}: {e}", file=sys.stderr)
 
 
 def record_signal(run_dir: str, name: str) -> None:
     """torchrun was stopped by a signal: the run is `cancelled` by it (the workers' own `cancelled` names
-    only the SIGTERM torchrun passed on)."""
-    manifest = _manifest(run_dir)
-    if manifest is not None and _teardown_only(manifest):
-        _update(run_dir, status="cancelled", message=f"torchrun received {name}; the workers were stopped")
+    only the SIGTERM torchrun passed on, and ranks lower in the precedence table)."""
+    _record(run_dir, schema.Evidence(source="wrapper", kind="stopped", node=socket.gethostname(), signal=name,
+                                     message=f"torchrun received {name}; the workers were stopped"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench import netgate, schema, workloads
+from bench import contract, netgate, schema, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import Point, Sweep, slurm_time
@@ -27,7 +27,7 @@ PORT_BASE = 20000
 MAX_RUNS_PER_JOB = 100
 SLURM_LOG = "slurm-%j.log"
 SCRIPT_NAME = "job.sbatch"
-LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/schema.py, launch/jobrecord.py, rdzvport.py)
+LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/contract/, launch/jobrecord.py, rdzvport.py)
 # Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -289,8 +289,9 @@ def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:
 
 
 def ship_bookkeeping(lib_dir: Path) -> None:
-    """bench/schema.py, launch/jobrecord.py and launch/rdzvport.py beside the jobs, for the host's python3."""
-    for module in (schema, jobrecord, rdzvport):
+    """bench/contract/, launch/jobrecord.py and launch/rdzvport.py beside the jobs, for the host's python3."""
+    contract.ship(lib_dir)
+    for module in (jobrecord, rdzvport):
         schema.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
 
 

@@ -1,14 +1,16 @@
-"""The batch script's own entries in run.json: Slurm facts before srun, the outcome after it.
+"""The batch script's own entries in run.json: Slurm facts before srun, what it saw of the end after it.
 
 It runs on the cluster's python3 outside any container, where the package may not be installed, so
-`submit`/`render` write this file and bench/schema.py (standard library only) into `<sweep>/.lib/`
-once per sweep, and every batch script of the sweep calls that copy:
+`submit`/`render` write this file and the run contract (bench/contract/, standard library only) into
+`<sweep>/.lib/` once per sweep, and every batch script of the sweep calls that copy:
 
     python3 <sweep>/.lib/jobrecord.py start  RUN_DIR [RUNTIME_VERSION]
     python3 <sweep>/.lib/jobrecord.py finish RUN_DIR EXIT_CODE
 
-`finish` ends with bench.schema.close_unfinished, the same last word the local launcher has: a run whose
-trainer never started or died without a final status is marked failed, so none stays pending.
+`finish` records what Slurm wrote into the run's log (a lost node, the time limit) as evidence, and ends
+with contract.close_unfinished, the same last word the local launcher has: a run whose trainer never
+started or died without a final status is marked failed, so none stays pending. How the run ended is
+settled by the contract's one rule (bench/contract/outcome.py), not here.
 """
 
 import os
@@ -16,37 +18,39 @@ import sys
 import time
 
 if __package__:
-    from bench import schema
-else:  # the copy beside the jobs: import the schema written next to it, never another installed one
+    from bench import contract
+else:  # the copy beside the jobs: import the contract written next to it, never another installed one
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import schema  # noqa: E402
+    import contract  # noqa: E402
+
+# Slurm's lines in the job's output and the evidence each one is
+SLURM_LINES = (("Node failure on", "node_lost", "a node of the job was lost"),
+               ("DUE TO NODE FAILURE", "node_lost", "a node of the job was lost"),
+               ("DUE TO TIME LIMIT", "time_limit", "the run reached its time limit before finishing"))
 
 
 def start(run_dir: str, runtime_version: str = "") -> None:
     """Called right before srun: its time is the launch time (T0) that start-up is measured from."""
     now = time.time()
-    schema.update_run_json(run_dir, slurm=schema.slurm_facts(),
-                           launch={"kind": "slurm", "started_at": now, "t0": now,
-                                   "runtime_version": runtime_version or None})
+    contract.update_run_json(run_dir, slurm=contract.slurm_facts(),
+                             launch={"kind": "slurm", "started_at": now, "t0": now,
+                                     "runtime_version": runtime_version or None})
 
 
 def finish(run_dir: str, exit_code: str) -> None:
     code = int(exit_code)
     # Slurm facts again: a trainer inside a container may not see them and record none.
-    manifest = schema.update_run_json(run_dir, slurm=schema.slurm_facts(),
-                                      launch={"exit_code": code, "finished_at": time.time()})
-    tail = log_tail(os.path.join(run_dir, schema.TRAIN_LOG))
-    limit = slurm_line(tail, "DUE TO TIME LIMIT")
-    lost = slurm_line(tail, "Node failure on") or slurm_line(tail, "DUE TO NODE FAILURE")
-    if lost and manifest.status != "ok":
-        # a node went away: the ranks elsewhere saw a lost peer or srun's SIGTERM ("cancelled"), its echo
-        schema.update_run_json(run_dir, status="failed", finished_at=time.time(),
-                               message=f"a node of the job was lost: {lost}")
-    elif limit and manifest.status not in ("ok", "timeout"):
-        # srun's --time ended the step: the trainer saw only a SIGTERM and may have said "cancelled"
-        schema.update_run_json(run_dir, status="timeout", finished_at=time.time(),
-                               message=f"the run reached its time limit before finishing: {limit}")
-    schema.close_unfinished(run_dir, code, "srun")
+    contract.update_run_json(run_dir, slurm=contract.slurm_facts(),
+                             launch={"exit_code": code, "finished_at": time.time()})
+    tail = log_tail(os.path.join(run_dir, contract.TRAIN_LOG))
+    seen = set()
+    for marker, kind, what in SLURM_LINES:
+        line = slurm_line(tail, marker)
+        if line and kind not in seen:
+            seen.add(kind)
+            contract.record_evidence(run_dir, contract.Evidence(source="batch_script", kind=kind, exit_code=code,
+                                                                message=f"{what}: {line}"))
+    contract.close_unfinished(run_dir, code, "srun", source="batch_script")
 
 
 def log_tail(log_path: str, size: int = 65536) -> str:

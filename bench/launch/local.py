@@ -4,7 +4,7 @@
 nanochat's torchrun in standalone mode from bench/launch/torchrun.py, others from bench/workloads/) + the
 process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to the terminal and to
 `<run_dir>/train.log`, the wall and CPU time of everything it started are recorded, and
-bench.schema.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
+bench.contract.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
 
 The workload runs in a session of its own, so the wrapper decides what reaches it: SIGINT (Ctrl-C),
 SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to the end, and a
@@ -152,10 +152,11 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     try:
         schema.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
                                                 "wall_time_s": time.time() - t0, "cpu_time_s": cpu})
-        if received and schema.load_manifest(run_dir).status not in schema.FINAL_STATUSES:
+        if received:
             name = signal.Signals(received[0]).name
-            schema.update_run_json(run_dir, status="cancelled", finished_at=time.time(),
-                                   message=f"nanochat-bench train received {name}; the workload was stopped")
+            schema.record_evidence(run_dir, schema.Evidence(
+                source="launcher", kind="stopped", signal=name, exit_code=rc,
+                message=f"nanochat-bench train received {name}; the workload was stopped"))
         schema.close_unfinished(run_dir, rc, "the launcher" if workload != workloads.DEFAULT else "torchrun")
     except OSError as e:
         output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")

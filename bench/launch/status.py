@@ -1,9 +1,9 @@
 """Where a sweep stands: each run's run.json status next to its Slurm job's state.
 
-run.json is the truth once it holds a final status (the trainer or the batch script's last step
-wrote it). A job that Slurm ended before the script could finish (cancelled, over its time limit,
-node failure) leaves run.json pending or running: the status is then derived from Slurm's state and
-written back, so every finished run directory says how it ended.
+run.json is the truth once it holds a final status (settled from what the trainer, torchrun and the
+batch script recorded). A job that Slurm ended before the script could finish (cancelled, over its time
+limit, node failure) leaves run.json pending or running: Slurm's state is then recorded as evidence and
+the status settled from it (bench/contract/outcome.py), so every finished run directory says how it ended.
 """
 
 import time
@@ -17,8 +17,8 @@ from bench import schema
 from bench.launch.slurm import JobState
 from bench.launch.submit import read_sweep
 
-# What a run's status becomes when Slurm ended its job and run.json has no final status.
-FROM_SLURM = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "OUT_OF_MEMORY": "oom", "DEADLINE": "timeout"}
+# What Slurm's end of a job is evidence of, when run.json has no final status.
+FROM_SLURM = {"CANCELLED": "stopped", "TIMEOUT": "time_limit", "OUT_OF_MEMORY": "oom", "DEADLINE": "time_limit"}
 RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom")
 
 
@@ -36,23 +36,26 @@ class RunState:
 
 
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
+    """The run's status and message; what Slurm says of an ended job is recorded as evidence first, once."""
     manifest = schema.read_run_json(run_dir)
     status, message = manifest.get("status", "pending"), manifest.get("message") or ""
     if job is None:
         return status, message
-    if job.state in ("TIMEOUT", "DEADLINE") and status == "cancelled":
-        # Slurm's time limit sent the SIGTERM the trainer recorded as a cancel: the cause is the limit
-        message = f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}"
-        schema.update_run_json(run_dir, status="timeout", message=message)
-        return "timeout", message
-    if status in schema.FINAL_STATUSES:
+    seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
+    if job.state in ("TIMEOUT", "DEADLINE") and status in schema.FINAL_STATUSES and status != "ok" \
+            and "time_limit" not in seen:
+        # Slurm's time limit sent the SIGTERM the ranks may have recorded as a cancel: the cause is the limit
+        evidence = schema.Evidence(source="status", kind="time_limit",
+                                   message=f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}")
+    elif status not in schema.FINAL_STATUSES and (job.terminal or job.state == "UNKNOWN"):
+        # UNKNOWN: a responsive slurmctld forgot the job, so it ended
+        evidence = schema.Evidence(source="status", kind=FROM_SLURM.get(job.state, "exit"),
+                                   message=f"Slurm job {job.job_id} ended {job.state} (exit {job.exit_code or '?'}) "
+                                           f"before the run recorded a final status")
+    else:
         return status, message
-    if job.terminal or job.state == "UNKNOWN":  # UNKNOWN: a responsive slurmctld forgot it, so it ended
-        status = FROM_SLURM.get(job.state, "failed")
-        message = (f"Slurm job {job.job_id} ended {job.state} (exit {job.exit_code or '?'}) before the run "
-                   f"recorded a final status")
-        schema.update_run_json(run_dir, status=status, message=message)
-    return status, message
+    settled = schema.record_evidence(run_dir, evidence)
+    return settled.status, settled.message or ""
 
 
 def sweep_status(sweep_dir: Path, backend) -> list[RunState]:

@@ -81,7 +81,8 @@ def submit_job(backend, script: Path, run_dirs: list[Path], entry: dict, out: Ca
     except SubmitError as e:
         entry["job_id"] = None
         for run_dir in run_dirs:
-            schema.update_run_json(run_dir, status="failed", message=f"not submitted: {e}", finished_at=time.time())
+            schema.record_evidence(run_dir, schema.Evidence(source="submit", kind="not_submitted",
+                                                            message=f"not submitted: {e}"))
         out(f"not submitted {entry['name']}: {e}")
         return False
     for run_dir in run_dirs:

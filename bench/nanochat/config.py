@@ -13,14 +13,13 @@ out of scope for a throughput benchmark, is refused with a clear message unless 
 import argparse
 import difflib
 import re
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 
+from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
 from bench.errors import ConfigError
 from bench.nanochat.heartbeat import INTERVAL_S
 
 
-def _f(default, help: str):
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass
@@ -161,7 +160,7 @@ def build_parser(prog: str = "bench.nanochat.train") -> argparse.ArgumentParser:
                      description="nanochat base pretraining (flags as upstream base_train: --key=value)")
     for f in fields(TrainConfig):
         default = f.default if f.default is not MISSING else None
-        help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
+        help_text = f"{f.metadata.get('doc', '')} (default: {default!r})"
         if f.type is bool:
             parser.add_argument(f"--{f.name}", nargs="?", const=True, default=default, type=_parse_bool,
                                 help=help_text, metavar="BOOL")

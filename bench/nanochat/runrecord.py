@@ -1,17 +1,18 @@
-"""What one trainer process leaves in its run directory, and how failures and signals become statuses.
+"""What one trainer process leaves in its run directory, and how failures and signals become evidence.
 
-The run-directory contract itself (fields, events, statuses) lives in bench/schema.py; this module
-only decides when the trainer writes what:
+The run-directory contract itself (fields, events, statuses, the outcome rule) lives in bench/contract/;
+this module only decides when the trainer writes what:
 - rank 0 writes run.json (merged into what the launcher wrote) and metrics.jsonl events;
-- a rank that fails writes an `error` event and the failure status itself, then ends its process at
-  once, so torchrun stops the other ranks without anyone waiting for a collective timeout;
+- a rank that fails writes an `error` event (the first failure only) and its evidence (bench/contract/
+  outcome.py settles the run's status from it), then ends its process at once, so torchrun stops the
+  other ranks without anyone waiting for a collective timeout;
 - SIGTERM/SIGINT/SIGHUP are taken by a dedicated thread (they are blocked in every other thread), so a
   run is marked `cancelled` even while the main thread waits inside a collective;
 - every event is also a heartbeat (bench/nanochat/heartbeat.py), so a collective that times out can name
   the rank that stopped;
 - the record is written before anything is printed (the terminal may be gone), and a run directory that
   cannot be written any more ends the run with one line naming it; space held back at start
-  (bench.schema.reserve_space) lets a full disk still take the final status.
+  (bench.contract.reserve_space) lets a full disk still take the final status.
 Without NANOCHAT_BENCH_RUN_DIR every write is a no-op (the null event writer, no run.json).
 """
 
@@ -19,27 +20,33 @@ import errno
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 from typing import Callable, NamedTuple, NoReturn
 
-from bench import breakdown, provenance
+from bench import provenance
 from bench.errors import BenchError, DataError, run_dir_error
 from bench.nanochat.heartbeat import Heartbeat, waited_for
-from bench.schema import (
+from bench.contract import (
     ENV_RUN_DIR,
     ENV_T0,
     FINAL_STATUSES,
+    KINDS,
     WORKLOAD,
+    Evidence,
     EventWriter,
     event_writer,
     load_manifest,
+    record_evidence,
     release_space,
     reserve_space,
+    status_of,
     update_run_json,
 )
+from bench.contract.outcome import KIND_OF_STATUS
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -67,7 +74,6 @@ class RunRecord:
         self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
         self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")))
         self.closed = False
-        self.milestones: dict[str, float] = {}  # first time of each event, for the breakdown
         # The signal thread records a cancellation while the main thread may still be logging a step:
         # after a failure is recorded, the error event stays the last line and the status stays put.
         self._lock = threading.Lock()
@@ -86,17 +92,15 @@ class RunRecord:
                 t = fields.pop("t", None)
                 t = time.time() if t is None else t
                 self._writing(lambda: self.events.emit(event, t=t, **fields))
-                self.milestones.setdefault(event, t)
         self.heartbeat.beat(event, fields.get("step"))
 
-    def write_breakdown(self, step_ms: dict, ranks: list[dict], network: dict | None) -> None:
-        """run.json's breakdown (phases from launch.t0 to the end event, the steady step split, the ranks)
-        and network sections (rank 0, after the end event)."""
+    def write_breakdown(self, ranks: list[dict], network: dict | None) -> None:
+        """run.json's breakdown (each rank's steady figures, the slowest) and network sections (rank 0, after
+        the end event). The phases and the step split are the reader's, from the events (bench/analysis/why.py)."""
         if not (self.rank == 0 and self.run_dir):
             return
-        times = {**self.milestones, "launch": load_manifest(self.run_dir).launch.t0}
         slowest = max(ranks, key=lambda r: r.get("step_ms") or 0.0) if ranks else None
-        self.update(breakdown={"phases_s": breakdown.phases(times), "step_ms": step_ms or None, "ranks": ranks or None,
+        self.update(breakdown={"ranks": ranks or None,
                                "slowest_rank": slowest["rank"] if slowest else None,
                                "slowest_host": slowest["host"] if slowest else None},
                     network=network)
@@ -126,39 +130,50 @@ class RunRecord:
             started_at=time.time(), status="running", message=None,
         )
 
+    def evidence(self, kind: str, message: str | None, signal_name: str | None = None) -> Evidence:
+        return Evidence(source="trainer", kind=kind, rank=self.rank, node=socket.gethostname(), signal=signal_name,
+                        message=message)
+
     def finish(self, status: str, message: str | None = None, **fields) -> None:
-        """Final status of a run that ended normally (rank 0)."""
-        self.update(status=status, message=message, finished_at=time.time(), **fields)
+        """The end of a run that ended normally (rank 0): `ok`, or `timeout` where --deadline stopped it."""
+        with self._lock:
+            if self.rank == 0 and self.run_dir and not self._failed:
+                entry = self.evidence(KIND_OF_STATUS[status], message)
+                self._writing(lambda: record_evidence(self.run_dir, entry, **fields))
         if self.rank == 0 and self.run_dir:
             release_space(self.run_dir)
         self.close()
 
-    def fail(self, kind: str, message: str) -> None:
-        """Record a failure from any rank: an error event and run.json's status, unless already final."""
-        assert kind in FINAL_STATUSES
+    def fail(self, kind: str, message: str, signal_name: str | None = None) -> None:
+        """Record a failure seen by this rank (an evidence kind, or a status such as "failed"): its evidence,
+        and an error event when it is the run's first; once per process."""
+        kind = kind if kind in KINDS else KIND_OF_STATUS[kind]
         with self._lock:
             if self._failed:
                 return
             self._failed = True
-            self._record_failure(kind, message)
+            self._record_failure(kind, message, signal_name)
 
-    def _record_failure(self, kind: str, message: str) -> None:
+    def _record_failure(self, kind: str, message: str, signal_name: str | None) -> None:
         if not self.run_dir:
             return
+        first = True
         for attempt in (1, 2):
             try:
-                if load_manifest(self.run_dir).status in FINAL_STATUSES:
-                    return  # the first failure wins: later ones (peers stopped by torchrun) are its echoes
-                writer = self.events if self.rank == 0 else EventWriter(self.run_dir)
-                writer.emit("error", kind=kind, message=message, rank=self.rank)
-                update_run_json(self.run_dir, status=kind, message=f"rank {self.rank}: {message}",
-                                finished_at=time.time())
+                # The first failure gets the error event; later ones (peers stopped by torchrun) are mostly
+                # its echoes: their evidence is kept, their write errors are not worth a line.
+                first = load_manifest(self.run_dir).status not in FINAL_STATUSES
+                if first:
+                    writer = self.events if self.rank == 0 else EventWriter(self.run_dir)
+                    writer.emit("error", kind=status_of(kind), message=message, rank=self.rank)
+                record_evidence(self.run_dir, self.evidence(kind, f"rank {self.rank}: {message}", signal_name))
                 release_space(self.run_dir)
                 return
             except OSError as e:  # a full disk gets the space held back at start, once
                 if attempt == 1 and e.errno == errno.ENOSPC and release_space(self.run_dir):
                     continue
-                say(f"[rank {self.rank}] could not record the failure: {run_dir_error(self.run_dir, e)}")
+                if first:
+                    say(f"[rank {self.rank}] could not record the failure: {run_dir_error(self.run_dir, e)}")
                 return
 
     def cancel_on_signals(self) -> None:
@@ -166,7 +181,7 @@ class RunRecord:
         the signal, then the process ends (install_signal_thread)."""
         def on_signal(signum: int) -> None:
             name = signal.Signals(signum).name
-            self.fail("cancelled", f"received {name} (signal {signum})")
+            self.fail("cancelled", f"received {name} (signal {signum})", name)
             say(f"[rank {self.rank}] received {name}: cancelling")
 
         install_signal_thread(on_signal)
@@ -176,13 +191,13 @@ class RunRecord:
         then os._exit, without destroy_process_group (peers may sit in a collective that never completes),
         so torchrun stops the others at once."""
         failure = classify_failure(exc, device_batch_size)
-        status, message = failure.status, failure.message
-        if status == "nccl_timeout":
+        kind, message = failure.kind, failure.message
+        if kind == "nccl_timeout":
             culprit = waited_for(self.run_dir)
             if culprit:
-                status, message = "hung", f"{culprit[0]}; the others timed out waiting for it ({message})"
-        self.fail(status, message)
-        say(f"[rank {self.rank}] error ({status}): {message}")
+                kind, message = "hung", f"{culprit[0]}; the others timed out waiting for it ({message})"
+        self.fail(kind, message)
+        say(f"[rank {self.rank}] error ({status_of(kind)}): {message}")
         if failure.bug:
             say(traceback.format_exc().rstrip())
         flush_streams()
@@ -215,13 +230,17 @@ ALLOC_FAILED = re.compile(r"can't allocate memory|CUDA error: out of memory|std:
 
 
 class Failure(NamedTuple):
-    status: str
+    kind: str  # the evidence kind (bench/contract/outcome.py): error, oom, no_data, peer_lost, ...
     message: str  # one line
     bug: bool = False  # an unexpected exception: its traceback is kept
 
+    @property
+    def status(self) -> str:
+        return status_of(self.kind)
+
 
 # A peer that died or left: the echo of another rank's failure, which torchrun (bench/launch/elastic.py)
-# or that rank itself records as the cause.
+# or that rank itself records as the cause; recorded as `peer_lost`, below them in the precedence table.
 PEER_LOST = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote process exited|ncclRemoteError|"
                        r"failed to recv, got 0 bytes|NCCL communicator was aborted")
 TIMED_OUT = re.compile(r"timed out|timeout caused|Watchdog caught collective operation timeout", re.IGNORECASE)
@@ -250,14 +269,14 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
     if isinstance(exc, BenchError):
-        return Failure("failed", str(exc))
+        return Failure("error", str(exc))
     text = str(exc)
     if isinstance(exc, RuntimeError):  # gloo's, NCCL's and the store's errors (torch's DistError kinds)
         if TIMED_OUT.search(text):
             return Failure("nccl_timeout", f"a collective timed out: {first_line(exc, 'timeout')}")
         if PEER_LOST.search(text):
-            return Failure("failed", f"lost contact with another rank: {first_line(exc, 'peer lost')}")
-    return Failure("failed", f"{type(exc).__name__}: {text}".strip(), bug=True)
+            return Failure("peer_lost", f"lost contact with another rank: {first_line(exc, 'peer lost')}")
+    return Failure("error", f"{type(exc).__name__}: {text}".strip(), bug=True)
 
 
 def install_signal_thread(on_signal: Callable[[int], None]) -> None:

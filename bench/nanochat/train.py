@@ -332,7 +332,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time, min_val_bpb=min_val)
     step_ms = {k: statistics.median(s[k] for s in steady_splits) for k in steady_splits[0]} if steady_splits else {}
     ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
-    record.write_breakdown(step_ms, ranks, network_facts(record.run_dir, backend))
+    record.write_breakdown(ranks, network_facts(record.run_dir, backend))
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
                "final_val_bpb": val_bpb, "final_mfu": mfu}
     if stopped_early:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import jsonschema
 
-from bench import schema
+from bench import contract, schema
 
-SCHEMAS = Path(schema.__file__).resolve().parent / "schemas"
+SCHEMAS = Path(contract.__file__).resolve().parents[1] / "schemas"
 
 
 def _validator(name: str):

@@ -1,8 +1,9 @@
-"""The run contract (bench/schema.py): merge rules, violations named, events checked, the JSON Schemas
-checked in equal to the ones the classes generate.
+"""The run contract (bench/contract/, re-exported by bench/schema.py): merge rules, older majors and newer
+minors read, violations named, events checked, the JSON Schemas checked in equal to the ones the classes
+generate.
 
     python -m pytest tests/unit/test_schema.py -q
-    python -m bench.schema bench/schemas      # refresh the checked-in schemas after changing a class
+    python -m bench.contract bench/schemas    # refresh the checked-in schemas after changing a class
 """
 
 import json
@@ -18,7 +19,7 @@ from tests.support.contract import SCHEMAS
 
 def test_checked_in_schemas_are_generated_from_the_classes():
     for name, generated in schema.json_schemas().items():
-        assert json.loads((SCHEMAS / name).read_text()) == generated, f"refresh: python -m bench.schema {SCHEMAS}"
+        assert json.loads((SCHEMAS / name).read_text()) == generated, f"refresh: python -m bench.contract {SCHEMAS}"
     assert sorted(p.name for p in SCHEMAS.iterdir()) == sorted(schema.json_schemas())
 
 
@@ -48,11 +49,30 @@ def test_a_writer_cannot_write_outside_the_contract(tmp_path, fields, named):
     assert not (tmp_path / schema.RUN_JSON).exists()  # nothing half-valid was written
 
 
-def test_reader_rejects_other_versions_and_shapes():
-    with pytest.raises(schema.SchemaError, match="schema_version 1 is not 2"):
-        schema.RunManifest.from_dict({"schema_version": 1, "launch_t0": 5.0})
+def test_reader_reads_every_known_major_and_rejects_only_an_unknown_one():
+    old = schema.RunManifest.from_dict({"schema_version": 1, "launch_t0": 5.0, "launcher": "local", "slurm": None,
+                                        "grad_accum_steps": 2, "status": "ok"})
+    assert (old.launch.t0, old.launch.kind, old.grad_accum, old.status) == (5.0, "local", 2, "ok")
+    assert old.schema_version == "2.0" and "schema_version 1" in old.notes[0]
+    assert schema.RunManifest.from_dict({"schema_version": 2, "status": "running"}).schema_version == "2.0"
+    for version in (3, "3.0", 0, "two"):
+        with pytest.raises(schema.SchemaError, match=f"schema_version {version!r} is"):
+            schema.RunManifest.from_dict({"schema_version": version})
     with pytest.raises(schema.SchemaError, match="run.json: expected an object, got list"):
         schema.RunManifest.from_dict([1, 2])
+
+
+def test_a_newer_minors_field_is_read_with_a_note_and_kept_on_rewrite(tmp_path):
+    (tmp_path / schema.RUN_JSON).write_text(json.dumps({"schema_version": "2.7", "status": "running", "fp8": True,
+                                                        "slurm": {"job_id": "7", "het_group": 1}}))
+    m = schema.load_manifest(tmp_path)
+    assert m.status == "running" and m.slurm.job_id == "7"
+    assert any("'fp8'" in n for n in m.notes) and any("slurm: unknown field(s) 'het_group'" in n for n in m.notes)
+    schema.update_run_json(tmp_path, nodes=2)  # an older writer rewrites it: nothing it does not know is lost
+    data = json.loads((tmp_path / schema.RUN_JSON).read_text())
+    assert (data["fp8"], data["slurm"]["het_group"], data["nodes"], data["schema_version"]) == (True, 1, 2, "2.7")
+    ev = schema.parse_event({"event": "start", "t": 1.0, "gpu_clock_mhz": 1980}, notes := [])
+    assert ev["gpu_clock_mhz"] == 1980 and "gpu_clock_mhz" in notes[0]
 
 
 def test_events_are_checked_on_write_and_read(tmp_path):
@@ -91,7 +111,7 @@ def test_close_unfinished_is_the_one_last_word(tmp_path):
     schema.update_run_json(tmp_path, status="pending")
     (tmp_path / schema.TRAIN_LOG).write_text("Traceback ...\nImportError: no module named torch\n")
     m = schema.close_unfinished(tmp_path, 1, "torchrun")
-    assert m.status == "failed"
+    assert m.status == "failed" and [(e.source, e.kind, e.exit_code) for e in m.evidence] == [("launcher", "exit", 1)]
     assert m.message == "the trainer never started (torchrun exit code 1): ImportError: no module named torch"
     schema.update_run_json(tmp_path, status="ok", message=None)
     assert schema.close_unfinished(tmp_path, 0, "srun").status == "ok"  # a recorded final status stays

@@ -42,7 +42,7 @@ def test_sweep_report(tmp_path, make_run):
     cells = re.sub(r" {2,}", " ", md)  # table columns are padded to their width
     assert "| oom1 | s0 | bare | 8 | oom | CUDA out of memory" in cells
     assert "| live1 | s0 | bare | 8 | running | run running: not finished |" in cells  # `ranks` column
-    assert "schema_version 7 is not 2" in md
+    assert "schema_version 7 is of major 7" in md
 
     text = html.read_text()
     assert text.count('src="data:image/png;base64,') == len(pngs)

@@ -32,11 +32,12 @@ def test_t0_is_the_launch_sections(make_run):
 
 
 @pytest.mark.parametrize("where", [{"launch_t0": 1000.5}, {"launcher": {"t0": 1000.5}}, {"env": {"NANOCHAT_BENCH_T0": "1000.5"}}])
-def test_other_spellings_of_t0_break_the_contract(make_run, where):
-    """The reader does not guess: a launch time anywhere but launch.t0 is a violation, named."""
+def test_other_spellings_of_t0_are_noted_not_guessed(make_run, where):
+    """The reader does not guess: a launch time anywhere but launch.t0 is none. The unknown field (as a
+    newer minor release may write one) is named in the notes, and the run is still read."""
     row = read_run_dir(make_run("a", t0=None, raw=True, **where))
-    assert "does not follow the run contract" in row["skip_reason"] and repr(next(iter(where))) in row["skip_reason"]
-    assert row.get("startup_overhead_s") is None and row.get("tok_per_sec") is None
+    assert repr(next(iter(where))) in row["notes"] and "kept, not checked" in row["notes"]
+    assert row.get("startup_overhead_s") is None and row["skip_reason"] is None and row["tok_per_sec"] > 0
 
 
 def test_missing_t0(make_run):

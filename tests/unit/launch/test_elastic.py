@@ -32,13 +32,14 @@ def test_a_killed_worker_is_the_cause_before_the_one_that_lost_it():
 
 
 def test_the_echo_gives_way_but_a_rank_s_own_reason_stays(tmp_path):
-    schema.update_run_json(tmp_path, status="failed", message="rank 0: lost contact with another rank: Connection "
-                                                              "closed by peer")
+    schema.record_evidence(tmp_path, schema.Evidence(source="trainer", kind="peer_lost", rank=0, message=(
+        "rank 0: lost contact with another rank: Connection closed by peer")))
     record_root_cause(str(tmp_path), 1, failure(1, -9, 1), "rank 1 on n1 died: killed by SIGKILL")
     assert schema.read_run_json(tmp_path)["message"] == "rank 1 on n1 died: killed by SIGKILL"
-    schema.update_run_json(tmp_path, status="oom", message="rank 1: out of memory at --device_batch_size=32")
+    schema.record_evidence(tmp_path, schema.Evidence(source="trainer", kind="oom", rank=1, message=(
+        "rank 1: out of memory at --device_batch_size=32")))
     record_root_cause(str(tmp_path), 1, failure(1, 1, 1), "rank 1 on n1 exited with status 1")
-    assert schema.read_run_json(tmp_path)["status"] == "oom"
+    assert schema.read_run_json(tmp_path)["status"] == "oom"  # the rank's own reason, over torchrun's word
 
 
 def test_an_aborted_rank_with_a_stopped_peer_is_hung(tmp_path):

@@ -1,5 +1,5 @@
 """The batch script's run.json step: Slurm facts before srun, a final status after it even when the
-trainer never ran, by the copy of bench/schema.py + jobrecord.py shipped beside the jobs, run with
+trainer never ran, by the copy of bench/contract/ + jobrecord.py shipped beside the jobs, run with
 the standard library alone (`python -S`: no site-packages) and, where one is installed, Python 3.8.
 
     python -m pytest tests/unit/launch/test_jobrecord.py -q
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import schema
+from bench import contract, schema
 from bench.launch import jobrecord
 from bench.launch.job import ship_bookkeeping
 
@@ -32,7 +32,10 @@ def run(python, lib, args, cwd, **env):
 
 
 def test_the_shipped_copy_is_the_packages_own(lib):
-    assert (lib / "schema.py").read_text() == Path(schema.__file__).read_text()
+    package = Path(contract.__file__).parent
+    assert sorted(p.name for p in (lib / "contract").iterdir()) == sorted(f"{m}.py" for m in contract.MODULES)
+    for name in contract.MODULES:
+        assert (lib / "contract" / f"{name}.py").read_text() == (package / f"{name}.py").read_text()
     assert (lib / "jobrecord.py").read_text() == Path(jobrecord.__file__).read_text()
 
 

@@ -20,16 +20,17 @@ def test_oom_suggests_a_smaller_device_batch_size():
 
 def test_other_statuses():
     assert classify_failure(DataError("no shards in /x")).status == "no_data"
-    assert classify_failure(ConfigError("bad flag")) == ("failed", "bad flag", False)
+    assert classify_failure(ConfigError("bad flag")) == ("error", "bad flag", False)
+    assert classify_failure(ConfigError("bad flag")).status == "failed"
     assert classify_failure(KeyboardInterrupt()).status == "cancelled"
-    assert classify_failure(ValueError("boom")) == ("failed", "ValueError: boom", True)  # a bug keeps its traceback
+    assert classify_failure(ValueError("boom")) == ("error", "ValueError: boom", True)  # a bug keeps its traceback
 
 
 def test_a_lost_peer_and_a_timeout_are_named_without_a_traceback():
     # gloo's words when the rank at the other end of a pair died, and when a collective waited too long
     lost = classify_failure(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
                                          "peer [127.0.0.1]:4242\nmore"))
-    assert lost.status == "failed" and not lost.bug
+    assert (lost.kind, lost.status) == ("peer_lost", "failed") and not lost.bug
     assert lost.message == ("lost contact with another rank: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
                             "Connection closed by peer [127.0.0.1]:4242")
     timeout = classify_failure(RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 10000ms for "

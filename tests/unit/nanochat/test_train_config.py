@@ -77,7 +77,7 @@ def test_every_field_has_a_flag_and_help():
     help_text = build_parser().format_help()
     for f in fields(TrainConfig):
         assert f"--{f.name}" in help_text
-        assert f.metadata.get("help")
+        assert f.metadata.get("doc")
 
 
 # Counts whose documented "off" or "derive it" value is -1: anything below is a mistake, not a setting

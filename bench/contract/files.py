@@ -1,0 +1,191 @@
+"""The run directory's files: atomic writes, run.json read and merged, evidence appended and settled,
+the launcher's last word, the space held back for it.
+
+run.json is rewritten whole (temp file + rename), so a reader sees the old file or the new one. Its
+writers are several processes (the ranks, torchrun's wrapper, the batch script): each read-merge-write
+holds an advisory lock on the run directory, bounded in time so a stopped writer (SIGSTOP) can never
+hold the others, and skipped where the file system has none.
+"""
+
+import errno
+import fcntl
+import json
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Optional
+
+from .outcome import FINAL_STATUSES, Evidence, legacy, settle
+from .record import RUN_JSON, SLURM_VARS, TRAIN_LOG, RunManifest
+from .versions import SCHEMA_VERSION, newer
+
+LOCK_WAIT_S = 2.0  # longer than any rewrite of run.json takes; then the writer goes ahead unlocked
+
+
+@contextmanager
+def atomic_target(path: "str | os.PathLike") -> Iterator[str]:
+    """A fresh temp file beside `path` to write into; renamed onto `path` when the block ends cleanly,
+    removed when it raises. A reader sees the old file or the new one, never half of one, and writers
+    that race on one path (two runs sharing a checkpoint tag) each get their own temp file."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result is as readable as any file written
+        os.close(fd)
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: "str | os.PathLike", text: str, mode: Optional[int] = None) -> None:
+    """Write text so that a reader sees the old file or the new one, never half of one."""
+    with atomic_target(path) as tmp:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+
+
+def write_json_atomic(path: "str | os.PathLike", data: Dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextmanager
+def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
+    """An exclusive advisory lock on the run directory for one read-merge-write of run.json."""
+    try:
+        fd = os.open(os.fspath(run_dir), os.O_RDONLY)
+    except OSError:
+        fd = -1  # no directory yet: the first write creates it, nobody else is writing
+    deadline = time.time() + LOCK_WAIT_S
+    try:
+        while fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES) or time.time() > deadline:
+                    break  # no locks on this file system, or a writer that stopped: go ahead
+                time.sleep(0.01)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # closing releases the lock
+
+
+def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
+    """The manifest of a run directory as plain data, or {} when there is none yet."""
+    path = os.path.join(os.fspath(run_dir), RUN_JSON)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_manifest(run_dir: "str | os.PathLike") -> RunManifest:
+    """run.json as a RunManifest (a new one, named after the directories, when there is none)."""
+    data = read_run_json(run_dir)
+    if not data:
+        path = os.path.abspath(os.fspath(run_dir))
+        return RunManifest(run_id=os.path.basename(path), sweep_id=os.path.basename(os.path.dirname(path)))
+    return RunManifest.from_dict(data, where=os.path.join(os.fspath(run_dir), RUN_JSON))
+
+
+def write_manifest(run_dir: "str | os.PathLike", manifest: RunManifest) -> RunManifest:
+    """Replace run.json with `manifest`, atomically (its minor never lowered)."""
+    manifest.updated_at = time.time()
+    manifest.schema_version = newer(manifest.schema_version, SCHEMA_VERSION)
+    write_json_atomic(os.path.join(os.fspath(run_dir), RUN_JSON), manifest.to_dict())
+    return manifest
+
+
+def update_run_json(run_dir: "str | os.PathLike", **fields: Any) -> RunManifest:
+    """Merge fields into run.json (RunManifest.merged) and rewrite it atomically; the new manifest.
+    How a run ended is not a field to set here: record_evidence settles it."""
+    with _locked(run_dir):
+        return write_manifest(run_dir, load_manifest(run_dir).merged(fields))
+
+
+def record_evidence(run_dir: "str | os.PathLike", evidence: Evidence, **fields: Any) -> RunManifest:
+    """Append one piece of evidence to run.json and settle its status and message from all of it
+    (bench/contract/outcome.py); `fields` are merged in the same rewrite. A final status written as a
+    field, not settled from the evidence (an older release, an older writer), counts as an entry first."""
+    if evidence.t is None:
+        evidence.t = time.time()
+    with _locked(run_dir):
+        manifest = load_manifest(run_dir)
+        seen = list(manifest.evidence)
+        if manifest.status in FINAL_STATUSES and settle(seen) != (manifest.status, manifest.message):
+            seen += legacy(manifest.status, manifest.message)  # a status written as a field, not as evidence
+        seen.append(evidence)
+        status, message = settle(seen)
+        if (status, message) != (manifest.status, manifest.message) or manifest.finished_at is None:
+            fields["finished_at"] = time.time()
+        return write_manifest(run_dir, manifest.merged({**fields, "evidence": seen, "status": status,
+                                                        "message": message}))
+
+
+def slurm_facts(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The Slurm section from SLURM_* variables ({} outside a job)."""
+    environ = os.environ if environ is None else environ
+    return {key: environ[var] for key, var in SLURM_VARS.items() if var in environ}
+
+
+def last_log_line(path: "str | os.PathLike", limit: int = 300) -> str:
+    """The last non-empty line of a log, shortened: usually the error that ended the run."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:limit] if lines else ""
+
+
+RESERVE = ".reserve"  # space a run holds back for its last words on a disk that fills up
+RESERVE_BYTES = 64 * 1024
+
+
+def reserve_space(run_dir: "str | os.PathLike") -> None:
+    """Hold back RESERVE_BYTES in the run directory (written, not sparse), for release_space to give
+    back when the disk is full, so the final status and error event can still be written."""
+    path = os.path.join(os.fspath(run_dir), RESERVE)
+    with open(path, "wb") as f:
+        f.write(b"\0" * RESERVE_BYTES)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def release_space(run_dir: "str | os.PathLike") -> bool:
+    """Give the reserved space back; whether there was any."""
+    try:
+        os.unlink(os.path.join(os.fspath(run_dir), RESERVE))
+        return True
+    except OSError:
+        return False
+
+
+def close_unfinished(run_dir: "str | os.PathLike", exit_code: int, launcher: str,
+                     source: str = "launcher") -> RunManifest:
+    """The launcher's last word on a run (local and Slurm alike): a run whose trainer never started, or
+    died before anything recorded how it ended, gets the exit code and its log's last line as evidence
+    (settled `failed`), so no run directory stays pending or running for ever."""
+    release_space(run_dir)
+    manifest = load_manifest(run_dir)
+    if manifest.status in FINAL_STATUSES:
+        return manifest
+    what = "never started" if manifest.status == "pending" else "ended without recording a final status"
+    tail = last_log_line(os.path.join(os.fspath(run_dir), TRAIN_LOG))
+    message = f"the trainer {what} ({launcher} exit code {exit_code})" + (f": {tail}" if tail else "")
+    return record_evidence(run_dir, Evidence(source=source, kind="exit", exit_code=exit_code, message=message))

@@ -15,11 +15,12 @@ from bench.nanochat import chatdata, corpus
 from bench.nanochat.common import get_base_dir
 
 SEED = 1234
-# rows per (repo, config, split): big enough for every task's crop to bite on (MMLU test stop=5200 does not)
+# rows per (repo, config, split): more than the crops of the mixtures (SmolTalk train stop=10_000, MMLU test
+# stop=5200, GSM8K test stop=420), so each crop bites as on the real data
 SIZES = {
-    ("HuggingFaceTB/smol-smoltalk", "train"): 1200, ("HuggingFaceTB/smol-smoltalk", "test"): 200,
-    ("cais/mmlu", "train"): 400, ("cais/mmlu", "test"): 300,
-    ("openai/gsm8k", "train"): 300, ("openai/gsm8k", "test"): 120,
+    ("HuggingFaceTB/smol-smoltalk", "train"): 10_400, ("HuggingFaceTB/smol-smoltalk", "test"): 400,
+    ("cais/mmlu", "train"): 600, ("cais/mmlu", "test"): 5_300,
+    ("openai/gsm8k", "train"): 400, ("openai/gsm8k", "test"): 450,
     ("allenai/ai2_arc", "train"): 80, ("allenai/ai2_arc", "test"): 60,
     ("openai/openai_humaneval", "test"): 20,
 }

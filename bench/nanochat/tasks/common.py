@@ -25,7 +25,8 @@ class Task:
         raise NotImplementedError
 
     def __len__(self) -> int:
-        stop = self.num_examples() if self.stop is None else self.stop
+        # a stop past the end is cut to the end (upstream would index past it; only small data can get there)
+        stop = self.num_examples() if self.stop is None else min(self.stop, self.num_examples())
         return max(0, -(-(stop - self.start) // self.step))
 
     def __getitem__(self, index: int) -> dict:

@@ -102,10 +102,10 @@ def is_generated(path: Path) -> bool:
 class ShuffledRows:
     """A staged split, indexed in upstream's `load_dataset(...).shuffle(seed=42)` order; rows are read on demand."""
 
-    def __init__(self, s: HubSplit, seed: int = SHUFFLE_SEED):
-        files = split_files(s)
+    def __init__(self, s: HubSplit, seed: int = SHUFFLE_SEED, root: Path | None = None):
+        files = split_files(s, root)
         if not files:
-            raise DataError(f"{chat_dir() / s.repo / s.pattern}: missing staged chat data ({s.repo} "
+            raise DataError(f"{(root or chat_dir()) / s.repo / s.pattern}: missing staged chat data ({s.repo} "
                             f"{s.config}/{s.split}); {FIX_MISSING}")
         import pyarrow as pa
 
@@ -119,10 +119,18 @@ class ShuffledRows:
         return self.table.slice(int(self.order[index]), 1).to_pylist()[0]
 
 
-@functools.lru_cache(maxsize=None)
 def shuffled_rows(repo: str, config: str, split: str) -> ShuffledRows:
-    """One read per split and process: mid-training lists the identity file twice, SFT and eval share splits."""
-    return ShuffledRows(hub_split(repo, config, split))
+    """One read per split, base directory and process: the mixtures and the evaluations share splits."""
+    return _shuffled_rows(repo, config, split, chat_dir(), _files_key(split_files(hub_split(repo, config, split))))
+
+
+def _files_key(files: list[Path]) -> tuple:
+    return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+
+
+@functools.lru_cache(maxsize=32)
+def _shuffled_rows(repo: str, config: str, split: str, root: Path, _key: tuple) -> ShuffledRows:
+    return ShuffledRows(hub_split(repo, config, split), root=root)
 
 
 def staged_file(name: str) -> Path:
@@ -164,8 +172,12 @@ def _conversation_line(path: Path, lineno: int, line: str) -> list[dict]:
     return messages
 
 
-@functools.lru_cache(maxsize=None)
 def read_words(path: str | os.PathLike) -> tuple[str, ...]:
     """The word list, one word a line, as upstream reads it (stripped, blank lines kept)."""
+    return _read_words(*_files_key([Path(path)])[0])
+
+
+@functools.lru_cache(maxsize=4)
+def _read_words(path: str, _mtime_ns: int, _size: int) -> tuple[str, ...]:
     with open(path, encoding="utf-8") as f:
         return tuple(line.strip() for line in f)

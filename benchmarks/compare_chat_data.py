@@ -29,6 +29,7 @@ TASKS = [  # (label, upstream module, class, kwargs); ours take the same argumen
     ("ARC-Easy train", "tasks.arc", "ARC", {"subset": "ARC-Easy", "split": "train"}),
     ("ARC-Challenge train", "tasks.arc", "ARC", {"subset": "ARC-Challenge", "split": "train"}),
     ("ARC-Easy test", "tasks.arc", "ARC", {"subset": "ARC-Easy", "split": "test"}),
+    ("HumanEval", "tasks.humaneval", "HumanEval", {}),
     ("SimpleSpelling train 2000", "tasks.spellingbee", "SimpleSpelling", {"size": 2000, "split": "train"}),
     ("SimpleSpelling test 500", "tasks.spellingbee", "SimpleSpelling", {"size": 500, "split": "test"}),
     ("SpellingBee train 2000", "tasks.spellingbee", "SpellingBee", {"size": 2000, "split": "train"}),
@@ -36,7 +37,8 @@ TASKS = [  # (label, upstream module, class, kwargs); ours take the same argumen
 ]
 OURS = {"tasks.smoltalk": "bench.nanochat.tasks.smoltalk", "tasks.mmlu": "bench.nanochat.tasks.mmlu",
         "tasks.gsm8k": "bench.nanochat.tasks.gsm8k", "tasks.arc": "bench.nanochat.tasks.arc",
-        "tasks.spellingbee": "bench.nanochat.tasks.spellingbee", "tasks.customjson": "bench.nanochat.tasks.customjson"}
+        "tasks.spellingbee": "bench.nanochat.tasks.spellingbee", "tasks.humaneval": "bench.nanochat.tasks.humaneval",
+        "tasks.customjson": "bench.nanochat.tasks.customjson"}
 
 
 def redirect_load_dataset():
@@ -53,7 +55,7 @@ def redirect_load_dataset():
         return real("parquet", data_files=[str(f) for f in files], split="train")
 
     datasets.load_dataset = staged
-    for module in ("tasks.smoltalk", "tasks.mmlu", "tasks.gsm8k", "tasks.arc"):
+    for module in ("tasks.smoltalk", "tasks.mmlu", "tasks.gsm8k", "tasks.arc", "tasks.humaneval"):
         sys.modules[module].load_dataset = staged
 
 

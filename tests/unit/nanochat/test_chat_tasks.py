@@ -104,3 +104,15 @@ def test_identity_conversations_are_read_whole(chat_base):
     task = CustomJSON()
     assert len(task) == chatgen.IDENTITY_LINES
     assert task[0]["messages"][0]["role"] == "user"
+
+
+def test_humaneval_rows_and_the_program_the_evaluation_runs(chat_base):
+    from bench.nanochat.tasks.humaneval import HumanEval, program
+
+    ex = HumanEval()[0]
+    prompt = ex["messages"][0]["content"]
+    assert ex["messages"][1]["content"].startswith(prompt + "\n")
+    code = program(ex, "Here:\n```python\ndef f():\n    pass\n```\nbye")
+    assert code.startswith("\n\ndef f():\n    pass\n\n") and code.endswith(f"check({ex['entry_point']})")
+    namespace = {}
+    exec(program(ex, ex["messages"][1]["content"]), namespace)  # the stand-in's own solution passes its test

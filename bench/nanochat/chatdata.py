@@ -80,7 +80,7 @@ def split_files(s: HubSplit, root: Path | None = None) -> list[Path]:
     return sorted(folder.glob(s.pattern))
 
 
-def _read_table(path: Path, columns: tuple[str, ...]):
+def read_staged_table(path: Path, columns: tuple[str, ...]):
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for a truncated or foreign file
@@ -109,7 +109,7 @@ class ShuffledRows:
                             f"{s.config}/{s.split}); {FIX_MISSING}")
         import pyarrow as pa
 
-        self.table = pa.concat_tables([_read_table(f, s.columns) for f in files]).combine_chunks()
+        self.table = pa.concat_tables([read_staged_table(f, s.columns) for f in files]).combine_chunks()
         self.order = np.random.default_rng(seed).permutation(self.table.num_rows)
 
     def __len__(self) -> int:

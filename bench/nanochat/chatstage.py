@@ -26,7 +26,7 @@ def check_split(s: chatdata.HubSplit) -> int:
     if not files:
         raise DataError(f"{chatdata.chat_dir() / s.repo / s.pattern}: nothing staged for {s.repo} "
                         f"{s.config}/{s.split}; {chatdata.FIX_MISSING}")
-    return sum(chatdata._read_table(f, s.columns).num_rows for f in files)
+    return sum(chatdata.read_staged_table(f, s.columns).num_rows for f in files)
 
 
 def check_file(name: str) -> int:

@@ -1,7 +1,7 @@
 """SmolTalk (HuggingFaceTB/smol-smoltalk): general conversations, an optional system message first."""
 
 from bench.nanochat import chatdata
-from bench.nanochat.chat_format import merged_messages
+from bench.nanochat.chat_format import ConversationError, merged_messages
 from bench.nanochat.tasks.common import Task
 
 REPO = "HuggingFaceTB/smol-smoltalk"
@@ -17,5 +17,11 @@ class SmolTalk(Task):
 
     def get_example(self, index: int) -> dict:
         messages = self.ds[index]["messages"]
-        merged_messages({"messages": messages})  # the role order upstream asserts
+        try:
+            turns = merged_messages({"messages": messages})  # the role order upstream asserts
+        except ConversationError as e:
+            raise ConversationError(f"{REPO} row {index} (after the shuffle): {e}") from None
+        if len(turns) < 2 or not all(isinstance(m["content"], str) for m in turns):
+            raise ConversationError(f"{REPO} row {index} (after the shuffle): expected at least a user and an "
+                                    "assistant message, each with str content")
         return {"messages": messages}

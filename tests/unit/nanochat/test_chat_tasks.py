@@ -116,3 +116,20 @@ def test_humaneval_rows_and_the_program_the_evaluation_runs(chat_base):
     assert code.startswith("\n\ndef f():\n    pass\n\n") and code.endswith(f"check({ex['entry_point']})")
     namespace = {}
     exec(program(ex, ex["messages"][1]["content"]), namespace)  # the stand-in's own solution passes its test
+
+
+def test_a_staged_row_with_a_wrong_role_order_is_one_line_naming_the_row(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pytest
+
+    from bench.nanochat.chat_format import ConversationError
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    s = chatdata.hub_split("HuggingFaceTB/smol-smoltalk", "default", "test")
+    path = tmp_path / chatdata.CHAT_DIR / s.repo / "data" / "test-00000-of-00001.parquet"
+    path.parent.mkdir(parents=True)
+    bad = [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]
+    pq.write_table(pa.table({"messages": [bad]}), path)
+    with pytest.raises(ConversationError, match=r"smol-smoltalk row 0 .*message 0 is from 'assistant'") as e:
+        SmolTalk(split="test")[0]
+    assert "\n" not in str(e.value)

@@ -99,6 +99,28 @@ def is_generated(path: Path) -> bool:
         return False
 
 
+GENERATED_FILES = "generated.json"  # under chat_data/: sha256 of the plain files `data generate --chat` wrote
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def mark_generated(paths: list[Path]) -> None:
+    """Plain files have no footer to carry a mark: their digests are listed beside the staged data instead."""
+    record = chat_dir() / GENERATED_FILES
+    record.write_text(json.dumps({p.name: _sha256(p) for p in paths}, indent=1) + "\n")
+
+
+def is_generated_file(path: Path) -> bool:
+    record = chat_dir() / GENERATED_FILES
+    if not path.is_file() or not record.is_file():
+        return False
+    return json.loads(record.read_text()).get(path.name) == _sha256(path)
+
+
 class ShuffledRows:
     """A staged split, indexed in upstream's `load_dataset(...).shuffle(seed=42)` order; rows are read on demand."""
 

@@ -152,4 +152,5 @@ def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
     vocabulary = english_words()
     words.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
     out.append((words, len(vocabulary)))
+    chatdata.mark_generated([identity, words])
     return out

@@ -75,12 +75,17 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
     return check_split(s)
 
 
-def _stage_file(name: str, url: str, retries: int, timeout_s: float) -> int:
+def _stage_file(name: str, url: str, retries: int, timeout_s: float, overwrite: bool) -> int:
+    path = get_base_dir() / name
+    if chatdata.is_generated_file(path):
+        if not overwrite:
+            raise DataError(f"{path}: a `data generate --chat` stand-in is staged there; pass --overwrite to "
+                            "replace the stand-ins by the real data (default: refuse to mix them)")
+        path.unlink()
     try:
         return check_file(name)
     except DataError:
         pass
-    path = get_base_dir() / name
     tmp = path.with_name(path.name + ".tmp")  # a fixed name: a later try resumes it
     timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
     _with_retries(url, lambda: download._fetch_once(url, tmp, timeout), retries)
@@ -98,7 +103,7 @@ def stage(url: str | None = None, retries: int = 5, timeout_s: float = download.
         out.append((chatdata.chat_dir() / s.repo / s.pattern, rows))
     for name, default, env in ((chatdata.IDENTITY_FILE, chatdata.IDENTITY_URL, ENV_IDENTITY_URL),
                                (chatdata.WORDS_FILE, chatdata.WORDS_URL, ENV_WORDS_URL)):
-        rows = _stage_file(name, os.environ.get(env) or default, retries, timeout_s)
+        rows = _stage_file(name, os.environ.get(env) or default, retries, timeout_s, overwrite)
         out.append((get_base_dir() / name, rows))
     return out
 

@@ -67,3 +67,18 @@ def test_download_refuses_to_mix_with_stand_ins_and_fails_offline_in_one_line(tm
     assert offline.returncode == 1 and offline.stderr.count("\n") == 1, offline.stderr
     assert "1 attempt(s) failed" in offline.stderr and "--url" in offline.stderr
     assert "-n/--num-shards" in cli("data", "download", base=empty).stderr
+
+
+def test_generated_plain_files_are_known_as_stand_ins(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    chatgen.generate()
+    identity = tmp_path / chatdata.IDENTITY_FILE
+    assert chatdata.is_generated_file(identity) and chatdata.is_generated_file(tmp_path / chatdata.WORDS_FILE)
+    for split in chatdata.HUB_SPLITS:  # as if the hub splits had been downloaded over the stand-ins
+        for f in chatdata.split_files(split):
+            f.unlink()
+    with pytest.raises(DataError, match=rf"{identity}: a `data generate --chat` stand-in"):
+        chatstage._stage_file(chatdata.IDENTITY_FILE, "http://127.0.0.1:9/x", 1, 1.0, overwrite=False)
+    identity.write_text(identity.read_text() + '[{"role": "user", "content": "a"}, '
+                                               '{"role": "assistant", "content": "b"}]\n')
+    assert not chatdata.is_generated_file(identity)  # changed since: not the stand-in any more

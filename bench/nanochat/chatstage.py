@@ -3,6 +3,7 @@ internet. Hub datasets come through huggingface_hub (a mirror with --url or HF_E
 resumes on the next try); the identity conversations and the word list through the shard downloader's
 resuming fetch. Each file is checked after it lands; a staged file that passes is not fetched again."""
 
+import json
 import os
 import time
 from pathlib import Path
@@ -10,10 +11,12 @@ from pathlib import Path
 from bench.errors import DataError
 from bench.nanochat import chatdata, download
 from bench.nanochat.common import get_base_dir
+from bench.schema import write_json_atomic
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENV_IDENTITY_URL = "NANOCHAT_IDENTITY_URL"
 ENV_WORDS_URL = "NANOCHAT_WORDS_URL"
+SOURCES = "sources.json"
 
 
 def endpoint(url: str | None) -> str:
@@ -61,18 +64,78 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
                         "replace the stand-ins by the real data (default: refuse to mix them)")
     for f in generated:
         f.unlink()
-    try:
-        return check_split(s)
-    except DataError:
-        pass  # missing or damaged: (re)fetch
-    from huggingface_hub import snapshot_download
-
+    key = f"{s.repo}/{s.pattern}"
+    done = _sources().get(key)
+    if done and all((chatdata.chat_dir() / s.repo / name).is_file() for name in done["files"]):
+        try:
+            return check_split(s)  # every file of a finished download is there and reads: not fetched again
+        except DataError:
+            pass  # damaged since: fetch again
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
-    _with_retries(f"{url}/datasets/{s.repo} {s.pattern}",
-                  lambda: snapshot_download(s.repo, repo_type="dataset", allow_patterns=[s.pattern],
-                                            local_dir=chatdata.chat_dir() / s.repo, endpoint=url),
-                  retries)
-    return check_split(s)
+    check_endpoint(url, s.repo, timeout_s)
+    wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries)
+    folder = chatdata.chat_dir() / s.repo
+    for stale in set(chatdata.split_files(s)) - {folder / name for name in wanted}:
+        stale.unlink()  # from another revision of the dataset: it would be read with the others
+    for name in wanted:
+        _with_retries(f"{url}/datasets/{s.repo} {name}", lambda: _hub_file(s, name, url), retries)
+    rows = check_split(s)
+    files = [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in chatdata.split_files(s)]
+    _record_source(key, {"endpoint": url, "files": files, "rows": rows})
+    return rows
+
+
+def check_endpoint(url: str, repo: str, timeout_s: float, tries: int = 3) -> None:
+    """One request before the hub client's own retries: DataError in one line when nothing answers there
+    (any HTTP answer, even an error, means a server is there; the downloads then say what is wrong)."""
+    import requests
+
+    probe = f"{url}/api/datasets/{repo}"
+    timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
+    for attempt in range(1, tries + 1):
+        try:
+            requests.head(probe, timeout=timeout, allow_redirects=True)
+            return
+        except requests.RequestException as e:
+            why = download.no_answer(e)
+            if why is None:
+                return
+            if attempt == tries:
+                raise DataError(f"cannot reach {probe}: {why}; nothing more was staged; check the network, or "
+                                "point --url (or HF_ENDPOINT) at a Hugging Face mirror") from None
+            time.sleep(0.5)
+
+
+def _hub_files(s: chatdata.HubSplit, url: str) -> list[str]:
+    """The split's files as the hub lists them now (asked first, so a partial download is never taken as whole)."""
+    from fnmatch import fnmatch
+
+    from huggingface_hub import HfApi
+
+    names = [f for f in HfApi(endpoint=url).list_repo_files(s.repo, repo_type="dataset") if fnmatch(f, s.pattern)]
+    if not names:
+        raise DataError(f"{url}/datasets/{s.repo}: no file matches {s.pattern}; is it a mirror of that dataset?")
+    return sorted(names)
+
+
+def _hub_file(s: chatdata.HubSplit, name: str, url: str) -> None:
+    """One file; an interrupted one resumes from what landed (huggingface_hub keeps the partial file)."""
+    from huggingface_hub import hf_hub_download
+
+    hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url)
+
+
+def _sources() -> dict:
+    """chat_data/sources.json: each finished hub download, its endpoint, files and rows (partial ones are absent,
+    so an interrupted download is resumed rather than taken as complete)."""
+    path = chatdata.chat_dir() / SOURCES
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _record_source(key: str, entry: dict) -> None:
+    sources = _sources()
+    sources[key] = entry
+    write_json_atomic(chatdata.chat_dir() / SOURCES, sources)
 
 
 def _stage_file(name: str, url: str, retries: int, timeout_s: float, overwrite: bool) -> int:

@@ -65,7 +65,8 @@ def test_download_refuses_to_mix_with_stand_ins_and_fails_offline_in_one_line(tm
     empty.mkdir()
     offline = cli("data", "download", "--chat", "--url", "http://127.0.0.1:9", "--retries", "1", base=empty)
     assert offline.returncode == 1 and offline.stderr.count("\n") == 1, offline.stderr
-    assert "1 attempt(s) failed" in offline.stderr and "--url" in offline.stderr
+    assert "cannot reach http://127.0.0.1:9/api/datasets/" in offline.stderr and "connection refused" in offline.stderr
+    assert "--url" in offline.stderr
     assert "-n/--num-shards" in cli("data", "download", base=empty).stderr
 
 
@@ -82,3 +83,68 @@ def test_generated_plain_files_are_known_as_stand_ins(tmp_path, monkeypatch):
     identity.write_text(identity.read_text() + '[{"role": "user", "content": "a"}, '
                                                '{"role": "assistant", "content": "b"}]\n')
     assert not chatdata.is_generated_file(identity)  # changed since: not the stand-in any more
+
+
+def _as_if_downloaded(base):
+    """Generated files with their stand-in marks taken off, and a finished download recorded for each split."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    chatgen.generate()
+    sources = {}
+    for s in chatdata.HUB_SPLITS:
+        files = chatdata.split_files(s)
+        for f in files:
+            pq.write_table(pq.read_table(f).replace_schema_metadata(None), f)
+        sources[f"{s.repo}/{s.pattern}"] = {"endpoint": "https://mirror.example", "rows": 0,
+                                            "files": [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in files]}
+    (chatdata.chat_dir() / chatdata.GENERATED_FILES).unlink()
+    (chatdata.chat_dir() / chatstage.SOURCES).write_text(json.dumps(sources))
+    return sources
+
+
+def test_a_finished_staging_is_not_fetched_again_and_an_unfinished_one_is(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    sources = _as_if_downloaded(tmp_path)
+    staged = chatstage.stage(url="http://127.0.0.1:9", retries=1)  # nothing to fetch: the port is never asked
+    assert [rows for _, rows in staged][:2] == [chatgen.SIZES[("HuggingFaceTB/smol-smoltalk", "train")],
+                                                chatgen.SIZES[("HuggingFaceTB/smol-smoltalk", "test")]]
+    assert staged[-2][0] == tmp_path / chatdata.IDENTITY_FILE
+    sources.pop("openai/gsm8k/main/test-*.parquet")  # as if that download had been cut off
+    (chatdata.chat_dir() / chatstage.SOURCES).write_text(__import__("json").dumps(sources))
+    with pytest.raises(DataError, match=r"cannot reach http://127.0.0.1:9/api/datasets/openai/gsm8k"):
+        chatstage.stage(url="http://127.0.0.1:9", retries=1)
+
+
+def test_the_identity_file_and_word_list_are_fetched_checked_and_listed(tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "id.jsonl").write_text('[{"role": "user", "content": "who?"}, {"role": "assistant", "content": "me"}]\n')
+    (served / "words.txt").write_text("apple\nbanana\n")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = tmp_path / "base"
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+        _as_if_downloaded(base)
+        (base / chatdata.IDENTITY_FILE).unlink()
+        (base / chatdata.WORDS_FILE).unlink()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        monkeypatch.setenv(chatstage.ENV_IDENTITY_URL, f"{url}/id.jsonl")
+        monkeypatch.setenv(chatstage.ENV_WORDS_URL, f"{url}/words.txt")
+        staged = dict(chatstage.stage(url="http://127.0.0.1:9", retries=1))
+        assert staged[base / chatdata.IDENTITY_FILE] == 1 and staged[base / chatdata.WORDS_FILE] == 2
+        assert len(CustomJSON()) == 1 and SpellingBee(size=2)[0]["messages"][0]["role"] == "user"
+        (served / "id.jsonl").write_text("not json\n")
+        (base / chatdata.IDENTITY_FILE).unlink()
+        with pytest.raises(DataError, match=rf"{base / chatdata.IDENTITY_FILE}:1: not valid JSON"):
+            chatstage.stage(url="http://127.0.0.1:9", retries=1)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -78,7 +78,8 @@ def compare(label, ours, theirs, render_ours, render_theirs, rows) -> list[str]:
     for i in probe_indices(len(ours), rows):
         a, b = ours[i], theirs[i]
         if a["messages"] != b["messages"]:
-            return [f"{label}: row {i} differs:\n  here:     {a['messages']!r:.300}\n  upstream: {b['messages']!r:.300}"]
+            here, there = repr(a["messages"])[:300], repr(b["messages"])[:300]
+            return [f"{label}: row {i} differs:\n  here:     {here}\n  upstream: {there}"]
         if render_ours(a) != render_theirs(b):
             return [f"{label}: row {i} renders to other ids or mask"]
     print(f"same  {label}: {len(ours):,} rows, {len(probe_indices(len(ours), rows))} compared (messages, ids, mask)")

@@ -1,0 +1,156 @@
+"""Offline stand-ins for the staged chat data (`nanochat-bench data generate --chat`): the same files, columns and
+nesting as the hub's parquet files and the two plain files, with small row counts and text drawn from the
+offline corpus (bench/nanochat/corpus.py), so the later stages run in tests, the smoke job and CI."""
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.errors import DataError
+from bench.nanochat import chatdata, corpus
+from bench.nanochat.common import get_base_dir
+
+SEED = 1234
+# rows per (repo, config, split): more than the crops of the mixtures (SmolTalk train stop=10_000, MMLU test
+# stop=5200, GSM8K test stop=420), so each crop bites as on the real data
+SIZES = {
+    ("HuggingFaceTB/smol-smoltalk", "train"): 10_400, ("HuggingFaceTB/smol-smoltalk", "test"): 400,
+    ("cais/mmlu", "train"): 600, ("cais/mmlu", "test"): 5_300,
+    ("openai/gsm8k", "train"): 400, ("openai/gsm8k", "test"): 450,
+    ("allenai/ai2_arc", "train"): 80, ("allenai/ai2_arc", "test"): 60,
+    ("openai/openai_humaneval", "test"): 20,
+}
+IDENTITY_LINES = 24
+
+
+class _Text:
+    """Sentences and words from the offline corpus, drawn with one seeded generator."""
+
+    def __init__(self, seed: int = SEED):
+        self.rng = random.Random(seed)
+        self.paragraphs = [p for p in corpus.paragraphs() if len(p) < 600]
+
+    def sentence(self, max_chars: int = 200) -> str:
+        return self.rng.choice(self.paragraphs)[:max_chars].strip() or "What is Python?"
+
+
+def english_words() -> list[str]:
+    """Lower-case alphabetic words of the corpus, sorted and unique, like words_alpha.txt."""
+    words = set()
+    for p in corpus.paragraphs():
+        words.update(w.lower() for w in re.findall(r"[A-Za-z]{2,}", p))
+    return sorted(words)
+
+
+def _smoltalk(t: _Text, n: int) -> dict:
+    rows = []
+    for i in range(n):
+        turns = 1 + t.rng.randrange(3)
+        messages = [{"content": t.sentence(120), "role": "system"}] if t.rng.random() < 0.2 else []
+        for _ in range(turns):
+            messages += [{"content": t.sentence(), "role": "user"}, {"content": t.sentence(400), "role": "assistant"}]
+        rows.append({"messages": messages, "source": "generated"})
+    return {"messages": [r["messages"] for r in rows], "source": [r["source"] for r in rows]}
+
+
+def _mmlu_row(t: _Text) -> dict:
+    return {"question": t.sentence(), "subject": t.rng.choice(("anatomy", "astronomy", "virology")),
+            "choices": [t.sentence(60) for _ in range(4)], "answer": t.rng.randrange(4)}
+
+
+def _gsm8k(t: _Text, n: int) -> dict:
+    questions, answers = [], []
+    for _ in range(n):
+        a, b = t.rng.randrange(2, 99), t.rng.randrange(2, 99)
+        c = a * b
+        questions.append(f"{t.sentence(150)} What is {a} times {b}, plus {a}?")
+        answers.append(f"First {a} * {b} = <<{a}*{b}={c}>>{c}.\nThen {c} + {a} = <<{c}+{a}={c + a}>>{c + a}.\n"
+                       f"#### {c + a:,}")
+    return {"question": questions, "answer": answers}
+
+
+def _arc(t: _Text, n: int) -> dict:
+    rows = {"id": [], "question": [], "choices": [], "answerKey": []}
+    for i in range(n):
+        k = t.rng.choice((3, 4, 4, 5))
+        labels = list("ABCDE"[:k]) if t.rng.random() < 0.9 else [str(j + 1) for j in range(k)]
+        rows["id"].append(f"generated-{i}")
+        rows["question"].append(t.sentence())
+        rows["choices"].append({"text": [t.sentence(50) for _ in labels], "label": labels})
+        rows["answerKey"].append(t.rng.choice(labels))
+    return rows
+
+
+def _humaneval(t: _Text, n: int) -> dict:
+    cols = {"task_id": [], "prompt": [], "canonical_solution": [], "test": [], "entry_point": []}
+    for i in range(n):
+        name = f"add_{i}"
+        cols["task_id"].append(f"HumanEval/{i}")
+        cols["prompt"].append(f'def {name}(a, b):\n    """{t.sentence(80)}"""\n')
+        cols["canonical_solution"].append("    return a + b + %d\n" % i)
+        cols["test"].append(f"def check(f):\n    assert f(1, 2) == {3 + i}\n")
+        cols["entry_point"].append(name)
+    return cols
+
+
+def _columns(s: chatdata.HubSplit, t: _Text) -> dict:
+    n = SIZES[(s.repo, s.split)]
+    if s.repo.endswith("smol-smoltalk"):
+        return _smoltalk(t, n)
+    if s.repo == "cais/mmlu":
+        rows = [_mmlu_row(t) for _ in range(n)]
+        if s.config == "auxiliary_train":  # the hub's rows are wrapped in a field "train"
+            return {"train": rows}
+        return {k: [r[k] for r in rows] for k in rows[0]}
+    if s.repo == "openai/gsm8k":
+        return _gsm8k(t, n)
+    if s.repo == "allenai/ai2_arc":
+        return _arc(t, n)
+    return _humaneval(t, n)
+
+
+def _identity(t: _Text, path: Path) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(IDENTITY_LINES):
+            turns = 1 + i % 3
+            messages = []
+            for _ in range(turns):
+                messages += [{"role": "user", "content": t.sentence(100)},
+                             {"role": "assistant", "content": "I am nanochat. " + t.sentence(200)}]
+            f.write(json.dumps(messages, ensure_ascii=False) + "\n")
+
+
+def _refuse_overwrite(paths: list[Path]) -> None:
+    there = [p for p in paths if p.exists()]
+    if there:
+        raise DataError(f"{there[0]}: chat data is already staged there ({len(there)} file(s)); pass --overwrite "
+                        "to replace it with generated stand-ins")
+
+
+def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
+    """Write every staged chat file; (path, rows) for each."""
+    base, root = get_base_dir(), chatdata.chat_dir()
+    targets = [root / s.repo / s.pattern.replace("*", "00000-of-00001") for s in chatdata.HUB_SPLITS]
+    identity, words = base / chatdata.IDENTITY_FILE, base / chatdata.WORDS_FILE
+    if not overwrite:
+        _refuse_overwrite(targets + [identity, words])
+    t = _Text()
+    out = []
+    for s, path in zip(chatdata.HUB_SPLITS, targets):
+        for old in chatdata.split_files(s):
+            old.unlink()  # a downloaded split may have more files; the stand-in replaces them all
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = pa.table(_columns(s, t)).replace_schema_metadata({chatdata.GENERATED_KEY: b"1"})
+        pq.write_table(table, path)
+        out.append((path, table.num_rows))
+    _identity(t, identity)
+    out.append((identity, IDENTITY_LINES))
+    vocabulary = english_words()
+    words.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    out.append((words, len(vocabulary)))
+    chatdata.mark_generated([identity, words])
+    return out

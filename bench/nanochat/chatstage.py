@@ -1,0 +1,194 @@
+"""`nanochat-bench data download --chat`: stage every dataset the later stages read, for compute nodes without
+internet. Hub datasets come through huggingface_hub (a mirror with --url or HF_ENDPOINT; an interrupted file
+resumes on the next try); the identity conversations and the word list through the shard downloader's
+resuming fetch. Each file is checked after it lands; a staged file that passes is not fetched again."""
+
+import json
+import os
+import time
+from pathlib import Path
+
+from bench.errors import DataError
+from bench.nanochat import chatdata, download
+from bench.nanochat.common import get_base_dir
+from bench.schema import write_json_atomic
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+ENV_IDENTITY_URL = "NANOCHAT_IDENTITY_URL"
+ENV_WORDS_URL = "NANOCHAT_WORDS_URL"
+SOURCES = "sources.json"
+
+
+def endpoint(url: str | None) -> str:
+    return (url or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def check_split(s: chatdata.HubSplit) -> int:
+    """Rows of a staged split; DataError naming the file when one is missing, unreadable or lacks a column."""
+    files = chatdata.split_files(s)
+    if not files:
+        raise DataError(f"{chatdata.chat_dir() / s.repo / s.pattern}: nothing staged for {s.repo} "
+                        f"{s.config}/{s.split}; {chatdata.FIX_MISSING}")
+    return sum(chatdata.read_staged_table(f, s.columns).num_rows for f in files)
+
+
+def check_file(name: str) -> int:
+    """Lines of a staged plain file (JSONL conversations are parsed, each line checked)."""
+    path = chatdata.staged_file(name)
+    if name == chatdata.IDENTITY_FILE:
+        return len(chatdata.read_jsonl_conversations(path))
+    words = [w for w in chatdata.read_words(path) if w]
+    if not words:
+        raise DataError(f"{path}: the word list is empty; {chatdata.FIX_MISSING}")
+    return len(words)
+
+
+def _with_retries(what: str, fetch, retries: int, backoff_s: float = 2.0):
+    for attempt in range(1, retries + 1):
+        try:
+            return fetch()
+        except DataError:
+            raise
+        except Exception as e:  # network and hub errors alike: the next try resumes what has landed
+            if attempt == retries:
+                raise DataError(f"{what}: {retries} attempt(s) failed, the last with {type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else ''}; check the network, or point --url "
+                                "(or HF_ENDPOINT) at a Hugging Face mirror") from None
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+
+
+def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float, overwrite: bool) -> int:
+    generated = [f for f in chatdata.split_files(s) if chatdata.is_generated(f)]
+    if generated and not overwrite:
+        raise DataError(f"{generated[0]}: a `data generate --chat` stand-in is staged there; pass --overwrite to "
+                        "replace the stand-ins by the real data (default: refuse to mix them)")
+    for f in generated:
+        f.unlink()
+    key = f"{s.repo}/{s.pattern}"
+    done = _sources().get(key)
+    if done and all((chatdata.chat_dir() / s.repo / name).is_file() for name in done["files"]):
+        try:
+            return check_split(s)  # every file of a finished download is there and reads: not fetched again
+        except DataError:
+            pass  # damaged since: fetch again
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
+    check_endpoint(url, s.repo, timeout_s)
+    wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries)
+    folder = chatdata.chat_dir() / s.repo
+    for stale in set(chatdata.split_files(s)) - {folder / name for name in wanted}:
+        stale.unlink()  # from another revision of the dataset: it would be read with the others
+    for name in wanted:
+        _with_retries(f"{url}/datasets/{s.repo} {name}", lambda: _hub_file(s, name, url), retries)
+    rows = check_split(s)
+    files = [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in chatdata.split_files(s)]
+    _record_source(key, {"endpoint": url, "files": files, "rows": rows})
+    return rows
+
+
+def check_endpoint(url: str, repo: str, timeout_s: float, tries: int = 3) -> None:
+    """One request before the hub client's own retries: DataError in one line when nothing answers there
+    (any HTTP answer, even an error, means a server is there; the downloads then say what is wrong)."""
+    import requests
+
+    probe = f"{url}/api/datasets/{repo}"
+    timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
+    for attempt in range(1, tries + 1):
+        try:
+            requests.head(probe, timeout=timeout, allow_redirects=True)
+            return
+        except requests.RequestException as e:
+            why = download.no_answer(e)
+            if why is None:
+                return
+            if attempt == tries:
+                raise DataError(f"cannot reach {probe}: {why}; nothing more was staged; check the network, or "
+                                "point --url (or HF_ENDPOINT) at a Hugging Face mirror") from None
+            time.sleep(0.5)
+
+
+def _hub_files(s: chatdata.HubSplit, url: str) -> list[str]:
+    """The split's files as the hub lists them now (asked first, so a partial download is never taken as whole)."""
+    from fnmatch import fnmatch
+
+    from huggingface_hub import HfApi
+
+    names = [f for f in HfApi(endpoint=url).list_repo_files(s.repo, repo_type="dataset") if fnmatch(f, s.pattern)]
+    if not names:
+        raise DataError(f"{url}/datasets/{s.repo}: no file matches {s.pattern}; is it a mirror of that dataset?")
+    return sorted(names)
+
+
+def _hub_file(s: chatdata.HubSplit, name: str, url: str) -> None:
+    """One file; an interrupted one resumes from what landed (huggingface_hub keeps the partial file)."""
+    from huggingface_hub import hf_hub_download
+
+    hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url)
+
+
+def _sources() -> dict:
+    """chat_data/sources.json: each finished hub download, its endpoint, files and rows (partial ones are absent,
+    so an interrupted download is resumed rather than taken as complete)."""
+    path = chatdata.chat_dir() / SOURCES
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _record_source(key: str, entry: dict) -> None:
+    sources = _sources()
+    sources[key] = entry
+    write_json_atomic(chatdata.chat_dir() / SOURCES, sources)
+
+
+def _stage_file(name: str, url: str, retries: int, timeout_s: float, overwrite: bool) -> int:
+    path = get_base_dir() / name
+    if chatdata.is_generated_file(path):
+        if not overwrite:
+            raise DataError(f"{path}: a `data generate --chat` stand-in is staged there; pass --overwrite to "
+                            "replace the stand-ins by the real data (default: refuse to mix them)")
+        path.unlink()
+    try:
+        return check_file(name)
+    except DataError:
+        pass
+    tmp = path.with_name(path.name + ".tmp")  # a fixed name: a later try resumes it
+    timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
+    _with_retries(url, lambda: download._fetch_once(url, tmp, timeout), retries)
+    os.replace(tmp, path)
+    return check_file(name)
+
+
+def stage(url: str | None = None, retries: int = 5, timeout_s: float = download.READ_TIMEOUT_S,
+          overwrite: bool = False) -> list[tuple[Path, int]]:
+    """Stage everything; (path, rows) for each split and file, in HUB_SPLITS order then the two files."""
+    hub = endpoint(url)
+    out = []
+    for s in chatdata.HUB_SPLITS:
+        rows = _stage_split(s, hub, retries, timeout_s, overwrite)
+        out.append((chatdata.chat_dir() / s.repo / s.pattern, rows))
+    for name, default, env in ((chatdata.IDENTITY_FILE, chatdata.IDENTITY_URL, ENV_IDENTITY_URL),
+                               (chatdata.WORDS_FILE, chatdata.WORDS_URL, ENV_WORDS_URL)):
+        rows = _stage_file(name, os.environ.get(env) or default, retries, timeout_s, overwrite)
+        out.append((get_base_dir() / name, rows))
+    return out
+
+
+def print_staged(staged: list[tuple[Path, int]], verb: str) -> None:
+    for path, rows in staged:
+        print(f"{verb} {path}: {rows:,} rows")
+
+
+def cli_download(args) -> int:
+    """`data download --chat` (bench/commands/data.py hands over here)."""
+    staged = stage(url=args.url, retries=args.retries, timeout_s=args.timeout, overwrite=args.overwrite)
+    print_staged(staged, "staged")
+    print(f"{len(staged)} chat data item(s) staged under {get_base_dir()}; nodes read them offline")
+    return 0
+
+
+def cli_generate(args) -> int:
+    """`data generate --chat`: offline stand-ins in the staged layout."""
+    from bench.nanochat import chatgen
+
+    written = chatgen.generate(overwrite=args.overwrite)
+    print_staged(written, "generated")
+    print(f"{len(written)} generated chat data file(s) under {get_base_dir()} (offline stand-ins, not the real data)")
+    return 0

@@ -1,0 +1,30 @@
+"""MMLU (cais/mmlu): four-choice questions; auxiliary_train for mid-training, all/test for evaluation."""
+
+from bench.nanochat import chatdata
+from bench.nanochat.tasks.common import Task, render_mc
+
+REPO = "cais/mmlu"
+
+
+class MMLU(Task):
+    letters = ("A", "B", "C", "D")
+    eval_type = "categorical"
+
+    def __init__(self, subset: str, split: str, **kwargs):
+        super().__init__(**kwargs)
+        self.subset = subset
+        self.ds = chatdata.shuffled_rows(REPO, subset, split)
+
+    def num_examples(self) -> int:
+        return len(self.ds)
+
+    def get_example(self, index: int) -> dict:
+        row = self.ds[index]
+        if self.subset == "auxiliary_train":  # these rows come wrapped in a field "train"
+            row = row["train"]
+        messages = [{"role": "user", "content": render_mc(row["question"], self.letters, row["choices"])},
+                    {"role": "assistant", "content": self.letters[row["answer"]]}]
+        return {"messages": messages, "subject": row["subject"], "letters": self.letters}
+
+    def evaluate(self, conversation: dict, response: str) -> bool:
+        return response == conversation["messages"][-1]["content"]

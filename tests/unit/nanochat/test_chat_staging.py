@@ -1,0 +1,150 @@
+"""Staged chat data: what a missing, corrupt or mixed file does, the generate/download commands' refusals.
+The download is tried against a closed local port (no site network here).
+python -m pytest tests/unit/nanochat/test_chat_staging.py -q"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.errors import DataError
+from bench.nanochat import chatdata, chatgen, chatstage
+from bench.nanochat.tasks.customjson import CustomJSON
+from bench.nanochat.tasks.smoltalk import SmolTalk
+from bench.nanochat.tasks.spellingbee import SpellingBee
+
+
+def cli(*args, base):
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), PYTHONPATH=os.getcwd())
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_a_missing_staged_split_names_the_download_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    for build in (lambda: SmolTalk(split="train"), CustomJSON, lambda: SpellingBee(size=3)):
+        with pytest.raises(DataError, match="nanochat-bench data download --chat") as e:
+            build()
+        assert "\n" not in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_a_corrupt_jsonl_line_names_file_and_line(tmp_path):
+    path = tmp_path / "conv.jsonl"
+    path.write_text('[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]\n\n{"role": oops\n')
+    with pytest.raises(DataError, match=rf"{path}:3: not valid JSON"):
+        CustomJSON(path)
+    path.write_text('[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]\n')
+    with pytest.raises(DataError, match=rf"{path}:1: message 1 must be .*assistant"):
+        CustomJSON(path)
+
+
+def test_a_damaged_parquet_file_names_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    chatgen.generate()
+    victim = chatdata.split_files(chatdata.hub_split("openai/gsm8k", "main", "train"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    with pytest.raises(DataError, match=rf"{victim}: not a readable parquet file"):
+        chatstage.check_split(chatdata.hub_split("openai/gsm8k", "main", "train"))
+
+
+def test_generate_refuses_to_replace_then_overwrites(tmp_path):
+    first = cli("data", "generate", "--chat", base=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "generated " in first.stdout and "identity_conversations.jsonl: 24 rows" in first.stdout
+    again = cli("data", "generate", "--chat", base=tmp_path)
+    assert again.returncode == 1 and again.stderr.count("\n") == 1 and "--overwrite" in again.stderr
+    assert cli("data", "generate", "--chat", "--overwrite", base=tmp_path).returncode == 0
+
+
+def test_download_refuses_to_mix_with_stand_ins_and_fails_offline_in_one_line(tmp_path):
+    assert cli("data", "generate", "--chat", base=tmp_path).returncode == 0
+    mixed = cli("data", "download", "--chat", "--url", "http://127.0.0.1:9", base=tmp_path)
+    assert mixed.returncode == 1 and "stand-in is staged there" in mixed.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    offline = cli("data", "download", "--chat", "--url", "http://127.0.0.1:9", "--retries", "1", base=empty)
+    assert offline.returncode == 1 and offline.stderr.count("\n") == 1, offline.stderr
+    assert "cannot reach http://127.0.0.1:9/api/datasets/" in offline.stderr and "connection refused" in offline.stderr
+    assert "--url" in offline.stderr
+    assert "-n/--num-shards" in cli("data", "download", base=empty).stderr
+
+
+def test_generated_plain_files_are_known_as_stand_ins(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    chatgen.generate()
+    identity = tmp_path / chatdata.IDENTITY_FILE
+    assert chatdata.is_generated_file(identity) and chatdata.is_generated_file(tmp_path / chatdata.WORDS_FILE)
+    for split in chatdata.HUB_SPLITS:  # as if the hub splits had been downloaded over the stand-ins
+        for f in chatdata.split_files(split):
+            f.unlink()
+    with pytest.raises(DataError, match=rf"{identity}: a `data generate --chat` stand-in"):
+        chatstage._stage_file(chatdata.IDENTITY_FILE, "http://127.0.0.1:9/x", 1, 1.0, overwrite=False)
+    identity.write_text(identity.read_text() + '[{"role": "user", "content": "a"}, '
+                                               '{"role": "assistant", "content": "b"}]\n')
+    assert not chatdata.is_generated_file(identity)  # changed since: not the stand-in any more
+
+
+def _as_if_downloaded(base):
+    """Generated files with their stand-in marks taken off, and a finished download recorded for each split."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    chatgen.generate()
+    sources = {}
+    for s in chatdata.HUB_SPLITS:
+        files = chatdata.split_files(s)
+        for f in files:
+            pq.write_table(pq.read_table(f).replace_schema_metadata(None), f)
+        sources[f"{s.repo}/{s.pattern}"] = {"endpoint": "https://mirror.example", "rows": 0,
+                                            "files": [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in files]}
+    (chatdata.chat_dir() / chatdata.GENERATED_FILES).unlink()
+    (chatdata.chat_dir() / chatstage.SOURCES).write_text(json.dumps(sources))
+    return sources
+
+
+def test_a_finished_staging_is_not_fetched_again_and_an_unfinished_one_is(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    sources = _as_if_downloaded(tmp_path)
+    staged = chatstage.stage(url="http://127.0.0.1:9", retries=1)  # nothing to fetch: the port is never asked
+    assert [rows for _, rows in staged][:2] == [chatgen.SIZES[("HuggingFaceTB/smol-smoltalk", "train")],
+                                                chatgen.SIZES[("HuggingFaceTB/smol-smoltalk", "test")]]
+    assert staged[-2][0] == tmp_path / chatdata.IDENTITY_FILE
+    sources.pop("openai/gsm8k/main/test-*.parquet")  # as if that download had been cut off
+    (chatdata.chat_dir() / chatstage.SOURCES).write_text(__import__("json").dumps(sources))
+    with pytest.raises(DataError, match=r"cannot reach http://127.0.0.1:9/api/datasets/openai/gsm8k"):
+        chatstage.stage(url="http://127.0.0.1:9", retries=1)
+
+
+def test_the_identity_file_and_word_list_are_fetched_checked_and_listed(tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "id.jsonl").write_text('[{"role": "user", "content": "who?"}, {"role": "assistant", "content": "me"}]\n')
+    (served / "words.txt").write_text("apple\nbanana\n")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = tmp_path / "base"
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+        _as_if_downloaded(base)
+        (base / chatdata.IDENTITY_FILE).unlink()
+        (base / chatdata.WORDS_FILE).unlink()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        monkeypatch.setenv(chatstage.ENV_IDENTITY_URL, f"{url}/id.jsonl")
+        monkeypatch.setenv(chatstage.ENV_WORDS_URL, f"{url}/words.txt")
+        staged = dict(chatstage.stage(url="http://127.0.0.1:9", retries=1))
+        assert staged[base / chatdata.IDENTITY_FILE] == 1 and staged[base / chatdata.WORDS_FILE] == 2
+        assert len(CustomJSON()) == 1 and SpellingBee(size=2)[0]["messages"][0]["role"] == "user"
+        (served / "id.jsonl").write_text("not json\n")
+        (base / chatdata.IDENTITY_FILE).unlink()
+        with pytest.raises(DataError, match=rf"{base / chatdata.IDENTITY_FILE}:1: not valid JSON"):
+            chatstage.stage(url="http://127.0.0.1:9", retries=1)
+    finally:
+        server.shutdown()
+        server.server_close()

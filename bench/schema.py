@@ -41,7 +41,7 @@ WORKLOAD = "nanochat-base"
 NNTILE_WORKLOAD = "nntile-gpt2"
 
 # Final statuses of a run; "pending" from submission until the trainer starts, "running" while it goes on.
-FINAL_STATUSES = ("ok", "failed", "timeout", "oom", "nccl_timeout", "hung", "no_data", "cancelled")
+FINAL_STATUSES = ("ok", "failed", "timeout", "oom", "nccl_timeout", "hung", "diverged", "no_data", "cancelled")
 STATUSES = FINAL_STATUSES + ("pending", "running")
 Status = Literal[STATUSES]  # a tuple subscript is the list of values
 

@@ -27,6 +27,7 @@ from torch.distributed.run import main as torchrun_main
 
 from bench import schema
 from bench.nanochat.heartbeat import waited_for
+from bench.nanochat.rundir import locked
 
 SHUTDOWN_TIMEOUT_S = 10
 
@@ -99,7 +100,8 @@ def _teardown_only(manifest) -> bool:
 
 def _update(run_dir: str, **fields) -> None:
     try:
-        schema.update_run_json(run_dir, **fields)
+        with locked(run_dir):  # serialised with the ranks' own updates (bench/nanochat/rundir.py)
+            schema.update_run_json(run_dir, **fields)
     except OSError as e:
         print(f"torchrun: could not record the outcome in {run_dir}: {e}", file=sys.stderr)
 

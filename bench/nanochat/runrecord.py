@@ -27,7 +27,11 @@ from typing import Callable, NamedTuple, NoReturn
 
 from bench import breakdown, provenance
 from bench.errors import BenchError, DataError, run_dir_error
+from bench.nanochat import rundir
+from bench.nanochat.common import drain_output
+from bench.nanochat.guard import Diverged, json_safe
 from bench.nanochat.heartbeat import Heartbeat, waited_for
+from bench.nanochat.parentwatch import watch_parent
 from bench.schema import (
     ENV_RUN_DIR,
     ENV_T0,
@@ -53,6 +57,7 @@ def say(line: str) -> None:
 
 
 def flush_streams() -> None:
+    drain_output()  # print0's queued lines first (bounded: a stdout nobody reads costs them, not the exit)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -65,7 +70,8 @@ class RunRecord:
         self.rank = rank
         self.run_dir = run_dir if run_dir is not None else (os.environ.get(ENV_RUN_DIR) or None)
         self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
-        self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")))
+        self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")),
+                                   on_silent=lambda verdict: self.end("hung", verdict))
         self.closed = False
         self.milestones: dict[str, float] = {}  # first time of each event, for the breakdown
         # The signal thread records a cancellation while the main thread may still be logging a step:
@@ -85,7 +91,7 @@ class RunRecord:
             if not self._failed:
                 t = fields.pop("t", None)
                 t = time.time() if t is None else t
-                self._writing(lambda: self.events.emit(event, t=t, **fields))
+                self._writing(lambda: self.events.emit(event, t=t, **json_safe(fields)))
                 self.milestones.setdefault(event, t)
         self.heartbeat.beat(event, fields.get("step"))
 
@@ -105,7 +111,12 @@ class RunRecord:
         """Merge fields into run.json (rank 0 only; nothing once a failure is recorded)."""
         with self._lock:
             if self.rank == 0 and self.run_dir and not self._failed:
-                self._writing(lambda: update_run_json(self.run_dir, **fields))
+                self._writing(lambda: self._update_locked(**fields))
+
+    def _update_locked(self, **fields) -> None:
+        """One read-modify-write of run.json, serialised with every other writer of this run."""
+        with rundir.locked(self.run_dir):
+            update_run_json(self.run_dir, **json_safe(fields))
 
     def start(self, config: dict, world_size: int, nodes: int, gpus_per_node: int,
               peak_flops_per_gpu: float | None) -> None:
@@ -143,16 +154,17 @@ class RunRecord:
             self._record_failure(kind, message)
 
     def _record_failure(self, kind: str, message: str) -> None:
-        if not self.run_dir:
+        if not self.run_dir or not rundir.ours(self.run_dir):  # a run refused its directory writes nothing
             return
         for attempt in (1, 2):
             try:
-                if load_manifest(self.run_dir).status in FINAL_STATUSES:
-                    return  # the first failure wins: later ones (peers stopped by torchrun) are its echoes
-                writer = self.events if self.rank == 0 else EventWriter(self.run_dir)
-                writer.emit("error", kind=kind, message=message, rank=self.rank)
-                update_run_json(self.run_dir, status=kind, message=f"rank {self.rank}: {message}",
-                                finished_at=time.time())
+                with rundir.locked(self.run_dir):  # check and write as one: no other rank's update lost
+                    if load_manifest(self.run_dir).status in FINAL_STATUSES:
+                        return  # the first failure wins: later ones (peers stopped by torchrun) are its echoes
+                    writer = self.events if self.rank == 0 else EventWriter(self.run_dir)
+                    writer.emit("error", kind=kind, message=message, rank=self.rank)
+                    update_run_json(self.run_dir, status=kind, message=f"rank {self.rank}: {message}",
+                                    finished_at=time.time())
                 release_space(self.run_dir)
                 return
             except OSError as e:  # a full disk gets the space held back at start, once
@@ -170,6 +182,14 @@ class RunRecord:
             say(f"[rank {self.rank}] received {name}: cancelling")
 
         install_signal_thread(on_signal)
+
+    def end(self, status: str, message: str) -> NoReturn:
+        """End the process from a watching thread (a silent peer, a lost parent): the status, one line,
+        os._exit; torchrun then stops the other ranks."""
+        self.fail(status, message)
+        say(f"[rank {self.rank}] error ({status}): {message}")
+        flush_streams()
+        os._exit(1)
 
     def die(self, exc: BaseException, device_batch_size: int | None = None) -> NoReturn:
         """End the process for an exception: the status first, then one line (a traceback only for a bug),
@@ -200,12 +220,17 @@ class RunRecord:
 def open_record(rank: int) -> "RunRecord | None":
     """The rank's run record, taking the signals; None (after one line) when the run directory cannot be
     written, so there is nothing to record into."""
+    run_dir = os.environ.get(ENV_RUN_DIR) or None
     try:
+        if rank == 0 and run_dir:  # one run per directory: refused at once, before anything is written
+            rundir.claim(run_dir)
         record = RunRecord(rank)
     except BenchError as e:
         say(f"[rank {rank}] error (failed): {e}")
         return None
     record.cancel_on_signals()  # before any thread starts (the heartbeat's starts with the first event)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun's agent: end with it, never as an orphan
+        watch_parent(lambda message: record.end("failed", message))
     return record
 
 
@@ -247,6 +272,8 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
                               f"{first_line(exc, 'out of memory')}")
     if isinstance(exc, DataError):
         return Failure("no_data", str(exc))
+    if isinstance(exc, Diverged):
+        return Failure("diverged", str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
     if isinstance(exc, BenchError):

@@ -73,7 +73,7 @@ class TrainConfig:
     deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
                               "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
     watchdog_s: float = _f(-1.0, "a collective that waits longer than this plus twice the slowest step ends the run as "
-                                  "`hung`, naming the rank it waited for (-1 = 30 s; 0 = the backend's own timeout: "
+                                  "`hung`, naming the rank it waited for (-1 = 60 s; 0 = the backend's own timeout: "
                                   "10 min NCCL, 30 min gloo); 300 s before the first step, 600 s during validation, "
                                   "samples and checkpoints (bench/nanochat/watchdog.py)")
     heartbeat_timeout_s: float = _f(SILENT_AFTER_S, "a rank whose heartbeat is silent this long ends the run as "

@@ -25,12 +25,20 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.schema import ENV_T0, write_text_atomic
+from bench.schema import ENV_T0, atomic_target
 
 DIR = ".heartbeat"
 INTERVAL_S = 5.0  # at 1024 ranks, ~200 small renames a second in one directory
 STOPPED_AFTER_S = 1.5 * INTERVAL_S  # a beat older than this: the rank's process is not running
 SILENT_AFTER_S = 30.0  # default --heartbeat_timeout_s: a silent rank ends the run as `hung` after this
+
+
+def _write(path: Path, beat: dict) -> None:
+    """Replace the beat atomically, without fsync: a beat matters only while the run lives, and an fsync
+    stalled by a busy disk must not silence a healthy rank."""
+    with atomic_target(path) as tmp:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(beat))
 
 
 def run_token() -> str | None:
@@ -49,6 +57,7 @@ class Heartbeat:
         self.watched = set(range(1, world_size)) if rank == 0 else {0} if rank == 1 else set()
         self.on_silent = on_silent
         self.silent_after_s = SILENT_AFTER_S  # 0 = off
+        self._writing = threading.Lock()
 
     def beat(self, event: str, step: int | None = None) -> None:
         """The trainer's last event; the thread (started on the first) writes it with its next beat."""
@@ -59,13 +68,27 @@ class Heartbeat:
             self.thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
             self.thread.start()
 
-    def _run(self) -> None:
-        while self.path is not None:
+    def stop(self) -> None:
+        """The rank's record is closed: one last beat marked done (a finished rank is not a silent one),
+        then no more beats or checks."""
+        with self._writing:
+            path, self.path = self.path, None
+        if path is not None and self.thread is not None:
             try:
-                write_text_atomic(self.path, json.dumps({**self.state, "t": time.time()}))
+                _write(path, {**self.state, "t": time.time(), "done": True})
             except OSError:
-                return  # a run directory that cannot be written is reported by the run record, not here
-            if self.on_silent and self.silent_after_s > 0:
+                pass
+
+    def _run(self) -> None:
+        while True:
+            with self._writing:  # never a beat after stop()'s last one
+                if self.path is None:
+                    return
+                try:
+                    _write(self.path, {**self.state, "t": time.time()})
+                except OSError:
+                    return  # a run directory that cannot be written is reported by the run record, not here
+            if self.on_silent and self.silent_after_s > 0 and self.path is not None:
                 verdict = silent_rank(self.run_dir, self.watched, self.silent_after_s)
                 if verdict:
                     self.on_silent(verdict)
@@ -76,7 +99,7 @@ def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float
     """The verdict on the first of `ranks` (of this run) whose beat is older than silent_after_s, or None."""
     now = time.time() if now is None else now
     for b in beats(run_dir):
-        if b.get("rank") in ranks and now - b["t"] > silent_after_s:
+        if b.get("rank") in ranks and not b.get("done") and now - b["t"] > silent_after_s:
             at = f" at step {b['step']}" if b.get("step") is not None else ""
             return (f"{_who(b)} stopped: no heartbeat for {now - b['t']:.0f} s (--heartbeat_timeout_s="
                     f"{silent_after_s:g}), last event `{b.get('event')}`{at}")
@@ -108,9 +131,9 @@ def waited_for(run_dir: str | None, now: float | None = None) -> tuple[str, bool
     if not found:
         return None
     now = time.time() if now is None else now
-    oldest = min(found, key=lambda b: b["t"])
+    oldest = min(found, key=lambda b: (bool(b.get("done")), b["t"]))  # a finished rank is not a stopped one
     at = f" at step {oldest['step']}" if oldest.get("step") is not None else ""
-    if now - oldest["t"] > STOPPED_AFTER_S:
+    if now - oldest["t"] > STOPPED_AFTER_S and not oldest.get("done"):
         return (f"{_who(oldest)} stopped: no heartbeat for {now - oldest['t']:.0f} s, last event "
                 f"`{oldest.get('event')}`{at}"), True
     behind = min(found, key=lambda b: (b.get("step") if b.get("step") is not None else -1, b.get("event_t") or 0))

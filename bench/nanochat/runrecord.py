@@ -209,6 +209,7 @@ class RunRecord:
         os._exit(1)
 
     def close(self) -> None:
+        self.heartbeat.stop()
         if not self.closed:
             try:
                 self.events.close()

@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0  # --help
         record.die(e, config.device_batch_size if config else None)
     compute_cleanup()
-    drain_output()
+    drain_output(timeout_s=30.0)  # the status is recorded; the last lines wait a while for a paused reader
     return 0
 
 

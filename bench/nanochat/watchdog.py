@@ -16,7 +16,7 @@ rank that was waited for.
 from contextlib import contextmanager
 
 AUTO = -1.0  # --watchdog_s default: AUTO_MARGIN_S + 2 x the slowest step
-AUTO_MARGIN_S = 30.0
+AUTO_MARGIN_S = 60.0  # above --heartbeat_timeout_s: a stopped rank is named by its silent beat first
 START_S = 300.0
 PERIODIC_S = 600.0
 

@@ -10,7 +10,7 @@ import math
 
 from bench.errors import BenchError
 
-RISE_FACTOR = 3.0  # a loss this many times its first value, after warm-up, has diverged
+RISE_FACTOR = 1.5  # a loss this many times its reference, after warm-up, has diverged
 RISE_AFTER_STEPS = 10  # the rise check starts after these steps (the first steps may overshoot)
 
 
@@ -19,7 +19,12 @@ class Diverged(BenchError):
 
 
 class DivergenceGuard:
-    def __init__(self, rise_factor: float = RISE_FACTOR, warmup_steps: int = RISE_AFTER_STEPS):
+    """The reference is the larger of the first loss seen and `floor` (the trainer gives ln(vocabulary), the
+    loss of a uniform guess), so a resumed run, whose first loss is already low, is not held to it: a loss
+    1.5 x above a uniform guess is far worse than an untrained model, never a spike of a healthy run."""
+
+    def __init__(self, floor: float = 0.0, rise_factor: float = RISE_FACTOR, warmup_steps: int = RISE_AFTER_STEPS):
+        self.floor = floor
         self.rise_factor = rise_factor
         self.warmup_steps = warmup_steps
         self.first: float | None = None
@@ -29,10 +34,11 @@ class DivergenceGuard:
         check_finite(step, loss, what)
         if self.first is None:
             self.first = loss
-        elif step > self.warmup_steps and self.first > 0 and loss > self.rise_factor * self.first:
+        reference = max(self.first, self.floor)
+        if step > self.warmup_steps and reference > 0 and loss > self.rise_factor * reference:
             raise Diverged(f"diverged at step {step}: the {what} is {loss:.4g}, more than {self.rise_factor:g} x "
-                           f"its first value {self.first:.4g}; lower the learning rates (--matrix_lr, "
-                           f"--embedding_lr, --unembedding_lr)")
+                           f"its start {reference:.4g}; lower the learning rates (--matrix_lr, --embedding_lr, "
+                           f"--unembedding_lr)")
 
 
 def check_finite(step: int, value: float, what: str) -> None:

@@ -16,6 +16,7 @@
 """
 
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -144,8 +145,19 @@ def _who(holder: dict) -> str:
     return f"pid {holder['pid']} on {holder.get('host', 'an unknown host')}"
 
 
+def remember_launcher() -> None:
+    """Note this process's ancestors now, while the torchrun agent and the launcher are still among them."""
+    _ancestors()
+
+
 def _ancestors() -> set[int]:
-    """The pids of this process's parent, its parent, … (Linux /proc)."""
+    """The pids of this process's parent, its parent, … (Linux /proc), as first seen: a rank orphaned by
+    its torchrun agent still belongs to the run its launcher started."""
+    return set(_ancestors_of(os.getpid()))
+
+
+@functools.lru_cache(maxsize=4)
+def _ancestors_of(pid: int) -> frozenset[int]:
     found, pid = set(), os.getppid()
     while pid > 1 and pid not in found:
         found.add(pid)
@@ -154,4 +166,4 @@ def _ancestors() -> set[int]:
             pid = int(stat.rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             break
-    return found
+    return frozenset(found)

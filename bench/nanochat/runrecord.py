@@ -70,6 +70,7 @@ class RunRecord:
         self.rank = rank
         self.run_dir = run_dir if run_dir is not None else (os.environ.get(ENV_RUN_DIR) or None)
         self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
+        rundir.remember_launcher()  # while it is still our ancestor: an orphaned rank still records its end
         self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")),
                                    on_silent=lambda verdict: self.end("hung", verdict))
         self.closed = False

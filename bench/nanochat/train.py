@@ -224,7 +224,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     steptimer.use(timer)
     steady_splits: list[dict] = []
     stopped_early = False
-    guard = DivergenceGuard()
+    guard = DivergenceGuard(floor=math.log(vocab_size))  # a uniform guess's loss: the start of a fresh run
     while True:
         stopped_early = step < num_iterations and out_of_time()
         last_step = step == num_iterations or stopped_early

@@ -19,12 +19,20 @@ def test_a_non_finite_loss_has_diverged_naming_the_step(value):
 
 
 def test_a_loss_far_above_its_start_after_warm_up_has_diverged():
-    guard = DivergenceGuard(rise_factor=3.0, warmup_steps=10)
+    guard = DivergenceGuard(floor=0.0, rise_factor=3.0, warmup_steps=10)
     guard.check(0, 6.0)
     guard.check(5, 25.0)  # the first steps may overshoot
     guard.check(11, 17.9)
-    with pytest.raises(Diverged, match=r"step 12: the training loss is 18.5, more than 3 x its first value 6"):
+    with pytest.raises(Diverged, match=r"step 12: the training loss is 18.5, more than 3 x its start 6"):
         guard.check(12, 18.5)
+
+
+def test_a_resumed_run_is_measured_against_a_uniform_guess():
+    guard = DivergenceGuard(floor=10.0)  # ln(vocabulary); the resumed run starts at 3.0
+    guard.check(100, 3.0)
+    guard.check(120, 14.0)  # a spike well above 1.5 x 3.0, still better than a uniform guess x 1.5
+    with pytest.raises(Diverged, match="more than 1.5 x its start 10"):
+        guard.check(121, 15.5)
 
 
 def test_diverged_is_its_own_status():

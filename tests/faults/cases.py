@@ -286,7 +286,10 @@ def concurrent_run_dir(ctx):
     run_dir = ctx.work / "runs" / "faults" / "concurrent_run_dir"
     first = _first_run(ctx, run_dir, [*TINY, FOREVER])
     try:
-        time.sleep(0.5)  # the first wrapper has its lock; its trainer is still starting
+        deadline = time.time() + START_BOUND_S
+        while not (run_dir / ".lock").exists() or not (run_dir / ".lock").read_text():
+            assert time.time() < deadline and first.rc is None, first.output()[-3000:]
+            time.sleep(0.05)  # the first wrapper holds the lock; its trainer is still starting
         o = _second_run_outcome(ctx, "concurrent_run_dir", run_dir, lambda: first.rc)
         wait_steps(first, run_dir, 2)  # the first run trains on, undisturbed
         o.facts["kept"] = o.facts["first"] is None and steps_recorded(run_dir) >= 2

@@ -15,6 +15,7 @@
   torchrun's agent, the launcher): a lock file beside run.json, so no update is lost.
 """
 
+import errno
 import fcntl
 import functools
 import json
@@ -30,6 +31,7 @@ from bench.schema import METRICS_JSONL
 
 LOCK = ".lock"  # held by the run writing the directory
 JSON_LOCK = ".run.json.lock"  # held for one read-modify-write of run.json
+NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP)  # flock not offered by the filesystem
 _held: dict[str, int] = {}  # run directory -> the open lock file of this process
 
 
@@ -60,6 +62,10 @@ def _claim(path: str, refuse_finished: bool, resume: bool) -> None:
                 return  # the launcher that started this process holds it for this very run
             raise RunDirBusy(f"{path} is in use by another run ({_who(holder)}); give each run its own "
                              f"--run-dir, or wait until that one ends") from None
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                raise
+            # a filesystem without flock (Lustre mounted noflock, some NFS): the directory is taken unlocked
         _held[path] = fd
     if refuse_finished and not resume and _holds_a_run(path):
         release(path)
@@ -118,7 +124,11 @@ def locked(run_dir: "str | os.PathLike"):
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                raise
         yield
     finally:
         os.close(fd)

@@ -14,6 +14,7 @@ import os
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
 
+import json
 import math
 import pickle
 import socket
@@ -129,11 +130,11 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     resume_meta: dict = {}
     if resume_step >= 0:
         model_state, resume_meta = read_checkpoint(
-            checkpoint_dir / f"model_{resume_step:06d}.pt (or its meta_{resume_step:06d}.json)",
-            lambda: load_model_state(checkpoint_dir, resume_step, device, expect_model_config=asdict(model_config),
+            checkpoint_dir / f"model_{resume_step:06d}.pt", meta_path=checkpoint_dir / f"meta_{resume_step:06d}.json",
+            load=lambda: load_model_state(checkpoint_dir, resume_step, device, expect_model_config=asdict(model_config),
                                      expect_world_size=ddp_world_size))
         read_checkpoint(checkpoint_dir / f"model_{resume_step:06d}.pt",
-                        lambda: orig_model.load_state_dict(model_state, strict=True))
+                        load=lambda: orig_model.load_state_dict(model_state, strict=True))
         del model_state
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
     strategy = Strategy.parse(config.strategy)  # zero2, or FSDP2 sharding, checkpointing, offload
@@ -163,9 +164,10 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     adamw_optimizer, muon_optimizer = optimizers
     if resume_step >= 0:
         optim_path = checkpoint_dir / f"optim_{resume_step:06d}_rank{ddp_rank}.pt"
-        states = read_checkpoint(optim_path, lambda: load_optimizer_states(checkpoint_dir, resume_step, ddp_rank, device))
+        states = read_checkpoint(optim_path, load=lambda: load_optimizer_states(checkpoint_dir, resume_step, ddp_rank,
+                                                                                device))
         for opt, state in zip(optimizers, states):
-            read_checkpoint(optim_path, lambda: opt.load_state_dict(state))
+            read_checkpoint(optim_path, load=lambda: opt.load_state_dict(state))
 
     # ----------------------------------------------------------------------------------------------
     # Data: the train loader is infinite; a fresh val loader per evaluation sees the same tokens
@@ -355,7 +357,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     return summary, "ok", None
 
 
-def read_checkpoint(path: Path, load):
+def read_checkpoint(path: Path, load, meta_path: Path | None = None):
     """load(), with a damaged or incomplete checkpoint file (a truncated shard, a torn meta file) as one
     clear error naming it instead of torch's traceback."""
     try:
@@ -363,9 +365,19 @@ def read_checkpoint(path: Path, load):
     except BenchError:
         raise
     except (RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as e:
-        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ConfigError(f"{path} cannot be read as a checkpoint ({detail}): the file is damaged or incomplete; "
-                          f"resume from another saved step or start fresh (leave out --resume_from_step)") from None
+        where = meta_path if meta_path is not None and isinstance(e, json.JSONDecodeError) else path
+        raise ConfigError(f"{where} cannot be read as a checkpoint ({first_sentence(e)}): the file is damaged or "
+                          f"incomplete; resume from another saved step or start fresh (leave out "
+                          f"--resume_from_step)") from None
+
+
+def first_sentence(e: BaseException, limit: int = 160) -> str:
+    """The start of an exception's message, cut at a sentence's end (never mid-sentence)."""
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if len(text) <= limit:
+        return text
+    end = text.rfind(". ", 0, limit)
+    return text[:end + 1] if end > 0 else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def gather_rank_figures(step_ms: dict, rank: int, ddp: bool) -> list[dict]:

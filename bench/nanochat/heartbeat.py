@@ -31,6 +31,10 @@ DIR = ".heartbeat"
 INTERVAL_S = 5.0  # at 1024 ranks, ~200 small renames a second in one directory
 STOPPED_AFTER_S = 1.5 * INTERVAL_S  # a beat older than this: the rank's process is not running
 SILENT_AFTER_S = 30.0  # default --heartbeat_timeout_s: a silent rank ends the run as `hung` after this
+# Before the process group exists a rank waits for the others inside torch's rendezvous, which holds the
+# GIL: its beats pause there (seen for 16 s on a busy host). So a rank watches only once it is in the group
+# itself, and judges only peers whose beat says they are in it too; the rendezvous has its own timeout.
+STARTUP_EVENTS = ("start", "runtime_start", "imports_done", None)
 
 
 def _write(path: Path, beat: dict) -> None:
@@ -88,7 +92,7 @@ class Heartbeat:
                     _write(self.path, {**self.state, "t": time.time()})
                 except OSError:
                     return  # a run directory that cannot be written is reported by the run record, not here
-            if self.on_silent and self.silent_after_s > 0 and self.path is not None:
+            if self.on_silent and self.silent_after_s > 0 and self.state["event"] not in STARTUP_EVENTS:
                 verdict = silent_rank(self.run_dir, self.watched, self.silent_after_s)
                 if verdict:
                     self.on_silent(verdict)
@@ -99,7 +103,8 @@ def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float
     """The verdict on the first of `ranks` (of this run) whose beat is older than silent_after_s, or None."""
     now = time.time() if now is None else now
     for b in beats(run_dir):
-        if b.get("rank") in ranks and not b.get("done") and now - b["t"] > silent_after_s:
+        if b.get("rank") in ranks and not b.get("done") and b.get("event") not in STARTUP_EVENTS and \
+                now - b["t"] > silent_after_s:
             at = f" at step {b['step']}" if b.get("step") is not None else ""
             return (f"{_who(b)} stopped: no heartbeat for {now - b['t']:.0f} s (--heartbeat_timeout_s="
                     f"{silent_after_s:g}), last event `{b.get('event')}`{at}")

@@ -6,6 +6,7 @@ message in run.json, metrics.jsonl readable, the run listed by `collect` and `re
 tests/faults/test_faults.py runs them; benchmarks/fault_table.py prints their table.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -172,13 +173,22 @@ def kill9_mid_accumulation(ctx):
 # Trainer faults that end well with default flags (issue 23)
 
 
-def _stop_rank_once_beating(rank: int):
-    """SIGSTOP a rank as soon as its heartbeat exists: before its first step (start-up, pre-flight)."""
+def _stop_rank_once_in_the_group(rank: int):
+    """SIGSTOP a rank as soon as its heartbeat says it joined the process group: before its first step
+    (pre-flight, model, data). Before that it waits inside torch's rendezvous, which has its own timeout."""
+    from bench.nanochat.heartbeat import STARTUP_EVENTS
+
+    def joined(beat: Path) -> bool:
+        try:
+            return json.loads(beat.read_text()).get("event") not in STARTUP_EVENTS
+        except (OSError, ValueError):
+            return False
+
     def inject(cmd: Command, run_dir: Path) -> None:
         beat = run_dir / ".heartbeat" / f"rank{rank}.json"
         deadline = time.time() + START_BOUND_S
-        while not beat.exists() and time.time() < deadline and cmd.rc is None:
-            time.sleep(0.05)
+        while not joined(beat) and time.time() < deadline and cmd.rc is None:
+            time.sleep(0.02)
         os.kill(cmd.tracker.find(is_rank(rank)).pid, signal.SIGSTOP)
     return inject
 
@@ -193,7 +203,7 @@ def sigstop_rank1_before_first_step(ctx):
     run_dir = ctx.work / "runs" / "faults" / "sigstop_rank1_before_first_step"
     cmd = Command(wrapper_argv(run_dir, [*TINY, FOREVER]), ctx.work / "cmd", env=run_env(ctx.base_dir), cwd=ctx.work)
     try:
-        _stop_rank_once_beating(1)(cmd, run_dir)
+        _stop_rank_once_in_the_group(1)(cmd, run_dir)
         steps = steps_recorded(run_dir)
         seconds, left = cmd.wait_gone(_cap("sigstop_rank1_before_first_step", ctx), time.time())
         o = outcome_of("sigstop_rank1_before_first_step", cmd, run_dir, seconds, left, ctx.work)

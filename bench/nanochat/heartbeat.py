@@ -67,7 +67,15 @@ class Heartbeat:
         """The trainer's last event; the thread (started on the first) writes it with its next beat."""
         if self.path is None:
             return
+        joined = self.state["event"] in STARTUP_EVENTS and event not in STARTUP_EVENTS
         self.state.update(event=event, step=step if step is not None else self.state["step"], event_t=time.time())
+        if joined and self.thread is not None:  # in the group now: say so at once, not up to INTERVAL_S later
+            with self._writing:
+                if self.path is not None:
+                    try:
+                        _write(self.path, {**self.state, "t": time.time()})
+                    except OSError:
+                        pass
         if self.thread is None:
             self.thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
             self.thread.start()

@@ -8,7 +8,10 @@ only decides when the trainer writes what:
 - SIGTERM/SIGINT/SIGHUP are taken by a dedicated thread (they are blocked in every other thread), so a
   run is marked `cancelled` even while the main thread waits inside a collective;
 - every event is also a heartbeat (bench/nanochat/heartbeat.py), so a collective that times out can name
-  the rank that stopped;
+  the rank that stopped, and a rank whose beat goes silent ends the run as `hung` without any timeout;
+- rank 0 claims the run directory first (bench/nanochat/rundir.py: one run per directory); run.json is
+  updated under its lock file, so no rank's update is lost, and nothing NaN goes into run.json or events;
+- a rank whose torchrun agent is gone ends itself, recorded (bench/nanochat/parentwatch.py);
 - the record is written before anything is printed (the terminal may be gone), and a run directory that
   cannot be written any more ends the run with one line naming it; space held back at start
   (bench.schema.reserve_space) lets a full disk still take the final status.

@@ -213,7 +213,8 @@ def sigstop_rank1_before_first_step(ctx):
         cmd.cleanup()
 
 
-@case("SIGSTOP rank 1 during validation (default flags)", Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"))
+@case("SIGSTOP rank 1 during validation (default flags)",
+      Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"))
 def sigstop_rank1_in_validation(ctx):
     # every step validates over 400 passes: nearly all of the run's time is validation
     args = [a for a in TINY if not a.startswith("--eval_every")] + ["--eval_every=1", "--eval_tokens=51200", FOREVER]
@@ -290,8 +291,8 @@ def rerun_finished_dir(ctx):
     return o
 
 
-@case("two runs started at once with one --run-dir", Expect(START_BOUND_S, refused=True, message=r"in use by another run",
-                                                            extra=_first_run_kept))
+@case("two runs started at once with one --run-dir",
+      Expect(START_BOUND_S, refused=True, message=r"in use by another run", extra=_first_run_kept))
 def concurrent_run_dir(ctx):
     run_dir = ctx.work / "runs" / "faults" / "concurrent_run_dir"
     first = _first_run(ctx, run_dir, [*TINY, FOREVER])

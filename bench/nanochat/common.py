@@ -31,7 +31,7 @@ def print0(*args, **kwargs) -> None:
         if _console is None:
             print(*args, **kwargs, flush=True)
         else:
-            _console.put(" ".join(map(str, args)) + kwargs.get("end", "\n"))
+            _console.put(kwargs.get("sep", " ").join(map(str, args)) + kwargs.get("end", "\n"))
 
 
 class _Console:

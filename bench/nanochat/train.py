@@ -42,7 +42,7 @@ from bench.nanochat.guard import DivergenceGuard, check_finite
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time
+from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time, say
 from bench.nanochat import preflight, steptimer
 from bench.nanochat.steptimer import NullTimer, StepTimer
 from bench.nanochat.watchdog import Watchdog
@@ -352,7 +352,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                    f"checkpoint of step {step} in {checkpoint_dir}: continue with --resume_from_step={step}"
                    + (f" --model_tag={checkpoint_dir.relative_to(get_base_dir() / 'base_checkpoints')}"
                       if not config.model_tag else ""))
-        print0(message)
+        if master_process:
+            say(message)  # the reason the run ends, on stderr as every other cause
         return summary, "timeout", message
     return summary, "ok", None
 

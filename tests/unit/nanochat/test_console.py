@@ -6,7 +6,6 @@
 import subprocess
 import sys
 import textwrap
-import time
 
 PRINTER = textwrap.dedent("""
     import sys, time

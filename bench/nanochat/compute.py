@@ -6,7 +6,6 @@ without torchrun's environment runs undistributed. Every rank seeds 42, so initi
 """
 
 import os
-from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
@@ -77,30 +76,3 @@ def set_collective_timeout(seconds: float | None) -> None:
     else:
         timeout = constants.default_pg_timeout
     _set_pg_timeout(timeout)
-
-
-class Watchdog:
-    """--watchdog_s: once steps are timed, a collective that waits longer than watchdog_s + twice the step
-    time raises (a timeout the run record turns into `hung`, naming the rank waited for) instead of
-    the backend's 10 or 30 minutes. Validation, samples and checkpoints run under the backend's timeout:
-    there one rank may legitimately keep the others waiting (rank 0 samples and writes alone)."""
-
-    def __init__(self, seconds: float, distributed: bool):
-        self.seconds = seconds if distributed else 0.0
-        self.armed: float | None = None
-
-    def arm(self, step_s: float) -> None:
-        if self.seconds > 0:
-            self.armed = self.seconds + 2 * step_s
-            set_collective_timeout(self.armed)
-
-    @contextmanager
-    def relaxed(self):
-        if self.armed is None:
-            yield
-            return
-        set_collective_timeout(None)
-        try:
-            yield
-        finally:
-            set_collective_timeout(self.armed)

@@ -12,12 +12,13 @@ out of scope for a throughput benchmark, is refused with a clear message unless 
 
 import argparse
 import difflib
+import math
 import re
 from dataclasses import MISSING, dataclass, fields
 
 from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
 from bench.errors import ConfigError
-from bench.nanochat.heartbeat import INTERVAL_S
+from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
 
 
 
@@ -70,9 +71,12 @@ class TrainConfig:
     breakdown: bool = _f(True, "split each step into fwd+bwd, exposed comm, optimizer and data wait (step events)")
     deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
                               "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
-    watchdog_s: float = _f(300.0, "after the first step, a collective that waits longer than this (plus twice the "
-                                  "step time) ends the run as `hung`, naming the rank it waited for (0 = the "
-                                  "backend's own timeout: 10 min NCCL, 30 min gloo)")
+    watchdog_s: float = _f(-1.0, "a collective that waits longer than this plus twice the slowest step ends the run as "
+                                  "`hung`, naming the rank it waited for (-1 = 60 s; 0 = the backend's own timeout: "
+                                  "10 min NCCL, 30 min gloo); 300 s before the first step, 600 s during validation, "
+                                  "samples and checkpoints (bench/nanochat/watchdog.py)")
+    heartbeat_timeout_s: float = _f(SILENT_AFTER_S, "a rank whose heartbeat is silent this long ends the run as "
+                                                    "`hung`, naming it, at any stage (0 = off)")
     strategy: str = _f("zero2", "memory strategy (bench/nanochat/parallel.py): zero2 (sharded optimizers, "
                                 "replicated parameters) or fsdp (FSDP2), each optionally +ac (activation "
                                 "checkpointing per block); fsdp also +offload (parameters, gradients and "
@@ -94,9 +98,16 @@ class TrainConfig:
                 raise ConfigError(f"--{name}={value}: give a count >= 0, or -1 to {meaning}")
         if self.target_flops < 0 and self.target_flops != -1:
             raise ConfigError(f"--target_flops={self.target_flops}: give FLOPs > 0, or -1 to turn it off")
-        if self.watchdog_s != 0 and self.watchdog_s < WATCHDOG_MIN_S:
-            raise ConfigError(f"--watchdog_s={self.watchdog_s:g}: give 0 (off) or at least {WATCHDOG_MIN_S:g} s "
-                              f"(a stopped rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s apart)")
+        for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)")):
+            value = getattr(self, name)
+            if not (value >= WATCHDOG_MIN_S or value == 0 or value == -1 and name == "watchdog_s"):
+                raise ConfigError(f"--{name}={value:g}: give {sentinels} or at least {WATCHDOG_MIN_S:g} s (a stopped "
+                                  f"rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s apart)")
+        for name in LEARNING_RATES:
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"--{name}={value!r}: a learning rate must be a finite number > 0 "
+                                  f"(default {TrainConfig.__dataclass_fields__[name].default})")
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
         tag = self.model_tag
@@ -126,6 +137,7 @@ class TrainConfig:
 
 
 WATCHDOG_MIN_S = 2 * INTERVAL_S
+LEARNING_RATES = ("embedding_lr", "unembedding_lr", "matrix_lr")
 
 # Counts whose -1 has a documented meaning (the help texts); a value below -1 is refused.
 MINUS_ONE_MEANS = {

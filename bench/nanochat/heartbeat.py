@@ -8,6 +8,13 @@ stopped, frozen or lost one does not. So when a collective times out (--watchdog
 - else the rank furthest behind (fewest steps, then the oldest event): the one that is still busy
   elsewhere (a stuck filesystem read, a different collective) while the others wait.
 One small file a rank, rewritten atomically: a reader sees the old beat or the new one.
+
+The beats also end a run whose rank went silent, without waiting for any collective: with
+`on_silent`, rank 0 watches every other rank's beat and rank 1 watches rank 0's (two readers, however
+many ranks), and a beat older than `silent_after_s` (--heartbeat_timeout_s) calls it with the verdict.
+The thread runs beside training, so a long evaluation, sample or checkpoint never silences it.
+Each beat carries the launch's NANOCHAT_BENCH_T0 (`run`): beats of an earlier run in the same
+directory are never read as this run's.
 """
 
 import json
@@ -16,47 +23,113 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
-from bench.schema import write_text_atomic
+from bench.schema import ENV_T0, atomic_target
 
 DIR = ".heartbeat"
 INTERVAL_S = 5.0  # at 1024 ranks, ~200 small renames a second in one directory
 STOPPED_AFTER_S = 1.5 * INTERVAL_S  # a beat older than this: the rank's process is not running
+SILENT_AFTER_S = 30.0  # default --heartbeat_timeout_s: a silent rank ends the run as `hung` after this
+# Before the process group exists a rank waits for the others inside torch's rendezvous, which holds the
+# GIL: its beats pause there (seen for 16 s on a busy host). So a rank watches only once it is in the group
+# itself, and judges only peers whose beat says they are in it too; the rendezvous has its own timeout.
+STARTUP_EVENTS = ("start", "runtime_start", "imports_done", None)
+
+
+def _write(path: Path, beat: dict) -> None:
+    """Replace the beat atomically, without fsync: a beat matters only while the run lives, and an fsync
+    stalled by a busy disk must not silence a healthy rank."""
+    with atomic_target(path) as tmp:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(beat))
+
+
+def run_token() -> str | None:
+    """This launch's identity in the beats (the launcher's NANOCHAT_BENCH_T0), None when unset."""
+    return os.environ.get(ENV_T0) or None
 
 
 class Heartbeat:
-    def __init__(self, run_dir: str | None, rank: int, world_size: int):
+    def __init__(self, run_dir: str | None, rank: int, world_size: int,
+                 on_silent: "Callable[[str], None] | None" = None):
         self.path = Path(run_dir, DIR, f"rank{rank}.json") if run_dir and world_size > 1 else None
-        self.state = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+        self.run_dir = run_dir
+        self.state = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "run": run_token(),
                       "event": None, "step": None, "event_t": None}
         self.thread: threading.Thread | None = None
+        self.watched = set(range(1, world_size)) if rank == 0 else {0} if rank == 1 else set()
+        self.on_silent = on_silent
+        self.silent_after_s = SILENT_AFTER_S  # 0 = off
+        self._writing = threading.Lock()
 
     def beat(self, event: str, step: int | None = None) -> None:
         """The trainer's last event; the thread (started on the first) writes it with its next beat."""
         if self.path is None:
             return
+        joined = self.state["event"] in STARTUP_EVENTS and event not in STARTUP_EVENTS
         self.state.update(event=event, step=step if step is not None else self.state["step"], event_t=time.time())
+        if joined and self.thread is not None:  # in the group now: say so at once, not up to INTERVAL_S later
+            with self._writing:
+                if self.path is not None:
+                    try:
+                        _write(self.path, {**self.state, "t": time.time()})
+                    except OSError:
+                        pass
         if self.thread is None:
             self.thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
             self.thread.start()
 
-    def _run(self) -> None:
-        while self.path is not None:
+    def stop(self) -> None:
+        """The rank's record is closed: one last beat marked done (a finished rank is not a silent one),
+        then no more beats or checks."""
+        with self._writing:
+            path, self.path = self.path, None
+        if path is not None and self.thread is not None:
             try:
-                write_text_atomic(self.path, json.dumps({**self.state, "t": time.time()}))
+                _write(path, {**self.state, "t": time.time(), "done": True})
             except OSError:
-                return  # a run directory that cannot be written is reported by the run record, not here
+                pass
+
+    def _run(self) -> None:
+        while True:
+            with self._writing:  # never a beat after stop()'s last one
+                if self.path is None:
+                    return
+                try:
+                    _write(self.path, {**self.state, "t": time.time()})
+                except OSError:
+                    return  # a run directory that cannot be written is reported by the run record, not here
+            if self.on_silent and self.silent_after_s > 0 and self.state["event"] not in STARTUP_EVENTS:
+                verdict = silent_rank(self.run_dir, self.watched, self.silent_after_s)
+                if verdict:
+                    self.on_silent(verdict)
             time.sleep(INTERVAL_S)
 
 
+def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float | None = None) -> str | None:
+    """The verdict on the first of `ranks` (of this run) whose beat is older than silent_after_s, or None."""
+    now = time.time() if now is None else now
+    for b in beats(run_dir):
+        if b.get("rank") in ranks and not b.get("done") and b.get("event") not in STARTUP_EVENTS and \
+                now - b["t"] > silent_after_s:
+            at = f" at step {b['step']}" if b.get("step") is not None else ""
+            return (f"{_who(b)} stopped: no heartbeat for {now - b['t']:.0f} s (--heartbeat_timeout_s="
+                    f"{silent_after_s:g}), last event `{b.get('event')}`{at}")
+    return None
+
+
 def beats(run_dir: str) -> list[dict]:
+    """This run's beats (all of them when NANOCHAT_BENCH_T0 is unset)."""
+    token = run_token()
     out = []
     for path in sorted(Path(run_dir, DIR).glob("rank*.json")):
         try:
             beat = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)):
+        if isinstance(beat, dict) and isinstance(beat.get("t"), (int, float)) and \
+                (token is None or beat.get("run") == token):
             out.append(beat)
     return out
 
@@ -71,9 +144,9 @@ def waited_for(run_dir: str | None, now: float | None = None) -> tuple[str, bool
     if not found:
         return None
     now = time.time() if now is None else now
-    oldest = min(found, key=lambda b: b["t"])
+    oldest = min(found, key=lambda b: (bool(b.get("done")), b["t"]))  # a finished rank is not a stopped one
     at = f" at step {oldest['step']}" if oldest.get("step") is not None else ""
-    if now - oldest["t"] > STOPPED_AFTER_S:
+    if now - oldest["t"] > STOPPED_AFTER_S and not oldest.get("done"):
         return (f"{_who(oldest)} stopped: no heartbeat for {now - oldest['t']:.0f} s, last event "
                 f"`{oldest.get('event')}`{at}"), True
     behind = min(found, key=lambda b: (b.get("step") if b.get("step") is not None else -1, b.get("event_t") or 0))

@@ -9,7 +9,10 @@ this module only decides when the trainer writes what:
 - SIGTERM/SIGINT/SIGHUP are taken by a dedicated thread (they are blocked in every other thread), so a
   run is marked `cancelled` even while the main thread waits inside a collective;
 - every event is also a heartbeat (bench/nanochat/heartbeat.py), so a collective that times out can name
-  the rank that stopped;
+  the rank that stopped, and a rank whose beat goes silent ends the run as `hung` without any timeout;
+- rank 0 claims the run directory first (bench/nanochat/rundir.py: one run per directory); run.json is
+  updated under its lock file, so no rank's update is lost, and nothing NaN goes into run.json or events;
+- a rank whose torchrun agent is gone ends itself, recorded (bench/nanochat/parentwatch.py);
 - the record is written before anything is printed (the terminal may be gone), and a run directory that
   cannot be written any more ends the run with one line naming it; space held back at start
   (bench.contract.reserve_space) lets a full disk still take the final status.
@@ -29,7 +32,11 @@ from typing import Callable, NamedTuple, NoReturn
 
 from bench import provenance
 from bench.errors import BenchError, DataError, run_dir_error
+from bench.nanochat import rundir
+from bench.nanochat.common import drain_output
+from bench.nanochat.guard import Diverged, json_safe
 from bench.nanochat.heartbeat import Heartbeat, waited_for
+from bench.nanochat.parentwatch import watch_parent
 from bench.contract import (
     ENV_RUN_DIR,
     ENV_T0,
@@ -60,6 +67,7 @@ def say(line: str) -> None:
 
 
 def flush_streams() -> None:
+    drain_output()  # print0's queued lines first (bounded: a stdout nobody reads costs them, not the exit)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -72,7 +80,9 @@ class RunRecord:
         self.rank = rank
         self.run_dir = run_dir if run_dir is not None else (os.environ.get(ENV_RUN_DIR) or None)
         self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
-        self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")))
+        rundir.remember_launcher()  # while it is still our ancestor: an orphaned rank still records its end
+        self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")),
+                                   on_silent=lambda verdict: self.end("hung", verdict))
         self.closed = False
         # The signal thread records a cancellation while the main thread may still be logging a step:
         # after a failure is recorded, the error event stays the last line and the status stays put.
@@ -91,7 +101,7 @@ class RunRecord:
             if not self._failed:
                 t = fields.pop("t", None)
                 t = time.time() if t is None else t
-                self._writing(lambda: self.events.emit(event, t=t, **fields))
+                self._writing(lambda: self.events.emit(event, t=t, **json_safe(fields)))
         self.heartbeat.beat(event, fields.get("step"))
 
     def write_breakdown(self, ranks: list[dict], network: dict | None) -> None:
@@ -109,7 +119,12 @@ class RunRecord:
         """Merge fields into run.json (rank 0 only; nothing once a failure is recorded)."""
         with self._lock:
             if self.rank == 0 and self.run_dir and not self._failed:
-                self._writing(lambda: update_run_json(self.run_dir, **fields))
+                self._writing(lambda: self._update_locked(**fields))
+
+    def _update_locked(self, **fields) -> None:
+        """One read-modify-write of run.json, serialised with every other writer of this run."""
+        with rundir.locked(self.run_dir):
+            update_run_json(self.run_dir, **json_safe(fields))
 
     def start(self, config: dict, world_size: int, nodes: int, gpus_per_node: int,
               peak_flops_per_gpu: float | None) -> None:
@@ -155,7 +170,7 @@ class RunRecord:
             self._record_failure(kind, message, signal_name)
 
     def _record_failure(self, kind: str, message: str, signal_name: str | None) -> None:
-        if not self.run_dir:
+        if not self.run_dir or not rundir.ours(self.run_dir):  # a run refused its directory writes nothing
             return
         first = True
         for attempt in (1, 2):
@@ -186,6 +201,14 @@ class RunRecord:
 
         install_signal_thread(on_signal)
 
+    def end(self, status: str, message: str) -> NoReturn:
+        """End the process from a watching thread (a silent peer, a lost parent): the status, one line,
+        os._exit; torchrun then stops the other ranks."""
+        self.fail(status, message)
+        say(f"[rank {self.rank}] error ({status}): {message}")
+        flush_streams()
+        os._exit(1)
+
     def die(self, exc: BaseException, device_batch_size: int | None = None) -> NoReturn:
         """End the process for an exception: the status first, then one line (a traceback only for a bug),
         then os._exit, without destroy_process_group (peers may sit in a collective that never completes),
@@ -204,6 +227,7 @@ class RunRecord:
         os._exit(1)
 
     def close(self) -> None:
+        self.heartbeat.stop()
         if not self.closed:
             try:
                 self.events.close()
@@ -215,12 +239,17 @@ class RunRecord:
 def open_record(rank: int) -> "RunRecord | None":
     """The rank's run record, taking the signals; None (after one line) when the run directory cannot be
     written, so there is nothing to record into."""
+    run_dir = os.environ.get(ENV_RUN_DIR) or None
     try:
+        if rank == 0 and run_dir:  # one run per directory: refused at once, before anything is written
+            rundir.claim(run_dir)
         record = RunRecord(rank)
     except BenchError as e:
         say(f"[rank {rank}] error (failed): {e}")
         return None
     record.cancel_on_signals()  # before any thread starts (the heartbeat's starts with the first event)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun's agent: end with it, never as an orphan
+        watch_parent(lambda message: record.end("failed", message))
     return record
 
 
@@ -266,6 +295,8 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
                               f"{first_line(exc, 'out of memory')}")
     if isinstance(exc, DataError):
         return Failure("no_data", str(exc))
+    if isinstance(exc, Diverged):
+        return Failure("diverged", str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
     if isinstance(exc, BenchError):

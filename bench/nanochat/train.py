@@ -14,7 +14,9 @@ import os
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
 
+import json
 import math
+import pickle
 import socket
 import statistics
 import sys
@@ -26,21 +28,24 @@ from pathlib import Path
 import torch
 
 from bench import nccl_log
+from bench.errors import BenchError, ConfigError
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
                                       restrict_sdpa_backends)
 from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
-from bench.nanochat.common import get_base_dir, get_dist_info, print0
-from bench.nanochat.compute import Watchdog, autodetect_device_type, compute_cleanup, compute_init, topology
+from bench.nanochat.common import detach_output, drain_output, get_base_dir, get_dist_info, print0
+from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
+from bench.nanochat.guard import DivergenceGuard, check_finite
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time
+from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time, say
 from bench.nanochat import gcfreeze, preflight, steptimer
 from bench.nanochat.steptimer import NullTimer, StepTimer
+from bench.nanochat.watchdog import Watchdog
 
 SAMPLE_PROMPTS = [
     "The capital of France is",
@@ -70,6 +75,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     ddp, ddp_rank, ddp_local_rank, ddp_world_size, device = compute_init(device_type)
     master_process = ddp_rank == 0
     backend = torch.distributed.get_backend() if ddp else None
+    watchdog = Watchdog(config.watchdog_s, ddp)  # every collective from here on is bounded
+    watchdog.start()
     record.emit("dist_init", world_size=ddp_world_size, backend=backend)
     print0(f"Distributed world size: {ddp_world_size}")
     if config.preflight and ddp:  # the collectives' bus bandwidth, on this very process group
@@ -123,10 +130,12 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     resume_step = config.resume_from_step
     resume_meta: dict = {}
     if resume_step >= 0:
-        model_state, resume_meta = load_model_state(checkpoint_dir, resume_step, device,
-                                                    expect_model_config=asdict(model_config),
-                                                    expect_world_size=ddp_world_size)
-        orig_model.load_state_dict(model_state, strict=True)
+        model_state, resume_meta = read_checkpoint(
+            checkpoint_dir / f"model_{resume_step:06d}.pt", meta_path=checkpoint_dir / f"meta_{resume_step:06d}.json",
+            load=lambda: load_model_state(checkpoint_dir, resume_step, device, expect_model_config=asdict(model_config),
+                                     expect_world_size=ddp_world_size))
+        read_checkpoint(checkpoint_dir / f"model_{resume_step:06d}.pt",
+                        load=lambda: orig_model.load_state_dict(model_state, strict=True))
         del model_state
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
     apply_fp8(orig_model, config.fp8, config.fp8_lm_head, device, log=print0)  # before compile and sharding
@@ -156,8 +165,11 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                                              matrix_lr=config.matrix_lr, weight_decay=config.weight_decay, log=print0)
     adamw_optimizer, muon_optimizer = optimizers
     if resume_step >= 0:
-        for opt, state in zip(optimizers, load_optimizer_states(checkpoint_dir, resume_step, ddp_rank, device)):
-            opt.load_state_dict(state)
+        optim_path = checkpoint_dir / f"optim_{resume_step:06d}_rank{ddp_rank}.pt"
+        states = read_checkpoint(optim_path, load=lambda: load_optimizer_states(checkpoint_dir, resume_step, ddp_rank,
+                                                                                device))
+        for opt, state in zip(optimizers, states):
+            read_checkpoint(optim_path, load=lambda: opt.load_state_dict(state))
 
     # ----------------------------------------------------------------------------------------------
     # Data: the train loader is infinite; a fresh val loader per evaluation sees the same tokens
@@ -216,12 +228,12 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     steptimer.use(timer)
     steady_splits: list[dict] = []
     stopped_early = False
-    watchdog = Watchdog(config.watchdog_s, ddp)
+    guard = DivergenceGuard(floor=math.log(vocab_size))  # a uniform guess's loss: the start of a fresh run
     while True:
         stopped_early = step < num_iterations and out_of_time()
         last_step = step == num_iterations or stopped_early
 
-        # one rank may keep the others waiting here (samples, checkpoints): the backend's own timeout
+        # one rank may keep the others waiting here (samples, checkpoints): a longer bound, never none
         with watchdog.relaxed():
             # validation bpb (-1 disables it, final evaluation included)
             if config.eval_every > 0 and token_bytes is not None and not stopped_early and \
@@ -232,6 +244,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                 eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
                 with autocast_ctx:
                     val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
+                check_finite(step, val_bpb, "validation bpb")
                 print0(format_val_line(step, val_bpb))
                 record.emit("val", step=step, val_bpb=val_bpb)
                 min_val_bpb = min(min_val_bpb, val_bpb)
@@ -300,7 +313,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
         # logging: the bias-corrected EMA of the train loss, throughput, MFU
         ema_beta = 0.9
-        smooth_train_loss = ema_beta * smooth_train_loss + (1 - ema_beta) * train_loss.item()
+        loss_value = train_loss.item()
+        guard.check(step, loss_value)  # a diverged run ends here, before its value reaches a line or an event
+        smooth_train_loss = ema_beta * smooth_train_loss + (1 - ema_beta) * loss_value
         debiased_smooth_loss = smooth_train_loss / (1 - ema_beta ** (step + 1))
         tok_per_sec = config.total_batch_size / dt
         mfu = mfu_percent(num_flops_per_token, tok_per_sec, ddp_world_size, peak_flops_per_gpu)
@@ -308,8 +323,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             total_training_time += dt
         print0(format_step_line(step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec,
                                 mfu if mfu is not None else 0.0, total_training_time, grad_norm))
-        if not first_step_done or step == WARMUP_STEPS:
-            watchdog.arm(dt)  # from the first step's time (compilation included), then a steady step's
+        watchdog.arm(dt)  # from the slowest step so far: the first one's compilation is the floor
         gcfreeze.after_step(step, first=not first_step_done)  # outside the timed region
         if not first_step_done:
             record.emit("first_step")
@@ -324,11 +338,13 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
 
     # ----------------------------------------------------------------------------------------------
     gcfreeze.release()
-    peak_mem_mib = get_max_memory() / 1024 / 1024
-    print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB")
+    peak_mem_mib = get_max_memory() / 1024 / 1024  # 0 off CUDA (the contract's "not measured")
+    print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB" if device_type == "cuda" else
+           f"Peak memory usage: not measured on {device_type}")
     print0(f"Total training time: {total_training_time / 60:.2f}m")
-    print0(f"Minimum validation bpb: {min_val_bpb:.4f}")
     min_val = min_val_bpb if math.isfinite(min_val_bpb) else None
+    if min_val is not None:
+        print0(f"Minimum validation bpb: {min_val:.4f}")
     record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time, min_val_bpb=min_val)
     step_ms = {k: statistics.median(s[k] for s in steady_splits) for k in steady_splits[0]} if steady_splits else {}
     ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
@@ -340,9 +356,33 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                    f"checkpoint of step {step} in {checkpoint_dir}: continue with --resume_from_step={step}"
                    + (f" --model_tag={checkpoint_dir.relative_to(get_base_dir() / 'base_checkpoints')}"
                       if not config.model_tag else ""))
-        print0(message)
+        if master_process:
+            say(message)  # the reason the run ends, on stderr as every other cause
         return summary, "timeout", message
     return summary, "ok", None
+
+
+def read_checkpoint(path: Path, load, meta_path: Path | None = None):
+    """load(), with a damaged or incomplete checkpoint file (a truncated shard, a torn meta file) as one
+    clear error naming it instead of torch's traceback."""
+    try:
+        return load()
+    except BenchError:
+        raise
+    except (RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as e:
+        where = meta_path if meta_path is not None and isinstance(e, json.JSONDecodeError) else path
+        raise ConfigError(f"{where} cannot be read as a checkpoint ({first_sentence(e)}): the file is damaged or "
+                          f"incomplete; resume from another saved step or start fresh (leave out "
+                          f"--resume_from_step)") from None
+
+
+def first_sentence(e: BaseException, limit: int = 160) -> str:
+    """The start of an exception's message, cut at a sentence's end (never mid-sentence)."""
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if len(text) <= limit:
+        return text
+    end = text.rfind(". ", 0, limit)
+    return text[:end + 1] if end > 0 else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def gather_rank_figures(step_ms: dict, rank: int, ddp: bool) -> list[dict]:
@@ -381,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     record = open_record(rank)
     if record is None:
         return 1
+    detach_output()  # after the signal mask (threads inherit it); a stdout nobody reads must not stop training
     config = None
     try:
         record.emit("start", t=process_start_time())
@@ -391,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
             os.environ["NCCL_DEBUG_FILE"] = str(Path(record.run_dir, "nccl", f"rank{rank}.log"))
         config = parse_args(sys.argv[1:] if argv is None else argv)
+        record.heartbeat.silent_after_s = config.heartbeat_timeout_s
         summary, status, message = train(config, record)
         record.finish(status, message, result=summary)
     except BaseException as e:  # noqa: BLE001 - every failure becomes a status, then the process ends
@@ -398,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0  # --help
         record.die(e, config.device_batch_size if config else None)
     compute_cleanup()
+    drain_output(timeout_s=30.0)  # the status is recorded; the last lines wait a while for a paused reader
     return 0
 
 

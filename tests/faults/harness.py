@@ -216,6 +216,8 @@ def listed_by_analysis(run_dir: Path, work: Path) -> tuple[str | None, str | Non
     """(status, message) of the run's row in a fresh `collect` of its sweep, and whether `report`'s
     report.md names the run with that status. In-process: the cases where collect itself is at fault
     run it as a command instead."""
+    import pandas as pd
+
     from bench.analysis.collect import collect
     from bench.analysis.report import write_report
 
@@ -229,8 +231,8 @@ def listed_by_analysis(run_dir: Path, work: Path) -> tuple[str | None, str | Non
     cell = lambda text: re.compile(rf"\|\s*{re.escape(str(text))}\s*\|")  # noqa: E731 - a padded table cell
     status, message = row["status"], row["message"]
     listed = any(cell(row["run_id"]).search(ln) and cell(status).search(ln) for ln in md.splitlines())
-    return (None if status is None else str(status), None if message is None or message != message else str(message),
-            listed)
+    missing = lambda v: v is None or bool(pd.isna(v))  # noqa: E731 - None, NaN or pandas' NA (an ok run's message)
+    return None if missing(status) else str(status), None if missing(message) else str(message), listed
 
 
 # -------------------------------------------------------------------------------------------------

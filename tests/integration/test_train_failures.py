@@ -120,3 +120,46 @@ def test_unknown_trainer_flag_is_refused_before_launch(tmp_path, capsys):
 
     assert main(["train", "--nproc", "1", "--run-dir", str(tmp_path / "r"), "--", "--detph=4"]) == 1
     assert "did you mean --depth" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_diverged_run_is_diverged_and_its_records_stay_json(tiny_base_dir, tmp_path):
+    """Issue 23: LRs of 1e4 once ended `ok` with bare NaN in run.json and metrics.jsonl."""
+    run_dir = tmp_path / "run"
+    lrs = ["--matrix_lr=1e4", "--embedding_lr=1e4", "--unembedding_lr=1e4"]
+    proc = subprocess.run([sys.executable, "-m", "bench.nanochat.train", *TINY, "--num_iterations=200", *lrs],
+                          env=env_for(tiny_base_dir, run_dir), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1
+    run = read_run_json(run_dir)  # valid JSON
+    assert run["status"] == "diverged" and "diverged at step" in run["message"]
+    assert events(run_dir)[-1]["kind"] == "diverged"  # every line parses
+    assert "NaN" not in (run_dir / "run.json").read_text() + (run_dir / METRICS_JSONL).read_text()
+    assert "error (diverged): diverged at step" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_cpu_run_prints_no_figures_it_did_not_measure(tiny_base_dir, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench.nanochat.train", *TINY, "--num_iterations=3"],
+                          env=env_for(tiny_base_dir, tmp_path / "run"), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Peak memory usage: not measured on cpu" in proc.stdout
+    assert "0.00MiB" not in proc.stdout and "Minimum validation bpb: inf" not in proc.stdout
+
+
+def test_a_finished_run_directory_is_refused_and_kept(tmp_path, capsys):
+    from bench.cli import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / METRICS_JSONL).write_text('{"event": "start", "t": 1.0}\n')
+    (run_dir / "run.json").write_text(json.dumps({"status": "ok", "run_id": "run"}))
+    assert main(["train", "--nproc", "1", "--run-dir", str(run_dir), "--", "--num_iterations=2"]) == 1
+    assert "already holds a run" in capsys.readouterr().err
+    assert read_run_json(run_dir) == {"status": "ok", "run_id": "run"}
+
+
+def test_a_learning_rate_of_nan_is_refused_before_launch(tmp_path, capsys):
+    from bench.cli import main
+
+    assert main(["train", "--nproc", "1", "--run-dir", str(tmp_path / "r"), "--", "--matrix_lr=nan"]) == 1
+    assert "--matrix_lr=nan: a learning rate must be a finite number > 0" in capsys.readouterr().err

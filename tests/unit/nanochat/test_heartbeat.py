@@ -49,3 +49,39 @@ def test_a_heartbeat_is_written_by_its_thread_with_the_last_event(tmp_path):
     single = Heartbeat(str(tmp_path / "one"), rank=0, world_size=1)  # nobody to wait for: nothing written
     single.beat("step", 1)
     assert single.thread is None and not (tmp_path / "one").exists()
+
+
+def test_a_silent_rank_is_named_by_its_watcher(tmp_path):
+    from bench.nanochat.heartbeat import silent_rank
+
+    now = 1000.0
+    write_beat(tmp_path, 0, now - 1, 7)
+    write_beat(tmp_path, 1, now - 31, 7, host="nid2")
+    assert silent_rank(str(tmp_path), {1}, 30.0, now).startswith(
+        "rank 1 on nid2 (pid 101) stopped: no heartbeat for 31 s (--heartbeat_timeout_s=30)")
+    assert silent_rank(str(tmp_path), {1}, 40.0, now) is None
+    assert silent_rank(str(tmp_path), {0}, 30.0, now) is None
+
+
+def test_a_finished_rank_is_not_a_silent_one(tmp_path):
+    from bench.nanochat.heartbeat import silent_rank
+
+    beat = Heartbeat(str(tmp_path), 1, 2)
+    beat.beat("step", 3)
+    time.sleep(0.2)
+    beat.stop()
+    assert json.loads((tmp_path / DIR / "rank1.json").read_text())["done"] is True
+    assert silent_rank(str(tmp_path), {1}, 10.0, time.time() + 60) is None
+
+
+def test_beats_of_an_earlier_run_are_not_this_runs(tmp_path, monkeypatch):
+    """A re-run into a former 4-rank directory: rank 3's old beat must not be named."""
+    monkeypatch.setenv("NANOCHAT_BENCH_T0", "2000.5")
+    write_beat(tmp_path, 3, 1500.0, 12)  # the earlier run's (no run token, or another one)
+    beat = Heartbeat(str(tmp_path), 1, 2)
+    beat.beat("step", 2)
+    deadline = time.time() + 10
+    while not (tmp_path / DIR / "rank1.json").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert [b["rank"] for b in beats(str(tmp_path))] == [1]
+    assert "rank 3" not in (waited_for(str(tmp_path), time.time() + 60) or ("",))[0]

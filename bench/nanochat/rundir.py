@@ -1,0 +1,179 @@
+"""One run per run directory: a lock held by the writer, a finished run never written over, no stale files.
+
+- `claim(run_dir)` is called by whoever starts writing a run directory first (the local launcher before
+  its run.json, the trainer's rank 0 before its first event). It takes `.lock` (flock, held until the
+  process ends, so a run killed with -9 leaves no stale lock) and writes the holder's pid and host into
+  it. A second run finds the lock taken and is refused at once, naming the holder; the trainer started
+  by a launcher that holds the lock finds its own ancestor there and goes on.
+- With `refuse_finished` (the local launcher, `nanochat-bench train --run-dir`), a directory that
+  already holds a run (events in metrics.jsonl) is refused unless the new run resumes it
+  (--resume_from_step), since appending would make two runs read as one. The trainer itself does not
+  refuse one: a capacity sweep re-runs an interrupted probe in its own directory.
+- The per-run files of an earlier run (heartbeats) are removed when a run claims the directory, so no
+  verdict of this run names a rank of the earlier one.
+- `locked(run_dir)` serialises read-modify-writes of run.json between the processes of one run (ranks,
+  torchrun's agent, the launcher): a lock file beside run.json, so no update is lost.
+"""
+
+import errno
+import fcntl
+import functools
+import json
+import os
+import shutil
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.errors import RunDirError, run_dir_error
+from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
+from bench.schema import METRICS_JSONL
+
+LOCK = ".lock"  # held by the run writing the directory
+JSON_LOCK = ".run.json.lock"  # held for one read-modify-write of run.json
+NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP)  # flock not offered by the filesystem
+_held: dict[str, int] = {}  # run directory -> the open lock file of this process
+
+
+class RunDirBusy(RunDirError):
+    """Another run holds the directory, or it holds a finished run: nothing of it is touched."""
+
+
+def claim(run_dir: "str | os.PathLike", refuse_finished: bool = False, resume: bool = False) -> None:
+    """Take the run directory for this run, or raise RunDirBusy naming why not (see the module doc);
+    a directory that cannot be written is a RunDirError naming it."""
+    try:
+        _claim(os.path.abspath(os.fspath(run_dir)), refuse_finished, resume)
+    except OSError as e:
+        raise run_dir_error(run_dir, e) from None
+
+
+def _claim(path: str, refuse_finished: bool, resume: bool) -> None:
+    os.makedirs(path, exist_ok=True)
+    fd = _held.get(path)
+    if fd is None:
+        fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            if holder.get("pid") in _ancestors() and holder.get("host") == socket.gethostname():
+                return  # the launcher that started this process holds it for this very run
+            raise RunDirBusy(f"{path} is in use by another run ({_who(holder)}); give each run its own "
+                             f"--run-dir, or wait until that one ends") from None
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                raise
+            # a filesystem without flock (Lustre mounted noflock, some NFS): the directory is taken unlocked
+        _held[path] = fd
+    if refuse_finished and not resume and _holds_a_run(path):
+        release(path)
+        raise RunDirBusy(f"{path} already holds a run (its {METRICS_JSONL} has events); give a new "
+                         f"--run-dir, or continue that run with --resume_from_step=<a saved step>")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": _run_id()}).encode(), 0)
+    shutil.rmtree(os.path.join(path, HEARTBEAT_DIR), ignore_errors=True)  # an earlier run's ranks
+
+
+def ours(run_dir: "str | os.PathLike") -> bool:
+    """Whether the directory's lock names this run: its holder is this process or an ancestor (the
+    launcher), or it was taken under this torchrun run id (rank 0 of this run); True without a lock."""
+    try:
+        fd = os.open(os.path.join(os.fspath(run_dir), LOCK), os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        holder = _holder(fd)
+    finally:
+        os.close(fd)
+    if not holder.get("pid"):
+        return True
+    if holder.get("host") == socket.gethostname() and holder["pid"] in {os.getpid(), *_ancestors()}:
+        return True
+    return holder.get("run") is not None and holder.get("run") == _run_id()
+
+
+def _run_id() -> str | None:
+    return os.environ.get("TORCHELASTIC_RUN_ID") or None
+
+
+def resuming(train_args: list[str]) -> bool:
+    """Whether trainer flags continue a saved run (--resume_from_step=N with N >= 0, either flag form)."""
+    for i, arg in enumerate(train_args):
+        if arg.startswith("--resume_from_step"):
+            value = arg.split("=", 1)[1] if "=" in arg else (train_args[i + 1] if i + 1 < len(train_args) else "")
+            return value.strip().lstrip("+").isdigit()
+    return False
+
+
+def release(run_dir: "str | os.PathLike") -> None:
+    """Give the directory back before this process ends (a launcher that runs several runs in turn)."""
+    fd = _held.pop(os.path.abspath(os.fspath(run_dir)), None)
+    if fd is not None:
+        os.close(fd)
+
+
+@contextmanager
+def locked(run_dir: "str | os.PathLike"):
+    """Hold run.json's update lock for one read-modify-write (a no-op where it cannot be created: the
+    write that follows then reports the directory)."""
+    try:
+        fd = os.open(os.path.join(os.fspath(run_dir), JSON_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                raise
+        yield
+    finally:
+        os.close(fd)
+
+
+def _holds_a_run(path: str) -> bool:
+    try:
+        return os.path.getsize(os.path.join(path, METRICS_JSONL)) > 0
+    except OSError:
+        return False
+
+
+def _holder(fd: int) -> dict:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _who(holder: dict) -> str:
+    if not holder.get("pid"):
+        return "a process starting up"
+    return f"pid {holder['pid']} on {holder.get('host', 'an unknown host')}"
+
+
+def remember_launcher() -> None:
+    """Note this process's ancestors now, while the torchrun agent and the launcher are still among them."""
+    _ancestors()
+
+
+def _ancestors() -> set[int]:
+    """The pids of this process's parent, its parent, … (Linux /proc), as first seen: a rank orphaned by
+    its torchrun agent still belongs to the run its launcher started."""
+    return set(_ancestors_of(os.getpid()))
+
+
+@functools.lru_cache(maxsize=4)
+def _ancestors_of(pid: int) -> frozenset[int]:
+    found, pid = set(), os.getppid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return frozenset(found)

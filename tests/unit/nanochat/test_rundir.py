@@ -1,0 +1,105 @@
+"""One run per run directory (bench/nanochat/rundir.py): the lock, a finished run refused, stale files gone.
+
+    python -m pytest tests/unit/nanochat/test_rundir.py -q
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from bench.nanochat import rundir
+from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from bench.nanochat import rundir
+    rundir.claim(sys.argv[1])
+    print("held", flush=True)
+    time.sleep(60)
+""")
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """Another process holding tmp_path/run, as a concurrent run's launcher does."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    yield run_dir, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_second_run_is_refused_at_once_naming_the_holder(holder):
+    run_dir, proc = holder
+    t0 = time.time()
+    with pytest.raises(rundir.RunDirBusy, match=rf"in use by another run \(pid {proc.pid} on "):
+        rundir.claim(run_dir)
+    assert time.time() - t0 < 1
+    assert not rundir.ours(run_dir)  # nothing of this run may be written there
+
+
+def test_the_lock_goes_with_its_process(holder):
+    run_dir, proc = holder
+    proc.kill()
+    proc.wait()
+    rundir.claim(run_dir)  # kill -9 leaves no stale lock
+    assert rundir.ours(run_dir)
+    rundir.release(run_dir)
+
+
+def test_a_directory_holding_a_run_is_refused_unless_resumed(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text('{"event": "start", "t": 1.0}\n')
+    (run_dir / "run.json").write_text('{"status": "ok"}')
+    with pytest.raises(rundir.RunDirBusy, match=r"already holds a run.*--resume_from_step"):
+        rundir.claim(run_dir, refuse_finished=True)
+    assert (run_dir / "metrics.jsonl").read_text().count("\n") == 1 and "ok" in (run_dir / "run.json").read_text()
+    rundir.claim(run_dir, refuse_finished=True, resume=True)
+    rundir.release(run_dir)
+
+
+def test_an_earlier_runs_heartbeats_are_removed(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / HEARTBEAT_DIR).mkdir(parents=True)
+    (run_dir / HEARTBEAT_DIR / "rank3.json").write_text(json.dumps({"rank": 3, "t": 1.0}))
+    rundir.claim(run_dir)
+    assert not (run_dir / HEARTBEAT_DIR).exists()
+    rundir.release(run_dir)
+
+
+def test_an_unwritable_directory_is_one_clear_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(rundir.RunDirError, match="file"):
+        rundir.claim(tmp_path / "file" / "run")
+
+
+@pytest.mark.parametrize("args, resumes", [(["--resume_from_step=20"], True), (["--resume_from_step", "4"], True),
+                                           (["--resume_from_step=-1"], False), (["--depth=4"], False)])
+def test_resuming(args, resumes):
+    assert rundir.resuming(args) is resumes
+
+
+UPDATE = textwrap.dedent("""
+    import sys
+    from bench.nanochat import rundir
+    from bench.schema import update_run_json, load_manifest
+    for i in range(40):
+        with rundir.locked(sys.argv[1]):
+            update_run_json(sys.argv[1], message=str(int(load_manifest(sys.argv[1]).message or 0) + 1))
+""")
+
+
+def test_run_json_updates_are_serialised(tmp_path):
+    """Two processes each add 40 to a counter in run.json by read-modify-write: none is lost."""
+    from bench.schema import load_manifest, update_run_json
+
+    update_run_json(tmp_path, message="0")
+    procs = [subprocess.Popen([sys.executable, "-c", UPDATE, str(tmp_path)]) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert load_manifest(tmp_path).message == "80"

@@ -25,7 +25,7 @@ from pathlib import Path
 from bench import schema, workloads
 from bench.errors import run_dir_error
 from bench.launch.torchrun import torchrun_command
-from bench.nanochat.rundir import claim, resuming
+from bench.nanochat.runclaim import claim, resuming
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
@@ -123,7 +123,7 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
               workload: str = workloads.DEFAULT, python: str | None = None) -> int:
     """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
     run_dir = Path(run_dir)
-    claim(run_dir, refuse_finished=True, resume=resuming(train_args))  # one run per directory (nanochat/rundir.py)
+    claim(run_dir, refuse_finished=True, resume=resuming(train_args))  # one run per directory (nanochat/runclaim.py)
     cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
     try:
         output = Output(run_dir / schema.TRAIN_LOG)

@@ -10,7 +10,7 @@ this module only decides when the trainer writes what:
   run is marked `cancelled` even while the main thread waits inside a collective;
 - every event is also a heartbeat (bench/nanochat/heartbeat.py), so a collective that times out can name
   the rank that stopped, and a rank whose beat goes silent ends the run as `hung` without any timeout;
-- rank 0 claims the run directory first (bench/nanochat/rundir.py: one run per directory); run.json is
+- rank 0 claims the run directory first (bench/nanochat/runclaim.py: one run per directory); run.json is
   updated under its lock file, so no rank's update is lost, and nothing NaN goes into run.json or events;
 - a rank whose torchrun agent is gone ends itself, recorded (bench/nanochat/parentwatch.py);
 - the record is written before anything is printed (the terminal may be gone), and a run directory that
@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple, NoReturn
 
 from bench import provenance
 from bench.errors import BenchError, DataError, run_dir_error
-from bench.nanochat import rundir
+from bench.nanochat import runclaim
 from bench.nanochat.common import drain_output
 from bench.nanochat.guard import Diverged, json_safe
 from bench.nanochat.heartbeat import Heartbeat, waited_for
@@ -80,7 +80,7 @@ class RunRecord:
         self.rank = rank
         self.run_dir = run_dir if run_dir is not None else (os.environ.get(ENV_RUN_DIR) or None)
         self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
-        rundir.remember_launcher()  # while it is still our ancestor: an orphaned rank still records its end
+        runclaim.remember_launcher()  # while it is still our ancestor: an orphaned rank still records its end
         self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")),
                                    on_silent=lambda verdict: self.end("hung", verdict))
         self.closed = False
@@ -122,9 +122,8 @@ class RunRecord:
                 self._writing(lambda: self._update_locked(**fields))
 
     def _update_locked(self, **fields) -> None:
-        """One read-modify-write of run.json, serialised with every other writer of this run."""
-        with rundir.locked(self.run_dir):
-            update_run_json(self.run_dir, **json_safe(fields))
+        """One read-modify-write of run.json (the contract serialises it with every other writer of this run)."""
+        update_run_json(self.run_dir, **json_safe(fields))
 
     def start(self, config: dict, world_size: int, nodes: int, gpus_per_node: int,
               peak_flops_per_gpu: float | None) -> None:
@@ -170,7 +169,7 @@ class RunRecord:
             self._record_failure(kind, message, signal_name)
 
     def _record_failure(self, kind: str, message: str, signal_name: str | None) -> None:
-        if not self.run_dir or not rundir.ours(self.run_dir):  # a run refused its directory writes nothing
+        if not self.run_dir or not runclaim.ours(self.run_dir):  # a run refused its directory writes nothing
             return
         first = True
         for attempt in (1, 2):
@@ -242,7 +241,7 @@ def open_record(rank: int) -> "RunRecord | None":
     run_dir = os.environ.get(ENV_RUN_DIR) or None
     try:
         if rank == 0 and run_dir:  # one run per directory: refused at once, before anything is written
-            rundir.claim(run_dir)
+            runclaim.claim(run_dir)
         record = RunRecord(rank)
     except BenchError as e:
         say(f"[rank {rank}] error (failed): {e}")

@@ -11,8 +11,8 @@
   refuse one: a capacity sweep re-runs an interrupted probe in its own directory.
 - The per-run files of an earlier run (heartbeats) are removed when a run claims the directory, so no
   verdict of this run names a rank of the earlier one.
-- `locked(run_dir)` serialises read-modify-writes of run.json between the processes of one run (ranks,
-  torchrun's agent, the launcher): a lock file beside run.json, so no update is lost.
+Read-modify-writes of run.json between the processes of one run are serialised by the contract itself
+(bench/contract/files.py), so no update is lost.
 """
 
 import errno
@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import socket
-from contextlib import contextmanager
 from pathlib import Path
 
 from bench.errors import RunDirError, run_dir_error
@@ -30,7 +29,6 @@ from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
 from bench.schema import METRICS_JSONL
 
 LOCK = ".lock"  # held by the run writing the directory
-JSON_LOCK = ".run.json.lock"  # held for one read-modify-write of run.json
 NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP)  # flock not offered by the filesystem
 _held: dict[str, int] = {}  # run directory -> the open lock file of this process
 
@@ -111,26 +109,6 @@ def release(run_dir: "str | os.PathLike") -> None:
     """Give the directory back before this process ends (a launcher that runs several runs in turn)."""
     fd = _held.pop(os.path.abspath(os.fspath(run_dir)), None)
     if fd is not None:
-        os.close(fd)
-
-
-@contextmanager
-def locked(run_dir: "str | os.PathLike"):
-    """Hold run.json's update lock for one read-modify-write (a no-op where it cannot be created: the
-    write that follows then reports the directory)."""
-    try:
-        fd = os.open(os.path.join(os.fspath(run_dir), JSON_LOCK), os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            if e.errno not in NO_LOCKS:
-                raise
-        yield
-    finally:
         os.close(fd)
 
 

@@ -1,6 +1,6 @@
-"""One run per run directory (bench/nanochat/rundir.py): the lock, a finished run refused, stale files gone.
+"""One run per run directory (bench/nanochat/runclaim.py): the lock, a finished run refused, stale files gone.
 
-    python -m pytest tests/unit/nanochat/test_rundir.py -q
+    python -m pytest tests/unit/nanochat/test_runclaim.py -q
 """
 
 import json
@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from bench.nanochat import rundir
+from bench.nanochat import runclaim
 from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from bench.nanochat import rundir
-    rundir.claim(sys.argv[1])
+    from bench.nanochat import runclaim
+    runclaim.claim(sys.argv[1])
     print("held", flush=True)
     time.sleep(60)
 """)
@@ -37,19 +37,19 @@ def holder(tmp_path):
 def test_a_second_run_is_refused_at_once_naming_the_holder(holder):
     run_dir, proc = holder
     t0 = time.time()
-    with pytest.raises(rundir.RunDirBusy, match=rf"in use by another run \(pid {proc.pid} on "):
-        rundir.claim(run_dir)
+    with pytest.raises(runclaim.RunDirBusy, match=rf"in use by another run \(pid {proc.pid} on "):
+        runclaim.claim(run_dir)
     assert time.time() - t0 < 1
-    assert not rundir.ours(run_dir)  # nothing of this run may be written there
+    assert not runclaim.ours(run_dir)  # nothing of this run may be written there
 
 
 def test_the_lock_goes_with_its_process(holder):
     run_dir, proc = holder
     proc.kill()
     proc.wait()
-    rundir.claim(run_dir)  # kill -9 leaves no stale lock
-    assert rundir.ours(run_dir)
-    rundir.release(run_dir)
+    runclaim.claim(run_dir)  # kill -9 leaves no stale lock
+    assert runclaim.ours(run_dir)
+    runclaim.release(run_dir)
 
 
 def test_a_directory_holding_a_run_is_refused_unless_resumed(tmp_path):
@@ -57,49 +57,47 @@ def test_a_directory_holding_a_run_is_refused_unless_resumed(tmp_path):
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text('{"event": "start", "t": 1.0}\n')
     (run_dir / "run.json").write_text('{"status": "ok"}')
-    with pytest.raises(rundir.RunDirBusy, match=r"already holds a run.*--resume_from_step"):
-        rundir.claim(run_dir, refuse_finished=True)
+    with pytest.raises(runclaim.RunDirBusy, match=r"already holds a run.*--resume_from_step"):
+        runclaim.claim(run_dir, refuse_finished=True)
     assert (run_dir / "metrics.jsonl").read_text().count("\n") == 1 and "ok" in (run_dir / "run.json").read_text()
-    rundir.claim(run_dir, refuse_finished=True, resume=True)
-    rundir.release(run_dir)
+    runclaim.claim(run_dir, refuse_finished=True, resume=True)
+    runclaim.release(run_dir)
 
 
 def test_an_earlier_runs_heartbeats_are_removed(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / HEARTBEAT_DIR).mkdir(parents=True)
     (run_dir / HEARTBEAT_DIR / "rank3.json").write_text(json.dumps({"rank": 3, "t": 1.0}))
-    rundir.claim(run_dir)
+    runclaim.claim(run_dir)
     assert not (run_dir / HEARTBEAT_DIR).exists()
-    rundir.release(run_dir)
+    runclaim.release(run_dir)
 
 
 def test_an_unwritable_directory_is_one_clear_error(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(rundir.RunDirError, match="file"):
-        rundir.claim(tmp_path / "file" / "run")
+    with pytest.raises(runclaim.RunDirError, match="file"):
+        runclaim.claim(tmp_path / "file" / "run")
 
 
 @pytest.mark.parametrize("args, resumes", [(["--resume_from_step=20"], True), (["--resume_from_step", "4"], True),
                                            (["--resume_from_step=-1"], False), (["--depth=4"], False)])
 def test_resuming(args, resumes):
-    assert rundir.resuming(args) is resumes
+    assert runclaim.resuming(args) is resumes
 
 
 UPDATE = textwrap.dedent("""
     import sys
-    from bench.nanochat import rundir
-    from bench.schema import update_run_json, load_manifest
+    from bench.schema import Evidence, record_evidence
     for i in range(40):
-        with rundir.locked(sys.argv[1]):
-            update_run_json(sys.argv[1], message=str(int(load_manifest(sys.argv[1]).message or 0) + 1))
+        record_evidence(sys.argv[1], Evidence(source="trainer", kind="exit", exit_code=0, message=str(i)))
 """)
 
 
 def test_run_json_updates_are_serialised(tmp_path):
-    """Two processes each add 40 to a counter in run.json by read-modify-write: none is lost."""
+    """Two processes each append 40 pieces of evidence to run.json by read-modify-write: none is lost."""
     from bench.schema import load_manifest, update_run_json
 
     update_run_json(tmp_path, message="0")
     procs = [subprocess.Popen([sys.executable, "-c", UPDATE, str(tmp_path)]) for _ in range(2)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    assert load_manifest(tmp_path).message == "80"
+    assert len(load_manifest(tmp_path).evidence) == 80

@@ -11,7 +11,7 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export MPICH_GPU_SUPPORT_ENABLED=0
 export NANOCHAT_VAL_FILES_K=1
 rdzv_endpoint="${rdzv_addr}:$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))"
-runtime_version=$(podman-hpc --version 2>/dev/null | head -n 1 || true)
+runtime_version=$(podman-hpc infohpc 2>/dev/null | head -n 1 || true)
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from

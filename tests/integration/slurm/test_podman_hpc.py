@@ -4,12 +4,14 @@ on a login node, then `srun podman-hpc run ...` on both nodes training the tiny 
     NANOCHAT_BENCH_CONTAINER_TEST=1 flock /tmp/slurm-tests.lock \\
         python -m pytest tests/integration/slurm/test_podman_hpc.py -q -s
 
-What runs for real: podman-hpc 1.2.2 from PyPI (its CLI, site configuration, `load`, `migrate` with a static
-mksquashfs inside the image, `images`, `run` with its default arguments), its fuse-overlayfs-wrap mount program
-(squashfuse on the migrated image, fuse-overlayfs over it), Podman with runc, and Slurm. What is the test's own:
-the site configuration file (tests/support/containers.py writes it; /etc/podman_hpc is never read), with no
-modules or OCI hooks (they give --gpu and --nccl, which a CPU machine has no use for), and both "nodes" being
-one host, so they share one node storage and one squash store, and the containers share the host's PID
+What runs for real: podman-hpc from PyPI (tested with 1.2.2: its CLI and site configuration, `migrate` with a
+static mksquashfs run inside the image, `images`, `infohpc`, `run` with its default arguments), its
+fuse-overlayfs-wrap mount program (squashfuse on the migrated image, fuse-overlayfs over it), Podman with runc,
+and Slurm. What is the test's own: the site configuration file (tests/support/containers.py writes it;
+/etc/podman_hpc is never read), with no modules or OCI hooks (they give --gpu and --nccl, which a CPU machine
+has no use for); `migrate` reads the image from Podman's storage, where the session's fixture built it (no
+`podman-hpc build` or `pull`: no registry here); and both "nodes" are one host, so they share one node
+storage and one squash store, and the containers share the host's PID
 namespace (containers.conf `pidns = "host"`: otherwise both torchrun agents are PID 1 on one host name, and
 c10d's rendezvous, which names a node by host name and PID, waits for a second node forever).
 """

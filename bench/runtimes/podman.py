@@ -45,3 +45,6 @@ class PodmanHPC(Podman):
 
     def gpu_options(self):
         return ["--gpu", "--nccl"]  # driver libraries; host libfabric + aws-ofi-nccl plugin
+
+    def version_command(self):
+        return [self.program, "infohpc"]  # it has no --version; infohpc's first line is "Podman-HPC Version: X"

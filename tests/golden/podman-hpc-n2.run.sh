@@ -15,7 +15,7 @@ rc=0
 # rank waiting for the store until the join timeout
 rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
-runtime_version=$(podman-hpc --version 2>/dev/null | head -n 1 || true)
+runtime_version=$(podman-hpc infohpc 2>/dev/null | head -n 1 || true)
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from

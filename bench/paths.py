@@ -6,7 +6,7 @@ Standard library only: the NNTile interpreter and the batch scripts' bookkeeping
 import os
 from pathlib import Path
 
-from bench.schema import ENV_BASE_DIR
+from bench.contract import ENV_BASE_DIR
 DEFAULT_BASE_DIR = Path("~") / ".cache" / "nanochat"  # karpathy/nanochat/nanochat/common.py get_base_dir
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.schema import slurm_facts, write_json_atomic
+from bench.contract import slurm_facts, write_json_atomic
 
 # Environment prefixes that change communication performance; defaults drift between runtimes and
 # releases (e.g. CE hooks set NCCL_*/FI_* themselves), so the effective values are recorded.

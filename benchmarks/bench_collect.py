@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: bench and tests.support
 
-from bench import schema  # noqa: E402
+from bench import contract  # noqa: E402
 from bench.analysis.collect import collect  # noqa: E402
 from bench.analysis.report import write_report  # noqa: E402
 from tests.support.synthetic import SweepSpec, generate_sweep  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
         res, wall, cpu = timed("collect", lambda: collect([root], out, workers=args.workers))
         _line("collect (no change)", wall, cpu, f"read {res.read}, unchanged {res.reused}")
         for d in dirs[:: 100]:  # 1% of the runs get one more event
-            with open(d / schema.METRICS_JSONL, "a") as f:
+            with open(d / contract.METRICS_JSONL, "a") as f:
                 f.write(json.dumps({"event": "val", "t": time.time(), "step": 0, "val_bpb": 1.0}) + "\n")
         res, wall, cpu = timed("collect", lambda: collect([root], out, workers=args.workers))
         _line("collect (1% changed)", wall, cpu, f"read {res.read}, unchanged {res.reused}")

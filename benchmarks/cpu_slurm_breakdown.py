@@ -13,7 +13,6 @@ tok/s with and without the instrumentation.
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path

@@ -30,7 +30,7 @@ sys.path.insert(0, REPO)
 from bench.analysis.rundir import read_events, read_run_dir  # noqa: E402
 from bench.launch.local import run_local  # noqa: E402
 from bench.metrics import WARMUP_STEPS  # noqa: E402
-from bench.schema import METRICS_JSONL  # noqa: E402
+from bench.contract import METRICS_JSONL  # noqa: E402
 
 def pseudo_word_docs(num_docs: int, words_per_doc: int = 300, vocab: int = 150_000, seed: int = 0) -> list[str]:
     """Documents of Zipf-distributed pseudo-words: enough distinct byte pairs for 65k BPE merges."""

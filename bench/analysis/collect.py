@@ -34,7 +34,7 @@ from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError
-from bench.schema import METRICS_JSONL, RUN_JSON, atomic_target
+from bench.contract import METRICS_JSONL, RUN_JSON, atomic_target
 
 LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs (read if they hold step lines)
 TABLE_PARQUET = "runs.parquet"

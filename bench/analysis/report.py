@@ -23,7 +23,7 @@ from bench.analysis import findings, plots, plots_why, scaling, sidebyside, tabl
 from bench.analysis.collect import ROW_VERSION, collect, load_table
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
-from bench.schema import FINAL_STATUSES, write_text_atomic
+from bench.contract import FINAL_STATUSES, write_text_atomic
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"

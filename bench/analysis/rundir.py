@@ -1,6 +1,6 @@
 """One run directory -> one flat row: manifest fields, status, and the figures of its events.
 
-Reads the contract of bench/schema.py (run.json + metrics.jsonl) and validates it: a run.json that
+Reads the contract of bench/contract/ (run.json + metrics.jsonl) and validates it: a run.json that
 is empty, half-written or not as the contract says (another schema_version, a field of the wrong type
 or an unknown one) is the row's `skip_reason`; an event line that is cut, malformed or not in the
 contract is left out and counted in `notes`. NaN figures and runs still going are reported the same
@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from bench import schema
+from bench import contract
 from bench.analysis import upstream
 from bench.analysis import why
 from bench.analysis.columns import FLAT
@@ -26,7 +26,7 @@ LIVE_STATUSES = ("pending", "running")
 
 
 def is_run_dir(names: set[str]) -> bool:
-    return schema.RUN_JSON in names or schema.METRICS_JSONL in names
+    return contract.RUN_JSON in names or contract.METRICS_JSONL in names
 
 
 def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
@@ -48,10 +48,10 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     except json.JSONDecodeError as e:
         return {}, f"run.json is not valid JSON ({e.msg} at line {e.lineno})"
     try:
-        read = schema.RunManifest.from_dict(manifest)  # any known major, migrated; unknown fields noted
+        read = contract.RunManifest.from_dict(manifest)  # any known major, migrated; unknown fields noted
         notes += read.notes
         return read.to_dict(), None
-    except schema.SchemaError as e:
+    except contract.SchemaError as e:
         plain = manifest if isinstance(manifest, dict) else {}
         return plain, f"run.json does not follow the run contract ({e}); figures not computed"
 
@@ -96,8 +96,8 @@ def read_events(path: Path, notes: list[str]) -> list[dict]:
     events, violations = [], []
     for ev in values:
         try:
-            events.append(schema.parse_event(ev, notes))
-        except schema.SchemaError as e:
+            events.append(contract.parse_event(ev, notes))
+        except contract.SchemaError as e:
             violations.append(str(e))
     if bad:
         notes.append(f"metrics.jsonl: {bad} malformed line(s) left out")
@@ -203,7 +203,7 @@ def resolve_status(manifest: dict, ev: dict, notes: list[str]) -> tuple[str, str
     status, message = manifest.get("status"), manifest.get("message")
     if status is None:
         if ev.get("error_kind"):
-            status = ev["error_kind"] if ev["error_kind"] in schema.FINAL_STATUSES else "failed"
+            status = ev["error_kind"] if ev["error_kind"] in contract.FINAL_STATUSES else "failed"
         elif ev.get("has_end"):
             status = "ok"
         else:
@@ -224,8 +224,8 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     run_dir = Path(run_dir)
     names = names if names is not None else set(os.listdir(run_dir))
     notes: list[str] = []
-    manifest, skip = read_run_json(run_dir / schema.RUN_JSON, notes)
-    events = read_events(run_dir / schema.METRICS_JSONL, notes)
+    manifest, skip = read_run_json(run_dir / contract.RUN_JSON, notes)
+    events = read_events(run_dir / contract.METRICS_JSONL, notes)
     row = {"source": str(run_dir), "source_kind": "run_dir", **manifest_fields(manifest, notes)}
     ev = event_fields(events)
     row.update({k: v for k, v in ev.items() if v is not None and k not in ("has_end",)})
@@ -235,8 +235,8 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     if row.get("run_id") is None:
         row["run_id"] = run_dir.name
     row["status"], row["message"] = resolve_status(manifest, ev, notes)
-    if row["status"] not in schema.STATUSES:
-        skip = skip or f"unknown status {row['status']!r} (known: {', '.join(schema.STATUSES)})"
+    if row["status"] not in contract.STATUSES:
+        skip = skip or f"unknown status {row['status']!r} (known: {', '.join(contract.STATUSES)})"
     if row.get("t0") is not None and row.get("t_start") is not None:
         row["startup_overhead_s"] = row["t_start"] - row["t0"]
         if row.get("time_to_first_step_s") is not None:

@@ -21,7 +21,7 @@ from bench.analysis.figures import step_figures
 from bench.analysis.regular_files import open_regular
 from bench.logline import parse_step_line, parse_val_line
 from bench.metrics import peak_flops
-from bench.schema import WORKLOAD
+from bench.contract import WORKLOAD
 
 UPSTREAM_PEAK = 989e12  # nanochat's hard-coded H100 SXM bf16 peak behind its logged mfu
 

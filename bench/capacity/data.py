@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.errors import ConfigError
-from bench.schema import ENV_BASE_DIR
+from bench.contract import ENV_BASE_DIR
 
 BIN_DIR = "bin"
 

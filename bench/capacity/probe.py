@@ -31,7 +31,7 @@ from typing import Callable
 from bench.capacity import capped, lifetime
 from bench.launch.local import prepare_local
 from bench.contract import TRAIN_LOG, Evidence, close_unfinished, record_evidence
-from bench.schema import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
+from bench.contract import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
 
 OUTCOMES = ("ok", "oom", "timeout", "failed")  # "budget" (not run for lack of time) is never stored
 POLL_S = 0.25

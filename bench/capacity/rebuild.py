@@ -13,7 +13,7 @@ from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
 from bench.capacity.search import Shape
 from bench.capacity.sweep import SUMMARY_JSON, PROBES_CSV, _shape_dict, summarize, write_probes_csv
 from bench.errors import ConfigError
-from bench.schema import read_run_json, write_json_atomic
+from bench.contract import read_run_json, write_json_atomic
 
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")
 

@@ -28,7 +28,7 @@ from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError
 from bench.nanochat import memory
-from bench.schema import write_json_atomic
+from bench.contract import write_json_atomic
 
 SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
@@ -179,7 +179,7 @@ class Sweep:
             self.out_of_time |= result.outcome == "budget"
         if result.outcome != "budget":
             result.extra.update(self._prediction(strategy, shape, batch))
-            from bench.schema import update_run_json
+            from bench.contract import update_run_json
 
             if not result.reused:
                 update_run_json(run_dir, capacity=result.record())
@@ -367,7 +367,7 @@ CSV_FIELDS = ["strategy", "depth", "aspect_ratio", "device_batch_size", "num_par
 
 
 def write_probes_csv(path: Path, probes: list[dict]) -> None:
-    from bench.schema import atomic_target
+    from bench.contract import atomic_target
 
     with atomic_target(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench import workloads
 from bench.errors import ConfigError
-from bench.schema import ENV_BASE_DIR, read_run_json
+from bench.contract import ENV_BASE_DIR, read_run_json
 
 # The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
 SMOKE_DATA = dict(num_shards=4, docs_per_shard=512, row_group_size=32)
@@ -183,7 +183,7 @@ def cmd_preflight(args) -> int:
     import subprocess
     import sys
 
-    from bench.launch.torchrun import torchrun_command
+    from bench.workloads.torchrun import torchrun_command
 
     nproc = _default_nproc(2) if args.nproc is None else args.nproc
     if nproc < 1:

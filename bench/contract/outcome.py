@@ -10,7 +10,7 @@ A new failure kind is one row here.
 """
 
 import dataclasses
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 from .validate import Literal, field
 

@@ -25,7 +25,7 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun_main
 
-from bench import schema
+from bench import contract
 from bench.nanochat.heartbeat import waited_for
 
 SHUTDOWN_TIMEOUT_S = 10
@@ -71,7 +71,7 @@ def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
     culprit = waited_for(run_dir) if failure.exitcode == -signal.SIGABRT else None
     if culprit and culprit[1]:  # one rank stopped: the others' collective timed out waiting for it
         kind, message = "hung", f"{culprit[0]}; {cause} (a collective timed out)"
-    _record(run_dir, schema.Evidence(source="wrapper", kind=kind, rank=rank, node=socket.gethostname(),
+    _record(run_dir, contract.Evidence(source="wrapper", kind=kind, rank=rank, node=socket.gethostname(),
                                      signal=_signal_name(-failure.exitcode) if killed else None,
                                      exit_code=failure.exitcode, message=message))
 
@@ -85,21 +85,21 @@ def _signal_name(signum: int) -> str:
 
 def _record(run_dir: str, evidence) -> None:
     try:
-        schema.record_evidence(run_dir, evidence)
-    except (OSError, schema.SchemaError) as e:
+        contract.record_evidence(run_dir, evidence)
+    except (OSError, contract.SchemaError) as e:
         print(f"torchrun: could not record the outcome in {run_dir}: {e}", file=sys.stderr)
 
 
 def record_signal(run_dir: str, name: str) -> None:
     """torchrun was stopped by a signal: the run is `cancelled` by it (the workers' own `cancelled` names
     only the SIGTERM torchrun passed on, and ranks lower in the precedence table)."""
-    _record(run_dir, schema.Evidence(source="wrapper", kind="stopped", node=socket.gethostname(), signal=name,
+    _record(run_dir, contract.Evidence(source="wrapper", kind="stopped", node=socket.gethostname(), signal=name,
                                      message=f"torchrun received {name}; the workers were stopped"))
 
 
 def main(argv: list[str] | None = None) -> int:
     bound_shutdown()
-    run_dir = os.environ.get(schema.ENV_RUN_DIR)
+    run_dir = os.environ.get(contract.ENV_RUN_DIR)
     try:
         torchrun_main(sys.argv[1:] if argv is None else argv)
     except ChildFailedError as e:

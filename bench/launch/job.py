@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench import contract, netgate, schema, workloads
+from bench import contract, netgate, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import Point, Sweep, slurm_time
@@ -130,7 +130,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     gpus = sweep.gpus_used
     workload = workloads.get(sweep.workload)  # the workload decides the command each node runs
     # Literal values, passed by each runtime's own mechanism: a variable the image also sets must not win.
-    env = {schema.ENV_RUN_DIR: str(run_dir), schema.ENV_BASE_DIR: opts.base_dir, ENV_RUNTIME: runtime.name,
+    env = {contract.ENV_RUN_DIR: str(run_dir), contract.ENV_BASE_DIR: opts.base_dir, ENV_RUNTIME: runtime.name,
            ENV_IMAGE: image or "", **(edf.TORCH_ENV if gpus else {}), **dict(point.env),
            **workload.launch_env(opts.base_dir, sweep.gpus_per_node), **opts.env}
     containerised = runtime.python is not None
@@ -292,7 +292,7 @@ def ship_bookkeeping(lib_dir: Path) -> None:
     """bench/contract/, launch/jobrecord.py and launch/rdzvport.py beside the jobs, for the host's python3."""
     contract.ship(lib_dir)
     for module in (jobrecord, rdzvport):
-        schema.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
+        contract.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
 
 
 def write_job(job: Job, script_text: str, manifests: bool = True) -> None:
@@ -301,8 +301,8 @@ def write_job(job: Job, script_text: str, manifests: bool = True) -> None:
     for run in job.runs:
         run.run_dir.mkdir(parents=True, exist_ok=True)
         if manifests:
-            schema.update_run_json(run.run_dir, **run.manifest, launch={
+            contract.update_run_json(run.run_dir, **run.manifest, launch={
                 "kind": "slurm", "script": str(job.script), "rendered_at": time.time()})
         run.runtime.write_files(run.spec)
     ship_bookkeeping(job.lib_dir)
-    schema.write_text_atomic(job.script, script_text)
+    contract.write_text_atomic(job.script, script_text)

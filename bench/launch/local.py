@@ -1,7 +1,7 @@
 """Run a workload on this machine, without Slurm: one run directory, the workload's local command.
 
 `run_local` = `prepare_local` (run.json first, status pending, the launch time; the workload's command,
-nanochat's torchrun in standalone mode from bench/launch/torchrun.py, others from bench/workloads/) + the
+nanochat's torchrun in standalone mode from bench/workloads/torchrun.py, others from bench/workloads/) + the
 process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to the terminal and to
 `<run_dir>/train.log`, the wall and CPU time of everything it started are recorded, and
 bench.contract.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
@@ -22,9 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench import schema, workloads
+from bench import contract, workloads
 from bench.errors import run_dir_error
-from bench.launch.torchrun import torchrun_command
+from bench.workloads.torchrun import torchrun_command
 from bench.nanochat.runclaim import claim, resuming
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -54,14 +54,14 @@ def prepare_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike,
     run_dir = Path(run_dir)
     t0 = time.time()
     child_env = dict(os.environ if env is None else env)
-    child_env[schema.ENV_RUN_DIR] = str(run_dir.resolve())
-    child_env[schema.ENV_T0] = f"{t0:.6f}"
+    child_env[contract.ENV_RUN_DIR] = str(run_dir.resolve())
+    child_env[contract.ENV_T0] = f"{t0:.6f}"
     child_env.setdefault("OMP_NUM_THREADS", "1")
     for key, value in chosen.local_env().items():
         child_env.setdefault(key, value)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        schema.update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.resolve().parent.name,
+        contract.update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.resolve().parent.name,
                                runtime="bare", workload=chosen.run_workload, status="pending",
                                launch={"kind": "local", "t0": t0, "command": cmd})
     except OSError as e:
@@ -126,7 +126,7 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     claim(run_dir, refuse_finished=True, resume=resuming(train_args))  # one run per directory (nanochat/runclaim.py)
     cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
     try:
-        output = Output(run_dir / schema.TRAIN_LOG)
+        output = Output(run_dir / contract.TRAIN_LOG)
     except OSError as e:
         raise run_dir_error(run_dir, e) from None
     t0 = time.time()
@@ -152,14 +152,14 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     try:
-        schema.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
+        contract.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
                                                 "wall_time_s": time.time() - t0, "cpu_time_s": cpu})
         if received:
             name = signal.Signals(received[0]).name
-            schema.record_evidence(run_dir, schema.Evidence(
+            contract.record_evidence(run_dir, contract.Evidence(
                 source="launcher", kind="stopped", signal=name, exit_code=rc,
                 message=f"nanochat-bench train received {name}; the workload was stopped"))
-        schema.close_unfinished(run_dir, rc, "the launcher" if workload != workloads.DEFAULT else "torchrun")
+        contract.close_unfinished(run_dir, rc, "the launcher" if workload != workloads.DEFAULT else "torchrun")
     except OSError as e:
         output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")
     return rc

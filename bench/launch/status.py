@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bench import schema
+from bench import contract
 from bench.launch.slurm import JobState
 from bench.launch.submit import read_sweep
 
@@ -32,29 +32,29 @@ class RunState:
 
     @property
     def done(self) -> bool:
-        return self.status in schema.FINAL_STATUSES
+        return self.status in contract.FINAL_STATUSES
 
 
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
     """The run's status and message; what Slurm says of an ended job is recorded as evidence first, once."""
-    manifest = schema.read_run_json(run_dir)
+    manifest = contract.read_run_json(run_dir)
     status, message = manifest.get("status", "pending"), manifest.get("message") or ""
     if job is None:
         return status, message
     seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
-    if job.state in ("TIMEOUT", "DEADLINE") and status in schema.FINAL_STATUSES and status != "ok" \
+    if job.state in ("TIMEOUT", "DEADLINE") and status in contract.FINAL_STATUSES and status != "ok" \
             and "time_limit" not in seen:
         # Slurm's time limit sent the SIGTERM the ranks may have recorded as a cancel: the cause is the limit
-        evidence = schema.Evidence(source="status", kind="time_limit",
+        evidence = contract.Evidence(source="status", kind="time_limit",
                                    message=f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}")
-    elif status not in schema.FINAL_STATUSES and (job.terminal or job.state == "UNKNOWN"):
+    elif status not in contract.FINAL_STATUSES and (job.terminal or job.state == "UNKNOWN"):
         # UNKNOWN: a responsive slurmctld forgot the job, so it ended
-        evidence = schema.Evidence(source="status", kind=FROM_SLURM.get(job.state, "exit"),
+        evidence = contract.Evidence(source="status", kind=FROM_SLURM.get(job.state, "exit"),
                                    message=f"Slurm job {job.job_id} ended {job.state} (exit {job.exit_code or '?'}) "
                                            f"before the run recorded a final status")
     else:
         return status, message
-    settled = schema.record_evidence(run_dir, evidence)
+    settled = contract.record_evidence(run_dir, evidence)
     return settled.status, settled.message or ""
 
 

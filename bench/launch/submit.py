@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import schema
+from bench import contract
 from bench.errors import ConfigError, SubmitError
 from bench.launch.job import Job, LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
@@ -39,7 +39,7 @@ def read_sweep(sweep_dir: Path) -> dict:
 
 
 def write_sweep(sweep_dir: Path, record: dict) -> None:
-    schema.write_json_atomic(Path(sweep_dir) / SWEEP_JSON, record)
+    contract.write_json_atomic(Path(sweep_dir) / SWEEP_JSON, record)
 
 
 def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *, compare: bool = False,
@@ -51,7 +51,7 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
                           f"or resubmit its failed runs with `nanochat-bench status {sweep_dir} --resubmit-failed`")
     jobs = build_jobs(sweep, opts, sweep_dir, compare, note=out)
     texts = [render_sbatch(job) for job in jobs]
-    record = {"schema_version": schema.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
+    record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
               "plan": sweep.describe(), "compare": compare, "dry_run": dry_run, "jobs": []}
     for job, text in zip(jobs, texts):
         write_job(job, text, manifests=not dry_run)
@@ -81,12 +81,12 @@ def submit_job(backend, script: Path, run_dirs: list[Path], entry: dict, out: Ca
     except SubmitError as e:
         entry["job_id"] = None
         for run_dir in run_dirs:
-            schema.record_evidence(run_dir, schema.Evidence(source="submit", kind="not_submitted",
+            contract.record_evidence(run_dir, contract.Evidence(source="submit", kind="not_submitted",
                                                             message=f"not submitted: {e}"))
         out(f"not submitted {entry['name']}: {e}")
         return False
     for run_dir in run_dirs:
-        schema.update_run_json(run_dir, slurm={"job_id": entry["job_id"]})
+        contract.update_run_json(run_dir, slurm={"job_id": entry["job_id"]})
     out(f"submitted {entry['name']}: job {entry['job_id']}")
     return True
 
@@ -102,19 +102,19 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
         old = entry.get("job_id")
         for run_id in entry["runs"]:
             run_dir = sweep_dir / run_id
-            previous = schema.load_manifest(run_dir)
+            previous = contract.load_manifest(run_dir)
             keep = run_dir / "attempts" / str(old or "unsubmitted")
             keep.mkdir(parents=True, exist_ok=True)
-            for name in (schema.METRICS_JSONL, schema.TRAIN_LOG):
+            for name in (contract.METRICS_JSONL, contract.TRAIN_LOG):
                 if (run_dir / name).exists():
                     (run_dir / name).replace(keep / name)
-            schema.write_manifest(keep, previous)
-            attempts = [*previous.attempts, schema.Attempt(job_id=old, status=previous.status, message=previous.message)]
+            contract.write_manifest(keep, previous)
+            attempts = [*previous.attempts, contract.Attempt(job_id=old, status=previous.status, message=previous.message)]
             # What the plan decided stays; what the attempt observed goes with it into attempts/.
             planned = {k: getattr(previous, k) for k in PLANNED_FIELDS}
-            planned["launch"] = schema.Launch(kind=previous.launch.kind, script=previous.launch.script,
+            planned["launch"] = contract.Launch(kind=previous.launch.kind, script=previous.launch.script,
                                               rendered_at=previous.launch.rendered_at)
-            schema.write_manifest(run_dir, schema.RunManifest(**planned, status="pending", attempts=attempts))
+            contract.write_manifest(run_dir, contract.RunManifest(**planned, status="pending", attempts=attempts))
         entry["previous_job_ids"] = entry.get("previous_job_ids", []) + ([old] if old else [])
         if submit_job(backend, Path(entry["script"]), [sweep_dir / r for r in entry["runs"]], entry, out):
             new_ids.append(entry["job_id"])

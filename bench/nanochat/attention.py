@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench.errors import ConfigError
-from bench.schema import ENV_FORCE_FLASH_SDPA
+from bench.contract import ENV_FORCE_FLASH_SDPA
 
 # The kernels a forced run may use, PyTorch's own priority among them; the math kernel is deliberately absent.
 FORCED_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]

@@ -11,7 +11,7 @@ from pathlib import Path
 from bench.errors import DataError
 from bench.nanochat import chatdata, download
 from bench.nanochat.common import get_base_dir
-from bench.schema import write_json_atomic
+from bench.contract import write_json_atomic
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENV_IDENTITY_URL = "NANOCHAT_IDENTITY_URL"

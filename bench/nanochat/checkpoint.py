@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from bench.errors import CheckpointError, ConfigError
-from bench.schema import atomic_target, write_json_atomic
+from bench.contract import atomic_target, write_json_atomic
 
 MIB = 1024 * 1024
 

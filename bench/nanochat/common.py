@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.schema import ENV_BASE_DIR
+from bench.contract import ENV_BASE_DIR
 
 
 def get_base_dir() -> Path:

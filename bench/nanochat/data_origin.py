@@ -90,7 +90,7 @@ def _sources_locked(directory: Path):
         fcntl.flock(lock, fcntl.LOCK_EX)
         sources = read_sources(directory)
         yield sources
-        from bench.schema import write_json_atomic
+        from bench.contract import write_json_atomic
 
         write_json_atomic(directory / SOURCES_JSON, sources)
 

@@ -34,7 +34,7 @@ import torch
 
 from bench.errors import DataError
 from bench.nanochat import dataset
-from bench.schema import ENV_VAL_FILES_K
+from bench.contract import ENV_VAL_FILES_K
 
 # ----------------------------------------------------------------------------------------------
 # Sharding: pure functions of the row-group counts, so they can be property-tested fast

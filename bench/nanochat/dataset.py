@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat.common import get_base_dir
-from bench.schema import ENV_VAL_FILES_K, atomic_target
+from bench.contract import ENV_VAL_FILES_K, atomic_target
 
 TEXT_COLUMN = "text"
 SPLITS = ("train", "val")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.schema import ENV_T0, atomic_target
+from bench.contract import ENV_T0, atomic_target
 
 DIR = ".heartbeat"
 INTERVAL_S = 5.0  # at 1024 ranks, ~200 small renames a second in one directory

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.errors import RunDirError, run_dir_error
 from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
-from bench.schema import METRICS_JSONL
+from bench.contract import METRICS_JSONL
 
 LOCK = ".lock"  # held by the run writing the directory
 NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP)  # flock not offered by the filesystem

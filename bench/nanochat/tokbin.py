@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.errors import ConfigError, DataError
-from bench.schema import atomic_target, write_json_atomic
+from bench.contract import atomic_target, write_json_atomic
 
 TOKENIZERS = ("nanochat", "gpt2")
 META_JSON = "meta.json"

@@ -31,7 +31,7 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
-from bench import runtimes, schema
+from bench import contract, runtimes
 from bench.analysis.columns import PERF_UNITS
 from bench.analysis.rundir import read_run_dir
 from bench.errors import BenchError
@@ -130,8 +130,8 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     def row(self) -> dict:
         if getattr(self, "_row", None) is None:
             run_dir = Path(self.run_dir)
-            self._row = read_run_dir(run_dir) if (run_dir / schema.RUN_JSON).exists() else {}
-            self._manifest = schema.read_run_json(run_dir)
+            self._row = read_run_dir(run_dir) if (run_dir / contract.RUN_JSON).exists() else {}
+            self._manifest = contract.read_run_json(run_dir)
             self.run_status = str(self._row.get("status") or "")
             self.gpu_name = str(self._row.get("gpu_name") or "")
         return self._row

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 from bench.runtimes.base import Runtime, check_image_file
-from bench.schema import write_text_atomic
+from bench.contract import write_text_atomic
 
 ENV_FILE = "apptainer.env"
 

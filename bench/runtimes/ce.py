@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.runtimes import edf
 from bench.runtimes.base import Runtime, check_enroot_image
-from bench.schema import write_text_atomic
+from bench.contract import write_text_atomic
 
 EDF_NAME = "environment.toml"
 

@@ -9,7 +9,7 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
 
 Two members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun) and `nntile`
 (NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter: bench/workloads/nntile/). Both leave
-the same run directory (bench/schema.py), so collect, report and check read them alike; run.json's
+the same run directory (bench/contract/), so collect, report and check read them alike; run.json's
 `workload` field tells them apart (`nanochat-base`, `nntile-gpt2`).
 
 Standard library only, and each member imported on first use: the NNTile interpreter imports this

@@ -15,9 +15,9 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from bench import schema
+from bench import contract
 from bench.errors import ConfigError, DataError
-from bench.schema import WORKLOAD as NANOCHAT_WORKLOAD
+from bench.contract import WORKLOAD as NANOCHAT_WORKLOAD
 from bench.workloads.base import PointContext, PointPlan, Settings, Workload
 
 VOCAB_SIZE = 65536  # the recipe's tokenizer, for estimates made before any tokenizer is read
@@ -137,7 +137,7 @@ class Nanochat(Workload):
             return PointPlan(reason=why_not)
         if k is None and point.data is None and not base.data_bin_dir and ranks > UNPLANNED_K_MAX_RANKS:
             return PointPlan(reason=(
-                f"K ({schema.ENV_VAL_FILES_K}) cannot be planned for {ranks} ranks: no shards on this host and no "
+                f"K ({contract.ENV_VAL_FILES_K}) cannot be planned for {ranks} ranks: no shards on this host and no "
                 f"--row-groups; with the trainer's K=1 every rank may not get a validation row group and the run "
                 f"would stop at start-up on the cluster; pass --data-dir DIR or --row-groups N --shards M"))
         config = replace(base, device_batch_size=dbs, total_batch_size=total)
@@ -147,9 +147,9 @@ class Nanochat(Workload):
         steps, _ = training_horizon(config, model.num_params(), model.flops_per_token())
         est = None if config.device_type == "cpu" else \
             point.estimate.hours(model.flops_per_token() * total * steps, ranks, dbs)
-        env = {schema.ENV_VAL_FILES_K: str(k)} if k is not None else {}
+        env = {contract.ENV_VAL_FILES_K: str(k)} if k is not None else {}
         if config.force_flash_sdpa:
-            env[schema.ENV_FORCE_FLASH_SDPA] = "1"
+            env[contract.ENV_FORCE_FLASH_SDPA] = "1"
         flags = {**TRAIN_FLAGS_ALWAYS, **settings.train, "device_batch_size": dbs, "total_batch_size": total}
         return PointPlan(train_argv=tuple(argv_of(flags)), env=tuple(sorted(env.items())),
                          columns=(("device_batch_size", dbs), ("grad_accum", accum), ("total_batch_size", total),
@@ -181,7 +181,7 @@ def data_line(sweep) -> str:
         if shards else ""
     if sweep.data is None:
         return ("K not planned: no shards found and no --row-groups given (the trainer uses "
-                f"{schema.ENV_VAL_FILES_K} or 1; give --data-dir or --row-groups N --shards M){need}")
+                f"{contract.ENV_VAL_FILES_K} or 1; give --data-dir or --row-groups N --shards M){need}")
     return f"K chosen per point from {sweep.data.source}{need}"
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from bench.logline import parse_step_line
-from bench.schema import read_run_json
+from bench.contract import read_run_json
 
 
 @pytest.mark.slow

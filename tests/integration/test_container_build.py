@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from bench.schema import EVENTS, METRICS_JSONL, RUN_JSON
+from bench.contract import EVENTS, METRICS_JSONL, RUN_JSON
 from tests.support.containers import CONTAINERS, REPO, TIMINGS, podman, run_step
 
 DEPS_TAG = "localhost/nanochat-bench-deps:test"

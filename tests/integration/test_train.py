@@ -13,7 +13,7 @@ import torch
 from bench.analysis.rundir import read_run_dir
 from bench.launch.local import run_local
 from bench.logline import parse_step_line, parse_val_line
-from bench.schema import EVENTS, METRICS_JSONL, TRAIN_LOG, read_run_json
+from bench.contract import EVENTS, METRICS_JSONL, TRAIN_LOG, read_run_json
 from tests.support.contract import assert_follows_contract
 
 STEPS = 24

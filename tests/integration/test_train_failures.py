@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from bench.schema import METRICS_JSONL, read_run_json
+from bench.contract import METRICS_JSONL, read_run_json
 
 TINY = ["--depth=1", "--max_seq_len=32", "--device_batch_size=2", "--total_batch_size=128",
         "--eval_every=-1", "--sample_every=-1", "--model_tag=test_failures"]

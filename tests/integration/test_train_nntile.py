@@ -22,7 +22,7 @@ from bench.errors import DataError
 from bench.launch.local import run_local
 from bench.logline import parse_step_line
 from bench.nanochat import tokbin
-from bench.schema import EVENTS, METRICS_JSONL, TRAIN_LOG, read_run_json
+from bench.contract import EVENTS, METRICS_JSONL, TRAIN_LOG, read_run_json
 from bench.workloads import nntile
 from bench.workloads.nntile.config import flops_per_token, gpt2_shape
 from tests.support import nntile as support_nntile
@@ -89,7 +89,7 @@ def events_of(run_dir):
 def test_nntile_run_succeeds_with_the_contracts_run_json(runs, nntile_python):
     rc, run_dir, _, _ = runs
     assert rc == 0, (run_dir / TRAIN_LOG).read_text()[-3000:]
-    run = assert_follows_contract(run_dir)  # the launcher and the NNTile runner wrote it through bench/schema.py
+    run = assert_follows_contract(run_dir)  # the launcher and the NNTile runner wrote it through bench/contract/
     assert run["status"] == "ok" and run["message"] is None and run["workload"] == "nntile-gpt2"
     assert (run["world_size"], run["nodes"], run["gpus_per_node"]) == (1, 1, 0)
     assert run["peak_flops_per_gpu"] is None  # CPU: no peak, no MFU

@@ -17,7 +17,7 @@ import torch
 
 from bench.launch.local import run_local
 from bench.nanochat.checkpoint import load_model_state, save_checkpoint
-from bench.schema import METRICS_JSONL, read_run_json
+from bench.contract import METRICS_JSONL, read_run_json
 
 B, T, W, STEPS, SAVE = 2, 32, 2, 8, 4
 VOCAB = 512  # tests/conftest.py's tiny tokenizer

@@ -11,8 +11,8 @@ import os
 import pytest
 
 from bench.launch.local import run_local
-from bench.schema import TRAIN_LOG
-from bench.schema import METRICS_JSONL, read_run_json
+from bench.contract import TRAIN_LOG
+from bench.contract import METRICS_JSONL, read_run_json
 
 B, T, W, STEPS = 2, 64, 2, 4
 

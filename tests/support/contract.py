@@ -6,7 +6,7 @@ from pathlib import Path
 
 import jsonschema
 
-from bench import contract, schema
+from bench import contract
 
 SCHEMAS = Path(contract.__file__).resolve().parents[1] / "schemas"
 
@@ -18,10 +18,10 @@ def _validator(name: str):
 def assert_follows_contract(run_dir) -> dict:
     """run.json and every metrics.jsonl line valid against the schemas; returns run.json."""
     run_dir = Path(run_dir)
-    manifest = json.loads((run_dir / schema.RUN_JSON).read_text())
+    manifest = json.loads((run_dir / contract.RUN_JSON).read_text())
     errors = [f"run.json: {e.json_path}: {e.message}" for e in _validator("run.schema.json").iter_errors(manifest)]
     events = _validator("events.schema.json")
-    path = run_dir / schema.METRICS_JSONL
+    path = run_dir / contract.METRICS_JSONL
     for i, line in enumerate(path.read_text().splitlines() if path.exists() else []):
         errors += [f"metrics.jsonl line {i + 1}: {e.message}" for e in events.iter_errors(json.loads(line))]
     assert not errors, "\n".join(errors[:20])

@@ -1,4 +1,4 @@
-"""Generated run directories that follow bench/schema.py, for tests and benchmarks/bench_collect.py.
+"""Generated run directories that follow bench/contract/, for tests and benchmarks/bench_collect.py.
 
 A sweep of (runtime x GPU count x repeat) points with a known throughput model, so tests can check
 the analysis against the numbers that went in:
@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import schema
+from bench import contract
 from bench.metrics import peak_flops
 
 H200_PEAK = peak_flops("NVIDIA H200")
@@ -52,7 +52,7 @@ class SweepSpec:
     scaling: str = "strong"  # or weak: total_batch_size = device_batch_size * max_seq_len * ranks
     device_batch_size: int = 32
     strategy: str | None = "zero2"
-    workload: str = schema.WORKLOAD
+    workload: str = contract.WORKLOAD
     detail: bool = True  # record the start-up milestones, step split, pre-flight and per-rank times
     milestones: tuple[str, ...] = OPTIONAL_MILESTONES  # the optional milestones recorded (detail only)
     network: dict[str, dict] = field(default_factory=dict)  # runtime -> run.json network facts
@@ -69,10 +69,10 @@ def write_run(run_dir: Path, manifest: dict, events: list[dict], log_lines: list
     contract's classes (a fixture that does not follow it fails here, not in the test that reads it);
     `check=False` writes the manifest unchecked, for tests of a reader facing a bad one."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    data = {"schema_version": schema.SCHEMA_VERSION, **manifest}
-    data = schema.RunManifest.from_dict(data).to_dict() if check else data
-    (run_dir / schema.RUN_JSON).write_text(json.dumps(data))
-    (run_dir / schema.METRICS_JSONL).write_text("".join(json.dumps(schema.parse_event(e)) + "\n" for e in events))
+    data = {"schema_version": contract.SCHEMA_VERSION, **manifest}
+    data = contract.RunManifest.from_dict(data).to_dict() if check else data
+    (run_dir / contract.RUN_JSON).write_text(json.dumps(data))
+    (run_dir / contract.METRICS_JSONL).write_text("".join(json.dumps(contract.parse_event(e)) + "\n" for e in events))
     if log_lines:
         (run_dir / "train.log").write_text("\n".join(log_lines) + "\n")
     return run_dir

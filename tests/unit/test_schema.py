@@ -1,4 +1,4 @@
-"""The run contract (bench/contract/, re-exported by bench/schema.py): merge rules, older majors and newer
+"""The run contract (bench/contract/): merge rules, older majors and newer
 minors read, violations named, events checked, the JSON Schemas checked in equal to the ones the classes
 generate.
 
@@ -13,23 +13,23 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from bench import schema
+from bench import contract
 from tests.support.contract import SCHEMAS
 
 
 def test_checked_in_schemas_are_generated_from_the_classes():
-    for name, generated in schema.json_schemas().items():
+    for name, generated in contract.json_schemas().items():
         assert json.loads((SCHEMAS / name).read_text()) == generated, f"refresh: python -m bench.contract {SCHEMAS}"
-    assert sorted(p.name for p in SCHEMAS.iterdir()) == sorted(schema.json_schemas())
+    assert sorted(p.name for p in SCHEMAS.iterdir()) == sorted(contract.json_schemas())
 
 
 def test_sections_merge_and_unknown_values_never_blank_them(tmp_path):
-    schema.update_run_json(tmp_path, status="pending", slurm={"job_id": "7"}, image={"reference": "img"})
-    schema.update_run_json(tmp_path, slurm={"nodelist": "n[1-2]", "job_id": None}, image=None, message="x")
-    m = schema.load_manifest(tmp_path)
+    contract.update_run_json(tmp_path, status="pending", slurm={"job_id": "7"}, image={"reference": "img"})
+    contract.update_run_json(tmp_path, slurm={"nodelist": "n[1-2]", "job_id": None}, image=None, message="x")
+    m = contract.load_manifest(tmp_path)
     assert (m.slurm.job_id, m.slurm.nodelist, m.image.reference, m.message) == ("7", "n[1-2]", "img", "x")
-    schema.update_run_json(tmp_path, message=None)  # a top-level value is replaced, None included
-    assert schema.load_manifest(tmp_path).message is None
+    contract.update_run_json(tmp_path, message=None)  # a top-level value is replaced, None included
+    assert contract.load_manifest(tmp_path).message is None
     assert (m.run_id, m.sweep_id) == (tmp_path.name, tmp_path.parent.name)  # named after the directories
 
 
@@ -43,85 +43,85 @@ def test_sections_merge_and_unknown_values_never_blank_them(tmp_path):
     ({"network_env": {"NCCL_DEBUG": 1}}, "network_env.NCCL_DEBUG: expected str"),
 ])
 def test_a_writer_cannot_write_outside_the_contract(tmp_path, fields, named):
-    with pytest.raises(schema.SchemaError, match=None) as e:
-        schema.update_run_json(tmp_path, **fields)
+    with pytest.raises(contract.SchemaError, match=None) as e:
+        contract.update_run_json(tmp_path, **fields)
     assert named in str(e.value)
-    assert not (tmp_path / schema.RUN_JSON).exists()  # nothing half-valid was written
+    assert not (tmp_path / contract.RUN_JSON).exists()  # nothing half-valid was written
 
 
 def test_reader_reads_every_known_major_and_rejects_only_an_unknown_one():
-    old = schema.RunManifest.from_dict({"schema_version": 1, "launch_t0": 5.0, "launcher": "local", "slurm": None,
+    old = contract.RunManifest.from_dict({"schema_version": 1, "launch_t0": 5.0, "launcher": "local", "slurm": None,
                                         "grad_accum_steps": 2, "status": "ok"})
     assert (old.launch.t0, old.launch.kind, old.grad_accum, old.status) == (5.0, "local", 2, "ok")
     assert old.schema_version == "2.0" and "schema_version 1" in old.notes[0]
-    assert schema.RunManifest.from_dict({"schema_version": 2, "status": "running"}).schema_version == "2.0"
+    assert contract.RunManifest.from_dict({"schema_version": 2, "status": "running"}).schema_version == "2.0"
     for version in (3, "3.0", 0, "two"):
-        with pytest.raises(schema.SchemaError, match=f"schema_version {version!r} is"):
-            schema.RunManifest.from_dict({"schema_version": version})
-    with pytest.raises(schema.SchemaError, match="run.json: expected an object, got list"):
-        schema.RunManifest.from_dict([1, 2])
+        with pytest.raises(contract.SchemaError, match=f"schema_version {version!r} is"):
+            contract.RunManifest.from_dict({"schema_version": version})
+    with pytest.raises(contract.SchemaError, match="run.json: expected an object, got list"):
+        contract.RunManifest.from_dict([1, 2])
 
 
 def test_a_newer_minors_field_is_read_with_a_note_and_kept_on_rewrite(tmp_path):
-    (tmp_path / schema.RUN_JSON).write_text(json.dumps({"schema_version": "2.7", "status": "running", "fp8": True,
+    (tmp_path / contract.RUN_JSON).write_text(json.dumps({"schema_version": "2.7", "status": "running", "fp8": True,
                                                         "slurm": {"job_id": "7", "het_group": 1}}))
-    m = schema.load_manifest(tmp_path)
+    m = contract.load_manifest(tmp_path)
     assert m.status == "running" and m.slurm.job_id == "7"
     assert any("'fp8'" in n for n in m.notes) and any("slurm: unknown field(s) 'het_group'" in n for n in m.notes)
-    schema.update_run_json(tmp_path, nodes=2)  # an older writer rewrites it: nothing it does not know is lost
-    data = json.loads((tmp_path / schema.RUN_JSON).read_text())
+    contract.update_run_json(tmp_path, nodes=2)  # an older writer rewrites it: nothing it does not know is lost
+    data = json.loads((tmp_path / contract.RUN_JSON).read_text())
     assert (data["fp8"], data["slurm"]["het_group"], data["nodes"], data["schema_version"]) == (True, 1, 2, "2.7")
-    ev = schema.parse_event({"event": "start", "t": 1.0, "gpu_clock_mhz": 1980}, notes := [])
+    ev = contract.parse_event({"event": "start", "t": 1.0, "gpu_clock_mhz": 1980}, notes := [])
     assert ev["gpu_clock_mhz"] == 1980 and "gpu_clock_mhz" in notes[0]
 
 
 def test_events_are_checked_on_write_and_read(tmp_path):
-    writer = schema.EventWriter(tmp_path)
+    writer = contract.EventWriter(tmp_path)
     writer.emit("dist_init", world_size=2, backend="gloo")
-    with pytest.raises(schema.SchemaError, match="step event: missing field 'loss'"):
+    with pytest.raises(contract.SchemaError, match="step event: missing field 'loss'"):
         writer.emit("step", step=1)
-    with pytest.raises(schema.SchemaError, match="unknown event 'teleport'"):
+    with pytest.raises(contract.SchemaError, match="unknown event 'teleport'"):
         writer.emit("teleport")
-    with pytest.raises(schema.SchemaError, match="world_size: expected an integer"):
-        schema.NullEventWriter().emit("dist_init", world_size="2", backend=None)  # checked without a run dir too
+    with pytest.raises(contract.SchemaError, match="world_size: expected an integer"):
+        contract.NullEventWriter().emit("dist_init", world_size="2", backend=None)  # checked without a run dir too
     writer.close()
-    [line] = (tmp_path / schema.METRICS_JSONL).read_text().splitlines()
-    event = schema.parse_event(json.loads(line))
+    [line] = (tmp_path / contract.METRICS_JSONL).read_text().splitlines()
+    event = contract.parse_event(json.loads(line))
     assert event["event"] == "dist_init" and event["world_size"] == 2 and event["t"] > 0
-    with pytest.raises(schema.SchemaError, match="missing field 't'"):
-        schema.parse_event({"event": "start"})
+    with pytest.raises(contract.SchemaError, match="missing field 't'"):
+        contract.parse_event({"event": "start"})
 
 
 def test_nan_figures_stay_numbers():
     """A diverged loss is a real value of a step: NaN passes the type check (the analysis drops it)."""
-    ev = schema.make_event("step", step=3, loss=math.nan, lrm=1.0, dt_ms=1.0, tok_per_sec=1.0, mfu=None,
+    ev = contract.make_event("step", step=3, loss=math.nan, lrm=1.0, dt_ms=1.0, tok_per_sec=1.0, mfu=None,
                            total_time_s=0.0)
     assert math.isnan(ev["loss"])
 
 
 def test_a_full_manifest_validates_against_the_json_schema():
-    manifest = schema.RunManifest(run_id="r", status="ok", launch=schema.Launch(kind="local", t0=1.0),
-                                  attempts=[schema.Attempt(job_id="1", status="failed")]).to_dict()
+    manifest = contract.RunManifest(run_id="r", status="ok", launch=contract.Launch(kind="local", t0=1.0),
+                                  attempts=[contract.Attempt(job_id="1", status="failed")]).to_dict()
     jsonschema.validate(manifest, json.loads((SCHEMAS / "run.schema.json").read_text()))
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**manifest, "launch_t0": 1.0}, json.loads((SCHEMAS / "run.schema.json").read_text()))
 
 
 def test_close_unfinished_is_the_one_last_word(tmp_path):
-    schema.update_run_json(tmp_path, status="pending")
-    (tmp_path / schema.TRAIN_LOG).write_text("Traceback ...\nImportError: no module named torch\n")
-    m = schema.close_unfinished(tmp_path, 1, "torchrun")
+    contract.update_run_json(tmp_path, status="pending")
+    (tmp_path / contract.TRAIN_LOG).write_text("Traceback ...\nImportError: no module named torch\n")
+    m = contract.close_unfinished(tmp_path, 1, "torchrun")
     assert m.status == "failed" and [(e.source, e.kind, e.exit_code) for e in m.evidence] == [("launcher", "exit", 1)]
     assert m.message == "the trainer never started (torchrun exit code 1): ImportError: no module named torch"
-    schema.update_run_json(tmp_path, status="ok", message=None)
-    assert schema.close_unfinished(tmp_path, 0, "srun").status == "ok"  # a recorded final status stays
+    contract.update_run_json(tmp_path, status="ok", message=None)
+    assert contract.close_unfinished(tmp_path, 0, "srun").status == "ok"  # a recorded final status stays
 
 
 def test_atomic_target_leaves_nothing_on_failure(tmp_path):
     path = tmp_path / "out.txt"
-    schema.write_text_atomic(path, "old")
+    contract.write_text_atomic(path, "old")
     with pytest.raises(RuntimeError):
-        with schema.atomic_target(path) as tmp:
+        with contract.atomic_target(path) as tmp:
             Path(tmp).write_text("half")
             raise RuntimeError("disk went away")
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

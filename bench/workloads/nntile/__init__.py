@@ -15,11 +15,11 @@ One process per node, no torchrun: StarPU spreads the tiles over every CPU core 
 import os
 from pathlib import Path
 
-from bench import paths, schema
+from bench import contract, paths
 from bench.errors import ConfigError
 from bench.workloads.base import Settings, Workload
 
-WORKLOAD_NAME = schema.NNTILE_WORKLOAD
+WORKLOAD_NAME = contract.NNTILE_WORKLOAD
 ENV_PYTHON = "NANOCHAT_BENCH_NNTILE_PYTHON"
 ENV_VENV = "NANOCHAT_BENCH_NNTILE_VENV"
 ENV_SCRIPT = Path(__file__).with_name("env.sh")

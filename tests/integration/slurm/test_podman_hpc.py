@@ -22,7 +22,7 @@ import os
 import pytest
 
 from bench import cli
-from bench.schema import METRICS_JSONL, read_run_json
+from bench.contract import METRICS_JSONL, read_run_json
 from tests.support import containers
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(1500)]

@@ -14,7 +14,7 @@ import pytest
 
 from bench import cli
 from bench.analysis.rundir import read_run_dir
-from bench.schema import read_run_json
+from bench.contract import read_run_json
 from tests.support.contract import assert_follows_contract
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -19,7 +19,7 @@ import pytest
 from bench import cli
 from bench.analysis.collect import collect
 from bench.analysis.report import write_report
-from bench.schema import read_run_json
+from bench.contract import read_run_json
 from tests.support.containers import podman
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

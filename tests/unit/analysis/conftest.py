@@ -1,4 +1,4 @@
-"""Fixtures of the analysis tests: run directories written to the bench/schema.py contract.
+"""Fixtures of the analysis tests: run directories written to the bench/contract/ contract.
 
 `make_run(name, tok_s=..., world_size=..., runtime=..., **manifest)` writes one complete, successful
 run (run.json + metrics.jsonl) whose steady-state throughput is tok_s; tests then damage it as they need.

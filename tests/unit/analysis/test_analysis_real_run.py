@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import pytest
 
-from bench import schema
+from bench import contract
 from bench.analysis import summarize_runs
 from bench.analysis.collect import load_table
 from bench.analysis.upstream import read_upstream_log
@@ -24,7 +24,7 @@ TINY_FLAGS = ["--depth=2", "--max_seq_len=128", "--device_batch_size=2", "--eval
 def test_two_rank_cpu_run_is_collected_and_reported(tmp_path, base_dir_env):
     run_dir = tmp_path / "runs" / "smoke" / "run0"
     run_dir.mkdir(parents=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", schema.ENV_RUN_DIR: str(run_dir), schema.ENV_T0: f"{time.time():.6f}"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", contract.ENV_RUN_DIR: str(run_dir), contract.ENV_T0: f"{time.time():.6f}"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "bench.nanochat.train", "--", *TINY_FLAGS]
     with open(run_dir / "train.log", "w") as log:

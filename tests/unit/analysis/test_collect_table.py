@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import schema
+from bench import contract
 from bench.analysis import collect as collect_mod
 from bench.analysis.collect import TABLE_CSV, TABLE_PARQUET, collect, load_table
 from bench.analysis.scaling import scaling_table
@@ -47,7 +47,7 @@ def test_incremental_and_idempotent(tmp_path):
     assert (out / TABLE_CSV).read_bytes() == csv1  # same files, same table
     assert again.table.equals(pq1)
 
-    with open(dirs[0] / schema.METRICS_JSONL, "a") as f:  # one run changes
+    with open(dirs[0] / contract.METRICS_JSONL, "a") as f:  # one run changes
         f.write(json.dumps({"event": "error", "t": 1.0, "kind": "failed", "message": "late"}) + "\n")
     shutil.rmtree(dirs[1])  # one goes
     generate_sweep(root, SweepSpec(runtimes={"podman": 0.9}, world_sizes=(8,), repeats=1, steps=12,

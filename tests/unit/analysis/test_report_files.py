@@ -6,7 +6,7 @@ python -m pytest tests/unit/analysis/test_report_files.py -q
 import json
 import re
 
-from bench import schema
+from bench import contract
 from bench.analysis import summarize_runs
 from bench.cli import main
 from tests.support.synthetic import SweepSpec, generate_sweep
@@ -18,7 +18,7 @@ def test_sweep_report(tmp_path, make_run):
     make_run("oom1", root=root / "sweep0", status="oom", message="CUDA out of memory <script>x</script>")
     make_run("live1", root=root / "sweep0", status="running")
     future = make_run("future1", root=root / "sweep0", raw=True, schema_version=7)
-    (future / schema.METRICS_JSONL).write_text('{"event": "start", "t": 1')  # half-written too
+    (future / contract.METRICS_JSONL).write_text('{"event": "start", "t": 1')  # half-written too
 
     html = summarize_runs(root, tmp_path / "report")
     out = tmp_path / "report"
@@ -84,4 +84,4 @@ def test_commands(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "rep3")]) == 1
     assert "no such table or directory" in capsys.readouterr().err
     row = json.loads((tmp_path / "runs" / "sweep0" / "bare-n8-r0" / "run.json").read_text())
-    assert row["schema_version"] == schema.SCHEMA_VERSION
+    assert row["schema_version"] == contract.SCHEMA_VERSION

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import nccl_log, schema
+from bench import contract, nccl_log
 from bench.analysis import findings, scaling
 from bench.analysis.collect import collect
 from bench.analysis.report import write_report
@@ -24,7 +24,7 @@ STRONG = SweepSpec(world_sizes=(8, 16), repeats=2, steps=14, sweep_id="strong",
 WEAK = SweepSpec(world_sizes=(8, 16, 32), repeats=1, steps=14, sweep_id="weak", scaling="weak",
                  runtimes={"bare": 1.0, "pyxis": 1.0}, startup_s={"bare": 5.0, "pyxis": 19.0},
                  efficiency_per_doubling=0.93, milestones=("runtime_start", "steady"), noise=0.0)
-NNTILE = SweepSpec(world_sizes=(8,), repeats=1, steps=14, sweep_id="nntile", workload=schema.NNTILE_WORKLOAD,
+NNTILE = SweepSpec(world_sizes=(8,), repeats=1, steps=14, sweep_id="nntile", workload=contract.NNTILE_WORKLOAD,
                    strategy=None, runtimes={"bare": 0.5}, noise=0.0, detail=False)
 
 

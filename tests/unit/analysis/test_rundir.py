@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench import schema
+from bench import contract
 from bench.analysis.rundir import read_run_dir
 from bench.logline import format_step_line
 
@@ -52,7 +52,7 @@ def test_cpu_run_has_no_mfu(make_run):
 
 def test_last_line_cut_mid_json(make_run):
     d = make_run("cut")
-    path = d / schema.METRICS_JSONL
+    path = d / contract.METRICS_JSONL
     path.write_text(path.read_text() + '{"event": "step", "t": 1.0, "ste')
     row = read_run_dir(d)
     assert row["skip_reason"] is None
@@ -61,7 +61,7 @@ def test_last_line_cut_mid_json(make_run):
 
 def test_malformed_and_unknown_lines_counted(make_run):
     d = make_run("bad")
-    path = d / schema.METRICS_JSONL
+    path = d / contract.METRICS_JSONL
     lines = path.read_text().splitlines()
     lines.insert(3, "not json at all")
     lines.insert(4, json.dumps({"event": "step", "t": 2.0}))  # lacks the step fields
@@ -81,7 +81,7 @@ def test_malformed_and_unknown_lines_counted(make_run):
 ])
 def test_broken_run_json_is_skipped(make_run, content, reason):
     d = make_run("broken")
-    path = d / schema.RUN_JSON
+    path = d / contract.RUN_JSON
     path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     row = read_run_dir(d)
     assert reason in row["skip_reason"]
@@ -96,7 +96,7 @@ def test_unknown_schema_version_is_skipped_not_guessed(make_run):
 
 def test_running_run_is_marked(make_run):
     d = make_run("live", status="running")
-    path = d / schema.METRICS_JSONL
+    path = d / contract.METRICS_JSONL
     path.write_text("".join(ln + "\n" for ln in path.read_text().splitlines() if '"end"' not in ln))
     row = read_run_dir(d)
     assert row["status"] == "running" and row["skip_reason"] == "run running: not finished"
@@ -104,7 +104,7 @@ def test_running_run_is_marked(make_run):
 
 def test_failed_run_keeps_its_cause(make_run):
     d = make_run("oom", status="oom", message="CUDA out of memory; try --device_batch_size=16")
-    with open(d / schema.METRICS_JSONL, "a") as f:
+    with open(d / contract.METRICS_JSONL, "a") as f:
         f.write(json.dumps({"event": "error", "t": 5.0, "kind": "oom", "message": "CUDA OOM"}) + "\n")
     row = read_run_dir(d)
     assert row["status"] == "oom" and row["skip_reason"] == "run oom"
@@ -113,8 +113,8 @@ def test_failed_run_keeps_its_cause(make_run):
 
 def test_status_from_events_without_run_json(make_run):
     d = make_run("norj")
-    (d / schema.RUN_JSON).unlink()
-    with open(d / schema.METRICS_JSONL, "a") as f:
+    (d / contract.RUN_JSON).unlink()
+    with open(d / contract.METRICS_JSONL, "a") as f:
         f.write(json.dumps({"event": "error", "t": 5.0, "kind": "nccl_timeout", "message": "watchdog"}) + "\n")
     row = read_run_dir(d)
     assert row["status"] == "nccl_timeout" and row["message"] == "nccl_timeout: watchdog"
@@ -132,8 +132,8 @@ def test_unknown_status_and_nan_fields(make_run):
 def test_ok_without_steps_is_not_usable(tmp_path):
     d = tmp_path / "empty"
     d.mkdir()
-    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": schema.SCHEMA_VERSION, "status": "ok", "world_size": 1}))
-    (d / schema.METRICS_JSONL).write_text("")
+    (d / contract.RUN_JSON).write_text(json.dumps({"schema_version": contract.SCHEMA_VERSION, "status": "ok", "world_size": 1}))
+    (d / contract.METRICS_JSONL).write_text("")
     row = read_run_dir(d)
     assert row["skip_reason"] == "status ok but no step records"
 
@@ -141,7 +141,7 @@ def test_ok_without_steps_is_not_usable(tmp_path):
 def test_steps_from_the_log_when_no_events(tmp_path):
     d = tmp_path / "logonly"
     d.mkdir()
-    (d / schema.RUN_JSON).write_text(json.dumps({"schema_version": schema.SCHEMA_VERSION, "status": "ok", "world_size": 2}))
+    (d / contract.RUN_JSON).write_text(json.dumps({"schema_version": contract.SCHEMA_VERSION, "status": "ok", "world_size": 2}))
     lines = [format_step_line(s, 20, 5.0, 1.0, 0.5, 4000.0, 0.0, s) for s in range(20)]
     (d / "train.log").write_text("banner\n" + "\n".join(lines) + "\n")
     row = read_run_dir(d)
@@ -151,7 +151,7 @@ def test_steps_from_the_log_when_no_events(tmp_path):
 
 def test_nan_milestone_time_gives_no_startup_figure(make_run):
     d = make_run("nant")
-    path = d / schema.METRICS_JSONL
+    path = d / contract.METRICS_JSONL
     lines = path.read_text().splitlines()
     lines[0] = '{"event": "start", "t": NaN}'
     path.write_text("\n".join(lines) + "\n")

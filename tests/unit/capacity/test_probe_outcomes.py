@@ -11,7 +11,7 @@ import pytest
 from bench.capacity import probe
 from bench.capacity.probe import ProbeSpec, backend_for, bytes_asked, classify, read_probe
 from bench.errors import ConfigError
-from bench.schema import update_run_json
+from bench.contract import update_run_json
 
 SPEC = ProbeSpec("fsdp", 4, steps=3, device_type="cpu")
 

@@ -9,7 +9,7 @@ import time
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from bench import schema
+from bench import contract
 from bench.launch.elastic import describe, first_failure, record_root_cause, record_signal
 from bench.nanochat.heartbeat import STOPPED_AFTER_S
 from tests.support.synthetic import write_heartbeat as write_beat
@@ -32,31 +32,31 @@ def test_a_killed_worker_is_the_cause_before_the_one_that_lost_it():
 
 
 def test_the_echo_gives_way_but_a_rank_s_own_reason_stays(tmp_path):
-    schema.record_evidence(tmp_path, schema.Evidence(source="trainer", kind="peer_lost", rank=0, message=(
+    contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="peer_lost", rank=0, message=(
         "rank 0: lost contact with another rank: Connection closed by peer")))
     record_root_cause(str(tmp_path), 1, failure(1, -9, 1), "rank 1 on n1 died: killed by SIGKILL")
-    assert schema.read_run_json(tmp_path)["message"] == "rank 1 on n1 died: killed by SIGKILL"
-    schema.record_evidence(tmp_path, schema.Evidence(source="trainer", kind="oom", rank=1, message=(
+    assert contract.read_run_json(tmp_path)["message"] == "rank 1 on n1 died: killed by SIGKILL"
+    contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="oom", rank=1, message=(
         "rank 1: out of memory at --device_batch_size=32")))
     record_root_cause(str(tmp_path), 1, failure(1, 1, 1), "rank 1 on n1 exited with status 1")
-    assert schema.read_run_json(tmp_path)["status"] == "oom"  # the rank's own reason, over torchrun's word
+    assert contract.read_run_json(tmp_path)["status"] == "oom"  # the rank's own reason, over torchrun's word
 
 
 def test_an_aborted_rank_with_a_stopped_peer_is_hung(tmp_path):
     now = time.time()
     write_beat(tmp_path, 0, now, 7)
     write_beat(tmp_path, 1, now - STOPPED_AFTER_S - 20, 7, host="nid2")
-    schema.update_run_json(tmp_path, status="running")
+    contract.update_run_json(tmp_path, status="running")
     record_root_cause(str(tmp_path), 0, failure(0, -signal.SIGABRT, 1), "rank 0 on nid1 died: killed by SIGABRT")
-    data = schema.read_run_json(tmp_path)
+    data = contract.read_run_json(tmp_path)
     assert data["status"] == "hung" and data["message"].startswith("rank 1 on nid2 (pid 101) stopped")
 
 
 def test_a_signal_to_torchrun_is_the_run_s_cancel(tmp_path):
-    schema.update_run_json(tmp_path, status="cancelled", message="rank 0: received SIGTERM (signal 15)")
+    contract.update_run_json(tmp_path, status="cancelled", message="rank 0: received SIGTERM (signal 15)")
     record_signal(str(tmp_path), "SIGHUP")
-    data = schema.read_run_json(tmp_path)
+    data = contract.read_run_json(tmp_path)
     assert data["status"] == "cancelled" and data["message"].startswith("torchrun received SIGHUP")
-    schema.update_run_json(tmp_path, status="ok", message=None)
+    contract.update_run_json(tmp_path, status="ok", message=None)
     record_signal(str(tmp_path), "SIGTERM")
-    assert schema.read_run_json(tmp_path)["status"] == "ok"
+    assert contract.read_run_json(tmp_path)["status"] == "ok"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import contract, schema
+from bench import contract
 from bench.launch import jobrecord
 from bench.launch.job import ship_bookkeeping
 
@@ -42,14 +42,14 @@ def test_the_shipped_copy_is_the_packages_own(lib):
 @pytest.mark.parametrize("python", PYTHONS)
 def test_start_then_finish_without_trainer_marks_failed_with_log_tail(python, lib, tmp_path):
     run_dir = tmp_path / "r"
-    schema.update_run_json(run_dir, run_id="r", status="pending", slurm={"job_id": "7"})
+    contract.update_run_json(run_dir, run_id="r", status="pending", slurm={"job_id": "7"})
     r = run(python, lib, ["start", str(run_dir), "enroot 3.5"], tmp_path, SLURM_JOB_ID="7",
             SLURM_JOB_NODELIST="n[1-2]")
     assert r.returncode == 0, r.stderr
     (run_dir / "train.log").write_text("pyxis: importing\nslurmstepd: error: pyxis: failed to import image\n\n")
     r = run(python, lib, ["finish", str(run_dir), "1"], tmp_path)
     assert r.returncode == 0, r.stderr
-    data = schema.load_manifest(run_dir)  # what the host's python wrote follows the contract
+    data = contract.load_manifest(run_dir)  # what the host's python wrote follows the contract
     assert data.status == "failed"
     assert data.message == "the trainer never started (srun exit code 1): slurmstepd: error: pyxis: failed to import image"
     assert (data.slurm.job_id, data.slurm.nodelist) == ("7", "n[1-2]")
@@ -59,44 +59,44 @@ def test_start_then_finish_without_trainer_marks_failed_with_log_tail(python, li
 
 
 def test_finish_keeps_the_trainers_final_status(tmp_path):
-    schema.update_run_json(tmp_path, status="oom", message="CUDA out of memory; try --device_batch_size=16")
+    contract.update_run_json(tmp_path, status="oom", message="CUDA out of memory; try --device_batch_size=16")
     jobrecord.finish(str(tmp_path), "1")
-    data = schema.read_run_json(tmp_path)
+    data = contract.read_run_json(tmp_path)
     assert data["status"] == "oom" and data["message"].startswith("CUDA out of memory")
 
 
 def test_finish_after_a_crash_mid_run(tmp_path):
-    schema.update_run_json(tmp_path, status="running")
+    contract.update_run_json(tmp_path, status="running")
     jobrecord.finish(str(tmp_path), "137")
-    data = schema.read_run_json(tmp_path)
+    data = contract.read_run_json(tmp_path)
     assert data["status"] == "failed"
     assert "ended without recording a final status (srun exit code 137)" in data["message"]
 
 
 def test_a_step_killed_at_its_time_limit_is_a_timeout_not_a_cancel(tmp_path):
-    schema.update_run_json(tmp_path, status="cancelled", message="rank 0: received signal 15")
+    contract.update_run_json(tmp_path, status="cancelled", message="rank 0: received signal 15")
     (tmp_path / "train.log").write_text("0: step 00007/00100 ...\n"
                                         "slurmstepd: error: *** STEP 42.0 ON n1 CANCELLED AT 2026-12-01T10:00:00 "
                                         "DUE TO TIME LIMIT ***\n0: [rank 0] received signal 15: cancelling\n")
     jobrecord.finish(str(tmp_path), "143")
-    data = schema.read_run_json(tmp_path)
+    data = contract.read_run_json(tmp_path)
     assert data["status"] == "timeout" and "DUE TO TIME LIMIT" in data["message"]
 
 
 def test_a_lost_node_is_a_failure_naming_it_not_the_survivors_cancel(tmp_path):
-    schema.update_run_json(tmp_path, status="cancelled", message="rank 0: received SIGTERM (signal 15)")
+    contract.update_run_json(tmp_path, status="cancelled", message="rank 0: received SIGTERM (signal 15)")
     (tmp_path / "train.log").write_text("0: step 00007/00100 ...\nsrun: error: Node failure on n2\n"
                                         "0: [rank 0] received SIGTERM: cancelling\n")
     jobrecord.finish(str(tmp_path), "143")
-    data = schema.read_run_json(tmp_path)
+    data = contract.read_run_json(tmp_path)
     assert data["status"] == "failed" and data["message"] == "a node of the job was lost: srun: error: Node failure on n2"
 
 
 def test_a_finished_run_keeps_ok_whatever_the_log_says(tmp_path):
-    schema.update_run_json(tmp_path, status="ok")
+    contract.update_run_json(tmp_path, status="ok")
     (tmp_path / "train.log").write_text("srun: error: Node failure on n2\n")
     jobrecord.finish(str(tmp_path), "0")
-    assert schema.read_run_json(tmp_path)["status"] == "ok"
+    assert contract.read_run_json(tmp_path)["status"] == "ok"
 
 
 def test_usage_on_bad_arguments(lib, tmp_path):

@@ -87,7 +87,7 @@ def test_resuming(args, resumes):
 
 UPDATE = textwrap.dedent("""
     import sys
-    from bench.schema import Evidence, record_evidence
+    from bench.contract import Evidence, record_evidence
     for i in range(40):
         record_evidence(sys.argv[1], Evidence(source="trainer", kind="exit", exit_code=0, message=str(i)))
 """)
@@ -95,7 +95,7 @@ UPDATE = textwrap.dedent("""
 
 def test_run_json_updates_are_serialised(tmp_path):
     """Two processes each append 40 pieces of evidence to run.json by read-modify-write: none is lost."""
-    from bench.schema import load_manifest, update_run_json
+    from bench.contract import load_manifest, update_run_json
 
     update_run_json(tmp_path, message="0")
     procs = [subprocess.Popen([sys.executable, "-c", UPDATE, str(tmp_path)]) for _ in range(2)]

@@ -9,7 +9,7 @@ import torch
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat.runrecord import RunRecord, classify_failure
-from bench.schema import WORKLOAD, read_run_json, update_run_json
+from bench.contract import WORKLOAD, read_run_json, update_run_json
 
 
 def test_oom_suggests_a_smaller_device_batch_size():

@@ -72,7 +72,8 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["bench/__init__.py", "bench/schema.py", "bench/logline.py", "bench/metrics.py",
+@pytest.mark.parametrize("module", ["bench/__init__.py", *sorted(str(p.relative_to(REPO)) for p in (REPO / "bench/contract").glob("*.py")),
+                                    "bench/logline.py", "bench/metrics.py",
                                     "bench/errors.py", "bench/provenance.py", "bench/nanochat/__init__.py",
                                     "bench/nanochat/runrecord.py",
                                     "bench/workloads/__init__.py", "bench/workloads/base.py",

@@ -19,9 +19,15 @@ import os
 import shlex
 from typing import Mapping, Optional
 
+from bench.errors import BenchError
+
 ENV_EXPECT = "NANOCHAT_BENCH_EXPECT_NET"
 ENV_SETUP = "NANOCHAT_BENCH_NET_SETUP"
 ENV_ALLOW = "NANOCHAT_BENCH_ALLOW_NET"
+
+
+class WrongNetwork(BenchError):
+    """The run's NCCL chose another network than the site's: the run ends as `wrong_network`."""
 
 
 def chosen_network(facts: Mapping[str, object]) -> Optional[str]:

@@ -161,6 +161,34 @@ class Breakdown:
 
 
 @dataclasses.dataclass
+class Data:
+    """What the run trained on: where the shards came from and which tokenizer (bench/nanochat/data_origin.py)."""
+
+    origin: Optional[Literal["generated", "downloaded", "mixed"]] = field(
+        None, "generated (data generate), downloaded (FineWeb-Edu), mixed, or unknown (None)")
+    tokenizer_sha256: Optional[str] = field(None, "sha256 over the tokenizer's files")
+
+
+@dataclasses.dataclass
+class SiteSetup:
+    """The site profile a job was rendered for and the network set-up its runtime got (bench/sites)."""
+
+    name: Optional[str] = field(None, "the profile (alps, infiniband, or a file)")
+    network: Optional[str] = field(None, "slingshot, infiniband or ethernet")
+    nccl_net: Optional[str] = field(None, "the network NCCL must choose between nodes (the gate's expectation)")
+    setup: Optional[str] = field(None, "one line: how the runtime reaches that network")
+    applied: Optional[Dict[str, Any]] = field(None, "what was applied: env, annotations, mounts, devices, flags")
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """The last checkpoint the run saved, so a resubmission can resume from it (--resume_from_step)."""
+
+    step: Optional[int] = field(None, "its step")
+    dir: Optional[str] = field(None, "its directory")
+
+
+@dataclasses.dataclass
 class Attempt:
     job_id: Optional[str] = field(None, "Slurm job of the earlier attempt")
     status: Optional[Status] = field(None, "how it ended")
@@ -204,6 +232,9 @@ class RunManifest:
     network: Network = field(None, "")
     preflight: Preflight = field(None, "")
     breakdown: Breakdown = field(None, "")
+    data: Data = field(None, "")
+    site: SiteSetup = field(None, "")
+    checkpoint: Checkpoint = field(None, "")
     capacity: Optional[Dict[str, Any]] = field(None, "a capacity probe's record: the probe, its outcome and figures "
                                                   "(bench/capacity/probe.py)")
     network_env: Dict[str, str] = field({}, "NCCL_*, FI_*, ... in effect for rank 0")

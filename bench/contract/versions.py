@@ -9,7 +9,9 @@ by every later release. Only an unknown major is a reason not to read a run.
     2    the typed contract (integer 2 until the version became MAJOR.MINOR)
     2.1  `evidence` and its settled status (bench/contract/outcome.py); statuses diverged, wrong_network;
          breakdown.phases_s and breakdown.step_ms retired (nothing read them: the reader computes both
-         from the events), kept without a note where a 2.0 run has them
+         from the events), kept without a note where a 2.0 run has them; `data` (the shards' origin and
+         the tokenizer's hash), `site` (the site profile and network set-up applied), `checkpoint` (the
+         last one saved, for a resubmission to resume from)
 """
 
 from typing import Any, Callable, Dict, List, Tuple

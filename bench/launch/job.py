@@ -142,8 +142,12 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
                                         containerised, opts.numa_binding if gpus else None),
         image=image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None, run_dir=str(run_dir),
         gpus=gpus, ofi_hook=opts.ofi_hook)
+    site = None
     if opts.site is not None:
         spec = apply_site(opts.site, runtime.name, spec)
+        setup = opts.site.network_setup(runtime.name, opts.ofi_hook)
+        site = {"name": opts.site.name, "network": opts.site.network, "nccl_net": opts.site.nccl_net,
+                "setup": setup.setup if gpus else None, "applied": setup.record() if gpus else None}
     if opts.allow_network and gpus:
         spec = replace(spec, env={**spec.env, netgate.ENV_ALLOW: opts.allow_network})
     runtime.check(spec)
@@ -153,7 +157,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
         "world_size": point.ranks, "repeat": point.repeat, "scaling": point.scaling,
         "config": workload.manifest_config(list(point.train_argv)), **dict(point.plan.manifest),
         "val_files_k": point.val_files_k, "ofi_hook": opts.ofi_hook if runtime.ofi_hook else None,
-        "status": "pending",
+        "site": site, "status": "pending",
     }
     return Run(point.run_id, run_dir, runtime, point.nodes, sweep.gpus_per_node, spec, manifest,
                point.time_minutes)

@@ -9,6 +9,14 @@ import torch
 import torch.distributed as dist
 
 from bench import nccl_log, netgate
+from bench.netgate import WrongNetwork
+
+
+def stop_on_wrong_network(nodes: int, ddp: bool, device) -> None:
+    """Raise WrongNetwork (on every rank together) when the gate says so."""
+    why = wrong_network(nodes, ddp, device)
+    if why:
+        raise WrongNetwork(why)
 
 
 def wrong_network(nodes: int, ddp: bool, device) -> Optional[str]:

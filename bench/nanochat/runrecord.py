@@ -35,6 +35,7 @@ from bench.errors import BenchError, DataError, run_dir_error
 from bench.nanochat import runclaim
 from bench.nanochat.common import drain_output
 from bench.nanochat.guard import Diverged, json_safe
+from bench.netgate import WrongNetwork
 from bench.nanochat.heartbeat import Heartbeat, waited_for
 from bench.nanochat.parentwatch import watch_parent
 from bench.contract import (
@@ -296,6 +297,8 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         return Failure("no_data", str(exc))
     if isinstance(exc, Diverged):
         return Failure("diverged", str(exc))
+    if isinstance(exc, WrongNetwork):
+        return Failure("wrong_network", str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
     if isinstance(exc, BenchError):

@@ -42,6 +42,7 @@ from bench.nanochat.guard import DivergenceGuard, check_finite
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
+from bench.nanochat.network_gate import stop_on_wrong_network
 from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time, say
 from bench.nanochat import gcfreeze, preflight, steptimer
 from bench.nanochat.steptimer import NullTimer, StepTimer
@@ -85,6 +86,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         record.update(preflight=pre)
         print0(f"Pre-flight busbw at {pre['bytes'] / 2**20:,.0f} MiB: " +
                ", ".join(f"{c} {bw:.2f} GB/s" for c, bw in pre["busbw_gbps"].items()))
+    # the network gate: NCCL has said which network it took; a multi-node run on another than the site's
+    # stops here, on every rank together, instead of measuring that network (bench/netgate.py)
+    stop_on_wrong_network(topology()[0], ddp, device)
     autocast_ctx = torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16) if device_type == "cuda" else nullcontext()
     synchronize = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
     get_max_memory = torch.cuda.max_memory_allocated if device_type == "cuda" else (lambda: 0)
@@ -99,7 +103,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     # Tokenizer, model shape and batch arithmetic
     tokenizer, token_bytes, vocab_size, vocab_source = vocabulary(config.data_bin_dir, device)
     print0(f"Vocab size: {vocab_size:,} ({vocab_source})")
-    record.update(vocabulary={"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None})
+    record.update(vocabulary={"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None},
+                  data=data_identity_of(config) if master_process else None)  # reads every shard's footer
     if token_bytes is None and config.eval_every > 0:
         print0("Validation bpb: not computed (the bytes per token of these .bin files are unknown)")
     model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len, config.aspect_ratio)
@@ -403,6 +408,18 @@ def network_facts(run_dir: str | None, backend: str | None) -> dict | None:
         return None
     facts = nccl_log.parse_file(os.environ.get("NCCL_DEBUG_FILE", "")) if backend == "nccl" else None
     return {"backend": backend, **(facts or {})}
+
+
+def data_identity_of(config: TrainConfig) -> dict:
+    """run.json's data section: the shards' origin and the tokenizer's hash (for .bin files, their meta.json)."""
+    if config.data_bin_dir:
+        from bench.nanochat.tokbin import read_meta
+
+        meta = read_meta(config.data_bin_dir) or {}
+        return {"origin": meta.get("origin"), "tokenizer_sha256": meta.get("tokenizer_sha256")}
+    from bench.nanochat.data_origin import data_identity
+
+    return data_identity()
 
 
 def default_model_tag(config: TrainConfig, record: RunRecord) -> str:

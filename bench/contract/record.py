@@ -92,6 +92,7 @@ class Launch:
     started_at: Optional[float] = field(None, "when the batch script began this run")
     finished_at: Optional[float] = field(None, "when the launcher saw the run end")
     exit_code: Optional[int] = field(None, "exit status of srun or torchrun")
+    resume_from_step: Optional[int] = field(None, "a resubmitted run's checkpoint step it continues from (timeout)")
     runtime_version: Optional[str] = field(None, "first line of the runtime's --version")
     wall_time_s: Optional[float] = field(None, "wall time from launch to the end of the command (local runs)")
     cpu_time_s: Optional[float] = field(None, "user + system seconds of every process the command started (local runs)")

@@ -17,6 +17,7 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import Point, Sweep, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
+from bench.runtimes.base import OptVar
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.sites import Site, apply as apply_site
@@ -136,7 +137,8 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     containerised = runtime.python is not None
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
     deadline = [Var("run_deadline", workload.deadline_flag)] if workload.deadline_flag else []
-    argv = [*point.train_argv, *deadline]
+    resume = [OptVar("resume_step", workload.resume_flag)] if workload.resume_flag else []  # a resubmitted timeout
+    argv = [*point.train_argv, *deadline, *resume]
     spec = LaunchSpec(
         command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, argv,
                                         containerised, opts.numa_binding if gpus else None),

@@ -6,6 +6,8 @@ It runs on the cluster's python3 outside any container, where the package may no
 
     python3 <sweep>/.lib/jobrecord.py start  RUN_DIR [RUNTIME_VERSION]
     python3 <sweep>/.lib/jobrecord.py finish RUN_DIR EXIT_CODE
+    python3 <sweep>/.lib/jobrecord.py kept RUN_DIR          exit 0: the run is ok already (skip it)
+    python3 <sweep>/.lib/jobrecord.py resume-step RUN_DIR   the checkpoint step a resubmitted run resumes
 
 `finish` records what Slurm wrote into the run's log (a lost node, the time limit) as evidence, and ends
 with contract.close_unfinished, the same last word the local launcher has: a run whose trainer never
@@ -14,6 +16,7 @@ settled by the contract's one rule (bench/contract/outcome.py), not here.
 """
 
 import os
+import re
 import sys
 import time
 
@@ -48,7 +51,9 @@ def finish(run_dir: str, exit_code: str) -> None:
         line = slurm_line(tail, marker)
         if line and kind not in seen:
             seen.add(kind)
+            node = re.search(r"Node failure on (\S+)", line)  # the node a resubmission excludes
             contract.record_evidence(run_dir, contract.Evidence(source="batch_script", kind=kind, exit_code=code,
+                                                                node=node.group(1) if node else None,
                                                                 message=f"{what}: {line}"))
     contract.close_unfinished(run_dir, code, "srun", source="batch_script")
 
@@ -69,12 +74,26 @@ def slurm_line(tail: str, marker: str) -> str:
     return next((line.strip() for line in tail.splitlines() if marker in line), "")
 
 
+def kept(run_dir: str) -> int:
+    """Exit 0 when the run already ended `ok` (an earlier attempt of a resubmitted job): the script skips it."""
+    return 0 if contract.read_run_json(run_dir).get("status") == "ok" else 1
+
+
+def resume_step(run_dir: str) -> None:
+    """Print the step a resubmitted run continues from (its checkpoint), or nothing."""
+    step = (contract.read_run_json(run_dir).get("launch") or {}).get("resume_from_step")
+    if step is not None:
+        print(int(step))
+
+
+COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step}
+
+
 def main(argv) -> int:
-    if len(argv) < 2 or argv[0] not in ("start", "finish"):
+    if len(argv) < 2 or argv[0] not in COMMANDS:
         print(__doc__, file=sys.stderr)
         return 2
-    {"start": start, "finish": finish}[argv[0]](*argv[1:])
-    return 0
+    return COMMANDS[argv[0]](*argv[1:]) or 0
 
 
 if __name__ == "__main__":

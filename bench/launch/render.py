@@ -68,6 +68,7 @@ def run_context(job: Job, run: Run, index: int) -> dict:
     version = run.runtime.version_command()
     return {
         "rendezvous": rendezvous(run), "rdzvport": lib_file(job, rdzvport), "deadline": uses(run, "run_deadline"),
+        "resume": uses(run, "resume_step"),
         "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
         "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
         "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],

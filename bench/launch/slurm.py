@@ -91,9 +91,11 @@ class SlurmCLI:
 
     name = "cli"
 
-    def submit(self, script: Path) -> str:
-        """Submit a script from its own directory (where its relative Slurm log goes); return the job id."""
-        r = _run(["sbatch", "--parsable", script.name], cwd=script.parent)
+    def submit(self, script: Path, exclude: list[str] = ()) -> str:
+        """Submit a script from its own directory (where its relative Slurm log goes); return the job id.
+        `exclude`: nodes the job must not get (sbatch --exclude), e.g. those an earlier attempt lost."""
+        extra = [f"--exclude={','.join(exclude)}"] if exclude else []
+        r = _run(["sbatch", "--parsable", *extra, script.name], cwd=script.parent)
         if r.returncode != 0:
             raise SubmitError(f"sbatch {script} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()}")
         return parse_parsable(r.stdout)

@@ -29,10 +29,16 @@ class RunState:
     slurm_state: str
     status: str
     message: str = ""
+    job_active: bool = False  # its Slurm job is still pending or running (its script may still be writing)
 
     @property
     def done(self) -> bool:
         return self.status in contract.FINAL_STATUSES
+
+    @property
+    def settled(self) -> bool:
+        """Final and its job ended: nothing will write its run directory any more (safe to resubmit)."""
+        return self.done and not self.job_active
 
 
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
@@ -69,7 +75,8 @@ def sweep_status(sweep_dir: Path, backend) -> list[RunState]:
         job = states.get(entry.get("job_id"))
         for run_id in entry["runs"]:
             status, message = _derive(sweep_dir / run_id, job)
-            rows.append(RunState(run_id, entry.get("job_id"), job.state if job else "-", status, message))
+            active = job is not None and not job.terminal and job.state != "UNKNOWN"
+            rows.append(RunState(run_id, entry.get("job_id"), job.state if job else "-", status, message, active))
     return rows
 
 
@@ -95,6 +102,6 @@ def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None
         if summary != last:
             out(f"[{time.strftime('%H:%M:%S')}] {summary}")
             last = summary
-        if all(r.done for r in rows) or (deadline is not None and time.time() > deadline):
+        if all(r.settled for r in rows) or (deadline is not None and time.time() > deadline):
             return rows
         time.sleep(poll_s)

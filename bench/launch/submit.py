@@ -22,7 +22,7 @@ from bench.launch.render import render_sbatch
 SWEEP_JSON = "sweep.json"
 # run.json fields that submit writes (the plan's decisions), kept when a run is submitted again.
 PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes", "gpus_per_node", "world_size",
-                  "repeat", "config", "grad_accum")
+                  "repeat", "config", "grad_accum", "scaling", "val_files_k", "ofi_hook", "site")
 
 
 def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool = False,
@@ -73,11 +73,12 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     return record
 
 
-def submit_job(backend, script: Path, run_dirs: list[Path], entry: dict, out: Callable[[str], None]) -> bool:
+def submit_job(backend, script: Path, run_dirs: list[Path], entry: dict, out: Callable[[str], None],
+               exclude: list[str] = ()) -> bool:
     """sbatch one job and record its id in each run; a refusal marks the runs failed (so `status
     --resubmit-failed` takes them) instead of leaving them pending for ever. True when submitted."""
     try:
-        entry["job_id"] = backend.submit(script)
+        entry["job_id"] = backend.submit(script, exclude=list(exclude)) if exclude else backend.submit(script)
     except SubmitError as e:
         entry["job_id"] = None
         for run_dir in run_dirs:
@@ -92,31 +93,51 @@ def submit_job(backend, script: Path, run_dirs: list[Path], entry: dict, out: Ca
 
 
 def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], None] = print) -> list[str]:
-    """Submit again the jobs holding these runs; the old attempt's files move to attempts/<job id>/."""
+    """Submit again the jobs holding these runs. Only these runs start over (their old attempt's files move
+    to attempts/<job id>/); a run of the same job that ended ok is kept, and the script skips it. A run that
+    ended `timeout` with a checkpoint continues from it (--resume_from_step). Nodes that the old attempt
+    lost are excluded (sbatch --exclude). Each is recorded in the sweep's record."""
     sweep_dir = Path(sweep_dir).absolute()
     record = read_sweep(sweep_dir)
     new_ids = []
     for entry in record["jobs"]:
-        if not run_ids & set(entry["runs"]):
+        again = [r for r in entry["runs"] if r in run_ids]
+        if not again:
             continue
         old = entry.get("job_id")
-        for run_id in entry["runs"]:
-            run_dir = sweep_dir / run_id
-            previous = contract.load_manifest(run_dir)
-            keep = run_dir / "attempts" / str(old or "unsubmitted")
-            keep.mkdir(parents=True, exist_ok=True)
-            for name in (contract.METRICS_JSONL, contract.TRAIN_LOG):
-                if (run_dir / name).exists():
-                    (run_dir / name).replace(keep / name)
-            contract.write_manifest(keep, previous)
-            attempts = [*previous.attempts, contract.Attempt(job_id=old, status=previous.status, message=previous.message)]
-            # What the plan decided stays; what the attempt observed goes with it into attempts/.
-            planned = {k: getattr(previous, k) for k in PLANNED_FIELDS}
-            planned["launch"] = contract.Launch(kind=previous.launch.kind, script=previous.launch.script,
-                                              rendered_at=previous.launch.rendered_at)
-            contract.write_manifest(run_dir, contract.RunManifest(**planned, status="pending", attempts=attempts))
+        lost: set[str] = set()
+        for run_id in again:
+            lost |= reset_for_resubmission(sweep_dir / run_id, old, out)
+        kept = [r for r in entry["runs"] if r not in run_ids]
+        if kept:
+            out(f"{entry['name']}: kept {', '.join(kept)} (ok already); running again {', '.join(again)}")
         entry["previous_job_ids"] = entry.get("previous_job_ids", []) + ([old] if old else [])
-        if submit_job(backend, Path(entry["script"]), [sweep_dir / r for r in entry["runs"]], entry, out):
+        entry["excluded_nodes"] = sorted(set(entry.get("excluded_nodes", [])) | lost)
+        if submit_job(backend, Path(entry["script"]), [sweep_dir / r for r in again], entry, out,
+                      exclude=entry["excluded_nodes"]):
             new_ids.append(entry["job_id"])
         write_sweep(sweep_dir, record)
     return new_ids
+
+
+def reset_for_resubmission(run_dir: Path, old_job: str | None, out: Callable[[str], None]) -> set[str]:
+    """Move the attempt's files to attempts/<job>/ and start the run over from what was planned (from its
+    checkpoint after a timeout); the nodes the attempt lost, for sbatch --exclude."""
+    previous = contract.load_manifest(run_dir)
+    keep = run_dir / "attempts" / str(old_job or "unsubmitted")
+    keep.mkdir(parents=True, exist_ok=True)
+    for name in (contract.METRICS_JSONL, contract.TRAIN_LOG):
+        if (run_dir / name).exists():
+            (run_dir / name).replace(keep / name)
+    contract.write_manifest(keep, previous)
+    attempts = [*previous.attempts, contract.Attempt(job_id=old_job, status=previous.status, message=previous.message)]
+    # What the plan decided stays; what the attempt observed goes with it into attempts/.
+    planned = {k: getattr(previous, k) for k in PLANNED_FIELDS}
+    resume = previous.checkpoint.step if previous.status == "timeout" else None
+    planned["launch"] = contract.Launch(kind=previous.launch.kind, script=previous.launch.script,
+                                        rendered_at=previous.launch.rendered_at, resume_from_step=resume)
+    if resume is not None:
+        planned["checkpoint"] = previous.checkpoint
+        out(f"{previous.run_id}: resumes from its checkpoint of step {resume}")
+    contract.write_manifest(run_dir, contract.RunManifest(**planned, status="pending", attempts=attempts))
+    return {e.node for e in previous.evidence if e.kind == "node_lost" and e.node}

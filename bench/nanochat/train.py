@@ -279,6 +279,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                 save_checkpoint(checkpoint_dir, step, orig_model.state_dict(),
                                 [opt.state_dict() for opt in optimizers], meta, rank=ddp_rank)
                 print0(f"Saved checkpoint of step {step} to {checkpoint_dir}")
+                record.update(checkpoint={"step": step, "dir": str(checkpoint_dir)})  # what a resubmission resumes
 
         if last_step:
             break

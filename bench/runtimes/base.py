@@ -31,11 +31,19 @@ class Var:
             raise ValueError(f"not a shell variable name: {self.name!r}")
 
 
+@dataclass(frozen=True)
+class OptVar(Var):
+    """Like Var, but no token at all while the variable is empty (a flag only some runs get)."""
+
+
 Token = Union[str, Var]
 
 
 def quote_token(token: Token) -> str:
-    """One token as shell text: literal strings quoted by shlex, a Var as `prefix"${name}"`."""
+    """One token as shell text: literal strings quoted by shlex, a Var as `prefix"${name}"`, an OptVar as
+    `${name:+prefix"${name}"}` (nothing when empty)."""
+    if isinstance(token, OptVar):
+        return f'${{{token.name}:+{shlex.quote(token.prefix) if token.prefix else ""}"${{{token.name}}}"}}'
     if isinstance(token, Var):
         return (shlex.quote(token.prefix) if token.prefix else "") + f'"${{{token.name}}}"'
     return shlex.quote(token)

@@ -83,6 +83,7 @@ class Workload:
     # its columns in the plan's table, after ranks: (header, key in PointPlan.columns, format)
     PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()
     deadline_flag: str | None = None  # a flag taking the batch script's deadline (epoch s), if it has one
+    resume_flag: str | None = None  # a flag taking the checkpoint step a resubmitted run continues from
 
     def check(self, argv: list[str], nproc: int) -> None:
         """Refuse flags that cannot work, with one clear line, before any process starts."""

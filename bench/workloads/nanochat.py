@@ -77,6 +77,7 @@ class Nanochat(Workload):
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("total_batch", "total_batch_size", "{:,}"), ("steps", "num_iterations", "{}"))
     deadline_flag = "--deadline="
+    resume_flag = "--resume_from_step="
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.nanochat.config import grad_accum_steps, parse_args

@@ -5,7 +5,7 @@ The ranks here are CPU ranks over gloo, which writes no NCCL log; so a real NCCL
 host whose NCCL chose sockets (tests/assets/nccl/h200-1gpu-Socket.log) is replayed into the gate through
 NCCL_DEBUG_FILE, and the site's expectation is passed as the job renders it for a GPU run on Alps.
 
-    python -m pytest tests/integration/slurm/test_network_gate.py -q
+    python -m pytest tests/integration/slurm/test_slurm_network_gate.py -q
 """
 
 import json

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from bench.contract import ENV_BASE_DIR
+
 DEFAULT_BASE_DIR = Path("~") / ".cache" / "nanochat"  # karpathy/nanochat/nanochat/common.py get_base_dir
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import ConfigError
+from bench.pairs import parse_pairs
 from bench.runtimes import edf
 from bench.contract import write_text_atomic
 
@@ -56,16 +57,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _pairs(items: list[str], flag: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"{flag} {item!r} must be NAME=VALUE")
-        out[key] = value
-    return out
-
-
 def canonical_argv(args: argparse.Namespace) -> list[str]:
     """The flags that reproduce this EDF, in one fixed order (written into the generated file's header)."""
     argv = ["--image", args.image]
@@ -106,9 +97,9 @@ def render(args: argparse.Namespace) -> str:
             _check_one_line(flag, value)
     mounts = ([] if args.no_default_mounts else list(edf.DEFAULT_MOUNTS)) + args.mount
     env = {} if args.no_default_env else dict(edf.DEFAULT_ENV)
-    env.update(_pairs(args.env, "--env"))
+    env.update(parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"))
     annotations = {} if args.no_ofi_hook else edf.ofi_nccl_annotations(args.ofi_variant)
-    annotations.update(_pairs(args.annotation, "--annotation"))
+    annotations.update(parse_pairs(args.annotation, "--annotation", "com.hooks.cxi.enabled=true"))
     command = shlex.join(["nanochat-bench", "edf", *canonical_argv(args)])
     return edf.render_edf(args.image, mounts=mounts, workdir=args.workdir or None, env=env,
                           annotations=annotations, writable=not args.read_only,

@@ -7,13 +7,12 @@ import threading
 import time
 from pathlib import Path
 
-from bench.contract import ENV_BASE_DIR
+from bench import paths
 
 
 def get_base_dir() -> Path:
     """NANOCHAT_BASE_DIR (default ~/.cache/nanochat): shards, tokenizer and checkpoints live here."""
-    base = os.environ.get(ENV_BASE_DIR) or os.path.join(os.path.expanduser("~"), ".cache", "nanochat")
-    path = Path(base)
+    path = Path(paths.base_dir())
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -18,6 +18,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from bench import paths
 from bench.errors import ConfigError, DataError
 
 DEFAULT_CONFIG = Path(__file__).with_name("gpt2_default_config.json")
@@ -168,8 +169,7 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
 
 
 def default_dataset_path() -> Path:
-    base = os.environ.get("NANOCHAT_BASE_DIR") or str(Path.home() / ".cache" / "nanochat")
-    return Path(base) / "base_data_bin"
+    return Path(paths.base_dir()) / "base_data_bin"
 
 
 def train_bin(config: NNTileConfig) -> Path:

@@ -1,1 +1,39 @@
-"""The workload: a nanochat-faithful GPT base-pretraining trainer (model, optimizers, data, loop)."""
+"""The nanochat-faithful code itself: model, optimizers, data, tokenizer, chat data, the trainer.
+
+  adamw.py         sharded AdamW (ZeRO-2), as upstream's nanochat/adamw.py
+  attention.py     causal attention, optionally forced onto the flash-style kernels
+  chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
+  chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
+  chatgen.py       offline stand-ins for the staged chat data (data generate --chat)
+  chatstage.py     data download --chat: stage every chat dataset for offline nodes
+  checkpoint.py    checkpoints in upstream's layout
+  common.py        the base directory, rank-0 printing, dist info
+  compute.py       device and process-group set-up
+  config.py        the trainer's settings: one dataclass, nanochat's flag names
+  corpus.py        an offline text corpus from what ships with Python and the installed packages
+  data_origin.py   where the shards came from and which tokenizer: recorded, then checked
+  dataloader.py    batches by rank: row groups strided over files and ranks
+  dataset.py       shard files on disk: train/val split, generate
+  download.py      FineWeb-Edu shards: parallel, resumable, retried, verified, failing fast
+  fp8.py           --fp8 / --fp8_lm_head: FP8 matmuls with tensorwise dynamic scaling
+  gcfreeze.py      the garbage collector frozen out of the measured steps
+  gpt.py           the GPT of nanochat's base pretraining
+  guard.py         a diverged run ends as diverged (non-finite or exploding loss)
+  heartbeat.py     each rank's sign of life; a silent rank ends the run as hung
+  loss_eval.py     bits per byte
+  memory.py        predicted peak memory per rank, per memory strategy
+  muon.py          Muon and its sharded form
+  network_gate.py  the trainer's side of the network gate: the ranks agree after the pre-flight
+  parallel.py      memory strategies (zero2, fsdp, +ac, +offload) applied from outside the model
+  parentwatch.py   a rank ends when the torchrun agent that started it is gone
+  preflight.py     bus bandwidth of the training collectives before the first step
+  profile.py       one step under torch.profiler
+  runclaim.py      one run per run directory: a lock, a finished run never written over
+  runrecord.py     what a trainer process records, and how failures and signals become evidence
+  steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
+  tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)
+  tokenizer.py     byte-level BPE, trained once, used through tiktoken
+  train.py         base pretraining (upstream's scripts/base_train.py)
+  watchdog.py      how long a collective may wait, from the first to the last
+  tasks/           the chat tasks (upstream's tasks/*.py): SmolTalk, MMLU, GSM8K, ARC, identity, spelling, HumanEval
+"""

@@ -2,6 +2,15 @@
 
 `get(name)` returns a runtime or raises RuntimeConfigError listing the valid names; `names()` lists
 them in the order the help text shows. Each module is small: see bench/runtimes/base.py for the interface.
+
+  apptainer.py  srun apptainer exec --cleanenv --env-file ... IMAGE CMD
+  bare.py       the host's Python, no container: the reference every runtime is compared with
+  base.py       the interface: a launch spec in, srun options and the wrapped command out
+  ce.py         CSCS's Container Engine, srun --environment=<EDF written into the run directory>
+  edf.py        EDF files: the defaults as data and a TOML renderer
+  podman.py     podman and podman-hpc: srun podman run --rm ... IMAGE CMD
+  pyxis.py      NVIDIA's pyxis/enroot: srun --container-image=... --container-mounts=...
+  sarus.py      classic Sarus (srun sarus run ...) and Sarus Suite (srun --edf=<EDF>)
 """
 
 from bench.errors import RuntimeConfigError

@@ -19,10 +19,12 @@ from typing import Dict, Iterable, List, Optional
 
 _VERSION = re.compile(r"NCCL version (\S+)")
 _NETWORK = re.compile(r"Using network (.+?)\s*$")
-_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is (\S+)")
+_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([^\s,]+)")
 _PLUGIN = re.compile(r"NET/Plugin\s*:?\s*(.+?)\s*$")
 _VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS)(/[^\s]*)?")
 _CHANNELS = re.compile(r"(\d+) coll channels")
+_OFI_VERSION = re.compile(r"NET/OFI Initializing aws-ofi-nccl (\S+)")  # the plugin's own banner
+_LIBFABRIC = re.compile(r"NET/OFI Using Libfabric version (\S+)")
 _NET_PLUGINS = ("Socket", "IB")  # built into NCCL; any other network name comes from a plugin
 EVIDENCE_KEEP = 8  # lines kept as evidence in run.json
 
@@ -30,7 +32,7 @@ EVIDENCE_KEEP = 8  # lines kept as evidence in run.json
 def parse(lines: Iterable[str]) -> Dict[str, object]:
     """The network facts of one rank's NCCL INFO lines (absent facts are None; `evidence` quotes them)."""
     facts: Dict[str, object] = {"nccl_version": None, "net": None, "net_provider": None, "net_plugin": None,
-                                "channels": None}
+                                "channels": None, "ofi_plugin_version": None, "libfabric_version": None}
     transports: Dict[str, int] = {}
     evidence: List[str] = []
 
@@ -43,7 +45,8 @@ def parse(lines: Iterable[str]) -> Dict[str, object]:
             continue
         line = raw.strip()
         for key, pattern in (("nccl_version", _VERSION), ("net", _NETWORK), ("net_provider", _PROVIDER),
-                             ("net_plugin", _PLUGIN), ("channels", _CHANNELS)):
+                             ("net_plugin", _PLUGIN), ("channels", _CHANNELS),
+                             ("ofi_plugin_version", _OFI_VERSION), ("libfabric_version", _LIBFABRIC)):
             m = pattern.search(line)
             if m and facts[key] is None:
                 facts[key] = int(m.group(1)) if key == "channels" else m.group(1)

@@ -65,6 +65,8 @@ def software() -> dict:
         except Exception:  # noqa: BLE001 - builds without NCCL
             pass
         info["driver"] = _nvidia_driver()
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        info["cudnn"] = str(cudnn) if cudnn else None
     return info
 
 

@@ -3,7 +3,7 @@
 # containers/apptainer.def. Run where the image was built (after containers/build.sh).
 #   containers/apptainer-build.sh                       nanochat-bench:latest -> $IMAGE_DIR/nanochat-bench.sif
 #   containers/apptainer-build.sh nanochat-bench-deps:latest
-# Then: srun apptainer exec --nv -B $SCRATCH/nanochat-bench/cache:/data $IMAGE_DIR/nanochat-bench.sif nanochat-bench ...
+# Then: srun apptainer exec --nv --no-home -B $SCRATCH/nanochat-bench/cache --env NANOCHAT_BASE_DIR=$SCRATCH/nanochat-bench/cache $IMAGE_DIR/nanochat-bench.sif nanochat-bench ...
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 

@@ -226,7 +226,8 @@ def cmd_render(args) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("plan", help="print a sweep as a table: ranks, batch arithmetic, node-hours",
-                              description="Points (nodes x runtimes x repeats) keeping total_batch_size fixed.")
+                              description="Points (nodes x runtimes x repeats): weak scaling keeps each rank's "
+                                          "device batch x sequence, strong keeps total_batch_size.")
     add_sweep_options(p)
     p.set_defaults(func=cmd_plan)
 

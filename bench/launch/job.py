@@ -17,7 +17,7 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import Point, Sweep, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
-from bench.runtimes.base import OptVar
+from bench.runtimes.base import OptVar, quote_token
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.sites import Site, apply as apply_site
@@ -308,7 +308,8 @@ def write_job(job: Job, script_text: str, manifests: bool = True) -> None:
         run.run_dir.mkdir(parents=True, exist_ok=True)
         if manifests:
             contract.update_run_json(run.run_dir, **run.manifest, launch={
-                "kind": "slurm", "script": str(job.script), "rendered_at": time.time()})
+                "kind": "slurm", "script": str(job.script), "rendered_at": time.time(),
+                "command": [quote_token(t) for line in run.srun_lines() for t in line]})
         run.runtime.write_files(run.spec)
     ship_bookkeeping(job.lib_dir)
     contract.write_text_atomic(job.script, script_text)

@@ -30,7 +30,8 @@ class Apptainer(Runtime):
         return check_image_file(self.name, image, (".sif",), must_exist, allow_dir=True)
 
     def wrap(self, spec):
-        argv = [self.program, "exec", "--cleanenv", f"--env-file={self.env_file(spec)}"]
+        # --no-home: $HOME stays out, as CSCS advises (stale per-user caches such as ~/.triton break runs)
+        argv = [self.program, "exec", "--cleanenv", "--no-home", f"--env-file={self.env_file(spec)}"]
         if spec.gpus:
             argv.append("--nv")
         for m in spec.mounts:

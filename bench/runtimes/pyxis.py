@@ -26,8 +26,9 @@ class Pyxis(Runtime):
             opts.append(f"--container-workdir={spec.workdir}")
         if spec.env:
             opts.append("--container-env=" + ",".join(env_names(spec.env)))
-        # $HOME stays out: stale per-user caches there (~/.triton) break runs.
-        opts.append("--no-container-mount-home")
+        # $HOME stays out: stale per-user caches there (~/.triton) break runs. Writable: Triton and
+        # torch.compile write their caches into the container's own filesystem.
+        opts += ["--no-container-mount-home", "--container-writable"]
         return opts
 
     def version_command(self):

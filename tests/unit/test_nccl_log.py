@@ -37,3 +37,17 @@ def test_sockets_are_named_with_the_line_that_proves_it():
 def test_no_file_no_facts(tmp_path):
     assert nccl_log.parse_file(str(tmp_path / "none.log")) is None
     assert nccl_log.parse(["a line without the library's name"])["nccl_version"] is None
+
+
+def test_the_ofi_plugin_and_libfabric_versions_are_read():
+    """aws-ofi-nccl's own banner lines (no Slingshot host here: the lines are written as the plugin prints them)."""
+    from bench import nccl_log
+
+    facts = nccl_log.parse([
+        "nid001:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.14.0",
+        "nid001:1:1 [0] NCCL INFO NET/OFI Using Libfabric version 1.22",
+        "nid001:1:1 [0] NCCL INFO NET/OFI Selected provider is cxi, fabric is cxi (found 4 nics)",
+        "nid001:1:1 [0] NCCL INFO Using network AWS Libfabric",
+    ])
+    assert (facts["ofi_plugin_version"], facts["libfabric_version"]) == ("1.14.0", "1.22")
+    assert facts["net"] == "AWS Libfabric" and facts["net_provider"] == "cxi"

@@ -37,7 +37,7 @@ def test_pyxis_options(tmp_path):
     assert opts == ["--container-image=/img/nb.sqsh", "--container-mounts=/s:/s,/data:/d:ro",
                     "--container-workdir=/workspace/nanochat-bench",
                     "--container-env=NANOCHAT_BASE_DIR,NANOCHAT_BENCH_RUN_DIR,NCCL_DEBUG_SUBSYS",
-                    "--no-container-mount-home"]
+                    "--no-container-mount-home", "--container-writable"]
     assert argv == list(CMD)
 
 
@@ -45,7 +45,7 @@ def test_apptainer_exec_with_nv_only_on_gpus(tmp_path):
     s = spec(tmp_path, image="/img/nb.sif")
     _, argv = launch("apptainer", s)
     env_file = tmp_path / "apptainer.env"
-    assert argv == ["apptainer", "exec", "--cleanenv", f"--env-file={env_file}", "--nv", "--bind=/s:/s",
+    assert argv == ["apptainer", "exec", "--cleanenv", "--no-home", f"--env-file={env_file}", "--nv", "--bind=/s:/s",
                     "--bind=/data:/d:ro", "--pwd=/workspace/nanochat-bench", "/img/nb.sif", *CMD]
     # literal values from a file: --env would split NCCL_DEBUG_SUBSYS=INIT,NET at its comma
     assert runtimes.get("apptainer").write_files(s) == [env_file]

@@ -147,7 +147,8 @@ def _ancestors() -> set[int]:
 @functools.lru_cache(maxsize=4)
 def _ancestors_of(pid: int) -> frozenset[int]:
     found, pid = set(), os.getppid()
-    while pid > 1 and pid not in found:
+    # down to pid 1 included: in a container the launcher itself is often pid 1 (podman run ... smoke)
+    while pid >= 1 and pid not in found:
         found.add(pid)
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()

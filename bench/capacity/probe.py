@@ -213,10 +213,12 @@ class _Reaper:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, lifetime.SIGNALS)  # a second Ctrl-C waits for this
         try:
             why = error.args[0] if isinstance(error, lifetime.Stopped) else kind.__name__
-            update_run_json(self.run_dir, status="cancelled", message=f"the capacity sweep was stopped ({why}) "
-                            "while this probe ran; it runs again when the sweep is resumed", finished_at=time.time())
             _kill_tree(self.proc)
             self.proc.wait()
+            # last, once nothing of the probe is left to write its run.json (a probe still starting up would
+            # otherwise record its own `pending` over this)
+            update_run_json(self.run_dir, status="cancelled", message=f"the capacity sweep was stopped ({why}) "
+                            "while this probe ran; it runs again when the sweep is resumed", finished_at=time.time())
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 

@@ -179,12 +179,13 @@ def cmd_status(args) -> int:
     print(status.format_status(rows))
     failed = {r.run_id for r in rows if r.status in status.RESUBMITTABLE}
     if args.resubmit_failed:
-        busy = sorted(r.run_id for r in rows if r.run_id in failed and r.job_active)
-        if busy:  # its batch script is still writing the run directory: resetting it now would lose that
-            print(f"not yet: the job of {', '.join(busy)} is still {rows[0].slurm_state if len(rows) == 1 else 'active'}; "
-                  f"resubmit once it has ended (nanochat-bench status {args.sweep} --wait)")
-        if failed - set(busy):
-            submit.resubmit(args.sweep, failed - set(busy), backend)
+        active = [r for r in rows if r.run_id in failed and r.job_active]
+        if active:  # its batch script is still writing the run directory: resetting it now would lose that
+            print(f"not yet: the job of {', '.join(f'{r.run_id} ({r.slurm_state})' for r in active)} has not "
+                  f"ended; resubmit once it has (nanochat-bench status {args.sweep} --wait)")
+        busy = {r.run_id for r in active}
+        if failed - busy:
+            submit.resubmit(args.sweep, failed - busy, backend)
         elif not busy:
             print("nothing to resubmit")
         return 0

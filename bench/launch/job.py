@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench import contract, netgate, workloads
+from bench import contract, netgate, sites, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import Point, Sweep, slurm_time
@@ -20,7 +20,7 @@ from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
 from bench.runtimes.base import OptVar, quote_token
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
-from bench.sites import Site, apply as apply_site
+from bench.sites import Site
 
 # Rendezvous ports 20000-29999, below Linux's ephemeral range: 100 per job (job id % 100), one per run in
 # the job, so no two runs of one allocation (and no two recent jobs on shared nodes) share a port.
@@ -146,10 +146,8 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
         gpus=gpus, ofi_hook=opts.ofi_hook)
     site = None
     if opts.site is not None:
-        spec = apply_site(opts.site, runtime.name, spec)
-        setup = opts.site.network_setup(runtime.name, opts.ofi_hook)
-        site = {"name": opts.site.name, "network": opts.site.network, "nccl_net": opts.site.nccl_net,
-                "setup": setup.setup if gpus else None, "applied": setup.record() if gpus else None}
+        spec = sites.apply(opts.site, runtime.name, spec)
+        site = sites.record(opts.site, runtime.name, spec)
     if opts.allow_network and gpus:
         spec = replace(spec, env={**spec.env, netgate.ENV_ALLOW: opts.allow_network})
     runtime.check(spec)

@@ -10,7 +10,7 @@ A job rendered for a site gets the site's network set-up for its runtime by defa
 a variable, and what was applied is recorded in run.json. `load("alps")` or `load("my-site.toml")`.
 """
 
-from bench.sites.apply import apply, network_setup
+from bench.sites.apply import apply, record
 from bench.sites.profile import NETWORKS, NetworkSetup, Partition, Site, load, names
 
-__all__ = ["apply", "network_setup", "NETWORKS", "NetworkSetup", "Partition", "Site", "load", "names"]
+__all__ = ["apply", "record", "NETWORKS", "NetworkSetup", "Partition", "Site", "load", "names"]

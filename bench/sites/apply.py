@@ -12,16 +12,11 @@ from bench.runtimes.base import LaunchSpec, Mount
 from bench.sites.profile import NetworkSetup, Site
 
 
-def network_setup(site: Site, runtime: str, ofi_hook: str = "default") -> NetworkSetup:
-    """The set-up a run of `runtime` gets on `site`; `--ofi-hook on` keeps the hook set-up, `off` drops it."""
-    return site.network_setup(runtime, ofi_hook)
-
-
 def apply(site: Site, runtime: str, spec: LaunchSpec) -> LaunchSpec:
     """`spec` with the site's network set-up for `runtime` (a CPU run gets none: gloo uses TCP)."""
     if not spec.gpus:
         return spec
-    setup = network_setup(site, runtime, spec.ofi_hook)
+    setup = site.network_setup(runtime, spec.ofi_hook)
     env = {**setup.env, **spec.env}
     if site.nccl_net:
         env.setdefault(netgate.ENV_EXPECT, site.nccl_net)
@@ -30,3 +25,10 @@ def apply(site: Site, runtime: str, spec: LaunchSpec) -> LaunchSpec:
     # `--ofi-hook on` on a site whose set-up has no hook annotations still asks for the hook (bench/runtimes/ce.py).
     annotations = dict(setup.annotations) if setup.annotations and spec.ofi_hook != "on" else None
     return replace(spec, env=env, mounts=mounts, annotations=annotations, devices=setup.devices, flags=setup.flags)
+
+
+def record(site: Site, runtime: str, spec: LaunchSpec) -> dict:
+    """run.json's `site`: the profile, and for a GPU run the set-up its runtime got (as apply() applied it)."""
+    setup: NetworkSetup | None = site.network_setup(runtime, spec.ofi_hook) if spec.gpus else None
+    return {"name": site.name, "network": site.network, "nccl_net": site.nccl_net,
+            "setup": setup.setup if setup else None, "applied": setup.record() if setup else None}

@@ -26,6 +26,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torchrun_main
 
 from bench import contract
+from bench.launch import numabind
 from bench.nanochat.heartbeat import waited_for
 
 SHUTDOWN_TIMEOUT_S = 10
@@ -101,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     bound_shutdown()
     run_dir = os.environ.get(contract.ENV_RUN_DIR)
     try:
-        torchrun_main(sys.argv[1:] if argv is None else argv)
+        torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        torchrun_main(torchrun_argv)
     except ChildFailedError as e:
         rank, failure = first_failure(e)
         cause = describe(rank, failure)

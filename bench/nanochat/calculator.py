@@ -8,7 +8,8 @@ evaluation is upstream's too (eval with empty builtins, 3 s), but in a sandboxed
 between a model's text and eval, so it is not trusted alone. Any error gives None, as upstream.
 
 The value comes back exactly: ints and floats in hex, other literals as their repr; a value that
-is no literal (a bound method, say) comes back as an object whose str() is the one the sandbox saw.
+is no literal (a bound method, say) comes back as an object whose str() is the one the sandbox saw,
+which is all the engine uses (it inserts str(result) after output_start).
 """
 
 from __future__ import annotations
@@ -24,26 +25,19 @@ FORBIDDEN = ("__", "import", "exec", "eval", "compile", "open", "file", "input",
              "locals", "vars", "dir", "getattr", "setattr", "delattr", "hasattr")
 TIMEOUT_S = 3.0  # upstream's eval_with_timeout
 
-# Runs in the sandbox: the expression arrives as a literal, the value leaves as one tagged line.
-_PROGRAM = '''
+# Runs in the sandbox: the expression goes in as a literal; out come its kind, its exact text (hex
+# or repr, one line) and, for a literal, the str() the engine would insert (the rest of the output).
+_PROGRAM = """
 import warnings
 warnings.simplefilter("ignore", SyntaxWarning)
 value = eval({expr!r}, {{"__builtins__": {{}}}}, {{}})
 if type(value) is int:
-    line = "int " + hex(value)
+    print("int", hex(value), sep="\\n", end="")
 elif type(value) is float:
-    line = "float " + value.hex()
-elif value is ...:
-    line = "literal ..."
+    print("float", value.hex(), sep="\\n", end="")
 else:
-    try:
-        line = "literal " + repr(value)
-        if ast.literal_eval(line[8:]) != value:
-            raise ValueError
-    except Exception:
-        line = "text " + str(value)
-print(line, end="")
-'''
+    print("literal", "..." if value is ... else repr(value), str(value), sep="\\n", end="")
+"""
 
 
 class CalculatorText:
@@ -63,7 +57,7 @@ def use_calculator(expr: str) -> object | None:
     expr = expr.replace(",", "")
     if not allowed(expr):
         return None
-    result = execute_code("import ast\n" + _PROGRAM.format(expr=expr), timeout_s=TIMEOUT_S)
+    result = execute_code(_PROGRAM.format(expr=expr), timeout_s=TIMEOUT_S)
     return _decode(result.stdout) if result.success else None
 
 
@@ -77,17 +71,18 @@ def allowed(expr: str) -> bool:
     return not any(name in lowered for name in FORBIDDEN) and ".count(" in expr
 
 
-def _decode(line: str) -> object | None:
-    tag, _, payload = line.partition(" ")
+def _decode(output: str) -> object | None:
+    """The value as the sandbox printed it; a repr that is no literal comes back as its str()."""
+    kind, _, rest = output.partition("\n")
+    text, _, shown = rest.partition("\n")
     try:
-        if tag == "int":
-            return int(payload, 16)
-        if tag == "float":
-            return float.fromhex(payload)
-        if tag == "literal":
-            return ast.literal_eval(payload)
-        if tag == "text":
-            return CalculatorText(payload)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        pass
-    return None
+        if kind == "int":
+            return int(text, 16)
+        if kind == "float":
+            return float.fromhex(text)
+        if kind != "literal":
+            return None
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return CalculatorText(shown) if kind == "literal" else None
+    return value if repr(value) == text or value is ... else CalculatorText(shown)

@@ -38,7 +38,6 @@ off are switched off too, so the same programs fail.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -76,15 +75,14 @@ def execute_code(program: str, timeout_s: float = 5.0, memory_mib: int = 256) ->
         paths = {name: os.path.join(base, name) for name in ("program.py", "stdout", "stderr", "status")}
         with open(paths["program.py"], "w", encoding="utf-8") as f:
             f.write(program)
-        config = {"program": paths["program.py"], "work": work, "timeout_s": timeout_s,
-                  "memory_bytes": int(memory_mib) << 20, "namespaces": bool(_unshare_command()),
-                  "read_dirs": _stdlib_dirs()}
         watch_r, watch_w = os.pipe()  # the child ends when this end closes: the parent is gone
         try:
             with open(paths["stdout"], "wb") as out, open(paths["stderr"], "wb") as err, \
                     open(paths["status"], "wb") as status:
-                config["status_fd"], config["watch_fd"] = status.fileno(), watch_r
-                rc, killed = _run_child(config, out, err, pass_fds=(status.fileno(), watch_r),
+                args = [paths["program.py"], work, repr(float(timeout_s)), str(int(memory_mib) << 20),
+                        "1" if _unshare_command() else "0", str(status.fileno()), str(watch_r),
+                        *_stdlib_dirs()]
+                rc, killed = _run_child(args, work, out, err, pass_fds=(status.fileno(), watch_r),
                                         deadline_s=timeout_s + KILL_GRACE_S)
         finally:
             os.close(watch_r)
@@ -101,12 +99,12 @@ def isolation() -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------------- parent side
 
-def _run_child(config: dict, out, err, pass_fds, deadline_s: float) -> tuple[int | None, bool]:
+def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float) -> tuple[int | None, bool]:
     """Start the child, wait until `deadline_s`, then kill its process group: (returncode, killed)."""
-    command = _unshare_command() + [sys.executable, "-I", "-S", CHILD, json.dumps(config)]
+    command = _unshare_command() + [sys.executable, "-I", "-S", CHILD, *args]
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                env=dict(CLEAN_ENV), cwd=config["work"], start_new_session=True,
+                                env=dict(CLEAN_ENV), cwd=work, start_new_session=True,
                                 pass_fds=pass_fds, close_fds=True)
     except OSError as e:
         err.write(f"sandbox: could not start {command[0]}: {e}\n".encode())
@@ -166,19 +164,16 @@ def _read_capped(path: str) -> str:
 
 
 def _read_status(path: str) -> tuple[tuple[str, ...], dict | None]:
-    """The child's two lines: the layers once they are up, then the verdict (None where it never came)."""
+    """The child's report: the layers once they are up, then the verdict (None where it never came)."""
     with open(path, "rb") as f:
         lines = f.read(1 << 16).decode("utf-8", errors="replace").splitlines()
-    records = []
-    for line in lines[:2]:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        records.append(record if isinstance(record, dict) else {})
-    layers = records[0].get("isolation", []) if records else []
-    verdict = records[1] if len(records) > 1 and "success" in records[1] else None
-    return tuple(str(x) for x in layers) if isinstance(layers, list) else (), verdict
+    layers = tuple(lines[0].split()[1:]) if lines and lines[0].startswith("isolation") else ()
+    fields = lines[1].split() if len(lines) > 1 else []
+    if len(fields) != 4 or fields[0] != "verdict" or not set(fields[1:]) <= {"0", "1"}:
+        return layers, None
+    success, timeout, memory = (flag == "1" for flag in fields[1:])
+    error = None if success else lines[2][:500] if len(lines) > 2 else "Execution failed"
+    return layers, {"success": success, "timeout": timeout, "memory_exceeded": memory, "error": error}
 
 
 def _result(rc: int | None, killed: bool, stdout: str, stderr: str,
@@ -189,10 +184,8 @@ def _result(rc: int | None, killed: bool, stdout: str, stderr: str,
     if verdict is None:
         return ExecutionResult(False, stdout, stderr, _no_result_reason(rc, stderr), False,
                                "MemoryError" in stderr, layers)
-    error = verdict.get("error")
-    return ExecutionResult(verdict["success"] is True, stdout, stderr,
-                           None if error is None else (str(error).splitlines() or [""])[0][:500],
-                           verdict.get("timeout") is True, verdict.get("memory_exceeded") is True, layers)
+    return ExecutionResult(verdict["success"], stdout, stderr, verdict["error"], verdict["timeout"],
+                           verdict["memory_exceeded"], layers)
 
 
 def _no_result_reason(rc: int | None, stderr: str) -> str:

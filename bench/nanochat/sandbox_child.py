@@ -1,14 +1,16 @@
 """The sandboxed side of bench/nanochat/sandbox.py: fence this interpreter in, run the program, report.
 
-Started as `python -I -S sandbox_child.py CONFIG` (stdlib only, and few imports: every call of the
-calculator tool pays for them). Order matters: what needs a right (mounting, reading the program)
+Started as `python -I -S sandbox_child.py PROGRAM WORK TIMEOUT_S MEMORY_BYTES NAMESPACES STATUS_FD
+WATCH_FD READ_DIR...` (stdlib only, and few imports: every call of the calculator tool pays for
+them, which is also why its report to the parent is plain lines, not JSON). The report: a line
+`isolation LAYER...` once the fences are up, then `verdict SUCCESS TIMEOUT MEMORY_EXCEEDED` and,
+on failure, a line with the error. Order matters: what needs a right (mounting, reading the program)
 comes before the fences; the watch thread starts after them, since Landlock and seccomp bind the
 calling thread and the threads it starts, not threads already running.
 """
 
 import ctypes
 import errno
-import json
 import os
 import signal
 import struct
@@ -25,29 +27,38 @@ class TimeoutException(Exception):
     pass
 
 
-def main(config: dict) -> None:
-    with open(config["program"], encoding="utf-8") as f:
+def main(argv: list) -> None:
+    program, work, timeout_s, memory_bytes, namespaces, status_fd, watch_fd, *read_dirs = argv
+    run(program, work, float(timeout_s), int(memory_bytes), namespaces == "1", int(status_fd),
+        int(watch_fd), read_dirs)
+
+
+def run(program_path: str, work: str, timeout_s: float, memory_bytes: int, namespaces: bool,
+        status_fd: int, watch_fd: int, read_dirs: list) -> None:
+    with open(program_path, encoding="utf-8") as f:
         program = f.read()
     layers = []
-    if config["namespaces"]:
+    if namespaces:
         layers.append("userns+netns+pidns")
-        if _mount_tmpfs(config["work"]):
+        if _mount_tmpfs(work):
             layers.append("tmpfs-workdir")
-    os.chdir(config["work"])  # after the mount: the tmpfs, not the directory under it
-    _set_limits(config["memory_bytes"], config["timeout_s"])
+    os.chdir(work)  # after the mount: into the tmpfs, not the directory under it
+    _set_limits(memory_bytes, timeout_s)
     layers.append("rlimits")
-    abi = _landlock(config["work"], config["read_dirs"])
+    abi = _landlock(work, read_dirs)
     if abi:
         layers.append(f"landlock-{abi}")
     if _seccomp():
         layers.append("seccomp")
-    _start_parent_watch(config["watch_fd"])
-    os.write(config["status_fd"], json.dumps({"isolation": layers}).encode() + b"\n")
+    _start_parent_watch(watch_fd)
+    os.write(status_fd, ("isolation " + " ".join(layers) + "\n").encode())
     _disable_like_upstream()
-    status = _run_program(program, config["timeout_s"])
+    status = _run_program(program, timeout_s)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.write(config["status_fd"], json.dumps(status).encode() + b"\n")
+    verdict = " ".join(str(int(status[key])) for key in ("success", "timeout", "memory_exceeded"))
+    error = "" if status["error"] is None else " ".join(status["error"].split()) + "\n"
+    os.write(status_fd, f"verdict {verdict}\n{error}".encode("utf-8", errors="replace"))
     os._exit(0)  # the program's atexit handlers and threads do not outlive its verdict
 
 
@@ -94,7 +105,7 @@ def _set_limits(memory_bytes: int, timeout_s: float) -> None:
 
 
 def _start_parent_watch(watch_fd: int) -> None:
-    import threading
+    import _thread  # built in; threading would cost an import on every call
 
     def watch():
         try:
@@ -102,15 +113,18 @@ def _start_parent_watch(watch_fd: int) -> None:
         finally:
             os._exit(137)  # as a pid namespace's first process, this ends every process in it
 
-    threading.Thread(target=watch, daemon=True).start()
+    _thread.start_new_thread(watch, ())
 
 
 def _disable_like_upstream() -> None:
-    """What upstream's reliability_guard switches off, switched off here too: the same programs fail."""
+    """What upstream's reliability_guard switches off, switched off here too: the same programs fail.
+
+    Upstream also switches off shutil.rmtree/move/chown and subprocess.Popen; importing those
+    modules here would cost every call, and they fail all the same: shutil's helpers call the os
+    functions below, and a new process is refused by seccomp or (without it) Landlock's no-execute.
+    """
     import builtins
     import faulthandler
-    import shutil
-    import subprocess
 
     faulthandler.disable()
     builtins.exit = builtins.quit = builtins.help = None
@@ -118,8 +132,6 @@ def _disable_like_upstream() -> None:
                  "forkpty", "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod",
                  "fchown", "chmod", "chown", "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"):
         setattr(os, name, None)
-    shutil.rmtree = shutil.move = shutil.chown = None
-    subprocess.Popen = None
     for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
         sys.modules[name] = None
     if sys.stdin is not None:
@@ -266,4 +278,4 @@ def _assemble(prog: list) -> bytes:
 
 
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    main(sys.argv[1:])

@@ -45,11 +45,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 OUTPUT_CAP_BYTES = 1 << 20  # stdout and stderr each, as read back
 KILL_GRACE_S = 1.0  # the parent kills this long after the program's own timer should have fired
+GROUP_GONE_S = 2.0  # how long a killed process group may take to disappear (reaping included)
 CLEAN_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
 UNSHARE_FLAGS = ["--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--mount-proc",
                  "--kill-child"]
@@ -109,22 +111,44 @@ def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float
     except OSError as e:
         err.write(f"sandbox: could not start {command[0]}: {e}\n".encode())
         return None, False
-    killed = False
     try:
-        proc.wait(timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        killed = True
+        killed = not _exited(proc.pid, deadline_s)
     finally:
-        _kill_group(proc.pid)  # also whatever the program left behind in its group
+        # The group's id stays reserved while its leader is unreaped: kill first, then reap.
+        _kill_group(proc.pid)  # whatever is left of it: the program, or what it started
         proc.wait()
+        _wait_group_gone(proc.pid)
     return proc.returncode, killed
+
+
+def _exited(pid: int, within_s: float) -> bool:
+    """Whether `pid` exits within `within_s`, leaving it unreaped (WNOWAIT)."""
+    end, delay = time.monotonic() + within_s, 0.001
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= end:
+            return False
+        time.sleep(delay)
+        delay = min(2 * delay, 0.02)
+    return True
 
 
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
+        pass  # only the leader was left
+
+
+def _wait_group_gone(pgid: int) -> None:
+    """A killed `unshare` leaves its child (the pid namespace's first process) to die and be reaped
+    a moment later by another process: wait for that, a bounded time."""
+    end = time.monotonic() + GROUP_GONE_S
+    try:
+        while time.monotonic() < end:
+            os.killpg(pgid, 0)  # raises once no process of the group is left
+            time.sleep(0.005)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @lru_cache(maxsize=1)

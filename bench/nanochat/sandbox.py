@@ -15,7 +15,8 @@ operating system fences it, layer by layer, each used where the host offers it:
               namespace exists, so the program cannot fill the host's disk
   namespaces  `unshare` user + network + pid + mount namespaces where unprivileged user namespaces
               are allowed: no network interface but a down loopback, no other process visible
-  Landlock    (Linux >= 5.13) reads only the Python standard library, writes only the work dir:
+  Landlock    (Linux >= 5.13) reads only the Python standard library and the system's shared
+              libraries (/lib, /usr/lib, ...), writes only the work dir:
               the run directory, $HOME, /proc of other processes are out of reach; TCP connect and
               bind refused (ABI >= 4); signals and abstract sockets stay inside (ABI >= 6)
   seccomp     (x86_64, aarch64) no new process (fork, vfork, clone without CLONE_THREAD), no
@@ -33,7 +34,9 @@ the interpreter that reports it), as upstream's can; it still reaches nothing ou
 Scoring follows upstream: a program passes iff it runs to its end without an exception, within
 `timeout_s` (a timer inside, then the parent's kill one second later) and `memory_mib`; it runs with
 empty globals, so `if __name__ == "__main__":` blocks do not run; the functions upstream switches
-off are switched off too, so the same programs fail.
+off are switched off too, so the same programs fail. One difference remains: only the standard
+library is importable here, while upstream's forked child still has what the evaluating process had
+imported (numpy, with torch): a program importing numpy fails here and may pass there.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ GROUP_GONE_S = 2.0  # how long a killed process group may take to disappear (rea
 CLEAN_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
 UNSHARE_FLAGS = ["--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--mount-proc",
                  "--kill-child"]
+SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib",
+                       "/etc/ld.so.cache")  # read-only to the program; no /etc beyond the loader's cache
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 
 
@@ -168,7 +173,8 @@ def _unshare_command() -> list[str]:
 
 @lru_cache(maxsize=1)
 def _stdlib_dirs() -> list[str]:
-    """What the program may read: the standard library of this interpreter (the child's too)."""
+    """What the program may read: this interpreter's standard library (the child's too) and the
+    shared libraries its extension modules load (libcrypto for hashlib, libz for zlib, ...)."""
     import _json
     import _struct
 
@@ -177,6 +183,8 @@ def _stdlib_dirs() -> list[str]:
     dirs.add(os.path.realpath(os.path.dirname(os.__file__)))
     dirs.update(os.path.realpath(os.path.dirname(m.__file__)) for m in (_json, _struct)
                 if getattr(m, "__file__", None))  # lib-dynload, wherever this build keeps it
+    dirs.update(os.path.realpath(d) for d in (*SYSTEM_LIBRARY_DIRS, os.path.join(sys.base_prefix, "lib"))
+                if os.path.exists(d))
     return sorted(dirs)
 
 

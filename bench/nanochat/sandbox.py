@@ -76,7 +76,9 @@ class ExecutionResult:
 
 def execute_code(program: str, timeout_s: float = 5.0, memory_mib: int = 256) -> ExecutionResult:
     """Run `program` fenced off (see the module docstring); never raises for what the program does."""
-    with tempfile.TemporaryDirectory(prefix="nanochat-sandbox-") as base:
+    if not timeout_s > 0 or not memory_mib > 0:
+        raise ValueError(f"execute_code: timeout_s ({timeout_s}) and memory_mib ({memory_mib}) must be > 0")
+    with tempfile.TemporaryDirectory(prefix="nanochat-sandbox-", ignore_cleanup_errors=True) as base:
         work = os.path.join(base, "work")
         os.mkdir(work, 0o700)
         paths = {name: os.path.join(base, name) for name in ("program.py", "stdout", "stderr", "status")}
@@ -117,7 +119,7 @@ def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float
         err.write(f"sandbox: could not start {command[0]}: {e}\n".encode())
         return None, False
     try:
-        killed = not _exited(proc.pid, deadline_s)
+        killed = not _exited(proc, deadline_s)
     finally:
         # The group's id stays reserved while its leader is unreaped: kill first, then reap.
         _kill_group(proc.pid)  # whatever is left of it: the program, or what it started
@@ -126,10 +128,16 @@ def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float
     return proc.returncode, killed
 
 
-def _exited(pid: int, within_s: float) -> bool:
-    """Whether `pid` exits within `within_s`, leaving it unreaped (WNOWAIT)."""
+def _exited(proc: subprocess.Popen, within_s: float) -> bool:
+    """Whether the child exits within `within_s`, left unreaped (WNOWAIT) where the OS allows."""
+    if not hasattr(os, "waitid"):  # reaped at once: its group id could then be reused before the kill
+        try:
+            proc.wait(timeout=within_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
     end, delay = time.monotonic() + within_s, 0.001
-    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         if time.monotonic() >= end:
             return False
         time.sleep(delay)
@@ -164,7 +172,7 @@ def _unshare_command() -> list[str]:
         return []
     command = [unshare, *UNSHARE_FLAGS, "--"]
     try:
-        probe = subprocess.run(command + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        probe = subprocess.run(command + ["true"], check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, env=dict(CLEAN_ENV), timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return []

@@ -1,4 +1,4 @@
-"""Model-written code runs sandboxed (bench/nanochat/sandbox.py): hostile "completions" fail, nothing outside is touched.
+"""Model-written code runs sandboxed (bench/nanochat/sandbox.py): hostile "completions" fail, nothing outside changes.
 
     python -m pytest tests/unit/nanochat/test_sandbox.py -q
 
@@ -135,14 +135,14 @@ def hostile_programs(world) -> dict[str, tuple[str, str]]:
         "write into the run directory": (f"open({str(run_dir / 'run.json')!r}, 'w').write('{{}}')\n", "files"),
         "a new file in the run directory": (f"open({str(run_dir / 'evil')!r}, 'x').write('x')\n", "files"),
         "list $HOME": (f"import os\nprint(os.listdir({str(world['home'])!r}))\n", "files"),
-        "socket to a local server": (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-                                     "s.sendall(b'leak')\ns.close()\n", "network"),
-        "/proc/self/environ": (f"data = open('/proc/self/environ', 'rb').read()\nprint(data)\n"
-                               f"assert b'{SECRET}' in data\n", "always"),
-        "the parent's /proc/PID/environ": (f"data = open('/proc/{parent}/environ', 'rb').read()\nprint(data)\n"
-                                           f"assert b'{SECRET}' in data\n", "other processes"),
-        "os.environ": (f"import os\nprint(dict(os.environ))\n"
-                       f"assert '{SECRET}' in str(os.environ) or 'SLURM_JOB_ID' in os.environ\n", "always"),
+        "socket to a local server": ((f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+                                      "s.sendall(b'leak')\ns.close()\n"), "network"),
+        "/proc/self/environ": ((f"data = open('/proc/self/environ', 'rb').read()\nprint(data)\n"
+                                f"assert b'{SECRET}' in data\n"), "always"),
+        "the parent's /proc/PID/environ": ((f"data = open('/proc/{parent}/environ', 'rb').read()\nprint(data)\n"
+                                            f"assert b'{SECRET}' in data\n"), "other processes"),
+        "os.environ": ((f"import os\nprint(dict(os.environ))\n"
+                        f"assert '{SECRET}' in str(os.environ) or 'SLURM_JOB_ID' in os.environ\n"), "always"),
     }
 
 
@@ -222,8 +222,9 @@ def test_output_is_captured_and_capped():
 
 def test_a_program_ends_when_the_evaluating_process_is_killed(tmp_path):
     """The evaluator killed mid-program (Slurm's SIGKILL, say): the sandbox goes with it, no orphan."""
-    parent = subprocess.Popen([sys.executable, "-c", "from bench.nanochat.sandbox import execute_code\n"
-                               "execute_code('import time\\ntime.sleep(60)', timeout_s=60)"],
+    evaluator = ("from bench.nanochat.sandbox import execute_code\n"
+                 "execute_code('import time\\ntime.sleep(60)', timeout_s=60)")
+    parent = subprocess.Popen([sys.executable, "-c", evaluator],
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
                                    "TMPDIR": str(tmp_path)})  # its temporary dir stays behind: it was killed
     deadline = time.monotonic() + 20

@@ -82,7 +82,7 @@ def execute_code(program: str, timeout_s: float = 5.0, memory_mib: int = 256) ->
         work = os.path.join(base, "work")
         os.mkdir(work, 0o700)
         paths = {name: os.path.join(base, name) for name in ("program.py", "stdout", "stderr", "status")}
-        with open(paths["program.py"], "w", encoding="utf-8") as f:
+        with open(paths["program.py"], "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(program)
         watch_r, watch_w = os.pipe()  # the child ends when this end closes: the parent is gone
         try:

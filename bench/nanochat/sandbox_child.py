@@ -35,7 +35,7 @@ def main(argv: list) -> None:
 
 def run(program_path: str, work: str, timeout_s: float, memory_bytes: int, namespaces: bool,
         status_fd: int, watch_fd: int, read_dirs: list) -> None:
-    with open(program_path, encoding="utf-8") as f:
+    with open(program_path, encoding="utf-8", errors="surrogatepass") as f:
         program = f.read()
     layers = []
     if namespaces:
@@ -54,8 +54,11 @@ def run(program_path: str, work: str, timeout_s: float, memory_bytes: int, names
     os.write(status_fd, ("isolation " + " ".join(layers) + "\n").encode())
     _disable_like_upstream()
     status = _run_program(program, timeout_s)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # closed or past FSIZE by the program: the verdict still goes out
+            pass
     verdict = " ".join(str(int(status[key])) for key in ("success", "timeout", "memory_exceeded"))
     error = "" if status["error"] is None else " ".join(status["error"].split()) + "\n"
     os.write(status_fd, f"verdict {verdict}\n{error}".encode("utf-8", errors="replace"))

@@ -216,6 +216,8 @@ def test_upstreams_verdicts_exit_stdin_and_main_blocks_fail_or_stay_silent_as_th
     assert not execute_code("input()\n").success  # stdin is closed
     assert execute_code("if __name__ == '__main__':\n    raise SystemExit(1)\n").success  # empty globals
     assert "TypeError" in execute_code("import os\nos.remove('x')\n").error  # switched off, as upstream
+    for garbled in ("a\x00b", "x = '\ud800'\n", "def f(:\n"):  # what a tokenizer may hand over: a failure
+        assert not execute_code(garbled).success
 
 
 def test_output_is_captured_and_capped():

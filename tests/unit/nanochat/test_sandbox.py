@@ -274,3 +274,17 @@ def host_offers() -> set[str]:
 
 def test_every_layer_the_host_offers_is_in_force():
     assert host_offers() <= set(isolation()), f"offered {sorted(host_offers())}, in force {isolation()}"
+
+
+@pytest.mark.parametrize("module", ["sandbox.py", "sandbox_child.py", "calculator.py"])
+def test_the_sandbox_is_standard_library_only(module):
+    import ast
+
+    path = Path(CHILD).parent / module
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    assert names <= set(sys.stdlib_module_names) | {"bench", "__future__"}, names

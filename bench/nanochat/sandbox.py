@@ -15,6 +15,7 @@ operating system fences it, layer by layer, each used where the host offers it:
               namespace exists, so the program cannot fill the host's disk
   namespaces  `unshare` user + network + pid + mount namespaces where unprivileged user namespaces
               are allowed: no network interface but a down loopback, no other process visible
+              (user + network alone where a new /proc is refused, as in some containers)
   Landlock    (Linux >= 5.13) reads only the Python standard library and the system's shared
               libraries (/lib, /usr/lib, ...), writes only the work dir:
               the run directory, $HOME, /proc of other processes are out of reach; TCP connect and
@@ -56,8 +57,11 @@ OUTPUT_CAP_BYTES = 1 << 20  # stdout and stderr each, as read back
 KILL_GRACE_S = 1.0  # the parent kills this long after the program's own timer should have fired
 GROUP_GONE_S = 2.0  # how long a killed process group may take to disappear (reaping included)
 CLEAN_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-UNSHARE_FLAGS = ["--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--mount-proc",
-                 "--kill-child"]
+UNSHARE_TRIES = (  # (the layer's name, unshare's flags), the fullest first: a container may refuse a new /proc
+    ("userns+netns+pidns", ["--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--mount-proc",
+                            "--kill-child"]),
+    ("userns+netns", ["--user", "--map-root-user", "--net"]),
+)
 SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib",
                        "/etc/ld.so.cache")  # read-only to the program; no /etc beyond the loader's cache
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
@@ -89,7 +93,7 @@ def execute_code(program: str, timeout_s: float = 5.0, memory_mib: int = 256) ->
             with open(paths["stdout"], "wb") as out, open(paths["stderr"], "wb") as err, \
                     open(paths["status"], "wb") as status:
                 args = [paths["program.py"], work, repr(float(timeout_s)), str(int(memory_mib) << 20),
-                        "1" if _unshare_command() else "0", str(status.fileno()), str(watch_r),
+                        _unshare()[0] or "-", str(status.fileno()), str(watch_r),
                         *_stdlib_dirs()]
                 rc, killed = _run_child(args, work, out, err, pass_fds=(status.fileno(), watch_r),
                                         deadline_s=timeout_s + KILL_GRACE_S)
@@ -110,7 +114,7 @@ def isolation() -> tuple[str, ...]:
 
 def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float) -> tuple[int | None, bool]:
     """Start the child, wait until `deadline_s`, then kill its process group: (returncode, killed)."""
-    command = _unshare_command() + [sys.executable, "-I", "-S", CHILD, *args]
+    command = _unshare()[1] + [sys.executable, "-I", "-S", CHILD, *args]
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 env=dict(CLEAN_ENV), cwd=work, start_new_session=True,
@@ -165,18 +169,22 @@ def _wait_group_gone(pgid: int) -> None:
 
 
 @lru_cache(maxsize=1)
-def _unshare_command() -> list[str]:
-    """`unshare` with new user, network, pid and mount namespaces, or [] where that cannot run."""
+def _unshare() -> tuple[str, list[str]]:
+    """The namespaces this host lets `unshare` make (a layer's name) and the command, or ("", [])."""
     unshare = shutil.which("unshare", path=os.environ.get("PATH", "") + os.pathsep + "/usr/bin:/bin")
     if unshare is None or not sys.platform.startswith("linux"):
-        return []
-    command = [unshare, *UNSHARE_FLAGS, "--"]
-    try:
-        probe = subprocess.run(command + ["true"], check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=dict(CLEAN_ENV), timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return command if probe.returncode == 0 else []
+        return "", []
+    for layer, flags in UNSHARE_TRIES:
+        command = [unshare, *flags, "--"]
+        try:
+            probe = subprocess.run(command + ["true"], check=False, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(CLEAN_ENV),
+                                   timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return layer, command
+    return "", []
 
 
 @lru_cache(maxsize=1)

@@ -105,13 +105,12 @@ def world(tmp_path, monkeypatch):
 def fences(layers: tuple[str, ...]) -> set[str]:
     """Which kinds of attack the layers in force stop (the module docstring says which layer does what)."""
     landlock = [int(x.split("-")[1]) for x in layers if x.startswith("landlock-")]
-    namespaces = "userns+netns+pidns" in layers
     kinds = {"always"}
     if landlock:
         kinds.add("files")
-    if namespaces or landlock:
+    if "userns+netns+pidns" in layers or landlock:
         kinds.add("other processes")
-    if namespaces or "seccomp" in layers or (landlock and landlock[0] >= 4):
+    if any("netns" in x for x in layers) or "seccomp" in layers or (landlock and landlock[0] >= 4):
         kinds.add("network")
     if "seccomp" in layers or os.getuid() != 0:  # RLIMIT_NPROC spares root
         kinds.add("new processes")
@@ -190,9 +189,9 @@ def test_the_network_is_out_of_reach_and_the_record_says_by_what(world):
 
 def test_without_namespaces_the_other_layers_still_hold_and_say_so(world, monkeypatch):
     """Where `unshare` cannot run (a container without user namespaces): forced here by leaving it out."""
-    monkeypatch.setattr(sandbox, "_unshare_command", lambda: [])
+    monkeypatch.setattr(sandbox, "_unshare", lambda: ("", []))
     result = execute_code(f"open({str(world['run_dir'] / 'evil')!r}, 'x')\n", timeout_s=2.0)
-    assert "userns+netns+pidns" not in result.isolation and "rlimits" in result.isolation
+    assert not any("netns" in x for x in result.isolation) and "rlimits" in result.isolation
     assert set(result.isolation) >= host_offers() - {"userns+netns+pidns"}
     if "files" in fences(result.isolation):
         assert not result.success and not (world["run_dir"] / "evil").exists()
@@ -288,3 +287,19 @@ def test_the_sandbox_is_standard_library_only(module):
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
     assert names <= set(sys.stdlib_module_names) | {"bench", "__future__"}, names
+
+
+def test_user_and_network_namespaces_alone_where_a_new_proc_is_refused(world, monkeypatch):
+    """Some containers refuse `--mount-proc`: the sandbox then keeps the user and network namespaces."""
+    import shutil
+
+    layer, flags = sandbox.UNSHARE_TRIES[1]
+    unshare = shutil.which("unshare")
+    if unshare is None or "userns+netns+pidns" not in host_offers():
+        pytest.skip("no user namespaces on this host")
+    monkeypatch.setattr(sandbox, "_unshare", lambda: (layer, [unshare, *flags, "--"]))
+    assert execute_code(HUMANEVAL_OK).isolation[0] == "userns+netns"
+    probe = f"import socket\nsocket.create_connection(('127.0.0.1', {world['listener'].port}), timeout=2)\n"
+    assert not execute_code(probe, timeout_s=3.0).success
+    time.sleep(0.3)
+    assert world["listener"].accepted == [] and sandbox_processes() == []

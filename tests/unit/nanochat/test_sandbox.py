@@ -155,7 +155,7 @@ def test_hostile_completions_fail_touch_nothing_and_the_evaluation_goes_on(world
     programs.append(("correct HumanEval program", HUMANEVAL_OK))
     results = {}
     for name, program in programs:  # as an evaluation would: one after the other, each scored
-        results[name] = execute_code(program, timeout_s=1.0)
+        results[name] = execute_code(program, timeout_s=5.0 if program is HUMANEVAL_OK else 1.0)
         assert sandbox_processes() == [], f"{name}: a process outlived the call"
     for name, result in results.items():
         want = name == "correct HumanEval program"

@@ -72,7 +72,7 @@ def random_expressions(n: int, seed: int = 0) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--random", type=int, default=300, help="random expressions as well (default 300)")
+    parser.add_argument("--random", type=int, default=400, help="random expressions as well (default 400)")
     args = parser.parse_args()
     upstream_dir = os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat")
     theirs = upstream_calculator(upstream_dir)

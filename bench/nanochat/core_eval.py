@@ -112,8 +112,12 @@ def score(model, seqs: list[list[int]], starts: list[int], ends: list[int], task
     if task_type == LANGUAGE_MODELING:
         s, e = starts[0], ends[0]
         return bool(torch.equal(logits[0, s - 1:e - 1].argmax(dim=-1), ids[0, s:e]))
-    mean_losses = [F.cross_entropy(logits[i, s - 1:e - 1].float(), ids[i, s:e], reduction="none").mean().item()
-                   for i, (s, e) in enumerate(zip(starts, ends))]
+    # per-position losses against the inputs shifted by one, as upstream computes them; a span that starts at
+    # 0 (options identical to the end) slices [-1:e-1], which is empty: its mean is nan, as upstream's
+    losses = F.cross_entropy(logits.flatten(0, 1), ids.roll(-1, dims=1).flatten(), reduction="none")
+    losses = losses.view(ids.shape)
+    losses[:, -1] = float("nan")  # the last position has no target
+    mean_losses = [losses[i, s - 1:e - 1].mean().item() for i, (s, e) in enumerate(zip(starts, ends))]
     return mean_losses.index(min(mean_losses)) == gold
 
 

@@ -22,7 +22,8 @@ import importlib
 from bench.errors import ConfigError
 
 # name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
-_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile"}
+_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile",
+            "base_loss": "bench.workloads.base_loss", "base_eval": "bench.workloads.base_eval"}
 DEFAULT = "nanochat"
 
 

@@ -113,7 +113,7 @@ def main() -> int:
     print(f"{'samples (7, greedy, 16 tokens)':<36} {len(up_samples):>12} "
           f"{'equal' if up_samples == our_samples else 'DIFFER':>14}")
     up_core = csv_rows(theirs_core)
-    for label in up_core.keys() | ours_core.keys():
+    for label in list(up_core) + [k for k in ours_core if k not in up_core]:
         theirs, ours = up_core.get(label), ours_core.get(label)
         same = theirs is not None and ours is not None and all(
             (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 5e-7)

@@ -5,6 +5,8 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     base.py       the interface, and what a plan holds (PointPlan) and is given (PointContext, Estimate)
     stage.py      what every nanochat stage under torchrun shares (its module, its parser, its commands)
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
+    base_loss.py  the base_loss stage: train/val bpb of a base checkpoint (split_tokens rounded per rank count)
+    base_eval.py  the base_eval stage: the CORE metric of a base checkpoint
     torchrun.py   the one torchrun command line (local and under Slurm)
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
@@ -22,7 +24,9 @@ import importlib
 from bench.errors import ConfigError
 
 # name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
-_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile"}
+_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile",
+            "base_loss": "bench.workloads.base_loss",
+            "base_eval": "bench.workloads.base_eval"}
 DEFAULT = "nanochat"
 
 

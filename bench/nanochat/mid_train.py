@@ -138,8 +138,7 @@ def mid_train(config: MidConfig, record: RunRecord):
     record.emit("model_ready", num_params=num_params, flops_per_token=num_flops_per_token)
     record.update(num_params=num_params, flops_per_token=num_flops_per_token, grad_accum=grad_accum,
                   vocabulary={"vocab_size": tokenizer.get_vocab_size(), "source": "tokenizer", "bpb": True},
-                  data=chat_data_identity() if session.master else None,
-                  base_checkpoint={"dir": meta["checkpoint_dir"], "step": meta["step"]})
+                  data=chat_data_identity() if session.master else None)
 
     # ----------------------------------------------------------------------------------------------
     # Fresh optimizers at the base LRs x init_lr_frac (Muon for the matrices, AdamW for the rest)
@@ -181,6 +180,7 @@ def mid_train(config: MidConfig, record: RunRecord):
     min_val_bpb, val_bpb = float("inf"), None
     smooth_train_loss, ema_beta = 0.0, 0.9
     total_training_time, progress, step, dt = 0.0, 0.0, 0, 0.0
+    mfu = debiased_smooth_loss = None
     guard = DivergenceGuard(floor=math.log(orig_model.config.vocab_size))
     stopped_early = False
     timer = steptimer.StepTimer(session.device_type)  # the step split: fwd+bwd, exposed comm, optimizer, data
@@ -274,7 +274,7 @@ def mid_train(config: MidConfig, record: RunRecord):
     else:
         record.update(num_iterations=step)
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
-               "final_val_bpb": val_bpb, "steps": step}
+               "final_val_bpb": val_bpb, "final_mfu": mfu, "final_loss": debiased_smooth_loss}
     if stopped_early:
         message = (f"stopped at step {step} to end before the time limit (--deadline); the checkpoint of step "
                    f"{step} is in {checkpoint_dir}" if not config.dry_run else

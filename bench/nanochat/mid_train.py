@@ -12,6 +12,7 @@ until the first rank's data wraps (or --num_iterations batches): flat LR, then a
 20 % of the data's progress; Muon's momentum ramps 0.85 -> 0.95 over 300 steps. Validation bpb at step 0,
 every --eval_every steps and the last; the checkpoint goes to mid_checkpoints/d<depth> (or --model_tag).
 Output: nanochat's lines on rank 0; with NANOCHAT_BENCH_RUN_DIR, run.json and metrics.jsonl.
+The settings (MidConfig) import no torch: the planner parses them on login nodes.
 """
 
 import os
@@ -24,13 +25,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 
-import torch
-
 from bench.contract import field as _f
 from bench.errors import ConfigError
 from bench.logline import format_progress_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
-from bench.nanochat import stagerun, steptimer
 from bench.nanochat.config import LEARNING_RATES, RunSettings, grad_accum_steps, parse_config
 from bench.nanochat.common import print0
 from bench.nanochat.guard import DivergenceGuard, check_finite
@@ -100,6 +98,9 @@ def parse_args(argv: list[str]) -> MidConfig:
 
 def mid_train(config: MidConfig, record: RunRecord):
     """The whole mid-training run; returns (summary, status, message)."""
+    import torch
+
+    from bench.nanochat import stagerun, steptimer
     from bench.nanochat.checkpoint import load_model, phase_dir, save_checkpoint
     from bench.nanochat.loss_eval import evaluate_bpb
     from bench.nanochat.midloader import MidLoader
@@ -288,6 +289,8 @@ def mid_train(config: MidConfig, record: RunRecord):
 def out_of_time(deadline: float, dt: float, ddp: bool, device) -> bool:
     """Whether the next step would end after `deadline` (epoch s); every rank gets the same answer (a tiny
     all-reduce a step, only with a deadline), so no rank steps into a collective the others left."""
+    import torch
+
     if deadline <= 0 or dt == 0.0:
         return False
     late = torch.tensor([float(time.time() + 1.5 * dt > deadline)], device=device)
@@ -309,6 +312,8 @@ def chat_data_identity() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.nanochat import stagerun
+
     return stagerun.main(mid_train, parse_args, argv)
 
 

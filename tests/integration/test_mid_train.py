@@ -120,3 +120,16 @@ def test_impossible_batch_arithmetic_is_refused_before_any_process(mid_base, tmp
     assert rc == 1 and len(err) == 1 and not (tmp_path / "run").exists()
     assert "--total_batch_size=256 is not a multiple of device_batch_size x max_seq_len x world_size = 3 x 64 x 2" \
         in err[0] and "--device_batch_size=2 | 1" in err[0]
+
+
+@pytest.mark.slow
+def test_the_deadline_ends_it_as_timeout_with_a_checkpoint(mid_base, tmp_path):
+    import time
+
+    base = tmp_path / "base"
+    shutil.copytree(mid_base, base, ignore=shutil.ignore_patterns("mid_checkpoints"))
+    # the first step ends after this deadline (start-up alone takes longer), so the stage stops after it
+    rc, stderr, run = run_stage(base, tmp_path / "run", f"--deadline={time.time() + 1:.0f}")
+    assert rc == 0 and run["status"] == "timeout", (stderr, run.get("message"))
+    assert "stopped at step 1 to end before the time limit (--deadline)" in run["message"]
+    assert run["checkpoint"]["step"] == 1 and (base / "mid_checkpoints" / "d2" / "model_000001.pt").is_file()

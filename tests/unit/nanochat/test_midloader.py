@@ -93,3 +93,16 @@ def test_flags_and_defaults_are_upstreams():
                       ("--model_tag=../x", "none '.' or '..'"), ("--device_batch_sise=2", "did you mean")):
         with pytest.raises(ConfigError, match=says):
             parse_args([bad])
+
+
+def test_the_step_line_is_upstreams_and_parses():
+    from bench.logline import format_progress_step_line, parse_step_line
+
+    line = format_progress_step_line(42, 12.5, 1.2345678, 0.5, 0.48712, 1076234.9, 47.521, 20.4)
+    assert line == ("step 00042 (12.50%) | loss: 1.234568 | lrm: 0.50 | dt: 487.12ms | tok/sec: 1,076,234 | "
+                    "mfu: 47.52 | total time: 0.34m")
+    upstream = "step 00809 (100.00%) | loss: 1.019811 | lrm: 0.00 | dt: 487.30ms | tok/sec: 1,075,906 | mfu: " \
+               "47.49 | total time: 9.88m"  # a line of upstream's mid_train
+    parsed = parse_step_line(upstream)
+    assert parsed["step"] == 809 and parsed["num_iterations"] is None and parsed["loss"] == 1.019811
+    assert parse_step_line(line)["tok_per_sec"] == 1076234

@@ -199,7 +199,8 @@ def mid_train(config: MidConfig, record: RunRecord):
         with session.watchdog.relaxed():  # validation and the save may keep ranks apart a while
             if config.eval_every > 0 and not stopped_early and (last_step or step % config.eval_every == 0):
                 model.eval()
-                eval_steps = config.eval_tokens // (B * T * world_size)
+                # upstream's count; at least one batch (upstream's 0 would print an infinite bpb)
+                eval_steps = max(1, config.eval_tokens // (B * T * world_size))
                 with session.autocast():
                     val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
                 check_finite(step, val_bpb, "validation bpb")

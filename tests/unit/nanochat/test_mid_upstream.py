@@ -18,7 +18,9 @@ PYTHON = os.environ.get("UPSTREAM_PYTHON", "/tmp/h10-venv/bin/python")
 
 
 def _has_datasets(python: str) -> bool:
-    return Path(python).is_file() and subprocess.run([python, "-c", "import datasets"], capture_output=True).returncode == 0
+    if not Path(python).is_file():
+        return False
+    return subprocess.run([python, "-c", "import datasets"], capture_output=True).returncode == 0
 
 
 @pytest.mark.slow

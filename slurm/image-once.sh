@@ -10,7 +10,7 @@
 set -uo pipefail
 kind=$1 product=$2 image=$3
 node=${SLURMD_NODENAME:-$(hostname)}
-fail() { echo "nanochat-bench: node $node: image $image: $*"; exit 1; }
+fail() { rm -f "$product.part"; echo "nanochat-bench: node $node: image $image: $*"; exit 1; }
 if ! { mkdir -p "$(dirname "$product")" && exec 9>"$product.lock" && flock 9; }; then fail "cannot lock $product.lock"; fi
 if [ -e "$product" ] && { [ -s "$product" ] || [ "$kind" = sarusctl ]; }; then
     echo "image $image: $product, made once for this sweep"

@@ -81,6 +81,7 @@ def test_podman_loads_the_image_on_both_nodes_before_the_run(
     run_dir = sweep / "n2-podman-r1"
     run = read_run_json(run_dir)
     log = "".join(p.read_text() for p in run_dir.glob("slurm-*.log"))
+    print(log[-4000:])
     assert code == 0 and run["status"] == "ok", (run["status"], run.get("message"), log[-3000:])
 
     # Each node loaded the image into its own storage, from the archive, before the run.

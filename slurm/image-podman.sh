@@ -6,14 +6,20 @@
 set -uo pipefail
 program=$1 image=$2 archive=${3:-}
 node=${SLURMD_NODENAME:-$(hostname)}
-if "$program" image exists "$image"; then
-    echo "node $node: image $image is present"
-    exit 0
-fi
 if [ "$program" = podman-hpc ]; then
+    # podman-hpc adds its squash store to `images` and `run` only (not to `image exists`): look in its listing
+    case ${image##*/} in *:*) ;; *) image=$image:latest ;; esac  # the listing names the tag
+    if "$program" images --format '{{.Repository}}:{{.Tag}}' | grep -qxF -e "$image" -e "localhost/$image"; then
+        echo "node $node: image $image is in the squash store"
+        exit 0
+    fi
     echo "nanochat-bench: node $node: image $image is not in podman-hpc's squash store; migrate it first" \
         "(podman-hpc migrate $image, or containers/podman-hpc.sh --migrate-only)"
     exit 1
+fi
+if "$program" image exists "$image"; then
+    echo "node $node: image $image is present"
+    exit 0
 fi
 if [ -z "$archive" ]; then
     echo "nanochat-bench: node $node: image $image is not in this node's $program storage; load it on every" \

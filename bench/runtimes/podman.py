@@ -62,9 +62,10 @@ class PodmanHPC(Podman):
         return ["--gpu", "--nccl"]  # driver libraries; host libfabric + aws-ofi-nccl plugin
 
     def image_step(self, spec):
+        # its squash store is added to `images` and `run` only, so the id comes from the listing
         return ImageStep("a check that each node sees the image in the squash store of podman-hpc", PER_NODE,
                          (self.program, spec.image), per_node=True,
-                         id_command=(self.program, "image", "inspect", "--format={{.Id}}", spec.image))
+                         id_command=(self.program, "images", "--no-trunc", "--format={{.Id}}", spec.image))
 
     def version_command(self):
         return [self.program, "infohpc"]  # it has no --version; infohpc's first line is "Podman-HPC Version: X"

@@ -302,8 +302,15 @@ def partition_limit(opts: LaunchOptions):
     return opts.site.partition(opts.partition)  # an unknown partition is an error naming the known ones
 
 
+# The image step runs outside a run's own srun limit, so the job gives it time of its own: on the test cluster,
+# two nodes loading the 2.1 GB test image at once took 86 s (tests/integration/slurm/test_slurm_podman_images.py);
+# NGC-based images are ~10x that, on nodes that read and write faster than this 2-core test machine.
+IMAGE_STEP_MINUTES = 10
+
+
 def job_minutes(runs: list[Run]) -> int:
-    return sum(r.time_minutes + 1 for r in runs)  # a minute each for the bookkeeping around a run
+    """A minute each for the bookkeeping around a run, and time for its image step where it has one."""
+    return sum(r.time_minutes + 1 + (IMAGE_STEP_MINUTES if r.image_step else 0) for r in runs)
 
 
 # The interactive guide's own steps before training, estimated as the plan estimates a run (allowance_minutes).

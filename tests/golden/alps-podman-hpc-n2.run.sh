@@ -37,7 +37,7 @@ if [ "$rc" -eq 0 ]; then
     image_step "$run_dir" 'a check that each node sees the image in the squash store of podman-hpc' srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 \
     bash /scratch/nb/sweeps/golden/.lib/image-podman.sh podman-hpc localhost/nanochat-bench:latest || rc=$?
 fi
-if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --id "$(podman-hpc image inspect '--format={{.Id}}' localhost/nanochat-bench:latest 2>/dev/null || true)"; fi  # the image's digest or id
+if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --id "$(podman-hpc images --no-trunc '--format={{.Id}}' localhost/nanochat-bench:latest 2>/dev/null || true)"; fi  # the image's digest or id
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint

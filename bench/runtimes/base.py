@@ -116,8 +116,9 @@ class ImageStep:
 
 
 # enroot's version, named: `enroot version` prints the number alone (pyxis and CE run on enroot)
-ENROOT_VERSION = ["sh", "-c", 'v=$(enroot version) && echo "enroot $v"']
+ENROOT_VERSION = ("sh", "-c", 'v=$(enroot version) && echo "enroot $v"')
 IMAGES_DIR = ".images"  # <sweep>/.images: the images made once per sweep (.sqsh, .sif), their locks and digests
+
 
 def inner(spec: LaunchSpec) -> list[Token]:
     """The command as the container (or host) starts it: under `env -u NAME` for each variable to unset."""

@@ -66,7 +66,7 @@ class ContainerEngine(Runtime):
         return [path]
 
     def version_command(self):
-        return ENROOT_VERSION  # CE is pyxis + enroot underneath; no command we know prints CE's own release
+        return list(ENROOT_VERSION)  # CE is pyxis + enroot underneath; no command we know prints CE's own release
 
     def srun_options(self, spec):
         # An absolute path: relative ones would be read from srun's cwd, and bare names from EDF_PATH.

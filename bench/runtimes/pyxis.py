@@ -51,4 +51,4 @@ class Pyxis(Runtime):
                          ("enroot", spec.image, spec.image_source), per_node=False, digest_file=spec.image)
 
     def version_command(self):
-        return ENROOT_VERSION
+        return list(ENROOT_VERSION)

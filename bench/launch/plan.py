@@ -70,6 +70,11 @@ def parse_minutes(text: str) -> int:
     return minutes
 
 
+def allowance_minutes(est_hours: float) -> int:
+    """The time a step is given for an estimate: a quarter and ten minutes to spare, in whole five minutes."""
+    return 5 * math.ceil((est_hours * 60 * 1.25 + 10) / 5)
+
+
 def slurm_time(minutes: int) -> str:
     """Whole minutes as Slurm's [D-]HH:MM:SS."""
     d, rest = divmod(minutes, 24 * 60)
@@ -249,7 +254,7 @@ class Sweep:
             return parse_minutes(self.time)
         if est_hours is None:
             return DEFAULT_RUN_MINUTES
-        return max(DEFAULT_RUN_MINUTES, 5 * math.ceil((est_hours * 60 * 1.25 + 10) / 5))
+        return max(DEFAULT_RUN_MINUTES, allowance_minutes(est_hours))
 
     def shards_needed(self) -> int | None:
         """Shards to download for the largest point: its training tokens (upstream's 52M a shard, with

@@ -139,10 +139,12 @@ class Output:
 
 
 def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
-              workload: str = workloads.DEFAULT, python: str | None = None) -> int:
-    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
+              workload: str = workloads.DEFAULT, python: str | None = None, overwrite: bool = False) -> int:
+    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log.
+    `overwrite`: a run already in run_dir is deleted first (else it is refused, unless resumed)."""
     run_dir = Path(run_dir)
-    claim(run_dir, refuse_finished=True, resume=resuming(train_args))  # one run per directory (nanochat/runclaim.py)
+    # one run per directory (nanochat/runclaim.py)
+    claim(run_dir, refuse_finished=True, resume=resuming(train_args), overwrite=overwrite)
     cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
     try:
         output = Output(run_dir / contract.TRAIN_LOG)

@@ -328,7 +328,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         if step > WARMUP_STEPS:
             total_training_time += dt
         print0(format_step_line(step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec,
-                                mfu if mfu is not None else 0.0, total_training_time, grad_norm))
+                                mfu, total_training_time, grad_norm))
         watchdog.arm(dt)  # from the slowest step so far: the first one's compilation is the floor
         gcfreeze.after_step(step, first=not first_step_done)  # outside the timed region
         if not first_step_done:

@@ -19,6 +19,7 @@ from dataclasses import MISSING, dataclass, fields
 from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
 from bench.errors import ConfigError
 from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
+from bench.nanochat.join import JOIN_TIMEOUT_S
 
 
 
@@ -77,6 +78,9 @@ class TrainConfig:
                                   "samples and checkpoints (bench/nanochat/watchdog.py)")
     heartbeat_timeout_s: float = _f(SILENT_AFTER_S, "a rank whose heartbeat is silent this long ends the run as "
                                                     "`hung`, naming it, at any stage (0 = off)")
+    join_timeout_s: float = _f(JOIN_TIMEOUT_S, "a rank that has not joined the process group this long after this one "
+                                               "did ends the run as `hung`, naming it (0 = the backend's own "
+                                               "timeout: 10 min NCCL, 30 min gloo)")
     strategy: str = _f("zero2", "memory strategy (bench/nanochat/parallel.py): zero2 (sharded optimizers, "
                                 "replicated parameters) or fsdp (FSDP2), each optionally +ac (activation "
                                 "checkpointing per block); fsdp also +offload (parameters, gradients and "
@@ -98,7 +102,8 @@ class TrainConfig:
                 raise ConfigError(f"--{name}={value}: give a count >= 0, or -1 to {meaning}")
         if self.target_flops < 0 and self.target_flops != -1:
             raise ConfigError(f"--target_flops={self.target_flops}: give FLOPs > 0, or -1 to turn it off")
-        for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)")):
+        for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)"),
+                                ("join_timeout_s", "0 (off)")):
             value = getattr(self, name)
             if not (value >= WATCHDOG_MIN_S or value == 0 or value == -1 and name == "watchdog_s"):
                 raise ConfigError(f"--{name}={value:g}: give {sentinels} or at least {WATCHDOG_MIN_S:g} s (a stopped "

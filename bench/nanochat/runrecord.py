@@ -37,6 +37,7 @@ from bench.nanochat.common import drain_output
 from bench.nanochat.guard import Diverged, json_safe
 from bench.netgate import WrongNetwork
 from bench.nanochat.heartbeat import Heartbeat, waited_for
+from bench.nanochat.join import NotJoined
 from bench.nanochat.parentwatch import watch_parent
 from bench.contract import (
     ENV_RUN_DIR,
@@ -299,6 +300,8 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         return Failure("diverged", str(exc))
     if isinstance(exc, WrongNetwork):
         return Failure("wrong_network", str(exc))
+    if isinstance(exc, NotJoined):
+        return Failure("hung", str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
     if isinstance(exc, BenchError):

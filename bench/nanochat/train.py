@@ -73,7 +73,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     device_type = config.device_type or autodetect_device_type()
     if not config.device_type:
         print0(f"Autodetected device type: {device_type}")
-    ddp, ddp_rank, ddp_local_rank, ddp_world_size, device = compute_init(device_type)
+    ddp, ddp_rank, ddp_local_rank, ddp_world_size, device = compute_init(device_type, config.join_timeout_s)
     master_process = ddp_rank == 0
     backend = torch.distributed.get_backend() if ddp else None
     watchdog = Watchdog(config.watchdog_s, ddp)  # every collective from here on is bounded

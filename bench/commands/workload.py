@@ -67,7 +67,8 @@ def register(subparsers) -> None:
     s.add_argument("--base-dir", default="runs/smoke/base",
                    help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present (default: runs/smoke/base)")
     s.add_argument("--run-dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")
-    s.add_argument("--overwrite", action="store_true", help="delete the run --run-dir already holds and train afresh there")
+    s.add_argument("--overwrite", action="store_true",
+                   help="delete the run --run-dir already holds and train afresh there")
     s.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
     s.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
     s.set_defaults(func=cmd_smoke)

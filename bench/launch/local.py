@@ -4,8 +4,9 @@
 nanochat's torchrun in standalone mode from bench/workloads/torchrun.py, others from bench/workloads/) + the
 process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to the terminal and to
 `<run_dir>/train.log` (the workload's stdout to stdout, its stderr, where failure causes are printed, to
-stderr; train.log gets both, in the order they arrived), the wall and CPU time of everything it started are recorded, and
-bench.contract.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
+stderr; train.log gets both, in the order they arrived), the wall and CPU time of everything it started
+are recorded, and bench.contract.close_unfinished has the last word, as it has for a batch job. It
+returns the exit status.
 
 The workload runs in a session of its own, so the wrapper decides what reaches it: SIGINT (Ctrl-C),
 SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to the end, and a

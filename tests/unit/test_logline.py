@@ -18,7 +18,8 @@ def test_an_unmeasured_mfu_prints_as_a_dash_and_parses_as_none():
     assert "| mfu: - |" in line and "0.00" not in line.split("mfu:")[1]
     rec = parse_step_line(line)
     assert rec["mfu"] is None
-    assert (rec["step"], rec["loss"], rec["dt_ms"], rec["tok_per_sec"], rec["grad_norm"]) == (12, 5.5, 250.0, 4000.0, 0.5)
+    assert (rec["step"], rec["loss"], rec["dt_ms"], rec["tok_per_sec"], rec["grad_norm"]) == \
+        (12, 5.5, 250.0, 4000.0, 0.5)
 
 
 def test_a_measured_mfu_and_upstreams_line_still_parse_as_numbers():

@@ -263,7 +263,7 @@ def mid_train(config: MidConfig, record: RunRecord):
         if step > WARMUP_STEPS:
             total_training_time += dt  # only the steps after the first ten
         line = format_progress_step_line(step, 100 * progress, debiased_smooth_loss, lrm, dt, tok_per_sec,
-                                         mfu or 0.0, total_training_time)
+                                         mfu, total_training_time)
         stagerun.log_step(session, record, step, config.num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec,
                           mfu, total_training_time, line=line, **split)
 

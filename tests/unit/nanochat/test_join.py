@@ -11,7 +11,8 @@ import pytest
 
 from bench.errors import ConfigError
 from bench.nanochat.config import parse_args
-from bench.nanochat.join import JOIN_TIMEOUT_S, NotJoined, join_group, missing_ranks, not_joined_message
+from bench.nanochat.join import (JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S, NotJoined, join_bound, join_group, missing_ranks,
+                                 not_joined_message)
 from tests.support.synthetic import write_heartbeat
 
 GLOO_TIMEOUT = "wait timeout after 30000ms, keys: /default_pg/0//cpu//0/1"  # torch 2.13's, rank 1 missing
@@ -68,7 +69,10 @@ def test_without_keys_the_ranks_without_a_live_beat_are_named(tmp_path, monkeypa
 
 
 def test_the_flag_defaults_to_the_bound_and_refuses_too_short_a_one():
-    assert parse_args([]).join_timeout_s == JOIN_TIMEOUT_S == 30
+    assert parse_args([]).join_timeout_s == -1
+    # one node: its ranks start together; across nodes each starts its own container first
+    assert join_bound(-1, 4, 4) == JOIN_TIMEOUT_S == 30 and join_bound(-1, 8, 4) == JOIN_TIMEOUT_MULTINODE_S
+    assert join_bound(45, 8, 4) == 45 and join_bound(0, 8, 4) is None
     assert parse_args(["--join_timeout_s=0"]).join_timeout_s == 0
-    with pytest.raises(ConfigError, match=r"--join_timeout_s=1: give 0 \(off\) or at least"):
+    with pytest.raises(ConfigError, match=r"--join_timeout_s=1: give 0 \(off\), -1 \(the default\) or at least"):
         parse_args(["--join_timeout_s=1"]).validate()

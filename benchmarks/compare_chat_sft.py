@@ -9,7 +9,8 @@ Needs a checkout of upstream karpathy/nanochat at 5c93a56 (never vendored here) 
 generated shards, a 512-token tokenizer, `data generate --chat` stand-ins and a tiny base checkpoint trained by
 our trainer; both sides then fine-tune that checkpoint on CPU in one process (`--source=base`), upstream's
 `load_dataset` redirected to the staged parquet files by benchmarks/compare_chat_data.py. Upstream's wandb import
-gets an empty module (the run is "dummy": wandb is never called). Upstream always scores MMLU and ARC-Easy at
+gets an empty module (the run is "dummy": wandb is never called), and its report section is not written (its
+module needs psutil; the report is not compared). Upstream always scores MMLU and ARC-Easy at
 its last step: a few problems only (--eval_metrics_max_problems), after the compared steps.
 
 Compared: every training step's loss (within --rtol), its num_tokens and each validation loss; exit status 1 on
@@ -79,6 +80,8 @@ def upstream_child(upstream: Path, argv: list[str]) -> None:
 
     sys.path[:0] = [str(upstream), str(REPO / "benchmarks"), str(REPO)]
     sys.modules["wandb"] = types.ModuleType("wandb")  # imported at the top, never used by a "dummy" run
+    report = sys.modules["nanochat.report"] = types.ModuleType("nanochat.report")  # its markdown report: not compared
+    report.get_report = lambda: types.SimpleNamespace(log=lambda **_: None)
     from compare_chat_data import OURS, redirect_load_dataset
 
     for module in OURS:

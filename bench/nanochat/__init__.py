@@ -22,6 +22,8 @@
   heartbeat.py     each rank's sign of life; a silent rank ends the run as hung
   loss_eval.py     bits per byte
   memory.py        predicted peak memory per rank, per memory strategy
+  mid_train.py     mid-training on conversations (upstream's scripts/mid_train.py)
+  midloader.py     mid-training's loader: whole conversations packed into rows, per rank
   muon.py          Muon and its sharded form
   network_gate.py  the trainer's side of the network gate: the ranks agree after the pre-flight
   parallel.py      memory strategies (zero2, fsdp, +ac, +offload) applied from outside the model

@@ -3,6 +3,7 @@
   adamw.py         sharded AdamW (ZeRO-2), as upstream's nanochat/adamw.py
   attention.py     causal attention, optionally forced onto the flash-style kernels
   chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
+  chat_sft.py      SFT (upstream's scripts/chat_sft.py): the mid checkpoint fine-tuned on the SFT mixture
   chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
   chatgen.py       offline stand-ins for the staged chat data (data generate --chat)
   chatstage.py     data download --chat: stage every chat dataset for offline nodes
@@ -32,6 +33,8 @@
   profile.py       one step under torch.profiler
   runclaim.py      one run per run directory: a lock, a finished run never written over
   runrecord.py     what a trainer process records, and how failures and signals become evidence
+  sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
+  sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
   stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)

@@ -9,7 +9,8 @@ device_batch_size per micro-batch per rank, so the target must be a multiple of 
 - strong: the target stays (32 by default) and the device batch is lowered to the largest that divides it,
   with the accumulation that makes it up; a rank count that no device batch serves (32 examples over 64 ranks)
   is refused, naming the targets that would work.
-The horizon: --num_iterations, else one epoch of the mixture, counted from the real data's rows (22,439 at
+A multi-node point needs $NANOCHAT_BASE_DIR on a filesystem all nodes share (bench/workloads/sharedfs.py): every
+rank reads the checkpoint of the stage before. The horizon: --num_iterations, else one epoch of the mixture, counted from the real data's rows (22,439 at
 upstream 5c93a56; a generated stand-in has fewer, and the run counts its own).
 """
 
@@ -50,8 +51,13 @@ class ChatSFT(TorchrunStage):
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         from bench.nanochat.sftconfig import batch_sizes_that_work
+        from bench.paths import base_dir
+        from bench.workloads.sharedfs import check_shared
 
         base, ranks = settings.config, point.ranks
+        shared = check_shared(base_dir(point.base_dir), point.nodes, point.site)  # it reads the mid checkpoint
+        if shared:
+            return PointPlan(reason=shared)
         if point.scaling == "weak":
             dbs, target, note = base.device_batch_size, base.device_batch_size * ranks, ""
         else:

@@ -98,3 +98,13 @@ def test_bad_input_ends_with_one_clear_line(sft_base, tmp_path):
         finally:
             identity.write_text(good)
         assert f"{identity}:{good.count(chr(10)) + 1}: {why}" in error_line(out)
+
+
+def test_a_deadline_saves_the_model_and_ends_as_timeout(sft_base, tmp_path):
+    """A deadline already passed: after the first step (the first that gives a step time) the run stops."""
+    out = train(sft_base, tmp_path / "run", 1, "--num_iterations=10", "--eval_every=-1", "--deadline=1")
+    assert out.returncode != 0 or "status: timeout" in out.stdout, out.stdout[-2000:]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "timeout" and "stopped at step 1 of 10" in record["message"]
+    assert record["checkpoint"] == {"step": 1, "dir": str(sft_base / "chatsft_checkpoints" / "d1")}
+    assert (sft_base / "chatsft_checkpoints" / "d1" / "model_000001.pt").is_file()

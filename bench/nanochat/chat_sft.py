@@ -30,6 +30,7 @@ import torch.distributed as dist
 from bench.errors import ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat import stagerun, steptimer
+from bench.nanochat.chat_format import MAX_TOKENS
 from bench.nanochat.checkpoint import PHASE_DIRS, load_model, save_checkpoint
 from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.guard import DivergenceGuard, check_finite
@@ -67,6 +68,11 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
         raise ConfigError(f"the {config.source} checkpoint in {meta['checkpoint_dir']} has a vocabulary of "
                           f"{vocab_size:,} tokens, the tokenizer of {get_base_dir()} {tokenizer.get_vocab_size():,}; "
                           "give SFT the tokenizer the model was trained with")
+    if model.rotary_seq_len < MAX_TOKENS - 1:  # else a long conversation would stop the run mid-way
+        raise ConfigError(f"the {config.source} model in {meta['checkpoint_dir']} was trained with max_seq_len "
+                          f"{model.config.sequence_len}: its rotary embeddings cover {model.rotary_seq_len} "
+                          f"positions, SFT's rows up to {MAX_TOKENS - 1}; train it with --max_seq_len >= "
+                          f"{-(-(MAX_TOKENS - 1) // (model.rotary_seq_len // model.config.sequence_len))}")
     print0(f"Loaded the {config.source} checkpoint of step {meta['step']} from {meta['checkpoint_dir']}")
     num_params, flops_per_token = model.num_params(), model.estimate_flops()
     print0(f"Number of parameters: {num_params:,}")

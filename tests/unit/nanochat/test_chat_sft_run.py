@@ -98,6 +98,13 @@ def test_bad_input_ends_with_one_clear_line(sft_base, tmp_path):
         finally:
             identity.write_text(good)
         assert f"{identity}:{good.count(chr(10)) + 1}: {why}" in error_line(out)
+    # a model whose rotary embeddings are shorter than SFT's longest rows
+    short = GPTConfig.from_depth(1, 512, 128, 64)
+    save_checkpoint(sft_base / "base_checkpoints" / "short", 1, build_model(short, "cpu").state_dict(), [],
+                    {"step": 1, "model_config": asdict(short)})
+    out = train(sft_base, tmp_path / "d", 1, "--num_iterations=3", "--model_tag=short")
+    assert "rotary embeddings cover 1280 positions, SFT's rows up to 2047; train it with --max_seq_len >= 205" \
+        in error_line(out)
 
 
 def test_a_deadline_saves_the_model_and_ends_as_timeout(sft_base, tmp_path):

@@ -111,6 +111,17 @@ class ValEvent:
 
 
 @dataclasses.dataclass
+class ScoreEvent:
+    NAME = "score"  # an evaluation's figure: a task's accuracy, a split's bpb, CORE, ChatCORE
+    t: float
+    name: str
+    value: float
+    centered: Optional[float] = None  # (accuracy - random baseline) / (1 - baseline), where the task has one
+    problems: Optional[int] = None  # examples scored, over all ranks
+    seconds: Optional[float] = None  # wall time of this score's evaluation
+
+
+@dataclasses.dataclass
 class EndEvent:
     NAME = "end"
     t: float
@@ -131,7 +142,8 @@ class ErrorEvent:
 
 EVENT_TYPES = {cls.NAME: cls for cls in (RuntimeStartEvent, StartEvent, ImportsDoneEvent, DistInitEvent,
                                          PreflightEvent, ModelReadyEvent, DataReadyEvent, FirstStepEvent,
-                                         SteadyEvent, StepEvent, ValEvent, EndEvent, ErrorEvent)}
+                                         SteadyEvent, StepEvent, ValEvent, ScoreEvent, EndEvent,
+                                         ErrorEvent)}
 # The fields an event of each type must carry besides `event` and `t`.
 EVENTS: Dict[str, Tuple[str, ...]] = {
     name: tuple(f.name for f in dataclasses.fields(cls) if f.name != "t" and f.default is dataclasses.MISSING)

@@ -239,6 +239,8 @@ class RunManifest:
     data: Data = field(None, "")
     site: SiteSetup = field(None, "")
     checkpoint: Checkpoint = field(None, "")
+    scores: Dict[str, float] = field({}, "a stage's scores by name (val_bpb, train_bpb, CORE, ChatCORE, each task's "
+                                         "accuracy), as its `score` events give them")
     capacity: Optional[Dict[str, Any]] = field(None, "a capacity probe's record: the probe, its outcome and figures "
                                                   "(bench/capacity/probe.py)")
     network_env: Dict[str, str] = field({}, "NCCL_*, FI_*, ... in effect for rank 0")

@@ -12,13 +12,14 @@ by every later release. Only an unknown major is a reason not to read a run.
          from the events), kept without a note where a 2.0 run has them; `data` (the shards' origin and
          the tokenizer's hash), `site` (the site profile and network set-up applied), `checkpoint` (the
          last one saved, for a resubmission to resume from)
+    2.2  the speedrun's later stages: `scores` (a stage's figures by name) and the `score` event
 """
 
 from typing import Any, Callable, Dict, List, Tuple
 
 from .validate import SchemaError
 
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "2.2"
 
 
 def parse_version(value: Any, where: str = "run.json") -> Tuple[int, int]:

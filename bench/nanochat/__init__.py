@@ -30,6 +30,7 @@
   profile.py       one step under torch.profiler
   runclaim.py      one run per run directory: a lock, a finished run never written over
   runrecord.py     what a trainer process records, and how failures and signals become evidence
+  stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)
   tokenizer.py     byte-level BPE, trained once, used through tiktoken

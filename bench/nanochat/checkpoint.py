@@ -7,6 +7,9 @@
 Only rank 0 creates the directory (upstream's race, fixed there in Dec 2025); the other ranks wait at
 a barrier before writing their optimizer state. Files are written to a temp file of their own and renamed;
 a write that fails leaves no temp file and ends the run with a CheckpointError naming the file and why.
+
+The later stages read a stage's model back with `load_model(phase, ...)`: base pretraining writes
+base_checkpoints, mid-training mid_checkpoints and SFT chatsft_checkpoints, as upstream.
 """
 
 import errno
@@ -123,3 +126,45 @@ def load_optimizer_states(checkpoint_dir: str | os.PathLike, step: int, rank: in
         raise ConfigError(f"no optimizer state for rank {rank} at {path}: resume with the ranks that saved "
                           f"step {step}")
     return torch.load(path, map_location=device)
+
+
+# the folder under the base directory each phase's checkpoints live in, and the stage that writes them
+PHASE_DIRS = {"base": "base_checkpoints", "mid": "mid_checkpoints", "sft": "chatsft_checkpoints"}
+WRITTEN_BY = {"base": "base pretraining (`nanochat-bench train ... --save_every=N`)",
+              "mid": "mid-training (workload mid_train)", "sft": "SFT (workload chat_sft)"}
+
+
+def phase_dir(phase: str) -> Path:
+    from bench.nanochat.common import get_base_dir
+
+    if phase not in PHASE_DIRS:
+        raise ConfigError(f"unknown checkpoint source {phase!r}; valid: {', '.join(PHASE_DIRS)}")
+    return get_base_dir() / PHASE_DIRS[phase]
+
+
+def find_model_tag(phase: str) -> str:
+    """Upstream's choice without a tag: the largest d<int> folder, else the newest folder."""
+    root = phase_dir(phase)
+    tags = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    if not tags:
+        raise ConfigError(f"no {phase} checkpoints in {root}: {WRITTEN_BY[phase]} writes them there")
+    depths = [(int(p.name[1:]), p.name) for p in tags if re.fullmatch(r"d\d+", p.name)]
+    return max(depths)[1] if depths else max(tags, key=lambda p: p.stat().st_mtime).name
+
+
+def load_model(phase: str, device, model_tag: str | None = None, step: int | None = None):
+    """(model, meta) of a saved stage: `phase` base | mid | sft, its tag (default: find_model_tag) and step
+    (default: the last saved). The model is built on the meta device, materialised, then given the saved
+    weights (a compiled model's `_orig_mod.` prefix removed), as upstream's checkpoint_manager does."""
+    from bench.nanochat.gpt import GPTConfig, build_model
+
+    tag = model_tag or find_model_tag(phase)
+    checkpoint_dir = phase_dir(phase) / tag
+    steps = saved_steps(checkpoint_dir)
+    if not steps:
+        raise ConfigError(f"no {phase} checkpoint in {checkpoint_dir} (model_<step>.pt with its meta_<step>.json): "
+                          f"{WRITTEN_BY[phase]} writes them there")
+    state, meta = load_model_state(checkpoint_dir, steps[-1] if step is None else step, device)
+    model = build_model(GPTConfig(**meta["model_config"]), device)
+    model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in state.items()}, strict=True, assign=True)
+    return model, {**meta, "model_tag": tag, "checkpoint_dir": str(checkpoint_dir)}

@@ -24,11 +24,36 @@ from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
 
 
 @dataclass
-class TrainConfig:
+class RunSettings:
+    """The settings every nanochat stage shares: its name, device, and how its waits are bounded."""
+
     # logging
     run: str = _f("dummy", "run name (upstream's wandb name; 'dummy' = no tracker)")
     # runtime
     device_type: str = _f("", "cuda | cpu | mps; empty = autodetect")
+    preflight: bool = _f(True, "time all_reduce, reduce_scatter and all_gather before the stage (busbw into run.json)")
+    deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
+                              "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
+    watchdog_s: float = _f(-1.0, "a collective that waits longer than this plus twice the slowest step ends the run as "
+                                  "`hung`, naming the rank it waited for (-1 = 60 s; 0 = the backend's own timeout: "
+                                  "10 min NCCL, 30 min gloo); 300 s before the first step, 600 s during validation, "
+                                  "samples and checkpoints (bench/nanochat/watchdog.py)")
+    heartbeat_timeout_s: float = _f(SILENT_AFTER_S, "a rank whose heartbeat is silent this long ends the run as "
+                                                    "`hung`, naming it, at any stage (0 = off)")
+
+    def validate(self) -> None:
+        """Refuse settings that cannot work, naming the flag and what is valid."""
+        for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)")):
+            value = getattr(self, name)
+            if not (value >= WATCHDOG_MIN_S or value == 0 or value == -1 and name == "watchdog_s"):
+                raise ConfigError(f"--{name}={value:g}: give {sentinels} or at least {WATCHDOG_MIN_S:g} s (a stopped "
+                                  f"rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s apart)")
+        if self.device_type not in ("", "cuda", "cpu", "mps"):
+            raise ConfigError(f"--device_type={self.device_type!r}: valid values are cuda, cpu, mps or empty")
+
+
+@dataclass
+class TrainConfig(RunSettings):
     # model
     depth: int = _f(20, "transformer depth; sets every model dimension (width aspect_ratio x depth)")
     aspect_ratio: int = _f(64, "model width = depth x aspect_ratio (upstream's later name; 64 = the Nov 2025 shapes)")
@@ -67,16 +92,7 @@ class TrainConfig:
     sdpa_backends: str = _f("", "allow only these attention kernels, comma-separated from flash, efficient, "
                                 "cudnn, math (empty = PyTorch's choice)")
     profile_step: int = _f(-1, "profile this step with torch.profiler into the run directory (-1 = off)")
-    preflight: bool = _f(True, "time all_reduce, reduce_scatter and all_gather before training (busbw into run.json)")
     breakdown: bool = _f(True, "split each step into fwd+bwd, exposed comm, optimizer and data wait (step events)")
-    deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
-                              "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
-    watchdog_s: float = _f(-1.0, "a collective that waits longer than this plus twice the slowest step ends the run as "
-                                  "`hung`, naming the rank it waited for (-1 = 60 s; 0 = the backend's own timeout: "
-                                  "10 min NCCL, 30 min gloo); 300 s before the first step, 600 s during validation, "
-                                  "samples and checkpoints (bench/nanochat/watchdog.py)")
-    heartbeat_timeout_s: float = _f(SILENT_AFTER_S, "a rank whose heartbeat is silent this long ends the run as "
-                                                    "`hung`, naming it, at any stage (0 = off)")
     strategy: str = _f("zero2", "memory strategy (bench/nanochat/parallel.py): zero2 (sharded optimizers, "
                                 "replicated parameters) or fsdp (FSDP2), each optionally +ac (activation "
                                 "checkpointing per block); fsdp also +offload (parameters, gradients and "
@@ -98,11 +114,7 @@ class TrainConfig:
                 raise ConfigError(f"--{name}={value}: give a count >= 0, or -1 to {meaning}")
         if self.target_flops < 0 and self.target_flops != -1:
             raise ConfigError(f"--target_flops={self.target_flops}: give FLOPs > 0, or -1 to turn it off")
-        for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)")):
-            value = getattr(self, name)
-            if not (value >= WATCHDOG_MIN_S or value == 0 or value == -1 and name == "watchdog_s"):
-                raise ConfigError(f"--{name}={value:g}: give {sentinels} or at least {WATCHDOG_MIN_S:g} s (a stopped "
-                                  f"rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s apart)")
+        super().validate()
         for name in LEARNING_RATES:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -129,8 +141,6 @@ class TrainConfig:
         for name in ("depth", "aspect_ratio", "max_seq_len", "device_batch_size", "total_batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
-        if self.device_type not in ("", "cuda", "cpu", "mps"):
-            raise ConfigError(f"--device_type={self.device_type!r}: valid values are cuda, cpu, mps or empty")
         if self.num_iterations <= 0 and self.target_flops <= 0 and self.target_param_data_ratio <= 0:
             raise ConfigError("no training horizon: set one of --num_iterations, --target_flops, "
                               "--target_param_data_ratio to a value > 0")
@@ -167,10 +177,12 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{self.prog}: {message}")
 
 
-def build_parser(prog: str = "bench.nanochat.train") -> argparse.ArgumentParser:
+def build_parser(cls=None, prog: str = "bench.nanochat.train", description: str = "") -> argparse.ArgumentParser:
+    """argparse flags of a stage's settings dataclass (TrainConfig by default), one per field."""
+    cls = cls or TrainConfig
     parser = _Parser(prog=prog, allow_abbrev=False,
-                     description="nanochat base pretraining (flags as upstream base_train: --key=value)")
-    for f in fields(TrainConfig):
+                     description=description or "nanochat base pretraining (flags as upstream base_train: --key=value)")
+    for f in fields(cls):
         default = f.default if f.default is not MISSING else None
         help_text = f"{f.metadata.get('doc', '')} (default: {default!r})"
         if f.type is bool:
@@ -182,15 +194,15 @@ def build_parser(prog: str = "bench.nanochat.train") -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: list[str]) -> TrainConfig:
-    """TrainConfig from command-line flags; unknown flags fail with the closest known names."""
+def parse_config(cls, argv: list[str], prog: str, description: str = ""):
+    """A stage's settings from nanochat-style flags (`--key=value`; a leading `--` ignored), checked by its
+    validate(); unknown flags fail with the closest known names."""
     argv = list(argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = build_parser(cls, prog, description).parse_known_args(argv)
     if unknown:
-        known = [f.name for f in fields(TrainConfig)]
+        known = [f.name for f in fields(cls)]
         problems = []
         for token in unknown:
             name = token.split("=", 1)[0].lstrip("-")
@@ -198,9 +210,14 @@ def parse_args(argv: list[str]) -> TrainConfig:
             hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
             problems.append(f"{token!r}{hint}")
         raise ConfigError(f"unknown argument(s): {'; '.join(problems)}; see --help for the valid flags")
-    config = TrainConfig(**vars(args))
+    config = cls(**vars(args))
     config.validate()
     return config
+
+
+def parse_args(argv: list[str]) -> TrainConfig:
+    """TrainConfig from command-line flags (base pretraining's)."""
+    return parse_config(TrainConfig, argv, "bench.nanochat.train")
 
 
 def grad_accum_steps(total_batch_size: int, device_batch_size: int, max_seq_len: int, world_size: int) -> int:

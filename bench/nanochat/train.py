@@ -21,7 +21,6 @@ import socket
 import statistics
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -29,24 +28,21 @@ import torch
 
 from bench import nccl_log
 from bench.errors import BenchError, ConfigError
-from bench.logline import format_step_line, format_val_line
-from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
+from bench.logline import format_val_line
+from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
                                       restrict_sdpa_backends)
 from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
-from bench.nanochat.common import detach_output, drain_output, get_base_dir, get_dist_info, print0
-from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
+from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.guard import DivergenceGuard, check_finite
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.network_gate import stop_on_wrong_network
-from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time, say
-from bench.nanochat import gcfreeze, preflight, steptimer
+from bench.nanochat.runrecord import RunRecord, say
+from bench.nanochat import stagerun, steptimer
 from bench.nanochat.steptimer import NullTimer, StepTimer
-from bench.nanochat.watchdog import Watchdog
 
 SAMPLE_PROMPTS = [
     "The capital of France is",
@@ -66,38 +62,15 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     from bench.nanochat.tokbin import vocabulary
 
     # ----------------------------------------------------------------------------------------------
-    # Compute init
-    print0("nanochat-bench: base pretraining (nanochat-faithful)")
+    # Compute init: the process group, every wait bounded, the pre-flight and the network gate
     # the effective switch goes into run.json's config, however it was set (flag or environment)
     config = replace(config, force_flash_sdpa=config.force_flash_sdpa or force_flash_from_env())
-    device_type = config.device_type or autodetect_device_type()
-    if not config.device_type:
-        print0(f"Autodetected device type: {device_type}")
-    ddp, ddp_rank, ddp_local_rank, ddp_world_size, device = compute_init(device_type)
-    master_process = ddp_rank == 0
-    backend = torch.distributed.get_backend() if ddp else None
-    watchdog = Watchdog(config.watchdog_s, ddp)  # every collective from here on is bounded
-    watchdog.start()
-    record.emit("dist_init", world_size=ddp_world_size, backend=backend)
-    print0(f"Distributed world size: {ddp_world_size}")
-    if config.preflight and ddp:  # the collectives' bus bandwidth, on this very process group
-        pre = preflight.summary(preflight.measure(device), ddp_world_size, backend)
-        record.emit("preflight", world_size=ddp_world_size, busbw_gbps=pre["busbw_gbps"], bytes=pre["bytes"])
-        record.update(preflight=pre)
-        print0(f"Pre-flight busbw at {pre['bytes'] / 2**20:,.0f} MiB: " +
-               ", ".join(f"{c} {bw:.2f} GB/s" for c, bw in pre["busbw_gbps"].items()))
-    # the network gate: NCCL has said which network it took; a multi-node run on another than the site's
-    # stops here, on every rank together, instead of measuring that network (bench/netgate.py)
-    stop_on_wrong_network(topology()[0], ddp, device)
-    autocast_ctx = torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16) if device_type == "cuda" else nullcontext()
-    synchronize = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
-    get_max_memory = torch.cuda.max_memory_allocated if device_type == "cuda" else (lambda: 0)
-    gpu_name = torch.cuda.get_device_name(device) if device_type == "cuda" else None
-    peak_flops_per_gpu = peak_flops(gpu_name)
-    nodes, per_node = topology()
-    record.start(asdict(config), ddp_world_size, nodes, per_node if device_type == "cuda" else 0, peak_flops_per_gpu)
-    print0(f"Peak FLOPs per GPU for MFU: {peak_flops_per_gpu if peak_flops_per_gpu else 'unknown (MFU not computed)'}"
-           f"{f' ({gpu_name})' if gpu_name else ''}")
+    session = stagerun.begin(config, record, "nanochat-bench: base pretraining (nanochat-faithful)")
+    ddp, ddp_rank, ddp_world_size, device = session.ddp, session.rank, session.world_size, session.device
+    device_type, master_process, backend = session.device_type, session.master, session.backend
+    watchdog, peak_flops_per_gpu = session.watchdog, session.peak_flops
+    autocast_ctx = session.autocast()
+    synchronize = session.synchronize
 
     # ----------------------------------------------------------------------------------------------
     # Tokenizer, model shape and batch arithmetic
@@ -215,7 +188,6 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     val_bpb = resume_meta.get("val_bpb")
     mfu = None
     step = max(0, resume_step)
-    first_step_done = False
     dt = 0.0  # the last step's time, for the deadline
 
     def out_of_time() -> bool:
@@ -327,31 +299,15 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         mfu = mfu_percent(num_flops_per_token, tok_per_sec, ddp_world_size, peak_flops_per_gpu)
         if step > WARMUP_STEPS:
             total_training_time += dt
-        print0(format_step_line(step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec,
-                                mfu if mfu is not None else 0.0, total_training_time, grad_norm))
-        watchdog.arm(dt)  # from the slowest step so far: the first one's compilation is the floor
-        gcfreeze.after_step(step, first=not first_step_done)  # outside the timed region
-        if not first_step_done:
-            record.emit("first_step")
-            first_step_done = True
-        record.emit("step", step=step, loss=debiased_smooth_loss, lrm=lrm, dt_ms=dt * 1000,
-                    tok_per_sec=tok_per_sec, mfu=mfu, total_time_s=total_training_time, grad_norm=grad_norm, **split)
-        if step == WARMUP_STEPS:
-            record.emit("steady", step=step)
+        stagerun.log_step(session, record, step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec, mfu,
+                          total_training_time, grad_norm, **split)
         if step > WARMUP_STEPS:
             steady_splits.append({"step_ms": dt * 1000, **split})
         step += 1
 
     # ----------------------------------------------------------------------------------------------
-    gcfreeze.release()
-    peak_mem_mib = get_max_memory() / 1024 / 1024  # 0 off CUDA (the contract's "not measured")
-    print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB" if device_type == "cuda" else
-           f"Peak memory usage: not measured on {device_type}")
-    print0(f"Total training time: {total_training_time / 60:.2f}m")
     min_val = min_val_bpb if math.isfinite(min_val_bpb) else None
-    if min_val is not None:
-        print0(f"Minimum validation bpb: {min_val:.4f}")
-    record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time, min_val_bpb=min_val)
+    peak_mem_mib = stagerun.end(session, record, total_training_time, min_val)
     step_ms = {k: statistics.median(s[k] for s in steady_splits) for k in steady_splits[0]} if steady_splits else {}
     ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
     record.write_breakdown(ranks, network_facts(record.run_dir, backend))
@@ -433,34 +389,7 @@ def default_model_tag(config: TrainConfig, record: RunRecord) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: records the run's status however it ends; a failing rank ends its process at once
-    (torchrun then stops the others) instead of leaving them to wait for a collective timeout."""
-    _, rank, _, _ = get_dist_info()
-    record = open_record(rank)
-    if record is None:
-        return 1
-    detach_output()  # after the signal mask (threads inherit it); a stdout nobody reads must not stop training
-    config = None
-    try:
-        record.emit("start", t=process_start_time())
-        record.emit("runtime_start", t=runtime_start_time())
-        record.emit("imports_done")
-        if record.run_dir and os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
-            # each rank's NCCL lines into the run directory, where rank 0 reads the path its network took
-            Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
-            os.environ["NCCL_DEBUG_FILE"] = str(Path(record.run_dir, "nccl", f"rank{rank}.log"))
-        config = parse_args(sys.argv[1:] if argv is None else argv)
-        record.heartbeat.silent_after_s = config.heartbeat_timeout_s
-        summary, status, message = train(config, record)
-        record.finish(status, message, result=summary)
-    except BaseException as e:  # noqa: BLE001 - every failure becomes a status, then the process ends
-        if isinstance(e, SystemExit) and config is None and not e.code:
-            return 0  # --help
-        record.die(e, config.device_batch_size if config else None)
-    compute_cleanup()
-    drain_output(timeout_s=30.0)  # the status is recorded; the last lines wait a while for a paused reader
-    return 0
-
+    return stagerun.main(train, parse_args, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

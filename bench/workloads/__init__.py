@@ -3,6 +3,7 @@ workload for its command and the planner asks it to plan each point. Adding a wo
 one module holding `WORKLOAD` plus one line in `_MODULES` below.
 
     base.py       the interface, and what a plan holds (PointPlan) and is given (PointContext, Estimate)
+    stage.py      what every nanochat stage under torchrun shares (its module, its parser, its commands)
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
     torchrun.py   the one torchrun command line (local and under Slurm)
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter

@@ -11,22 +11,18 @@ How it plans a sweep point (README, "Under Slurm"):
 Trainer flags keep nanochat's names and defaults (bench.nanochat.config.TrainConfig).
 """
 
-import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from bench import contract
 from bench.errors import ConfigError, DataError
 from bench.contract import WORKLOAD as NANOCHAT_WORKLOAD
-from bench.workloads.base import PointContext, PointPlan, Settings, Workload
+from bench.workloads.base import PointContext, PointPlan, Settings
+from bench.workloads.stage import TorchrunStage, argv_of
 
 VOCAB_SIZE = 65536  # the recipe's tokenizer, for estimates made before any tokenizer is read
 SWEEP_NUM_ITERATIONS = 200  # long enough for a steady state after warm-up and compile
 TRAIN_FLAGS_ALWAYS = {"core_metric_every": -1, "sample_every": -1}  # not part of a throughput benchmark
-
-
-def argv_of(flags: dict) -> list[str]:
-    return [f"--{k}={v}" for k, v in sorted(flags.items())]
 
 
 # Beyond this many ranks a K left to the trainer's default (1) is a gamble: one validation shard of FineWeb-Edu
@@ -70,7 +66,7 @@ def val_files_k(config, data, ranks: int) -> tuple[int | None, str]:
     return k, ""
 
 
-class Nanochat(Workload):
+class Nanochat(TorchrunStage):
     name = "nanochat"
     run_workload = NANOCHAT_WORKLOAD
     # (table header, plan column, format)
@@ -78,31 +74,21 @@ class Nanochat(Workload):
                     ("total_batch", "total_batch_size", "{:,}"), ("steps", "num_iterations", "{}"))
     deadline_flag = "--deadline="
     resume_flag = "--resume_from_step="
+    module = "bench.nanochat.train"
+
+    def parse(self, argv: list[str]):
+        from bench.nanochat.config import parse_args
+
+        return parse_args(argv)
 
     def check(self, argv: list[str], nproc: int) -> None:
-        from bench.nanochat.config import grad_accum_steps, parse_args
+        from bench.nanochat.config import grad_accum_steps
 
-        config = parse_args(argv)
+        config = self.parse(argv)
         grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
         if config.data_bin_dir and not (Path(config.data_bin_dir) / "train.bin").is_file():  # before torchrun
             raise DataError(f"--data_bin_dir={config.data_bin_dir}: no train.bin there; `nanochat-bench data bin` "
                             "writes one (default: $NANOCHAT_BASE_DIR/base_data_bin, ~/.cache/nanochat/base_data_bin)")
-
-    def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
-        from bench.workloads.torchrun import torchrun_command
-
-        return list(torchrun_command(python or sys.executable, nproc, argv))
-
-    def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
-                       containerised: bool, numa_binding: str | None = None) -> tuple:
-        from bench.workloads.torchrun import torchrun_command
-
-        return torchrun_command(python, nproc_per_node, argv, nnodes=nodes, numa_binding=numa_binding)
-
-    def manifest_config(self, argv: list[str]) -> dict:
-        from bench.nanochat.config import parse_args
-
-        return asdict(parse_args(argv))
 
     # -- planning -------------------------------------------------------------------------------------
     def settings(self, train: dict, scaling: str) -> Settings:
@@ -114,9 +100,6 @@ class Nanochat(Workload):
         train = {"num_iterations": SWEEP_NUM_ITERATIONS, **train}
         # the trainer's own parser refuses bad flags now, before any job exists
         return Settings(parse_args(argv_of({**TRAIN_FLAGS_ALWAYS, **train})), train=train)
-
-    def uses_gpus(self, settings: Settings) -> bool:
-        return settings.config.device_type != "cpu"
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         from bench.nanochat.config import fit_batch, training_horizon

@@ -1,0 +1,160 @@
+"""What every nanochat stage does around its own work: one start-up, one step record, one end, one main().
+
+A stage (base pretraining, mid-training, SFT, the evaluations) is `run(config, record) -> (summary, status,
+message)` over a settings dataclass deriving from bench.nanochat.config.RunSettings. `main(run, parse)` gives it
+the run record and records however the process ends; `begin` brings up the process group with every wait
+bounded from the first collective (watchdog, pre-flight, network gate) and starts the run record; `log_step`
+writes a step's line and events the way every reader expects; `end` writes the last lines and the `end` event.
+"""
+
+import os
+
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
+
+import sys  # noqa: E402
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from bench.logline import format_step_line
+from bench.metrics import WARMUP_STEPS, peak_flops
+from bench.nanochat import gcfreeze, preflight
+from bench.nanochat.common import detach_output, drain_output, get_dist_info, print0
+from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
+from bench.nanochat.network_gate import stop_on_wrong_network
+from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time
+from bench.nanochat.watchdog import Watchdog
+
+
+@dataclass
+class Session:
+    """The process group and device a stage runs on, and how its collectives are bounded."""
+
+    ddp: bool
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    device_type: str
+    backend: str | None
+    watchdog: Watchdog
+    peak_flops: float | None
+    gpu_name: str | None
+    first_step_done: bool = False
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    def autocast(self):
+        """bf16 autocast on CUDA (nanochat's), nothing elsewhere."""
+        if self.device_type == "cuda":
+            return torch.amp.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def synchronize(self) -> None:
+        if self.device_type == "cuda":
+            torch.cuda.synchronize()
+
+    def max_memory_mib(self) -> float:
+        """The peak of allocated device memory; 0 off CUDA (the contract's "not measured")."""
+        return torch.cuda.max_memory_allocated() / 1024 / 1024 if self.device_type == "cuda" else 0.0
+
+
+def begin(config, record: RunRecord, title: str) -> Session:
+    """Bring up the process group (every collective bounded from here on), time the collectives when asked,
+    stop a multi-node run on the wrong network, and start the run record with `config`'s settings."""
+    print0(title)
+    device_type = config.device_type or autodetect_device_type()
+    if not config.device_type:
+        print0(f"Autodetected device type: {device_type}")
+    ddp, rank, local_rank, world_size, device = compute_init(device_type)
+    backend = torch.distributed.get_backend() if ddp else None
+    watchdog = Watchdog(config.watchdog_s, ddp)
+    watchdog.start()
+    record.emit("dist_init", world_size=world_size, backend=backend)
+    print0(f"Distributed world size: {world_size}")
+    if config.preflight and ddp:  # the collectives' bus bandwidth, on this very process group
+        pre = preflight.summary(preflight.measure(device), world_size, backend)
+        record.emit("preflight", world_size=world_size, busbw_gbps=pre["busbw_gbps"], bytes=pre["bytes"])
+        record.update(preflight=pre)
+        print0(f"Pre-flight busbw at {pre['bytes'] / 2**20:,.0f} MiB: " +
+               ", ".join(f"{c} {bw:.2f} GB/s" for c, bw in pre["busbw_gbps"].items()))
+    # the network gate: NCCL has said which network it took; a multi-node run on another than the site's
+    # stops here, on every rank together, instead of measuring that network (bench/netgate.py)
+    stop_on_wrong_network(topology()[0], ddp, device)
+    gpu_name = torch.cuda.get_device_name(device) if device_type == "cuda" else None
+    session = Session(ddp, rank, local_rank, world_size, device, device_type, backend, watchdog,
+                      peak_flops(gpu_name), gpu_name)
+    nodes, per_node = topology()
+    record.start(asdict(config), world_size, nodes, per_node if device_type == "cuda" else 0, session.peak_flops)
+    print0(f"Peak FLOPs per GPU for MFU: {session.peak_flops if session.peak_flops else 'unknown (MFU not computed)'}"
+           f"{f' ({gpu_name})' if gpu_name else ''}")
+    return session
+
+
+def log_step(session: Session, record: RunRecord, step: int, num_iterations: int, loss: float, lrm: float,
+             dt: float, tok_per_sec: float, mfu: float | None, total_time_s: float, grad_norm=None,
+             line: str | None = None, **split) -> None:
+    """One optimizer step on record: nanochat's step line (or the stage's own `line`), the watchdog armed from
+    the slowest step so far, the GC frozen after the first, and the `first_step`/`step`/`steady` events."""
+    print0(line if line is not None else
+           format_step_line(step, num_iterations, loss, lrm, dt, tok_per_sec, mfu if mfu is not None else 0.0,
+                            total_time_s, grad_norm))
+    session.watchdog.arm(dt)  # the first step's compilation is the floor
+    gcfreeze.after_step(step, first=not session.first_step_done)  # outside the timed region
+    if not session.first_step_done:
+        record.emit("first_step")
+        session.first_step_done = True
+    record.emit("step", step=step, loss=loss, lrm=lrm, dt_ms=dt * 1000, tok_per_sec=tok_per_sec, mfu=mfu,
+                total_time_s=total_time_s, grad_norm=grad_norm, **split)
+    if step == WARMUP_STEPS:
+        record.emit("steady", step=step)
+
+
+def end(session: Session, record: RunRecord, total_training_time_s: float, min_val_bpb: float | None = None,
+        **fields) -> float:
+    """The stage's last lines and its `end` event; returns the peak memory (MiB, 0 off CUDA)."""
+    gcfreeze.release()
+    peak_mem_mib = session.max_memory_mib()
+    print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB" if session.device_type == "cuda" else
+           f"Peak memory usage: not measured on {session.device_type}")
+    print0(f"Total training time: {total_training_time_s / 60:.2f}m")
+    if min_val_bpb is not None:
+        print0(f"Minimum validation bpb: {min_val_bpb:.4f}")
+    record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time_s,
+                min_val_bpb=min_val_bpb, **fields)
+    return peak_mem_mib
+
+
+def main(run: Callable, parse: Callable, argv: list[str] | None = None) -> int:
+    """A stage's entry point: records the run's status however it ends; a failing rank ends its process at once
+    (torchrun then stops the others) instead of leaving them to wait for a collective timeout."""
+    _, rank, _, _ = get_dist_info()
+    record = open_record(rank)
+    if record is None:
+        return 1
+    detach_output()  # after the signal mask (threads inherit it); a stdout nobody reads must not stop training
+    config = None
+    try:
+        record.emit("start", t=process_start_time())
+        record.emit("runtime_start", t=runtime_start_time())
+        record.emit("imports_done")
+        if record.run_dir and os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
+            # each rank's NCCL lines into the run directory, where rank 0 reads the path its network took
+            Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
+            os.environ["NCCL_DEBUG_FILE"] = str(Path(record.run_dir, "nccl", f"rank{rank}.log"))
+        config = parse(sys.argv[1:] if argv is None else argv)
+        record.heartbeat.silent_after_s = config.heartbeat_timeout_s
+        summary, status, message = run(config, record)
+        record.finish(status, message, result=summary)
+    except BaseException as e:  # noqa: BLE001 - every failure becomes a status, then the process ends
+        if isinstance(e, SystemExit) and config is None and not e.code:
+            return 0  # --help
+        record.die(e, getattr(config, "device_batch_size", None))
+    compute_cleanup()
+    drain_output(timeout_s=30.0)  # the status is recorded; the last lines wait a while for a paused reader
+    return 0

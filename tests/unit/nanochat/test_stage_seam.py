@@ -1,0 +1,72 @@
+"""The seam every nanochat stage stands on: its settings parsed like the trainer's, checkpoints found and
+loaded by phase as upstream's checkpoint_manager finds them, its torchrun command from its module."""
+
+from dataclasses import asdict, dataclass
+
+import pytest
+import torch
+
+from bench.contract import field as _f
+from bench.errors import ConfigError
+from bench.nanochat.checkpoint import find_model_tag, load_model, save_checkpoint
+from bench.nanochat.config import RunSettings, parse_config
+from bench.nanochat.gpt import GPTConfig, build_model
+from bench.workloads.stage import TorchrunStage
+
+
+@dataclass
+class TinyStage(RunSettings):
+    device_batch_size: int = _f(4, "sequences per micro-batch per rank")
+
+
+def test_a_stage_parses_its_own_and_the_shared_flags():
+    config = parse_config(TinyStage, ["--", "--device_batch_size=8", "--watchdog_s=0"], "tiny")
+    assert (config.device_batch_size, config.watchdog_s, config.preflight) == (8, 0, True)
+    with pytest.raises(ConfigError, match="did you mean --device_batch_size"):
+        parse_config(TinyStage, ["--device_batch_sizes=8"], "tiny")
+    with pytest.raises(ConfigError, match="--heartbeat_timeout_s=3"):  # RunSettings.validate runs
+        parse_config(TinyStage, ["--heartbeat_timeout_s=3"], "tiny")
+
+
+def _save(tag: str, step: int, config: GPTConfig) -> dict:
+    model = build_model(config, "cpu")
+    # a compiled model's keys carry _orig_mod.; the loader takes them either way
+    state = {f"_orig_mod.{k}": v for k, v in model.state_dict().items()}
+    save_checkpoint(f"{tag}", step, state, [], {"step": step, "model_config": asdict(config)})
+    return model.state_dict()
+
+
+def test_load_model_takes_the_largest_depth_and_the_last_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"no mid checkpoints in .*mid_checkpoints: mid-training"):
+        load_model("mid", "cpu")
+    small, big = GPTConfig.from_depth(1, 64, 32, 8), GPTConfig.from_depth(2, 64, 32, 8)
+    root = tmp_path / "mid_checkpoints"
+    _save(root / "d1", 5, small)
+    _save(root / "d2", 3, big)
+    expect = _save(root / "d2", 7, big)
+    assert find_model_tag("mid") == "d2"
+    model, meta = load_model("mid", "cpu")
+    assert meta["step"] == 7 and meta["model_tag"] == "d2"
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in expect.items())
+    model, meta = load_model("mid", "cpu", model_tag="d1")
+    assert meta["step"] == 5 and model.config.n_layer == 1
+    with pytest.raises(ConfigError, match="no checkpoint of step 4 in .*d2.*saved steps there: 3, 7"):
+        load_model("mid", "cpu", step=4)
+    with pytest.raises(ConfigError, match="unknown checkpoint source 'rl'"):
+        load_model("rl", "cpu")
+
+
+def test_a_stage_runs_its_own_module_under_torchrun():
+    class Stage(TorchrunStage):
+        name, module = "tiny", "bench.nanochat.tiny_stage"
+
+        def parse(self, argv):
+            return parse_config(TinyStage, argv, "tiny")
+
+    stage = Stage()
+    command = stage.local_command(["--device_batch_size=2"], 2, python="python3")
+    assert command[command.index("-m", 3):] == ["-m", "bench.nanochat.tiny_stage", "--", "--device_batch_size=2"]
+    settings = stage.settings({"device_batch_size": 3}, "weak")
+    assert settings.config.device_batch_size == 3 and settings.argv == ("--device_batch_size=3",)
+    assert stage.manifest_config(["--device_batch_size=2"])["device_batch_size"] == 2

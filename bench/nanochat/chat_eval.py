@@ -14,8 +14,8 @@ is computed when all six tasks ran. Model-written code (HumanEval programs, calc
 sandbox (bench/nanochat/sandbox.py, bench/nanochat/calculator.py).
 """
 
-import argparse
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from bench.errors import ConfigError, DataError
+from bench.nanochat.chat_eval_config import BASELINES, TASK_NAMES, ChatEvalConfig, parse, task_names
 from bench.nanochat.chat_format import render_for_completion
 from bench.nanochat.common import print0
 from bench.nanochat.engine import Engine
@@ -32,7 +33,7 @@ from bench.nanochat.tasks.humaneval import HumanEval
 from bench.nanochat.tasks.mmlu import MMLU
 from bench.nanochat.tasks.spellingbee import SpellingBee
 
-# upstream's task list, in its order, and the accuracy of chance on each (ChatCORE's zero)
+# the tasks by name, built as upstream's run_chat_eval builds them
 TASKS = {
     "ARC-Easy": partial(ARC, subset="ARC-Easy", split="test"),
     "ARC-Challenge": partial(ARC, subset="ARC-Challenge", split="test"),
@@ -41,19 +42,7 @@ TASKS = {
     "HumanEval": HumanEval,
     "SpellingBee": partial(SpellingBee, size=256, split="test"),
 }
-BASELINES = {"ARC-Easy": 0.25, "ARC-Challenge": 0.25, "MMLU": 0.25, "GSM8K": 0.0, "HumanEval": 0.0,
-             "SpellingBee": 0.0}
-SOURCES = ("base", "mid", "sft")  # upstream's load_model also knows rl, which nothing here trains
-
-
-def task_names(spec: str | None) -> list[str]:
-    """`-a`: '|'-separated task names (all six when empty); ConfigError naming the unknown ones and the valid."""
-    names = list(TASKS) if not spec else [n.strip() for n in spec.split("|")]
-    unknown = [n for n in names if n not in TASKS]
-    if unknown:
-        raise ConfigError(f"-a/--task-name: unknown task(s) {', '.join(map(repr, unknown))}; valid: "
-                          f"{'|'.join(TASKS)} ('|'-separated, default all)")
-    return names
+assert tuple(TASKS) == TASK_NAMES
 
 
 @dataclass
@@ -145,24 +134,30 @@ class TaskResult:
         return self.counts.passed / self.counts.total if self.counts.total else 0.0
 
     def score_fields(self) -> dict:
-        """The task's `score` event: accuracy and throughput (problems/s; generated tokens/s when generative)."""
+        """The task's `score` event: its accuracy, centred on chance, and what throughput is made of (problems/s =
+        problems / seconds; generated tokens/s = tokens / seconds, generative tasks only)."""
+        chance = BASELINES[self.name]
+        return {"name": self.name, "value": self.accuracy, "centered": (self.accuracy - chance) / (1.0 - chance),
+                "problems": self.counts.total, "seconds": self.seconds,
+                "tokens": self.counts.generated_tokens if self.eval_type == "generative" else None}
+
+    def throughput_line(self) -> str:
         s = max(self.seconds, 1e-9)
-        return {"task": self.name, "eval_type": self.eval_type, "accuracy": self.accuracy,
-                "passed": self.counts.passed, "problems": self.counts.total, "seconds": self.seconds,
-                "problems_per_sec": self.counts.total / s,
-                "tokens_per_sec": self.counts.generated_tokens / s if self.eval_type == "generative" else None}
+        tokens = f", {self.counts.generated_tokens / s:,.1f} generated tokens/s" if self.eval_type == "generative" else ""
+        return f"{self.name}: {self.counts.total} problems in {self.seconds:.2f}s, {self.counts.total / s:,.2f} problems/s{tokens}"
 
 
 def run_task(name: str, model, tokenizer, engine, config, synchronize=lambda: None) -> TaskResult:
     """One task on every rank, reduced; prints upstream's `Final:` line (and its `=` rule when generative)."""
     task = TASKS[name]()
+    limit = config.max_problems if config.max_problems > 0 else None
     synchronize()
     t0 = time.time()
     if task.eval_type == "categorical":
-        counts = categorical_counts(task, tokenizer, model, config.batch_size, config.max_problems)
+        counts = categorical_counts(task, tokenizer, model, config.batch_size, limit)
     else:
         counts = generative_counts(task, tokenizer, engine, config.num_samples, config.max_new_tokens,
-                                   config.temperature, config.top_k, config.max_problems)
+                                   config.temperature, config.top_k, limit)
     counts = counts.all_reduce(model.get_device())
     synchronize()
     result = TaskResult(name, task.eval_type, counts, time.time() - t0)
@@ -181,16 +176,19 @@ def chatcore(accuracies: dict[str, float]) -> float | None:
     return sum((accuracies[n] - BASELINES[n]) / (1.0 - BASELINES[n]) for n in TASKS) / len(TASKS)
 
 
-def evaluate(model, tokenizer, config, autocast, synchronize=lambda: None, on_task=lambda result: None
-             ) -> tuple[dict[str, float], float | None]:
-    """Every task of `-a` in turn: ({task: accuracy}, ChatCORE or None); `on_task` sees each TaskResult."""
+def evaluate(model, tokenizer, config, autocast=nullcontext, synchronize=lambda: None, relaxed=nullcontext,
+             on_task=lambda result: None) -> tuple[dict[str, float], float | None]:
+    """Every task of `-a` in turn: ({task: accuracy}, ChatCORE or None); `on_task` sees each TaskResult.
+    `relaxed` bounds the collectives of a task: ranks get unequal work (one more problem, longer samples), so
+    the end-of-task reduce may legitimately wait for the slowest."""
     engine = Engine(model, tokenizer)
     accuracies = {}
     for name in task_names(config.task_name):
-        with autocast():
+        with autocast(), relaxed():
             result = run_task(name, model, tokenizer, engine, config, synchronize)
         accuracies[name] = result.accuracy
         print0(f"{name} accuracy: {100 * result.accuracy:.2f}%")
+        print0(result.throughput_line())
         on_task(result)
     score = chatcore(accuracies)
     if score is not None:
@@ -198,52 +196,58 @@ def evaluate(model, tokenizer, config, autocast, synchronize=lambda: None, on_ta
     return accuracies, score
 
 
+
+
 # ----------------------------------------------------------------------------------------------
-# Settings: upstream's flags, short and long
+# The stage
 
 
-@dataclass
-class ChatEvalSettings:
-    source: str = "sft"
-    task_name: str | None = None
-    dtype: str = "bfloat16"
-    temperature: float = 0.0
-    max_new_tokens: int = 512
-    num_samples: int = 1
-    top_k: int = 50
-    batch_size: int = 8
-    model_tag: str | None = None
-    step: int | None = None
-    max_problems: int | None = None
-    device_type: str = ""
+def load_for_eval(config, device):
+    """The checkpoint's model and the tokenizer it was trained with (the vocabulary sizes must agree)."""
+    from bench.nanochat.checkpoint import load_model
+    from bench.nanochat.tokenizer import get_tokenizer
 
-    def validate(self) -> None:
-        if self.source not in SOURCES:
-            raise ConfigError(f"-i/--source {self.source!r}: expected one of {', '.join(SOURCES)}")
-        task_names(self.task_name)
-        for flag, value, low in (("-n/--num-samples", self.num_samples, 1), ("-b/--batch-size", self.batch_size, 1),
-                                 ("-m/--max-new-tokens", self.max_new_tokens, 1), ("-k/--top-k", self.top_k, 1)):
-            if value < low:
-                raise ConfigError(f"{flag} {value}: must be >= {low}")
-        if self.temperature < 0:
-            raise ConfigError(f"-t/--temperature {self.temperature}: must be >= 0 (0 = greedy)")
-        if self.max_problems is not None and self.max_problems < 1:
-            raise ConfigError(f"-x/--max-problems {self.max_problems}: must be >= 1 (omit it for every problem)")
+    model, meta = load_model(config.source, device, config.model_tag or None, None if config.step < 0 else config.step)
+    if device.type != "cuda":  # a GPU-trained checkpoint keeps its embedding in bf16: fp32 off the GPU, as upstream
+        for p in model.parameters():
+            p.data = p.data.float()
+    tokenizer = get_tokenizer()
+    if tokenizer.get_vocab_size() != model.config.vocab_size:
+        raise ConfigError(f"the {config.source} checkpoint in {meta['checkpoint_dir']} has a vocabulary of "
+                          f"{model.config.vocab_size:,} tokens but the tokenizer of $NANOCHAT_BASE_DIR has "
+                          f"{tokenizer.get_vocab_size():,}: evaluate it with the tokenizer it was trained with")
+    return model.eval(), tokenizer, meta
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Upstream chat_eval's flags, with its short forms and defaults."""
-    parser.add_argument("-i", "--source", required=True, help=f"model to evaluate: {'|'.join(SOURCES)}")
-    parser.add_argument("-a", "--task-name", default=None, help=f"'|'-separated, from {'|'.join(TASKS)} (default all)")
-    parser.add_argument("-d", "--dtype", default="bfloat16", choices=["float32", "bfloat16"],
-                        help="autocast dtype on CUDA (default bfloat16)")
-    parser.add_argument("-t", "--temperature", type=float, default=0.0, help="0 = greedy (default 0.0)")
-    parser.add_argument("-m", "--max-new-tokens", type=int, default=512, help="default 512")
-    parser.add_argument("-n", "--num-samples", type=int, default=1, help="samples per generative problem (default 1)")
-    parser.add_argument("-k", "--top-k", type=int, default=50, help="default 50")
-    parser.add_argument("-b", "--batch-size", type=int, default=8, help="categorical batch size (default 8)")
-    parser.add_argument("-g", "--model-tag", default=None, help="checkpoint folder (default: the largest d<N>)")
-    parser.add_argument("-s", "--step", type=int, default=None, help="checkpoint step (default: the last)")
-    parser.add_argument("-x", "--max-problems", type=int, default=None, help="first N problems of each task")
-    parser.add_argument("--device-type", default="", choices=["cuda", "cpu", "mps", ""],
-                        help="cuda|cpu|mps (default: autodetect)")
+def run(config: ChatEvalConfig, record):
+    """The evaluation as a stage: a `score` event per task (and ChatCORE), the scores into run.json."""
+    from bench.nanochat import stagerun
+
+    session = stagerun.begin(config, record, f"nanochat-bench: chat evaluation of the {config.source} model")
+    model, tokenizer, meta = load_for_eval(config, session.device)
+    print0(f"Loaded {meta['checkpoint_dir']} step {meta.get('step')}")
+    record.emit("model_ready", num_params=model.num_params(), flops_per_token=model.estimate_flops())
+    autocast = session.autocast if config.dtype == "bfloat16" else nullcontext
+    t0 = time.time()
+
+    def on_task(result: TaskResult) -> None:
+        record.emit("score", **result.score_fields())
+
+    accuracies, score = evaluate(model, tokenizer, config, autocast, session.synchronize,
+                                 session.watchdog.relaxed, on_task)
+    seconds = time.time() - t0
+    if score is not None:
+        record.emit("score", name="ChatCORE", value=score, seconds=seconds)
+    record.update(scores={**accuracies, **({"ChatCORE": score} if score is not None else {})})
+    peak_mem_mib = stagerun.end(session, record, seconds)
+    return {"peak_mem_mib": peak_mem_mib, "total_training_time_s": seconds}, "ok", None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.nanochat import stagerun
+
+    return stagerun.main(run, parse, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,6 +5,7 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     base.py       the interface, and what a plan holds (PointPlan) and is given (PointContext, Estimate)
     stage.py      what every nanochat stage under torchrun shares (its module, its parser, its commands)
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
+    chat_eval.py  nanochat's chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee; ChatCORE)
     torchrun.py   the one torchrun command line (local and under Slurm)
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
@@ -22,7 +23,8 @@ import importlib
 from bench.errors import ConfigError
 
 # name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
-_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile"}
+_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile",
+            "chat_eval": "bench.workloads.chat_eval"}
 DEFAULT = "nanochat"
 
 

@@ -43,20 +43,25 @@ def train(base: Path, run_dir: Path, nproc: int, *flags: str) -> subprocess.Comp
 
 
 def test_two_ranks_fine_tune_the_base_checkpoint_into_an_sft_one(sft_base, tmp_path, monkeypatch):
-    out = train(sft_base, tmp_path / "run", 2, "--num_iterations=4", "--eval_every=2")
+    out = train(sft_base, tmp_path / "run", 2, "--num_iterations=4", "--eval_every=2", "--eval_metrics_every=100",
+                "--eval_metrics_max_problems=8")  # the accuracies at the last step only
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "=> Setting grad accum steps: 1" in out.stdout
     assert "Step 00002/00004 | Training loss:" in out.stdout and "Step 00003 | Validation loss:" in out.stdout
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["status"] == "ok" and record["workload"] == "nanochat-sft" and record["world_size"] == 2
     assert record["checkpoint"]["step"] == 3 and record["checkpoint"]["dir"].endswith("chatsft_checkpoints/d1")
-    assert set(record["scores"]) == {"val_loss", "train_loss"}
+    assert "Step 00003 | mmlu_acc: " in out.stdout and ", arc_easy_acc: " in out.stdout
+    assert set(record["scores"]) == {"val_loss", "train_loss", "mmlu_acc", "arc_easy_acc"}
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    scored = {e["name"]: e for e in steps if e["event"] == "score"}
+    assert scored["mmlu_acc"]["problems"] == 8 and scored["arc_easy_acc"]["value"] == record["scores"]["arc_easy_acc"]
     steps = [e for e in steps if e["event"] == "step"]
     assert [e["step"] for e in steps] == [0, 1, 2] and all(e["tok_per_sec"] > 0 for e in steps)
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(sft_base))
     model, meta = load_model("sft", "cpu")
     assert meta["step"] == 3 and model.config.n_layer == 1 and meta["val_loss"] == record["scores"]["val_loss"]
+    assert meta["mmlu_acc"] == record["scores"]["mmlu_acc"]
     assert not list(Path(meta["checkpoint_dir"]).glob("optim_*"))  # SFT keeps no optimizer state
 
 

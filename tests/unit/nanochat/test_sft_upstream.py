@@ -25,3 +25,4 @@ def test_the_first_steps_lose_what_upstreams_lose(tmp_path):
                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "all same" in out.stdout and "same  step   7:" in out.stdout and "validation at step 8" in out.stdout
+    assert "same  metrics at step 8: mmlu_acc:" in out.stdout

@@ -42,7 +42,7 @@ from bench.nanochat.sftloader import sft_batches
 from bench.nanochat.steptimer import StepTimer
 from bench.workloads.chat_sft import RUN_WORKLOAD
 
-__all__ = ["SFTConfig", "sft", "main"]
+__all__ = ["SFTConfig", "main", "sft"]
 
 STEP_LINE = "Step {:05d}/{:05d} | Training loss: {:.6f}| lrm: {:.6f}| num_tokens: {:,}"  # upstream's, verbatim
 VAL_LINE = "Step {:05d} | Validation loss: {:.6f}"
@@ -65,6 +65,9 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     # Model and tokenizer: the input stage's checkpoint, not compiled (rows vary in length)
     model, meta = load_model(config.source, device, config.model_tag or None,
                              None if config.step < 0 else config.step)
+    if session.device_type != "cuda":  # a GPU-trained checkpoint's embedding is bf16: fp32 off the GPU, as upstream
+        for p in model.parameters():
+            p.data = p.data.float()
     tokenizer = get_tokenizer()
     vocab_size = model.config.vocab_size
     if tokenizer.get_vocab_size() != vocab_size:

@@ -22,7 +22,7 @@ UPSTREAM = os.environ.get("NANOCHAT_UPSTREAM_DIR")
 def test_the_first_steps_lose_what_upstreams_lose(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     out = subprocess.run([sys.executable, "benchmarks/compare_chat_sft.py", "--steps", "8", "--base-dir",
-                          str(tmp_path)], env=env, capture_output=True, text=True, timeout=1200)
+                          str(tmp_path)], env=env, capture_output=True, text=True, timeout=1200, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "all same" in out.stdout and "same  step   7:" in out.stdout and "validation at step 8" in out.stdout
     assert "same  metrics at step 8: mmlu_acc:" in out.stdout

@@ -10,8 +10,7 @@ from bench.nanochat.chat_format import render_conversation
 from bench.nanochat.chat_sft import STEP_LINE, VAL_LINE
 from bench.nanochat.sftconfig import parse_sft_args, sft_grad_accum
 from bench.nanochat.sftloader import sft_batches
-
-from chat_fixtures import ASSISTANT_END, ASSISTANT_START, BOS, USER_END, USER_START, byte_tokenizer
+from tests.unit.nanochat.chat_fixtures import ASSISTANT_END, ASSISTANT_START, BOS, USER_END, USER_START, byte_tokenizer
 
 
 def chat(user: str, assistant: str) -> dict:

@@ -58,6 +58,7 @@ def test_two_ranks_fine_tune_the_base_checkpoint_into_an_sft_one(sft_base, tmp_p
     assert scored["mmlu_acc"]["problems"] == 8 and scored["arc_easy_acc"]["value"] == record["scores"]["arc_easy_acc"]
     steps = [e for e in steps if e["event"] == "step"]
     assert [e["step"] for e in steps] == [0, 1, 2] and all(e["tok_per_sec"] > 0 for e in steps)
+    assert all(e["fwd_bwd_ms"] > 0 and e["optim_ms"] is not None for e in steps)  # the step split
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(sft_base))
     model, meta = load_model("sft", "cpu")
     assert meta["step"] == 3 and model.config.n_layer == 1 and meta["val_loss"] == record["scores"]["val_loss"]

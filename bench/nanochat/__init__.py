@@ -4,7 +4,9 @@
   attention.py     causal attention, optionally forced onto the flash-style kernels
   base_eval.py     the base_eval stage: the CORE metric of a base checkpoint (upstream's scripts/base_eval.py)
   base_loss.py     the base_loss stage: train/val bpb of a base checkpoint and its samples (scripts/base_loss.py)
+  chat_eval.py     chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee) and ChatCORE
   chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
+  chat_sft.py      SFT (upstream's scripts/chat_sft.py): the mid checkpoint fine-tuned on the SFT mixture
   chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
   chatgen.py       offline stand-ins for the staged chat data (data generate --chat)
   chatstage.py     data download --chat: stage every chat dataset for offline nodes
@@ -21,6 +23,7 @@
   evalbundle.py    the CORE eval bundle on disk (core.yaml, baselines, task files), read and checked
   evalgen.py       a small eval bundle in the real format (data generate --eval-bundle)
   evalstage.py     data download --eval-bundle: upstream's zip staged, resumed, checked
+  engine.py        sampling with a KV cache and the calculator tool
   fp8.py           --fp8 / --fp8_lm_head: FP8 matmuls with tensorwise dynamic scaling
   gcfreeze.py      the garbage collector frozen out of the measured steps
   gpt.py           the GPT of nanochat's base pretraining
@@ -40,6 +43,8 @@
   runrecord.py     what a trainer process records, and how failures and signals become evidence
   sandbox.py       model-written code (HumanEval, the calculator) run fenced off from everything
   sandbox_child.py the sandboxed side: the interpreter fences itself in, then runs the program
+  sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
+  sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
   stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)

@@ -8,6 +8,7 @@ It runs on the cluster's python3 outside any container, where the package may no
     python3 <sweep>/.lib/jobrecord.py finish RUN_DIR EXIT_CODE
     python3 <sweep>/.lib/jobrecord.py kept RUN_DIR          exit 0: the run is ok already (skip it)
     python3 <sweep>/.lib/jobrecord.py resume-step RUN_DIR   the checkpoint step a resubmitted run resumes
+    python3 <sweep>/.lib/jobrecord.py not-run RUN_DIR STAGE  a flow's stage kept from starting by STAGE's failure
 
 `finish` records what Slurm wrote into the run's log (a lost node, the time limit) as evidence, and ends
 with contract.close_unfinished, the same last word the local launcher has: a run whose trainer never
@@ -86,7 +87,14 @@ def resume_step(run_dir: str) -> None:
         print(int(step))
 
 
-COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step}
+def not_run(run_dir: str, failed_stage: str) -> None:
+    """A stage of a flow that does not start because an earlier stage of its point did not end ok."""
+    contract.record_evidence(run_dir, contract.Evidence(
+        source="batch_script", kind="not_run",
+        message=f"not run: stage {failed_stage} of this point did not end ok (its run.json says why)"))
+
+
+COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step, "not-run": not_run}
 
 
 def main(argv) -> int:

@@ -3,7 +3,8 @@
 One regex reads our logs and upstream nanochat's base_train logs alike, e.g.
   step 00042/21400 (0.20%) | loss: 7.123456 | grad norm: 0.8123 | lrm: 1.00 | dt: 487.12ms | tok/sec: 1,076,234 | mfu: 47.52 | total time: 0.34m
   Step 00250 | Validation bpb: 1.0234
-(the `grad norm:` segment is optional: upstream added it on 2025-11-05). A label that `srun -l` puts in
+(the `grad norm:` segment is optional: upstream added it on 2025-11-05; the `/total` too: mid-training's
+line has none). A label that `srun -l` puts in
 front (`0: step 00042/...`) is allowed and ignored.
 """
 
@@ -11,7 +12,7 @@ import re
 
 SRUN_LABEL = r"(?:\d+: )?"  # srun -l labels each line with its task number
 STEP_RE = re.compile(
-    r"^" + SRUN_LABEL + r"step (?P<step>\d+)/(?P<num_iterations>\d+) \((?P<pct>[\d.]+)%\) \| "
+    r"^" + SRUN_LABEL + r"step (?P<step>\d+)(?:/(?P<num_iterations>\d+))? \((?P<pct>[\d.]+)%\) \| "
     r"loss: (?P<loss>[-\d.naninf]+) \| "
     r"(?:grad norm: (?P<grad_norm>[-\d.naninf]+) \| )?"
     r"lrm: (?P<lrm>[-\d.]+) \| "
@@ -33,6 +34,14 @@ def format_step_line(step: int, num_iterations: int, loss: float, lrm: float, dt
             f"mfu: {mfu:.2f} | total time: {total_time_s / 60:.2f}m")
 
 
+def format_progress_step_line(step: int, pct: float, loss: float, lrm: float, dt_s: float, tok_per_sec: float,
+                              mfu: float, total_time_s: float) -> str:
+    """Mid-training's line (upstream mid_train's): no total (the data decides when the stage ends); the percentage is
+    the data's progress."""
+    return (f"step {step:05d} ({pct:.2f}%) | loss: {loss:.6f} | lrm: {lrm:.2f} | dt: {dt_s * 1000:.2f}ms | "
+            f"tok/sec: {int(tok_per_sec):,} | mfu: {mfu:.2f} | total time: {total_time_s / 60:.2f}m")
+
+
 def format_val_line(step: int, val_bpb: float) -> str:
     return f"Step {step:05d} | Validation bpb: {val_bpb:.4f}"
 
@@ -45,7 +54,7 @@ def parse_step_line(line: str) -> dict | None:
     d = m.groupdict()
     return {
         "step": int(d["step"]),
-        "num_iterations": int(d["num_iterations"]),
+        "num_iterations": int(d["num_iterations"]) if d["num_iterations"] is not None else None,
         "loss": float(d["loss"]),
         "grad_norm": float(d["grad_norm"]) if d["grad_norm"] is not None else None,
         "lrm": float(d["lrm"]),

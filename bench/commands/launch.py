@@ -110,7 +110,8 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
     return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
                                       repeats=args.repeats, train=train, gpu=args.gpu,
                                       assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling,
-                                      data=data_shape(args), time=args.time, site=site_of(args))
+                                      data=data_shape(args), time=args.time, site=site_of(args),
+                                      base_dir=base_dir_of(args))
 
 
 def flow_from_args(args, nodes: str | None = None, gpus_per_node: int | None = None,

@@ -184,6 +184,7 @@ class Sweep:
     data: DataShape | None = None  # the shards, for the choice of K (None: K is not planned)
     time: str | None = None  # a fixed time limit per run instead of the estimate
     site: Any = None  # bench.sites.Site: GPU memory and device batch limits of the site (None: the GPU's own)
+    base_dir: str | None = None  # NANOCHAT_BASE_DIR on the nodes (a stage checks the nodes share it); None: unknown
     settings: Settings = field(init=False, repr=False, compare=False)  # the flags, parsed once
 
     def __post_init__(self):
@@ -228,7 +229,7 @@ class Sweep:
             device_memory_bytes(self.gpu)
         ranks = nodes * self.gpus_per_node
         return PointContext(nodes, self.gpus_per_node, self.scaling, self.data, self.estimate, memory,
-                            site.max_device_batch(ranks) if site is not None else None)
+                            site.max_device_batch(ranks) if site is not None else None, self.base_dir, site)
 
     @functools.cached_property
     def _points(self) -> tuple[Point, ...]:

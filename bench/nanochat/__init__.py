@@ -3,6 +3,7 @@
   adamw.py         sharded AdamW (ZeRO-2), as upstream's nanochat/adamw.py
   attention.py     causal attention, optionally forced onto the flash-style kernels
   chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
+  chat_sft.py      SFT (upstream's scripts/chat_sft.py): the mid checkpoint fine-tuned on the SFT mixture
   chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
   chatgen.py       offline stand-ins for the staged chat data (data generate --chat)
   chatstage.py     data download --chat: stage every chat dataset for offline nodes
@@ -22,6 +23,8 @@
   heartbeat.py     each rank's sign of life; a silent rank ends the run as hung
   loss_eval.py     bits per byte
   memory.py        predicted peak memory per rank, per memory strategy
+  mid_train.py     mid-training on conversations (upstream's scripts/mid_train.py)
+  midloader.py     mid-training's loader: whole conversations packed into rows, per rank
   muon.py          Muon and its sharded form
   network_gate.py  the trainer's side of the network gate: the ranks agree after the pre-flight
   parallel.py      memory strategies (zero2, fsdp, +ac, +offload) applied from outside the model
@@ -30,6 +33,8 @@
   profile.py       one step under torch.profiler
   runclaim.py      one run per run directory: a lock, a finished run never written over
   runrecord.py     what a trainer process records, and how failures and signals become evidence
+  sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
+  sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
   stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)

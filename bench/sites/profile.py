@@ -7,6 +7,7 @@ The file (see alps.toml for a full one):
     nccl_net = "AWS Libfabric"        # what NCCL must choose between nodes ("Using network ...")
     gpus_per_node = 4
     gpu_memory_gib = 96
+    shared_paths = ["/scratch"]       # optional: every node sees these alike, whatever their mount type
     [partitions.normal]
     max_time = "12:00:00"             # Slurm's [D-]HH:MM:SS
     max_nodes = 2                     # optional
@@ -75,6 +76,7 @@ class Site:
     network_env: Mapping[str, str] = field(default_factory=dict)
     runtimes: Mapping[str, NetworkSetup] = field(default_factory=dict)
     device_batch_limits: Mapping[int, int] = field(default_factory=dict)  # from N ranks on: largest device batch
+    shared_paths: tuple[str, ...] = ()  # every node sees these alike, whatever /proc/mounts says (sharedfs.py)
     source: str = ""  # the file it was read from
 
     def max_device_batch(self, ranks: int) -> int | None:
@@ -155,6 +157,14 @@ def _list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _absolute(value: Any, where: str) -> tuple[str, ...]:
+    paths = _list(value, where)
+    relative = [p for p in paths if not p.startswith("/")]
+    if relative:
+        raise ConfigError(f"{where}: {relative[0]!r} is not an absolute path (e.g. \"/scratch\")")
+    return paths
+
+
 def _positive(value: Any, where: str, kind=int):
     if value is None:
         return None
@@ -166,7 +176,7 @@ def _positive(value: Any, where: str, kind=int):
 
 def _site(data: Mapping[str, Any], where: str) -> Site:
     _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "partitions",
-                 "network_env", "runtimes", "device_batch_limits"}, where)
+                 "network_env", "runtimes", "device_batch_limits", "shared_paths"}, where)
     network = data.get("network")
     if network not in NETWORKS:
         raise ConfigError(f"{where}: network {network!r} is not one of {', '.join(NETWORKS)}")
@@ -194,7 +204,7 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                 description=str(data.get("description", "")), partitions=partitions,
                 network_env=_strings(data.get("network_env", {}), f"{where}: network_env"),
                 runtimes=runtimes, device_batch_limits=_batch_limits(data.get("device_batch_limits", {}), where),
-                source=where)
+                shared_paths=_absolute(data.get("shared_paths", []), f"{where}: shared_paths"), source=where)
 
 
 def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:

@@ -5,7 +5,10 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     base.py       the interface, and what a plan holds (PointPlan) and is given (PointContext, Estimate)
     stage.py      what every nanochat stage under torchrun shares (its module, its parser, its commands)
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
+    chat_sft.py   nanochat's SFT stage: examples per step per rank count
     torchrun.py   the one torchrun command line (local and under Slurm)
+    mid_train.py  mid-training from the base checkpoint: its batch arithmetic per rank count
+    sharedfs.py   whether the nodes share $NANOCHAT_BASE_DIR (the stages read each other's checkpoints)
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
 Two members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun) and `nntile`
@@ -22,7 +25,8 @@ import importlib
 from bench.errors import ConfigError
 
 # name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
-_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile"}
+_MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile",
+            "mid_train": "bench.workloads.mid_train", "chat_sft": "bench.workloads.chat_sft"}
 DEFAULT = "nanochat"
 
 

@@ -26,7 +26,8 @@ from bench.errors import ConfigError
 
 # name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
 _MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile",
-            "mid_train": "bench.workloads.mid_train", "chat_sft": "bench.workloads.chat_sft"}
+            "mid_train": "bench.workloads.mid_train", "chat_sft": "bench.workloads.chat_sft",
+            "base_loss": "bench.workloads.base_loss", "base_eval": "bench.workloads.base_eval"}
 DEFAULT = "nanochat"
 
 

@@ -56,6 +56,7 @@ class Stage:
     workload: str
     chain: tuple[tuple[str, str], ...] = ()
     dashed: bool = False  # its flags are upstream's argparse spelling (--device-type), not --device_type
+    inherit: tuple[str, ...] = ()  # pre-training's flags it takes when given (the checkpoint's sequence length)
 
     def flag(self, key: str) -> str:
         return key.replace("_", "-") if self.dashed else key
@@ -66,7 +67,7 @@ class Stage:
 FLOWS: dict[str, tuple[Stage, ...]] = {
     "speedrun": (
         Stage("base_train", "nanochat", (("model_tag", "{tag}"), ("save_every", "{num_iterations}"))),
-        Stage("base_loss", "base_loss", (("model_tag", "{tag}"),)),
+        Stage("base_loss", "base_loss", (("model_tag", "{tag}"),), inherit=("max_seq_len",)),
         Stage("base_eval", "base_eval", (("model_tag", "{tag}"),)),
         Stage("mid_train", "mid_train", (("model_tag", "{tag}"),)),
         Stage("chat_eval_mid", "chat_eval", (("source", "mid"), ("model-tag", "{tag}")), dashed=True),
@@ -89,12 +90,10 @@ def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
         raise ConfigError(f"--flow {flow!r}: unknown flow; valid: {', '.join(FLOWS)}")
     every = FLOWS[flow]
     registered = [s.name for s in every if s.workload in workloads.names()]
-    if not stages:
-        missing = [f"{s.name} ({s.workload})" for s in every if s.workload not in workloads.names()]
-        if missing:
-            raise ConfigError(f"--flow {flow}: the stage(s) {', '.join(missing)} are not registered workloads in this "
-                              f"installation; pick the others with --stages {','.join(registered)}")
-        return every
+    if not stages:  # the whole flow, less what this installation cannot run (left_out says it, everywhere)
+        if not registered:
+            raise ConfigError(f"--flow {flow}: none of its stages' workloads is registered in this installation")
+        return tuple(s for s in every if s.name in registered)
     wanted = [t.strip() for t in stages.split(",") if t.strip()]
     valid = f"valid: {', '.join(registered) or 'none'} (the flow's order: {', '.join(s.name for s in every)})"
     for name in wanted:
@@ -160,11 +159,16 @@ class FlowSweep:
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
-                {stage.flag(k): v for k, v in shared.items()}
+                {stage.flag(k): v for k, v in {**shared, **{k: train[k] for k in stage.inherit if k in train}}.items()}
             chained = {k: PLAN_TAG if "{tag}" in v else ("1" if "{" in v else v) for k, v in stage.chain}
             sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload,
                                         train={**own, **per_stage[stage.name], **chained}))
         return cls(flow, chosen, tuple(sweeps))
+
+    @property
+    def left_out(self) -> list[str]:
+        """The flow's stages this sweep does not run (not chosen, or not registered in this installation)."""
+        return [s.name for s in FLOWS[self.flow] if s not in self.stages]
 
     @property
     def first(self) -> planmod.Sweep:
@@ -183,7 +187,7 @@ class FlowSweep:
         return sum(p.time_minutes + 1 for p in stage_points)  # as bench.launch.job.job_minutes
 
     def describe(self) -> dict:
-        return {**self.first.describe(), "workload": None, "flow": self.flow,
+        return {**self.first.describe(), "workload": None, "flow": self.flow, "left_out": self.left_out,
                 "stages": [{"name": s.name, "workload": s.workload, "train": sw.train}
                            for s, sw in zip(self.stages, self.sweeps)]}
 
@@ -212,8 +216,12 @@ def format_table(fs: FlowSweep) -> str:
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
     lines += ["", f"flow: {fs.flow}, stages {' -> '.join(s.name for s in fs.stages)}; each stage's run directory "
                   f"<sweep>/<point>/<stage>; the tokenizer trained once per sweep, before the first stage"]
+    if fs.left_out:
+        unregistered = [s.name for s in FLOWS[fs.flow] if s.workload not in workloads.names()]
+        lines.append(f"left out: {', '.join(fs.left_out)}" + (f" ({', '.join(unregistered)} not registered in this "
+                                                              f"installation)" if unregistered else ""))
     for stage, sw in zip(fs.stages, fs.sweeps):
-        lines += [f"{stage.name}: {line}" for line in sw.workload_impl.describe(sw)]
+        lines += [f"{stage.name}: {line.replace(PLAN_TAG, '<sweep>-<point>')}" for line in sw.workload_impl.describe(sw)]
     lines.append(f"{jobs} job(s), one per point ({fs.first.gpu} estimates as for one run per stage)")
     return "\n".join(lines)
 

@@ -54,6 +54,10 @@ NOT_HERE = {
     "nanochat-bench status runs/d20-scaling --wait": "the d20 sweep submitted above",
     "nanochat-bench status runs/d20-scaling --resubmit-failed": "the d20 sweep submitted above",
     CPU_SWEEP: "runs on the test Slurm cluster: tests/integration/slurm/test_readme_sweep.py",
+    "nanochat-bench data download --chat": "downloads the chat data (no network here)",
+    "nanochat-bench data download --eval-bundle": "downloads the eval bundle (no network here)",
+    "nanochat-bench submit --flow speedrun --nodes 1,2,4 --gpus-per-node 4 --runtimes bare,ce --name speedrun":
+        "a GPU cluster (tests/integration/slurm/test_slurm_flow.py runs a flow on the test cluster)",
     "reframe -C site.py -c bench/reframe_checks/checks.py -P num_nodes=1,2,4,8 -S depth=20 "
     "-S references=results/h200-d20/references.toml -r":
         "a site's ReFrame configuration and GPU nodes (tests/integration/slurm/test_reframe.py runs the "

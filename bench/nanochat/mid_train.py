@@ -12,6 +12,7 @@ until the first rank's data wraps (or --num_iterations batches): flat LR, then a
 20 % of the data's progress; Muon's momentum ramps 0.85 -> 0.95 over 300 steps. Validation bpb at step 0,
 every --eval_every steps and the last; the checkpoint goes to mid_checkpoints/d<depth> (or --model_tag).
 Output: nanochat's lines on rank 0; with NANOCHAT_BENCH_RUN_DIR, run.json and metrics.jsonl.
+The settings (MidConfig) import no torch: the planner parses them on login nodes.
 """
 
 import os
@@ -24,13 +25,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 
-import torch
-
 from bench.contract import field as _f
 from bench.errors import ConfigError
 from bench.logline import format_progress_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
-from bench.nanochat import stagerun, steptimer
 from bench.nanochat.config import LEARNING_RATES, RunSettings, grad_accum_steps, parse_config
 from bench.nanochat.common import print0
 from bench.nanochat.guard import DivergenceGuard, check_finite
@@ -100,6 +98,9 @@ def parse_args(argv: list[str]) -> MidConfig:
 
 def mid_train(config: MidConfig, record: RunRecord):
     """The whole mid-training run; returns (summary, status, message)."""
+    import torch
+
+    from bench.nanochat import stagerun, steptimer
     from bench.nanochat.checkpoint import load_model, phase_dir, save_checkpoint
     from bench.nanochat.loss_eval import evaluate_bpb
     from bench.nanochat.midloader import MidLoader
@@ -138,8 +139,7 @@ def mid_train(config: MidConfig, record: RunRecord):
     record.emit("model_ready", num_params=num_params, flops_per_token=num_flops_per_token)
     record.update(num_params=num_params, flops_per_token=num_flops_per_token, grad_accum=grad_accum,
                   vocabulary={"vocab_size": tokenizer.get_vocab_size(), "source": "tokenizer", "bpb": True},
-                  data=chat_data_identity() if session.master else None,
-                  base_checkpoint={"dir": meta["checkpoint_dir"], "step": meta["step"]})
+                  data=chat_data_identity() if session.master else None)
 
     # ----------------------------------------------------------------------------------------------
     # Fresh optimizers at the base LRs x init_lr_frac (Muon for the matrices, AdamW for the rest)
@@ -181,6 +181,7 @@ def mid_train(config: MidConfig, record: RunRecord):
     min_val_bpb, val_bpb = float("inf"), None
     smooth_train_loss, ema_beta = 0.0, 0.9
     total_training_time, progress, step, dt = 0.0, 0.0, 0, 0.0
+    mfu = debiased_smooth_loss = None
     guard = DivergenceGuard(floor=math.log(orig_model.config.vocab_size))
     stopped_early = False
     timer = steptimer.StepTimer(session.device_type)  # the step split: fwd+bwd, exposed comm, optimizer, data
@@ -198,7 +199,8 @@ def mid_train(config: MidConfig, record: RunRecord):
         with session.watchdog.relaxed():  # validation and the save may keep ranks apart a while
             if config.eval_every > 0 and not stopped_early and (last_step or step % config.eval_every == 0):
                 model.eval()
-                eval_steps = config.eval_tokens // (B * T * world_size)
+                # upstream's count; at least one batch (upstream's 0 would print an infinite bpb)
+                eval_steps = max(1, config.eval_tokens // (B * T * world_size))
                 with session.autocast():
                     val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
                 check_finite(step, val_bpb, "validation bpb")
@@ -274,7 +276,7 @@ def mid_train(config: MidConfig, record: RunRecord):
     else:
         record.update(num_iterations=step)
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
-               "final_val_bpb": val_bpb, "steps": step}
+               "final_val_bpb": val_bpb, "final_mfu": mfu, "final_loss": debiased_smooth_loss}
     if stopped_early:
         message = (f"stopped at step {step} to end before the time limit (--deadline); the checkpoint of step "
                    f"{step} is in {checkpoint_dir}" if not config.dry_run else
@@ -288,6 +290,8 @@ def mid_train(config: MidConfig, record: RunRecord):
 def out_of_time(deadline: float, dt: float, ddp: bool, device) -> bool:
     """Whether the next step would end after `deadline` (epoch s); every rank gets the same answer (a tiny
     all-reduce a step, only with a deadline), so no rank steps into a collective the others left."""
+    import torch
+
     if deadline <= 0 or dt == 0.0:
         return False
     late = torch.tensor([float(time.time() + 1.5 * dt > deadline)], device=device)
@@ -309,6 +313,8 @@ def chat_data_identity() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.nanochat import stagerun
+
     return stagerun.main(mid_train, parse_args, argv)
 
 

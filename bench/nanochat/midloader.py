@@ -17,7 +17,8 @@ the first evaluation that ran that many batches; fixed upstream in dddb95c).
 
 import torch
 
-from bench.nanochat.chat_format import render_conversation
+from bench.errors import DataError
+from bench.nanochat.chat_format import ConversationError, render_conversation
 
 
 class MidLoader:
@@ -45,7 +46,11 @@ class MidLoader:
         needed = self.B * self.T + 1
         size = len(self.dataset)
         while len(self.buffer) < needed:
-            ids, _ = render_conversation(self.tokenizer, self.dataset[self.cursor])
+            try:
+                ids, _ = render_conversation(self.tokenizer, self.dataset[self.cursor])
+            except ConversationError as e:
+                raise DataError(f"{where(self.dataset, self.cursor)} of the {'train' if self.train else 'val'} "
+                                f"mixture: {e}") from None
             self.buffer.extend(ids)
             self.cursor += self.world_size
             if self.cursor >= size:
@@ -64,3 +69,11 @@ class MidLoader:
         inputs = scratch[:-1].view(self.B, self.T).to(device=self.device, dtype=torch.int32, non_blocking=True)
         targets = scratch[1:].view(self.B, self.T).to(device=self.device, dtype=torch.int64, non_blocking=True)
         return inputs, targets
+
+
+def where(dataset, index: int) -> str:
+    """A mixture's conversation by its task and the task's own row, for a message about it."""
+    if hasattr(dataset, "index_map"):
+        task, local = dataset.index_map[index]
+        return f"conversation {local} of {type(dataset.tasks[task]).__name__} (row {index})"
+    return f"conversation {index}"

@@ -37,6 +37,7 @@ from bench.nanochat.runrecord import RunRecord, say
 from bench.nanochat.sftconfig import SFTConfig, parse_sft_args, sft_grad_accum
 from bench.nanochat.sftloader import sft_batches
 from bench.nanochat.steptimer import StepTimer
+from bench.workloads.chat_sft import RUN_WORKLOAD
 
 __all__ = ["SFTConfig", "sft", "main"]
 
@@ -52,6 +53,7 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     # ----------------------------------------------------------------------------------------------
     # Compute init: the process group, every wait bounded, the pre-flight and the network gate
     session = stagerun.begin(config, record, "nanochat-bench: SFT (nanochat-faithful chat_sft)")
+    record.update(workload=RUN_WORKLOAD)  # also when started without the launcher, which records it first
     ddp, rank, world_size, device = session.ddp, session.rank, session.world_size, session.device
     autocast_ctx = session.autocast() if config.dtype == "bfloat16" else nullcontext()
 

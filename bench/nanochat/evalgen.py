@@ -65,16 +65,27 @@ class _Text:
 
 
 def _row(t: _Text, task_type: str, baseline: float) -> dict:
+    """One example whose right answer is how the corpus goes on (the other options are drawn at random), so a
+    model trained on the corpus scores above chance on some."""
+    words = t.words(10, 24).split()
+    while len(words) < 8:  # a short paragraph: an empty context would not be a prefix once stripped
+        words = t.words(10, 24).split()
+    cut = len(words) - t.rng.randint(1, 3)
+    head, tail = " ".join(words[:cut]), " ".join(words[cut:])
     if task_type == MC:
-        k = max(2, round(100 / baseline)) if baseline else 4
-        k = min(k, 11)  # language identification's 9.1% is 11 choices
-        choices = [t.words(1, 6) for _ in range(k)]
-        return {"query": t.words(6, 18), "choices": choices, "gold": t.rng.randrange(k)}
+        k = min(max(2, round(100 / baseline)), 11)  # language identification's 9.1% is 11 choices
+        gold = t.rng.randrange(k)
+        choices = [tail if i == gold else t.words(1, 3) for i in range(k)]
+        return {"query": head, "choices": choices, "gold": gold}
     if task_type == SCHEMA:
-        stem = t.words(4, 10)
-        return {"context_options": [f"{stem} {t.words(1, 3)}" for _ in range(2)], "continuation": t.words(3, 8),
-                "gold": t.rng.randrange(2)}
-    return {"context": t.words(6, 20) + (" " if t.rng.random() < 0.3 else ""), "continuation": t.words(1, 3)}
+        gold = t.rng.randrange(2)
+        lead, rest = " ".join(words[:3]), " ".join(words[3:cut])
+        options = [lead if i == gold else t.words(3, 3) for i in range(2)]
+        return {"context_options": options, "continuation": f"{rest} {tail}", "gold": gold}
+    the = [i for i, w in enumerate(words) if w == "the" and i >= 4]
+    if the and t.rng.random() < 0.5:  # the corpus' commonest word: one a small model gets right
+        head, tail = " ".join(words[:the[0]]), "the"
+    return {"context": head + (" " if t.rng.random() < 0.3 else ""), "continuation": tail}
 
 
 def config_text() -> str:

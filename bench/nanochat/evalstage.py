@@ -54,13 +54,14 @@ def probe(url: str, timeout: tuple[float, float], tries: int = 3) -> None:
             time.sleep(0.5)
 
 
-def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float = 2.0) -> None:
+def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float = 2.0,
+              chunk_bytes: int = download.CHUNK_BYTES) -> None:
     """The zip into dest, through dest.tmp, resumed across tries and runs; DataError after the last try."""
     tmp = dest.with_name(dest.name + ".tmp")  # a fixed name: a later try resumes it
     timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
     for attempt in range(1, retries + 1):
         try:
-            download._fetch_once(url, tmp, timeout)
+            download._fetch_once(url, tmp, timeout, chunk_bytes)
             os.replace(tmp, dest)
             return
         except requests.HTTPError as e:
@@ -113,7 +114,8 @@ def place(zip_path: Path, target: Path, origin: dict) -> int:
 
 
 def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
-          timeout_s: float = download.READ_TIMEOUT_S, overwrite: bool = False) -> tuple[Path, int, bool]:
+          timeout_s: float = download.READ_TIMEOUT_S, overwrite: bool = False, backoff_s: float = 2.0,
+          chunk_bytes: int = download.CHUNK_BYTES) -> tuple[Path, int, bool]:
     """(bundle directory, examples, fetched now?)."""
     if retries < 1:
         raise ConfigError(f"--retries {retries}: must be >= 1")
@@ -132,7 +134,7 @@ def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
     zip_path = base / ZIP_NAME
     if not zip_path.is_file():
         probe(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s))
-        fetch_zip(url, zip_path, retries, timeout_s)
+        fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)
     digest = sha256_of(zip_path)
     if sha256 is not None and digest != sha256.lower():
         zip_path.unlink()

@@ -119,6 +119,7 @@ class ScoreEvent:
     centered: Optional[float] = None  # (accuracy - random baseline) / (1 - baseline), where the task has one
     problems: Optional[int] = None  # examples scored, over all ranks
     seconds: Optional[float] = None  # wall time of this score's evaluation
+    tokens: Optional[int] = None  # tokens generated for it over all ranks (generative tasks: tokens/s = tokens / seconds)
 
 
 @dataclasses.dataclass

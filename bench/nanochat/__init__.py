@@ -2,6 +2,7 @@
 
   adamw.py         sharded AdamW (ZeRO-2), as upstream's nanochat/adamw.py
   attention.py     causal attention, optionally forced onto the flash-style kernels
+  chat_eval.py     chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee) and ChatCORE
   chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
   chat_sft.py      SFT (upstream's scripts/chat_sft.py): the mid checkpoint fine-tuned on the SFT mixture
   chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
@@ -16,6 +17,7 @@
   dataloader.py    batches by rank: row groups strided over files and ranks
   dataset.py       shard files on disk: train/val split, generate
   download.py      FineWeb-Edu shards: parallel, resumable, retried, verified, failing fast
+  engine.py        sampling with a KV cache and the calculator tool
   fp8.py           --fp8 / --fp8_lm_head: FP8 matmuls with tensorwise dynamic scaling
   gcfreeze.py      the garbage collector frozen out of the measured steps
   gpt.py           the GPT of nanochat's base pretraining
@@ -35,6 +37,8 @@
   runrecord.py     what a trainer process records, and how failures and signals become evidence
   sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
   sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
+  sandbox.py       model-written code (HumanEval, the calculator) run fenced off from everything
+  sandbox_child.py the sandboxed side: the interpreter fences itself in, then runs the program
   stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)

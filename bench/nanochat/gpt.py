@@ -86,8 +86,9 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer_idx: int = 0):
         super().__init__()
+        self.layer_idx = layer_idx  # this layer's slot in an inference KV cache
         self.n_head = config.n_head
         self.n_kv_head = config.n_kv_head
         self.n_embd = config.n_embd
@@ -98,7 +99,7 @@ class CausalSelfAttention(nn.Module):
         self.c_v = nn.Linear(self.n_embd, self.n_kv_head * self.head_dim, bias=False)
         self.c_proj = nn.Linear(self.n_embd, self.n_embd, bias=False)
 
-    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor], kv_cache=None) -> torch.Tensor:
         B, T, _ = x.size()
         q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
         k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
@@ -107,7 +108,10 @@ class CausalSelfAttention(nn.Module):
         q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)  # rotary first ...
         q, k = norm(q), norm(k)  # ... then QK norm
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
-        y = causal_attention(q, k, v, enable_gqa=self.n_head != self.n_kv_head)
+        if kv_cache is None:
+            y = causal_attention(q, k, v, enable_gqa=self.n_head != self.n_kv_head)
+        else:  # inference (bench/nanochat/engine.py): keys and values of earlier steps come from the cache
+            y = kv_cache.attend(self.layer_idx, q, k, v, enable_gqa=self.n_head != self.n_kv_head)
         y = y.transpose(1, 2).contiguous().view(B, T, -1)
         return self.c_proj(y)
 
@@ -123,13 +127,13 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer_idx: int = 0):
         super().__init__()
-        self.attn = CausalSelfAttention(config)
+        self.attn = CausalSelfAttention(config, layer_idx)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, cos_sin) -> torch.Tensor:
-        x = x + self.attn(norm(x), cos_sin)
+    def forward(self, x: torch.Tensor, cos_sin, kv_cache=None) -> torch.Tensor:
+        x = x + self.attn(norm(x), cos_sin, kv_cache)
         return x + self.mlp(norm(x))
 
 
@@ -139,7 +143,7 @@ class GPT(nn.Module):
         self.config = config
         self.transformer = nn.ModuleDict({
             "wte": nn.Embedding(config.vocab_size, config.n_embd),
-            "h": nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            "h": nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
         })
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.rotary_seq_len = config.sequence_len * ROPE_LENGTH_FACTOR
@@ -226,14 +230,17 @@ class GPT(nn.Module):
                 group["initial_lr"] = group["lr"]  # the LR schedule multiplies this
         return optimizers
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_reduction: str = "mean"):
-        """The loss when targets are given (ignore_index -1), else the soft-capped logits."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_reduction: str = "mean",
+                kv_cache=None):
+        """The loss when targets are given (ignore_index -1), else the soft-capped logits. With a kv_cache
+        (bench/nanochat/engine.py) idx continues the cached positions: rotary angles start at its position."""
         B, T = idx.size()
-        assert T <= self.cos.size(1), f"sequence length {T} exceeds the rotary cache {self.cos.size(1)}"
-        cos_sin = self.cos[:, :T], self.sin[:, :T]
+        T0 = 0 if kv_cache is None else kv_cache.get_pos()
+        assert T0 + T <= self.cos.size(1), f"sequence length {T0 + T} exceeds the rotary cache {self.cos.size(1)}"
+        cos_sin = self.cos[:, T0:T0 + T], self.sin[:, T0:T0 + T]
         x = norm(self.transformer.wte(idx))
         for block in self.transformer.h:
-            x = block(x, cos_sin)
+            x = block(x, cos_sin, kv_cache)
         x = norm(x)
         logits = softcap_logits(self.lm_head(x))
         if targets is None:

@@ -6,6 +6,7 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     stage.py      what every nanochat stage under torchrun shares (its module, its parser, its commands)
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
     chat_sft.py   nanochat's SFT stage: examples per step per rank count
+    chat_eval.py  nanochat's chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee; ChatCORE)
     torchrun.py   the one torchrun command line (local and under Slurm)
     mid_train.py  mid-training from the base checkpoint: its batch arithmetic per rank count
     sharedfs.py   whether the nodes share $NANOCHAT_BASE_DIR (the stages read each other's checkpoints)
@@ -27,7 +28,8 @@ from bench.errors import ConfigError
 # name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
 _MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile",
             "mid_train": "bench.workloads.mid_train", "chat_sft": "bench.workloads.chat_sft",
-            "base_loss": "bench.workloads.base_loss", "base_eval": "bench.workloads.base_eval"}
+            "base_loss": "bench.workloads.base_loss", "base_eval": "bench.workloads.base_eval",
+            "chat_eval": "bench.workloads.chat_eval"}
 DEFAULT = "nanochat"
 
 

@@ -1,5 +1,6 @@
 """HumanEval (openai/openai_humaneval test): the prompt is the start of a program, the answer prompt + solution.
-The evaluation stage runs `program(...)` in its sandbox; a row passes when that program runs without an error."""
+A completion passes when its `program(...)` runs without an error in the sandbox (bench/nanochat/sandbox.py):
+model-written code is never run in the evaluating process."""
 
 import re
 
@@ -48,3 +49,8 @@ class HumanEval(Task):
         messages = [{"role": "user", "content": row["prompt"]},
                     {"role": "assistant", "content": f"{row['prompt']}\n{row['canonical_solution']}"}]
         return {"messages": messages, "entry_point": row["entry_point"], "test": row["test"]}
+
+    def evaluate(self, conversation: dict, completion: str) -> bool:
+        from bench.nanochat.sandbox import execute_code  # a separate, limited process per program
+
+        return execute_code(program(conversation, completion)).success

@@ -1,0 +1,67 @@
+"""Chat evaluation's scoring (bench/nanochat/chat_eval.py) on a tiny model and the generated stand-in data.
+
+    python -m pytest tests/unit/nanochat/test_chat_eval.py -q
+"""
+
+import pytest
+import torch
+
+from bench.errors import ConfigError
+from bench.nanochat import chat_eval
+from bench.nanochat.chat_format import render_for_completion
+from bench.nanochat.engine import Engine
+from bench.nanochat.tasks.arc import ARC
+from bench.nanochat.tasks.gsm8k import GSM8K
+
+from chat_fixtures import byte_tokenizer, chat_base, generated_base  # noqa: F401 (fixtures)
+from test_engine import random_model
+
+
+def one_by_one(task, tokenizer, model, n):
+    """The categorical rule applied to each problem alone, unpadded: what the batched scoring must equal."""
+    passed = 0
+    for i in range(n):
+        conversation = task[i]
+        ids = render_for_completion(tokenizer, conversation)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids]))[0, -1]
+        letters = conversation["letters"]
+        scores = [logits[tokenizer.encode(letter)[0]].item() for letter in letters]
+        passed += int(letters[scores.index(max(scores))] == conversation["messages"][-1]["content"])
+    return passed
+
+
+@pytest.mark.parametrize("batch_size", [1, 8, 7])
+def test_categorical_batches_score_as_each_problem_alone(chat_base, batch_size):
+    tok, model = byte_tokenizer(), random_model(seq=1024)
+    task = ARC(subset="ARC-Easy", split="test")
+    counts = chat_eval.categorical_counts(task, tok, model, batch_size, max_problems=20)
+    assert counts.total == 20
+    assert counts.passed == one_by_one(task, tok, model, 20)
+    assert 0 < counts.passed < 20  # a random model: some right, some wrong, so the comparison means something
+
+
+def test_generative_counts_generated_tokens_and_scores(chat_base, capsys):
+    tok, model = byte_tokenizer(), random_model(seq=1024)
+    task = GSM8K(subset="main", split="test")
+    engine = Engine(model, tok, calculator=lambda expr: None)
+    counts = chat_eval.generative_counts(task, tok, engine, num_samples=2, max_new_tokens=8, temperature=1.0,
+                                         top_k=50, max_problems=3)
+    assert (counts.passed, counts.total) == (0, 3)  # a random model does not solve grade-school maths
+    assert 3 * 2 <= counts.generated_tokens <= 3 * 2 * 8
+    assert capsys.readouterr().out.endswith("\r\x1b[KRank 0 | 0/3 (0.00%)\n")
+
+
+def test_chatcore_needs_all_six_and_centres_on_chance():
+    accuracies = {name: chat_eval.BASELINES[name] for name in chat_eval.TASKS}
+    assert chat_eval.chatcore(accuracies) == 0.0
+    assert chat_eval.chatcore(dict(accuracies, GSM8K=0.6)) == pytest.approx(0.1)
+    assert chat_eval.chatcore({"ARC-Easy": 1.0}) is None
+
+
+def test_task_names_in_upstream_order_and_unknown_named():
+    assert chat_eval.task_names(None) == ["ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval", "SpellingBee"]
+    assert chat_eval.task_names("GSM8K|ARC-Easy") == ["GSM8K", "ARC-Easy"]
+    with pytest.raises(ConfigError) as e:
+        chat_eval.task_names("ARC-Easy|GSM8k")
+    assert "'GSM8k'" in str(e.value) and "GSM8K" in str(e.value) and "\n" not in str(e.value)

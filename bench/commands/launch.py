@@ -125,7 +125,7 @@ def flow_from_args(args, nodes: str | None = None, gpus_per_node: int | None = N
         gpus_per_node=gpus_per_node or args.gpus_per_node,
         runtimes=runtimes_list(runtimes or args.runtimes), repeats=args.repeats, gpu=args.gpu,
         assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling, data=data_shape(args),
-        time=args.time, site=site_of(args))
+        time=args.time, site=site_of(args), base_dir=base_dir_of(args))
 
 
 def runtimes_list(text: str) -> list[str]:

@@ -55,11 +55,7 @@ class Stage:
     name: str
     workload: str
     chain: tuple[tuple[str, str], ...] = ()
-    dashed: bool = False  # its flags are upstream's argparse spelling (--device-type), not --device_type
     inherit: tuple[str, ...] = ()  # pre-training's flags it takes when given (the checkpoint's sequence length)
-
-    def flag(self, key: str) -> str:
-        return key.replace("_", "-") if self.dashed else key
 
 
 # upstream's speedrun.sh after the tokenizer: base_train, base_loss, base_eval, mid_train, chat_eval -i mid,
@@ -70,9 +66,9 @@ FLOWS: dict[str, tuple[Stage, ...]] = {
         Stage("base_loss", "base_loss", (("model_tag", "{tag}"),), inherit=("max_seq_len",)),
         Stage("base_eval", "base_eval", (("model_tag", "{tag}"),)),
         Stage("mid_train", "mid_train", (("model_tag", "{tag}"),)),
-        Stage("chat_eval_mid", "chat_eval", (("source", "mid"), ("model-tag", "{tag}")), dashed=True),
+        Stage("chat_eval_mid", "chat_eval", (("source", "mid"), ("model_tag", "{tag}"))),
         Stage("chat_sft", "chat_sft", (("model_tag", "{tag}"),)),
-        Stage("chat_eval_sft", "chat_eval", (("source", "sft"), ("model-tag", "{tag}")), dashed=True),
+        Stage("chat_eval_sft", "chat_eval", (("source", "sft"), ("model_tag", "{tag}"))),
     ),
 }
 # The settings every stage shares (bench.nanochat.config.RunSettings) that a sweep's flag sets for all
@@ -159,7 +155,7 @@ class FlowSweep:
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
-                {stage.flag(k): v for k, v in {**shared, **{k: train[k] for k in stage.inherit if k in train}}.items()}
+                {k: v for k, v in {**shared, **{k: train[k] for k in stage.inherit if k in train}}.items()}
             chained = {k: PLAN_TAG if "{tag}" in v else ("1" if "{" in v else v) for k, v in stage.chain}
             sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload,
                                         train={**own, **per_stage[stage.name], **chained}))

@@ -30,9 +30,9 @@ STAGE_ARGS = {
     "base_loss": ["device_batch_size=2", "split_tokens=512"],
     "base_eval": ["max_per_task=11"],  # the bundle's 10-shot tasks need 11 examples
     "mid_train": ["num_iterations=4", "max_seq_len=128", "device_batch_size=2", "eval_every=-1"],
-    "chat_eval_mid": ["max-problems=2", "batch-size=2", "max-new-tokens=8"],
+    "chat_eval_mid": ["max_problems=2", "batch_size=2", "max_new_tokens=8"],
     "chat_sft": ["num_iterations=3", "device_batch_size=2", "eval_every=-1", "eval_metrics_every=-1"],
-    "chat_eval_sft": ["max-problems=2", "batch-size=2", "max-new-tokens=8"],
+    "chat_eval_sft": ["max_problems=2", "batch_size=2", "max_new_tokens=8"],
 }
 STAGES = [s.name for s in FLOWS["speedrun"] if s.workload in workloads.names()]
 CHECKPOINTS = {"base_train": "base_checkpoints", "mid_train": "mid_checkpoints", "chat_sft": "chatsft_checkpoints"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import workloads
+from bench import sites, workloads
 from bench.launch import flow
 from bench.launch.flowrender import render_flow, render_flow_interactive
 from bench.launch.job import LaunchOptions
@@ -23,14 +23,17 @@ from bench.launch.plan import DataShape
 
 GOLDEN = Path(__file__).resolve().parents[2] / "assets" / "golden-flow"
 REFRESH = os.environ.get("NANOCHAT_BENCH_REFRESH_GOLDEN") == "1"
+# the test cluster's profile: its paths count as shared, so the stages after pre-training plan 2 nodes
+SITE = sites.load("test-cluster")
 OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/venv/bin/python",
-                     partition="normal", account="a-bench", check_images=False)
+                     partition="debug", account="a-bench", check_images=False, site=SITE)
 STAGES = ",".join(s.name for s in flow.FLOWS["speedrun"] if s.workload in workloads.names())
 
 
 def flow_job():
     fs = flow.FlowSweep.build("speedrun", STAGES, {"num_iterations": 100}, [], nodes=[2], gpus_per_node=4,
-                              runtimes=["bare"], data=DataShape.from_counts(52, 250))
+                              runtimes=["bare"], data=DataShape.from_counts(52, 250), site=SITE,
+                              base_dir=OPTS.base_dir)
     [fj] = flow.assemble(fs, OPTS, Path("/scratch/nb/sweeps/golden"), ("--vocab_size=65536",), note=lambda _: None)
     return fj
 

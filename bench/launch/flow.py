@@ -36,8 +36,8 @@ from tabulate import tabulate
 from bench import contract, workloads
 from bench.errors import ConfigError, SubmitError
 from bench.launch import plan as planmod
-from bench.launch.job import (LaunchOptions, Job, Run, build_run, check_partition, job_minutes, make_job,
-                              partition_limit, write_job)
+from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, partition_limit,
+                              write_job)
 from bench.pairs import parse_pairs
 
 FLOW_JSON = "flow.json"
@@ -128,7 +128,8 @@ def rechain(argv: tuple[str, ...], values: dict[str, str]) -> tuple[str, ...]:
     for token in argv:
         key = token[2:].partition("=")[0] if token.startswith("--") else None
         if key in values:
-            token, _ = f"--{key}={values[key]}", seen.add(key)
+            seen.add(key)
+            token = f"--{key}={values[key]}"
         out.append(token)
     return (*out, *(f"--{k}={v}" for k, v in values.items() if k not in seen))
 
@@ -155,7 +156,7 @@ class FlowSweep:
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
-                {k: v for k, v in {**shared, **{k: train[k] for k in stage.inherit if k in train}}.items()}
+                {**shared, **{k: train[k] for k in stage.inherit if k in train}}
             chained = {k: PLAN_TAG if "{tag}" in v else ("1" if "{" in v else v) for k, v in stage.chain}
             sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload,
                                         train={**own, **per_stage[stage.name], **chained}))
@@ -355,7 +356,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
 
     python = python or sys.executable
     point_dir = Path(point_dir).absolute()
-    [(point, stage_points)] = fs.points()
+    [(_, stage_points)] = fs.points()
     bad = next((sp for sp in stage_points if not sp.possible), None)
     if bad is not None:
         raise ConfigError(f"this flow cannot run with {nproc} rank(s): {bad.reason}")

@@ -19,7 +19,7 @@ from bench import cli, workloads
 from bench.analysis.collect import collect
 from bench.analysis.report import write_report
 from bench.contract import read_run_json
-from bench.launch.flow import FLOWS, FLOW_JSON
+from bench.launch.flow import FLOW_JSON, FLOWS
 
 pytestmark = pytest.mark.slow
 
@@ -101,7 +101,7 @@ def test_the_report_has_a_section_per_stage_and_the_time_to_a_chat_model(flow_ru
 
 @pytest.mark.skipif("base_eval" not in STAGES or "mid_train" not in STAGES, reason="needs base_eval and mid_train")
 def test_a_missing_eval_bundle_ends_the_flow_at_base_eval_and_the_rerun_starts_there(flow_run, tmp_path, capsys):
-    _, base, point = flow_run
+    _, base, _ = flow_run
     # the same point's checkpoints in a base directory without the eval bundle
     copy = tmp_path / "base"
     shutil.copytree(base, copy, ignore=shutil.ignore_patterns("eval_bundle"))

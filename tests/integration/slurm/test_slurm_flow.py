@@ -16,7 +16,7 @@ import pytest
 
 from bench import cli, workloads
 from bench.contract import read_run_json
-from bench.launch.flow import FLOWS, FLOW_JSON
+from bench.launch.flow import FLOW_JSON, FLOWS
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

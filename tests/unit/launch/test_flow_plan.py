@@ -67,7 +67,7 @@ def test_every_registered_speedrun_stage_can_be_planned():
     registered = [s.name for s in FLOWS["speedrun"] if s.workload in workloads.names()]
     fs = sweep(stages=",".join(registered))
     assert [s.name for s in fs.stages] == registered
-    [(point, stage_points)] = fs.points()
+    [(_, stage_points)] = fs.points()
     assert all(p.possible for p in stage_points), [p.reason for p in stage_points]
 
 

@@ -77,4 +77,4 @@ def test_a_flow_job_stops_at_its_failed_stage_and_its_resubmission_resumes_there
     assert [a["status"] for a in again["base_eval"]["attempts"]] == [runs["base_eval"]["status"]]
     assert all(again[s]["nodes"] == 2 and again[s]["stage"] == s for s in STAGES)
     if "chat_eval_sft" in STAGES:
-        assert again["chat_eval_sft"]["config"]["source"] == "sft" and "ChatCORE" in again["chat_eval_sft"]["scores"]
+        assert again["chat_eval_sft"]["config"]["source"] == "sft" and "ARC-Easy" in again["chat_eval_sft"]["scores"]

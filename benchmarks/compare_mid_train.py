@@ -31,9 +31,9 @@ BASE_STEPS = 5
 
 def stage_flags(steps: int) -> list[str]:
     """The flags both sides get: `steps` optimizer steps (upstream counts batches: steps + 1)."""
-    return ["--device_type=cpu", f"--max_seq_len={TINY['max_seq_len']}", f"--device_batch_size={TINY['device_batch_size']}",
-            f"--total_batch_size={TINY['max_seq_len'] * TINY['device_batch_size']}", f"--num_iterations={steps + 1}",
-            "--eval_every=10", f"--eval_tokens={TINY['max_seq_len'] * TINY['device_batch_size'] * 2}", "--dry_run=1"]
+    B, T = TINY["device_batch_size"], TINY["max_seq_len"]
+    return ["--device_type=cpu", f"--max_seq_len={T}", f"--device_batch_size={B}", f"--total_batch_size={B * T}",
+            f"--num_iterations={steps + 1}", "--eval_every=10", f"--eval_tokens={B * T * 2}", "--dry_run=1"]
 
 
 def prepare_base(base: Path) -> None:

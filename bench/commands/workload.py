@@ -44,7 +44,8 @@ def register(subparsers) -> None:
                                           "--batch=8 --seq-tile=64",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
-                   help="nanochat: bench/nanochat under torchrun; nntile: NNTile's GPT-2 on StarPU in the NNTile "
+                   help="nanochat: bench/nanochat under torchrun; mid_train: mid-training from the base "
+                        "checkpoint (python -m bench.nanochat.mid_train --help); nntile: NNTile's GPT-2 on StarPU in the NNTile "
                         "interpreter (default: nanochat)")
     t.add_argument("--python", default=None, help="the workload's interpreter (default: this one for nanochat; for "
                    "nntile $NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
@@ -161,10 +162,12 @@ def _default_nproc(cpu_default: int) -> int:
 
 def cmd_train(args) -> int:
     from bench.launch.local import default_run_dir, run_local
+    from bench.workloads.stage import TorchrunStage
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     workload = workloads.get(args.workload)
-    nproc = (_default_nproc(1) if args.workload == "nanochat" else 1) if args.nproc is None else args.nproc
+    # a nanochat stage takes one rank per GPU, as pre-training; other workloads one process
+    nproc = (_default_nproc(1) if isinstance(workload, TorchrunStage) else 1) if args.nproc is None else args.nproc
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
     workload.check(train_args, nproc)  # bad flags fail here, before any process starts (the trainer checks again)

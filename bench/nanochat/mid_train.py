@@ -121,9 +121,9 @@ def mid_train(config: MidConfig, record: RunRecord):
         raise ConfigError(f"the base checkpoint in {meta['checkpoint_dir']} has a vocabulary of "
                           f"{model.config.vocab_size:,} tokens, the tokenizer of $NANOCHAT_BASE_DIR "
                           f"{tokenizer.get_vocab_size():,}: train both with the same tokenizer")
-    if T > model.config.sequence_len:
-        raise ConfigError(f"--max_seq_len={T} is longer than the base model's {model.config.sequence_len} (its "
-                          f"rotary cache); give at most that")
+    if T > model.cos.size(1):
+        raise ConfigError(f"--max_seq_len={T} is longer than the base model's rotary cache ({model.cos.size(1)} "
+                          f"positions, 10 x its sequence length {model.config.sequence_len}); give at most that")
     print0(f"Loaded the base model of step {meta['step']} from {meta['checkpoint_dir']}")
     pretrain_batch_size = meta.get("device_batch_size")
     if pretrain_batch_size is not None and B > pretrain_batch_size:

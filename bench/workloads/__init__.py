@@ -12,10 +12,10 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     sharedfs.py   whether the nodes share $NANOCHAT_BASE_DIR (the stages read each other's checkpoints)
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
-Two members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun) and `nntile`
-(NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter: bench/workloads/nntile/). Both leave
-the same run directory (bench/contract/), so collect, report and check read them alike; run.json's
-`workload` field tells them apart (`nanochat-base`, `nntile-gpt2`).
+Members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun), nanochat's later
+stages (`mid_train`) and `nntile` (NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter:
+bench/workloads/nntile/). All leave the same run directory (bench/contract/), so collect, report and check
+read them alike; run.json's `workload` field tells them apart (`nanochat-base`, `nanochat-mid`, `nntile-gpt2`).
 
 Standard library only, and each member imported on first use: the NNTile interpreter imports this
 package too, and must not pull in the main process's torch.

@@ -4,8 +4,6 @@ before any job exists, and a multi-node point only on a base directory the nodes
     python -m pytest tests/unit/workloads/test_mid_train_plan.py -q
 """
 
-import pytest
-
 from bench import cli, sites
 from bench.launch.job import LaunchOptions, assemble
 from bench.launch.plan import Sweep, format_table

@@ -10,11 +10,11 @@ generated shards, a 512-token tokenizer, `data generate --chat` stand-ins and a 
 our trainer; both sides then fine-tune that checkpoint on CPU in one process (`--source=base`), upstream's
 `load_dataset` redirected to the staged parquet files by benchmarks/compare_chat_data.py. Upstream's wandb import
 gets an empty module (the run is "dummy": wandb is never called), and its report section is not written (its
-module needs psutil; the report is not compared). Upstream always scores MMLU and ARC-Easy at
-its last step: a few problems only (--eval_metrics_max_problems), after the compared steps.
+module needs psutil; the report is not compared). Both score MMLU and ARC-Easy at the last step, on a few
+problems (--eval_metrics_max_problems).
 
-Compared: every training step's loss (within --rtol), its num_tokens and each validation loss; exit status 1 on
-any difference.
+Compared: every training step's loss (within --rtol), its num_tokens, each validation loss and the accuracies'
+line; exit status 1 on any difference.
 """
 
 import argparse
@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 STEP_RE = re.compile(r"^Step (\d+)/(\d+) \| Training loss: ([-\d.naninf]+)\| lrm: ([-\d.]+)\| num_tokens: ([\d,]+)")
 VAL_RE = re.compile(r"^Step (\d+) \| Validation loss: ([-\d.naninf]+)")
+METRICS_RE = re.compile(r"^Step (\d+) \| (mmlu_acc: .*)$")
 BASE_FLAGS = ["--device_type=cpu", "--depth=2", "--max_seq_len=256", "--device_batch_size=2",
               "--total_batch_size=512", "--num_iterations=5", "--save_every=5", "--eval_every=-1",
               "--sample_every=-1", "--preflight=0"]
@@ -37,7 +38,8 @@ BASE_FLAGS = ["--device_type=cpu", "--depth=2", "--max_seq_len=256", "--device_b
 def sft_flags(steps: int) -> list[str]:
     """The flags both sides run with (upstream's configurator takes the same --key=value)."""
     return ["--device_type=cpu", "--source=base", "--device_batch_size=2", "--target_examples_per_step=4",
-            f"--num_iterations={steps + 1}", "--eval_every=10", "--eval_steps=2"]
+            f"--num_iterations={steps + 1}", "--eval_every=10", "--eval_steps=2",
+            f"--eval_metrics_every={10 * steps}", "--eval_metrics_max_problems=8"]  # the metrics at the last step
 
 
 def stage(base: Path) -> None:
@@ -61,16 +63,18 @@ def run_side(command: list[str], base: Path, cwd: Path) -> dict:
     env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
                HF_DATASETS_OFFLINE="1", HF_HOME=str(base / "hf"))
     env.pop("NANOCHAT_BENCH_RUN_DIR", None)
-    out = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True)
+    out = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"error: {' '.join(command[:4])} ... failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    steps, vals = {}, {}
+    steps, vals, metrics = {}, {}, {}
     for line in out.stdout.splitlines():
         if m := STEP_RE.match(line):
             steps[int(m[1])] = (float(m[3]), int(m[5].replace(",", "")))
         elif m := VAL_RE.match(line):
             vals[int(m[1])] = float(m[2])
-    return {"steps": steps, "vals": vals}
+        elif m := METRICS_RE.match(line):
+            metrics[int(m[1])] = m[2]
+    return {"steps": steps, "vals": vals, "metrics": metrics}
 
 
 def upstream_child(upstream: Path, argv: list[str]) -> None:
@@ -109,6 +113,11 @@ def compare(ours: dict, theirs: dict, steps: int, rtol: float) -> list[str]:
         print(f"{'same' if same else 'DIFF'}  validation at step {step}: {a} here, {b} upstream")
         if not same:
             problems.append(f"validation at step {step}")
+    for step in sorted(set(ours["metrics"]) | set(theirs["metrics"])):
+        a, b = ours["metrics"].get(step), theirs["metrics"].get(step)
+        print(f"{'same' if a == b else 'DIFF'}  metrics at step {step}: {a} here, {b} upstream")
+        if a != b:
+            problems.append(f"metrics at step {step}")
     return problems
 
 
@@ -131,10 +140,8 @@ def main(argv=None) -> int:
         base.mkdir(parents=True, exist_ok=True)
         stage(base)
         flags = sft_flags(args.steps)
-        ours = run_side([sys.executable, "-m", "bench.nanochat.chat_sft", *flags, "--eval_metrics_every=-1",
-                         "--preflight=0"], base, REPO)
-        theirs = run_side([sys.executable, str(Path(__file__).resolve()), "--upstream-child", *flags,
-                           f"--eval_metrics_every={10 * args.steps}", "--eval_metrics_max_problems=4"], base, upstream)
+        ours = run_side([sys.executable, "-m", "bench.nanochat.chat_sft", *flags, "--preflight=0"], base, REPO)
+        theirs = run_side([sys.executable, str(Path(__file__).resolve()), "--upstream-child", *flags], base, upstream)
     problems = compare(ours, theirs, args.steps, args.rtol)
     print("all same" if not problems else f"{len(problems)} difference(s): {', '.join(problems)}")
     return 1 if problems else 0

@@ -35,10 +35,10 @@
   profile.py       one step under torch.profiler
   runclaim.py      one run per run directory: a lock, a finished run never written over
   runrecord.py     what a trainer process records, and how failures and signals become evidence
-  sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
-  sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
   sandbox.py       model-written code (HumanEval, the calculator) run fenced off from everything
   sandbox_child.py the sandboxed side: the interpreter fences itself in, then runs the program
+  sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
+  sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
   stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)

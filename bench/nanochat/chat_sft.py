@@ -14,8 +14,10 @@ its last pass only evaluates: num_iterations - 1 updates, the checkpoint of step
 
 Lines are upstream's own (`Step 00042/00701 | Training loss: ...`, `Step 00100 | Validation loss: ...`); the
 step events carry tok_per_sec = supervised tokens per second over all ranks (upstream's num_tokens / dt) and
-MFU from every position the model ran (padding included: the model computes it). The validation loss and the
-last training loss go into run.json `scores` (val_loss, train_loss).
+MFU from every position the model ran (padding included: the model computes it). With --eval_metrics_every=N
+MMLU and ARC-Easy accuracy (bench/nanochat/chat_eval.py) are scored at every N-th step and the last, as upstream
+(`Step 00200 | mmlu_acc: ..., arc_easy_acc: ...`). The last validation loss, training loss and accuracies go
+into run.json `scores` (val_loss, train_loss, mmlu_acc, arc_easy_acc) and the checkpoint's meta.
 """
 
 import math
@@ -30,6 +32,7 @@ import torch.distributed as dist
 from bench.errors import ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat import stagerun, steptimer
+from bench.nanochat.chat_format import MAX_TOKENS
 from bench.nanochat.checkpoint import PHASE_DIRS, load_model, save_checkpoint
 from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.guard import DivergenceGuard, check_finite
@@ -39,10 +42,11 @@ from bench.nanochat.sftloader import sft_batches
 from bench.nanochat.steptimer import StepTimer
 from bench.workloads.chat_sft import RUN_WORKLOAD
 
-__all__ = ["SFTConfig", "sft", "main"]
+__all__ = ["SFTConfig", "main", "sft"]
 
 STEP_LINE = "Step {:05d}/{:05d} | Training loss: {:.6f}| lrm: {:.6f}| num_tokens: {:,}"  # upstream's, verbatim
 VAL_LINE = "Step {:05d} | Validation loss: {:.6f}"
+METRIC_TASKS = {"mmlu_acc": "MMLU", "arc_easy_acc": "ARC-Easy"}  # upstream's metric names, chat_eval's tasks
 
 
 def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
@@ -61,12 +65,20 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     # Model and tokenizer: the input stage's checkpoint, not compiled (rows vary in length)
     model, meta = load_model(config.source, device, config.model_tag or None,
                              None if config.step < 0 else config.step)
+    if session.device_type != "cuda":  # a GPU-trained checkpoint's embedding is bf16: fp32 off the GPU, as upstream
+        for p in model.parameters():
+            p.data = p.data.float()
     tokenizer = get_tokenizer()
     vocab_size = model.config.vocab_size
     if tokenizer.get_vocab_size() != vocab_size:
         raise ConfigError(f"the {config.source} checkpoint in {meta['checkpoint_dir']} has a vocabulary of "
                           f"{vocab_size:,} tokens, the tokenizer of {get_base_dir()} {tokenizer.get_vocab_size():,}; "
                           "give SFT the tokenizer the model was trained with")
+    if model.rotary_seq_len < MAX_TOKENS - 1:  # else a long conversation would stop the run mid-way
+        raise ConfigError(f"the {config.source} model in {meta['checkpoint_dir']} was trained with max_seq_len "
+                          f"{model.config.sequence_len}: its rotary embeddings cover {model.rotary_seq_len} "
+                          f"positions, SFT's rows up to {MAX_TOKENS - 1}; train it with --max_seq_len >= "
+                          f"{-(-(MAX_TOKENS - 1) // (model.rotary_seq_len // model.config.sequence_len))}")
     print0(f"Loaded the {config.source} checkpoint of step {meta['step']} from {meta['checkpoint_dir']}")
     num_params, flops_per_token = model.num_params(), model.estimate_flops()
     print0(f"Number of parameters: {num_params:,}")
@@ -126,6 +138,7 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     steptimer.use(timer)
     guard = DivergenceGuard(floor=math.log(vocab_size))
     val_loss = train_loss_item = mfu = None
+    metrics: dict[str, float] = {}
     total_training_time, dt, step, stopped_early = 0.0, 0.0, 0, False
     for step in range(num_iterations):
         last_step = step == num_iterations - 1
@@ -135,6 +148,11 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
                 val_loss = validation_loss(model, val_ds, tokenizer, config, session, autocast_ctx)
             check_finite(step, val_loss, "validation loss")
             print0(VAL_LINE.format(step, val_loss))
+        if config.eval_metrics_every > 0 and not stopped_early and \
+                (last_step or (step > 0 and step % config.eval_metrics_every == 0)):
+            with session.watchdog.relaxed():  # the ranks' shares of the problems differ by one batch
+                metrics = eval_metrics(model, tokenizer, config, session, autocast_ctx, record)
+            print0(f"Step {step:05d} | " + ", ".join(f"{k}: {v:.6f}" for k, v in metrics.items()))
         if last_step or stopped_early:
             break
 
@@ -184,16 +202,16 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     checkpoint_dir = get_base_dir() / PHASE_DIRS["sft"] / (config.model_tag or f"d{model.config.n_layer}")
     with session.watchdog.relaxed():
         save_checkpoint(checkpoint_dir, step, model.state_dict(), None,
-                        {"step": step, "val_loss": val_loss, "model_config": asdict(model.config),
+                        {"step": step, "val_loss": val_loss, **metrics, "model_config": asdict(model.config),
                          "user_config": asdict(config), "source": config.source, "source_step": meta["step"]},
                         rank=rank)
     print0(f"✅ Saved model checkpoint to {checkpoint_dir}")
     record.update(checkpoint={"step": step, "dir": str(checkpoint_dir)})
-    scores = {name: value for name, value in (("val_loss", val_loss), ("train_loss", train_loss_item))
+    losses = {name: value for name, value in (("val_loss", val_loss), ("train_loss", train_loss_item))
               if value is not None}
-    for name, value in scores.items():
+    for name, value in losses.items():
         record.emit("score", name=name, value=value)
-    record.update(scores=scores)
+    record.update(scores={**losses, **metrics})
     peak_mem_mib = stagerun.end(session, record, total_training_time)
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time,
                "final_loss": train_loss_item, "final_mfu": mfu}
@@ -224,6 +242,27 @@ def validation_loss(model, val_ds, tokenizer, config: SFTConfig, session, autoca
         loss = loss / session.world_size
     model.train()
     return loss.item()
+
+
+def eval_metrics(model, tokenizer, config: SFTConfig, session, autocast_ctx, record: RunRecord) -> dict[str, float]:
+    """MMLU and ARC-Easy accuracy (upstream's run_chat_eval: categorical, batches of 2 x device_batch_size, the
+    first eval_metrics_max_problems problems), through bench/nanochat/chat_eval.py; a score event each."""
+    from bench.nanochat.chat_eval import run_task
+    from bench.nanochat.chat_eval_config import ChatEvalConfig
+    from bench.nanochat.engine import Engine
+
+    settings = ChatEvalConfig(batch_size=2 * config.device_batch_size, max_problems=config.eval_metrics_max_problems)
+    engine = Engine(model, tokenizer)  # categorical tasks score logits; the engine is run_task's for generative ones
+    model.eval()
+    metrics = {}
+    with torch.no_grad(), autocast_ctx:
+        for name, task in METRIC_TASKS.items():
+            result = run_task(task, model, tokenizer, engine, settings, session.synchronize)
+            metrics[name] = result.accuracy
+            record.emit("score", name=name, value=result.accuracy, problems=result.counts.total,
+                        seconds=result.seconds)
+    model.train()
+    return metrics
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,8 +43,7 @@ class SFTConfig(RunSettings):
     # evaluation
     eval_every: int = _f(100, "validation loss every this many steps and at the last (-1 = off)")
     eval_steps: int = _f(100, "batches per rank per validation")
-    eval_metrics_every: int = _f(200, "MMLU and ARC-Easy accuracy every this many steps and at the last (-1 = off; "
-                                      "needs chat evaluation, not built into this stage yet: only -1 runs)")
+    eval_metrics_every: int = _f(200, "MMLU and ARC-Easy accuracy every this many steps and at the last (-1 = off)")
     eval_metrics_max_problems: int = _f(1024, "problems per task of those accuracies")
 
     def validate(self) -> None:
@@ -68,10 +67,6 @@ class SFTConfig(RunSettings):
             if getattr(self, name) < -1 or getattr(self, name) == 0 and name != "step":
                 raise ConfigError(f"--{name}={getattr(self, name)}: give a count > 0, or -1 (the default's meaning: "
                                   f"{SFTConfig.__dataclass_fields__[name].metadata['doc']})")
-        if self.eval_metrics_every > 0:
-            raise ConfigError(f"--eval_metrics_every={self.eval_metrics_every}: the MMLU / ARC-Easy accuracy during "
-                              "SFT needs chat evaluation, which this stage does not run yet; pass "
-                              "--eval_metrics_every=-1 (run the chat_eval stage on the sft checkpoint instead)")
         for name in LEARNING_RATES + ("init_lr_frac",):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

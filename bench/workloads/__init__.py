@@ -5,8 +5,8 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     base.py       the interface, and what a plan holds (PointPlan) and is given (PointContext, Estimate)
     stage.py      what every nanochat stage under torchrun shares (its module, its parser, its commands)
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
-    chat_sft.py   nanochat's SFT stage: examples per step per rank count
     chat_eval.py  nanochat's chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee; ChatCORE)
+    chat_sft.py   nanochat's SFT stage: examples per step per rank count
     torchrun.py   the one torchrun command line (local and under Slurm)
     mid_train.py  mid-training from the base checkpoint: its batch arithmetic per rank count
     sharedfs.py   whether the nodes share $NANOCHAT_BASE_DIR (the stages read each other's checkpoints)

@@ -20,14 +20,12 @@ from bench.workloads.stage import TorchrunStage, argv_of
 
 RUN_WORKLOAD = "nanochat-sft"
 SFT_TRAIN_ROWS = 22_439  # upstream's SFT mixture on the real data (speedrun report of 2025-11-11)
-SWEEP_FLAGS_ALWAYS = {"eval_metrics_every": -1}  # MMLU/ARC-Easy during SFT: the chat_eval stage scores them
 
 
 class ChatSFT(TorchrunStage):
     name = "chat_sft"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_sft"
-    sweep_defaults = SWEEP_FLAGS_ALWAYS
     deadline_flag = "--deadline="
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("examples/step", "target_examples_per_step", "{}"), ("steps", "num_iterations", "{}"))
@@ -72,7 +70,7 @@ class ChatSFT(TorchrunStage):
         steps = base.num_iterations if base.num_iterations > 0 else SFT_TRAIN_ROWS // target * base.num_epochs
         if base.num_iterations <= 0:
             note = "; ".join(filter(None, [note, f"steps from the real data's {SFT_TRAIN_ROWS:,} rows"]))
-        flags = {**SWEEP_FLAGS_ALWAYS, **settings.train, "device_batch_size": dbs,
+        flags = {**settings.train, "device_batch_size": dbs,
                  "target_examples_per_step": target}
         return PointPlan(train_argv=tuple(argv_of(flags)),
                          columns=(("device_batch_size", dbs), ("grad_accum", accum),

@@ -19,7 +19,7 @@ def test_weak_scaling_keeps_each_ranks_examples_and_grows_the_target():
              p.plan.column("target_examples_per_step"), p.plan.column("num_iterations")) for p in sweep.points()]
     assert rows == [(4, 1, 16, 22_439 // 16), (4, 1, 32, 701), (4, 1, 256, 87)]
     two = sweep.points()[1]
-    assert "--target_examples_per_step=32" in two.train_argv and "--eval_metrics_every=-1" in two.train_argv
+    assert two.train_argv == ("--device_batch_size=4", "--target_examples_per_step=32")
     text = format_table(sweep)
     assert text.splitlines()[0].split()[4:8] == ["device_bs", "grad_accum", "examples/step", "steps"]
     with pytest.raises(ConfigError, match="--target_examples_per_step is what weak scaling grows"):
@@ -52,11 +52,11 @@ def test_several_nodes_need_a_base_directory_they_share(tmp_path):
 
 def test_the_stage_checks_its_arithmetic_before_any_process_starts():
     stage = workloads.get("chat_sft")
-    stage.check(["--eval_metrics_every=-1", "--target_examples_per_step=8"], 2)
+    stage.check(["--target_examples_per_step=8"], 2)
     with pytest.raises(ConfigError, match=r"--target_examples_per_step=6 is not a multiple of device_batch_size x "
                                           r"world_size = 4 x 2 = 8; for 2 rank\(s\) use --device_batch_size=3 \| 1 "
                                           r"or --target_examples_per_step=8"):
-        stage.check(["--eval_metrics_every=-1", "--target_examples_per_step=6"], 2)
+        stage.check(["--target_examples_per_step=6"], 2)
 
 
 def test_two_nodes_render_the_sft_module_with_the_planned_batch(tmp_path):
@@ -64,8 +64,8 @@ def test_two_nodes_render_the_sft_module_with_the_planned_batch(tmp_path):
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3", check_images=False)
     [job] = assemble(sweep, opts, tmp_path / "sweep", note=lambda _: None)
     text = render_sbatch(job)
-    assert "-m bench.nanochat.chat_sft -- --device_batch_size=4 --device_type=cpu --eval_metrics_every=-1 " \
-           "--target_examples_per_step=32" in text
+    assert "-m bench.nanochat.chat_sft -- --device_batch_size=4 --device_type=cpu --target_examples_per_step=32" \
+        in text
     assert "--deadline=" in text  # a batch job stops SFT before its time limit
     assert job.runs[0].manifest["workload"] == "nanochat-sft"
     assert job.runs[0].manifest["config"]["target_examples_per_step"] == 32

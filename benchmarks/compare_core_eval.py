@@ -10,7 +10,8 @@ Upstream's GPT loads our checkpoint as it is (same state-dict layout and meta), 
 tokenizer.pkl. Both sides run on the CPU: upstream's `scripts.base_loss` and `scripts.base_eval` in one process
 (its distributed set-up is NCCL only), ours as our stages (base_eval with --nproc ranks, the examples strided).
 
-Compared: train and val bpb (upstream prints 4 decimals: equal within 5e-5), the seven samples (equal), each
+Compared: train and val bpb (upstream's script prints 4 decimals: equal within 5e-5; its evaluate_bpb called as
+the script calls it gives the full figure: equal within a relative 1e-6), the seven samples (equal), each
 task's accuracy and centred accuracy and CORE (upstream's CSV, 6 decimals: equal within 5e-7). Exit status 1 on
 any difference.
 """
@@ -26,6 +27,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PREFIX = "<|bos|>"
+# upstream's own functions, called as its base_loss calls them, for the bpb in full precision (its script prints
+# 4 decimals); run by the upstream Python in the upstream checkout
+UPSTREAM_BPB = """
+import json, sys
+from nanochat.checkpoint_manager import load_model
+from nanochat.common import compute_init
+from nanochat.dataloader import tokenizing_distributed_data_loader
+from nanochat.loss_eval import evaluate_bpb
+from nanochat.tokenizer import get_token_bytes
+B, split_tokens = int(sys.argv[1]), int(sys.argv[2])
+_, _, _, _, device = compute_init("cpu")
+model, _, meta = load_model("base", device, phase="eval")
+T = meta["model_config"]["sequence_len"]
+out = {s: evaluate_bpb(model, tokenizing_distributed_data_loader(B, T, s, device=device), split_tokens // (B * T),
+                       get_token_bytes(device=device)) for s in ("train", "val")}
+print("BPB " + json.dumps(out))
+"""
 
 
 def sh(cmd: list[str], env: dict, cwd: Path | None = None) -> str:
@@ -83,6 +101,9 @@ def main() -> int:
     loss_flags = [f"--device_batch_size={args.device_batch_size}", f"--split_tokens={args.split_tokens}"]
 
     theirs_loss = sh([args.upstream_python, "-m", "scripts.base_loss", *loss_flags], upstream_env, Path(args.upstream))
+    full = sh([args.upstream_python, "-c", UPSTREAM_BPB, str(args.device_batch_size), str(args.split_tokens)],
+              upstream_env, Path(args.upstream))
+    full_bpb = next((json.loads(line[4:]) for line in full.splitlines() if line.startswith("BPB ")), {})
     theirs_core = sh([args.upstream_python, "-m", "scripts.base_eval", f"--max-per-task={args.max_per_task}"],
                      upstream_env, Path(args.upstream))
     with tempfile.TemporaryDirectory(prefix="core-compare-runs-") as runs:
@@ -108,6 +129,11 @@ def main() -> int:
               f"{f'{ours:.6f}' if ours is not None else 'missing':>14}")
         if theirs is None or ours is None or abs(ours - theirs) > 5e-5:
             problems.append(f"{split} bpb")
+        exact = full_bpb.get(split)
+        print(f"{split + ' bpb, full precision':<36} {f'{exact:.10f}' if exact is not None else 'missing':>12} "
+              f"{f'{ours:.10f}' if ours is not None else 'missing':>14}")
+        if exact is None or ours is None or abs(ours - exact) > 1e-6 * abs(exact):
+            problems.append(f"{split} bpb in full precision")
     if not up_samples or up_samples != our_samples:
         problems.append("samples")
     print(f"{'samples (7, greedy, 16 tokens)':<36} {len(up_samples):>12} "
@@ -128,7 +154,7 @@ def main() -> int:
     if problems:
         print("differences: " + "; ".join(problems))
         return 1
-    print(f"equal: bpb within 5e-5, samples, and {len(up_core) - 1} tasks + CORE within 5e-7 (centred; accuracy too)")
+    print(f"equal: bpb within a relative 1e-6, samples, and {len(up_core) - 1} tasks + CORE within 5e-7 (centred; accuracy too)")
     return 0
 
 

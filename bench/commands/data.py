@@ -59,6 +59,10 @@ def register(subparsers) -> None:
 
 
 def cmd_download(args) -> int:
+    if args.chat and args.eval_bundle:
+        raise ConfigError("data download: --chat and --eval-bundle stage different things; give one at a time")
+    if args.sha256 and not args.eval_bundle:
+        raise ConfigError("data download: --sha256 checks the eval bundle's zip; it needs --eval-bundle")
     if args.chat:
         return chatstage.cli_download(args)
     if args.eval_bundle:
@@ -72,6 +76,8 @@ def cmd_download(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    if args.chat and args.eval_bundle:
+        raise ConfigError("data generate: --chat and --eval-bundle write different things; give one at a time")
     if args.chat:
         return chatstage.cli_generate(args)
     if args.eval_bundle:

@@ -3,6 +3,8 @@
   adamw.py         sharded AdamW (ZeRO-2), as upstream's nanochat/adamw.py
   attention.py     causal attention, optionally forced onto the flash-style kernels
   chat_eval.py     chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee) and ChatCORE
+  base_eval.py     the base_eval stage: the CORE metric of a base checkpoint (upstream's scripts/base_eval.py)
+  base_loss.py     the base_loss stage: train/val bpb of a base checkpoint and its samples (scripts/base_loss.py)
   chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
   chat_sft.py      SFT (upstream's scripts/chat_sft.py): the mid checkpoint fine-tuned on the SFT mixture
   chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
@@ -12,12 +14,16 @@
   common.py        the base directory, rank-0 printing, dist info
   compute.py       device and process-group set-up
   config.py        the trainer's settings: one dataclass, nanochat's flag names
+  core_eval.py     CORE's tasks scored: prompts, few-shot draws, spans, centred accuracy (upstream's core_eval.py)
   corpus.py        an offline text corpus from what ships with Python and the installed packages
   data_origin.py   where the shards came from and which tokenizer: recorded, then checked
   dataloader.py    batches by rank: row groups strided over files and ranks
   dataset.py       shard files on disk: train/val split, generate
   download.py      FineWeb-Edu shards: parallel, resumable, retried, verified, failing fast
   engine.py        sampling with a KV cache and the calculator tool
+  evalbundle.py    the CORE eval bundle on disk (core.yaml, baselines, task files), read and checked
+  evalgen.py       a small eval bundle in the real format (data generate --eval-bundle)
+  evalstage.py     data download --eval-bundle: upstream's zip staged, resumed, checked
   fp8.py           --fp8 / --fp8_lm_head: FP8 matmuls with tensorwise dynamic scaling
   gcfreeze.py      the garbage collector frozen out of the measured steps
   gpt.py           the GPT of nanochat's base pretraining

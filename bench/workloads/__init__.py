@@ -7,6 +7,8 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
     chat_eval.py  nanochat's chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee; ChatCORE)
     chat_sft.py   nanochat's SFT stage: examples per step per rank count
+    base_loss.py  the base_loss stage: train/val bpb of a base checkpoint (split_tokens rounded per rank count)
+    base_eval.py  the base_eval stage: the CORE metric of a base checkpoint
     torchrun.py   the one torchrun command line (local and under Slurm)
     mid_train.py  mid-training from the base checkpoint: its batch arithmetic per rank count
     sharedfs.py   whether the nodes share $NANOCHAT_BASE_DIR (the stages read each other's checkpoints)

@@ -37,6 +37,8 @@ NOT_HERE = {
         "the set-up command: CI installs this way; tests/e2e/test_smoke.py runs the smoke job",
     "tests/run": "the test command: this suite",
     "nanochat-bench data download -n 240 -w 8": "downloads FineWeb-Edu shards (no network here)",
+    "nanochat-bench data download --eval-bundle": "downloads the CORE eval bundle (no network here; "
+                                                  "tests/unit/nanochat/test_eval_bundle.py serves one locally)",
     "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.train -- --depth=20 --device_batch_size=32 "
     "--run=dummy": "8 GPUs",
     "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.chat_sft -- --run=dummy":

@@ -97,7 +97,7 @@ def test_a_damaged_bundle_line_ends_in_one_line_naming_file_and_line(stage_base,
     for name in ("base_data", "tokenizer", "base_checkpoints"):
         (base / name).symlink_to(stage_base / name)
     bundle = evalgen.generate(base / "eval_bundle", rows=12)
-    victim = bundle / "eval_data" / "commonsense_reasoning" / "copa.jsonl"
+    victim = bundle / "eval_data" / "language_understanding" / "hellaswag.jsonl"  # the first task's
     lines = victim.read_text().splitlines()
     lines[6] = lines[6][:25]  # a line cut short
     victim.write_text("\n".join(lines) + "\n")

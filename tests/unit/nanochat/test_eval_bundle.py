@@ -12,7 +12,6 @@ import sys
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -118,13 +117,15 @@ def test_an_unreachable_mirror_fails_fast_in_one_line(tmp_path):
     assert "NANOCHAT_EVAL_BUNDLE_URL" in out.stderr
 
 
-def test_generate_refuses_to_replace_and_download_refuses_to_mix(mirror, tmp_path):
-    assert cli("data", "generate", "--eval-bundle", base=tmp_path).returncode == 0
+def test_generate_refuses_to_replace_and_download_refuses_to_mix(mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    evalgen.generate()
     again = cli("data", "generate", "--eval-bundle", base=tmp_path)
     assert again.returncode == 1 and again.stderr.count("\n") == 1 and "--overwrite" in again.stderr
-    mixed = cli("data", "download", "--eval-bundle", "--url", mirror.url, base=tmp_path)
-    assert mixed.returncode == 1 and "stand-in" in mixed.stderr and not mirror.ranges
-    assert cli("data", "download", "--eval-bundle", "--url", mirror.url, "--overwrite", base=tmp_path).returncode == 0
+    with pytest.raises(DataError, match="stand-in is staged there; pass --overwrite"):
+        evalstage.stage(url=mirror.url)
+    assert not mirror.ranges
+    evalstage.stage(url=mirror.url, overwrite=True)
     assert load_bundle(tmp_path / "eval_bundle").origin()["origin"] == "downloaded"
 
 

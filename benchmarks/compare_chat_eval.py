@@ -104,6 +104,9 @@ def main(argv=None) -> int:
         print(f"error: no upstream nanochat checkout at {upstream} (set NANOCHAT_UPSTREAM_DIR)")
         return 2
     os.environ["NANOCHAT_BASE_DIR"] = str(Path(args.base_dir).resolve())
+    import torch
+
+    torch.set_num_threads(1)  # a tiny model: one thread, the same on both sides
     Path(args.base_dir).mkdir(parents=True, exist_ok=True)
     prepare(Path(args.base_dir))
 

@@ -39,6 +39,8 @@ NOT_HERE = {
     "nanochat-bench data download -n 240 -w 8": "downloads FineWeb-Edu shards (no network here)",
     "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.train -- --depth=20 --device_batch_size=32 "
     "--run=dummy": "8 GPUs",
+    "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.chat_eval -- -i sft":
+        "8 GPUs and an SFT checkpoint (tests/integration/test_chat_eval_stage.py runs the stage on 2 CPU ranks)",
     "nanochat-bench capacity --gpus 1 --strategies zero2,fsdp,fsdp+ac,fsdp+ac+offload --out runs/capacity":
         "a GPU (tests/integration/test_capacity.py runs the search on CPU ranks)",
     "nanochat-bench capacity --depths 12,24,36 --out runs/capacity": "a GPU (d36 on a CPU takes hours)",

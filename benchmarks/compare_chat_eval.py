@@ -119,7 +119,6 @@ def main(argv=None) -> int:
     for name in CATEGORICAL + GENERATIVE:
         ours, theirs = chat_eval.TASKS[name](), up_task(up_eval, name)
         n = min(args.max_problems, len(ours))
-        settings = dict(num_samples=1, max_new_tokens=args.max_new_tokens, temperature=0.0, top_k=50)
         if name in CATEGORICAL:
             acc_up = up_eval.run_categorical_eval(theirs, up_tok, up_model, 8, max_problems=n)
             counts = chat_eval.categorical_counts(ours, tok, model, 8, max_problems=n)

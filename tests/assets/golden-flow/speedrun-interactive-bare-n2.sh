@@ -327,7 +327,7 @@ if [ "$rc" -ne 0 ]; then
     echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
 else
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --eval_metrics_every=-1 --model_tag=golden-n2-bare-r1 --target_examples_per_step=32 --deadline="${run_deadline}" \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1 --target_examples_per_step=32 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc"

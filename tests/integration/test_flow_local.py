@@ -24,12 +24,12 @@ from bench.launch.flow import FLOW_JSON, FLOWS
 pytestmark = pytest.mark.slow
 
 # pre-training's flags, then each stage's: a few steps, small batches, a few problems (--stage-arg)
-TINY = ["--device_type=cpu", "--depth=2", "--max_seq_len=128", "--device_batch_size=2", "--num_iterations=6",
+TINY = ["--device_type=cpu", "--depth=2", "--max_seq_len=256", "--device_batch_size=2", "--num_iterations=6",
         "--eval_every=-1", "--tokenizer-arg", "vocab_size=512"]
 STAGE_ARGS = {
-    "base_loss": ["device_batch_size=2", "split_tokens=512"],
+    "base_loss": ["device_batch_size=2", "split_tokens=1024"],
     "base_eval": ["max_per_task=11"],  # the bundle's 10-shot tasks need 11 examples
-    "mid_train": ["num_iterations=4", "max_seq_len=128", "device_batch_size=2", "eval_every=-1"],
+    "mid_train": ["num_iterations=4", "max_seq_len=256", "device_batch_size=2", "eval_every=-1"],
     "chat_eval_mid": ["max_problems=2", "batch_size=2", "max_new_tokens=8"],
     "chat_sft": ["num_iterations=3", "device_batch_size=2", "eval_every=-1", "eval_metrics_every=-1"],
     "chat_eval_sft": ["max_problems=2", "batch_size=2", "max_new_tokens=8"],

@@ -21,12 +21,12 @@ from bench.launch.flow import FLOW_JSON, FLOWS
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 STAGES = [s.name for s in FLOWS["speedrun"] if s.workload in workloads.names()]
-TINY = ["--gpus-per-node=1", "--depth=2", "--max_seq_len=128", "--device_batch_size=2", "--num_iterations=4",
+TINY = ["--gpus-per-node=1", "--depth=2", "--max_seq_len=256", "--device_batch_size=2", "--num_iterations=4",
         "--eval_every=-1", "--device_type=cpu", "--no-exclusive", "--site=test-cluster", "--tokenizer-arg=vocab_size=512"]
 STAGE_ARGS = {
-    "base_loss": ["device_batch_size=2", "split_tokens=512"],
+    "base_loss": ["device_batch_size=2", "split_tokens=1024"],
     "base_eval": ["max_per_task=11"],
-    "mid_train": ["num_iterations=3", "max_seq_len=128", "device_batch_size=2", "eval_every=-1"],
+    "mid_train": ["num_iterations=3", "max_seq_len=256", "device_batch_size=2", "eval_every=-1"],
     "chat_eval_mid": ["max_problems=2", "batch_size=2", "max_new_tokens=8", "task_name=ARC-Easy|GSM8K"],
     "chat_sft": ["num_iterations=3", "device_batch_size=2", "eval_every=-1", "eval_metrics_every=-1"],
     "chat_eval_sft": ["max_problems=2", "batch_size=2", "max_new_tokens=8", "task_name=ARC-Easy|GSM8K"],

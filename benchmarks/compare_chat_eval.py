@@ -104,6 +104,9 @@ def main(argv=None) -> int:
         print(f"error: no upstream nanochat checkout at {upstream} (set NANOCHAT_UPSTREAM_DIR)")
         return 2
     os.environ["NANOCHAT_BASE_DIR"] = str(Path(args.base_dir).resolve())
+    import torch
+
+    torch.set_num_threads(1)  # a tiny model: one thread, the same on both sides
     Path(args.base_dir).mkdir(parents=True, exist_ok=True)
     prepare(Path(args.base_dir))
 
@@ -116,7 +119,6 @@ def main(argv=None) -> int:
     for name in CATEGORICAL + GENERATIVE:
         ours, theirs = chat_eval.TASKS[name](), up_task(up_eval, name)
         n = min(args.max_problems, len(ours))
-        settings = dict(num_samples=1, max_new_tokens=args.max_new_tokens, temperature=0.0, top_k=50)
         if name in CATEGORICAL:
             acc_up = up_eval.run_categorical_eval(theirs, up_tok, up_model, 8, max_problems=n)
             counts = chat_eval.categorical_counts(ours, tok, model, 8, max_problems=n)

@@ -13,6 +13,7 @@
     plots.py          scaling figures (throughput, speedup, efficiency, MFU, ratios)
     plots_why.py      figures of where the time went (start-up phases, step split, busbw)
     sidebyside.py     nanochat and NNTile runs of the same shape side by side
+    stages.py         a flow's stages: throughput, time and scores per stage, the time to a chat model
     templates.py      the text of report.md and report.html
     report.py         writes the report: report.md, report.html and figures/
     check.py          figures against a references file (ReFrame-style tolerances)

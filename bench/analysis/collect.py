@@ -43,7 +43,8 @@ TABLE_CSV = "runs.csv"
 # 8: the model's identity (vocab_size, precision, data_origin, tokenizer_sha256, tiling) and num_params from
 #    run.json; ReFrame's perflog and report rows (source_kind reframe_*, reframe_partition) no longer made.
 # 9: phase_image_ready_s (launch.image_ready_at: the image step before srun); runtime start-up begins after it.
-ROW_VERSION = 9
+# 10: a flow's stage, its scores, its time (stage_time_s) and the problems its score events scored.
+ROW_VERSION = 10
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 

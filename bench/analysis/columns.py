@@ -49,6 +49,8 @@ def _rj(name: str, type_: str, path: str | None = None, **kw) -> Column:
 CATALOGUE: tuple[Column, ...] = (
     Column("root", "str", "collect"), Column("source", "str", "collect"), Column("source_kind", "str", "collect"),
     _rj("run_id", "str"), _rj("sweep_id", "str"), _rj("workload", "str", key="config"),
+    # a flow's stage (bench/launch/flow.py): chat_eval after mid-training and after SFT are one workload
+    _rj("stage", "str", key="config"),
     _rj("runtime", "str"), _rj("repeat", "int"), _rj("nodes", "int"), _rj("gpus_per_node", "int"),
     _rj("world_size", "int"),
     _rj("depth", "int", "config.depth", key="config"), _rj("max_seq_len", "int", "config.max_seq_len", key="config"),
@@ -88,6 +90,11 @@ CATALOGUE: tuple[Column, ...] = (
     Column("peak_mem_mib", "float", "events", "max", "peak mem MiB", "MiB", "int", perf=True),
     Column("min_val_bpb", "float", "events", "min", "min val bpb", "", "3"),
     Column("final_loss", "float", "events"), Column("total_training_time_s", "float", "events"),
+    # a stage's own figures (run.json scores, JSON text by name) and what its time and throughput were
+    Column("scores", "str", "derived"),
+    Column("stage_time_s", "float", "derived", "median", "time s", "s", "1"),  # launch to the final status
+    Column("problems", "float", "events", "median", "problems", fmt="int"),  # examples its score events scored
+    Column("problems_per_sec", "float", "events", "median", "problems/s", "problems/s", "2"),
     _rj("scaling", "str", key="config"), _rj("val_files_k", "int"), _rj("ofi_hook", "str"),
     _rj("strategy", "str", "config.strategy", key="config"),
     _rj("aspect_ratio", "int", "config.aspect_ratio", key="config"),

@@ -19,7 +19,7 @@ import jinja2
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.analysis import findings, plots, plots_why, scaling, sidebyside, tables, templates, why
+from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, why
 from bench.analysis.collect import ROW_VERSION, collect, load_table
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
@@ -154,7 +154,8 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
                "baseline": baseline,
                "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
                "kept_apart": tables.kept_apart_table(kept) if not kept.empty else None, "kept_note": KEPT_APART,
-               "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None}
+               "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None,
+               "stages": stages.stage_sections(table)}
     shutil.rmtree(out_dir / FIGURES_DIR, ignore_errors=True)
     os.replace(fig_dir, out_dir / FIGURES_DIR)
     md_env = jinja2.Environment(autoescape=False, keep_trailing_newline=True)

@@ -126,7 +126,24 @@ def manifest_fields(manifest: dict, notes: list[str]) -> dict:
     config = _section(manifest, "config")
     row["precision"] = precision(config) if manifest else None
     row["tiling"] = tiling(config, _section(manifest, "nntile"))
+    row["scores"] = scores_text(manifest.get("scores"))
+    row["stage_time_s"] = stage_time(manifest)
     return row
+
+
+def scores_text(scores) -> str | None:
+    """run.json `scores` as one cell: JSON of the finite figures by name, sorted (None when there are none)."""
+    if not isinstance(scores, dict):
+        return None
+    kept = {str(k): float(v) for k, v in scores.items() if _finite(v) is not None and not isinstance(v, bool)}
+    return json.dumps(kept, sort_keys=True) if kept else None
+
+
+def stage_time(manifest: dict) -> float | None:
+    """Seconds from the launch (NANOCHAT_BENCH_T0) to the end the launcher saw, else to the final status."""
+    launch = _section(manifest, "launch")
+    t0, end = _finite(launch.get("t0")), _finite(launch.get("finished_at")) or _finite(manifest.get("finished_at"))
+    return end - t0 if t0 is not None and end is not None and end >= t0 else None
 
 
 def _at(manifest: dict, path: tuple[str, ...]):
@@ -192,6 +209,13 @@ def event_fields(events: list[dict]) -> dict:
     if row.get("min_val_bpb") is None:
         vals = [v for v in (_finite(ev.get("val_bpb")) for ev in events if ev["event"] == "val") if v is not None]
         row["min_val_bpb"] = min(vals) if vals else None
+    scored = [ev for ev in events if ev["event"] == "score"]
+    problems = [n for n in (_finite(ev.get("problems")) for ev in scored) if n is not None]
+    seconds = [t for t in (_finite(ev.get("seconds")) for ev in scored if _finite(ev.get("problems"))) if t]
+    if problems:
+        row["problems"] = sum(problems)
+        if len(seconds) == len(problems) and sum(seconds) > 0:  # each score timed: problems over their time
+            row["problems_per_sec"] = sum(problems) / sum(seconds)
     if "error" in last:
         row["error_kind"], row["error_message"] = last["error"].get("kind"), last["error"].get("message")
     row["has_end"] = "end" in last

@@ -46,7 +46,19 @@ Generated {{ generated }}{% if source %} from `{{ source }}`{% endif %}: {{ coun
 _Not recorded by these runs: {{ g.not_recorded | join("; ") }}._
 {% endif %}{% else %}
 No run has usable figures yet (see the tables below for why).
-{% endfor %}{% if side_by_side %}
+{% endfor %}{% if stages %}
+## The flow, stage by stage
+
+{{ stages.note }}
+{% for s in stages.sections %}
+### Stage {{ s.name }} ({{ s.workload }})
+
+{{ s.table | md_table }}
+{% endfor %}
+### Time to a chat model (seconds per stage, median over runs)
+
+{{ stages.time_to_chat | md_table }}
+{% endif %}{% if side_by_side %}
 ## nanochat and NNTile side by side
 
 Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats).
@@ -121,6 +133,16 @@ HTML = """\
 {% else %}
 <p>No run has usable figures yet (see the tables below for why).</p>
 {% endfor %}
+{% if stages %}
+<h2>The flow, stage by stage</h2>
+<p>{{ stages.note }}</p>
+{% for s in stages.sections %}
+<h3>Stage {{ s.name }} ({{ s.workload }})</h3>
+{{ table(s.table) }}
+{% endfor %}
+<h3>Time to a chat model (seconds per stage, median over runs)</h3>
+{{ table(stages.time_to_chat) }}
+{% endif %}
 {% if side_by_side %}
 <h2>nanochat and NNTile side by side</h2>
 <p>Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats).</p>

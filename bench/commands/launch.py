@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bench import paths, runtimes, sites, workloads
 from bench.errors import ConfigError
+from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
 from bench.launch.job import LaunchOptions, Naming, assemble, write_job
@@ -60,6 +61,24 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
         t.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
     t.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="any other trainer flag, repeatable (e.g. --train-arg warmdown_ratio=0.1)")
+    add_flow_options(p)
+
+
+def add_flow_options(p: argparse.ArgumentParser, required: bool = False) -> None:
+    f = p.add_argument_group("flow (README, \"The speedrun as one job\")")
+    f.add_argument("--flow", default="speedrun" if required else None, choices=flowmod.flow_names(),
+                   help="run a flow's stages in turn per point, one job each (upstream's speedrun.sh: "
+                        f"{', '.join(s.name for s in flowmod.FLOWS['speedrun'])})"
+                        + (" (default: speedrun)" if required else ""))
+    f.add_argument("--stages", default=None, metavar="A,B,...",
+                   help="only these stages of the flow, in its order (default: all of them)")
+    f.add_argument("--stage-arg", action="append", default=[], metavar="STAGE:KEY=VALUE",
+                   help="a flag of one stage, repeatable (e.g. mid_train:num_iterations=20, "
+                        "base_eval:max_per_task=100); the trainer flags above are pre-training's (base_train), "
+                        f"and {', '.join(flowmod.SHARED_FLAGS)} goes to every stage")
+    f.add_argument("--tokenizer-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="a flag of `tokenizer train`, trained once per sweep when $NANOCHAT_BASE_DIR has none "
+                        "(e.g. vocab_size=4096)")
 
 
 def add_launch_options(p: argparse.ArgumentParser) -> None:
@@ -94,6 +113,35 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
                                       assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling,
                                       data=data_shape(args), time=args.time, site=site_of(args),
                                       base_dir=base_dir_of(args))
+
+
+def flow_from_args(args, nodes: str | None = None, gpus_per_node: int | None = None,
+                   runtimes: str | None = None) -> flowmod.FlowSweep:
+    """The --flow sweep: the same axes and trainer flags as a sweep, one planned sweep per stage."""
+    train = {name: getattr(args, name) for name, _ in TRAIN_FLAGS}
+    train.update(planmod.parse_train_args(args.train_arg))
+    return flowmod.FlowSweep.build(
+        args.flow, args.stages, train, args.stage_arg, nodes=planmod.parse_nodes(nodes or args.nodes),
+        gpus_per_node=gpus_per_node or args.gpus_per_node,
+        runtimes=runtimes_list(runtimes or args.runtimes), repeats=args.repeats, gpu=args.gpu,
+        assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling, data=data_shape(args),
+        time=args.time, site=site_of(args), base_dir=base_dir_of(args))
+
+
+def runtimes_list(text: str) -> list[str]:
+    return runtimes.parse_names(text)
+
+
+def tokenizer_args(args) -> tuple[str, ...]:
+    pairs = parse_pairs(args.tokenizer_arg, "--tokenizer-arg", "vocab_size=4096", form="KEY=VALUE")
+    return tuple(f"--{k.lstrip('-')}={v}" for k, v in pairs.items())
+
+
+def refuse_flow_flags(args) -> None:
+    """--stages and --stage-arg only mean something with --flow."""
+    for name in ("stages", "stage_arg", "tokenizer_arg"):
+        if getattr(args, name, None):
+            raise ConfigError(f"--{name.replace('_', '-')} goes with --flow (e.g. --flow speedrun)")
 
 
 def site_of(args):
@@ -155,11 +203,34 @@ def default_out(name: str | None) -> tuple[str, Path]:
 # -- handlers --------------------------------------------------------------------------------------
 
 def cmd_plan(args) -> int:
+    if args.flow:
+        print(flowmod.format_table(flow_from_args(args)))
+        return 0
+    refuse_flow_flags(args)
     print(planmod.format_table(sweep_from_args(args)))
     return 0
 
 
+def cmd_submit_flow(args) -> int:
+    fs = flow_from_args(args)
+    if args.compare:
+        raise ConfigError("--compare and --flow: a flow runs one point per job (its stages in turn); "
+                          "leave out --compare")
+    opts = options_from_args(args)
+    name, out = default_out(args.name)
+    sweep_dir = Path(args.out) if args.out else out
+    print(flowmod.format_table(fs), end="\n\n")
+    backend = None if args.dry_run else slurm.backend()
+    flowmod.submit_flow(fs, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer_args(args))
+    if not args.dry_run:
+        print(f"follow it with: nanochat-bench status {sweep_dir}")
+    return 0
+
+
 def cmd_submit(args) -> int:
+    if args.flow:
+        return cmd_submit_flow(args)
+    refuse_flow_flags(args)
     sweep = sweep_from_args(args)
     opts = options_from_args(args)
     name, out = default_out(args.name)
@@ -199,10 +270,41 @@ def cmd_status(args) -> int:
     return 1 if args.wait and (failed or unfinished) else 0
 
 
+def cmd_render_flow(args) -> int:
+    """One point's flow job (sbatch) or its interactive guide, with each stage's run.json and flow.json."""
+    from bench.launch.flowrender import render_flow, render_flow_interactive
+
+    if args.kind == "compare":
+        raise ConfigError("render compare --flow: a flow runs one point per job; use render sbatch or interactive")
+    fs = flow_from_args(args)
+    if len(fs.points()) > 1:
+        raise ConfigError(f"render {args.kind} --flow makes one point's job: one runtime and --repeats 1, got "
+                          f"--runtimes {args.runtimes!r} --repeats {args.repeats}")
+    opts = options_from_args(args)
+    name, default = default_out(args.name)
+    out = Path(args.out or default).absolute()
+    [fj] = flowmod.assemble(fs, opts, out, tokenizer_args(args))
+    if args.kind == "interactive":
+        fj.job.script_name = "interactive.sh"
+        text = render_flow_interactive(fj, opts.base_dir, args.download or fs.first.shards_needed() or 8)
+    else:
+        text = render_flow(fj, rendered_by="render sbatch --flow")
+    flowmod.write_flow_job(fj, text)
+    print(f"wrote {fj.job.script}")
+    if args.kind == "interactive":
+        print(f"follow the steps in it, inside: salloc --nodes={fj.job.nodes} ...")
+    else:
+        print(f"submit with: cd {fj.job.job_dir} && sbatch {fj.job.script.name}")
+    return 0
+
+
 def cmd_render(args) -> int:
     """One job's script (sbatch, compare) or the interactive guide, written with its runs' run.json."""
     if "," in args.nodes:
         raise ConfigError(f"render takes one node count, got --nodes {args.nodes!r}")
+    if args.flow:
+        return cmd_render_flow(args)
+    refuse_flow_flags(args)
     sweep = sweep_from_args(args)
     opts = options_from_args(args)
     name, default = default_out(args.name)
@@ -227,7 +329,48 @@ def cmd_render(args) -> int:
     return 0
 
 
+def cmd_speedrun(args) -> int:
+    """The flow's stages in turn on this machine (bench.launch.flow.run_local_flow)."""
+    from bench.commands.workload import _default_nproc
+    from bench.launch.local import default_run_dir
+
+    nproc = _default_nproc(1) if args.nproc is None else args.nproc
+    if nproc < 1:
+        raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
+    fs = flow_from_args(args, nodes="1", gpus_per_node=nproc, runtimes="bare")
+    point_dir = Path(args.run_dir) if args.run_dir else default_run_dir(fs.flow)
+    result = flowmod.run_local_flow(fs, nproc, point_dir, tokenizer_args(args), python=args.python)
+    print(f"flow {fs.flow} in {point_dir}: " + ", ".join(f"{k} {v}" for k, v in result.statuses.items()))
+    if result.failed:
+        print(f"stopped at {result.failed}; run the same command again to start there (stages ok are kept)")
+    return result.rc
+
+
+def register_speedrun(subparsers) -> None:
+    p = subparsers.add_parser("speedrun", help="a flow's stages in turn on this machine, no Slurm (upstream's "
+                              "speedrun.sh)", description="Each stage in <run-dir>/<stage>/ with the flags a one-node "
+                              "job of --nproc ranks gives it; the tokenizer first when there is none. Example: "
+                              "nanochat-bench speedrun --nproc 2 --device_type cpu --depth 2 --stages base_train")
+    add_flow_options(p, required=True)
+    t = p.add_argument_group("pre-training's flags (base_train; nanochat's names)")
+    for name, typ in TRAIN_FLAGS:
+        t.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
+    t.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other pre-training flag, repeatable")
+    p.add_argument("--nproc", type=int, default=None, help="ranks of every stage (default: number of GPUs, else 1)")
+    p.add_argument("--run-dir", default=None, help="the point's directory; each stage below it (default: "
+                   "./runs/speedrun/<timestamp>; an existing one continues, keeping the stages ok)")
+    p.add_argument("--python", default=None, help="the stages' interpreter (default: this one)")
+    p.add_argument("--scaling", choices=planmod.SCALING_MODES, default="weak", help="as for plan (default: weak)")
+    p.add_argument("--data-dir", default=None, help="the shards, for the validation files K (default: base_data/ "
+                   "under $NANOCHAT_BASE_DIR)")
+    p.set_defaults(func=cmd_speedrun, repeats=1, gpu="H200", assume_mfu=0.40, workload=workloads.DEFAULT,
+                   row_groups=None, shards=None, time=None, site=None, nodes="1", runtimes="bare")
+
+
 def register(subparsers) -> None:
+    register_speedrun(subparsers)
+
     p = subparsers.add_parser("plan", help="print a sweep as a table: ranks, batch arithmetic, node-hours",
                               description="Points (nodes x runtimes x repeats): weak scaling keeps each rank's "
                                           "device batch x sequence, strong keeps total_batch_size.")

@@ -208,8 +208,10 @@ class RunManifest:
     """run.json. Sections (image, slurm, software, launch, result) merge field by field on update."""
 
     schema_version: str = field(SCHEMA_VERSION, "version of this contract, MAJOR.MINOR (bench/contract/versions.py)")
-    run_id: Optional[str] = field(None, "name of the run directory")
-    sweep_id: Optional[str] = field(None, "name of the directory above it")
+    run_id: Optional[str] = field(None, "name of the run directory (a flow's stage: its point's, the directory above)")
+    sweep_id: Optional[str] = field(None, "name of the directory above it (a flow's stage: the one above its point)")
+    stage: Optional[str] = field(None, "the flow's stage this run is (bench/launch/flow.py), e.g. chat_eval_mid; "
+                                       "None outside a flow")
     workload: Optional[str] = field(None, "what is trained (bench.contract.WORKLOAD)")
     status: Status = field("pending", "pending, running, or how the run ended: settled from `evidence`")
     message: Optional[str] = field(None, "why it ended as it did (None when ok): the deciding evidence's")

@@ -15,13 +15,15 @@ by every later release. Only an unknown major is a reason not to read a run.
     2.2  the speedrun's later stages: `scores` (a stage's figures by name) and the `score` event;
          launch.image_ready_at and launch.image_step (the image step before srun: its own start-up phase,
          image_ready), image.file (the .sqsh or .sif the runtime ran, its sha256 in image.digest)
+    2.3  flows: `stage` (the flow's stage a run is, its point's directory above it) and the evidence kind
+         `not_run` (a stage a failed stage before it kept from starting)
 """
 
 from typing import Any, Callable, Dict, List, Tuple
 
 from .validate import SchemaError
 
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 
 
 def parse_version(value: Any, where: str = "run.json") -> Tuple[int, int]:

@@ -4,6 +4,8 @@
     plan.py      a sweep as data (nodes x runtimes x repeats), frozen; each point planned by its workload
     job.py       a point -> runtime launch spec, exports, #SBATCH lines, run.json; `assemble`: a sweep's jobs
     render.py    jobs -> shell text through slurm/*.j2
+    flow.py      a flow (the speedrun): its stages in turn per point, one job each, or on this machine
+    flowrender.py a flow's job -> shell text (slurm/flow.sh.j2, flow_interactive.sh.j2)
     jobrecord.py the batch script's own run.json step (standard library only, shipped in <sweep>/.lib)
     rdzvport.py  the rendezvous port checked free on the first node (standard library only, in .lib too)
     elastic.py   torchrun, ending in one line that says how the ranks ended

@@ -10,6 +10,7 @@ It runs on the cluster's python3 outside any container, where the package may no
     python3 <sweep>/.lib/jobrecord.py resume-step RUN_DIR   the checkpoint step a resubmitted run resumes
     python3 <sweep>/.lib/jobrecord.py image RUN_DIR [--ready --step WHAT] [--file PATH] [--id ID]
                                       the image on the nodes (its start-up phase ends now), its digest or id
+    python3 <sweep>/.lib/jobrecord.py not-run RUN_DIR STAGE  a flow's stage kept from starting by STAGE's failure
 
 `finish` records what Slurm wrote into the run's log (a lost node, the time limit) as evidence, and ends
 with contract.close_unfinished, the same last word the local launcher has: a run whose trainer never
@@ -142,7 +143,15 @@ def file_digest(path: str, sweep_dir: str) -> "str | None":
     return digest
 
 
-COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step, "image": image}
+def not_run(run_dir: str, failed_stage: str) -> None:
+    """A stage of a flow that does not start because an earlier stage of its point did not end ok."""
+    contract.record_evidence(run_dir, contract.Evidence(
+        source="batch_script", kind="not_run",
+        message=f"not run: stage {failed_stage} of this point did not end ok (its run.json says why)"))
+
+
+COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step, "image": image,
+            "not-run": not_run}
 
 
 def main(argv) -> int:

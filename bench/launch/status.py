@@ -19,7 +19,8 @@ from bench.launch.submit import read_sweep
 
 # What Slurm's end of a job is evidence of, when run.json has no final status.
 FROM_SLURM = {"CANCELLED": "stopped", "TIMEOUT": "time_limit", "OUT_OF_MEMORY": "oom", "DEADLINE": "time_limit"}
-RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom")
+# no_data too: data staged after the failure (a flow's eval bundle, its chat data) is a reason to run it again
+RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom", "no_data")
 
 
 @dataclass(frozen=True)

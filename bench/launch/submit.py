@@ -22,7 +22,7 @@ from bench.launch.render import render_sbatch
 SWEEP_JSON = "sweep.json"
 # run.json fields that submit writes (the plan's decisions), kept when a run is submitted again.
 PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes", "gpus_per_node", "world_size",
-                  "repeat", "config", "grad_accum", "scaling", "val_files_k", "ofi_hook", "site")
+                  "repeat", "config", "grad_accum", "scaling", "val_files_k", "ofi_hook", "site", "stage")
 
 
 def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool = False,

@@ -164,6 +164,7 @@ class Engine:
         del prefill
         rows = [_Row(list(tokens)) for _ in range(num_samples)]
         sampled, generated = [first] * num_samples, 0  # the prefill's token is every row's first
+        column: list[int] = []
         while (max_tokens is None or generated < max_tokens) and not all(r.done for r in rows):
             if generated:
                 ids = torch.tensor(column, dtype=torch.long, device=device).unsqueeze(1)

@@ -43,6 +43,8 @@ NOT_HERE = {
     "--run=dummy": "8 GPUs",
     "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.chat_sft -- --run=dummy":
         "8 GPUs and a mid checkpoint (the chat_sft commands before it run the stage on 2 CPU ranks)",
+    "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.chat_eval -- -i sft":
+        "8 GPUs and an SFT checkpoint (tests/integration/test_chat_eval_stage.py runs the stage on 2 CPU ranks)",
     "nanochat-bench capacity --gpus 1 --strategies zero2,fsdp,fsdp+ac,fsdp+ac+offload --out runs/capacity":
         "a GPU (tests/integration/test_capacity.py runs the search on CPU ranks)",
     "nanochat-bench capacity --depths 12,24,36 --out runs/capacity": "a GPU (d36 on a CPU takes hours)",
@@ -58,6 +60,9 @@ NOT_HERE = {
     "nanochat-bench status runs/d20-scaling --wait": "the d20 sweep submitted above",
     "nanochat-bench status runs/d20-scaling --resubmit-failed": "the d20 sweep submitted above",
     CPU_SWEEP: "runs on the test Slurm cluster: tests/integration/slurm/test_readme_sweep.py",
+    "nanochat-bench data download --chat": "downloads the chat data (no network here)",
+    "nanochat-bench submit --flow speedrun --nodes 1,2,4 --gpus-per-node 4 --runtimes bare,ce --name speedrun":
+        "a GPU cluster (tests/integration/slurm/test_slurm_flow.py runs a flow on the test cluster)",
     "reframe -C site.py -c bench/reframe_checks/checks.py -P num_nodes=1,2,4,8 -S depth=20 "
     "-S references=results/h200-d20/references.toml -r":
         "a site's ReFrame configuration and GPU nodes (tests/integration/slurm/test_reframe.py runs the "

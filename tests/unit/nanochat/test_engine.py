@@ -14,6 +14,15 @@ from chat_fixtures import (ASSISTANT_END, ASSISTANT_START, BOS, OUTPUT_END, OUTP
                            USER_END, USER_START, byte_tokenizer)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is faster than two that contend with whatever else the machine runs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def random_model(n_head=2, n_kv_head=2, seq=64, seed=0):
     """A tiny GPT with every weight random (the init zeroes the output projections: its samples would be flat)."""
     torch.manual_seed(seed)
@@ -83,7 +92,7 @@ def test_top_k_one_is_greedy():
     assert greedy == top1
 
 
-def taught_model(sequence: list[int], steps=300):
+def taught_model(sequence: list[int], steps=150):
     """A tiny GPT trained (AdamW, CPU, a few seconds) until it recites `sequence` greedily."""
     torch.manual_seed(0)
     model = build_model(GPTConfig(sequence_len=64, vocab_size=265, n_layer=2, n_head=2, n_kv_head=2, n_embd=64),
@@ -114,7 +123,7 @@ def test_a_calculator_call_forces_its_result_and_forced_tokens_count():
         assert out_mask[:len(call) + len(forced)] == [1] * len(call) + [0] * len(forced)
         assert ASSISTANT_END not in out  # dropped by generate_batch
     steps = list(engine.generate(head, max_tokens=len(call) + 2, temperature=0.0))
-    assert [c[0] for c in steps] == call + forced[:2]  # max_tokens counts the forced tokens too
+    assert [column[0] for column, _ in steps] == call + forced[:2]  # max_tokens counts the forced tokens too
 
 
 def test_an_expression_the_calculator_refuses_forces_nothing():

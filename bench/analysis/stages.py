@@ -1,0 +1,89 @@
+"""The report per stage of a flow (bench/launch/flow.py): for each stage, its throughput, its time and its
+scores side by side across runtimes and rank counts, then the time per stage and in total (the time to a
+chat model), so a runtime that changes a result, not only a speed, shows.
+
+Only runs that ended ok enter. A stage's runs are compared only with the same stage's (run.json `stage`,
+part of the comparison key with `workload`), and within a stage only runs of one point shape (runtime,
+ranks, nodes) are summarised together, by their median. Evaluation stages record no steps, so their
+throughput is problems per second (their `score` events' problems over their seconds); training stages
+have tok/s from their steady steps (bench/analysis/figures.py).
+"""
+
+import json
+
+import pandas as pd
+
+from bench.analysis.columns import cell
+from bench.analysis.tables import Table, fmt
+
+POINT = ["runtime", "world_size", "nodes"]
+STAGES_NOTE = ("Medians over the runs of each point that ended ok. Throughput: tok/s of the steady steps for "
+               "training stages, problems/s for evaluations (problems scored over the seconds their scores took). "
+               "time s: from the launch to the stage's end, start-up included. Scores as run.json records them "
+               "(val/train bpb, CORE, ChatCORE, each task's accuracy).")
+
+
+def stage_order() -> list[str]:
+    """Every flow's stages in their order (the report's order of sections)."""
+    from bench.launch.flow import FLOWS  # standard library and the launch side only: no torch
+
+    order: list[str] = []
+    for stages in FLOWS.values():
+        order += [s.name for s in stages if s.name not in order]
+    return order
+
+
+def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The runs of a flow's stages that ended ok, their scores as columns `score:<name>`."""
+    rows = table[table["stage"].notna() & (table["status"] == "ok")].copy()
+    scores = [json.loads(text) if isinstance(text, str) else {} for text in rows["scores"]]
+    names = sorted({name for s in scores for name in s})
+    for name in names:
+        rows[f"score:{name}"] = [s.get(name) for s in scores]
+    return rows
+
+
+def _sorted_stages(rows: pd.DataFrame) -> list[str]:
+    order = stage_order()
+    present = list(dict.fromkeys(rows["stage"]))
+    return sorted(present, key=lambda s: (order.index(s) if s in order else len(order), s))
+
+
+def stage_table(rows: pd.DataFrame) -> Table:
+    """One stage: per runtime x ranks x nodes, its runs, throughput, time and every score it recorded."""
+    score_cols = [c for c in rows.columns if c.startswith("score:") and rows[c].notna().any()]
+    figures = [c for c in ("tok_per_sec", "problems_per_sec", "stage_time_s", "min_val_bpb") if rows[c].notna().any()]
+    out = []
+    for key, g in rows.groupby(POINT, sort=True, dropna=False):
+        med = {c: pd.to_numeric(g[c], errors="coerce").median() for c in figures + score_cols}
+        out.append([str(key[0]), fmt(key[1], "int"), fmt(key[2], "int"), str(len(g)),
+                    *(fmt(med[c], cell(c)[2]) for c in figures), *(fmt(med[c], "3") for c in score_cols)])
+    head = ["runtime", "ranks", "nodes", "runs", *(cell(c)[0] for c in figures),
+            *(c.split(":", 1)[1] for c in score_cols)]
+    return Table(head, out, text_cols=(0,))
+
+
+def time_to_chat(rows: pd.DataFrame, stages: list[str]) -> Table:
+    """Per runtime x ranks x nodes: each stage's median time and their sum; a stage with no ok run there is
+    '–' and the total says how many stages it adds up."""
+    out = []
+    for key, g in rows.groupby(POINT, sort=True, dropna=False):
+        per = {s: pd.to_numeric(g.loc[g["stage"] == s, "stage_time_s"], errors="coerce").median() for s in stages}
+        known = [v for v in per.values() if pd.notna(v)]
+        total = f"{fmt(sum(known), '1')}" + ("" if len(known) == len(stages) else f" ({len(known)} of {len(stages)})")
+        out.append([str(key[0]), fmt(key[1], "int"), fmt(key[2], "int"), *(fmt(per[s], "1") for s in stages),
+                    total if known else fmt(None)])
+    return Table(["runtime", "ranks", "nodes", *(f"{s} s" for s in stages), "total s"], out, text_cols=(0,))
+
+
+def stage_sections(table: pd.DataFrame) -> dict | None:
+    """The report's flow part: a section per stage and the time to a chat model (None: no stage ran ok)."""
+    if "stage" not in table.columns:
+        return None
+    rows = stage_rows(table)
+    if rows.empty:
+        return None
+    stages = _sorted_stages(rows)
+    sections = [{"name": s, "workload": ", ".join(sorted(set(rows.loc[rows["stage"] == s, "workload"].dropna()))),
+                 "table": stage_table(rows[rows["stage"] == s])} for s in stages]
+    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages)}

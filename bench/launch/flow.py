@@ -1,0 +1,404 @@
+"""A flow: nanochat's stages run in turn for each sweep point, as upstream's speedrun.sh runs them.
+
+A flow is data: an ordered list of stages, each a registered workload (bench/workloads) and the flags that
+chain it to the stage before (the model tag the training stages save under and the next one loads, `-i mid`
+for the chat evaluation after mid-training). Per sweep point, one Slurm job runs the stages in turn inside
+one allocation (as the CSCS study ran the speedrun), each stage in its own run directory with its own run
+record, below the point's directory:
+
+    <sweep>/<point run id>/job.sbatch           the job: tokenizer (once per sweep), then every stage
+    <sweep>/<point run id>/flow.json            the point's record: the flow, its model tag, its stages
+    <sweep>/<point run id>/<stage>/run.json     each stage's own run (run_id: the point's; `stage`: its name)
+
+A stage that does not end ok ends the point's flow: the stages after it are recorded as not run
+(run.json evidence `not_run`, status cancelled), and `status --resubmit-failed` starts the job again at the
+failed stage (the stages already ok are kept by the script's `jobrecord kept`). The tokenizer is trained
+once per sweep, outside the measured runs, and kept when it exists. Locally, `nanochat-bench speedrun` runs
+the same stages with the same flags in the same directories on this machine (`run_local_flow`).
+
+Every stage is planned by its own workload (batch arithmetic per rank count, time estimate), so the job's
+time limit is the sum of the stages' limits.
+"""
+
+import itertools
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tabulate import tabulate
+
+from bench import contract, workloads
+from bench.errors import ConfigError, SubmitError
+from bench.launch import plan as planmod
+from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, partition_limit,
+                              write_job)
+from bench.pairs import parse_pairs
+
+FLOW_JSON = "flow.json"
+# A valid model tag while planning (the point's own tag replaces it in each job: `model_tag`)
+PLAN_TAG = "flow-model-tag"
+TOKENIZER_LOG = "tokenizer.log"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a flow: its name (run directory, `--stages`, report section), the workload that runs
+    it, and the flags chaining it to the stage before: `{tag}` is the point's model tag, any other field
+    a column of the stage's own plan (e.g. `{num_iterations}`)."""
+
+    name: str
+    workload: str
+    chain: tuple[tuple[str, str], ...] = ()
+    inherit: tuple[str, ...] = ()  # pre-training's flags it takes when given (the checkpoint's sequence length)
+
+
+# upstream's speedrun.sh after the tokenizer: base_train, base_loss, base_eval, mid_train, chat_eval -i mid,
+# chat_sft, chat_eval -i sft. Pre-training saves at its end (save_every = its steps) under the point's tag.
+FLOWS: dict[str, tuple[Stage, ...]] = {
+    "speedrun": (
+        Stage("base_train", "nanochat", (("model_tag", "{tag}"), ("save_every", "{num_iterations}"))),
+        Stage("base_loss", "base_loss", (("model_tag", "{tag}"),), inherit=("max_seq_len",)),
+        Stage("base_eval", "base_eval", (("model_tag", "{tag}"),)),
+        Stage("mid_train", "mid_train", (("model_tag", "{tag}"),)),
+        Stage("chat_eval_mid", "chat_eval", (("source", "mid"), ("model_tag", "{tag}"))),
+        Stage("chat_sft", "chat_sft", (("model_tag", "{tag}"),)),
+        Stage("chat_eval_sft", "chat_eval", (("source", "sft"), ("model_tag", "{tag}"))),
+    ),
+}
+# The settings every stage shares (bench.nanochat.config.RunSettings) that a sweep's flag sets for all
+SHARED_FLAGS = ("device_type",)
+
+
+def flow_names() -> list[str]:
+    return list(FLOWS)
+
+
+def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
+    """The flow's stages, or the subset `stages` names (comma-separated) in the flow's order. An unknown
+    stage, or one whose workload this installation does not have, is a ConfigError listing the valid ones."""
+    if flow not in FLOWS:
+        raise ConfigError(f"--flow {flow!r}: unknown flow; valid: {', '.join(FLOWS)}")
+    every = FLOWS[flow]
+    registered = [s.name for s in every if s.workload in workloads.names()]
+    if not stages:  # the whole flow, less what this installation cannot run (left_out says it, everywhere)
+        if not registered:
+            raise ConfigError(f"--flow {flow}: none of its stages' workloads is registered in this installation")
+        return tuple(s for s in every if s.name in registered)
+    wanted = [t.strip() for t in stages.split(",") if t.strip()]
+    valid = f"valid: {', '.join(registered) or 'none'} (the flow's order: {', '.join(s.name for s in every)})"
+    for name in wanted:
+        stage = next((s for s in every if s.name == name), None)
+        if stage is None:
+            raise ConfigError(f"--stages: {name!r} is not a stage of the flow {flow}; {valid}")
+        if stage.workload not in workloads.names():
+            raise ConfigError(f"--stages: {name} needs the workload {stage.workload!r}, which this installation does "
+                              f"not register; {valid}")
+    if not wanted or len(set(wanted)) != len(wanted):
+        raise ConfigError(f"--stages {stages!r}: name each stage once; {valid}")
+    return tuple(s for s in every if s.name in wanted)
+
+
+def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...]) -> dict[str, dict]:
+    """Repeated `--stage-arg STAGE:KEY=VALUE` -> {stage: {key: value}}; the stage must be one of the flow's."""
+    out: dict[str, dict] = {s.name: {} for s in stages}
+    for text in pairs:
+        stage, colon, rest = text.partition(":")
+        if not colon or stage not in out:
+            raise ConfigError(f"--stage-arg {text!r}: give STAGE:KEY=VALUE with STAGE one of {', '.join(out)}, "
+                              f"e.g. mid_train:num_iterations=20")
+        for key, value in parse_pairs([rest], "--stage-arg", f"{stage}:num_iterations=20", form="KEY=VALUE").items():
+            out[stage][key.lstrip("-")] = value
+    return out
+
+
+def model_tag(sweep_id: str, point_id: str) -> str:
+    """The checkpoint folder of one point's training stages: unique to the point (and its sweep)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{sweep_id}-{point_id}")
+
+
+def rechain(argv: tuple[str, ...], values: dict[str, str]) -> tuple[str, ...]:
+    """The stage's planned flags with the chained ones set to this point's values (added when missing)."""
+    out, seen = [], set()
+    for token in argv:
+        key = token[2:].partition("=")[0] if token.startswith("--") else None
+        if key in values:
+            seen.add(key)
+            token = f"--{key}={values[key]}"
+        out.append(token)
+    return (*out, *(f"--{k}={v}" for k, v in values.items() if k not in seen))
+
+
+@dataclass(frozen=True)
+class FlowSweep:
+    """A sweep whose every point runs a flow's stages: one planned Sweep per stage (same axes), so each
+    stage's workload plans its own batch arithmetic and time at each rank count."""
+
+    flow: str
+    stages: tuple[Stage, ...]
+    sweeps: tuple[planmod.Sweep, ...]
+
+    @classmethod
+    def build(cls, flow: str, stages: str | None, train: dict, stage_args: list[str], **sweep_kw) -> "FlowSweep":
+        """`train`: the sweep's trainer flags (pre-training's; the shared ones go to every stage);
+        `stage_args`: `--stage-arg STAGE:KEY=VALUE`; `sweep_kw`: the axes, as bench.launch.plan.Sweep takes."""
+        chosen = select(flow, stages)
+        if sweep_kw.pop("workload", workloads.DEFAULT) != workloads.DEFAULT:
+            raise ConfigError("--flow runs each stage's own workload; leave out --workload")
+        per_stage = parse_stage_args(stage_args, chosen)
+        train = {k: v for k, v in train.items() if v is not None}
+        shared = {k: train[k] for k in SHARED_FLAGS if k in train}
+        sweeps = []
+        for stage in chosen:
+            own = dict(train) if stage.workload == workloads.DEFAULT else \
+                {**shared, **{k: train[k] for k in stage.inherit if k in train}}
+            chained = {k: PLAN_TAG if "{tag}" in v else ("1" if "{" in v else v) for k, v in stage.chain}
+            sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload,
+                                        train={**own, **per_stage[stage.name], **chained}))
+        return cls(flow, chosen, tuple(sweeps))
+
+    @property
+    def left_out(self) -> list[str]:
+        """The flow's stages this sweep does not run (not chosen, or not registered in this installation)."""
+        return [s.name for s in FLOWS[self.flow] if s not in self.stages]
+
+    @property
+    def first(self) -> planmod.Sweep:
+        return self.sweeps[0]
+
+    def points(self) -> list[tuple[planmod.Point, list[planmod.Point]]]:
+        """(the point, each stage's plan of it): the stages' sweeps have the same axes, in the same order."""
+        per_stage = [s.points() for s in self.sweeps]
+        return [(stage_points[0], list(stage_points)) for stage_points in zip(*per_stage)]
+
+    def stage_argv(self, stage: Stage, point: planmod.Point, tag: str) -> tuple[str, ...]:
+        fields = {"tag": tag, **{k: str(v) for k, v in point.plan.columns}}
+        return rechain(point.train_argv, {k: v.format(**fields) for k, v in stage.chain})
+
+    def job_minutes(self, stage_points: list[planmod.Point]) -> int:
+        return sum(p.time_minutes + 1 for p in stage_points)  # as bench.launch.job.job_minutes
+
+    def describe(self) -> dict:
+        return {**self.first.describe(), "workload": None, "flow": self.flow, "left_out": self.left_out,
+                "stages": [{"name": s.name, "workload": s.workload, "train": sw.train}
+                           for s, sw in zip(self.stages, self.sweeps)]}
+
+
+def format_table(fs: FlowSweep) -> str:
+    """The plan: per node count and runtime, a row per stage (its batch arithmetic, time limit and estimate)
+    and the job's time limit covering them all."""
+    head = ("nodes", "runtime", "repeats", "ranks", "stage", "batch", "time", "est_h", "note")
+    rows, jobs = [], 0
+    for (n, rt), group in itertools.groupby(fs.points(), key=lambda pp: (pp[0].nodes, pp[0].runtime)):
+        group = list(group)
+        point, stage_points = group[0]
+        for stage, sw, sp in zip(fs.stages, fs.sweeps, stage_points):
+            if not sp.possible:
+                rows.append((n, rt, len(group), point.ranks, stage.name, "-", "-", "-", "impossible: " + sp.reason))
+                continue
+            batch = " ".join(f"{h}={fmt.format(sp.plan.column(key, '-'))}" for h, key, fmt in sw.workload_impl.PLAN_COLUMNS)
+            est = "?" if sp.est_hours is None else f"{sp.est_hours:.2f}"
+            rows.append((n, rt, len(group), point.ranks, stage.name, batch or "-", sp.time_limit, est,
+                         "; ".join(filter(None, [sp.note, planmod.memory_warning(sw, sp)]))))
+        possible = all(sp.possible for sp in stage_points)
+        jobs += len(group) if possible else 0
+        rows.append((n, rt, len(group), point.ranks, "= job", "stages in turn, one allocation",
+                     planmod.slurm_time(fs.job_minutes(stage_points)) if possible else "-",
+                     "", "" if possible else "not submitted: a stage cannot run"))
+    lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
+    lines += ["", f"flow: {fs.flow}, stages {' -> '.join(s.name for s in fs.stages)}; each stage's run directory "
+                  f"<sweep>/<point>/<stage>; the tokenizer trained once per sweep, before the first stage"]
+    if fs.left_out:
+        unregistered = [s.name for s in FLOWS[fs.flow] if s.workload not in workloads.names()]
+        lines.append(f"left out: {', '.join(fs.left_out)}" + (f" ({', '.join(unregistered)} not registered in this "
+                                                              f"installation)" if unregistered else ""))
+    for stage, sw in zip(fs.stages, fs.sweeps):
+        lines += [f"{stage.name}: {line.replace(PLAN_TAG, '<sweep>-<point>')}" for line in sw.workload_impl.describe(sw)]
+    lines.append(f"{jobs} job(s), one per point ({fs.first.gpu} estimates as for one run per stage)")
+    return "\n".join(lines)
+
+
+# -- jobs -----------------------------------------------------------------------------------------------
+
+@dataclass
+class FlowJob:
+    """One point's job and what its flow.json says."""
+
+    job: Job
+    stages: tuple[Stage, ...]
+    tag: str
+    flow: str
+    point_id: str
+    tokenizer_args: tuple[str, ...] = ()
+
+    @property
+    def point_dir(self) -> Path:
+        return self.job.job_dir
+
+    def record(self) -> dict:
+        return flow_record(self.flow, self.point_id, self.tag, self.stages)
+
+
+def flow_record(flow: str, point_id: str, tag: str, stages: tuple[Stage, ...]) -> dict:
+    """flow.json: which flow the point runs, the model tag its stages chain through, and its stages in order
+    (each one's run directory, relative to the point's; each run.json says how that stage ended)."""
+    return {"flow": flow, "point": point_id, "model_tag": tag,
+            "stages": [{"name": s.name, "workload": s.workload, "run_dir": s.name} for s in stages]}
+
+
+def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args: tuple[str, ...] = (),
+             note: Callable[[str], None] = print, title: str = "sweep {sweep_id}, point {point}: flow {flow}"
+             ) -> list[FlowJob]:
+    """One job per possible point, its stages in turn; a point with a stage that cannot run is left out
+    with a note; a job over the partition's time limit is refused (one point's stages share one allocation)."""
+    sweep_dir = Path(sweep_dir).absolute()
+    sweep_id = sweep_dir.name
+    limit = partition_limit(opts)
+    jobs = []
+    for point, stage_points in fs.points():
+        bad = next((sp for sp in stage_points if not sp.possible), None)
+        if bad is not None:
+            note(f"skipping {point.run_id}: a stage cannot run: {bad.reason}")
+            continue
+        tag = model_tag(sweep_id, point.run_id)
+        runs: list[Run] = []
+        for stage, sw, sp in zip(fs.stages, fs.sweeps, stage_points):
+            planned = replace(sp, plan=replace(sp.plan, train_argv=fs.stage_argv(stage, sp, tag)))
+            run = build_run(sw, planned, sweep_dir / point.run_id / stage.name, opts, sweep_id)
+            run.manifest["stage"] = stage.name
+            runs.append(replace(run, run_id=f"{point.run_id}/{stage.name}"))
+        check_partition(limit, runs)
+        name = f"{sweep_id}-{point.run_id}"
+        job = make_job(name, sweep_dir / point.run_id, fs.first, runs, opts,
+                       title.format(sweep_id=sweep_id, point=point.run_id, flow=fs.flow))
+        jobs.append(FlowJob(job, fs.stages, tag, fs.flow, point.run_id, tuple(tokenizer_args)))
+    if not jobs:
+        reasons = sorted({sp.reason for _, sps in fs.points() for sp in sps if not sp.possible})
+        raise ConfigError(f"no point of this flow is possible: {'; '.join(reasons)} (nanochat-bench plan --flow shows them)")
+    return jobs
+
+
+def write_flow_job(fj: FlowJob, text: str, manifests: bool = True) -> None:
+    """The job as bench.launch.job.write_job writes one, then the point's flow.json."""
+    write_job(fj.job, text, manifests)
+    contract.write_json_atomic(fj.point_dir / FLOW_JSON, fj.record())
+
+
+def submit_flow(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, backend, *, dry_run: bool = False,
+                tokenizer_args: tuple[str, ...] = (), out: Callable[[str], None] = print) -> dict:
+    """Render, write and submit one job per point; sweep.json lists each job's stage runs as <point>/<stage>,
+    so `status` and `status --resubmit-failed` treat every stage as a run of its point's job."""
+    from bench.launch import submit
+    from bench.launch.flowrender import render_flow
+
+    sweep_dir = Path(sweep_dir).absolute()
+    if (sweep_dir / submit.SWEEP_JSON).exists() and not dry_run:
+        raise ConfigError(f"{sweep_dir} already holds a sweep; choose another --out or --name, or resubmit its failed "
+                          f"stages with `nanochat-bench status {sweep_dir} --resubmit-failed`")
+    jobs = assemble(fs, opts, sweep_dir, tokenizer_args, note=out)
+    texts = [render_flow(fj) for fj in jobs]
+    record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
+              "plan": fs.describe(), "compare": False, "flow": fs.flow, "dry_run": dry_run, "jobs": []}
+    for fj, text in zip(jobs, texts):
+        write_flow_job(fj, text, manifests=not dry_run)
+        record["jobs"].append({"name": fj.job.name, "script": str(fj.job.script),
+                               "runs": [r.run_id for r in fj.job.runs], "job_id": None, "previous_job_ids": []})
+    if dry_run:
+        for fj in jobs:
+            out(f"would run: cd {fj.job.job_dir} && sbatch --parsable {fj.job.script.name}")
+        out(f"dry run: {len(jobs)} script(s) rendered under {sweep_dir}, nothing submitted")
+        return record
+    submit.write_sweep(sweep_dir, record)
+    refused = 0
+    for fj, entry in zip(jobs, record["jobs"]):
+        refused += not submit.submit_job(backend, fj.job.script, [r.run_dir for r in fj.job.runs], entry, out)
+        submit.write_sweep(sweep_dir, record)
+    if refused:
+        raise SubmitError(f"sbatch refused {refused} of {len(jobs)} job(s) (their stages are marked failed); fix the "
+                          f"cause and submit them with `nanochat-bench status {sweep_dir} --resubmit-failed`")
+    return record
+
+
+# -- on this machine --------------------------------------------------------------------------------------
+
+@dataclass
+class LocalFlowResult:
+    rc: int
+    statuses: dict[str, str] = field(default_factory=dict)  # stage -> its run.json status
+    failed: str | None = None  # the stage the flow stopped at
+
+
+def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable[[str], None]) -> None:
+    """Train the tokenizer (and print its evaluation) unless $NANOCHAT_BASE_DIR has one: outside any run."""
+    from bench.nanochat.tokenizer import TOKENIZER_PKL, tokenizer_dir
+
+    if (tokenizer_dir() / TOKENIZER_PKL).is_file():
+        out(f"tokenizer: {tokenizer_dir()} exists, kept")
+        return
+    for command in (["tokenizer", "train", *tokenizer_args], ["tokenizer", "eval"]):
+        cmd = [python, "-m", "bench.cli", *command]
+        out(f"tokenizer: {shlex.join(cmd)}")
+        if subprocess.run(cmd).returncode != 0:
+            raise ConfigError(f"the tokenizer could not be trained ({shlex.join(cmd)} failed); no stage was run")
+
+
+def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: tuple[str, ...] = (),
+                   python: str | None = None, out: Callable[[str], None] = print) -> LocalFlowResult:
+    """The flow's stages in turn on this machine, each a local run (bench/launch/local.py) in
+    <point_dir>/<stage>/, with the flags a one-node job of `nproc` ranks would give them. A stage that does
+    not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept."""
+    from bench.launch.local import run_local
+
+    python = python or sys.executable
+    point_dir = Path(point_dir).absolute()
+    [(_, stage_points)] = fs.points()
+    bad = next((sp for sp in stage_points if not sp.possible), None)
+    if bad is not None:
+        raise ConfigError(f"this flow cannot run with {nproc} rank(s): {bad.reason}")
+    ensure_tokenizer(tokenizer_args, python, out)
+    tag = model_tag(point_dir.parent.name, point_dir.name)
+    point_dir.mkdir(parents=True, exist_ok=True)
+    contract.write_json_atomic(point_dir / FLOW_JSON, flow_record(fs.flow, point_dir.name, tag, fs.stages))
+    result = LocalFlowResult(0)
+    ids = {"run_id": point_dir.name, "sweep_id": point_dir.parent.name}
+    for stage, sp in zip(fs.stages, stage_points):
+        run_dir = point_dir / stage.name
+        if result.failed is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            contract.update_run_json(run_dir, **ids, stage=stage.name, runtime="bare",
+                                     workload=workloads.get(stage.workload).run_workload)
+            contract.record_evidence(run_dir, contract.Evidence(
+                source="launcher", kind="not_run",
+                message=f"not run: stage {result.failed} of this point did not end ok (its run.json says why)"))
+            result.statuses[stage.name] = "cancelled"
+            continue
+        if contract.read_run_json(run_dir).get("status") == "ok":
+            out(f"== {fs.flow}: {stage.name} ok in an earlier run of this flow, kept")
+            result.statuses[stage.name] = "ok"
+            continue
+        argv = list(fs.stage_argv(stage, sp, tag))
+        out(f"== {fs.flow}: stage {stage.name} ({stage.workload}) in {run_dir}")
+        if run_dir.exists():  # a stage that failed or was not run: its last attempt makes way for this one
+            _set_aside(run_dir)
+        rc = run_local(argv, nproc, run_dir, workload=stage.workload, python=python)
+        manifest = contract.update_run_json(run_dir, **ids, stage=stage.name)
+        result.statuses[stage.name] = manifest.status
+        if rc != 0 or manifest.status != "ok":
+            result.rc, result.failed = rc or 1, stage.name
+            out(f"== {fs.flow}: stopped at {stage.name}: {manifest.status}: {manifest.message or ''}".rstrip(": "))
+    return result
+
+
+def _set_aside(run_dir: Path) -> None:
+    """A stage directory that did not end ok moves to <stage>.attempt-<time> beside it, kept whole."""
+    run_dir.replace(run_dir.with_name(f"{run_dir.name}.attempt-{time.strftime('%Y%m%d-%H%M%S')}"))
+
+
+def read_flow(point_dir: Path) -> dict:
+    path = Path(point_dir) / FLOW_JSON
+    return json.loads(path.read_text()) if path.is_file() else {}

@@ -1,0 +1,73 @@
+"""A flow's job as shell text: the batch script (slurm/flow.sh.j2) and the interactive guide
+(slurm/flow_interactive.sh.j2), both from slurm/_flow.sh.j2: the tokenizer once, then each stage's run
+block (slurm/_run.sh.j2, the one every job uses), each gated on the stages before it having ended ok.
+"""
+
+import shlex
+from dataclasses import replace
+
+from bench import contract
+from bench.launch import render
+from bench.launch.flow import TOKENIZER_LOG, FlowJob
+from bench.launch.job import HOST_PYTHON_ENV, Run
+from bench.runtimes import shell_join
+
+FLOW_TEMPLATE = "flow.sh.j2"
+FLOW_INTERACTIVE_TEMPLATE = "flow_interactive.sh.j2"
+# what a stage's workload needs staged besides the shards (nanochat-bench data download ...)
+STAGING = {"base_eval": ("--eval-bundle", "the eval bundle for CORE (base_eval)"),
+           "mid_train": ("--chat", "the chat data for mid-training, SFT and chat evaluation"),
+           "chat_sft": ("--chat", "the chat data for mid-training, SFT and chat evaluation"),
+           "chat_eval": ("--chat", "the chat data for mid-training, SFT and chat evaluation")}
+
+
+def one_task(run: Run, *command: str, tty: bool = False) -> str:
+    """srun of one task on one node through the run's runtime, with the run's variables but not its run
+    directory (what it runs is outside every measured run)."""
+    env = {k: v for k, v in run.spec.env.items() if k != contract.ENV_RUN_DIR}
+    spec = replace(run.spec, command=command, env=env)
+    wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
+    line = ["srun", "--nodes=1", "--ntasks=1", *(["--pty"] if tty else []), *run.runtime.srun_options(spec), *wrap]
+    if run.runtime.python is not None:  # as bench.launch.job.Run.srun_lines: host Python paths stay out
+        line = ["env", *(t for name in HOST_PYTHON_ENV for t in ("-u", name)), *line]
+    return shell_join(line)
+
+
+def flow_context(fj: FlowJob, rendered_by: str) -> dict:
+    job = fj.job
+    ctx = render.job_context(job, rendered_by)
+    for run_ctx, stage in zip(ctx["runs"], fj.stages):
+        run_ctx.update(stage=stage.name, workload=stage.workload)
+    first = job.runs[0]
+    python = first.spec.command[0]
+    log = shlex.quote(str(fj.point_dir / TOKENIZER_LOG))
+    ctx.update(flow=fj.flow, stage_names=" -> ".join(s.name for s in fj.stages), model_tag=fj.tag, tokenizer={
+        "exports": [(k, shlex.quote(v)) for k, v in first.spec.env.items() if k != contract.ENV_RUN_DIR],
+        "prepare": [shell_join(c) for c in first.runtime.prepare(first.spec)],
+        "train": one_task(first, python, "-m", "bench.cli", "tokenizer", "train", *fj.tokenizer_args),
+        "eval": one_task(first, python, "-m", "bench.cli", "tokenizer", "eval"), "log": log})
+    return ctx
+
+
+def render_flow(fj: FlowJob, rendered_by: str = "submit --flow") -> str:
+    """The batch script of one point: the tokenizer once per sweep, then the flow's stages in turn."""
+    return render.environment().get_template(FLOW_TEMPLATE).render(flow_context(fj, rendered_by))
+
+
+def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int,
+                            rendered_by: str = "render interactive --flow") -> str:
+    """The interactive guide of the flow: salloc, the staging, the tokenizer, then each stage's srun."""
+    job, first = fj.job, fj.job.runs[0]
+    python = first.spec.command[0]
+    salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name", "--no-requeue")))]
+    staging, seen = [], set()
+    for stage in fj.stages:
+        flag, what = STAGING.get(stage.workload, (None, None))
+        if flag and flag not in seen:
+            seen.add(flag)
+            staging.append({"what": what, "srun": one_task(first, python, "-m", "bench.cli", "data", "download", flag)})
+    ctx = flow_context(fj, rendered_by)
+    ctx.update(salloc=render.comment_safe(shell_join(salloc)), base_dir=shlex.quote(base_dir), shards=shards,
+               data_srun=one_task(first, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
+               staging=staging, shell_srun=render.comment_safe(one_task(first, "bash", tty=True)))
+    return render.environment().get_template(FLOW_INTERACTIVE_TEMPLATE).render(ctx)

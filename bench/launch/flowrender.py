@@ -43,7 +43,8 @@ def flow_context(fj: FlowJob, rendered_by: str) -> dict:
     log = shlex.quote(str(fj.point_dir / TOKENIZER_LOG))
     ctx.update(flow=fj.flow, stage_names=" -> ".join(s.name for s in fj.stages), model_tag=fj.tag, tokenizer={
         "exports": [(k, shlex.quote(v)) for k, v in first.spec.env.items() if k != contract.ENV_RUN_DIR],
-        "prepare": [shell_join(c) for c in first.runtime.prepare(first.spec)],
+        # the image where the tokenizer's task runs (each stage's own block repeats the step: it keeps what is there)
+        "prepare": [render.multiline(first.image_lines())] if first.image_step else [],
         "train": one_task(first, python, "-m", "bench.cli", "tokenizer", "train", *fj.tokenizer_args),
         "eval": one_task(first, python, "-m", "bench.cli", "tokenizer", "eval"), "log": log})
     return ctx

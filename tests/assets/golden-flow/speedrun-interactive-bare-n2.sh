@@ -109,13 +109,12 @@ rc=0
 rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | tee "$run_dir/train.log" || rc=$?
@@ -155,9 +154,8 @@ rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
+if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1 --split_tokens=10485760 \
     2>&1 | tee "$run_dir/train.log" || rc=$?
@@ -196,9 +194,8 @@ rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
+if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1 \
     2>&1 | tee "$run_dir/train.log" || rc=$?
@@ -236,12 +233,11 @@ rc=0
 rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 3 ))" "$first_node") || rc=$?
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
-runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
@@ -280,9 +276,8 @@ rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
+if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=mid \
     2>&1 | tee "$run_dir/train.log" || rc=$?
@@ -320,12 +315,11 @@ rc=0
 rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 5 ))" "$first_node") || rc=$?
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
-runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1 --target_examples_per_step=32 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
@@ -364,9 +358,8 @@ rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
+if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=sft \
     2>&1 | tee "$run_dir/train.log" || rc=$?

@@ -1,7 +1,9 @@
 """A run's start-up and training time, cut at its milestones: launch (T0) -> ... -> end.
 
 The milestones, in the order a run passes them (run.json's launch.t0, then metrics.jsonl events):
-  launch        the launcher, just before srun / torchrun (launch.t0)
+  launch        the launcher, before the image step and srun / torchrun (launch.t0)
+  image_ready   the image is where the run runs (launch.image_ready_at): a podman load on the nodes, an import
+                made once per sweep (absent where the runtime brings its image itself)
   runtime_start the first process inside the runtime (torchrun's agent): the container's start-up before it
   start         the trainer process: torchrun's own start and its workers' spawn before it
   imports_done  the trainer's imports (torch) done
@@ -20,9 +22,9 @@ trainer writes the result into run.json, the analysis computes the same from the
 
 from typing import Dict, Optional
 
-MILESTONES = ("launch", "runtime_start", "start", "imports_done", "dist_init", "preflight", "model_ready",
+MILESTONES = ("launch", "image_ready", "runtime_start", "start", "imports_done", "dist_init", "preflight", "model_ready",
               "data_ready", "first_step", "steady", "end", "finished")
-LABELS = {"runtime_start": "runtime start-up", "start": "torchrun and spawn", "imports_done": "Python imports",
+LABELS = {"image_ready": "image on the nodes", "runtime_start": "runtime start-up", "start": "torchrun and spawn", "imports_done": "Python imports",
           "dist_init": "process group", "preflight": "pre-flight", "model_ready": "model build",
           "data_ready": "data loaders", "first_step": "first step (compile)", "steady": "warm-up steps",
           "end": "steady training", "finished": "teardown"}

@@ -42,7 +42,8 @@ TABLE_CSV = "runs.csv"
 # Bump when a row is computed differently: tables of an older version are then re-read in full.
 # 8: the model's identity (vocab_size, precision, data_origin, tokenizer_sha256, tiling) and num_params from
 #    run.json; ReFrame's perflog and report rows (source_kind reframe_*, reframe_partition) no longer made.
-ROW_VERSION = 8
+# 9: phase_image_ready_s (launch.image_ready_at: the image step before srun); runtime start-up begins after it.
+ROW_VERSION = 9
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 

@@ -17,7 +17,7 @@ from bench.analysis.figures import _finite
 def phase_fields(manifest: dict, first_times: dict) -> dict:
     launch = manifest.get("launch") if isinstance(manifest.get("launch"), dict) else {}
     times = {**{k: _finite(v) for k, v in first_times.items()}, "launch": _finite(launch.get("t0")),
-             "finished": _finite(launch.get("finished_at"))}
+             "image_ready": _finite(launch.get("image_ready_at")), "finished": _finite(launch.get("finished_at"))}
     return {f"phase_{m}_s": s for m, s in breakdown.phases(times).items()}
 
 

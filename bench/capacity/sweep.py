@@ -209,7 +209,7 @@ class Sweep:
             peak = f"{r.peak_mem_mib:,.0f} MiB" if r.peak_mem_mib else "n/a"
             line += f", peak {peak}, {r.tok_per_sec:,.0f} tok/s"
         elif r.message:
-            line += f": {r.message[:120]}"
+            line += f": {r.message}"  # whole: a message cut at a width ends mid-sentence
         line += " (read back)" if r.reused else (f" ({r.wall_s:.0f} s)" if r.wall_s else "")
         self.log(line)
 

@@ -2,7 +2,7 @@
 their pre-tokenized .bin form (bench/nanochat/tokbin.py)."""
 
 from bench.errors import ConfigError
-from bench.nanochat import chatstage, data_origin, dataset, download
+from bench.nanochat import chatstage, data_origin, dataset, download, evalstage
 
 
 def register(subparsers) -> None:
@@ -12,6 +12,11 @@ def register(subparsers) -> None:
     d = sub.add_parser("download", help="download FineWeb-Edu shards (parallel, resumable, verified)")
     d.add_argument("--chat", action="store_true", help="stage the chat data of mid-training and SFT instead (no -n; "
                    "--url is then a Hugging Face mirror, default $HF_ENDPOINT)")
+    d.add_argument("--eval-bundle", action="store_true",
+                   help="stage the CORE eval bundle of base_eval instead, into $NANOCHAT_BASE_DIR/eval_bundle (--url is "
+                        f"then the zip's URL, default ${evalstage.ENV_URL}, else upstream's)")
+    d.add_argument("--sha256", default=None, help="with --eval-bundle: the zip's expected SHA-256 (default: none "
+                   "published upstream; the digest seen is recorded in eval_bundle/origin.json)")
     d.add_argument("-n", "--num-shards", type=int, default=None,
                    help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240")
     d.add_argument("-w", "--workers", type=int, default=4, help="parallel downloads (default: 4)")
@@ -27,6 +32,8 @@ def register(subparsers) -> None:
 
     g = sub.add_parser("generate", help="write shards offline from text that ships with Python (no network)")
     g.add_argument("--chat", action="store_true", help="write offline stand-ins of the staged chat data instead")
+    g.add_argument("--eval-bundle", action="store_true",
+                   help="write a small CORE eval bundle in the real format instead (for tests and CI)")
     g.add_argument("--shards", type=int, default=4, help="number of shard files; the last K are validation (default: 4)")
     g.add_argument("--docs-per-shard", type=int, default=8192, help="documents per shard, ~3 KB each (default: 8192)")
     g.add_argument("--row-group-size", type=int, default=256,
@@ -52,8 +59,14 @@ def register(subparsers) -> None:
 
 
 def cmd_download(args) -> int:
+    if args.chat and args.eval_bundle:
+        raise ConfigError("data download: --chat and --eval-bundle stage different things; give one at a time")
+    if args.sha256 and not args.eval_bundle:
+        raise ConfigError("data download: --sha256 checks the eval bundle's zip; it needs --eval-bundle")
     if args.chat:
         return chatstage.cli_download(args)
+    if args.eval_bundle:
+        return evalstage.cli_download(args)
     if args.num_shards is None:
         raise ConfigError("data download: -n/--num-shards N is required (or --chat for the chat data)")
     paths = download.download_shards(args.num_shards, workers=args.workers, url=args.url, retries=args.retries,
@@ -63,8 +76,12 @@ def cmd_download(args) -> int:
 
 
 def cmd_generate(args) -> int:
+    if args.chat and args.eval_bundle:
+        raise ConfigError("data generate: --chat and --eval-bundle write different things; give one at a time")
     if args.chat:
         return chatstage.cli_generate(args)
+    if args.eval_bundle:
+        return evalstage.cli_generate(args)
     paths = dataset.generate_shards(args.shards, args.docs_per_shard, args.row_group_size, overwrite=args.overwrite)
     print(f"{len(paths)} generated shard(s) of {args.docs_per_shard} documents in {dataset.data_dir()}")
     others = len(dataset.list_parquet_files()) - len(paths)

@@ -40,6 +40,9 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
     g.add_argument("--row-groups", type=int, default=None, metavar="N",
                    help="row groups per shard, when the data is not on this host (with --shards)")
     g.add_argument("--shards", type=int, default=None, metavar="M", help="shard files there (with --row-groups)")
+    g.add_argument("--base-dir", default=None, help="NANOCHAT_BASE_DIR on the nodes (default: $NANOCHAT_BASE_DIR "
+                   "or ~/.cache/nanochat); must be on a shared filesystem (a stage after pre-training refuses a "
+                   "multi-node point otherwise)")
     g.add_argument("--time", default=None, help="time limit of each run, Slurm's HH:MM:SS (default: from the "
                    "estimate with a quarter and 10 min to spare; 30 min where nothing can be estimated)")
     g.add_argument("--site", default=os.environ.get("NANOCHAT_BENCH_SITE"), metavar="NAME|FILE",
@@ -63,8 +66,6 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
     g.add_argument("--image", action="append", default=[], metavar="RUNTIME=REF",
                    help=f"image per runtime, repeatable; defaults: {_image_defaults()}")
-    g.add_argument("--base-dir", default=None, help="NANOCHAT_BASE_DIR on the nodes (default: $NANOCHAT_BASE_DIR "
-                   "or ~/.cache/nanochat); must be on a shared filesystem")
     g.add_argument("--python", default=sys.executable, help="host interpreter for the bare runtime "
                    "(default: this one)")
     g.add_argument("--mount", action="append", default=[], metavar="SRC[:DST[:ro]]",
@@ -91,7 +92,8 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
     return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
                                       repeats=args.repeats, train=train, gpu=args.gpu,
                                       assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling,
-                                      data=data_shape(args), time=args.time, site=site_of(args))
+                                      data=data_shape(args), time=args.time, site=site_of(args),
+                                      base_dir=base_dir_of(args))
 
 
 def site_of(args):

@@ -44,12 +44,15 @@ def register(subparsers) -> None:
                                           "--batch=8 --seq-tile=64",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
-                   help="nanochat: bench/nanochat under torchrun; nntile: NNTile's GPT-2 on StarPU in the NNTile "
+                   help="nanochat: bench/nanochat under torchrun; mid_train: mid-training from the base "
+                        "checkpoint (python -m bench.nanochat.mid_train --help); nntile: NNTile's GPT-2 on StarPU in the NNTile "
                         "interpreter (default: nanochat)")
     t.add_argument("--python", default=None, help="the workload's interpreter (default: this one for nanochat; for "
                    "nntile $NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
     t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1; nntile: 1)")
     t.add_argument("--run-dir", default=None, help="run directory (default: ./runs/local/<timestamp>)")
+    t.add_argument("--overwrite", action="store_true", help="delete the run --run-dir already holds and train "
+                   "afresh there (without it such a directory is refused, unless --resume_from_step continues it)")
     t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train "
                    "--help; nntile: <NNTile python> bench/workloads/nntile/runner.py --help)")
     t.set_defaults(func=cmd_train)
@@ -65,6 +68,8 @@ def register(subparsers) -> None:
     s.add_argument("--base-dir", default="runs/smoke/base",
                    help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present (default: runs/smoke/base)")
     s.add_argument("--run-dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")
+    s.add_argument("--overwrite", action="store_true",
+                   help="delete the run --run-dir already holds and train afresh there")
     s.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
     s.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
     s.set_defaults(func=cmd_smoke)
@@ -161,17 +166,23 @@ def _default_nproc(cpu_default: int) -> int:
 
 def cmd_train(args) -> int:
     from bench.launch.local import default_run_dir, run_local
+    from bench.nanochat.runclaim import resuming
+    from bench.workloads.stage import TorchrunStage
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     workload = workloads.get(args.workload)
-    nproc = (_default_nproc(1) if args.workload == "nanochat" else 1) if args.nproc is None else args.nproc
+    # a nanochat stage takes one rank per GPU, as pre-training; other workloads one process
+    nproc = (_default_nproc(1) if isinstance(workload, TorchrunStage) else 1) if args.nproc is None else args.nproc
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
     workload.check(train_args, nproc)  # bad flags fail here, before any process starts (the trainer checks again)
     workload.local_command(train_args, nproc, args.python)  # a missing interpreter too
+    if args.overwrite and resuming(train_args):
+        raise ConfigError("--overwrite with --resume_from_step: the first deletes the run the second would "
+                          "continue; give one of them")
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("local")
     print(f"run directory: {run_dir}")
-    rc = run_local(train_args, nproc, run_dir, workload=args.workload, python=args.python)
+    rc = run_local(train_args, nproc, run_dir, workload=args.workload, python=args.python, overwrite=args.overwrite)
     try:
         print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
     except OSError:  # the terminal went away (the run itself is recorded)
@@ -236,7 +247,7 @@ def cmd_smoke(args) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("smoke")
     env = dict(os.environ, **{ENV_BASE_DIR: str(base_dir)})
     print(f"training a tiny model with {nproc} rank(s); run directory: {run_dir}")
-    rc = run_local(smoke_train_args(args.steps, nproc), nproc, run_dir, env=env)
+    rc = run_local(smoke_train_args(args.steps, nproc), nproc, run_dir, env=env, overwrite=args.overwrite)
     print_smoke_summary(run_dir)
     return rc
 

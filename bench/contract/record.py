@@ -49,7 +49,8 @@ SLURM_VARS = {
 class Image:
     reference: Optional[str] = field(None, "image as given to the runtime (registry reference or file)")
     digest: Optional[str] = field(None, "content digest, sha256:<hex>, when known")
-    id: Optional[str] = field(None, "the engine's image id (podman)")
+    id: Optional[str] = field(None, "the engine's image id (podman, podman-hpc)")
+    file: Optional[str] = field(None, "the image file the runtime ran (a .sqsh or .sif, made once per sweep or given)")
     build: Optional[Dict[str, str]] = field(None, "facts baked in at build time (reference, base image, git revision)")
 
 
@@ -86,7 +87,10 @@ class Launch:
     """What the launcher did; `t0` is NANOCHAT_BENCH_T0, the time the start-up overhead is measured from."""
 
     kind: Optional[Literal["local", "slurm"]] = field(None, "local (nanochat-bench train/smoke) or slurm (a batch job)")
-    t0: Optional[float] = field(None, "launch time, epoch seconds, taken just before srun/torchrun")
+    t0: Optional[float] = field(None, "launch time, epoch seconds, taken before the image step and srun/torchrun")
+    image_ready_at: Optional[float] = field(None, "when the image step ended: the image is where the run runs")
+    image_step: Optional[str] = field(None, "what the image step did (a podman load on the nodes, an import once "
+                                            "per sweep, a check)")
     command: Optional[List[str]] = field(None, "the command the launcher started (local runs)")
     script: Optional[str] = field(None, "the batch script (Slurm runs)")
     rendered_at: Optional[float] = field(None, "when the batch script was rendered")
@@ -94,7 +98,7 @@ class Launch:
     finished_at: Optional[float] = field(None, "when the launcher saw the run end")
     exit_code: Optional[int] = field(None, "exit status of srun or torchrun")
     resume_from_step: Optional[int] = field(None, "a resubmitted run's checkpoint step it continues from (timeout)")
-    runtime_version: Optional[str] = field(None, "first line of the runtime's --version")
+    runtime_version: Optional[str] = field(None, "first line of the runtime's version (CE, pyxis: enroot's)")
     wall_time_s: Optional[float] = field(None, "wall time from launch to the end of the command (local runs)")
     cpu_time_s: Optional[float] = field(None, "user + system seconds of every process the command started (local runs)")
 

@@ -12,7 +12,9 @@ by every later release. Only an unknown major is a reason not to read a run.
          from the events), kept without a note where a 2.0 run has them; `data` (the shards' origin and
          the tokenizer's hash), `site` (the site profile and network set-up applied), `checkpoint` (the
          last one saved, for a resubmission to resume from)
-    2.2  the speedrun's later stages: `scores` (a stage's figures by name) and the `score` event
+    2.2  the speedrun's later stages: `scores` (a stage's figures by name) and the `score` event;
+         launch.image_ready_at and launch.image_step (the image step before srun: its own start-up phase,
+         image_ready), image.file (the .sqsh or .sif the runtime ran, its sha256 in image.digest)
 """
 
 from typing import Any, Callable, Dict, List, Tuple

@@ -12,7 +12,8 @@ is evidence of `hung`, naming that rank. A signal to torchrun itself is evidence
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path
 where one worker failed and torchrun stops the others (there its 30 s are fixed, not the
 TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not hold
-the job for long, and ours end within a second of SIGTERM.
+the job for long, and ours end within a second of SIGTERM. The closing signal is followed by SIGCONT, so
+a stopped worker (the hung rank itself) takes its SIGTERM at once instead of waiting for the SIGKILL.
 """
 
 import os
@@ -23,6 +24,7 @@ import sys
 from torch.distributed.elastic.multiprocessing import api as processes
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
 from torch.distributed.run import main as torchrun_main
 
 from bench import contract
@@ -41,6 +43,16 @@ def bound_shutdown(timeout_s: int = SHUTDOWN_TIMEOUT_S) -> None:
         return close(self, death_sig, min(timeout, timeout_s))
 
     processes.PContext.close = close_soon
+    handler_close = SubprocessHandler.close
+
+    def close_and_continue(self, death_sig=None):
+        handler_close(self, death_sig)
+        try:  # a stopped process keeps the signal pending until it runs again
+            os.killpg(self.proc.pid, signal.SIGCONT)
+        except OSError:
+            pass  # already gone
+
+    SubprocessHandler.close = close_and_continue
 
 
 def describe(rank: int, failure) -> str:

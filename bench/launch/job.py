@@ -4,6 +4,7 @@ the exported environment, the #SBATCH directives and the first run.json.
 Decisions live here; bench/launch/render.py only turns them into text through the slurm/ templates.
 """
 
+import os
 import re
 import sys
 import time
@@ -14,10 +15,10 @@ from pathlib import Path
 from bench import contract, netgate, sites, workloads
 from bench.errors import ConfigError
 from bench.launch import jobrecord, rdzvport
-from bench.launch.plan import Point, Sweep, slurm_time
+from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
-from bench.runtimes.base import OptVar, quote_token
+from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, quote_token
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.sites import Site
@@ -99,6 +100,21 @@ class Run:
         assert wrapped[len(wrapped) - n:] == list(self.spec.command), "a runtime must end with the command"
         return [line for line in (srun, wrapped[:len(wrapped) - n], list(self.spec.command)) if line]
 
+    @property
+    def image_step(self) -> ImageStep | None:
+        return self.runtime.image_step(self.spec)
+
+    def image_lines(self) -> list[list[Token]]:
+        """The image step as the batch script runs it: one srun task on every node of the run (a per-node step;
+        --kill-on-bad-exit: one node that fails stops the others at once), else once on the batch host."""
+        step = self.image_step
+        if step is None:
+            return []
+        command = ["bash", str(self.run_dir.parent / LIB_DIR / step.script), *step.args]
+        if not step.per_node:
+            return [command]
+        return [["srun", f"--nodes={self.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"], command]
+
 
 @dataclass
 class Job:
@@ -135,6 +151,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
            ENV_IMAGE: image or "", **(edf.TORCH_ENV if gpus else {}), **dict(point.env),
            **workload.launch_env(opts.base_dir, sweep.gpus_per_node), **opts.env}
     containerised = runtime.python is not None
+    made = runtime.sweep_image(image, run_dir.parent / IMAGES_DIR)  # a registry image made into a file once per sweep
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
     deadline = [Var("run_deadline", workload.deadline_flag)] if workload.deadline_flag else []
     resume = [OptVar("resume_step", workload.resume_flag)] if workload.resume_flag else []  # a resubmitted timeout
@@ -142,14 +159,16 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     spec = LaunchSpec(
         command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, argv,
                                         containerised, opts.numa_binding if gpus else None),
-        image=image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None, run_dir=str(run_dir),
-        gpus=gpus, ofi_hook=opts.ofi_hook)
+        image=made or image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None,
+        run_dir=str(run_dir), gpus=gpus, ofi_hook=opts.ofi_hook, image_source=image if made else None,
+        image_archive=image_archive(opts, runtime.name), nodes=point.nodes)
     site = None
     if opts.site is not None:
         spec = sites.apply(opts.site, runtime.name, spec)
         site = sites.record(opts.site, runtime.name, spec)
     if opts.allow_network and gpus:
         spec = replace(spec, env={**spec.env, netgate.ENV_ALLOW: opts.allow_network})
+    spec = unset_empty(spec, {*opts.env, *dict(point.env)})
     runtime.check(spec)
     manifest = {
         "run_id": point.run_id, "sweep_id": sweep_id, "workload": workload.run_workload, "runtime": runtime.name,
@@ -161,6 +180,28 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     }
     return Run(point.run_id, run_dir, runtime, point.nodes, sweep.gpus_per_node, spec, manifest,
                point.time_minutes)
+
+
+def unset_empty(spec: LaunchSpec, given: set[str]) -> LaunchSpec:
+    """`--env NAME=` (a `given` name) unsets NAME, under every runtime alike: CE reads an empty EDF value as unset
+    and cannot set one empty, so no runtime sets it empty; each starts the command under `env -u NAME`."""
+    unset = tuple(sorted(name for name in given if spec.env.get(name) == ""))
+    if not unset:
+        return spec
+    return replace(spec, env={k: v for k, v in spec.env.items() if k not in unset}, unset=unset)
+
+
+def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
+    """The site's image archive this runtime's nodes load (podman), checked to exist unless images live elsewhere."""
+    archive = opts.site.image_archives.get(runtime) if opts.site is not None else None
+    if archive is None:
+        return None
+    expanded = os.path.expanduser(os.path.expandvars(archive))
+    if opts.check_images and not os.path.isfile(expanded):
+        raise ConfigError(f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive "
+                          f"in {opts.site.source}) does not exist; make it with `podman save -o FILE IMAGE` "
+                          f"(containers/README.md) or change the profile")
+    return expanded if opts.check_images else archive
 
 
 def safe_job_name(name: str) -> str:
@@ -261,8 +302,34 @@ def partition_limit(opts: LaunchOptions):
     return opts.site.partition(opts.partition)  # an unknown partition is an error naming the known ones
 
 
+# The image step runs outside a run's own srun limit, so the job gives it time of its own: on the test cluster,
+# two nodes loading the 2.1 GB test image at once took 86 s (tests/integration/slurm/test_slurm_podman_images.py);
+# NGC-based images are ~10x that, on nodes that read and write faster than this 2-core test machine.
+IMAGE_STEP_MINUTES = 10
+
+
 def job_minutes(runs: list[Run]) -> int:
-    return sum(r.time_minutes + 1 for r in runs)  # a minute each for the bookkeeping around a run
+    """A minute each for the bookkeeping around a run, and time for its image step where it has one."""
+    return sum(r.time_minutes + 1 + (IMAGE_STEP_MINUTES if r.image_step else 0) for r in runs)
+
+
+# The interactive guide's own steps before training, estimated as the plan estimates a run (allowance_minutes).
+# Assumptions, not measurements, like the plan's --assume-mfu: upstream's FineWeb-Edu shards are ~100 MB each
+# and hold ~250M characters (TOKENS_PER_SHARD x 4.8); a download is taken at 20 MB/s, and tokenizer training
+# (`tokenizer train`, at most 2e9 characters) at 2M characters/s.
+SHARD_MB = 100
+DOWNLOAD_MB_PER_S = 20
+CHARS_PER_SHARD = TOKENS_PER_SHARD * 4.8
+TOKENIZER_MAX_CHARS = 2e9
+TOKENIZER_CHARS_PER_S = 2e6
+
+
+def interactive_minutes(job: Job, shards: int) -> int:
+    """The salloc time of the interactive guide: its data download and tokenizer training, each given time as
+    the plan gives a run, then the job's own runs."""
+    download_h = shards * SHARD_MB / DOWNLOAD_MB_PER_S / 3600
+    tokenizer_h = min(shards * CHARS_PER_SHARD, TOKENIZER_MAX_CHARS) / TOKENIZER_CHARS_PER_S / 3600
+    return allowance_minutes(download_h) + allowance_minutes(tokenizer_h) + job_minutes(job.runs)
 
 
 def check_partition(limit, runs: list[Run]) -> None:
@@ -292,11 +359,20 @@ def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:
     return parts
 
 
+IMAGE_SCRIPTS = ("image-podman.sh", "image-once.sh")  # slurm/: the runtimes' image steps (bench/runtimes/*)
+
+
 def ship_bookkeeping(lib_dir: Path) -> None:
-    """bench/contract/, launch/jobrecord.py and launch/rdzvport.py beside the jobs, for the host's python3."""
+    """bench/contract/, launch/jobrecord.py and launch/rdzvport.py beside the jobs, for the host's python3, and
+    the image steps' scripts, for its bash."""
+    from bench.launch.render import template_dirs  # render imports this module
+
     contract.ship(lib_dir)
     for module in (jobrecord, rdzvport):
         contract.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
+    folder = template_dirs()[0]
+    for name in IMAGE_SCRIPTS:
+        contract.write_text_atomic(lib_dir / name, (folder / name).read_text())
 
 
 def write_job(job: Job, script_text: str, manifests: bool = True) -> None:

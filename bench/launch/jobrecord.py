@@ -8,6 +8,8 @@ It runs on the cluster's python3 outside any container, where the package may no
     python3 <sweep>/.lib/jobrecord.py finish RUN_DIR EXIT_CODE
     python3 <sweep>/.lib/jobrecord.py kept RUN_DIR          exit 0: the run is ok already (skip it)
     python3 <sweep>/.lib/jobrecord.py resume-step RUN_DIR   the checkpoint step a resubmitted run resumes
+    python3 <sweep>/.lib/jobrecord.py image RUN_DIR [--ready --step WHAT] [--file PATH] [--id ID]
+                                      the image on the nodes (its start-up phase ends now), its digest or id
 
 `finish` records what Slurm wrote into the run's log (a lost node, the time limit) as evidence, and ends
 with contract.close_unfinished, the same last word the local launcher has: a run whose trainer never
@@ -15,6 +17,8 @@ started or died without a final status is marked failed, so none stays pending. 
 settled by the contract's one rule (bench/contract/outcome.py), not here.
 """
 
+import hashlib
+import json
 import os
 import re
 import sys
@@ -86,7 +90,59 @@ def resume_step(run_dir: str) -> None:
         print(int(step))
 
 
-COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step}
+def image(run_dir: str, *options: str) -> None:
+    """What the run's image step did: `--ready` (the image is where the run runs: launch.image_ready_at, the end of
+    the start-up phase image_ready) with `--step WHAT`; `--file PATH` (the image file: its sha256 is the digest);
+    `--id ID` (the engine's image id). A fact that cannot be read is left out: bookkeeping never fails a run."""
+    now = time.time()
+    ready = "--ready" in options
+    rest = [o for o in options if o != "--ready"]
+    opts = dict(zip(rest[::2], rest[1::2]))
+    launch = {"image_ready_at": now, "image_step": opts.get("--step")} if ready else {}
+    found = {}
+    if opts.get("--file"):
+        found["digest"] = file_digest(opts["--file"], os.path.dirname(os.path.abspath(run_dir)))
+        found["file"] = opts["--file"]
+    if opts.get("--id"):
+        found["id"] = opts["--id"]
+    contract.update_run_json(run_dir, launch=launch or None, image=found or None)
+
+
+IMAGES_DIR = ".images"  # <sweep>/.images (bench/runtimes/base.py): images made once per sweep, and their digests
+
+
+def file_digest(path: str, sweep_dir: str) -> "str | None":
+    """`sha256:<hex>` of an image file, computed once per sweep: kept in <sweep>/.images/ under the file's path,
+    size and modification time, so the sweep's other runs (and a rewritten file) are answered right."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    cache = os.path.join(sweep_dir, IMAGES_DIR, f"digest-{key}.json")
+    try:
+        with open(cache) as f:
+            return json.load(f)["digest"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+    except OSError:
+        return None
+    digest = f"sha256:{h.hexdigest()}"
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        contract.write_json_atomic(cache, {"path": os.path.abspath(path), "size": st.st_size,
+                                           "mtime_ns": st.st_mtime_ns, "digest": digest})
+    except OSError:
+        pass  # a read-only sweep directory: the next run hashes again
+    return digest
+
+
+COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step, "image": image}
 
 
 def main(argv) -> int:

@@ -3,8 +3,10 @@
 `run_local` = `prepare_local` (run.json first, status pending, the launch time; the workload's command,
 nanochat's torchrun in standalone mode from bench/workloads/torchrun.py, others from bench/workloads/) + the
 process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to the terminal and to
-`<run_dir>/train.log`, the wall and CPU time of everything it started are recorded, and
-bench.contract.close_unfinished has the last word, as it has for a batch job. It returns the exit status.
+`<run_dir>/train.log` (the workload's stdout to stdout, its stderr, where failure causes are printed, to
+stderr; train.log gets both, in the order they arrived), the wall and CPU time of everything it started
+are recorded, and bench.contract.close_unfinished has the last word, as it has for a batch job. It
+returns the exit status.
 
 The workload runs in a session of its own, so the wrapper decides what reaches it: SIGINT (Ctrl-C),
 SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to the end, and a
@@ -19,6 +21,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -80,36 +83,53 @@ def _own_session_dying_with_parent() -> None:
 
 
 class Output:
-    """The workload's output, to the terminal and to train.log; either copy that fails stops alone, with
-    one line saying so (on whichever of the two still works)."""
+    """The workload's output, each stream to its own on the terminal and both to train.log; either copy
+    that fails stops alone, with one line saying so (on whichever of the two still works)."""
 
     def __init__(self, log_path: Path):
         self.log_path = log_path
         self.log = open(log_path, "ab")
         self.terminal = True
+        self._lock = threading.Lock()  # one writer at a time: stdout's and stderr's readers share train.log
 
-    def write(self, chunk: bytes) -> None:
-        if self.terminal:
-            try:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-            except (OSError, ValueError):
-                self.terminal = False
-        if self.log is not None:
-            try:
-                self.log.write(chunk)
-                self.log.flush()
-            except OSError as e:
-                self.log = None
-                self.note(f"error: {self.log_path} cannot be written any more ({e.strerror}); "
-                          f"the output goes on on the terminal only")
+    def write(self, chunk: bytes, stream=None) -> None:
+        """One chunk to `stream` (stdout when not given) and to train.log."""
+        with self._lock:
+            if self.terminal:
+                try:
+                    out = stream or sys.stdout
+                    out.buffer.write(chunk)
+                    out.flush()
+                except (OSError, ValueError):
+                    self.terminal = False
+            if self.log is not None:
+                try:
+                    self.log.write(chunk)
+                    self.log.flush()
+                except OSError as e:
+                    self.log = None
+                    self._note(f"error: {self.log_path} cannot be written any more ({e.strerror}); "
+                               f"the output goes on on the terminal only")
 
     def note(self, line: str) -> None:
+        with self._lock:
+            self._note(line)
+
+    def _note(self, line: str) -> None:
         if self.terminal:
             try:
                 print(line, file=sys.stderr, flush=True)
             except (OSError, ValueError):
                 self.terminal = False
+
+    def copy(self, pipe, stream) -> threading.Thread:
+        """A thread copying one of the workload's pipes, line by line, until it closes."""
+        def run() -> None:
+            for chunk in iter(pipe.readline, b""):
+                self.write(chunk, stream)
+        thread = threading.Thread(target=run, name="output-copy", daemon=True)
+        thread.start()
+        return thread
 
     def close(self) -> None:
         if self.log is not None:
@@ -120,10 +140,12 @@ class Output:
 
 
 def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
-              workload: str = workloads.DEFAULT, python: str | None = None) -> int:
-    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log."""
+              workload: str = workloads.DEFAULT, python: str | None = None, overwrite: bool = False) -> int:
+    """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log.
+    `overwrite`: a run already in run_dir is deleted first (else it is refused, unless resumed)."""
     run_dir = Path(run_dir)
-    claim(run_dir, refuse_finished=True, resume=resuming(train_args))  # one run per directory (nanochat/runclaim.py)
+    # one run per directory (nanochat/runclaim.py)
+    claim(run_dir, refuse_finished=True, resume=resuming(train_args), overwrite=overwrite)
     cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
     try:
         output = Output(run_dir / contract.TRAIN_LOG)
@@ -132,7 +154,7 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     t0 = time.time()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     received: list[int] = []
-    proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=_own_session_dying_with_parent)
 
     def forward(signum, _frame):
@@ -142,8 +164,10 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        for chunk in iter(proc.stdout.readline, b""):
-            output.write(chunk)
+        copies = [output.copy(proc.stdout, sys.stdout), output.copy(proc.stderr, sys.stderr)]
+        for thread in copies:  # until both pipes close (every process holding them ended)
+            while thread.is_alive():
+                thread.join(0.5)  # in slices: the main thread stays free to run the signal handler
         rc = proc.wait()
     finally:
         for sig, handler in previous.items():

@@ -70,6 +70,11 @@ def parse_minutes(text: str) -> int:
     return minutes
 
 
+def allowance_minutes(est_hours: float) -> int:
+    """The time a step is given for an estimate: a quarter and ten minutes to spare, in whole five minutes."""
+    return 5 * math.ceil((est_hours * 60 * 1.25 + 10) / 5)
+
+
 def slurm_time(minutes: int) -> str:
     """Whole minutes as Slurm's [D-]HH:MM:SS."""
     d, rest = divmod(minutes, 24 * 60)
@@ -184,6 +189,7 @@ class Sweep:
     data: DataShape | None = None  # the shards, for the choice of K (None: K is not planned)
     time: str | None = None  # a fixed time limit per run instead of the estimate
     site: Any = None  # bench.sites.Site: GPU memory and device batch limits of the site (None: the GPU's own)
+    base_dir: str | None = None  # NANOCHAT_BASE_DIR on the nodes (a stage checks the nodes share it); None: unknown
     settings: Settings = field(init=False, repr=False, compare=False)  # the flags, parsed once
 
     def __post_init__(self):
@@ -228,7 +234,7 @@ class Sweep:
             device_memory_bytes(self.gpu)
         ranks = nodes * self.gpus_per_node
         return PointContext(nodes, self.gpus_per_node, self.scaling, self.data, self.estimate, memory,
-                            site.max_device_batch(ranks) if site is not None else None)
+                            site.max_device_batch(ranks) if site is not None else None, self.base_dir, site)
 
     @functools.cached_property
     def _points(self) -> tuple[Point, ...]:
@@ -248,7 +254,7 @@ class Sweep:
             return parse_minutes(self.time)
         if est_hours is None:
             return DEFAULT_RUN_MINUTES
-        return max(DEFAULT_RUN_MINUTES, 5 * math.ceil((est_hours * 60 * 1.25 + 10) / 5))
+        return max(DEFAULT_RUN_MINUTES, allowance_minutes(est_hours))
 
     def shards_needed(self) -> int | None:
         """Shards to download for the largest point: its training tokens (upstream's 52M a shard, with

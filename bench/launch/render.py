@@ -14,7 +14,8 @@ from pathlib import Path
 import jinja2
 
 from bench.launch import jobrecord, rdzvport
-from bench.launch.job import PORT_BASE, Job, Run
+from bench.launch.job import PORT_BASE, Job, Run, interactive_minutes
+from bench.launch.plan import slurm_time
 from bench.runtimes import Var, shell_join
 
 TEMPLATE_PACKAGE = "bench.slurm_templates"
@@ -64,8 +65,21 @@ def lib_file(job: Job, module) -> str:
     return shlex.quote(str(job.lib_dir / Path(module.__file__).name))
 
 
+def image_facts(run: Run) -> str | None:
+    """The arguments of `runjson image` after the step: the image file to hash, the command printing the id."""
+    step = run.image_step
+    facts = []
+    digest_file = step.digest_file if step and step.digest_file else run.runtime.digest_file(run.spec)
+    if digest_file:
+        facts.append(f"--file {shlex.quote(digest_file)}")
+    if step and step.id_command:
+        facts.append(f'--id "$({shell_join(list(step.id_command))} 2>/dev/null || true)"')
+    return " ".join(facts) or None
+
+
 def run_context(job: Job, run: Run, index: int) -> dict:
     version = run.runtime.version_command()
+    step = run.image_step
     return {
         "rendezvous": rendezvous(run), "rdzvport": lib_file(job, rdzvport), "deadline": uses(run, "run_deadline"),
         "resume": uses(run, "resume_step"),
@@ -74,7 +88,9 @@ def run_context(job: Job, run: Run, index: int) -> dict:
         "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],
         "port_base": PORT_BASE, "index": index, "time_minutes": run.time_minutes,
         "margin_s": run.deadline_margin_s,
-        "prepare": [shell_join(c) for c in run.runtime.prepare(run.spec)],
+        "image_step": multiline(run.image_lines()) if step else None,
+        "image_what": shlex.quote(step.what) if step else None, "image_comment": comment_safe(step.what) if step else None,
+        "image_facts": image_facts(run), "guarded": rendezvous(run) or step is not None,
         "version_command": shell_join(version) if version else None,
         "srun": multiline(run.srun_lines()),
     }
@@ -86,6 +102,7 @@ def job_context(job: Job, rendered_by: str) -> dict:
         "directives": job.directives, "job_dir": comment_safe(shlex.quote(str(job.job_dir))),
         "script_name": job.script.name, "lib_dir": comment_safe(str(job.lib_dir)),
         "jobrecord": lib_file(job, jobrecord), "rendezvous": any(rendezvous(run) for run in job.runs),
+        "image_steps": any(run.image_step for run in job.runs),
         "python": shlex.quote(job.python),
         "runs": [run_context(job, run, i) for i, run in enumerate(job.runs)],
     }
@@ -97,9 +114,12 @@ def render_sbatch(job: Job, rendered_by: str = "submit") -> str:
 
 
 def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = "render interactive") -> str:
-    """The interactive guide: the salloc line, then the srun lines of data, tokenizer and training."""
+    """The interactive guide: the salloc line (its time covers the guide's own steps too), then the srun lines of
+    the image step, data, tokenizer and training."""
     run = job.runs[0]
-    salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name", "--no-requeue")))]
+    minutes = interactive_minutes(job, shards)
+    salloc = ["salloc", *(d if not d.startswith("--time=") else f"--time={slurm_time(minutes)}" for d in job.directives
+                          if not d.startswith(("--output", "--job-name", "--no-requeue")))]
 
     def one_task(*command: str, tty: bool = False) -> str:
         spec = replace(run.spec, command=command)
@@ -111,6 +131,7 @@ def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = 
     python = run.spec.command[0]
     ctx = job_context(job, rendered_by)
     ctx.update(salloc=comment_safe(shell_join(salloc)), base_dir=shlex.quote(base_dir), shards=shards,
+               salloc_minutes=minutes, image_srun=multiline(run.image_lines()) if run.image_step else None,
                data_srun=one_task(python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                tokenizer_srun=one_task(python, "-m", "bench.cli", "tokenizer", "train"),
                shell_srun=comment_safe(one_task("bash", tty=True)))

@@ -2,8 +2,11 @@
 
   adamw.py         sharded AdamW (ZeRO-2), as upstream's nanochat/adamw.py
   attention.py     causal attention, optionally forced onto the flash-style kernels
+  base_eval.py     the base_eval stage: the CORE metric of a base checkpoint (upstream's scripts/base_eval.py)
+  base_loss.py     the base_loss stage: train/val bpb of a base checkpoint and its samples (scripts/base_loss.py)
   chat_eval.py     chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee) and ChatCORE
   chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
+  chat_sft.py      SFT (upstream's scripts/chat_sft.py): the mid checkpoint fine-tuned on the SFT mixture
   chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
   chatgen.py       offline stand-ins for the staged chat data (data generate --chat)
   chatstage.py     data download --chat: stage every chat dataset for offline nodes
@@ -11,11 +14,15 @@
   common.py        the base directory, rank-0 printing, dist info
   compute.py       device and process-group set-up
   config.py        the trainer's settings: one dataclass, nanochat's flag names
+  core_eval.py     CORE's tasks scored: prompts, few-shot draws, spans, centred accuracy (upstream's core_eval.py)
   corpus.py        an offline text corpus from what ships with Python and the installed packages
   data_origin.py   where the shards came from and which tokenizer: recorded, then checked
   dataloader.py    batches by rank: row groups strided over files and ranks
   dataset.py       shard files on disk: train/val split, generate
   download.py      FineWeb-Edu shards: parallel, resumable, retried, verified, failing fast
+  evalbundle.py    the CORE eval bundle on disk (core.yaml, baselines, task files), read and checked
+  evalgen.py       a small eval bundle in the real format (data generate --eval-bundle)
+  evalstage.py     data download --eval-bundle: upstream's zip staged, resumed, checked
   engine.py        sampling with a KV cache and the calculator tool
   fp8.py           --fp8 / --fp8_lm_head: FP8 matmuls with tensorwise dynamic scaling
   gcfreeze.py      the garbage collector frozen out of the measured steps
@@ -24,6 +31,8 @@
   heartbeat.py     each rank's sign of life; a silent rank ends the run as hung
   loss_eval.py     bits per byte
   memory.py        predicted peak memory per rank, per memory strategy
+  mid_train.py     mid-training on conversations (upstream's scripts/mid_train.py)
+  midloader.py     mid-training's loader: whole conversations packed into rows, per rank
   muon.py          Muon and its sharded form
   network_gate.py  the trainer's side of the network gate: the ranks agree after the pre-flight
   parallel.py      memory strategies (zero2, fsdp, +ac, +offload) applied from outside the model
@@ -34,6 +43,8 @@
   runrecord.py     what a trainer process records, and how failures and signals become evidence
   sandbox.py       model-written code (HumanEval, the calculator) run fenced off from everything
   sandbox_child.py the sandboxed side: the interpreter fences itself in, then runs the program
+  sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
+  sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
   stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)

@@ -64,9 +64,10 @@ def _save_atomic(obj, path: Path) -> None:
         raise checkpoint_error(path, e, _payload_bytes(obj)) from None
 
 
-def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: dict, optimizer_states: list,
+def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: dict, optimizer_states: list | None,
                     meta: dict, rank: int = 0) -> Path:
-    """Write model + meta (rank 0) and this rank's optimizer state; returns the directory."""
+    """Write model + meta (rank 0) and this rank's optimizer state (none when None: SFT keeps no optimizer);
+    returns the directory. Every rank calls it (the barrier)."""
     checkpoint_dir = Path(checkpoint_dir)
     if rank == 0:
         meta_path = checkpoint_dir / f"meta_{step:06d}.json"
@@ -81,7 +82,8 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: d
             raise checkpoint_error(meta_path, e) from None
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # the directory exists before other ranks write into it
-    _save_atomic(optimizer_states, checkpoint_dir / f"optim_{step:06d}_rank{rank}.pt")
+    if optimizer_states is not None:
+        _save_atomic(optimizer_states, checkpoint_dir / f"optim_{step:06d}_rank{rank}.pt")
     return checkpoint_dir
 
 

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from bench.errors import ConfigError
 from bench.nanochat.common import get_dist_info
+from bench.nanochat.join import join_bound, join_group
 
 
 def autodetect_device_type() -> str:
@@ -23,8 +24,9 @@ def autodetect_device_type() -> str:
     return "cpu"
 
 
-def compute_init(device_type: str) -> tuple[bool, int, int, int, torch.device]:
-    """(distributed, rank, local_rank, world_size, device), the process group initialised if needed."""
+def compute_init(device_type: str, join_timeout_s: float = -1) -> tuple[bool, int, int, int, torch.device]:
+    """(distributed, rank, local_rank, world_size, device), the process group initialised if needed; a rank
+    that has not joined `join_timeout_s` after this one ends the run (bench/nanochat/join.py)."""
     if device_type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device_type=cuda but torch sees no CUDA device; use --device_type=cpu or leave it empty")
     if device_type == "mps" and not torch.backends.mps.is_available():
@@ -34,17 +36,22 @@ def compute_init(device_type: str) -> tuple[bool, int, int, int, torch.device]:
         torch.cuda.manual_seed(42)
         torch.set_float32_matmul_precision("high")  # TF32 for the fp32 matmuls, as upstream
     distributed, rank, local_rank, world_size = get_dist_info()
+    join_timeout_s = join_bound(join_timeout_s, world_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     if distributed and device_type == "cuda":
         if local_rank >= torch.cuda.device_count():
             raise ConfigError(f"local rank {local_rank} has no GPU: this node has {torch.cuda.device_count()}; "
                               f"start at most that many processes per node (--nproc_per_node)")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group(backend="nccl", device_id=device)
+        join_group(lambda timeout: dist.init_process_group(backend="nccl", device_id=device, timeout=timeout),
+                   rank, world_size, join_timeout_s)
+        set_collective_timeout(None)  # the join's bound was for the join alone
         dist.barrier()
     elif distributed:
         device = torch.device(device_type)
-        dist.init_process_group(backend="gloo")
+        join_group(lambda timeout: dist.init_process_group(backend="gloo", timeout=timeout),
+                   rank, world_size, join_timeout_s)
+        set_collective_timeout(None)
         dist.barrier()
     else:
         device = torch.device(device_type)

@@ -19,6 +19,7 @@ from dataclasses import MISSING, dataclass, fields
 from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
 from bench.errors import ConfigError
 from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
+from bench.nanochat.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
 
 
 
@@ -40,12 +41,17 @@ class RunSettings:
                                   "samples and checkpoints (bench/nanochat/watchdog.py)")
     heartbeat_timeout_s: float = _f(SILENT_AFTER_S, "a rank whose heartbeat is silent this long ends the run as "
                                                     "`hung`, naming it, at any stage (0 = off)")
+    join_timeout_s: float = _f(-1.0, "a rank that has not joined the process group this long after this one did "
+                                     f"ends the run as `hung`, naming it (-1 = {JOIN_TIMEOUT_S:g} s on one node, "
+                                     f"{JOIN_TIMEOUT_MULTINODE_S:g} s across nodes; 0 = the backend's own timeout: "
+                                     "10 min NCCL, 30 min gloo)")
 
     def validate(self) -> None:
         """Refuse settings that cannot work, naming the flag and what is valid."""
-        for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)")):
+        for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)"),
+                                ("join_timeout_s", "0 (off), -1 (the default)")):
             value = getattr(self, name)
-            if not (value >= WATCHDOG_MIN_S or value == 0 or value == -1 and name == "watchdog_s"):
+            if not (value >= WATCHDOG_MIN_S or value == 0 or value == -1 and name != "heartbeat_timeout_s"):
                 raise ConfigError(f"--{name}={value:g}: give {sentinels} or at least {WATCHDOG_MIN_S:g} s (a stopped "
                                   f"rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s apart)")
         if self.device_type not in ("", "cuda", "cpu", "mps"):

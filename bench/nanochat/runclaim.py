@@ -9,6 +9,10 @@
   already holds a run (events in metrics.jsonl) is refused unless the new run resumes it
   (--resume_from_step), since appending would make two runs read as one. The trainer itself does not
   refuse one: a capacity sweep re-runs an interrupted probe in its own directory.
+- With `overwrite` (`nanochat-bench train --overwrite`), a directory that holds a run is emptied once the
+  lock is taken (everything but the lock itself), so the new run starts as in a fresh directory and no
+  file of the old one is read as the new one's. A directory holding no run (no run.json, no
+  metrics.jsonl) is left as it is: the flag never deletes files that are not a run's.
 - The per-run files of an earlier run (heartbeats) are removed when a run claims the directory, so no
   verdict of this run names a rank of the earlier one.
 Read-modify-writes of run.json between the processes of one run are serialised by the contract itself
@@ -26,7 +30,7 @@ from pathlib import Path
 
 from bench.errors import RunDirError, run_dir_error
 from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
-from bench.contract import METRICS_JSONL
+from bench.contract import METRICS_JSONL, RUN_JSON
 
 LOCK = ".lock"  # held by the run writing the directory
 NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP)  # flock not offered by the filesystem
@@ -37,16 +41,17 @@ class RunDirBusy(RunDirError):
     """Another run holds the directory, or it holds a finished run: nothing of it is touched."""
 
 
-def claim(run_dir: "str | os.PathLike", refuse_finished: bool = False, resume: bool = False) -> None:
+def claim(run_dir: "str | os.PathLike", refuse_finished: bool = False, resume: bool = False,
+          overwrite: bool = False) -> None:
     """Take the run directory for this run, or raise RunDirBusy naming why not (see the module doc);
     a directory that cannot be written is a RunDirError naming it."""
     try:
-        _claim(os.path.abspath(os.fspath(run_dir)), refuse_finished, resume)
+        _claim(os.path.abspath(os.fspath(run_dir)), refuse_finished, resume, overwrite)
     except OSError as e:
         raise run_dir_error(run_dir, e) from None
 
 
-def _claim(path: str, refuse_finished: bool, resume: bool) -> None:
+def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool = False) -> None:
     os.makedirs(path, exist_ok=True)
     fd = _held.get(path)
     if fd is None:
@@ -65,10 +70,13 @@ def _claim(path: str, refuse_finished: bool, resume: bool) -> None:
                 raise
             # a filesystem without flock (Lustre mounted noflock, some NFS): the directory is taken unlocked
         _held[path] = fd
-    if refuse_finished and not resume and _holds_a_run(path):
+    if overwrite and not resume:
+        _empty_run_dir(path)
+    elif refuse_finished and not resume and _holds_a_run(path):
         release(path)
         raise RunDirBusy(f"{path} already holds a run (its {METRICS_JSONL} has events); give a new "
-                         f"--run-dir, or continue that run with --resume_from_step=<a saved step>")
+                         f"--run-dir, start it afresh with --overwrite (the old run's files are deleted), "
+                         f"or continue that run with --resume_from_step=<a saved step>")
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": _run_id()}).encode(), 0)
     shutil.rmtree(os.path.join(path, HEARTBEAT_DIR), ignore_errors=True)  # an earlier run's ranks
@@ -110,6 +118,19 @@ def release(run_dir: "str | os.PathLike") -> None:
     fd = _held.pop(os.path.abspath(os.fspath(run_dir)), None)
     if fd is not None:
         os.close(fd)
+
+
+def _empty_run_dir(path: str) -> None:
+    """Delete every entry of a run directory but the lock this process holds; nothing where it holds no run."""
+    if not any(os.path.lexists(os.path.join(path, name)) for name in (RUN_JSON, METRICS_JSONL)):
+        return
+    for entry in os.scandir(path):
+        if entry.name == LOCK:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
 
 
 def _holds_a_run(path: str) -> bool:

@@ -37,6 +37,7 @@ from bench.nanochat.common import drain_output
 from bench.nanochat.guard import Diverged, json_safe
 from bench.netgate import WrongNetwork
 from bench.nanochat.heartbeat import Heartbeat, waited_for
+from bench.nanochat.join import NotJoined
 from bench.nanochat.parentwatch import watch_parent
 from bench.contract import (
     ENV_RUN_DIR,
@@ -288,7 +289,8 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         if device_batch_size and device_batch_size > 1:
             hint = (f"; try --device_batch_size={device_batch_size // 2} (gradient accumulation keeps "
                     f"--total_batch_size the same)")
-        first = first_line(exc, "out of memory").split(" If reserved but unallocated")[0]  # drop torch's advice
+        # torch's advice on the allocator dropped: whole sentences kept, the hint after the last full stop
+        first = first_line(exc, "out of memory").split(" If reserved but unallocated")[0].rstrip(" .")
         return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: {first}{hint}")
     if isinstance(exc, MemoryError) or ALLOC_FAILED.search(str(exc)):  # outside torch's CUDA caching allocator
         return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: "
@@ -299,6 +301,8 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         return Failure("diverged", str(exc))
     if isinstance(exc, WrongNetwork):
         return Failure("wrong_network", str(exc))
+    if isinstance(exc, NotJoined):
+        return Failure("hung", str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
     if isinstance(exc, BenchError):

@@ -15,7 +15,9 @@ operating system fences it, layer by layer, each used where the host offers it:
               namespace exists, so the program cannot fill the host's disk
   namespaces  `unshare` user + network + pid + mount namespaces where unprivileged user namespaces
               are allowed: no network interface but a down loopback, no other process visible
-  Landlock    (Linux >= 5.13) reads only the Python standard library, writes only the work dir:
+              (user + network alone where a new /proc is refused, as in some containers)
+  Landlock    (Linux >= 5.13) reads only the Python standard library and the system's shared
+              libraries (/lib, /usr/lib, ...), writes only the work dir:
               the run directory, $HOME, /proc of other processes are out of reach; TCP connect and
               bind refused (ABI >= 4); signals and abstract sockets stay inside (ABI >= 6)
   seccomp     (x86_64, aarch64) no new process (fork, vfork, clone without CLONE_THREAD), no
@@ -33,7 +35,9 @@ the interpreter that reports it), as upstream's can; it still reaches nothing ou
 Scoring follows upstream: a program passes iff it runs to its end without an exception, within
 `timeout_s` (a timer inside, then the parent's kill one second later) and `memory_mib`; it runs with
 empty globals, so `if __name__ == "__main__":` blocks do not run; the functions upstream switches
-off are switched off too, so the same programs fail.
+off are switched off too, so the same programs fail. One difference remains: only the standard
+library is importable here, while upstream's forked child still has what the evaluating process had
+imported (numpy, with torch): a program importing numpy fails here and may pass there.
 """
 
 from __future__ import annotations
@@ -45,14 +49,21 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 OUTPUT_CAP_BYTES = 1 << 20  # stdout and stderr each, as read back
 KILL_GRACE_S = 1.0  # the parent kills this long after the program's own timer should have fired
+GROUP_GONE_S = 2.0  # how long a killed process group may take to disappear (reaping included)
 CLEAN_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-UNSHARE_FLAGS = ["--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--mount-proc",
-                 "--kill-child"]
+UNSHARE_TRIES = (  # (the layer's name, unshare's flags), the fullest first: a container may refuse a new /proc
+    ("userns+netns+pidns", ["--user", "--map-root-user", "--net", "--pid", "--fork", "--mount", "--mount-proc",
+                            "--kill-child"]),
+    ("userns+netns", ["--user", "--map-root-user", "--net"]),
+)
+SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/local/lib",
+                       "/etc/ld.so.cache")  # read-only to the program; no /etc beyond the loader's cache
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
 
 
@@ -69,18 +80,20 @@ class ExecutionResult:
 
 def execute_code(program: str, timeout_s: float = 5.0, memory_mib: int = 256) -> ExecutionResult:
     """Run `program` fenced off (see the module docstring); never raises for what the program does."""
-    with tempfile.TemporaryDirectory(prefix="nanochat-sandbox-") as base:
+    if not timeout_s > 0 or not memory_mib > 0:
+        raise ValueError(f"execute_code: timeout_s ({timeout_s}) and memory_mib ({memory_mib}) must be > 0")
+    with tempfile.TemporaryDirectory(prefix="nanochat-sandbox-", ignore_cleanup_errors=True) as base:
         work = os.path.join(base, "work")
         os.mkdir(work, 0o700)
         paths = {name: os.path.join(base, name) for name in ("program.py", "stdout", "stderr", "status")}
-        with open(paths["program.py"], "w", encoding="utf-8") as f:
+        with open(paths["program.py"], "w", encoding="utf-8", errors="surrogatepass") as f:
             f.write(program)
         watch_r, watch_w = os.pipe()  # the child ends when this end closes: the parent is gone
         try:
             with open(paths["stdout"], "wb") as out, open(paths["stderr"], "wb") as err, \
                     open(paths["status"], "wb") as status:
                 args = [paths["program.py"], work, repr(float(timeout_s)), str(int(memory_mib) << 20),
-                        "1" if _unshare_command() else "0", str(status.fileno()), str(watch_r),
+                        _unshare()[0] or "-", str(status.fileno()), str(watch_r),
                         *_stdlib_dirs()]
                 rc, killed = _run_child(args, work, out, err, pass_fds=(status.fileno(), watch_r),
                                         deadline_s=timeout_s + KILL_GRACE_S)
@@ -101,7 +114,7 @@ def isolation() -> tuple[str, ...]:
 
 def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float) -> tuple[int | None, bool]:
     """Start the child, wait until `deadline_s`, then kill its process group: (returncode, killed)."""
-    command = _unshare_command() + [sys.executable, "-I", "-S", CHILD, *args]
+    command = _unshare()[1] + [sys.executable, "-I", "-S", CHILD, *args]
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 env=dict(CLEAN_ENV), cwd=work, start_new_session=True,
@@ -109,42 +122,75 @@ def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float
     except OSError as e:
         err.write(f"sandbox: could not start {command[0]}: {e}\n".encode())
         return None, False
-    killed = False
     try:
-        proc.wait(timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        killed = True
+        killed = not _exited(proc, deadline_s)
     finally:
-        _kill_group(proc.pid)  # also whatever the program left behind in its group
+        # The group's id stays reserved while its leader is unreaped: kill first, then reap.
+        _kill_group(proc.pid)  # whatever is left of it: the program, or what it started
         proc.wait()
+        _wait_group_gone(proc.pid)
     return proc.returncode, killed
+
+
+def _exited(proc: subprocess.Popen, within_s: float) -> bool:
+    """Whether the child exits within `within_s`, left unreaped (WNOWAIT) where the OS allows."""
+    if not hasattr(os, "waitid"):  # reaped at once: its group id could then be reused before the kill
+        try:
+            proc.wait(timeout=within_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    end, delay = time.monotonic() + within_s, 0.001
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= end:
+            return False
+        time.sleep(delay)
+        delay = min(2 * delay, 0.02)
+    return True
 
 
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
+        pass  # only the leader was left
+
+
+def _wait_group_gone(pgid: int) -> None:
+    """A killed `unshare` leaves its child (the pid namespace's first process) to die and be reaped
+    a moment later by another process: wait for that, a bounded time."""
+    end = time.monotonic() + GROUP_GONE_S
+    try:
+        while time.monotonic() < end:
+            os.killpg(pgid, 0)  # raises once no process of the group is left
+            time.sleep(0.005)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @lru_cache(maxsize=1)
-def _unshare_command() -> list[str]:
-    """`unshare` with new user, network, pid and mount namespaces, or [] where that cannot run."""
+def _unshare() -> tuple[str, list[str]]:
+    """The namespaces this host lets `unshare` make (a layer's name) and the command, or ("", [])."""
     unshare = shutil.which("unshare", path=os.environ.get("PATH", "") + os.pathsep + "/usr/bin:/bin")
     if unshare is None or not sys.platform.startswith("linux"):
-        return []
-    command = [unshare, *UNSHARE_FLAGS, "--"]
-    try:
-        probe = subprocess.run(command + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=dict(CLEAN_ENV), timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return command if probe.returncode == 0 else []
+        return "", []
+    for layer, flags in UNSHARE_TRIES:
+        command = [unshare, *flags, "--"]
+        try:
+            probe = subprocess.run(command + ["true"], check=False, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(CLEAN_ENV),
+                                   timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return layer, command
+    return "", []
 
 
 @lru_cache(maxsize=1)
 def _stdlib_dirs() -> list[str]:
-    """What the program may read: the standard library of this interpreter (the child's too)."""
+    """What the program may read: this interpreter's standard library (the child's too) and the
+    shared libraries its extension modules load (libcrypto for hashlib, libz for zlib, ...)."""
     import _json
     import _struct
 
@@ -153,6 +199,8 @@ def _stdlib_dirs() -> list[str]:
     dirs.add(os.path.realpath(os.path.dirname(os.__file__)))
     dirs.update(os.path.realpath(os.path.dirname(m.__file__)) for m in (_json, _struct)
                 if getattr(m, "__file__", None))  # lib-dynload, wherever this build keeps it
+    dirs.update(os.path.realpath(d) for d in (*SYSTEM_LIBRARY_DIRS, os.path.join(sys.base_prefix, "lib"))
+                if os.path.exists(d))
     return sorted(dirs)
 
 

@@ -1,7 +1,7 @@
 """The sandboxed side of bench/nanochat/sandbox.py: fence this interpreter in, run the program, report.
 
 Started as `python -I -S sandbox_child.py PROGRAM WORK TIMEOUT_S MEMORY_BYTES NAMESPACES STATUS_FD
-WATCH_FD READ_DIR...` (stdlib only, and few imports: every call of the calculator tool pays for
+WATCH_FD READ_DIR...` (NAMESPACES: the layer's name, or `-`) (stdlib only, and few imports: every call of the calculator tool pays for
 them, which is also why its report to the parent is plain lines, not JSON). The report: a line
 `isolation LAYER...` once the fences are up, then `verdict SUCCESS TIMEOUT MEMORY_EXCEEDED` and,
 on failure, a line with the error. Order matters: what needs a right (mounting, reading the program)
@@ -29,18 +29,19 @@ class TimeoutException(Exception):
 
 def main(argv: list) -> None:
     program, work, timeout_s, memory_bytes, namespaces, status_fd, watch_fd, *read_dirs = argv
-    run(program, work, float(timeout_s), int(memory_bytes), namespaces == "1", int(status_fd),
-        int(watch_fd), read_dirs)
+    run(program, work, float(timeout_s), int(memory_bytes), "" if namespaces == "-" else namespaces,
+        int(status_fd), int(watch_fd), read_dirs)
 
 
-def run(program_path: str, work: str, timeout_s: float, memory_bytes: int, namespaces: bool,
+def run(program_path: str, work: str, timeout_s: float, memory_bytes: int, namespaces: str,
         status_fd: int, watch_fd: int, read_dirs: list) -> None:
-    with open(program_path, encoding="utf-8") as f:
+    """`namespaces`: the layer's name as the parent made them ("" for none)."""
+    with open(program_path, encoding="utf-8", errors="surrogatepass") as f:
         program = f.read()
     layers = []
     if namespaces:
-        layers.append("userns+netns+pidns")
-        if _mount_tmpfs(work):
+        layers.append(namespaces)
+        if "pidns" in namespaces and _mount_tmpfs(work):  # the mount namespace comes with the pid one
             layers.append("tmpfs-workdir")
     os.chdir(work)  # after the mount: into the tmpfs, not the directory under it
     _set_limits(memory_bytes, timeout_s)
@@ -54,8 +55,11 @@ def run(program_path: str, work: str, timeout_s: float, memory_bytes: int, names
     os.write(status_fd, ("isolation " + " ".join(layers) + "\n").encode())
     _disable_like_upstream()
     status = _run_program(program, timeout_s)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # closed or past FSIZE by the program: the verdict still goes out
+            pass
     verdict = " ".join(str(int(status[key])) for key in ("success", "timeout", "memory_exceeded"))
     error = "" if status["error"] is None else " ".join(status["error"].split()) + "\n"
     os.write(status_fd, f"verdict {verdict}\n{error}".encode("utf-8", errors="replace"))

@@ -71,7 +71,7 @@ def begin(config, record: RunRecord, title: str) -> Session:
     device_type = config.device_type or autodetect_device_type()
     if not config.device_type:
         print0(f"Autodetected device type: {device_type}")
-    ddp, rank, local_rank, world_size, device = compute_init(device_type)
+    ddp, rank, local_rank, world_size, device = compute_init(device_type, config.join_timeout_s)
     backend = torch.distributed.get_backend() if ddp else None
     watchdog = Watchdog(config.watchdog_s, ddp)
     watchdog.start()
@@ -102,8 +102,7 @@ def log_step(session: Session, record: RunRecord, step: int, num_iterations: int
     """One optimizer step on record: nanochat's step line (or the stage's own `line`), the watchdog armed from
     the slowest step so far, the GC frozen after the first, and the `first_step`/`step`/`steady` events."""
     print0(line if line is not None else
-           format_step_line(step, num_iterations, loss, lrm, dt, tok_per_sec, mfu if mfu is not None else 0.0,
-                            total_time_s, grad_norm))
+           format_step_line(step, num_iterations, loss, lrm, dt, tok_per_sec, mfu, total_time_s, grad_norm))
     session.watchdog.arm(dt)  # the first step's compilation is the floor
     gcfreeze.after_step(step, first=not session.first_step_done)  # outside the timed region
     if not session.first_step_done:

@@ -5,17 +5,23 @@ Apptainer passes the host environment in by default, and the image's own variabl
 variable of the run is set from an env file of literal values written into the run directory, which
 beats the image's value. (A file, not `--env`: that flag splits its argument at commas, and values such
 as NCCL_DEBUG_SUBSYS=INIT,NET hold them.) `--nv` binds the host's NVIDIA driver libraries for GPU runs.
+
+The image: a reference (docker://, oras://, a docker-archive:...) would be converted again by every srun on
+every node, so it is built into a .sif once per sweep instead (`apptainer build` on the first job's batch host,
+into `<sweep>/.images/<name>.sif`, under a lock the other jobs wait on); a .sif given as the image is used as
+it is. Either file's sha256 is the run's image digest.
 """
 
 import shlex
 from pathlib import Path
 
-from bench.runtimes.base import Runtime, check_image_file
+from bench.runtimes.base import SCHEMES, ImageStep, Runtime, check_image_file, image_name, inner
 from bench.contract import write_text_atomic
 
 ENV_FILE = "apptainer.env"
 
-REF_SCHEMES = ("docker://", "oras://", "library://", "docker-daemon:", "oci-archive:", "docker-archive:")
+REF_SCHEMES = SCHEMES
+ONCE = "image-once.sh"  # slurm/: a sweep's image made once, under a lock
 
 
 class Apptainer(Runtime):
@@ -40,7 +46,16 @@ class Apptainer(Runtime):
             argv += [f"--bind={d}" for d in spec.devices if d.startswith("/")] + list(spec.flags)
         if spec.workdir:
             argv.append(f"--pwd={spec.workdir}")
-        return [*argv, spec.image, *spec.command]
+        return [*argv, spec.image, *inner(spec)]
+
+    def sweep_image(self, image, images_dir: Path):
+        return str(images_dir / f"{image_name(image)}.sif") if image and image.startswith(REF_SCHEMES) else None
+
+    def image_step(self, spec):
+        if not spec.image_source:
+            return None  # a .sif (or sandbox) on the shared filesystem: every node reads it there
+        return ImageStep(f"apptainer build of {spec.image_source} into {spec.image}, once per sweep", ONCE,
+                         ("apptainer", spec.image, spec.image_source), per_node=False, digest_file=spec.image)
 
     def env_file(self, spec) -> Path:
         return Path(spec.run_dir).absolute() / ENV_FILE

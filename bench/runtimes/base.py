@@ -92,6 +92,38 @@ class LaunchSpec:
     annotations: Mapping[str, str] | None = None
     devices: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    # Variables the run must not have (`--env NAME=`): every runtime starts the command under `env -u NAME`,
+    # so the host's value, the image's and an EDF's are all gone alike (CE's EDF cannot set a variable empty).
+    unset: tuple[str, ...] = ()
+    # The image as the user named it, where the run uses a copy made once per sweep (a .sqsh, a .sif)
+    image_source: str | None = None
+    image_archive: str | None = None  # podman: the site's `podman save` archive, loaded on nodes that lack the image
+    nodes: int = 1  # the run's nodes: where a per-node image step runs
+
+
+@dataclass(frozen=True)
+class ImageStep:
+    """What makes a run's image present where it runs, run by the batch script before srun and timed as its own
+    start-up phase (run.json launch.image_ready_at). `script` is one of the step scripts in slurm/ (shipped into
+    the sweep's .lib/), run with `args`; a failure prints one line `nanochat-bench: node NODE: image REF: ...`."""
+
+    what: str  # one line: what the step does (the log, run.json launch.image_step)
+    script: str  # slurm/image-podman.sh (per node) or slurm/image-once.sh (once per sweep)
+    args: tuple[str, ...]
+    per_node: bool  # True: one srun task on every node of the run; False: once, on the batch host
+    digest_file: str | None = None  # the image file whose sha256 is the image's digest (computed once per sweep)
+    id_command: tuple[str, ...] | None = None  # prints the engine's image id on the batch host (podman)
+
+
+# enroot's version, named: `enroot version` prints the number alone (pyxis and CE run on enroot)
+ENROOT_VERSION = ("sh", "-c", 'v=$(enroot version) && echo "enroot $v"')
+IMAGES_DIR = ".images"  # <sweep>/.images: the images made once per sweep (.sqsh, .sif), their locks and digests
+
+
+def inner(spec: LaunchSpec) -> list[Token]:
+    """The command as the container (or host) starts it: under `env -u NAME` for each variable to unset."""
+    unset = [t for name in spec.unset for t in ("-u", name)]
+    return [*(["env", *unset] if unset else []), *spec.command]
 
 
 # Characters that separate fields in the mount syntax of one runtime or another (SRC:DST, a,b lists).
@@ -151,9 +183,17 @@ class Runtime(ABC):
         """Files this runtime needs in the run directory (an EDF), written at render time."""
         return []
 
-    def prepare(self, spec: LaunchSpec) -> list[list[Token]]:
-        """Commands the batch script runs once before srun (e.g. an image import)."""
-        return []
+    def image_step(self, spec: LaunchSpec) -> ImageStep | None:
+        """The step that makes the image present where the run runs (None: the runtime brings it itself)."""
+        return None
+
+    def sweep_image(self, image: str | None, images_dir: Path) -> str | None:
+        """The file this runtime runs when `image` is made once per sweep into `images_dir` (None: as given)."""
+        return None
+
+    def digest_file(self, spec: LaunchSpec) -> str | None:
+        """An image file whose sha256 is the run's image digest (a .sqsh or .sif), when there is one."""
+        return spec.image if spec.image and spec.image.endswith((".sqsh", ".sif")) else None
 
     def srun_options(self, spec: LaunchSpec) -> list[Token]:
         """Options this runtime adds to srun (a SPANK plugin's --container-image, CE's --environment)."""
@@ -161,7 +201,7 @@ class Runtime(ABC):
 
     def wrap(self, spec: LaunchSpec) -> list[Token]:
         """The command srun starts on each node: the inner command, wrapped by the runtime's launcher."""
-        return list(spec.command)
+        return inner(spec)
 
     def shell_wrap(self, spec: LaunchSpec) -> list[Token]:
         """wrap() for an interactive command (a shell): the runtime's tty flags after its subcommand."""
@@ -225,6 +265,17 @@ def check_enroot_image(runtime: str, image: str, must_exist: bool) -> str:
     if looks_like_path(image):
         return check_image_file(runtime, image, (".sqsh",), must_exist)
     return check_registry_ref(runtime, image)
+
+
+SCHEMES = ("docker://", "oras://", "library://", "docker-daemon:", "oci-archive:", "docker-archive:")
+
+
+def image_name(image: str) -> str:
+    """A file name for an image reference: `nvcr.io#nvidia/pytorch:25.10-py3` -> `nvcr.io+nvidia+pytorch+25.10-py3`
+    (enroot's rule: '/' and ':' become '+'), a scheme (docker://) dropped."""
+    for scheme in SCHEMES:
+        image = image.removeprefix(scheme)
+    return re.sub(r"[^A-Za-z0-9_.-]+", "+", image.replace("#", "/")).strip("+.") or "image"
 
 
 def env_names(env: Mapping[str, str]) -> list[str]:

@@ -5,7 +5,11 @@ from ~/.edf, so each run keeps the exact file it ran with. Its text comes from b
 Environment: CE passes the host's environment in, but the image's own variables beat it, also inside
 `${VAR}` expansion (CSCS docs, "EDF reference": image values win); `[env]` entries are applied last.
 So every variable of the run is written into `[env]` as its literal value, never as a reference.
-The aws_ofi_nccl hook: `--ofi-hook default` leaves CE's own setting (and the variables its hook sets,
+A variable given empty (`--env NAME=`) is unset, in CE as in every runtime (bench/runtimes/base.py
+LaunchSpec.unset): CE itself reads an empty `[env]` value as "unset" and cannot set one empty, so the run
+starts under `env -u NAME` and the EDF does not name it. The image: a .sqsh is read from the shared filesystem
+(its sha256, computed once per sweep, is the run's image digest); a registry reference CE pulls and caches
+itself (EDF_IMAGESTORE), inside the runtime's own start-up. The aws_ofi_nccl hook: `--ofi-hook default` leaves CE's own setting (and the variables its hook sets,
 which drift between CE releases and are recorded from inside the run); `on` enables it with a variant,
 `off` disables it, to compare it with the image's own network plugin.
 """
@@ -13,7 +17,7 @@ which drift between CE releases and are recorded from inside the run); `on` enab
 from pathlib import Path
 
 from bench.runtimes import edf
-from bench.runtimes.base import Runtime, check_enroot_image
+from bench.runtimes.base import ENROOT_VERSION, Runtime, check_enroot_image
 from bench.contract import write_text_atomic
 
 EDF_NAME = "environment.toml"
@@ -60,6 +64,9 @@ class ContainerEngine(Runtime):
         path = self.edf_path(spec)
         write_text_atomic(path, self.edf_text(spec))  # a job starting now reads the old file or the new one
         return [path]
+
+    def version_command(self):
+        return list(ENROOT_VERSION)  # CE is pyxis + enroot underneath; no command we know prints CE's own release
 
     def srun_options(self, spec):
         # An absolute path: relative ones would be read from srun's cwd, and bare names from EDF_PATH.

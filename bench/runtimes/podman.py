@@ -7,9 +7,17 @@ IPC namespaces keep the rendezvous and shared memory as on the host. Where podma
 ulimits exceed what Slurm gives a task (runc: "error setting rlimits"), set `default_ulimits = []` in
 containers.conf (CONTAINERS_CONF is passed on to the job like the rest of the environment). podman-hpc (NERSC) adds its
 `--gpu` and `--nccl` modules and runs the image it migrated to the shared squash store.
+
+The image on every node: Podman's storage is node-local, so before each run one srun task per node checks
+that the image is there (`podman image exists`) and, where it is not, loads it from the site's archive
+(`[images.podman] archive`, made by `podman save`, see containers/README.md); without an archive a node that
+lacks the image stops the run at once, naming the node. podman-hpc's nodes see the squash store its `migrate`
+filled, so its step checks each node sees the image there. The engine's image id is recorded in run.json.
 """
 
-from bench.runtimes.base import Runtime
+from bench.runtimes.base import ImageStep, Runtime, inner
+
+PER_NODE = "image-podman.sh"  # slurm/: the image on one node (present, loaded from the archive, or a clear stop)
 
 
 class Podman(Runtime):
@@ -33,7 +41,14 @@ class Podman(Runtime):
             argv.append(f"--workdir={spec.workdir}")
         argv += [f"--env={name}={value}" for name, value in sorted(spec.env.items())]
         argv.append("--env=SLURM_*")  # the job's facts, for the trainer's provenance (podman expands the *)
-        return [*argv, spec.image, *spec.command]
+        return [*argv, spec.image, *inner(spec)]
+
+    def image_step(self, spec):
+        archive = spec.image_archive or ""
+        what = f"{self.program} load of {archive} on the nodes that lack the image" if archive else \
+            f"a check that each node holds the image in its {self.program} storage"
+        return ImageStep(what, PER_NODE, (self.program, spec.image, archive), per_node=True,
+                         id_command=(self.program, "image", "inspect", "--format={{.Id}}", spec.image))
 
     def version_command(self):
         return [self.program, "--version"]
@@ -45,6 +60,12 @@ class PodmanHPC(Podman):
 
     def gpu_options(self):
         return ["--gpu", "--nccl"]  # driver libraries; host libfabric + aws-ofi-nccl plugin
+
+    def image_step(self, spec):
+        # its squash store is added to `images` and `run` only, so the id comes from the listing
+        return ImageStep("a check that each node sees the image in the squash store of podman-hpc", PER_NODE,
+                         (self.program, spec.image), per_node=True,
+                         id_command=(self.program, "images", "--no-trunc", "--format={{.Id}}", spec.image))
 
     def version_command(self):
         return [self.program, "infohpc"]  # it has no --version; infohpc's first line is "Podman-HPC Version: X"

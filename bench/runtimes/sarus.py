@@ -5,10 +5,22 @@ Classic Sarus passes the host environment into the container, where the image's 
 so every variable of the run is given as a literal `-e NAME=VALUE`, besides mounts and the workdir. Sarus Suite
 (Podman-based, early access on Alps) reads the same EDF files as CE, through `--edf=`, and takes
 registry references only (no .sqsh paths).
+
+Sarus Suite's images: runs read them from its Parallax store, a read-only SquashFS store on the parallel
+filesystem that `sarusctl migrate` fills (Podman's own store on the node is /dev/shm). So once per sweep the
+first job's batch host makes sure the image is there: `sarusctl pull` (a registry image) and `sarusctl migrate`,
+under a lock the other jobs wait on, unless `sarusctl images` already lists it. An image built with Podman
+(`localhost/...`, the default) is migrated where it was built: containers/sarus-suite-migrate.sh. Sarus Suite is
+early access and not available here: this step is rendered and checked as text only; the output format of
+`sarusctl images` (a line naming the repository and tag, as `podman images`) is an assumption.
 """
 
-from bench.runtimes.base import Runtime
+from pathlib import Path
+
+from bench.runtimes.base import IMAGES_DIR, ImageStep, Runtime, image_name, inner
 from bench.runtimes.ce import ContainerEngine
+
+ONCE = "image-once.sh"  # slurm/: a sweep's image made once, under a lock
 
 
 class Sarus(Runtime):
@@ -26,7 +38,7 @@ class Sarus(Runtime):
             argv.append(f"--workdir={spec.workdir}")
         if spec.gpus:
             argv += [f"--device={d}" for d in spec.devices] + list(spec.flags)
-        return [*argv, spec.image, *spec.command]
+        return [*argv, spec.image, *inner(spec)]
 
     def version_command(self):
         return ["sarus", "--version"]
@@ -42,3 +54,14 @@ class SarusSuite(ContainerEngine):
 
     def edf_devices(self, spec):
         return list(spec.devices) if spec.gpus else []  # its `devices` key: Podman --device values, CDI names
+
+    def image_step(self, spec):
+        marker = str(Path(spec.run_dir).parent / IMAGES_DIR / f"{image_name(spec.image)}.migrated")
+        return ImageStep(f"sarusctl migrate of {spec.image} into the Parallax store, once per sweep", ONCE,
+                         ("sarusctl", marker, spec.image), per_node=False)
+
+    def digest_file(self, spec):
+        return None
+
+    def version_command(self):
+        return ["sarusctl", "--version"]  # an assumption: a clap-style --version (not documented in its guide)

@@ -1,4 +1,5 @@
-"""Site profiles as data: which network a site has and how every runtime reaches it.
+"""Site profiles as data: which network a site has and how every runtime reaches it, and where a runtime's
+image comes from on the nodes (podman's `podman save` archive).
 
   profile.py     the profile's shape (Site, Partition, NetworkSetup), loading and validation
   apply.py       a profile applied to one run's launch spec (what each runtime then renders)

@@ -7,6 +7,7 @@ The file (see alps.toml for a full one):
     nccl_net = "AWS Libfabric"        # what NCCL must choose between nodes ("Using network ...")
     gpus_per_node = 4
     gpu_memory_gib = 96
+    shared_paths = ["/scratch"]       # optional: every node sees these alike, whatever their mount type
     [partitions.normal]
     max_time = "12:00:00"             # Slurm's [D-]HH:MM:SS
     max_nodes = 2                     # optional
@@ -19,6 +20,8 @@ The file (see alps.toml for a full one):
     mounts = ["/host/lib:/host/lib:ro"]
     devices = ["/dev/cxi0"]
     flags = ["--nccl"]                # the runtime's own switches (podman-hpc modules)
+    [images.podman]                   # where a runtime's image comes from on the nodes
+    archive = "${SCRATCH}/images/nanochat-bench.tar"   # `podman save`, loaded on nodes that lack the image
 
 A runtime without a `[runtimes.X]` table gets `network_env` alone. Unknown keys are errors naming the file
 and the key, so a typo never silently drops a setting.
@@ -75,6 +78,8 @@ class Site:
     network_env: Mapping[str, str] = field(default_factory=dict)
     runtimes: Mapping[str, NetworkSetup] = field(default_factory=dict)
     device_batch_limits: Mapping[int, int] = field(default_factory=dict)  # from N ranks on: largest device batch
+    shared_paths: tuple[str, ...] = ()  # every node sees these alike, whatever /proc/mounts says (sharedfs.py)
+    image_archives: Mapping[str, str] = field(default_factory=dict)  # runtime -> archive its nodes load (podman)
     source: str = ""  # the file it was read from
 
     def max_device_batch(self, ranks: int) -> int | None:
@@ -155,6 +160,14 @@ def _list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _absolute(value: Any, where: str) -> tuple[str, ...]:
+    paths = _list(value, where)
+    relative = [p for p in paths if not p.startswith("/")]
+    if relative:
+        raise ConfigError(f"{where}: {relative[0]!r} is not an absolute path (e.g. \"/scratch\")")
+    return paths
+
+
 def _positive(value: Any, where: str, kind=int):
     if value is None:
         return None
@@ -166,7 +179,8 @@ def _positive(value: Any, where: str, kind=int):
 
 def _site(data: Mapping[str, Any], where: str) -> Site:
     _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "partitions",
-                 "network_env", "runtimes", "device_batch_limits"}, where)
+                 "network_env", "runtimes", "device_batch_limits", "shared_paths",
+                 "images"}, where)
     network = data.get("network")
     if network not in NETWORKS:
         raise ConfigError(f"{where}: network {network!r} is not one of {', '.join(NETWORKS)}")
@@ -194,7 +208,8 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                 description=str(data.get("description", "")), partitions=partitions,
                 network_env=_strings(data.get("network_env", {}), f"{where}: network_env"),
                 runtimes=runtimes, device_batch_limits=_batch_limits(data.get("device_batch_limits", {}), where),
-                source=where)
+                shared_paths=_absolute(data.get("shared_paths", []), f"{where}: shared_paths"),
+                image_archives=_image_archives(data.get("images", {}), where), source=where)
 
 
 def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
@@ -210,6 +225,28 @@ def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
         devices=_list(table.get("devices", []), f"{where}.devices"),
         flags=_list(table.get("flags", []), f"{where}.flags"),
         without_hook=_setup(without, f"{where}.without_hook", nested=False) if without is not None else None)
+
+
+ARCHIVE_RUNTIMES = ("podman",)  # the runtimes whose nodes load an image archive (bench/runtimes/podman.py)
+
+
+def _image_archives(table: Any, where: str) -> dict[str, str]:
+    """`[images.podman] archive = "FILE"`: the `podman save` archive the nodes load where the image is missing."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: images must be a table of [images.RUNTIME] tables")
+    out = {}
+    for runtime, entry in table.items():
+        iw = f"{where}: images.{runtime}"
+        if runtime not in ARCHIVE_RUNTIMES:
+            raise ConfigError(f"{iw}: only {', '.join(ARCHIVE_RUNTIMES)} load an image archive on their nodes (the "
+                              f"others make their image once per sweep, or read it from the shared filesystem)")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{iw} must be a table")
+        _keys(entry, {"archive"}, iw)
+        if not isinstance(entry.get("archive"), str) or not entry["archive"]:
+            raise ConfigError(f"{iw}.archive must be a file name (a `podman save` archive)")
+        out[runtime] = entry["archive"]
+    return out
 
 
 def _batch_limits(table: Any, where: str) -> dict[int, int]:

@@ -5,14 +5,19 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     base.py       the interface, and what a plan holds (PointPlan) and is given (PointContext, Estimate)
     stage.py      what every nanochat stage under torchrun shares (its module, its parser, its commands)
     nanochat.py   nanochat's trainer under torchrun: its batch arithmetic, K, horizon and estimate
+    base_loss.py  the base_loss stage: train/val bpb of a base checkpoint (split_tokens rounded per rank count)
+    base_eval.py  the base_eval stage: the CORE metric of a base checkpoint
     chat_eval.py  nanochat's chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee; ChatCORE)
+    chat_sft.py   nanochat's SFT stage: examples per step per rank count
     torchrun.py   the one torchrun command line (local and under Slurm)
+    mid_train.py  mid-training from the base checkpoint: its batch arithmetic per rank count
+    sharedfs.py   whether the nodes share $NANOCHAT_BASE_DIR (the stages read each other's checkpoints)
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
-Two members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun) and `nntile`
-(NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter: bench/workloads/nntile/). Both leave
-the same run directory (bench/contract/), so collect, report and check read them alike; run.json's
-`workload` field tells them apart (`nanochat-base`, `nntile-gpt2`).
+Members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun), nanochat's later
+stages (`base_loss`, `base_eval`, `mid_train`, ...) and `nntile` (NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter:
+bench/workloads/nntile/). All leave the same run directory (bench/contract/), so collect, report and check
+read them alike; run.json's `workload` field tells them apart (`nanochat-base`, `nanochat-mid`, `nntile-gpt2`).
 
 Standard library only, and each member imported on first use: the NNTile interpreter imports this
 package too, and must not pull in the main process's torch.
@@ -24,6 +29,8 @@ from bench.errors import ConfigError
 
 # name -> module holding `WORKLOAD`, an object with the methods of bench.workloads.base.Workload
 _MODULES = {"nanochat": "bench.workloads.nanochat", "nntile": "bench.workloads.nntile",
+            "base_loss": "bench.workloads.base_loss", "base_eval": "bench.workloads.base_eval",
+            "mid_train": "bench.workloads.mid_train", "chat_sft": "bench.workloads.chat_sft",
             "chat_eval": "bench.workloads.chat_eval"}
 DEFAULT = "nanochat"
 

@@ -39,6 +39,8 @@ class PointContext:
     estimate: Estimate
     gpu_memory_bytes: int | None = None  # the site's (or the named GPU's) memory per GPU; None: unknown
     max_device_batch: int | None = None  # the site's observed limit at this rank count (bench/sites)
+    base_dir: str | None = None  # NANOCHAT_BASE_DIR on the nodes, where stages' checkpoints live; None: unknown
+    site: Any = None  # bench.sites.Site, or None
 
     @property
     def ranks(self) -> int:

@@ -37,8 +37,12 @@ NOT_HERE = {
         "the set-up command: CI installs this way; tests/e2e/test_smoke.py runs the smoke job",
     "tests/run": "the test command: this suite",
     "nanochat-bench data download -n 240 -w 8": "downloads FineWeb-Edu shards (no network here)",
+    "nanochat-bench data download --eval-bundle": "downloads the CORE eval bundle (no network here; "
+                                                  "tests/unit/nanochat/test_eval_bundle.py serves one locally)",
     "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.train -- --depth=20 --device_batch_size=32 "
     "--run=dummy": "8 GPUs",
+    "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.chat_sft -- --run=dummy":
+        "8 GPUs and a mid checkpoint (the chat_sft commands before it run the stage on 2 CPU ranks)",
     "torchrun --standalone --nproc_per_node=8 -m bench.nanochat.chat_eval -- -i sft":
         "8 GPUs and an SFT checkpoint (tests/integration/test_chat_eval_stage.py runs the stage on 2 CPU ranks)",
     "nanochat-bench capacity --gpus 1 --strategies zero2,fsdp,fsdp+ac,fsdp+ac+offload --out runs/capacity":

@@ -213,6 +213,45 @@ def sigstop_rank1_before_first_step(ctx):
         cmd.cleanup()
 
 
+JOIN_S = 30.0  # the trainer's default --join_timeout_s on one node (bench/nanochat/join.py)
+
+
+def _ended_soon_after_rank0_waited(o: Outcome) -> list[str]:
+    """The bound that matters: from rank 0 reaching the process group (its `imports_done` event) to the
+    last process gone, the join bound plus a failing run's usual end."""
+    waited = o.facts.get("after_rank0_waited_s")
+    if waited is None:
+        return ["rank 0 recorded no `imports_done` event"]
+    bound = JOIN_S + LOCAL_BOUND_S
+    return [] if waited <= bound else [f"the run ended {waited:.0f} s after rank 0 began to wait (bound {bound:.0f} s)"]
+
+
+@case("SIGSTOP rank 1 before it joins the process group (default flags)",
+      Expect(START_BOUND_S + JOIN_S, ("hung",), r"rank 1\b.*(join|process group)",
+             extra=_ended_soon_after_rank0_waited))
+def sigstop_rank1_before_join(ctx):
+    run_dir = ctx.work / "runs" / "faults" / "sigstop_rank1_before_join"
+    cmd = Command(wrapper_argv(run_dir, [*TINY, FOREVER]), ctx.work / "cmd", env=run_env(ctx.base_dir), cwd=ctx.work)
+    try:  # stopped as soon as its process exists: before its imports, its first event and its first beat
+        os.kill(cmd.tracker.find(is_rank(1), timeout=START_BOUND_S).pid, signal.SIGSTOP)
+        since = time.time()
+        seconds, left = cmd.wait_gone(_cap("sigstop_rank1_before_join", ctx), since)
+        o = outcome_of("sigstop_rank1_before_join", cmd, run_dir, seconds, left, ctx.work)
+        waited = [e["t"] for e in _events(run_dir) if e.get("event") == "imports_done"]
+        if waited and seconds is not None:
+            o.facts["after_rank0_waited_s"] = since + seconds - waited[0]
+        return o
+    finally:
+        cmd.cleanup()
+
+
+def _events(run_dir: Path) -> list[dict]:
+    from bench.analysis.rundir import read_events
+
+    path = run_dir / "metrics.jsonl"
+    return read_events(path, []) if path.exists() else []
+
+
 @case("SIGSTOP rank 1 during validation (default flags)",
       Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"))
 def sigstop_rank1_in_validation(ctx):

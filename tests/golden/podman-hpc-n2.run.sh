@@ -19,13 +19,18 @@ rc=0
 rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=$(podman-hpc infohpc 2>/dev/null | head -n 1 || true)
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
+# the image where the run runs (a check that each node sees the image in the squash store of podman-hpc): its own start-up phase, image_ready
+if [ "$rc" -eq 0 ]; then
+    image_step "$run_dir" 'a check that each node sees the image in the squash store of podman-hpc' srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 \
+    bash /scratch/nb/sweeps/golden/.lib/image-podman.sh podman-hpc localhost/nanochat-bench:latest || rc=$?
+fi
+if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --id "$(podman-hpc images --no-trunc '--format={{.Id}}' localhost/nanochat-bench:latest 2>/dev/null || true)"; fi  # the image's digest or id
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     podman-hpc run --rm --network=host --ipc=host --gpu --nccl --volume=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --volume=/scratch/nb/cache:/scratch/nb/cache --workdir=/workspace/nanochat-bench --env=CUDA_CACHE_DISABLE=1 --env=MPICH_GPU_SUPPORT_ENABLED=0 --env=NANOCHAT_BASE_DIR=/scratch/nb/cache --env=NANOCHAT_BENCH_IMAGE=localhost/nanochat-bench:latest --env=NANOCHAT_BENCH_RUNTIME=podman-hpc --env=NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-podman-hpc-r1 --env=NANOCHAT_VAL_FILES_K=1 --env=NCCL_DEBUG=INFO --env=NCCL_DEBUG_SUBSYS=INIT,NET --env=TORCH_NCCL_ASYNC_ERROR_HANDLING=1 '--env=SLURM_*' localhost/nanochat-bench:latest \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \

@@ -18,14 +18,14 @@ rc=0
 # rank waiting for the store until the join timeout
 rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
-runtime_version=$(enroot version 2>/dev/null | head -n 1 || true)
+runtime_version=$(sh -c 'v=$(enroot version) && echo "enroot $v"' 2>/dev/null | head -n 1 || true)
+runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
+if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
+if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --file /scratch/nb/images/nanochat-bench+latest.sqsh; fi  # the image's digest or id
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1620 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
-if [ "$rc" -ne 0 ]; then
-    echo "$rdzv_port" | tee "$run_dir/train.log"  # the checker's one line: the run's message
-else
+if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" --container-image=/scratch/nb/images/nanochat-bench+latest.sqsh --container-mounts=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden,/scratch/nb/cache:/scratch/nb/cache --container-workdir=/workspace/nanochat-bench --container-env=CUDA_CACHE_DISABLE,MPICH_GPU_SUPPORT_ENABLED,NANOCHAT_BASE_DIR,NANOCHAT_BENCH_IMAGE,NANOCHAT_BENCH_RUNTIME,NANOCHAT_BENCH_RUN_DIR,NANOCHAT_VAL_FILES_K,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,TORCH_NCCL_ASYNC_ERROR_HANDLING --no-container-mount-home --container-writable \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | tee "$run_dir/train.log" || rc=$?

@@ -144,6 +144,7 @@ def test_a_cpu_run_prints_no_figures_it_did_not_measure(tiny_base_dir, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Peak memory usage: not measured on cpu" in proc.stdout
     assert "0.00MiB" not in proc.stdout and "Minimum validation bpb: inf" not in proc.stdout
+    assert "| mfu: - |" in proc.stdout and "mfu: 0.00" not in proc.stdout  # not measured, not a measured zero
 
 
 def test_a_finished_run_directory_is_refused_and_kept(tmp_path, capsys):

@@ -264,7 +264,7 @@ def train(argv: list[str], record: RunRecord) -> dict:
         if not warmup_epoch:
             timed_tokens, timed_time, timed_cpu = timed_tokens + config.batch * T, timed_time + dt, timed_cpu + cpu_s
         log(format_step_line(step, num_iterations, debiased, lr / config.lr if config.lr else 0.0, dt, tok_per_sec,
-                             mfu if mfu is not None else 0.0, total_time))
+                             mfu, total_time))
         if step == 0:
             record.emit("first_step")
         record.emit("step", step=step, loss=debiased, lrm=lr / config.lr if config.lr else 0.0, dt_ms=dt * 1000,

@@ -61,6 +61,11 @@ def test_podman_hpc_trains_on_two_nodes_from_the_migrated_image(
 
     assert run["runtime"] == "podman-hpc" and run["nodes"] == 2 and run["world_size"] == 4
     assert run["launch"]["runtime_version"].startswith("Podman-HPC Version: ")  # the job ran `podman-hpc infohpc`
+    # The image step: every node saw the image in the squash store before the run (its start-up phase image_ready)
+    assert run["launch"]["t0"] <= run["launch"]["image_ready_at"] and "squash store" in run["launch"]["image_step"]
+    log = "".join(p.read_text() for p in run_dir.glob("slurm-*.log"))
+    assert all(f"node {n}: image {podman_image} is in the squash store" in log for n in ("n1", "n2")), log[-2000:]
+    assert run["image"]["id"]  # podman-hpc image inspect, on the batch host
     # Facts only the image has: its build record (/etc/nanochat-bench/image.json) and its own Python
     # (Debian's, where the host's may be another build).
     assert run["image"]["reference"] == podman_image and run["image"]["build"]["base_image"] == standin_image

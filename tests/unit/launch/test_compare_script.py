@@ -44,7 +44,12 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True)
     assert r.returncode == 255, r.stderr  # the apptainer run failed; the job says so
 
-    calls = [(tmp_path / f"srun.{i}").read_text().split("\0")[:-1] for i in range(1, 7)]
+    every = [(tmp_path / f"srun.{i}").read_text().split("\0")[:-1] for i in range(1, 9)]
+    # podman's image step before each podman run: one task on every node of the run (image-podman.sh)
+    steps = [c for c in every if any(a.endswith("/.lib/image-podman.sh") for a in c)]
+    assert [c[:3] for c in steps] == [["--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]] * 2
+    assert steps[0][-3:-1] == ["podman", "localhost/nanochat-bench:latest"]
+    calls = [c for c in every if c not in steps]
     # runtimes alternate within each repeat (A B C A B C), so slow drift hits each of them alike
     assert [c[7] for c in calls] == ["/usr/bin/python3", "podman", "apptainer"] * 2
     assert all("--time=30" in c for c in calls)  # each run has its own limit
@@ -54,6 +59,8 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
         manifest = json.loads((tmp_path / "sweep" / run_id / "run.json").read_text())
         assert manifest["status"] == status and manifest["slurm"]["job_id"] == "77"
         assert manifest["launch"]["t0"] > 0 and manifest["launch"]["kind"] == "slurm"
+    podman = json.loads((tmp_path / "sweep" / "n2-podman-r1" / "run.json").read_text())["launch"]
+    assert podman["t0"] <= podman["image_ready_at"] and "podman storage" in podman["image_step"]
     apptainer = json.loads((tmp_path / "sweep" / "n2-apptainer-r1" / "run.json").read_text())
     assert apptainer["message"] == "the trainer never started (srun exit code 255): FATAL: image not found"
     assert apptainer["launch"]["exit_code"] == 255

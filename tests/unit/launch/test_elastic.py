@@ -3,14 +3,18 @@
     python -m pytest tests/unit/launch/test_elastic.py -q
 """
 
+import os
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import time
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from bench import contract
-from bench.launch.elastic import describe, first_failure, record_root_cause, record_signal
+from bench.launch.elastic import SHUTDOWN_TIMEOUT_S, describe, first_failure, record_root_cause, record_signal
 from bench.nanochat.heartbeat import STOPPED_AFTER_S
 from tests.support.synthetic import write_heartbeat as write_beat
 
@@ -60,3 +64,27 @@ def test_a_signal_to_torchrun_is_the_run_s_cancel(tmp_path):
     contract.update_run_json(tmp_path, status="ok", message=None)
     record_signal(str(tmp_path), "SIGTERM")
     assert contract.read_run_json(tmp_path)["status"] == "ok"
+
+
+# rank 1 stops itself (as a hung rank is stopped), rank 0 fails a moment later and notes when
+STOPPED_PEER = textwrap.dedent("""
+    import os, signal, sys, time
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(120)
+    time.sleep(1)
+    open(sys.argv[1], "w").write(repr(time.time()))
+    sys.exit(3)
+""")
+
+
+def test_a_stopped_worker_ends_with_its_sigterm_not_the_sigkill_after_the_shutdown_wait(tmp_path):
+    script, failed_at = tmp_path / "stopped_peer.py", tmp_path / "failed_at"
+    script.write_text(STOPPED_PEER)
+    env = {k: v for k, v in os.environ.items() if k != "NANOCHAT_BENCH_RUN_DIR"}
+    proc = subprocess.run([sys.executable, "-m", "bench.launch.elastic", "--standalone", "--nproc_per_node=2",
+                           str(script), str(failed_at)], env=env, capture_output=True, text=True, timeout=120)
+    ended = time.time()
+    assert proc.returncode == 1 and "torchrun: rank" in proc.stderr
+    assert ended - float(failed_at.read_text()) < SHUTDOWN_TIMEOUT_S, proc.stderr[-2000:]
+    assert "forcefully exiting via" not in proc.stderr  # torchrun never had to SIGKILL it

@@ -34,8 +34,18 @@ OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/v
 NAMING = Naming("golden-{run_id}", "golden {runs}", "golden-compare", "golden {runs}")
 
 
-def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bool = False, site: str | None = None):
-    opts = replace(OPTS, site=sites.load(site)) if site else OPTS
+# Registry images that pyxis and apptainer make into a file once per sweep (slurm/image-once.sh)
+REGISTRY = {"pyxis": "nvcr.io#nvidia/pytorch:25.10-py3", "apptainer": "docker://nvcr.io/nvidia/pytorch:25.10-py3"}
+
+
+ARCHIVES = {"podman": "/scratch/nb/images/nanochat-bench.tar"}
+
+
+def job_for(runtime_names: list[str], nodes: int, compare: bool = False, cpu: bool = False, site: str | None = None,
+            images: dict[str, str] | None = None):
+    # the site's podman archive as a submit on a host with SCRATCH=/scratch/nb expands it
+    opts = replace(OPTS, site=replace(sites.load(site), image_archives=ARCHIVES)) if site else OPTS
+    opts = replace(opts, images={**opts.images, **images}) if images else opts
     train = {"device_type": "cpu", "depth": 2, "max_seq_len": 64, "device_batch_size": 2,
              "total_batch_size": 512} if cpu else {}
     sweep = Sweep([nodes], 2 if cpu else 4, runtime_names, train=train, scaling="strong" if cpu else "weak",
@@ -58,6 +68,8 @@ def whole_scripts() -> dict[str, str]:
     # on Alps every runtime carries its Slingshot set-up (bench/sites/alps.toml)
     out.update({f"alps-{name}-n2.sbatch": render_sbatch(job_for([name], 2, site="alps")) for name in runtimes.names()})
     out["bare-n2-cpu.sbatch"] = render_sbatch(job_for(["bare"], 2, cpu=True))
+    for name, ref in REGISTRY.items():
+        out[f"{name}-registry-n2.sbatch"] = render_sbatch(job_for([name], 2, images={name: ref}))
     out["compare-n2.sbatch"] = render_sbatch(job_for(["bare", "ce", "pyxis"], 2, compare=True), "submit --compare")
     job = job_for(["ce"], 2)
     job.script_name = "interactive.sh"

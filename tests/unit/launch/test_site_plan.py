@@ -43,25 +43,31 @@ def test_an_unplanned_k_is_refused_beyond_32_ranks():
 
 
 def test_a_comparison_is_split_to_fit_the_partition_and_an_oversized_job_refused(tmp_path):
+    from dataclasses import replace
+
     import pytest
 
     from bench.errors import ConfigError
     from bench.launch.job import LaunchOptions, assemble
 
     alps = sites.load("alps")
-    opts = LaunchOptions(base_dir="/scratch/cache", images={"podman": "localhost/x:1"}, site=alps, partition="debug",
+    opts = LaunchOptions(base_dir="/scratch/cache", images={"ce": "/img/x.sqsh"}, site=alps, partition="debug",
                          check_images=False)
-    sweep = Sweep([2], 4, ["bare", "podman"], repeats=2, data=DATA, time="00:10:00", site=alps)
+    sweep = Sweep([2], 4, ["bare", "ce"], repeats=2, data=DATA, time="00:10:00", site=alps)
     notes: list[str] = []
     jobs = assemble(sweep, opts, tmp_path / "s", compare=True, note=notes.append)
     assert [len(j.runs) for j in jobs] == [2, 2]  # 4 x 11 min in a 30-minute partition: two jobs
-    assert [r.run_id for j in jobs for r in j.runs] == ["n2-bare-r1", "n2-podman-r1", "n2-bare-r2", "n2-podman-r2"]
+    assert [r.run_id for j in jobs for r in j.runs] == ["n2-bare-r1", "n2-ce-r1", "n2-bare-r2", "n2-ce-r2"]
     assert all(j.directives.count("--time=00:22:00") == 1 for j in jobs)
     assert any("split into 2 jobs" in n for n in notes)
     with pytest.raises(ConfigError, match="over partition debug's 00:30:00"):
         assemble(Sweep([1], 4, ["bare"], data=DATA, time="00:45:00", site=alps), opts, tmp_path / "t", note=notes.append)
     with pytest.raises(ConfigError, match="partition debug takes at most 2"):
         assemble(Sweep([4], 4, ["bare"], data=DATA, time="00:10:00", site=alps), opts, tmp_path / "u", note=notes.append)
+    # a run with an image step (podman's load on every node) gets time for it in its job: 10 + 1 + 10 minutes
+    podman = Sweep([2], 4, ["podman"], data=DATA, time="00:10:00", site=alps)
+    [job] = assemble(podman, replace(opts, images={}, site=replace(alps, image_archives={})), tmp_path / "w",
+                     compare=True, note=notes.append)
+    assert "--time=00:21:00" in job.directives
     with pytest.raises(ConfigError, match="no partition 'gpu'"):
-        from dataclasses import replace
         assemble(sweep, replace(opts, partition="gpu"), tmp_path / "v", note=notes.append)

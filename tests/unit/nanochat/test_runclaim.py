@@ -43,6 +43,24 @@ def test_a_second_run_is_refused_at_once_naming_the_holder(holder):
     assert not runclaim.ours(run_dir)  # nothing of this run may be written there
 
 
+def test_overwrite_never_touches_a_directory_in_use(holder):
+    run_dir, proc = holder
+    (run_dir / "metrics.jsonl").write_text('{"event": "start", "t": 1.0}\n')  # the live run's events
+    with pytest.raises(runclaim.RunDirBusy, match=r"in use by another run"):
+        runclaim.claim(run_dir, refuse_finished=True, overwrite=True)
+    assert (run_dir / "metrics.jsonl").read_text() == '{"event": "start", "t": 1.0}\n'
+
+
+def test_overwrite_empties_a_finished_run_but_keeps_its_lock(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / HEARTBEAT_DIR).mkdir(parents=True)
+    for name in ("metrics.jsonl", "run.json", "train.log", f"{HEARTBEAT_DIR}/rank3.json"):
+        (run_dir / name).write_text("{}")
+    runclaim.claim(run_dir, refuse_finished=True, overwrite=True)
+    assert sorted(p.name for p in run_dir.iterdir()) == [runclaim.LOCK] and runclaim.ours(run_dir)
+    runclaim.release(run_dir)
+
+
 def test_the_lock_goes_with_its_process(holder):
     run_dir, proc = holder
     proc.kill()

@@ -18,6 +18,26 @@ def test_oom_suggests_a_smaller_device_batch_size():
     assert "--device_batch_size=16" in message and "Tried to allocate 8.00 GiB" in message
 
 
+TORCH_CUDA_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which "
+                  "1.23 GiB is free. Including non-PyTorch memory, this process has 77.86 GiB memory in use. Of the "
+                  "allocated memory 75.10 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but "
+                  "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF="
+                  "expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  "
+                  "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+
+
+def test_an_oom_message_keeps_whole_sentences():
+    """Issue 23: OOM messages were cut mid-sentence; torch's allocator advice goes, its facts stay whole."""
+    message = classify_failure(torch.OutOfMemoryError(TORCH_CUDA_OOM), 8).message
+    assert message == ("out of memory at --device_batch_size=8: " + TORCH_CUDA_OOM.split(" If reserved")[0][:-1] +
+                       "; try --device_batch_size=4 (gradient accumulation keeps --total_batch_size the same)")
+    try:  # a real failed allocation of torch's CPU allocator
+        torch.empty(2 ** 62, dtype=torch.uint8)  # beyond any address space
+    except RuntimeError as e:
+        cpu = classify_failure(e, 8)
+    assert cpu.kind == "oom" and cpu.message.endswith("(Cannot allocate memory)"), cpu.message
+
+
 def test_other_statuses():
     assert classify_failure(DataError("no shards in /x")).status == "no_data"
     assert classify_failure(ConfigError("bad flag")) == ("error", "bad flag", False)

@@ -102,4 +102,8 @@ def test_ce_on_cpu_has_no_network_hooks(tmp_path):
 def test_version_commands():
     assert runtimes.get("bare").version_command() is None
     assert runtimes.get("apptainer").version_command() == ["apptainer", "--version"]
-    assert runtimes.get("pyxis").version_command() == ["enroot", "version"]
+    enroot = ["sh", "-c", 'v=$(enroot version) && echo "enroot $v"']  # named: enroot prints the number alone
+    assert runtimes.get("pyxis").version_command() == enroot
+    assert runtimes.get("ce").version_command() == enroot  # CE runs on enroot; nothing prints CE's own release
+    assert runtimes.get("sarus-suite").version_command() == ["sarusctl", "--version"]
+    assert runtimes.get("podman-hpc").version_command() == ["podman-hpc", "infohpc"]

@@ -1,0 +1,166 @@
+"""The CORE eval bundle under $NANOCHAT_BASE_DIR/eval_bundle, in the layout of upstream's eval_bundle.zip:
+
+  core.yaml           icl_tasks: label, dataset_uri (under eval_data/), num_fewshot [k], icl_task_type,
+                      continuation_delimiter (default " ")
+  eval_meta_data.csv  DCLM's table: `Eval Task` and `Random baseline` (percent) are the columns read
+  eval_data/<category>/<task>.jsonl   one example a line
+  origin.json         ours, not in the zip: how the bundle got there (downloaded from a URL, or generated)
+
+Evaluation only reads it: `nanochat-bench data download --eval-bundle` stages it (bench/nanochat/evalstage.py),
+`data generate --eval-bundle` writes a small one in the same format (bench/nanochat/evalgen.py). Every problem
+is one DataError line naming the file (and line) and what is wrong.
+"""
+
+import csv
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from bench.errors import DataError
+from bench.nanochat.common import get_base_dir
+from bench.nanochat.core_eval import LANGUAGE_MODELING, MULTIPLE_CHOICE, SCHEMA, TASK_TYPES, Task
+
+EVAL_BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip"  # upstream's, ~162 MB
+BUNDLE_DIR = "eval_bundle"
+CONFIG, META, DATA_DIR, ORIGIN = "core.yaml", "eval_meta_data.csv", "eval_data", "origin.json"
+SHUFFLE_SEED = 1337  # each task's rows are shuffled by Random(1337) before --max_per_task crops them
+FIX = ("stage it with `nanochat-bench data download --eval-bundle` (a mirror: --url), or write a small offline one "
+       "with `nanochat-bench data generate --eval-bundle`")
+# the keys each row must have, by task type (gold indexes choices / context_options)
+ROW_KEYS = {MULTIPLE_CHOICE: ("query", "choices", "gold"), SCHEMA: ("context_options", "continuation", "gold"),
+            LANGUAGE_MODELING: ("context", "continuation")}
+
+
+def bundle_dir() -> Path:
+    return get_base_dir() / BUNDLE_DIR
+
+
+@dataclass
+class Bundle:
+    path: Path
+    tasks: list[Task]
+    baselines: dict[str, float]  # label -> random baseline in percent
+
+    def task_data(self, task: Task, max_per_task: int = -1) -> list[dict]:
+        """The task's rows, shuffled by Random(1337), then the first max_per_task (-1: all)."""
+        rows = read_rows(self.path / DATA_DIR / task.dataset_uri, task.task_type)
+        random.Random(SHUFFLE_SEED).shuffle(rows)
+        if max_per_task > 0:
+            rows = rows[:max_per_task]
+        if len(rows) <= task.num_fewshot:
+            crop = f" after --max_per_task={max_per_task}" if max_per_task > 0 else ""
+            raise DataError(f"CORE task {task.label}: {len(rows)} example(s){crop}, but {task.num_fewshot}-shot "
+                            f"prompts need at least {task.num_fewshot + 1}; raise --max_per_task")
+        return rows
+
+    def origin(self) -> dict:
+        """origin.json's record, or {"origin": "unknown"} for a bundle placed by hand."""
+        path = self.path / ORIGIN
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {"origin": "unknown"}
+
+
+def load_bundle(path: Path | None = None) -> Bundle:
+    """core.yaml and the baselines, checked: every task's type, its data file and its baseline are there."""
+    path = Path(path) if path is not None else bundle_dir()
+    if not (path / CONFIG).is_file():
+        what = "no eval bundle" if not path.exists() else f"no {CONFIG} in the eval bundle"
+        raise DataError(f"{what} at {path}; {FIX}")
+    tasks = read_tasks(path / CONFIG)
+    baselines = read_baselines(path / META)
+    for task in tasks:
+        if task.label not in baselines:
+            raise DataError(f"{path / META}: no `Random baseline` for CORE task {task.label}; {FIX}")
+        if not (path / DATA_DIR / task.dataset_uri).is_file():
+            raise DataError(f"{path / DATA_DIR / task.dataset_uri}: missing (CORE task {task.label}); {FIX}")
+    return Bundle(path, tasks, baselines)
+
+
+def read_tasks(config: Path) -> list[Task]:
+    try:
+        doc = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise DataError(f"{config}: not readable YAML ({_first_line(e)}); {FIX}") from None
+    entries = doc.get("icl_tasks") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise DataError(f"{config}: no `icl_tasks` list; {FIX}")
+    return [_task(config, i, e) for i, e in enumerate(entries)]
+
+
+def _task(config: Path, i: int, entry) -> Task:
+    where = f"{config}: icl_tasks[{i}]"
+    if not isinstance(entry, dict):
+        raise DataError(f"{where}: not a mapping")
+    missing = [k for k in ("label", "dataset_uri", "num_fewshot", "icl_task_type") if k not in entry]
+    if missing:
+        raise DataError(f"{where}: missing {', '.join(missing)}")
+    if entry["icl_task_type"] not in TASK_TYPES:
+        raise DataError(f"{where} ({entry['label']}): icl_task_type {entry['icl_task_type']!r}; valid: "
+                        f"{', '.join(TASK_TYPES)}")
+    shots = entry["num_fewshot"]
+    if not (isinstance(shots, list) and shots and isinstance(shots[0], int) and shots[0] >= 0):
+        raise DataError(f"{where} ({entry['label']}): num_fewshot {shots!r} must be a list like [10]")
+    return Task(label=str(entry["label"]), task_type=entry["icl_task_type"], dataset_uri=str(entry["dataset_uri"]),
+                num_fewshot=shots[0], delimiter=str(entry.get("continuation_delimiter", " ")))
+
+
+def read_baselines(meta: Path) -> dict[str, float]:
+    try:
+        with open(meta, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"{meta}: not readable ({_first_line(e)}); {FIX}") from None
+    out = {}
+    for n, row in enumerate(rows, start=2):
+        try:
+            out[row["Eval Task"]] = float(row["Random baseline"])
+        except (KeyError, TypeError, ValueError):
+            raise DataError(f"{meta}:{n}: needs the columns `Eval Task` and `Random baseline` (a number); "
+                            f"{FIX}") from None
+    return out
+
+
+def read_rows(path: Path, task_type: str) -> list[dict]:
+    """Every line of a task's JSONL file, checked for the keys its type needs."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not readable ({_first_line(e)}); {FIX}") from None
+    rows = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line.strip())
+        except ValueError as e:
+            raise DataError(f"{path}:{n}: not valid JSON ({_first_line(e)}); {FIX}") from None
+        problem = row_problem(row, task_type)
+        if problem:
+            raise DataError(f"{path}:{n}: {problem} (a {task_type} row needs {', '.join(ROW_KEYS[task_type])}); "
+                            f"{FIX}")
+        rows.append(row)
+    return rows
+
+
+def row_problem(row, task_type: str) -> str | None:
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    missing = [k for k in ROW_KEYS[task_type] if k not in row]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    options = row.get("choices") if task_type == MULTIPLE_CHOICE else row.get("context_options")
+    if task_type == LANGUAGE_MODELING:
+        return None
+    if not isinstance(options, list) or not options:
+        return "the options are not a non-empty list"
+    gold = row["gold"]
+    if not isinstance(gold, int) or isinstance(gold, bool) or not 0 <= gold < len(options):
+        return f"gold {gold!r} is not an index of its {len(options)} option(s)"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -1,0 +1,178 @@
+"""`nanochat-bench data download --eval-bundle`: stage upstream's eval_bundle.zip as $NANOCHAT_BASE_DIR/eval_bundle
+before any evaluation (compute nodes usually have no internet; upstream fetches it at evaluation time).
+
+Through the shard downloader's machinery (bench/nanochat/download.py): one probe first, so a mirror that cannot
+be reached stops the command in seconds with one line; then the zip streams to eval_bundle.zip.tmp, which a
+later try (or a later run of the command) resumes with a Range request. The finished zip is checked: its
+SHA-256 against --sha256 when given (upstream publishes none, so the digest seen is recorded in origin.json),
+every member's CRC, and the bundle it holds (core.yaml, the baselines, every task's file, every row) before it
+is moved into place. A bundle already staged that reads is not fetched again.
+"""
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import requests
+
+from bench.contract import write_json_atomic
+from bench.errors import ConfigError, DataError
+from bench.nanochat import download
+from bench.nanochat.common import get_base_dir
+from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle
+
+ENV_URL = "NANOCHAT_EVAL_BUNDLE_URL"
+ZIP_NAME = "eval_bundle.zip"
+FIX_URL = f"check the network, or point --url (or {ENV_URL}) at a mirror of {EVAL_BUNDLE_URL}"
+
+
+def bundle_url(url: str | None) -> str:
+    return url or os.environ.get(ENV_URL) or EVAL_BUNDLE_URL
+
+
+def check_all_rows(bundle) -> int:
+    """Read every task's rows (a corrupt line is a DataError naming it); the number of examples."""
+    return sum(len(bundle.task_data(t)) for t in bundle.tasks)
+
+
+def probe(url: str, timeout: tuple[float, float], tries: int = 3) -> None:
+    """A HEAD request before the download: DataError in one line when nothing answers at `url`."""
+    for attempt in range(1, tries + 1):
+        try:
+            requests.head(url, timeout=timeout, allow_redirects=True)
+            return
+        except requests.RequestException as e:
+            why = download.no_answer(e)
+            if why is None:
+                return
+            if attempt == tries or "refused" not in why:
+                raise DataError(f"cannot reach {url}: {why}; nothing was downloaded; {FIX_URL}") from None
+            time.sleep(0.5)
+
+
+def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float = 2.0,
+              chunk_bytes: int = download.CHUNK_BYTES) -> None:
+    """The zip into dest, through dest.tmp, resumed across tries and runs; DataError after the last try."""
+    tmp = dest.with_name(dest.name + ".tmp")  # a fixed name: a later try resumes it
+    timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
+    for attempt in range(1, retries + 1):
+        try:
+            download._fetch_once(url, tmp, timeout, chunk_bytes)
+            os.replace(tmp, dest)
+            return
+        except requests.HTTPError as e:
+            code = e.response.status_code if e.response is not None else None
+            if code in download.PERMANENT_HTTP or attempt == retries:
+                raise DataError(f"{url}: HTTP {code}; nothing was staged; {FIX_URL}") from None
+        except requests.RequestException as e:
+            if attempt == retries:
+                why = download.no_answer(e) or f"{type(e).__name__}"
+                raise DataError(f"{url}: {retries} attempt(s) failed, the last: {why}; run again to resume "
+                                f"{tmp}; {FIX_URL}") from None
+        except OSError as e:
+            raise DataError(f"cannot write {tmp}: {e.strerror or e}; free space there or set NANOCHAT_BASE_DIR "
+                            "to another directory, then run again to resume") from None
+        time.sleep(backoff_s * 2 ** (attempt - 1))
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def place(zip_path: Path, target: Path, origin: dict) -> int:
+    """Unpack the zip's eval_bundle/ folder, check it whole, then move it to `target`; its examples."""
+    try:
+        with zipfile.ZipFile(zip_path) as z:
+            bad = z.testzip()
+            if bad is not None:
+                zip_path.unlink()
+                raise DataError(f"{zip_path}: member {bad} fails its CRC check (a damaged download); deleted it, "
+                                "run again to fetch it anew")
+            with tempfile.TemporaryDirectory(dir=target.parent, prefix=".eval_bundle-") as tmp:
+                z.extractall(tmp)
+                unpacked = Path(tmp) / BUNDLE_DIR
+                if not unpacked.is_dir():
+                    raise DataError(f"{zip_path}: no top-level {BUNDLE_DIR}/ folder in the zip; is it upstream's "
+                                    f"eval_bundle.zip?")
+                examples = check_all_rows(load_bundle(unpacked))
+                write_json_atomic(unpacked / ORIGIN, origin)
+                if target.exists():
+                    shutil.rmtree(target)
+                os.replace(unpacked, target)
+    except zipfile.BadZipFile as e:
+        zip_path.unlink()
+        raise DataError(f"{zip_path}: not a zip file ({e}); deleted it, run again to fetch it anew") from None
+    return examples
+
+
+def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
+          timeout_s: float = download.READ_TIMEOUT_S, overwrite: bool = False, backoff_s: float = 2.0,
+          chunk_bytes: int = download.CHUNK_BYTES) -> tuple[Path, int, bool]:
+    """(bundle directory, examples, fetched now?)."""
+    if retries < 1:
+        raise ConfigError(f"--retries {retries}: must be >= 1")
+    if sha256 is not None and (len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower())):
+        raise ConfigError(f"--sha256 {sha256}: must be 64 hexadecimal digits")
+    target = bundle_dir()
+    if target.exists():
+        origin = load_bundle_or_none(target)
+        if origin == "generated" and not overwrite:
+            raise DataError(f"{target}: a `data generate --eval-bundle` stand-in is staged there; pass --overwrite "
+                            "to replace it by the real bundle (default: refuse to mix them)")
+        if origin not in (None, "generated"):
+            return target, check_all_rows(load_bundle(target)), False
+    url = bundle_url(url)
+    base = get_base_dir()
+    zip_path = base / ZIP_NAME
+    if not zip_path.is_file():
+        probe(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s))
+        fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)
+    digest = sha256_of(zip_path)
+    if sha256 is not None and digest != sha256.lower():
+        zip_path.unlink()
+        raise DataError(f"{url}: the zip's SHA-256 is {digest}, not the --sha256 {sha256.lower()} given; deleted "
+                        f"it; check the mirror")
+    examples = place(zip_path, target, {"origin": "downloaded", "url": url, "sha256": digest,
+                                        "bytes": zip_path.stat().st_size})
+    zip_path.unlink()  # unpacked and checked: the 162 MB are not needed twice
+    return target, examples, True
+
+
+def load_bundle_or_none(target: Path) -> str | None:
+    """The origin of a staged bundle that reads whole ("generated", "downloaded", "unknown"); None if it does not."""
+    try:
+        bundle = load_bundle(target)
+        check_all_rows(bundle)
+    except DataError:
+        return None
+    return bundle.origin().get("origin", "unknown")
+
+
+def cli_download(args) -> int:
+    """`data download --eval-bundle` (bench/commands/data.py hands over here)."""
+    path, examples, fetched = stage(url=args.url, sha256=args.sha256, retries=args.retries, timeout_s=args.timeout,
+                                    overwrite=args.overwrite)
+    verb = "staged" if fetched else "already staged (checked, not fetched again)"
+    tasks = len(load_bundle(path).tasks)
+    print(f"eval bundle {verb}: {path} ({tasks} tasks, {examples:,} examples under {DATA_DIR}/); nodes read it "
+          f"offline")
+    return 0
+
+
+def cli_generate(args) -> int:
+    """`data generate --eval-bundle`: a small bundle in the real format (offline; scores mean nothing)."""
+    from bench.nanochat import evalgen
+
+    path = evalgen.generate(overwrite=args.overwrite)
+    bundle = load_bundle(path)
+    print(f"generated eval bundle {path}: {len(bundle.tasks)} tasks, {check_all_rows(bundle):,} examples "
+          f"(an offline stand-in: its CORE measures nothing)")
+    return 0

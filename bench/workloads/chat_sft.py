@@ -1,0 +1,94 @@
+"""The chat_sft stage: bench/nanochat/chat_sft.py under torchrun, one process per GPU (or CPU rank).
+
+How it plans a sweep point: an optimizer step takes target_examples_per_step conversations over all ranks,
+device_batch_size per micro-batch per rank, so the target must be a multiple of device batch x ranks
+(upstream asserts it; at 8 ranks its 32 are 4 per rank, no accumulation):
+- weak scaling (the default): each rank keeps its work, device batch conversations a step, no accumulation,
+  so the target grows with the ranks (device batch x ranks: 32 at 8 ranks, 256 at 64) and the horizon of
+  one epoch shrinks with it;
+- strong: the target stays (32 by default) and the device batch is lowered to the largest that divides it,
+  with the accumulation that makes it up; a rank count that no device batch serves (32 examples over 64 ranks)
+  is refused, naming the targets that would work.
+A multi-node point needs $NANOCHAT_BASE_DIR on a filesystem all nodes share (bench/workloads/sharedfs.py): every
+rank reads the checkpoint of the stage before. The horizon: --num_iterations, else one epoch of the mixture, counted from the real data's rows (22,439 at
+upstream 5c93a56; a generated stand-in has fewer, and the run counts its own).
+"""
+
+from bench.errors import ConfigError
+from bench.workloads.base import PointContext, PointPlan, Settings
+from bench.workloads.stage import TorchrunStage, argv_of
+
+RUN_WORKLOAD = "nanochat-sft"
+SFT_TRAIN_ROWS = 22_439  # upstream's SFT mixture on the real data (speedrun report of 2025-11-11)
+
+
+class ChatSFT(TorchrunStage):
+    name = "chat_sft"
+    run_workload = RUN_WORKLOAD
+    module = "bench.nanochat.chat_sft"
+    deadline_flag = "--deadline="
+    PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
+                    ("examples/step", "target_examples_per_step", "{}"), ("steps", "num_iterations", "{}"))
+
+    def parse(self, argv: list[str]):
+        from bench.nanochat.sftconfig import parse_sft_args
+
+        return parse_sft_args(argv)
+
+    def check(self, argv: list[str], nproc: int) -> None:
+        from bench.nanochat.sftconfig import sft_grad_accum
+
+        config = self.parse(argv)
+        sft_grad_accum(config.target_examples_per_step, config.device_batch_size, nproc)
+
+    def settings(self, train: dict, scaling: str) -> Settings:
+        if scaling == "weak" and "target_examples_per_step" in train:
+            raise ConfigError("--target_examples_per_step is what weak scaling grows with the ranks (device batch x "
+                              "ranks); fix it with --scaling strong, or leave it out")
+        return super().settings(train, scaling)
+
+    def plan(self, settings: Settings, point: PointContext) -> PointPlan:
+        from bench.nanochat.sftconfig import batch_sizes_that_work
+        from bench.paths import base_dir
+        from bench.workloads.sharedfs import check_shared
+
+        base, ranks = settings.config, point.ranks
+        shared = check_shared(base_dir(point.base_dir), point.nodes, point.site)  # it reads the mid checkpoint
+        if shared:
+            return PointPlan(reason=shared)
+        if point.scaling == "weak":
+            dbs, target, note = base.device_batch_size, base.device_batch_size * ranks, ""
+        else:
+            target = base.target_examples_per_step
+            sizes = batch_sizes_that_work(target, base.device_batch_size, ranks)
+            if not sizes:
+                return PointPlan(reason=unmet_target(target, base.device_batch_size, ranks))
+            dbs = sizes[0]
+            note = "" if dbs == base.device_batch_size else \
+                f"device batch lowered from {base.device_batch_size} to {dbs}"
+        accum = target // (dbs * ranks)
+        steps = base.num_iterations if base.num_iterations > 0 else SFT_TRAIN_ROWS // target * base.num_epochs
+        if base.num_iterations <= 0:
+            note = "; ".join(filter(None, [note, f"steps from the real data's {SFT_TRAIN_ROWS:,} rows"]))
+        flags = {**settings.train, "device_batch_size": dbs,
+                 "target_examples_per_step": target}
+        return PointPlan(train_argv=tuple(argv_of(flags)),
+                         columns=(("device_batch_size", dbs), ("grad_accum", accum),
+                                  ("target_examples_per_step", target), ("num_iterations", steps)),
+                         manifest=(("grad_accum", accum),), note=note)
+
+    def describe(self, sweep) -> list[str]:
+        grows = "examples per step grow with the ranks" if sweep.scaling == "weak" else "examples per step fixed"
+        return [f"workload: chat_sft source={sweep.settings.config.source} scaling={sweep.scaling} ({grows})"]
+
+
+def unmet_target(target: int, device_batch_size: int, ranks: int) -> str:
+    """Why `ranks` cannot share `target` examples a step, and the targets that would work."""
+    works = [m * ranks for m in (1, 2, 4)] if target < ranks else \
+        [t for t in (target // ranks * ranks, (target // ranks + 1) * ranks) if t > 0]
+    return (f"target_examples_per_step {target} is not a multiple of device batch x {ranks} ranks for any device "
+            f"batch <= {device_batch_size}; targets that work: {', '.join(map(str, works))} "
+            f"(--train-arg target_examples_per_step=N), or --scaling weak")
+
+
+WORKLOAD = ChatSFT()

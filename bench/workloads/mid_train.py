@@ -1,0 +1,82 @@
+"""The mid_train stage: bench/nanochat/mid_train.py under torchrun, one process per GPU (or CPU rank).
+
+How it plans a sweep point, as pre-training (bench/workloads/nanochat.py):
+- weak scaling (the default): each rank keeps device batch x sequence with no accumulation, so
+  total_batch_size = device batch x sequence x ranks grows with the ranks;
+- strong: total_batch_size stays (524,288 by default); fit_batch lowers the device batch or raises the
+  accumulation, and a total the ranks cannot divide is the point's reason;
+- upstream's `assert total_batch_size % (B*T*W) == 0` is checked here, before any process starts;
+- no memory fit: the base checkpoint's depth is known only once a rank reads it;
+- a multi-node point needs $NANOCHAT_BASE_DIR on a filesystem all nodes share (bench/workloads/sharedfs.py):
+  every node reads the base checkpoint and the next stage reads this one.
+A sweep trains SWEEP_NUM_ITERATIONS batches unless told otherwise (-1: one epoch of the mixture).
+"""
+
+from dataclasses import replace
+
+from bench.errors import ConfigError
+from bench.workloads.base import PointContext, PointPlan, Settings
+from bench.workloads.stage import TorchrunStage, argv_of
+from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
+
+
+class MidTrain(TorchrunStage):
+    name = "mid_train"
+    run_workload = "nanochat-mid"  # run.json's workload
+    module = "bench.nanochat.mid_train"
+    deadline_flag = "--deadline="
+    PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
+                    ("total_batch", "total_batch_size", "{:,}"), ("batches", "num_iterations", "{}"))
+    sweep_defaults = {"num_iterations": SWEEP_NUM_ITERATIONS}
+
+    def parse(self, argv: list[str]):
+        from bench.nanochat.mid_train import parse_args
+
+        return parse_args(argv)
+
+    def check(self, argv: list[str], nproc: int) -> None:
+        from bench.nanochat.config import grad_accum_steps
+
+        config = self.parse(argv)
+        grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
+
+    def settings(self, train: dict, scaling: str) -> Settings:
+        if scaling == "weak" and "total_batch_size" in train:
+            raise ConfigError("--total_batch_size is what weak scaling grows with the ranks (device batch x "
+                              "sequence x ranks); fix it with --scaling strong, or leave it out")
+        return super().settings(train, scaling)
+
+    def plan(self, settings: Settings, point: PointContext) -> PointPlan:
+        from bench.nanochat.config import fit_batch
+        from bench.paths import base_dir
+        from bench.workloads.sharedfs import check_shared
+
+        config, ranks = settings.config, point.ranks
+        shared = check_shared(base_dir(point.base_dir), point.nodes, point.site)
+        if shared:
+            return PointPlan(reason=shared)
+        seq = config.max_seq_len
+        if point.scaling == "weak":
+            dbs, accum, total, note = config.device_batch_size, 1, config.device_batch_size * seq * ranks, ""
+        else:
+            fit = fit_batch(config.total_batch_size, config.device_batch_size, seq, ranks)
+            if not fit.possible:
+                return PointPlan(reason=fit.reason)
+            dbs, accum, total, note = fit.device_batch_size, fit.grad_accum, config.total_batch_size, fit.note
+        flags = {**settings.train, "device_batch_size": dbs, "total_batch_size": total}
+        replace(config, device_batch_size=dbs, total_batch_size=total).validate()
+        return PointPlan(train_argv=tuple(argv_of(flags)),
+                         columns=(("device_batch_size", dbs), ("grad_accum", accum), ("total_batch_size", total),
+                                  ("num_iterations", config.num_iterations)),
+                         manifest=(("grad_accum", accum),), note=note)
+
+    def describe(self, sweep) -> list[str]:
+        config = sweep.settings.config
+        grows = "total batch grows with the ranks" if sweep.scaling == "weak" else "total batch fixed"
+        horizon = "one epoch of the mid mixture" if config.num_iterations < 0 else \
+            f"{config.num_iterations} batches ({config.num_iterations - 1} steps)"
+        return [f"workload: mid_train max_seq_len={config.max_seq_len} scaling={sweep.scaling} ({grows}); "
+                f"{horizon}; from the base checkpoint {config.model_tag or '(largest d<depth>)'}"]
+
+
+WORKLOAD = MidTrain()

@@ -1,0 +1,23 @@
+"""The capacity sweep's progress line keeps a probe's message whole (issue 23: OOM messages were cut at
+120 characters, mid-sentence).
+
+    python -m pytest tests/unit/capacity/test_progress_line.py -q
+"""
+
+import time
+from types import SimpleNamespace
+
+from bench.capacity.probe import ProbeResult, ProbeSpec
+from bench.capacity.sweep import Sweep
+
+MESSAGE = ("rank 0: out of memory at --device_batch_size=8: [enforce fail at alloc_cpu.cpp:127] err == 0. "
+           "DefaultCPUAllocator: can't allocate memory: you tried to allocate 35184372088832 bytes. "
+           "Error code 12 (Cannot allocate memory)")
+
+
+def test_an_oom_probe_line_ends_with_the_whole_message():
+    r = ProbeResult(ProbeSpec("zero2", 12, device_batch_size=8), "oom", MESSAGE, num_params=10**8, wall_s=12)
+    lines: list[str] = []
+    # the sweep's own method, on the little state it reads (no machine is probed)
+    Sweep._progress(SimpleNamespace(results=[r], t0=time.time(), log=lines.append), r)
+    assert len(lines) == 1 and lines[0].endswith(f"-> oom: {MESSAGE} (12 s)")

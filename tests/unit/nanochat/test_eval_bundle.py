@@ -1,0 +1,150 @@
+"""The eval bundle: reading checks, `data generate --eval-bundle` and `data download --eval-bundle` (from a local
+HTTP server standing in for the mirror: no site network here), resume, checksum, fail fast, no mixing.
+python -m pytest tests/unit/nanochat/test_eval_bundle.py -q"""
+
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from bench.errors import DataError
+from bench.nanochat import evalgen, evalstage
+from bench.nanochat.evalbundle import load_bundle
+
+
+def cli(*args, base):
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), PYTHONPATH=os.getcwd())
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def bundle_zip(tmp_path_factory) -> bytes:
+    """A zip laid out as upstream's eval_bundle.zip (one top-level eval_bundle/ folder), of a generated bundle
+    without its origin.json (the real zip has none)."""
+    root = tmp_path_factory.mktemp("zip")
+    bundle = evalgen.generate(root / "eval_bundle", rows=12)
+    (bundle / "origin.json").unlink()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(bundle.rglob("*")):
+            z.write(path, path.relative_to(root))
+    return out.getvalue()
+
+
+class Mirror(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, body: bytes):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.body, self.cut_first, self.ranges = body, False, []
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}/eval_bundle.zip"
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def do_GET(self):
+        srv, rng = self.server, self.headers.get("Range")
+        srv.ranges.append(rng)
+        start = int(rng.split("=")[1].rstrip("-")) if rng else 0
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(len(srv.body) - start))
+        self.end_headers()
+        if srv.cut_first:
+            srv.cut_first = False
+            self.wfile.write(srv.body[: len(srv.body) // 2])  # then the connection drops
+            self.close_connection = True
+            return
+        self.wfile.write(srv.body[start:])
+
+
+@pytest.fixture
+def mirror(bundle_zip):
+    srv = Mirror(bundle_zip)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_download_resumes_a_cut_transfer_checks_it_and_records_its_digest(mirror, bundle_zip, tmp_path,
+                                                                          monkeypatch):
+    import hashlib
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    mirror.cut_first = True
+    path, examples, fetched = evalstage.stage(url=mirror.url, timeout_s=5, backoff_s=0.01, chunk_bytes=1024)
+    assert fetched and examples == 22 * 12 and path == tmp_path / "eval_bundle"
+    assert mirror.ranges[0] is None and mirror.ranges[1].startswith("bytes=")  # the second try resumed
+    origin = json.loads((tmp_path / "eval_bundle" / "origin.json").read_text())
+    assert origin == {"origin": "downloaded", "url": mirror.url, "sha256": hashlib.sha256(bundle_zip).hexdigest(),
+                      "bytes": len(bundle_zip)}
+    assert not (tmp_path / "eval_bundle.zip").exists() and len(load_bundle(tmp_path / "eval_bundle").tasks) == 22
+    again = cli("data", "download", "--eval-bundle", "--url", mirror.url, base=tmp_path)
+    assert again.returncode == 0 and "already staged" in again.stdout and len(mirror.ranges) == 2
+
+
+def test_a_wrong_checksum_stages_nothing(mirror, tmp_path):
+    bad = cli("data", "download", "--eval-bundle", "--url", mirror.url, "--sha256", "0" * 64, base=tmp_path)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "SHA-256" in bad.stderr
+    assert not (tmp_path / "eval_bundle").exists() and not (tmp_path / "eval_bundle.zip").exists()
+
+
+def test_an_unreachable_mirror_fails_fast_in_one_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    out = cli("data", "download", "--eval-bundle", "--url", f"http://127.0.0.1:{port}/eval_bundle.zip",
+              base=tmp_path)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "connection refused" in out.stderr
+    assert "NANOCHAT_EVAL_BUNDLE_URL" in out.stderr
+
+
+def test_generate_refuses_to_replace_and_download_refuses_to_mix(mirror, tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    evalgen.generate()
+    again = cli("data", "generate", "--eval-bundle", base=tmp_path)
+    assert again.returncode == 1 and again.stderr.count("\n") == 1 and "--overwrite" in again.stderr
+    with pytest.raises(DataError, match="stand-in is staged there; pass --overwrite"):
+        evalstage.stage(url=mirror.url)
+    assert not mirror.ranges
+    evalstage.stage(url=mirror.url, overwrite=True)
+    assert load_bundle(tmp_path / "eval_bundle").origin()["origin"] == "downloaded"
+
+
+def test_reading_names_the_file_and_what_is_wrong(tmp_path):
+    with pytest.raises(DataError, match=r"no eval bundle at .*nanochat-bench data download --eval-bundle"):
+        load_bundle(tmp_path / "nothing")
+    bundle = load_bundle(evalgen.generate(tmp_path / "eval_bundle", rows=12))
+    task = bundle.tasks[5]  # copa: multiple choice
+    path = bundle.path / "eval_data" / task.dataset_uri
+    rows = path.read_text().splitlines()
+    rows[2] = json.dumps({"query": "q", "choices": ["a", "b"], "gold": 2})
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataError, match=rf"{path}:3: gold 2 is not an index of its 2 option\(s\)"):
+        bundle.task_data(task)
+    (bundle.path / "core.yaml").write_text("icl_tasks:\n- label: x\n  dataset_uri: a.jsonl\n  num_fewshot: [0]\n"
+                                           "  icl_task_type: ranking\n")
+    with pytest.raises(DataError, match=r"icl_task_type 'ranking'; valid: multiple_choice, schema"):
+        load_bundle(bundle.path)
+    shutil.rmtree(bundle.path / "eval_data")
+    (bundle.path / "core.yaml").write_text(evalgen.config_text())
+    with pytest.raises(DataError, match=r"hellaswag.jsonl: missing \(CORE task hellaswag_zeroshot\)"):
+        load_bundle(bundle.path)

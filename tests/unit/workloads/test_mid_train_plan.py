@@ -1,0 +1,73 @@
+"""mid_train's plan: the total batch per rank count (weak grows it, strong keeps it), upstream's divisibility
+before any job exists, and a multi-node point only on a base directory the nodes share.
+
+    python -m pytest tests/unit/workloads/test_mid_train_plan.py -q
+"""
+
+from bench import cli, sites
+from bench.launch.job import LaunchOptions, assemble
+from bench.launch.plan import Sweep, format_table
+from bench.launch.render import render_sbatch
+
+CPU = {"device_type": "cpu", "max_seq_len": 64, "device_batch_size": 4}
+
+
+def sweep(tmp_path, nodes, scaling="weak", site="test-cluster", **train):
+    return Sweep(nodes, 2, ["bare"], train={**CPU, **train}, workload="mid_train", scaling=scaling,
+                 site=sites.load(site) if site else None, base_dir=str(tmp_path / "base"))
+
+
+def test_weak_scaling_grows_the_total_with_the_ranks(tmp_path):
+    s = sweep(tmp_path, [1, 2])
+    one, two = s.points()
+    assert [p.plan.column("total_batch_size") for p in (one, two)] == [4 * 64 * 2, 4 * 64 * 4]
+    assert two.train_argv == ("--device_batch_size=4", "--device_type=cpu", "--max_seq_len=64",
+                              "--num_iterations=200", "--total_batch_size=1024")  # the sweep's short horizon
+    text = format_table(s)
+    assert text.splitlines()[0].split()[4:8] == ["device_bs", "grad_accum", "total_batch", "batches"]
+    assert "200 batches (199 steps)" in text
+
+
+def test_strong_scaling_keeps_the_total_or_says_why_not(tmp_path):
+    s = sweep(tmp_path, [1, 2], scaling="strong", total_batch_size=1024)
+    one, two = s.points()
+    assert [(p.plan.column("device_batch_size"), p.plan.column("grad_accum")) for p in (one, two)] == [(4, 2), (4, 1)]
+    lowered = sweep(tmp_path, [2], scaling="strong", total_batch_size=768).points()[0]  # 768 = 3 x 64 x 4
+    assert (lowered.plan.column("device_batch_size"), lowered.plan.column("grad_accum")) == (3, 1)
+    assert "device batch lowered from 4 to 3" in lowered.note
+    bad = sweep(tmp_path, [2], scaling="strong", total_batch_size=1000).points()[0]
+    assert not bad.possible and "not a multiple of max_seq_len x ranks = 64 x 4" in bad.reason
+    assert "impossible: total_batch_size 1,000" in format_table(sweep(tmp_path, [2], scaling="strong",
+                                                                      total_batch_size=1000))
+
+
+def test_a_multi_node_point_needs_a_shared_base_directory(tmp_path):
+    one, two = sweep(tmp_path, [1, 2], site=None).points()
+    assert one.possible and not two.possible
+    assert f"NANOCHAT_BASE_DIR {tmp_path / 'base'} is on" in two.reason and "not a filesystem all 2 nodes" in \
+        two.reason  # this host's disk is local; the test cluster's profile declares its one host shared
+    assert sweep(tmp_path, [2]).points()[0].possible
+
+
+def test_two_nodes_render_the_stage_under_torchrun(tmp_path):
+    s = sweep(tmp_path, [2])
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3", check_images=False,
+                         site=sites.load("test-cluster"))
+    [job] = assemble(s, opts, tmp_path / "sweep", note=lambda _: None)
+    text = render_sbatch(job)
+    assert "-m bench.nanochat.mid_train -- --device_batch_size=4" in text and "--total_batch_size=1024" in text
+    assert "--deadline=" in text and "--nnodes=2" in text.replace("--nnodes ", "--nnodes=")
+    assert job.runs[0].manifest["workload"] == "nanochat-mid"
+    assert job.runs[0].manifest["config"]["total_batch_size"] == 1024
+
+
+def test_the_cli_plans_it_and_refuses_what_weak_scaling_sets(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    argv = ["plan", "--workload", "mid_train", "--nodes", "1,2", "--gpus-per-node", "2", "--site", "test-cluster",
+            "--device_type", "cpu", "--max_seq_len", "64", "--device_batch_size", "4"]
+    assert cli.main(argv) == 0
+    assert "1,024" in capsys.readouterr().out
+    assert cli.main([*argv, "--total_batch_size", "1024"]) == 1
+    assert "--total_batch_size is what weak scaling grows" in capsys.readouterr().err
+    assert cli.main([*argv, "--depth", "4"]) == 1
+    assert "unknown argument(s): '--depth=4'" in capsys.readouterr().err  # the base checkpoint has the depth

@@ -1,0 +1,53 @@
+"""The shared-filesystem check of multi-node stage points: python -m pytest tests/unit/workloads/test_sharedfs.py -q
+
+This host's own /proc/mounts is real; the network filesystems a cluster has (Lustre, NFS) cannot be mounted
+here, so those cases give check_shared a mount table as /proc/mounts would print it.
+"""
+
+import pytest
+
+from bench import sites
+from bench.errors import ConfigError
+from bench.workloads.sharedfs import check_shared, mount_of
+
+CLUSTER_MOUNTS = """\
+/dev/sda1 / ext4 rw,relatime 0 0
+tmpfs /tmp tmpfs rw 0 0
+10.0.0.1@o2ib:/scratch /scratch lustre rw,flock 0 0
+nas:/home /users nfs4 rw 0 0
+nas:/proj /my\\040project nfs rw 0 0
+"""
+
+
+def test_one_node_always_shares():
+    assert check_shared("/tmp/anything", 1) is None
+
+
+def test_a_local_disk_is_refused_naming_path_and_type(tmp_path):
+    _, fstype = mount_of(tmp_path)
+    reason = check_shared(tmp_path / "base", 2)
+    assert fstype not in ("nfs", "lustre")  # this host's disk is local
+    assert reason and str(tmp_path / "base") in reason and f"on {fstype}" in reason and "2 nodes" in reason
+
+
+def test_network_filesystems_pass_local_ones_do_not():
+    assert check_shared("/scratch/me/nanochat", 4, mounts_text=CLUSTER_MOUNTS) is None
+    assert check_shared("/users/me/.cache/nanochat", 4, mounts_text=CLUSTER_MOUNTS) is None
+    assert check_shared("/my project/base", 2, mounts_text=CLUSTER_MOUNTS) is None  # \040 is a space
+    reason = check_shared("/tmp/nanochat", 2, mounts_text=CLUSTER_MOUNTS)
+    assert "on tmpfs (mounted at /tmp)" in reason
+    assert "on ext4 (mounted at /)" in check_shared("/opt/nanochat", 2, mounts_text=CLUSTER_MOUNTS)
+
+
+def test_a_site_declares_its_shared_paths(tmp_path):
+    cluster = sites.load("test-cluster")
+    assert cluster.shared_paths == ("/",)
+    assert check_shared(tmp_path, 2, cluster) is None
+    site = tmp_path / "site.toml"
+    site.write_text('name = "s"\nnetwork = "ethernet"\nshared_paths = ["/srv/shared"]\n')
+    mine = sites.load(str(site))
+    assert check_shared("/srv/shared/base", 2, mine, mounts_text=CLUSTER_MOUNTS) is None
+    assert "shared_paths of site profile s" in check_shared("/srv/other", 2, mine, mounts_text=CLUSTER_MOUNTS)
+    site.write_text('name = "s"\nnetwork = "ethernet"\nshared_paths = ["scratch"]\n')
+    with pytest.raises(ConfigError, match="shared_paths: 'scratch' is not an absolute path"):
+        sites.load(str(site))

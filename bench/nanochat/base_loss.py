@@ -21,17 +21,9 @@ from bench.errors import ConfigError
 from bench.nanochat import stagerun
 from bench.nanochat.common import print0
 from bench.nanochat.config import RunSettings, parse_config
+from bench.nanochat.train import SAMPLE_PROMPTS as PROMPTS  # base_train's, which base_loss prints completed
 from bench.workloads.base_loss import RUN_WORKLOAD
 
-PROMPTS = (  # base_train's sample prompts, which base_loss prints completed
-    "The capital of France is",
-    "The chemical symbol of gold is",
-    "If yesterday was Friday, then tomorrow will be",
-    "The opposite of hot is",
-    "The planets of the solar system are:",
-    "My favorite color is",
-    "If 5*x + 3 = 13, then x is",
-)
 SAMPLE_TOKENS = 16
 SPLITS = ("train", "val")
 

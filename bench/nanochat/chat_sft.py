@@ -175,13 +175,7 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
         if ddp:
             dist.all_reduce(counts, op=dist.ReduceOp.SUM)
         lrm = lr_multiplier(step)
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group["lr"] = group["initial_lr"] * lrm
-        with timer.section("optim"):
-            for opt in optimizers:
-                opt.step()
-        model.zero_grad(set_to_none=True)
+        stagerun.optimizer_step(model, optimizers, lrm, timer)  # Muon's momentum stays at 0.95: no ramp in SFT
         session.synchronize()
         dt = time.time() - t0
         split = timer.split(dt * 1000)

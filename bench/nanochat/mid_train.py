@@ -239,15 +239,7 @@ def mid_train(config: MidConfig, record: RunRecord):
                     x, y = next(train_loader)  # prefetch while the device runs the backward pass
                 progress = max(progress, train_loader.progress)  # never backwards (the cursor wraps)
         lrm = get_lr_multiplier(progress)
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group["lr"] = group["initial_lr"] * lrm
-        for group in muon_optimizer.param_groups:
-            group["momentum"] = get_muon_momentum(step)
-        with timer.section("optim"):  # the sharded optimizers' collectives are timed inside, as comm
-            for opt in optimizers:
-                opt.step()
-        model.zero_grad(set_to_none=True)
+        stagerun.optimizer_step(model, optimizers, lrm, timer, muon_optimizer, get_muon_momentum(step))
         session.synchronize()
         dt = time.time() - t0
         split = timer.split(dt * 1000)

@@ -114,6 +114,22 @@ def log_step(session: Session, record: RunRecord, step: int, num_iterations: int
         record.emit("steady", step=step)
 
 
+def optimizer_step(model, optimizers, lrm: float, timer, muon=None, momentum: float | None = None) -> None:
+    """One update: every optimizer's groups at `lrm` x their initial LR (Muon's momentum set when given), the
+    step timed as the split's `optim` (the sharded optimizers' collectives inside it count as comm), then the
+    gradients cleared."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] = group["initial_lr"] * lrm
+    if muon is not None and momentum is not None:
+        for group in muon.param_groups:
+            group["momentum"] = momentum
+    with timer.section("optim"):
+        for opt in optimizers:
+            opt.step()
+    model.zero_grad(set_to_none=True)
+
+
 def end(session: Session, record: RunRecord, total_training_time_s: float, min_val_bpb: float | None = None,
         **fields) -> float:
     """The stage's last lines and its `end` event; returns the peak memory (MiB, 0 off CUDA)."""

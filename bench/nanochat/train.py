@@ -275,15 +275,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             if config.grad_clip > 0.0:  # zero2: each rank's local gradients (upstream); fsdp: the averaged ones
                 grad_norm = clip_grad_norm_(orig_model.parameters(), config.grad_clip)
             lrm = get_lr_multiplier(step)
-            for opt in optimizers:
-                for group in opt.param_groups:
-                    group["lr"] = group["initial_lr"] * lrm
-            for group in muon_optimizer.param_groups:
-                group["momentum"] = get_muon_momentum(step)
-            with timer.section("optim"):  # the sharded optimizers' collectives are timed inside, as comm
-                for opt in optimizers:
-                    opt.step()
-            model.zero_grad(set_to_none=True)
+            stagerun.optimizer_step(model, optimizers, lrm, timer, muon_optimizer, get_muon_momentum(step))
             synchronize()
             dt = time.time() - t0
         split = timer.split(dt * 1000)

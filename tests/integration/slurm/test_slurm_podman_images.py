@@ -16,6 +16,8 @@ test_podman_hpc.py: otherwise both torchrun agents are PID 1 on one host name, w
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,9 +33,10 @@ NODES = ("n1", "n2")  # tests/integration/slurm/slurm_cluster.py
 
 
 @pytest.fixture(scope="module")
-def node_storage(podman_image, tmp_path_factory):
+def node_storage(podman_image):
     """A `podman` that keeps each node's images apart, an archive of the project's image, and the roots."""
-    root = tmp_path_factory.mktemp("podman-nodes")
+    # short: podman refuses a --runroot over 50 characters, which pytest's own temporary paths can pass
+    root = Path(tempfile.mkdtemp(prefix="pn-", dir="/tmp"))
     real = shutil.which("podman")
     bindir = root / "bin"
     bindir.mkdir()

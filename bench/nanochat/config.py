@@ -280,6 +280,15 @@ def fit_batch(total_batch_size: int, device_batch_size: int, max_seq_len: int, r
     return BatchFit(dbs, sequences // dbs, note)
 
 
+def scaled_batch(scaling: str, total_batch_size: int, device_batch_size: int, max_seq_len: int,
+                 ranks: int) -> tuple[BatchFit, int]:
+    """(fit, total batch) at `ranks`: weak scaling keeps each rank's work (device batch, no accumulation), so the
+    total grows with the ranks; strong keeps the total and fit_batch finds the device batch and accumulation."""
+    if scaling == "weak":
+        return BatchFit(device_batch_size, 1), device_batch_size * max_seq_len * ranks
+    return fit_batch(total_batch_size, device_batch_size, max_seq_len, ranks), total_batch_size
+
+
 def training_horizon(config: TrainConfig, num_params: int, flops_per_token: float) -> tuple[int, str]:
     """(optimizer steps, how they were chosen): the first enabled of --num_iterations, --target_flops and
     --target_param_data_ratio, as upstream base_train derives it. The trainer and the planner's time

@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, replace
 
 from bench.contract import field as _f
 from bench.errors import ConfigError
-from bench.logline import format_progress_step_line, format_val_line
+from bench.logline import format_progress_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.config import LEARNING_RATES, RunSettings, grad_accum_steps, parse_config
 from bench.nanochat.common import print0
-from bench.nanochat.guard import DivergenceGuard, check_finite
+from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.runrecord import RunRecord, say
 
 
@@ -102,7 +102,6 @@ def mid_train(config: MidConfig, record: RunRecord):
 
     from bench.nanochat import stagerun, steptimer
     from bench.nanochat.checkpoint import load_model, phase_dir, save_checkpoint
-    from bench.nanochat.loss_eval import evaluate_bpb
     from bench.nanochat.midloader import MidLoader
     from bench.nanochat.tasks import mixtures
     from bench.nanochat.tokenizer import get_token_bytes, get_tokenizer
@@ -198,16 +197,11 @@ def mid_train(config: MidConfig, record: RunRecord):
 
         with session.watchdog.relaxed():  # validation and the save may keep ranks apart a while
             if config.eval_every > 0 and not stopped_early and (last_step or step % config.eval_every == 0):
-                model.eval()
                 # upstream's count; at least one batch (upstream's 0 would print an infinite bpb)
                 eval_steps = max(1, config.eval_tokens // (B * T * world_size))
-                with session.autocast():
-                    val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
-                check_finite(step, val_bpb, "validation bpb")
-                print0(format_val_line(step, val_bpb))
-                record.emit("val", step=step, val_bpb=val_bpb)
+                val_bpb = stagerun.validate_bpb(session, record, model, build_val_loader(), eval_steps, token_bytes,
+                                                step)
                 min_val_bpb = min(min_val_bpb, val_bpb)
-                model.train()
 
             if last_step and not config.dry_run:
                 meta_out = {"step": step, "val_bpb": val_bpb,

@@ -19,11 +19,13 @@ from typing import Callable
 
 import torch
 
-from bench.logline import format_step_line
+from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, peak_flops
 from bench.nanochat import gcfreeze, preflight
 from bench.nanochat.common import detach_output, drain_output, get_dist_info, print0
 from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
+from bench.nanochat.guard import check_finite
+from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.network_gate import stop_on_wrong_network
 from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time
 from bench.nanochat.watchdog import Watchdog
@@ -112,6 +114,19 @@ def log_step(session: Session, record: RunRecord, step: int, num_iterations: int
                 total_time_s=total_time_s, grad_norm=grad_norm, **split)
     if step == WARMUP_STEPS:
         record.emit("steady", step=step)
+
+
+def validate_bpb(session: Session, record: RunRecord, model, batches, steps: int, token_bytes, step: int) -> float:
+    """Validation bits per byte over `steps` batches, model in eval mode and back: checked finite (a diverged run
+    ends here), nanochat's val line and the `val` event."""
+    model.eval()
+    with session.autocast():
+        val_bpb = evaluate_bpb(model, batches, steps, token_bytes)
+    check_finite(step, val_bpb, "validation bpb")
+    print0(format_val_line(step, val_bpb))
+    record.emit("val", step=step, val_bpb=val_bpb)
+    model.train()
+    return val_bpb
 
 
 def optimizer_step(model, optimizers, lrm: float, timer, muon=None, momentum: float | None = None) -> None:

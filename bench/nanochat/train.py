@@ -28,7 +28,6 @@ import torch
 
 from bench import nccl_log
 from bench.errors import BenchError, ConfigError
-from bench.logline import format_val_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
                                       restrict_sdpa_backends)
@@ -36,8 +35,7 @@ from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, s
 from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
-from bench.nanochat.guard import DivergenceGuard, check_finite
-from bench.nanochat.loss_eval import evaluate_bpb
+from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
 from bench.nanochat.runrecord import RunRecord, say
@@ -217,15 +215,10 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                     (last_step or step % config.eval_every == 0):
                 print0(f"Validation: {max(1, config.eval_tokens // world_tokens_per_fwdbwd)} pass(es) over "
                        f"{config.eval_tokens:,} tokens")
-                model.eval()
                 eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
-                with autocast_ctx:
-                    val_bpb = evaluate_bpb(model, build_val_loader(), eval_steps, token_bytes)
-                check_finite(step, val_bpb, "validation bpb")
-                print0(format_val_line(step, val_bpb))
-                record.emit("val", step=step, val_bpb=val_bpb)
+                val_bpb = stagerun.validate_bpb(session, record, model, build_val_loader(), eval_steps, token_bytes,
+                                                step)
                 min_val_bpb = min(min_val_bpb, val_bpb)
-                model.train()
 
             # greedy samples from a few fixed prompts (rank 0, uncompiled model; every rank under fsdp)
             sampler = master_process or strategy.fsdp  # a sharded model computes on every rank

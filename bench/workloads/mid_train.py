@@ -47,7 +47,7 @@ class MidTrain(TorchrunStage):
         return super().settings(train, scaling)
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
-        from bench.nanochat.config import fit_batch
+        from bench.nanochat.config import scaled_batch
         from bench.paths import base_dir
         from bench.workloads.sharedfs import check_shared
 
@@ -55,14 +55,11 @@ class MidTrain(TorchrunStage):
         shared = check_shared(base_dir(point.base_dir), point.nodes, point.site)
         if shared:
             return PointPlan(reason=shared)
-        seq = config.max_seq_len
-        if point.scaling == "weak":
-            dbs, accum, total, note = config.device_batch_size, 1, config.device_batch_size * seq * ranks, ""
-        else:
-            fit = fit_batch(config.total_batch_size, config.device_batch_size, seq, ranks)
-            if not fit.possible:
-                return PointPlan(reason=fit.reason)
-            dbs, accum, total, note = fit.device_batch_size, fit.grad_accum, config.total_batch_size, fit.note
+        fit, total = scaled_batch(point.scaling, config.total_batch_size, config.device_batch_size,
+                                  config.max_seq_len, ranks)
+        if not fit.possible:
+            return PointPlan(reason=fit.reason)
+        dbs, accum, note = fit.device_batch_size, fit.grad_accum, fit.note
         flags = {**settings.train, "device_batch_size": dbs, "total_batch_size": total}
         replace(config, device_batch_size=dbs, total_batch_size=total).validate()
         return PointPlan(train_argv=tuple(argv_of(flags)),

@@ -102,17 +102,14 @@ class Nanochat(TorchrunStage):
         return Settings(parse_args(argv_of({**TRAIN_FLAGS_ALWAYS, **train})), train=train)
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
-        from bench.nanochat.config import fit_batch, training_horizon
+        from bench.nanochat.config import scaled_batch, training_horizon
 
         base, ranks = settings.config, point.ranks
         seq = base.max_seq_len
-        if point.scaling == "weak":
-            dbs, accum, total, note = base.device_batch_size, 1, base.device_batch_size * seq * ranks, ""
-        else:
-            fit = fit_batch(base.total_batch_size, base.device_batch_size, seq, ranks)
-            if not fit.possible:
-                return PointPlan(reason=fit.reason)
-            dbs, accum, total, note = fit.device_batch_size, fit.grad_accum, base.total_batch_size, fit.note
+        fit, total = scaled_batch(point.scaling, base.total_batch_size, base.device_batch_size, seq, ranks)
+        if not fit.possible:
+            return PointPlan(reason=fit.reason)
+        dbs, accum, note = fit.device_batch_size, fit.grad_accum, fit.note
         if base.device_type != "cpu":
             dbs, accum, fitted = fit_device_memory(base, ranks, dbs, accum, point)
             note = "; ".join(filter(None, [note, fitted]))

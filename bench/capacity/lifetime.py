@@ -51,6 +51,7 @@ def child_setup(parent_pid: int):
     resident memory, so that no other process is killed in its place)."""
 
     def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # the sweep blocks them while it starts a probe
         os.setsid()
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -173,8 +173,9 @@ def _vm_peak(pids: set[int]) -> int:
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGTERM to the probe (torchrun passes it on to its ranks), then SIGKILL to the whole tree, ranks
     included, if anything of it is still there after a grace period: no orphan keeps the GPU's memory."""
-    pids = _tree(proc.pid)
+    pids: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids |= _tree(proc.pid)  # again before each signal: a rank forked after the first look is in it
         for pid in sorted(pids):
             try:
                 os.kill(pid, sig)
@@ -193,8 +194,9 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 class _Reaper:
     """Starts the probe (bench/capacity/lifetime.py: own session, dies with the sweep) and, when the sweep
-    leaves the probe's block by an exception (Ctrl-C, SIGTERM, a bug), records it `cancelled` and kills
-    its whole tree before the exception goes on: no probe outlives the sweep."""
+    leaves the probe's block by an exception (Ctrl-C, SIGTERM, a bug), kills the probe's whole tree and
+    records the stop before the exception goes on: no probe outlives the sweep, and a resumed sweep runs
+    the stopped probe again."""
 
     def __init__(self, run_dir: Path):
         self.run_dir, self.proc = run_dir, None
@@ -203,22 +205,29 @@ class _Reaper:
         return self
 
     def start(self, cmd: list[str], env: dict, log) -> subprocess.Popen:
-        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     preexec_fn=lifetime.child_setup(os.getpid()))
+        # The stop signals wait while the probe starts (the child unblocks them before exec): a signal that
+        # landed inside Popen would leave a started probe that this reaper never heard of.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, lifetime.SIGNALS)
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=lifetime.child_setup(os.getpid()))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return self.proc
 
     def __exit__(self, kind, error, _tb) -> None:
-        if kind is None or self.proc is None or self.proc.poll() is not None:
-            return
+        if kind is None or (self.proc is not None and self.proc.poll() is not None):
+            return  # ended by itself: its own record stands
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, lifetime.SIGNALS)  # a second Ctrl-C waits for this
         try:
             why = error.args[0] if isinstance(error, lifetime.Stopped) else kind.__name__
-            _kill_tree(self.proc)
-            self.proc.wait()
-            # last, once nothing of the probe is left to write its run.json (a probe still starting up would
-            # otherwise record its own `pending` over this)
-            update_run_json(self.run_dir, status="cancelled", message=f"the capacity sweep was stopped ({why}) "
-                            "while this probe ran; it runs again when the sweep is resumed", finished_at=time.time())
+            if self.proc is not None:
+                _kill_tree(self.proc)
+                self.proc.wait()
+            # last, once nothing of the probe is left to write its run.json
+            record_evidence(self.run_dir, Evidence(source="probe", kind="stopped", signal=why,
+                                                   message=f"the capacity sweep was stopped ({why}) while this "
+                                                           "probe ran; it runs again when the sweep is resumed"))
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 

@@ -296,10 +296,12 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
 
 
 def partition_limit(opts: LaunchOptions):
-    """The site's limits of the partition the jobs go to (None: no site, or no partition named)."""
-    if opts.site is None or not opts.partition:
+    """The site's limits of the partition the jobs go to: --partition, else the site's default (None: no site,
+    or neither names one)."""
+    name = opts.partition or (opts.site.default_partition if opts.site is not None else None)
+    if opts.site is None or not name:
         return None
-    return opts.site.partition(opts.partition)  # an unknown partition is an error naming the known ones
+    return opts.site.partition(name)  # an unknown partition is an error naming the known ones
 
 
 # The image step runs outside a run's own srun limit, so the job gives it time of its own: on the test cluster,

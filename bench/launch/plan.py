@@ -249,12 +249,12 @@ class Sweep:
 
     def run_minutes(self, est_hours: float | None) -> int:
         """A run's time limit: --time, else the estimate with a quarter and ten minutes to spare, in whole
-        five minutes (never below the estimate), else DEFAULT_RUN_MINUTES."""
+        five minutes (a short run fits a 30-minute debug partition), else DEFAULT_RUN_MINUTES."""
         if self.time:
             return parse_minutes(self.time)
         if est_hours is None:
             return DEFAULT_RUN_MINUTES
-        return max(DEFAULT_RUN_MINUTES, allowance_minutes(est_hours))
+        return allowance_minutes(est_hours)
 
     def shards_needed(self) -> int | None:
         """Shards to download for the largest point: its training tokens (upstream's 52M a shard, with

@@ -5,6 +5,7 @@ image comes from on the nodes (podman's `podman save` archive).
   apply.py       a profile applied to one run's launch spec (what each runtime then renders)
   alps.toml      CSCS Alps: GH200 nodes, HPE Slingshot-11, Container Engine
   infiniband.toml  a generic InfiniBand cluster (NCCL's own IB transport, no plugin)
+  ethernet.toml    a generic Ethernet cluster without RDMA (NCCL's socket transport)
   test-cluster.toml  the tests' two-node CPU cluster (TCP sockets are its network)
 
 A job rendered for a site gets the site's network set-up for its runtime by default; `--env` overrides

@@ -8,8 +8,11 @@ its annotations, devices and switches into the fields each runtime renders in it
 from dataclasses import replace
 
 from bench import netgate
+from bench.runtimes import edf
 from bench.runtimes.base import LaunchSpec, Mount
 from bench.sites.profile import NetworkSetup, Site
+
+HOOK_ENABLED = "com.hooks.aws_ofi_nccl.enabled"
 
 
 def apply(site: Site, runtime: str, spec: LaunchSpec) -> LaunchSpec:
@@ -22,13 +25,29 @@ def apply(site: Site, runtime: str, spec: LaunchSpec) -> LaunchSpec:
         env.setdefault(netgate.ENV_EXPECT, site.nccl_net)
         env.setdefault(netgate.ENV_SETUP, f"{site.name}/{runtime}: {setup.setup}")
     mounts = spec.mounts + tuple(m for m in (Mount.parse(text) for text in setup.mounts) if m not in spec.mounts)
-    # `--ofi-hook on` on a site whose set-up has no hook annotations still asks for the hook (bench/runtimes/ce.py).
-    annotations = dict(setup.annotations) if setup.annotations and spec.ofi_hook != "on" else None
-    return replace(spec, env=env, mounts=mounts, annotations=annotations, devices=setup.devices, flags=setup.flags)
+    return replace(spec, env=env, mounts=mounts, annotations=hook_annotations(setup, spec.ofi_hook),
+                   devices=setup.devices, flags=setup.flags)
+
+
+def hook_annotations(setup: NetworkSetup, ofi_hook: str) -> dict[str, str] | None:
+    """The site's annotations with `--ofi-hook on|off` over them (its other hooks, CXI's, kept: Sarus Suite
+    enables nothing by itself); None where the site gives none, so the runtime renders --ofi-hook alone."""
+    if not setup.annotations:
+        return None
+    annotations = {**edf.ofi_hook_annotations(ofi_hook), **setup.annotations}
+    if ofi_hook in ("on", "off"):
+        annotations[HOOK_ENABLED] = "true" if ofi_hook == "on" else "false"
+    return annotations
 
 
 def record(site: Site, runtime: str, spec: LaunchSpec) -> dict:
-    """run.json's `site`: the profile, and for a GPU run the set-up its runtime got (as apply() applied it)."""
-    setup: NetworkSetup | None = site.network_setup(runtime, spec.ofi_hook) if spec.gpus else None
-    return {"name": site.name, "network": site.network, "nccl_net": site.nccl_net,
-            "setup": setup.setup if setup else None, "applied": setup.record() if setup else None}
+    """run.json's `site`: the profile, and for a GPU run what the run got of it, from the applied `spec`
+    (the site's variables with any `--env` value over them, the annotations after `--ofi-hook`)."""
+    record = {"name": site.name, "network": site.network, "nccl_net": site.nccl_net, "setup": None, "applied": None}
+    if not spec.gpus:
+        return record
+    setup = site.network_setup(runtime, spec.ofi_hook)
+    record["setup"] = setup.setup
+    record["applied"] = {**setup.record(), "env": {k: spec.env[k] for k in setup.env if k in spec.env},
+                         "annotations": dict(spec.annotations or {})}
+    return record

@@ -8,6 +8,7 @@ The file (see alps.toml for a full one):
     gpus_per_node = 4
     gpu_memory_gib = 96
     shared_paths = ["/scratch"]       # optional: every node sees these alike, whatever their mount type
+    default_partition = "normal"      # optional: where Slurm sends a job without --partition
     [partitions.normal]
     max_time = "12:00:00"             # Slurm's [D-]HH:MM:SS
     max_nodes = 2                     # optional
@@ -75,6 +76,7 @@ class Site:
     gpu_memory_gib: float | None = None
     description: str = ""
     partitions: Mapping[str, Partition] = field(default_factory=dict)
+    default_partition: str | None = None  # Slurm's default: the limits a job without --partition is checked against
     network_env: Mapping[str, str] = field(default_factory=dict)
     runtimes: Mapping[str, NetworkSetup] = field(default_factory=dict)
     device_batch_limits: Mapping[int, int] = field(default_factory=dict)  # from N ranks on: largest device batch
@@ -179,7 +181,7 @@ def _positive(value: Any, where: str, kind=int):
 
 def _site(data: Mapping[str, Any], where: str) -> Site:
     _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "partitions",
-                 "network_env", "runtimes", "device_batch_limits", "shared_paths",
+                 "default_partition", "network_env", "runtimes", "device_batch_limits", "shared_paths",
                  "images"}, where)
     network = data.get("network")
     if network not in NETWORKS:
@@ -196,6 +198,10 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
             raise ConfigError(f"{pw}: max_time is required")
         partitions[pname] = Partition(pname, parse_time(table["max_time"], f"{pw}.max_time"),
                                       _positive(table.get("max_nodes"), f"{pw}.max_nodes"))
+    default_partition = data.get("default_partition")
+    if default_partition is not None and default_partition not in partitions:
+        raise ConfigError(f"{where}: default_partition {default_partition!r} is not one of its partitions "
+                          f"({', '.join(partitions) or 'none'})")
     runtimes = {rname: _setup(table, f"{where}: runtimes.{rname}", nested=True)
                 for rname, table in (data.get("runtimes") or {}).items()}
     _check_runtime_names(runtimes, where)
@@ -206,6 +212,7 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                 gpus_per_node=_positive(data.get("gpus_per_node"), f"{where}: gpus_per_node"),
                 gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),
                 description=str(data.get("description", "")), partitions=partitions,
+                default_partition=default_partition,
                 network_env=_strings(data.get("network_env", {}), f"{where}: network_env"),
                 runtimes=runtimes, device_batch_limits=_batch_limits(data.get("device_batch_limits", {}), where),
                 shared_paths=_absolute(data.get("shared_paths", []), f"{where}: shared_paths"),

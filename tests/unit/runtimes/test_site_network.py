@@ -2,6 +2,7 @@
 in each runtime's own syntax, --env still wins, and a CPU run gets none of it."""
 
 import tomllib
+from dataclasses import replace
 
 import pytest
 
@@ -60,6 +61,23 @@ def test_sarus_suite_enables_cxi_and_gdrcopy(tmp_path):
     edf = tomllib.loads(runtimes.get("sarus-suite").edf_text(spec_for("sarus-suite", tmp_path)))
     assert edf["annotations"]["com"]["hooks"]["cxi"]["enabled"] == "true"
     assert "/dev/gdrdrv" in edf["devices"]
+
+
+@pytest.mark.parametrize("runtime", ["ce", "sarus-suite"])
+def test_ofi_hook_on_keeps_the_sites_cxi_hook_and_records_what_was_rendered(runtime, tmp_path):
+    """Regression: `--ofi-hook on` dropped the site's annotations, so Sarus Suite (which enables nothing by
+    itself) got the aws_ofi_nccl hook without CXI, while run.json's site record still named the CXI hook."""
+    spec = spec_for(runtime, tmp_path, ofi_hook="on")
+    hooks = tomllib.loads(runtimes.get(runtime).edf_text(spec))["annotations"]["com"]["hooks"]
+    assert hooks["aws_ofi_nccl"] == {"enabled": "true", "variant": "cuda-dl"} and hooks["cxi"]["enabled"] == "true"
+    assert sites.record(ALPS, runtime, spec)["applied"]["annotations"] == dict(spec.annotations)
+
+
+def test_the_site_record_holds_the_values_the_run_got(tmp_path):
+    base = LaunchSpec(command=("true",), env={"NCCL_PROTO": "Simple"}, gpus=True, run_dir=str(tmp_path))
+    applied = sites.record(ALPS, "bare", sites.apply(ALPS, "bare", base))["applied"]
+    assert applied["env"]["NCCL_PROTO"] == "Simple" and applied["env"]["NCCL_NET"] == "AWS Libfabric"
+    assert sites.record(ALPS, "bare", replace(base, gpus=False))["applied"] is None
 
 
 @pytest.mark.parametrize("runtime, pieces", [

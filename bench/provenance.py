@@ -25,10 +25,10 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|API_?KEY|PRIVATE_?KEY|A
 # Set by the launcher (bench/launch) so the trainer can record what wrapped it.
 ENV_RUNTIME = "NANOCHAT_BENCH_RUNTIME"
 ENV_IMAGE = "NANOCHAT_BENCH_IMAGE"
-ENV_IMAGE_DIGEST = "NANOCHAT_BENCH_IMAGE_DIGEST"
 
 # Baked into the image by the Containerfile (`python -m bench.provenance bake ...`): what the image was
-# built from. The image's own digest cannot be inside it, so the launcher passes that in ENV_IMAGE_DIGEST.
+# built from. The image's own digest cannot be inside it: the batch script's image step records it in run.json
+# (bench/launch/jobrecord.py), beside what the trainer finds here.
 BUILD_INFO_PATH = Path("/etc/nanochat-bench/image.json")
 # Podman writes this file into every container; with --privileged it also names the image and its id.
 CONTAINERENV_PATH = Path("/run/.containerenv")
@@ -137,11 +137,12 @@ def sidecar_digest(reference: str | None) -> str | None:
 
 
 def image(environ=os.environ, build: dict | None = None, podman: dict | None = None) -> dict:
-    """Image reference and digest: the launcher's values first, then what the runtime or the build left."""
+    """Image reference and digest: the launcher's reference first, then what the runtime or the build left; the
+    digest of a SquashFS image from its sidecar (the batch script records the others' digests and ids)."""
     build, podman = build or {}, podman or {}
     reference = (environ.get(ENV_IMAGE) or podman.get("image") or environ.get("APPTAINER_CONTAINER")
                  or build.get("reference") or None)
-    info = {"reference": reference, "digest": environ.get(ENV_IMAGE_DIGEST) or sidecar_digest(reference)}
+    info = {"reference": reference, "digest": sidecar_digest(reference)}
     if podman.get("imageid"):
         info["id"] = podman["imageid"]
     if build:

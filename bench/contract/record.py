@@ -223,7 +223,8 @@ class RunManifest:
     grad_accum: Optional[int] = field(None, "micro-steps per optimizer step")
     scaling: Optional[Literal["weak", "strong"]] = field(
         None, "weak: device batch x sequence per rank fixed, total batch grows with ranks; strong: total fixed")
-    val_files_k: Optional[int] = field(None, "NANOCHAT_VAL_FILES_K the planner chose for this point's ranks")
+    val_files_k: Optional[int] = field(None, "NANOCHAT_VAL_FILES_K: the planner's choice for the point's ranks, "
+                                             "then the one the trainer used")
     ofi_hook: Optional[Literal["default", "on", "off"]] = field(
         None, "CE's aws_ofi_nccl hook as launched: the site's default, forced on, or off (container engines only)")
     config: Dict[str, Any] = field({}, "the trainer's settings, asdict(TrainConfig)")

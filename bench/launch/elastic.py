@@ -29,6 +29,7 @@ from torch.distributed.run import main as torchrun_main
 
 from bench import contract
 from bench.launch import numabind
+from bench.nanochat import numanode
 from bench.nanochat.heartbeat import waited_for
 
 SHUTDOWN_TIMEOUT_S = 10
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
         if warning:
             print(warning, file=sys.stderr, flush=True)
+            os.environ[numanode.ENV_BIND] = "1"  # the workers inherit it
         torchrun_main(torchrun_argv)
     except ChildFailedError as e:
         rank, failure = first_failure(e)

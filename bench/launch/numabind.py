@@ -1,6 +1,7 @@
 """torchrun's `--numa-binding` only where it can work: it runs each worker under `numactl`, so an image
 without numactl would fail every worker at start. Without it the flag is dropped with one warning line and
-the workers keep the CPUs Slurm gave the task (srun's own --cpu-bind), instead of the run failing."""
+each worker binds itself to the CPUs of its GPU's NUMA node (bench/nanochat/numanode.py), instead of the run
+failing."""
 
 import shutil
 from typing import Callable, Optional
@@ -24,5 +25,5 @@ def usable(argv: list[str], which: Callable[[str], Optional[str]] = shutil.which
         if a.startswith(FLAG + "="):
             continue
         kept.append(a)
-    return kept, (f"torchrun: {flags[0]} needs numactl, which this image lacks; workers keep the CPUs Slurm "
-                  "bound the task to (install numactl in the image to bind them to their GPU's NUMA node)")
+    return kept, (f"torchrun: {flags[0]} needs numactl, which this image lacks; each worker binds itself to its "
+                  "GPU's NUMA node's CPUs instead (sched_setaffinity; install numactl for numactl's binding)")

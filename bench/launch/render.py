@@ -72,8 +72,9 @@ def image_facts(run: Run) -> str | None:
     digest_file = step.digest_file if step and step.digest_file else run.runtime.digest_file(run.spec)
     if digest_file:
         facts.append(f"--file {shlex.quote(digest_file)}")
-    if step and step.id_command:
-        facts.append(f'--id "$({shell_join(list(step.id_command))} 2>/dev/null || true)"')
+    id_command = step.id_command if step and step.id_command else run.runtime.id_command(run.spec)
+    if id_command:
+        facts.append(f'--id "$({shell_join(list(id_command))} 2>/dev/null || true)"')
     return " ".join(facts) or None
 
 

@@ -35,6 +35,7 @@
   midloader.py     mid-training's loader: whole conversations packed into rows, per rank
   muon.py          Muon and its sharded form
   network_gate.py  the trainer's side of the network gate: the ranks agree after the pre-flight
+  numanode.py      a GPU worker bound to its GPU's NUMA node's CPUs where numactl is missing
   parallel.py      memory strategies (zero2, fsdp, +ac, +offload) applied from outside the model
   parentwatch.py   a rank ends when the torchrun agent that started it is gone
   preflight.py     bus bandwidth of the training collectives before the first step

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from bench.errors import ConfigError
 from bench.nanochat.common import get_dist_info
+from bench.nanochat import numanode
 from bench.nanochat.join import join_bound, join_group
 
 
@@ -43,6 +44,10 @@ def compute_init(device_type: str, join_timeout_s: float = -1) -> tuple[bool, in
                               f"start at most that many processes per node (--nproc_per_node)")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
+        if os.environ.get(numanode.ENV_BIND):  # torchrun's --numa-binding without numactl
+            line = numanode.bind(numanode.gpu_pci_address(local_rank))
+            if rank == 0:
+                print(line, flush=True)
         join_group(lambda timeout: dist.init_process_group(backend="nccl", device_id=device, timeout=timeout),
                    rank, world_size, join_timeout_s)
         set_collective_timeout(None)  # the join's bound was for the join alone

@@ -195,6 +195,11 @@ class Runtime(ABC):
         """An image file whose sha256 is the run's image digest (a .sqsh or .sif), when there is one."""
         return spec.image if spec.image and spec.image.endswith((".sqsh", ".sif")) else None
 
+    def id_command(self, spec: LaunchSpec) -> tuple[str, ...] | None:
+        """A command printing the engine's id or digest of the run's image on the batch host, where the runtime
+        has no image step that names one (None: nothing to ask)."""
+        return None
+
     def srun_options(self, spec: LaunchSpec) -> list[Token]:
         """Options this runtime adds to srun (a SPANK plugin's --container-image, CE's --environment)."""
         return []

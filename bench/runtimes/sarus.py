@@ -40,6 +40,15 @@ class Sarus(Runtime):
             argv += [f"--device={d}" for d in spec.devices] + list(spec.flags)
         return [*argv, spec.image, *inner(spec)]
 
+    def id_command(self, spec):
+        # `sarus images --digests` lists REPOSITORY, TAG, DIGEST first (as `docker images --digests`; an
+        # assumption checked as text only, Sarus is not available here); an image made by `sarus load` has none
+        repository, sep, tag = spec.image.rpartition(":")
+        if not sep or "/" in tag:  # no tag (a colon only in a registry's port): Sarus's default
+            repository, tag = spec.image, "latest"
+        return ("sh", "-c", 'sarus images --digests | awk -v r="$1" -v t="$2" \'$1 == r && $2 == t {print $3; exit}\'',
+                "sh", repository, tag)
+
     def version_command(self):
         return ["sarus", "--version"]
 

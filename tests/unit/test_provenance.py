@@ -61,8 +61,8 @@ def test_runtime_launcher_variable_wins_then_detection(tmp_path):
 def test_image_prefers_launcher_values_then_runtime_then_build():
     build = {"reference": "built:tag", "git_revision": "abc"}
     podman = {"image": "localhost/x:1", "imageid": "feed"}
-    env = {"NANOCHAT_BENCH_IMAGE": "/s/x.sqsh", "NANOCHAT_BENCH_IMAGE_DIGEST": "sha256:aa"}
-    assert provenance.image(env, build, podman) == {"reference": "/s/x.sqsh", "digest": "sha256:aa",
+    env = {"NANOCHAT_BENCH_IMAGE": "/s/x.sqsh"}
+    assert provenance.image(env, build, podman) == {"reference": "/s/x.sqsh", "digest": None,
                                                    "id": "feed", "build": build}
     assert provenance.image({}, build, podman)["reference"] == "localhost/x:1"
     assert provenance.image({"APPTAINER_CONTAINER": "/s/x.sif"}, build, {})["reference"] == "/s/x.sif"
@@ -104,7 +104,6 @@ def test_digest_from_the_sidecar_of_a_squashfs_image(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SCRATCH", str(tmp_path))
     env = {"NANOCHAT_BENCH_IMAGE": "${MY_SCRATCH}/nanochat-bench+latest.sqsh"}
     assert provenance.image(env)["digest"] == expected
-    assert provenance.image({**env, "NANOCHAT_BENCH_IMAGE_DIGEST": "sha256:given"})["digest"] == "sha256:given"
     (tmp_path / f"{sqsh.name}.sha256").write_text("garbage\n")
     assert provenance.image(env)["digest"] is None
     assert provenance.sidecar_digest("nanochat-bench:latest") is None

@@ -85,7 +85,7 @@ def test_without_run_dir_nothing_is_written(tmp_path, monkeypatch):
 
 def test_trainer_keeps_launcher_facts_it_cannot_see(tmp_path, monkeypatch):
     # inside some containers SLURM_* is hidden, and a CPU run has no GPUs to count
-    for var in ("SLURM_JOB_ID", "NANOCHAT_BENCH_IMAGE", "NANOCHAT_BENCH_IMAGE_DIGEST"):
+    for var in ("SLURM_JOB_ID", "NANOCHAT_BENCH_IMAGE"):
         monkeypatch.delenv(var, raising=False)
     update_run_json(tmp_path, run_id="r1", sweep_id="s1", workload=WORKLOAD, runtime="podman", gpus_per_node=2,
                     slurm={"job_id": "42", "nodelist": "n[1-2]"}, image={"reference": "localhost/x:1", "digest": "sha256:ab"},

@@ -11,12 +11,15 @@ the report's headers and cells (tables.py) and ReFrame's performance variables a
 section of run.json (why.py); "events" from metrics.jsonl (or a log's step lines; rundir.py, figures.py);
 "derived" from several fields (rundir.py); "collect" columns are the table's own bookkeeping. `key` columns are
 the comparison key (DESIGN.md, what may be compared): runs that differ in any of them are never repeats
-of one point. `perf` columns are ReFrame's performance variables.
+of one point. `perf` columns are ReFrame's performance variables, each of the kinds of run that have it: a
+training run's come from its steady steps; an evaluation takes no step, so its figures are the problems it
+scored per second and its time from launch to end.
 """
 
 from dataclasses import dataclass
 
 from bench import breakdown
+from bench.workloads.base import EVALUATION, TRAINING
 
 # Why-fields (bench/analysis/why.py): the parts of a steady step and the collectives of the pre-flight.
 SPLIT = ("fwd_bwd_ms", "comm_ms", "optim_ms", "data_ms", "other_ms")
@@ -33,13 +36,17 @@ class Column:
     unit: str = ""  # as in references files and ReFrame
     fmt: str = "g"  # cell format (bench/analysis/tables.py fmt): int, 1, 2, 3, pct or g
     key: str = ""  # part of the comparison key: "config" (how it trained) or "model" (what it trained)
-    perf: bool = False  # a ReFrame performance variable
+    perf: tuple[str, ...] = ()  # the kinds of run (bench/workloads/base.py) it is a ReFrame performance variable of
 
     @property
     def path(self) -> tuple[str, ...] | None:
         """The run.json keys this column is read from, or None when something else computes it."""
         prefix = "run.json:"
         return tuple(self.source[len(prefix):].split(".")) if self.source.startswith(prefix) else None
+
+
+# `perf`: a figure of the steps, of an evaluation, of every run
+TRAIN, EVAL, ANY = (TRAINING,), (EVALUATION,), (TRAINING, EVALUATION)
 
 
 def _rj(name: str, type_: str, path: str | None = None, **kw) -> Column:
@@ -68,9 +75,9 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("status", "str"), _rj("message", "str"), Column("skip_reason", "str"), Column("notes", "str"),
     Column("steps_recorded", "int", "events"), Column("last_step", "int", "events"),
     Column("steady_steps", "int", "events"), Column("steady_rule", "str", "events"),
-    Column("tok_per_sec", "float", "events", "median", "tok/s", "tok/s", "int", perf=True),
-    Column("tok_per_sec_per_gpu", "float", "events", "median", "tok/s/{per}", "tok/s", "int", perf=True),
-    Column("step_time_ms", "float", "events", "median", "step ms", "ms", "1", perf=True),
+    Column("tok_per_sec", "float", "events", "median", "tok/s", "tok/s", "int", perf=TRAIN),
+    Column("tok_per_sec_per_gpu", "float", "events", "median", "tok/s/{per}", "tok/s", "int", perf=TRAIN),
+    Column("step_time_ms", "float", "events", "median", "step ms", "ms", "1", perf=TRAIN),
     Column("step_time_cv", "float", "events", "median", "step CV", "", "3"),
     Column("step_time_p90_ms", "float", "events", "median", "step p90 ms", "ms", "1"),
     # The model's identity: the events' model_ready wins over run.json (the trainer's own count).
@@ -82,19 +89,19 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("tokenizer_sha256", "str", "data.tokenizer_sha256", label="tokenizer", key="model"),
     Column("tiling", "str", "derived", label="tiling", key="model"),  # NNTile's tile settings
     _rj("peak_flops_per_gpu", "float"),
-    Column("mfu", "float", "events", "median", "MFU %", "%", "1", perf=True), Column("mfu_source", "str", "events"),
+    Column("mfu", "float", "events", "median", "MFU %", "%", "1", perf=TRAIN), Column("mfu_source", "str", "events"),
     _rj("t0", "float", "launch.t0"), Column("t_start", "float", "events"),
-    Column("startup_overhead_s", "float", "events", "median", "start-up s", "s", "1", perf=True),
-    Column("time_to_first_step_s", "float", "events", "median", "1st step s", "s", "1", perf=True),
+    Column("startup_overhead_s", "float", "events", "median", "start-up s", "s", "1", perf=ANY),
+    Column("time_to_first_step_s", "float", "events", "median", "1st step s", "s", "1", perf=TRAIN),
     Column("launch_to_first_step_s", "float", "events", "median", "launch to 1st step", "s", "1"),
-    Column("peak_mem_mib", "float", "events", "max", "peak mem MiB", "MiB", "int", perf=True),
+    Column("peak_mem_mib", "float", "events", "max", "peak mem MiB", "MiB", "int", perf=ANY),
     Column("min_val_bpb", "float", "events", "min", "min val bpb", "", "3"),
     Column("final_loss", "float", "events"), Column("total_training_time_s", "float", "events"),
     # a stage's own figures (run.json scores, JSON text by name) and what its time and throughput were
     Column("scores", "str", "derived"),
-    Column("stage_time_s", "float", "derived", "median", "time s", "s", "1"),  # launch to the final status
+    Column("stage_time_s", "float", "derived", "median", "time s", "s", "1", perf=EVAL),  # launch to the final status
     Column("problems", "float", "events", "median", "problems", fmt="int"),  # examples its score events scored
-    Column("problems_per_sec", "float", "events", "median", "problems/s", "problems/s", "2"),
+    Column("problems_per_sec", "float", "events", "median", "problems/s", "problems/s", "2", perf=EVAL),
     _rj("scaling", "str", key="config"), _rj("val_files_k", "int"), _rj("ofi_hook", "str"),
     _rj("strategy", "str", "config.strategy", key="config"),
     _rj("aspect_ratio", "int", "config.aspect_ratio", key="config"),
@@ -102,7 +109,7 @@ CATALOGUE: tuple[Column, ...] = (
       for m in breakdown.MILESTONES[1:]),
     *(Column(f"step_{k}", "float", "events", "median", unit="ms", fmt="1") for k in SPLIT),
     *(Column(f"busbw_{c}_gbps", "float", "why:preflight", "median", f"{c.replace('_', '-')} GB/s", "GB/s", "1",
-             perf=True) for c in COLLECTIVES),
+             perf=ANY) for c in COLLECTIVES),
     _rj("preflight_bytes", "float", "preflight.bytes", agg="median"),
     Column("net", "str", "why:network"), _rj("net_provider", "str", "network.net_provider"),
     Column("nccl_transports", "str", "why:network"), Column("net_over_sockets", "str", "why:network"),
@@ -118,7 +125,11 @@ AGGREGATES = {c.name: c.agg for c in CATALOGUE if c.agg}
 FLAT = {c.name: c.path for c in CATALOGUE if c.path}  # the columns run.json fills as it is, by their path
 KEYS = tuple(c.name for c in CATALOGUE if c.key)
 MODEL_KEYS = tuple(c.name for c in CATALOGUE if c.key == "model")
-PERF_UNITS = {c.name: c.unit for c in CATALOGUE if c.perf}
+
+
+def perf_units(kind: str) -> dict[str, str]:
+    """ReFrame's performance variables of a kind of run (TRAINING or EVALUATION) and their units."""
+    return {c.name: c.unit for c in CATALOGUE if kind in c.perf}
 
 
 def header(name: str, per: str = "GPU") -> str:

@@ -1,6 +1,6 @@
 """nanochat-bench's ReFrame test library: the checks and site configurations, shipped with the package.
 
-    checks.py            the checks (runtime x scaling, variables num_nodes, depth, train_args, references)
+    checks.py            the checks (runtime x scaling, variables workload, num_nodes, depth, train_args, references)
     case.py              a test case -> the nanochat-bench job it runs (plan, render, write)
     references.py        ReFrame references from a nanochat-bench references file
     config/test_cluster.py   the tests' two-node Slurm cluster (squeue backend, launcher local)

@@ -1,7 +1,8 @@
 """One ReFrame test case -> the nanochat-bench job it runs: planned, rendered and written by the launch layer.
 
-A test case (runtime, nodes, scaling, depth, trainer flags) and its partition's settings become a
-one-point Sweep; bench/launch/plan.py resolves the point (ranks, batch arithmetic, K, time limit),
+A test case (workload, runtime, nodes, scaling, depth, trainer flags) and its partition's settings become a
+one-point Sweep of that workload (pre-training, or a later speedrun stage: bench/workloads); the workload
+plans the point (ranks, batch arithmetic, K, time limit) through bench/launch/plan.py,
 bench/launch/job.py builds the run and bench/launch/render.py writes the same job.sbatch that
 `nanochat-bench submit` would. ReFrame's own job then runs that script with `bash` inside its
 allocation, so the srun/torchrun line exists once, in slurm/*.j2.
@@ -18,7 +19,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from bench import paths
+from bench import paths, workloads
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import Job, LaunchOptions, Naming, assemble, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
@@ -81,6 +82,7 @@ class Case:
     train_args: list[str]  # KEY=VALUE, after the partition's own
     site: Site
     sweep_id: str  # the test's unique name: the folder above the run directory
+    workload: str = workloads.DEFAULT  # bench/workloads: pre-training (nanochat) or a stage (mid_train, ...)
 
 
 @dataclass
@@ -121,13 +123,17 @@ def base_dir_of(site: Site) -> str:
 
 
 def sweep_of(case: Case, base_dir: str) -> Sweep:
+    """The case's one-point sweep. `depth` reaches only a workload that takes it (pre-training); a later
+    stage loads the checkpoint of the stage before, whose depth its parser would refuse as a flag."""
     train = parse_train_args([*case.site.train, *case.train_args])
-    if "depth" in train:
-        raise ConfigError(f"train_args set depth={train['depth']}: depth is the check's own variable "
-                          f"(-S depth=N, or -P depth=N,M for several)")
-    train["depth"] = case.depth
+    if workloads.get(case.workload).takes_depth:
+        if "depth" in train:
+            raise ConfigError(f"train_args set depth={train['depth']}: depth is the check's own variable "
+                              f"(-S depth=N, or -P depth=N,M for several)")
+        train["depth"] = case.depth
     return Sweep([case.nodes], case.site.gpus_per_node, [case.runtime], train=train, scaling=case.scaling,
-                 data=DataShape.from_dir(Path(base_dir) / "base_data"), time=case.site.time or None)
+                 workload=case.workload, data=DataShape.from_dir(Path(base_dir) / "base_data"),
+                 time=case.site.time or None, base_dir=base_dir)
 
 
 def options_of(site: Site, base_dir: str, dry_run: bool) -> LaunchOptions:

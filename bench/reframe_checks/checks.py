@@ -1,20 +1,27 @@
-"""nanochat-bench as ReFrame checks: nanochat's base pretraining under each container runtime, judged
-from its run directory.
+"""nanochat-bench as ReFrame checks: a stage of nanochat's speedrun (base pretraining by default) under each
+container runtime, judged from its run directory.
 
     reframe -C bench/reframe_checks/config/test_cluster.py -c bench/reframe_checks/checks.py -r
     reframe -C site.py -c bench/reframe_checks/checks.py -P num_nodes=1,2,4,8 -S depth=20 -r
+    reframe -C site.py -c bench/reframe_checks/checks.py -P workload=mid_train,chat_sft -r
 
 Parameters: `runtime` (every nanochat-bench runtime; a case runs only on partitions that list the
 runtime's name among their features) and `scaling` (weak, strong). Variables, set with -S or turned
-into parameters with ReFrame's -P: `num_nodes`, `depth`, `train_args` (KEY=VALUE trainer flags) and
-`references` (a nanochat-bench references file; default $NANOCHAT_BENCH_REFERENCES).
+into parameters with ReFrame's -P: `workload` (a workload of bench/workloads: nanochat, the default, is
+pre-training; base_loss, base_eval, mid_train, chat_sft, chat_eval the later stages, each reading the
+checkpoint the stage before left in the partition's base_dir), `num_nodes`, `depth` (for a workload that
+takes it: pre-training), `train_args` (KEY=VALUE trainer flags of the workload) and `references` (a
+nanochat-bench references file; default $NANOCHAT_BENCH_REFERENCES).
 
 Each case is one nanochat-bench run. Setup plans and renders its job.sbatch through bench/launch (see
 case.py) into the stage directory; ReFrame's job (launcher `local`, one task per node) runs it with
 bash, and the script's own srun starts the runtime on every node and records run.json. Sanity and
 performance read that run directory with bench.analysis.rundir, the reader `collect` uses, and the
 references come from the same file and matching code as `nanochat-bench check`. The performance
-variables and their units are the table's (bench/analysis/columns.py). The run directory is kept in
+variables and their units are the table's (bench/analysis/columns.py `perf`), those of the workload's kind:
+a training run (pre-training, mid_train, chat_sft) has its steady steps' figures and must have recorded steps;
+an evaluation (base_loss, base_eval, chat_eval) takes no step, so it must have recorded its scores, and its
+figures are problems per second and its time from launch to end. The run directory is kept in
 ReFrame's output directory (keep_files), and that is what `collect` reads: every column is there, so
 ReFrame's perflog and run report, which copy a few of its figures, are not read back.
 """
@@ -31,20 +38,48 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
-from bench import contract, runtimes
-from bench.analysis.columns import PERF_UNITS
-from bench.analysis.rundir import read_run_dir
+from bench import contract, runtimes, workloads
+from bench.analysis.columns import perf_units
+from bench.analysis.rundir import read_run_dir, usability
 from bench.errors import BenchError
 from bench.launch.plan import SCALING_MODES
 from bench.reframe_checks import case as casemod
 from bench.reframe_checks.references import reframe_reference
+from bench.workloads.base import EVALUATION
 
 ENV_REFERENCES = "NANOCHAT_BENCH_REFERENCES"
 ENVIRON_FEATURE = "nanochat-bench"  # programming environments the checks may use declare this feature
-# Figures every case reports: the table's performance columns and their units (bench/analysis/columns.py);
-# a figure the run lacks (MFU without a known peak, on CPU; busbw on one rank) is left out unless a
-# reference asks for it.
-UNITS = PERF_UNITS
+
+
+def run_problem(row: dict, kind: str) -> str | None:
+    """Why a run's row cannot be judged (None when it can): run.json status ok; a training run recorded steps
+    with steady figures; an evaluation, which takes no step, recorded its scores (run.json `scores`)."""
+    run_id, skip = row.get("run_id"), row.get("skip_reason")
+    if row["status"] != "ok":
+        return f"run.json status is {row['status']!r}: {row.get('message') or 'no message'}"
+    if kind == EVALUATION:
+        if skip and skip != usability(row):  # the analysis's "no step records" is what an evaluation is
+            return f"run {run_id} cannot be measured: {skip}"
+        if not row.get("scores"):
+            return f"run {run_id} recorded no scores (run.json scores)"
+        return None
+    if not row.get("steps_recorded"):
+        return f"run {run_id} recorded no step events ({row.get('source')}/{contract.METRICS_JSONL})"
+    if skip:
+        return f"run {run_id} cannot be measured: {skip}"
+    return None
+
+
+def performance(row: dict, kind: str, wanted: dict) -> dict[str, tuple[float, str]]:
+    """Performance variable -> (value, unit): the figures of the run's kind (bench/analysis/columns.py) that it
+    has, and every figure a reference bounds (`wanted`: ReFrame's reference tuples). A figure the run lacks
+    (MFU without a known peak, on CPU; busbw on one rank) is left out, unless a reference asks for it: it is
+    then NaN, and ReFrame's own check fails it."""
+    units = perf_units(kind)
+    for name, ref in wanted.items():
+        units.setdefault(name, ref[3])
+    return {name: (_number(row.get(name)), unit) for name, unit in units.items()
+            if name in wanted or row.get(name) is not None}
 
 
 def nccl_net_problem(manifest: dict, expected: str, nodes: int) -> str | None:
@@ -73,20 +108,20 @@ def one_line(error_class):
 class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     """The check without its parameters: subclass it to fix other runtimes or scaling modes for a site."""
 
-    descr = "nanochat base pretraining (nanochat-bench): throughput, MFU and start-up under a runtime"
+    descr = "a nanochat speedrun stage (nanochat-bench): throughput, time and start-up under a runtime"
     valid_prog_environs = [f"+{ENVIRON_FEATURE}"]
     sourcesdir = None
     executable = "bash"
     num_tasks_per_node = 1  # the rendered script's srun starts one task per node itself
     tags = {"nanochat-bench", "ml", "training"}
 
+    workload = variable(str, value=workloads.DEFAULT, loggable=True)  # bench/workloads: nanochat or a stage
     num_nodes = variable(int, value=1, loggable=True)
     depth = variable(int, value=20, loggable=True)
     train_args = variable(typ.List[str], value=[], loggable=True)  # KEY=VALUE trainer flags
     references = variable(str, value=os.environ.get(ENV_REFERENCES, ""), loggable=True)
     # Set by setup and after the run, so that ReFrame's perflog and run report name the run they measured;
     # the table is collected from the run directory itself, kept in ReFrame's output directory.
-    workload = variable(str, value="", loggable=True)
     run_id = variable(str, value="", loggable=True)
     run_dir = variable(str, value="", loggable=True)
     world_size = variable(int, value=0, loggable=True)
@@ -109,13 +144,14 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         with one_line(ConfigError):
             site = casemod.Site.from_extras(part.extras, part.fullname)
             case = casemod.Case(self.runtime, self.num_nodes, self.scaling, self.depth, list(self.train_args), site,
-                                self.short_name)
+                                self.short_name, self.workload)
             built = casemod.build(case, Path(self.stagedir), dry_run=self.is_dry_run())
+            self._kind = workloads.get(self.workload).kind
         p = built.point
         self.run_id, self.run_dir = p.run_id, str(built.run_dir)
         self.world_size, self.gpus_per_node = p.ranks, site.gpus_per_node
         manifest = built.job.runs[0].manifest
-        config, self.workload = manifest["config"], manifest["workload"]
+        config = manifest["config"]
         self.max_seq_len, self.device_batch_size = config.get("max_seq_len", 0), p.device_batch_size
         self.total_batch_size, self.grad_accum, self.num_iterations = p.total_batch_size, p.grad_accum, p.num_iterations
         self.num_tasks = self.num_nodes
@@ -138,18 +174,12 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
 
     @sanity_function
     def run_finished_ok(self):
-        """run.json says ok, step records are there, the figures can be computed; and where the partition
+        """run.json says ok and the run has what its kind is judged by (run_problem); and where the partition
         names one (extras' `nccl_net`, e.g. "AWS Libfabric" on Slingshot), NCCL took that network."""
         row = self.row()
         if not row:
             raise SanityError(f"no run.json in {self.run_dir}: the batch script never ran (see {self.job.stdout})")
-        if row["status"] != "ok":
-            raise SanityError(f"run.json status is {row['status']!r}: {row.get('message') or 'no message'}")
-        if not row.get("steps_recorded"):
-            raise SanityError(f"run {self.run_id} recorded no step events ({self.run_dir}/metrics.jsonl)")
-        if row.get("skip_reason"):
-            raise SanityError(f"run {self.run_id} cannot be measured: {row['skip_reason']}")
-        problem = nccl_net_problem(self._manifest, self._site.nccl_net, self.num_nodes)
+        problem = run_problem(row, self._kind) or nccl_net_problem(self._manifest, self._site.nccl_net, self.num_nodes)
         if problem:
             raise SanityError(problem)
         return True
@@ -158,20 +188,14 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     def set_performance(self):
         """Figures of the run as performance variables, references from the references file."""
         row = self.row()
-        values = {name: row.get(name) for name in UNITS}
-        units = dict(UNITS)
         wanted: dict = {}
         if self.references:
             with one_line(PerformanceError):
                 reference, used = reframe_reference(self.current_partition.fullname, row, self.references)
             self.reference, wanted = reference, reference[self.current_partition.fullname]
             self.logger.info(f"{self.short_name}: references {', '.join(used) or 'none'} from {self.references}")
-        for name in wanted:  # a referenced figure the run lacks is NaN: ReFrame's own check then fails it
-            units.setdefault(name, wanted[name][3])
-            values.setdefault(name, row.get(name))
-        self.perf_variables = {
-            name: sn.make_performance_function(sn.defer(_number(values[name])), units[name])
-            for name in units if name in wanted or values.get(name) is not None}
+        self.perf_variables = {name: sn.make_performance_function(sn.defer(value), unit)
+                               for name, (value, unit) in performance(row, self._kind, wanted).items()}
 
 
 def _number(value) -> float:

@@ -10,6 +10,10 @@ plus one line in bench/workloads/__init__.py.
 from dataclasses import dataclass, field
 from typing import Any
 
+# What a workload's runs do, and so which figures they have (bench/analysis/columns.py `perf`): a training run
+# takes optimizer steps (step events: tok/s, step time, MFU); an evaluation scores a checkpoint and takes none.
+TRAINING, EVALUATION = "training", "evaluation"
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -86,6 +90,8 @@ class Workload:
     PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()
     deadline_flag: str | None = None  # a flag taking the batch script's deadline (epoch s), if it has one
     resume_flag: str | None = None  # a flag taking the checkpoint step a resubmitted run continues from
+    takes_depth = False  # its flags set the model's depth (`--depth`); a later stage loads its checkpoint's
+    kind = TRAINING  # TRAINING or EVALUATION
 
     def check(self, argv: list[str], nproc: int) -> None:
         """Refuse flags that cannot work, with one clear line, before any process starts."""

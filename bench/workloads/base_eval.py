@@ -4,7 +4,7 @@ Nothing in it must divide by the ranks (examples are strided, idx = rank mod W),
 through; a point's note says how the examples spread when --max_per_task leaves fewer per task than ranks.
 """
 
-from bench.workloads.base import PointContext, PointPlan, Settings
+from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage
 
 RUN_WORKLOAD = "nanochat-base-eval"
@@ -14,6 +14,7 @@ class BaseEval(TorchrunStage):
     name = "base_eval"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_eval"
+    kind = EVALUATION
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
 
     def parse(self, argv: list[str]):

@@ -8,7 +8,7 @@ given, else the recipe's 2048, and the stage refuses a split_tokens that does no
 """
 
 from bench import contract
-from bench.workloads.base import PointContext, PointPlan, Settings
+from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage, argv_of
 
 RUN_WORKLOAD = "nanochat-base-loss"
@@ -28,6 +28,7 @@ class BaseLoss(TorchrunStage):
     name = "base_loss"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_loss"
+    kind = EVALUATION
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("split_tokens", "split_tokens", "{:,}"),
                     ("steps", "eval_steps", "{}"))
 

@@ -5,7 +5,7 @@ Nothing in it depends on the rank count but how the problems are dealt: categori
 i mod W. So any rank count works; ranks beyond the number of batches (or problems) idle and say 0/0.
 """
 
-from bench.workloads.base import PointContext, PointPlan, Settings
+from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage
 
 RUN_WORKLOAD = "nanochat-chat-eval"
@@ -15,6 +15,7 @@ class ChatEval(TorchrunStage):
     name = "chat_eval"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_eval"
+    kind = EVALUATION
     PLAN_COLUMNS = (("batch", "batch_size", "{}"), ("problems", "max_problems", "{}"))
 
     def parse(self, argv: list[str]):

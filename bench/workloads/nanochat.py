@@ -74,6 +74,7 @@ class Nanochat(TorchrunStage):
                     ("total_batch", "total_batch_size", "{:,}"), ("steps", "num_iterations", "{}"))
     deadline_flag = "--deadline="
     resume_flag = "--resume_from_step="
+    takes_depth = True
     module = "bench.nanochat.train"
 
     def parse(self, argv: list[str]):

@@ -67,6 +67,9 @@ NOT_HERE = {
     "-S references=results/h200-d20/references.toml -r":
         "a site's ReFrame configuration and GPU nodes (tests/integration/slurm/test_reframe.py runs the "
         "check on the test cluster)",
+    "reframe -C site.py -c bench/reframe_checks/checks.py -P workload=mid_train,chat_sft -S num_nodes=1 -r":
+        "a site's ReFrame configuration, GPU nodes and the checkpoints of the stages before (tests/integration/"
+        "slurm/test_reframe.py runs stage cases on the test cluster)",
     "nanochat-bench collect output/ stage/ --out results/reframe-table":
         "ReFrame's output of the run above (tests/integration/slurm/test_reframe.py collects it)",
     "containers/build.sh": "pulls nvcr.io/nvidia/pytorch (the stand-in build: tests/integration/test_container_build.py)",

@@ -4,7 +4,8 @@
 
 ReFrame (reframe-hpc, the test extras) runs bench/reframe_checks/checks.py with the test cluster's
 configuration (scheduler squeue: this Slurm has no accounting, launcher local); each case trains the
-tiny model on CPU (gloo) on 1 and 2 nodes. The runtimes that cannot run here are rendered by
+tiny model on CPU (gloo) on 1 and 2 nodes, and later speedrun stages (chat_sft, base_loss) run from a tiny
+base checkpoint on one node. The runtimes that cannot run here are rendered by
 `reframe --dry-run` with the Alps-like example configuration and their job scripts go through shellcheck.
 """
 
@@ -20,6 +21,7 @@ import pytest
 from bench import cli
 from bench.analysis.collect import collect
 from bench.reframe_checks import CHECKS, CONFIG_DIR
+from tests.support.stages import STAGE_SEQ, make_stage_base
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -109,6 +111,45 @@ def test_an_impossible_reference_fails_the_performance_stage(slurm_cluster, tiny
     capsys.readouterr()
     assert cli.main(["check", str(tmp_path / "table"), "--references", str(refs), "--allow-missing"]) == 1
     assert "FAIL    tiny CPU, 2 ranks: tok_per_sec_per_gpu" in capsys.readouterr().out
+
+
+# A stage per kind of run: chat_sft trains (weak scaling: 2 examples a rank and step), base_loss evaluates (2
+# batches of 2 x STAGE_SEQ tokens on 2 ranks per split); each the workload's own flags, no depth.
+STAGES = {"chat_sft": "source=base,device_batch_size=2,num_iterations=6,eval_every=-1,eval_metrics_every=-1",
+          "base_loss": f"device_batch_size=2,split_tokens={2 * STAGE_SEQ * 2 * 2},max_seq_len={STAGE_SEQ}"}
+
+
+def test_stage_cases_run_their_stage_and_report_its_kinds_figures(slurm_cluster, tiny_base_dir, tmp_path):
+    """`-P workload=...`: the stage's module runs from the checkpoint in the partition's base directory; a
+    training stage is judged by its steps (tok/s), an evaluation by its scores (problems/s, its time)."""
+    base = make_stage_base(tmp_path / "data", tiny_base_dir)
+    for workload, train_args in STAGES.items():
+        out = tmp_path / workload
+        out.mkdir()
+        r = reframe(out, "test_cluster.py", "--system=nbtest", "-P", f"workload={workload}", "-n", "%scaling=weak",
+                    "-S", f"train_args={train_args}", "--report-file=report.json", "-r",
+                    env={"NANOCHAT_BASE_DIR": str(base)})
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+        assert "Ran 1/1 test case(s)" in r.stdout and "0 failure(s)" in r.stdout
+        case = cases(out / "report.json")[1]
+        assert case["result"] == "pass" and case["workload"] == workload and case["world_size"] == 2
+        run_dir = Path(case["outputdir"]) / case["short_name"] / case["run_id"]
+        run_json = json.loads((run_dir / "run.json").read_text())
+        assert run_json["status"] == "ok" and run_json["slurm"]["job_id"] == case["jobid"]
+        assert "depth" not in run_json["config"] and run_json["scores"]
+        perf = {key.split(":")[-1]: value for key, value in case["perfvalues"].items()}
+        if workload == "chat_sft":
+            assert run_json["workload"] == "nanochat-sft" and perf["tok_per_sec"][0] > 0
+            assert "problems_per_sec" not in perf and "stage_time_s" not in perf
+        else:
+            assert run_json["workload"] == "nanochat-base-loss" and run_json["scores"]["val_bpb"] > 0
+            assert perf["problems_per_sec"][0] > 0 and perf["problems_per_sec"][4] == "problems/s"
+            assert perf["stage_time_s"][0] > perf["startup_overhead_s"][0] > 0
+            assert not {"tok_per_sec", "step_time_ms", "time_to_first_step_s", "mfu"} & set(perf)
+
+    # collect reads both run directories ReFrame kept, each with its own workload
+    table = collect([tmp_path / w for w in STAGES]).table
+    assert sorted(table["workload"]) == ["nanochat-base-loss", "nanochat-sft"] and set(table["status"]) == {"ok"}
 
 
 def test_dry_run_renders_every_other_runtime_and_the_scripts_pass_shellcheck(tmp_path):

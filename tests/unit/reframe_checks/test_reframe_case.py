@@ -12,9 +12,10 @@ from bench.reframe_checks.case import Case, Site, build
 CPU = {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False, "numa_binding": "none"}
 
 
-def case(site: dict, nodes: int = 2, scaling: str = "weak", train_args=(), runtime: str = "bare") -> Case:
+def case(site: dict, nodes: int = 2, scaling: str = "weak", train_args=(), runtime: str = "bare",
+         workload: str = "nanochat") -> Case:
     return Case(runtime, nodes, scaling, 2, list(train_args), Site.from_extras({"nanochat_bench": site}, "sys:part"),
-                "nanochat_bench_1a2b3c4d")
+                "nanochat_bench_1a2b3c4d", workload)
 
 
 @pytest.mark.parametrize("extras, message", [
@@ -58,6 +59,31 @@ def test_strong_scaling_keeps_the_total_and_the_train_args_reach_the_trainer(tmp
     p = built.point
     assert (p.ranks, p.device_batch_size, p.grad_accum, p.total_batch_size) == (2, 2, 2, 512)
     assert "--max_seq_len=64" in p.train_argv and "--depth=2" in p.train_argv and "--device_type=cpu" in p.train_argv
+
+
+@pytest.mark.parametrize("workload, module, run_workload", [("mid_train", "bench.nanochat.mid_train", "nanochat-mid"),
+                                                           ("chat_sft", "bench.nanochat.chat_sft", "nanochat-sft")])
+def test_a_stage_case_renders_its_trainer_without_depth(workload, module, run_workload, tmp_path):
+    """A later stage loads the checkpoint of the stage before: the case's depth (2 here) is not its flag, and the
+    srun line runs the stage's own module on every rank, planned by the stage (its batch per rank count)."""
+    built = build(case({**CPU, "base_dir": str(tmp_path / "base")}, nodes=1, workload=workload), tmp_path / "stage")
+    run = built.job.runs[0]
+    assert run.manifest["workload"] == run_workload and "depth" not in run.manifest["config"]
+    command = list(run.spec.command)
+    assert command[command.index("bench.launch.elastic") + 1:command.index("--")][-2:] == ["-m", module]
+    assert not any(str(t).startswith("--depth") for t in command) and "--depth" not in built.text
+    [torchrun] = [line for line in built.text.splitlines() if "-m bench.launch.elastic" in line]
+    assert f"-m {module} -- " in torchrun and "--device_type=cpu" in torchrun
+    assert built.point.device_batch_size > 0 and f"--device_batch_size={built.point.device_batch_size}" in torchrun
+    assert (built.run_dir / "run.json").is_file()
+
+
+def test_a_stage_refuses_depth_in_its_train_args_with_its_parsers_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^unknown argument\(s\): '--depth=4'"):
+        build(case(CPU, nodes=1, train_args=["depth=4"], workload="mid_train"), tmp_path)
+    with pytest.raises(ConfigError, match="unknown workload 'mid'; valid: nanochat, nntile, base_loss"):
+        build(case(CPU, nodes=1, workload="mid"), tmp_path)
+    assert not any(tmp_path.iterdir())
 
 
 def test_case_mistakes_fail_before_anything_is_written(tmp_path):

@@ -9,7 +9,9 @@ from reframe.core.exceptions import is_severe
 
 from bench.errors import ConfigError
 from bench.analysis import why
-from bench.reframe_checks.checks import UNITS, nccl_net_problem, one_line
+from bench.analysis.columns import perf_units
+from bench.reframe_checks.checks import nccl_net_problem, one_line
+from bench.workloads.base import EVALUATION, TRAINING
 
 
 def test_preflight_busbw_is_a_performance_variable_read_from_the_row():
@@ -18,7 +20,9 @@ def test_preflight_busbw_is_a_performance_variable_read_from_the_row():
     row = why.section_fields(pre)
     assert {k: v for k, v in row.items() if k.startswith("busbw_")} == \
         {"busbw_all_reduce_gbps": 182.5, "busbw_all_gather_gbps": 90.0}
-    assert UNITS["busbw_all_reduce_gbps"] == "GB/s" and UNITS["tok_per_sec_per_gpu"] == "tok/s"
+    units = perf_units(TRAINING)
+    assert units["busbw_all_reduce_gbps"] == "GB/s" == perf_units(EVALUATION)["busbw_all_reduce_gbps"]
+    assert units["tok_per_sec_per_gpu"] == "tok/s" and "tok_per_sec_per_gpu" not in perf_units(EVALUATION)
     assert not any(k.startswith("busbw_") for k in why.section_fields({"preflight": None}))
     fast = {"preflight": {"busbw_gbps": {"all_reduce": "fast"}}}
     assert not any(k.startswith("busbw_") for k in why.section_fields(fast))

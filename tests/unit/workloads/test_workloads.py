@@ -82,3 +82,17 @@ def test_what_the_nntile_interpreter_imports_is_standard_library(module):
     """The runner imports these in a Python that has torch-nntile and nothing of ours installed."""
     allowed = set(sys.stdlib_module_names) | {"bench"}
     assert _imports(REPO / module) <= allowed, f"{module} imports {_imports(REPO / module) - allowed}"
+
+
+@pytest.mark.parametrize("name", workloads.names())
+def test_takes_depth_says_what_the_workloads_parser_accepts(name):
+    """`takes_depth` (the ReFrame case sets --depth only where it holds) agrees with the workload's own parser:
+    pre-training takes --depth, every later stage loads its checkpoint's and refuses the flag."""
+    workload = workloads.get(name)
+    try:
+        workload.settings({"depth": "2"}, "weak")
+        accepted = True
+    except ConfigError as e:
+        assert "unknown argument(s): '--depth=2'" in str(e)
+        accepted = False
+    assert accepted == workload.takes_depth

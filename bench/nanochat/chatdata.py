@@ -80,15 +80,16 @@ def split_files(s: HubSplit, root: Path | None = None) -> list[Path]:
     return sorted(folder.glob(s.pattern))
 
 
-def read_staged_table(path: Path, columns: tuple[str, ...]):
+def read_staged_table(path: Path, columns: tuple[str, ...], fix: str = FIX_MISSING):
+    """The file's table; DataError naming it, what is wrong and `fix` when it does not read or lacks a column."""
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for a truncated or foreign file
-        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e}); {FIX_MISSING}") from None
+        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {e}); {fix}") from None
     missing = [c for c in columns if c not in table.column_names]
     if missing:
         raise DataError(f"{path}: lacks column(s) {', '.join(missing)} (has {', '.join(table.column_names)}); "
-                        f"{FIX_MISSING}")
+                        f"{fix}")
     return table
 
 

@@ -1,7 +1,9 @@
 """`nanochat-bench data download --chat`: stage every dataset the later stages read, for compute nodes without
-internet. Hub datasets come through huggingface_hub (a mirror with --url or HF_ENDPOINT; an interrupted file
-resumes on the next try); the identity conversations and the word list through the shard downloader's
-resuming fetch. Each file is checked after it lands; a staged file that passes is not fetched again."""
+internet. Hub datasets come through huggingface_hub (a mirror with --url or HF_ENDPOINT; a transfer cut off
+mid-file is taken up again by the client from the last whole chunk it wrote, as tests/unit/nanochat/
+test_chat_hub.py shows against a local stand-in of the hub); the identity conversations and the word list
+through the shard downloader's resuming fetch. Each file is checked after it lands; a staged file that passes
+is not fetched again. A refusal from the server (an HTTP 4xx: no such dataset or file there) is not retried."""
 
 import json
 import os
@@ -17,19 +19,20 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 ENV_IDENTITY_URL = "NANOCHAT_IDENTITY_URL"
 ENV_WORDS_URL = "NANOCHAT_WORDS_URL"
 SOURCES = "sources.json"
+HUB_HINT = "point --url (or HF_ENDPOINT) at a Hugging Face mirror that holds the dataset"
 
 
 def endpoint(url: str | None) -> str:
     return (url or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
-def check_split(s: chatdata.HubSplit) -> int:
+def check_split(s: chatdata.HubSplit, fix: str = chatdata.FIX_MISSING) -> int:
     """Rows of a staged split; DataError naming the file when one is missing, unreadable or lacks a column."""
     files = chatdata.split_files(s)
     if not files:
         raise DataError(f"{chatdata.chat_dir() / s.repo / s.pattern}: nothing staged for {s.repo} "
-                        f"{s.config}/{s.split}; {chatdata.FIX_MISSING}")
-    return sum(chatdata.read_staged_table(f, s.columns).num_rows for f in files)
+                        f"{s.config}/{s.split}; {fix}")
+    return sum(chatdata.read_staged_table(f, s.columns, fix).num_rows for f in files)
 
 
 def check_file(name: str) -> int:
@@ -43,17 +46,26 @@ def check_file(name: str) -> int:
     return len(words)
 
 
-def _with_retries(what: str, fetch, retries: int, backoff_s: float = 2.0):
+def _refused(e: Exception) -> int | None:
+    """The HTTP status of an answer no retry changes (4xx but 408 and 429, which ask to come back); else None.
+    requests' and huggingface_hub's HTTP errors both carry the response."""
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    return status if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429) else None
+
+
+def _with_retries(what: str, fetch, retries: int, hint: str, backoff_s: float = 2.0):
     for attempt in range(1, retries + 1):
         try:
             return fetch()
         except DataError:
             raise
         except Exception as e:  # network and hub errors alike: the next try resumes what has landed
+            status = _refused(e)
+            if status is not None:
+                raise DataError(f"{what}: the server answered HTTP {status} ({type(e).__name__}); {hint}") from None
             if attempt == retries:
                 raise DataError(f"{what}: {retries} attempt(s) failed, the last with {type(e).__name__}: "
-                                f"{str(e).splitlines()[0] if str(e) else ''}; check the network, or point --url "
-                                "(or HF_ENDPOINT) at a Hugging Face mirror") from None
+                                f"{str(e).splitlines()[0] if str(e) else ''}; check the network, or {hint}") from None
             time.sleep(backoff_s * 2 ** (attempt - 1))
 
 
@@ -73,13 +85,14 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
             pass  # damaged since: fetch again
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
     check_endpoint(url, s.repo, timeout_s)
-    wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries)
+    wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries, HUB_HINT)
     folder = chatdata.chat_dir() / s.repo
     for stale in set(chatdata.split_files(s)) - {folder / name for name in wanted}:
         stale.unlink()  # from another revision of the dataset: it would be read with the others
     for name in wanted:
-        _with_retries(f"{url}/datasets/{s.repo} {name}", lambda: _hub_file(s, name, url), retries)
-    rows = check_split(s)
+        _with_retries(f"{url}/datasets/{s.repo} {name}", lambda: _hub_file(s, name, url), retries, HUB_HINT)
+    rows = check_split(s, fix=f"refused as {url}/datasets/{s.repo} serves it (is that a mirror of the dataset?); "
+                              "nothing more was staged")
     files = [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in chatdata.split_files(s)]
     _record_source(key, {"endpoint": url, "files": files, "rows": rows})
     return rows
@@ -119,7 +132,8 @@ def _hub_files(s: chatdata.HubSplit, url: str) -> list[str]:
 
 
 def _hub_file(s: chatdata.HubSplit, name: str, url: str) -> None:
-    """One file; an interrupted one resumes from what landed (huggingface_hub keeps the partial file)."""
+    """One file, into the split's folder (its path in the repo kept); a file already there with the hub's ETag is
+    not fetched again (huggingface_hub keeps its metadata under the folder's .cache/huggingface/)."""
     from huggingface_hub import hf_hub_download
 
     hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url)
@@ -138,7 +152,7 @@ def _record_source(key: str, entry: dict) -> None:
     write_json_atomic(chatdata.chat_dir() / SOURCES, sources)
 
 
-def _stage_file(name: str, url: str, retries: int, timeout_s: float, overwrite: bool) -> int:
+def _stage_file(name: str, url: str, env: str, retries: int, timeout_s: float, overwrite: bool) -> int:
     path = get_base_dir() / name
     if chatdata.is_generated_file(path):
         if not overwrite:
@@ -151,7 +165,7 @@ def _stage_file(name: str, url: str, retries: int, timeout_s: float, overwrite: 
         pass
     tmp = path.with_name(path.name + ".tmp")  # a fixed name: a later try resumes it
     timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
-    _with_retries(url, lambda: download._fetch_once(url, tmp, timeout), retries)
+    _with_retries(url, lambda: download._fetch_once(url, tmp, timeout), retries, f"set {env} to another copy")
     os.replace(tmp, path)
     return check_file(name)
 
@@ -166,7 +180,7 @@ def stage(url: str | None = None, retries: int = 5, timeout_s: float = download.
         out.append((chatdata.chat_dir() / s.repo / s.pattern, rows))
     for name, default, env in ((chatdata.IDENTITY_FILE, chatdata.IDENTITY_URL, ENV_IDENTITY_URL),
                                (chatdata.WORDS_FILE, chatdata.WORDS_URL, ENV_WORDS_URL)):
-        rows = _stage_file(name, os.environ.get(env) or default, retries, timeout_s, overwrite)
+        rows = _stage_file(name, os.environ.get(env) or default, env, retries, timeout_s, overwrite)
         out.append((get_base_dir() / name, rows))
     return out
 

@@ -6,9 +6,10 @@ The commands run in README order through bash, in a fresh directory that stands 
 directory: `$NANOCHAT_BASE_DIR` and `$SCRATCH` point into it (with the image files the render commands
 expect), and the repository's `results/*.toml` and `edf/` are copied in, since the commands name them by
 relative path. Each must exit 0 within COMMAND_TIMEOUT_S. A command this machine cannot run (a GPU, a
-download, a site's Slurm and images) is in NOT_HERE with the reason, and the tiny CPU sweep runs on the test
-Slurm cluster (tests/integration/slurm/test_readme_sweep.py), so a new README command fails here until it
-is either runnable or listed.
+download, a site's Slurm and images) is in NOT_HERE with the reason, the tiny CPU sweep runs on the test
+Slurm cluster (tests/integration/slurm/test_readme_sweep.py) and the chat data's download against a local
+stand-in of the Hugging Face Hub (tests/support/hub.py), so a new README command fails here until it is
+either runnable or listed.
 """
 
 import json
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.nanochat import chatdata
 from bench.workloads import nntile
+from tests.support import hub
 from tests.support import nntile as support_nntile
 from tests.support.readme import README, commands
 
@@ -31,6 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_S = 600
 ENV_SH = "bench/workloads/nntile/env.sh"
 CPU_SWEEP = next((c for c in commands() if c.startswith("nanochat-bench submit") and "--device_type cpu" in c), None)
+# run against a local stand-in of the Hugging Face Hub, in a base directory of their own (the main run stages
+# `data generate --chat` stand-ins there, which a download refuses to mix with), by
+# test_chat_download_runs_as_written_against_a_local_hub
+ON_LOCAL_HUB = [c for c in commands() if c.startswith("nanochat-bench data download --chat")]
 
 NOT_HERE = {
     "pip install torch==2.13.0 -e . && nanochat-bench smoke":
@@ -60,7 +67,6 @@ NOT_HERE = {
     "nanochat-bench status runs/d20-scaling --wait": "the d20 sweep submitted above",
     "nanochat-bench status runs/d20-scaling --resubmit-failed": "the d20 sweep submitted above",
     CPU_SWEEP: "runs on the test Slurm cluster: tests/integration/slurm/test_readme_sweep.py",
-    "nanochat-bench data download --chat": "downloads the chat data (no network here)",
     "nanochat-bench submit --flow speedrun --nodes 1,2,4 --gpus-per-node 4 --runtimes bare,ce --name speedrun":
         "a GPU cluster (tests/integration/slurm/test_slurm_flow.py runs a flow on the test cluster)",
     "reframe -C site.py -c bench/reframe_checks/checks.py -P num_nodes=1,2,4,8 -S depth=20 "
@@ -152,7 +158,7 @@ def test_readme_commands_run_as_written(tmp_path):
     no_nntile = None  # why the NNTile lines cannot run here (no Python 3.12 outside CI), else None
     ran = []
     for command in commands():
-        if command in NOT_HERE:
+        if command in NOT_HERE or command in ON_LOCAL_HUB:
             continue
         if command == ENV_SH:
             built = support_nntile.build(["bash", "-c", command], cwd=REPO, env=env)  # a path in the checkout
@@ -185,6 +191,19 @@ def test_readme_commands_run_as_written(tmp_path):
     report = (work / "results" / "report" / "report.md").read_text()
     if no_nntile is None:  # README: "the section 'nanochat and NNTile side by side' sets the 1-rank ..."
         assert "## nanochat and NNTile side by side" in report, report[-3000:]
+
+
+def test_chat_download_runs_as_written_against_a_local_hub(tmp_path):
+    """README's `data download --chat` lines as written, HF_ENDPOINT and the two files' variables pointing at
+    tests/support/hub.py's hub, which serves `data generate --chat`'s files (no network here)."""
+    assert ON_LOCAL_HUB, "README shows no `nanochat-bench data download --chat`"
+    work, env = _workdir(tmp_path)
+    with hub.serve(*hub.chat_files(tmp_path / "generated")) as local:
+        env = {**env, **local.env(tmp_path / "hf-home")}
+        for command in ON_LOCAL_HUB:
+            out = _run(command, work, env)
+            assert f"{len(chatdata.HUB_SPLITS) + 2} chat data item(s) staged" in out, out[-2000:]
+        assert local.bodies(), "nothing was downloaded from the local hub"
 
 
 def _gpt2_small_accepts(env: dict) -> None:

@@ -1,5 +1,6 @@
 """Staged chat data: what a missing, corrupt or mixed file does, the generate/download commands' refusals.
-The download is tried against a closed local port (no site network here).
+The download is tried against a closed local port here; tests/unit/nanochat/test_chat_hub.py runs it against a
+local stand-in of the hub.
 python -m pytest tests/unit/nanochat/test_chat_staging.py -q"""
 
 import os
@@ -13,6 +14,7 @@ from bench.nanochat import chatdata, chatgen, chatstage
 from bench.nanochat.tasks.customjson import CustomJSON
 from bench.nanochat.tasks.smoltalk import SmolTalk
 from bench.nanochat.tasks.spellingbee import SpellingBee
+from tests.support import hub
 
 
 def cli(*args, base):
@@ -79,7 +81,8 @@ def test_generated_plain_files_are_known_as_stand_ins(tmp_path, monkeypatch):
         for f in chatdata.split_files(split):
             f.unlink()
     with pytest.raises(DataError, match=rf"{identity}: a `data generate --chat` stand-in"):
-        chatstage._stage_file(chatdata.IDENTITY_FILE, "http://127.0.0.1:9/x", 1, 1.0, overwrite=False)
+        chatstage._stage_file(chatdata.IDENTITY_FILE, "http://127.0.0.1:9/x", chatstage.ENV_IDENTITY_URL, 1, 1.0,
+                              overwrite=False)
     identity.write_text(identity.read_text() + '[{"role": "user", "content": "a"}, '
                                                '{"role": "assistant", "content": "b"}]\n')
     assert not chatdata.is_generated_file(identity)  # changed since: not the stand-in any more
@@ -89,14 +92,12 @@ def _as_if_downloaded(base):
     """Generated files with their stand-in marks taken off, and a finished download recorded for each split."""
     import json
 
-    import pyarrow.parquet as pq
-
     chatgen.generate()
     sources = {}
     for s in chatdata.HUB_SPLITS:
         files = chatdata.split_files(s)
         for f in files:
-            pq.write_table(pq.read_table(f).replace_schema_metadata(None), f)
+            f.write_bytes(hub.unmarked(f))
         sources[f"{s.repo}/{s.pattern}"] = {"endpoint": "https://mirror.example", "rows": 0,
                                             "files": [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in files]}
     (chatdata.chat_dir() / chatdata.GENERATED_FILES).unlink()

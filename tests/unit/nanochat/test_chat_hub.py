@@ -1,0 +1,180 @@
+"""`nanochat-bench data download --chat` through its real path (huggingface_hub's listing and downloads, the plain
+fetch of the two files), run as a user runs it, against a local stand-in of the Hugging Face Hub serving the files
+of `data generate --chat` (tests/support/hub.py): no site network here.
+python -m pytest tests/unit/nanochat/test_chat_hub.py -q"""
+
+import json
+import os
+import subprocess
+import sys
+from fnmatch import fnmatch
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bench.nanochat import chatdata, chatstage
+from bench.nanochat.tasks import mixtures, smoltalk
+from tests.support import hub
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """The base directory `data generate --chat` wrote, and what the hub serves of it."""
+    work = tmp_path_factory.mktemp("generated")
+    repos, plain = hub.chat_files(work)
+    return work, repos, plain
+
+
+@pytest.fixture
+def local_hub(generated):
+    with hub.serve(*generated[1:]) as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def downloaded(generated, tmp_path_factory):
+    """One download of everything into a fresh base directory: (hub, base, the command's output)."""
+    base = tmp_path_factory.mktemp("downloaded") / "base"
+    with hub.serve(*generated[1:]) as h:
+        yield h, base, download(h, base)
+
+
+def download(h: hub.Hub, base, *args) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), PYTHONPATH=os.getcwd(), **h.env(base.parent / "hf-home"))
+    env.pop("HF_ENDPOINT")  # --url names the hub, as a user would type it
+    return subprocess.run([sys.executable, "-m", "bench.cli", "data", "download", "--chat", "--url", h.url, *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def served_split(h: hub.Hub, s: chatdata.HubSplit) -> dict[str, bytes]:
+    return {name: body for name, body in h.repos[s.repo].items() if fnmatch(name, s.pattern)}
+
+
+def one_line_error(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+    return p.stderr
+
+
+def test_every_file_lands_in_the_documented_layout_checked_listed_and_recorded(downloaded):
+    h, base, out = downloaded
+    assert out.returncode == 0, out.stderr
+    sources = json.loads((base / chatdata.CHAT_DIR / chatstage.SOURCES).read_text())
+    for s in chatdata.HUB_SPLITS:
+        files = served_split(h, s)
+        folder = base / chatdata.CHAT_DIR / s.repo  # chat_data/<owner>/<name>/<path in the repo>
+        assert {str(f.relative_to(folder)): f.read_bytes() for f in chatdata.split_files(s, base / "chat_data")} \
+            == files
+        rows = sum(hub.rows(body) for body in files.values())
+        assert f"staged {folder / s.pattern}: {rows:,} rows\n" in out.stdout
+        assert sources[f"{s.repo}/{s.pattern}"] == {"endpoint": h.url, "files": sorted(files), "rows": rows}
+        assert not (folder / hub.CARD).exists()  # the dataset card is no file of a split
+    identity, words = (h.plain[name].decode() for name in (chatdata.IDENTITY_FILE, chatdata.WORDS_FILE))
+    assert (base / chatdata.IDENTITY_FILE).read_text() == identity
+    assert (base / chatdata.WORDS_FILE).read_text() == words
+    assert f"staged {base / chatdata.IDENTITY_FILE}: {len(identity.splitlines())} rows" in out.stdout
+    assert f"staged {base / chatdata.WORDS_FILE}: {len(words.split()):,} rows" in out.stdout
+
+
+def test_a_second_run_asks_the_hub_nothing(downloaded):
+    h, base, first = downloaded
+    h.requests.clear()
+    again = download(h, base)
+    assert again.returncode == 0, again.stderr
+    assert h.requests == [] and again.stdout == first.stdout
+
+
+def test_the_stages_read_the_downloaded_data_as_the_generated_data_it_came_from(downloaded, generated, monkeypatch):
+    """The tasks of mid-training, SFT and chat evaluation over the download and over the generated base it was
+    served from (there in one file, SmolTalk's train split here in two): the same examples in the same order."""
+    from bench.nanochat.chat_eval import TASKS
+
+    builders = {"mid_train": mixtures.mid_train, "mid_val": mixtures.mid_val, "sft": mixtures.chat_sft_train,
+                "sft_val": mixtures.chat_sft_val, **TASKS}
+    seen = {}
+    for base in (downloaded[1], generated[0]):
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+        for name, build in builders.items():
+            task = build()
+            every = max(1, len(task) // 5)  # five examples spread over the task
+            seen.setdefault(name, []).append((len(task), [task[i] for i in range(0, len(task), every)]))
+    for name, (got, want) in seen.items():
+        assert got == want, name
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(downloaded[1]))
+    parts = served_split(downloaded[0], chatdata.hub_split(smoltalk.REPO, "default", "train"))
+    assert len(parts) == 2 and len(smoltalk.SmolTalk(split="train")) == sum(map(hub.rows, parts.values()))
+
+
+def _padded(body: bytes, total: int) -> bytes:
+    """The same rows with a column of random bytes, so the file is at least `total` bytes (parquet keeps random
+    bytes as they are)."""
+    table = pq.read_table(pa.BufferReader(body))
+    rng = np.random.default_rng(0)
+    per_row = total // table.num_rows + 1
+    return hub.parquet_bytes(table.append_column("padding", pa.array([rng.bytes(per_row)
+                                                                      for _ in range(table.num_rows)])))
+
+
+def test_a_cut_transfer_is_taken_up_again_and_ends_complete(local_hub, tmp_path):
+    """huggingface_hub writes in chunks of DOWNLOAD_CHUNK_SIZE: a file cut after a whole chunk resumes with a Range
+    request from there; one cut inside its first chunk is fetched again whole; the plain fetch likewise."""
+    from huggingface_hub import constants
+
+    chunk = constants.DOWNLOAD_CHUNK_SIZE
+    smoltalk, big = "HuggingFaceTB/smol-smoltalk", "data/train-00001-of-00002.parquet"
+    local_hub.repos[smoltalk][big] = _padded(local_hub.repos[smoltalk][big], chunk + (1 << 20))
+    local_hub.cut_once(big, chunk + 1000, repo=smoltalk)
+    local_hub.cut_once("main/train-00000-of-00001.parquet", 1000, repo="openai/gsm8k")
+    local_hub.cut_once(chatdata.IDENTITY_FILE, 100)
+    out = download(local_hub, tmp_path / "base")
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    for repo, name in ((smoltalk, big), ("openai/gsm8k", "main/train-00000-of-00001.parquet")):
+        assert (tmp_path / "base" / chatdata.CHAT_DIR / repo / name).read_bytes() == local_hub.repos[repo][name]
+    assert (tmp_path / "base" / chatdata.IDENTITY_FILE).read_bytes() == local_hub.plain[chatdata.IDENTITY_FILE]
+    asked = local_hub.bodies()
+
+    def ranges(repo, name):
+        return [r for p, r in asked if p == f"/cdn/{hub.sha256(local_hub.repos[repo][name])}"]
+
+    assert ranges(smoltalk, big) == [None, f"bytes={chunk}-"]
+    assert ranges("openai/gsm8k", "main/train-00000-of-00001.parquet") == [None, None]
+    assert [r for p, r in asked if p == f"/files/{chatdata.IDENTITY_FILE}"][0] is None
+    assert len([p for p, _ in asked if p == f"/files/{chatdata.IDENTITY_FILE}"]) == 2
+
+
+@pytest.mark.parametrize("repo, name, spoil, says", [
+    ("openai/gsm8k", "main/test-00000-of-00001.parquet", lambda body: b"<html>not parquet</html>",
+     "not a readable parquet file"),
+    ("allenai/ai2_arc", "ARC-Easy/train-00000-of-00001.parquet",
+     lambda body: hub.parquet_bytes(pq.read_table(pa.BufferReader(body)).drop(["answerKey"])),
+     "lacks column(s) answerKey"),
+])
+def test_a_served_file_the_tasks_cannot_read_is_refused_in_one_line(local_hub, tmp_path, repo, name, spoil, says):
+    local_hub.repos[repo][name] = spoil(local_hub.repos[repo][name])
+    out = download(local_hub, tmp_path / "base")
+    error = one_line_error(out)
+    assert f"error: {tmp_path / 'base' / chatdata.CHAT_DIR / repo / name}: {says}" in error
+    assert f"{local_hub.url}/datasets/{repo}" in error and "nothing more was staged" in error
+    sources = json.loads((tmp_path / "base" / chatdata.CHAT_DIR / chatstage.SOURCES).read_text())
+    split = next(s for s in chatdata.HUB_SPLITS if s.repo == repo and fnmatch(name, s.pattern))
+    assert f"{repo}/{split.pattern}" not in sources
+    assert "openai/gsm8k/main/train-*.parquet" in sources  # the splits before it were staged
+
+
+def test_what_the_server_says_it_lacks_is_not_retried(local_hub, tmp_path):
+    """A 404 (no such dataset on the mirror, no such file at the address) ends at once in one line, even with
+    retries left: no try changes the answer."""
+    gsm8k = local_hub.repos.pop("openai/gsm8k")
+    missing = download(local_hub, tmp_path / "base", "--retries", "4")
+    assert "the server answered HTTP 404 (RepositoryNotFoundError)" in one_line_error(missing)
+    assert "--url (or HF_ENDPOINT)" in missing.stderr
+    assert [p for m, p, _ in local_hub.requests if "/tree/" in p and "gsm8k" in p] == ["/api/datasets/openai/gsm8k"
+                                                                                        "/tree/main"]
+    local_hub.repos["openai/gsm8k"] = gsm8k
+    local_hub.plain.pop(chatdata.WORDS_FILE)
+    no_words = download(local_hub, tmp_path / "base", "--retries", "4")
+    assert f"{local_hub.plain_url(chatdata.WORDS_FILE)}: the server answered HTTP 404" in one_line_error(no_words)
+    assert f"set {chatstage.ENV_WORDS_URL} to another copy" in no_words.stderr
+    assert (tmp_path / "base" / chatdata.IDENTITY_FILE).is_file()  # what came before it is staged

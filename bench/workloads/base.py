@@ -86,6 +86,12 @@ class Workload:
     PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()
     deadline_flag: str | None = None  # a flag taking the batch script's deadline (epoch s), if it has one
     resume_flag: str | None = None  # a flag taking the checkpoint step a resubmitted run continues from
+    # The report's headers of the table columns whose meaning is this workload's own (bench/analysis/columns.py
+    # names -> header; "{per}" becomes GPU or rank), e.g. what an evaluation's problems/s counts.
+    headers: dict[str, str] = {}
+    # What its step events' tok_per_sec counts: "positions" (every token run through the model, the work MFU is
+    # about) or another count (SFT's supervised tokens); then the step events' own mfu is the run's MFU.
+    step_tokens = "positions"
 
     def check(self, argv: list[str], nproc: int) -> None:
         """Refuse flags that cannot work, with one clear line, before any process starts."""

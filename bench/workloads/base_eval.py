@@ -15,6 +15,7 @@ class BaseEval(TorchrunStage):
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_eval"
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
+    headers = {"problems_per_sec": "examples/s"}  # CORE's examples, each a forward of its prompts
 
     def parse(self, argv: list[str]):
         from bench.nanochat.base_eval import parse

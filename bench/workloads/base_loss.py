@@ -30,6 +30,7 @@ class BaseLoss(TorchrunStage):
     module = "bench.nanochat.base_loss"
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("split_tokens", "split_tokens", "{:,}"),
                     ("steps", "eval_steps", "{}"))
+    headers = {"problems_per_sec": "sequences/s", "eval_tok_per_sec": "tok/s (forward)"}  # its scores count rows
 
     def parse(self, argv: list[str]):
         from bench.nanochat.base_loss import parse

@@ -16,6 +16,7 @@ class ChatEval(TorchrunStage):
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_eval"
     PLAN_COLUMNS = (("batch", "batch_size", "{}"), ("problems", "max_problems", "{}"))
+    headers = {"eval_tok_per_sec": "generated tok/s"}  # the generative tasks' tokens over their seconds
 
     def parse(self, argv: list[str]):
         from bench.nanochat.chat_eval_config import parse

@@ -29,6 +29,10 @@ class ChatSFT(TorchrunStage):
     deadline_flag = "--deadline="
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("examples/step", "target_examples_per_step", "{}"), ("steps", "num_iterations", "{}"))
+    # tok/s counts the supervised tokens (upstream's num_tokens); MFU every position run, padding included
+    step_tokens = "supervised"
+    headers = {"tok_per_sec": "supervised tok/s", "tok_per_sec_per_gpu": "supervised tok/s/{per}",
+               "mfu": "MFU % (all positions)"}
 
     def parse(self, argv: list[str]):
         from bench.nanochat.sftconfig import parse_sft_args

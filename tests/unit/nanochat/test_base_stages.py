@@ -54,6 +54,7 @@ def test_base_loss_two_ranks(stage_base, tmp_path):
     assert manifest["config"]["model_tag"] == "d1" and manifest["config"]["model_step"] == 5
     scores = {e["name"]: e for e in events if e["event"] == "score"}
     assert set(scores) == {"train_bpb", "val_bpb"} and scores["val_bpb"]["problems"] == 2 * 2 * 3
+    assert all(s["tokens"] == 2 * SEQ * 2 * 3 and s["seconds"] > 0 for s in scores.values())  # each split's tokens
     assert manifest["scores"]["val_bpb"] == scores["val_bpb"]["value"] > 0
     assert [e["val_bpb"] for e in events if e["event"] == "val"] == [manifest["scores"]["val_bpb"]]
     assert f"val bpb: {manifest['scores']['val_bpb']:.4f}" in log

@@ -11,21 +11,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# A forward pass is about a third of a training step's FLOPs per token (the backward pass costs twice the
+# forward): what an evaluation that runs the model forward only (base_loss, base_eval) does per token.
+FORWARD_SHARE = 1 / 3
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The model a stage works on, as far as the plan knows it before any checkpoint exists: pre-training's
+    flags in a flow (bench/launch/flow.py), sized as its trainer sizes it (bench/workloads/nanochat.py)."""
+
+    depth: int
+    sequence_len: int
+    flops_per_token: float  # training FLOPs per token (bench.nanochat.gpt.GPTConfig.flops_per_token)
+
+
 @dataclass(frozen=True)
 class Estimate:
-    """What a time estimate assumes (the sweep's --gpu, --assume-mfu and start-up allowance), and the
-    one formula turning a run's FLOPs into wall hours (bench/launch/plan.py explains the MFU model)."""
+    """What a time estimate assumes (the sweep's --gpu, --assume-mfu, --assume-decode-tok-s and start-up
+    allowance), and the formulas turning a run's work into wall hours (bench/launch/plan.py explains the
+    MFU model): FLOPs at the assumed MFU, or tokens decoded one at a time at the assumed rate."""
 
     peak_flops: float | None  # of the assumed GPU, bench.metrics; None: unknown
     assume_mfu: float
     startup_s: float
     mfu_half_batch: int
+    decode_tok_per_s: float | None = None  # tokens a rank decodes a second (plan.py DECODE_TOK_PER_S); None: unknown
 
-    def hours(self, flops: float, ranks: int, device_batch_size: int) -> float | None:
+    def hours(self, flops: float, ranks: int, device_batch_size: float) -> float | None:
         if not self.peak_flops:
             return None
         mfu = self.assume_mfu * device_batch_size / (device_batch_size + self.mfu_half_batch)
         return (flops / (ranks * self.peak_flops * mfu) + self.startup_s) / 3600
+
+    def decode_hours(self, tokens_per_rank: float) -> float | None:
+        """Wall hours of a rank decoding this many tokens one at a time (each a forward of one position
+        through the KV cache: latency, not FLOPs, sets the pace), plus the start-up allowance."""
+        if not self.decode_tok_per_s:
+            return None
+        return (tokens_per_rank / self.decode_tok_per_s + self.startup_s) / 3600
 
 
 @dataclass(frozen=True)
@@ -41,6 +65,7 @@ class PointContext:
     max_device_batch: int | None = None  # the site's observed limit at this rank count (bench/sites)
     base_dir: str | None = None  # NANOCHAT_BASE_DIR on the nodes, where stages' checkpoints live; None: unknown
     site: Any = None  # bench.sites.Site, or None
+    model: ModelShape | None = None  # the model a later stage loads, where a flow's pre-training says; None: unknown
 
     @property
     def ranks(self) -> int:

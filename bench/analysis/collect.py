@@ -44,7 +44,9 @@ TABLE_CSV = "runs.csv"
 #    run.json; ReFrame's perflog and report rows (source_kind reframe_*, reframe_partition) no longer made.
 # 9: phase_image_ready_s (launch.image_ready_at: the image step before srun); runtime start-up begins after it.
 # 10: a flow's stage, its scores, its time (stage_time_s) and the problems its score events scored.
-ROW_VERSION = 10
+# 11: an evaluation that ended ok is usable (no skip_reason: it has no steps by design); eval_tok_per_sec; an SFT
+#     run's MFU is its step events' own (every position run), not one recomputed from its supervised tok/s.
+ROW_VERSION = 11
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 

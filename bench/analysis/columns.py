@@ -18,7 +18,7 @@ scored per second and its time from launch to end.
 
 from dataclasses import dataclass
 
-from bench import breakdown
+from bench import breakdown, workloads
 from bench.workloads.base import EVALUATION, TRAINING
 
 # Why-fields (bench/analysis/why.py): the parts of a steady step and the collectives of the pre-flight.
@@ -102,6 +102,8 @@ CATALOGUE: tuple[Column, ...] = (
     Column("stage_time_s", "float", "derived", "median", "time s", "s", "1", perf=EVAL),  # launch to the final status
     Column("problems", "float", "events", "median", "problems", fmt="int"),  # examples its score events scored
     Column("problems_per_sec", "float", "events", "median", "problems/s", "problems/s", "2", perf=EVAL),
+    # tokens its score events counted (generated, or run forward) over the seconds of those scores
+    Column("eval_tok_per_sec", "float", "events", "median", "eval tok/s", "tok/s", "int"),
     _rj("scaling", "str", key="config"), _rj("val_files_k", "int"), _rj("ofi_hook", "str"),
     _rj("strategy", "str", "config.strategy", key="config"),
     _rj("aspect_ratio", "int", "config.aspect_ratio", key="config"),
@@ -132,12 +134,14 @@ def perf_units(kind: str) -> dict[str, str]:
     return {c.name: c.unit for c in CATALOGUE if kind in c.perf}
 
 
-def header(name: str, per: str = "GPU") -> str:
-    """The column's table header ("{per}" as GPU or rank)."""
+def header(name: str, per: str = "GPU", workload=None) -> str:
+    """The column's table header ("{per}" as GPU or rank); the workload's own where its runs' figure means
+    something else (run.json `workload`, bench/workloads `headers`: SFT's supervised tok/s)."""
+    own = getattr(workloads.by_run_workload(workload), "headers", {}) if isinstance(workload, str) else {}
     col = BY_NAME.get(name)
-    return (col.label if col and col.label else name).format(per=per)
+    return own.get(name, col.label if col and col.label else name).format(per=per)
 
 
-def cell(name: str, per: str = "GPU") -> tuple[str, str, str]:
+def cell(name: str, per: str = "GPU", workload=None) -> tuple[str, str, str]:
     """(header, column, format) of a table cell of this column."""
-    return header(name, per), name, BY_NAME[name].fmt
+    return header(name, per, workload), name, BY_NAME[name].fmt

@@ -67,11 +67,12 @@ def spread(values: list[float]) -> tuple[float, float, float | None]:
 
 
 def step_figures(records: list[dict], world_size: int | None, flops_per_token: float | None,
-                 peak_flops_per_gpu: float | None) -> tuple[dict, list[str]]:
+                 peak_flops_per_gpu: float | None, tok_are_positions: bool = True) -> tuple[dict, list[str]]:
     """Steady-state figures from step records (dicts with step, dt_ms, tok_per_sec, mfu, loss).
 
     Returns (figures, notes). Records whose time or throughput is not a finite positive number are
-    left out and counted in a note, never averaged in.
+    left out and counted in a note, never averaged in. `tok_are_positions` False: tok_per_sec counts
+    fewer tokens than the model ran (SFT's supervised ones), so MFU is the trainer's own, from the positions.
     """
     notes: list[str] = []
     fig: dict = {"steps_recorded": len(records)}
@@ -97,9 +98,10 @@ def step_figures(records: list[dict], world_size: int | None, flops_per_token: f
         fig["tok_per_sec_per_gpu"] = fig["tok_per_sec"] / world_size
 
     # MFU recomputed from the recorded FLOPs per token and peak, so every run uses the same definition;
-    # the per-step value the trainer logged is the fall-back (upstream logs assume an H100 peak).
+    # the per-step value the trainer logged is the fall-back (upstream logs assume an H100 peak), and the
+    # figure where tok/s is not the work the GPU did (the trainer's MFU counts every position it ran).
     mfu = mfu_percent(flops_per_token, fig["tok_per_sec"], world_size, peak_flops_per_gpu) \
-        if flops_per_token and world_size else None
+        if flops_per_token and world_size and tok_are_positions else None
     if mfu is not None:
         fig["mfu"], fig["mfu_source"] = mfu, "recomputed"
     elif peak_flops_per_gpu:

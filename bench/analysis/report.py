@@ -31,7 +31,8 @@ FIGURES_DIR = "figures"
 METHODS = [
     STEADY_STATE_RULE,
     "MFU = FLOPs per token × steady tok/s / (GPUs × peak dense bf16 FLOP/s of the GPU recorded in run.json); "
-    "none on CPU or an unknown GPU.",
+    "none on CPU or an unknown GPU. SFT counts supervised tokens in its tok/s (upstream's num_tokens), fewer than "
+    "the positions it runs (padding, prompts): its MFU is its step events' own, from every position.",
     "Start-up phases run from one milestone to the next the run recorded (launch, runtime start, trainer "
     "start, imports, process group, pre-flight, model, data, first step; bench/breakdown.py), so a phase "
     "that was not measured (–, or a cross in the figure) is inside the next measured one; a run without a "

@@ -15,12 +15,13 @@ import math
 import os
 from pathlib import Path
 
-from bench import contract
+from bench import contract, workloads
 from bench.analysis import upstream
 from bench.analysis import why
 from bench.analysis.columns import FLAT
 from bench.analysis.figures import _finite, step_figures, steady_mask
 from bench.analysis.regular_files import NotRegularFile, read_regular
+from bench.workloads.base_loss import RUN_WORKLOAD as BASE_LOSS_WORKLOAD
 
 LIVE_STATUSES = ("pending", "running")
 
@@ -209,17 +210,37 @@ def event_fields(events: list[dict]) -> dict:
     if row.get("min_val_bpb") is None:
         vals = [v for v in (_finite(ev.get("val_bpb")) for ev in events if ev["event"] == "val") if v is not None]
         row["min_val_bpb"] = min(vals) if vals else None
-    scored = [ev for ev in events if ev["event"] == "score"]
-    problems = [n for n in (_finite(ev.get("problems")) for ev in scored) if n is not None]
-    seconds = [t for t in (_finite(ev.get("seconds")) for ev in scored if _finite(ev.get("problems"))) if t]
-    if problems:
-        row["problems"] = sum(problems)
-        if len(seconds) == len(problems) and sum(seconds) > 0:  # each score timed: problems over their time
-            row["problems_per_sec"] = sum(problems) / sum(seconds)
+    row.update(score_rates([ev for ev in events if ev["event"] == "score"]))
     if "error" in last:
         row["error_kind"], row["error_message"] = last["error"].get("kind"), last["error"].get("message")
     row["has_end"] = "end" in last
     return row
+
+
+def score_rates(scored: list[dict]) -> dict:
+    """An evaluation's throughput from its score events: the problems they scored (sequences, examples) and
+    the tokens they counted, each over the seconds of the scores that counted them (only where every such
+    score was timed; a figure without a count, CORE's or ChatCORE's mean, counts nothing)."""
+    row = {}
+    for count, rate in (("problems", "problems_per_sec"), ("tokens", "eval_tok_per_sec")):
+        counted = [ev for ev in scored if _finite(ev.get(count)) is not None]
+        seconds = [t for ev in counted if (t := _finite(ev.get("seconds")))]
+        total = sum(_finite(ev[count]) for ev in counted)
+        if count == "problems" and counted:
+            row["problems"] = total
+        if counted and len(seconds) == len(counted) and sum(seconds) > 0:
+            row[rate] = total / sum(seconds)
+    return row
+
+
+def legacy_scores(events: list[dict], manifest: dict) -> list[dict]:
+    """Events as this reader reads them: base_loss before its score events carried `tokens` (contract 2.3
+    and before) evaluated run.json config.split_tokens tokens in each split's score."""
+    split = _section(manifest, "config").get("split_tokens")
+    if manifest.get("workload") != BASE_LOSS_WORKLOAD or not isinstance(split, int) or isinstance(split, bool):
+        return events
+    return [{**ev, "tokens": split} if ev["event"] == "score" and ev.get("tokens") is None
+            and _finite(ev.get("problems")) is not None else ev for ev in events]
 
 
 def resolve_status(manifest: dict, ev: dict, notes: list[str]) -> tuple[str, str | None]:
@@ -249,7 +270,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     names = names if names is not None else set(os.listdir(run_dir))
     notes: list[str] = []
     manifest, skip = read_run_json(run_dir / contract.RUN_JSON, notes)
-    events = read_events(run_dir / contract.METRICS_JSONL, notes)
+    events = legacy_scores(read_events(run_dir / contract.METRICS_JSONL, notes), manifest)
     row = {"source": str(run_dir), "source_kind": "run_dir", **manifest_fields(manifest, notes)}
     ev = event_fields(events)
     row.update({k: v for k, v in ev.items() if v is not None and k not in ("has_end",)})
@@ -271,7 +292,10 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         steps = _steps_from_logs(run_dir, names, notes)
     if skip is None:
         world = row.get("world_size") if isinstance(row.get("world_size"), int) else None
-        figs, fig_notes = step_figures(steps, world, row.get("flops_per_token"), row.get("peak_flops_per_gpu"))
+        # a trainer whose tok/s is not the positions it ran (SFT's supervised tokens) has its own MFU recorded
+        positions = getattr(workloads.by_run_workload(row.get("workload")), "step_tokens", "positions") == "positions"
+        figs, fig_notes = step_figures(steps, world, row.get("flops_per_token"), row.get("peak_flops_per_gpu"),
+                                       tok_are_positions=positions)
         row.update({k: v for k, v in figs.items() if v is not None})
         notes += fig_notes
         mask, _ = steady_mask([int(s["step"]) for s in steps])
@@ -281,21 +305,23 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         first_times.setdefault(ev["event"], ev["t"])
     row.update(why.phase_fields(manifest, first_times))
     row.update(why.section_fields(manifest))
-    row["skip_reason"] = skip or usability(row)
+    evaluation = not steps and any(ev["event"] == "score" for ev in events)
+    row["skip_reason"] = skip or usability(row, evaluation)
     row["notes"] = "; ".join(notes) or None
     return row
 
 
-def usability(row: dict) -> str | None:
-    """Why a readable row still cannot enter the figures (None when it can)."""
+def usability(row: dict, evaluation: bool = False) -> str | None:
+    """Why a readable row still cannot enter the figures (None when it can). An evaluation (score events and,
+    by design, no training steps: base_loss, base_eval, chat_eval) has its scores, time and rates as figures."""
     status = row["status"]
     if status in LIVE_STATUSES:
         return f"run {status}: not finished"
     if status != "ok":
         return f"run {status}"
-    if not row.get("steps_recorded"):
+    if not evaluation and not row.get("steps_recorded"):
         return "status ok but no step records"
-    if row.get("tok_per_sec") is None:
+    if not evaluation and row.get("tok_per_sec") is None:
         return "no steady-state step with a finite time"
     if not isinstance(row.get("world_size"), int) or row["world_size"] < 1:
         return "world_size unknown"

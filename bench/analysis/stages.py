@@ -2,25 +2,34 @@
 scores side by side across runtimes and rank counts, then the time per stage and in total (the time to a
 chat model), so a runtime that changes a result, not only a speed, shows.
 
-Only runs that ended ok enter. A stage's runs are compared only with the same stage's (run.json `stage`,
-part of the comparison key with `workload`), and within a stage only runs of one point shape (runtime,
-ranks, nodes) are summarised together, by their median. Evaluation stages record no steps, so their
-throughput is problems per second (their `score` events' problems over their seconds); training stages
-have tok/s from their steady steps (bench/analysis/figures.py).
+Only usable runs enter (they ended ok, their figures could be read). A stage's runs are compared only with the
+same stage's (run.json `stage`, part of the comparison key with `workload`), and within a stage only runs of
+one point shape (runtime, ranks, nodes) are summarised together, as the column catalogue says (the median;
+peak memory the largest). Training stages have tok/s and MFU from their steady steps (bench/analysis/
+figures.py); evaluation stages record no steps, so their throughput is what their `score` events counted
+(problems, tokens) over the seconds those scores took. A figure's header is the stage's own where its
+workload says what it counts (bench/workloads `headers`: base_loss's sequences/s, SFT's supervised tok/s).
 """
 
 import json
 
 import pandas as pd
 
-from bench.analysis.columns import cell
+from bench.analysis.columns import AGGREGATES, cell
 from bench.analysis.tables import Table, fmt
 
 POINT = ["runtime", "world_size", "nodes"]
-STAGES_NOTE = ("Medians over the runs of each point that ended ok. Throughput: tok/s of the steady steps for "
-               "training stages, problems/s for evaluations (problems scored over the seconds their scores took). "
-               "time s: from the launch to the stage's end, start-up included. Scores as run.json records them "
-               "(val/train bpb, CORE, ChatCORE, each task's accuracy).")
+# The figures a stage section shows, where its runs recorded them, in this order.
+FIGURES = ("tok_per_sec", "mfu", "problems_per_sec", "eval_tok_per_sec", "stage_time_s", "peak_mem_mib",
+           "min_val_bpb")
+STAGES_NOTE = ("Medians over the runs of each point that ended ok (peak memory: the largest). Training stages: "
+               "tok/s of the steady steps and MFU (FLOPs per token x the tokens the model ran per second / peak); "
+               "chat_sft's throughput is its supervised tokens per second (upstream's num_tokens), its MFU counts "
+               "every position it ran, padding included. Evaluations: what their scores counted (base_loss "
+               "sequences and tokens, forward only; base_eval examples; chat_eval problems, and the tokens its "
+               "generative tasks generated) over the seconds those scores took. peak mem MiB: the stage's peak "
+               "allocated GPU memory. time s: from the launch to the stage's end, start-up included. Scores as "
+               "run.json records them (val/train bpb, CORE, ChatCORE, each task's accuracy).")
 
 
 def stage_order() -> list[str]:
@@ -34,8 +43,8 @@ def stage_order() -> list[str]:
 
 
 def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The runs of a flow's stages that ended ok, their scores as columns `score:<name>`."""
-    rows = table[table["stage"].notna() & (table["status"] == "ok")].copy()
+    """The usable runs of a flow's stages (ended ok, read whole, not a copy), their scores as `score:<name>`."""
+    rows = table[table["stage"].notna() & (table["status"] == "ok") & table["skip_reason"].isna()].copy()
     scores = [json.loads(text) if isinstance(text, str) else {} for text in rows["scores"]]
     names = sorted({name for s in scores for name in s})
     for name in names:
@@ -50,15 +59,18 @@ def _sorted_stages(rows: pd.DataFrame) -> list[str]:
 
 
 def stage_table(rows: pd.DataFrame) -> Table:
-    """One stage: per runtime x ranks x nodes, its runs, throughput, time and every score it recorded."""
+    """One stage: per runtime x ranks x nodes, its runs, throughput, MFU, time, peak memory and every score it
+    recorded; headers as the stage's workload names its figures."""
     score_cols = [c for c in rows.columns if c.startswith("score:") and rows[c].notna().any()]
-    figures = [c for c in ("tok_per_sec", "problems_per_sec", "stage_time_s", "min_val_bpb") if rows[c].notna().any()]
+    figures = [c for c in FIGURES if rows[c].notna().any()]
+    workload = next(iter(rows["workload"].dropna()), None)
     out = []
     for key, g in rows.groupby(POINT, sort=True, dropna=False):
-        med = {c: pd.to_numeric(g[c], errors="coerce").median() for c in figures + score_cols}
+        summary = {c: pd.to_numeric(g[c], errors="coerce").agg(AGGREGATES.get(c, "median"))
+                   for c in figures + score_cols}
         out.append([str(key[0]), fmt(key[1], "int"), fmt(key[2], "int"), str(len(g)),
-                    *(fmt(med[c], cell(c)[2]) for c in figures), *(fmt(med[c], "3") for c in score_cols)])
-    head = ["runtime", "ranks", "nodes", "runs", *(cell(c)[0] for c in figures),
+                    *(fmt(summary[c], cell(c)[2]) for c in figures), *(fmt(summary[c], "3") for c in score_cols)])
+    head = ["runtime", "ranks", "nodes", "runs", *(cell(c, "rank", workload)[0] for c in figures),
             *(c.split(":", 1)[1] for c in score_cols)]
     return Table(head, out, text_cols=(0,))
 

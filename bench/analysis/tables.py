@@ -56,16 +56,23 @@ def _point_cols(unit: str) -> list[tuple[str, str, str]]:
     return [("runtime", "runtime", "s"), (unit, "world_size", "int"), ("nodes", "nodes", "s")]
 
 
+def _workload(points: pd.DataFrame):
+    """The config's run.json workload (one per config: part of its key), whose headers its figures take."""
+    return next(iter(points["workload"].dropna()), None) if "workload" in points else None
+
+
 def summary_table(points: pd.DataFrame, unit: str, scaling: str) -> Table:
-    per = unit[:-1]
-    cols = [*_point_cols(unit), ("runs", "runs", "int"), cell("tok_per_sec"), cell("tok_per_sec_per_gpu", per)]
+    per, workload = unit[:-1], _workload(points)
+    cols = [*_point_cols(unit), ("runs", "runs", "int"), cell("tok_per_sec", per, workload),
+            cell("tok_per_sec_per_gpu", per, workload)]
     if scaling == "weak":  # the total grows with the ranks; the speedup of a weak curve is no goal
         cols += [cell("total_batch_size")]
     else:
         cols += [("speedup", "speedup", "2")]
     cols += [("efficiency", "efficiency", "pct"),
-             *map(cell, ("mfu", "step_time_ms", "step_time_cv", "step_time_p90_ms", "startup_overhead_s",
-                         "time_to_first_step_s", "peak_mem_mib", "min_val_bpb"))]
+             *(cell(c, per, workload) for c in ("mfu", "step_time_ms", "step_time_cv", "step_time_p90_ms",
+                                                "startup_overhead_s", "time_to_first_step_s", "peak_mem_mib",
+                                                "min_val_bpb"))]
     return _table(points, cols)
 
 
@@ -112,10 +119,10 @@ def split_table(points: pd.DataFrame, unit: str) -> Table:
 
 
 def busbw_table(points: pd.DataFrame, unit: str) -> Table:
-    per = unit[:-1]
+    per, workload = unit[:-1], _workload(points)
     cols = [*_point_cols(unit), ("buffer MiB", "preflight_mib", "int"),
             *[cell(f"busbw_{c}_gbps") for c in why.COLLECTIVES],
-            cell("tok_per_sec"), cell("tok_per_sec_per_gpu", per),
+            cell("tok_per_sec", per, workload), cell("tok_per_sec_per_gpu", per, workload),
             ("efficiency", "efficiency", "pct")]
     return _table(points.assign(preflight_mib=points["preflight_bytes"] / 2 ** 20), cols)
 

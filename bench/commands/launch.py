@@ -52,6 +52,9 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
                         f"{', '.join(sites.names())} (default: $NANOCHAT_BENCH_SITE, else none)")
     g.add_argument("--gpu", default="H200", help="GPU assumed by the node-hour estimate (default: H200)")
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
+    g.add_argument("--assume-decode-tok-s", type=float, default=planmod.DECODE_TOK_PER_S, metavar="TOK_S",
+                   help="tokens a rank generates a second, assumed by chat_eval's estimate (default: "
+                        f"{planmod.DECODE_TOK_PER_S:g}, the lowest measured at d20 on an H200)")
     g.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
                    help="what each run trains (default: nanochat); nntile takes its flags as --train-arg KEY=VALUE "
                         "(e.g. --train-arg batch=8) and runs on one node")
@@ -110,7 +113,8 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
     train.update(planmod.parse_train_args(args.train_arg))
     return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
                                       repeats=args.repeats, train=train, gpu=args.gpu,
-                                      assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling,
+                                      assume_mfu=args.assume_mfu, assume_decode_tok_s=args.assume_decode_tok_s,
+                                      workload=args.workload, scaling=args.scaling,
                                       data=data_shape(args), time=args.time, site=site_of(args),
                                       base_dir=base_dir_of(args))
 
@@ -124,7 +128,8 @@ def flow_from_args(args, nodes: str | None = None, gpus_per_node: int | None = N
         args.flow, args.stages, train, args.stage_arg, nodes=planmod.parse_nodes(nodes or args.nodes),
         gpus_per_node=gpus_per_node or args.gpus_per_node,
         runtimes=runtimes_list(runtimes or args.runtimes), repeats=args.repeats, gpu=args.gpu,
-        assume_mfu=args.assume_mfu, workload=args.workload, scaling=args.scaling, data=data_shape(args),
+        assume_mfu=args.assume_mfu, assume_decode_tok_s=args.assume_decode_tok_s, workload=args.workload,
+        scaling=args.scaling, data=data_shape(args),
         time=args.time, site=site_of(args), base_dir=base_dir_of(args))
 
 
@@ -364,7 +369,8 @@ def register_speedrun(subparsers) -> None:
     p.add_argument("--scaling", choices=planmod.SCALING_MODES, default="weak", help="as for plan (default: weak)")
     p.add_argument("--data-dir", default=None, help="the shards, for the validation files K (default: base_data/ "
                    "under $NANOCHAT_BASE_DIR)")
-    p.set_defaults(func=cmd_speedrun, repeats=1, gpu="H200", assume_mfu=0.40, workload=workloads.DEFAULT,
+    p.set_defaults(func=cmd_speedrun, repeats=1, gpu="H200", assume_mfu=0.40,
+                   assume_decode_tok_s=planmod.DECODE_TOK_PER_S, workload=workloads.DEFAULT,
                    row_groups=None, shards=None, time=None, site=None, nodes="1", runtimes="bare")
 
 

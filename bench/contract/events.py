@@ -117,9 +117,11 @@ class ScoreEvent:
     name: str
     value: float
     centered: Optional[float] = None  # (accuracy - random baseline) / (1 - baseline), where the task has one
-    problems: Optional[int] = None  # examples scored, over all ranks
+    problems: Optional[int] = None  # examples scored (base_loss: sequences), over all ranks
     seconds: Optional[float] = None  # wall time of this score's evaluation
-    tokens: Optional[int] = None  # tokens generated for it over all ranks (generative tasks: tokens/s = tokens / seconds)
+    # tokens over all ranks: generated for it (chat_eval's generative tasks) or run forward (base_loss's split);
+    # tokens/s = tokens / seconds
+    tokens: Optional[int] = None
 
 
 @dataclasses.dataclass

@@ -17,7 +17,9 @@ once per sweep, outside the measured runs, and kept when it exists. Locally, `na
 the same stages with the same flags in the same directories on this machine (`run_local_flow`).
 
 Every stage is planned by its own workload (batch arithmetic per rank count, time estimate), so the job's
-time limit is the sum of the stages' limits.
+time limit is the sum of the stages' limits. The stages after pre-training load the model it trains, so each
+is planned knowing that model (pre-training's flags: its depth, context and FLOPs per token) and estimates its
+time from it (bench/workloads/stage.py model_estimate).
 """
 
 import itertools
@@ -153,12 +155,13 @@ class FlowSweep:
         per_stage = parse_stage_args(stage_args, chosen)
         train = {k: v for k, v in train.items() if v is not None}
         shared = {k: train[k] for k in SHARED_FLAGS if k in train}
+        model = workloads.get(workloads.DEFAULT).model_of(train)  # the model every stage after pre-training loads
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
                 {**shared, **{k: train[k] for k in stage.inherit if k in train}}
             chained = {k: PLAN_TAG if "{tag}" in v else ("1" if "{" in v else v) for k, v in stage.chain}
-            sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload,
+            sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model,
                                         train={**own, **per_stage[stage.name], **chained}))
         return cls(flow, chosen, tuple(sweeps))
 
@@ -219,7 +222,10 @@ def format_table(fs: FlowSweep) -> str:
                                                               f"installation)" if unregistered else ""))
     for stage, sw in zip(fs.stages, fs.sweeps):
         lines += [f"{stage.name}: {line.replace(PLAN_TAG, '<sweep>-<point>')}" for line in sw.workload_impl.describe(sw)]
-    lines.append(f"{jobs} job(s), one per point ({fs.first.gpu} estimates as for one run per stage)")
+    s = fs.first
+    lines.append(f"{jobs} job(s), one per point (estimates per stage: {s.gpu} at {s.assume_mfu:.0%} MFU x "
+                 f"B/(B+{planmod.MFU_HALF_BATCH}), generation at {s.assume_decode_tok_s:g} tok/s per rank, "
+                 f"+ {s.startup_s:.0f} s start-up; a stage without one gets {planmod.DEFAULT_RUN_MINUTES} min)")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from bench import metrics, workloads
 from bench.errors import ConfigError
 from bench.pairs import parse_pairs
 from bench.runtimes import parse_names
-from bench.workloads.base import Estimate, PointContext, PointPlan, Settings
+from bench.workloads.base import Estimate, ModelShape, PointContext, PointPlan, Settings
 
 SCALING_MODES = ("weak", "strong")
 # The MFU an estimate assumes falls at small device batches, where the GPU idles between small kernels:
@@ -29,6 +29,10 @@ MFU_HALF_BATCH = 4
 # Upstream's sizing (speedrun.sh): ~250M characters per FineWeb-Edu shard at ~4.8 characters per token.
 TOKENS_PER_SHARD = 250e6 / 4.8
 DEFAULT_RUN_MINUTES = 30  # a run's time limit when nothing can be estimated (CPU, another workload)
+# Tokens one rank decodes a second when generating (chat_eval: one problem at a time through the KV cache, each
+# token a forward of one position, so latency, not FLOPs, sets the pace): an assumption, as --assume-mfu is,
+# the lowest of the rates measured at d20 on one H200 (14-20 generated tok/s, results/h200-d20/speedrun/).
+DECODE_TOK_PER_S = 14.0
 
 
 def parse_nodes(text: str) -> list[int]:
@@ -184,12 +188,14 @@ class Sweep:
     scaling: str = "weak"
     gpu: str = "H200"  # GPU the estimate assumes (peak FLOPs from bench.metrics)
     assume_mfu: float = 0.40  # MFU the estimate assumes at large device batches
+    assume_decode_tok_s: float = DECODE_TOK_PER_S  # tokens a rank generates a second (chat_eval's estimate)
     startup_s: float = 300.0  # per-run start-up allowance in the estimate (image, compile, data)
     workload: str = workloads.DEFAULT  # bench/workloads: nanochat, or nntile (its flags via --train-arg)
     data: DataShape | None = None  # the shards, for the choice of K (None: K is not planned)
     time: str | None = None  # a fixed time limit per run instead of the estimate
     site: Any = None  # bench.sites.Site: GPU memory and device batch limits of the site (None: the GPU's own)
     base_dir: str | None = None  # NANOCHAT_BASE_DIR on the nodes (a stage checks the nodes share it); None: unknown
+    model: ModelShape | None = None  # the model a stage loads, where a flow's pre-training says (flow.py); None: unknown
     settings: Settings = field(init=False, repr=False, compare=False)  # the flags, parsed once
 
     def __post_init__(self):
@@ -199,6 +205,9 @@ class Sweep:
             raise ConfigError(f"--repeats {self.repeats} must be a positive integer")
         if not 0 < self.assume_mfu <= 1:
             raise ConfigError(f"--assume-mfu {self.assume_mfu} must be in (0, 1]")
+        if not 0 < self.assume_decode_tok_s < math.inf:
+            raise ConfigError(f"--assume-decode-tok-s {self.assume_decode_tok_s} must be a positive number of tokens "
+                              f"a second (default: {DECODE_TOK_PER_S:g})")
         if self.scaling not in SCALING_MODES:
             raise ConfigError(f"--scaling {self.scaling!r}: valid modes are {', '.join(SCALING_MODES)}")
         if self.time is not None:
@@ -224,7 +233,8 @@ class Sweep:
 
     @property
     def estimate(self) -> Estimate:
-        return Estimate(metrics.peak_flops(self.gpu), self.assume_mfu, self.startup_s, MFU_HALF_BATCH)
+        return Estimate(metrics.peak_flops(self.gpu), self.assume_mfu, self.startup_s, MFU_HALF_BATCH,
+                        self.assume_decode_tok_s)
 
     def context(self, nodes: int) -> PointContext:
         from bench.nanochat.memory import GIB, device_memory_bytes
@@ -234,7 +244,8 @@ class Sweep:
             device_memory_bytes(self.gpu)
         ranks = nodes * self.gpus_per_node
         return PointContext(nodes, self.gpus_per_node, self.scaling, self.data, self.estimate, memory,
-                            site.max_device_batch(ranks) if site is not None else None, self.base_dir, site)
+                            site.max_device_batch(ranks) if site is not None else None, self.base_dir, site,
+                            self.model)
 
     @functools.cached_property
     def _points(self) -> tuple[Point, ...]:
@@ -270,7 +281,8 @@ class Sweep:
         """The sweep as JSON-ready data (recorded in sweep.json)."""
         return {"nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "runtimes": self.runtimes,
                 "repeats": self.repeats, "train": self.train, "scaling": self.scaling, "gpu": self.gpu,
-                "assume_mfu": self.assume_mfu, "startup_s": self.startup_s, "workload": self.workload,
+                "assume_mfu": self.assume_mfu, "assume_decode_tok_s": self.assume_decode_tok_s,
+                "startup_s": self.startup_s, "workload": self.workload,
                 "data": self.data.source if self.data else None, "time": self.time}
 
 

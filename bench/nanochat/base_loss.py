@@ -7,7 +7,8 @@ Per split, a fresh loader of the shards (train from its first row groups, val = 
 `split_tokens / (B x T x W)` batches to evaluate_bpb, SUM-reduced over the ranks; T is the checkpoint's
 sequence length, and split_tokens must be a multiple of B x T x W (the planner rounds it per rank count).
 Rank 0 then completes upstream's seven prompts greedily (16 tokens, stopping at BOS or assistant_end).
-Figures: `score` events train_bpb and val_bpb, a `val` event at the checkpoint's step, run.json `scores`.
+Figures: `score` events train_bpb and val_bpb (each with the sequences and tokens it evaluated and its seconds),
+a `val` event at the checkpoint's step, run.json `scores`.
 """
 
 import sys
@@ -132,7 +133,7 @@ def run(config: BaseLossConfig, record) -> tuple[dict, str, str | None]:
         print0(f"{split} bpb: {bpb:.4f}")
         scores[f"{split}_bpb"] = bpb
         record.emit("score", name=f"{split}_bpb", value=bpb, problems=steps * config.device_batch_size *
-                    session.world_size, seconds=seconds)
+                    session.world_size, tokens=config.split_tokens, seconds=seconds)  # problems: sequences
         print0(f"{split}: {config.split_tokens / seconds:,.0f} tok/sec over {config.split_tokens:,} tokens")
     record.emit("val", step=meta["step"], val_bpb=scores["val_bpb"])
     total_s = time.time() - t_eval

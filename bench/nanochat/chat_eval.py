@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from bench.errors import ConfigError, DataError
-from bench.nanochat.chat_eval_config import BASELINES, TASK_NAMES, ChatEvalConfig, parse, task_names
+from bench.nanochat.chat_eval_config import (BASELINES, GENERATIVE_PROBLEMS, TASK_NAMES, ChatEvalConfig, parse,
+                                             task_names)
 from bench.nanochat.chat_format import render_for_completion
 from bench.nanochat.common import print0
 from bench.nanochat.engine import Engine
@@ -40,9 +41,10 @@ TASKS = {
     "MMLU": partial(MMLU, subset="all", split="test"),
     "GSM8K": partial(GSM8K, subset="main", split="test"),
     "HumanEval": HumanEval,
-    "SpellingBee": partial(SpellingBee, size=256, split="test"),
+    "SpellingBee": partial(SpellingBee, size=GENERATIVE_PROBLEMS["SpellingBee"], split="test"),
 }
 assert tuple(TASKS) == TASK_NAMES
+assert {n for n, t in TASKS.items() if getattr(t, "func", t).eval_type == "generative"} == set(GENERATIVE_PROBLEMS)
 
 
 @dataclass

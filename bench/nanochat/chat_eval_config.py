@@ -12,6 +12,9 @@ TASK_NAMES = ("ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval", "Spelli
 BASELINES = {"ARC-Easy": 0.25, "ARC-Challenge": 0.25, "MMLU": 0.25, "GSM8K": 0.0, "HumanEval": 0.0,
              "SpellingBee": 0.0}
 SOURCES = ("base", "mid", "sft")  # upstream's load_model also knows rl, which nothing here trains
+# The generative tasks (decoded token by token; the others score a batch of problems in one forward) and their
+# problems on the real data: GSM8K's test split, HumanEval's problems, the SpellingBee words upstream draws.
+GENERATIVE_PROBLEMS = {"GSM8K": 1319, "HumanEval": 164, "SpellingBee": 256}
 
 
 def task_names(spec: str | None) -> list[str]:

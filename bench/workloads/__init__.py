@@ -44,3 +44,12 @@ def get(name: str):
     if name not in _MODULES:
         raise ConfigError(f"unknown workload {name!r}; valid: {', '.join(_MODULES)}")
     return importlib.import_module(_MODULES[name]).WORKLOAD
+
+
+def by_run_workload(run_workload) -> object | None:
+    """The workload whose runs record this run.json `workload` (None for a name no registered one records)."""
+    for name in _MODULES:
+        workload = get(name)
+        if workload.run_workload == run_workload:
+            return workload
+    return None

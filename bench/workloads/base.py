@@ -15,21 +15,45 @@ from typing import Any
 TRAINING, EVALUATION = "training", "evaluation"
 
 
+# A forward pass is about a third of a training step's FLOPs per token (the backward pass costs twice the
+# forward): what an evaluation that runs the model forward only (base_loss, base_eval) does per token.
+FORWARD_SHARE = 1 / 3
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The model a stage works on, as far as the plan knows it before any checkpoint exists: pre-training's
+    flags in a flow (bench/launch/flow.py), sized as its trainer sizes it (bench/workloads/nanochat.py)."""
+
+    depth: int
+    sequence_len: int
+    flops_per_token: float  # training FLOPs per token (bench.nanochat.gpt.GPTConfig.flops_per_token)
+
+
 @dataclass(frozen=True)
 class Estimate:
-    """What a time estimate assumes (the sweep's --gpu, --assume-mfu and start-up allowance), and the
-    one formula turning a run's FLOPs into wall hours (bench/launch/plan.py explains the MFU model)."""
+    """What a time estimate assumes (the sweep's --gpu, --assume-mfu, --assume-decode-tok-s and start-up
+    allowance), and the formulas turning a run's work into wall hours (bench/launch/plan.py explains the
+    MFU model): FLOPs at the assumed MFU, or tokens decoded one at a time at the assumed rate."""
 
     peak_flops: float | None  # of the assumed GPU, bench.metrics; None: unknown
     assume_mfu: float
     startup_s: float
     mfu_half_batch: int
+    decode_tok_per_s: float | None = None  # tokens a rank decodes a second (plan.py DECODE_TOK_PER_S); None: unknown
 
-    def hours(self, flops: float, ranks: int, device_batch_size: int) -> float | None:
+    def hours(self, flops: float, ranks: int, device_batch_size: float) -> float | None:
         if not self.peak_flops:
             return None
         mfu = self.assume_mfu * device_batch_size / (device_batch_size + self.mfu_half_batch)
         return (flops / (ranks * self.peak_flops * mfu) + self.startup_s) / 3600
+
+    def decode_hours(self, tokens_per_rank: float) -> float | None:
+        """Wall hours of a rank decoding this many tokens one at a time (each a forward of one position
+        through the KV cache: latency, not FLOPs, sets the pace), plus the start-up allowance."""
+        if not self.decode_tok_per_s:
+            return None
+        return (tokens_per_rank / self.decode_tok_per_s + self.startup_s) / 3600
 
 
 @dataclass(frozen=True)
@@ -45,6 +69,7 @@ class PointContext:
     max_device_batch: int | None = None  # the site's observed limit at this rank count (bench/sites)
     base_dir: str | None = None  # NANOCHAT_BASE_DIR on the nodes, where stages' checkpoints live; None: unknown
     site: Any = None  # bench.sites.Site, or None
+    model: ModelShape | None = None  # the model a later stage loads, where a flow's pre-training says; None: unknown
 
     @property
     def ranks(self) -> int:
@@ -92,6 +117,12 @@ class Workload:
     resume_flag: str | None = None  # a flag taking the checkpoint step a resubmitted run continues from
     takes_depth = False  # its flags set the model's depth (`--depth`); a later stage loads its checkpoint's
     kind = TRAINING  # TRAINING or EVALUATION
+    # The report's headers of the table columns whose meaning is this workload's own (bench/analysis/columns.py
+    # names -> header; "{per}" becomes GPU or rank), e.g. what an evaluation's problems/s counts.
+    headers: dict[str, str] = {}
+    # What its step events' tok_per_sec counts: "positions" (every token run through the model, the work MFU is
+    # about) or another count (SFT's supervised tokens); then the step events' own mfu is the run's MFU.
+    step_tokens = "positions"
 
     def check(self, argv: list[str], nproc: int) -> None:
         """Refuse flags that cannot work, with one clear line, before any process starts."""

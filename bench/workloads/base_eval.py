@@ -2,12 +2,24 @@
 
 Nothing in it must divide by the ranks (examples are strided, idx = rank mod W), so its plan passes the flags
 through; a point's note says how the examples spread when --max_per_task leaves fewer per task than ranks.
+Its time: every example is one forward of its prompts (one per choice or context option), each at most the
+model's context long (an upper bound: a prompt is its shots and its question), through the flow's model;
+with --max_per_task=-1 the examples are the whole bundle's, unknown until it is read, so there is no estimate.
 """
 
-from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
-from bench.workloads.stage import TorchrunStage
+from bench.workloads.base import EVALUATION, FORWARD_SHARE, PointContext, PointPlan, Settings
+from bench.workloads.stage import TorchrunStage, model_estimate
 
 RUN_WORKLOAD = "nanochat-base-eval"
+
+
+def prompts_per_example() -> dict[str, int]:
+    """Prompts of one example of each of the 22 CORE tasks (bench/nanochat/evalgen.py TASKS, as the real bundle
+    has them): a task whose random baseline is b% has 100/b choices or context options, one prompt each (boolq's
+    62% rounds to its 2); a language-modelling task (baseline 0) scores one prompt."""
+    from bench.nanochat.evalgen import TASKS
+
+    return {label: round(100 / baseline) if baseline else 1 for label, _, _, baseline, _, _ in TASKS}
 
 
 class BaseEval(TorchrunStage):
@@ -16,6 +28,7 @@ class BaseEval(TorchrunStage):
     module = "bench.nanochat.base_eval"
     kind = EVALUATION
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
+    headers = {"problems_per_sec": "examples/s"}  # CORE's examples, each a forward of its prompts
 
     def parse(self, argv: list[str]):
         from bench.nanochat.base_eval import parse
@@ -26,7 +39,19 @@ class BaseEval(TorchrunStage):
         per_task = settings.config.max_per_task
         note = (f"--max_per_task={per_task} < {point.ranks} ranks: {point.ranks - per_task} rank(s) idle per task"
                 if 0 < per_task < point.ranks else "")
-        return PointPlan(train_argv=settings.argv, columns=(("max_per_task", per_task),), note=note)
+        est, assumed = self.estimate(settings, point)
+        return PointPlan(train_argv=settings.argv, columns=(("max_per_task", per_task),),
+                         note="; ".join(filter(None, [note, assumed])), est_hours=est)
+
+    def estimate(self, settings: Settings, point: PointContext) -> tuple[float | None, str]:
+        per_task, config = settings.config.max_per_task, settings.config
+        if per_task < 0 and config.device_type != "cpu":
+            return None, "est ?: --max_per_task=-1 scores the whole bundle, its size unknown until it is read"
+        prompts = prompts_per_example()
+        seq, mean = (point.model.sequence_len if point.model else 0), sum(prompts.values()) / len(prompts)
+        work = (f"{per_task} examples x {len(prompts)} tasks, {mean:.1f} prompts each (one per choice) of at most "
+                f"{seq:,} tokens, forward")
+        return model_estimate(point, config, per_task * sum(prompts.values()) * seq, mean, work, FORWARD_SHARE)
 
 
 WORKLOAD = BaseEval()

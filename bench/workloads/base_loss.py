@@ -5,11 +5,12 @@ Its plan: split_tokens must be a multiple of device_batch_size x sequence length
 multiple (at least one batch) and says so in the point's note; K is chosen so that the validation split serves
 every rank, as for training. The sequence length is the checkpoint's: the planner takes --max_seq_len when
 given, else the recipe's 2048, and the stage refuses a split_tokens that does not divide at run time.
+Its time: both splits' tokens forward only (a third of training's FLOPs per token) through the flow's model.
 """
 
 from bench import contract
-from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
-from bench.workloads.stage import TorchrunStage, argv_of
+from bench.workloads.base import EVALUATION, FORWARD_SHARE, PointContext, PointPlan, Settings
+from bench.workloads.stage import TorchrunStage, argv_of, model_estimate
 
 RUN_WORKLOAD = "nanochat-base-loss"
 RECIPE_SEQ_LEN = 2048
@@ -31,6 +32,7 @@ class BaseLoss(TorchrunStage):
     kind = EVALUATION
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("split_tokens", "split_tokens", "{:,}"),
                     ("steps", "eval_steps", "{}"))
+    headers = {"problems_per_sec": "sequences/s", "eval_tok_per_sec": "tok/s (forward)"}  # its scores count rows
 
     def parse(self, argv: list[str]):
         from bench.nanochat.base_loss import parse
@@ -46,12 +48,16 @@ class BaseLoss(TorchrunStage):
         if point.data is not None and k is None:
             return PointPlan(reason=f"no validation split serves {ranks} ranks: {point.data.source} have "
                                     f"{sum(point.data.row_groups)} row group(s) in all; download more shards")
+        from bench.nanochat.base_loss import SPLITS
+
+        est, assumed = model_estimate(point, config, len(SPLITS) * split_tokens, config.device_batch_size,
+                                      f"{len(SPLITS)} splits x {split_tokens:,} tokens forward", FORWARD_SHARE)
         flags = {**settings.train, "split_tokens": split_tokens}
         env = ((contract.ENV_VAL_FILES_K, str(k)),) if k is not None else ()
-        return PointPlan(train_argv=tuple(argv_of(flags)), env=env, val_files_k=k, note=note,
+        return PointPlan(train_argv=tuple(argv_of(flags)), env=env, val_files_k=k,
+                         note="; ".join(filter(None, [note, assumed])), est_hours=est,
                          columns=(("device_batch_size", config.device_batch_size), ("split_tokens", split_tokens),
-                                  ("eval_steps", split_tokens // per_step)),
-                         )
+                                  ("eval_steps", split_tokens // per_step)))
 
 
 WORKLOAD = BaseLoss()

@@ -10,13 +10,16 @@ device_batch_size per micro-batch per rank, so the target must be a multiple of 
   with the accumulation that makes it up; a rank count that no device batch serves (32 examples over 64 ranks)
   is refused, naming the targets that would work.
 A multi-node point needs $NANOCHAT_BASE_DIR on a filesystem all nodes share (bench/workloads/sharedfs.py): every
-rank reads the checkpoint of the stage before. The horizon: --num_iterations, else one epoch of the mixture, counted from the real data's rows (22,439 at
-upstream 5c93a56; a generated stand-in has fewer, and the run counts its own).
+rank reads the checkpoint of the stage before. The horizon: --num_iterations, else one epoch of the mixture,
+counted from the real data's rows (22,439 at upstream 5c93a56; a generated stand-in has fewer, and the run
+counts its own). Its time: num_iterations - 1 updates (the last pass only evaluates) of examples-per-step
+conversations, each at most MAX_TOKENS - 1 positions (the rows are padded to the longest of a micro-batch, so
+this upper bound is what the model may run), through the flow's model (evaluations not counted).
 """
 
 from bench.errors import ConfigError
 from bench.workloads.base import PointContext, PointPlan, Settings
-from bench.workloads.stage import TorchrunStage, argv_of
+from bench.workloads.stage import TorchrunStage, argv_of, model_estimate
 
 RUN_WORKLOAD = "nanochat-sft"
 SFT_TRAIN_ROWS = 22_439  # upstream's SFT mixture on the real data (speedrun report of 2025-11-11)
@@ -29,6 +32,10 @@ class ChatSFT(TorchrunStage):
     deadline_flag = "--deadline="
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("examples/step", "target_examples_per_step", "{}"), ("steps", "num_iterations", "{}"))
+    # tok/s counts the supervised tokens (upstream's num_tokens); MFU every position run, padding included
+    step_tokens = "supervised"
+    headers = {"tok_per_sec": "supervised tok/s", "tok_per_sec_per_gpu": "supervised tok/s/{per}",
+               "mfu": "MFU % (all positions)"}
 
     def parse(self, argv: list[str]):
         from bench.nanochat.sftconfig import parse_sft_args
@@ -70,12 +77,18 @@ class ChatSFT(TorchrunStage):
         steps = base.num_iterations if base.num_iterations > 0 else SFT_TRAIN_ROWS // target * base.num_epochs
         if base.num_iterations <= 0:
             note = "; ".join(filter(None, [note, f"steps from the real data's {SFT_TRAIN_ROWS:,} rows"]))
+        from bench.nanochat.chat_format import MAX_TOKENS
+
+        positions = MAX_TOKENS - 1  # a conversation's inputs at most: the rendering cuts it at MAX_TOKENS
+        est, assumed = model_estimate(point, base, (steps - 1) * target * positions, dbs,
+                                      f"{steps - 1} updates x {target} conversations x at most {positions:,} positions")
         flags = {**settings.train, "device_batch_size": dbs,
                  "target_examples_per_step": target}
         return PointPlan(train_argv=tuple(argv_of(flags)),
                          columns=(("device_batch_size", dbs), ("grad_accum", accum),
                                   ("target_examples_per_step", target), ("num_iterations", steps)),
-                         manifest=(("grad_accum", accum),), note=note)
+                         manifest=(("grad_accum", accum),), note="; ".join(filter(None, [note, assumed])),
+                         est_hours=est)
 
     def describe(self, sweep) -> list[str]:
         grows = "examples per step grow with the ranks" if sweep.scaling == "weak" else "examples per step fixed"

@@ -9,14 +9,17 @@ How it plans a sweep point, as pre-training (bench/workloads/nanochat.py):
 - no memory fit: the base checkpoint's depth is known only once a rank reads it;
 - a multi-node point needs $NANOCHAT_BASE_DIR on a filesystem all nodes share (bench/workloads/sharedfs.py):
   every node reads the base checkpoint and the next stage reads this one.
-A sweep trains SWEEP_NUM_ITERATIONS batches unless told otherwise (-1: one epoch of the mixture).
+A sweep trains SWEEP_NUM_ITERATIONS batches unless told otherwise (-1: one epoch of the mixture). Its time:
+num_iterations - 1 optimizer steps of total_batch_size tokens through the flow's model, as pre-training's
+estimate (validation not counted); one epoch's tokens are known only once the mixture is rendered and packed,
+so -1 has no estimate.
 """
 
 from dataclasses import replace
 
 from bench.errors import ConfigError
 from bench.workloads.base import PointContext, PointPlan, Settings
-from bench.workloads.stage import TorchrunStage, argv_of
+from bench.workloads.stage import TorchrunStage, argv_of, model_estimate
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 
@@ -62,10 +65,15 @@ class MidTrain(TorchrunStage):
         dbs, accum, note = fit.device_batch_size, fit.grad_accum, fit.note
         flags = {**settings.train, "device_batch_size": dbs, "total_batch_size": total}
         replace(config, device_batch_size=dbs, total_batch_size=total).validate()
+        steps = config.num_iterations - 1  # the first batch is the prefetch: N batches, N - 1 optimizer steps
+        est, assumed = (None, "est ?: one epoch of the mid mixture, its tokens unknown until it is packed") \
+            if steps < 1 and config.device_type != "cpu" else \
+            model_estimate(point, config, steps * total, dbs, f"{steps} steps x {total:,} tokens")
         return PointPlan(train_argv=tuple(argv_of(flags)),
                          columns=(("device_batch_size", dbs), ("grad_accum", accum), ("total_batch_size", total),
                                   ("num_iterations", config.num_iterations)),
-                         manifest=(("grad_accum", accum),), note=note)
+                         manifest=(("grad_accum", accum),), note="; ".join(filter(None, [note, assumed])),
+                         est_hours=est)
 
     def describe(self, sweep) -> list[str]:
         config = sweep.settings.config

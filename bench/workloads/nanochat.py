@@ -17,7 +17,7 @@ from pathlib import Path
 from bench import contract
 from bench.errors import ConfigError, DataError
 from bench.contract import WORKLOAD as NANOCHAT_WORKLOAD
-from bench.workloads.base import PointContext, PointPlan, Settings
+from bench.workloads.base import ModelShape, PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage, argv_of
 
 VOCAB_SIZE = 65536  # the recipe's tokenizer, for estimates made before any tokenizer is read
@@ -138,6 +138,15 @@ class Nanochat(TorchrunStage):
                                   ("num_iterations", steps)),
                          manifest=(("grad_accum", accum),), val_files_k=k, tokens=total * steps, est_hours=est,
                          note=note)
+
+    def model_of(self, train: dict) -> ModelShape:
+        """The model pre-training with these flags trains: what a flow's later stages load, and are estimated by."""
+        from bench.nanochat.config import parse_args
+        from bench.nanochat.gpt import GPTConfig
+
+        config = parse_args(argv_of({**TRAIN_FLAGS_ALWAYS, **train}))
+        model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, config.max_seq_len, config.aspect_ratio)
+        return ModelShape(config.depth, config.max_seq_len, model.flops_per_token())
 
     def memory_warning(self, settings: Settings, plan: PointPlan, point: PointContext, gpu: str) -> str | None:
         """The memory model's warning when a GPU point will not fit (bench/nanochat/memory.py)."""

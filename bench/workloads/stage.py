@@ -3,14 +3,33 @@
 A stage names its trainer module (`python -m <module>` on every rank, through torchrun) and the parser of
 its settings dataclass; its command lines, its check before any process starts, its run.json config and its
 sweep settings follow from those. What differs per stage is its plan (the batch arithmetic at each rank
-count), so a stage overrides `plan()` and nothing else it does not need. A stage is one module holding
-`WORKLOAD = TheStage()` and one line in bench/workloads/__init__.py.
+count, its time estimate), so a stage overrides `plan()` and nothing else it does not need. A stage is one
+module holding `WORKLOAD = TheStage()` and one line in bench/workloads/__init__.py.
+
+A stage after pre-training estimates its time from the FLOPs of the model it loads (`model_estimate`), which
+the plan knows only inside a flow (PointContext.model, from pre-training's flags); alone, the model is its
+checkpoint's, unknown until a rank reads it, so there is no estimate and the run gets the default limit.
 """
 
 import sys
 from dataclasses import asdict
 
-from bench.workloads.base import Settings, Workload
+from bench.workloads.base import PointContext, Settings, Workload
+
+NO_MODEL = "est ?: the model is its checkpoint's (plan it in a --flow for an estimate)"
+
+
+def model_estimate(point: PointContext, config, tokens: float, batch: float, work: str,
+                   share: float = 1.0) -> tuple[float | None, str]:
+    """(wall hours, the note saying what they assume) of running `tokens` through the flow's model at `share`
+    of its training FLOPs per token, `batch` rows a forward per rank (the MFU model's B); (None, why) on a CPU,
+    without a known model or without a known GPU peak (the plan's last line says which)."""
+    if config.device_type == "cpu":
+        return None, ""
+    if point.model is None:
+        return None, NO_MODEL
+    hours = point.estimate.hours(share * point.model.flops_per_token * tokens, point.ranks, batch)
+    return hours, "" if hours is None else f"est: {work}, d{point.model.depth}"
 
 
 def argv_of(flags: dict) -> list[str]:

@@ -1,4 +1,4 @@
-# == run n2-podman-hpc-r1: podman-hpc on 2 node(s) x 4 rank(s), 30 min ==========
+# == run n2-podman-hpc-r1: podman-hpc on 2 node(s) x 4 rank(s), 20 min ==========
 run_dir=/scratch/nb/sweeps/golden/n2-podman-hpc-r1
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-podman-hpc-r1: ok in an earlier attempt of this job, kept"
@@ -39,10 +39,10 @@ if [ "$rc" -eq 0 ]; then
 fi
 if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --id "$(podman-hpc images --no-trunc '--format={{.Id}}' localhost/nanochat-bench:latest 2>/dev/null || true)"; fi  # the image's digest or id
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
-run_deadline=$(( $(date +%s) + 1620 ))
+run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
 if [ "$rc" -eq 0 ]; then
-env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     podman-hpc run --rm --network=host --ipc=host --gpu --nccl --volume=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --volume=/scratch/nb/cache:/scratch/nb/cache --workdir=/workspace/nanochat-bench --env=CUDA_CACHE_DISABLE=1 --env=FI_CXI_DEFAULT_CQ_SIZE=131072 --env=FI_CXI_DEFAULT_TX_SIZE=16384 --env=FI_CXI_DISABLE_HOST_REGISTER=1 --env=FI_CXI_RX_MATCH_MODE=software --env=FI_MR_CACHE_MONITOR=userfaultfd --env=MPICH_GPU_SUPPORT_ENABLED=0 --env=NANOCHAT_BASE_DIR=/scratch/nb/cache '--env=NANOCHAT_BENCH_EXPECT_NET=AWS Libfabric' --env=NANOCHAT_BENCH_IMAGE=localhost/nanochat-bench:latest '--env=NANOCHAT_BENCH_NET_SETUP=alps/podman-hpc: podman-hpc'"'"'s --nccl module (host libfabric and aws-ofi-nccl), the Slingshot variables' --env=NANOCHAT_BENCH_RUNTIME=podman-hpc --env=NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-podman-hpc-r1 --env=NANOCHAT_VAL_FILES_K=1 --env=NCCL_CROSS_NIC=1 --env=NCCL_DEBUG=INFO --env=NCCL_DEBUG_SUBSYS=INIT,NET '--env=NCCL_NET=AWS Libfabric' --env=NCCL_NET_GDR_LEVEL=PHB '--env=NCCL_PROTO=^LL128' --env=TORCH_NCCL_ASYNC_ERROR_HANDLING=1 '--env=SLURM_*' localhost/nanochat-bench:latest \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | tee "$run_dir/train.log" || rc=$?

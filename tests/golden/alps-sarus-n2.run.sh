@@ -1,4 +1,4 @@
-# == run n2-sarus-r1: sarus on 2 node(s) x 4 rank(s), 30 min ==========
+# == run n2-sarus-r1: sarus on 2 node(s) x 4 rank(s), 20 min ==========
 run_dir=/scratch/nb/sweeps/golden/n2-sarus-r1
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-sarus-r1: ok in an earlier attempt of this job, kept"
@@ -34,10 +34,10 @@ runtime_version=$(sarus --version 2>/dev/null | head -n 1 || true)
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
-run_deadline=$(( $(date +%s) + 1620 ))
+run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
 if [ "$rc" -eq 0 ]; then
-env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     sarus run -e CUDA_CACHE_DISABLE=1 -e FI_CXI_DEFAULT_CQ_SIZE=131072 -e FI_CXI_DEFAULT_TX_SIZE=16384 -e FI_CXI_DISABLE_HOST_REGISTER=1 -e FI_CXI_RX_MATCH_MODE=software -e FI_MR_CACHE_MONITOR=userfaultfd -e MPICH_GPU_SUPPORT_ENABLED=0 -e NANOCHAT_BASE_DIR=/scratch/nb/cache -e 'NANOCHAT_BENCH_EXPECT_NET=AWS Libfabric' -e NANOCHAT_BENCH_IMAGE=load/library/nanochat-bench:latest -e 'NANOCHAT_BENCH_NET_SETUP=alps/sarus: CSCS'"'"'s netstack bound in (--mount), /dev/cxi* as devices, the Slingshot variables' -e NANOCHAT_BENCH_RUNTIME=sarus -e NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-sarus-r1 -e NANOCHAT_VAL_FILES_K=1 -e NCCL_CROSS_NIC=1 -e NCCL_DEBUG=INFO -e NCCL_DEBUG_SUBSYS=INIT,NET -e 'NCCL_NET=AWS Libfabric' -e NCCL_NET_GDR_LEVEL=PHB -e NCCL_NET_PLUGIN=/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default/lib/libnccl-net.so -e 'NCCL_PROTO=^LL128' -e TORCH_NCCL_ASYNC_ERROR_HANDLING=1 --mount=type=bind,source=/scratch/nb/sweeps/golden,destination=/scratch/nb/sweeps/golden --mount=type=bind,source=/scratch/nb/cache,destination=/scratch/nb/cache --mount=type=bind,source=/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default,destination=/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default,readonly --workdir=/workspace/nanochat-bench --device=/dev/cxi0 --device=/dev/cxi1 --device=/dev/cxi2 --device=/dev/cxi3 load/library/nanochat-bench:latest \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | tee "$run_dir/train.log" || rc=$?

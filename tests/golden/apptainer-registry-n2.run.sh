@@ -1,4 +1,4 @@
-# == run n2-apptainer-r1: apptainer on 2 node(s) x 4 rank(s), 30 min ==========
+# == run n2-apptainer-r1: apptainer on 2 node(s) x 4 rank(s), 20 min ==========
 run_dir=/scratch/nb/sweeps/golden/n2-apptainer-r1
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-apptainer-r1: ok in an earlier attempt of this job, kept"
@@ -27,10 +27,10 @@ if [ "$rc" -eq 0 ]; then
 fi
 if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --file /scratch/nb/sweeps/golden/.images/nvcr.io+nvidia+pytorch+25.10-py3.sif; fi  # the image's digest or id
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
-run_deadline=$(( $(date +%s) + 1620 ))
+run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
 if [ "$rc" -eq 0 ]; then
-env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     apptainer exec --cleanenv --no-home --env-file=/scratch/nb/sweeps/golden/n2-apptainer-r1/apptainer.env --nv --bind=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --bind=/scratch/nb/cache:/scratch/nb/cache --pwd=/workspace/nanochat-bench /scratch/nb/sweeps/golden/.images/nvcr.io+nvidia+pytorch+25.10-py3.sif \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | tee "$run_dir/train.log" || rc=$?

@@ -87,6 +87,7 @@ def test_the_report_has_a_section_per_stage_and_the_time_to_a_chat_model(flow_ru
     _, _, point = flow_run
     table = collect([point]).table
     assert set(table["stage"].dropna()) == set(STAGES)
+    assert table["skip_reason"].isna().all(), table[["stage", "skip_reason"]]  # evaluations too: none skipped
     write_report(table, tmp_path)
     report = (tmp_path / "report.md").read_text()
     for stage in STAGES:
@@ -96,7 +97,8 @@ def test_the_report_has_a_section_per_stage_and_the_time_to_a_chat_model(flow_ru
     assert all(f"{s} s" in ttc for s in STAGES) and f"({len(STAGES)} of" not in ttc  # every stage counted
     if "base_loss" in STAGES:
         section = report.split("### Stage base_loss")[1].split("###")[0]
-        assert "val_bpb" in section
+        assert "val_bpb" in section and "sequences/s" in section and "tok/s (forward)" in section
+    assert "Runs skipped (unreadable or incomplete)\n\nNone." in report
 
 
 @pytest.mark.skipif("base_eval" not in STAGES or "mid_train" not in STAGES, reason="needs base_eval and mid_train")

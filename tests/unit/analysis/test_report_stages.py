@@ -1,35 +1,57 @@
-"""The report per stage of a flow: a section per stage with its throughput, time and scores side by side across
-runtimes and rank counts; the time per stage and in total; a stage's runs never compared with another
-stage's (chat_eval after mid-training and after SFT are one workload, told apart by run.json `stage`).
+"""The report per stage of a flow: a section per stage with its throughput, MFU, time, peak memory and scores
+side by side across runtimes and rank counts; the time per stage and in total; a stage's runs never compared
+with another stage's (chat_eval after mid-training and after SFT are one workload, told apart by run.json
+`stage`). An evaluation that ended ok is a usable run, not a skipped one (it has no steps by design), and its
+rates are labelled by what its scores counted; SFT's MFU counts every position it ran, not its supervised tokens.
 
     python -m pytest tests/unit/analysis/test_report_stages.py -q
 """
 
+import json
 import random
+import statistics
+
+import pytest
 
 from bench.analysis import scaling
 from bench.analysis.collect import collect
 from bench.analysis.report import write_report
 from bench.analysis.stages import stage_sections
-from tests.support.synthetic import run_events, write_run
+from bench.metrics import mfu_percent
+from tests.support.synthetic import D20_FLOPS_PER_TOKEN, H200_PEAK, run_events, write_run
 
 T0 = 1_700_000_000.0
 
 
 def stage_run(root, runtime, ranks, stage, workload, *, time_s, scores=None, steps=False, status="ok",
-              problems=None):
+              problems=None, tokens=None, peak=None, config=None):
+    """A stage's run: training steps (at `peak`, recorded in run.json), or a score event per score, each with
+    `problems` and `tokens` (a dict by score name) over 2 s when given."""
     run_dir = root / f"n{ranks}-{runtime}-r1" / stage
     manifest = {"run_id": f"n{ranks}-{runtime}-r1", "sweep_id": "flow", "workload": workload, "stage": stage,
                 "runtime": runtime, "nodes": 1, "gpus_per_node": ranks, "world_size": ranks, "status": status,
-                "scores": scores or {}, "launch": {"t0": T0, "finished_at": T0 + time_s}}
+                "scores": scores or {}, "launch": {"t0": T0, "finished_at": T0 + time_s},
+                "peak_flops_per_gpu": peak, "config": config or {}}
     if steps:
-        events = run_events(1000.0 * ranks, 30, 8192, ranks, T0, 5.0, random.Random(1), peak=None)
+        events = run_events(1000.0 * ranks, 30, 8192, ranks, T0, 5.0, random.Random(1), peak=peak)
     else:
         events = [{"event": "start", "t": T0 + 1}, {"event": "dist_init", "t": T0 + 2, "world_size": ranks, "backend": "gloo"}]
         for i, (name, value) in enumerate((scores or {}).items()):
+            counted = {"tokens": tokens[name]} if tokens and name in tokens else {}
             events.append({"event": "score", "t": T0 + 3 + i, "name": name, "value": value,
-                           **({"problems": problems, "seconds": 2.0} if problems else {})})
+                           **({"problems": problems, "seconds": 2.0, **counted} if problems else {})})
+        events.append({"event": "end", "t": T0 + 9, "peak_mem_mib": 4000.0 + ranks, "total_training_time_s": 6.0,
+                       "min_val_bpb": None})
     write_run(run_dir, manifest, events)
+    return run_dir
+
+
+def section(part: dict, name: str):
+    return next(s for s in part["sections"] if s["name"] == name)["table"]
+
+
+def cells(table, row: int = 0) -> dict:
+    return dict(zip(table.columns, table.rows[row]))
 
 
 def flow_runs(root):
@@ -87,3 +109,71 @@ def test_no_flow_runs_no_stage_part(tmp_path):
     stage_run(tmp_path / "runs", "bare", 2, "base_train", "nanochat-base", time_s=10, steps=True)
     table = collect([tmp_path / "runs"]).table
     assert stage_sections(table.assign(stage=None)) is None
+
+
+def test_evaluations_that_ended_ok_are_usable_runs_not_skipped_ones(tmp_path):
+    flow_runs(tmp_path / "runs")
+    # a training stage that ended ok without a step: still left out, and said why
+    stage_run(tmp_path / "runs", "bare", 8, "mid_train", "nanochat-mid", time_s=10)
+    table = collect([tmp_path / "runs"]).table
+    evaluations = table[table["stage"].isin(["base_loss", "chat_eval_mid", "chat_eval_sft"])]
+    assert len(evaluations) == 9 and evaluations["skip_reason"].isna().all()
+    assert table.loc[table["stage"] == "mid_train", "skip_reason"].tolist() == ["status ok but no step records"]
+    assert scaling.usable(table)["stage"].eq("base_train").all()  # no steady tok/s: out of the scaling figures
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    skipped = md.split("## Runs skipped (unreadable or incomplete)")[1]
+    assert skipped.count("status ok but no step records") == 1 and "n8-bare-r1" in skipped
+    assert skipped.count("| ok ") == 1  # the evaluations are not there
+    assert "1 skipped (unreadable or incomplete)" in md
+
+
+def test_an_evaluations_rates_are_labelled_by_what_its_scores_counted(tmp_path):
+    runs = tmp_path / "runs"
+    stage_run(runs, "bare", 2, "base_loss", "nanochat-base-loss", time_s=20, problems=32,
+              scores={"train_bpb": 1.0, "val_bpb": 1.1}, tokens={"train_bpb": 65536, "val_bpb": 65536})
+    stage_run(runs, "ce", 2, "base_loss", "nanochat-base-loss", time_s=20, problems=32,  # before it recorded tokens
+              scores={"train_bpb": 1.0, "val_bpb": 1.1}, config={"split_tokens": 32768})
+    stage_run(runs, "bare", 2, "base_eval", "nanochat-base-eval", time_s=20, problems=24, scores={"copa": 0.5})
+    stage_run(runs, "bare", 2, "chat_eval_sft", "nanochat-chat-eval", time_s=30, problems=8,
+              scores={"ARC-Easy": 0.3, "GSM8K": 0.1}, tokens={"GSM8K": 40})
+    part = stage_sections(collect([runs]).table)
+    loss = section(part, "base_loss")
+    # 2 x 32 sequences and 2 x 65,536 tokens over 2 x 2 s; the older run's tokens are its split_tokens
+    assert [cells(loss, i)["sequences/s"] for i in (0, 1)] == ["16.00", "16.00"]
+    assert [cells(loss, i)["tok/s (forward)"] for i in (0, 1)] == ["32,768", "16,384"]
+    assert "problems/s" not in loss.columns and "MFU %" not in loss.columns
+    assert cells(loss)["peak mem MiB"] == "4,002"
+    assert cells(section(part, "base_eval"))["examples/s"] == "12.00"
+    chat = cells(section(part, "chat_eval_sft"))
+    assert chat["problems/s"] == "4.00" and chat["generated tok/s"] == "20"  # 40 tokens over GSM8K's 2 s
+
+
+def test_training_stages_show_mfu_and_peak_memory_and_sft_counts_every_position(tmp_path):
+    runs = tmp_path / "runs"
+    stage_run(runs, "bare", 2, "base_train", "nanochat-base", time_s=100, steps=True, peak=H200_PEAK)
+    sft = stage_run(runs, "bare", 2, "chat_sft", "nanochat-sft", time_s=50, steps=True, peak=H200_PEAK)
+    # SFT's step events: tok/s counts the supervised tokens, a quarter of the positions its MFU counted
+    events = (sft / "metrics.jsonl").read_text().splitlines()
+    positions = {}
+    with open(sft / "metrics.jsonl", "w") as f:
+        for line in events:
+            ev = json.loads(line)
+            if ev["event"] == "step":
+                positions[ev["step"]] = ev["tok_per_sec"]
+                ev["tok_per_sec"] /= 4
+            f.write(json.dumps(ev) + "\n")
+    table = collect([runs]).table
+    train = cells(section(stage_sections(table), "base_train"))
+    assert set(train) >= {"tok/s", "MFU %", "peak mem MiB"} and train["peak mem MiB"] == "70,000"
+    row = table[table["stage"] == "chat_sft"].iloc[0]
+    steady = statistics.median(v for k, v in positions.items() if k > 10)  # the positions run a second
+    expected = mfu_percent(D20_FLOPS_PER_TOKEN, steady, 2, H200_PEAK)
+    assert row["mfu"] == pytest.approx(expected) and row["mfu_source"] == "recorded"
+    assert row["mfu"] == pytest.approx(4 * mfu_percent(D20_FLOPS_PER_TOKEN, row["tok_per_sec"], 2, H200_PEAK))
+    chat = cells(section(stage_sections(table), "chat_sft"))
+    assert chat["supervised tok/s"] == f"{row['tok_per_sec']:,.0f}" and chat["MFU % (all positions)"] == f"{expected:.1f}"
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    summary = md.split("## nanochat-sft")[1].split("###")[0]
+    assert "supervised tok/s" in summary and "MFU % (all positions)" in summary

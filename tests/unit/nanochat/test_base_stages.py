@@ -54,6 +54,7 @@ def test_base_loss_two_ranks(stage_base, tmp_path):
     assert manifest["config"]["model_tag"] == "d1" and manifest["config"]["model_step"] == 5
     scores = {e["name"]: e for e in events if e["event"] == "score"}
     assert set(scores) == {"train_bpb", "val_bpb"} and scores["val_bpb"]["problems"] == 2 * 2 * 3
+    assert all(s["tokens"] == 2 * SEQ * 2 * 3 and s["seconds"] > 0 for s in scores.values())  # each split's tokens
     assert manifest["scores"]["val_bpb"] == scores["val_bpb"]["value"] > 0
     assert [e["val_bpb"] for e in events if e["event"] == "val"] == [manifest["scores"]["val_bpb"]]
     assert f"val bpb: {manifest['scores']['val_bpb']:.4f}" in log
@@ -113,7 +114,8 @@ def test_the_planner_rounds_split_tokens_to_the_ranks():
     estimate = Estimate(None, 0.4, 60.0, 4)
     plan = lambda ranks: stage.plan(settings, PointContext(1, ranks, "weak", None, estimate))  # noqa: E731
     eight = plan(8)
-    assert eight.column("split_tokens") == 20 * 524288 and eight.column("eval_steps") == 20 and not eight.note
+    assert eight.column("split_tokens") == 20 * 524288 and eight.column("eval_steps") == 20
+    assert "->" not in eight.note and eight.est_hours is None  # no rounding; no model known outside a flow
     three = plan(3)
     assert three.column("split_tokens") % (32 * 2048 * 3) == 0 and three.column("eval_steps") == 53
     assert "split_tokens 10,485,760 -> 10,420,224" in three.note

@@ -6,23 +6,31 @@ message in run.json, metrics.jsonl readable, the run listed by `collect` and `re
 tests/faults/test_faults.py runs them; benchmarks/fault_table.py prints their table.
 """
 
+import contextlib
+import functools
+import http.server
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.nanochat.download import READ_TIMEOUT_S
 from bench.nanochat.heartbeat import SILENT_AFTER_S
 from harness import (FOREVER, TINY, TRACEBACK, Command, Expect, Outcome, Unavailable, cli, ext4_image, fill,
-                     is_rank, is_torchrun, outcome_of, repo_env, run_env, steps_recorded, tmpfs, wait_steps,
+                     is_rank, is_torchrun, outcome_of, python, repo_env, run_env, steps_recorded, tmpfs, wait_steps,
                      wrapper_argv)
 
 LOCAL_BOUND_S = 20.0  # after the fault; a tiny CPU run that fails fast ends in a few seconds
@@ -369,18 +377,103 @@ def lr_nan(ctx):
     return command_fault(ctx, "lr_nan", [wrapper_argv(ctx.work / "runs" / "lr_nan", [*TINY, "--matrix_lr=nan"])])
 
 
-@case("a corrupt checkpoint on resume", Expect(START_BOUND_S, ("failed",), r"model_000002\.pt.*damaged"))
-def corrupt_checkpoint_resume(ctx):
-    args = [a for a in TINY if not a.startswith("--model_tag")] + ["--model_tag=corrupt_resume"]
-    saved = ctx.work / "runs" / "faults" / "corrupt_checkpoint_saved"
-    first = _first_run(ctx, saved, [*args, "--num_iterations=2", "--save_every=2"])
+def _saved_checkpoint(ctx: Ctx, tag: str) -> tuple[list[str], Path]:
+    """A 2-rank run that saves its checkpoint at step 2 (model, meta, one optimizer shard per rank): the
+    flags of a run with that tag, and the checkpoint directory."""
+    args = [a for a in TINY if not a.startswith("--model_tag")] + [f"--model_tag={tag}"]
+    first = _first_run(ctx, ctx.work / "runs" / "faults" / f"{tag}_saved", [*args, "--num_iterations=2",
+                                                                           "--save_every=2"])
     try:
         first.wait_gone(START_BOUND_S + 60, first.t_start)
     finally:
         first.cleanup()
-    model = ctx.base_dir / "base_checkpoints" / "corrupt_resume" / "model_000002.pt"
-    model.write_bytes(model.read_bytes()[:1000])  # cut short, as by a full disk or a killed copy
+    return args, ctx.base_dir / "base_checkpoints" / tag
+
+
+def _cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:1000])  # as a full disk or a killed copy leaves a file
+
+
+@case("a corrupt checkpoint on resume", Expect(START_BOUND_S, ("failed",), r"model_000002\.pt.*damaged"))
+def corrupt_checkpoint_resume(ctx):
+    args, checkpoints = _saved_checkpoint(ctx, "corrupt_resume")
+    _cut_short(checkpoints / "model_000002.pt")
     return train_fault(ctx, "corrupt_checkpoint_resume", None, [*args, "--num_iterations=4", "--resume_from_step=2"])
+
+
+# rank 1's own line, not torchrun's "rank 1 exited with status 1" nor rank 0's "lost contact" echo
+@case("a truncated optimizer shard on resume (rank 1's optim_000002_rank1.pt)",
+      Expect(START_BOUND_S, ("failed",), r"^rank 1: \S*optim_000002_rank1\.pt cannot be read.*damaged"))
+def truncated_optim_shard_resume(ctx):
+    args, checkpoints = _saved_checkpoint(ctx, "optim_resume")
+    _cut_short(checkpoints / "optim_000002_rank1.pt")
+    return train_fault(ctx, "truncated_optim_shard_resume", None,
+                       [*args, "--num_iterations=4", "--resume_from_step=2"])
+
+
+# -------------------------------------------------------------------------------------------------
+# Commands, one after the other, each bounded by the case's cap
+
+
+def run_command(ctx: Ctx, name: str, argv: list[str], work: Path, cwd: Path | None = None,
+                env: dict | None = None) -> Outcome:
+    """One command, bounded by the case's cap; its stderr lines (non-empty) in facts["stderr"]."""
+    cmd = Command(argv, work, env=env, cwd=cwd or ctx.work)
+    try:
+        seconds, left = cmd.wait_gone(_cap(name, ctx), cmd.t_start)
+        o = outcome_of(name, cmd, None, seconds, left, ctx.work)
+    finally:
+        cmd.cleanup()
+    o.facts["argv"] = argv
+    o.facts["stderr"] = [ln for ln in cmd.stderr_path.read_text(errors="replace").splitlines() if ln.strip()]
+    return o
+
+
+def command_fault(ctx: Ctx, name: str, argv_list: list[list[str]], cwd: Path | None = None,
+                  env: dict | None = None) -> Outcome:
+    """Run commands one after the other; the outcome of the first that fails (or of the last)."""
+    o = None
+    for i, argv in enumerate(argv_list):
+        o = run_command(ctx, name, argv, ctx.work / f"cmd{i}", cwd, env)
+        if o.seconds is None or o.rc != 0 or o.traceback:
+            break
+    return o
+
+
+def combined(each: list[Outcome]) -> Outcome:
+    """Commands that each met the fault on their own, as one row: the first one's outcome, the longest of
+    their times, a traceback if any printed one, and all of them in facts["each"]."""
+    return replace(
+        each[0], facts={**each[0].facts, "each": each}, traceback=any(x.traceback for x in each),
+        left_alive=[m for x in each for m in x.left_alive],
+        seconds=None if any(x.seconds is None for x in each) else max(x.seconds for x in each))
+
+
+def each_command(ctx: Ctx, name: str, argv_list: list[list[str]], cwd: Path | None = None,
+                 env: dict | None = None) -> Outcome:
+    """Run every command, not only up to the first that fails: their combined outcome."""
+    return combined([run_command(ctx, name, argv, ctx.work / f"cmd{i}", cwd, env)
+                     for i, argv in enumerate(argv_list)])
+
+
+def _all(*checks: Callable[[Outcome], list[str]]) -> Callable[[Outcome], list[str]]:
+    """One goal made of several."""
+    return lambda o: [miss for check in checks for miss in check(o)]
+
+
+def one_error_line(pattern: str) -> Callable[[Outcome], list[str]]:
+    """The goal of a refused command (of each, after each_command): a non-zero exit and exactly one line on
+    stderr, an `error:` matching `pattern`."""
+    def check(o: Outcome) -> list[str]:
+        out = []
+        for x in o.facts.get("each", [o]):
+            lines = x.facts.get("stderr", [])
+            if x.rc in (0, None) or len(lines) != 1 or not lines[0].startswith("error: ") \
+                    or not re.search(pattern, lines[0]):
+                out.append(f"`{' '.join(x.facts['argv'][3:])}`: exit {x.rc}, stderr {lines[-3:]} "
+                           f"(want one `error:` line matching {pattern!r})")
+        return out
+    return check
 
 
 # -------------------------------------------------------------------------------------------------
@@ -472,6 +565,207 @@ def truncated_shard(ctx):
     base = base_with_shards(ctx, {"shard_00000.parquet": None, "shard_00001.parquet": write,
                                   "shard_00002.parquet": None})
     return train_fault(ctx, "truncated_shard", None, [*TINY, FOREVER], base_dir=base)
+
+
+def _with_invalid_utf8(source: Path, path: Path) -> None:
+    """`source` with two bytes that are not UTF-8 in a document of row group 1 (rank 1's first), written as
+    raw string bytes: pyarrow does not check them, and a shard made elsewhere may hold such."""
+    docs = [d.encode() for d in pq.read_table(source).column("text").to_pylist()]
+    docs[20] = docs[20][:50] + b"\xff\xfe" + docs[20][50:]  # row 20: row group 1 (rows 16-31)
+    offsets = pa.array([0, *itertools.accumulate(map(len, docs))], type=pa.int32())
+    text = pa.Array.from_buffers(pa.string(), len(docs), [None, offsets.buffers()[1], pa.py_buffer(b"".join(docs))])
+    pq.write_table(pa.table({"text": text}), path, row_group_size=16, compression="zstd")
+
+
+@case("invalid UTF-8 bytes in a shard's text (row group 1)",
+      Expect(START_BOUND_S, ("no_data",), r"shard_00000\.parquet: row group 1 of 16 .*not valid UTF-8"))
+def invalid_utf8_shard(ctx):
+    def write(path: Path) -> None:
+        _with_invalid_utf8(ctx.base_dir / "base_data" / path.name, path)
+
+    base = base_with_shards(ctx, {"shard_00000.parquet": write, "shard_00001.parquet": None,
+                                  "shard_00002.parquet": None})
+    return train_fault(ctx, "invalid_utf8_shard", None, [*TINY, FOREVER], base_dir=base)
+
+
+@case("truncated tokenizer files (both cut in half), then `nanochat-bench train`",
+      Expect(START_BOUND_S, ("no_data",), r"tokenizer/(tokenizer\.pkl|token_bytes\.pt) is damaged.*tokenizer train"))
+def truncated_tokenizer(ctx):
+    base = ctx.work / "base"
+    shutil.copytree(ctx.base_dir / "tokenizer", base / "tokenizer")
+    os.symlink(ctx.base_dir / "base_data", base / "base_data")
+    for path in (base / "tokenizer").iterdir():  # as a copy of the directory that stopped half-way
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return train_fault(ctx, "truncated_tokenizer", None, [*TINY, FOREVER], base_dir=base)
+
+
+# -------------------------------------------------------------------------------------------------
+# Data and tokenizer commands: `data download|generate`, `tokenizer train` (a command each)
+
+COMMAND_START_S = 15.0  # a command's start-up (its imports) on this loaded 2-core host, with room
+
+
+def _staged(ctx: Ctx, argv: list[str], env: dict) -> None:
+    """A command that prepares the fault: it must succeed, else the case cannot be staged (and says why)."""
+    r = subprocess.run(argv, env=repo_env(env), cwd=ctx.work, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"staging `{' '.join(argv[3:])}` failed:\n{(r.stderr + r.stdout)[-3000:]}"
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def http_mirror(directory: Path):
+    """A real HTTP server on 127.0.0.1 serving `directory`: a shard mirror for `data download --url`."""
+    handler = functools.partial(_QuietFiles, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _files(directory: Path, leave_out: tuple[str, ...] = ()) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.name not in leave_out}
+
+
+def _unchanged(o: Outcome) -> list[str]:
+    before, after = o.facts["before"], o.facts["after"]
+    changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+    return [f"files changed, added or gone: {changed}"] if changed else []
+
+
+@case("`data generate` into a directory of downloaded shards (listed in sources.json)",
+      Expect(COMMAND_START_S + 15, refused=True, message=r"shard_00000\.parquet, shard_00001\.parquet \(downloaded\)",
+             extra=_all(one_error_line(r"--overwrite"), _unchanged)))
+def generate_over_downloads(ctx):
+    from bench.nanochat import corpus, dataset
+
+    mirror = ctx.work / "mirror"
+    for i in range(2):  # shards in FineWeb-Edu's layout, without the mark `data generate` puts in its footers
+        dataset.write_shard(mirror / dataset.shard_name(i), corpus.documents(64, seed=300 + i), row_group_size=16)
+    env = run_env(ctx.work / "base")
+    with http_mirror(mirror) as url:
+        _staged(ctx, cli("data", "download", "-n", "2", "-w", "2", "--url", url), env)
+    data = ctx.work / "base" / "base_data"
+    before = _files(data)  # the two shards and sources.json
+    o = command_fault(ctx, "generate_over_downloads", [cli("data", "generate", "--shards", "3",
+                                                           "--docs-per-shard", "64")], env=env)
+    o.facts.update(before=before, after=_files(data))
+    return o
+
+
+def _whole_shards_only(o: Outcome) -> list[str]:
+    """After a full disk: every file left is a shard with all its rows, none a temp file or a torn shard."""
+    bad = {name: rows for name, rows in o.facts["left"].items() if rows != o.facts["docs"]}
+    return [f"left behind (file: rows or why unreadable): {bad}"] if bad else []
+
+
+def _rows(path: Path) -> int | str:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception as e:  # noqa: BLE001 - any file that is not a whole shard is the finding
+        return f"{type(e).__name__}: {e}"
+
+
+@case("disk full during `data generate` (NANOCHAT_BASE_DIR a 1 MiB tmpfs)",
+      Expect(COMMAND_START_S + 15, refused=True, message=r"cannot write into \S*/base_data: .*(No space left|disk full)",
+             extra=_all(one_error_line(r"NANOCHAT_BASE_DIR"), _whole_shards_only)))
+def generate_disk_full(ctx):
+    docs = 512  # 8 shards of 512 documents (~350 KB each): the third does not fit
+    with tmpfs(ctx.work / "small", "1m") as mnt:
+        o = command_fault(ctx, "generate_disk_full", [cli("data", "generate", "--shards", "8", "--docs-per-shard",
+                                                          str(docs))], env=run_env(mnt))
+        o.facts.update(docs=docs, left={p.name: _rows(p) for p in sorted((mnt / "base_data").iterdir())})
+        return o
+
+
+def _tokenizer_loads(base: Path) -> str:
+    """`<vocab size> <token_bytes entries>` of base/tokenizer loaded as the trainer loads it, or its error."""
+    code = ("from bench.nanochat import tokenizer as t; "
+            "print(t.get_tokenizer().get_vocab_size(), len(t.get_token_bytes()))")
+    r = subprocess.run([*python(), "-c", code], env=repo_env(run_env(base)), capture_output=True, text=True,
+                       timeout=120)
+    return r.stdout.strip() if r.returncode == 0 else (r.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def _old_pair_kept(o: Outcome) -> list[str]:
+    loads = o.facts["loads"]
+    return _unchanged(o) + ([] if re.fullmatch(r"(\d+) \1", loads) else [f"the pair does not load as one: {loads}"])
+
+
+@case("disk full during `tokenizer train` (the tokenizer directory a 256 KiB tmpfs, filled)",
+      Expect(COMMAND_START_S + 30, refused=True,
+             message=r"cannot write the tokenizer into \S*/tokenizer: .*(No space left|disk full).*unchanged",
+             extra=_all(one_error_line(r"tokenizer train"), _old_pair_kept)))
+def tokenizer_train_disk_full(ctx):
+    base = ctx.work / "base"
+    base.mkdir(parents=True)
+    os.symlink(ctx.base_dir / "base_data", base / "base_data")
+    with tmpfs(base / "tokenizer", "256k") as directory:
+        for path in (ctx.base_dir / "tokenizer").iterdir():
+            shutil.copy(path, directory / path.name)  # the pair trained before (vocab 512)
+        before = _files(directory)
+        fill(directory)
+        o = command_fault(ctx, "tokenizer_train_disk_full", [cli("tokenizer", "train", "--vocab_size=400")],
+                          env=run_env(base))
+        o.facts.update(before=before, after=_files(directory, leave_out=("filler", "filler-tail")),
+                       loads=_tokenizer_loads(base))
+        return o
+
+
+@contextlib.contextmanager
+def _unanswering_mirror(listen: bool):
+    """The URL of a port on 127.0.0.1 that refuses every connection (bound, then closed: nothing listens)
+    or, with `listen`, takes them and never answers (a listening socket nobody reads: the kernel's backlog
+    completes the handshakes)."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/mirror"
+        if listen:
+            sock.listen(64)
+        else:
+            sock.close()
+        yield url
+    finally:
+        sock.close()
+
+
+def _nothing_downloaded(o: Outcome) -> list[str]:
+    return [f"files made: {o.facts['made']}"] if o.facts["made"] else []
+
+
+def download_fault(ctx: Ctx, name: str, listen: bool) -> Outcome:
+    """`data download -n 240 -w 8` (speedrun's shard count, more workers than the default) from a mirror
+    that never answers, the command's other flags at their defaults."""
+    base = ctx.work / "base"
+    with _unanswering_mirror(listen) as url:
+        o = command_fault(ctx, name, [cli("data", "download", "-n", "240", "-w", "8", "--url", url)],
+                          env=run_env(base))
+    o.facts["made"] = sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()) if base.exists() else []
+    return o
+
+
+# The documented bounds (bench/nanochat/download.py): one HEAD request before any download finds the mirror
+# gone; a refusing host is tried 3 times 0.5 s apart, a silent one is given one read timeout (--timeout).
+@case("`data download -n 240 -w 8` from a mirror that refuses every connection",
+      Expect(COMMAND_START_S, refused=True, message=r"cannot reach \S*/mirror/shard_00000\.parquet: connection refused",
+             extra=_all(one_error_line(r"--url"), _nothing_downloaded)))
+def download_refusing_mirror(ctx):
+    return download_fault(ctx, "download_refusing_mirror", listen=False)
+
+
+@case("`data download -n 240 -w 8` from a mirror that takes connections and never answers",
+      Expect(COMMAND_START_S + READ_TIMEOUT_S, refused=True,
+             message=r"cannot reach \S*/mirror/shard_00000\.parquet: .*sent nothing within the read timeout",
+             extra=_all(one_error_line(r"--url"), _nothing_downloaded)))
+def download_silent_mirror(ctx):
+    return download_fault(ctx, "download_silent_mirror", listen=True)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -587,21 +881,6 @@ def checkpoint_disk_full(ctx):
 # Analysis over hostile run directories (a command each: a hang must be caught)
 
 
-def command_fault(ctx: Ctx, name: str, argv_list: list[list[str]], cwd: Path | None = None) -> Outcome:
-    """Run commands one after the other; the outcome of the first that fails (or of the last)."""
-    o = None
-    for i, argv in enumerate(argv_list):
-        cmd = Command(argv, ctx.work / f"cmd{i}", cwd=cwd or ctx.work)
-        try:
-            seconds, left = cmd.wait_gone(_cap(name, ctx), cmd.t_start)
-            o = outcome_of(name, cmd, None, seconds, left, ctx.work)
-        finally:
-            cmd.cleanup()
-        if o.seconds is None or o.rc != 0 or o.traceback:
-            break
-    return o
-
-
 def _fifo_listed(o: Outcome) -> list[str]:
     from bench.analysis.collect import load_table
 
@@ -639,6 +918,63 @@ def collect_symlink_loop(ctx):
     os.symlink("loop", ctx.work / "loop")
     return command_fault(ctx, "collect_symlink_loop",
                          [cli("collect", str(ctx.work / "loop"), "--out", str(ctx.work / "table"))])
+
+
+# -------------------------------------------------------------------------------------------------
+# Analysis over hostile tables and references files
+
+
+def _collected_table(ctx: Ctx) -> Path:
+    """The table `collect` writes (runs.csv, runs.parquet) of a synthetic sweep of 2 runs."""
+    from bench.analysis.collect import collect
+    from tests.support.synthetic import SweepSpec, generate_sweep
+
+    generate_sweep(ctx.work / "runs", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
+    collect([ctx.work / "runs"], ctx.work / "table")
+    return ctx.work / "table"
+
+
+def references_fault(ctx: Ctx, name: str, content: bytes) -> Outcome:
+    refs = ctx.work / "refs.toml"
+    refs.write_bytes(content)
+    return command_fault(ctx, name, [cli("check", str(_collected_table(ctx)), "--references", str(refs))])
+
+
+@case("a references file with a string bound (lower = '-5%') given to `check`",
+      Expect(30, refused=True, message=r"refs\.toml: .*lower = '-5%' is not a number",
+             extra=one_error_line(r"lower <= 0")))
+def references_string_bound(ctx):
+    return references_fault(ctx, "references_string_bound", b"[[reference]]\nwhere = { runtime = \"bare\" }\n"
+                                                            b"figures.tok_per_sec = { value = 1000, lower = '-5%' }\n")
+
+
+@case("a references file of binary bytes given to `check`",
+      Expect(30, refused=True, message=r"--references \S*refs\.toml: not UTF-8 text", extra=one_error_line(r"TOML")))
+def references_binary(ctx):
+    return references_fault(ctx, "references_binary", b"[[reference]]\nname = \"\xff\xfe\x00\"\n\x89PNG\r\n\x1a\n")
+
+
+def _no_report(o: Outcome) -> list[str]:
+    written = sorted(p.name for p in o.facts["report"].glob("*")) if o.facts["report"].exists() else []
+    return [f"report wrote {written} from the torn table"] if written else []
+
+
+@case("`runs.csv` cut mid-row (a copy that stopped), then `report` and `check`",
+      Expect(30, refused=True, message=r"copy/runs\.csv: a torn table",
+             extra=_all(one_error_line(r"copy/runs\.csv: a torn table"), _no_report)))
+def torn_runs_csv(ctx):
+    text = (_collected_table(ctx) / "runs.csv").read_text().rstrip("\n")
+    last = text.rsplit("\n", 1)[1]
+    copy = ctx.work / "copy"  # runs.csv comes before runs.parquet: a copy cut there has no parquet
+    copy.mkdir()
+    (copy / "runs.csv").write_text(text[: len(text) - len(last) // 2])
+    refs = ctx.work / "refs.toml"
+    refs.write_text('[[reference]]\nwhere = { runtime = "bare" }\nfigures.tok_per_sec = { value = 1000 }\n')
+    report = ctx.work / "report"
+    o = each_command(ctx, "torn_runs_csv", [cli("report", str(copy), "--out", str(report)),
+                                            cli("check", str(copy), "--references", str(refs))])
+    o.facts["report"] = report
+    return o
 
 
 # -------------------------------------------------------------------------------------------------
@@ -735,6 +1071,45 @@ def edf_regenerate_newline(ctx):
     return command_fault(ctx, "edf_regenerate_newline", [cli("edf", "--regenerate", str(path))])
 
 
+def _dollar_taken_as_written(o: Outcome) -> list[str]:
+    """The missing image is refused for what it is; the present one, and the EDF, keep the path as written."""
+    missing, present, edf_made = o.facts["each"]
+    out = one_error_line(r"does not exist")(missing)
+    out += [f"the error speaks of a variable: {missing.facts['stderr']}"] if "variable" in missing.output else []
+    image = o.facts["image"]
+    for what, x, written in (("render", present, o.facts["rendered"]), ("edf", edf_made, o.facts["edf"])):
+        if x.rc != 0 or written != image:
+            out.append(f"{what} of the present image: exit {x.rc}, image {written!r} (stderr {x.facts['stderr'][-2:]})")
+    return out
+
+
+def _toml_image(path: Path) -> str | None:
+    return tomllib.loads(path.read_text()).get("image") if path.is_file() else None
+
+
+@case("an image path with a literal `$` (`render` of it missing, then present; `edf`)",
+      Expect(60, refused=True, message=r"image '\S*img\$\.sqsh' does not exist", extra=_dollar_taken_as_written))
+def image_literal_dollar(ctx):
+    image = ctx.work / "images" / "img$.sqsh"  # a `$` before no name: a character, not a variable
+    name = "image_literal_dollar"
+
+    def render(out: Path) -> Outcome:
+        return run_command(ctx, name, cli("render", "sbatch", "--nodes=1", "--runtimes=ce", "--gpus-per-node=2",
+                                          "--device_type=cpu", f"--base-dir={ctx.base_dir}", f"--image=ce={image}",
+                                          f"--out={out}"), out.with_name(out.name + "-cmd"))
+
+    missing = render(ctx.work / "sweep-missing")
+    image.parent.mkdir()
+    image.write_bytes(b"hsqs" + bytes(4092))  # SquashFS's magic, then the rest of a block
+    present = render(ctx.work / "sweep")
+    edf_made = run_command(ctx, name, cli("edf", "--image", str(image), "-o", str(ctx.work / "ce.toml")),
+                           ctx.work / "edf-cmd")
+    o = combined([missing, present, edf_made])
+    o.facts.update(image=str(image), rendered=_toml_image(ctx.work / "sweep" / "n1-ce-r1" / "environment.toml"),
+                   edf=_toml_image(ctx.work / "ce.toml"))
+    return o
+
+
 # -------------------------------------------------------------------------------------------------
 # Slurm: a 2-node job on the test cluster (2 nodes x 2 CPU ranks)
 
@@ -742,36 +1117,45 @@ SLURM_TINY = ["--gpus-per-node=2", "--depth=1", "--max_seq_len=32", "--device_ba
               "--eval_every=-1", "--device_type=cpu"]  # weak scaling: 2 x 32 tokens x 4 ranks a step
 
 
-def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None]) -> Outcome:
+def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None] | None, train: list[str] = SLURM_TINY,
+                held: Callable[[str], contextlib.AbstractContextManager[dict]] | None = None) -> Outcome:
     """Render a 2-node job, submit it, hit it once it steps, and follow its processes (the batch script,
-    srun and the tasks on both nodes, found by their tag) until the last one ended."""
+    srun and the tasks on both nodes, found by their tag) until the last one ended. With `held`, the job is
+    submitted held and released inside `held(job id)` (what the fault needs in place before the job starts,
+    the job id known; its facts join the outcome's); without `inject`, timed from the start until the end."""
     from bench import cli
 
     cluster = ctx.cluster
     if cluster is None:
         raise Unavailable("no Slurm cluster")
     out = ctx.work / "sweep"
-    rc = cli.main(["render", "sbatch", "--nodes=2", "--runtimes=bare", *SLURM_TINY, f"--base-dir={ctx.base_dir}",
+    rc = cli.main(["render", "sbatch", "--nodes=2", "--runtimes=bare", *train, f"--base-dir={ctx.base_dir}",
                    f"--out={out}", f"--name={name}"])
     assert rc == 0
     run_dir = out / "n2-bare-r1"
-    cmd = Command(["sbatch", "--parsable", "job.sbatch"], ctx.work / "cmd",
+    cmd = Command(["sbatch", "--parsable", *(["--hold"] if held else []), "job.sbatch"], ctx.work / "cmd",
                   env=run_env(ctx.base_dir, SLURM_CONF=str(cluster.conf)), cwd=run_dir)
     job_id = ""
     try:
         assert cmd.proc.wait(timeout=60) == 0, cmd.output()
         job_id = cmd.stdout_path.read_text().strip().split(";")[0]
-        deadline = time.time() + 180
-        while steps_recorded(run_dir) < 3:
-            state = cluster.job_state(job_id)
-            assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} {state} before 3 steps"
-            assert time.time() < deadline, f"job {job_id} made fewer than 3 steps in 180s"
-            time.sleep(0.5)
-        since = time.time()
-        inject(job_id)
-        seconds, left = cmd.wait_gone(_cap(name, ctx), since)
+        with (held(job_id) if held else contextlib.nullcontext({})) as facts:
+            if held:
+                cluster.run(["scontrol", "release", job_id])
+            since = time.time()
+            if inject is not None:
+                deadline = since + 180
+                while steps_recorded(run_dir) < 3:
+                    state = cluster.job_state(job_id)
+                    assert state in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} {state} before 3 steps"
+                    assert time.time() < deadline, f"job {job_id} made fewer than 3 steps in 180s"
+                    time.sleep(0.5)
+                since = time.time()
+                inject(job_id)
+            seconds, left = cmd.wait_gone(_cap(name, ctx), since)
         o = outcome_of(name, cmd, run_dir, seconds, left, ctx.work)
         o.rc, o.facts["job_state"] = cluster.exit_code(job_id), cluster.job_state(job_id)
+        o.facts.update(facts)
         return o
     finally:
         cmd.cleanup()
@@ -799,6 +1183,42 @@ def slurm_node_lost(ctx):
         return slurm_fault(ctx, "slurm_node_lost", lambda job: ctx.cluster.kill_slurmd("n2"))
     finally:
         ctx.cluster.restart_slurmd("n2")
+
+
+@contextlib.contextmanager
+def _rendezvous_port_taken(job_id: str):
+    """The job's rendezvous port (bench/launch/job.py: PORT_BASE + job id % 100 x 100 + the run's index)
+    held by a listening socket on its first node (both nodes of the test cluster are this host) from
+    before the job starts to its end; then how many connections came to it (a rank that went there)."""
+    from bench.launch.job import PORT_BASE
+
+    facts = {"port": PORT_BASE + int(job_id) % 100 * 100}  # the job's only run: index 0
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torchrun's store binds
+        sock.bind(("", facts["port"]))
+        sock.listen(16)
+        sock.setblocking(False)
+        yield facts
+        facts["connections"] = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                sock.accept()[0].close()
+                facts["connections"] += 1
+
+
+def _port_left_alone(o: Outcome) -> list[str]:
+    n = o.facts.get("connections")
+    return [] if n == 0 else [f"{n} connection(s) to the taken port {o.facts.get('port')}: a rank went there"]
+
+
+# the run moves to the next free port (bench/launch/rdzvport.py) and ends ok; a rank waiting for a store it
+# cannot reach would be silent until the join timeout, far past the bound
+@case("the rendezvous port of a 2-node Slurm job taken on its first node before the job starts",
+      Expect(START_BOUND_S + 60, ("ok",), exit_zero=True, listed=False,
+             extra=_all(_collected_ok, _port_left_alone, _job_ended)), slurm=True)
+def slurm_rdzv_port_taken(ctx):
+    train = [a for a in SLURM_TINY if a != FOREVER] + ["--num_iterations=5"]
+    return slurm_fault(ctx, "slurm_rdzv_port_taken", None, train=train, held=_rendezvous_port_taken)
 
 
 def local_cases() -> list[Case]:

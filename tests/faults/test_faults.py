@@ -3,9 +3,10 @@
     python -m pytest tests/faults -m faults -q
 
 Each case (tests/faults/cases.py) starts real processes: `nanochat-bench train` with 2 (or 4) CPU
-ranks on the session's tiny data, the analysis commands over hostile run directories, `edf` with
-hostile strings, and 2-node jobs on the test Slurm cluster; then it checks the outcome against the
-goal of issue 15 (harness.problems).
+ranks on the session's tiny data, `data download|generate` and `tokenizer train` against unreachable
+mirrors and full disks, the analysis commands over hostile run directories, tables and references,
+`render` and `edf` with hostile strings and paths, and 2-node jobs on the test Slurm cluster; then it
+checks the outcome against the goal of issue 15 (harness.problems).
 """
 
 import pytest

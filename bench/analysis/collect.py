@@ -278,16 +278,19 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
 
 
 def one_row_per_run(table: pd.DataFrame) -> pd.DataFrame:
-    """Copies of one run directory (same sweep_id, run_id and Slurm job): the first usable one keeps its
-    figures, the others are left out of them with a skip_reason naming it."""
+    """Copies of one run directory (same sweep_id, run_id, Slurm job and flow stage: the stages of a flow's point
+    share the first three): the first usable one keeps its figures, the others are left out of them with a
+    skip_reason naming it."""
     ids = ["sweep_id", "run_id", "slurm_job_id"]
     candidates = (table["source_kind"] == "run_dir").fillna(False) & table[ids].notna().all(axis=1)
+    ids.append("stage")  # None outside a flow
     dup = table[candidates].duplicated(ids, keep=False)
     if not dup.any():
         return table
     table = table.copy()
     copies = table[candidates][dup].assign(_unusable=lambda t: t["skip_reason"].notna())
-    for _, group in copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(ids, sort=False):
+    for _, group in copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(ids, sort=False,
+                                                                                              dropna=False):
         best = group.index[0]
         table.loc[group.index[1:], "skip_reason"] = \
             f"the same run as {table.at[best, 'root']}/{table.at[best, 'source']} (a copy of its directory)"

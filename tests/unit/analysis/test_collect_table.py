@@ -159,6 +159,18 @@ def test_a_table_of_an_older_row_version_is_read(tmp_path):
     assert len(scaling_table(table)) > 0
 
 
+def test_the_stages_of_one_flow_point_are_not_copies_of_each_other(make_run, tmp_path):
+    """Regression: a flow's stages share the point's sweep, run id and Slurm job; collect took all but one of
+    them for copies of one run directory and left them out of the report."""
+    point = tmp_path / "speedrun" / "n2-bare-r1"
+    for stage in ("base_train", "mid_train"):
+        run = make_run(stage, root=point, slurm={"job_id": "42"}, stage=stage)
+        run_json = run / "run.json"
+        run_json.write_text(run_json.read_text().replace(f'"run_id": "{stage}"', '"run_id": "n2-bare-r1"'))
+    table = collect([point], tmp_path / "table").table
+    assert sorted(table["stage"]) == ["base_train", "mid_train"] and table["skip_reason"].isna().all()
+
+
 def test_a_run_directory_found_twice_is_one_run(make_run, tmp_path):
     """ReFrame keeps a failed case's run directory in its stage directory and copies it to its output
     directory: both are read, the figures count the run once, and the copy names the one they use."""

@@ -23,7 +23,6 @@ time from it (bench/workloads/stage.py model_estimate).
 """
 
 import itertools
-import json
 import re
 import shlex
 import subprocess
@@ -403,8 +402,3 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
 def _set_aside(run_dir: Path) -> None:
     """A stage directory that did not end ok moves to <stage>.attempt-<time> beside it, kept whole."""
     run_dir.replace(run_dir.with_name(f"{run_dir.name}.attempt-{time.strftime('%Y%m%d-%H%M%S')}"))
-
-
-def read_flow(point_dir: Path) -> dict:
-    path = Path(point_dir) / FLOW_JSON
-    return json.loads(path.read_text()) if path.is_file() else {}

@@ -86,10 +86,6 @@ def use(timer: "StepTimer | NullTimer") -> None:
     _current = timer
 
 
-def current() -> "StepTimer | NullTimer":
-    return _current
-
-
 def wait(work) -> None:
     """`work.wait()` of an async collective, timed as exposed communication."""
     if isinstance(_current, NullTimer):

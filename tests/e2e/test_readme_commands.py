@@ -149,6 +149,7 @@ def test_every_readme_command_is_run_here_or_says_why_not():
     assert not stale, f"NOT_HERE or EXIT_HERE name commands README no longer shows: {stale}"
 
 
+@pytest.mark.timeout(support_nntile.BUILD_TIMEOUT_S + 1800)  # the NNTile environment's first build, then every command
 def test_readme_commands_run_as_written(tmp_path):
     """Regression: on a fresh machine this failed for want of the NNTile environment, which only .ci/run
     built; the README's env.sh line now runs here, in order, as a reader would run it."""

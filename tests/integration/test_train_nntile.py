@@ -86,6 +86,7 @@ def events_of(run_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(support_nntile.BUILD_TIMEOUT_S + 900)  # the first NNTile test may build its environment
 def test_nntile_run_succeeds_with_the_contracts_run_json(runs, nntile_python):
     rc, run_dir, _, _ = runs
     assert rc == 0, (run_dir / TRAIN_LOG).read_text()[-3000:]

@@ -154,7 +154,8 @@ class FlowSweep:
         per_stage = parse_stage_args(stage_args, chosen)
         train = {k: v for k, v in train.items() if v is not None}
         shared = {k: train[k] for k in SHARED_FLAGS if k in train}
-        model = workloads.get(workloads.DEFAULT).model_of(train)  # the model every stage after pre-training loads
+        pretraining = next((per_stage[s.name] for s in chosen if s.workload == workloads.DEFAULT), {})
+        model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what every later stage loads
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \

@@ -21,6 +21,7 @@ from bench.analysis import why
 from bench.analysis.columns import FLAT
 from bench.analysis.figures import _finite, step_figures, steady_mask
 from bench.analysis.regular_files import NotRegularFile, read_regular
+from bench.workloads.base import EVALUATION, TRAINING
 from bench.workloads.base_loss import RUN_WORKLOAD as BASE_LOSS_WORKLOAD
 
 LIVE_STATUSES = ("pending", "running")
@@ -217,10 +218,16 @@ def event_fields(events: list[dict]) -> dict:
     return row
 
 
+# The scores that are means of the others (CORE over base_eval's tasks, ChatCORE over chat_eval's): what they
+# cover is counted in the tasks' own events (base_eval's CORE event once carried its tasks' count again).
+MEAN_SCORES = ("CORE", "ChatCORE")
+
+
 def score_rates(scored: list[dict]) -> dict:
     """An evaluation's throughput from its score events: the problems they scored (sequences, examples) and
     the tokens they counted, each over the seconds of the scores that counted them (only where every such
-    score was timed; a figure without a count, CORE's or ChatCORE's mean, counts nothing)."""
+    score was timed; a mean of other scores counts nothing)."""
+    scored = [ev for ev in scored if ev.get("name") not in MEAN_SCORES]
     row = {}
     for count, rate in (("problems", "problems_per_sec"), ("tokens", "eval_tok_per_sec")):
         counted = [ev for ev in scored if _finite(ev.get(count)) is not None]
@@ -290,10 +297,11 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     steps = [e for e in events if e["event"] == "step"]
     if not steps:
         steps = _steps_from_logs(run_dir, names, notes)
+    impl = workloads.by_run_workload(row.get("workload"))  # None: a workload this release does not know
     if skip is None:
         world = row.get("world_size") if isinstance(row.get("world_size"), int) else None
         # a trainer whose tok/s is not the positions it ran (SFT's supervised tokens) has its own MFU recorded
-        positions = getattr(workloads.by_run_workload(row.get("workload")), "step_tokens", "positions") == "positions"
+        positions = getattr(impl, "step_tokens", "positions") == "positions"
         figs, fig_notes = step_figures(steps, world, row.get("flops_per_token"), row.get("peak_flops_per_gpu"),
                                        tok_are_positions=positions)
         row.update({k: v for k, v in figs.items() if v is not None})
@@ -305,15 +313,14 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         first_times.setdefault(ev["event"], ev["t"])
     row.update(why.phase_fields(manifest, first_times))
     row.update(why.section_fields(manifest))
-    evaluation = not steps and any(ev["event"] == "score" for ev in events)
-    row["skip_reason"] = skip or usability(row, evaluation)
+    row["skip_reason"] = skip or usability(row, getattr(impl, "kind", TRAINING) == EVALUATION)
     row["notes"] = "; ".join(notes) or None
     return row
 
 
 def usability(row: dict, evaluation: bool = False) -> str | None:
-    """Why a readable row still cannot enter the figures (None when it can). An evaluation (score events and,
-    by design, no training steps: base_loss, base_eval, chat_eval) has its scores, time and rates as figures."""
+    """Why a readable row still cannot enter the figures (None when it can). An evaluation (a workload of that
+    kind: base_loss, base_eval, chat_eval; it takes no training step) has its scores, time and rates as figures."""
     status = row["status"]
     if status in LIVE_STATUSES:
         return f"run {status}: not finished"

@@ -22,7 +22,8 @@ POINT = ["runtime", "world_size", "nodes"]
 # The figures a stage section shows, where its runs recorded them, in this order.
 FIGURES = ("tok_per_sec", "mfu", "problems_per_sec", "eval_tok_per_sec", "stage_time_s", "peak_mem_mib",
            "min_val_bpb")
-STAGES_NOTE = ("Medians over the runs of each point that ended ok (peak memory: the largest). Training stages: "
+STAGES_NOTE = ("Medians over the runs of each point that ended ok (peak memory: the largest; min val bpb: the "
+               "lowest). Training stages: "
                "tok/s of the steady steps and MFU (FLOPs per token x the tokens the model ran per second / peak); "
                "chat_sft's throughput is its supervised tokens per second (upstream's num_tokens), its MFU counts "
                "every position it ran, padding included. Evaluations: what their scores counted (base_loss "

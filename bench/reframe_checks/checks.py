@@ -40,7 +40,7 @@ from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
 from bench import contract, runtimes, workloads
 from bench.analysis.columns import perf_units
-from bench.analysis.rundir import read_run_dir, usability
+from bench.analysis.rundir import read_run_dir
 from bench.errors import BenchError
 from bench.launch.plan import SCALING_MODES
 from bench.reframe_checks import case as casemod
@@ -58,7 +58,7 @@ def run_problem(row: dict, kind: str) -> str | None:
     if row["status"] != "ok":
         return f"run.json status is {row['status']!r}: {row.get('message') or 'no message'}"
     if kind == EVALUATION:
-        if skip and skip != usability(row):  # the analysis's "no step records" is what an evaluation is
+        if skip:
             return f"run {run_id} cannot be measured: {skip}"
         if not row.get("scores"):
             return f"run {run_id} recorded no scores (run.json scores)"
@@ -113,7 +113,7 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     sourcesdir = None
     executable = "bash"
     num_tasks_per_node = 1  # the rendered script's srun starts one task per node itself
-    tags = {"nanochat-bench", "ml", "training"}
+    tags = {"nanochat-bench", "ml"}  # a training stage or an evaluation: the workload variable says which
 
     workload = variable(str, value=workloads.DEFAULT, loggable=True)  # bench/workloads: nanochat or a stage
     num_nodes = variable(int, value=1, loggable=True)

@@ -11,6 +11,7 @@ import json
 import random
 import statistics
 
+import pandas as pd
 import pytest
 
 from bench.analysis import scaling
@@ -177,3 +178,27 @@ def test_training_stages_show_mfu_and_peak_memory_and_sft_counts_every_position(
     md = (tmp_path / "report" / "report.md").read_text()
     summary = md.split("## nanochat-sft")[1].split("###")[0]
     assert "supervised tok/s" in summary and "MFU % (all positions)" in summary
+
+
+def test_core_and_chatcore_count_no_problems_of_their_own(tmp_path):
+    """Regression: base_eval's CORE event carried the count of every task again, so the table said twice the
+    examples the stage scored. A mean of other scores counts nothing, whatever its event carries."""
+    runs = tmp_path / "runs"
+    stage_run(runs, "bare", 2, "base_eval", "nanochat-base-eval", time_s=20, problems=24,
+              scores={"copa": 0.5, "boolq": 0.4, "CORE": 0.45})
+    stage_run(runs, "bare", 2, "chat_eval_sft", "nanochat-chat-eval", time_s=30, problems=8,
+              scores={"ARC-Easy": 0.3, "ChatCORE": 0.1})
+    table = collect([runs]).table.set_index("stage")
+    assert table.at["base_eval", "problems"] == 48 and table.at["base_eval", "problems_per_sec"] == 12.0
+    assert table.at["chat_eval_sft", "problems"] == 8
+
+
+def test_a_training_stage_without_steps_is_skipped_though_it_recorded_scores(tmp_path):
+    """What a run is comes from its workload's kind, not from its events: mid_train records val_bpb scores too,
+    and without step records it has no figures."""
+    runs = tmp_path / "runs"
+    stage_run(runs, "bare", 2, "mid_train", "nanochat-mid", time_s=20, scores={"val_bpb": 1.2})
+    stage_run(runs, "bare", 2, "base_loss", "nanochat-base-loss", time_s=20, scores={"val_bpb": 1.2})
+    table = collect([runs]).table.set_index("stage")
+    assert table.at["mid_train", "skip_reason"] == "status ok but no step records"
+    assert pd.isna(table.at["base_loss", "skip_reason"])

@@ -220,14 +220,21 @@ class _Reaper:
             return  # ended by itself: its own record stands
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, lifetime.SIGNALS)  # a second Ctrl-C waits for this
         try:
-            why = error.args[0] if isinstance(error, lifetime.Stopped) else kind.__name__
             if self.proc is not None:
                 _kill_tree(self.proc)
                 self.proc.wait()
             # last, once nothing of the probe is left to write its run.json
-            record_evidence(self.run_dir, Evidence(source="probe", kind="stopped", signal=why,
-                                                   message=f"the capacity sweep was stopped ({why}) while this "
-                                                           "probe ran; it runs again when the sweep is resumed"))
+            if isinstance(error, lifetime.Stopped):
+                evidence = Evidence(source="probe", kind="stopped", signal=error.args[0],
+                                    message=f"the capacity sweep was stopped ({error.args[0]}) while this probe "
+                                            "ran; it runs again when the sweep is resumed")
+            elif self.proc is None:
+                evidence = Evidence(source="probe", kind="error",
+                                    message=f"the probe could not start: {kind.__name__}: {error}")
+            else:
+                evidence = Evidence(source="probe", kind="stopped",
+                                    message=f"the capacity sweep ended with {kind.__name__} while this probe ran")
+            record_evidence(self.run_dir, evidence)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 

@@ -46,3 +46,29 @@ def test_a_child_dies_with_the_process_that_started_it(tmp_path):
         time.sleep(0.1)
     os.kill(child, signal.SIGKILL)
     pytest.fail("the child outlived the process that started it")
+
+
+def test_a_probe_that_cannot_start_is_a_failure_not_a_cancel(tmp_path):
+    """Regression: a probe whose command could not be started was recorded as stopped by a signal named after
+    the exception, so `cancelled`, as if the sweep had been interrupted."""
+    from bench.capacity.probe import _Reaper
+    from bench.contract import read_run_json
+
+    with pytest.raises(FileNotFoundError), open(tmp_path / "log", "ab") as log, _Reaper(tmp_path) as reaper:
+        reaper.start(["/nonexistent/probe"], dict(os.environ), log)
+    run = read_run_json(tmp_path)
+    assert run["status"] == "failed" and "could not start: FileNotFoundError" in run["message"]
+
+
+def test_the_stop_signals_wait_while_a_probe_starts_and_the_probe_gets_them(tmp_path):
+    """A signal cannot land inside Popen (the probe would start unseen by the sweep), and the started probe
+    does not inherit the sweep's block: SIGTERM ends it."""
+    from bench.capacity.probe import _Reaper
+
+    with open(tmp_path / "log", "ab") as log, _Reaper(tmp_path) as reaper:
+        proc = reaper.start([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), log)
+        assert not set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(lifetime.SIGNALS)  # unblocked again
+        blocked = open(f"/proc/{proc.pid}/status").read().split("SigBlk:")[1].split()[0]
+        assert all(not int(blocked, 16) & (1 << (s - 1)) for s in lifetime.SIGNALS)
+        proc.terminate()
+        assert proc.wait(timeout=10) == -signal.SIGTERM

@@ -55,5 +55,9 @@ def bind(pci_address: str | None, sys_root: Path = Path("/sys")) -> str:
     usable = cpus & os.sched_getaffinity(0)
     if not usable:
         return f"numa binding: NUMA node {node} of GPU {pci_address} has no CPU this task may use; CPUs left as they are"
-    os.sched_setaffinity(0, usable)
+    for tid in os.listdir("/proc/self/task"):  # every thread already running (the CUDA driver's, the watchers'):
+        try:                                       # Linux binds the one named, and new threads copy their creator
+            os.sched_setaffinity(int(tid), usable)
+        except (ProcessLookupError, PermissionError):
+            pass  # a thread that has ended since
     return f"numa binding: bound to the {len(usable)} CPU(s) of NUMA node {node} (GPU {pci_address}) without numactl"

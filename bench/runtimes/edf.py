@@ -60,6 +60,7 @@ DEFAULT_ENV: dict[str, str] = {**BENCH_ENV, **TORCH_ENV}
 # major version; cuda-dl links CUDA dynamically and is CSCS's general recommendation.
 OFI_NCCL_VARIANTS = ("cuda-dl", "cuda13", "cuda12", "rocm6", "rocm5")
 DEFAULT_OFI_NCCL_VARIANT = "cuda-dl"
+OFI_HOOK_ENABLED = "com.hooks.aws_ofi_nccl.enabled"
 
 
 def ofi_nccl_annotations(variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, str]:
@@ -67,7 +68,7 @@ def ofi_nccl_annotations(variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, s
     if variant not in OFI_NCCL_VARIANTS:
         raise RuntimeConfigError(
             f"aws_ofi_nccl variant {variant!r} is not one of: {', '.join(OFI_NCCL_VARIANTS)}")
-    return {"com.hooks.aws_ofi_nccl.enabled": "true", "com.hooks.aws_ofi_nccl.variant": variant}
+    return {OFI_HOOK_ENABLED: "true", "com.hooks.aws_ofi_nccl.variant": variant}
 
 
 DEFAULT_ANNOTATIONS: dict[str, str] = ofi_nccl_annotations()
@@ -80,7 +81,7 @@ def ofi_hook_annotations(hook: str, variant: str = DEFAULT_OFI_NCCL_VARIANT) -> 
     if hook == "on":
         return ofi_nccl_annotations(variant)
     if hook == "off":
-        return {"com.hooks.aws_ofi_nccl.enabled": "false"}
+        return {OFI_HOOK_ENABLED: "false"}
     raise RuntimeConfigError(f"--ofi-hook {hook!r}: valid values are default, on, off")
 
 # ---------------------------------------------------------------------------------------------------

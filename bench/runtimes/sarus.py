@@ -43,6 +43,8 @@ class Sarus(Runtime):
     def id_command(self, spec):
         # `sarus images --digests` lists REPOSITORY, TAG, DIGEST first (as `docker images --digests`; an
         # assumption checked as text only, Sarus is not available here); an image made by `sarus load` has none
+        if "@" in spec.image:  # pinned by digest: the reference holds it (the listing shows no tag for it)
+            return ("echo", spec.image.rsplit("@", 1)[1])
         repository, sep, tag = spec.image.rpartition(":")
         if not sep or "/" in tag:  # no tag (a colon only in a registry's port): Sarus's default
             repository, tag = spec.image, "latest"

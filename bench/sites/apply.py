@@ -7,12 +7,10 @@ its annotations, devices and switches into the fields each runtime renders in it
 
 from dataclasses import replace
 
-from bench import netgate
+from bench import netgate, runtimes
 from bench.runtimes import edf
 from bench.runtimes.base import LaunchSpec, Mount
 from bench.sites.profile import NetworkSetup, Site
-
-HOOK_ENABLED = "com.hooks.aws_ofi_nccl.enabled"
 
 
 def apply(site: Site, runtime: str, spec: LaunchSpec) -> LaunchSpec:
@@ -25,18 +23,16 @@ def apply(site: Site, runtime: str, spec: LaunchSpec) -> LaunchSpec:
         env.setdefault(netgate.ENV_EXPECT, site.nccl_net)
         env.setdefault(netgate.ENV_SETUP, f"{site.name}/{runtime}: {setup.setup}")
     mounts = spec.mounts + tuple(m for m in (Mount.parse(text) for text in setup.mounts) if m not in spec.mounts)
-    return replace(spec, env=env, mounts=mounts, annotations=hook_annotations(setup, spec.ofi_hook),
-                   devices=setup.devices, flags=setup.flags)
+    annotations = hook_annotations(setup, spec.ofi_hook) if runtimes.get(runtime).ofi_hook else None
+    return replace(spec, env=env, mounts=mounts, annotations=annotations, devices=setup.devices, flags=setup.flags)
 
 
-def hook_annotations(setup: NetworkSetup, ofi_hook: str) -> dict[str, str] | None:
-    """The site's annotations with `--ofi-hook on|off` over them (its other hooks, CXI's, kept: Sarus Suite
-    enables nothing by itself); None where the site gives none, so the runtime renders --ofi-hook alone."""
-    if not setup.annotations:
-        return None
+def hook_annotations(setup: NetworkSetup, ofi_hook: str) -> dict[str, str]:
+    """The annotations a runtime with hooks (CE, Sarus Suite) renders: the site's, with `--ofi-hook on|off` over
+    them (its other hooks, CXI's, kept: Sarus Suite enables nothing by itself), or `--ofi-hook`'s alone."""
     annotations = {**edf.ofi_hook_annotations(ofi_hook), **setup.annotations}
     if ofi_hook in ("on", "off"):
-        annotations[HOOK_ENABLED] = "true" if ofi_hook == "on" else "false"
+        annotations[edf.OFI_HOOK_ENABLED] = "true" if ofi_hook == "on" else "false"
     return annotations
 
 

@@ -5,6 +5,8 @@ apptainer, sarus: no such Slurm plugins or binaries here) are checked as text on
     python -m pytest tests/unit/runtimes -q
 """
 
+import os
+import subprocess
 import tomllib
 
 import pytest
@@ -107,3 +109,19 @@ def test_version_commands():
     assert runtimes.get("ce").version_command() == enroot  # CE runs on enroot; nothing prints CE's own release
     assert runtimes.get("sarus-suite").version_command() == ["sarusctl", "--version"]
     assert runtimes.get("podman-hpc").version_command() == ["podman-hpc", "infohpc"]
+
+
+def test_classic_sarus_reads_the_digest_of_its_image(tmp_path):
+    """`sarus images --digests` is asked for the tag's digest (a listing of sarus's own format, given by a stand-in
+    `sarus` on PATH); an image pinned by digest carries it in its reference."""
+    fake = tmp_path / "sarus"
+    fake.write_text("#!/bin/sh\necho 'REPOSITORY TAG DIGEST IMAGE-ID CREATED SIZE SERVER'\n"
+                    "echo 'load/library/nb latest sha256:0a1b 0123 2026-12-01 10GB index.docker.io'\n"
+                    "echo 'load/library/nb v2 sha256:ffff 4567 2026-12-02 10GB index.docker.io'\n")
+    fake.chmod(0o755)
+    sarus = runtimes.get("sarus")
+    argv = sarus.id_command(LaunchSpec(command=("true",), image="load/library/nb:latest"))
+    out = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert out.stdout.strip() == "sha256:0a1b"
+    pinned = sarus.id_command(LaunchSpec(command=("true",), image="load/library/nb@sha256:beef"))
+    assert subprocess.run(pinned, capture_output=True, text=True).stdout.strip() == "sha256:beef"

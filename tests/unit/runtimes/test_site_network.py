@@ -105,3 +105,14 @@ def test_env_overrides_the_site(tmp_path):
 def test_a_cpu_run_gets_no_network_set_up(tmp_path):
     base = LaunchSpec(command=("true",), env={}, gpus=False, run_dir=str(tmp_path))
     assert sites.apply(ALPS, "podman", base) == base
+
+
+def test_a_site_without_hook_annotations_records_what_ofi_hook_renders(tmp_path):
+    """On a site that gives CE no annotations, `--ofi-hook on` still renders the hook: run.json must say so."""
+    site = sites.load("infiniband")
+    base = LaunchSpec(command=("true",), image="/s/img.sqsh", env={}, gpus=True, run_dir=str(tmp_path), ofi_hook="on")
+    spec = sites.apply(site, "ce", base)
+    hooks = tomllib.loads(runtimes.get("ce").edf_text(spec))["annotations"]["com"]["hooks"]
+    assert hooks["aws_ofi_nccl"]["enabled"] == "true"
+    assert sites.record(site, "ce", spec)["applied"]["annotations"] == dict(spec.annotations)
+    assert sites.apply(site, "pyxis", replace(base, image="/s/img.sqsh")).annotations is None  # no hooks there

@@ -201,10 +201,10 @@ class _Handler(BaseHTTPRequestHandler):
         if start >= len(body) and body:
             return self._error(416, None, "Range Not Satisfiable")
         self.send_response(206 if asked else 200)
-        for key, value in {**(headers or {}), "Content-Length": str(len(body) - start),
-                           "Accept-Ranges": "bytes", "ETag": f'"{sha256(body)}"',
-                           **({"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"} if asked else {})
-                           }.items():
+        for key, value in {"Content-Length": str(len(body) - start), "Accept-Ranges": "bytes",
+                           "ETag": f'"{sha256(body)}"',  # the caller's (a git blob's id) goes over it
+                           **({"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"} if asked else {}),
+                           **(headers or {})}.items():
             self.send_header(key, value)
         self.end_headers()
         if self.command == "HEAD":

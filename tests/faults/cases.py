@@ -1152,6 +1152,10 @@ def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None] | None, train
                     time.sleep(0.5)
                 since = time.time()
                 inject(job_id)
+            else:  # nothing to hit: follow the job from its start (sbatch itself ended at once)
+                deadline = since + 120
+                while cluster.job_state(job_id) in ("PENDING", "CONFIGURING") and time.time() < deadline:
+                    time.sleep(0.2)
             seconds, left = cmd.wait_gone(_cap(name, ctx), since)
         o = outcome_of(name, cmd, run_dir, seconds, left, ctx.work)
         o.rc, o.facts["job_state"] = cluster.exit_code(job_id), cluster.job_state(job_id)

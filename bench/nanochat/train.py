@@ -34,7 +34,6 @@ from bench.nanochat.attention import (check_forced_attention, force_flash_attent
 from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
 from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
-from bench.nanochat.dataset import resolve_val_files_k
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
@@ -78,6 +77,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     record.update(vocabulary={"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None},
                   data=data_identity_of(config) if master_process else None)  # reads every shard's footer
     if not config.data_bin_dir:  # the K this run validates on, whatever the planner meant to pass
+        from bench.nanochat.dataset import resolve_val_files_k  # pyarrow: not imported by a run on .bin files
+
         record.update(val_files_k=resolve_val_files_k())
     if token_bytes is None and config.eval_every > 0:
         print0("Validation bpb: not computed (the bytes per token of these .bin files are unknown)")

@@ -52,6 +52,7 @@ def test_run_succeeds_and_run_json_is_complete(finished_run):
     assert run["run_id"] == "run-1" and run["sweep_id"] == "local"
     assert run["started_at"] <= run["finished_at"]
     assert run["result"]["min_val_bpb"] > 0
+    assert run["val_files_k"] == 1  # the K the trainer used (no NANOCHAT_VAL_FILES_K: the default)
 
 
 @pytest.mark.slow

@@ -74,12 +74,13 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     # Tokenizer, model shape and batch arithmetic
     tokenizer, token_bytes, vocab_size, vocab_source = vocabulary(config.data_bin_dir, device)
     print0(f"Vocab size: {vocab_size:,} ({vocab_source})")
-    record.update(vocabulary={"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None},
-                  data=data_identity_of(config) if master_process else None)  # reads every shard's footer
+    facts = {"vocabulary": {"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None},
+             "data": data_identity_of(config) if master_process else None}  # reads every shard's footer
     if not config.data_bin_dir:  # the K this run validates on, whatever the planner meant to pass
         from bench.nanochat.dataset import resolve_val_files_k  # pyarrow: not imported by a run on .bin files
 
-        record.update(val_files_k=resolve_val_files_k())
+        facts["val_files_k"] = resolve_val_files_k()
+    record.update(**facts)  # one rewrite of run.json
     if token_bytes is None and config.eval_every > 0:
         print0("Validation bpb: not computed (the bytes per token of these .bin files are unknown)")
     model_config = GPTConfig.from_depth(config.depth, vocab_size, config.max_seq_len, config.aspect_ratio)

@@ -99,10 +99,14 @@ class Tracker:
     def __init__(self, tag: str):
         self.tag = tag
         self.members: dict[int, Member] = {}
-        self._others: dict[int, int] = {}  # pid -> start time of processes known not to carry the tag
+        # pid -> (start time, command line) of processes known not to carry the tag
+        self._others: dict[int, tuple[int, str]] = {}
         self._needle = f"{TAG_ENV}={tag}".encode()
 
     def scan(self) -> None:
+        # A process is known by pid, start time and command line: exec keeps the first two, so a worker
+        # seen between torchrun's fork and its exec (the agent's command line and environment) is
+        # looked at again once it runs the trainer, as is a child that exec'd into a tagged environment.
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -110,14 +114,16 @@ class Tracker:
             st = _stat(pid)
             if st is None:
                 continue
+            cmdline = cmdline_of(pid)
             known = self.members.get(pid)
-            if (known and known.start == st[2]) or self._others.get(pid) == st[2]:
+            if (known and (known.start, known.cmdline) == (st[2], cmdline)) or self._others.get(pid) == (st[2], cmdline):
                 continue
             env = _read(f"/proc/{pid}/environ")
-            if self._needle + b"\0" in env + b"\0":
-                self.members[pid] = Member(pid, st[2], cmdline_of(pid), environ_of(pid))
+            # a member that exec'd with a scrubbed environment (a sandbox) is still one of the run's
+            if self._needle + b"\0" in env + b"\0" or (known and known.start == st[2]):
+                self.members[pid] = Member(pid, st[2], cmdline, environ_of(pid))
             else:
-                self._others[pid] = st[2]
+                self._others[pid] = (st[2], cmdline)
 
     def is_alive(self, m: Member) -> bool:
         st = _stat(m.pid)

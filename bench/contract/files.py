@@ -3,8 +3,10 @@ the launcher's last word, the space held back for it.
 
 run.json is rewritten whole (temp file + rename), so a reader sees the old file or the new one. Its
 writers are several processes (the ranks, torchrun's wrapper, the batch script): each read-merge-write
-holds an advisory lock on the run directory, bounded in time so a stopped writer (SIGSTOP) can never
-hold the others, and skipped where the file system has none.
+holds an advisory lock on the run directory. A writer waits for it as long as any rewrite could take
+(a slow holder keeps its update, and so does the waiter), except behind a holder on this node that is
+stopped (SIGSTOP), which would hold every other writer: then, as after the bound, it goes ahead unlocked.
+Where the file system has no locks the lock is skipped.
 """
 
 import errno
@@ -20,7 +22,7 @@ from .outcome import FINAL_STATUSES, Evidence, legacy, settle
 from .record import RUN_JSON, SLURM_VARS, TRAIN_LOG, RunManifest
 from .versions import SCHEMA_VERSION, newer
 
-LOCK_WAIT_S = 2.0  # longer than any rewrite of run.json takes; then the writer goes ahead unlocked
+LOCK_WAIT_S = 10.0  # far longer than any rewrite of run.json takes, on a loaded shared file system too
 
 
 @contextmanager
@@ -68,6 +70,7 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
     except OSError:
         fd = -1  # no directory yet: the first write creates it, nobody else is writing
     deadline = time.time() + LOCK_WAIT_S
+    next_look = time.time() + 0.2
     try:
         while fd >= 0:
             try:
@@ -75,12 +78,42 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
                 break
             except OSError as e:
                 if e.errno not in (errno.EAGAIN, errno.EACCES) or time.time() > deadline:
-                    break  # no locks on this file system, or a writer that stopped: go ahead
+                    break  # no locks on this file system, or a holder past any rewrite's time: go ahead
+                if time.time() > next_look:
+                    if _holder_stopped(fd):
+                        break
+                    next_look = time.time() + 0.2
                 time.sleep(0.01)
         yield
     finally:
         if fd >= 0:
             os.close(fd)  # closing releases the lock
+
+
+def _holder_stopped(fd: int) -> bool:
+    """Whether the flock on fd's file is held by a stopped process of this node (/proc/locks; a holder
+    on another node of a shared file system is not listed there, and is waited for)."""
+    st = os.fstat(fd)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        parts = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 00:2a:1234 0 EOF"; a waiter has "->" after "1:"
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == ident and parts[4].isdigit():
+            return _stopped(int(parts[4]))
+    return False
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
 
 
 def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:

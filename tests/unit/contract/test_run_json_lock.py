@@ -1,0 +1,61 @@
+"""run.json's writers take turns: a slow writer keeps its update and so does the one that waited for it;
+a writer stopped while it holds the lock does not hold the others.
+
+    python -m pytest tests/unit/contract/test_run_json_lock.py -q
+"""
+
+import multiprocessing
+import os
+import signal
+import time
+
+from bench.contract import Evidence, record_evidence
+from bench.contract.files import _locked, load_manifest, write_manifest
+
+SLOW_S = 3.0  # a holder slower than the old bound (2 s), which then let the waiter write over it
+
+
+def _slow_writer(run_dir, held, stop_inside):
+    with _locked(run_dir):
+        manifest = load_manifest(run_dir)
+        held.set()
+        if stop_inside:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(SLOW_S)
+        manifest.evidence.append(Evidence(source="wrapper", kind="rank_exited", rank=1, message="slow one"))
+        write_manifest(run_dir, manifest)
+
+
+def _start(run_dir, stop_inside):
+    ctx = multiprocessing.get_context("fork")
+    held = ctx.Event()
+    proc = ctx.Process(target=_slow_writer, args=(str(run_dir), held, stop_inside))
+    proc.start()
+    assert held.wait(30), "the writer never took the lock"
+    return proc
+
+
+def test_a_writer_waits_for_a_slow_one_and_both_updates_stay(tmp_path):
+    proc = _start(tmp_path, stop_inside=False)
+    record_evidence(tmp_path, Evidence(source="trainer", kind="error", rank=0, message="the waiter"))
+    proc.join(30)
+    messages = [e.message for e in load_manifest(tmp_path).evidence]
+    assert sorted(messages) == ["slow one", "the waiter"]
+
+
+def test_a_stopped_holder_does_not_hold_the_other_writers(tmp_path):
+    proc = _start(tmp_path, stop_inside=True)
+    try:
+        for _ in range(100):  # until it has stopped itself
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] in ("T", "t"):
+                    break
+            time.sleep(0.05)
+        began = time.time()
+        record_evidence(tmp_path, Evidence(source="trainer", kind="error", rank=0, message="not held"))
+        waited = time.time() - began
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+    assert [e.message for e in load_manifest(tmp_path).evidence] == ["not held"]
+    assert waited < 5, f"waited {waited:.1f} s behind a stopped writer (the bound is 10 s)"

@@ -37,8 +37,8 @@ from tabulate import tabulate
 from bench import contract, workloads
 from bench.errors import ConfigError, SubmitError
 from bench.launch import plan as planmod
-from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, partition_limit,
-                              write_job)
+from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
+                              partition_limit, site_partition, write_job)
 from bench.pairs import parse_pairs
 
 FLOW_JSON = "flow.json"
@@ -192,11 +192,18 @@ class FlowSweep:
                            for s, sw in zip(self.stages, self.sweeps)]}
 
 
+# What shortens a flow's job that its partition would refuse.
+FLOW_TOO_LONG = ("run part of its stages per sweep (--stages), shorten the longest stage (--stage-arg STAGE:KEY=VALUE, "
+                 "e.g. chat_eval_mid:max_problems=100), give the decode rate measured on your GPUs "
+                 "(--assume-decode-tok-s), or choose another --partition")
+
+
 def format_table(fs: FlowSweep) -> str:
     """The plan: per node count and runtime, a row per stage (its batch arithmetic, time limit and estimate)
-    and the job's time limit covering them all."""
+    and the job's time limit covering them all, checked against the site's default partition."""
     head = ("nodes", "runtime", "repeats", "ranks", "stage", "batch", "time", "est_h", "note")
-    rows, jobs = [], 0
+    rows, jobs, too_long = [], 0, False
+    limit = site_partition(fs.first.site)
     for (n, rt), group in itertools.groupby(fs.points(), key=lambda pp: (pp[0].nodes, pp[0].runtime)):
         group = list(group)
         point, stage_points = group[0]
@@ -209,10 +216,13 @@ def format_table(fs: FlowSweep) -> str:
             rows.append((n, rt, len(group), point.ranks, stage.name, batch or "-", sp.time_limit, est,
                          "; ".join(filter(None, [sp.note, planmod.memory_warning(sw, sp)]))))
         possible = all(sp.possible for sp in stage_points)
-        jobs += len(group) if possible else 0
+        over = over_partition(limit, fs.job_minutes(stage_points)) if possible else ""
+        too_long = too_long or bool(over)
+        jobs += len(group) if possible and not over else 0
         rows.append((n, rt, len(group), point.ranks, "= job", "stages in turn, one allocation",
                      planmod.slurm_time(fs.job_minutes(stage_points)) if possible else "-",
-                     "", "" if possible else "not submitted: a stage cannot run"))
+                     "", "not submitted: a stage cannot run" if not possible else
+                     f"not submitted: {over} (below)" if over else ""))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
     lines += ["", f"flow: {fs.flow}, stages {' -> '.join(s.name for s in fs.stages)}; each stage's run directory "
                   f"<sweep>/<point>/<stage>; the tokenizer trained once per sweep, before the first stage"]
@@ -222,6 +232,8 @@ def format_table(fs: FlowSweep) -> str:
                                                               f"installation)" if unregistered else ""))
     for stage, sw in zip(fs.stages, fs.sweeps):
         lines += [f"{stage.name}: {line.replace(PLAN_TAG, '<sweep>-<point>')}" for line in sw.workload_impl.describe(sw)]
+    if too_long:
+        lines.append(f"a job over partition {limit.name}'s time limit: {FLOW_TOO_LONG}")
     s = fs.first
     lines.append(f"{jobs} job(s), one per point (estimates per stage: {s.gpu} at {s.assume_mfu:.0%} MFU x "
                  f"B/(B+{planmod.MFU_HALF_BATCH}), generation at {s.assume_decode_tok_s:g} tok/s per rank, "
@@ -278,7 +290,7 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
             run = build_run(sw, planned, sweep_dir / point.run_id / stage.name, opts, sweep_id)
             run.manifest["stage"] = stage.name
             runs.append(replace(run, run_id=f"{point.run_id}/{stage.name}"))
-        check_partition(limit, runs)
+        check_partition(limit, runs, f"{point.run_id} (its {len(runs)} stages in one job)", FLOW_TOO_LONG)
         name = f"{sweep_id}-{point.run_id}"
         job = make_job(name, sweep_dir / point.run_id, fs.first, runs, opts,
                        title.format(sweep_id=sweep_id, point=point.run_id, flow=fs.flow))

@@ -298,10 +298,22 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
 def partition_limit(opts: LaunchOptions):
     """The site's limits of the partition the jobs go to: --partition, else the site's default (None: no site,
     or neither names one)."""
-    name = opts.partition or (opts.site.default_partition if opts.site is not None else None)
-    if opts.site is None or not name:
+    return site_partition(opts.site, opts.partition)
+
+
+def site_partition(site, partition: str | None = None):
+    """A site's partition by name, else its default one (None: no site, or neither names one)."""
+    name = partition or (site.default_partition if site is not None else None)
+    if site is None or not name:
         return None
-    return opts.site.partition(name)  # an unknown partition is an error naming the known ones
+    return site.partition(name)  # an unknown partition is an error naming the known ones
+
+
+def over_partition(limit, minutes: int) -> str:
+    """'' when a job of `minutes` fits the partition's time limit, else what is over what."""
+    if limit is None or minutes * 60 <= limit.max_time_s:
+        return ""
+    return f"its time limit {slurm_time(minutes)} is over partition {limit.name}'s {slurm_time(limit.max_time_s // 60)}"
 
 
 # The image step runs outside a run's own srun limit, so the job gives it time of its own: on the test cluster,
@@ -334,17 +346,20 @@ def interactive_minutes(job: Job, shards: int) -> int:
     return allowance_minutes(download_h) + allowance_minutes(tokenizer_h) + job_minutes(job.runs)
 
 
-def check_partition(limit, runs: list[Run]) -> None:
+RUN_TOO_LONG = "pass a shorter --time, fewer --num_iterations, or another --partition"
+
+
+def check_partition(limit, runs: list[Run], subject: str | None = None, hint: str = RUN_TOO_LONG) -> None:
     """A job that the partition would refuse (too long, too many nodes) fails here, naming the limit."""
     if limit is None:
         return
+    subject = subject or runs[0].run_id
     if limit.max_nodes and runs[0].nodes > limit.max_nodes:
-        raise ConfigError(f"{runs[0].run_id}: {runs[0].nodes} nodes, but partition {limit.name} takes at most "
+        raise ConfigError(f"{subject}: {runs[0].nodes} nodes, but partition {limit.name} takes at most "
                           f"{limit.max_nodes} (choose another --partition)")
-    if job_minutes(runs) * 60 > limit.max_time_s:
-        raise ConfigError(f"{runs[0].run_id}: its time limit {slurm_time(job_minutes(runs))} is over partition "
-                          f"{limit.name}'s {slurm_time(limit.max_time_s // 60)}; pass a shorter --time, fewer "
-                          f"--num_iterations, or another --partition")
+    over = over_partition(limit, job_minutes(runs))
+    if over:
+        raise ConfigError(f"{subject}: {over}; {hint}")
 
 
 def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:

@@ -116,8 +116,24 @@ def test_a_flow_over_the_partitions_limit_is_refused_naming_it(twice, tmp_path):
     site = sites.load("alps")
     fs = sweep(twice, None, time="07:00:00")  # each stage alone fits normal's 12 h; the two together do not
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), site=site, partition="normal", check_images=False)
-    with pytest.raises(ConfigError, match="over partition normal's 12:00:00"):
+    with pytest.raises(ConfigError, match=r"n1-bare-r1 \(its 2 stages in one job\): its time limit 14:02:00 is over "
+                                          r"partition normal's 12:00:00; run part of its stages per sweep \(--stages\)"):
         flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
+
+
+def test_the_plan_says_which_flow_jobs_the_sites_default_partition_would_refuse(twice, capsys):
+    """The plan shows what render and submit then refuse: a job over the default partition's limit."""
+    argv = ["plan", "--flow", twice, "--site", "alps", "--nodes=1,2", "--gpus-per-node=2", "--device_type=cpu",
+            "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6", "--time", "07:00:00"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    jobs = [line for line in out.splitlines() if "= job" in line]
+    assert len(jobs) == 2 and all("not submitted: its time limit 14:02:00 is over partition normal's 12:00:00" in j
+                                  for j in jobs)
+    assert "run part of its stages per sweep (--stages)" in out and "0 job(s), one per point" in out
+    assert cli.main(argv[:-2] + ["--time", "05:00:00"]) == 0  # two stages of 5 h fit
+    out = capsys.readouterr().out
+    assert "not submitted" not in out and "2 job(s), one per point" in out
 
 
 def test_the_job_puts_each_stage_in_its_own_run_directory_below_the_point(twice, tmp_path):

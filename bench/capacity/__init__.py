@@ -8,5 +8,7 @@
 - lifetime.py  the probes end with the sweep (signals become an exception; own session; parent-death signal)
 - cpuhost.py   on CPU: a sweep whose ranks could exhaust the host is refused, naming settings that fit
 - rebuild.py   a summary from the finished probes, for a sweep that ended without writing one
+- capped.py    the trainer under an address-space cap counted from the end of its start-up (CPU probes)
+- calibrate.py the memory model against the probes: its error at each point, constants refitted
 The report is bench/analysis/capacity.py.
 """

@@ -9,6 +9,7 @@ it with the cluster's own python3, outside any container (bench/launch/jobrecord
     events.py     metrics.jsonl: event classes, make_event/parse_event, the event writers
     files.py      atomic writes, run.json updates, record_evidence, close_unfinished, reserved space
     generate.py   the JSON Schemas (bench/schemas/) generated from the classes
+    __main__.py   `python -m bench.contract [DIR]`: those schemas printed, or written into DIR
 """
 
 import os

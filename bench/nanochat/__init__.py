@@ -4,7 +4,9 @@
   attention.py     causal attention, optionally forced onto the flash-style kernels
   base_eval.py     the base_eval stage: the CORE metric of a base checkpoint (upstream's scripts/base_eval.py)
   base_loss.py     the base_loss stage: train/val bpb of a base checkpoint and its samples (scripts/base_loss.py)
+  calculator.py    the calculator tool of chat generation, its expressions run in the sandbox
   chat_eval.py     chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee) and ChatCORE
+  chat_eval_config.py chat_eval's settings, upstream's short and dashed flags (no torch: the planner reads them)
   chat_format.py   a conversation as token ids plus the mask of what the assistant is trained on
   chat_sft.py      SFT (upstream's scripts/chat_sft.py): the mid checkpoint fine-tuned on the SFT mixture
   chatdata.py      the staged chat data (mid-training, SFT, chat evaluation) and how it is read
@@ -29,6 +31,7 @@
   gpt.py           the GPT of nanochat's base pretraining
   guard.py         a diverged run ends as diverged (non-finite or exploding loss)
   heartbeat.py     each rank's sign of life; a silent rank ends the run as hung
+  join.py          a rank that never joins the process group: bounded, and named
   loss_eval.py     bits per byte
   memory.py        predicted peak memory per rank, per memory strategy
   mid_train.py     mid-training on conversations (upstream's scripts/mid_train.py)

@@ -10,6 +10,11 @@ inside a container image built from containers/nntile.Containerfile it is the im
 
 One process per node, no torchrun: StarPU spreads the tiles over every CPU core and GPU of the node
 (torch-nntile 0.1.0 has no multi-node runtime, so runs are single-node). Standard library only.
+
+  config.py   the flags of NNTile's GPT-2 example, checked before StarPU starts
+  model.py    torch-nntile's GPT-2 made trainable with tiles, and its tiled axes' names
+  runner.py   the training on StarPU, leaving the run directory every nanochat-bench run leaves
+  env.sh      builds the NNTile interpreter's environment
 """
 
 import os

@@ -15,7 +15,10 @@ Compared, on the first `-x` problems of each task:
   each problem's predicted letter;
 - generative (GSM8K, HumanEval, SpellingBee): the prompt ids and the generated token ids of upstream's
   `Engine.generate_batch` and ours, greedy (one sample) and sampled (T=1, top-k 50, two samples), and the
-  accuracy of upstream's `run_generative_eval` and ours.
+  accuracy of upstream's `run_generative_eval` and ours;
+- the time both engines take for those generations, alternating call by call: generated tokens a second, ours
+  and upstream's (a tiny model on one thread: what is timed is mostly each step's Python and launch overhead,
+  which is also what bounds decoding a small batch on a GPU).
 The exit status is 1 on any difference.
 """
 
@@ -23,6 +26,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -128,12 +132,15 @@ def main(argv=None) -> int:
             detail = f"accuracy {100 * acc_up:.2f}% upstream, {100 * counts.passed / counts.total:.2f}% here; " \
                      f"{sum(a == b for a, b in zip(letters, letters_up))}/{n} predicted letters equal"
         else:
-            ids_same, generated = 0, 0
+            ids_same, generated, seconds, seconds_up = 0, 0, 0.0, 0.0
             for i in range(n):
                 prompt, prompt_up = render_for_completion(tok, ours[i]), up_tok.render_for_completion(theirs[i])
                 for s in SAMPLING:
+                    t0 = time.perf_counter()
                     rows, _ = engine.generate_batch(prompt, max_tokens=args.max_new_tokens, **s)
+                    t1 = time.perf_counter()
                     rows_up, _ = up_engine.generate_batch(prompt_up, max_tokens=args.max_new_tokens, **s)
+                    seconds, seconds_up = seconds + t1 - t0, seconds_up + time.perf_counter() - t1
                     ids_same += int(prompt == prompt_up and rows == rows_up)
                     generated += sum(len(r) - len(prompt) for r in rows)
             acc_up = up_eval.run_generative_eval(theirs, up_tok, up_model, up_engine, 1, args.max_new_tokens, 0.0, 50,
@@ -141,7 +148,8 @@ def main(argv=None) -> int:
             counts = chat_eval.generative_counts(ours, tok, engine, 1, args.max_new_tokens, 0.0, 50, max_problems=n)
             same = ids_same == n * len(SAMPLING) and counts.passed / counts.total == acc_up
             detail = f"{ids_same}/{n * len(SAMPLING)} generations with equal ids ({generated} tokens), accuracy " \
-                     f"{100 * acc_up:.2f}% upstream, {100 * counts.passed / counts.total:.2f}% here"
+                     f"{100 * acc_up:.2f}% upstream, {100 * counts.passed / counts.total:.2f}% here; generated " \
+                     f"{generated / seconds:,.0f} tok/s here, {generated / seconds_up:,.0f} upstream"
         print(f"{'same' if same else 'DIFF'}  {name}: {n} problems; {detail}", flush=True)
         failures += [] if same else [name]
     print("all same" if not failures else f"{len(failures)} difference(s): {', '.join(failures)}")

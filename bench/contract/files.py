@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, Optional
@@ -23,6 +24,7 @@ from .record import RUN_JSON, SLURM_VARS, TRAIN_LOG, RunManifest
 from .versions import SCHEMA_VERSION, newer
 
 LOCK_WAIT_S = 10.0  # far longer than any rewrite of run.json takes, on a loaded shared file system too
+_holding = threading.local()  # the run directory this thread holds: a signal handler's write inside a write goes on
 
 
 @contextmanager
@@ -65,6 +67,10 @@ def write_json_atomic(path: "str | os.PathLike", data: Dict[str, Any]) -> None:
 @contextmanager
 def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
     """An exclusive advisory lock on the run directory for one read-merge-write of run.json."""
+    key = os.path.abspath(os.fspath(run_dir))
+    if getattr(_holding, "run_dir", None) == key:  # re-entered (a signal handler): the lock is this thread's own
+        yield
+        return
     try:
         fd = os.open(os.fspath(run_dir), os.O_RDONLY)
     except OSError:
@@ -84,8 +90,10 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
                         break
                     next_look = time.time() + 0.2
                 time.sleep(0.01)
+        _holding.run_dir = key
         yield
     finally:
+        _holding.run_dir = None
         if fd >= 0:
             os.close(fd)  # closing releases the lock
 

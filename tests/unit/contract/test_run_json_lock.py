@@ -59,3 +59,24 @@ def test_a_stopped_holder_does_not_hold_the_other_writers(tmp_path):
         proc.join(30)
     assert [e.message for e in load_manifest(tmp_path).evidence] == ["not held"]
     assert waited < 5, f"waited {waited:.1f} s behind a stopped writer (the bound is 10 s)"
+
+
+def test_a_write_from_a_signal_handler_inside_a_write_does_not_wait_for_itself(tmp_path):
+    """SIGTERM while this very thread rewrites run.json: the handler's own record goes on at once."""
+    previous = signal.getsignal(signal.SIGUSR1)
+    waited = []
+
+    def handler(signum, frame):
+        began = time.time()
+        record_evidence(tmp_path, Evidence(source="trainer", kind="cancelled", rank=0, message="from the handler"))
+        waited.append(time.time() - began)
+
+    signal.signal(signal.SIGUSR1, handler)
+    try:
+        with _locked(tmp_path):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.1)  # the handler runs here, inside the lock
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert waited and waited[0] < 5, f"the handler waited {waited} s for its own thread's lock (the bound is 10 s)"
+    assert [e.message for e in load_manifest(tmp_path).evidence] == ["from the handler"]

@@ -368,7 +368,7 @@ def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:
         return [runs]
     parts: list[list[Run]] = [[]]
     for r in runs:
-        if parts[-1] and job_minutes(parts[-1] + [r]) * 60 > limit.max_time_s:
+        if parts[-1] and over_partition(limit, job_minutes(parts[-1] + [r])):
             parts.append([])
         parts[-1].append(r)
     for part in parts:

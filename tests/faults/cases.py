@@ -1156,6 +1156,11 @@ def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None] | None, train
                 deadline = since + 120
                 while cluster.job_state(job_id) in ("PENDING", "CONFIGURING") and time.time() < deadline:
                     time.sleep(0.2)
+                # RUNNING in slurmctld comes before slurmd starts the batch script (later still on a node
+                # whose slurmd has just restarted): wait for the job's first process, or for its end
+                while (not _job_process_seen(cmd) and cluster.job_state(job_id) == "RUNNING"
+                       and time.time() < deadline):
+                    time.sleep(0.2)
             seconds, left = cmd.wait_gone(_cap(name, ctx), since)
         o = outcome_of(name, cmd, run_dir, seconds, left, ctx.work)
         o.rc, o.facts["job_state"] = cluster.exit_code(job_id), cluster.job_state(job_id)
@@ -1165,6 +1170,11 @@ def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None] | None, train
         cmd.cleanup()
         if job_id:
             cluster.run(["scancel", job_id], check=False)
+
+
+def _job_process_seen(cmd: Command) -> bool:
+    cmd.tracker.scan()
+    return bool(cmd.tracker.alive())
 
 
 def _job_ended(o: Outcome) -> list[str]:

@@ -115,15 +115,15 @@ class Tracker:
             if st is None:
                 continue
             cmdline = cmdline_of(pid)
-            known = self.members.get(pid)
-            if (known and (known.start, known.cmdline) == (st[2], cmdline)) or self._others.get(pid) == (st[2], cmdline):
+            known, seen = self.members.get(pid), (st[2], cmdline)
+            if (known and (known.start, known.cmdline) == seen) or self._others.get(pid) == seen:
                 continue
             env = _read(f"/proc/{pid}/environ")
             # a member that exec'd with a scrubbed environment (a sandbox) is still one of the run's
             if self._needle + b"\0" in env + b"\0" or (known and known.start == st[2]):
                 self.members[pid] = Member(pid, st[2], cmdline, environ_of(pid))
             else:
-                self._others[pid] = (st[2], cmdline)
+                self._others[pid] = seen
 
     def is_alive(self, m: Member) -> bool:
         st = _stat(m.pid)

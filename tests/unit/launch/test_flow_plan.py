@@ -116,8 +116,9 @@ def test_a_flow_over_the_partitions_limit_is_refused_naming_it(twice, tmp_path):
     site = sites.load("alps")
     fs = sweep(twice, None, time="07:00:00")  # each stage alone fits normal's 12 h; the two together do not
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), site=site, partition="normal", check_images=False)
-    with pytest.raises(ConfigError, match=r"n1-bare-r1 \(its 2 stages in one job\): its time limit 14:02:00 is over "
-                                          r"partition normal's 12:00:00; run part of its stages per sweep \(--stages\)"):
+    with pytest.raises(ConfigError, match=r"n1-bare-r1 \(its 2 stages in one job\): its time limit 14:02:00 is "
+                                          r"over partition normal's 12:00:00; run part of its stages per sweep "
+                                          r"\(--stages\)"):
         flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
 
 

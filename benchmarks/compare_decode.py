@@ -1,0 +1,125 @@
+"""How fast chat evaluation decodes: our KV-cache engine against upstream nanochat's, same weights, same device.
+
+    NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat python benchmarks/compare_decode.py --depth 20 \\
+        [--prompt-tokens 256] [--max-new-tokens 512] [--samples 1,4] [--calls 3] [--out decode.json]
+
+Both models are built at `--depth` with the speedrun's vocabulary (65,536) and hold the same random weights (a
+decode step costs the same whatever the weights; greedy decoding, so both generate the same ids where the kernels
+agree). Each engine generates from the same random prompt, bf16 autocast on CUDA as chat_eval runs, calls
+alternating ours/upstream's; the figure is generated tokens over wall seconds, prefill included, median of
+`--calls`. The rate of one sample is what `--assume-decode-tok-s` assumes for chat_eval's estimate.
+Upstream's tokenizer module needs its Rust extension (`rustbpe`); neither engine uses it, so a stand-in is
+registered when it is missing. Needs a checkout of upstream at 5c93a56 (never vendored here).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import types
+from contextlib import nullcontext
+from pathlib import Path
+
+VOCAB = 65536
+
+
+class SpecialIds:
+    """The engines' view of a tokenizer: special-token ids (the vocabulary's last ids, as ours are laid out)."""
+
+    def __init__(self, names, vocab=VOCAB):
+        self.ids = {name: vocab - len(names) + i for i, name in enumerate(names)}
+
+    def encode_special(self, name):
+        return self.ids[name]
+
+    def get_bos_token_id(self):
+        return self.ids["<|bos|>"]
+
+
+def upstream_model(upstream: Path, depth: int, state, device):
+    sys.path.insert(0, str(upstream))
+    try:
+        import rustbpe  # noqa: F401
+    except ImportError:
+        sys.modules["rustbpe"] = types.ModuleType("rustbpe")
+    import torch
+    from nanochat.engine import Engine
+    from nanochat.gpt import GPT, GPTConfig
+
+    dim = depth * 64
+    config = GPTConfig(sequence_len=2048, vocab_size=VOCAB, n_layer=depth, n_head=(dim + 127) // 128,
+                       n_kv_head=(dim + 127) // 128, n_embd=dim)
+    with torch.device("meta"):
+        model = GPT(config)
+    model.to_empty(device=device)
+    model.init_weights()
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.eval(), Engine
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--depth", type=int, default=20)
+    p.add_argument("--prompt-tokens", type=int, default=256, help="prompt length (default 256)")
+    p.add_argument("-m", "--max-new-tokens", type=int, default=512, help="tokens per sample (chat_eval's -m, 512)")
+    p.add_argument("--samples", default="1,4", help="num_samples values, comma-separated (default 1,4)")
+    p.add_argument("--calls", type=int, default=3, help="timed calls per engine and setting (default 3)")
+    p.add_argument("--device", default="cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") != "" else "cpu")
+    p.add_argument("--out", help="write the figures as JSON here")
+    args = p.parse_args(argv)
+    upstream = Path(os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat"))
+    if not (upstream / "nanochat" / "engine.py").is_file():
+        print(f"error: no upstream nanochat checkout at {upstream} (set NANOCHAT_UPSTREAM_DIR)")
+        return 2
+    import torch
+
+    from bench.nanochat.engine import Engine
+    from bench.nanochat.gpt import GPTConfig, build_model
+    from bench.nanochat.tokenizer import SPECIAL_TOKENS
+
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    ours = build_model(GPTConfig.from_depth(args.depth, VOCAB), device).eval()
+    theirs, UpEngine = upstream_model(upstream, args.depth, {k: v.clone() for k, v in ours.state_dict().items()},
+                                      device)
+    tokenizer = SpecialIds(SPECIAL_TOKENS)
+    engines = {"ours": Engine(ours, tokenizer, calculator=lambda expr: None), "upstream": UpEngine(theirs, tokenizer)}
+    prompt = torch.randint(0, VOCAB - len(SPECIAL_TOKENS), (args.prompt_tokens,), generator=torch.Generator().manual_seed(1)).tolist()
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    rows = []
+    for samples in map(int, args.samples.split(",")):
+        times = {name: [] for name in engines}
+        generated = {}
+        for call in range(args.calls + 1):  # the first call of each warms up
+            for name, engine in engines.items():
+                sync()
+                t0 = time.perf_counter()
+                with autocast():
+                    out, _ = engine.generate_batch(prompt, num_samples=samples, max_tokens=args.max_new_tokens,
+                                                   temperature=0.0)
+                sync()
+                if call:
+                    times[name].append(time.perf_counter() - t0)
+                generated[name] = [r[len(prompt):] for r in out]
+        for name in engines:
+            tokens = sum(map(len, generated[name]))
+            s = statistics.median(times[name])
+            rows.append({"engine": name, "samples": samples, "tokens": tokens, "seconds": s, "tok_s": tokens / s,
+                         "ms_per_step": 1e3 * s / max(map(len, generated[name]))})
+            print(f"{name:9s} samples {samples}: {tokens} tokens in {s:.3f} s (median of {args.calls}): "
+                  f"{tokens / s:,.1f} generated tok/s, {rows[-1]['ms_per_step']:.2f} ms per step", flush=True)
+        same = generated["ours"] == generated["upstream"]
+        print(f"          samples {samples}: generated ids {'equal' if same else 'DIFFERENT'}", flush=True)
+    info = {"depth": args.depth, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
+            "rows": rows}
+    if args.out:
+        Path(args.out).write_text(json.dumps(info, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,9 +5,13 @@
 
 Both models are built at `--depth` with the speedrun's vocabulary (65,536) and hold the same random weights (a
 decode step costs the same whatever the weights; greedy decoding, so both generate the same ids where the kernels
-agree). Each engine generates from the same random prompt, bf16 autocast on CUDA as chat_eval runs, calls
-alternating ours/upstream's; the figure is generated tokens over wall seconds, prefill included, median of
-`--calls`. The rate of one sample is what `--assume-decode-tok-s` assumes for chat_eval's estimate.
+agree). Each engine generates from the same random prompt, bf16 autocast on CUDA as chat_eval runs, the engines
+taking turns call by call (which one goes first alternates too); the figure is generated tokens over wall
+seconds, prefill included, median of `--calls`. The rate of one sample is what `--assume-decode-tok-s` assumes
+for chat_eval's estimate.
+With `--new-shapes` every call's prompt is longer than any sequence before it, so no attention shape repeats (as
+in the first problems of an evaluation, where each prompt has its own length); by default every call decodes the
+same shapes (as once an evaluation has seen its lengths).
 Upstream's tokenizer module needs its Rust extension (`rustbpe`); neither engine uses it, so a stand-in is
 registered when it is missing. Needs a checkout of upstream at 5c93a56 (never vendored here).
 """
@@ -22,6 +26,7 @@ import types
 from contextlib import nullcontext
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's bench, installed or not
 VOCAB = 65536
 
 
@@ -59,6 +64,23 @@ def upstream_model(upstream: Path, depth: int, state, device):
     return model.eval(), Engine
 
 
+def profile(name, engine, prompt, samples, max_new_tokens, autocast, sync) -> None:
+    """One call under torch.profiler: how many kernels the host launched, their GPU time, the call's wall time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, autocast():
+        t0 = time.perf_counter()
+        engine.generate_batch(prompt, num_samples=samples, max_tokens=max_new_tokens, temperature=0.0)
+        sync()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel"))
+    gpu_ms = sum(e.self_device_time_total for e in events) / 1e3
+    print(f"{name:9s} samples {samples}, profiled: {launches:,} kernel launches, {gpu_ms:,.1f} ms on the GPU, "
+          f"{1e3 * wall:,.1f} ms wall (profiler overhead included)", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--depth", type=int, default=20)
@@ -67,6 +89,9 @@ def main(argv=None) -> int:
     p.add_argument("--samples", default="1,4", help="num_samples values, comma-separated (default 1,4)")
     p.add_argument("--calls", type=int, default=3, help="timed calls per engine and setting (default 3)")
     p.add_argument("--device", default="cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") != "" else "cpu")
+    p.add_argument("--new-shapes", action="store_true", help="a longer prompt every call: no shape repeats")
+    p.add_argument("--profile", action="store_true", help="then profile one call of each engine (torch.profiler): "
+                   "kernel launches and GPU time against wall time")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args(argv)
     upstream = Path(os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat"))
@@ -86,7 +111,10 @@ def main(argv=None) -> int:
                                       device)
     tokenizer = SpecialIds(SPECIAL_TOKENS)
     engines = {"ours": Engine(ours, tokenizer, calculator=lambda expr: None), "upstream": UpEngine(theirs, tokenizer)}
-    prompt = torch.randint(0, VOCAB - len(SPECIAL_TOKENS), (args.prompt_tokens,), generator=torch.Generator().manual_seed(1)).tolist()
+    stride = args.max_new_tokens + 1 if args.new_shapes else 0
+    longest = args.prompt_tokens + stride * 2 * (args.calls + 1) * len(args.samples.split(","))
+    words = torch.randint(0, VOCAB - len(SPECIAL_TOKENS), (longest,), generator=torch.Generator().manual_seed(1))
+    lengths = iter(range(args.prompt_tokens, longest + 1, stride or 1) if stride else [])
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rows = []
@@ -94,7 +122,8 @@ def main(argv=None) -> int:
         times = {name: [] for name in engines}
         generated = {}
         for call in range(args.calls + 1):  # the first call of each warms up
-            for name, engine in engines.items():
+            for name, engine in sorted(engines.items(), reverse=call % 2 == 1):  # who goes first alternates
+                prompt = words[:next(lengths) if stride else args.prompt_tokens].tolist()
                 sync()
                 t0 = time.perf_counter()
                 with autocast():
@@ -104,6 +133,7 @@ def main(argv=None) -> int:
                 if call:
                     times[name].append(time.perf_counter() - t0)
                 generated[name] = [r[len(prompt):] for r in out]
+        same = len({len(r) for r in generated.values()}) == 1 if stride else generated["ours"] == generated["upstream"]
         for name in engines:
             tokens = sum(map(len, generated[name]))
             s = statistics.median(times[name])
@@ -111,9 +141,14 @@ def main(argv=None) -> int:
                          "ms_per_step": 1e3 * s / max(map(len, generated[name]))})
             print(f"{name:9s} samples {samples}: {tokens} tokens in {s:.3f} s (median of {args.calls}): "
                   f"{tokens / s:,.1f} generated tok/s, {rows[-1]['ms_per_step']:.2f} ms per step", flush=True)
-        same = generated["ours"] == generated["upstream"]
-        print(f"          samples {samples}: generated ids {'equal' if same else 'DIFFERENT'}", flush=True)
+        print(f"          samples {samples}: generated {'ids' if not stride else 'lengths'} "
+              f"{'equal' if same else 'DIFFERENT'}", flush=True)
+    if args.profile:
+        for samples in map(int, args.samples.split(",")):
+            for name, engine in engines.items():
+                profile(name, engine, words[:args.prompt_tokens].tolist(), samples, args.max_new_tokens, autocast, sync)
     info = {"depth": args.depth, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,
+            "new_shapes": args.new_shapes,
             "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
             "rows": rows}
     if args.out:

@@ -54,7 +54,7 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
     g.add_argument("--assume-decode-tok-s", type=float, default=planmod.DECODE_TOK_PER_S, metavar="TOK_S",
                    help="tokens a rank generates a second, assumed by chat_eval's estimate (default: "
-                        f"{planmod.DECODE_TOK_PER_S:g}, the lowest measured at d20 on an H200)")
+                        f"{planmod.DECODE_TOK_PER_S:g}, below the rate measured at d20 on an H200)")
     g.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
                    help="what each run trains (default: nanochat); nntile takes its flags as --train-arg KEY=VALUE "
                         "(e.g. --train-arg batch=8) and runs on one node")

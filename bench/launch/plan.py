@@ -30,9 +30,11 @@ MFU_HALF_BATCH = 4
 TOKENS_PER_SHARD = 250e6 / 4.8
 DEFAULT_RUN_MINUTES = 30  # a run's time limit when nothing can be estimated (CPU, another workload)
 # Tokens one rank decodes a second when generating (chat_eval: one problem at a time through the KV cache, each
-# token a forward of one position, so latency, not FLOPs, sets the pace): an assumption, as --assume-mfu is,
-# the lowest of the rates measured at d20 on one H200 (14-20 generated tok/s, results/h200-d20/speedrun/).
-DECODE_TOK_PER_S = 14.0
+# token a forward of one position, so the host's kernel launches, not FLOPs, set the pace): an assumption, as
+# --assume-mfu is, below the 79-90 tok/s measured at d20 on one H200 (results/h200-d20/decode/). The first use
+# of each attention length costs ~44 ms more (cuDNN builds a plan per shape), at most one per position a
+# sequence reaches: about a minute and a half per evaluation, inside the start-up allowance.
+DECODE_TOK_PER_S = 75.0
 
 
 def parse_nodes(text: str) -> list[int]:

@@ -16,7 +16,7 @@ import pytest
 from bench import cli, sites, workloads
 from bench.errors import ConfigError
 from bench.launch import flow
-from bench.launch.plan import DEFAULT_RUN_MINUTES, Sweep, allowance_minutes
+from bench.launch.plan import DECODE_TOK_PER_S, DEFAULT_RUN_MINUTES, Sweep, allowance_minutes
 
 SITE = sites.load("test-cluster")  # its paths count as shared, so the later stages plan on any node count
 D20_FLOPS = 3_491_758_080  # training FLOPs per token of d20 at sequence 2048 (6N + attention)
@@ -98,11 +98,12 @@ def test_chat_sft_bounds_each_conversation_by_the_rendering_cut():
 def test_chat_eval_decodes_the_busiest_ranks_problems_at_the_assumed_rate():
     p = plan("chat_eval", ranks=8, model=False, source="sft", max_problems=20, max_new_tokens=256)
     # GSM8K, HumanEval and SpellingBee 20 problems each, problem i on rank i mod 8: 3 on the busiest rank
-    assert p.est_hours == pytest.approx((3 * 3 * 256 / 14.0 + START) / 3600)
-    assert "est: 60 generative problems x at most 256 new tokens, 2,304 on the busiest rank at 14 tok/s" in p.note
+    assert p.est_hours == pytest.approx((3 * 3 * 256 / DECODE_TOK_PER_S + START) / 3600)
+    assert (f"est: 60 generative problems x at most 256 new tokens, 2,304 on the busiest rank at {DECODE_TOK_PER_S:g} "
+            f"tok/s") in p.note
     every = plan("chat_eval", ranks=8, model=False, source="sft", max_new_tokens=100)  # -1: the real data's
     busiest = math.ceil(1319 / 8) + math.ceil(164 / 8) + math.ceil(256 / 8)
-    assert every.est_hours == pytest.approx((busiest * 100 / 14.0 + START) / 3600)
+    assert every.est_hours == pytest.approx((busiest * 100 / DECODE_TOK_PER_S + START) / 3600)
     faster = Sweep([1], 8, ["bare"], workload="chat_eval", site=SITE, assume_decode_tok_s=28.0,
                    train={"source": "sft", "max_new_tokens": 100}).points()[0]
     assert faster.est_hours == pytest.approx((busiest * 100 / 28.0 + START) / 3600)

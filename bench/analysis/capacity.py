@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from bench.analysis.plots import STYLE, _human, save  # noqa: E402
 from bench.analysis.tables import frame_table, md_table  # noqa: E402
+from bench.contract import write_text_atomic  # noqa: E402
 from bench.errors import AnalysisError  # noqa: E402
 
 REPORT_MD = "capacity.md"
@@ -218,9 +219,5 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
     for f in figures:
         lines += [f"![{f.title}](figures/{f.png.name})", ""]
     lines += ["## Every probe", "", _md_table(probes, PROBE_COLS) if not probes.empty else "None.", ""]
-    path = out_dir / REPORT_MD
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
-    return path
+    write_text_atomic(out_dir / REPORT_MD, "\n".join(lines))
+    return out_dir / REPORT_MD

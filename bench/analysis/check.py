@@ -85,8 +85,7 @@ def load_references(path: str | Path) -> list[Reference]:
     if tomllib is None:
         raise ConfigError("reading TOML references needs Python >= 3.11 or `pip install tomli`")
     try:
-        text = path.read_bytes().decode("utf-8")
-        data = tomllib.loads(text)
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"--references {path}: no such file") from None
     except IsADirectoryError:

@@ -8,12 +8,11 @@ keeps a fingerprint of its files (names, sizes, modification times), and a later
 same table re-reads only runs that are new or changed, and drops runs that are gone. It is
 idempotent: the same files give the same table, rows sorted by root and source.
 
-ReFrame's checks (bench/reframe_checks/checks.py) keep each case's run directory in ReFrame's output
-directory, so a ReFrame run is collected as any other: from its run directory, which holds every column.
-ReFrame's perflog and run report are not read: they hold a few of the same figures, copied out of that
-run directory, and reading them put one run into the table up to three times. A run directory found
-twice (ReFrame's stage directory, kept after a failure, and its output directory) is one run to the
-figures: `load_table` and collect's result mark the copy; the files keep both rows.
+ReFrame's checks (bench/reframe_checks/checks.py) keep each case's run directory, which holds every column,
+in ReFrame's output directory, so a ReFrame run is collected as any other. ReFrame's perflog and run report
+are not read: they copy a few of its figures, and reading them put one run into the table up to three times.
+A run directory found twice (ReFrame's stage directory, kept after a failure, and its output directory) is
+one run to the figures: `load_table` and collect's result mark the copy; the files keep both rows.
 """
 
 import csv
@@ -29,7 +28,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
-from bench.analysis.columns import TYPES
+from bench.analysis.columns import TYPES as COLUMNS  # the table's columns and their types, in order
 from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
@@ -49,9 +48,6 @@ TABLE_CSV = "runs.csv"
 ROW_VERSION = 11
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
-
-# The columns of the table and their types, in order (bench/analysis/columns.py); a row lacking a value holds a null.
-COLUMNS: dict[str, str] = TYPES
 
 
 @dataclass
@@ -103,20 +99,14 @@ def _fingerprint(entries: list[os.DirEntry]) -> str:
     return h.hexdigest()
 
 
-def _rows_of(path: Path, kind: str, names: tuple[str, ...]) -> list[dict]:
-    if kind == "run_dir":
-        return [read_run_dir(path, set(names))]
-    row = read_upstream_log(path)
-    return [row] if row is not None else []
-
-
 def _read_one(item: tuple[str, str, str, str, tuple[str, ...]]) -> list[dict]:
     """The rows of one source: a run directory or an upstream log gives one (a log without step lines none)."""
     root, path, kind, fingerprint, names = item
     try:
-        rows = _rows_of(Path(path), kind, names)
+        row = read_run_dir(Path(path), set(names)) if kind == "run_dir" else read_upstream_log(Path(path))
     except FileNotFoundError:
         return []  # removed between the walk and the read
+    rows = [row] if row is not None else []
     for row in rows:
         row.update(root=display_root(Path(root)), source=os.path.relpath(path, root), fingerprint=fingerprint,
                    row_version=ROW_VERSION)
@@ -233,12 +223,11 @@ def _root(root: str | os.PathLike) -> Path:
     try:
         path = Path(root).resolve(strict=True)
     except FileNotFoundError:
-        path = None
+        raise AnalysisError(f"{Path(root).absolute()}: no such directory (give a results root or a run directory)") \
+            from None
     except (OSError, RuntimeError) as e:  # ELOOP (RuntimeError "Symlink loop" before Python 3.13)
         raise AnalysisError(f"{root}: a symbolic link that leads round in a loop ({e}); give a directory of runs") \
             from None
-    if path is None:
-        raise AnalysisError(f"{Path(root).absolute()}: no such directory (give a results root or a run directory)")
     if not path.is_dir():
         raise AnalysisError(f"{path}: not a directory (give a results root or a run directory)")
     return path
@@ -266,8 +255,7 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     kept = old[gone & ~under]
     reused_keys = set(zip(reused["root"].astype(object), reused["source"].astype(object)))
     rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
-    table = normalise(pd.concat([reused, kept, to_frame(rows)], ignore_index=True)) if rows else \
-        normalise(pd.concat([reused, kept], ignore_index=True))
+    table = normalise(pd.concat([reused, kept, *([to_frame(rows)] if rows else [])], ignore_index=True))
     result = CollectResult(one_row_per_run(table), read=len(rows), reused=len(reused),
                            removed=int((gone & under).sum()))
     if out_dir is not None:

@@ -31,11 +31,8 @@ def steady_mask(steps: list[int]) -> tuple[list[bool], str | None]:
     if any(mask):
         return mask, RULE_AFTER_WARMUP
     # Rank by step, not by position, so out-of-order records still give the later half.
-    later = sorted(range(len(steps)), key=steps.__getitem__)[len(steps) // 2:]
-    mask = [False] * len(steps)
-    for i in later:
-        mask[i] = True
-    return mask, RULE_SECOND_HALF
+    later = set(sorted(range(len(steps)), key=steps.__getitem__)[len(steps) // 2:])
+    return [i in later for i in range(len(steps))], RULE_SECOND_HALF
 
 
 def _finite(x) -> float | None:

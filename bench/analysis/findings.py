@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench.analysis.scaling import STARTUP_PHASES, count
+from bench.analysis.scaling import STARTUP_PHASES, count, phase_label
 from bench.analysis.tables import NOT_MEASURED, transports_text
-from bench.breakdown import LABELS
 
 # Identical runs on one H200 differ by about 1 s in Python imports and torchrun's spawn alone
 # (results/h200-d20/breakdown: imports 6.0-7.0 s, spawn 3.0-3.6 s over three runs): a start-up
@@ -54,10 +53,6 @@ def _nodes(nodes) -> str:
 
 def _where(runtime: str, world: int, nodes, unit: str) -> str:
     return f"{runtime} at {count(world, unit)} ({_nodes(nodes)})"
-
-
-def _phase(col: str) -> str:
-    return LABELS[col[len("phase_"):-len("_s")]]
 
 
 def _capped(found: list[Finding], what: str) -> list[Finding]:
@@ -156,7 +151,7 @@ def startup_gaps(points: pd.DataFrame, baseline: str, unit: str) -> list[Finding
         text = f"{runtime} start-up is {abs(gap):.1f} s {word} than {baseline} (mean over {sizes} {unit})"
         if diffs:
             phase = max(diffs, key=lambda c: abs(diffs[c]))
-            text += f", most of it in {_phase(phase)} ({diffs[phase]:+.1f} s)"
+            text += f", most of it in {phase_label(phase)} ({diffs[phase]:+.1f} s)"
             inside = _unmeasured_before(phase, p.loc[common], base.loc[common])
             if inside:
                 text += f", which includes {' and '.join(inside)} (not measured)"
@@ -172,7 +167,7 @@ def _unmeasured_before(phase: str, a: pd.DataFrame, b: pd.DataFrame) -> list[str
     for col in reversed(STARTUP_PHASES[:STARTUP_PHASES.index(phase)]):
         if a[col].notna().all() and b[col].notna().all():
             break
-        out.insert(0, _phase(col))
+        out.insert(0, phase_label(col))
     return out
 
 

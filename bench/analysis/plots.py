@@ -124,21 +124,27 @@ def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return points[points["runtime"] == runtime]
 
 
+def _throughput_bars(points: pd.DataFrame, colors: dict, per_rank: bool):
+    """A figure of each runtime's median tok/s (per rank, or in all) against ranks, bars min–max over repeats."""
+    fig, ax = plt.subplots()
+    runtimes = _runtimes(points)
+    for i, runtime in enumerate(runtimes):
+        p = points[points["runtime"] == runtime]
+        n = p["world_size"].to_numpy(float) if per_rank else 1
+        y = p["tok_per_sec"].to_numpy(float) / n
+        yerr = np.vstack([y - p["tok_per_sec_min"] / n, p["tok_per_sec_max"] / n - y])
+        ax.errorbar(nudged(p["world_size"], i, len(runtimes)), y, yerr=yerr, marker="o", capsize=4, lw=2,
+                    color=colors[runtime], label=runtime)
+    return fig, ax
+
+
 def per_gpu(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit: str):
     """Weak scaling: steady tok/s per GPU (rank) against ranks, each runtime with its spread over
     repeats, and the ideal: flat at the smallest point's value."""
     if points.empty or points["world_size"].nunique() < 2:
         return None
     per = unit[:-1]  # "GPU" or "rank"
-    fig, ax = plt.subplots()
-    runtimes = _runtimes(points)
-    for i, runtime in enumerate(runtimes):
-        p = points[points["runtime"] == runtime]
-        n = p["world_size"].to_numpy(float)
-        y = p["tok_per_sec"].to_numpy(float) / n
-        yerr = np.vstack([y - p["tok_per_sec_min"] / n, p["tok_per_sec_max"] / n - y])
-        ax.errorbar(nudged(n, i, len(runtimes)), y, yerr=yerr, marker="o", capsize=4, lw=2,
-                    color=colors[runtime], label=runtime)
+    fig, ax = _throughput_bars(points, colors, per_rank=True)
     src = _ideal_source(points, baseline)
     first = src.iloc[0]
     ax.axhline(first["tok_per_sec"] / first["world_size"], ls="--", color="grey", lw=1.5,
@@ -156,14 +162,7 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, u
     spread over repeats, and the ideal: the smallest point's tok/s times the ranks."""
     if points.empty or points["world_size"].nunique() < 2:
         return None
-    fig, ax = plt.subplots()
-    runtimes = _runtimes(points)
-    for i, runtime in enumerate(runtimes):
-        p = points[points["runtime"] == runtime]
-        y = p["tok_per_sec"].to_numpy(float)
-        yerr = np.vstack([y - p["tok_per_sec_min"], p["tok_per_sec_max"] - y])
-        ax.errorbar(nudged(p["world_size"], i, len(runtimes)), y, yerr=yerr, marker="o", capsize=4, lw=2,
-                    color=colors[runtime], label=runtime)
+    fig, ax = _throughput_bars(points, colors, per_rank=False)
     src = _ideal_source(points, baseline)
     ax.plot(src["world_size"], src["ideal_tok_per_sec"], ls="--", color="grey", lw=1.5,
             label=f"ideal: {src['runtime'].iloc[0]}'s {count(src['world_size'].iloc[0], unit)} x {unit}")

@@ -16,10 +16,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import offset_copy
 
-from bench import breakdown
 from bench.analysis import why
 from bench.analysis.plots import _human, nudged, rank_axis, wrap_label
-from bench.analysis.scaling import STARTUP_PHASES, count
+from bench.analysis.scaling import STARTUP_PHASES, count, phase_label
 
 PHASE_COLORS = plt.get_cmap("tab10").colors
 SPLIT_LABELS = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed communication", "optim_ms": "optimizer",
@@ -28,11 +27,6 @@ COLLECTIVE_STYLES = {"all_reduce": "-", "reduce_scatter": "--", "all_gather": ":
 BAR_HEIGHT = 0.6
 ROW_INCHES = 0.4  # per bar: room for a 13-point label
 CROSS_STEP_PT = 9  # crosses of phases missing in a row sit this far apart
-
-
-def phase_label(column: str) -> str:
-    """The human name of a phase column (phase_<milestone>_s)."""
-    return breakdown.LABELS[column[len("phase_"):-len("_s")]]
 
 
 def point_label(row, unit: str) -> str:

@@ -152,8 +152,7 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
               "skipped": int(skipped.sum())}
     context = {"title": title, "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "source": source, "counts": counts, "methods": [*METHODS, row_versions(table)], "groups": groups,
-               "baseline": baseline,
-               "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
+               "baseline": baseline, "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
                "kept_apart": tables.kept_apart_table(kept) if not kept.empty else None, "kept_note": KEPT_APART,
                "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None,
                "stages": stages.stage_sections(table)}

@@ -125,9 +125,9 @@ def manifest_fields(manifest: dict, notes: list[str]) -> dict:
     if non_finite:
         notes.append(f"run.json: non-finite {', '.join(non_finite)} treated as unknown")
     row["t0"] = _finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
-    config = _section(manifest, "config")
+    config = why.section(manifest, "config")
     row["precision"] = precision(config) if manifest else None
-    row["tiling"] = tiling(config, _section(manifest, "nntile"))
+    row["tiling"] = tiling(config, why.section(manifest, "nntile"))
     row["scores"] = scores_text(manifest.get("scores"))
     row["stage_time_s"] = stage_time(manifest)
     return row
@@ -143,7 +143,7 @@ def scores_text(scores) -> str | None:
 
 def stage_time(manifest: dict) -> float | None:
     """Seconds from the launch (NANOCHAT_BENCH_T0) to the end the launcher saw, else to the final status."""
-    launch = _section(manifest, "launch")
+    launch = why.section(manifest, "launch")
     t0, end = _finite(launch.get("t0")), _finite(launch.get("finished_at")) or _finite(manifest.get("finished_at"))
     return end - t0 if t0 is not None and end is not None and end >= t0 else None
 
@@ -175,12 +175,6 @@ def tiling(config: dict, nntile: dict) -> str | None:
         return ",".join(f"{k}={v}" for k, v in tiles.items())
     recorded = nntile.get("tiling")
     return json.dumps(recorded, sort_keys=True) if isinstance(recorded, dict) and recorded else None
-
-
-def _section(manifest: dict, name: str) -> dict:
-    """A section of run.json; {} when absent (or, in a run.json that failed validation, not an object)."""
-    value = manifest.get(name)
-    return value if isinstance(value, dict) else {}
 
 
 def event_fields(events: list[dict]) -> dict:
@@ -243,7 +237,7 @@ def score_rates(scored: list[dict]) -> dict:
 def legacy_scores(events: list[dict], manifest: dict) -> list[dict]:
     """Events as this reader reads them: base_loss before its score events carried `tokens` (contract 2.3
     and before) evaluated run.json config.split_tokens tokens in each split's score."""
-    split = _section(manifest, "config").get("split_tokens")
+    split = why.section(manifest, "config").get("split_tokens")
     if manifest.get("workload") != BASE_LOSS_WORKLOAD or not isinstance(split, int) or isinstance(split, bool):
         return events
     return [{**ev, "tokens": split} if ev["event"] == "score" and ev.get("tokens") is None
@@ -280,7 +274,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     events = legacy_scores(read_events(run_dir / contract.METRICS_JSONL, notes), manifest)
     row = {"source": str(run_dir), "source_kind": "run_dir", **manifest_fields(manifest, notes)}
     ev = event_fields(events)
-    row.update({k: v for k, v in ev.items() if v is not None and k not in ("has_end",)})
+    row.update({k: v for k, v in ev.items() if v is not None and k != "has_end"})
     nodes, per_node = row.get("nodes"), row.get("gpus_per_node")
     if row.get("world_size") is None and isinstance(nodes, int) and isinstance(per_node, int):
         row["world_size"] = nodes * per_node
@@ -308,9 +302,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         notes += fig_notes
         mask, _ = steady_mask([int(s["step"]) for s in steps])
         row.update(why.split_fields([s for s, m in zip(steps, mask) if m]))
-    first_times = {}
-    for ev in events:
-        first_times.setdefault(ev["event"], ev["t"])
+    first_times = {ev["event"]: ev["t"] for ev in reversed(events)}  # reversed: the first of each kind wins
     row.update(why.phase_fields(manifest, first_times))
     row.update(why.section_fields(manifest))
     row["skip_reason"] = skip or usability(row, getattr(impl, "kind", TRAINING) == EVALUATION)

@@ -204,6 +204,11 @@ def kept_apart(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["config_base", "config", "runs", "differs", "values"])
 
 
+def phase_label(column: str) -> str:
+    """The human name of a phase column (phase_<milestone>_s)."""
+    return breakdown.LABELS[column[len("phase_"):-len("_s")]]
+
+
 def _node_counts(nodes: pd.Series) -> str:
     """The node counts behind one point, e.g. "2" (or "1,2" when runs of one GPU count differ in layout)."""
     return ",".join(map(str, sorted(nodes.dropna().unique())))

@@ -10,7 +10,7 @@ nanochat point of the same runtime (or, when nanochat ran under another runtime 
 import pandas as pd
 
 from bench.analysis.scaling import usable, with_config
-from bench.analysis.tables import Table, fmt
+from bench.analysis.tables import Table, frame_table
 
 MATCH_KEYS = ("depth", "max_seq_len", "total_batch_size", "device", "world_size")
 
@@ -52,5 +52,4 @@ def side_by_side_table(points: pd.DataFrame) -> Table:
             ("runtime", "runtime", "s"), ("runs", "runs", "int"), ("params", "num_params", "int"),
             ("tok/s", "tok_per_sec", "int"), ("tok/s vs nanochat", "vs_nanochat", "2"), ("MFU %", "mfu", "1"),
             ("peak mem MiB", "peak_mem_mib", "int")]
-    rows = [[fmt(r[c], k) for _, c, k in cols] for r in points.to_dict("records")]
-    return Table([h for h, _, _ in cols], rows, text_cols=(3, 5, 6))
+    return frame_table(points, cols, text_cols=(3, 5, 6))

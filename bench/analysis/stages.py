@@ -47,8 +47,7 @@ def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The usable runs of a flow's stages (ended ok, read whole, not a copy), their scores as `score:<name>`."""
     rows = table[table["stage"].notna() & (table["status"] == "ok") & table["skip_reason"].isna()].copy()
     scores = [json.loads(text) if isinstance(text, str) else {} for text in rows["scores"]]
-    names = sorted({name for s in scores for name in s})
-    for name in names:
+    for name in sorted({name for s in scores for name in s}):
         rows[f"score:{name}"] = [s.get(name) for s in scores]
     return rows
 

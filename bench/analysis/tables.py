@@ -49,9 +49,6 @@ def frame_table(points: pd.DataFrame, cols: list[tuple[str, str, str]], text_col
     return Table([h for h, _, _ in cols], rows, text_cols=text_cols)
 
 
-_table = frame_table
-
-
 def _point_cols(unit: str) -> list[tuple[str, str, str]]:
     return [("runtime", "runtime", "s"), (unit, "world_size", "int"), ("nodes", "nodes", "s")]
 
@@ -73,7 +70,7 @@ def summary_table(points: pd.DataFrame, unit: str, scaling: str) -> Table:
              *(cell(c, per, workload) for c in ("mfu", "step_time_ms", "step_time_cv", "step_time_p90_ms",
                                                 "startup_overhead_s", "time_to_first_step_s", "peak_mem_mib",
                                                 "min_val_bpb"))]
-    return _table(points, cols)
+    return frame_table(points, cols)
 
 
 def ratio_table(ratios: pd.DataFrame, unit: str) -> Table:
@@ -97,14 +94,12 @@ def runs_table(df: pd.DataFrame, reason_col: str) -> Table:
 
 def phase_table(points: pd.DataFrame, unit: str) -> Table:
     """Seconds per phase (medians over repeats), launch to teardown, and launch to first step."""
-    cols = [*_point_cols(unit)]
-    cols += [cell(c) for c in (*PHASES, "launch_to_first_step_s")]
-    return _table(points, cols)
+    return frame_table(points, [*_point_cols(unit), *(cell(c) for c in (*PHASES, "launch_to_first_step_s"))])
 
 
 def split_table(points: pd.DataFrame, unit: str) -> Table:
     """The steady step and its parts in ms, each with its share of the step."""
-    head = _table(points, [*_point_cols(unit), ("step ms", "step_time_ms", "1")])
+    head = frame_table(points, [*_point_cols(unit), ("step ms", "step_time_ms", "1")])
     names = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed comm", "optim_ms": "optimizer",
              "data_ms": "data wait", "other_ms": "other"}
     rows = []
@@ -124,7 +119,7 @@ def busbw_table(points: pd.DataFrame, unit: str) -> Table:
             *[cell(f"busbw_{c}_gbps") for c in why.COLLECTIVES],
             cell("tok_per_sec", per, workload), cell("tok_per_sec_per_gpu", per, workload),
             ("efficiency", "efficiency", "pct")]
-    return _table(points.assign(preflight_mib=points["preflight_bytes"] / 2 ** 20), cols)
+    return frame_table(points.assign(preflight_mib=points["preflight_bytes"] / 2 ** 20), cols)
 
 
 def transports_text(value) -> str:

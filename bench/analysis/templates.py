@@ -11,8 +11,7 @@ evidence (NCCL's log lines) as code spans.
 def md_code(text: str) -> str:
     """text as one Markdown code span, whatever backticks or line breaks it holds."""
     text = " ".join(str(text).split())
-    fence = "``" if "`" in text else "`"
-    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
 MARKDOWN = """\

@@ -62,18 +62,15 @@ def parse_log(path: Path) -> LogRun:
             for line in f:
                 line = line.rstrip("\n")
                 if line.startswith("step "):
-                    rec = parse_step_line(line)
-                    if rec:
+                    if rec := parse_step_line(line):
                         if run.steps and rec["step"] < run.steps[-1]["step"]:
                             run.restarts += 1
                         run.steps.append(rec)
-                    continue
-                if line.startswith("Step "):
-                    rec = parse_val_line(line)
-                    if rec:
+                elif line.startswith("Step "):
+                    if rec := parse_val_line(line):
                         run.vals.append(rec)
-                    continue
-                _header(line.strip(), run.facts)
+                else:
+                    _header(line.strip(), run.facts)
     except OSError:
         return LogRun()
     return run

@@ -14,8 +14,14 @@ from bench.analysis.columns import COLLECTIVES, SPLIT  # noqa: F401 - SPLIT and 
 from bench.analysis.figures import _finite
 
 
+def section(manifest: dict, name: str) -> dict:
+    """A section of run.json; {} when absent (or, in a run.json that failed validation, not an object)."""
+    value = manifest.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def phase_fields(manifest: dict, first_times: dict) -> dict:
-    launch = manifest.get("launch") if isinstance(manifest.get("launch"), dict) else {}
+    launch = section(manifest, "launch")
     times = {**{k: _finite(v) for k, v in first_times.items()}, "launch": _finite(launch.get("t0")),
              "image_ready": _finite(launch.get("image_ready_at")), "finished": _finite(launch.get("finished_at"))}
     return {f"phase_{m}_s": s for m, s in breakdown.phases(times).items()}
@@ -32,21 +38,17 @@ def split_fields(steady_steps: list[dict]) -> dict:
 
 
 def section_fields(manifest: dict) -> dict:
-    def section(name):
-        value = manifest.get(name)
-        return value if isinstance(value, dict) else {}
-
     out = {}
-    pre = section("preflight")
+    pre = section(manifest, "preflight")
     for c, bw in (pre.get("busbw_gbps") or {}).items():
         if c in COLLECTIVES:
             out[f"busbw_{c}_gbps"] = _finite(bw)
-    net = section("network")
+    net = section(manifest, "network")
     out["net"] = net.get("net") or net.get("backend")
     if net.get("transports"):
         out["nccl_transports"] = json.dumps(net["transports"], sort_keys=True)
     out["net_over_sockets"] = nccl_log.over_sockets(net) if net.get("backend") == "nccl" else None
-    bd = section("breakdown")
+    bd = section(manifest, "breakdown")
     steps = [v for r in bd.get("ranks") or [] if isinstance(r, dict) and (v := _finite(r.get("step_ms")))]
     if len(steps) > 1:
         out["rank_step_spread_pct"] = 100 * (max(steps) - min(steps)) / statistics.median(steps)

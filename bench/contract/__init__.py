@@ -14,36 +14,27 @@ it with the cluster's own python3, outside any container (bench/launch/jobrecord
 
 import os
 
-from .events import (EVENT_TYPES, EVENTS, DataReadyEvent, DistInitEvent, EndEvent, ErrorEvent, EventWriter,
-                     FirstStepEvent, ImportsDoneEvent, ModelReadyEvent, NullEventWriter, PreflightEvent,
-                     RuntimeStartEvent, StartEvent, SteadyEvent, StepEvent, ValEvent, event_writer, make_event,
-                     parse_event)
-from .files import (RESERVE, RESERVE_BYTES, atomic_target, close_unfinished, last_log_line, load_manifest,
-                    read_run_json, record_evidence, release_space, reserve_space, slurm_facts, update_run_json,
-                    write_json_atomic, write_manifest, write_text_atomic)
+from .events import EVENTS, EventWriter, NullEventWriter, event_writer, make_event, parse_event
+from .files import (atomic_target, close_unfinished, load_manifest, read_run_json, record_evidence, release_space,
+                    reserve_space, slurm_facts, update_run_json, write_json_atomic, write_manifest, write_text_atomic)
 from .generate import json_schemas, main
-from .outcome import (FINAL_STATUSES, KINDS, PRECEDENCE, SOURCES, STATUSES, Evidence, Status, settle,
-                      status_of)
+from .outcome import FINAL_STATUSES, KINDS, PRECEDENCE, SOURCES, STATUSES, Evidence, settle, status_of
 from .record import (ENV_BASE_DIR, ENV_FORCE_FLASH_SDPA, ENV_RUN_DIR, ENV_T0, ENV_VAL_FILES_K, METRICS_JSONL,
-                     NNTILE_WORKLOAD, RUN_JSON, SLURM_VARS, TRAIN_LOG, WORKLOAD, Attempt, Breakdown, Image, Launch,
-                     Network, NNTileRun, Preflight, Result, RunManifest, Slurm, Software, Vocabulary)
+                     NNTILE_WORKLOAD, RUN_JSON, TRAIN_LOG, WORKLOAD, Attempt, Image, Launch, Network, RunManifest,
+                     Slurm)
 from .validate import SchemaError, field
-from .versions import MAJOR, SCHEMA_VERSION, migrate, parse_version
+from .versions import SCHEMA_VERSION, migrate, parse_version
 
 MODULES = ("__init__", "validate", "versions", "outcome", "record", "events", "files", "generate")
 
-__all__ = ['EVENT_TYPES', 'EVENTS', 'DataReadyEvent', 'DistInitEvent', 'EndEvent', 'ErrorEvent', 'EventWriter',
-           'FirstStepEvent', 'ImportsDoneEvent', 'ModelReadyEvent', 'NullEventWriter', 'PreflightEvent',
-           'RuntimeStartEvent', 'StartEvent', 'SteadyEvent', 'StepEvent', 'ValEvent', 'event_writer', 'make_event',
-           'parse_event', 'RESERVE', 'RESERVE_BYTES', 'atomic_target', 'close_unfinished', 'last_log_line',
-           'load_manifest', 'read_run_json', 'record_evidence', 'release_space', 'reserve_space', 'slurm_facts',
-           'update_run_json', 'write_json_atomic', 'write_manifest', 'write_text_atomic', 'json_schemas', 'main',
-           'FINAL_STATUSES', 'KINDS', 'PRECEDENCE', 'SOURCES', 'STATUSES', 'Evidence', 'Status', 'settle',
-           'status_of', 'ENV_BASE_DIR', 'ENV_FORCE_FLASH_SDPA', 'ENV_RUN_DIR', 'ENV_T0', 'ENV_VAL_FILES_K',
-           'METRICS_JSONL', 'NNTILE_WORKLOAD', 'RUN_JSON', 'SLURM_VARS', 'TRAIN_LOG', 'WORKLOAD', 'Attempt',
-           'Breakdown', 'Image', 'Launch', 'Network', 'NNTileRun', 'Preflight', 'Result', 'RunManifest', 'Slurm',
-           'Software', 'Vocabulary', 'SchemaError', 'field', 'MAJOR', 'SCHEMA_VERSION', 'migrate', 'parse_version',
-           'ship', 'MODULES']
+__all__ = ['EVENTS', 'EventWriter', 'NullEventWriter', 'event_writer', 'make_event', 'parse_event', 'atomic_target',
+           'close_unfinished', 'load_manifest', 'read_run_json', 'record_evidence', 'release_space', 'reserve_space',
+           'slurm_facts', 'update_run_json', 'write_json_atomic', 'write_manifest', 'write_text_atomic', 'json_schemas',
+           'main', 'FINAL_STATUSES', 'KINDS', 'PRECEDENCE', 'SOURCES', 'STATUSES', 'Evidence', 'settle', 'status_of',
+           'ENV_BASE_DIR', 'ENV_FORCE_FLASH_SDPA', 'ENV_RUN_DIR', 'ENV_T0', 'ENV_VAL_FILES_K', 'METRICS_JSONL',
+           'NNTILE_WORKLOAD', 'RUN_JSON', 'TRAIN_LOG', 'WORKLOAD', 'Attempt', 'Image', 'Launch', 'Network',
+           'RunManifest', 'Slurm', 'SchemaError', 'field', 'SCHEMA_VERSION', 'migrate', 'parse_version', 'ship',
+           'MODULES']
 
 
 def ship(lib_dir: "str | os.PathLike") -> str:

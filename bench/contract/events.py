@@ -4,6 +4,7 @@ Every event has `event` (the class's NAME) and `t` (epoch seconds). Writing is s
 refuses a field that is not here); reading (`parse_event`) keeps a field a newer minor added, with a note.
 """
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -175,8 +176,7 @@ def parse_event(value: Any, notes: Optional[List[str]] = None) -> Dict[str, Any]
     if not isinstance(value, dict) or value.get("event") not in EVENT_TYPES:
         raise SchemaError(f"{METRICS_JSONL}: not an event of the contract: {str(value)[:80]}")
     event = value["event"]
-    fields = dict(value)
-    del fields["event"]
+    fields = {k: v for k, v in value.items() if k != "event"}
     reading = Reading()
     out = {"event": event, **_event_values(EVENT_TYPES[event], fields, reading)}
     if reading.unknown:
@@ -203,10 +203,8 @@ class EventWriter:
             if written != len(line):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
         except OSError:
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, end)
-            except OSError:
-                pass
             raise
 
     def close(self) -> None:
@@ -227,6 +225,4 @@ class NullEventWriter:
 
 def event_writer(run_dir: Optional[str], enabled: bool = True):
     """The writer for this process: a real one on rank 0 with a run directory, else a null one."""
-    if run_dir and enabled:
-        return EventWriter(run_dir)
-    return NullEventWriter()
+    return EventWriter(run_dir) if run_dir and enabled else NullEventWriter()

@@ -91,6 +91,4 @@ def settle(evidence: Iterable[Any]) -> Optional[Tuple[str, Optional[str]]]:
 def legacy(status: str, message: Optional[str]) -> List[Evidence]:
     """The evidence a final status stands for when it was written without any (release 7031fbf, a writer
     of run.json's `status` field): one entry, so later evidence is weighed against it."""
-    if status not in KIND_OF_STATUS:
-        return []
-    return [Evidence(source="record", kind=KIND_OF_STATUS[status], message=message)]
+    return [Evidence(source="record", kind=KIND_OF_STATUS[status], message=message)] if status in KIND_OF_STATUS else []

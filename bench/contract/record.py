@@ -44,7 +44,6 @@ SLURM_VARS = {
 }
 
 
-
 @dataclasses.dataclass
 class Image:
     reference: Optional[str] = field(None, "image as given to the runtime (registry reference or file)")

@@ -47,9 +47,6 @@ class Reading:
             self.unknown[path[1:] + (name,)] = data[name]
 
 
-_NONE = type(None)
-
-
 def where(path: Tuple[str, ...]) -> str:
     """("run.json", "slurm", "job_id") -> "run.json: slurm.job_id"."""
     return path[0] + (": " + ".".join(path[1:]) if len(path) > 1 else "")

@@ -22,8 +22,7 @@ variables and their units are the table's (bench/analysis/columns.py `perf`), th
 a training run (pre-training, mid_train, chat_sft) has its steady steps' figures and must have recorded steps;
 an evaluation (base_loss, base_eval, chat_eval) takes no step, so it must have recorded its scores, and its
 figures are problems per second and its time from launch to end. The run directory is kept in
-ReFrame's output directory (keep_files), and that is what `collect` reads: every column is there, so
-ReFrame's perflog and run report, which copy a few of its figures, are not read back.
+ReFrame's output directory (keep_files), where `collect` reads it (bench/analysis/collect.py says why).
 """
 
 import math
@@ -57,16 +56,12 @@ def run_problem(row: dict, kind: str) -> str | None:
     run_id, skip = row.get("run_id"), row.get("skip_reason")
     if row["status"] != "ok":
         return f"run.json status is {row['status']!r}: {row.get('message') or 'no message'}"
-    if kind == EVALUATION:
-        if skip:
-            return f"run {run_id} cannot be measured: {skip}"
-        if not row.get("scores"):
-            return f"run {run_id} recorded no scores (run.json scores)"
-        return None
-    if not row.get("steps_recorded"):
+    if kind != EVALUATION and not row.get("steps_recorded"):
         return f"run {run_id} recorded no step events ({row.get('source')}/{contract.METRICS_JSONL})"
     if skip:
         return f"run {run_id} cannot be measured: {skip}"
+    if kind == EVALUATION and not row.get("scores"):
+        return f"run {run_id} recorded no scores (run.json scores)"
     return None
 
 

@@ -95,8 +95,7 @@ class Site:
         own = self.runtimes.get(runtime, NetworkSetup(setup=f"{self.network} variables only"))
         if ofi_hook == "off" and own.without_hook is not None:
             own = own.without_hook
-        env = {**self.network_env, **own.env}
-        env = {k: v for k, v in env.items() if v != ""}
+        env = {k: v for k, v in {**self.network_env, **own.env}.items() if v != ""}
         return NetworkSetup(own.setup, env, own.annotations, own.mounts, own.devices, own.flags)
 
     def partition(self, name: str) -> Partition:

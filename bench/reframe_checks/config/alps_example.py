@@ -21,6 +21,8 @@ COMMON = {
     "base_dir": "$SCRATCH/nanochat",  # shards and tokenizer on the shared filesystem
     "env": {"NCCL_DEBUG": "WARN"},  # passed literally into every run, by each runtime's own mechanism
 }
+# What every partition below shares: scheduler and launcher (see above), Slurm partition and environment.
+PARTITION = {"scheduler": "slurm", "launcher": "local", "access": ACCESS, "environs": ["nanochat-bench"], "max_jobs": 4}
 
 site_configuration = {
     "systems": [
@@ -33,12 +35,8 @@ site_configuration = {
                 {
                     "name": "gh200-ce",
                     "descr": "Container Engine: the image through an EDF (srun --environment)",
-                    "scheduler": "slurm",
-                    "launcher": "local",
-                    "access": ACCESS,
-                    "environs": ["nanochat-bench"],
+                    **PARTITION,
                     "features": ["ce"],
-                    "max_jobs": 4,
                     "extras": {"nanochat_bench": {
                         **COMMON,
                         "images": {"ce": "$SCRATCH/ce-images/nanochat-bench+latest.sqsh"},
@@ -49,12 +47,8 @@ site_configuration = {
                 {
                     "name": "gh200-pyxis",
                     "descr": "Pyxis/enroot: the image through srun --container-image",
-                    "scheduler": "slurm",
-                    "launcher": "local",
-                    "access": ACCESS,
-                    "environs": ["nanochat-bench"],
+                    **PARTITION,
                     "features": ["pyxis"],
-                    "max_jobs": 4,
                     "extras": {"nanochat_bench": {
                         **COMMON,
                         "images": {"pyxis": "$SCRATCH/ce-images/nanochat-bench+latest.sqsh"},
@@ -63,12 +57,8 @@ site_configuration = {
                 {
                     "name": "gh200",
                     "descr": "Runtimes started as commands: a host Python environment, Apptainer, Podman, Sarus",
-                    "scheduler": "slurm",
-                    "launcher": "local",
-                    "access": ACCESS,
-                    "environs": ["nanochat-bench"],
+                    **PARTITION,
                     "features": ["bare", "apptainer", "podman", "sarus"],
-                    "max_jobs": 4,
                     "extras": {"nanochat_bench": {
                         **COMMON,
                         "python": "$SCRATCH/nanochat-bench-venv/bin/python",  # bare: where nanochat-bench is installed

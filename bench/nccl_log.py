@@ -25,7 +25,6 @@ _VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS)(/[^\s]*)?")
 _CHANNELS = re.compile(r"(\d+) coll channels")
 _OFI_VERSION = re.compile(r"NET/OFI Initializing aws-ofi-nccl (\S+)")  # the plugin's own banner
 _LIBFABRIC = re.compile(r"NET/OFI Using Libfabric version (\S+)")
-_NET_PLUGINS = ("Socket", "IB")  # built into NCCL; any other network name comes from a plugin
 EVIDENCE_KEEP = 8  # lines kept as evidence in run.json
 
 

@@ -61,16 +61,13 @@ def canonical_argv(args: argparse.Namespace) -> list[str]:
     """The flags that reproduce this EDF, in one fixed order (written into the generated file's header)."""
     argv = ["--image", args.image]
     argv += ["--no-default-mounts"] if args.no_default_mounts else []
-    for m in args.mount:
-        argv += ["--mount", m]
+    argv += [t for m in args.mount for t in ("--mount", m)]
     argv += ["--workdir", args.workdir] if args.workdir != edf.WORKDIR else []
     argv += ["--no-default-env"] if args.no_default_env else []
-    for e in args.env:
-        argv += ["--env", e]
+    argv += [t for e in args.env for t in ("--env", e)]
     argv += ["--no-ofi-hook"] if args.no_ofi_hook else []
     argv += ["--ofi-variant", args.ofi_variant] if args.ofi_variant != edf.DEFAULT_OFI_NCCL_VARIANT else []
-    for a in args.annotation:
-        argv += ["--annotation", a]
+    argv += [t for a in args.annotation for t in ("--annotation", a)]
     argv += ["--read-only"] if args.read_only else []
     return argv
 

@@ -14,7 +14,7 @@ from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
 from bench.launch.job import LaunchOptions, Naming, assemble, write_job
 from bench.pairs import parse_pairs
-from bench.runtimes import Mount
+from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
@@ -58,18 +58,21 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
     g.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
                    help="what each run trains (default: nanochat); nntile takes its flags as --train-arg KEY=VALUE "
                         "(e.g. --train-arg batch=8) and runs on one node")
-    t = p.add_argument_group("trainer flags (nanochat's names; default: the trainer's, "
-                             f"except --num_iterations={SWEEP_NUM_ITERATIONS})")
-    for name, typ in TRAIN_FLAGS:
-        t.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
-    t.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other trainer flag, repeatable (e.g. --train-arg warmdown_ratio=0.1)")
+    add_train_flags(p.add_argument_group("trainer flags (nanochat's names; default: the trainer's, "
+                                         f"except --num_iterations={SWEEP_NUM_ITERATIONS})"),
+                    "any other trainer flag, repeatable (e.g. --train-arg warmdown_ratio=0.1)")
     add_flow_options(p)
+
+
+def add_train_flags(group, other_help: str) -> None:
+    for name, typ in TRAIN_FLAGS:
+        group.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
+    group.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE", help=other_help)
 
 
 def add_flow_options(p: argparse.ArgumentParser, required: bool = False) -> None:
     f = p.add_argument_group("flow (README, \"The speedrun as one job\")")
-    f.add_argument("--flow", default="speedrun" if required else None, choices=flowmod.flow_names(),
+    f.add_argument("--flow", default="speedrun" if required else None, choices=list(flowmod.FLOWS),
                    help="run a flow's stages in turn per point, one job each (upstream's speedrun.sh: "
                         f"{', '.join(s.name for s in flowmod.FLOWS['speedrun'])})"
                         + (" (default: speedrun)" if required else ""))
@@ -108,11 +111,14 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                         "none to leave it to the OS) (default: node)")
 
 
+def train_from_args(args) -> dict:
+    """The trainer flags: TRAIN_FLAGS' (None where not given), then each --train-arg."""
+    return {**{name: getattr(args, name) for name, _ in TRAIN_FLAGS}, **planmod.parse_train_args(args.train_arg)}
+
+
 def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
-    train = {name: getattr(args, name) for name, _ in TRAIN_FLAGS}
-    train.update(planmod.parse_train_args(args.train_arg))
     return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
-                                      repeats=args.repeats, train=train, gpu=args.gpu,
+                                      repeats=args.repeats, train=train_from_args(args), gpu=args.gpu,
                                       assume_mfu=args.assume_mfu, assume_decode_tok_s=args.assume_decode_tok_s,
                                       workload=args.workload, scaling=args.scaling,
                                       data=data_shape(args), time=args.time, site=site_of(args),
@@ -122,19 +128,13 @@ def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
 def flow_from_args(args, nodes: str | None = None, gpus_per_node: int | None = None,
                    runtimes: str | None = None) -> flowmod.FlowSweep:
     """The --flow sweep: the same axes and trainer flags as a sweep, one planned sweep per stage."""
-    train = {name: getattr(args, name) for name, _ in TRAIN_FLAGS}
-    train.update(planmod.parse_train_args(args.train_arg))
     return flowmod.FlowSweep.build(
-        args.flow, args.stages, train, args.stage_arg, nodes=planmod.parse_nodes(nodes or args.nodes),
+        args.flow, args.stages, train_from_args(args), args.stage_arg, nodes=planmod.parse_nodes(nodes or args.nodes),
         gpus_per_node=gpus_per_node or args.gpus_per_node,
-        runtimes=runtimes_list(runtimes or args.runtimes), repeats=args.repeats, gpu=args.gpu,
+        runtimes=parse_names(runtimes or args.runtimes), repeats=args.repeats, gpu=args.gpu,
         assume_mfu=args.assume_mfu, assume_decode_tok_s=args.assume_decode_tok_s, workload=args.workload,
         scaling=args.scaling, data=data_shape(args),
         time=args.time, site=site_of(args), base_dir=base_dir_of(args))
-
-
-def runtimes_list(text: str) -> list[str]:
-    return runtimes.parse_names(text)
 
 
 def tokenizer_args(args) -> tuple[str, ...]:
@@ -175,10 +175,6 @@ def data_shape(args) -> planmod.DataShape | None:
     return planmod.DataShape.from_dir(directory)
 
 
-def parse_env(pairs: list[str]) -> dict[str, str]:
-    return parse_pairs(pairs, "--env", "NCCL_PROTO=^LL128")
-
-
 def parse_images(pairs: list[str]) -> dict[str, str]:
     images = parse_pairs(pairs, "--image", "ce=/scratch/me/nanochat-bench.sqsh", form="RUNTIME=REF",
                          value_required=True)
@@ -189,11 +185,11 @@ def parse_images(pairs: list[str]) -> dict[str, str]:
 
 def options_from_args(args) -> LaunchOptions:
     return LaunchOptions(base_dir=base_dir_of(args), python=args.python, images=parse_images(args.image),
-                         mounts=tuple(Mount.parse(m) for m in args.mount), env=parse_env(args.env),
-                         ofi_hook=args.ofi_hook, numa_binding=None if args.numa_binding == "none" else args.numa_binding,
-                         partition=args.partition, account=args.account,
-                         constraint=args.constraint, exclusive=args.exclusive,
-                         site=site_of(args), allow_network=args.allow_network)
+                         mounts=tuple(Mount.parse(m) for m in args.mount),
+                         env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
+                         numa_binding=None if args.numa_binding == "none" else args.numa_binding,
+                         partition=args.partition, account=args.account, constraint=args.constraint,
+                         exclusive=args.exclusive, site=site_of(args), allow_network=args.allow_network)
 
 
 def default_out(name: str | None) -> tuple[str, Path]:
@@ -203,6 +199,20 @@ def default_out(name: str | None) -> tuple[str, Path]:
         raise ConfigError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only, and not '.' or '..' "
                           "(the sweep goes to runs/<name>)")
     return name, Path("runs") / name
+
+
+def out_dir(args) -> Path:
+    """--out, else runs/<--name> (the name is checked either way)."""
+    default = default_out(args.name)[1]
+    return Path(args.out) if args.out else default
+
+
+def print_written(job, kind: str) -> None:
+    print(f"wrote {job.script}")
+    if kind == "interactive":
+        print(f"follow the steps in it, inside: salloc --nodes={job.nodes} ...")
+    else:
+        print(f"submit with: cd {job.job_dir} && sbatch {job.script.name}")
 
 
 # -- handlers --------------------------------------------------------------------------------------
@@ -216,33 +226,23 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def cmd_submit_flow(args) -> int:
-    fs = flow_from_args(args)
-    if args.compare:
-        raise ConfigError("--compare and --flow: a flow runs one point per job (its stages in turn); "
-                          "leave out --compare")
-    opts = options_from_args(args)
-    name, out = default_out(args.name)
-    sweep_dir = Path(args.out) if args.out else out
-    print(flowmod.format_table(fs), end="\n\n")
-    backend = None if args.dry_run else slurm.backend()
-    flowmod.submit_flow(fs, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer_args(args))
-    if not args.dry_run:
-        print(f"follow it with: nanochat-bench status {sweep_dir}")
-    return 0
-
-
 def cmd_submit(args) -> int:
     if args.flow:
-        return cmd_submit_flow(args)
-    refuse_flow_flags(args)
-    sweep = sweep_from_args(args)
+        sweep = flow_from_args(args)
+        if args.compare:
+            raise ConfigError("--compare and --flow: a flow runs one point per job (its stages in turn); "
+                              "leave out --compare")
+    else:
+        refuse_flow_flags(args)
+        sweep = sweep_from_args(args)
     opts = options_from_args(args)
-    name, out = default_out(args.name)
-    sweep_dir = Path(args.out) if args.out else out
-    print(planmod.format_table(sweep), end="\n\n")
+    sweep_dir = out_dir(args)
+    print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     backend = None if args.dry_run else slurm.backend()
-    submit.submit_sweep(sweep, opts, sweep_dir, backend, compare=args.compare, dry_run=args.dry_run)
+    if args.flow:
+        flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer_args(args))
+    else:
+        submit.submit_sweep(sweep, opts, sweep_dir, backend, compare=args.compare, dry_run=args.dry_run)
     if not args.dry_run:
         print(f"follow it with: nanochat-bench status {sweep_dir}")
     return 0
@@ -286,20 +286,14 @@ def cmd_render_flow(args) -> int:
         raise ConfigError(f"render {args.kind} --flow makes one point's job: one runtime and --repeats 1, got "
                           f"--runtimes {args.runtimes!r} --repeats {args.repeats}")
     opts = options_from_args(args)
-    name, default = default_out(args.name)
-    out = Path(args.out or default).absolute()
-    [fj] = flowmod.assemble(fs, opts, out, tokenizer_args(args))
+    [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer_args(args))
     if args.kind == "interactive":
         fj.job.script_name = "interactive.sh"
         text = render_flow_interactive(fj, opts.base_dir, args.download or fs.first.shards_needed() or 8)
     else:
         text = render_flow(fj, rendered_by="render sbatch --flow")
     flowmod.write_flow_job(fj, text)
-    print(f"wrote {fj.job.script}")
-    if args.kind == "interactive":
-        print(f"follow the steps in it, inside: salloc --nodes={fj.job.nodes} ...")
-    else:
-        print(f"submit with: cd {fj.job.job_dir} && sbatch {fj.job.script.name}")
+    print_written(fj.job, args.kind)
     return 0
 
 
@@ -312,8 +306,7 @@ def cmd_render(args) -> int:
     refuse_flow_flags(args)
     sweep = sweep_from_args(args)
     opts = options_from_args(args)
-    name, default = default_out(args.name)
-    out = Path(args.out or default).absolute()
+    out = out_dir(args).absolute()
     if args.kind != "compare" and len(sweep.points()) > 1:
         raise ConfigError(f"render {args.kind} makes one run: one runtime and --repeats 1, got --runtimes "
                           f"{args.runtimes!r} --repeats {args.repeats} (compare runs several in one allocation)")
@@ -326,11 +319,7 @@ def cmd_render(args) -> int:
     else:
         text = render.render_sbatch(job, rendered_by=f"render {args.kind}")
     write_job(job, text)
-    print(f"wrote {job.script}")
-    if args.kind == "interactive":
-        print(f"follow the steps in it, inside: salloc --nodes={job.nodes} ...")
-    else:
-        print(f"submit with: cd {job.job_dir} && sbatch {job.script.name}")
+    print_written(job, args.kind)
     return 0
 
 
@@ -357,11 +346,8 @@ def register_speedrun(subparsers) -> None:
                               "job of --nproc ranks gives it; the tokenizer first when there is none. Example: "
                               "nanochat-bench speedrun --nproc 2 --device_type cpu --depth 2 --stages base_train")
     add_flow_options(p, required=True)
-    t = p.add_argument_group("pre-training's flags (base_train; nanochat's names)")
-    for name, typ in TRAIN_FLAGS:
-        t.add_argument(f"--{name}", type=typ, default=None, metavar=typ.__name__.upper())
-    t.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other pre-training flag, repeatable")
+    add_train_flags(p.add_argument_group("pre-training's flags (base_train; nanochat's names)"),
+                    "any other pre-training flag, repeatable")
     p.add_argument("--nproc", type=int, default=None, help="ranks of every stage (default: number of GPUs, else 1)")
     p.add_argument("--run-dir", default=None, help="the point's directory; each stage below it (default: "
                    "./runs/speedrun/<timestamp>; an existing one continues, keeping the stages ok)")

@@ -65,8 +65,7 @@ def describe(rank: int, failure) -> str:
 
 
 def first_failure(e: ChildFailedError) -> tuple[int, object]:
-    """The cause among the failed workers: one killed by a signal (it could not say why itself) before
-    one that exited with an error (often its echo: a lost peer), else torchrun's first."""
+    """The cause among the failed workers: the first killed by a signal, else torchrun's first (module docstring)."""
     killed = sorted((f.timestamp, rank, f) for rank, f in e.failures.items()
                     if f.exitcode is not None and f.exitcode < 0)
     if killed:
@@ -76,10 +75,9 @@ def first_failure(e: ChildFailedError) -> tuple[int, object]:
 
 
 def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
-    """What torchrun saw of the worker that failed first, as evidence: killed by a signal (it could not
-    say why itself), or exited with an error; `hung` where it was aborted (SIGABRT, as NCCL's watchdog ends
-    a rank whose collective timed out) while the heartbeats show another rank stopped. Whether that is
-    the run's cause or a rank's own reason stays (an OOM, a data error) is settled by the contract."""
+    """What torchrun saw of the worker that failed first, as evidence (rank_killed, rank_exited, or hung: see the
+    module docstring). Whether that is the run's cause or a rank's own reason stays (an OOM, a data error) is
+    settled by the contract."""
     killed = failure.exitcode is not None and failure.exitcode < 0
     kind, message = ("rank_killed" if killed else "rank_exited"), cause
     culprit = waited_for(run_dir) if failure.exitcode == -signal.SIGABRT else None

@@ -35,7 +35,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import contract, workloads
-from bench.errors import ConfigError, SubmitError
+from bench.errors import ConfigError
+from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
                               partition_limit, site_partition, write_job)
@@ -74,10 +75,6 @@ FLOWS: dict[str, tuple[Stage, ...]] = {
 }
 # The settings every stage shares (bench.nanochat.config.RunSettings) that a sweep's flag sets for all
 SHARED_FLAGS = ("device_type",)
-
-
-def flow_names() -> list[str]:
-    return list(FLOWS)
 
 
 def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
@@ -258,9 +255,6 @@ class FlowJob:
     def point_dir(self) -> Path:
         return self.job.job_dir
 
-    def record(self) -> dict:
-        return flow_record(self.flow, self.point_id, self.tag, self.stages)
-
 
 def flow_record(flow: str, point_id: str, tag: str, stages: tuple[Stage, ...]) -> dict:
     """flow.json: which flow the point runs, the model tag its stages chain through, and its stages in order
@@ -304,7 +298,7 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
 def write_flow_job(fj: FlowJob, text: str, manifests: bool = True) -> None:
     """The job as bench.launch.job.write_job writes one, then the point's flow.json."""
     write_job(fj.job, text, manifests)
-    contract.write_json_atomic(fj.point_dir / FLOW_JSON, fj.record())
+    contract.write_json_atomic(fj.point_dir / FLOW_JSON, flow_record(fj.flow, fj.point_id, fj.tag, fj.stages))
 
 
 def submit_flow(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, backend, *, dry_run: bool = False,
@@ -315,31 +309,14 @@ def submit_flow(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     from bench.launch.flowrender import render_flow
 
     sweep_dir = Path(sweep_dir).absolute()
-    if (sweep_dir / submit.SWEEP_JSON).exists() and not dry_run:
-        raise ConfigError(f"{sweep_dir} already holds a sweep; choose another --out or --name, or resubmit its failed "
-                          f"stages with `nanochat-bench status {sweep_dir} --resubmit-failed`")
+    submit.refuse_existing(sweep_dir, "stages", dry_run)
     jobs = assemble(fs, opts, sweep_dir, tokenizer_args, note=out)
     texts = [render_flow(fj) for fj in jobs]
     record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
-              "plan": fs.describe(), "compare": False, "flow": fs.flow, "dry_run": dry_run, "jobs": []}
+              "plan": fs.describe(), "compare": False, "flow": fs.flow, "dry_run": dry_run}
     for fj, text in zip(jobs, texts):
         write_flow_job(fj, text, manifests=not dry_run)
-        record["jobs"].append({"name": fj.job.name, "script": str(fj.job.script),
-                               "runs": [r.run_id for r in fj.job.runs], "job_id": None, "previous_job_ids": []})
-    if dry_run:
-        for fj in jobs:
-            out(f"would run: cd {fj.job.job_dir} && sbatch --parsable {fj.job.script.name}")
-        out(f"dry run: {len(jobs)} script(s) rendered under {sweep_dir}, nothing submitted")
-        return record
-    submit.write_sweep(sweep_dir, record)
-    refused = 0
-    for fj, entry in zip(jobs, record["jobs"]):
-        refused += not submit.submit_job(backend, fj.job.script, [r.run_dir for r in fj.job.runs], entry, out)
-        submit.write_sweep(sweep_dir, record)
-    if refused:
-        raise SubmitError(f"sbatch refused {refused} of {len(jobs)} job(s) (their stages are marked failed); fix the "
-                          f"cause and submit them with `nanochat-bench status {sweep_dir} --resubmit-failed`")
-    return record
+    return submit.submit_written(sweep_dir, record, [fj.job for fj in jobs], backend, dry_run, out, "stages")
 
 
 # -- on this machine --------------------------------------------------------------------------------------
@@ -390,9 +367,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
             run_dir.mkdir(parents=True, exist_ok=True)
             contract.update_run_json(run_dir, **ids, stage=stage.name, runtime="bare",
                                      workload=workloads.get(stage.workload).run_workload)
-            contract.record_evidence(run_dir, contract.Evidence(
-                source="launcher", kind="not_run",
-                message=f"not run: stage {result.failed} of this point did not end ok (its run.json says why)"))
+            jobrecord.not_run(run_dir, result.failed, source="launcher")
             result.statuses[stage.name] = "cancelled"
             continue
         if contract.read_run_json(run_dir).get("status") == "ok":

@@ -4,33 +4,24 @@ block (slurm/_run.sh.j2, the one every job uses), each gated on the stages befor
 """
 
 import shlex
-from dataclasses import replace
 
 from bench import contract
 from bench.launch import render
 from bench.launch.flow import TOKENIZER_LOG, FlowJob
-from bench.launch.job import HOST_PYTHON_ENV, Run
+from bench.launch.job import Run
 from bench.runtimes import shell_join
 
 FLOW_TEMPLATE = "flow.sh.j2"
 FLOW_INTERACTIVE_TEMPLATE = "flow_interactive.sh.j2"
 # what a stage's workload needs staged besides the shards (nanochat-bench data download ...)
 STAGING = {"base_eval": ("--eval-bundle", "the eval bundle for CORE (base_eval)"),
-           "mid_train": ("--chat", "the chat data for mid-training, SFT and chat evaluation"),
-           "chat_sft": ("--chat", "the chat data for mid-training, SFT and chat evaluation"),
-           "chat_eval": ("--chat", "the chat data for mid-training, SFT and chat evaluation")}
+           **dict.fromkeys(("mid_train", "chat_sft", "chat_eval"),
+                           ("--chat", "the chat data for mid-training, SFT and chat evaluation"))}
 
 
 def one_task(run: Run, *command: str, tty: bool = False) -> str:
-    """srun of one task on one node through the run's runtime, with the run's variables but not its run
-    directory (what it runs is outside every measured run)."""
-    env = {k: v for k, v in run.spec.env.items() if k != contract.ENV_RUN_DIR}
-    spec = replace(run.spec, command=command, env=env)
-    wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
-    line = ["srun", "--nodes=1", "--ntasks=1", *(["--pty"] if tty else []), *run.runtime.srun_options(spec), *wrap]
-    if run.runtime.python is not None:  # as bench.launch.job.Run.srun_lines: host Python paths stay out
-        line = ["env", *(t for name in HOST_PYTHON_ENV for t in ("-u", name)), *line]
-    return shell_join(line)
+    """What it runs is outside every measured run (bench.launch.render.one_task)."""
+    return render.one_task(run, *command, tty=tty, outside_run=True)
 
 
 def flow_context(fj: FlowJob, rendered_by: str) -> dict:

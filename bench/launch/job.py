@@ -33,8 +33,8 @@ LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/contract
 # Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-OFI_HOOK = ("default", "on", "off")
-HOST_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
+OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
+HOST_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 
 
 @dataclass
@@ -206,8 +206,7 @@ def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
 
 def safe_job_name(name: str) -> str:
     """A job name Slurm directives can hold: other characters become '_' (the full name stays in run.json)."""
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
-    return cleaned or "nanochat-bench"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64] or "nanochat-bench"
 
 
 def directives(name: str, nodes: int, gpus_per_node: int, gpus: bool, opts: LaunchOptions, minutes: int) -> list[str]:
@@ -296,8 +295,7 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
 
 
 def partition_limit(opts: LaunchOptions):
-    """The site's limits of the partition the jobs go to: --partition, else the site's default (None: no site,
-    or neither names one)."""
+    """The limits of the partition the jobs go to: --partition, else the site's default (as site_partition)."""
     return site_partition(opts.site, opts.partition)
 
 

@@ -143,10 +143,11 @@ def file_digest(path: str, sweep_dir: str) -> "str | None":
     return digest
 
 
-def not_run(run_dir: str, failed_stage: str) -> None:
-    """A stage of a flow that does not start because an earlier stage of its point did not end ok."""
+def not_run(run_dir: str, failed_stage: str, *, source: str = "batch_script") -> None:
+    """A stage of a flow that does not start because an earlier stage of its point did not end ok (the local
+    flow records it too, as `launcher`)."""
     contract.record_evidence(run_dir, contract.Evidence(
-        source="batch_script", kind="not_run",
+        source=source, kind="not_run",
         message=f"not run: stage {failed_stage} of this point did not end ok (its run.json says why)"))
 
 

@@ -14,16 +14,11 @@ def usable(argv: list[str], which: Callable[[str], Optional[str]] = shutil.which
     flags = [a for a in argv if a == FLAG or a.startswith(FLAG + "=")]
     if not flags or which("numactl"):
         return argv, None
-    kept, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a == FLAG:  # `--numa-binding node`
-            skip = True
-            continue
-        if a.startswith(FLAG + "="):
-            continue
-        kept.append(a)
+    kept, rest = [], iter(argv)
+    for a in rest:
+        if a == FLAG:  # `--numa-binding node`: its value goes too
+            next(rest, None)
+        elif not a.startswith(FLAG + "="):
+            kept.append(a)
     return kept, (f"torchrun: {flags[0]} needs numactl, which this image lacks; each worker binds itself to its "
                   "GPU's NUMA node's CPUs instead (sched_setaffinity; install numactl for numactl's binding)")

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import jinja2
 
+from bench import contract
 from bench.launch import jobrecord, rdzvport
-from bench.launch.job import PORT_BASE, Job, Run, interactive_minutes
+from bench.launch.job import HOST_PYTHON_ENV, PORT_BASE, Job, Run, interactive_minutes
 from bench.launch.plan import slurm_time
 from bench.runtimes import Var, shell_join
 
@@ -78,22 +79,33 @@ def image_facts(run: Run) -> str | None:
     return " ".join(facts) or None
 
 
+def one_task(run: Run, *command: str, tty: bool = False, outside_run: bool = False) -> str:
+    """srun of one task on one node through the run's runtime, with the run's variables. `outside_run` (what a
+    flow runs outside every measured run): without the run's directory, and host Python paths kept out as in
+    bench.launch.job.Run.srun_lines."""
+    env = {k: v for k, v in run.spec.env.items() if not (outside_run and k == contract.ENV_RUN_DIR)}
+    spec = replace(run.spec, command=command, env=env)
+    wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
+    line = ["srun", "--nodes=1", "--ntasks=1", *(["--pty"] if tty else []), *run.runtime.srun_options(spec), *wrap]
+    if outside_run and run.runtime.python is not None:
+        line = ["env", *(t for name in HOST_PYTHON_ENV for t in ("-u", name)), *line]
+    return shell_join(line)
+
+
 def run_context(job: Job, run: Run, index: int) -> dict:
     version = run.runtime.version_command()
     step = run.image_step
     return {
         "rendezvous": rendezvous(run), "rdzvport": lib_file(job, rdzvport), "deadline": uses(run, "run_deadline"),
-        "resume": uses(run, "resume_step"),
-        "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
+        "resume": uses(run, "resume_step"), "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
         "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
         "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],
-        "port_base": PORT_BASE, "index": index, "time_minutes": run.time_minutes,
-        "margin_s": run.deadline_margin_s,
+        "port_base": PORT_BASE, "index": index, "time_minutes": run.time_minutes, "margin_s": run.deadline_margin_s,
         "image_step": multiline(run.image_lines()) if step else None,
-        "image_what": shlex.quote(step.what) if step else None, "image_comment": comment_safe(step.what) if step else None,
+        "image_what": shlex.quote(step.what) if step else None,
+        "image_comment": comment_safe(step.what) if step else None,
         "image_facts": image_facts(run), "guarded": rendezvous(run) or step is not None,
-        "version_command": shell_join(version) if version else None,
-        "srun": multiline(run.srun_lines()),
+        "version_command": shell_join(version) if version else None, "srun": multiline(run.srun_lines()),
     }
 
 
@@ -103,8 +115,7 @@ def job_context(job: Job, rendered_by: str) -> dict:
         "directives": job.directives, "job_dir": comment_safe(shlex.quote(str(job.job_dir))),
         "script_name": job.script.name, "lib_dir": comment_safe(str(job.lib_dir)),
         "jobrecord": lib_file(job, jobrecord), "rendezvous": any(rendezvous(run) for run in job.runs),
-        "image_steps": any(run.image_step for run in job.runs),
-        "python": shlex.quote(job.python),
+        "image_steps": any(run.image_step for run in job.runs), "python": shlex.quote(job.python),
         "runs": [run_context(job, run, i) for i, run in enumerate(job.runs)],
     }
 
@@ -121,19 +132,11 @@ def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = 
     minutes = interactive_minutes(job, shards)
     salloc = ["salloc", *(d if not d.startswith("--time=") else f"--time={slurm_time(minutes)}" for d in job.directives
                           if not d.startswith(("--output", "--job-name", "--no-requeue")))]
-
-    def one_task(*command: str, tty: bool = False) -> str:
-        spec = replace(run.spec, command=command)
-        wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
-        line = ["srun", "--nodes=1", "--ntasks=1", *(["--pty"] if tty else []), *run.runtime.srun_options(spec),
-                *wrap]
-        return shell_join(line)
-
     python = run.spec.command[0]
     ctx = job_context(job, rendered_by)
     ctx.update(salloc=comment_safe(shell_join(salloc)), base_dir=shlex.quote(base_dir), shards=shards,
                salloc_minutes=minutes, image_srun=multiline(run.image_lines()) if run.image_step else None,
-               data_srun=one_task(python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
-               tokenizer_srun=one_task(python, "-m", "bench.cli", "tokenizer", "train"),
-               shell_srun=comment_safe(one_task("bash", tty=True)))
+               data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
+               tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train"),
+               shell_srun=comment_safe(one_task(run, "bash", tty=True)))
     return environment().get_template(INTERACTIVE_TEMPLATE).render(ctx)

@@ -7,6 +7,7 @@ the status settled from it (bench/contract/outcome.py), so every finished run di
 """
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,11 +85,8 @@ def sweep_status(sweep_dir: Path, backend) -> list[RunState]:
 def format_status(rows: list[RunState]) -> str:
     table = [(r.run_id, r.job_id or "-", r.slurm_state, r.status, r.message) for r in rows]
     lines = tabulate(table, headers=("run", "job", "slurm", "status", "message"), tablefmt="plain").splitlines()
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    lines.append("")
-    lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    counts = Counter(r.status for r in rows)
+    lines += ["", ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
     return "\n".join(lines)
 
 

@@ -46,17 +46,29 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
                  dry_run: bool = False, out: Callable[[str], None] = print) -> dict:
     """Render, write and submit every job; return the sweep record (also in sweep.json)."""
     sweep_dir = Path(sweep_dir).absolute()
-    if (sweep_dir / SWEEP_JSON).exists() and not dry_run:
-        raise ConfigError(f"{sweep_dir} already holds a sweep; choose another --out or --name, "
-                          f"or resubmit its failed runs with `nanochat-bench status {sweep_dir} --resubmit-failed`")
+    refuse_existing(sweep_dir, "runs", dry_run)
     jobs = build_jobs(sweep, opts, sweep_dir, compare, note=out)
     texts = [render_sbatch(job) for job in jobs]
     record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
-              "plan": sweep.describe(), "compare": compare, "dry_run": dry_run, "jobs": []}
+              "plan": sweep.describe(), "compare": compare, "dry_run": dry_run}
     for job, text in zip(jobs, texts):
         write_job(job, text, manifests=not dry_run)
-        record["jobs"].append({"name": job.name, "script": str(job.script), "runs": [r.run_id for r in job.runs],
-                               "job_id": None, "previous_job_ids": []})
+    return submit_written(sweep_dir, record, jobs, backend, dry_run, out, "runs")
+
+
+def refuse_existing(sweep_dir: Path, what: str, dry_run: bool) -> None:
+    """A sweep directory is submitted once (a dry run may render it again); its failed `what` are resubmitted."""
+    if (sweep_dir / SWEEP_JSON).exists() and not dry_run:
+        raise ConfigError(f"{sweep_dir} already holds a sweep; choose another --out or --name, "
+                          f"or resubmit its failed {what} with `nanochat-bench status {sweep_dir} --resubmit-failed`")
+
+
+def submit_written(sweep_dir: Path, record: dict, jobs: list[Job], backend, dry_run: bool,
+                   out: Callable[[str], None], what: str) -> dict:
+    """The written jobs added to the record as its `jobs`, then submitted in turn, sweep.json rewritten after each
+    (a dry run only says what would run); `what` names their runs in the refusal (runs, stages)."""
+    record["jobs"] = [{"name": job.name, "script": str(job.script), "runs": [r.run_id for r in job.runs],
+                       "job_id": None, "previous_job_ids": []} for job in jobs]
     if dry_run:
         for job in jobs:
             out(f"would run: cd {job.job_dir} && sbatch --parsable {job.script.name}")
@@ -68,7 +80,7 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
         refused += not submit_job(backend, job.script, [run.run_dir for run in job.runs], entry, out)
         write_sweep(sweep_dir, record)
     if refused:
-        raise SubmitError(f"sbatch refused {refused} of {len(jobs)} job(s) (their runs are marked failed); fix the "
+        raise SubmitError(f"sbatch refused {refused} of {len(jobs)} job(s) (their {what} are marked failed); fix the "
                           f"cause and submit them with `nanochat-bench status {sweep_dir} --resubmit-failed`")
     return record
 

@@ -15,13 +15,10 @@ it is. Either file's sha256 is the run's image digest.
 import shlex
 from pathlib import Path
 
-from bench.runtimes.base import SCHEMES, ImageStep, Runtime, check_image_file, image_name, inner
+from bench.runtimes.base import ONCE, SCHEMES, ImageStep, Runtime, check_image_file, image_name, inner
 from bench.contract import write_text_atomic
 
 ENV_FILE = "apptainer.env"
-
-REF_SCHEMES = SCHEMES
-ONCE = "image-once.sh"  # slurm/: a sweep's image made once, under a lock
 
 
 class Apptainer(Runtime):
@@ -31,7 +28,7 @@ class Apptainer(Runtime):
     mount_forbidden = ":,"  # --bind takes comma-separated SRC:DST lists
 
     def check_image(self, image, must_exist):
-        if image.startswith(REF_SCHEMES):
+        if image.startswith(SCHEMES):
             return image
         return check_image_file(self.name, image, (".sif",), must_exist, allow_dir=True)
 
@@ -49,7 +46,7 @@ class Apptainer(Runtime):
         return [*argv, spec.image, *inner(spec)]
 
     def sweep_image(self, image, images_dir: Path):
-        return str(images_dir / f"{image_name(image)}.sif") if image and image.startswith(REF_SCHEMES) else None
+        return str(images_dir / f"{image_name(image)}.sif") if image and image.startswith(SCHEMES) else None
 
     def image_step(self, spec):
         if not spec.image_source:

@@ -118,6 +118,7 @@ class ImageStep:
 # enroot's version, named: `enroot version` prints the number alone (pyxis and CE run on enroot)
 ENROOT_VERSION = ("sh", "-c", 'v=$(enroot version) && echo "enroot $v"')
 IMAGES_DIR = ".images"  # <sweep>/.images: the images made once per sweep (.sqsh, .sif), their locks and digests
+ONCE = "image-once.sh"  # slurm/: the step making a sweep's image once, under a lock (apptainer, pyxis, Sarus Suite)
 
 
 def inner(spec: LaunchSpec) -> list[Token]:
@@ -281,7 +282,3 @@ def image_name(image: str) -> str:
     for scheme in SCHEMES:
         image = image.removeprefix(scheme)
     return re.sub(r"[^A-Za-z0-9_.-]+", "+", image.replace("#", "/")).strip("+.") or "image"
-
-
-def env_names(env: Mapping[str, str]) -> list[str]:
-    return sorted(env)

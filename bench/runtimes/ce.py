@@ -9,9 +9,10 @@ A variable given empty (`--env NAME=`) is unset, in CE as in every runtime (benc
 LaunchSpec.unset): CE itself reads an empty `[env]` value as "unset" and cannot set one empty, so the run
 starts under `env -u NAME` and the EDF does not name it. The image: a .sqsh is read from the shared filesystem
 (its sha256, computed once per sweep, is the run's image digest); a registry reference CE pulls and caches
-itself (EDF_IMAGESTORE), inside the runtime's own start-up. The aws_ofi_nccl hook: `--ofi-hook default` leaves CE's own setting (and the variables its hook sets,
-which drift between CE releases and are recorded from inside the run); `on` enables it with a variant,
-`off` disables it, to compare it with the image's own network plugin.
+itself (EDF_IMAGESTORE), inside the runtime's own start-up. The aws_ofi_nccl hook: `--ofi-hook default`
+leaves CE's own setting (and the variables its hook sets, which drift between CE releases and are recorded
+from inside the run); `on` enables it with a variant, `off` disables it, to compare it with the image's own
+network plugin.
 """
 
 from pathlib import Path

@@ -2,11 +2,11 @@
 
 Podman passes no host environment, so each variable of the run is given as a literal `--env=NAME=VALUE`,
 which beats a value the image sets (podman-run(1): --env overrides the image's ENV), and the SLURM_*
-variables are passed by pattern. Host network and
-IPC namespaces keep the rendezvous and shared memory as on the host. Where podman's default
-ulimits exceed what Slurm gives a task (runc: "error setting rlimits"), set `default_ulimits = []` in
-containers.conf (CONTAINERS_CONF is passed on to the job like the rest of the environment). podman-hpc (NERSC) adds its
-`--gpu` and `--nccl` modules and runs the image it migrated to the shared squash store.
+variables are passed by pattern. Host network and IPC namespaces keep the rendezvous and shared memory as on
+the host. Where podman's default ulimits exceed what Slurm gives a task (runc: "error setting rlimits"), set
+`default_ulimits = []` in containers.conf (CONTAINERS_CONF is passed on to the job like the rest of the
+environment). podman-hpc (NERSC) adds its `--gpu` and `--nccl` modules and runs the image it migrated to the
+shared squash store.
 
 The image on every node: Podman's storage is node-local, so before each run one srun task per node checks
 that the image is there (`podman image exists`) and, where it is not, loads it from the site's archive

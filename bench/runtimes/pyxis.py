@@ -13,10 +13,8 @@ file. A .sqsh given as the image is used as it is. Either file's sha256 is the r
 from pathlib import Path
 
 from bench.runtimes import edf
-from bench.runtimes.base import (ENROOT_VERSION, ImageStep, Runtime, check_enroot_image, env_names,
-                                 image_name, looks_like_path)
-
-ONCE = "image-once.sh"  # slurm/: a sweep's image made once, under a lock
+from bench.runtimes.base import (ENROOT_VERSION, ONCE, ImageStep, Runtime, check_enroot_image, image_name,
+                                 looks_like_path)
 
 
 class Pyxis(Runtime):
@@ -35,7 +33,7 @@ class Pyxis(Runtime):
         if spec.workdir:
             opts.append(f"--container-workdir={spec.workdir}")
         if spec.env:
-            opts.append("--container-env=" + ",".join(env_names(spec.env)))
+            opts.append("--container-env=" + ",".join(sorted(spec.env)))
         # $HOME stays out: stale per-user caches there (~/.triton) break runs. Writable: Triton and
         # torch.compile write their caches into the container's own filesystem.
         opts += ["--no-container-mount-home", "--container-writable"]

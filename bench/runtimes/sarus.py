@@ -17,10 +17,8 @@ early access and not available here: this step is rendered and checked as text o
 
 from pathlib import Path
 
-from bench.runtimes.base import IMAGES_DIR, ImageStep, Runtime, image_name, inner
+from bench.runtimes.base import IMAGES_DIR, ONCE, ImageStep, Runtime, image_name, inner
 from bench.runtimes.ce import ContainerEngine
-
-ONCE = "image-once.sh"  # slurm/: a sweep's image made once, under a lock
 
 
 class Sarus(Runtime):

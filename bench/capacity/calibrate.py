@@ -55,11 +55,13 @@ def check(summary: dict, calibration: dict | None = None) -> list[dict]:
     return rows
 
 
-def _with(calibration: dict, device: str, mode: str, values: dict) -> dict:
+def _with(calibration: dict, device: str, mode: str, values: dict, source: str | None = None) -> dict:
     c = copy.deepcopy(calibration)
     for name, value in values.items():
         section = c[device] if name.startswith("ac_saved") else c[device][mode]
         section[name]["value"] = value
+        if source:
+            section[name]["source"] = source
     return c
 
 
@@ -88,11 +90,7 @@ def refit(summary: dict, calibration: dict | None = None, mode: str = "eager") -
     solution, *_ = np.linalg.lstsq(a[:, used], b, rcond=None)
     fitted = dict(zip((FITTED[i] for i in used), np.clip(solution, 0, None).round(2).tolist()))
     facts["fitted"] = fitted
-    out = _with(base, device, mode, fitted)
-    stamp = time.strftime("%Y-%m-%d")
     gpu = summary["machine"].get("gpu_name") or device
-    for name in fitted:
-        section = out[device] if name.startswith("ac_saved") else out[device][mode]
-        section[name]["source"] = (f"measured: least squares over {len(rows)} probes of benchmarks/capacity_bench.py "
-                                   f"on {gpu}, {stamp}")
-    return out, facts
+    source = (f"measured: least squares over {len(rows)} probes of benchmarks/capacity_bench.py on {gpu}, "
+              f"{time.strftime('%Y-%m-%d')}")
+    return _with(base, device, mode, fitted, source), facts

@@ -6,6 +6,7 @@ format, so the trainer sees the vocabulary size it is asked for without a tokeni
 train.bin/val.bin are uniform random uint16 tokens for `--data_bin_dir`.
 """
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,6 @@ def synthetic_ranks(num_tokens: int) -> dict[bytes, int]:
 
 def prepare(base_dir: str | Path, vocab_size: int, tokens: int = 1 << 20) -> Path:
     """NANOCHAT_BASE_DIR with tokenizer/ and bin/{train,val}.bin (made once); returns the bin directory."""
-    import os
-
     from bench.nanochat import tokenizer
 
     base_dir = Path(base_dir)

@@ -12,7 +12,7 @@
 import ctypes
 import os
 import signal
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 PR_SET_PDEATHSIG = 1
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -53,16 +53,11 @@ def child_setup(parent_pid: int):
     def setup() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # the sweep blocks them while it starts a probe
         os.setsid()
-        try:
+        with suppress(OSError, AttributeError):  # not Linux: only the sweep's own clean-up ends the probe
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):
-            pass  # not Linux: only the sweep's own clean-up ends the probe
         if os.getppid() != parent_pid:  # the sweep died before the request above took hold
             os._exit(1)
-        try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
-        except OSError:
-            pass
+        with suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
 
     return setup

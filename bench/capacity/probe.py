@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,6 +37,7 @@ from bench.contract import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_ru
 OUTCOMES = ("ok", "oom", "timeout", "failed")  # "budget" (not run for lack of time) is never stored
 POLL_S = 0.25
 GRACE_S = 10.0  # between SIGTERM and SIGKILL
+_NOT_RECORDED = ("spec", "reused", "run_dir", "extra")  # ProbeResult fields that run.json's record leaves out
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class ProbeResult:
         return self.outcome == "ok"
 
     def record(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("spec", "reused", "run_dir", "extra")}
+        d = {k: v for k, v in asdict(self).items() if k not in _NOT_RECORDED}
         return {"probe": asdict(self.spec), **d, **self.extra}
 
 
@@ -130,14 +132,14 @@ def backend_for(strategy: str) -> Callable:
 # running
 
 
-def _mem_available() -> int | None:
-    try:
+def host_memory() -> tuple[int | None, int | None]:
+    """(MemTotal, MemAvailable) of this host in bytes."""
+    info = {}
+    with suppress(OSError, ValueError):
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+            key, value = line.split(":", 1)
+            info[key] = int(value.split()[0]) * 1024
+    return info.get("MemTotal"), info.get("MemAvailable")
 
 
 def _tree(root: int) -> set[int]:
@@ -145,15 +147,11 @@ def _tree(root: int) -> set[int]:
     so neither a session nor a process group holds them all)."""
     parents = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
+        with suppress(OSError, ValueError, IndexError):
             parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    tree, grew = {root}, True
-    while grew:
-        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+    tree = {root}
+    while more := {pid for pid, parent in parents.items() if parent in tree} - tree:
         tree |= more
-        grew = bool(more)
     return tree
 
 
@@ -161,12 +159,10 @@ def _vm_peak(pids: set[int]) -> int:
     """The largest peak address space (VmPeak) among these processes: what RLIMIT_AS caps."""
     peak = 0
     for pid in pids:
-        try:
+        with suppress(OSError, ValueError):
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmPeak:"):
                     peak = max(peak, int(line.split()[1]) * 1024)
-        except (OSError, ValueError):
-            continue
     return peak
 
 
@@ -177,18 +173,14 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids |= _tree(proc.pid)  # again before each signal: a rank forked after the first look is in it
         for pid in sorted(pids):
-            try:
+            with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
         deadline = time.time() + GRACE_S
-        while time.time() < deadline and any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+        while time.time() < deadline and not all(map(_zombie, pids)):
             time.sleep(POLL_S)
-        if not any(Path(f"/proc/{pid}").exists() and not _zombie(pid) for pid in pids):
+        if all(map(_zombie, pids)):
             return
 
 
@@ -240,6 +232,7 @@ class _Reaper:
 
 
 def _zombie(pid: int) -> bool:
+    """A zombie, or gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
@@ -255,14 +248,14 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
     shutil.rmtree(run_dir, ignore_errors=True)  # no stale events from an unfinished earlier attempt
     cmd, env = backend_for(spec.strategy)(spec, run_dir, data)
     t0 = time.time()
-    base_avail = _mem_available()
+    base_avail = host_memory()[1]
     host_peak, vm_peak, stopped = 0, 0, None
     with open(run_dir / TRAIN_LOG, "ab") as log, _Reaper(run_dir) as reaper:
         proc = reaper.start(cmd, env, log)
         while proc.poll() is None:
             time.sleep(POLL_S)
             vm_peak = max(vm_peak, _vm_peak(_tree(proc.pid)))
-            avail = _mem_available()
+            avail = host_memory()[1]
             if avail is not None and base_avail is not None:
                 host_peak = max(host_peak, base_avail - avail)
                 if avail < host_floor:
@@ -306,18 +299,14 @@ def bytes_asked(message: str | None) -> int | None:
     return None
 
 
-def _events(run_dir: Path) -> list[dict]:
-    from bench.analysis.rundir import read_events
-
-    return read_events(run_dir / METRICS_JSONL, [])
-
-
 def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = None, rc: int | None = None
              ) -> ProbeResult:
     """The probe's outcome from what its run directory holds (and the exit status of its process)."""
+    from bench.analysis.rundir import read_events
+
     run = read_run_json(run_dir)
     status, message = run.get("status"), run.get("message")
-    events = _events(run_dir)
+    events = read_events(run_dir / METRICS_JSONL, [])
     steps = [e for e in events if e["event"] == "step"]
     end = next((e for e in events if e["event"] == "end"), {})
     ready = next((e for e in events if e["event"] == "model_ready"), {})
@@ -358,7 +347,6 @@ def read_probe(spec: ProbeSpec, run_dir: Path) -> ProbeResult | None:
     cap = read_run_json(run_dir).get("capacity") if (run_dir / "run.json").exists() else None
     if not cap or cap.get("probe") != asdict(spec) or cap.get("outcome") not in OUTCOMES:
         return None
-    own = [k for k in ProbeResult.__dataclass_fields__ if k not in ("spec", "reused", "run_dir", "extra")]
-    fields = {k: cap.get(k) for k in own}
+    fields = {k: cap.get(k) for k in ProbeResult.__dataclass_fields__ if k not in _NOT_RECORDED}
     extra = {k: v for k, v in cap.items() if k not in fields and k != "probe"}
     return ProbeResult(spec, **fields, run_dir=str(run_dir), reused=True, extra=extra)

@@ -11,11 +11,9 @@ from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
 from bench.capacity.search import Shape
-from bench.capacity.sweep import SUMMARY_JSON, PROBES_CSV, _shape_dict, summarize, write_probes_csv
+from bench.capacity.sweep import MACHINE_KEYS, PROBES_CSV, SUMMARY_JSON, _shape_dict, summarize, write_probes_csv
 from bench.errors import ConfigError
 from bench.contract import read_run_json, write_json_atomic
-
-MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")
 
 
 def finished_probes(out: Path) -> list[ProbeResult]:

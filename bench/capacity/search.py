@@ -36,8 +36,7 @@ def num_params(depth: int, aspect_ratio: int = 64, vocab_size: int = 65536) -> i
 
 
 def shapes(depths: list[int], aspect_ratio: int = 64, vocab_size: int = 65536) -> list[Shape]:
-    bad = [d for d in depths if d < 1]
-    if bad or aspect_ratio < 1:
+    if any(d < 1 for d in depths) or aspect_ratio < 1:
         raise ConfigError(f"depths {depths} and aspect ratio {aspect_ratio} must be positive integers")
     return sorted({Shape(num_params(d, aspect_ratio, vocab_size), d, aspect_ratio) for d in depths})
 

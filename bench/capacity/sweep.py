@@ -19,20 +19,21 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.capacity import data as capdata, lifetime
 from bench.capacity.cpuhost import check_cpu_host
-from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe, run_probe
+from bench.capacity.probe import ProbeResult, ProbeSpec, backend_for, host_memory, read_probe, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError
 from bench.nanochat import memory
-from bench.contract import write_json_atomic
+from bench.contract import atomic_target, update_run_json, write_json_atomic
 
 SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
+MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
 
 
 @dataclass
@@ -66,26 +67,12 @@ class SweepConfig:
                             ("--max-batch", self.max_batch), ("--time-per-point", self.time_per_point)):
             if value <= 0:
                 raise ConfigError(f"{name}={value}: must be positive")
-        from bench.capacity.probe import backend_for
-
         for s in self.strategies:
             backend_for(s)  # an unknown strategy fails now, naming the valid ones
 
 
 # ------------------------------------------------------------------------------------------------
 # the machine
-
-
-def _host_bytes() -> tuple[int | None, int | None]:
-    """(MemTotal, MemAvailable) of this host in bytes."""
-    info = {}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, value = line.split(":", 1)
-            info[key] = int(value.split()[0]) * 1024
-    except (OSError, ValueError):
-        pass
-    return info.get("MemTotal"), info.get("MemAvailable")
 
 
 def _gpu() -> tuple[str | None, int | None]:
@@ -107,7 +94,7 @@ def _gpu() -> tuple[str | None, int | None]:
 
 
 def machine(cfg: SweepConfig) -> dict:
-    total, available = _host_bytes()
+    total, available = host_memory()
     name, gpu_bytes = _gpu() if cfg.device_type in ("", "cuda") else (None, None)
     device_type = cfg.device_type or ("cuda" if gpu_bytes else "cpu")
     if device_type == "cuda" and not gpu_bytes:
@@ -138,24 +125,15 @@ class Sweep:
         return memory.estimate(memory.MemoryPoint(shape.depth, shape.aspect_ratio, c.vocab_size, c.max_seq_len,
                                                   batch, c.nproc, strategy, self.machine["device_type"]))
 
-    def _predicted_border(self, strategy: str, candidates: list[Shape]) -> int | None:
-        """Index of the largest candidate the memory model says fits; None without a model (other workloads)."""
-        from bench.capacity.probe import backend_for, pytorch_backend
-
-        if backend_for(strategy) is not pytorch_backend:
-            return None
+    def _predicted_border(self, strategy: str, candidates: list[Shape]) -> int:
+        """Index of the largest candidate the memory model says fits."""
         fitting = [i for i, s in enumerate(candidates) if self.predicted_fit(strategy, s)]
         return fitting[-1] if fitting else 0
 
     def predicted_fit(self, strategy: str, shape: Shape, batch: int = 1, correction: int = 0) -> bool:
-        from bench.capacity.probe import backend_for, pytorch_backend
-
-        if backend_for(strategy) is not pytorch_backend:
-            return batch == 1  # no memory model for other workloads: no batch search either
         est = self.estimate(strategy, shape, batch)
         est.need_bytes += correction
-        host = self.machine["host_available_bytes"]
-        return memory.fits(est, self.machine["device_bytes"], host)[0]
+        return memory.fits(est, self.machine["device_bytes"], self.machine["host_available_bytes"])[0]
 
     # --------------------------------------------------------------------------------------------
     # probes
@@ -179,8 +157,6 @@ class Sweep:
             self.out_of_time |= result.outcome == "budget"
         if result.outcome != "budget":
             result.extra.update(self._prediction(strategy, shape, batch))
-            from bench.contract import update_run_json
-
             if not result.reused:
                 update_run_json(run_dir, capacity=result.record())
         result.num_params = result.num_params or shape.num_params
@@ -189,11 +165,7 @@ class Sweep:
         return result
 
     def _prediction(self, strategy: str, shape: Shape, batch: int) -> dict:
-        from bench.capacity.probe import backend_for, pytorch_backend
-
-        m = {k: self.machine[k] for k in ("device_type", "gpu_name", "device_bytes", "host_bytes")}
-        if backend_for(strategy) is not pytorch_backend:
-            return m
+        m = {k: self.machine[k] for k in MACHINE_KEYS}
         est = self.estimate(strategy, shape, batch)
         return {**m, "predicted_peak_bytes": est.peak_bytes, "predicted_need_bytes": est.need_bytes,
                 "predicted_host_bytes": est.host_bytes, "predicted_phase": est.phase}
@@ -273,12 +245,11 @@ class Sweep:
     def _bisect(self, strategy: str, search: CapacitySearch, state: dict) -> None:
         while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
             r = self.probe(strategy, shape, 1)
-            if r.outcome in ("ok", "oom"):
-                search.record(shape, r.fits)
-                continue
-            state["stopped"] = {"shape": shape.name, "num_params": shape.num_params, "outcome": r.outcome,
-                                "message": r.message}
-            break
+            if r.outcome not in ("ok", "oom"):
+                state["stopped"] = {"shape": shape.name, "num_params": shape.num_params, "outcome": r.outcome,
+                                    "message": r.message}
+                break
+            search.record(shape, r.fits)
 
     @staticmethod
     def _settle(search: CapacitySearch, state: dict) -> None:
@@ -315,7 +286,7 @@ class Sweep:
             for ar in self.cfg.aspect_ratios:
                 if (strategy, ar) not in self.searches and any(r.spec.strategy == strategy for r in self.results):
                     searches.append(search_from_probes(strategy, ar, self.results))
-        summary = summarize(_config_dict(self.cfg), self.machine, self.results, searches)
+        summary = summarize(dict(asdict(self.cfg), out=str(self.cfg.out)), self.machine, self.results, searches)
         summary["interrupted"] = self.interrupted
         write_json_atomic(self.cfg.out / SUMMARY_JSON, summary)
         write_probes_csv(self.cfg.out / PROBES_CSV, summary["probes"])
@@ -325,11 +296,8 @@ class Sweep:
 
 
 def _powers_of_two(top: int) -> list[int]:
-    out, b = [], 1
-    while b <= top:
-        out.append(b)
-        b *= 2
-    return out[::-1]
+    """The powers of two up to `top`, largest first."""
+    return [2 ** i for i in reversed(range(top.bit_length()))]
 
 
 def _shape_dict(shape: Shape | None) -> dict | None:
@@ -354,12 +322,6 @@ def summarize(config: dict, machine_info: dict, results: list[ProbeResult], sear
             "not_run_for_budget": skipped, "written_at": time.time()}
 
 
-def _config_dict(cfg: SweepConfig) -> dict:
-    d = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
-    d["out"] = str(cfg.out)
-    return d
-
-
 CSV_FIELDS = ["strategy", "depth", "aspect_ratio", "device_batch_size", "num_params", "outcome", "peak_mem_mib",
               "predicted_peak_bytes", "predicted_need_bytes", "predicted_host_bytes", "host_peak_bytes",
               "vm_peak_bytes", "device_bytes", "tok_per_sec", "mfu", "step_ms", "oom_bytes", "wall_s", "message",
@@ -367,8 +329,6 @@ CSV_FIELDS = ["strategy", "depth", "aspect_ratio", "device_batch_size", "num_par
 
 
 def write_probes_csv(path: Path, probes: list[dict]) -> None:
-    from bench.contract import atomic_target
-
     with atomic_target(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()

@@ -14,10 +14,8 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     sharedfs.py   whether the nodes share $NANOCHAT_BASE_DIR (the stages read each other's checkpoints)
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
-Members: `nanochat` (bench/nanochat/, the nanochat-faithful trainer under torchrun), nanochat's later
-stages (`base_loss`, `base_eval`, `mid_train`, ...) and `nntile` (NNTile's GPT-2 on StarPU, in its own Python 3.12 interpreter:
-bench/workloads/nntile/). All leave the same run directory (bench/contract/), so collect, report and check
-read them alike; run.json's `workload` field tells them apart (`nanochat-base`, `nanochat-mid`, `nntile-gpt2`).
+Every workload leaves the same run directory (bench/contract/), so collect, report and check read them alike;
+run.json's `workload` field tells them apart (`nanochat-base`, `nanochat-mid`, `nntile-gpt2`).
 
 Standard library only, and each member imported on first use: the NNTile interpreter imports this
 package too, and must not pull in the main process's torch.
@@ -48,8 +46,4 @@ def get(name: str):
 
 def by_run_workload(run_workload) -> object | None:
     """The workload whose runs record this run.json `workload` (None for a name no registered one records)."""
-    for name in _MODULES:
-        workload = get(name)
-        if workload.run_workload == run_workload:
-            return workload
-    return None
+    return next((w for w in map(get, _MODULES) if w.run_workload == run_workload), None)

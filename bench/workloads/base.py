@@ -3,8 +3,7 @@
 Planning is the workload's: bench/launch/plan.py expands nodes x runtimes x repeats and keeps the Slurm
 times and the table, and asks the workload for the rest of each point (`plan`): its trainer flags, the
 contract variables it needs (NANOCHAT_VAL_FILES_K), its batch arithmetic per rank count, its horizon and
-time estimate, and why a point cannot run. A new workload or stage is one module holding a `WORKLOAD`
-plus one line in bench/workloads/__init__.py.
+time estimate, and why a point cannot run.
 """
 
 from dataclasses import dataclass, field

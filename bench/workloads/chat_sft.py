@@ -17,7 +17,6 @@ conversations, each at most MAX_TOKENS - 1 positions (the rows are padded to the
 this upper bound is what the model may run), through the flow's model (evaluations not counted).
 """
 
-from bench.errors import ConfigError
 from bench.workloads.base import PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage, argv_of, model_estimate
 
@@ -30,6 +29,7 @@ class ChatSFT(TorchrunStage):
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_sft"
     deadline_flag = "--deadline="
+    weak_scaled = ("target_examples_per_step", "device batch x ranks")
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("examples/step", "target_examples_per_step", "{}"), ("steps", "num_iterations", "{}"))
     # tok/s counts the supervised tokens (upstream's num_tokens); MFU every position run, padding included
@@ -48,20 +48,13 @@ class ChatSFT(TorchrunStage):
         config = self.parse(argv)
         sft_grad_accum(config.target_examples_per_step, config.device_batch_size, nproc)
 
-    def settings(self, train: dict, scaling: str) -> Settings:
-        if scaling == "weak" and "target_examples_per_step" in train:
-            raise ConfigError("--target_examples_per_step is what weak scaling grows with the ranks (device batch x "
-                              "ranks); fix it with --scaling strong, or leave it out")
-        return super().settings(train, scaling)
-
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         from bench.nanochat.sftconfig import batch_sizes_that_work
         from bench.paths import base_dir
         from bench.workloads.sharedfs import check_shared
 
         base, ranks = settings.config, point.ranks
-        shared = check_shared(base_dir(point.base_dir), point.nodes, point.site)  # it reads the mid checkpoint
-        if shared:
+        if shared := check_shared(base_dir(point.base_dir), point.nodes, point.site):  # it reads the mid checkpoint
             return PointPlan(reason=shared)
         if point.scaling == "weak":
             dbs, target, note = base.device_batch_size, base.device_batch_size * ranks, ""
@@ -82,8 +75,7 @@ class ChatSFT(TorchrunStage):
         positions = MAX_TOKENS - 1  # a conversation's inputs at most: the rendering cuts it at MAX_TOKENS
         est, assumed = model_estimate(point, base, (steps - 1) * target * positions, dbs,
                                       f"{steps - 1} updates x {target} conversations x at most {positions:,} positions")
-        flags = {**settings.train, "device_batch_size": dbs,
-                 "target_examples_per_step": target}
+        flags = {**settings.train, "device_batch_size": dbs, "target_examples_per_step": target}
         return PointPlan(train_argv=tuple(argv_of(flags)),
                          columns=(("device_batch_size", dbs), ("grad_accum", accum),
                                   ("target_examples_per_step", target), ("num_iterations", steps)),

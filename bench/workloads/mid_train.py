@@ -17,7 +17,6 @@ so -1 has no estimate.
 
 from dataclasses import replace
 
-from bench.errors import ConfigError
 from bench.workloads.base import PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage, argv_of, model_estimate
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -31,6 +30,7 @@ class MidTrain(TorchrunStage):
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("total_batch", "total_batch_size", "{:,}"), ("batches", "num_iterations", "{}"))
     sweep_defaults = {"num_iterations": SWEEP_NUM_ITERATIONS}
+    weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
 
     def parse(self, argv: list[str]):
         from bench.nanochat.mid_train import parse_args
@@ -43,20 +43,13 @@ class MidTrain(TorchrunStage):
         config = self.parse(argv)
         grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
 
-    def settings(self, train: dict, scaling: str) -> Settings:
-        if scaling == "weak" and "total_batch_size" in train:
-            raise ConfigError("--total_batch_size is what weak scaling grows with the ranks (device batch x "
-                              "sequence x ranks); fix it with --scaling strong, or leave it out")
-        return super().settings(train, scaling)
-
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         from bench.nanochat.config import scaled_batch
         from bench.paths import base_dir
         from bench.workloads.sharedfs import check_shared
 
         config, ranks = settings.config, point.ranks
-        shared = check_shared(base_dir(point.base_dir), point.nodes, point.site)
-        if shared:
+        if shared := check_shared(base_dir(point.base_dir), point.nodes, point.site):
             return PointPlan(reason=shared)
         fit, total = scaled_batch(point.scaling, config.total_batch_size, config.device_batch_size,
                                   config.max_seq_len, ranks)

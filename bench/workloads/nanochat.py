@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench import contract
-from bench.errors import ConfigError, DataError
+from bench.errors import DataError
 from bench.contract import WORKLOAD as NANOCHAT_WORKLOAD
 from bench.workloads.base import ModelShape, PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage, argv_of
@@ -76,6 +76,7 @@ class Nanochat(TorchrunStage):
     resume_flag = "--resume_from_step="
     takes_depth = True
     module = "bench.nanochat.train"
+    weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
 
     def parse(self, argv: list[str]):
         from bench.nanochat.config import parse_args
@@ -95,9 +96,7 @@ class Nanochat(TorchrunStage):
     def settings(self, train: dict, scaling: str) -> Settings:
         from bench.nanochat.config import parse_args
 
-        if scaling == "weak" and "total_batch_size" in train:
-            raise ConfigError("--total_batch_size is what weak scaling grows with the ranks (device batch x "
-                              "sequence x ranks); fix it with --scaling strong, or leave it out")
+        self.refuse_weak_scaled(train, scaling)
         train = {"num_iterations": SWEEP_NUM_ITERATIONS, **train}
         # the trainer's own parser refuses bad flags now, before any job exists
         return Settings(parse_args(argv_of({**TRAIN_FLAGS_ALWAYS, **train})), train=train)

@@ -30,8 +30,7 @@ def mount_of(path: str | os.PathLike, mounts_text: str | None = None) -> tuple[s
     """(mount point, filesystem type) holding `path` (a path not created yet: where it will be), its links
     resolved: the longest mount point that contains it, the last mounted where several are stacked."""
     p = Path(path).resolve()
-    if mounts_text is None:
-        mounts_text = Path(MOUNTS).read_text()
+    mounts_text = Path(MOUNTS).read_text() if mounts_text is None else mounts_text
     best = ("/", "unknown")
     for line in mounts_text.splitlines():
         parts = line.split()

@@ -3,8 +3,7 @@
 A stage names its trainer module (`python -m <module>` on every rank, through torchrun) and the parser of
 its settings dataclass; its command lines, its check before any process starts, its run.json config and its
 sweep settings follow from those. What differs per stage is its plan (the batch arithmetic at each rank
-count, its time estimate), so a stage overrides `plan()` and nothing else it does not need. A stage is one
-module holding `WORKLOAD = TheStage()` and one line in bench/workloads/__init__.py.
+count, its time estimate), so a stage overrides `plan()` and nothing else it does not need.
 
 A stage after pre-training estimates its time from the FLOPs of the model it loads (`model_estimate`), which
 the plan knows only inside a flow (PointContext.model, from pre-training's flags); alone, the model is its
@@ -14,6 +13,7 @@ checkpoint's, unknown until a rank reads it, so there is no estimate and the run
 import sys
 from dataclasses import asdict
 
+from bench.errors import ConfigError
 from bench.workloads.base import PointContext, Settings, Workload
 
 NO_MODEL = "est ?: the model is its checkpoint's (plan it in a --flow for an estimate)"
@@ -40,6 +40,7 @@ def argv_of(flags: dict) -> list[str]:
 class TorchrunStage(Workload):
     module = ""  # the trainer module every rank runs
     sweep_defaults: dict = {}  # flags a sweep sets unless told otherwise (e.g. a short horizon)
+    weak_scaled: tuple[str, str] = ()  # (flag, what it is) that weak scaling grows with the ranks: not the user's
 
     def parse(self, argv: list[str]):
         """The stage's settings from its flags (a ConfigError naming a bad one)."""
@@ -64,8 +65,15 @@ class TorchrunStage(Workload):
         return asdict(self.parse(argv))
 
     def settings(self, train: dict, scaling: str) -> Settings:
+        self.refuse_weak_scaled(train, scaling)
         train = {**self.sweep_defaults, **train}
         return Settings(self.parse(argv_of(train)), argv=tuple(argv_of(train)), train=train)
+
+    def refuse_weak_scaled(self, train: dict, scaling: str) -> None:
+        if self.weak_scaled and scaling == "weak" and self.weak_scaled[0] in train:
+            flag, product = self.weak_scaled
+            raise ConfigError(f"--{flag} is what weak scaling grows with the ranks ({product}); fix it with "
+                              "--scaling strong, or leave it out")
 
     def uses_gpus(self, settings: Settings) -> bool:
         return settings.config.device_type != "cpu"

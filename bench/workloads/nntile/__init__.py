@@ -32,12 +32,9 @@ RUNNER = Path(__file__).with_name("runner.py")
 RUNNER_MODULE = "bench.workloads.nntile.runner"
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nanochat-bench"
-
-
 def default_venv() -> Path:
-    return Path(os.environ.get(ENV_VENV) or cache_dir() / "nntile-venv")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get(ENV_VENV) or cache / "nanochat-bench" / "nntile-venv")
 
 
 def interpreter(python: str | None = None) -> str:

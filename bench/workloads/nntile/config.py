@@ -22,7 +22,6 @@ from bench import paths
 from bench.errors import ConfigError, DataError
 
 DEFAULT_CONFIG = Path(__file__).with_name("gpt2_default_config.json")
-DATASETS = ("train.bin", "WikiText-103")
 OPTIMIZERS = ("fusedadamw", "fusedadam", "sgd")
 OPTIMIZER_ALIASES = {"adamw": "fusedadamw", "adam": "fusedadam"}  # NNTile's newer examples' names
 RESTRICT = ("", "cpu", "cuda")
@@ -168,13 +167,9 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
     return config
 
 
-def default_dataset_path() -> Path:
-    return Path(paths.base_dir()) / "base_data_bin"
-
-
 def train_bin(config: NNTileConfig) -> Path:
     """The train.bin the run reads: --dataset-path as a file, or train.bin inside it as a directory."""
-    path = Path(config.dataset_path) if config.dataset_path else default_dataset_path()
+    path = Path(config.dataset_path or Path(paths.base_dir()) / "base_data_bin")
     return path / "train.bin" if path.is_dir() or not path.suffix else path
 
 

@@ -11,6 +11,8 @@ Runs only inside the NNTile interpreter (imports torch_nntile). Three workaround
 - The vocabulary axis is never tiled: that crashes in 0.1.0 (`malloc(): corrupted top size`).
 """
 
+from functools import reduce
+
 import torch
 from torch_nntile.nn.functional import add, mul_scalar
 from torch_nntile.nn.model import GPT2LMHead
@@ -34,11 +36,7 @@ class _Fork(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        present = [g for g in grads if g is not None]
-        total = present[0]
-        for g in present[1:]:
-            total = add(total, g)
-        return total, None
+        return reduce(add, [g for g in grads if g is not None]), None
 
 
 def fork(x, n: int):

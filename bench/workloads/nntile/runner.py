@@ -37,7 +37,7 @@ from bench.logline import format_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.runrecord import RunRecord, open_record
 from bench.workloads.nntile import WORKLOAD_NAME
-from bench.workloads.nntile.config import as_record, check_dataset, flops_per_token, parse_args
+from bench.workloads.nntile.config import TILES, as_record, check_dataset, flops_per_token, parse_args
 
 
 def log(text: str) -> None:
@@ -81,17 +81,22 @@ def timed_passes(model, torch, torch_nntile, config, shape, backward: bool) -> d
     n, warm = (config.nbackward, config.nbackward_warmup) if backward else (config.nforward, config.nforward_warmup)
     if n <= 0:
         return None
+    from torch_nntile.training import cross_entropy
+
     tokens = torch.randint(shape["vocab_size"], (config.minibatch, shape["n_positions"])).to("nntile")
 
     def one():
         if backward:
-            _forward_backward(model, tokens, torch_nntile)
+            loss = cross_entropy(model(tokens), tokens)
+            loss.backward()
+            del loss
+            for p in model.parameters():
+                p.grad = None
         else:
             with torch.no_grad():
-                out = model(tokens)
-            del out
-            torch_nntile.compile_graph()
-            torch_nntile.run()
+                model(tokens)  # the output is not kept: only the pass is timed
+        torch_nntile.compile_graph()
+        torch_nntile.run()
 
     for _ in range(warm):
         one()
@@ -105,18 +110,6 @@ def timed_passes(model, torch, torch_nntile, config, shape, backward: bool) -> d
     kind = "forward+backward" if backward else "forward"
     log(f"NNTile {kind}: {n} passes in {dt:.3f} s, {tok / dt:,.0f} tok/s")
     return {"passes": n, "warmup": warm, "time_s": dt, "tok_per_sec": tok / dt}
-
-
-def _forward_backward(model, tokens, torch_nntile):
-    from torch_nntile.training import cross_entropy
-
-    loss = cross_entropy(model(tokens), tokens)
-    loss.backward()
-    del loss
-    for p in model.parameters():
-        p.grad = None
-    torch_nntile.compile_graph()
-    torch_nntile.run()
 
 
 def learning_rate(config, it: int) -> float:
@@ -177,13 +170,12 @@ def train(argv: list[str], record: RunRecord) -> dict:
     record.emit("model_ready", num_params=num_params, flops_per_token=fpt)
     record.update(num_params=num_params, flops_per_token=fpt)
     tiles = {f: getattr(config, f) for f in nmodel.AXIS_OF_TILE}
-    extents = {"minibatch_tile": config.minibatch, "seq_tile": T, "embd_tile": shape["n_embd"],
-               "inner_tile": shape["n_inner"], "head_tile": shape["n_head"]}
+    axes = {**shape, "minibatch": config.minibatch}
+    extents = {flag: axes[field] for flag, field in TILES}
     tiled = any(tiles[f] < extents[f] for f in tiles)
 
-    passes = {k: v for k, v in (("forward", timed_passes(model, torch, torch_nntile, config, shape, False)),
-                                ("forward_backward", timed_passes(model, torch, torch_nntile, config, shape, True)))
-              if v is not None}
+    passes = {k: v for k, backward in (("forward", False), ("forward_backward", True))
+              if (v := timed_passes(model, torch, torch_nntile, config, shape, backward)) is not None}
     if passes:
         record.update(nntile={"passes": passes})
 
@@ -220,6 +212,7 @@ def train(argv: list[str], record: RunRecord) -> dict:
         epoch, b = divmod(step, batches)
         warmup_epoch = epoch < config.nepochs_warmup
         lr = learning_rate(config, step + 1)
+        lrm = lr / config.lr if config.lr else 0.0
         for group in optimizer.param_groups:
             group["lr"] = lr
         minibatches = batch_tensors(b)
@@ -263,13 +256,11 @@ def train(argv: list[str], record: RunRecord) -> dict:
             total_time += dt
         if not warmup_epoch:
             timed_tokens, timed_time, timed_cpu = timed_tokens + config.batch * T, timed_time + dt, timed_cpu + cpu_s
-        log(format_step_line(step, num_iterations, debiased, lr / config.lr if config.lr else 0.0, dt, tok_per_sec,
-                             mfu, total_time))
+        log(format_step_line(step, num_iterations, debiased, lrm, dt, tok_per_sec, mfu, total_time))
         if step == 0:
             record.emit("first_step")
-        record.emit("step", step=step, loss=debiased, lrm=lr / config.lr if config.lr else 0.0, dt_ms=dt * 1000,
-                    tok_per_sec=tok_per_sec, mfu=mfu, total_time_s=total_time, train_loss=train_loss,
-                    cpu_s=cpu_s, epoch=epoch, warmup_epoch=warmup_epoch)
+        record.emit("step", step=step, loss=debiased, lrm=lrm, dt_ms=dt * 1000, tok_per_sec=tok_per_sec, mfu=mfu,
+                    total_time_s=total_time, train_loss=train_loss, cpu_s=cpu_s, epoch=epoch, warmup_epoch=warmup_epoch)
         if not math.isfinite(train_loss):
             raise BenchError(f"train loss became {train_loss} at step {step}; lower --lr (now {config.lr})")
 

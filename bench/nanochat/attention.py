@@ -112,8 +112,7 @@ def check_forced_attention(n_head: int, n_kv_head: int, head_dim: int, seq_len: 
                            dtype: torch.dtype, device: torch.device | str) -> None:
     """Run one tiny forward and backward, as training will, after force_flash_attention and before any
     compile: a problem then surfaces as FlashAttentionUnavailable and not deep in a compiled graph."""
-    shape = (1, n_head, seq_len, head_dim)
-    q = torch.randn(shape, dtype=dtype, device=device, requires_grad=True)
+    q = torch.randn((1, n_head, seq_len, head_dim), dtype=dtype, device=device, requires_grad=True)
     k = torch.randn((1, n_kv_head, seq_len, head_dim), dtype=dtype, device=device, requires_grad=True)
     v = torch.randn((1, n_kv_head, seq_len, head_dim), dtype=dtype, device=device, requires_grad=True)
     y = causal_attention(q, k, v, enable_gqa=n_head != n_kv_head)

@@ -117,8 +117,7 @@ def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
         raise ConfigError(f"the checkpoint of step {step} in {checkpoint_dir} was written by {saved_world} "
                           f"rank(s); resume it with {saved_world}, not {expect_world_size} (optimizer state is "
                           f"sharded)")
-    state = torch.load(checkpoint_dir / f"model_{step:06d}.pt", map_location=device)
-    return state, meta
+    return torch.load(checkpoint_dir / f"model_{step:06d}.pt", map_location=device), meta
 
 
 def load_optimizer_states(checkpoint_dir: str | os.PathLike, step: int, rank: int, device="cpu") -> list:

@@ -38,6 +38,7 @@ def compute_init(device_type: str, join_timeout_s: float = -1) -> tuple[bool, in
         torch.set_float32_matmul_precision("high")  # TF32 for the fp32 matmuls, as upstream
     distributed, rank, local_rank, world_size = get_dist_info()
     join_timeout_s = join_bound(join_timeout_s, world_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    device = torch.device(device_type)
     if distributed and device_type == "cuda":
         if local_rank >= torch.cuda.device_count():
             raise ConfigError(f"local rank {local_rank} has no GPU: this node has {torch.cuda.device_count()}; "
@@ -48,18 +49,11 @@ def compute_init(device_type: str, join_timeout_s: float = -1) -> tuple[bool, in
             line = numanode.bind(numanode.gpu_pci_address(local_rank))
             if rank == 0:
                 print(line, flush=True)
-        join_group(lambda timeout: dist.init_process_group(backend="nccl", device_id=device, timeout=timeout),
-                   rank, world_size, join_timeout_s)
+    if distributed:
+        kw = {"backend": "nccl", "device_id": device} if device_type == "cuda" else {"backend": "gloo"}
+        join_group(lambda timeout: dist.init_process_group(**kw, timeout=timeout), rank, world_size, join_timeout_s)
         set_collective_timeout(None)  # the join's bound was for the join alone
         dist.barrier()
-    elif distributed:
-        device = torch.device(device_type)
-        join_group(lambda timeout: dist.init_process_group(backend="gloo", timeout=timeout),
-                   rank, world_size, join_timeout_s)
-        set_collective_timeout(None)
-        dist.barrier()
-    else:
-        device = torch.device(device_type)
     return distributed, rank, local_rank, world_size, device
 
 

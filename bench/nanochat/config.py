@@ -22,8 +22,6 @@ from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
 from bench.nanochat.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
 
 
-
-
 @dataclass
 class RunSettings:
     """The settings every nanochat stage shares: its name, device, and how its waits are bounded."""
@@ -109,7 +107,6 @@ class TrainConfig(RunSettings):
     fp8_lm_head: bool = _f(False, "FP8 matmuls for lm_head too (alone, or with --fp8)")
 
     def validate(self) -> None:
-        """Refuse settings that cannot work, naming the flag and what is valid."""
         if self.core_metric_every > 0:
             raise ConfigError(
                 f"--core_metric_every={self.core_metric_every}: the CORE metric is not part of this benchmark "

@@ -35,13 +35,8 @@ def paragraphs() -> tuple[str, ...]:
     """Every paragraph of the language reference shipped with Python, in a fixed order."""
     from pydoc_data import topics  # imported here: ~0.5 MB of text, only needed when generating
 
-    out = []
-    for name in sorted(topics.topics):
-        for para in re.split(r"\n\s*\n", topics.topics[name]):
-            para = para.strip()
-            if len(para) >= MIN_PARAGRAPH_CHARS:
-                out.append(para)
-    return tuple(out)
+    paras = (p.strip() for name in sorted(topics.topics) for p in re.split(r"\n\s*\n", topics.topics[name]))
+    return tuple(p for p in paras if len(p) >= MIN_PARAGRAPH_CHARS)
 
 
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "testing", "idle_test", "__pycache__"}

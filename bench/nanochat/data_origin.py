@@ -148,12 +148,8 @@ def unmarked_generated(path: Path) -> bool:
 
 def origins(files: list[Path]) -> dict[Path, str | None]:
     """The origin of each file (sources.json read once per directory)."""
-    by_dir: dict[Path, dict] = {}
-    out = {}
-    for path in files:
-        sources = by_dir.setdefault(path.parent, read_sources(path.parent))
-        out[path] = shard_origin(path, sources)
-    return out
+    by_dir = {directory: read_sources(directory) for directory in {path.parent for path in files}}
+    return {path: shard_origin(path, by_dir[path.parent]) for path in files}
 
 
 def combined_origin(found: list[str | None]) -> str | None:

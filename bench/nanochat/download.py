@@ -1,10 +1,10 @@
 """Fetch FineWeb-Edu shards: parallel, resumable, retried, each file verified before it counts.
 
 Upstream's downloader (nanochat/dataset.py) streams each shard to `<name>.tmp`, renames it when done and
-retries 5 times with 2^attempt s backoff (here through tenacity). This one also resumes a partial `.tmp` with an HTTP Range
-request, verifies every finished file as parquet with a `text` column (a truncated or corrupt file is
-deleted and fetched again), runs in threads (the work is network I/O) and names each shard it could
-not get. The base URL comes from the argument, else NANOCHAT_DATA_URL (a mirror), else Hugging Face.
+retries 5 times with 2^attempt s backoff (here through tenacity). This one also resumes a partial `.tmp`
+with an HTTP Range request, verifies every finished file as parquet with a `text` column (a truncated or
+corrupt file is deleted and fetched again), runs in threads (the work is network I/O) and names each
+shard it could not get. The base URL comes from the argument, else NANOCHAT_DATA_URL (a mirror), else Hugging Face.
 
 Waits are bounded. One request before the pool starts finds a host that does not resolve, refuses
 connections or never answers, and stops the command in seconds with one line; each request has a connect
@@ -86,13 +86,12 @@ def _causes(e: BaseException):
     seen, todo = set(), [e]
     while todo:
         cur = todo.pop()
-        if cur is None or id(cur) in seen:
+        if id(cur) in seen:
             continue
         seen.add(id(cur))
         yield cur
-        todo += [cur.__cause__, cur.__context__, getattr(cur, "reason", None) if isinstance(
-            getattr(cur, "reason", None), BaseException) else None]
-        todo += [a for a in getattr(cur, "args", ()) if isinstance(a, BaseException)]
+        linked = (cur.__cause__, cur.__context__, getattr(cur, "reason", None), *getattr(cur, "args", ()))
+        todo += [x for x in linked if isinstance(x, BaseException)]
 
 
 def check_reachable(url: str, timeout: tuple[float, float], tries: int = 3, pause_s: float = 0.5) -> None:
@@ -115,10 +114,8 @@ def check_reachable(url: str, timeout: tuple[float, float], tries: int = 3, paus
 
 
 class _Breaker:
-    """Attempts in a row (across all workers) that got no answer. Once there are `limit` of them and no
-    answer came for `quiet_s` (as long as one shard's retries wait in all), the mirror is taken as gone and
-    every worker stops before its next attempt; an outage shorter than that is ridden out, as before.
-    Any answer resets both."""
+    """Attempts in a row (across all workers) that got no answer: `limit` of them with no answer for `quiet_s`
+    open it (the mirror is gone: every worker stops before its next attempt); any answer resets both."""
 
     def __init__(self, limit: int, quiet_s: float = 0.0):
         self.limit, self.quiet_s, self.in_a_row, self.last = limit, quiet_s, 0, ""
@@ -304,9 +301,8 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
         raise local
     if breaker.open.is_set():
         raise DataError(f"data download stopped: {breaker.in_a_row} attempt(s) in a row to reach {url} got no "
-                        f"answer for {breaker.quiet_when_opened:.1f} s (last: {breaker.last}); {len(done)} of {num_shards} "
-                        f"shard(s) are in {out} "
-                        f"(run again to resume); {FIX_URL}")
+                        f"answer for {breaker.quiet_when_opened:.1f} s (last: {breaker.last}); {len(done)} of "
+                        f"{num_shards} shard(s) are in {out} (run again to resume); {FIX_URL}")
     if failed:
         raise DataError(f"{len(failed)} of {num_shards} shard(s) could not be downloaded into {out} "
                         f"(run again to resume):\n  " + "\n  ".join(sorted(failed)))

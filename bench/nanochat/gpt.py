@@ -14,7 +14,6 @@ know only whether the process group is initialised.
 
 import math
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -220,8 +219,7 @@ class GPT(nn.Module):
         elif distributed:
             adamw = DistAdamW(adam_groups, **adamw_kwargs)
         else:
-            fused = self.get_device().type == "cuda"
-            adamw = partial(torch.optim.AdamW, fused=fused)(adam_groups, **adamw_kwargs)
+            adamw = torch.optim.AdamW(adam_groups, fused=self.get_device().type == "cuda", **adamw_kwargs)
         muon_cls = ShardedMuon if fsdp_sharded else DistMuon if distributed else Muon
         muon = muon_cls(matrix_params, lr=matrix_lr, momentum=0.95, log=log)
         optimizers = [adamw, muon]

@@ -17,6 +17,7 @@ Each beat carries the launch's NANOCHAT_BENCH_T0 (`run`): beats of an earlier ru
 directory are never read as this run's.
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -40,9 +41,8 @@ STARTUP_EVENTS = ("start", "runtime_start", "imports_done", None)
 def _write(path: Path, beat: dict) -> None:
     """Replace the beat atomically, without fsync: a beat matters only while the run lives, and an fsync
     stalled by a busy disk must not silence a healthy rank."""
-    with atomic_target(path) as tmp:
-        with open(tmp, "w") as f:
-            f.write(json.dumps(beat))
+    with atomic_target(path) as tmp, open(tmp, "w") as f:
+        f.write(json.dumps(beat))
 
 
 def run_token() -> str | None:
@@ -72,10 +72,8 @@ class Heartbeat:
         if joined and self.thread is not None:  # in the group now: say so at once, not up to INTERVAL_S later
             with self._writing:
                 if self.path is not None:
-                    try:
+                    with contextlib.suppress(OSError):
                         _write(self.path, {**self.state, "t": time.time()})
-                    except OSError:
-                        pass
         if self.thread is None:
             self.thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
             self.thread.start()
@@ -86,10 +84,8 @@ class Heartbeat:
         with self._writing:
             path, self.path = self.path, None
         if path is not None and self.thread is not None:
-            try:
+            with contextlib.suppress(OSError):
                 _write(path, {**self.state, "t": time.time(), "done": True})
-            except OSError:
-                pass
 
     def _run(self) -> None:
         while True:

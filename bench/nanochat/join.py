@@ -24,6 +24,8 @@ from bench.nanochat.heartbeat import STOPPED_AFTER_S, beats
 JOIN_TIMEOUT_S = 30.0  # default --join_timeout_s on one node: its ranks start together, so a later one is stuck
 # across nodes each node starts its own container and imports from the shared filesystem: they arrive apart
 JOIN_TIMEOUT_MULTINODE_S = 180.0
+STORE_TIMEOUT = re.compile(r"wait timeout|timed out|timeout", re.IGNORECASE)
+KEYS = re.compile(r"keys?: (.*)$", re.MULTILINE)
 
 
 def join_bound(join_timeout_s: float, world_size: int, local_world_size: int) -> float | None:
@@ -31,8 +33,6 @@ def join_bound(join_timeout_s: float, world_size: int, local_world_size: int) ->
     if join_timeout_s == -1:
         return JOIN_TIMEOUT_S if world_size <= local_world_size else JOIN_TIMEOUT_MULTINODE_S
     return join_timeout_s or None
-STORE_TIMEOUT = re.compile(r"wait timeout|timed out|timeout", re.IGNORECASE)
-KEYS = re.compile(r"keys?: (.*)$", re.MULTILINE)
 
 
 class NotJoined(BenchError):

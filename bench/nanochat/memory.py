@@ -100,8 +100,7 @@ def _shapes(p: MemoryPoint) -> tuple[int, int, list[tuple[int, int]]]:
 
 def _groups(matrices: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """(count, elements) per matrix shape, in Muon's sorted group order."""
-    shapes = sorted(set(matrices))
-    return [(matrices.count(s), s[0] * s[1]) for s in shapes]
+    return [(matrices.count(s), s[0] * s[1]) for s in sorted(set(matrices))]
 
 
 def _dist_muon_extra(groups: list[tuple[int, int]], world: int, ns_bytes: float) -> int:

@@ -105,8 +105,7 @@ def _group_by_shape(params: list[Tensor], log: Callable) -> list[dict]:
 
 
 class Muon(torch.optim.Optimizer):
-    """Single-process Muon. The matrices of one shape are stacked and orthogonalised as one batch: the
-    same maths as one matrix at a time, in a few large kernels instead of thousands of small ones."""
+    """Single-process Muon, the matrices of one shape stacked into one batch (see the module docstring)."""
 
     def __init__(self, params: Iterable[Tensor], lr: float = 0.02, momentum: float = 0.95,
                  nesterov: bool = True, ns_steps: int = 5, log: Callable = _quiet):
@@ -158,12 +157,6 @@ class DistMuon(Muon):
             torch._foreach_copy_(params, list(gathered[:len(params)].unbind(0)))
 
 
-def _dtensor():
-    from torch.distributed.tensor import DTensor, Shard
-
-    return DTensor, Shard
-
-
 class ShardedMuon(Muon):
     """Muon on FSDP2-sharded matrices (see the module docstring); gradients arrive averaged by FSDP."""
 
@@ -177,7 +170,8 @@ class ShardedMuon(Muon):
 
     @torch.no_grad()
     def step(self) -> None:
-        DTensor, Shard = _dtensor()
+        from torch.distributed.tensor import DTensor, Shard
+
         for group in self.param_groups:
             for p in group["params"]:
                 assert isinstance(p, DTensor) and p.placements == (Shard(0),), "ShardedMuon: FSDP2 row shards only"

@@ -3,7 +3,6 @@ NCCL INFO file, and the ranks agree in one all-reduce whether any of them saw th
 together within seconds instead of one rank leaving the others waiting in their first collective."""
 
 import os
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -19,7 +18,7 @@ def stop_on_wrong_network(nodes: int, ddp: bool, device) -> None:
         raise WrongNetwork(why)
 
 
-def wrong_network(nodes: int, ddp: bool, device) -> Optional[str]:
+def wrong_network(nodes: int, ddp: bool, device) -> str | None:
     """Why this run must stop as `wrong_network` (every rank gets a reason), or None."""
     facts = nccl_log.parse_file(os.environ.get("NCCL_DEBUG_FILE", "")) if os.environ.get("NCCL_DEBUG_FILE") else None
     why = netgate.check_env(facts, nodes)

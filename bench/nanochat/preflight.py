@@ -2,10 +2,11 @@
 
 Before the first step every run (unless --preflight=0) times all_reduce (DDP-style averaging), and the
 reduce_scatter and all_gather of the sharded optimizers (bench/nanochat/adamw.py, muon.py), at a few sizes
-up to 1 GiB on GPUs (4 MiB on CPU, where gloo is the backend and a test's seconds matter). Bandwidths as nccl-tests defines them
-(nccl-tests doc/PERFORMANCE.md): algbw = bytes / time, with bytes the full buffer (all_gather's output,
-reduce_scatter's input); busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for the other two, so
-busbw compares with the link's bandwidth whatever the rank count (0 on one rank: nothing crosses a link).
+up to 1 GiB on GPUs (4 MiB on CPU, where gloo is the backend and a test's seconds matter). Bandwidths as
+nccl-tests defines them (nccl-tests doc/PERFORMANCE.md): algbw = bytes / time, with bytes the full buffer
+(all_gather's output, reduce_scatter's input); busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for
+the other two, so busbw compares with the link's bandwidth whatever the rank count (0 on one rank: nothing
+crosses a link).
 
     torchrun --nproc_per_node=4 -m bench.nanochat.preflight          # alone, inside any runtime
     nanochat-bench preflight --nproc 2                               # the same on this machine

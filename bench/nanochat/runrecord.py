@@ -19,6 +19,7 @@ this module only decides when the trainer writes what:
 Without NANOCHAT_BENCH_RUN_DIR every write is a no-op (the null event writer, no run.json).
 """
 
+import contextlib
 import errno
 import os
 import re
@@ -62,19 +63,15 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 def say(line: str) -> None:
     """A line on stderr, if there still is one (a closed terminal, a broken pipe): never a new failure."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def flush_streams() -> None:
     drain_output()  # print0's queued lines first (bounded: a stdout nobody reads costs them, not the exit)
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
 
 
 class RunRecord:
@@ -121,11 +118,8 @@ class RunRecord:
         """Merge fields into run.json (rank 0 only; nothing once a failure is recorded)."""
         with self._lock:
             if self.rank == 0 and self.run_dir and not self._failed:
-                self._writing(lambda: self._update_locked(**fields))
-
-    def _update_locked(self, **fields) -> None:
-        """One read-modify-write of run.json (the contract serialises it with every other writer of this run)."""
-        update_run_json(self.run_dir, **json_safe(fields))
+                # one read-modify-write, serialised by the contract with every other writer of this run
+                self._writing(lambda: update_run_json(self.run_dir, **json_safe(fields)))
 
     def start(self, config: dict, world_size: int, nodes: int, gpus_per_node: int,
               peak_flops_per_gpu: float | None) -> None:
@@ -214,15 +208,14 @@ class RunRecord:
         """End the process for an exception: the status first, then one line (a traceback only for a bug),
         then os._exit, without destroy_process_group (peers may sit in a collective that never completes),
         so torchrun stops the others at once."""
-        failure = classify_failure(exc, device_batch_size)
-        kind, message = failure.kind, failure.message
+        kind, message, bug = classify_failure(exc, device_batch_size)
         if kind == "nccl_timeout":
             culprit = waited_for(self.run_dir)
             if culprit:
                 kind, message = "hung", f"{culprit[0]}; the others timed out waiting for it ({message})"
         self.fail(kind, message)
         say(f"[rank {self.rank}] error ({status_of(kind)}): {message}")
-        if failure.bug:
+        if bug:
             say(traceback.format_exc().rstrip())
         flush_streams()
         os._exit(1)
@@ -230,10 +223,8 @@ class RunRecord:
     def close(self) -> None:
         self.heartbeat.stop()
         if not self.closed:
-            try:
+            with contextlib.suppress(OSError):
                 self.events.close()
-            except OSError:
-                pass
             self.closed = True
 
 

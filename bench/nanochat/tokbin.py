@@ -130,9 +130,7 @@ def read_meta(bin_dir: str | os.PathLike) -> dict:
 def token_bytes(bin_dir: str | os.PathLike):
     """int32 numpy array of the token byte lengths the .bin files were made with, or None without one."""
     path = Path(bin_dir) / TOKEN_BYTES_NPY
-    if not path.is_file():
-        return None
-    return np.load(path)
+    return np.load(path) if path.is_file() else None
 
 
 def vocabulary(data_bin_dir: str, device="cpu"):

@@ -144,8 +144,7 @@ def train_tokenizer(
         raise DataError(f"the training text ({counter.chars:,} characters) allows only {len(ranks) - 256} merges, "
                         f"{num_tokens - 256} are needed for --vocab_size={vocab_size}; give more text "
                         f"(more shards, larger --max_chars) or a smaller --vocab_size")
-    encoding = build_encoding(ranks)
-    out = save_tokenizer(encoding)
+    out = save_tokenizer(build_encoding(ranks))
     print(f"trained {trainer} BPE: vocab {vocab_size:,} on {counter.chars:,} characters in {train_s:.1f}s "
           f"({counter.chars / max(train_s, 1e-9):,.0f} chars/s) -> {out}")
     return out
@@ -232,9 +231,6 @@ class Tokenizer:
     def get_bos_token_id(self) -> int:
         return self.bos_token_id
 
-    def get_special_tokens(self) -> list[str]:
-        return list(SPECIAL_TOKENS)
-
     def encode_special(self, text: str) -> int:
         return self.enc.encode_single_token(text)
 
@@ -309,7 +305,8 @@ def check_pair(encoding, token_bytes, directory: Path) -> None:
     if len(have) != len(expected):
         where = f"tokenizer.pkl has {len(expected):,} tokens but token_bytes.pt {len(have):,} entries"
     else:
-        where = f"their byte lengths differ from token {next(i for i, (a, b) in enumerate(zip(have, expected)) if a != b)}"
+        first = next(i for i, (a, b) in enumerate(zip(have, expected)) if a != b)
+        where = f"their byte lengths differ from token {first}"
     raise DataError(f"{directory}: {TOKENIZER_PKL} and {TOKEN_BYTES_PT} do not belong together ({where}; written "
                     f"by two `tokenizer train` runs, or one that did not finish); run `nanochat-bench tokenizer "
                     f"train` again")
@@ -353,7 +350,4 @@ def eval_texts() -> dict[str, str]:
 
 def compression_rows(tokenizer: Tokenizer, texts: dict[str, str]) -> list[tuple[str, int, int]]:
     """(name, UTF-8 bytes, tokens) per text: bytes/token is the compression ratio tok_eval reports."""
-    rows = []
-    for name, text in texts.items():
-        rows.append((name, len(text.encode("utf-8")), len(tokenizer.encode(text))))
-    return rows
+    return [(name, len(text.encode("utf-8")), len(tokenizer.encode(text))) for name, text in texts.items()]

@@ -40,7 +40,6 @@ from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
 from bench.nanochat.runrecord import RunRecord, say
 from bench.nanochat import stagerun, steptimer
-from bench.nanochat.steptimer import NullTimer, StepTimer
 
 SAMPLE_PROMPTS = [
     "The capital of France is",
@@ -68,7 +67,6 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     device_type, master_process, backend = session.device_type, session.master, session.backend
     watchdog, peak_flops_per_gpu = session.watchdog, session.peak_flops
     autocast_ctx = session.autocast()
-    synchronize = session.synchronize
 
     # ----------------------------------------------------------------------------------------------
     # Tokenizer, model shape and batch arithmetic
@@ -204,7 +202,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         return bool(late.item())
 
     # where each step's time goes (bench/nanochat/steptimer.py): device events on CUDA, wall clock on CPU
-    timer = StepTimer(device_type) if config.breakdown else NullTimer()
+    timer = steptimer.StepTimer(device_type) if config.breakdown else steptimer.NullTimer()
     steptimer.use(timer)
     steady_splits: list[dict] = []
     stopped_early = False
@@ -218,9 +216,8 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
             # validation bpb (-1 disables it, final evaluation included)
             if config.eval_every > 0 and token_bytes is not None and not stopped_early and \
                     (last_step or step % config.eval_every == 0):
-                print0(f"Validation: {max(1, config.eval_tokens // world_tokens_per_fwdbwd)} pass(es) over "
-                       f"{config.eval_tokens:,} tokens")
                 eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
+                print0(f"Validation: {eval_steps} pass(es) over {config.eval_tokens:,} tokens")
                 val_bpb = stagerun.validate_bpb(session, record, model, build_val_loader(), eval_steps, token_bytes,
                                                 step)
                 min_val_bpb = min(min_val_bpb, val_bpb)
@@ -257,7 +254,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         # ------------------------------------------------------------------------------------------
         # one training step, timed between device synchronisations
         with maybe_profile(master_process and step == config.profile_step, record.run_dir, step, device_type):
-            synchronize()
+            session.synchronize()
             timer.begin()
             t0 = time.time()
             with timer.section("fwd_bwd"):
@@ -274,7 +271,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
                 grad_norm = clip_grad_norm_(orig_model.parameters(), config.grad_clip)
             lrm = get_lr_multiplier(step)
             stagerun.optimizer_step(model, optimizers, lrm, timer, muon_optimizer, get_muon_momentum(step))
-            synchronize()
+            session.synchronize()
             dt = time.time() - t0
         split = timer.split(dt * 1000)
         # ------------------------------------------------------------------------------------------
@@ -289,10 +286,9 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
         mfu = mfu_percent(num_flops_per_token, tok_per_sec, ddp_world_size, peak_flops_per_gpu)
         if step > WARMUP_STEPS:
             total_training_time += dt
+            steady_splits.append({"step_ms": dt * 1000, **split})
         stagerun.log_step(session, record, step, num_iterations, debiased_smooth_loss, lrm, dt, tok_per_sec, mfu,
                           total_training_time, grad_norm, **split)
-        if step > WARMUP_STEPS:
-            steady_splits.append({"step_ms": dt * 1000, **split})
         step += 1
 
     # ----------------------------------------------------------------------------------------------

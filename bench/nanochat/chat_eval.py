@@ -201,11 +201,8 @@ def evaluate(model, tokenizer, config, autocast=nullcontext, synchronize=lambda:
     return accuracies, score
 
 
-
-
 # ----------------------------------------------------------------------------------------------
 # The stage
-
 
 def load_for_eval(config, device):
     """The checkpoint's model and the tokenizer it was trained with (the vocabulary sizes must agree)."""

@@ -27,7 +27,6 @@ def task_names(spec: str | None) -> list[str]:
     return names
 
 
-
 @dataclass
 class ChatEvalConfig(RunSettings):
     source: str = _f("", "-i: the model to evaluate: base | mid | sft (required)")

@@ -39,10 +39,7 @@ from bench.nanochat.guard import DivergenceGuard, check_finite
 from bench.nanochat.runrecord import RunRecord, say
 from bench.nanochat.sftconfig import SFTConfig, parse_sft_args, sft_grad_accum
 from bench.nanochat.sftloader import sft_batches
-from bench.nanochat.steptimer import StepTimer
 from bench.workloads.chat_sft import RUN_WORKLOAD
-
-__all__ = ["SFTConfig", "main", "sft"]
 
 STEP_LINE = "Step {:05d}/{:05d} | Training loss: {:.6f}| lrm: {:.6f}| num_tokens: {:,}"  # upstream's, verbatim
 VAL_LINE = "Step {:05d} | Validation loss: {:.6f}"
@@ -111,30 +108,17 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     # Optimizers: fresh, at init_lr_frac of the learning rates (Muon's momentum stays 0.95)
     optimizers = model.setup_optimizers(unembedding_lr=config.unembedding_lr, embedding_lr=config.embedding_lr,
                                         matrix_lr=config.matrix_lr, weight_decay=config.weight_decay, log=print0)
-    for opt in optimizers:
-        for group in opt.param_groups:
-            group["lr"] = group["lr"] * config.init_lr_frac
-            group["initial_lr"] = group["lr"]  # the schedule multiplies this
+    stagerun.scale_lrs(optimizers, config.init_lr_frac)
     record.emit("data_ready")
 
     def lr_multiplier(it: int) -> float:
         return 1.0 - it / num_iterations
 
-    def out_of_time() -> bool:
-        """Whether the next step would end after --deadline, the same answer on every rank (one tiny
-        all-reduce a step, only with a deadline)."""
-        if config.deadline <= 0 or dt == 0.0:
-            return False
-        late = torch.tensor([float(time.time() + 1.5 * dt > config.deadline)], device=device)
-        if ddp:
-            dist.all_reduce(late, op=dist.ReduceOp.MAX)
-        return bool(late.item())
-
     # ----------------------------------------------------------------------------------------------
     # Training loop: the last pass only evaluates, then the checkpoint is saved
     if session.device_type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    timer = StepTimer(session.device_type)
+    timer = steptimer.StepTimer(session.device_type)
     steptimer.use(timer)
     guard = DivergenceGuard(floor=math.log(vocab_size))
     val_loss = train_loss_item = mfu = None
@@ -142,7 +126,7 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     total_training_time, dt, step, stopped_early = 0.0, 0.0, 0, False
     for step in range(num_iterations):
         last_step = step == num_iterations - 1
-        stopped_early = not last_step and out_of_time()
+        stopped_early = not last_step and stagerun.out_of_time(session, config.deadline, dt)
         if config.eval_every > 0 and not stopped_early and (last_step or step % config.eval_every == 0):
             with session.watchdog.relaxed():
                 val_loss = validation_loss(model, val_ds, tokenizer, config, session, autocast_ctx)

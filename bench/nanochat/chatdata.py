@@ -167,14 +167,8 @@ def staged_file(name: str) -> Path:
 def read_jsonl_conversations(path: Path) -> list[list[dict]]:
     """Each non-blank line a JSON array of >= 2 {role, content: str} messages alternating from user;
     DataError naming file and line otherwise."""
-    out = []
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            out.append(_conversation_line(path, lineno, line))
-    return out
+        return [_conversation_line(path, lineno, line.strip()) for lineno, line in enumerate(f, 1) if line.strip()]
 
 
 def _conversation_line(path: Path, lineno: int, line: str) -> list[dict]:

@@ -47,14 +47,14 @@ def english_words() -> list[str]:
 
 
 def _smoltalk(t: _Text, n: int) -> dict:
-    rows = []
-    for i in range(n):
+    conversations = []
+    for _ in range(n):
         turns = 1 + t.rng.randrange(3)
         messages = [{"content": t.sentence(120), "role": "system"}] if t.rng.random() < 0.2 else []
         for _ in range(turns):
             messages += [{"content": t.sentence(), "role": "user"}, {"content": t.sentence(400), "role": "assistant"}]
-        rows.append({"messages": messages, "source": "generated"})
-    return {"messages": [r["messages"] for r in rows], "source": [r["source"] for r in rows]}
+        conversations.append(messages)
+    return {"messages": conversations, "source": ["generated"] * n}
 
 
 def _mmlu_row(t: _Text) -> dict:

@@ -147,9 +147,7 @@ def _sources() -> dict:
 
 
 def _record_source(key: str, entry: dict) -> None:
-    sources = _sources()
-    sources[key] = entry
-    write_json_atomic(chatdata.chat_dir() / SOURCES, sources)
+    write_json_atomic(chatdata.chat_dir() / SOURCES, {**_sources(), key: entry})
 
 
 def _stage_file(name: str, url: str, env: str, retries: int, timeout_s: float, overwrite: bool) -> int:

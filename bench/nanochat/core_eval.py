@@ -104,18 +104,14 @@ def score(model, seqs: list[list[int]], starts: list[int], ends: list[int], task
     """One forward of the right-padded batch. LM: every scored token is the argmax of the position before.
     MC/schema: the sequence with the lowest mean loss over its span is the answer (the first, on a tie)."""
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-    ids = ids.to(device)
+    ids = torch.tensor([s + [pad_id] * (width - len(s)) for s in seqs], dtype=torch.long, device=device)
     logits = model(ids)
     if task_type == LANGUAGE_MODELING:
         s, e = starts[0], ends[0]
         return bool(torch.equal(logits[0, s - 1:e - 1].argmax(dim=-1), ids[0, s:e]))
     # per-position losses against the inputs shifted by one, as upstream computes them; a span that starts at
     # 0 (options identical to the end) slices [-1:e-1], which is empty: its mean is nan, as upstream's
-    losses = F.cross_entropy(logits.flatten(0, 1), ids.roll(-1, dims=1).flatten(), reduction="none")
-    losses = losses.view(ids.shape)
+    losses = F.cross_entropy(logits.flatten(0, 1), ids.roll(-1, dims=1).flatten(), reduction="none").view(ids.shape)
     losses[:, -1] = float("nan")  # the last position has no target
     mean_losses = [losses[i, s - 1:e - 1].mean().item() for i, (s, e) in enumerate(zip(starts, ends))]
     return mean_losses.index(min(mean_losses)) == gold

@@ -107,17 +107,11 @@ class _Row:
     done: bool = False
 
 
-def _default_calculator():
-    from bench.nanochat.calculator import use_calculator  # the sandboxed evaluator of model-written expressions
-
-    return use_calculator
-
-
 class Engine:
     def __init__(self, model, tokenizer, calculator=None):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.calculator = calculator or _default_calculator()
+        if calculator is None:
+            from bench.nanochat.calculator import use_calculator as calculator  # the sandboxed evaluator
+        self.model, self.tokenizer, self.calculator = model, tokenizer, calculator
         special = tokenizer.encode_special
         self.python_start, self.python_end = special("<|python_start|>"), special("<|python_end|>")
         self.output_start, self.output_end = special("<|output_start|>"), special("<|output_end|>")

@@ -130,8 +130,7 @@ def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
         if origin not in (None, "generated"):
             return target, check_all_rows(load_bundle(target)), False
     url = bundle_url(url)
-    base = get_base_dir()
-    zip_path = base / ZIP_NAME
+    zip_path = get_base_dir() / ZIP_NAME
     if not zip_path.is_file():
         probe(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s))
         fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)

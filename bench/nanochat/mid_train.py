@@ -130,7 +130,6 @@ def mid_train(config: MidConfig, record: RunRecord):
                f"in a good --device_batch_size to this script?")
     orig_model = model
     model = torch.compile(model, dynamic=False) if session.device_type == "cuda" else model
-    depth = orig_model.config.n_layer
     num_params, num_flops_per_token = orig_model.num_params(), orig_model.estimate_flops()
     print0(f"Tokens / micro-batch / rank: {B} x {T} = {B * T:,}")
     print0(f"Tokens / micro-batch: {B * T * world_size:,}")
@@ -145,10 +144,7 @@ def mid_train(config: MidConfig, record: RunRecord):
     optimizers = orig_model.setup_optimizers(unembedding_lr=config.unembedding_lr, embedding_lr=config.embedding_lr,
                                              matrix_lr=config.matrix_lr, weight_decay=config.weight_decay, log=print0)
     adamw_optimizer, muon_optimizer = optimizers
-    for opt in optimizers:
-        for group in opt.param_groups:
-            group["lr"] = group["lr"] * config.init_lr_frac
-            group["initial_lr"] = group["lr"]
+    stagerun.scale_lrs(optimizers, config.init_lr_frac)
 
     # ----------------------------------------------------------------------------------------------
     # Data: the mid mixture, packed; a fresh val loader per evaluation sees the same rows
@@ -156,10 +152,6 @@ def mid_train(config: MidConfig, record: RunRecord):
     print0(f"Mid mixture: {len(train_dataset):,} train and {len(val_dataset):,} val conversations")
     train_loader = MidLoader(train_dataset, tokenizer, B, T, rank, world_size, device,
                              num_iterations=config.num_iterations)
-
-    def build_val_loader():
-        return MidLoader(val_dataset, tokenizer, B, T, rank, world_size, device, train=False)
-
     x, y = next(train_loader)  # the first batch; later ones are fetched while the device works
     record.emit("data_ready")
 
@@ -176,13 +168,12 @@ def mid_train(config: MidConfig, record: RunRecord):
     # Training loop: the pass after the last step evaluates, saves, then stops
     if session.device_type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    checkpoint_dir = phase_dir("mid") / (config.model_tag or f"d{depth}")
+    checkpoint_dir = phase_dir("mid") / (config.model_tag or f"d{orig_model.config.n_layer}")
     min_val_bpb, val_bpb = float("inf"), None
     smooth_train_loss, ema_beta = 0.0, 0.9
     total_training_time, progress, step, dt = 0.0, 0.0, 0, 0.0
     mfu = debiased_smooth_loss = None
     guard = DivergenceGuard(floor=math.log(orig_model.config.vocab_size))
-    stopped_early = False
     timer = steptimer.StepTimer(session.device_type)  # the step split: fwd+bwd, exposed comm, optimizer, data
     steptimer.use(timer)
     while True:
@@ -192,15 +183,15 @@ def mid_train(config: MidConfig, record: RunRecord):
             flag = torch.tensor(int(last_step), dtype=torch.int32, device=device)
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
             last_step = bool(flag.item())
-        stopped_early = not last_step and out_of_time(config.deadline, dt, ddp, device)
+        stopped_early = not last_step and stagerun.out_of_time(session, config.deadline, dt)
         last_step = last_step or stopped_early
 
         with session.watchdog.relaxed():  # validation and the save may keep ranks apart a while
             if config.eval_every > 0 and not stopped_early and (last_step or step % config.eval_every == 0):
                 # upstream's count; at least one batch (upstream's 0 would print an infinite bpb)
                 eval_steps = max(1, config.eval_tokens // (B * T * world_size))
-                val_bpb = stagerun.validate_bpb(session, record, model, build_val_loader(), eval_steps, token_bytes,
-                                                step)
+                val_loader = MidLoader(val_dataset, tokenizer, B, T, rank, world_size, device, train=False)
+                val_bpb = stagerun.validate_bpb(session, record, model, val_loader, eval_steps, token_bytes, step)
                 min_val_bpb = min(min_val_bpb, val_bpb)
 
             if last_step and not config.dry_run:
@@ -271,19 +262,6 @@ def mid_train(config: MidConfig, record: RunRecord):
             say(message)
         return summary, "timeout", message
     return summary, "ok", None
-
-
-def out_of_time(deadline: float, dt: float, ddp: bool, device) -> bool:
-    """Whether the next step would end after `deadline` (epoch s); every rank gets the same answer (a tiny
-    all-reduce a step, only with a deadline), so no rank steps into a collective the others left."""
-    import torch
-
-    if deadline <= 0 or dt == 0.0:
-        return False
-    late = torch.tensor([float(time.time() + 1.5 * dt > deadline)], device=device)
-    if ddp:
-        torch.distributed.all_reduce(late, op=torch.distributed.ReduceOp.MAX)
-    return bool(late.item())
 
 
 def chat_data_identity() -> dict:

@@ -1,12 +1,12 @@
 """The sandboxed side of bench/nanochat/sandbox.py: fence this interpreter in, run the program, report.
 
-Started as `python -I -S sandbox_child.py PROGRAM WORK TIMEOUT_S MEMORY_BYTES NAMESPACES STATUS_FD
-WATCH_FD READ_DIR...` (NAMESPACES: the layer's name, or `-`) (stdlib only, and few imports: every call of the calculator tool pays for
-them, which is also why its report to the parent is plain lines, not JSON). The report: a line
-`isolation LAYER...` once the fences are up, then `verdict SUCCESS TIMEOUT MEMORY_EXCEEDED` and,
-on failure, a line with the error. Order matters: what needs a right (mounting, reading the program)
-comes before the fences; the watch thread starts after them, since Landlock and seccomp bind the
-calling thread and the threads it starts, not threads already running.
+Started as `python -I -S sandbox_child.py PROGRAM WORK TIMEOUT_S MEMORY_BYTES NAMESPACES STATUS_FD WATCH_FD
+READ_DIR...` (NAMESPACES: the layer's name, or `-`); stdlib only, and few imports: every call of the calculator
+tool pays for them, which is also why its report to the parent is plain lines, not JSON. The report: a line
+`isolation LAYER...` once the fences are up, then `verdict SUCCESS TIMEOUT MEMORY_EXCEEDED` and, on failure, a
+line with the error. Order matters: what needs a right (mounting, reading the program) comes before the fences;
+the watch thread starts after them, since Landlock and seccomp bind the calling thread and the threads it
+starts, not threads already running.
 """
 
 import ctypes

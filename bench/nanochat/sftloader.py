@@ -23,11 +23,8 @@ def collate(batch: list[tuple[list[int], list[int]]], pad_id: int, device) -> tu
     targets = torch.full((len(batch), width), IGNORE, dtype=torch.long)
     for row, (ids, mask) in enumerate(batch):
         ids_t = torch.tensor(ids, dtype=torch.long)
-        n = len(ids) - 1
-        inputs[row, :n] = ids_t[:-1]
-        row_targets = ids_t[1:]
-        row_targets[torch.tensor(mask[1:], dtype=torch.long) == 0] = IGNORE
-        targets[row, :n] = row_targets
+        inputs[row, :len(ids) - 1] = ids_t[:-1]
+        targets[row, :len(ids) - 1] = ids_t[1:].masked_fill(torch.tensor(mask[1:]) == 0, IGNORE)
     return inputs.to(device), targets.to(device)
 
 

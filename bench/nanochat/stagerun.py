@@ -1,10 +1,8 @@
 """What every nanochat stage does around its own work: one start-up, one step record, one end, one main().
 
 A stage (base pretraining, mid-training, SFT, the evaluations) is `run(config, record) -> (summary, status,
-message)` over a settings dataclass deriving from bench.nanochat.config.RunSettings. `main(run, parse)` gives it
-the run record and records however the process ends; `begin` brings up the process group with every wait
-bounded from the first collective (watchdog, pre-flight, network gate) and starts the run record; `log_step`
-writes a step's line and events the way every reader expects; `end` writes the last lines and the `end` event.
+message)` over a settings dataclass deriving from bench.nanochat.config.RunSettings, started by `main(run, parse)`;
+`begin`, `log_step` and `end` give every stage the same process group, run record, lines and events.
 """
 
 import os
@@ -12,6 +10,7 @@ import os
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
 
 import sys  # noqa: E402
+import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -127,6 +126,24 @@ def validate_bpb(session: Session, record: RunRecord, model, batches, steps: int
     record.emit("val", step=step, val_bpb=val_bpb)
     model.train()
     return val_bpb
+
+
+def scale_lrs(optimizers, frac: float) -> None:
+    """Fresh optimizers' learning rates x `frac`, kept as the `initial_lr` that optimizer_step's `lrm` multiplies."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["initial_lr"] = group["lr"] = group["lr"] * frac
+
+
+def out_of_time(session: Session, deadline: float, dt: float) -> bool:
+    """Whether the next step would end after `deadline` (epoch s); every rank gets the same answer (a tiny
+    all-reduce a step, only with a deadline), so no rank steps into a collective the others left."""
+    if deadline <= 0 or dt == 0.0:
+        return False
+    late = torch.tensor([float(time.time() + 1.5 * dt > deadline)], device=session.device)
+    if session.ddp:
+        torch.distributed.all_reduce(late, op=torch.distributed.ReduceOp.MAX)
+    return bool(late.item())
 
 
 def optimizer_step(model, optimizers, lrm: float, timer, muon=None, momentum: float | None = None) -> None:

@@ -1,20 +1,15 @@
 """ARC (allenai/ai2_arc), Easy and Challenge: multiple choice with the dataset's own letters."""
 
-from bench.nanochat import chatdata
-from bench.nanochat.tasks.common import Task, render_mc
+from bench.nanochat.tasks.common import StagedTask, render_mc
 
 REPO = "allenai/ai2_arc"
 
 
-class ARC(Task):
+class ARC(StagedTask):
     eval_type = "categorical"
 
     def __init__(self, subset: str, split: str, **kwargs):
-        super().__init__(**kwargs)
-        self.ds = chatdata.shuffled_rows(REPO, subset, split)
-
-    def num_examples(self) -> int:
-        return len(self.ds)
+        super().__init__(REPO, subset, split, **kwargs)
 
     def get_example(self, index: int) -> dict:
         row = self.ds[index]

@@ -4,6 +4,7 @@ multiple-choice prompt. Slicing (start, stop, step) applies after each task's se
 import random
 
 from bench.errors import ConfigError
+from bench.nanochat import chatdata
 
 MIXTURE_SEED = 42
 
@@ -31,6 +32,17 @@ class Task:
 
     def __getitem__(self, index: int) -> dict:
         return self.get_example(self.start + index * self.step)
+
+
+class StagedTask(Task):
+    """A task over one staged hub split, `ds`, in upstream's seed-42 shuffle."""
+
+    def __init__(self, repo: str, subset: str, split: str, **kwargs):
+        super().__init__(**kwargs)
+        self.ds = chatdata.shuffled_rows(repo, subset, split)
+
+    def num_examples(self) -> int:
+        return len(self.ds)
 
 
 class TaskMixture(Task):

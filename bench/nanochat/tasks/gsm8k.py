@@ -3,8 +3,7 @@
 
 import re
 
-from bench.nanochat import chatdata
-from bench.nanochat.tasks.common import Task
+from bench.nanochat.tasks.common import StagedTask
 
 REPO = "openai/gsm8k"
 ANSWER_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
@@ -28,15 +27,11 @@ def answer_parts(answer: str) -> list[dict]:
     return parts
 
 
-class GSM8K(Task):
+class GSM8K(StagedTask):
     eval_type = "generative"
 
     def __init__(self, subset: str, split: str, **kwargs):
-        super().__init__(**kwargs)
-        self.ds = chatdata.shuffled_rows(REPO, subset, split)
-
-    def num_examples(self) -> int:
-        return len(self.ds)
+        super().__init__(REPO, subset, split, **kwargs)
 
     def get_example(self, index: int) -> dict:
         row = self.ds[index]

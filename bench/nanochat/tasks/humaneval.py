@@ -4,8 +4,7 @@ model-written code is never run in the evaluating process."""
 
 import re
 
-from bench.nanochat import chatdata
-from bench.nanochat.tasks.common import Task
+from bench.nanochat.tasks.common import StagedTask
 
 REPO = "openai/openai_humaneval"
 CODE_BLOCK_RE = re.compile(r"```(?:python)?\s*\n(.*?)\n```", re.DOTALL)
@@ -34,15 +33,11 @@ def program(conversation: dict, completion: str) -> str:
             + conversation["test"] + "\n" + f"check({conversation['entry_point']})")
 
 
-class HumanEval(Task):
+class HumanEval(StagedTask):
     eval_type = "generative"
 
     def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.ds = chatdata.shuffled_rows(REPO, "openai_humaneval", "test")
-
-    def num_examples(self) -> int:
-        return len(self.ds)
+        super().__init__(REPO, "openai_humaneval", "test", **kwargs)
 
     def get_example(self, index: int) -> dict:
         row = self.ds[index]

@@ -1,22 +1,17 @@
 """MMLU (cais/mmlu): four-choice questions; auxiliary_train for mid-training, all/test for evaluation."""
 
-from bench.nanochat import chatdata
-from bench.nanochat.tasks.common import Task, render_mc
+from bench.nanochat.tasks.common import StagedTask, render_mc
 
 REPO = "cais/mmlu"
 
 
-class MMLU(Task):
+class MMLU(StagedTask):
     letters = ("A", "B", "C", "D")
     eval_type = "categorical"
 
     def __init__(self, subset: str, split: str, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(REPO, subset, split, **kwargs)
         self.subset = subset
-        self.ds = chatdata.shuffled_rows(REPO, subset, split)
-
-    def num_examples(self) -> int:
-        return len(self.ds)
 
     def get_example(self, index: int) -> dict:
         row = self.ds[index]

@@ -1,19 +1,14 @@
 """SmolTalk (HuggingFaceTB/smol-smoltalk): general conversations, an optional system message first."""
 
-from bench.nanochat import chatdata
 from bench.nanochat.chat_format import ConversationError, merged_messages
-from bench.nanochat.tasks.common import Task
+from bench.nanochat.tasks.common import StagedTask
 
 REPO = "HuggingFaceTB/smol-smoltalk"
 
 
-class SmolTalk(Task):
+class SmolTalk(StagedTask):
     def __init__(self, split: str, **kwargs):
-        super().__init__(**kwargs)
-        self.ds = chatdata.shuffled_rows(REPO, "default", split)
-
-    def num_examples(self) -> int:
-        return len(self.ds)
+        super().__init__(REPO, "default", split, **kwargs)
 
     def get_example(self, index: int) -> dict:
         messages = self.ds[index]["messages"]

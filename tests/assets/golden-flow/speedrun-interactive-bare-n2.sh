@@ -4,7 +4,7 @@
 #
 #   1. allocate nodes (the shell salloc opens runs on the login node unless the site says otherwise;
 #      only srun lands on the compute nodes):
-#        salloc --account=a-bench --exclusive --gpus-per-node=4 --nodes=2 --ntasks-per-node=1 --partition=debug --time=08:07:00
+#        salloc --account=a-bench --exclusive --gpus-per-node=4 --nodes=2 --ntasks-per-node=1 --partition=debug --time=03:37:00
 #   2. in that shell, paste the blocks below one at a time: nothing here exits your shell, and a step
 #      that fails only prints its error. Or run them all, stopping at the first error:  bash interactive.sh
 #      Data, tokenizer and checkpoints live in NANOCHAT_BASE_DIR; the stages chain through the model
@@ -255,7 +255,7 @@ fi
 # == stage 5/7: chat_eval_mid (chat_eval) ==========
 if [ -z "$flow_failed" ]; then
 
-# == run n2-bare-r1/chat_eval_mid: bare on 2 node(s) x 4 rank(s), 185 min ==========
+# == run n2-bare-r1/chat_eval_mid: bare on 2 node(s) x 4 rank(s), 50 min ==========
 run_dir=/scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_mid
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-bare-r1/chat_eval_mid: ok in an earlier attempt of this job, kept"
@@ -278,7 +278,7 @@ runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 if [ "$rc" -eq 0 ]; then
-srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=185 --cpus-per-task="${cpus_per_node}" \
+srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=mid \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
@@ -337,7 +337,7 @@ fi
 # == stage 7/7: chat_eval_sft (chat_eval) ==========
 if [ -z "$flow_failed" ]; then
 
-# == run n2-bare-r1/chat_eval_sft: bare on 2 node(s) x 4 rank(s), 185 min ==========
+# == run n2-bare-r1/chat_eval_sft: bare on 2 node(s) x 4 rank(s), 50 min ==========
 run_dir=/scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_sft
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-bare-r1/chat_eval_sft: ok in an earlier attempt of this job, kept"
@@ -360,7 +360,7 @@ runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 if [ "$rc" -eq 0 ]; then
-srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=185 --cpus-per-task="${cpus_per_node}" \
+srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=sft \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi

@@ -102,7 +102,8 @@ def read_upstream_log(path: Path) -> dict | None:
     facts = dict(run.facts)
     world = facts.get("world_size", 1)  # upstream prints the world size only under torchrun
     peak = facts.get("peak_flops_per_gpu") or peak_flops(facts.get("gpu_name"))
-    row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,  # compares with our runs of the same config
+    # the workload is ours: the row compares with our runs of the same config
+    row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,
            "runtime": "upstream", "precision": "bf16", **facts, "world_size": world, "peak_flops_per_gpu": peak,
            "num_iterations": run.steps[-1]["num_iterations"]}
     figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or UPSTREAM_PEAK)

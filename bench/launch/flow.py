@@ -208,7 +208,8 @@ def format_table(fs: FlowSweep) -> str:
             if not sp.possible:
                 rows.append((n, rt, len(group), point.ranks, stage.name, "-", "-", "-", "impossible: " + sp.reason))
                 continue
-            batch = " ".join(f"{h}={fmt.format(sp.plan.column(key, '-'))}" for h, key, fmt in sw.workload_impl.PLAN_COLUMNS)
+            batch = " ".join(f"{h}={fmt.format(sp.plan.column(key, '-'))}"
+                             for h, key, fmt in sw.workload_impl.PLAN_COLUMNS)
             est = "?" if sp.est_hours is None else f"{sp.est_hours:.2f}"
             rows.append((n, rt, len(group), point.ranks, stage.name, batch or "-", sp.time_limit, est,
                          "; ".join(filter(None, [sp.note, planmod.memory_warning(sw, sp)]))))
@@ -228,7 +229,8 @@ def format_table(fs: FlowSweep) -> str:
         lines.append(f"left out: {', '.join(fs.left_out)}" + (f" ({', '.join(unregistered)} not registered in this "
                                                               f"installation)" if unregistered else ""))
     for stage, sw in zip(fs.stages, fs.sweeps):
-        lines += [f"{stage.name}: {line.replace(PLAN_TAG, '<sweep>-<point>')}" for line in sw.workload_impl.describe(sw)]
+        lines += [f"{stage.name}: {line.replace(PLAN_TAG, '<sweep>-<point>')}"
+                  for line in sw.workload_impl.describe(sw)]
     if too_long:
         lines.append(f"a job over partition {limit.name}'s time limit: {FLOW_TOO_LONG}")
     s = fs.first
@@ -291,7 +293,8 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
         jobs.append(FlowJob(job, fs.stages, tag, fs.flow, point.run_id, tuple(tokenizer_args)))
     if not jobs:
         reasons = sorted({sp.reason for _, sps in fs.points() for sp in sps if not sp.possible})
-        raise ConfigError(f"no point of this flow is possible: {'; '.join(reasons)} (nanochat-bench plan --flow shows them)")
+        raise ConfigError(f"no point of this flow is possible: {'; '.join(reasons)} "
+                          f"(nanochat-bench plan --flow shows them)")
     return jobs
 
 

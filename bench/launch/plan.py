@@ -197,7 +197,7 @@ class Sweep:
     time: str | None = None  # a fixed time limit per run instead of the estimate
     site: Any = None  # bench.sites.Site: GPU memory and device batch limits of the site (None: the GPU's own)
     base_dir: str | None = None  # NANOCHAT_BASE_DIR on the nodes (a stage checks the nodes share it); None: unknown
-    model: ModelShape | None = None  # the model a stage loads, where a flow's pre-training says (flow.py); None: unknown
+    model: ModelShape | None = None  # the model a stage loads, where a flow's pre-training says (flow.py), else None
     settings: Settings = field(init=False, repr=False, compare=False)  # the flags, parsed once
 
     def __post_init__(self):

@@ -221,8 +221,8 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
 def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table")
-    _keys(table, {"setup", "env", "annotations", "mounts", "devices", "flags"} | ({"without_hook"} if nested else set()),
-          where)
+    allowed = {"setup", "env", "annotations", "mounts", "devices", "flags"} | ({"without_hook"} if nested else set())
+    _keys(table, allowed, where)
     without = table.get("without_hook")
     return NetworkSetup(
         setup=str(table.get("setup", "")), env=_strings(table.get("env", {}), f"{where}.env"),

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("-m", "--max-new-tokens", type=int, default=512, help="tokens per sample (chat_eval's -m, 512)")
     p.add_argument("--samples", default="1,4", help="num_samples values, comma-separated (default 1,4)")
     p.add_argument("--calls", type=int, default=3, help="timed calls per engine and setting (default 3)")
-    p.add_argument("--device", default="cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") != "" else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where torch sees a GPU)")
     p.add_argument("--new-shapes", action="store_true", help="a longer prompt every call: no shape repeats")
     p.add_argument("--profile", action="store_true", help="then profile one call of each engine (torch.profiler): "
                    "kernel launches and GPU time against wall time")
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     from bench.nanochat.gpt import GPTConfig, build_model
     from bench.nanochat.tokenizer import SPECIAL_TOKENS
 
-    device = torch.device(args.device)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(0)
     ours = build_model(GPTConfig.from_depth(args.depth, VOCAB), device).eval()
     theirs, UpEngine = upstream_model(upstream, args.depth, {k: v.clone() for k, v in ours.state_dict().items()},

@@ -191,16 +191,6 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     step = max(0, resume_step)
     dt = 0.0  # the last step's time, for the deadline
 
-    def out_of_time() -> bool:
-        """Whether the next step would end after --deadline; every rank gets the same answer (one tiny
-        all-reduce a step, only with a deadline), so no rank steps into a collective the others left."""
-        if config.deadline <= 0 or dt == 0.0:
-            return False
-        late = torch.tensor([float(time.time() + 1.5 * dt > config.deadline)], device=device)
-        if ddp:
-            torch.distributed.all_reduce(late, op=torch.distributed.ReduceOp.MAX)
-        return bool(late.item())
-
     # where each step's time goes (bench/nanochat/steptimer.py): device events on CUDA, wall clock on CPU
     timer = steptimer.StepTimer(device_type) if config.breakdown else steptimer.NullTimer()
     steptimer.use(timer)
@@ -208,7 +198,7 @@ def train(config: TrainConfig, record: RunRecord) -> dict:
     stopped_early = False
     guard = DivergenceGuard(floor=math.log(vocab_size))  # a uniform guess's loss: the start of a fresh run
     while True:
-        stopped_early = step < num_iterations and out_of_time()
+        stopped_early = step < num_iterations and stagerun.out_of_time(session, config.deadline, dt)
         last_step = step == num_iterations or stopped_early
 
         # one rank may keep the others waiting here (samples, checkpoints): a longer bound, never none

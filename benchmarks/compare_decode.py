@@ -17,6 +17,7 @@ registered when it is missing. Needs a checkout of upstream at 5c93a56 (never ve
 """
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -111,19 +112,20 @@ def main(argv=None) -> int:
                                       device)
     tokenizer = SpecialIds(SPECIAL_TOKENS)
     engines = {"ours": Engine(ours, tokenizer, calculator=lambda expr: None), "upstream": UpEngine(theirs, tokenizer)}
-    stride = args.max_new_tokens + 1 if args.new_shapes else 0
-    longest = args.prompt_tokens + stride * 2 * (args.calls + 1) * len(args.samples.split(","))
+    sample_counts = [int(n) for n in args.samples.split(",")]
+    stride = args.max_new_tokens + 1 if args.new_shapes else 0  # each call's prompt past the last call's sequence
+    lengths = itertools.count(args.prompt_tokens, stride)  # the prompt length of each call in turn
+    longest = args.prompt_tokens + stride * 2 * (args.calls + 1) * len(sample_counts)
     words = torch.randint(0, VOCAB - len(SPECIAL_TOKENS), (longest,), generator=torch.Generator().manual_seed(1))
-    lengths = iter(range(args.prompt_tokens, longest + 1, stride or 1) if stride else [])
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rows = []
-    for samples in map(int, args.samples.split(",")):
+    for samples in sample_counts:
         times = {name: [] for name in engines}
         generated = {}
         for call in range(args.calls + 1):  # the first call of each warms up
             for name, engine in sorted(engines.items(), reverse=call % 2 == 1):  # who goes first alternates
-                prompt = words[:next(lengths) if stride else args.prompt_tokens].tolist()
+                prompt = words[:next(lengths)].tolist()
                 sync()
                 t0 = time.perf_counter()
                 with autocast():
@@ -144,7 +146,7 @@ def main(argv=None) -> int:
         print(f"          samples {samples}: generated {'ids' if not stride else 'lengths'} "
               f"{'equal' if same else 'DIFFERENT'}", flush=True)
     if args.profile:
-        for samples in map(int, args.samples.split(",")):
+        for samples in sample_counts:
             for name, engine in engines.items():
                 profile(name, engine, words[:args.prompt_tokens].tolist(), samples, args.max_new_tokens, autocast, sync)
     info = {"depth": args.depth, "prompt_tokens": args.prompt_tokens, "max_new_tokens": args.max_new_tokens,

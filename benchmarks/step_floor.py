@@ -8,10 +8,15 @@ The step's floor, from the shapes of the real model (bench.nanochat.gpt):
   - causal attention forward and backward through each SDPA kernel that runs these shapes;
   - the loss: lm_head + soft-capped cross-entropy, forward and backward, compiled as the trainer
     compiles it;
-  - the optimizers' step (Muon over the block matrices, fused AdamW over embedding and lm_head).
-A micro-step's parts add to the time a perfect fusion of everything else would take; the gap to the
-trainer's measured step is the elementwise work (norms, rotary, relu^2, residuals) and overheads.
-Times are medians of CUDA-event timings after warm-up.
+  - the optimizers' step (Muon over the block matrices, fused AdamW over embedding and lm_head);
+  - each elementwise piece of a block (norm, rotary + QK norm, relu^2, residual add), forward and
+    backward, compiled alone, beside its memory floor: the bytes it must move at least (each input read
+    once, each output written once) over the GPU's measured copy bandwidth. The same for the loss's
+    elementwise part (lm_head + loss less the lm_head matmul).
+A micro-step's matmuls, attention and loss add to the time a perfect fusion of everything else would
+take; the elementwise rows say how far a faster kernel for each piece could go without fusing it into a
+matmul. Times are medians of CUDA-event timings after warm-up; the elementwise pieces', the profiler's sum
+of their kernels' time (a piece this small, timed between events, would count the host's launch gaps too).
 """
 
 import argparse
@@ -26,7 +31,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
-from bench.nanochat.gpt import GPTConfig, build_model, softcap_logits  # noqa: E402
+from bench.nanochat.gpt import GPTConfig, apply_rotary_emb, build_model, norm, softcap_logits  # noqa: E402
 
 
 def cuda_ms(fn, warmup: int = 3, reps: int = 10) -> float:
@@ -87,6 +92,86 @@ def loss_ms(rows: int, dim: int, vocab: int, fn) -> float:
     return cuda_ms(fwd_bwd)
 
 
+def copy_gb_s() -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second, in GB/s) over 1 GiB."""
+    x = torch.empty(2 ** 29, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    return 2 * x.numel() * x.element_size() / cuda_ms(lambda: y.copy_(x)) / 1e6
+
+
+def kernel_ms(fn, warmup: int = 3, reps: int = 10) -> float:
+    """GPU kernel time of fn() per call, summed by the profiler. Pieces this small, timed between CUDA
+    events, would also count the host's launch gaps, which the trainer's queue of work hides."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    kernels_us = sum(e.self_device_time_total for e in prof.key_averages()
+                     if e.device_type == torch.autograd.DeviceType.CUDA)
+    if kernels_us <= 0:
+        raise RuntimeError("the profiler recorded no kernel time")
+    return kernels_us / 1e3 / reps
+
+
+def compiled_fwd_bwd_ms(fn, *shapes) -> float:
+    """Kernel time of fn over random bf16 inputs of these shapes, compiled as the trainer compiles,
+    forward and backward."""
+    inputs = [torch.randn(s, device="cuda", dtype=torch.bfloat16, requires_grad=True) for s in shapes]
+    compiled = torch.compile(fn, dynamic=False)
+    outs = compiled(*inputs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    grads = [torch.randn_like(o) for o in outs]
+
+    def fwd_bwd():
+        out = compiled(*inputs)
+        torch.autograd.backward(out if isinstance(out, tuple) else (out,), grads)
+    return kernel_ms(fwd_bwd)
+
+
+def elementwise_parts(cfg: GPTConfig, batch: int, seq: int) -> list[tuple[str, int, float, int]]:
+    """(piece, times per layer, compiled ms, least bytes moved) for each elementwise piece of a block.
+    Least bytes, forward + backward: a unary piece reads x and writes y, then reads dy and x and writes
+    dx (5 tensors); the residual add reads two and writes one, and its backward passes dy through."""
+    rows, d, heads = batch * seq, cfg.n_embd, cfg.n_head
+    head_dim = d // heads
+    cos = torch.rand(1, seq, 1, head_dim // 2, device="cuda", dtype=torch.bfloat16)
+    sin = torch.rand_like(cos)
+
+    def rotary_qk_norm(q, k):
+        return norm(apply_rotary_emb(q, cos, sin)), norm(apply_rotary_emb(k, cos, sin))
+    bf16 = 2
+    qk = (batch, seq, heads, head_dim)
+    return [
+        ("norm", 2, compiled_fwd_bwd_ms(norm, (rows, d)), 5 * rows * d * bf16),
+        ("rotary + QK norm (q and k)", 1, compiled_fwd_bwd_ms(rotary_qk_norm, qk, qk), 2 * 5 * rows * d * bf16),
+        ("relu^2", 1, compiled_fwd_bwd_ms(lambda h: F.relu(h).square(), (rows, 4 * d)), 5 * rows * 4 * d * bf16),
+        ("residual add", 2, compiled_fwd_bwd_ms(torch.add, (rows, d), (rows, d)), 3 * rows * d * bf16),
+    ]
+
+
+def print_elementwise(cfg: GPTConfig, batch: int, seq: int, loss_only_ms: float) -> float:
+    """The elementwise table; returns the ms per micro-step that pieces at their floor would save."""
+    gb_s = copy_gb_s()
+    rows = batch * seq
+    print(f"\ncopy bandwidth {gb_s:,.0f} GB/s (read + written)")
+    print(f"{'elementwise piece (fwd + bwd)':<32}{'times':>6}{'kern ms':>9}{'floor ms':>10}{'x floor':>9}"
+          f"{'ms per micro-step':>19}{'at floor':>10}")
+    pieces = [(name, per_layer * cfg.n_layer, ms, moved / gb_s / 1e6)
+              for name, per_layer, ms, moved in elementwise_parts(cfg, batch, seq)]
+    # the loss's elementwise part reads the bf16 logits, then reads them again and writes their gradient
+    pieces.append(("loss (softcap + cross-entropy)", 1, loss_only_ms, 3 * rows * cfg.vocab_size * 2 / gb_s / 1e6))
+    total = at_floor = 0.0
+    for name, times, ms, floor in pieces:
+        print(f"{name:<32}{times:>6}{ms:>9.3f}{floor:>10.3f}{ms / floor:>8.1f}x"
+              f"{ms * times:>19.2f}{floor * times:>10.2f}")
+        total, at_floor = total + ms * times, at_floor + floor * times
+    print(f"{'all elementwise pieces':<56}{'':>9}{total:>19.2f}{at_floor:>10.2f}")
+    return total - at_floor
+
+
 def optimizer_ms(depth: int, vocab: int) -> dict[str, float]:
     """The single-GPU optimizers' step over the model's own parameters, with random gradients."""
     model = build_model(GPTConfig.from_depth(depth, vocab), "cuda")
@@ -141,6 +226,13 @@ def main() -> int:
           f"= {rows / floor * 1e3:,.0f} tok/s before optimizer and elementwise work")
     if args.step_ms:
         print(f"measured micro-step {args.step_ms:.1f} ms: {args.step_ms - floor:.1f} ms above the floor")
+    loss_only = parts["lm_head + loss, plain"] - parts["lm_head matmul"]
+    saved = print_elementwise(cfg, args.device_batch_size, args.max_seq_len, loss_only)
+    print(f"every elementwise piece at its memory floor would save {saved:.1f} ms per micro-step")
+    if args.step_ms:
+        faster = args.step_ms - saved
+        print(f"measured micro-step {args.step_ms:.1f} ms -> {faster:.1f} ms = {rows / faster * 1e3:,.0f} tok/s "
+              f"(micro-steps only; the optimizer step comes on top)")
     return 0
 
 

@@ -34,6 +34,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from bench.nanochat.gpt import GPTConfig, apply_rotary_emb, build_model, norm, softcap_logits  # noqa: E402
 
 
+BF16_BYTES = 2
+
+
 def cuda_ms(fn, warmup: int = 3, reps: int = 10) -> float:
     """Median milliseconds of fn() between CUDA events."""
     for _ in range(warmup):
@@ -121,14 +124,12 @@ def compiled_fwd_bwd_ms(fn, *shapes) -> float:
     forward and backward."""
     inputs = [torch.randn(s, device="cuda", dtype=torch.bfloat16, requires_grad=True) for s in shapes]
     compiled = torch.compile(fn, dynamic=False)
-    outs = compiled(*inputs)
-    outs = outs if isinstance(outs, tuple) else (outs,)
-    grads = [torch.randn_like(o) for o in outs]
 
-    def fwd_bwd():
+    def forward() -> tuple:
         out = compiled(*inputs)
-        torch.autograd.backward(out if isinstance(out, tuple) else (out,), grads)
-    return kernel_ms(fwd_bwd)
+        return out if isinstance(out, tuple) else (out,)
+    grads = [torch.randn_like(o) for o in forward()]
+    return kernel_ms(lambda: torch.autograd.backward(forward(), grads))
 
 
 def elementwise_parts(cfg: GPTConfig, batch: int, seq: int) -> list[tuple[str, int, float, int]]:
@@ -142,13 +143,12 @@ def elementwise_parts(cfg: GPTConfig, batch: int, seq: int) -> list[tuple[str, i
 
     def rotary_qk_norm(q, k):
         return norm(apply_rotary_emb(q, cos, sin)), norm(apply_rotary_emb(k, cos, sin))
-    bf16 = 2
     qk = (batch, seq, heads, head_dim)
     return [
-        ("norm", 2, compiled_fwd_bwd_ms(norm, (rows, d)), 5 * rows * d * bf16),
-        ("rotary + QK norm (q and k)", 1, compiled_fwd_bwd_ms(rotary_qk_norm, qk, qk), 2 * 5 * rows * d * bf16),
-        ("relu^2", 1, compiled_fwd_bwd_ms(lambda h: F.relu(h).square(), (rows, 4 * d)), 5 * rows * 4 * d * bf16),
-        ("residual add", 2, compiled_fwd_bwd_ms(torch.add, (rows, d), (rows, d)), 3 * rows * d * bf16),
+        ("norm", 2, compiled_fwd_bwd_ms(norm, (rows, d)), 5 * rows * d * BF16_BYTES),
+        ("rotary + QK norm (q and k)", 1, compiled_fwd_bwd_ms(rotary_qk_norm, qk, qk), 2 * 5 * rows * d * BF16_BYTES),
+        ("relu^2", 1, compiled_fwd_bwd_ms(lambda h: F.relu(h).square(), (rows, 4 * d)), 5 * rows * 4 * d * BF16_BYTES),
+        ("residual add", 2, compiled_fwd_bwd_ms(torch.add, (rows, d), (rows, d)), 3 * rows * d * BF16_BYTES),
     ]
 
 
@@ -159,12 +159,13 @@ def print_elementwise(cfg: GPTConfig, batch: int, seq: int, loss_only_ms: float)
     print(f"\ncopy bandwidth {gb_s:,.0f} GB/s (read + written)")
     print(f"{'elementwise piece (fwd + bwd)':<32}{'times':>6}{'kern ms':>9}{'floor ms':>10}{'x floor':>9}"
           f"{'ms per micro-step':>19}{'at floor':>10}")
-    pieces = [(name, per_layer * cfg.n_layer, ms, moved / gb_s / 1e6)
+    pieces = [(name, per_layer * cfg.n_layer, ms, moved)
               for name, per_layer, ms, moved in elementwise_parts(cfg, batch, seq)]
     # the loss's elementwise part reads the bf16 logits, then reads them again and writes their gradient
-    pieces.append(("loss (softcap + cross-entropy)", 1, loss_only_ms, 3 * rows * cfg.vocab_size * 2 / gb_s / 1e6))
+    pieces.append(("loss (softcap + cross-entropy)", 1, loss_only_ms, 3 * rows * cfg.vocab_size * BF16_BYTES))
     total = at_floor = 0.0
-    for name, times, ms, floor in pieces:
+    for name, times, ms, moved in pieces:
+        floor = moved / gb_s / 1e6
         print(f"{name:<32}{times:>6}{ms:>9.3f}{floor:>10.3f}{ms / floor:>8.1f}x"
               f"{ms * times:>19.2f}{floor * times:>10.2f}")
         total, at_floor = total + ms * times, at_floor + floor * times

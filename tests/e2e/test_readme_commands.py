@@ -91,6 +91,7 @@ NOT_HERE = {
     "python benchmarks/bench_loader.py": "a benchmark of the tools: it prints figures, run by hand",
     "python benchmarks/bench_collect.py": "a benchmark of the tools (10,000 run directories), run by hand",
     "python benchmarks/compare_decode.py --depth 20": "a checkout of upstream nanochat (never vendored) and a GPU",
+    "python benchmarks/decode_steps.py --depth 20": "a checkout of upstream nanochat (never vendored) and a GPU",
 }
 
 # Commands whose documented exit status here is not 0: the reference files hold GPU figures, which no CPU run

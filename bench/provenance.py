@@ -38,14 +38,17 @@ def git_revision(build: dict | None = None) -> str | None:
     """The project's git revision (with -dirty when modified) if this is a checkout, else the one baked
     into the image at build time."""
     repo = Path(__file__).resolve().parent.parent
+    described = _output(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=12"], timeout=5)
+    return described or (build or {}).get("git_revision") or None
+
+
+def _output(cmd: list[str], timeout: float) -> str | None:
+    """A command's stripped output when it succeeds and says something, else None."""
     try:
-        out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=12"],
-                             capture_output=True, text=True, timeout=5)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.SubprocessError):
-        pass
-    return (build or {}).get("git_revision") or None
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def software() -> dict:
@@ -64,19 +67,11 @@ def software() -> dict:
             info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
         except Exception:  # noqa: BLE001 - builds without NCCL
             pass
-        info["driver"] = _nvidia_driver()
+        driver = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout=10)
+        info["driver"] = driver.splitlines()[0] if driver else None
         cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
         info["cudnn"] = str(cudnn) if cudnn else None
     return info
-
-
-def _nvidia_driver() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def network_env(environ=os.environ) -> dict:

@@ -111,17 +111,12 @@ def _holder_stopped(fd: int) -> bool:
     for line in lines:
         parts = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 00:2a:1234 0 EOF"; a waiter has "->" after "1:"
         if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == ident and parts[4].isdigit():
-            return _stopped(int(parts[4]))
+            try:
+                with open(f"/proc/{parts[4]}/stat") as f:
+                    return f.read().rpartition(")")[2].split()[0] in ("T", "t")
+            except (OSError, IndexError):
+                return False
     return False
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state in ("T", "t")
 
 
 def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:

@@ -32,17 +32,6 @@ ENV_FORCE_FLASH_SDPA = "NANOCHAT_FORCE_FLASH_SDPA"
 ENV_RUN_DIR = "NANOCHAT_BENCH_RUN_DIR"
 ENV_T0 = "NANOCHAT_BENCH_T0"
 
-# run.json's `slurm` section from the job's environment: the one map of Slurm facts to SLURM_* names.
-SLURM_VARS = {
-    "job_id": "SLURM_JOB_ID",
-    "job_name": "SLURM_JOB_NAME",
-    "nodelist": "SLURM_JOB_NODELIST",
-    "num_nodes": "SLURM_JOB_NUM_NODES",
-    "partition": "SLURM_JOB_PARTITION",
-    "account": "SLURM_JOB_ACCOUNT",
-    "cluster": "SLURM_CLUSTER_NAME",
-}
-
 
 @dataclasses.dataclass
 class Image:
@@ -62,6 +51,10 @@ class Slurm:
     partition: Optional[str] = field(None, "SLURM_JOB_PARTITION")
     account: Optional[str] = field(None, "SLURM_JOB_ACCOUNT")
     cluster: Optional[str] = field(None, "SLURM_CLUSTER_NAME")
+
+
+# run.json's `slurm` section from the job's environment: each field's doc is its SLURM_* variable.
+SLURM_VARS = {f.name: f.metadata["doc"] for f in dataclasses.fields(Slurm)}
 
 
 @dataclasses.dataclass

@@ -11,8 +11,6 @@ started in a session of its own so that nothing it does can take the sweep down:
 - a probe that runs past its time limit is killed and recorded as `timeout`: a hang is a result.
 The outcome and the probe's facts go into run.json under `capacity`. A probe whose run directory
 already holds an outcome for the same settings is read back instead of run again (resumable sweeps).
-
-Backend: a strategy (bench/nanochat/parallel.py) runs the PyTorch trainer.
 """
 
 import math
@@ -27,7 +25,6 @@ import time
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from bench.capacity import capped, lifetime
 from bench.launch.local import prepare_local
@@ -93,11 +90,12 @@ class ProbeResult:
         return {"probe": asdict(self.spec), **d, **self.extra}
 
 
-# ------------------------------------------------------------------------------------------------
-# backends
-
-
 def pytorch_backend(spec: ProbeSpec, run_dir: Path, data: dict) -> tuple[list[str], dict]:
+    """The trainer's command and environment for a probe (a strategy it does not know is a ConfigError
+    listing its own)."""
+    from bench.nanochat.parallel import Strategy
+
+    Strategy.parse(spec.strategy)
     env = dict(os.environ, **{ENV_BASE_DIR: str(data["base_dir"])})
     env["TORCHDYNAMO_DISABLE"] = "1"  # no torch.compile: minutes per new shape, more than a probe's steps
     module = "bench.nanochat.train"
@@ -118,14 +116,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def backend_for(strategy: str) -> Callable:
-    """The launcher of a strategy: the trainer (a strategy it does not know is a ConfigError listing its own)."""
-    from bench.nanochat.parallel import Strategy
-
-    Strategy.parse(strategy)
-    return pytorch_backend
 
 
 # ------------------------------------------------------------------------------------------------
@@ -246,7 +236,7 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
     `deadline_cut`: the timeout is the sweep's remaining time, not the probe's own limit, so running out
     of it is `budget`, not a hang."""
     shutil.rmtree(run_dir, ignore_errors=True)  # no stale events from an unfinished earlier attempt
-    cmd, env = backend_for(spec.strategy)(spec, run_dir, data)
+    cmd, env = pytorch_backend(spec, run_dir, data)
     t0 = time.time()
     base_avail = host_memory()[1]
     host_peak, vm_peak, stopped = 0, 0, None

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.capacity import data as capdata, lifetime
 from bench.capacity.cpuhost import check_cpu_host
-from bench.capacity.probe import ProbeResult, ProbeSpec, backend_for, host_memory, read_probe, run_probe
+from bench.capacity.probe import ProbeResult, ProbeSpec, host_memory, read_probe, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError
 from bench.nanochat import memory
@@ -67,8 +67,10 @@ class SweepConfig:
                             ("--max-batch", self.max_batch), ("--time-per-point", self.time_per_point)):
             if value <= 0:
                 raise ConfigError(f"{name}={value}: must be positive")
+        from bench.nanochat.parallel import Strategy  # imports torch: not at the module's import
+
         for s in self.strategies:
-            backend_for(s)  # an unknown strategy fails now, naming the valid ones
+            Strategy.parse(s)  # an unknown strategy fails now, naming the valid ones
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bench.capacity import probe
-from bench.capacity.probe import ProbeSpec, backend_for, bytes_asked, classify, read_probe
+from bench.capacity.probe import ProbeSpec, bytes_asked, classify, read_probe
 from bench.errors import ConfigError
 from bench.contract import update_run_json
 
@@ -73,10 +73,14 @@ def test_read_back_only_for_the_same_settings(tmp_path):
     assert read_probe(ProbeSpec("fsdp", 4, steps=4, device_type="cpu"), tmp_path) is None
 
 
-def test_backends():
-    assert backend_for("fsdp+ac+offload") is probe.pytorch_backend
+def test_an_unknown_strategy_is_refused_naming_the_valid_ones(tmp_path):
+    from bench.capacity.sweep import SweepConfig
+
+    SweepConfig(tmp_path, ["fsdp+ac+offload"])
     with pytest.raises(ConfigError, match="valid"):
-        backend_for("zero3")
+        SweepConfig(tmp_path, ["zero3"])
+    with pytest.raises(ConfigError, match="valid"):
+        probe.pytorch_backend(ProbeSpec("zero3", 4), tmp_path, {})
 
 
 def test_a_bad_max_batch_names_the_flag_as_typed(tmp_path):

@@ -22,12 +22,12 @@ trainer writes the result into run.json, the analysis computes the same from the
 
 from typing import Dict, Optional
 
-MILESTONES = ("launch", "image_ready", "runtime_start", "start", "imports_done", "dist_init", "preflight", "model_ready",
-              "data_ready", "first_step", "steady", "end", "finished")
-LABELS = {"image_ready": "image on the nodes", "runtime_start": "runtime start-up", "start": "torchrun and spawn", "imports_done": "Python imports",
-          "dist_init": "process group", "preflight": "pre-flight", "model_ready": "model build",
-          "data_ready": "data loaders", "first_step": "first step (compile)", "steady": "warm-up steps",
-          "end": "steady training", "finished": "teardown"}
+MILESTONES = ("launch", "image_ready", "runtime_start", "start", "imports_done", "dist_init", "preflight",
+              "model_ready", "data_ready", "first_step", "steady", "end", "finished")
+LABELS = {"image_ready": "image on the nodes", "runtime_start": "runtime start-up", "start": "torchrun and spawn",
+          "imports_done": "Python imports", "dist_init": "process group", "preflight": "pre-flight",
+          "model_ready": "model build", "data_ready": "data loaders", "first_step": "first step (compile)",
+          "steady": "warm-up steps", "end": "steady training", "finished": "teardown"}
 
 
 def phases(times: Dict[str, Optional[float]]) -> Dict[str, float]:

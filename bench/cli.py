@@ -31,13 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of expected errors too")
     subparsers = parser.add_subparsers(dest="command", metavar="<command>", required=True)
     for group in COMMAND_GROUPS:
-        try:
-            module = importlib.import_module(f"bench.commands.{group}")
-        except ModuleNotFoundError as e:
-            if e.name == f"bench.commands.{group}":
-                continue  # a group not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"bench.commands.{group}").register(subparsers)
     describe_commands(parser)
     return parser
 

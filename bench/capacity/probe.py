@@ -334,7 +334,7 @@ def _killed_by_sigkill(run_dir: Path) -> bool:
 
 def read_probe(spec: ProbeSpec, run_dir: Path) -> ProbeResult | None:
     """A finished probe of the same settings, read back from its run directory; None if it must run."""
-    cap = read_run_json(run_dir).get("capacity") if (run_dir / "run.json").exists() else None
+    cap = read_run_json(run_dir).get("capacity")
     if not cap or cap.get("probe") != asdict(spec) or cap.get("outcome") not in OUTCOMES:
         return None
     fields = {k: cap.get(k) for k in ProbeResult.__dataclass_fields__ if k not in _NOT_RECORDED}

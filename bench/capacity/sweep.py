@@ -240,25 +240,16 @@ class Sweep:
             state["stopped"] = {"shape": broken.spec.name, "num_params": broken.num_params,
                                 "outcome": broken.outcome, "message": broken.message}
         try:
-            self._bisect(strategy, search, state)
-        finally:  # an interrupted search still says what its finished probes found
-            self._settle(search, state)
-
-    def _bisect(self, strategy: str, search: CapacitySearch, state: dict) -> None:
-        while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
-            r = self.probe(strategy, shape, 1)
-            if r.outcome not in ("ok", "oom"):
-                state["stopped"] = {"shape": shape.name, "num_params": shape.num_params, "outcome": r.outcome,
-                                    "message": r.message}
-                break
-            search.record(shape, r.fits)
-
-    @staticmethod
-    def _settle(search: CapacitySearch, state: dict) -> None:
-        state["capacity"] = _shape_dict(search.capacity)
-        state["first_failure"] = _shape_dict(search.first_failure)
-        state["probes"] = search.probes
-        state["complete"] = state["stopped"] is None and search.next() is None  # the border was found
+            while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
+                r = self.probe(strategy, shape, 1)
+                if r.outcome in ("ok", "oom"):
+                    search.record(shape, r.fits)
+                else:
+                    state["stopped"] = {"shape": shape.name, "num_params": shape.num_params, "outcome": r.outcome,
+                                        "message": r.message}
+        finally:  # an interrupted search still says what its finished probes found (complete: the border)
+            state.update(capacity=_shape_dict(search.capacity), first_failure=_shape_dict(search.first_failure),
+                         probes=search.probes, complete=state["stopped"] is None and search.next() is None)
 
     def _batches(self, strategy: str) -> None:
         c = self.cfg

@@ -17,21 +17,23 @@ NCCL_DEBUG_FILE into the run directory), the analysis reads the result from run.
 import re
 from typing import Dict, Iterable, List, Optional
 
-_VERSION = re.compile(r"NCCL version (\S+)")
-_NETWORK = re.compile(r"Using network (.+?)\s*$")
-_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([^\s,]+)")
-_PLUGIN = re.compile(r"NET/Plugin\s*:?\s*(.+?)\s*$")
+# fact -> the pattern of the line that gives it (the first such line wins)
+_FACTS = {
+    "nccl_version": re.compile(r"NCCL version (\S+)"),
+    "net": re.compile(r"Using network (.+?)\s*$"),
+    "net_provider": re.compile(r"NET/OFI Selected [Pp]rovider is ([^\s,]+)"),
+    "net_plugin": re.compile(r"NET/Plugin\s*:?\s*(.+?)\s*$"),
+    "channels": re.compile(r"(\d+) coll channels"),
+    "ofi_plugin_version": re.compile(r"NET/OFI Initializing aws-ofi-nccl (\S+)"),  # the plugin's own banner
+    "libfabric_version": re.compile(r"NET/OFI Using Libfabric version (\S+)"),
+}
 _VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS)(/[^\s]*)?")
-_CHANNELS = re.compile(r"(\d+) coll channels")
-_OFI_VERSION = re.compile(r"NET/OFI Initializing aws-ofi-nccl (\S+)")  # the plugin's own banner
-_LIBFABRIC = re.compile(r"NET/OFI Using Libfabric version (\S+)")
 EVIDENCE_KEEP = 8  # lines kept as evidence in run.json
 
 
 def parse(lines: Iterable[str]) -> Dict[str, object]:
     """The network facts of one rank's NCCL INFO lines (absent facts are None; `evidence` quotes them)."""
-    facts: Dict[str, object] = {"nccl_version": None, "net": None, "net_provider": None, "net_plugin": None,
-                                "channels": None, "ofi_plugin_version": None, "libfabric_version": None}
+    facts: Dict[str, object] = dict.fromkeys(_FACTS)
     transports: Dict[str, int] = {}
     evidence: List[str] = []
 
@@ -43,9 +45,7 @@ def parse(lines: Iterable[str]) -> Dict[str, object]:
         if "NCCL" not in raw:
             continue
         line = raw.strip()
-        for key, pattern in (("nccl_version", _VERSION), ("net", _NETWORK), ("net_provider", _PROVIDER),
-                             ("net_plugin", _PLUGIN), ("channels", _CHANNELS),
-                             ("ofi_plugin_version", _OFI_VERSION), ("libfabric_version", _LIBFABRIC)):
+        for key, pattern in _FACTS.items():
             m = pattern.search(line)
             if m and facts[key] is None:
                 facts[key] = int(m.group(1)) if key == "channels" else m.group(1)

@@ -16,28 +16,29 @@ from .outcome import Status
 from .record import METRICS_JSONL
 from .validate import Reading, SchemaError, fields_of, values
 
+
 @dataclasses.dataclass
-class RuntimeStartEvent:
+class Event:
+    """What every event has; a subclass that adds no field marks a moment of the run (and needs no decorator)."""
+
+    t: float  # epoch seconds
+
+
+class RuntimeStartEvent(Event):
     NAME = "runtime_start"  # the first process inside the runtime began (torchrun's agent, from /proc)
-    t: float
 
 
-@dataclasses.dataclass
-class StartEvent:
+class StartEvent(Event):
     NAME = "start"  # the trainer process began (inside the runtime): minus launch.t0 = start-up overhead
-    t: float
 
 
-@dataclasses.dataclass
-class ImportsDoneEvent:
+class ImportsDoneEvent(Event):
     NAME = "imports_done"  # the trainer's Python imports (torch among them) are done
-    t: float
 
 
 @dataclasses.dataclass
-class DistInitEvent:
+class DistInitEvent(Event):
     NAME = "dist_init"
-    t: float
     world_size: int
     backend: Optional[str]
     ncpu: Optional[int] = None  # StarPU's CPU and CUDA workers (nntile)
@@ -45,45 +46,37 @@ class DistInitEvent:
 
 
 @dataclasses.dataclass
-class ModelReadyEvent:
+class ModelReadyEvent(Event):
     NAME = "model_ready"
-    t: float
     num_params: int
     flops_per_token: float
 
 
 @dataclasses.dataclass
-class PreflightEvent:
+class PreflightEvent(Event):
     NAME = "preflight"  # the communication pre-flight ended (bench/nanochat/preflight.py)
-    t: float
     world_size: int
     busbw_gbps: Dict[str, float]
     bytes: int
 
 
-@dataclasses.dataclass
-class DataReadyEvent:
+class DataReadyEvent(Event):
     NAME = "data_ready"  # loaders built and the first batch in hand
-    t: float
 
 
 @dataclasses.dataclass
-class SteadyEvent:
+class SteadyEvent(Event):
     NAME = "steady"  # the last warm-up step (bench.metrics.WARMUP_STEPS) ended: steady state from here
-    t: float
     step: int
 
 
-@dataclasses.dataclass
-class FirstStepEvent:
+class FirstStepEvent(Event):
     NAME = "first_step"
-    t: float
 
 
 @dataclasses.dataclass
-class StepEvent:
+class StepEvent(Event):
     NAME = "step"
-    t: float
     step: int
     loss: float
     lrm: float
@@ -104,17 +97,15 @@ class StepEvent:
 
 
 @dataclasses.dataclass
-class ValEvent:
+class ValEvent(Event):
     NAME = "val"
-    t: float
     step: int
     val_bpb: float
 
 
 @dataclasses.dataclass
-class ScoreEvent:
+class ScoreEvent(Event):
     NAME = "score"  # an evaluation's figure: a task's accuracy, a split's bpb, CORE, ChatCORE
-    t: float
     name: str
     value: float
     centered: Optional[float] = None  # (accuracy - random baseline) / (1 - baseline), where the task has one
@@ -126,9 +117,8 @@ class ScoreEvent:
 
 
 @dataclasses.dataclass
-class EndEvent:
+class EndEvent(Event):
     NAME = "end"
-    t: float
     peak_mem_mib: float
     total_training_time_s: float
     min_val_bpb: Optional[float]
@@ -136,9 +126,8 @@ class EndEvent:
 
 
 @dataclasses.dataclass
-class ErrorEvent:
+class ErrorEvent(Event):
     NAME = "error"
-    t: float
     kind: Status
     message: str
     rank: Optional[int] = None

@@ -49,15 +49,12 @@ def atomic_target(path: "str | os.PathLike") -> Iterator[str]:
         raise
 
 
-def write_text_atomic(path: "str | os.PathLike", text: str, mode: Optional[int] = None) -> None:
+def write_text_atomic(path: "str | os.PathLike", text: str) -> None:
     """Write text so that a reader sees the old file or the new one, never half of one."""
-    with atomic_target(path) as tmp:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+    with atomic_target(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_json_atomic(path: "str | os.PathLike", data: Dict[str, Any]) -> None:

@@ -46,13 +46,6 @@ class DistInitEvent(Event):
 
 
 @dataclasses.dataclass
-class ModelReadyEvent(Event):
-    NAME = "model_ready"
-    num_params: int
-    flops_per_token: float
-
-
-@dataclasses.dataclass
 class PreflightEvent(Event):
     NAME = "preflight"  # the communication pre-flight ended (bench/nanochat/preflight.py)
     world_size: int
@@ -60,18 +53,25 @@ class PreflightEvent(Event):
     bytes: int
 
 
+@dataclasses.dataclass
+class ModelReadyEvent(Event):
+    NAME = "model_ready"
+    num_params: int
+    flops_per_token: float
+
+
 class DataReadyEvent(Event):
     NAME = "data_ready"  # loaders built and the first batch in hand
+
+
+class FirstStepEvent(Event):
+    NAME = "first_step"
 
 
 @dataclasses.dataclass
 class SteadyEvent(Event):
     NAME = "steady"  # the last warm-up step (bench.metrics.WARMUP_STEPS) ended: steady state from here
     step: int
-
-
-class FirstStepEvent(Event):
-    NAME = "first_step"
 
 
 @dataclasses.dataclass
@@ -133,10 +133,7 @@ class ErrorEvent(Event):
     rank: Optional[int] = None
 
 
-EVENT_TYPES = {cls.NAME: cls for cls in (RuntimeStartEvent, StartEvent, ImportsDoneEvent, DistInitEvent,
-                                         PreflightEvent, ModelReadyEvent, DataReadyEvent, FirstStepEvent,
-                                         SteadyEvent, StepEvent, ValEvent, ScoreEvent, EndEvent,
-                                         ErrorEvent)}
+EVENT_TYPES = {cls.NAME: cls for cls in Event.__subclasses__()}  # in this file's order: a run's
 # The fields an event of each type must carry besides `event` and `t`.
 EVENTS: Dict[str, Tuple[str, ...]] = {
     name: tuple(f.name for f in dataclasses.fields(cls) if f.name != "t" and f.default is dataclasses.MISSING)

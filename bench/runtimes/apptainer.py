@@ -25,6 +25,7 @@ class Apptainer(Runtime):
     name = "apptainer"
     default_image = "${SCRATCH}/images/nanochat-bench.sif"  # containers/apptainer-build.sh
     program = "apptainer"
+    version = (program, "--version")
     mount_forbidden = ":,"  # --bind takes comma-separated SRC:DST lists
 
     def check_image(self, image, must_exist):
@@ -61,6 +62,3 @@ class Apptainer(Runtime):
         lines = [f"{name}={shlex.quote(value)}" for name, value in sorted(spec.env.items())]
         write_text_atomic(self.env_file(spec), "\n".join(lines) + "\n")
         return [self.env_file(spec)]
-
-    def version_command(self):
-        return [self.program, "--version"]

@@ -42,11 +42,10 @@ Token = Union[str, Var]
 def quote_token(token: Token) -> str:
     """One token as shell text: literal strings quoted by shlex, a Var as `prefix"${name}"`, an OptVar as
     `${name:+prefix"${name}"}` (nothing when empty)."""
-    if isinstance(token, OptVar):
-        return f'${{{token.name}:+{shlex.quote(token.prefix) if token.prefix else ""}"${{{token.name}}}"}}'
-    if isinstance(token, Var):
-        return (shlex.quote(token.prefix) if token.prefix else "") + f'"${{{token.name}}}"'
-    return shlex.quote(token)
+    if not isinstance(token, Var):
+        return shlex.quote(token)
+    word = (shlex.quote(token.prefix) if token.prefix else "") + f'"${{{token.name}}}"'
+    return f"${{{token.name}:+{word}}}" if isinstance(token, OptVar) else word
 
 
 def shell_join(tokens: Sequence[Token]) -> str:
@@ -140,6 +139,7 @@ class Runtime(ABC):
     mount_forbidden: ClassVar[str] = ":"  # characters a mount path may not hold for this runtime
     ofi_hook: ClassVar[bool] = False  # whether --ofi-hook means anything here (CE's hooks)
     tty_flags: ClassVar[tuple[str, ...]] = ()  # what the wrapper needs for an interactive shell (after its subcommand)
+    version: ClassVar[tuple[str, ...] | None] = None  # prints the runtime's version, recorded with each run
 
     # -- inputs ----------------------------------------------------------------------------------
     def resolve_image(self, image: str | None, *, must_exist: bool = True) -> str | None:
@@ -212,13 +212,11 @@ class Runtime(ABC):
     def shell_wrap(self, spec: LaunchSpec) -> list[Token]:
         """wrap() for an interactive command (a shell): the runtime's tty flags after its subcommand."""
         wrapped = self.wrap(spec)
-        if not self.tty_flags:
-            return wrapped
         return [*wrapped[:2], *self.tty_flags, *wrapped[2:]]
 
     def version_command(self) -> list[str] | None:
         """A command printing the runtime's version, recorded with each run (None: nothing to ask)."""
-        return None
+        return list(self.version) if self.version else None
 
 
 def unset_variables(text: str) -> list[str]:

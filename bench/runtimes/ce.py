@@ -34,6 +34,7 @@ class ContainerEngine(Runtime):
     default_image = edf.SQSH_IMAGE  # containers/enroot-import.sh
     option = "--environment"
     ofi_hook = True
+    version = ENROOT_VERSION  # CE is pyxis + enroot underneath; no command we know prints CE's own release
 
     def check_image(self, image, must_exist):
         return check_enroot_image(self.name, image, must_exist)
@@ -65,9 +66,6 @@ class ContainerEngine(Runtime):
         path = self.edf_path(spec)
         write_text_atomic(path, self.edf_text(spec))  # a job starting now reads the old file or the new one
         return [path]
-
-    def version_command(self):
-        return list(ENROOT_VERSION)  # CE is pyxis + enroot underneath; no command we know prints CE's own release
 
     def srun_options(self, spec):
         # An absolute path: relative ones would be read from srun's cwd, and bare names from EDF_PATH.

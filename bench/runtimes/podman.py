@@ -24,6 +24,7 @@ class Podman(Runtime):
     name = "podman"
     default_image = "localhost/nanochat-bench:latest"  # containers/build.sh tags nanochat-bench:latest
     program = "podman"
+    version = (program, "--version")
     tty_flags = ("-it",)
 
     def gpu_options(self) -> list[str]:
@@ -50,13 +51,11 @@ class Podman(Runtime):
         return ImageStep(what, PER_NODE, (self.program, spec.image, archive), per_node=True,
                          id_command=(self.program, "image", "inspect", "--format={{.Id}}", spec.image))
 
-    def version_command(self):
-        return [self.program, "--version"]
-
 
 class PodmanHPC(Podman):
     name = "podman-hpc"
     program = "podman-hpc"
+    version = (program, "infohpc")  # it has no --version; infohpc's first line is "Podman-HPC Version: X"
 
     def gpu_options(self):
         return ["--gpu", "--nccl"]  # driver libraries; host libfabric + aws-ofi-nccl plugin
@@ -66,6 +65,3 @@ class PodmanHPC(Podman):
         return ImageStep("a check that each node sees the image in the squash store of podman-hpc", PER_NODE,
                          (self.program, spec.image), per_node=True,
                          id_command=(self.program, "images", "--no-trunc", "--format={{.Id}}", spec.image))
-
-    def version_command(self):
-        return [self.program, "infohpc"]  # it has no --version; infohpc's first line is "Podman-HPC Version: X"

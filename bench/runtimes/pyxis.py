@@ -21,6 +21,7 @@ class Pyxis(Runtime):
     name = "pyxis"
     default_image = edf.SQSH_IMAGE  # containers/enroot-import.sh
     mount_forbidden = ":,"
+    version = ENROOT_VERSION
 
     def check_image(self, image, must_exist):
         return check_enroot_image(self.name, image, must_exist)
@@ -47,6 +48,3 @@ class Pyxis(Runtime):
             return None  # a .sqsh file, on the shared filesystem: every node reads it there
         return ImageStep(f"enroot import of {spec.image_source} into {spec.image}, once per sweep", ONCE,
                          ("enroot", spec.image, spec.image_source), per_node=False, digest_file=spec.image)
-
-    def version_command(self):
-        return list(ENROOT_VERSION)

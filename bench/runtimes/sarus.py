@@ -26,6 +26,7 @@ class Sarus(Runtime):
     default_image = "load/library/nanochat-bench:latest"  # the name `sarus load` gives
     mount_forbidden = ":,"  # --mount=type=bind,source=…,destination=…
     tty_flags = ("-t",)
+    version = ("sarus", "--version")
 
     def wrap(self, spec):
         argv = ["sarus", "run", *(t for name, value in sorted(spec.env.items()) for t in ("-e", f"{name}={value}"))]
@@ -49,14 +50,12 @@ class Sarus(Runtime):
         return ("sh", "-c", 'sarus images --digests | awk -v r="$1" -v t="$2" \'$1 == r && $2 == t {print $3; exit}\'',
                 "sh", repository, tag)
 
-    def version_command(self):
-        return ["sarus", "--version"]
-
 
 class SarusSuite(ContainerEngine):
     name = "sarus-suite"
     default_image = "localhost/nanochat-bench:latest"
     option = "--edf"
+    version = ("sarusctl", "--version")  # an assumption: a clap-style --version (not documented in its guide)
 
     def check_image(self, image, must_exist):
         return Runtime.check_image(self, image, must_exist)  # Podman-style references, no .sqsh
@@ -71,6 +70,3 @@ class SarusSuite(ContainerEngine):
 
     def digest_file(self, spec):
         return None
-
-    def version_command(self):
-        return ["sarusctl", "--version"]  # an assumption: a clap-style --version (not documented in its guide)

@@ -26,14 +26,10 @@ class BaseEval(TorchrunStage):
     name = "base_eval"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_eval"
+    parser = "bench.nanochat.base_eval:parse"
     kind = EVALUATION
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
     headers = {"problems_per_sec": "examples/s"}  # CORE's examples, each a forward of its prompts
-
-    def parse(self, argv: list[str]):
-        from bench.nanochat.base_eval import parse
-
-        return parse(argv)
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         per_task = settings.config.max_per_task

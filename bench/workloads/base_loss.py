@@ -29,15 +29,11 @@ class BaseLoss(TorchrunStage):
     name = "base_loss"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_loss"
+    parser = "bench.nanochat.base_loss:parse"
     kind = EVALUATION
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("split_tokens", "split_tokens", "{:,}"),
                     ("steps", "eval_steps", "{}"))
     headers = {"problems_per_sec": "sequences/s", "eval_tok_per_sec": "tok/s (forward)"}  # its scores count rows
-
-    def parse(self, argv: list[str]):
-        from bench.nanochat.base_loss import parse
-
-        return parse(argv)
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         config, ranks = settings.config, point.ranks

@@ -28,14 +28,10 @@ class ChatEval(TorchrunStage):
     name = "chat_eval"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_eval"
+    parser = "bench.nanochat.chat_eval_config:parse"
     kind = EVALUATION
     PLAN_COLUMNS = (("batch", "batch_size", "{}"), ("problems", "max_problems", "{}"))
     headers = {"eval_tok_per_sec": "generated tok/s"}  # the generative tasks' tokens over their seconds
-
-    def parse(self, argv: list[str]):
-        from bench.nanochat.chat_eval_config import parse
-
-        return parse(argv)
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         config = settings.config

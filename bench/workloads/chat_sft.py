@@ -28,6 +28,7 @@ class ChatSFT(TorchrunStage):
     name = "chat_sft"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_sft"
+    parser = "bench.nanochat.sftconfig:parse_sft_args"
     deadline_flag = "--deadline="
     weak_scaled = ("target_examples_per_step", "device batch x ranks")
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
@@ -36,11 +37,6 @@ class ChatSFT(TorchrunStage):
     step_tokens = "supervised"
     headers = {"tok_per_sec": "supervised tok/s", "tok_per_sec_per_gpu": "supervised tok/s/{per}",
                "mfu": "MFU % (all positions)"}
-
-    def parse(self, argv: list[str]):
-        from bench.nanochat.sftconfig import parse_sft_args
-
-        return parse_sft_args(argv)
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.nanochat.sftconfig import sft_grad_accum

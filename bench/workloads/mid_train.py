@@ -26,16 +26,12 @@ class MidTrain(TorchrunStage):
     name = "mid_train"
     run_workload = "nanochat-mid"  # run.json's workload
     module = "bench.nanochat.mid_train"
+    parser = "bench.nanochat.mid_train:parse_args"
     deadline_flag = "--deadline="
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("total_batch", "total_batch_size", "{:,}"), ("batches", "num_iterations", "{}"))
     sweep_defaults = {"num_iterations": SWEEP_NUM_ITERATIONS}
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
-
-    def parse(self, argv: list[str]):
-        from bench.nanochat.mid_train import parse_args
-
-        return parse_args(argv)
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.nanochat.config import grad_accum_steps

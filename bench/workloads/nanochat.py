@@ -76,12 +76,8 @@ class Nanochat(TorchrunStage):
     resume_flag = "--resume_from_step="
     takes_depth = True
     module = "bench.nanochat.train"
+    parser = "bench.nanochat.config:parse_args"
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
-
-    def parse(self, argv: list[str]):
-        from bench.nanochat.config import parse_args
-
-        return parse_args(argv)
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.nanochat.config import grad_accum_steps
@@ -94,12 +90,10 @@ class Nanochat(TorchrunStage):
 
     # -- planning -------------------------------------------------------------------------------------
     def settings(self, train: dict, scaling: str) -> Settings:
-        from bench.nanochat.config import parse_args
-
         self.refuse_weak_scaled(train, scaling)
         train = {"num_iterations": SWEEP_NUM_ITERATIONS, **train}
         # the trainer's own parser refuses bad flags now, before any job exists
-        return Settings(parse_args(argv_of({**TRAIN_FLAGS_ALWAYS, **train})), train=train)
+        return Settings(self.parse(argv_of({**TRAIN_FLAGS_ALWAYS, **train})), train=train)
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         from bench.nanochat.config import scaled_batch, training_horizon
@@ -140,10 +134,9 @@ class Nanochat(TorchrunStage):
 
     def model_of(self, train: dict) -> ModelShape:
         """The model pre-training with these flags trains: what a flow's later stages load, and are estimated by."""
-        from bench.nanochat.config import parse_args
         from bench.nanochat.gpt import GPTConfig
 
-        config = parse_args(argv_of({**TRAIN_FLAGS_ALWAYS, **train}))
+        config = self.parse(argv_of({**TRAIN_FLAGS_ALWAYS, **train}))
         model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, config.max_seq_len, config.aspect_ratio)
         return ModelShape(config.depth, config.max_seq_len, model.flops_per_token())
 

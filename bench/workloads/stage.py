@@ -10,6 +10,7 @@ the plan knows only inside a flow (PointContext.model, from pre-training's flags
 checkpoint's, unknown until a rank reads it, so there is no estimate and the run gets the default limit.
 """
 
+import importlib
 import sys
 from dataclasses import asdict
 
@@ -39,12 +40,14 @@ def argv_of(flags: dict) -> list[str]:
 
 class TorchrunStage(Workload):
     module = ""  # the trainer module every rank runs
+    parser = ""  # "module:function" turning the stage's flags into its settings (imported on first use)
     sweep_defaults: dict = {}  # flags a sweep sets unless told otherwise (e.g. a short horizon)
     weak_scaled: tuple[str, str] = ()  # (flag, what it is) that weak scaling grows with the ranks: not the user's
 
     def parse(self, argv: list[str]):
         """The stage's settings from its flags (a ConfigError naming a bad one)."""
-        raise NotImplementedError
+        module, function = self.parser.split(":")
+        return getattr(importlib.import_module(module), function)(argv)
 
     def check(self, argv: list[str], nproc: int) -> None:
         self.parse(argv)

@@ -148,10 +148,7 @@ def check_mount(mount: str) -> str:
     """A mount must be `SRC:DST[:FLAGS]`; SRC absolute, `./relative` or `${VAR}...`; DST absolute or `${VAR}...`."""
     _check_text("mount", mount)
     parts = mount.split(":")
-    ok = len(parts) in (2, 3) and all(parts[:2])
-    if ok:
-        src, dst = parts[0], parts[1]
-        ok = src.startswith(("/", "./", "$")) and dst.startswith(("/", "$"))
+    ok = len(parts) in (2, 3) and parts[0].startswith(("/", "./", "$")) and parts[1].startswith(("/", "$"))
     if ok and len(parts) == 3:
         ok = all(re.fullmatch(r"[a-z]+", flag) for flag in parts[2].split("+"))
     if not ok:

@@ -35,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from bench import runtimes as registry  # the runtimes' own registry: one list of names
 from bench.errors import ConfigError
 
 NETWORKS = ("slingshot", "infiniband", "ethernet")
@@ -203,7 +204,9 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                           f"({', '.join(partitions) or 'none'})")
     runtimes = {rname: _setup(table, f"{where}: runtimes.{rname}", nested=True)
                 for rname, table in (data.get("runtimes") or {}).items()}
-    _check_runtime_names(runtimes, where)
+    unknown = sorted(set(runtimes) - set(registry.names()))
+    if unknown:
+        raise ConfigError(f"{where}: runtimes.{unknown[0]} is not a runtime; valid: {', '.join(registry.names())}")
     nccl_net = data.get("nccl_net")
     if nccl_net is not None and not isinstance(nccl_net, str):
         raise ConfigError(f"{where}: nccl_net must be a string such as \"AWS Libfabric\", \"IB\" or \"Socket\"")
@@ -265,11 +268,3 @@ def _batch_limits(table: Any, where: str) -> dict[int, int]:
             raise ConfigError(f"{where}: device_batch_limits key {ranks!r} must be a rank count, e.g. \"128\"")
         limits[int(ranks)] = _positive(batch, f"{where}: device_batch_limits.{ranks}")
     return limits
-
-
-def _check_runtime_names(runtimes: Mapping[str, NetworkSetup], where: str) -> None:
-    from bench import runtimes as registry  # the runtimes' own registry: one list of names
-
-    unknown = sorted(set(runtimes) - set(registry.names()))
-    if unknown:
-        raise ConfigError(f"{where}: runtimes.{unknown[0]} is not a runtime; valid: {', '.join(registry.names())}")

@@ -74,12 +74,12 @@ def ofi_nccl_annotations(variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, s
 DEFAULT_ANNOTATIONS: dict[str, str] = ofi_nccl_annotations()
 
 
-def ofi_hook_annotations(hook: str, variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, str]:
-    """A run's hook annotations for `--ofi-hook`: none (CE's own default), enabled with a variant, or off."""
+def ofi_hook_annotations(hook: str) -> dict[str, str]:
+    """A run's hook annotations for `--ofi-hook`: none (CE's own default), enabled (the default variant), or off."""
     if hook == "default":
         return {}
     if hook == "on":
-        return ofi_nccl_annotations(variant)
+        return ofi_nccl_annotations()
     if hook == "off":
         return {OFI_HOOK_ENABLED: "false"}
     raise RuntimeConfigError(f"--ofi-hook {hook!r}: valid values are default, on, off")

@@ -61,10 +61,9 @@ def software_versions(torch, torch_nntile) -> dict:
 
     info = {"nntile": metadata.version("torch-nntile"), "transformers": metadata.version("transformers"),
             "nntile_built_with_cuda": bool(torch_nntile.built_with_cuda())}
+    # torch_nntile*/ covers the package and the wheel's torch_nntile.libs/ (auditwheel's bundled libraries)
     libs = glob.glob(os.path.join(os.path.dirname(torch_nntile.__file__) + "*", "**", "libstarpu-*.so*"),
                      recursive=True)
-    libs += glob.glob(os.path.join(os.path.dirname(os.path.dirname(torch_nntile.__file__)), "torch_nntile.libs",
-                                   "libstarpu-*.so*"))
     for lib in libs:
         try:
             major, minor, release = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int())

@@ -16,6 +16,7 @@ from dataclasses import asdict
 
 from bench.errors import ConfigError
 from bench.workloads.base import PointContext, Settings, Workload
+from bench.workloads.torchrun import torchrun_command
 
 NO_MODEL = "est ?: the model is its checkpoint's (plan it in a --flow for an estimate)"
 
@@ -53,14 +54,10 @@ class TorchrunStage(Workload):
         self.parse(argv)
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
-        from bench.workloads.torchrun import torchrun_command
-
         return list(torchrun_command(python or sys.executable, nproc, argv, module=self.module))
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None) -> tuple:
-        from bench.workloads.torchrun import torchrun_command
-
         return torchrun_command(python, nproc_per_node, argv, nnodes=nodes, numa_binding=numa_binding,
                                 module=self.module)
 

@@ -191,12 +191,9 @@ def train(argv: list[str], record: RunRecord) -> dict:
     record.update(num_iterations=num_iterations, grad_accum=config.num_minibatch)
 
     params = list(model.parameters())
-    if config.optimizer == "fusedadamw":
-        optimizer = AdamW(params, lr=config.lr, eps=config.optimizer_eps, weight_decay=config.weight_decay)
-    elif config.optimizer == "fusedadam":
-        optimizer = Adam(params, lr=config.lr, eps=config.optimizer_eps, weight_decay=config.weight_decay)
-    else:
-        optimizer = SGD(params, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer_class = {"fusedadamw": AdamW, "fusedadam": Adam, "sgd": SGD}[config.optimizer]
+    eps = {} if optimizer_class is SGD else {"eps": config.optimizer_eps}  # SGD takes no eps
+    optimizer = optimizer_class(params, lr=config.lr, weight_decay=config.weight_decay, **eps)
 
     def batch_tensors(b: int):
         window = np.asarray(tokens[b * per_batch:(b + 1) * per_batch], dtype=np.int64)

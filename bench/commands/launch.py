@@ -116,25 +116,23 @@ def train_from_args(args) -> dict:
     return {**{name: getattr(args, name) for name, _ in TRAIN_FLAGS}, **planmod.parse_train_args(args.train_arg)}
 
 
-def sweep_from_args(args, nodes: str | None = None) -> planmod.Sweep:
-    return planmod.Sweep.from_strings(nodes or args.nodes, args.gpus_per_node, args.runtimes,
-                                      repeats=args.repeats, train=train_from_args(args), gpu=args.gpu,
-                                      assume_mfu=args.assume_mfu, assume_decode_tok_s=args.assume_decode_tok_s,
-                                      workload=args.workload, scaling=args.scaling,
-                                      data=data_shape(args), time=args.time, site=site_of(args),
-                                      base_dir=base_dir_of(args))
+def sweep_axes(args, nodes: str | None = None, gpus_per_node: int | None = None, runtimes: str | None = None) -> dict:
+    """The axes and assumptions of a sweep, as bench.launch.plan.Sweep takes them (all but the trainer flags)."""
+    return dict(nodes=planmod.parse_nodes(nodes or args.nodes), gpus_per_node=gpus_per_node or args.gpus_per_node,
+                runtimes=parse_names(runtimes or args.runtimes), repeats=args.repeats, gpu=args.gpu,
+                assume_mfu=args.assume_mfu, assume_decode_tok_s=args.assume_decode_tok_s, workload=args.workload,
+                scaling=args.scaling, data=data_shape(args), time=args.time, site=site_of(args),
+                base_dir=base_dir_of(args))
 
 
-def flow_from_args(args, nodes: str | None = None, gpus_per_node: int | None = None,
-                   runtimes: str | None = None) -> flowmod.FlowSweep:
+def sweep_from_args(args) -> planmod.Sweep:
+    return planmod.Sweep(train=train_from_args(args), **sweep_axes(args))
+
+
+def flow_from_args(args, **axes) -> flowmod.FlowSweep:
     """The --flow sweep: the same axes and trainer flags as a sweep, one planned sweep per stage."""
-    return flowmod.FlowSweep.build(
-        args.flow, args.stages, train_from_args(args), args.stage_arg, nodes=planmod.parse_nodes(nodes or args.nodes),
-        gpus_per_node=gpus_per_node or args.gpus_per_node,
-        runtimes=parse_names(runtimes or args.runtimes), repeats=args.repeats, gpu=args.gpu,
-        assume_mfu=args.assume_mfu, assume_decode_tok_s=args.assume_decode_tok_s, workload=args.workload,
-        scaling=args.scaling, data=data_shape(args),
-        time=args.time, site=site_of(args), base_dir=base_dir_of(args))
+    return flowmod.FlowSweep.build(args.flow, args.stages, train_from_args(args), args.stage_arg,
+                                   **sweep_axes(args, **axes))
 
 
 def tokenizer_args(args) -> tuple[str, ...]:
@@ -192,19 +190,14 @@ def options_from_args(args) -> LaunchOptions:
                          exclusive=args.exclusive, site=site_of(args), allow_network=args.allow_network)
 
 
-def default_out(name: str | None) -> tuple[str, Path]:
-    name = name or time.strftime("sweep-%Y%m%d-%H%M%S")
+def out_dir(args) -> Path:
+    """--out, else runs/<--name> (the name is checked either way)."""
+    name = args.name or time.strftime("sweep-%Y%m%d-%H%M%S")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name in (".", ".."):
         # '.' and '..' pass the character check but would put the sweep in runs/ or in the current directory
         raise ConfigError(f"--name {name!r}: use letters, digits, '.', '_' and '-' only, and not '.' or '..' "
                           "(the sweep goes to runs/<name>)")
-    return name, Path("runs") / name
-
-
-def out_dir(args) -> Path:
-    """--out, else runs/<--name> (the name is checked either way)."""
-    default = default_out(args.name)[1]
-    return Path(args.out) if args.out else default
+    return Path(args.out) if args.out else Path("runs") / name
 
 
 def print_written(job, kind: str) -> None:
@@ -238,7 +231,7 @@ def cmd_submit(args) -> int:
     opts = options_from_args(args)
     sweep_dir = out_dir(args)
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
-    backend = None if args.dry_run else slurm.backend()
+    backend = None if args.dry_run else slurm.SlurmCLI()
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer_args(args))
     else:
@@ -249,7 +242,7 @@ def cmd_submit(args) -> int:
 
 
 def cmd_status(args) -> int:
-    backend = slurm.backend()
+    backend = slurm.SlurmCLI()
     if args.wait:
         rows = status.wait(args.sweep, backend, poll_s=args.poll, timeout_s=args.timeout)
     else:

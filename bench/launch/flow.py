@@ -39,7 +39,7 @@ from bench.errors import ConfigError
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
-                              partition_limit, site_partition, write_job)
+                              site_partition, write_job)
 from bench.pairs import parse_pairs
 
 FLOW_JSON = "flow.json"
@@ -272,7 +272,7 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
     with a note; a job over the partition's time limit is refused (one point's stages share one allocation)."""
     sweep_dir = Path(sweep_dir).absolute()
     sweep_id = sweep_dir.name
-    limit = partition_limit(opts)
+    limit = site_partition(opts.site, opts.partition)
     jobs = []
     for point, stage_points in fs.points():
         bad = next((sp for sp in stage_points if not sp.possible), None)

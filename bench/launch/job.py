@@ -276,7 +276,7 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
                   "nodes": group[0].nodes}
         return make_job(name.format(**fields), job_dir, sweep, group, opts, title.format(**fields))
 
-    limit = partition_limit(opts)
+    limit = site_partition(opts.site, opts.partition)
     if not compare:
         for r in runs:
             check_partition(limit, [r])
@@ -292,11 +292,6 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
             jobs.append(job(part, sweep_dir / "jobs" / f"compare-n{nodes}{suffix}", naming.compare_name + suffix,
                             naming.compare_title))
     return jobs
-
-
-def partition_limit(opts: LaunchOptions):
-    """The limits of the partition the jobs go to: --partition, else the site's default (as site_partition)."""
-    return site_partition(opts.site, opts.partition)
 
 
 def site_partition(site, partition: str | None = None):

@@ -132,33 +132,13 @@ class Point:
     plan: PointPlan = PointPlan()
     time_minutes: int = DEFAULT_RUN_MINUTES
 
-    @property
-    def possible(self) -> bool:
-        return self.plan.possible
-
-    @property
-    def reason(self) -> str:
-        return self.plan.reason  # why the point cannot run
-
-    @property
-    def note(self) -> str:
-        return self.plan.note
-
-    @property
-    def train_argv(self) -> tuple[str, ...]:
-        return self.plan.train_argv
-
-    @property
-    def env(self) -> tuple[tuple[str, str], ...]:
-        return self.plan.env
-
-    @property
-    def val_files_k(self) -> int | None:
-        return self.plan.val_files_k
-
-    @property
-    def est_hours(self) -> float | None:
-        return self.plan.est_hours
+    possible = property(lambda self: self.plan.possible)
+    reason = property(lambda self: self.plan.reason)  # why the point cannot run
+    note = property(lambda self: self.plan.note)
+    train_argv = property(lambda self: self.plan.train_argv)
+    env = property(lambda self: self.plan.env)
+    val_files_k = property(lambda self: self.plan.val_files_k)
+    est_hours = property(lambda self: self.plan.est_hours)
 
     # nanochat's figures under their old names, for readers written before planning moved into the
     # workload (bench/reframe_checks/checks.py); 0 where the workload plans no such figure

@@ -118,8 +118,3 @@ class SlurmCLI:
                 raise SubmitError(f"Slurm did not answer: squeue: {sq.stderr.strip()!r}; "
                                   f"scontrol: {sc.stderr.strip()!r}")
         return {j: found.get(j, JobState(j, "UNKNOWN")) for j in job_ids}
-
-
-def backend() -> "SlurmCLI":
-    """The Slurm backend: its command line, which every site has."""
-    return SlurmCLI()

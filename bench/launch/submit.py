@@ -25,12 +25,6 @@ PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes",
                   "repeat", "config", "grad_accum", "scaling", "val_files_k", "ofi_hook", "site", "stage")
 
 
-def build_jobs(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, compare: bool = False,
-               note: Callable[[str], None] = print) -> list[Job]:
-    """The jobs of a sweep, all checked; impossible points are left out with a note saying why."""
-    return assemble(sweep, opts, sweep_dir, compare=compare, note=note)
-
-
 def read_sweep(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / SWEEP_JSON
     if not path.is_file():
@@ -47,7 +41,7 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     """Render, write and submit every job; return the sweep record (also in sweep.json)."""
     sweep_dir = Path(sweep_dir).absolute()
     refuse_existing(sweep_dir, "runs", dry_run)
-    jobs = build_jobs(sweep, opts, sweep_dir, compare, note=out)
+    jobs = assemble(sweep, opts, sweep_dir, compare=compare, note=out)
     texts = [render_sbatch(job) for job in jobs]
     record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
               "plan": sweep.describe(), "compare": compare, "dry_run": dry_run}

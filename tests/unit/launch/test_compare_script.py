@@ -11,10 +11,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from bench.launch.job import LaunchOptions
+from bench.launch.job import LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
-from bench.launch.submit import build_jobs, write_job
 
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=10.0.0.1 NodeHostName=h1"; fi
@@ -36,7 +35,7 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     sweep = Sweep([2], 2, ["bare", "podman", "apptainer"], repeats=2, train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3",
                          images={"apptainer": "/img/nb.sif"}, check_images=False)
-    [job] = build_jobs(sweep, opts, tmp_path / "sweep", compare=True, note=lambda _: None)
+    [job] = assemble(sweep, opts, tmp_path / "sweep", compare=True, note=lambda _: None)
     write_job(job, render_sbatch(job))
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
            "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path),

@@ -13,10 +13,9 @@ import subprocess
 import sys
 
 from bench.launch import rdzvport
-from bench.launch.job import LaunchOptions, PORT_BASE
+from bench.launch.job import PORT_BASE, LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
-from bench.launch.submit import build_jobs, write_job
 
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=127.0.0.1 NodeHostName=h1"; fi
@@ -75,7 +74,7 @@ def run_job(tmp_path):
         (stubs / name).chmod(0o755)
     sweep = Sweep([2], 2, ["bare"], train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
-    [job] = build_jobs(sweep, opts, tmp_path / "sweep", note=lambda _: None)
+    [job] = assemble(sweep, opts, tmp_path / "sweep", note=lambda _: None)
     write_job(job, render_sbatch(job))
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": str(JOB_ID), "SLURM_JOB_NODELIST": "n[1-2]",
            "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path), "SLURMD_NODENAME": "n1"}

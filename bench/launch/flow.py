@@ -266,8 +266,7 @@ def flow_record(flow: str, point_id: str, tag: str, stages: tuple[Stage, ...]) -
 
 
 def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args: tuple[str, ...] = (),
-             note: Callable[[str], None] = print, title: str = "sweep {sweep_id}, point {point}: flow {flow}"
-             ) -> list[FlowJob]:
+             note: Callable[[str], None] = print) -> list[FlowJob]:
     """One job per possible point, its stages in turn; a point with a stage that cannot run is left out
     with a note; a job over the partition's time limit is refused (one point's stages share one allocation)."""
     sweep_dir = Path(sweep_dir).absolute()
@@ -287,9 +286,8 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
             run.manifest["stage"] = stage.name
             runs.append(replace(run, run_id=f"{point.run_id}/{stage.name}"))
         check_partition(limit, runs, f"{point.run_id} (its {len(runs)} stages in one job)", FLOW_TOO_LONG)
-        name = f"{sweep_id}-{point.run_id}"
-        job = make_job(name, sweep_dir / point.run_id, fs.first, runs, opts,
-                       title.format(sweep_id=sweep_id, point=point.run_id, flow=fs.flow))
+        job = make_job(f"{sweep_id}-{point.run_id}", sweep_dir / point.run_id, fs.first, runs, opts,
+                       f"sweep {sweep_id}, point {point.run_id}: flow {fs.flow}")
         jobs.append(FlowJob(job, fs.stages, tag, fs.flow, point.run_id, tuple(tokenizer_args)))
     if not jobs:
         reasons = sorted({sp.reason for _, sps in fs.points() for sp in sps if not sp.possible})
@@ -315,11 +313,10 @@ def submit_flow(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     submit.refuse_existing(sweep_dir, "stages", dry_run)
     jobs = assemble(fs, opts, sweep_dir, tokenizer_args, note=out)
     texts = [render_flow(fj) for fj in jobs]
-    record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
-              "plan": fs.describe(), "compare": False, "flow": fs.flow, "dry_run": dry_run}
     for fj, text in zip(jobs, texts):
         write_flow_job(fj, text, manifests=not dry_run)
-    return submit.submit_written(sweep_dir, record, [fj.job for fj in jobs], backend, dry_run, out, "stages")
+    return submit.submit_written(sweep_dir, [fj.job for fj in jobs], backend, dry_run, out, "stages",
+                                 plan=fs.describe(), compare=False, flow=fs.flow)
 
 
 # -- on this machine --------------------------------------------------------------------------------------

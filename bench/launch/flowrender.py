@@ -3,12 +3,12 @@
 block (slurm/_run.sh.j2, the one every job uses), each gated on the stages before it having ended ok.
 """
 
+import functools
 import shlex
 
 from bench import contract
 from bench.launch import render
 from bench.launch.flow import TOKENIZER_LOG, FlowJob
-from bench.launch.job import Run
 from bench.runtimes import shell_join
 
 FLOW_TEMPLATE = "flow.sh.j2"
@@ -17,11 +17,7 @@ FLOW_INTERACTIVE_TEMPLATE = "flow_interactive.sh.j2"
 STAGING = {"base_eval": ("--eval-bundle", "the eval bundle for CORE (base_eval)"),
            **dict.fromkeys(("mid_train", "chat_sft", "chat_eval"),
                            ("--chat", "the chat data for mid-training, SFT and chat evaluation"))}
-
-
-def one_task(run: Run, *command: str, tty: bool = False) -> str:
-    """What it runs is outside every measured run (bench.launch.render.one_task)."""
-    return render.one_task(run, *command, tty=tty, outside_run=True)
+one_task = functools.partial(render.one_task, outside_run=True)  # what a flow runs besides its stages' runs
 
 
 def flow_context(fj: FlowJob, rendered_by: str) -> dict:

@@ -31,7 +31,8 @@ else:  # the copy beside the jobs: import the contract written next to it, never
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import contract  # noqa: E402
 
-# Slurm's lines in the job's output and the evidence each one is
+# Slurm's lines in the job's output and the evidence each one is, e.g. srun's `error: Node failure on nid001234`
+# or `*** STEP … CANCELLED AT … DUE TO TIME LIMIT ***`
 SLURM_LINES = (("Node failure on", "node_lost", "a node of the job was lost"),
                ("DUE TO NODE FAILURE", "node_lost", "a node of the job was lost"),
                ("DUE TO TIME LIMIT", "time_limit", "the run reached its time limit before finishing"))
@@ -53,7 +54,7 @@ def finish(run_dir: str, exit_code: str) -> None:
     tail = log_tail(os.path.join(run_dir, contract.TRAIN_LOG))
     seen = set()
     for marker, kind, what in SLURM_LINES:
-        line = slurm_line(tail, marker)
+        line = next((text.strip() for text in tail.splitlines() if marker in text), "")
         if line and kind not in seen:
             seen.add(kind)
             node = re.search(r"Node failure on (\S+)", line)  # the node a resubmission excludes
@@ -71,12 +72,6 @@ def log_tail(log_path: str, size: int = 65536) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def slurm_line(tail: str, marker: str) -> str:
-    """Slurm's line holding `marker` in the run's log, e.g. `*** STEP … CANCELLED AT … DUE TO TIME LIMIT ***`
-    or srun's `error: Node failure on nid001234`; empty if none."""
-    return next((line.strip() for line in tail.splitlines() if marker in line), "")
 
 
 def kept(run_dir: str) -> int:

@@ -56,11 +56,6 @@ def uses(run: Run, variable: str) -> bool:
     return any(isinstance(t, Var) and t.name == variable for t in run.spec.command)
 
 
-def rendezvous(run: Run) -> bool:
-    """Whether the run meets at the batch script's rendezvous endpoint (torchrun across nodes)."""
-    return uses(run, "rdzv_endpoint")
-
-
 def lib_file(job: Job, module) -> str:
     """The sweep's copy of a bookkeeping module (bench/launch/job.py ships them), quoted."""
     return shlex.quote(str(job.lib_dir / Path(module.__file__).name))
@@ -95,8 +90,9 @@ def one_task(run: Run, *command: str, tty: bool = False, outside_run: bool = Fal
 def run_context(job: Job, run: Run, index: int) -> dict:
     version = run.runtime.version_command()
     step = run.image_step
+    rendezvous = uses(run, "rdzv_endpoint")  # torchrun across nodes meets at the batch script's endpoint
     return {
-        "rendezvous": rendezvous(run), "rdzvport": lib_file(job, rdzvport), "deadline": uses(run, "run_deadline"),
+        "rendezvous": rendezvous, "rdzvport": lib_file(job, rdzvport), "deadline": uses(run, "run_deadline"),
         "resume": uses(run, "resume_step"), "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
         "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
         "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],
@@ -104,7 +100,7 @@ def run_context(job: Job, run: Run, index: int) -> dict:
         "image_step": multiline(run.image_lines()) if step else None,
         "image_what": shlex.quote(step.what) if step else None,
         "image_comment": comment_safe(step.what) if step else None,
-        "image_facts": image_facts(run), "guarded": rendezvous(run) or step is not None,
+        "image_facts": image_facts(run), "guarded": rendezvous or step is not None,
         "version_command": shell_join(version) if version else None, "srun": multiline(run.srun_lines()),
     }
 
@@ -114,7 +110,7 @@ def job_context(job: Job, rendered_by: str) -> dict:
         "title": comment_safe(job.title), "rendered_by": comment_safe(rendered_by),
         "directives": job.directives, "job_dir": comment_safe(shlex.quote(str(job.job_dir))),
         "script_name": job.script.name, "lib_dir": comment_safe(str(job.lib_dir)),
-        "jobrecord": lib_file(job, jobrecord), "rendezvous": any(rendezvous(run) for run in job.runs),
+        "jobrecord": lib_file(job, jobrecord), "rendezvous": any(uses(run, "rdzv_endpoint") for run in job.runs),
         "image_steps": any(run.image_step for run in job.runs), "python": shlex.quote(job.python),
         "runs": [run_context(job, run, i) for i, run in enumerate(job.runs)],
     }

@@ -43,11 +43,9 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     refuse_existing(sweep_dir, "runs", dry_run)
     jobs = assemble(sweep, opts, sweep_dir, compare=compare, note=out)
     texts = [render_sbatch(job) for job in jobs]
-    record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
-              "plan": sweep.describe(), "compare": compare, "dry_run": dry_run}
     for job, text in zip(jobs, texts):
         write_job(job, text, manifests=not dry_run)
-    return submit_written(sweep_dir, record, jobs, backend, dry_run, out, "runs")
+    return submit_written(sweep_dir, jobs, backend, dry_run, out, "runs", plan=sweep.describe(), compare=compare)
 
 
 def refuse_existing(sweep_dir: Path, what: str, dry_run: bool) -> None:
@@ -57,12 +55,14 @@ def refuse_existing(sweep_dir: Path, what: str, dry_run: bool) -> None:
                           f"or resubmit its failed {what} with `nanochat-bench status {sweep_dir} --resubmit-failed`")
 
 
-def submit_written(sweep_dir: Path, record: dict, jobs: list[Job], backend, dry_run: bool,
-                   out: Callable[[str], None], what: str) -> dict:
-    """The written jobs added to the record as its `jobs`, then submitted in turn, sweep.json rewritten after each
-    (a dry run only says what would run); `what` names their runs in the refusal (runs, stages)."""
-    record["jobs"] = [{"name": job.name, "script": str(job.script), "runs": [r.run_id for r in job.runs],
-                       "job_id": None, "previous_job_ids": []} for job in jobs]
+def submit_written(sweep_dir: Path, jobs: list[Job], backend, dry_run: bool, out: Callable[[str], None], what: str,
+                   **fields) -> dict:
+    """The sweep's record (`fields`: its plan, how it runs) with the written jobs, submitted in turn, sweep.json
+    rewritten after each (a dry run only says what would run); `what` names their runs in a refusal (runs, stages)."""
+    record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
+              **fields, "dry_run": dry_run,
+              "jobs": [{"name": job.name, "script": str(job.script), "runs": [r.run_id for r in job.runs],
+                        "job_id": None, "previous_job_ids": []} for job in jobs]}
     if dry_run:
         for job in jobs:
             out(f"would run: cd {job.job_dir} && sbatch --parsable {job.script.name}")

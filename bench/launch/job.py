@@ -378,11 +378,9 @@ def ship_bookkeeping(lib_dir: Path) -> None:
     from bench.launch.render import template_dirs  # render imports this module
 
     contract.ship(lib_dir)
-    for module in (jobrecord, rdzvport):
-        contract.write_text_atomic(lib_dir / Path(module.__file__).name, Path(module.__file__).read_text())
     folder = template_dirs()[0]
-    for name in IMAGE_SCRIPTS:
-        contract.write_text_atomic(lib_dir / name, (folder / name).read_text())
+    for source in (Path(jobrecord.__file__), Path(rdzvport.__file__), *(folder / name for name in IMAGE_SCRIPTS)):
+        contract.write_text_atomic(lib_dir / source.name, source.read_text())
 
 
 def write_job(job: Job, script_text: str, manifests: bool = True) -> None:

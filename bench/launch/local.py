@@ -92,14 +92,13 @@ class Output:
         self.terminal = True
         self._lock = threading.Lock()  # one writer at a time: stdout's and stderr's readers share train.log
 
-    def write(self, chunk: bytes, stream=None) -> None:
-        """One chunk to `stream` (stdout when not given) and to train.log."""
+    def write(self, chunk: bytes, stream) -> None:
+        """One chunk to `stream` (the terminal's stdout or stderr) and to train.log."""
         with self._lock:
             if self.terminal:
                 try:
-                    out = stream or sys.stdout
-                    out.buffer.write(chunk)
-                    out.flush()
+                    stream.buffer.write(chunk)
+                    stream.flush()
                 except (OSError, ValueError):
                     self.terminal = False
             if self.log is not None:

@@ -123,7 +123,6 @@ class Job:
     name: str
     job_dir: Path
     nodes: int
-    gpus_per_node: int
     runs: list[Run]
     directives: list[str]
     title: str
@@ -235,9 +234,8 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
                           f"--runtimes per job)")
     nodes = runs[0].nodes
     minutes = job_minutes(runs)
-    return Job(name, job_dir, nodes, sweep.gpus_per_node, runs,
-               directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes), title,
-               python=opts.python)
+    return Job(name, job_dir, nodes, runs, directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes),
+               title, python=opts.python)
 
 
 @dataclass(frozen=True)

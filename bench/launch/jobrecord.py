@@ -90,18 +90,16 @@ def image(run_dir: str, *options: str) -> None:
     """What the run's image step did: `--ready` (the image is where the run runs: launch.image_ready_at, the end of
     the start-up phase image_ready) with `--step WHAT`; `--file PATH` (the image file: its sha256 is the digest);
     `--id ID` (the engine's image id). A fact that cannot be read is left out: bookkeeping never fails a run."""
-    now = time.time()
-    ready = "--ready" in options
     rest = [o for o in options if o != "--ready"]
     opts = dict(zip(rest[::2], rest[1::2]))
-    launch = {"image_ready_at": now, "image_step": opts.get("--step")} if ready else {}
+    launch = {"image_ready_at": time.time(), "image_step": opts.get("--step")} if "--ready" in options else None
     found = {}
     if opts.get("--file"):
         found["digest"] = file_digest(opts["--file"], os.path.dirname(os.path.abspath(run_dir)))
         found["file"] = opts["--file"]
     if opts.get("--id"):
         found["id"] = opts["--id"]
-    contract.update_run_json(run_dir, launch=launch or None, image=found or None)
+    contract.update_run_json(run_dir, launch=launch, image=found or None)
 
 
 IMAGES_DIR = ".images"  # <sweep>/.images (bench/runtimes/base.py): images made once per sweep, and their digests

@@ -56,12 +56,9 @@ def prepare_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike,
         else chosen.local_command(train_args, nproc, python)
     run_dir = Path(run_dir)
     t0 = time.time()
-    child_env = dict(os.environ if env is None else env)
-    child_env[contract.ENV_RUN_DIR] = str(run_dir.resolve())
-    child_env[contract.ENV_T0] = f"{t0:.6f}"
-    child_env.setdefault("OMP_NUM_THREADS", "1")
-    for key, value in chosen.local_env().items():
-        child_env.setdefault(key, value)
+    # OMP_NUM_THREADS=1 and the workload's variables where the environment has none; the run contract's always
+    child_env = {**chosen.local_env(), "OMP_NUM_THREADS": "1", **(os.environ if env is None else env),
+                 contract.ENV_RUN_DIR: str(run_dir.resolve()), contract.ENV_T0: f"{t0:.6f}"}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         contract.update_run_json(run_dir, run_id=run_dir.name, sweep_id=run_dir.resolve().parent.name,

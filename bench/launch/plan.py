@@ -224,10 +224,9 @@ class Sweep:
         site = self.site
         memory = int(site.gpu_memory_gib * GIB) if site is not None and site.gpu_memory_gib else \
             device_memory_bytes(self.gpu)
-        ranks = nodes * self.gpus_per_node
-        return PointContext(nodes, self.gpus_per_node, self.scaling, self.data, self.estimate, memory,
-                            site.max_device_batch(ranks) if site is not None else None, self.base_dir, site,
-                            self.model)
+        max_batch = site.max_device_batch(nodes * self.gpus_per_node) if site is not None else None
+        return PointContext(nodes, self.gpus_per_node, self.scaling, self.data, self.estimate, memory, max_batch,
+                            self.base_dir, site, self.model)
 
     @functools.cached_property
     def _points(self) -> tuple[Point, ...]:

@@ -84,7 +84,8 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
         except DataError:
             pass  # damaged since: fetch again
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
-    check_endpoint(url, s.repo, timeout_s)
+    probe(f"{url}/api/datasets/{s.repo}", (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+          "nothing more was staged; check the network, or point --url (or HF_ENDPOINT) at a Hugging Face mirror")
     wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries, HUB_HINT)
     folder = chatdata.chat_dir() / s.repo
     for stale in set(chatdata.split_files(s)) - {folder / name for name in wanted}:
@@ -98,24 +99,22 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
     return rows
 
 
-def check_endpoint(url: str, repo: str, timeout_s: float, tries: int = 3) -> None:
-    """One request before the hub client's own retries: DataError in one line when nothing answers there
-    (any HTTP answer, even an error, means a server is there; the downloads then say what is wrong)."""
+def probe(url: str, timeout: tuple[float, float], fix: str, tries: int = 3, retry_any: bool = True) -> None:
+    """One HEAD request before a download and its retries: DataError in one line (`fix` after the reason) when
+    nothing answers at `url` after `tries` tries (without `retry_any`, only a refused connection is tried again).
+    Any HTTP answer, even an error, means a server is there: the downloads then say what is wrong."""
     import requests
 
-    probe = f"{url}/api/datasets/{repo}"
-    timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
     for attempt in range(1, tries + 1):
         try:
-            requests.head(probe, timeout=timeout, allow_redirects=True)
+            requests.head(url, timeout=timeout, allow_redirects=True)
             return
         except requests.RequestException as e:
             why = download.no_answer(e)
             if why is None:
                 return
-            if attempt == tries:
-                raise DataError(f"cannot reach {probe}: {why}; nothing more was staged; check the network, or "
-                                "point --url (or HF_ENDPOINT) at a Hugging Face mirror") from None
+            if attempt == tries or not (retry_any or "refused" in why):
+                raise DataError(f"cannot reach {url}: {why}; {fix}") from None
             time.sleep(0.5)
 
 

@@ -21,7 +21,7 @@ import requests
 
 from bench.contract import write_json_atomic
 from bench.errors import ConfigError, DataError
-from bench.nanochat import download
+from bench.nanochat import chatstage, download
 from bench.nanochat.common import get_base_dir
 from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle
 
@@ -30,28 +30,9 @@ ZIP_NAME = "eval_bundle.zip"
 FIX_URL = f"check the network, or point --url (or {ENV_URL}) at a mirror of {EVAL_BUNDLE_URL}"
 
 
-def bundle_url(url: str | None) -> str:
-    return url or os.environ.get(ENV_URL) or EVAL_BUNDLE_URL
-
-
 def check_all_rows(bundle) -> int:
     """Read every task's rows (a corrupt line is a DataError naming it); the number of examples."""
     return sum(len(bundle.task_data(t)) for t in bundle.tasks)
-
-
-def probe(url: str, timeout: tuple[float, float], tries: int = 3) -> None:
-    """A HEAD request before the download: DataError in one line when nothing answers at `url`."""
-    for attempt in range(1, tries + 1):
-        try:
-            requests.head(url, timeout=timeout, allow_redirects=True)
-            return
-        except requests.RequestException as e:
-            why = download.no_answer(e)
-            if why is None:
-                return
-            if attempt == tries or "refused" not in why:
-                raise DataError(f"cannot reach {url}: {why}; nothing was downloaded; {FIX_URL}") from None
-            time.sleep(0.5)
 
 
 def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float = 2.0,
@@ -129,10 +110,11 @@ def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
                             "to replace it by the real bundle (default: refuse to mix them)")
         if origin not in (None, "generated"):
             return target, check_all_rows(load_bundle(target)), False
-    url = bundle_url(url)
+    url = url or os.environ.get(ENV_URL) or EVAL_BUNDLE_URL
     zip_path = get_base_dir() / ZIP_NAME
     if not zip_path.is_file():
-        probe(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s))
+        chatstage.probe(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+                        f"nothing was downloaded; {FIX_URL}", retry_any=False)
         fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)
     digest = sha256_of(zip_path)
     if sha256 is not None and digest != sha256.lower():

@@ -100,8 +100,7 @@ def execute_code(program: str, timeout_s: float = 5.0, memory_mib: int = 256) ->
         finally:
             os.close(watch_r)
             os.close(watch_w)
-        return _result(rc, killed, _read_capped(paths["stdout"]), _read_capped(paths["stderr"]),
-                       _read_status(paths["status"]))
+        return _result(rc, killed, _read_capped(paths["stdout"]), _read_capped(paths["stderr"]), paths["status"])
 
 
 @lru_cache(maxsize=1)
@@ -211,29 +210,20 @@ def _read_capped(path: str) -> str:
     return text + f"\n[output cut at {OUTPUT_CAP_BYTES} bytes]" if len(data) > OUTPUT_CAP_BYTES else text
 
 
-def _read_status(path: str) -> tuple[tuple[str, ...], dict | None]:
-    """The child's report: the layers once they are up, then the verdict (None where it never came)."""
-    with open(path, "rb") as f:
+def _result(rc: int | None, killed: bool, stdout: str, stderr: str, status_path: str) -> ExecutionResult:
+    """The child's report read back: the layers once they are up, then the verdict (none where it never came)."""
+    with open(status_path, "rb") as f:
         lines = f.read(1 << 16).decode("utf-8", errors="replace").splitlines()
     layers = tuple(lines[0].split()[1:]) if lines and lines[0].startswith("isolation") else ()
     fields = lines[1].split() if len(lines) > 1 else []
-    if len(fields) != 4 or fields[0] != "verdict" or not set(fields[1:]) <= {"0", "1"}:
-        return layers, None
-    success, timeout, memory = (flag == "1" for flag in fields[1:])
-    error = None if success else lines[2][:500] if len(lines) > 2 else "Execution failed"
-    return layers, {"success": success, "timeout": timeout, "memory_exceeded": memory, "error": error}
-
-
-def _result(rc: int | None, killed: bool, stdout: str, stderr: str,
-            status: tuple[tuple[str, ...], dict | None]) -> ExecutionResult:
-    layers, verdict = status
     if killed:
         return ExecutionResult(False, stdout, stderr, "Execution timed out (process killed)", True, False, layers)
-    if verdict is None:
+    if len(fields) != 4 or fields[0] != "verdict" or not set(fields[1:]) <= {"0", "1"}:
         return ExecutionResult(False, stdout, stderr, _no_result_reason(rc, stderr), False,
                                "MemoryError" in stderr, layers)
-    return ExecutionResult(verdict["success"], stdout, stderr, verdict["error"], verdict["timeout"],
-                           verdict["memory_exceeded"], layers)
+    success, timeout, memory = (flag == "1" for flag in fields[1:])
+    error = None if success else lines[2][:500] if len(lines) > 2 else "Execution failed"
+    return ExecutionResult(success, stdout, stderr, error, timeout, memory, layers)
 
 
 def _no_result_reason(rc: int | None, stderr: str) -> str:

@@ -28,30 +28,25 @@ class TimeoutException(Exception):
 
 
 def main(argv: list) -> None:
-    program, work, timeout_s, memory_bytes, namespaces, status_fd, watch_fd, *read_dirs = argv
-    run(program, work, float(timeout_s), int(memory_bytes), "" if namespaces == "-" else namespaces,
-        int(status_fd), int(watch_fd), read_dirs)
-
-
-def run(program_path: str, work: str, timeout_s: float, memory_bytes: int, namespaces: str,
-        status_fd: int, watch_fd: int, read_dirs: list) -> None:
-    """`namespaces`: the layer's name as the parent made them ("" for none)."""
+    """`argv` as the module docstring says; NAMESPACES is the layer's name as the parent made them."""
+    program_path, work, timeout_s, memory_bytes, namespaces, status_fd, watch_fd, *read_dirs = argv
+    timeout_s, status_fd = float(timeout_s), int(status_fd)
     with open(program_path, encoding="utf-8", errors="surrogatepass") as f:
         program = f.read()
     layers = []
-    if namespaces:
+    if namespaces != "-":
         layers.append(namespaces)
         if "pidns" in namespaces and _mount_tmpfs(work):  # the mount namespace comes with the pid one
             layers.append("tmpfs-workdir")
     os.chdir(work)  # after the mount: into the tmpfs, not the directory under it
-    _set_limits(memory_bytes, timeout_s)
+    _set_limits(int(memory_bytes), timeout_s)
     layers.append("rlimits")
     abi = _landlock(work, read_dirs)
     if abi:
         layers.append(f"landlock-{abi}")
     if _seccomp():
         layers.append("seccomp")
-    _start_parent_watch(watch_fd)
+    _start_parent_watch(int(watch_fd))
     os.write(status_fd, ("isolation " + " ".join(layers) + "\n").encode())
     _disable_like_upstream()
     status = _run_program(program, timeout_s)

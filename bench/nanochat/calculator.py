@@ -12,8 +12,6 @@ is no literal (a bound method, say) comes back as an object whose str() is the o
 which is all the engine uses (it inserts str(result) after output_start).
 """
 
-from __future__ import annotations
-
 import ast
 import string
 

@@ -40,8 +40,7 @@ library is importable here, while upstream's forked child still has what the eva
 imported (numpy, with torch): a program importing numpy fails here and may pass there.
 """
 
-from __future__ import annotations
-
+import contextlib
 import os
 import shutil
 import signal
@@ -125,7 +124,8 @@ def _run_child(args: list[str], work: str, out, err, pass_fds, deadline_s: float
         killed = not _exited(proc, deadline_s)
     finally:
         # The group's id stays reserved while its leader is unreaped: kill first, then reap.
-        _kill_group(proc.pid)  # whatever is left of it: the program, or what it started
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # only the leader was left
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of it: the program, or what it started
         proc.wait()
         _wait_group_gone(proc.pid)
     return proc.returncode, killed
@@ -148,23 +148,14 @@ def _exited(proc: subprocess.Popen, within_s: float) -> bool:
     return True
 
 
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # only the leader was left
-
-
 def _wait_group_gone(pgid: int) -> None:
     """A killed `unshare` leaves its child (the pid namespace's first process) to die and be reaped
     a moment later by another process: wait for that, a bounded time."""
     end = time.monotonic() + GROUP_GONE_S
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         while time.monotonic() < end:
             os.killpg(pgid, 0)  # raises once no process of the group is left
             time.sleep(0.005)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @lru_cache(maxsize=1)

@@ -27,15 +27,22 @@ SIZES = {
 IDENTITY_LINES = 24
 
 
-class _Text:
-    """Sentences and words from the offline corpus, drawn with one seeded generator."""
+class CorpusText:
+    """Sentences and words from the offline corpus' paragraphs shorter than `max_chars`, drawn with one seeded
+    generator (the CORE bundle's stand-in draws from it too)."""
 
-    def __init__(self, seed: int = SEED):
+    def __init__(self, seed: int = SEED, max_chars: int = 600):
         self.rng = random.Random(seed)
-        self.paragraphs = [p for p in corpus.paragraphs() if len(p) < 600]
+        self.paragraphs = [p for p in corpus.paragraphs() if len(p) < max_chars]
 
     def sentence(self, max_chars: int = 200) -> str:
         return self.rng.choice(self.paragraphs)[:max_chars].strip() or "What is Python?"
+
+    def words(self, lo: int, hi: int) -> str:
+        words = self.rng.choice(self.paragraphs).split()
+        n = self.rng.randint(lo, hi)
+        start = self.rng.randrange(max(1, len(words) - n))
+        return " ".join(words[start:start + n])
 
 
 def english_words() -> list[str]:
@@ -46,74 +53,53 @@ def english_words() -> list[str]:
     return sorted(words)
 
 
-def _smoltalk(t: _Text, n: int) -> dict:
-    conversations = []
-    for _ in range(n):
-        turns = 1 + t.rng.randrange(3)
-        messages = [{"content": t.sentence(120), "role": "system"}] if t.rng.random() < 0.2 else []
-        for _ in range(turns):
-            messages += [{"content": t.sentence(), "role": "user"}, {"content": t.sentence(400), "role": "assistant"}]
-        conversations.append(messages)
-    return {"messages": conversations, "source": ["generated"] * n}
+def _smoltalk_row(t: CorpusText, i: int) -> dict:
+    turns = 1 + t.rng.randrange(3)
+    messages = [{"content": t.sentence(120), "role": "system"}] if t.rng.random() < 0.2 else []
+    for _ in range(turns):
+        messages += [{"content": t.sentence(), "role": "user"}, {"content": t.sentence(400), "role": "assistant"}]
+    return {"messages": messages, "source": "generated"}
 
 
-def _mmlu_row(t: _Text) -> dict:
+def _mmlu_row(t: CorpusText, i: int) -> dict:
     return {"question": t.sentence(), "subject": t.rng.choice(("anatomy", "astronomy", "virology")),
             "choices": [t.sentence(60) for _ in range(4)], "answer": t.rng.randrange(4)}
 
 
-def _gsm8k(t: _Text, n: int) -> dict:
-    questions, answers = [], []
-    for _ in range(n):
-        a, b = t.rng.randrange(2, 99), t.rng.randrange(2, 99)
-        c = a * b
-        questions.append(f"{t.sentence(150)} What is {a} times {b}, plus {a}?")
-        answers.append(f"First {a} * {b} = <<{a}*{b}={c}>>{c}.\nThen {c} + {a} = <<{c}+{a}={c + a}>>{c + a}.\n"
-                       f"#### {c + a:,}")
-    return {"question": questions, "answer": answers}
+def _gsm8k_row(t: CorpusText, i: int) -> dict:
+    a, b = t.rng.randrange(2, 99), t.rng.randrange(2, 99)
+    c = a * b
+    return {"question": f"{t.sentence(150)} What is {a} times {b}, plus {a}?",
+            "answer": f"First {a} * {b} = <<{a}*{b}={c}>>{c}.\nThen {c} + {a} = <<{c}+{a}={c + a}>>{c + a}.\n"
+                      f"#### {c + a:,}"}
 
 
-def _arc(t: _Text, n: int) -> dict:
-    rows = {"id": [], "question": [], "choices": [], "answerKey": []}
-    for i in range(n):
-        k = t.rng.choice((3, 4, 4, 5))
-        labels = list("ABCDE"[:k]) if t.rng.random() < 0.9 else [str(j + 1) for j in range(k)]
-        rows["id"].append(f"generated-{i}")
-        rows["question"].append(t.sentence())
-        rows["choices"].append({"text": [t.sentence(50) for _ in labels], "label": labels})
-        rows["answerKey"].append(t.rng.choice(labels))
-    return rows
+def _arc_row(t: CorpusText, i: int) -> dict:
+    k = t.rng.choice((3, 4, 4, 5))
+    labels = list("ABCDE"[:k]) if t.rng.random() < 0.9 else [str(j + 1) for j in range(k)]
+    return {"id": f"generated-{i}", "question": t.sentence(),
+            "choices": {"text": [t.sentence(50) for _ in labels], "label": labels}, "answerKey": t.rng.choice(labels)}
 
 
-def _humaneval(t: _Text, n: int) -> dict:
-    cols = {"task_id": [], "prompt": [], "canonical_solution": [], "test": [], "entry_point": []}
-    for i in range(n):
-        name = f"add_{i}"
-        cols["task_id"].append(f"HumanEval/{i}")
-        cols["prompt"].append(f'def {name}(a, b):\n    """{t.sentence(80)}"""\n')
-        cols["canonical_solution"].append("    return a + b + %d\n" % i)
-        cols["test"].append(f"def check(f):\n    assert f(1, 2) == {3 + i}\n")
-        cols["entry_point"].append(name)
-    return cols
+def _humaneval_row(t: CorpusText, i: int) -> dict:
+    name = f"add_{i}"
+    return {"task_id": f"HumanEval/{i}", "prompt": f'def {name}(a, b):\n    """{t.sentence(80)}"""\n',
+            "canonical_solution": "    return a + b + %d\n" % i,
+            "test": f"def check(f):\n    assert f(1, 2) == {3 + i}\n", "entry_point": name}
 
 
-def _columns(s: chatdata.HubSplit, t: _Text) -> dict:
-    n = SIZES[(s.repo, s.split)]
-    if s.repo.endswith("smol-smoltalk"):
-        return _smoltalk(t, n)
-    if s.repo == "cais/mmlu":
-        rows = [_mmlu_row(t) for _ in range(n)]
-        if s.config == "auxiliary_train":  # the hub's rows are wrapped in a field "train"
-            return {"train": rows}
-        return {k: [r[k] for r in rows] for k in rows[0]}
-    if s.repo == "openai/gsm8k":
-        return _gsm8k(t, n)
-    if s.repo == "allenai/ai2_arc":
-        return _arc(t, n)
-    return _humaneval(t, n)
+ROW_MAKERS = {"HuggingFaceTB/smol-smoltalk": _smoltalk_row, "cais/mmlu": _mmlu_row, "openai/gsm8k": _gsm8k_row,
+              "allenai/ai2_arc": _arc_row, "openai/openai_humaneval": _humaneval_row}
 
 
-def _identity(t: _Text, path: Path) -> None:
+def _columns(s: chatdata.HubSplit, t: CorpusText) -> dict:
+    rows = [ROW_MAKERS[s.repo](t, i) for i in range(SIZES[(s.repo, s.split)])]
+    if s.config == "auxiliary_train":  # the hub's MMLU rows are wrapped in a field "train"
+        return {"train": rows}
+    return {k: [r[k] for r in rows] for k in rows[0]}
+
+
+def _identity(t: CorpusText, path: Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for i in range(IDENTITY_LINES):
             turns = 1 + i % 3
@@ -138,7 +124,7 @@ def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
     identity, words = base / chatdata.IDENTITY_FILE, base / chatdata.WORDS_FILE
     if not overwrite:
         _refuse_overwrite(targets + [identity, words])
-    t = _Text()
+    t = CorpusText()
     out = []
     for s, path in zip(chatdata.HUB_SPLITS, targets):
         for old in chatdata.split_files(s):

@@ -9,7 +9,6 @@ tests, CI and timing the evaluation path, and origin.json says it was generated.
 import csv
 import io
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import yaml
 
 from bench.contract import write_json_atomic, write_text_atomic
 from bench.errors import DataError
-from bench.nanochat import corpus
+from bench.nanochat.chatgen import CorpusText
 from bench.nanochat.core_eval import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC, SCHEMA
 from bench.nanochat.evalbundle import CONFIG, DATA_DIR, META, ORIGIN, bundle_dir
 
@@ -52,19 +51,7 @@ TASKS = (
 )
 
 
-class _Text:
-    def __init__(self, seed: int):
-        self.rng = random.Random(seed)
-        self.paragraphs = [p for p in corpus.paragraphs() if len(p) < 400]
-
-    def words(self, lo: int, hi: int) -> str:
-        words = self.rng.choice(self.paragraphs).split()
-        n = self.rng.randint(lo, hi)
-        start = self.rng.randrange(max(1, len(words) - n))
-        return " ".join(words[start:start + n])
-
-
-def _row(t: _Text, task_type: str, baseline: float) -> dict:
+def _row(t: CorpusText, task_type: str, baseline: float) -> dict:
     """One example whose right answer is how the corpus goes on (the other options are drawn at random), so a
     model trained on the corpus scores above chance on some."""
     words = t.words(10, 24).split()
@@ -115,7 +102,7 @@ def generate(path: Path | None = None, rows: int = ROWS, overwrite: bool = False
             raise DataError(f"{path}: an eval bundle is already there; pass --overwrite to replace it with a "
                             "generated one")
         shutil.rmtree(path)
-    t = _Text(SEED)
+    t = CorpusText(SEED, max_chars=400)
     written = {}
     for label, task_type, _, baseline, uri, _ in TASKS:
         if uri in written:

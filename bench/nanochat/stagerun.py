@@ -36,14 +36,12 @@ class Session:
 
     ddp: bool
     rank: int
-    local_rank: int
     world_size: int
     device: torch.device
     device_type: str
     backend: str | None
     watchdog: Watchdog
     peak_flops: float | None
-    gpu_name: str | None
     first_step_done: bool = False
 
     @property
@@ -60,10 +58,6 @@ class Session:
         if self.device_type == "cuda":
             torch.cuda.synchronize()
 
-    def max_memory_mib(self) -> float:
-        """The peak of allocated device memory; 0 off CUDA (the contract's "not measured")."""
-        return torch.cuda.max_memory_allocated() / 1024 / 1024 if self.device_type == "cuda" else 0.0
-
 
 def begin(config, record: RunRecord, title: str) -> Session:
     """Bring up the process group (every collective bounded from here on), time the collectives when asked,
@@ -72,7 +66,7 @@ def begin(config, record: RunRecord, title: str) -> Session:
     device_type = config.device_type or autodetect_device_type()
     if not config.device_type:
         print0(f"Autodetected device type: {device_type}")
-    ddp, rank, local_rank, world_size, device = compute_init(device_type, config.join_timeout_s)
+    ddp, rank, _, world_size, device = compute_init(device_type, config.join_timeout_s)
     backend = torch.distributed.get_backend() if ddp else None
     watchdog = Watchdog(config.watchdog_s, ddp)
     watchdog.start()
@@ -88,8 +82,7 @@ def begin(config, record: RunRecord, title: str) -> Session:
     # stops here, on every rank together, instead of measuring that network (bench/netgate.py)
     stop_on_wrong_network(topology()[0], ddp, device)
     gpu_name = torch.cuda.get_device_name(device) if device_type == "cuda" else None
-    session = Session(ddp, rank, local_rank, world_size, device, device_type, backend, watchdog,
-                      peak_flops(gpu_name), gpu_name)
+    session = Session(ddp, rank, world_size, device, device_type, backend, watchdog, peak_flops(gpu_name))
     nodes, per_node = topology()
     record.start(asdict(config), world_size, nodes, per_node if device_type == "cuda" else 0, session.peak_flops)
     print0(f"Peak FLOPs per GPU for MFU: {session.peak_flops if session.peak_flops else 'unknown (MFU not computed)'}"
@@ -166,8 +159,9 @@ def end(session: Session, record: RunRecord, total_training_time_s: float, min_v
         **fields) -> float:
     """The stage's last lines and its `end` event; returns the peak memory (MiB, 0 off CUDA)."""
     gcfreeze.release()
-    peak_mem_mib = session.max_memory_mib()
-    print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB" if session.device_type == "cuda" else
+    cuda = session.device_type == "cuda"
+    peak_mem_mib = torch.cuda.max_memory_allocated() / 1024 / 1024 if cuda else 0.0  # 0: the contract's "not measured"
+    print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB" if cuda else
            f"Peak memory usage: not measured on {session.device_type}")
     print0(f"Total training time: {total_training_time_s / 60:.2f}m")
     if min_val_bpb is not None:

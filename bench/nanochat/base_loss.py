@@ -79,16 +79,13 @@ def greedy_sample(model, tokens: list[int], max_tokens: int, stop: set[int]) -> 
     return out
 
 
-def samples(model, tokenizer, autocast) -> list[str]:
+def print_samples(model, tokenizer, autocast) -> None:
     bos = tokenizer.get_bos_token_id()
     stop = {bos, tokenizer.encode_special("<|assistant_end|>")}
-    texts = []
     for prompt in PROMPTS:
         with autocast:
             ids = greedy_sample(model, tokenizer.encode(prompt, prepend=bos), SAMPLE_TOKENS, stop)
-        texts.append(tokenizer.decode(ids))
-        print0(texts[-1])
-    return texts
+        print0(tokenizer.decode(ids))
 
 
 def run(config: BaseLossConfig, record) -> tuple[dict, str, str | None]:
@@ -139,7 +136,7 @@ def run(config: BaseLossConfig, record) -> tuple[dict, str, str | None]:
     total_s = time.time() - t_eval
     if session.master:
         with session.watchdog.relaxed():
-            samples(model, tokenizer, session.autocast())
+            print_samples(model, tokenizer, session.autocast())
     record.update(scores=scores)
     peak = stagerun.end(session, record, total_s, scores["val_bpb"])
     return {"peak_mem_mib": peak, "total_training_time_s": total_s, "min_val_bpb": scores["val_bpb"],

@@ -8,9 +8,8 @@ from bench.errors import ConfigError
 from bench.nanochat.config import RunSettings, parse_config
 
 # upstream's task list, in its order, and the accuracy of chance on each (ChatCORE's zero)
-TASK_NAMES = ("ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval", "SpellingBee")
-BASELINES = {"ARC-Easy": 0.25, "ARC-Challenge": 0.25, "MMLU": 0.25, "GSM8K": 0.0, "HumanEval": 0.0,
-             "SpellingBee": 0.0}
+BASELINES = {"ARC-Easy": 0.25, "ARC-Challenge": 0.25, "MMLU": 0.25, "GSM8K": 0.0, "HumanEval": 0.0, "SpellingBee": 0.0}
+TASK_NAMES = tuple(BASELINES)
 SOURCES = ("base", "mid", "sft")  # upstream's load_model also knows rl, which nothing here trains
 # The generative tasks (decoded token by token; the others score a batch of problems in one forward) and their
 # problems on the real data: GSM8K's test split, HumanEval's problems, the SpellingBee words upstream draws.

@@ -47,7 +47,6 @@ METRIC_TASKS = {"mmlu_acc": "MMLU", "arc_easy_acc": "ARC-Easy"}  # upstream's me
 
 
 def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
-    """The whole SFT run; returns (summary, status, message)."""
     from bench.nanochat.tasks.mixtures import chat_sft_train, chat_sft_val
     from bench.nanochat.tokenizer import get_tokenizer
 
@@ -111,9 +110,6 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     stagerun.scale_lrs(optimizers, config.init_lr_frac)
     record.emit("data_ready")
 
-    def lr_multiplier(it: int) -> float:
-        return 1.0 - it / num_iterations
-
     # ----------------------------------------------------------------------------------------------
     # Training loop: the last pass only evaluates, then the checkpoint is saved
     if session.device_type == "cuda":
@@ -158,7 +154,7 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
                 counts[1] += inputs.numel()
         if ddp:
             dist.all_reduce(counts, op=dist.ReduceOp.SUM)
-        lrm = lr_multiplier(step)
+        lrm = 1.0 - step / num_iterations  # linear to 0
         stagerun.optimizer_step(model, optimizers, lrm, timer)  # Muon's momentum stays at 0.95: no ramp in SFT
         session.synchronize()
         dt = time.time() - t0

@@ -96,8 +96,7 @@ def parse_args(argv: list[str]) -> MidConfig:
                         "nanochat mid-training (flags as upstream mid_train: --key=value)")
 
 
-def mid_train(config: MidConfig, record: RunRecord):
-    """The whole mid-training run; returns (summary, status, message)."""
+def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     import torch
 
     from bench.nanochat import stagerun, steptimer

@@ -47,7 +47,6 @@ class SFTConfig(RunSettings):
     eval_metrics_max_problems: int = _f(1024, "problems per task of those accuracies")
 
     def validate(self) -> None:
-        """Refuse settings that cannot work, naming the flag and what is valid."""
         super().validate()
         if self.source not in SOURCES:
             raise ConfigError(f"--source={self.source!r}: SFT starts from the checkpoint of one of "

@@ -231,12 +231,8 @@ def run(config: ChatEvalConfig, record):
     record.emit("model_ready", num_params=model.num_params(), flops_per_token=model.estimate_flops())
     autocast = session.autocast if config.dtype == "bfloat16" else nullcontext
     t0 = time.time()
-
-    def on_task(result: TaskResult) -> None:
-        record.emit("score", **result.score_fields())
-
-    accuracies, score = evaluate(model, tokenizer, config, autocast, session.synchronize,
-                                 session.watchdog.relaxed, on_task)
+    accuracies, score = evaluate(model, tokenizer, config, autocast, session.synchronize, session.watchdog.relaxed,
+                                 lambda result: record.emit("score", **result.score_fields()))
     seconds = time.time() - t0
     if score is not None:
         record.emit("score", name="ChatCORE", value=score, seconds=seconds)

@@ -28,14 +28,6 @@ def collate(batch: list[tuple[list[int], list[int]]], pad_id: int, device) -> tu
     return inputs.to(device), targets.to(device)
 
 
-def rendered(dataset, tokenizer, index: int, what: str) -> tuple[list[int], list[int]]:
-    """render_conversation of one example; a malformed one is a DataError naming it."""
-    try:
-        return render_conversation(tokenizer, dataset[index])
-    except ConversationError as e:
-        raise DataError(f"{what} example {index} of {len(dataset)}: {e}") from None
-
-
 def sft_batches(dataset, tokenizer, batch_size: int, rank: int, world_size: int, device, what: str = "SFT"):
     """Endless (inputs, targets) batches of `batch_size` conversations for this rank."""
     if len(dataset) <= rank:  # this rank would take no example and loop for ever
@@ -45,7 +37,10 @@ def sft_batches(dataset, tokenizer, batch_size: int, rank: int, world_size: int,
     batch = []
     while True:
         for index in range(rank, len(dataset), world_size):
-            batch.append(rendered(dataset, tokenizer, index, what))
+            try:
+                batch.append(render_conversation(tokenizer, dataset[index]))
+            except ConversationError as e:  # a malformed example: one line naming it
+                raise DataError(f"{what} example {index} of {len(dataset)}: {e}") from None
             if len(batch) == batch_size:
                 yield collate(batch, pad_id, device)
                 batch = []

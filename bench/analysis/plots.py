@@ -84,9 +84,13 @@ def rank_axis(ax, counts, unit: str) -> None:
     ax.set_xlabel(f"{unit} (log2 scale)")
 
 
-def nudged(world_sizes, i: int, n: int):
-    """x positions of the i-th of n runtimes: shifted along the log2 axis so markers do not overlap."""
-    return np.asarray(world_sizes, float) * 2 ** ((i - (n - 1) / 2) * NUDGE)
+def by_runtime(points: pd.DataFrame):
+    """(runtime, its rows, their x positions) of each runtime in order; the x of the i-th of n runtimes is
+    shifted along the log2 axis so that markers do not overlap."""
+    runtimes = list(dict.fromkeys(points["runtime"]))
+    for i, runtime in enumerate(runtimes):
+        p = points[points["runtime"] == runtime]
+        yield runtime, p, np.asarray(p["world_size"], float) * 2 ** ((i - (len(runtimes) - 1) / 2) * NUDGE)
 
 
 def label_points(ax, labels: list[tuple[int, float, float, str, str]], gap_pt: float = 14.0) -> None:
@@ -115,10 +119,6 @@ def _human(v, _=None) -> str:
     return f"{v:g}"
 
 
-def _runtimes(points: pd.DataFrame) -> list[str]:
-    return list(dict.fromkeys(points["runtime"]))
-
-
 def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
     runtime = baseline if baseline in set(points["runtime"]) else points["runtime"].iloc[0]
     return points[points["runtime"] == runtime]
@@ -127,14 +127,11 @@ def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
 def _throughput_bars(points: pd.DataFrame, colors: dict, per_rank: bool):
     """A figure of each runtime's median tok/s (per rank, or in all) against ranks, bars min–max over repeats."""
     fig, ax = plt.subplots()
-    runtimes = _runtimes(points)
-    for i, runtime in enumerate(runtimes):
-        p = points[points["runtime"] == runtime]
+    for runtime, p, x in by_runtime(points):
         n = p["world_size"].to_numpy(float) if per_rank else 1
         y = p["tok_per_sec"].to_numpy(float) / n
         yerr = np.vstack([y - p["tok_per_sec_min"] / n, p["tok_per_sec_max"] / n - y])
-        ax.errorbar(nudged(p["world_size"], i, len(runtimes)), y, yerr=yerr, marker="o", capsize=4, lw=2,
-                    color=colors[runtime], label=runtime)
+        ax.errorbar(x, y, yerr=yerr, marker="o", capsize=4, lw=2, color=colors[runtime], label=runtime)
     return fig, ax
 
 
@@ -181,11 +178,8 @@ def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit
     if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    runtimes = _runtimes(points)
     labels = []
-    for i, runtime in enumerate(runtimes):
-        p = points[points["runtime"] == runtime]
-        x = nudged(p["world_size"], i, len(runtimes))
+    for runtime, p, x in by_runtime(points):
         ax.plot(x, p["speedup"], marker="o", lw=2, color=colors[runtime], label=runtime)
         labels += [(n, xi, s, f"{s:.2f}x ({100 * e:.1f}%)", colors[runtime])
                    for n, xi, s, e in zip(p["world_size"].iloc[1:], x[1:], p["speedup"].iloc[1:],
@@ -197,7 +191,7 @@ def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.set_ylabel("speedup over the smallest run (log2)")
-    if len(runtimes) <= ANNOTATE_MAX_RUNTIMES:
+    if points["runtime"].nunique() <= ANNOTATE_MAX_RUNTIMES:
         label_points(ax, labels)
     title(ax, f"Strong scaling: speedup vs {unit} (efficiency in brackets)", config)
     ax.legend(loc="upper left")
@@ -209,11 +203,8 @@ def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scali
     if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    runtimes = _runtimes(points)
     labels = []
-    for i, runtime in enumerate(runtimes):
-        p = points[points["runtime"] == runtime]
-        x = nudged(p["world_size"], i, len(runtimes))
+    for runtime, p, x in by_runtime(points):
         y = 100 * p["efficiency"].to_numpy(float)
         ax.plot(x, y, marker="o", lw=2, color=colors[runtime], label=runtime)
         labels += [(n, xi, yi, f"{yi:.1f}%", colors[runtime])  # the first point is 100% by definition
@@ -230,7 +221,7 @@ def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scali
     else:
         ax.set_ylabel("speedup / ideal speedup (%)")
         what = f"Strong-scaling efficiency vs {unit}"
-    if len(runtimes) <= ANNOTATE_MAX_RUNTIMES:
+    if points["runtime"].nunique() <= ANNOTATE_MAX_RUNTIMES:
         label_points(ax, labels)
     title(ax, what, config)
     ax.legend(loc="lower left")
@@ -244,11 +235,8 @@ def mfu(points: pd.DataFrame, colors: dict, config: str, unit: str):
     if p_all.empty or p_all["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    runtimes = _runtimes(p_all)
-    for i, runtime in enumerate(runtimes):
-        p = p_all[p_all["runtime"] == runtime]
-        ax.plot(nudged(p["world_size"], i, len(runtimes)), p["mfu"], marker="o", lw=2, color=colors[runtime],
-                label=runtime)
+    for runtime, p, x in by_runtime(p_all):
+        ax.plot(x, p["mfu"], marker="o", lw=2, color=colors[runtime], label=runtime)
     rank_axis(ax, p_all["world_size"], unit)
     ax.set_ylim(0, max(10.0, float(p_all["mfu"].max()) * 1.2))
     ax.set_ylabel("MFU (% of peak dense bf16)")
@@ -262,13 +250,11 @@ def ratios(ratio_table: pd.DataFrame, colors: dict, baseline: str, config: str, 
     if ratio_table.empty:
         return None
     fig, ax = plt.subplots()
-    runtimes = _runtimes(ratio_table)
-    for i, runtime in enumerate(runtimes):
-        r = ratio_table[ratio_table["runtime"] == runtime]
+    for runtime, r, x in by_runtime(ratio_table):
         low = (r["ratio"] - r["ci_low"]).fillna(0).clip(lower=0)
         high = (r["ci_high"] - r["ratio"]).fillna(0).clip(lower=0)
-        ax.errorbar(nudged(r["world_size"], i, len(runtimes)), r["ratio"], yerr=np.vstack([low, high]),
-                    marker="o", capsize=5, lw=0, elinewidth=2, ms=8, color=colors[runtime], label=runtime)
+        ax.errorbar(x, r["ratio"], yerr=np.vstack([low, high]), marker="o", capsize=5, lw=0, elinewidth=2, ms=8,
+                    color=colors[runtime], label=runtime)
     ax.axhline(1.0, ls="--", color="grey", lw=1.5, label=f"{baseline} (= 1)")
     rank_axis(ax, ratio_table["world_size"], unit)
     lo = min(0.95, float(ratio_table[["ratio", "ci_low"]].min().min()) - 0.01)

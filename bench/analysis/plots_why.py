@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import offset_copy
 
 from bench.analysis import why
-from bench.analysis.plots import _human, nudged, rank_axis, wrap_label
+from bench.analysis.plots import _human, by_runtime, rank_axis, wrap_label
 from bench.analysis.scaling import STARTUP_PHASES, count, phase_label
 
 PHASE_COLORS = plt.get_cmap("tab10").colors
@@ -133,11 +133,8 @@ def busbw(points: pd.DataFrame, colors: dict, config: str, unit: str):
     if not measured.any():
         return None  # one rank only (busbw is 0 there by definition), or no pre-flight
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 5.2))
-    runtimes = list(dict.fromkeys(points["runtime"]))
     per = unit[:-1]
-    for i, runtime in enumerate(runtimes):
-        p = points[points["runtime"] == runtime]
-        x = nudged(p["world_size"], i, len(runtimes))
+    for runtime, p, x in by_runtime(points):
         for col, style in zip(cols, COLLECTIVE_STYLES.values()):
             left.plot(x, p[col], ls=style, marker="o", lw=2, color=colors[runtime])
         right.plot(x, p["tok_per_sec"] / p["world_size"], marker="o", lw=2, color=colors[runtime])
@@ -149,7 +146,7 @@ def busbw(points: pd.DataFrame, colors: dict, config: str, unit: str):
     right.yaxis.set_major_formatter(FuncFormatter(_human))
     right.set_ylabel(f"steady tokens/s per {per}")
     right.set_title(f"throughput per {per}", fontsize=12)
-    handles = [Line2D([], [], color=colors[r], lw=2, label=r) for r in runtimes]
+    handles = [Line2D([], [], color=colors[r], lw=2, label=r) for r in dict.fromkeys(points["runtime"])]
     handles += [Line2D([], [], color="black", ls=s, lw=1.5, label=c.replace("_", "-"))
                 for c, s in COLLECTIVE_STYLES.items()]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=10, frameon=False)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench.analysis.scaling import STARTUP_PHASES, count, phase_label
+from bench.analysis.scaling import STARTUP_PHASES, count, nodes_text, phase_label
 from bench.analysis.tables import NOT_MEASURED, transports_text
 
 # Identical runs on one H200 differ by about 1 s in Python imports and torchrun's spawn alone
@@ -46,13 +46,8 @@ class Finding:
     evidence: str  # quoted as code: a log line, or the figures the sentence rests on
 
 
-def _nodes(nodes) -> str:
-    """'1 node', '2 nodes', or 'nodes 1,2' when the runs of one point differ in layout."""
-    return count(nodes, "nodes") if str(nodes).isdigit() else f"nodes {nodes}"
-
-
 def _where(runtime: str, world: int, nodes, unit: str) -> str:
-    return f"{runtime} at {count(world, unit)} ({_nodes(nodes)})"
+    return f"{runtime} at {count(world, unit)} ({nodes_text(nodes)})"
 
 
 def _capped(found: list[Finding], what: str) -> list[Finding]:
@@ -192,7 +187,7 @@ def stragglers(runs: pd.DataFrame, unit: str) -> list[Finding]:
         host = "an unrecorded host" if pd.isna(host) else f"host {host}"
         worst = g.loc[g["rank_step_spread_pct"].idxmax()]
         out.append(Finding(f"rank {rank} on {host} is the slowest rank of {runtime} at {count(world, unit)} "
-                           f"({_nodes(g['nodes'].iloc[0])}) in {len(g)} of {total} run(s): the ranks' steady steps "
+                           f"({nodes_text(g['nodes'].iloc[0])}) in {len(g)} of {total} run(s): the ranks' steady steps "
                            f"lie up to {worst['rank_step_spread_pct']:.1f}% of the median apart",
                            f"run {worst['run_id']}: rank_step_spread_pct {worst['rank_step_spread_pct']:.1f} "
                            f"= (slowest - fastest rank's median step) / median over ranks"))

@@ -18,7 +18,7 @@ from matplotlib.transforms import offset_copy
 
 from bench.analysis import why
 from bench.analysis.plots import _human, by_runtime, rank_axis, wrap_label
-from bench.analysis.scaling import STARTUP_PHASES, count, phase_label
+from bench.analysis.scaling import STARTUP_PHASES, count, nodes_text, phase_label
 
 PHASE_COLORS = plt.get_cmap("tab10").colors
 SPLIT_LABELS = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed communication", "optim_ms": "optimizer",
@@ -32,7 +32,7 @@ CROSS_STEP_PT = 9  # crosses of phases missing in a row sit this far apart
 def point_label(row, unit: str) -> str:
     """'bare · 8 GPUs (2 nodes)': a runtime at one rank count, as the y axis of a bar chart names it."""
     nodes = str(row["nodes"])
-    where = "" if not nodes else f" ({count(nodes, 'nodes')})" if nodes.isdigit() else f" (nodes {nodes})"
+    where = f" ({nodes_text(nodes)})" if nodes else ""
     return f"{row['runtime']} · {count(row['world_size'], unit)}{where}"
 
 

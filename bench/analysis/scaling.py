@@ -87,6 +87,11 @@ def count(n, unit: str) -> str:
     return f"{n} {unit[:-1] if n == 1 else unit}"
 
 
+def nodes_text(nodes) -> str:
+    """'1 node', '2 nodes', or 'nodes 1,2' when the runs of one point differ in layout."""
+    return count(nodes, "nodes") if str(nodes).isdigit() else f"nodes {nodes}"
+
+
 def batch_key(scaling, total_batch_size, device_batch_size, max_seq_len) -> str | None:
     """The batch that stays fixed along a curve: per rank in weak scaling ('32x2048': device batch x
     sequence), in total otherwise ('524288')."""

@@ -74,8 +74,6 @@ class Outcome:
 
 
 def _g(v: float) -> str:
-    if v is None or math.isinf(v):
-        return "none" if v is None else ("-inf" if v < 0 else "inf")
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 

@@ -59,13 +59,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "config"
 
 
-def _data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-
-
 def _figure(saved: plots.SavedFigure) -> dict:
     return {"title": saved.title, "png": f"{FIGURES_DIR}/{saved.png.name}", "svg": f"{FIGURES_DIR}/{saved.svg.name}",
-            "data_uri": _data_uri(saved.png)}
+            "data_uri": "data:image/png;base64," + base64.b64encode(saved.png.read_bytes()).decode("ascii")}
 
 
 def _save_all(drawn, fig_dir: Path, prefix: str) -> dict[str, dict]:

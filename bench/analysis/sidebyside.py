@@ -25,8 +25,6 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (shape, workload, runtime) where both families ran that shape."""
     ok = with_config(usable(table))
     ok = ok.assign(family=ok["workload"].map(family)).dropna(subset=["family", *MATCH_KEYS])
-    if ok.empty:
-        return pd.DataFrame()
     both = ok.groupby(list(MATCH_KEYS))["family"].transform("nunique") == 2
     ok = ok[both]
     if ok.empty:

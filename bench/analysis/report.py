@@ -81,38 +81,33 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
         figs = _save_all(plots.scaling_figures(p, r, colors, baseline, config, unit, mode) +
                          plots_why.why_figures(p, colors, config, unit), fig_dir, prefix)
     pick = lambda *names: [figs[n] for n in names if n in figs]  # noqa: E731
-    has = lambda cols: p[cols].notna().any().any()  # noqa: E731
+    has = lambda frame, cols: frame[list(cols)].notna().any().any()  # noqa: E731
+    measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in why.SPLIT]),
+                "busbw": has(p, [f"busbw_{c}_gbps" for c in why.COLLECTIVES]),
+                "network": has(runs, ["net", "nccl_transports", "net_over_sockets"])}
     sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     if not r.empty:
         sections.append({"title": f"Steady-state throughput relative to {baseline}",
                          "table": tables.ratio_table(r, unit), "figures": pick("ratio")})
-    missing = []
-    if has(list(scaling.STARTUP_PHASES)):
+    if measured["startup"]:
         sections.append({"title": "Start-up phases (seconds, median over repeats)",
                          "note": f"{tables.NOT_MEASURED}: not measured; its time is in the next measured phase.",
                          "table": tables.phase_table(p, unit), "figures": pick("startup")})
-    else:
-        missing.append(SECTION_NEEDS["startup"])
-    if has([f"step_{k}" for k in why.SPLIT]):
+    if measured["step"]:
         sections.append({"title": "Steady step split (ms per step, share of the step)",
                          "table": tables.split_table(p, unit), "figures": pick("step")})
-    else:
-        missing.append(SECTION_NEEDS["step"])
-    if has([f"busbw_{c}_gbps" for c in why.COLLECTIVES]):
+    if measured["busbw"]:
         one_rank = "busbw is 0 on one rank by nccl-tests' definition (nothing crosses a link). " \
             if (p["world_size"] == 1).any() else ""
         sections.append({"title": "Pre-flight bus bandwidth beside throughput",
                          "note": one_rank + "busbw at the largest buffer of the pre-flight, as nccl-tests defines it "
                                             "(algbw x 2(n-1)/n for all-reduce, x (n-1)/n for the others).",
                          "table": tables.busbw_table(p, unit), "figures": pick("busbw")})
-    else:
-        missing.append(SECTION_NEEDS["busbw"])
-    if runs[["net", "nccl_transports", "net_over_sockets"]].notna().any().any():
+    if measured["network"]:
         sections.append({"title": "Network path of each run", "table": tables.network_table(runs, unit),
                          "figures": []})
-    else:
-        missing.append(SECTION_NEEDS["network"])
+    missing = [SECTION_NEEDS[name] for name, found in measured.items() if not found]
     return {"config": config, "sections": sections, "not_recorded": missing,
             "findings": findings.config_findings(runs, p, r, baseline, unit, mode)}
 

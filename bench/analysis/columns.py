@@ -126,7 +126,6 @@ FIGURES = [c.name for c in CATALOGUE if c.type in ("int", "float")]  # what a re
 AGGREGATES = {c.name: c.agg for c in CATALOGUE if c.agg}
 FLAT = {c.name: c.path for c in CATALOGUE if c.path}  # the columns run.json fills as it is, by their path
 KEYS = tuple(c.name for c in CATALOGUE if c.key)
-MODEL_KEYS = tuple(c.name for c in CATALOGUE if c.key == "model")
 
 
 def perf_units(kind: str) -> dict[str, str]:

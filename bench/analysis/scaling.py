@@ -2,9 +2,9 @@
 
 Comparisons are made only between runs of the same workload config (GROUP_KEYS), and only with usable
 rows (status ok, steady-state figures present). Repeats of one point are summarised by their median.
-The key holds what was trained as well as how (MODEL_KEYS: parameters, vocabulary, FLOPs per token,
-precision, the data's origin and tokenizer, NNTile's tiles): runs that differ there are never repeats,
-and `kept_apart` lists the groups that would otherwise look like one config.
+The key holds what was trained as well as how (the catalogue's "model" keys: parameters, vocabulary, FLOPs
+per token, precision, the data's origin and tokenizer, NNTile's tiles): runs that differ there are never
+repeats, and `kept_apart` lists the groups that would otherwise look like one config.
 
 A config is one curve. Its batch key depends on the scaling mode (DESIGN.md, scaling rules): in weak
 scaling each rank keeps device batch x sequence and `total_batch_size` grows with the ranks, so the
@@ -33,7 +33,6 @@ from bench.analysis import columns
 # the device batch size is no key of a strong curve and the total is none of a weak one (see the
 # module's docstring).
 GROUP_KEYS = (*columns.KEYS, "batch", "device")
-MODEL_KEYS = columns.MODEL_KEYS  # what a run trained: the model and its data (the rest is how)
 # Fields added to the run contract after runs were recorded: before `--scaling` the launcher knew only
 # strong scaling (issue 18), before `--strategy` only nanochat's sharded optimizers (zero2, issue 17),
 # and the model's width was always 64 x depth. Only for nanochat's trainer: NNTile has none of these.

@@ -33,16 +33,6 @@ STAGES_NOTE = ("Medians over the runs of each point that ended ok (peak memory: 
                "run.json records them (val/train bpb, CORE, ChatCORE, each task's accuracy).")
 
 
-def stage_order() -> list[str]:
-    """Every flow's stages in their order (the report's order of sections)."""
-    from bench.launch.flow import FLOWS  # standard library and the launch side only: no torch
-
-    order: list[str] = []
-    for stages in FLOWS.values():
-        order += [s.name for s in stages if s.name not in order]
-    return order
-
-
 def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The usable runs of a flow's stages (ended ok, read whole, not a copy), their scores as `score:<name>`."""
     rows = table[table["stage"].notna() & (table["status"] == "ok") & table["skip_reason"].isna()].copy()
@@ -53,7 +43,10 @@ def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sorted_stages(rows: pd.DataFrame) -> list[str]:
-    order = stage_order()
+    """The stages that ran, in their order in the flows (the report's order of sections), others after by name."""
+    from bench.launch.flow import FLOWS  # standard library and the launch side only: no torch
+
+    order = list(dict.fromkeys(s.name for stages in FLOWS.values() for s in stages))
     present = list(dict.fromkeys(rows["stage"]))
     return sorted(present, key=lambda s: (order.index(s) if s in order else len(order), s))
 

@@ -118,10 +118,6 @@ def expanded(value: str, key: str) -> str:
     return out
 
 
-def base_dir_of(site: Site) -> str:
-    return str(Path(expanded(paths.base_dir(site.base_dir or None), "base_dir")).absolute())
-
-
 def sweep_of(case: Case, base_dir: str) -> Sweep:
     """The case's one-point sweep. `depth` reaches only a workload that takes it (pre-training); a later
     stage loads the checkpoint of the stage before, whose depth its parser would refuse as a flag."""
@@ -149,7 +145,7 @@ def options_of(site: Site, base_dir: str, dry_run: bool) -> LaunchOptions:
 def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
     """Plan, render and write the case's job under `stage_dir/<sweep_id>/<run_id>/` (run.json pending,
     except in a dry run, which writes the script only). Every mistake is a ConfigError naming it."""
-    base_dir = base_dir_of(case.site)
+    base_dir = str(Path(expanded(paths.base_dir(case.site.base_dir or None), "base_dir")).absolute())
     sweep = sweep_of(case, base_dir)
     opts = options_of(case.site, base_dir, dry_run)
     naming = Naming(one_title="ReFrame check {sweep_id}, run {run_id}")

@@ -21,10 +21,6 @@ class NotRegularFile(OSError):
     """The name is not a regular file (a link, FIFO, device, ...); `strerror` says which."""
 
 
-def kind_of(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
 def open_regular(path: str | os.PathLike) -> BinaryIO:
     """A regular file opened for reading (binary); NotRegularFile for a symbolic link or anything that
     is not a regular file, FileNotFoundError when it is gone. What the name is comes from lstat, so a FIFO
@@ -34,7 +30,8 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
     if stat.S_ISLNK(st.st_mode):
         raise NotRegularFile(errno.ELOOP, "a symbolic link (not followed)", str(path))
     if not stat.S_ISREG(st.st_mode):
-        raise NotRegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file (not read)", str(path))
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise NotRegularFile(errno.EINVAL, f"{kind}, not a regular file (not read)", str(path))
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)

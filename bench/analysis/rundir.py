@@ -254,10 +254,8 @@ def resolve_status(manifest: dict, ev: dict, notes: list[str]) -> tuple[str, str
             status = "ok"
         else:
             status = "running"
-        if manifest:
-            notes.append(f"run.json has no status; '{status}' inferred from events")
-        else:
-            notes.append(f"no run.json; status '{status}' inferred from events")
+        notes.append(f"run.json has no status; '{status}' inferred from events" if manifest
+                     else f"no run.json; status '{status}' inferred from events")
     if message is None and ev.get("error_message"):
         message = f"{ev.get('error_kind')}: {ev['error_message']}"
     if status == "ok" and ev.get("error_kind"):

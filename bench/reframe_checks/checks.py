@@ -145,8 +145,7 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         p = built.point
         self.run_id, self.run_dir = p.run_id, str(built.run_dir)
         self.world_size, self.gpus_per_node = p.ranks, site.gpus_per_node
-        manifest = built.job.runs[0].manifest
-        config = manifest["config"]
+        config = built.job.runs[0].manifest["config"]
         self.max_seq_len, self.device_batch_size = config.get("max_seq_len", 0), p.device_batch_size
         self.total_batch_size, self.grad_accum, self.num_iterations = p.total_batch_size, p.grad_accum, p.num_iterations
         self.num_tasks = self.num_nodes

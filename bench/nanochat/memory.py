@@ -167,13 +167,12 @@ def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
 
     # optimizer step
     step = dict(resident, gradients=grads_all)
-    adam_tmp = 2 * (4 * n_head + wte_b * n_head) / W
     if s.fsdp:
         m = max(r * c for r, c in matrices)
         muon_tmp = 4 * m + k["ns_bytes_per_element"] * m + 4 * m / W * (2 if offloaded else 1)
     else:
         muon_tmp = _dist_muon_extra(_groups(matrices), W, k["ns_bytes_per_element"])
-    step["optimizer_temporaries"] = max(adam_tmp, muon_tmp)
+    step["optimizer_temporaries"] = max(adam, muon_tmp)  # AdamW's temporaries: the size of its state
 
     phases = {"backward": {n: int(v) for n, v in bwd.items()}, "optimizer step": {n: int(v) for n, v in step.items()}}
     phase, parts = max((("backward", bwd), ("optimizer step", step)), key=lambda t: sum(t[1].values()))
@@ -198,8 +197,7 @@ def _host(p: MemoryPoint, s, matrices, d: int, wte_b: int, k: dict) -> dict:
     W = p.world_size
     rows = lambda r: -(-r // W)  # noqa: E731 - FSDP pads every shard to ceil(rows / W) rows
     shards = [(rows(r) * c, 4) for r, c in matrices] + [(rows(p.vocab_size) * d, 4), (rows(p.vocab_size) * d, wte_b)]
-    host["weights_pinned"] = sum(_pinned(n * b) for n, b in shards)
-    host["gradients_pinned"] = sum(_pinned(n * b) for n, b in shards)
+    host["weights_pinned"] = host["gradients_pinned"] = sum(_pinned(n * b) for n, b in shards)
     host["muon_momentum"] = sum(4 * rows(r) * c for r, c in matrices)
     host["adam_state"] = 2 * (4 + wte_b) * p.vocab_size * d / W
     return host

@@ -67,24 +67,19 @@ def orthogonalize(G: Tensor, steps: int) -> Tensor:
     return zeropower_via_newtonschulz5(G, steps, dtype=torch.float32)
 
 
-def muon_direction(grads: Tensor, momentum_buffer: Tensor, group: dict) -> Tensor:
-    """The orthogonalised update of a stack of same-shaped gradients (k, rows, cols), matrix by matrix:
-    momentum (Nesterov) then Newton-Schulz. Updates momentum_buffer in place; overwrites grads."""
-    momentum = group["momentum"]
-    momentum_buffer.lerp_(grads, 1 - momentum)
-    g = grads.lerp_(momentum_buffer, momentum) if group["nesterov"] else momentum_buffer
-    return orthogonalize(g, steps=group["ns_steps"])
+def _momentum(grads: Tensor, state: dict, group: dict) -> Tensor:
+    """What Newton-Schulz orthogonalises: the gradients blended with their momentum (Nesterov). Updates
+    the momentum buffer in `state` in place (made like grads at the first step); overwrites grads."""
+    if "momentum_buffer" not in state:
+        state["momentum_buffer"] = torch.zeros_like(grads)
+    buf, momentum = state["momentum_buffer"], group["momentum"]
+    buf.lerp_(grads, 1 - momentum)
+    return grads.lerp_(buf, momentum) if group["nesterov"] else buf
 
 
 def step_size(group: dict, shape: torch.Size) -> float:
     """The learning rate, scaled by sqrt(max(1, rows/cols)) for the matrices' aspect ratio."""
     return group["lr"] * max(1, shape[-2] / shape[-1]) ** 0.5
-
-
-def _momentum_buffer(state: dict, like: Tensor) -> Tensor:
-    if "momentum_buffer" not in state:
-        state["momentum_buffer"] = torch.zeros_like(like)
-    return state["momentum_buffer"]
 
 
 def _quiet(*args, **kwargs) -> None:
@@ -118,8 +113,8 @@ class Muon(torch.optim.Optimizer):
             params = group["params"]
             assert all(p.grad is not None for p in params)
             grads = torch.stack([p.grad for p in params])
-            buf = _momentum_buffer(self.state[params[0]], grads)  # the group's stacked state, on its first param
-            update = muon_direction(grads, buf, group).to(params[0].dtype)
+            blended = _momentum(grads, self.state[params[0]], group)  # the group's stacked state, on its first param
+            update = orthogonalize(blended, steps=group["ns_steps"]).to(params[0].dtype)
             torch._foreach_add_(params, list(update.unbind(0)), alpha=-step_size(group, params[0].shape))
 
 
@@ -146,8 +141,8 @@ class DistMuon(Muon):
             params = group["params"]
             steptimer.wait(work)
             own = params[rank * block:(rank + 1) * block]  # fewer than `block` (or none) at the end
-            buf = _momentum_buffer(self.state[params[0]], own_grads)
-            update = muon_direction(own_grads, buf, group).to(params[0].dtype)
+            blended = _momentum(own_grads, self.state[params[0]], group)
+            update = orthogonalize(blended, steps=group["ns_steps"]).to(params[0].dtype)
             weights = torch.stack(own + [torch.zeros_like(params[0])] * (block - len(own)))
             weights.add_(update, alpha=-step_size(group, params[0].shape))
             gathered = torch.empty((block * world_size, *params[0].shape), dtype=weights.dtype, device=weights.device)
@@ -160,10 +155,8 @@ class DistMuon(Muon):
 class ShardedMuon(Muon):
     """Muon on FSDP2-sharded matrices (see the module docstring); gradients arrive averaged by FSDP."""
 
-    def __init__(self, params: Iterable[Tensor], lr: float = 0.02, momentum: float = 0.95,
-                 nesterov: bool = True, ns_steps: int = 5, log: Callable = _quiet,
-                 compute_device: torch.device | str | None = None):
-        super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, log=log)
+    def __init__(self, params: Iterable[Tensor], compute_device: torch.device | str | None = None, **kwargs):
+        super().__init__(params, **kwargs)
         if compute_device is None:
             compute_device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         self.compute_device = torch.device(compute_device)
@@ -176,12 +169,9 @@ class ShardedMuon(Muon):
             for p in group["params"]:
                 assert isinstance(p, DTensor) and p.placements == (Shard(0),), "ShardedMuon: FSDP2 row shards only"
                 local = p.grad.to_local()  # this rank's rows of the averaged gradient
-                buf = _momentum_buffer(self.state[p], local)  # on the shard's own device (host under offload)
-                momentum = group["momentum"]
-                buf.lerp_(local, 1 - momentum)
-                blended = local.lerp_(buf, momentum) if group["nesterov"] else buf
-                rows = DTensor.from_local(blended.to(self.compute_device), p.device_mesh, p.placements,
-                                          shape=p.shape, stride=p.stride())
+                blended = _momentum(local, self.state[p], group)  # state on the shard's device (host under offload)
+                blended = blended.to(self.compute_device)
+                rows = DTensor.from_local(blended, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
                 update = orthogonalize(rows.full_tensor(), steps=group["ns_steps"])
                 mine = own_rows(update, p.shape[0], local.shape[0], p.device_mesh)
                 p.to_local().add_(mine.to(device=local.device, dtype=p.dtype), alpha=-step_size(group, p.shape))

@@ -231,9 +231,6 @@ class Tokenizer:
     def get_bos_token_id(self) -> int:
         return self.bos_token_id
 
-    def get_special_tokens(self) -> list[str]:
-        return list(SPECIAL_TOKENS)
-
     def encode_special(self, text: str) -> int:
         return self.enc.encode_single_token(text)
 

@@ -171,10 +171,9 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=1.0)
 
-    def _precompute_rotary_embeddings(self, seq_len: int, head_dim: int, base: int = ROPE_BASE, device=None):
-        """cos/sin tables of shape (1, seq_len, 1, head_dim/2) in bf16, as upstream keeps them."""
-        if device is None:
-            device = self.transformer.wte.weight.device
+    def _precompute_rotary_embeddings(self, seq_len: int, head_dim: int, base: int = ROPE_BASE):
+        """cos/sin tables of shape (1, seq_len, 1, head_dim/2) in bf16 on the model's device, as upstream keeps them."""
+        device = self.get_device()
         channel_range = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device)
         inv_freq = 1.0 / (base ** (channel_range / head_dim))
         t = torch.arange(seq_len, dtype=torch.float32, device=device)

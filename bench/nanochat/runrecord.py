@@ -286,18 +286,13 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
     if isinstance(exc, MemoryError) or ALLOC_FAILED.search(str(exc)):  # outside torch's CUDA caching allocator
         return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: "
                               f"{first_line(exc, 'out of memory')}")
-    if isinstance(exc, DataError):
-        return Failure("no_data", str(exc))
-    if isinstance(exc, Diverged):
-        return Failure("diverged", str(exc))
-    if isinstance(exc, WrongNetwork):
-        return Failure("wrong_network", str(exc))
-    if isinstance(exc, NotJoined):
-        return Failure("hung", str(exc))
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
-    if isinstance(exc, BenchError):
-        return Failure("error", str(exc))
+    # the project's own errors, their message as it is: the first class that matches decides
+    for cls, kind in ((DataError, "no_data"), (Diverged, "diverged"), (WrongNetwork, "wrong_network"),
+                      (NotJoined, "hung"), (BenchError, "error")):
+        if isinstance(exc, cls):
+            return Failure(kind, str(exc))
     text = str(exc)
     if isinstance(exc, RuntimeError):  # gloo's, NCCL's and the store's errors (torch's DistError kinds)
         if TIMED_OUT.search(text):

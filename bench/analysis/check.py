@@ -14,7 +14,7 @@ missing, so a broken sweep cannot pass by producing nothing.
 
 import fnmatch
 import math
-import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +24,6 @@ from bench.analysis.columns import FIGURES, TYPES as COLUMNS
 from bench.analysis.scaling import usable
 from bench.errors import ConfigError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    try:
-        import tomli as tomllib
-    except ModuleNotFoundError:
-        tomllib = None
 
 @dataclass
 class Bound:
@@ -80,8 +73,6 @@ def _g(v: float) -> str:
 def load_references(path: str | Path) -> list[Reference]:
     """Parse and validate a references file; every mistake names the file, the entry and the fix."""
     path = Path(path)
-    if tomllib is None:
-        raise ConfigError("reading TOML references needs Python >= 3.11 or `pip install tomli`")
     try:
         data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:

@@ -160,7 +160,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
                                         containerised, opts.numa_binding if gpus else None),
         image=made or image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None,
         run_dir=str(run_dir), gpus=gpus, ofi_hook=opts.ofi_hook, image_source=image if made else None,
-        image_archive=image_archive(opts, runtime.name), nodes=point.nodes)
+        image_archive=image_archive(opts, runtime.name))
     site = None
     if opts.site is not None:
         spec = sites.apply(opts.site, runtime.name, spec)
@@ -282,11 +282,11 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
     jobs = []
     for nodes in sorted({r.nodes for r in runs}):
         parts = split_for_partition(limit, interleaved([r for r in runs if r.nodes == nodes], sweep.runtimes))
+        if len(parts) > 1:
+            note(f"the comparison on {nodes} node(s) is split into {len(parts)} jobs to fit the partition's "
+                 f"{limit.name} limit of {slurm_time(limit.max_time_s // 60)}")
         for i, part in enumerate(parts, 1):
             suffix = f"-part{i}" if len(parts) > 1 else ""
-            if suffix:
-                note(f"the comparison on {nodes} node(s) is split into {len(parts)} jobs to fit the partition's "
-                     f"{limit.name} limit of {slurm_time(limit.max_time_s // 60)}")
             jobs.append(job(part, sweep_dir / "jobs" / f"compare-n{nodes}{suffix}", naming.compare_name + suffix,
                             naming.compare_title))
     return jobs

@@ -31,8 +31,8 @@ TOKENS_PER_SHARD = 250e6 / 4.8
 DEFAULT_RUN_MINUTES = 30  # a run's time limit when nothing can be estimated (CPU, another workload)
 # Tokens one rank decodes a second when generating (chat_eval: one problem at a time through the KV cache, each
 # token a forward of one position, so the host's kernel launches, not FLOPs, set the pace): an assumption, as
-# --assume-mfu is, below the 79-90 tok/s measured at d20 on one H200 (results/h200-d20/decode/). The first use
-# of each attention length costs ~44 ms more (likely cuDNN's plan per shape), at most one per position a
+# --assume-mfu is; d20 on H200 nodes decoded 50-90 tok/s, the host CPU deciding (results/h200-d20/decode/). The
+# first use of each attention length costs ~44 ms more (likely cuDNN's plan per shape), at most one per position a
 # sequence reaches: about a minute and a half per evaluation, inside the start-up allowance.
 DECODE_TOK_PER_S = 75.0
 

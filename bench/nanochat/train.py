@@ -52,8 +52,8 @@ SAMPLE_PROMPTS = [
 ]
 
 
-def train(config: TrainConfig, record: RunRecord) -> dict:
-    """The whole pretraining run; returns its summary figures."""
+def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None]:
+    """The whole pretraining run; returns its summary figures, status and message (stagerun's contract)."""
     from bench.nanochat.dataloader import build_loader  # the data half of the workload
     from bench.nanochat.fp8 import apply_fp8
     from bench.nanochat.tokbin import vocabulary

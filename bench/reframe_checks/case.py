@@ -50,7 +50,7 @@ class Site:
     ofi_hook: str = "default"
     numa_binding: str = "node"  # "none" leaves CPU binding to the OS
     nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
-    references: str = ""  # a references file for this partition's checks
+    references: str = ""  # a references file for this partition's checks (the check's own variable wins)
 
     @classmethod
     def from_extras(cls, extras: dict, partition: str) -> "Site":
@@ -69,6 +69,10 @@ class Site:
             if not isinstance(value, want) or (want is int and isinstance(value, bool)):
                 raise ConfigError(f"{where}: {name} must be a {want.__name__}, got {value!r}")
         return cls(**data)
+
+    def references_file(self, variable: str) -> str:
+        """The check's `references` (-S references=FILE, $NANOCHAT_BENCH_REFERENCES), else the partition's."""
+        return variable or self.references
 
 
 @dataclass

@@ -183,11 +183,12 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         """Figures of the run as performance variables, references from the references file."""
         row = self.row()
         wanted: dict = {}
-        if self.references:
+        path = self._site.references_file(self.references)
+        if path:
             with one_line(PerformanceError):
-                reference, used = reframe_reference(self.current_partition.fullname, row, self.references)
+                reference, used = reframe_reference(self.current_partition.fullname, row, path)
             self.reference, wanted = reference, reference[self.current_partition.fullname]
-            self.logger.info(f"{self.short_name}: references {', '.join(used) or 'none'} from {self.references}")
+            self.logger.info(f"{self.short_name}: references {', '.join(used) or 'none'} from {path}")
         self.perf_variables = {name: sn.make_performance_function(sn.defer(value), unit)
                                for name, (value, unit) in performance(row, self._kind, wanted).items()}
 

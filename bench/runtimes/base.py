@@ -97,7 +97,6 @@ class LaunchSpec:
     # The image as the user named it, where the run uses a copy made once per sweep (a .sqsh, a .sif)
     image_source: str | None = None
     image_archive: str | None = None  # podman: the site's `podman save` archive, loaded on nodes that lack the image
-    nodes: int = 1  # the run's nodes: where a per-node image step runs
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Refresh the checked-in files after changing bench/runtimes/edf.py: nanochat-bench edf --regenerate edf/*.toml
 """
 
-import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,8 +12,6 @@ from bench.cli import main
 from bench.commands import containers
 from bench.errors import ConfigError
 from bench.runtimes import edf
-
-tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 REPO = Path(__file__).resolve().parents[3]
 CHECKED_IN = sorted((REPO / "edf").glob("*.toml"))

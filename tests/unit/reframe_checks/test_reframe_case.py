@@ -30,6 +30,13 @@ def test_partition_settings_are_checked_with_one_clear_line(extras, message):
         Site.from_extras(extras, "sys:part")
 
 
+def test_the_checks_references_win_over_the_partitions_and_the_partitions_are_used_alone():
+    site = Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, "references": "/site/refs.toml"}}, "sys:part")
+    assert site.references_file("") == "/site/refs.toml"
+    assert site.references_file("/mine.toml") == "/mine.toml"
+    assert Site(gpus_per_node=4).references_file("") == ""
+
+
 def test_the_job_is_the_one_render_sbatch_writes(tiny_base_dir, tmp_path):
     """Same sweep point, same options: ReFrame's job.sbatch and `nanochat-bench render sbatch`'s differ only
     in names and paths, so the srun/torchrun line has one source."""

@@ -2,6 +2,7 @@
     python -m pytest tests/unit/runtimes/test_edf.py -q
 """
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,6 @@ from hypothesis import strategies as st
 
 from bench.errors import RuntimeConfigError
 from bench.runtimes import edf
-
-tomllib = pytest.importorskip("tomllib" if __import__("sys").version_info >= (3, 11) else "tomli")
 
 CHECKED_IN = sorted((Path(__file__).resolve().parents[3] / "edf").glob("*.toml"))
 

@@ -26,16 +26,27 @@ printf '%s\\0' "$@" >> "$STUB_DIR/srun.args"
 JOB_ID = 4321  # its runs' ports: PORT_BASE + 21 * 100 + run index
 
 
-@contextlib.contextmanager
-def listening(ports):
+def bind_all(ports) -> list[socket.socket]:
+    """Listening sockets on every port, or none (an OSError) when one of them is taken."""
     socks = []
     try:
         for port in ports:
             s = socket.socket()
+            socks.append(s)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("", port))
             s.listen()
-            socks.append(s)
+    except OSError:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+@contextlib.contextmanager
+def listening(ports):
+    socks = bind_all(ports)
+    try:
         yield
     finally:
         for s in socks:
@@ -56,11 +67,26 @@ def test_a_free_port_is_kept_and_a_taken_one_moves_to_the_next():
         assert port < rdzvport.pick(port) < port + rdzvport.SPAN
 
 
+def a_taken_block(span: int) -> tuple[int, list[socket.socket]]:
+    """`span` consecutive ports listened on, and the first. A port after a free one may belong to another
+    process (the ephemeral range is shared), so a block that cannot be taken whole is given up for another."""
+    for _ in range(50):
+        port = free_port()
+        try:
+            return port, bind_all(range(port, port + span))
+        except OSError:
+            continue
+    raise RuntimeError(f"no {span} consecutive free ports found in 50 tries")
+
+
 def test_all_ports_taken_is_one_line_naming_them_and_the_node():
-    port = free_port()
-    with listening(range(port, port + rdzvport.SPAN)):
+    port, socks = a_taken_block(rdzvport.SPAN)
+    try:
         r = subprocess.run([sys.executable, "-S", rdzvport.__file__, str(port), "nid001"], capture_output=True,
                            text=True, timeout=30)
+    finally:
+        for s in socks:
+            s.close()
     assert r.returncode == 1 and r.stderr == ""
     assert r.stdout.count("\n") == 1
     assert f"ports {port}-{port + rdzvport.SPAN - 1} on nid001" in r.stdout and "in use" in r.stdout

@@ -84,8 +84,9 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
         except DataError:
             pass  # damaged since: fetch again
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
-    probe(f"{url}/api/datasets/{s.repo}", (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
-          "nothing more was staged; check the network, or point --url (or HF_ENDPOINT) at a Hugging Face mirror")
+    download.check_reachable(f"{url}/api/datasets/{s.repo}", (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+                             "nothing more was staged; check the network, or point --url (or HF_ENDPOINT) at a "
+                             "Hugging Face mirror", retry_any=True)
     wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries, HUB_HINT)
     folder = chatdata.chat_dir() / s.repo
     for stale in set(chatdata.split_files(s)) - {folder / name for name in wanted}:
@@ -97,25 +98,6 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
     files = [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in chatdata.split_files(s)]
     _record_source(key, {"endpoint": url, "files": files, "rows": rows})
     return rows
-
-
-def probe(url: str, timeout: tuple[float, float], fix: str, tries: int = 3, retry_any: bool = True) -> None:
-    """One HEAD request before a download and its retries: DataError in one line (`fix` after the reason) when
-    nothing answers at `url` after `tries` tries (without `retry_any`, only a refused connection is tried again).
-    Any HTTP answer, even an error, means a server is there: the downloads then say what is wrong."""
-    import requests
-
-    for attempt in range(1, tries + 1):
-        try:
-            requests.head(url, timeout=timeout, allow_redirects=True)
-            return
-        except requests.RequestException as e:
-            why = download.no_answer(e)
-            if why is None:
-                return
-            if attempt == tries or not (retry_any or "refused" in why):
-                raise DataError(f"cannot reach {url}: {why}; {fix}") from None
-            time.sleep(0.5)
 
 
 def _hub_files(s: chatdata.HubSplit, url: str) -> list[str]:

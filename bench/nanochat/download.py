@@ -94,22 +94,23 @@ def _causes(e: BaseException):
         todo += [x for x in linked if isinstance(x, BaseException)]
 
 
-def check_reachable(url: str, timeout: tuple[float, float], tries: int = 3, pause_s: float = 0.5) -> None:
-    """One HEAD request for the first shard before any download: DataError in one line when the host does
-    not resolve (at once), refuses (after `tries` quick tries) or never answers (after one read timeout).
-    Any HTTP answer, even an error, means the mirror is there: the downloads then say what is wrong."""
-    probe = f"{url}/{shard_name(0)}"
+def check_reachable(url: str, timeout: tuple[float, float], fix: str, tries: int = 3, retry_any: bool = False,
+                    pause_s: float = 0.5) -> None:
+    """One HEAD request at `url` before a download and its retries: DataError in one line (`fix` after the
+    reason) when the host does not resolve or never answers (at once, unless `retry_any`) or refuses (after
+    `tries` quick tries: it may be restarting). Any HTTP answer, even an error, means a server is there: the
+    downloads then say what is wrong."""
     for attempt in range(1, tries + 1):
         try:
-            requests.head(probe, timeout=timeout, allow_redirects=True)
+            requests.head(url, timeout=timeout, allow_redirects=True)
             return
         except requests.RequestException as e:
             why = no_answer(e)
             if why is None:
                 return
-            refused = any(isinstance(c, ConnectionRefusedError) for c in _causes(e))  # may be a restart
-            if attempt == tries or not refused:
-                raise DataError(f"cannot reach {probe}: {why}; nothing was downloaded; {FIX_URL}") from None
+            refused = any(isinstance(c, ConnectionRefusedError) for c in _causes(e))
+            if attempt == tries or not (retry_any or refused):
+                raise DataError(f"cannot reach {url}: {why}; {fix}") from None
         threading.Event().wait(pause_s)
 
 
@@ -274,7 +275,8 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     if generated:
         print(f"replacing {file_names(generated)} (made by `data generate`; --overwrite) by the downloads")
     url = base_url(url)
-    check_reachable(url, (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s))
+    check_reachable(f"{url}/{shard_name(0)}", (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+                    f"nothing was downloaded; {FIX_URL}")
     out.mkdir(parents=True, exist_ok=True)
     breaker = _Breaker(limit=max(retries, 2 * workers), quiet_s=retry_waits_s(retries, backoff_s))
     done, failed, local = [], [], None

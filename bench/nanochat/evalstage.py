@@ -21,7 +21,7 @@ import requests
 
 from bench.contract import write_json_atomic
 from bench.errors import ConfigError, DataError
-from bench.nanochat import chatstage, download
+from bench.nanochat import download
 from bench.nanochat.common import get_base_dir
 from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle
 
@@ -113,8 +113,8 @@ def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
     url = url or os.environ.get(ENV_URL) or EVAL_BUNDLE_URL
     zip_path = get_base_dir() / ZIP_NAME
     if not zip_path.is_file():
-        chatstage.probe(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
-                        f"nothing was downloaded; {FIX_URL}", retry_any=False)
+        download.check_reachable(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+                                 f"nothing was downloaded; {FIX_URL}")
         fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)
     digest = sha256_of(zip_path)
     if sha256 is not None and digest != sha256.lower():

@@ -3,7 +3,6 @@ nesting as the hub's parquet files and the two plain files, with small row count
 offline corpus (bench/nanochat/corpus.py), so the later stages run in tests, the smoke job and CI."""
 
 import json
-import random
 import re
 from pathlib import Path
 
@@ -27,24 +26,6 @@ SIZES = {
 IDENTITY_LINES = 24
 
 
-class CorpusText:
-    """Sentences and words from the offline corpus' paragraphs shorter than `max_chars`, drawn with one seeded
-    generator (the CORE bundle's stand-in draws from it too)."""
-
-    def __init__(self, seed: int = SEED, max_chars: int = 600):
-        self.rng = random.Random(seed)
-        self.paragraphs = [p for p in corpus.paragraphs() if len(p) < max_chars]
-
-    def sentence(self, max_chars: int = 200) -> str:
-        return self.rng.choice(self.paragraphs)[:max_chars].strip() or "What is Python?"
-
-    def words(self, lo: int, hi: int) -> str:
-        words = self.rng.choice(self.paragraphs).split()
-        n = self.rng.randint(lo, hi)
-        start = self.rng.randrange(max(1, len(words) - n))
-        return " ".join(words[start:start + n])
-
-
 def english_words() -> list[str]:
     """Lower-case alphabetic words of the corpus, sorted and unique, like words_alpha.txt."""
     words = set()
@@ -53,7 +34,7 @@ def english_words() -> list[str]:
     return sorted(words)
 
 
-def _smoltalk_row(t: CorpusText, i: int) -> dict:
+def _smoltalk_row(t: corpus.CorpusText, i: int) -> dict:
     turns = 1 + t.rng.randrange(3)
     messages = [{"content": t.sentence(120), "role": "system"}] if t.rng.random() < 0.2 else []
     for _ in range(turns):
@@ -61,12 +42,12 @@ def _smoltalk_row(t: CorpusText, i: int) -> dict:
     return {"messages": messages, "source": "generated"}
 
 
-def _mmlu_row(t: CorpusText, i: int) -> dict:
+def _mmlu_row(t: corpus.CorpusText, i: int) -> dict:
     return {"question": t.sentence(), "subject": t.rng.choice(("anatomy", "astronomy", "virology")),
             "choices": [t.sentence(60) for _ in range(4)], "answer": t.rng.randrange(4)}
 
 
-def _gsm8k_row(t: CorpusText, i: int) -> dict:
+def _gsm8k_row(t: corpus.CorpusText, i: int) -> dict:
     a, b = t.rng.randrange(2, 99), t.rng.randrange(2, 99)
     c = a * b
     return {"question": f"{t.sentence(150)} What is {a} times {b}, plus {a}?",
@@ -74,14 +55,14 @@ def _gsm8k_row(t: CorpusText, i: int) -> dict:
                       f"#### {c + a:,}"}
 
 
-def _arc_row(t: CorpusText, i: int) -> dict:
+def _arc_row(t: corpus.CorpusText, i: int) -> dict:
     k = t.rng.choice((3, 4, 4, 5))
     labels = list("ABCDE"[:k]) if t.rng.random() < 0.9 else [str(j + 1) for j in range(k)]
     return {"id": f"generated-{i}", "question": t.sentence(),
             "choices": {"text": [t.sentence(50) for _ in labels], "label": labels}, "answerKey": t.rng.choice(labels)}
 
 
-def _humaneval_row(t: CorpusText, i: int) -> dict:
+def _humaneval_row(t: corpus.CorpusText, i: int) -> dict:
     name = f"add_{i}"
     return {"task_id": f"HumanEval/{i}", "prompt": f'def {name}(a, b):\n    """{t.sentence(80)}"""\n',
             "canonical_solution": "    return a + b + %d\n" % i,
@@ -92,14 +73,14 @@ ROW_MAKERS = {"HuggingFaceTB/smol-smoltalk": _smoltalk_row, "cais/mmlu": _mmlu_r
               "allenai/ai2_arc": _arc_row, "openai/openai_humaneval": _humaneval_row}
 
 
-def _columns(s: chatdata.HubSplit, t: CorpusText) -> dict:
+def _columns(s: chatdata.HubSplit, t: corpus.CorpusText) -> dict:
     rows = [ROW_MAKERS[s.repo](t, i) for i in range(SIZES[(s.repo, s.split)])]
     if s.config == "auxiliary_train":  # the hub's MMLU rows are wrapped in a field "train"
         return {"train": rows}
     return {k: [r[k] for r in rows] for k in rows[0]}
 
 
-def _identity(t: CorpusText, path: Path) -> None:
+def _identity(t: corpus.CorpusText, path: Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for i in range(IDENTITY_LINES):
             turns = 1 + i % 3
@@ -124,7 +105,7 @@ def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
     identity, words = base / chatdata.IDENTITY_FILE, base / chatdata.WORDS_FILE
     if not overwrite:
         _refuse_overwrite(targets + [identity, words])
-    t = CorpusText()
+    t = corpus.CorpusText(SEED)
     out = []
     for s, path in zip(chatdata.HUB_SPLITS, targets):
         for old in chatdata.split_files(s):

@@ -39,6 +39,24 @@ def paragraphs() -> tuple[str, ...]:
     return tuple(p for p in paras if len(p) >= MIN_PARAGRAPH_CHARS)
 
 
+class CorpusText:
+    """Sentences and words from the paragraphs shorter than `max_chars`, drawn with one seeded generator:
+    the text of the generated chat data (chatgen.py) and CORE bundle (evalgen.py)."""
+
+    def __init__(self, seed: int, max_chars: int = 600):
+        self.rng = random.Random(seed)
+        self.paragraphs = [p for p in paragraphs() if len(p) < max_chars]
+
+    def sentence(self, max_chars: int = 200) -> str:
+        return self.rng.choice(self.paragraphs)[:max_chars].strip() or "What is Python?"
+
+    def words(self, lo: int, hi: int) -> str:
+        words = self.rng.choice(self.paragraphs).split()
+        n = self.rng.randint(lo, hi)
+        start = self.rng.randrange(max(1, len(words) - n))
+        return " ".join(words[start:start + n])
+
+
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "testing", "idle_test", "__pycache__"}
 # Pure-Python sources of the project's own dependencies: with the standard library, enough distinct
 # text (~70M characters) for the 65,271 merges of the default vocab, which the stdlib alone barely gives.

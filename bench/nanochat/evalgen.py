@@ -16,8 +16,8 @@ import yaml
 
 from bench.contract import write_json_atomic, write_text_atomic
 from bench.errors import DataError
-from bench.nanochat.chatgen import CorpusText
 from bench.nanochat.core_eval import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC, SCHEMA
+from bench.nanochat.corpus import CorpusText
 from bench.nanochat.evalbundle import CONFIG, DATA_DIR, META, ORIGIN, bundle_dir
 
 SEED = 4321

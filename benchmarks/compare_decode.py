@@ -65,6 +65,35 @@ def upstream_model(upstream: Path, depth: int, state, device):
     return model.eval(), Engine
 
 
+def upstream_checkout() -> Path | None:
+    """$NANOCHAT_UPSTREAM_DIR (default /tmp/upstream-nanochat) when it holds upstream's engine, else None (said)."""
+    upstream = Path(os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat"))
+    if not (upstream / "nanochat" / "engine.py").is_file():
+        print(f"error: no upstream nanochat checkout at {upstream} (set NANOCHAT_UPSTREAM_DIR)")
+        return None
+    return upstream
+
+
+def build_engines(upstream: Path, depth: int, device_name: str | None):
+    """Our engine and upstream's over the same random d`depth` weights, the device, and how to time a call
+    there: ({"ours", "upstream"} engines, device, autocast context factory, sync)."""
+    import torch
+
+    from bench.nanochat.engine import Engine
+    from bench.nanochat.gpt import GPTConfig, build_model
+    from bench.nanochat.tokenizer import SPECIAL_TOKENS
+
+    device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(0)
+    ours = build_model(GPTConfig.from_depth(depth, VOCAB), device).eval()
+    theirs, UpEngine = upstream_model(upstream, depth, {k: v.clone() for k, v in ours.state_dict().items()}, device)
+    tokenizer = SpecialIds(SPECIAL_TOKENS)
+    engines = {"ours": Engine(ours, tokenizer, calculator=lambda expr: None), "upstream": UpEngine(theirs, tokenizer)}
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return engines, device, autocast, sync
+
+
 def profile(name, engine, prompt, samples, max_new_tokens, autocast, sync) -> None:
     """One call under torch.profiler: how many kernels the host launched, their GPU time, the call's wall time."""
     from torch.profiler import ProfilerActivity
@@ -95,30 +124,19 @@ def main(argv=None) -> int:
                    "kernel launches and GPU time against wall time")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args(argv)
-    upstream = Path(os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat"))
-    if not (upstream / "nanochat" / "engine.py").is_file():
-        print(f"error: no upstream nanochat checkout at {upstream} (set NANOCHAT_UPSTREAM_DIR)")
+    upstream = upstream_checkout()
+    if upstream is None:
         return 2
     import torch
 
-    from bench.nanochat.engine import Engine
-    from bench.nanochat.gpt import GPTConfig, build_model
     from bench.nanochat.tokenizer import SPECIAL_TOKENS
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    torch.manual_seed(0)
-    ours = build_model(GPTConfig.from_depth(args.depth, VOCAB), device).eval()
-    theirs, UpEngine = upstream_model(upstream, args.depth, {k: v.clone() for k, v in ours.state_dict().items()},
-                                      device)
-    tokenizer = SpecialIds(SPECIAL_TOKENS)
-    engines = {"ours": Engine(ours, tokenizer, calculator=lambda expr: None), "upstream": UpEngine(theirs, tokenizer)}
+    engines, device, autocast, sync = build_engines(upstream, args.depth, args.device)
     sample_counts = [int(n) for n in args.samples.split(",")]
     stride = args.max_new_tokens + 1 if args.new_shapes else 0  # each call's prompt past the last call's sequence
     lengths = itertools.count(args.prompt_tokens, stride)  # the prompt length of each call in turn
     longest = args.prompt_tokens + stride * 2 * (args.calls + 1) * len(sample_counts)
     words = torch.randint(0, VOCAB - len(SPECIAL_TOKENS), (longest,), generator=torch.Generator().manual_seed(1))
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     rows = []
     for samples in sample_counts:
         times = {name: [] for name in engines}

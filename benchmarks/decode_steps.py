@@ -15,12 +15,10 @@ import argparse
 import cProfile
 import gc
 import io
-import os
 import pstats
 import statistics
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -74,27 +72,16 @@ def main(argv=None) -> int:
     p.add_argument("--gc-off", action="store_true", help="Python's garbage collector off while timing")
     p.add_argument("--cprofile", action="store_true", help="then one call of each engine under cProfile")
     args = p.parse_args(argv)
-    upstream = Path(os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat"))
-    if not (upstream / "nanochat" / "engine.py").is_file():
-        print(f"error: no upstream nanochat checkout at {upstream} (set NANOCHAT_UPSTREAM_DIR)")
+    upstream = compare_decode.upstream_checkout()
+    if upstream is None:
         return 2
     import torch
 
-    from bench.nanochat.engine import Engine
-    from bench.nanochat.gpt import GPTConfig, build_model
     from bench.nanochat.tokenizer import SPECIAL_TOKENS
 
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    torch.manual_seed(0)
-    ours = build_model(GPTConfig.from_depth(args.depth, compare_decode.VOCAB), device).eval()
-    theirs, UpEngine = compare_decode.upstream_model(upstream, args.depth,
-                                                     {k: v.clone() for k, v in ours.state_dict().items()}, device)
-    tokenizer = compare_decode.SpecialIds(SPECIAL_TOKENS)
-    engines = {"ours": Engine(ours, tokenizer, calculator=lambda expr: None), "upstream": UpEngine(theirs, tokenizer)}
+    engines, _, autocast, sync = compare_decode.build_engines(upstream, args.depth, args.device)
     vocab = compare_decode.VOCAB - len(SPECIAL_TOKENS)
     prompt = torch.randint(0, vocab, (args.prompt_tokens,), generator=torch.Generator().manual_seed(1)).tolist()
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     run = (args.samples, args.max_new_tokens, autocast, sync)
 
     calls = {name: [] for name in engines}

@@ -27,6 +27,7 @@ sys.path.insert(0, REPO)
 
 from bench.analysis.capacity import write_capacity_report  # noqa: E402
 from bench.capacity import calibrate  # noqa: E402
+from bench.capacity.cpuhost import TINY_MEMORY_LIMIT_MIB  # noqa: E402
 from bench.capacity.sweep import Sweep, SweepConfig  # noqa: E402
 from bench.errors import ConfigError  # noqa: E402
 
@@ -36,7 +37,7 @@ STRATEGIES = "fsdp,zero2,fsdp+ac+offload,fsdp+ac"
 GPU = dict(max_seq_len=2048, aspect_ratios=[64], max_depth=128, depths=[24], max_batch=32, vocab_size=65536)
 # CPU: widths 32 x depth, so Newton-Schulz stays cheap; the cap puts the border inside the family.
 TINY = dict(max_seq_len=64, aspect_ratios=[32], max_depth=8, depths=[], max_batch=2, vocab_size=65536,
-            memory_limit=1050 * 2 ** 20, device_type="cpu")
+            memory_limit=TINY_MEMORY_LIMIT_MIB << 20, device_type="cpu")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-per-point", type=float, default=200.0, help="a probe's own limit (default: 200 s)")
     ap.add_argument("--max-batch", type=int, default=None, help="largest batch of the tok/s probes (1 = none; "
                     "default: 32 on a GPU, 2 with --tiny)")
-    ap.add_argument("--tiny", action="store_true", help="CPU, tiny shapes, 1050 MiB cap per rank: checks the command")
+    ap.add_argument("--tiny", action="store_true", help=f"CPU, tiny shapes, {TINY_MEMORY_LIMIT_MIB} MiB cap per rank: checks the command")
     args = ap.parse_args(argv)
 
     t0 = time.time()

@@ -89,6 +89,11 @@ class ProbeResult:
         d = {k: v for k, v in asdict(self).items() if k not in _NOT_RECORDED}
         return {"probe": asdict(self.spec), **d, **self.extra}
 
+    def stop_record(self) -> dict:
+        """A search's `stopped` when this probe failed or hung: the probe (its run directory's name), why."""
+        return {"shape": self.spec.name, "num_params": self.num_params, "outcome": self.outcome,
+                "message": self.message}
+
 
 def pytorch_backend(spec: ProbeSpec, run_dir: Path, data: dict) -> tuple[list[str], dict]:
     """The trainer's command and environment for a probe (a strategy it does not know is a ConfigError
@@ -100,7 +105,7 @@ def pytorch_backend(spec: ProbeSpec, run_dir: Path, data: dict) -> tuple[list[st
     env["TORCHDYNAMO_DISABLE"] = "1"  # no torch.compile: minutes per new shape, more than a probe's steps
     module = "bench.nanochat.train"
     if data.get("memory_limit"):
-        env[capped.ENV_CAP], env["MALLOC_ARENA_MAX"] = str(data["memory_limit"]), "2"  # fewer arenas: less slack
+        env.update(capped.MALLOC_ENV, **{capped.ENV_CAP: str(data["memory_limit"])})
         module = "bench.capacity.capped"
     args = spec.train_args(Path(data["bin_dir"]))
     cmd, env = prepare_local(args, spec.nproc, run_dir, env, module=module)

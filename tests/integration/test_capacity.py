@@ -1,7 +1,8 @@
 """`capacity` end to end on CPU: the one-command benchmark (benchmarks/capacity_bench.py --tiny) under an
-address-space cap of 1050 MiB per rank, so the search ends at a known size (widths 32 x depth, random
-tokens over 65,536 ids: a rank grows by ~0.85 GiB at zero2 d4 and ~1.2 GiB at d6; fsdp+ac+offload by
-~0.94 GiB at d6 and ~1.17 GiB at d8), then the same command again, which reads every probe back.
+address-space cap of 875 MiB per rank, so the search ends at a known size (widths 32 x depth, random
+tokens over 65,536 ids; with the probes' pinned allocator a rank grows by 718 MiB at zero2 d4 and 968 MiB at
+d6, fsdp+ac+offload by 779 MiB at d6 and 983 MiB at d8, each within 2 MiB over five runs), then the same
+command again, which reads every probe back.
 Probes are real trainer processes; on CPU there is no CUDA peak to compare, so the memory check is empty.
 
     python -m pytest tests/integration/test_capacity.py -q
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from bench.capacity import data as capdata
+from bench.capacity.cpuhost import TINY_MEMORY_LIMIT_MIB
 from bench.capacity.probe import ProbeSpec, run_probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +74,7 @@ def test_a_probe_past_its_time_limit_is_a_timeout(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # a sweep that is stopped: its probes end with it, and what finished is reported
 
-TINY_CLI = ["--device-type", "cpu", "--memory-limit", "1050M", "--seq", "64", "--aspect-ratios", "32",
+TINY_CLI = ["--device-type", "cpu", "--memory-limit", f"{TINY_MEMORY_LIMIT_MIB}M", "--seq", "64", "--aspect-ratios", "32",
             "--max-depth", "8", "--no-batch-search", "--strategies", "zero2", "--depths", "2,4"]
 
 

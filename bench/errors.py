@@ -48,3 +48,8 @@ def run_dir_error(run_dir, e: OSError) -> RunDirError:
         reason = "a file of that name is in the way, not a directory"
     where = f" ({e.filename})" if e.filename and str(e.filename) != str(run_dir) else ""
     return RunDirError(f"the run directory {run_dir} cannot be written: {reason}{where}")
+
+
+def first_line(e: BaseException, default: str | None = None) -> str:
+    """The first line of an exception's message (a library's may run to pages), else `default` or its type."""
+    return (str(e).strip().splitlines() or [type(e).__name__ if default is None else default])[0]

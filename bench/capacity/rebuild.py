@@ -42,8 +42,7 @@ def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResu
     stop = next((r for r in at_b1 if r.outcome in ("failed", "timeout")), None)
     return {"strategy": strategy, "aspect_ratio": aspect_ratio, "capacity": _shape_dict(fits and shape(fits)),
             "first_failure": _shape_dict(fail and shape(fail)), "probes": len(at_b1), "complete": False,
-            "stopped": stop and {"shape": stop.spec.name, "num_params": stop.num_params, "outcome": stop.outcome,
-                                 "message": stop.message}}
+            "stopped": stop and stop.stop_record()}
 
 
 def rebuild_summary(out: str | Path) -> dict:

@@ -237,16 +237,14 @@ class Sweep:
         state = {"strategy": strategy, "aspect_ratio": aspect_ratio, "stopped": None}
         self.searches[(strategy, aspect_ratio)] = state
         if broken is not None:
-            state["stopped"] = {"shape": broken.spec.name, "num_params": broken.num_params,
-                                "outcome": broken.outcome, "message": broken.message}
+            state["stopped"] = broken.stop_record()
         try:
             while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
                 r = self.probe(strategy, shape, 1)
                 if r.outcome in ("ok", "oom"):
                     search.record(shape, r.fits)
                 else:
-                    state["stopped"] = {"shape": shape.name, "num_params": shape.num_params, "outcome": r.outcome,
-                                        "message": r.message}
+                    state["stopped"] = r.stop_record()
         finally:  # an interrupted search still says what its finished probes found (complete: the border)
             state.update(capacity=_shape_dict(search.capacity), first_failure=_shape_dict(search.first_failure),
                          probes=search.probes, complete=state["stopped"] is None and search.next() is None)

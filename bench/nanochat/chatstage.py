@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from bench.errors import DataError
+from bench.errors import DataError, first_line
 from bench.nanochat import chatdata, download
 from bench.nanochat.common import get_base_dir
 from bench.contract import write_json_atomic
@@ -65,7 +65,7 @@ def _with_retries(what: str, fetch, retries: int, hint: str, backoff_s: float = 
                 raise DataError(f"{what}: the server answered HTTP {status} ({type(e).__name__}); {hint}") from None
             if attempt == retries:
                 raise DataError(f"{what}: {retries} attempt(s) failed, the last with {type(e).__name__}: "
-                                f"{str(e).splitlines()[0] if str(e) else ''}; check the network, or {hint}") from None
+                                f"{first_line(e, '')}; check the network, or {hint}") from None
             time.sleep(backoff_s * 2 ** (attempt - 1))
 
 

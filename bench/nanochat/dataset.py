@@ -87,16 +87,20 @@ def open_shard(path: Path) -> pq.ParquetFile:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as e:
         raise DataError(f"{path} is not a readable parquet file ({e}); delete it and {FIX_DATA}") from None
-    schema = pf.schema_arrow
+    if problem := text_column_problem(pf.schema_arrow):
+        raise DataError(f"{path}{problem}, so none of its {pf.num_row_groups} row group(s) can be read; shards hold "
+                        f"one document a row in a string column '{TEXT_COLUMN}': delete it and {FIX_DATA}")
+    return pf
+
+
+def text_column_problem(schema: pa.Schema) -> str | None:
+    """What keeps a shard's documents from being read, as a phrase to follow its name; None when nothing does."""
     if TEXT_COLUMN not in schema.names:
-        raise DataError(f"{path} has no '{TEXT_COLUMN}' column (columns: {', '.join(schema.names) or 'none'}), so "
-                        f"none of its {pf.num_row_groups} row group(s) can be read; shards hold one document a row "
-                        f"in a string column '{TEXT_COLUMN}': delete it and {FIX_DATA}")
+        return f" has no '{TEXT_COLUMN}' column (columns: {', '.join(schema.names) or 'none'})"
     kind = schema.field(TEXT_COLUMN).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise DataError(f"{path}: column '{TEXT_COLUMN}' holds {kind}, not strings; shards hold one document a row: "
-                        f"delete it and {FIX_DATA}")
-    return pf
+        return f": column '{TEXT_COLUMN}' holds {kind}, not strings"
+    return None
 
 
 def read_texts(pf: pq.ParquetFile, path: Path, row_group: int) -> list[str]:

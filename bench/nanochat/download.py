@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from bench.errors import ConfigError, DataError
 from bench.nanochat import data_origin
-from bench.nanochat.dataset import TEXT_COLUMN, data_dir, file_names, shard_name
+from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"
@@ -55,9 +55,8 @@ def verify_shard(path: Path) -> None:
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowInvalid) as e:
         raise ValueError(f"not a readable parquet file ({e})") from None
-    field = pf.schema_arrow.field(TEXT_COLUMN) if TEXT_COLUMN in pf.schema_arrow.names else None
-    if field is None or not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
-        raise ValueError(f"parquet file without a string '{TEXT_COLUMN}' column (columns: {pf.schema_arrow.names})")
+    if problem := text_column_problem(pf.schema_arrow):
+        raise ValueError(f"the parquet file{problem}")
 
 
 def no_answer(e: BaseException) -> str | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.errors import DataError
+from bench.errors import DataError, first_line
 from bench.nanochat.common import get_base_dir
 from bench.nanochat.core_eval import LANGUAGE_MODELING, MULTIPLE_CHOICE, SCHEMA, TASK_TYPES, Task
 
@@ -85,7 +85,7 @@ def read_tasks(config: Path) -> list[Task]:
     try:
         doc = yaml.safe_load(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise DataError(f"{config}: not readable YAML ({_first_line(e)}); {FIX}") from None
+        raise DataError(f"{config}: not readable YAML ({first_line(e)}); {FIX}") from None
     entries = doc.get("icl_tasks") if isinstance(doc, dict) else None
     if not isinstance(entries, list) or not entries:
         raise DataError(f"{config}: no `icl_tasks` list; {FIX}")
@@ -114,7 +114,7 @@ def read_baselines(meta: Path) -> dict[str, float]:
         with open(meta, encoding="utf-8", newline="") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise DataError(f"{meta}: not readable ({_first_line(e)}); {FIX}") from None
+        raise DataError(f"{meta}: not readable ({first_line(e)}); {FIX}") from None
     out = {}
     for n, row in enumerate(rows, start=2):
         try:
@@ -130,13 +130,13 @@ def read_rows(path: Path, task_type: str) -> list[dict]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: not readable ({_first_line(e)}); {FIX}") from None
+        raise DataError(f"{path}: not readable ({first_line(e)}); {FIX}") from None
     rows = []
     for n, line in enumerate(lines, start=1):
         try:
             row = json.loads(line.strip())
         except ValueError as e:
-            raise DataError(f"{path}:{n}: not valid JSON ({_first_line(e)}); {FIX}") from None
+            raise DataError(f"{path}:{n}: not valid JSON ({first_line(e)}); {FIX}") from None
         problem = row_problem(row, task_type)
         if problem:
             raise DataError(f"{path}:{n}: {problem} (a {task_type} row needs {', '.join(ROW_KEYS[task_type])}); "
@@ -160,7 +160,3 @@ def row_problem(row, task_type: str) -> str | None:
     if not isinstance(gold, int) or isinstance(gold, bool) or not 0 <= gold < len(options):
         return f"gold {gold!r} is not an index of its {len(options)} option(s)"
     return None
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -32,7 +32,7 @@ import traceback
 from typing import Callable, NamedTuple, NoReturn
 
 from bench import provenance
-from bench.errors import BenchError, DataError, run_dir_error
+from bench.errors import BenchError, DataError, first_line, run_dir_error
 from bench.nanochat import runclaim
 from bench.nanochat.common import drain_output
 from bench.nanochat.guard import Diverged, json_safe
@@ -265,10 +265,6 @@ class Failure(NamedTuple):
 PEER_LOST = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote process exited|ncclRemoteError|"
                        r"failed to recv, got 0 bytes|NCCL communicator was aborted")
 TIMED_OUT = re.compile(r"timed out|timeout caused|Watchdog caught collective operation timeout", re.IGNORECASE)
-
-
-def first_line(exc: BaseException, default: str) -> str:
-    return (str(exc).strip().splitlines() or [default])[0]
 
 
 def classify_failure(exc: BaseException, device_batch_size: int | None = None) -> Failure:

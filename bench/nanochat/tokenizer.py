@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bench.errors import ConfigError, DataError
+from bench.errors import ConfigError, DataError, first_line
 from bench.nanochat.common import get_base_dir
 
 SPLIT_PATTERN = (
@@ -262,8 +262,7 @@ def _require(path: Path) -> Path:
 
 
 def _damaged(path: Path, e: BaseException) -> DataError:
-    cause = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-    return DataError(f"{path} is damaged ({cause}); run `nanochat-bench tokenizer train` again to write the "
+    return DataError(f"{path} is damaged ({first_line(e)[:160]}); run `nanochat-bench tokenizer train` again to write the "
                      f"tokenizer's files anew")
 
 

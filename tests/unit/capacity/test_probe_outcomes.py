@@ -88,3 +88,16 @@ def test_a_bad_max_batch_names_the_flag_as_typed(tmp_path):
 
     with pytest.raises(ConfigError, match=r"^--max-batch=0: must be positive$"):
         SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[2], max_batch=0)
+
+
+def test_a_search_stopped_by_a_probe_names_it_as_its_run_directory(tmp_path):
+    """Regression: a search stopped by a hung probe named it `d4` or `d4-b1` depending on the path taken."""
+    from bench.capacity.rebuild import search_from_probes
+    from bench.capacity.probe import ProbeResult
+
+    hung = ProbeResult(SPEC, "timeout", "no end after 200 s", num_params=123)
+    search = search_from_probes("fsdp", 64, [ProbeResult(ProbeSpec("fsdp", 2, device_type="cpu"), "ok", num_params=45),
+                                            hung])
+    assert search["stopped"] == hung.stop_record() == {"shape": "d4-b1", "num_params": 123, "outcome": "timeout",
+                                                       "message": "no end after 200 s"}
+    assert search["capacity"]["name"] == "d2"

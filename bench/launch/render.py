@@ -87,7 +87,10 @@ def one_task(run: Run, *command: str, tty: bool = False, outside_run: bool = Fal
     return shell_join(line)
 
 
-def run_context(job: Job, run: Run, index: int) -> dict:
+def run_context(job: Job, run: Run, index: int, inherited: frozenset = frozenset()) -> dict:
+    """`inherited`: the variables the job's earlier runs exported. The ones this run does not set are unset
+    first, so each run starts from the environment it would have alone (a runtime comparison's CE run must not
+    get the bare run's Slingshot variables, which CE's hook sets, nor a later run a plugin path it does not mount)."""
     version = run.runtime.version_command()
     step = run.image_step
     rendezvous = uses(run, "rdzv_endpoint")  # torchrun across nodes meets at the batch script's endpoint
@@ -96,6 +99,7 @@ def run_context(job: Job, run: Run, index: int) -> dict:
         "resume": uses(run, "resume_step"), "run_id": run.run_id, "runtime": run.runtime.name, "nodes": run.nodes,
         "nproc_per_node": run.nproc_per_node, "run_dir": shlex.quote(str(run.run_dir)),
         "exports": [(name, shlex.quote(value)) for name, value in run.spec.env.items()],
+        "unsets": [shlex.quote(name) for name in sorted(inherited - run.spec.env.keys())],
         "port_base": PORT_BASE, "index": index, "time_minutes": run.time_minutes, "margin_s": run.deadline_margin_s,
         "image_step": multiline(run.image_lines()) if step else None,
         "image_what": shlex.quote(step.what) if step else None,
@@ -112,7 +116,8 @@ def job_context(job: Job, rendered_by: str) -> dict:
         "script_name": job.script.name, "lib_dir": comment_safe(str(job.lib_dir)),
         "jobrecord": lib_file(job, jobrecord), "rendezvous": any(uses(run, "rdzv_endpoint") for run in job.runs),
         "image_steps": any(run.image_step for run in job.runs), "python": shlex.quote(job.python),
-        "runs": [run_context(job, run, i) for i, run in enumerate(job.runs)],
+        "runs": [run_context(job, run, i, frozenset(k for earlier in job.runs[:i] for k in earlier.spec.env))
+                 for i, run in enumerate(job.runs)],
     }
 
 

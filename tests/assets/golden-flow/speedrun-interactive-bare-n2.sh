@@ -178,6 +178,7 @@ run_dir=/scratch/nb/sweeps/golden/n2-bare-r1/base_eval
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-bare-r1/base_eval: ok in an earlier attempt of this job, kept"
 else
+unset NANOCHAT_VAL_FILES_K  # an earlier run's variables this run does not set
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-bare-r1/base_eval
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=bare
@@ -218,6 +219,7 @@ run_dir=/scratch/nb/sweeps/golden/n2-bare-r1/mid_train
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-bare-r1/mid_train: ok in an earlier attempt of this job, kept"
 else
+unset NANOCHAT_VAL_FILES_K  # an earlier run's variables this run does not set
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-bare-r1/mid_train
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=bare
@@ -260,6 +262,7 @@ run_dir=/scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_mid
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-bare-r1/chat_eval_mid: ok in an earlier attempt of this job, kept"
 else
+unset NANOCHAT_VAL_FILES_K  # an earlier run's variables this run does not set
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_mid
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=bare
@@ -300,6 +303,7 @@ run_dir=/scratch/nb/sweeps/golden/n2-bare-r1/chat_sft
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-bare-r1/chat_sft: ok in an earlier attempt of this job, kept"
 else
+unset NANOCHAT_VAL_FILES_K  # an earlier run's variables this run does not set
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-bare-r1/chat_sft
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=bare
@@ -342,6 +346,7 @@ run_dir=/scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_sft
 if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an earlier attempt is kept
     echo "run n2-bare-r1/chat_eval_sft: ok in an earlier attempt of this job, kept"
 else
+unset NANOCHAT_VAL_FILES_K  # an earlier run's variables this run does not set
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_sft
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=bare

@@ -64,3 +64,49 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     assert apptainer["message"] == "the trainer never started (srun exit code 255): FATAL: image not found"
     assert apptainer["launch"]["exit_code"] == 255
     assert Path(tmp_path / "sweep" / "n2-apptainer-r1" / "train.log").read_text().strip() == "FATAL: image not found"
+
+
+# Records each call's environment (the run's variables as its runtime receives them from the batch shell).
+SRUN_ENV = """#!/bin/bash
+n=$(cat "$STUB_DIR/count" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$STUB_DIR/count"
+printf '%s\\0' "$@" > "$STUB_DIR/srun.$n"
+env -0 > "$STUB_DIR/env.$n"
+"""
+
+
+def test_each_run_of_a_comparison_gets_only_its_own_network_variables(tmp_path):
+    """Runs share the batch shell: CE after bare and pyxis must not inherit their Slingshot variables (CE's hook
+    sets its own, and the EDF says so) nor pyxis's plugin path, which CE does not mount."""
+    from bench import sites
+
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("scontrol", SCONTROL), ("srun", SRUN_ENV)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    image = tmp_path / "nb.sqsh"
+    image.write_text("x")
+    alps = sites.load("alps")
+    sweep = Sweep([2], 4, ["bare", "pyxis", "ce"], time="00:10:00", site=alps, train={"device_batch_size": 8})
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3", site=alps, check_images=False,
+                         images={"pyxis": str(image), "ce": str(image)}, env={"NANOCHAT_VAL_FILES_K": "1"})
+    [job] = assemble(sweep, opts, tmp_path / "sweep", compare=True, note=lambda _: None)
+    write_job(job, render_sbatch(job))
+    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path), "SLURMD_NODENAME": "n1"}
+    r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+    calls = {}
+    for i in range(1, int((tmp_path / "count").read_text()) + 1):
+        argv = (tmp_path / f"srun.{i}").read_text().split("\0")
+        if any(a.startswith("--rdzv_endpoint=") for a in argv):
+            runtime = "ce" if any(a.startswith("--environment=") for a in argv) else \
+                "pyxis" if any(a.startswith("--container-image=") for a in argv) else "bare"
+            calls[runtime] = dict(v.split("=", 1) for v in (tmp_path / f"env.{i}").read_text().split("\0") if v)
+    assert sorted(calls) == ["bare", "ce", "pyxis"]
+    slingshot = ("NCCL_PROTO", "NCCL_CROSS_NIC", "NCCL_NET_GDR_LEVEL", "FI_CXI_DEFAULT_CQ_SIZE", "FI_MR_CACHE_MONITOR")
+    assert all(name in calls["bare"] and name in calls["pyxis"] for name in slingshot)
+    assert "NCCL_NET_PLUGIN" in calls["pyxis"]
+    assert [name for name in (*slingshot, "NCCL_NET_PLUGIN") if name in calls["ce"]] == []
+    assert calls["ce"]["NCCL_NET"] == "AWS Libfabric" and calls["ce"]["NANOCHAT_BENCH_RUNTIME"] == "ce"

@@ -55,7 +55,9 @@ def parse_names(text: str) -> list[str]:
     if not items:
         raise RuntimeConfigError(f"--runtimes {text!r} names no runtime; valid: {', '.join(names())}")
     for item in items:
-        get(item)
+        if item not in _REGISTRY:
+            raise RuntimeConfigError(f"--runtimes {text!r}: unknown runtime {item!r}; "
+                                     f"valid runtimes: {', '.join(names())}")
     if len(set(items)) != len(items):
         raise RuntimeConfigError(f"--runtimes {text!r} names a runtime twice")
     return items

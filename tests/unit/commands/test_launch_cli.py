@@ -69,11 +69,13 @@ def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_pat
 
 @pytest.mark.parametrize("argv,message", [
     (["plan", "--nodes", "1,-2"], "--nodes '1,-2' must be a comma-separated list of positive integers"),
-    (["plan", "--runtimes", "bare,docker"], "unknown runtime 'docker'; valid runtimes: bare, ce"),
+    (["plan", "--runtimes", "bare,docker"],
+     "--runtimes 'bare,docker': unknown runtime 'docker'; valid runtimes: bare, ce"),
+    (["render", "sbatch", "--runtimes", "nope"], "--runtimes 'nope': unknown runtime 'nope'; valid runtimes: bare, ce"),
     (["submit", "--runtimes", "ce", "--image", "ce=/no/such.sqsh", "--dry-run"], "'/no/such.sqsh' does not exist"),
     (["submit", "--runtimes", "pyxis", "--image", "pyxis=/no/such.sqsh"], "'/no/such.sqsh' does not exist"),
     (["submit", "--runtimes", "apptainer", "--image", "apptainer=/no/such.sif"], "'/no/such.sif' does not exist"),
-    (["submit", "--image", "docker=x"], "unknown runtime 'docker'"),
+    (["submit", "--image", "docker=x"], "--image 'docker=x': unknown runtime 'docker'; valid runtimes: bare, ce"),
     (["submit", "--image", "ce"], "--image 'ce' is not RUNTIME=REF"),
     (["submit", "--partition", "a b"], "--partition 'a b'"),
     (["submit", "--depht=3"], "unrecognized arguments"),

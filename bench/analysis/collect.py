@@ -45,7 +45,8 @@ TABLE_CSV = "runs.csv"
 # 10: a flow's stage, its scores, its time (stage_time_s) and the problems its score events scored.
 # 11: an evaluation that ended ok is usable (no skip_reason: it has no steps by design); eval_tok_per_sec; an SFT
 #     run's MFU is its step events' own (every position run), not one recomputed from its supervised tok/s.
-ROW_VERSION = 11
+# 12: precision tells `--fp8_lm_head` apart (" + fp8 lm_head"): such runs were pooled with --fp8 or bf16 runs.
+ROW_VERSION = 12
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 

@@ -160,11 +160,11 @@ def _at(manifest: dict, path: tuple[str, ...]):
 
 def precision(config: dict) -> str:
     """fp8 when the run trained in FP8 (`--fp8`), else its dtype; a run that records neither trained in bf16,
-    the only precision before `--fp8` existed."""
-    if config.get("fp8") is True:
-        return "fp8"
+    the only precision before `--fp8` existed. `--fp8_lm_head` (lm_head's matmul in FP8 too, or alone) is
+    another program, so it is part of the precision: " + fp8 lm_head"."""
     dtype = config.get("dtype")
-    return str(dtype) if isinstance(dtype, str) and dtype else "bf16"
+    base = "fp8" if config.get("fp8") is True else str(dtype) if isinstance(dtype, str) and dtype else "bf16"
+    return base + " + fp8 lm_head" if config.get("fp8_lm_head") is True else base
 
 
 def tiling(config: dict, nntile: dict) -> str | None:

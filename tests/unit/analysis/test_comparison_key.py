@@ -55,6 +55,21 @@ def test_fp8_is_another_precision_and_a_run_without_the_key_trained_in_bf16(make
     assert set(kept["values"]) == {"precision fp8", "precision bf16"}
 
 
+def test_fp8_lm_head_is_another_precision_never_pooled_with_fp8_or_bf16(make_run, tmp_path):
+    """--fp8_lm_head runs another program (lm_head's matmul in FP8 too): with --fp8 or alone, never a repeat
+    of a --fp8 or a bf16 run."""
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "device_batch_size": 32}
+    for i in range(2):
+        make_run(f"fp8{i}", tok_s=182_000.0 + i, config={**base, "fp8": True})
+        make_run(f"head{i}", tok_s=188_000.0 + i, config={**base, "fp8": True, "fp8_lm_head": True})
+        make_run(f"bf16{i}", tok_s=160_000.0 + i, config=base)
+        make_run(f"headonly{i}", tok_s=161_000.0 + i, config={**base, "fp8_lm_head": True})
+    table = collect([tmp_path / "runs"]).table
+    assert sorted(table["precision"].unique()) == ["bf16", "bf16 + fp8 lm_head", "fp8", "fp8 + fp8 lm_head"]
+    points = scaling.scaling_table(table)
+    assert len(points) == 4 and list(points["runs"]) == [2, 2, 2, 2]
+
+
 def test_data_identity_and_nntile_tiles_are_flattened_and_keys():
     """run.json's `data` section (origin, tokenizer) read tolerantly: absent is unknown, never an error."""
     row = manifest_fields({"data": {"origin": "generated", "tokenizer_sha256": "ab" * 32}, "config": {}}, [])

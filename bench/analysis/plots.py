@@ -39,6 +39,7 @@ NUDGE = 0.05  # log2 units between runtimes at one rank count: apart, yet read a
 ANNOTATE_MAX_RUNTIMES = 3  # more labelled points than this per figure stop being readable
 SPREAD_BARS = "bars: min–max over repeats"  # what a throughput figure's error bars are
 CI_BARS = "bars: 95% CI over repeats"
+NO_CI = "no CI (under 2 runs a side)"  # a hollow marker on a ratio figure
 
 
 @dataclass
@@ -251,10 +252,17 @@ def ratios(ratio_table: pd.DataFrame, colors: dict, baseline: str, config: str, 
         return None
     fig, ax = plt.subplots()
     for runtime, r, x in by_runtime(ratio_table):
-        low = (r["ratio"] - r["ci_low"]).fillna(0).clip(lower=0)
-        high = (r["ci_high"] - r["ratio"]).fillna(0).clip(lower=0)
-        ax.errorbar(x, r["ratio"], yerr=np.vstack([low, high]), marker="o", capsize=5, lw=0, elinewidth=2, ms=8,
-                    color=colors[runtime], label=runtime)
+        # a ratio without a CI (under 2 runs a side) is a hollow marker, never a point whose bar looks zero-wide
+        no_ci = r["ci_low"].isna().to_numpy()
+        if (~no_ci).any():
+            ci = r[~no_ci]
+            low = (ci["ratio"] - ci["ci_low"]).clip(lower=0)
+            high = (ci["ci_high"] - ci["ratio"]).clip(lower=0)
+            ax.errorbar(x[~no_ci], ci["ratio"], yerr=np.vstack([low, high]), marker="o", capsize=5, lw=0,
+                        elinewidth=2, ms=8, color=colors[runtime], label=runtime)
+        if no_ci.any():
+            ax.plot(x[no_ci], r["ratio"][no_ci], ls="none", marker="o", ms=8, mfc="none", mew=2,
+                    color=colors[runtime], label=f"{runtime}: {NO_CI}")
     ax.axhline(1.0, ls="--", color="grey", lw=1.5, label=f"{baseline} (= 1)")
     rank_axis(ax, ratio_table["world_size"], unit)
     lo = min(0.95, float(ratio_table[["ratio", "ci_low"]].min().min()) - 0.01)

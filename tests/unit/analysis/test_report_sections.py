@@ -195,3 +195,23 @@ def test_efficiency_above_ideal_is_flagged_and_strong_scaling_has_a_throughput_f
     assert re.search(r"bare at 16 GPUs \(2 nodes\) reaches 10[78]\.\d% parallel efficiency, above ideal", md)
     assert "Throughput (strong scaling; bars: min–max over repeats)" in md
     assert any(p.name.endswith("-throughput.png") for p in (tmp_path / "report" / "figures").iterdir())
+
+
+def test_a_ratio_without_a_ci_is_drawn_hollow_and_says_so():
+    """A ratio of fewer than 2 runs a side has no CI: drawn as a hollow marker named so in the legend, never as a
+    point under the figure's "95% CI" bars whose missing bar reads as an exact ratio."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from bench.analysis import plots
+
+    table = pd.DataFrame([
+        {"config": "c", "world_size": 1, "runtime": "podman", "runs": 1, "baseline_runs": 2,
+         "ratio": 0.92, "ci_low": float("nan"), "ci_high": float("nan")},
+        {"config": "c", "world_size": 1, "runtime": "sarus", "runs": 3, "baseline_runs": 2,
+         "ratio": 0.97, "ci_low": 0.9, "ci_high": 1.04}])
+    fig = plots.ratios(table, {"podman": "C1", "sarus": "C2"}, "bare", "c", "GPUs")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    plt.close(fig)
+    assert "podman: no CI (under 2 runs a side)" in labels and "podman" not in labels
+    assert "sarus" in labels

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     r.add_argument("source", metavar="TABLE_OR_ROOT",
                    help="a table from collect (runs.parquet/.csv or its directory), or a directory of runs")
     r.add_argument("--out", required=True, help="directory for report.md, report.html and figures/")
-    r.add_argument("--baseline", default="bare", help="runtime the others are compared with (default: bare)")
+    r.add_argument("--baseline", default=None, help="runtime the others are compared with (default: bare)")
     r.add_argument("--title", default="nanochat-bench report", help="report title")
     r.set_defaults(func=cmd_report)
 
@@ -54,7 +54,11 @@ def cmd_report(args) -> int:
     if not source.exists():
         raise AnalysisError(f"{source}: no such table or directory")
     table = load_or_collect(source, args.out)
-    html = write_report(table, args.out, baseline=args.baseline, title=args.title, source=str(source))
+    runtimes = sorted(set(table.loc[table["skip_reason"].isna(), "runtime"].dropna()))
+    if args.baseline is not None and args.baseline not in runtimes:  # a typo would drop every ratio unsaid
+        raise AnalysisError(f"--baseline {args.baseline}: no usable run of that runtime in {source}; "
+                            f"runtimes there: {', '.join(runtimes) or 'none'}")
+    html = write_report(table, args.out, baseline=args.baseline or "bare", title=args.title, source=str(source))
     print(f"wrote {html.with_name('report.md')}\nwrote {html}")
     return 0
 

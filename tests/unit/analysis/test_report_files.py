@@ -83,5 +83,10 @@ def test_commands(tmp_path, capsys):
     assert (tmp_path / "rep2" / "runs.parquet").exists()
     assert main(["report", str(tmp_path / "missing"), "--out", str(tmp_path / "rep3")]) == 1
     assert "no such table or directory" in capsys.readouterr().err
+    # a baseline no usable run has (a typo) is one error line naming the runtimes there, not a report without ratios
+    assert main(["report", str(tmp_path / "table"), "--out", str(tmp_path / "rep4"), "--baseline", "bare-metal"]) == 1
+    err = capsys.readouterr().err
+    assert "--baseline bare-metal: no usable run of that runtime" in err and "bare, ce" in err
+    assert not (tmp_path / "rep4" / "report.md").exists()
     row = json.loads((tmp_path / "runs" / "sweep0" / "bare-n8-r0" / "run.json").read_text())
     assert row["schema_version"] == contract.SCHEMA_VERSION

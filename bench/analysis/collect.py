@@ -46,7 +46,8 @@ TABLE_CSV = "runs.csv"
 # 11: an evaluation that ended ok is usable (no skip_reason: it has no steps by design); eval_tok_per_sec; an SFT
 #     run's MFU is its step events' own (every position run), not one recomputed from its supervised tok/s.
 # 12: precision tells `--fp8_lm_head` apart (" + fp8 lm_head"): such runs were pooled with --fp8 or bf16 runs.
-ROW_VERSION = 12
+# 13: a resumed run's first steps after its restart are warm-up, not steady (they were averaged in).
+ROW_VERSION = 13
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 

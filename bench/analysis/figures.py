@@ -7,29 +7,34 @@ instead, and the row says which rule applied, so a short run still gets figures 
 Throughput is the median over steady steps: robust to the odd slow step (checkpoint, eval spill-over).
 """
 
+import bisect
 import math
 import statistics
 
 from bench.metrics import WARMUP_STEPS, mfu_percent
 
 RULE_AFTER_WARMUP = f"step > {WARMUP_STEPS}"
+RULE_AFTER_RESTARTS = f"step > {WARMUP_STEPS} after each start (resumed: warms up again)"
 RULE_SECOND_HALF = "second half (run shorter than warm-up)"
 
 STEADY_STATE_RULE = (
     f"Steady state: steps 0..{WARMUP_STEPS} are warm-up and excluded, as nanochat excludes them from its "
-    f"total time; a run without steps beyond {WARMUP_STEPS} uses the later half of its steps. "
+    f"total time, and so are the first {WARMUP_STEPS + 1} steps after a resumed run's restart; a run without "
+    f"steps beyond {WARMUP_STEPS} uses the later half of its steps. "
     "Throughput and step time are medians over the steady steps; spread is the coefficient of "
     "variation (sample std / mean) and the 90th percentile of step time."
 )
 
 
-def steady_mask(steps: list[int]) -> tuple[list[bool], str | None]:
-    """Which records count as steady state, and the rule that chose them (None without records)."""
+def steady_mask(steps: list[int], starts=(0,)) -> tuple[list[bool], str | None]:
+    """Which records count as steady state, and the rule that chose them (None without records). `starts`: the
+    first step of each start of the trainer (a resumed run starts again, compiling and warming up anew)."""
     if not steps:
         return [], None
-    mask = [s > WARMUP_STEPS for s in steps]
+    firsts = sorted({0, *starts})
+    mask = [s - firsts[bisect.bisect_right(firsts, s) - 1] > WARMUP_STEPS for s in steps]
     if any(mask):
-        return mask, RULE_AFTER_WARMUP
+        return mask, RULE_AFTER_WARMUP if firsts == [0] else RULE_AFTER_RESTARTS
     # Rank by step, not by position, so out-of-order records still give the later half.
     later = set(sorted(range(len(steps)), key=steps.__getitem__)[len(steps) // 2:])
     return [i in later for i in range(len(steps))], RULE_SECOND_HALF
@@ -64,7 +69,8 @@ def spread(values: list[float]) -> tuple[float, float, float | None]:
 
 
 def step_figures(records: list[dict], world_size: int | None, flops_per_token: float | None,
-                 peak_flops_per_gpu: float | None, tok_are_positions: bool = True) -> tuple[dict, list[str]]:
+                 peak_flops_per_gpu: float | None, tok_are_positions: bool = True,
+                 starts=(0,)) -> tuple[dict, list[str]]:
     """Steady-state figures from step records (dicts with step, dt_ms, tok_per_sec, mfu, loss).
 
     Returns (figures, notes). Records whose time or throughput is not a finite positive number are
@@ -79,7 +85,7 @@ def step_figures(records: list[dict], world_size: int | None, flops_per_token: f
     last = max(range(len(steps)), key=steps.__getitem__)
     fig["last_step"], fig["final_loss"] = steps[last], _finite(records[last].get("loss"))
 
-    mask, rule = steady_mask(steps)
+    mask, rule = steady_mask(steps, starts)
     steady = [r for r, m in zip(records, mask, strict=True) if m]
     good = [(float(dt), float(tps), r.get("mfu")) for r in steady
             if _is_positive(dt := r.get("dt_ms")) and _is_positive(tps := r.get("tok_per_sec"))]

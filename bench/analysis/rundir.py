@@ -287,6 +287,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
             row["launch_to_first_step_s"] = row["startup_overhead_s"] + row["time_to_first_step_s"]
 
     steps = [e for e in events if e["event"] == "step"]
+    starts = restart_steps(events)
     if not steps:
         steps = _steps_from_logs(run_dir, names, notes)
     impl = workloads.by_run_workload(row.get("workload"))  # None: a workload this release does not know
@@ -295,10 +296,10 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         # a trainer whose tok/s is not the positions it ran (SFT's supervised tokens) has its own MFU recorded
         positions = getattr(impl, "step_tokens", "positions") == "positions"
         figs, fig_notes = step_figures(steps, world, row.get("flops_per_token"), row.get("peak_flops_per_gpu"),
-                                       tok_are_positions=positions)
+                                       tok_are_positions=positions, starts=starts)
         row.update({k: v for k, v in figs.items() if v is not None})
         notes += fig_notes
-        mask, _ = steady_mask([int(s["step"]) for s in steps])
+        mask, _ = steady_mask([int(s["step"]) for s in steps], starts)
         row.update(why.split_fields([s for s, m in zip(steps, mask) if m]))
     first_times = {ev["event"]: ev["t"] for ev in reversed(events)}  # reversed: the first of each kind wins
     row.update(why.phase_fields(manifest, first_times))
@@ -306,6 +307,19 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     row["skip_reason"] = skip or usability(row, getattr(impl, "kind", TRAINING) == EVALUATION)
     row["notes"] = "; ".join(notes) or None
     return row
+
+
+def restart_steps(events: list[dict]) -> list[int]:
+    """The first step after each `start` event: a run resumed into its directory (--resume_from_step) starts
+    again at a later step, and its first steps there are warm-up again (compile, allocator)."""
+    starts, new = [], False
+    for ev in events:
+        if ev["event"] == "start":
+            new = True
+        elif ev["event"] == "step" and new:
+            starts.append(int(ev["step"]))
+            new = False
+    return starts
 
 
 def usability(row: dict, evaluation: bool = False) -> str | None:

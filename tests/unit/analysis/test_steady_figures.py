@@ -91,3 +91,25 @@ def test_no_records():
     fig, notes = step_figures([], 1, None, None)
     assert fig == {"steps_recorded": 0} and notes == []
     assert not math.isnan(fig["steps_recorded"])
+
+
+def test_a_resumed_run_warms_up_again_after_its_restart(make_run):
+    """--resume_from_step appends a second start to metrics.jsonl: its first 11 steps compile and warm up again
+    and are no steady state, however late their step numbers."""
+    import json
+
+    from bench.analysis.rundir import read_run_dir
+
+    run = make_run("resumed", steps=20)  # steps 0..19
+    first = read_run_dir(run)
+    t = 2000.0
+    resumed = [{"event": "start", "t": t}, {"event": "first_step", "t": t + 1}]
+    resumed += [{"event": "step", "t": t + 1 + i, "step": 20 + i, "loss": 3.0, "lrm": 1.0, "dt_ms": 50_000.0,
+                 "tok_per_sec": 1.0, "mfu": None, "total_time_s": 0.0} for i in range(WARMUP_STEPS + 1)]
+    with open(run / "metrics.jsonl", "a") as f:
+        f.writelines(json.dumps(ev) + "\n" for ev in resumed)
+    row = read_run_dir(run)
+    assert row["steps_recorded"] == first["steps_recorded"] + WARMUP_STEPS + 1
+    assert row["steady_steps"] == first["steady_steps"]  # the restart's warm-up left out
+    assert row["tok_per_sec"] == pytest.approx(first["tok_per_sec"])
+    assert row["step_time_p90_ms"] == pytest.approx(first["step_time_p90_ms"])

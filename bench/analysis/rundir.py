@@ -244,8 +244,9 @@ def legacy_scores(events: list[dict], manifest: dict) -> list[dict]:
             and _finite(ev.get("problems")) is not None else ev for ev in events]
 
 
-def resolve_status(manifest: dict, ev: dict, notes: list[str]) -> tuple[str, str | None]:
-    """The run's status and message: run.json's word first, then the events' (error, end)."""
+def resolve_status(manifest: dict, ev: dict, notes: list[str], unread: str | None = None) -> tuple[str, str | None]:
+    """The run's status and message: run.json's word first, then the events' (error, end); `unread`: why a
+    run.json that is there could not be read."""
     status, message = manifest.get("status"), manifest.get("message")
     if status is None:
         if ev.get("error_kind"):
@@ -255,7 +256,7 @@ def resolve_status(manifest: dict, ev: dict, notes: list[str]) -> tuple[str, str
         else:
             status = "running"
         notes.append(f"run.json has no status; '{status}' inferred from events" if manifest
-                     else f"no run.json; status '{status}' inferred from events")
+                     else f"{unread or 'no run.json'}; status '{status}' inferred from events")
     if message is None and ev.get("error_message"):
         message = f"{ev.get('error_kind')}: {ev['error_message']}"
     if status == "ok" and ev.get("error_kind"):
@@ -278,7 +279,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         row["world_size"] = nodes * per_node
     if row.get("run_id") is None:
         row["run_id"] = run_dir.name
-    row["status"], row["message"] = resolve_status(manifest, ev, notes)
+    row["status"], row["message"] = resolve_status(manifest, ev, notes, skip)
     if row["status"] not in contract.STATUSES:
         skip = skip or f"unknown status {row['status']!r} (known: {', '.join(contract.STATUSES)})"
     if row.get("t0") is not None and row.get("t_start") is not None:

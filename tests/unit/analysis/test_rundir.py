@@ -86,6 +86,7 @@ def test_broken_run_json_is_skipped(make_run, content, reason):
     row = read_run_dir(d)
     assert reason in row["skip_reason"]
     assert row.get("tok_per_sec") is None  # no figures from a run we cannot identify
+    assert "no run.json" not in row["notes"] and reason in row["notes"]  # it is there: the note says what is wrong
 
 
 def test_unknown_schema_version_is_skipped_not_guessed(make_run):

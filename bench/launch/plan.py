@@ -198,6 +198,10 @@ class Sweep:
         settings = workloads.get(self.workload).settings(train, self.scaling)  # an unknown name fails first
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "train", settings.train)
+        site_gpus = getattr(self.site, "gpus_per_node", None)
+        if site_gpus and self.gpus_used and self.gpus_per_node > site_gpus:  # Slurm would refuse the job
+            raise ConfigError(f"--gpus-per-node {self.gpus_per_node}: a node of site {self.site.name} has "
+                              f"{site_gpus} GPUs ({self.site.source}); use at most {site_gpus}")
 
     @classmethod
     def from_strings(cls, nodes: str, gpus_per_node: int, runtimes: str, **kw) -> "Sweep":

@@ -71,3 +71,15 @@ def test_a_comparison_is_split_to_fit_the_partition_and_an_oversized_job_refused
     assert "--time=00:21:00" in job.directives
     with pytest.raises(ConfigError, match="no partition 'gpu'"):
         assemble(sweep, replace(opts, partition="gpu"), tmp_path / "v", note=notes.append)
+
+
+def test_more_gpus_per_node_than_the_site_has_are_refused():
+    import pytest
+
+    from bench.errors import ConfigError
+
+    alps = sites.load("alps")
+    with pytest.raises(ConfigError, match="--gpus-per-node 8: a node of site alps has 4 GPUs"):
+        Sweep([32], 8, ["ce"], data=DATA, site=alps)
+    assert Sweep([32], 2, ["ce"], data=DATA, site=alps).gpus_per_node == 2  # fewer is a smaller job, allowed
+    assert Sweep([1], 8, ["bare"], site=alps, train={"device_type": "cpu"}).gpus_per_node == 8  # CPU ranks

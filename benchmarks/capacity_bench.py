@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-per-point", type=float, default=200.0, help="a probe's own limit (default: 200 s)")
     ap.add_argument("--max-batch", type=int, default=None, help="largest batch of the tok/s probes (1 = none; "
                     "default: 32 on a GPU, 2 with --tiny)")
-    ap.add_argument("--tiny", action="store_true", help=f"CPU, tiny shapes, {TINY_MEMORY_LIMIT_MIB} MiB cap per rank: checks the command")
+    ap.add_argument("--tiny", action="store_true",
+                    help=f"CPU, tiny shapes, {TINY_MEMORY_LIMIT_MIB} MiB cap per rank: checks the command")
     args = ap.parse_args(argv)
 
     t0 = time.time()

@@ -84,7 +84,8 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("num_params", "float", agg="median", label="params", fmt="int", key="model"),
     _rj("vocab_size", "int", "vocabulary.vocab_size", label="vocabulary", fmt="int", key="model"),
     _rj("flops_per_token", "float", label="FLOPs/token", key="model"),
-    Column("precision", "str", "derived", label="precision", key="model"),  # config.fp8 -> fp8, else the dtype; + fp8 lm_head
+    # config.fp8 -> fp8, else the dtype; " + fp8 lm_head" with config.fp8_lm_head
+    Column("precision", "str", "derived", label="precision", key="model"),
     _rj("data_origin", "str", "data.origin", label="data", key="model"),  # generated, downloaded or mixed
     _rj("tokenizer_sha256", "str", "data.tokenizer_sha256", label="tokenizer", key="model"),
     Column("tiling", "str", "derived", label="tiling", key="model"),  # NNTile's tile settings

@@ -174,19 +174,17 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, u
 
 
 def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit: str):
-    """Strong scaling: speedup over each runtime's smallest point against ranks, with the ideal
-    (linear) speedup; each point carries its efficiency, the part of the ideal it reached."""
+    """Strong scaling: speedup over the smallest point against ranks, with the ideal (linear) speedup; each
+    point carries its efficiency, the part of the ideal it reached (a runtime not run there has no curve)."""
     if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    labels = []
+    labels, n0 = [], points["world_size"].min()
     for runtime, p, x in by_runtime(points):
-        ax.plot(x, p["speedup"], marker="o", lw=2, color=colors[runtime], label=runtime)
-        labels += [(n, xi, s, f"{s:.2f}x ({100 * e:.1f}%)", colors[runtime])
-                   for n, xi, s, e in zip(p["world_size"].iloc[1:], x[1:], p["speedup"].iloc[1:],
-                                          p["efficiency"].iloc[1:])]
+        ax.plot(x, p["speedup"], marker="o", lw=2, color=colors[runtime], label=_relative_label(runtime, p, n0, unit))
+        labels += [(n, xi, s, f"{s:.2f}x ({100 * e:.1f}%)", colors[runtime])  # 1x at n0 by definition
+                   for n, xi, s, e in zip(p["world_size"], x, p["speedup"], p["efficiency"]) if s == s and n != n0]
     counts = np.array(sorted(points["world_size"].unique()), float)
-    n0 = points.groupby("runtime")["world_size"].min().min()
     ax.plot(counts, counts / n0, ls="--", color="grey", lw=1.5, label=f"ideal (linear from {count(n0, unit)})")
     rank_axis(ax, points["world_size"], unit)
     ax.set_yscale("log", base=2)
@@ -199,20 +197,25 @@ def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit
     return fig
 
 
+def _relative_label(runtime: str, p: pd.DataFrame, n0: int, unit: str) -> str:
+    """A runtime's legend entry on a figure relative to the smallest point, saying why it has no curve there."""
+    return runtime if p["efficiency"].notna().any() else f"{runtime}: not run at {count(n0, unit)}"
+
+
 def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scaling: str):
     """Parallel efficiency in percent against ranks, on an axis zoomed to the data so a 1% gap shows."""
     if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
-    labels = []
+    labels, n0 = [], points["world_size"].min()
     for runtime, p, x in by_runtime(points):
         y = 100 * p["efficiency"].to_numpy(float)
-        ax.plot(x, y, marker="o", lw=2, color=colors[runtime], label=runtime)
-        labels += [(n, xi, yi, f"{yi:.1f}%", colors[runtime])  # the first point is 100% by definition
-                   for n, xi, yi in zip(p["world_size"].iloc[1:], x[1:], y[1:])]
+        ax.plot(x, y, marker="o", lw=2, color=colors[runtime], label=_relative_label(runtime, p, n0, unit))
+        labels += [(n, xi, yi, f"{yi:.1f}%", colors[runtime])  # 100% at n0 by definition
+                   for n, xi, yi in zip(p["world_size"], x, y) if yi == yi and n != n0]
     ax.axhline(100, ls="--", color="grey", lw=1.5, label="ideal (100%)")
     rank_axis(ax, points["world_size"], unit)
-    eff = 100 * points["efficiency"].astype(float)
+    eff = 100 * points["efficiency"].astype(float).dropna()  # never empty: a runtime was run at the smallest
     span = max(100.0, float(eff.max())) - float(eff.min())
     ax.set_ylim(float(eff.min()) - max(1.0, 0.25 * span), max(100.0, float(eff.max())) + max(0.5, 0.1 * span))
     per = unit[:-1]

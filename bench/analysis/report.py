@@ -39,8 +39,8 @@ METHODS = [
     "launch time has no phase before its first milestone. Start-up s = trainer start − launch.",
     "Weak scaling keeps device batch × sequence per rank (the total batch grows with the ranks): "
     "efficiency = tok/s per rank / the smallest run's, ideal flat. Strong scaling keeps the total batch: "
-    "speedup = tok/s / the smallest run's, efficiency = speedup / ideal. Both relative to each runtime's "
-    "smallest rank count in the config; repeats of a point are summarised by their median.",
+    "speedup = tok/s / the smallest run's, efficiency = speedup / ideal. Both relative to the config's "
+    "smallest rank count, so a runtime not run there has neither (–); repeats of a point are summarised by their median.",
     scaling.CI_METHOD,
     "Runs are compared only within one workload config (" + ", ".join(scaling.GROUP_KEYS) + "). "
     + scaling.LEGACY_METHOD,

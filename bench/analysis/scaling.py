@@ -227,8 +227,9 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (config, runtime, world_size): repeats, median figures, speedup and efficiency.
 
     Speedup S(n) = T(n) / T(n0) and parallel efficiency E(n) = S(n) * n0 / n, with T the median tok/s and
-    n0 the smallest rank count measured for that runtime and config; ideal T(n) = T(n0) * n / n0. In weak
-    scaling E(n) is the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat.
+    n0 the smallest rank count measured for the config; ideal T(n) = T(n0) * n / n0. In weak scaling E(n) is
+    the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat. A runtime without a
+    run at n0 has none of the three: from its own smallest point it would read 100% there, however slow.
     """
     ok = with_config(usable(df))
     if ok.empty:
@@ -242,8 +243,9 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
               .reset_index())
     points["world_size"] = points["world_size"].astype(int)
     points = points.sort_values(["config", "runtime", "world_size"]).reset_index(drop=True)
-    base = points.groupby(["config", "runtime"])["world_size"].transform("min")
-    base_tps = points.groupby(["config", "runtime"])["tok_per_sec"].transform("first")  # sorted: smallest n first
+    base = points.groupby("config")["world_size"].transform("min")
+    base_tps = points["tok_per_sec"].where(points["world_size"] == base)
+    base_tps = base_tps.groupby([points["config"], points["runtime"]]).transform("first")  # NaN: not run at n0
     points["ideal_tok_per_sec"] = base_tps * points["world_size"] / base
     points["speedup"] = points["tok_per_sec"] / base_tps
     points["efficiency"] = points["speedup"] * base / points["world_size"]

@@ -262,8 +262,8 @@ def _require(path: Path) -> Path:
 
 
 def _damaged(path: Path, e: BaseException) -> DataError:
-    return DataError(f"{path} is damaged ({first_line(e)[:160]}); run `nanochat-bench tokenizer train` again to write the "
-                     f"tokenizer's files anew")
+    return DataError(f"{path} is damaged ({first_line(e)[:160]}); run `nanochat-bench tokenizer train` again to "
+                     f"write the tokenizer's files anew")
 
 
 @functools.lru_cache(maxsize=4)

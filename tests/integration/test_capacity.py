@@ -74,8 +74,8 @@ def test_a_probe_past_its_time_limit_is_a_timeout(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # a sweep that is stopped: its probes end with it, and what finished is reported
 
-TINY_CLI = ["--device-type", "cpu", "--memory-limit", f"{TINY_MEMORY_LIMIT_MIB}M", "--seq", "64", "--aspect-ratios", "32",
-            "--max-depth", "8", "--no-batch-search", "--strategies", "zero2", "--depths", "2,4"]
+TINY_CLI = ["--device-type", "cpu", "--memory-limit", f"{TINY_MEMORY_LIMIT_MIB}M", "--seq", "64",
+            "--aspect-ratios", "32", "--max-depth", "8", "--no-batch-search", "--strategies", "zero2", "--depths", "2,4"]
 
 
 def _descendants(root: int) -> set[int]:

@@ -34,11 +34,16 @@ def test_speedup_and_efficiency_known_answers():
     assert (pts["tok_per_sec_min"].tolist(), pts["tok_per_sec_max"].tolist()) == ([90, 180, 300], [130, 180, 340])
 
 
-def test_efficiency_relative_to_each_runtimes_smallest_point():
-    rows = [row("ce", 8, 800), row("ce", 16, 1200), row("bare", 4, 500), row("bare", 16, 1500)]
+def test_efficiency_relative_to_the_configs_smallest_point_and_none_without_it():
+    """Regression: a runtime measured only from 8 ranks read 100% there (its own smallest point) beside a
+    runtime measured from 4, however slow it was."""
+    rows = [row("ce", 8, 800), row("ce", 16, 1200), row("bare", 4, 500), row("bare", 16, 1500),
+            row("podman", 4, 450), row("podman", 8, 800)]
     pts = scaling.scaling_table(to_frame(rows)).set_index(["runtime", "world_size"])
-    assert pts.loc[("ce", 16), "efficiency"] == pytest.approx(1200 / 800 * 8 / 16)
     assert pts.loc[("bare", 16), "efficiency"] == pytest.approx(1500 / 500 * 4 / 16)
+    assert pts.loc[("podman", 8), "efficiency"] == pytest.approx(800 / 450 * 4 / 8)
+    assert pts.loc["ce", ["speedup", "efficiency", "ideal_tok_per_sec"]].isna().all().all()
+    assert pts.loc["ce", "tok_per_sec"].tolist() == [800, 1200]  # its throughput stays
 
 
 def test_unusable_rows_and_other_configs_are_kept_apart():

@@ -268,19 +268,19 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
 
 
 def one_row_per_run(table: pd.DataFrame) -> pd.DataFrame:
-    """Copies of one run directory (same sweep_id, run_id, Slurm job and flow stage: the stages of a flow's point
-    share the first three): the first usable one keeps its figures, the others are left out of them with a
-    skip_reason naming it."""
-    ids = ["sweep_id", "run_id", "slurm_job_id"]
-    candidates = (table["source_kind"] == "run_dir").fillna(False) & table[ids].notna().all(axis=1)
-    ids.append("stage")  # None outside a flow
-    dup = table[candidates].duplicated(ids, keep=False)
+    """Copies of one run directory (same sweep_id, run_id, flow stage and Slurm job, or outside Slurm the same
+    start time: the stages of a flow's point share the rest): the first usable one keeps its figures, the others
+    are left out of them with a skip_reason naming it."""
+    instance = table["slurm_job_id"].astype(object).where(table["slurm_job_id"].notna(), table["t_start"])
+    keys = table[["sweep_id", "run_id", "stage"]].assign(instance=instance)  # sweep_id, stage: None outside them
+    candidates = (table["source_kind"] == "run_dir").fillna(False) & keys[["run_id", "instance"]].notna().all(axis=1)
+    dup = keys[candidates].duplicated(keep=False)
     if not dup.any():
         return table
     table = table.copy()
     copies = table[candidates][dup].assign(_unusable=lambda t: t["skip_reason"].notna())
-    for _, group in copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(ids, sort=False,
-                                                                                              dropna=False):
+    for _, group in copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(
+            [keys[c] for c in keys], sort=False, dropna=False):
         best = group.index[0]
         table.loc[group.index[1:], "skip_reason"] = \
             f"the same run as {table.at[best, 'root']}/{table.at[best, 'source']} (a copy of its directory)"

@@ -183,3 +183,14 @@ def test_a_run_directory_found_twice_is_one_run(make_run, tmp_path):
     assert copy["skip_reason"].endswith("(a copy of its directory)")
     assert load_table(tmp_path / "table")["skip_reason"].isna().sum() == 1
     assert scaling_table(table)["runs"].tolist() == [1]
+
+
+def test_a_copied_run_outside_slurm_is_one_run_and_two_runs_of_one_name_are_two(make_run, tmp_path):
+    """Regression: copies of a run made outside Slurm (no job id) each counted as a repeat, narrowing its CI.
+    Outside Slurm a run is the same run when its id and its start time are."""
+    run = make_run("20261204-032415", root=tmp_path / "a")
+    shutil.copytree(run, tmp_path / "b" / run.name)
+    make_run("20261204-032415", root=tmp_path / "c", t0=2000.0)  # another run, the same second's id
+    table = collect([tmp_path], tmp_path / "table").table
+    assert len(table) == 3 and table["skip_reason"].isna().sum() == 2
+    assert table[table["skip_reason"].notna()].iloc[0]["skip_reason"].endswith("(a copy of its directory)")

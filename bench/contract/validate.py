@@ -127,7 +127,12 @@ def check(value: Any, tp: Any, path: Tuple[str, ...], name: str, reading: "Readi
         return None if value is None else check(value, args[0], path, name, reading)
     if origin is Literal:
         if value not in args:
-            raise _fail(path + (name,), f"{value!r} is not one of {', '.join(map(repr, args))}")
+            known = ', '.join(map(repr, args))
+            if reading is not None and isinstance(value, str):  # a newer minor's word (a status, a kind): kept
+                reading.notes.append(f"{where(path + (name,))}: {value!r} is not one of {known}; kept, not checked "
+                                     f"(written by a newer release?)")
+                return value
+            raise _fail(path + (name,), f"{value!r} is not one of {known}")
         return value
     if origin is list:
         if not isinstance(value, list):

@@ -37,7 +37,7 @@
   mid_train.py     mid-training on conversations (upstream's scripts/mid_train.py)
   midloader.py     mid-training's loader: whole conversations packed into rows, per rank
   muon.py          Muon and its sharded form
-  network_gate.py  the trainer's side of the network gate: the ranks agree after the pre-flight
+  network_gate.py  the trainer's side of the network gate: the ranks agree before the pre-flight
   numanode.py      a GPU worker bound to its GPU's NUMA node's CPUs where numactl is missing
   parallel.py      memory strategies (zero2, fsdp, +ac, +offload) applied from outside the model
   parentwatch.py   a rank ends when the torchrun agent that started it is gone

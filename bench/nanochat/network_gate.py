@@ -1,4 +1,4 @@
-"""The trainer's side of the network gate (bench/netgate.py): after the pre-flight, every rank reads its own
+"""The trainer's side of the network gate (bench/netgate.py): before the pre-flight, every rank reads its own
 NCCL INFO file, and the ranks agree in one all-reduce whether any of them saw the wrong network, so all stop
 together within seconds instead of one rank leaving the others waiting in their first collective."""
 

@@ -60,8 +60,8 @@ class Session:
 
 
 def begin(config, record: RunRecord, title: str) -> Session:
-    """Bring up the process group (every collective bounded from here on), time the collectives when asked,
-    stop a multi-node run on the wrong network, and start the run record with `config`'s settings."""
+    """Bring up the process group (every collective bounded from here on), stop a multi-node run on the wrong
+    network, time the collectives when asked, and start the run record with `config`'s settings."""
     print0(title)
     device_type = config.device_type or autodetect_device_type()
     if not config.device_type:
@@ -72,15 +72,16 @@ def begin(config, record: RunRecord, title: str) -> Session:
     watchdog.start()
     record.emit("dist_init", world_size=world_size, backend=backend)
     print0(f"Distributed world size: {world_size}")
+    # the network gate: NCCL set its communicator up in init_process_group (device_id) and said which network it
+    # took; a multi-node run on another than the site's stops here, on every rank together, before any collective
+    # measures that network (bench/netgate.py)
+    stop_on_wrong_network(topology()[0], ddp, device)
     if config.preflight and ddp:  # the collectives' bus bandwidth, on this very process group
         pre = preflight.summary(preflight.measure(device), world_size, backend)
         record.emit("preflight", world_size=world_size, busbw_gbps=pre["busbw_gbps"], bytes=pre["bytes"])
         record.update(preflight=pre)
         print0(f"Pre-flight busbw at {pre['bytes'] / 2**20:,.0f} MiB: " +
                ", ".join(f"{c} {bw:.2f} GB/s" for c, bw in pre["busbw_gbps"].items()))
-    # the network gate: NCCL has said which network it took; a multi-node run on another than the site's
-    # stops here, on every rank together, instead of measuring that network (bench/netgate.py)
-    stop_on_wrong_network(topology()[0], ddp, device)
     gpu_name = torch.cuda.get_device_name(device) if device_type == "cuda" else None
     session = Session(ddp, rank, world_size, device, device_type, backend, watchdog, peak_flops(gpu_name))
     nodes, per_node = topology()

@@ -1,5 +1,5 @@
 """The network gate on the two-node test cluster: a 2-node run whose NCCL log says TCP sockets, on a site
-that expects Slingshot's "AWS Libfabric", stops after its pre-flight as `wrong_network`, in seconds.
+that expects Slingshot's "AWS Libfabric", stops as `wrong_network` before its pre-flight, in seconds.
 
 The ranks here are CPU ranks over gloo, which writes no NCCL log; so a real NCCL INFO log of an H200
 host whose NCCL chose sockets (tests/assets/nccl/h200-1gpu-Socket.log) is replayed into the gate through
@@ -43,7 +43,7 @@ def test_a_run_across_nodes_on_sockets_stops_as_wrong_network(slurm_cluster, tin
     events = [json.loads(line) for line in (tmp_path / "runs" / "gate" / "n2-bare-r1" / "metrics.jsonl")
               .read_text().splitlines()]
     names = [e["event"] for e in events]
-    assert "preflight" in names and "step" not in names  # stopped before training
-    t_pre = next(e["t"] for e in events if e["event"] == "preflight")
-    assert run["finished_at"] - t_pre < 30, "the gate stops the run within seconds of the pre-flight"
-    assert time.time() - t_pre < 600
+    assert "dist_init" in names and "preflight" not in names and "step" not in names  # before any collective
+    t_init = next(e["t"] for e in events if e["event"] == "dist_init")
+    assert run["finished_at"] - t_init < 30, "the gate stops the run within seconds of the process group"
+    assert time.time() - t_init < 600

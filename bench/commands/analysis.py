@@ -42,6 +42,9 @@ def cmd_collect(args) -> int:
           f"{result.removed} removed); {usable} usable, {len(t) - usable} left out of figures")
     for status, n in t["status"].value_counts().sort_index().items():
         print(f"  {status:12s} {n}")
+    if t.empty:  # a path one level off, or runs not written yet: say what was looked for
+        print(f"no run directory under {', '.join(map(str, args.roots))} (one holds run.json or metrics.jsonl; "
+              "upstream base_train logs are read from *.log)")
     for p in result.paths:
         print(f"wrote {p}")
     return 0

@@ -17,6 +17,8 @@ from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
+ENV_SITE = "NANOCHAT_BENCH_SITE"  # the site profile when --site is not given
+
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
                ("num_iterations", int), ("eval_every", int), ("eval_tokens", int), ("device_type", str)]
 
@@ -46,10 +48,10 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
                    "multi-node point otherwise)")
     g.add_argument("--time", default=None, help="time limit of each run, Slurm's HH:MM:SS (default: from the "
                    "estimate with a quarter and 10 min to spare; 30 min where nothing can be estimated)")
-    g.add_argument("--site", default=os.environ.get("NANOCHAT_BENCH_SITE"), metavar="NAME|FILE",
+    g.add_argument("--site", default=None, metavar="NAME|FILE",
                    help=f"site profile: its fast network's set-up for every runtime, the network NCCL must choose "
                         f"(a run on another stops as wrong_network), partitions and GPU memory; shipped: "
-                        f"{', '.join(sites.names())} (default: $NANOCHAT_BENCH_SITE, else none)")
+                        f"{', '.join(sites.names())} (default: ${ENV_SITE}, else none)")
     g.add_argument("--gpu", default="H200", help="GPU assumed by the node-hour estimate (default: H200)")
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
     g.add_argument("--assume-decode-tok-s", type=float, default=planmod.DECODE_TOK_PER_S, metavar="TOK_S",
@@ -148,11 +150,18 @@ def refuse_flow_flags(args) -> None:
 
 
 def site_of(args):
-    """The site profile of --site (a shipped name or a TOML file), read once per command."""
-    if not getattr(args, "site", None):
+    """The site profile of --site, else $NANOCHAT_BENCH_SITE (a shipped name or a TOML file), read once per
+    command; an error names where the name came from."""
+    name = getattr(args, "site", None) or os.environ.get(ENV_SITE)
+    if not name:
         return None
     if getattr(args, "_site", None) is None:
-        args._site = sites.load(args.site)
+        try:
+            args._site = sites.load(name)
+        except ConfigError as e:
+            if args.site:
+                raise
+            raise ConfigError(str(e).replace(f"--site {name!r}", f"{ENV_SITE}={name!r}")) from None
     return args._site
 
 

@@ -71,3 +71,14 @@ def test_unknown_site_lists_the_shipped_ones():
         sites.load("daint-typo")
     with pytest.raises(ConfigError, match="no partition 'gpu'.*debug"):
         sites.load("alps").partition("gpu")
+
+
+def test_a_bad_site_from_the_environment_names_the_variable_not_the_flag(monkeypatch, capsys):
+    from bench import cli
+
+    monkeypatch.setenv("NANOCHAT_BENCH_SITE", "bogus")
+    assert cli.main(["plan", "--nodes=1"]) == 1
+    err = capsys.readouterr().err
+    assert "NANOCHAT_BENCH_SITE='bogus': not a shipped site" in err and "--site" not in err
+    assert cli.main(["plan", "--nodes=1", "--site", "nope"]) == 1  # the flag wins over the variable
+    assert "--site 'nope': not a shipped site" in capsys.readouterr().err

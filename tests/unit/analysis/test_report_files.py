@@ -76,7 +76,10 @@ def test_commands(tmp_path, capsys):
     generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
     assert main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
     out = capsys.readouterr().out
-    assert "6 run(s) in the table (6 read, 0 unchanged, 0 removed); 6 usable" in out
+    assert "6 run(s) in the table (6 read, 0 unchanged, 0 removed); 6 usable" in out and "no run directory" not in out
+    (tmp_path / "empty").mkdir()  # a root one level off: what was looked for is said
+    assert main(["collect", str(tmp_path / "empty"), "--out", str(tmp_path / "t0")]) == 0
+    assert f"no run directory under {tmp_path / 'empty'} (one holds run.json" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "table"), "--out", str(tmp_path / "rep"), "--baseline", "ce"]) == 0
     assert "relative to ce" in (tmp_path / "rep" / "report.md").read_text()
     assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rep2")]) == 0  # a root: collected

@@ -46,8 +46,9 @@ METHODS = [
     + scaling.LEGACY_METHOD,
     findings.THRESHOLDS,
 ]
-KEPT_APART = ("These runs share a config but trained another model (parameters, vocabulary, FLOPs per token), "
-              "precision, data or tiling: each group is a config of its own below, never repeats of one point.")
+KEPT_APART = ("These runs share a config label but differ in what was trained (the model, precision, data, tiling) "
+              "or in the flow's stage, as each row names: each group is a config of its own below, never repeats "
+              "of one point.")
 # Sections of a config and what a run needs to fill them, said when none of its runs did.
 SECTION_NEEDS = {"startup": "start-up phases (the run's milestones: launch time and events)",
                  "step": "the steady step split (--breakdown)",

@@ -82,12 +82,13 @@ def ratio_table(ratios: pd.DataFrame, unit: str) -> Table:
 
 
 def runs_table(df: pd.DataFrame, reason_col: str) -> Table:
-    """Runs left out of the figures, with what happened to them (capped at MAX_TABLE_ROWS)."""
-    cols = ["run", "sweep", "runtime", "ranks", "status", "cause"]
+    """Runs left out of the figures, with what happened to them and where they are under their root (a run's
+    id can be shared by its copies), capped at MAX_TABLE_ROWS."""
+    cols = ["run", "directory", "runtime", "ranks", "status", "cause"]
     rows = []
     for r in df.head(MAX_TABLE_ROWS).to_dict("records"):
         cause = r[reason_col] if reason_col != "message" else (r["message"] or r["skip_reason"])
-        rows.append([fmt(r["run_id"]), fmt(r["sweep_id"]), fmt(r["runtime"]), fmt(r["world_size"], "int"),
+        rows.append([fmt(r["run_id"]), fmt(r["source"]), fmt(r["runtime"]), fmt(r["world_size"], "int"),
                      fmt(r["status"]), fmt(cause)])
     return Table(cols, rows, more=max(0, len(df) - MAX_TABLE_ROWS), text_cols=(0, 1, 2, 4, 5))
 

@@ -40,8 +40,8 @@ def test_sweep_report(tmp_path, make_run):
     for p in pngs:
         assert f"](figures/{p.name})" in md
     cells = re.sub(r" {2,}", " ", md)  # table columns are padded to their width
-    assert "| oom1 | s0 | bare | 8 | oom | CUDA out of memory" in cells
-    assert "| live1 | s0 | bare | 8 | running | run running: not finished |" in cells  # `ranks` column
+    assert "| oom1 | sweep0/oom1 | bare | 8 | oom | CUDA out of memory" in cells  # where it is under the root
+    assert "| live1 | sweep0/live1 | bare | 8 | running | run running: not finished |" in cells  # `ranks` column
     assert "schema_version 7 is of major 7" in md
 
     text = html.read_text()

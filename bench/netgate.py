@@ -4,8 +4,8 @@ A runtime that lacks the site's network plugin does not fail: NCCL quietly falls
 run trains, 20x slower between nodes (CSCS measured ~122 vs ~5.4 GB/s all_reduce busbw with and without the
 CXI hook). Measured as "container overhead", that misconfiguration would be the sweep's headline. So as soon
 as the process group is up (bound to its GPU, NCCL sets its communicator up there and logs "Using network X"),
-before the communication pre-flight, each rank compares NCCL's choice (bench/nccl_log.py) with the one the job expects, and the ranks agree to
-stop together with status `wrong_network`.
+before the communication pre-flight, each rank compares NCCL's choice (bench/nccl_log.py) with the one the
+job expects, and the ranks agree to stop together with status `wrong_network`.
 
 The job says what it expects through two variables, rendered from the site profile (bench/sites):
   NANOCHAT_BENCH_EXPECT_NET   the network NCCL must choose between nodes ("AWS Libfabric", "IB"); unset or

@@ -40,7 +40,8 @@ METHODS = [
     "Weak scaling keeps device batch × sequence per rank (the total batch grows with the ranks): "
     "efficiency = tok/s per rank / the smallest run's, ideal flat. Strong scaling keeps the total batch: "
     "speedup = tok/s / the smallest run's, efficiency = speedup / ideal. Both relative to the config's "
-    "smallest rank count, so a runtime not run there has neither (–); repeats of a point are summarised by their median.",
+    "smallest rank count, so a runtime not run there has neither (–); repeats of a point are summarised by "
+    "their median.",
     scaling.CI_METHOD,
     "Runs are compared only within one workload config (" + ", ".join(scaling.GROUP_KEYS) + "). "
     + scaling.LEGACY_METHOD,

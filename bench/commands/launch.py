@@ -12,7 +12,7 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import LaunchOptions, Naming, assemble, write_job
+from bench.launch.job import LaunchOptions, Naming, assemble, site_partition, write_job
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -193,6 +193,7 @@ def parse_images(pairs: list[str]) -> dict[str, str]:
 
 
 def options_from_args(args) -> LaunchOptions:
+    site_partition(site_of(args), args.partition)  # an unknown partition is refused before the plan is printed
     return LaunchOptions(base_dir=base_dir_of(args), python=args.python, images=parse_images(args.image),
                          mounts=tuple(Mount.parse(m) for m in args.mount),
                          env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
@@ -303,7 +304,7 @@ def cmd_render_flow(args) -> int:
 
 def cmd_render(args) -> int:
     """One job's script (sbatch, compare) or the interactive guide, written with its runs' run.json."""
-    if "," in args.nodes:
+    if len(planmod.parse_nodes(args.nodes)) > 1:  # a bad value is named first (`1,x`: x is no node count)
         raise ConfigError(f"render takes one node count, got --nodes {args.nodes!r}")
     if args.flow:
         return cmd_render_flow(args)

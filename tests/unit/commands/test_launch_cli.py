@@ -80,6 +80,7 @@ def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_pat
     (["submit", "--partition", "a b"], "--partition 'a b'"),
     (["submit", "--depht=3"], "unrecognized arguments"),
     (["render", "sbatch", "--nodes", "1,2"], "render takes one node count"),
+    (["render", "sbatch", "--nodes", "1,x"], "--nodes '1,x' must be a comma-separated list of positive integers"),
     (["render", "sbatch", "--runtimes", "bare,podman"], "render sbatch makes one run"),
     (["render", "interactive", "--repeats", "2"], "render interactive makes one run"),
 ])
@@ -152,3 +153,10 @@ def test_a_sweep_name_that_would_leave_runs_is_refused(command, name, tmp_path, 
     assert code == 1
     assert err.startswith(f"error: --name {name!r}: ") and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_partition_is_refused_before_the_plan_is_printed(capsys, tmp_path):
+    code, out, err = run_cli(["submit", "--dry-run", "--site", "alps", "--partition", "nope", "--nodes", "2",
+                              "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and out == "" and "no partition 'nope' (the profile knows: debug, normal, xfer" in err
+    assert not (tmp_path / "s").exists()

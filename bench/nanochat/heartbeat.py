@@ -13,8 +13,8 @@ The beats also end a run whose rank went silent, without waiting for any collect
 `on_silent`, rank 0 watches every other rank's beat and rank 1 watches rank 0's (two readers, however
 many ranks), and a beat older than `silent_after_s` (--heartbeat_timeout_s) calls it with the verdict.
 The thread runs beside training, so a long evaluation, sample or checkpoint never silences it.
-Each beat carries the launch's NANOCHAT_BENCH_T0 (`run`): beats of an earlier run in the same
-directory are never read as this run's.
+Each beat carries the launch's time (`run`: NANOCHAT_BENCH_T0, or under Slurm run.json's launch.t0):
+beats of an earlier run or attempt in the same directory are never read as this run's.
 """
 
 import contextlib
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.contract import ENV_T0, atomic_target
+from bench.contract import ENV_T0, atomic_target, read_run_json
 
 DIR = ".heartbeat"
 INTERVAL_S = 5.0  # at 1024 ranks, ~200 small renames a second in one directory
@@ -45,9 +45,16 @@ def _write(path: Path, beat: dict) -> None:
         f.write(json.dumps(beat))
 
 
-def run_token() -> str | None:
-    """This launch's identity in the beats (the launcher's NANOCHAT_BENCH_T0), None when unset."""
-    return os.environ.get(ENV_T0) or None
+def run_token(run_dir: str | None = None) -> str | None:
+    """This launch's identity in the beats: the local launcher's NANOCHAT_BENCH_T0, else the launch time that a
+    batch script's `runjson start` wrote into run.json right before srun; None when neither is there."""
+    if token := os.environ.get(ENV_T0):
+        return token
+    t0 = None
+    if run_dir:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # unreadable: every beat is this run's
+            t0 = (read_run_json(run_dir).get("launch") or {}).get("t0")
+    return f"{t0:.6f}" if isinstance(t0, (int, float)) else None
 
 
 class Heartbeat:
@@ -55,7 +62,7 @@ class Heartbeat:
                  on_silent: "Callable[[str], None] | None" = None):
         self.path = Path(run_dir, DIR, f"rank{rank}.json") if run_dir and world_size > 1 else None
         self.run_dir = run_dir
-        self.state = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "run": run_token(),
+        self.state = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), "run": run_token(run_dir),
                       "event": None, "step": None, "event_t": None}
         self.thread: threading.Thread | None = None
         self.watched = set(range(1, world_size)) if rank == 0 else {0} if rank == 1 else set()
@@ -116,8 +123,8 @@ def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float
 
 
 def beats(run_dir: str) -> list[dict]:
-    """This run's beats (all of them when NANOCHAT_BENCH_T0 is unset)."""
-    token = run_token()
+    """This run's beats (all of them when its launch time is not known)."""
+    token = run_token(run_dir)
     out = []
     for path in sorted(Path(run_dir, DIR).glob("rank*.json")):
         try:

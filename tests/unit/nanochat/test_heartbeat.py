@@ -85,3 +85,20 @@ def test_beats_of_an_earlier_run_are_not_this_runs(tmp_path, monkeypatch):
         time.sleep(0.05)
     assert [b["rank"] for b in beats(str(tmp_path))] == [1]
     assert "rank 3" not in (waited_for(str(tmp_path), time.time() + 60) or ("",))[0]
+
+
+def test_under_slurm_the_launch_time_in_run_json_tells_this_attempts_beats(tmp_path, monkeypatch):
+    """A batch job exports no NANOCHAT_BENCH_T0: `runjson start` writes the attempt's launch time into run.json
+    right before srun, and a resubmitted attempt's stale rank 3 must not be named."""
+    from bench.contract import update_run_json
+
+    monkeypatch.delenv("NANOCHAT_BENCH_T0", raising=False)
+    update_run_json(tmp_path, launch={"kind": "slurm", "t0": 1000.25})
+    write_beat(tmp_path, 3, 1500.0, 12)  # the first attempt's (another token)
+    beat = Heartbeat(str(tmp_path), 1, 2)
+    assert beat.state["run"] == "1000.250000"
+    beat.beat("step", 2)
+    deadline = time.time() + 10
+    while not (tmp_path / DIR / "rank1.json").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert [b["rank"] for b in beats(str(tmp_path))] == [1]

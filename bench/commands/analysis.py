@@ -52,6 +52,7 @@ def cmd_collect(args) -> int:
 
 def cmd_report(args) -> int:
     from bench.analysis.report import load_or_collect, write_report
+    from bench.analysis.scaling import BASELINE_RUNTIME
 
     source = Path(args.source)
     if not source.exists():
@@ -61,7 +62,8 @@ def cmd_report(args) -> int:
     if args.baseline is not None and args.baseline not in runtimes:  # a typo would drop every ratio unsaid
         raise AnalysisError(f"--baseline {args.baseline}: no usable run of that runtime in {source}; "
                             f"runtimes there: {', '.join(runtimes) or 'none'}")
-    html = write_report(table, args.out, baseline=args.baseline or "bare", title=args.title, source=str(source))
+    html = write_report(table, args.out, baseline=args.baseline or BASELINE_RUNTIME, title=args.title,
+                        source=str(source))
     print(f"wrote {html.with_name('report.md')}\nwrote {html}")
     return 0
 

@@ -42,11 +42,13 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get(name: str) -> Runtime:
+def get(name: str, given_as: str = "") -> Runtime:
+    """The runtime called `name`; an unknown one is an error naming `given_as` (the flag and its value)."""
     try:
         return _REGISTRY[name]()
     except KeyError:
-        raise RuntimeConfigError(f"unknown runtime {name!r}; valid runtimes: {', '.join(names())}") from None
+        where = f"{given_as}: " if given_as else ""
+        raise RuntimeConfigError(f"{where}unknown runtime {name!r}; valid runtimes: {', '.join(names())}") from None
 
 
 def parse_names(text: str) -> list[str]:
@@ -55,9 +57,7 @@ def parse_names(text: str) -> list[str]:
     if not items:
         raise RuntimeConfigError(f"--runtimes {text!r} names no runtime; valid: {', '.join(names())}")
     for item in items:
-        if item not in _REGISTRY:
-            raise RuntimeConfigError(f"--runtimes {text!r}: unknown runtime {item!r}; "
-                                     f"valid runtimes: {', '.join(names())}")
+        get(item, f"--runtimes {text!r}")
     if len(set(items)) != len(items):
         raise RuntimeConfigError(f"--runtimes {text!r} names a runtime twice")
     return items

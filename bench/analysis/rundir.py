@@ -311,14 +311,16 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
 
 
 def restart_steps(events: list[dict]) -> list[int]:
-    """The first step after each `start` event: a run resumed into its directory (--resume_from_step) starts
-    again at a later step, and its first steps there are warm-up again (compile, allocator)."""
-    starts, new = [], False
+    """The first step after each `start` event but the first: a run resumed into its directory
+    (--resume_from_step) starts again at a later step, and its first steps there are warm-up again (compile,
+    allocator). The first start's steps follow the plain rule, whatever step they begin at."""
+    starts, seen, new = [], 0, False
     for ev in events:
         if ev["event"] == "start":
-            new = True
+            seen, new = seen + 1, True
         elif ev["event"] == "step" and new:
-            starts.append(int(ev["step"]))
+            if seen > 1:
+                starts.append(int(ev["step"]))
             new = False
     return starts
 

@@ -183,7 +183,7 @@ def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit
     for runtime, p, x in by_runtime(points):
         ax.plot(x, p["speedup"], marker="o", lw=2, color=colors[runtime], label=_relative_label(runtime, p, n0, unit))
         labels += [(n, xi, s, f"{s:.2f}x ({100 * e:.1f}%)", colors[runtime])  # 1x at n0 by definition
-                   for n, xi, s, e in zip(p["world_size"], x, p["speedup"], p["efficiency"]) if s == s and n != n0]
+                   for n, xi, s, e in zip(p["world_size"], x, p["speedup"], p["efficiency"]) if pd.notna(s) and n != n0]
     counts = np.array(sorted(points["world_size"].unique()), float)
     ax.plot(counts, counts / n0, ls="--", color="grey", lw=1.5, label=f"ideal (linear from {count(n0, unit)})")
     rank_axis(ax, points["world_size"], unit)
@@ -212,7 +212,7 @@ def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scali
         y = 100 * p["efficiency"].to_numpy(float)
         ax.plot(x, y, marker="o", lw=2, color=colors[runtime], label=_relative_label(runtime, p, n0, unit))
         labels += [(n, xi, yi, f"{yi:.1f}%", colors[runtime])  # 100% at n0 by definition
-                   for n, xi, yi in zip(p["world_size"], x, y) if yi == yi and n != n0]
+                   for n, xi, yi in zip(p["world_size"], x, y) if pd.notna(yi) and n != n0]
     ax.axhline(100, ls="--", color="grey", lw=1.5, label="ideal (100%)")
     rank_axis(ax, points["world_size"], unit)
     eff = 100 * points["efficiency"].astype(float).dropna()  # never empty: a runtime was run at the smallest

@@ -152,16 +152,12 @@ def refuse_flow_flags(args) -> None:
 def site_of(args):
     """The site profile of --site, else $NANOCHAT_BENCH_SITE (a shipped name or a TOML file), read once per
     command; an error names where the name came from."""
-    name = getattr(args, "site", None) or os.environ.get(ENV_SITE)
+    flag = getattr(args, "site", None)
+    name = flag or os.environ.get(ENV_SITE)
     if not name:
         return None
     if getattr(args, "_site", None) is None:
-        try:
-            args._site = sites.load(name)
-        except ConfigError as e:
-            if args.site:
-                raise
-            raise ConfigError(str(e).replace(f"--site {name!r}", f"{ENV_SITE}={name!r}")) from None
+        args._site = sites.load(name, "" if flag else f"{ENV_SITE}={name!r}")
     return args._site
 
 

@@ -114,8 +114,9 @@ def names() -> list[str]:
                   if p.name.endswith(SHIPPED_SUFFIX))
 
 
-def load(name_or_file: str) -> Site:
-    """A shipped profile by name (`alps`) or a TOML file by path; ConfigError names the file and key."""
+def load(name_or_file: str, given_as: str = "") -> Site:
+    """A shipped profile by name (`alps`) or a TOML file by path; ConfigError names the file and key, or for a
+    name that is neither, where it was given (`given_as`, the flag or variable with its value; --site's)."""
     path = Path(name_or_file)
     if name_or_file in names():
         text = resources.files(__package__).joinpath(name_or_file + SHIPPED_SUFFIX).read_text()
@@ -127,7 +128,8 @@ def load(name_or_file: str) -> Site:
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{where} cannot be read: {getattr(e, 'strerror', None) or e}") from None
     else:
-        raise ConfigError(f"--site {name_or_file!r}: not a shipped site ({', '.join(names())}) nor a .toml file")
+        given_as = given_as or f"--site {name_or_file!r}"
+        raise ConfigError(f"{given_as}: not a shipped site ({', '.join(names())}) nor a .toml file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

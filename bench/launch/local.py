@@ -179,7 +179,7 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
             contract.record_evidence(run_dir, contract.Evidence(
                 source="launcher", kind="stopped", signal=name, exit_code=rc,
                 message=f"nanochat-bench train received {name}; the workload was stopped"))
-        contract.close_unfinished(run_dir, rc, "the launcher" if workload != workloads.DEFAULT else "torchrun")
+        contract.close_unfinished(run_dir, rc, workloads.get(workload).local_launcher)
     except OSError as e:
         output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")
     return rc

@@ -6,17 +6,13 @@ block (slurm/_run.sh.j2, the one every job uses), each gated on the stages befor
 import functools
 import shlex
 
-from bench import contract
+from bench import contract, workloads
 from bench.launch import render
 from bench.launch.flow import TOKENIZER_LOG, FlowJob
 from bench.runtimes import shell_join
 
 FLOW_TEMPLATE = "flow.sh.j2"
 FLOW_INTERACTIVE_TEMPLATE = "flow_interactive.sh.j2"
-# what a stage's workload needs staged besides the shards (nanochat-bench data download ...)
-STAGING = {"base_eval": ("--eval-bundle", "the eval bundle for CORE (base_eval)"),
-           **dict.fromkeys(("mid_train", "chat_sft", "chat_eval"),
-                           ("--chat", "the chat data for mid-training, SFT and chat evaluation"))}
 one_task = functools.partial(render.one_task, outside_run=True)  # what a flow runs besides its stages' runs
 
 
@@ -50,7 +46,7 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int,
     salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name", "--no-requeue")))]
     staging, seen = [], set()
     for stage in fj.stages:
-        flag, what = STAGING.get(stage.workload, (None, None))
+        flag, what = workloads.get(stage.workload).staging or (None, None)
         if flag and flag not in seen:
             seen.add(flag)
             staging.append({"what": what, "srun": one_task(first, python, "-m", "bench.cli", "data", "download", flag)})

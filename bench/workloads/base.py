@@ -114,6 +114,8 @@ class Workload:
     PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()
     deadline_flag: str | None = None  # a flag taking the batch script's deadline (epoch s), if it has one
     resume_flag: str | None = None  # a flag taking the checkpoint step a resubmitted run continues from
+    # what its runs need staged besides the shards: (the `nanochat-bench data download` flag, what it stages)
+    staging: tuple[str, str] | None = None
     local_launcher = "the launcher"  # what starts its processes on this machine, as a run's last word names it
     takes_depth = False  # its flags set the model's depth (`--depth`); a later stage loads its checkpoint's
     kind = TRAINING  # TRAINING or EVALUATION

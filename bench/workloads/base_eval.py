@@ -29,6 +29,7 @@ class BaseEval(TorchrunStage):
     parser = "bench.nanochat.base_eval:parse"
     kind = EVALUATION
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
+    staging = ("--eval-bundle", "the eval bundle for CORE (base_eval)")
     headers = {"problems_per_sec": "examples/s"}  # CORE's examples, each a forward of its prompts
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:

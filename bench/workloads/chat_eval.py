@@ -9,7 +9,7 @@ categorical tasks' forwards, seconds where generation takes minutes, are not cou
 """
 
 from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
-from bench.workloads.stage import TorchrunStage
+from bench.workloads.stage import CHAT_DATA, TorchrunStage
 
 RUN_WORKLOAD = "nanochat-chat-eval"
 
@@ -27,6 +27,7 @@ def decode_tokens_per_rank(config, ranks: int) -> tuple[int, int]:
 class ChatEval(TorchrunStage):
     name = "chat_eval"
     run_workload = RUN_WORKLOAD
+    staging = CHAT_DATA
     module = "bench.nanochat.chat_eval"
     parser = "bench.nanochat.chat_eval_config:parse"
     kind = EVALUATION

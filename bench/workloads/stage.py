@@ -18,6 +18,8 @@ from bench.errors import ConfigError
 from bench.workloads.base import PointContext, Settings, Workload
 from bench.workloads.torchrun import torchrun_command
 
+# what the chat stages read, staged before the job (`data download --chat`)
+CHAT_DATA = ("--chat", "the chat data for mid-training, SFT and chat evaluation")
 NO_MODEL = "est ?: the model is its checkpoint's (plan it in a --flow for an estimate)"
 
 

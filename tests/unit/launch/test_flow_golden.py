@@ -79,3 +79,14 @@ def test_the_job_runs_every_stage_in_turn_with_its_chained_flags():
     assert at == sorted(at) and script.index("tokenizer train --vocab_size=65536") < at[0]
     assert "--model_tag=golden-n2-bare-r1" in script and "--save_every=100" in script
     assert script.count("runjson not-run ") == len(stages)
+
+
+def test_the_guide_stages_what_each_stage_workload_says_it_needs(monkeypatch):
+    """What a stage needs staged is its workload's own (`staging`): a stage that starts needing data is changed
+    in its module alone, and the guide stages it, once per flag."""
+    monkeypatch.setattr(type(workloads.get("base_loss")), "staging", ("--chat", "the chat data, for base_loss too"))
+    fj = flow_job()
+    guide = render_flow_interactive(fj, OPTS.base_dir, 8)
+    assert "# -- the chat data, for base_loss too\n" in guide
+    assert guide.count("data download --chat") == 1  # mid_train, chat_sft and chat_eval need the same: once
+    assert "data download --eval-bundle" in guide

@@ -23,6 +23,8 @@ from bench.workloads.base import EVALUATION, TRAINING
 
 # Why-fields (bench/analysis/why.py): the parts of a steady step and the collectives of the pre-flight.
 SPLIT = ("fwd_bwd_ms", "comm_ms", "optim_ms", "data_ms", "other_ms")
+SPLIT_LABELS = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed comm", "optim_ms": "optimizer",
+                "data_ms": "data wait", "other_ms": "other"}  # each part's name, in tables and figures
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 
@@ -110,7 +112,7 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("aspect_ratio", "int", "config.aspect_ratio", key="config"),
     *(Column(f"phase_{m}_s", "float", "events", "median", breakdown.LABELS[m], "s", "1")
       for m in breakdown.MILESTONES[1:]),
-    *(Column(f"step_{k}", "float", "events", "median", unit="ms", fmt="1") for k in SPLIT),
+    *(Column(f"step_{k}", "float", "events", "median", f"{SPLIT_LABELS[k]} ms", "ms", "1") for k in SPLIT),
     *(Column(f"busbw_{c}_gbps", "float", "why:preflight", "median", f"{c.replace('_', '-')} GB/s", "GB/s", "1",
              perf=ANY) for c in COLLECTIVES),
     _rj("preflight_bytes", "float", "preflight.bytes", agg="median"),

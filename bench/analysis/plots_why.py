@@ -17,12 +17,11 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import offset_copy
 
 from bench.analysis import why
+from bench.analysis.columns import SPLIT_LABELS
 from bench.analysis.plots import _human, by_runtime, rank_axis, wrap_label
 from bench.analysis.scaling import STARTUP_PHASES, count, nodes_text, phase_label
 
 PHASE_COLORS = plt.get_cmap("tab10").colors
-SPLIT_LABELS = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed communication", "optim_ms": "optimizer",
-                "data_ms": "data wait", "other_ms": "other"}
 COLLECTIVE_STYLES = {"all_reduce": "-", "reduce_scatter": "--", "all_gather": ":"}
 BAR_HEIGHT = 0.6
 ROW_INCHES = 0.4  # per bar: room for a 13-point label

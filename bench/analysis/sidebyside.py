@@ -9,6 +9,7 @@ nanochat point of the same runtime (or, when nanochat ran under another runtime 
 
 import pandas as pd
 
+from bench.analysis.columns import cell
 from bench.analysis.scaling import usable, with_config
 from bench.analysis.tables import Table, frame_table
 
@@ -45,9 +46,8 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def side_by_side_table(points: pd.DataFrame) -> Table:
-    cols = [("depth", "depth", "int"), ("seq", "max_seq_len", "int"), ("total batch", "total_batch_size", "int"),
+    cols = [("depth", "depth", "int"), ("seq", "max_seq_len", "int"), cell("total_batch_size"),
             ("device", "device", "s"), ("ranks", "world_size", "int"), ("workload", "workload", "s"),
-            ("runtime", "runtime", "s"), ("runs", "runs", "int"), ("params", "num_params", "int"),
-            ("tok/s", "tok_per_sec", "int"), ("tok/s vs nanochat", "vs_nanochat", "2"), ("MFU %", "mfu", "1"),
-            ("peak mem MiB", "peak_mem_mib", "int")]
+            ("runtime", "runtime", "s"), ("runs", "runs", "int"), cell("num_params"),
+            cell("tok_per_sec"), ("tok/s vs nanochat", "vs_nanochat", "2"), cell("mfu"), cell("peak_mem_mib")]
     return frame_table(points, cols, text_cols=(3, 5, 6))

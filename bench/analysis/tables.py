@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from bench import breakdown
 from bench.analysis import why
-from bench.analysis.columns import cell
+from bench.analysis.columns import cell, header
 
 MAX_TABLE_ROWS = 100  # per table of runs; the table file has them all
 NOT_MEASURED = "–"
@@ -100,9 +100,7 @@ def phase_table(points: pd.DataFrame, unit: str) -> Table:
 
 def split_table(points: pd.DataFrame, unit: str) -> Table:
     """The steady step and its parts in ms, each with its share of the step."""
-    head = frame_table(points, [*_point_cols(unit), ("step ms", "step_time_ms", "1")])
-    names = {"fwd_bwd_ms": "forward+backward", "comm_ms": "exposed comm", "optim_ms": "optimizer",
-             "data_ms": "data wait", "other_ms": "other"}
+    head = frame_table(points, [*_point_cols(unit), cell("step_time_ms")])
     rows = []
     for cells, r in zip(head.rows, points.to_dict("records")):
         parts = []
@@ -111,7 +109,7 @@ def split_table(points: pd.DataFrame, unit: str) -> Table:
             share = v / r["step_time_ms"] if not pd.isna(v) and r["step_time_ms"] else None
             parts.append(NOT_MEASURED if pd.isna(v) else f"{v:,.1f} ({fmt(share, 'pct')})")
         rows.append(cells + parts)
-    return Table(head.columns + [f"{names[k]} ms" for k in why.SPLIT], rows, text_cols=(0,))
+    return Table(head.columns + [header(f"step_{k}") for k in why.SPLIT], rows, text_cols=(0,))
 
 
 def busbw_table(points: pd.DataFrame, unit: str) -> Table:

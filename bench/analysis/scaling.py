@@ -239,7 +239,7 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     points = (ok.groupby(["config", "runtime", "world_size"], observed=True, dropna=False)
               .agg(runs=("source", "size"), tok_per_sec_min=("tok_per_sec", "min"),
                    tok_per_sec_max=("tok_per_sec", "max"), nodes=("nodes", _node_counts),
-                   total_batch_size=("total_batch_size", "median"), **first, **agg)
+                   total_batch_size=("total_batch_size", columns.AGGREGATES["total_batch_size"]), **first, **agg)
               .reset_index())
     points["world_size"] = points["world_size"].astype(int)
     points = points.sort_values(["config", "runtime", "world_size"]).reset_index(drop=True)

@@ -9,7 +9,7 @@ nanochat point of the same runtime (or, when nanochat ran under another runtime 
 
 import pandas as pd
 
-from bench.analysis.columns import cell
+from bench.analysis.columns import AGGREGATES, cell
 from bench.analysis.scaling import usable, with_config
 from bench.analysis.tables import Table, frame_table
 
@@ -31,8 +31,8 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame()
     points = (ok.groupby([*MATCH_KEYS, "family", "workload", "runtime"], sort=True)
-              .agg(runs=("source", "size"), tok_per_sec=("tok_per_sec", "median"), mfu=("mfu", "median"),
-                   peak_mem_mib=("peak_mem_mib", "max"), num_params=("num_params", "median"))
+              .agg(runs=("source", "size"),
+                   **{c: (c, AGGREGATES[c]) for c in ("tok_per_sec", "mfu", "peak_mem_mib", "num_params")})
               .reset_index())
     refs = []
     for r in points.to_dict("records"):

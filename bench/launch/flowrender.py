@@ -9,7 +9,6 @@ import shlex
 from bench import contract, workloads
 from bench.launch import render
 from bench.launch.flow import TOKENIZER_LOG, FlowJob
-from bench.runtimes import shell_join
 
 FLOW_TEMPLATE = "flow.sh.j2"
 FLOW_INTERACTIVE_TEMPLATE = "flow_interactive.sh.j2"
@@ -43,7 +42,6 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int,
     """The interactive guide of the flow: salloc, the staging, the tokenizer, then each stage's srun."""
     job, first = fj.job, fj.job.runs[0]
     python = first.spec.command[0]
-    salloc = ["salloc", *(d for d in job.directives if not d.startswith(("--output", "--job-name", "--no-requeue")))]
     staging, seen = [], set()
     for stage in fj.stages:
         flag, what = workloads.get(stage.workload).staging or (None, None)
@@ -51,7 +49,7 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int,
             seen.add(flag)
             staging.append({"what": what, "srun": one_task(first, python, "-m", "bench.cli", "data", "download", flag)})
     ctx = flow_context(fj, rendered_by)
-    ctx.update(salloc=render.comment_safe(shell_join(salloc)), base_dir=shlex.quote(base_dir), shards=shards,
+    ctx.update(salloc=render.salloc_line(job), base_dir=shlex.quote(base_dir), shards=shards,
                data_srun=one_task(first, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                staging=staging, shell_srun=render.comment_safe(one_task(first, "bash", tty=True)))
     return render.environment().get_template(FLOW_INTERACTIVE_TEMPLATE).render(ctx)

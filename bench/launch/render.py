@@ -126,16 +126,21 @@ def render_sbatch(job: Job, rendered_by: str = "submit") -> str:
     return environment().get_template(SBATCH_TEMPLATE).render(job_context(job, rendered_by))
 
 
+def salloc_line(job: Job, minutes: int | None = None) -> str:
+    """The guide's salloc: the job's directives less what only a batch job has; `minutes` replaces its time."""
+    argv = ["salloc", *(f"--time={slurm_time(minutes)}" if minutes is not None and d.startswith("--time=") else d
+                        for d in job.directives if not d.startswith(("--output", "--job-name", "--no-requeue")))]
+    return comment_safe(shell_join(argv))
+
+
 def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = "render interactive") -> str:
     """The interactive guide: the salloc line (its time covers the guide's own steps too), then the srun lines of
     the image step, data, tokenizer and training."""
     run = job.runs[0]
     minutes = interactive_minutes(job, shards)
-    salloc = ["salloc", *(d if not d.startswith("--time=") else f"--time={slurm_time(minutes)}" for d in job.directives
-                          if not d.startswith(("--output", "--job-name", "--no-requeue")))]
     python = run.spec.command[0]
     ctx = job_context(job, rendered_by)
-    ctx.update(salloc=comment_safe(shell_join(salloc)), base_dir=shlex.quote(base_dir), shards=shards,
+    ctx.update(salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,
                salloc_minutes=minutes, image_srun=multiline(run.image_lines()) if run.image_step else None,
                data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train"),

@@ -4,8 +4,8 @@
   capacity.py    `nanochat-bench capacity`
   containers.py  `nanochat-bench edf`
   data.py        `nanochat-bench data download|generate|info|bin`
-  launch.py      `nanochat-bench plan | submit | status | render`
+  launch.py      `nanochat-bench plan | submit | status | render | speedrun`
   reframe.py     `nanochat-bench reframe`
   tokenizer.py   `nanochat-bench tokenizer train|eval`
-  workload.py    `nanochat-bench model | train | smoke`
+  workload.py    `nanochat-bench model | train | preflight | smoke`
 """

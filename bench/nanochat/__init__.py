@@ -34,6 +34,7 @@
   join.py          a rank that never joins the process group: bounded, and named
   loss_eval.py     bits per byte
   memory.py        predicted peak memory per rank, per memory strategy
+  memory_calibration.json  the memory model's constants (data), each with its source
   mid_train.py     mid-training on conversations (upstream's scripts/mid_train.py)
   midloader.py     mid-training's loader: whole conversations packed into rows, per rank
   muon.py          Muon and its sharded form

@@ -15,6 +15,7 @@ One process per node, no torchrun: StarPU spreads the tiles over every CPU core 
   model.py    torch-nntile's GPT-2 made trainable with tiles, and its tiled axes' names
   runner.py   the training on StarPU, leaving the run directory every nanochat-bench run leaves
   env.sh      builds the NNTile interpreter's environment
+  gpt2_default_config.json  GPT-2 small as NNTile's example shapes it: the default of --config-path
 """
 
 import os

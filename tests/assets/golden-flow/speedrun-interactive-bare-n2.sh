@@ -2,9 +2,10 @@
 # nanochat-bench, interactive: sweep golden, point n2-bare-r1: flow speedrun
 # Rendered by `nanochat-bench render interactive --flow`. The flow speedrun step by step:
 #
-#   1. allocate nodes (the shell salloc opens runs on the login node unless the site says otherwise;
-#      only srun lands on the compute nodes):
-#        salloc --account=a-bench --exclusive --gpus-per-node=4 --nodes=2 --ntasks-per-node=1 --partition=debug --time=03:37:00
+#   1. allocate nodes for 267 minutes: the data and tokenizer steps below, as the plan
+#      estimates them, then the stages (the shell salloc opens runs on the login node unless the site says
+#      otherwise; only srun lands on the compute nodes):
+#        salloc --account=a-bench --exclusive --gpus-per-node=4 --nodes=2 --ntasks-per-node=1 --partition=debug --time=04:27:00
 #   2. in that shell, paste the blocks below one at a time: nothing here exits your shell, and a step
 #      that fails only prints its error. Or run them all, stopping at the first error:  bash interactive.sh
 #      Data, tokenizer and checkpoints live in NANOCHAT_BASE_DIR; the stages chain through the model

@@ -18,8 +18,8 @@ import pytest
 from bench import sites, workloads
 from bench.launch import flow
 from bench.launch.flowrender import render_flow, render_flow_interactive
-from bench.launch.job import LaunchOptions
-from bench.launch.plan import DataShape
+from bench.launch.job import LaunchOptions, interactive_minutes, job_minutes
+from bench.launch.plan import DataShape, slurm_time
 
 GOLDEN = Path(__file__).resolve().parents[2] / "assets" / "golden-flow"
 REFRESH = os.environ.get("NANOCHAT_BENCH_REFRESH_GOLDEN") == "1"
@@ -90,3 +90,16 @@ def test_the_guide_stages_what_each_stage_workload_says_it_needs(monkeypatch):
     assert "# -- the chat data, for base_loss too\n" in guide
     assert guide.count("data download --chat") == 1  # mid_train, chat_sft and chat_eval need the same: once
     assert "data download --eval-bundle" in guide
+
+
+def test_the_guide_salloc_covers_its_data_and_tokenizer_steps():
+    """The flow's guide downloads shards and trains the tokenizer inside its allocation, as the single run's
+    guide does: its salloc is given time for them, beyond the batch job's own limit."""
+    fj = flow_job()
+    few, many = (render_flow_interactive(fj, OPTS.base_dir, shards) for shards in (8, 240))
+    minutes = interactive_minutes(fj.job, 240)
+    assert minutes > interactive_minutes(fj.job, 8) > job_minutes(fj.job.runs)
+    assert f"allocate nodes for {minutes} minutes" in many
+    salloc = next(line for line in many.splitlines() if line.lstrip("# ").startswith("salloc --"))
+    assert f"--time={slurm_time(minutes)}" in salloc, salloc
+    assert f"--time={slurm_time(job_minutes(fj.job.runs))}" not in few  # not the batch job's limit

@@ -48,6 +48,7 @@ class ProbeSpec:
     steps: int = 3
     device_type: str = ""
     vocab_size: int = 65536
+    memory_limit: int | None = None  # CPU: each rank's address-space cap; an ok or oom is only true under it
 
     @property
     def name(self) -> str:
@@ -340,7 +341,8 @@ def _killed_by_sigkill(run_dir: Path) -> bool:
 def read_probe(spec: ProbeSpec, run_dir: Path) -> ProbeResult | None:
     """A finished probe of the same settings, read back from its run directory; None if it must run."""
     cap = read_run_json(run_dir).get("capacity")
-    if not cap or cap.get("probe") != asdict(spec) or cap.get("outcome") not in OUTCOMES:
+    stored = {"memory_limit": None, **cap["probe"]} if cap and isinstance(cap.get("probe"), dict) else None
+    if stored != asdict(spec) or cap.get("outcome") not in OUTCOMES:  # a probe recorded without a cap had none
         return None
     fields = {k: cap.get(k) for k in ProbeResult.__dataclass_fields__ if k not in _NOT_RECORDED}
     extra = {k: v for k, v in cap.items() if k not in fields and k != "probe"}

@@ -143,7 +143,7 @@ class Sweep:
     def probe(self, strategy: str, shape: Shape, batch: int) -> ProbeResult:
         c = self.cfg
         spec = ProbeSpec(strategy, shape.depth, shape.aspect_ratio, batch, c.max_seq_len, c.nproc, c.steps,
-                         c.device_type, c.vocab_size)
+                         c.device_type, c.vocab_size, c.memory_limit)
         run_dir = c.out / "runs" / strategy / spec.name
         result = read_probe(spec, run_dir)
         if result is None:

@@ -73,6 +73,25 @@ def test_read_back_only_for_the_same_settings(tmp_path):
     assert read_probe(ProbeSpec("fsdp", 4, steps=4, device_type="cpu"), tmp_path) is None
 
 
+def test_a_probe_under_another_memory_cap_runs_again(tmp_path):
+    # an oom under --memory-limit 875M says nothing of a sweep resumed with 1100M
+    capped = ProbeSpec("fsdp", 4, steps=3, device_type="cpu", memory_limit=875 << 20)
+    write_run(tmp_path, "oom", "you tried to allocate 50331648 bytes", ())
+    update_run_json(tmp_path, capacity=classify(capped, tmp_path).record())
+    assert read_probe(capped, tmp_path).outcome == "oom"
+    assert read_probe(ProbeSpec("fsdp", 4, steps=3, device_type="cpu", memory_limit=1100 << 20), tmp_path) is None
+    assert read_probe(SPEC, tmp_path) is None
+
+
+def test_a_probe_recorded_before_caps_were_recorded_reads_back_uncapped(tmp_path):
+    write_run(tmp_path, "ok")
+    record = classify(SPEC, tmp_path).record()
+    del record["probe"]["memory_limit"]
+    update_run_json(tmp_path, capacity=record)
+    assert read_probe(SPEC, tmp_path).outcome == "ok"
+    assert read_probe(ProbeSpec("fsdp", 4, steps=3, device_type="cpu", memory_limit=1 << 30), tmp_path) is None
+
+
 def test_an_unknown_strategy_is_refused_naming_the_valid_ones(tmp_path):
     from bench.capacity.sweep import SweepConfig
 

@@ -50,8 +50,12 @@ def prepare(base_dir: str | Path, vocab_size: int, tokens: int = 1 << 20) -> Pat
     rng = np.random.default_rng(0)
     for split in ("train", "val"):
         path = bin_dir / f"{split}.bin"
-        if not path.is_file() or path.stat().st_size != 2 * tokens:
+        want = rng.integers(0, vocab_size - len(tokenizer.SPECIAL_TOKENS), tokens, dtype=np.uint16)
+        # compared, not only sized: a sweep resumed with a smaller --vocab-size must not keep tokens past it
+        same = path.is_file() and path.stat().st_size == 2 * tokens and np.array_equal(np.fromfile(path, np.uint16),
+                                                                                         want)
+        if not same:
             tmp = path.with_suffix(".tmp")
-            rng.integers(0, vocab_size - len(tokenizer.SPECIAL_TOKENS), tokens, dtype=np.uint16).tofile(tmp)
+            want.tofile(tmp)
             tmp.replace(path)
     return bin_dir

@@ -328,7 +328,7 @@ def write_probes_csv(path: Path, probes: list[dict]) -> None:
 
 
 def format_table(summary: dict) -> list[str]:
-    lines = ["", f"{'strategy':<18}{'capacity':>10}{'params':>16}{'x fsdp':>8}{'tok/s':>10}{'first failure':>28}"]
+    lines = ["", f"{'strategy':<18}{'capacity':>10}{'params':>16}{'x fsdp':>8}{'tok/s':>10}  first failure"]
     for s in summary["searches"]:
         cap, fail, stop = s.get("capacity"), s.get("first_failure"), s.get("stopped")
         ratio = f"{s['ratio_to_fsdp']:.2f}" if s.get("ratio_to_fsdp") else "-"
@@ -337,7 +337,7 @@ def format_table(summary: dict) -> list[str]:
             f"{stop['outcome']} at {stop['shape']}" if stop else "none (largest candidate fits)"
         name = s["strategy"] + ("" if s["aspect_ratio"] == 64 else f" a{s['aspect_ratio']}")
         lines.append(f"{name:<18}{cap['name'] if cap else '-':>10}{format(cap['num_params'], ',') if cap else '-':>16}"
-                     f"{ratio:>8}{tps:>10}{end:>28}")
+                     f"{ratio:>8}{tps:>10}  {end}")  # last, left-aligned: a long one never runs into tok/s
     if summary.get("interrupted"):
         lines.append(f"(interrupted by {summary['interrupted']} after {len(summary['probes'])} finished probe(s); "
                      "run again to resume)")

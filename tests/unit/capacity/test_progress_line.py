@@ -8,7 +8,7 @@ import time
 from types import SimpleNamespace
 
 from bench.capacity.probe import ProbeResult, ProbeSpec
-from bench.capacity.sweep import Sweep
+from bench.capacity.sweep import Sweep, format_table
 
 MESSAGE = ("rank 0: out of memory at --device_batch_size=8: [enforce fail at alloc_cpu.cpp:127] err == 0. "
            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 35184372088832 bytes. "
@@ -21,3 +21,10 @@ def test_an_oom_probe_line_ends_with_the_whole_message():
     # the sweep's own method, on the little state it reads (no machine is probed)
     Sweep._progress(SimpleNamespace(results=[r], t0=time.time(), log=lines.append), r)
     assert len(lines) == 1 and lines[0].endswith(f"-> oom: {MESSAGE} (12 s)")
+
+
+def test_the_summary_table_keeps_tok_s_apart_from_the_first_failure():
+    search = {"strategy": "zero2", "aspect_ratio": 32, "ratio_to_fsdp": None, "tok_per_sec_at_capacity": 34.0,
+              "capacity": {"name": "d8-a32", "num_params": 39845888}, "first_failure": None, "stopped": None}
+    row = format_table({"searches": [search], "probes": []})[-1]
+    assert row.endswith("34  none (largest candidate fits)")

@@ -28,6 +28,7 @@ from bench.capacity.probe import ProbeResult, ProbeSpec, host_memory, read_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError
 from bench.nanochat import memory
+from bench.nanochat.tokenizer import SPECIAL_TOKENS
 from bench.contract import atomic_target, update_run_json, write_json_atomic
 
 SUMMARY_JSON = "summary.json"
@@ -67,6 +68,11 @@ class SweepConfig:
                             ("--max-batch", self.max_batch), ("--time-per-point", self.time_per_point)):
             if value <= 0:
                 raise ConfigError(f"{name}={value}: must be positive")
+        if self.memory_limit is not None and self.memory_limit <= 0:  # 0 would run the probes uncapped
+            raise ConfigError(f"--memory-limit={self.memory_limit}: must be positive, e.g. 875M")
+        if not 256 + len(SPECIAL_TOKENS) < self.vocab_size <= 2 ** 16:  # bytes + merges + specials; uint16 tokens
+            raise ConfigError(f"--vocab-size={self.vocab_size}: the probes' tokenizer holds "
+                              f"{257 + len(SPECIAL_TOKENS)}..{2 ** 16} tokens")
         from bench.nanochat.parallel import Strategy  # imports torch: not at the module's import
 
         for s in self.strategies:

@@ -109,6 +109,18 @@ def test_a_bad_max_batch_names_the_flag_as_typed(tmp_path):
         SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[2], max_batch=0)
 
 
+def test_a_zero_memory_limit_or_a_vocabulary_the_token_files_cannot_hold_is_refused(tmp_path):
+    from bench.capacity.sweep import SweepConfig
+
+    with pytest.raises(ConfigError, match=r"^--memory-limit=0: must be positive"):  # not a sweep without a cap
+        SweepConfig(out=tmp_path, strategies=["fsdp"], memory_limit=0)
+    for vocab in (10, 265, 65546, 100000):
+        with pytest.raises(ConfigError, match=rf"^--vocab-size={vocab}: the probes' tokenizer holds 266..65536"):
+            SweepConfig(out=tmp_path, strategies=["fsdp"], vocab_size=vocab)
+    SweepConfig(out=tmp_path, strategies=["fsdp"], vocab_size=266)
+    SweepConfig(out=tmp_path, strategies=["fsdp"], vocab_size=65536)
+
+
 def test_a_search_stopped_by_a_probe_names_it_as_its_run_directory(tmp_path):
     """Regression: a search stopped by a hung probe named it `d4` or `d4-b1` depending on the path taken."""
     from bench.capacity.rebuild import search_from_probes

@@ -70,7 +70,7 @@ def cmd_capacity(args) -> int:
     out = Path(args.out)
     depths = parse_ints(args.depths, "--depths") if args.depths else []
     if not (args.report and not args.search and not depths):
-        nproc = args.gpus or _gpus()
+        nproc = _gpus() if args.gpus is None else args.gpus  # --gpus 0 is refused, not read as unset
         cfg = SweepConfig(out=out, strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
                           nproc=nproc, search=args.search or not depths, depths=depths,
                           aspect_ratios=parse_ints(args.aspect_ratios, "--aspect-ratios"), max_depth=args.max_depth,

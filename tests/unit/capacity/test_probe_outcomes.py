@@ -121,6 +121,13 @@ def test_a_zero_memory_limit_or_a_vocabulary_the_token_files_cannot_hold_is_refu
     SweepConfig(out=tmp_path, strategies=["fsdp"], vocab_size=65536)
 
 
+def test_gpus_zero_is_refused_not_read_as_unset(tmp_path):
+    from bench.cli import main
+
+    with pytest.raises(ConfigError, match=r"^--gpus=0: must be positive$"):
+        main(["-v", "capacity", "--gpus", "0", "--out", str(tmp_path)])
+
+
 def test_a_search_stopped_by_a_probe_names_it_as_its_run_directory(tmp_path):
     """Regression: a search stopped by a hung probe named it `d4` or `d4-b1` depending on the path taken."""
     from bench.capacity.rebuild import search_from_probes

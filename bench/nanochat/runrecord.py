@@ -269,9 +269,12 @@ TIMED_OUT = re.compile(r"timed out|timeout caused|Watchdog caught collective ope
 
 def classify_failure(exc: BaseException, device_batch_size: int | None = None) -> Failure:
     """The status and one-line message of an exception that ended the run."""
-    import torch
+    try:
+        import torch
+    except ImportError:  # an interpreter without torch (the wrong one given for NNTile): still one line
+        torch = None
 
-    if isinstance(exc, torch.OutOfMemoryError):
+    if torch is not None and isinstance(exc, torch.OutOfMemoryError):
         hint = ""
         if device_batch_size and device_batch_size > 1:
             hint = (f"; try --device_batch_size={device_batch_size // 2} (gradient accumulation keeps "

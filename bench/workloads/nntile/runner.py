@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # run by path: make `bench` importable from besid
 
 import math
 
-from bench.errors import BenchError
+from bench.errors import BenchError, ConfigError
 from bench.logline import format_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.runrecord import RunRecord, open_record
@@ -123,11 +123,16 @@ def train(argv: list[str], record: RunRecord) -> dict:
     config, shape = parse_args(argv)
     data = check_dataset(config, shape)  # every check before StarPU starts
 
-    import numpy as np
-    import torch
+    try:
+        import numpy as np
+        import torch
 
-    import torch_nntile
-    from torch_nntile.training import SGD, Adam, AdamW, cross_entropy
+        import torch_nntile
+        from torch_nntile.training import SGD, Adam, AdamW, cross_entropy
+    except ImportError as e:  # a --python or NANOCHAT_BENCH_NNTILE_PYTHON that is not the NNTile environment
+        raise ConfigError(f"{sys.executable} cannot import {e.name or e}: the nntile workload needs the NNTile "
+                          "environment (bench/workloads/nntile/env.sh builds it); pass its interpreter as --python "
+                          "or NANOCHAT_BENCH_NNTILE_PYTHON") from None
 
     from bench.workloads.nntile import model as nmodel
 

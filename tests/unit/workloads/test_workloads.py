@@ -4,6 +4,9 @@
 """
 
 import ast
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +17,15 @@ from bench.errors import ConfigError
 from bench.workloads import nntile
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def cfg_and_data(tmp_path):
+    """Flags of a tiny GPT-2 whose checks pass: a config and a train.bin of three batches."""
+    (tmp_path / "gpt2.json").write_text(json.dumps({"n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32,
+                                                    "vocab_size": 512}))
+    (tmp_path / "train.bin").write_bytes(b"\0\0" * (4 * 33 * 3))
+    return [f"--config-path={tmp_path / 'gpt2.json'}", "--batch=4", f"--dataset-path={tmp_path}"]
 
 
 def test_unknown_workload_lists_the_valid_ones():
@@ -48,6 +60,20 @@ def test_nntile_interpreter_choice(tmp_path, monkeypatch):
     assert nntile.interpreter("/bin/sh") == "/bin/sh"  # --python wins
     with pytest.raises(ConfigError, match="--python=/nowhere/python"):
         nntile.interpreter("/nowhere/python")
+
+
+def test_an_interpreter_without_torch_nntile_fails_in_one_line(cfg_and_data, tmp_path):
+    """A --python that is not the NNTile environment: one line naming it and env.sh, no traceback."""
+    # torch and torch_nntile made unimportable: this interpreter then stands in for a plain system Python
+    code = ("import runpy, sys; sys.modules['torch'] = sys.modules['torch_nntile'] = None; "
+            f"sys.argv = [{str(nntile.RUNNER)!r}, *sys.argv[1:]]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    env = dict(os.environ, NANOCHAT_BENCH_RUN_DIR=str(tmp_path / "run"))
+    out = subprocess.run([sys.executable, "-c", code, *cfg_and_data], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr + out.stdout, out.stderr
+    assert f"{sys.executable} cannot import torch" in out.stdout + out.stderr and "env.sh" in out.stdout + out.stderr
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "failed" and "cannot import torch" in run["message"]
 
 
 def test_nntile_is_one_process():

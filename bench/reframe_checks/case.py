@@ -68,6 +68,8 @@ class Site:
             want = valid[name].type  # a plain class: int, str, dict, list or bool
             if not isinstance(value, want) or (want is int and isinstance(value, bool)):
                 raise ConfigError(f"{where}: {name} must be a {want.__name__}, got {value!r}")
+        if data["gpus_per_node"] < 1:  # 0 would reach the batch arithmetic as a division by zero
+            raise ConfigError(f"{where}: gpus_per_node must be at least 1, got {data['gpus_per_node']}")
         return cls(**data)
 
     def references_file(self, variable: str) -> str:
@@ -125,6 +127,8 @@ def expanded(value: str, key: str) -> str:
 def sweep_of(case: Case, base_dir: str) -> Sweep:
     """The case's one-point sweep. `depth` reaches only a workload that takes it (pre-training); a later
     stage loads the checkpoint of the stage before, whose depth its parser would refuse as a flag."""
+    if case.nodes < 1:  # as submit's --nodes: 0 would reach the batch arithmetic as a division by zero
+        raise ConfigError(f"num_nodes={case.nodes}: must be at least 1 (-S num_nodes=N, or -P num_nodes=1,2,4)")
     train = parse_train_args([*case.site.train, *case.train_args])
     if workloads.get(case.workload).takes_depth:
         if "depth" in train:

@@ -24,6 +24,7 @@ def case(site: dict, nodes: int = 2, scaling: str = "weak", train_args=(), runti
     ({"nanochat_bench": {"base_dir": "/x"}}, "gpus_per_node is required"),
     ({"nanochat_bench": {"gpus_per_node": "4"}}, "gpus_per_node must be a int, got '4'"),
     ({"nanochat_bench": {"gpus_per_node": 4, "exclusive": "no"}}, "exclusive must be a bool"),
+    ({"nanochat_bench": {"gpus_per_node": 0}}, "gpus_per_node must be at least 1, got 0"),
 ])
 def test_partition_settings_are_checked_with_one_clear_line(extras, message):
     with pytest.raises(ConfigError, match=message):
@@ -100,6 +101,8 @@ def test_case_mistakes_fail_before_anything_is_written(tmp_path):
         build(case(CPU, scaling="strong", train_args=["total_batch_size=500"]), tmp_path)
     with pytest.raises(ConfigError, match=r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names the unset variable\(s\) NANOCHAT_BENCH_UNSET_VAR"):
         build(case({**CPU, "base_dir": "$NANOCHAT_BENCH_UNSET_VAR/x"}), tmp_path)
+    with pytest.raises(ConfigError, match=r"^num_nodes=0: must be at least 1"):
+        build(case(CPU, nodes=0), tmp_path)
     assert not any(tmp_path.iterdir())
 
 

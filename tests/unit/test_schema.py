@@ -17,6 +17,14 @@ from bench import contract
 from tests.support.contract import SCHEMAS
 
 
+def test_the_readmes_contract_names_the_current_version_and_every_event():
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    contracts = text[text.index("## Contracts"):]
+    assert f"(now `{contract.SCHEMA_VERSION}`)" in contracts
+    events = contracts[contracts.index("(events "):contracts.index("appended and")]
+    assert [e for e in contract.EVENTS if f"`{e}`" not in events] == []
+
+
 def test_checked_in_schemas_are_generated_from_the_classes():
     for name, generated in contract.json_schemas().items():
         assert json.loads((SCHEMAS / name).read_text()) == generated, f"refresh: python -m bench.contract {SCHEMAS}"

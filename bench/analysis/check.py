@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.analysis.columns import FIGURES, TYPES as COLUMNS
-from bench.analysis.scaling import usable
+from bench.analysis.scaling import GROUP_KEYS, usable, with_config
 from bench.errors import ConfigError
 
 
@@ -54,6 +54,7 @@ class Outcome:
     measured: float | None
     bound: Bound
     runs: int
+    pooled: tuple[str, ...] = ()  # columns that differ among the runs of the median (runs not comparable)
 
     def line(self) -> str:
         lo, hi = self.bound.limits()
@@ -63,7 +64,9 @@ class Outcome:
             return f"MISSING {self.reference}: {self.figure}: no usable run matches (ref {_g(self.bound.value)}{unit})"
         word = "ok" if self.verdict == "pass" else ("below" if self.measured < lo else "above") + " the allowed range"
         return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {_g(self.measured)}{unit} "
-                f"({word}; ref {_g(self.bound.value)}, allowed {span}, median of {self.runs} run(s))")
+                f"({word}; ref {_g(self.bound.value)}, allowed {span}, median of {self.runs} run(s))"
+                + (f"; warning: these runs differ in {', '.join(self.pooled)} (narrow `where` to one of each)"
+                   if self.pooled else ""))
 
 
 def _g(v: float) -> str:
@@ -162,5 +165,15 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
             measured = float(values.median())
             lo, hi = bound.limits()
             verdict = "pass" if lo <= measured <= hi else "fail"
-            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values)))
+            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values),
+                                    _pooled(rows.loc[values.index])))
     return outcomes
+
+
+def _pooled(rows: pd.DataFrame) -> tuple[str, ...]:
+    """The columns of a report's point (its config, runtime and ranks) on which the selected runs differ:
+    a median over them is no figure of one setting, as the report never pools them."""
+    if len(rows) < 2:
+        return ()
+    keyed = with_config(rows)
+    return tuple(c for c in (*GROUP_KEYS, "runtime", "world_size") if keyed[c].astype(str).nunique() > 1)

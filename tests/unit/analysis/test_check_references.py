@@ -65,6 +65,18 @@ figures.tok_per_sec = { value = 1000, lower = -0.05 }
     assert "missing (no usable run matches): pyxis/tok_per_sec" in printed
 
 
+def test_a_median_over_runs_of_different_settings_says_so(tmp_path, table_dir, capsys):
+    path = refs(tmp_path, '[[reference]]\nname = "loose"\nwhere = { world_size = 8 }\n'
+                          'figures.tok_per_sec = { value = 1000, lower = -0.5 }\n'
+                          '[[reference]]\nname = "bare"\nwhere = { runtime = "bare" }\n'
+                          'figures.tok_per_sec = { value = 1000, lower = -0.5 }\n')
+    assert main(["check", str(table_dir), "--references", str(path)]) == 0  # a warning, not a regression
+    lines = capsys.readouterr().out.splitlines()
+    warning = "median of 4 run(s)); warning: these runs differ in runtime (narrow `where` to one of each)"
+    assert lines[0].startswith("PASS    loose:") and lines[0].endswith(warning)
+    assert lines[1].startswith("PASS    bare:") and lines[1].endswith("median of 3 run(s))")  # repeats of one setting
+
+
 def test_all_pass_exits_zero(tmp_path, table_dir):
     path = refs(tmp_path, '[[reference]]\nwhere = { runtime = "bare" }\n'
                           'figures.tok_per_sec = { value = 1000, lower = -0.05 }\n'

@@ -68,6 +68,10 @@ class SweepConfig:
                             ("--max-batch", self.max_batch), ("--time-per-point", self.time_per_point)):
             if value <= 0:
                 raise ConfigError(f"{name}={value}: must be positive")
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise ConfigError(f"--budget={self.budget_s:g}: must be positive seconds (leave it out for no bound)")
+        if self.search and self.max_depth < 2:  # the search's shapes are the even depths 2..--max-depth
+            raise ConfigError(f"--max-depth={self.max_depth}: the search needs at least 2 (its shapes are even depths)")
         if self.memory_limit is not None and self.memory_limit <= 0:  # 0 would run the probes uncapped
             raise ConfigError(f"--memory-limit={self.memory_limit}: must be positive, e.g. 875M")
         if not 256 + len(SPECIAL_TOKENS) < self.vocab_size <= 2 ** 16:  # bytes + merges + specials; uint16 tokens

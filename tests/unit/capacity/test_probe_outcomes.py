@@ -121,6 +121,18 @@ def test_a_zero_memory_limit_or_a_vocabulary_the_token_files_cannot_hold_is_refu
     SweepConfig(out=tmp_path, strategies=["fsdp"], vocab_size=65536)
 
 
+def test_a_negative_budget_or_a_search_without_shapes_is_refused_naming_the_flag(tmp_path):
+    from bench.capacity.sweep import SweepConfig
+
+    with pytest.raises(ConfigError, match=r"^--budget=-5: must be positive seconds"):
+        SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=-5)
+    for depth in (0, 1):  # refused before any data is made, as the flag
+        with pytest.raises(ConfigError, match=rf"^--max-depth={depth}: the search needs at least 2"):
+            SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=depth)
+    SweepConfig(out=tmp_path, strategies=["fsdp"], search=False, depths=[2], max_depth=1)  # no search: not read
+    SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=2, budget_s=60)
+
+
 def test_gpus_zero_is_refused_not_read_as_unset(tmp_path):
     from bench.cli import main
 

@@ -23,7 +23,6 @@ if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=127.0.
 SRUN = """#!/bin/bash
 printf '%s\\0' "$@" >> "$STUB_DIR/srun.args"
 """
-JOB_ID = 4321  # its runs' ports: PORT_BASE + 21 * 100 + run index
 
 
 def bind_all(ports) -> list[socket.socket]:
@@ -92,7 +91,19 @@ def test_all_ports_taken_is_one_line_naming_them_and_the_node():
     assert f"ports {port}-{port + rdzvport.SPAN - 1} on nid001" in r.stdout and "in use" in r.stdout
 
 
-def run_job(tmp_path):
+def free_job_block() -> tuple[int, list[socket.socket]]:
+    """A job id whose runs' rendezvous block (PORT_BASE + id % 100 * 100, SPAN ports) is free here, listened on:
+    a fixed id would meet whatever else on this machine holds a port of its block."""
+    for job_id in range(4300, 4400):
+        port = PORT_BASE + job_id % 100 * 100
+        try:
+            return job_id, bind_all(range(port, port + rdzvport.SPAN))
+        except OSError:
+            continue
+    raise RuntimeError("no job id with a free rendezvous block")
+
+
+def run_job(tmp_path, job_id: int):
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
@@ -102,7 +113,7 @@ def run_job(tmp_path):
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
     [job] = assemble(sweep, opts, tmp_path / "sweep", note=lambda _: None)
     write_job(job, render_sbatch(job))
-    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": str(JOB_ID), "SLURM_JOB_NODELIST": "n[1-2]",
+    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": str(job_id), "SLURM_JOB_NODELIST": "n[1-2]",
            "SLURM_CPUS_ON_NODE": "4", "STUB_DIR": str(tmp_path), "SLURMD_NODENAME": "n1"}
     r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
                        timeout=60)
@@ -111,18 +122,27 @@ def run_job(tmp_path):
 
 
 def test_rendered_job_moves_off_a_taken_port(tmp_path):
-    port = PORT_BASE + JOB_ID % 100 * 100
-    with listening([port]):
-        r, args, _ = run_job(tmp_path)
+    job_id, socks = free_job_block()
+    port = PORT_BASE + job_id % 100 * 100
+    for s in socks[1:]:  # the block's first port stays taken, the rest free
+        s.close()
+    try:
+        r, args, _ = run_job(tmp_path, job_id)
+    finally:
+        socks[0].close()
     endpoint = next(a for a in args if a.startswith("--rdzv_endpoint="))
     assert endpoint != f"--rdzv_endpoint=127.0.0.1:{port}"
     assert port < int(endpoint.rsplit(":", 1)[1]) < port + rdzvport.SPAN
 
 
 def test_rendered_job_with_every_port_taken_fails_at_once_naming_them(tmp_path):
-    port = PORT_BASE + JOB_ID % 100 * 100
-    with listening(range(port, port + rdzvport.SPAN)):
-        r, args, manifest = run_job(tmp_path)
+    job_id, socks = free_job_block()
+    port = PORT_BASE + job_id % 100 * 100
+    try:
+        r, args, manifest = run_job(tmp_path, job_id)
+    finally:
+        for s in socks:
+            s.close()
     assert r.returncode == 1, r.stderr
     assert args == []  # no srun: torchrun never started
     assert manifest["status"] == "failed"

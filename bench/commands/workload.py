@@ -90,8 +90,12 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     from bench.nanochat.gpt import GPT, GPTConfig
     from bench.nanochat.memory import GIB, MemoryPoint, estimate
 
-    if depth < 1:
-        raise ConfigError(f"--depth={depth}: must be >= 1")
+    sizes = {"depth": depth, "vocab_size": vocab_size, "max_seq_len": max_seq_len,
+             "device_batch_size": device_batch_size, "world_size": world_size, "total_batch_size": total_batch_size,
+             "aspect_ratio": aspect_ratio}
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"--{name}={value}: must be >= 1")
     config = GPTConfig.from_depth(depth, vocab_size, max_seq_len, aspect_ratio)
     import torch
 

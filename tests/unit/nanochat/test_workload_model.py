@@ -38,6 +38,13 @@ def test_bad_depth():
         model_summary(0)
 
 
+@pytest.mark.parametrize("flag", ["--max_seq_len", "--device_batch_size", "--world_size", "--vocab_size",
+                                  "--aspect_ratio", "--total_batch_size"])
+def test_bad_size_is_one_line_not_a_traceback(flag, capsys):
+    assert main(["model", "--depth", "2", flag, "0"]) == 1
+    assert capsys.readouterr().err == f"error: {flag}=0: must be >= 1\n"
+
+
 def test_smoke_batch_divides_for_any_rank_count():
     from bench.nanochat.config import grad_accum_steps, parse_args
 

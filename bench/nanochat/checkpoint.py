@@ -144,13 +144,21 @@ def phase_dir(phase: str) -> Path:
 
 
 def find_model_tag(phase: str) -> str:
-    """Upstream's choice without a tag: the largest d<int> folder, else the newest folder."""
+    """Upstream's choice without a tag: the largest d<int> folder, else the newest folder. A run of
+    `nanochat-bench train` without --model_tag saves under <sweep>/<run> (train.default_model_tag): a folder
+    holding no checkpoint but such run folders stands for them, so its newest run can be the choice."""
     root = phase_dir(phase)
     tags = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
     if not tags:
         raise ConfigError(f"no {phase} checkpoints in {root}: {WRITTEN_BY[phase]} writes them there")
     depths = [(int(p.name[1:]), p.name) for p in tags if re.fullmatch(r"d\d+", p.name)]
-    return max(depths)[1] if depths else max(tags, key=lambda p: p.stat().st_mtime).name
+    if depths:
+        return max(depths)[1]
+    candidates = []
+    for tag in tags:
+        runs = [] if saved_steps(tag) else [p for p in tag.iterdir() if p.is_dir() and saved_steps(p)]
+        candidates += runs or [tag]
+    return max(candidates, key=lambda p: p.stat().st_mtime).relative_to(root).as_posix()
 
 
 def load_model(phase: str, device, model_tag: str | None = None, step: int | None = None):

@@ -1,6 +1,7 @@
 """The seam every nanochat stage stands on: its settings parsed like the trainer's, checkpoints found and
 loaded by phase as upstream's checkpoint_manager finds them, its torchrun command from its module."""
 
+import os
 from dataclasses import asdict, dataclass
 
 import pytest
@@ -55,6 +56,19 @@ def test_load_model_takes_the_largest_depth_and_the_last_step(tmp_path, monkeypa
         load_model("mid", "cpu", step=4)
     with pytest.raises(ConfigError, match="unknown checkpoint source 'rl'"):
         load_model("rl", "cpu")
+
+
+def test_without_a_tag_a_run_saved_under_sweep_and_run_is_found(tmp_path, monkeypatch):
+    # `nanochat-bench train` without --model_tag saves into base_checkpoints/<sweep>/<run>
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    root = tmp_path / "base_checkpoints"
+    config = GPTConfig.from_depth(1, 64, 32, 8)
+    _save(root / "local" / "20261204-100000", 3, config)
+    _save(root / "local" / "20261204-110000", 5, config)
+    os.utime(root / "local" / "20261204-100000", (2e9, 2e9))  # the newer of the two by time
+    assert find_model_tag("base") == "local/20261204-100000"
+    model, meta = load_model("base", "cpu")
+    assert meta["step"] == 3 and meta["model_tag"] == "local/20261204-100000"
 
 
 def test_a_stage_runs_its_own_module_under_torchrun():

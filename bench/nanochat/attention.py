@@ -24,9 +24,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from bench.errors import ConfigError
 from bench.contract import ENV_FORCE_FLASH_SDPA
 
-# The kernels a forced run may use, PyTorch's own priority among them; the math kernel is deliberately absent.
-FORCED_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
-FORCED = "cudnn,flash,efficient"  # the same kernels as --sdpa_backends names
+# The kernels a forced run may use, as --sdpa_backends names them; the math kernel is deliberately absent.
+FORCED = "cudnn,flash,efficient"
 
 
 class FlashAttentionUnavailable(ConfigError):
@@ -40,6 +39,16 @@ SDPA_BACKEND_SWITCHES = {
     "cudnn": "enable_cudnn_sdp",
     "math": "enable_math_sdp",
 }
+
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+
+
+def allowed_kernels() -> list[str]:
+    """The --sdpa_backends names of the kernels this process allows now (the global switches)."""
+    return [name for name, switch in SDPA_BACKEND_SWITCHES.items()
+            if getattr(torch.backends.cuda, f"{switch.removeprefix('enable_')}_enabled")()]
 
 
 def restrict_sdpa_backends(names: str) -> list[str]:
@@ -83,7 +92,7 @@ def _torch_reasons(q, k, v, enable_gqa: bool) -> str:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with sdpa_kernel(FORCED_BACKENDS):
+            with sdpa_kernel([BACKENDS[name] for name in allowed_kernels()]):
                 F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
         except RuntimeError:
             pass
@@ -100,11 +109,16 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_g
         no_kernel = "No available kernel" in str(e) or "No viable backend" in str(e)
         if not no_kernel or torch.backends.cuda.math_sdp_enabled():
             raise
+        allowed = allowed_kernels()
+        # --force_flash_sdpa allows exactly FORCED; anything else is --sdpa_backends (which is applied after it)
+        forced = sorted(allowed) == sorted(FORCED.split(","))
+        setting = (f"--force_flash_sdpa / {ENV_FORCE_FLASH_SDPA}=1" if forced
+                   else f"--sdpa_backends={','.join(allowed)}")
         raise FlashAttentionUnavailable(
-            f"forced flash SDPA: none of the cuDNN, flash and memory-efficient attention kernels supports "
-            f"these inputs ({_describe(q, k, v)}){_torch_reasons(q, k, v, enable_gqa)}; allowed kernels: "
-            f"{', '.join(b.name for b in FORCED_BACKENDS)}. Use bf16/fp16 on a GPU with a supported head "
-            f"dim, or run without --force_flash_sdpa / {ENV_FORCE_FLASH_SDPA}=1 to allow the math kernel."
+            f"{'forced flash SDPA' if forced else 'restricted SDPA'}: none of the allowed attention kernels "
+            f"supports these inputs ({_describe(q, k, v)}){_torch_reasons(q, k, v, enable_gqa)}; allowed kernels: "
+            f"{', '.join(BACKENDS[name].name for name in allowed) or 'none'}. Use bf16/fp16 on a GPU with a "
+            f"supported head dim, or run without {setting} to allow the math kernel."
         ) from None
 
 

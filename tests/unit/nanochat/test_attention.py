@@ -37,6 +37,16 @@ def test_no_allowed_kernel_fails_clearly(restore_sdpa_switches):
     assert isinstance(e.value, ConfigError)  # the CLI prints it as one line
 
 
+def test_sdpa_backends_without_a_kernel_name_that_flag(restore_sdpa_switches):
+    restrict_sdpa_backends("cudnn")  # no cuDNN kernel on a CPU
+    q = torch.randn(1, 2, 16, 32)
+    with pytest.raises(FlashAttentionUnavailable) as e:
+        causal_attention(q, q, q)
+    msg = str(e.value)
+    assert "allowed kernels: CUDNN_ATTENTION." in msg and "without --sdpa_backends=cudnn" in msg
+    assert "force_flash_sdpa" not in msg and "FLASH_ATTENTION" not in msg
+
+
 def test_forced_model_trains_on_cpu(restore_sdpa_switches):
     torch.manual_seed(0)
     force_flash_attention()

@@ -3,7 +3,9 @@
     python -m pytest tests/unit/nanochat/test_train_config.py -q
 """
 
-from dataclasses import asdict
+import re
+from dataclasses import asdict, fields
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +121,11 @@ def test_model_tag_that_would_leave_base_checkpoints_is_refused(tag):
 @pytest.mark.parametrize("tag", ["", "d20", "my-run_2.1", "..hidden-but-inside"])
 def test_model_tags_that_stay_inside_are_fine(tag):
     assert parse_args([f"--model_tag={tag}"]).model_tag == tag
+
+
+def test_the_trainer_flags_the_readme_names_exist():
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    section = readme.split("### Training on one machine", 1)[1].split("\n### ", 1)[0]
+    prose = "\n".join(line for line in section.splitlines() if not line.startswith("    "))  # not the examples
+    named = set(re.findall(r"`--([a-z][a-z0-9_]*)", prose)) - {"help", "key"}  # `--key=value`: the form
+    assert named and named <= {f.name for f in fields(TrainConfig)}, named - {f.name for f in fields(TrainConfig)}

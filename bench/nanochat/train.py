@@ -206,8 +206,8 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
             # validation bpb (-1 disables it, final evaluation included)
             if config.eval_every > 0 and token_bytes is not None and not stopped_early and \
                     (last_step or step % config.eval_every == 0):
-                eval_steps = max(1, config.eval_tokens // world_tokens_per_fwdbwd)  # upstream: 0 steps -> inf
-                print0(f"Validation: {eval_steps} pass(es) over {config.eval_tokens:,} tokens")
+                eval_steps, line = validation_passes(config.eval_tokens, world_tokens_per_fwdbwd)
+                print0(line)
                 val_bpb = stagerun.validate_bpb(session, record, model, build_val_loader(), eval_steps, token_bytes,
                                                 step)
                 min_val_bpb = min(min_val_bpb, val_bpb)
@@ -353,6 +353,16 @@ def data_identity_of(config: TrainConfig) -> dict:
     from bench.nanochat.data_origin import data_identity
 
     return data_identity()
+
+
+def validation_passes(eval_tokens: int, world_tokens: int) -> tuple[int, str]:
+    """The validation's passes over all ranks (at least one: upstream's 0 passes gave an infinite bpb) and
+    its log line, with the tokens the passes read, which are not --eval_tokens where it does not divide."""
+    passes = max(1, eval_tokens // world_tokens)
+    read = f"{passes * world_tokens:,} tokens"
+    if passes * world_tokens != eval_tokens:
+        read += f" (--eval_tokens={eval_tokens:,} in whole passes of {world_tokens:,})"
+    return passes, f"Validation: {passes} pass(es) over {read}"
 
 
 def default_model_tag(config: TrainConfig, record: RunRecord) -> str:

@@ -129,3 +129,13 @@ def test_the_trainer_flags_the_readme_names_exist():
     prose = "\n".join(line for line in section.splitlines() if not line.startswith("    "))  # not the examples
     named = set(re.findall(r"`--([a-z][a-z0-9_]*)", prose)) - {"help", "key"}  # `--key=value`: the form
     assert named and named <= {f.name for f in fields(TrainConfig)}, named - {f.name for f in fields(TrainConfig)}
+
+
+@pytest.mark.parametrize("eval_tokens,passes,line", [
+    (4096, 4, "Validation: 4 pass(es) over 4,096 tokens"),
+    (100, 1, "Validation: 1 pass(es) over 1,024 tokens (--eval_tokens=100 in whole passes of 1,024)"),
+    (5000, 4, "Validation: 4 pass(es) over 4,096 tokens (--eval_tokens=5,000 in whole passes of 1,024)")])
+def test_the_validation_line_counts_the_tokens_it_reads(eval_tokens, passes, line):
+    from bench.nanochat.train import validation_passes
+
+    assert validation_passes(eval_tokens, 1024) == (passes, line)

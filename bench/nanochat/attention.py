@@ -32,23 +32,25 @@ class FlashAttentionUnavailable(ConfigError):
     """Forced flash SDPA was asked for, but no allowed kernel runs these inputs."""
 
 
-# Names for --sdpa_backends: the kernels a run may be restricted to, process-wide.
-SDPA_BACKEND_SWITCHES = {
-    "flash": "enable_flash_sdp",
-    "efficient": "enable_mem_efficient_sdp",
-    "cudnn": "enable_cudnn_sdp",
-    "math": "enable_math_sdp",
+# Names for --sdpa_backends: each kernel's SDPBackend and its process-wide switch (torch.backends.cuda's
+# enable_<switch>(on) and <switch>_enabled()).
+SDPA_BACKENDS = {
+    "flash": (SDPBackend.FLASH_ATTENTION, "flash_sdp"),
+    "efficient": (SDPBackend.EFFICIENT_ATTENTION, "mem_efficient_sdp"),
+    "cudnn": (SDPBackend.CUDNN_ATTENTION, "cudnn_sdp"),
+    "math": (SDPBackend.MATH, "math_sdp"),
 }
-
-
-BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 
 
 def allowed_kernels() -> list[str]:
     """The --sdpa_backends names of the kernels this process allows now (the global switches)."""
-    return [name for name, switch in SDPA_BACKEND_SWITCHES.items()
-            if getattr(torch.backends.cuda, f"{switch.removeprefix('enable_')}_enabled")()]
+    return [name for name, (_, switch) in SDPA_BACKENDS.items() if getattr(torch.backends.cuda, f"{switch}_enabled")()]
+
+
+def allow_kernels(names) -> None:
+    """Turn each kernel's global switch on when it is named, off otherwise."""
+    for name, (_, switch) in SDPA_BACKENDS.items():
+        getattr(torch.backends.cuda, f"enable_{switch}")(name in names)
 
 
 def restrict_sdpa_backends(names: str) -> list[str]:
@@ -59,8 +61,7 @@ def restrict_sdpa_backends(names: str) -> list[str]:
     """
     chosen = [n.strip() for n in names.split(",") if n.strip()]  # names checked by TrainConfig.validate
     if chosen:
-        for name, switch in SDPA_BACKEND_SWITCHES.items():
-            getattr(torch.backends.cuda, switch)(name in chosen)
+        allow_kernels(chosen)
         # The kernel is picked when the graph is traced, and torch.compile's on-disk caches do not key on
         # these switches: a cached graph of another kernel would be measured instead. Compile afresh.
         import torch._inductor.config as inductor_config
@@ -92,7 +93,7 @@ def _torch_reasons(q, k, v, enable_gqa: bool) -> str:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with sdpa_kernel([BACKENDS[name] for name in allowed_kernels()]):
+            with sdpa_kernel([SDPA_BACKENDS[name][0] for name in allowed_kernels()]):
                 F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
         except RuntimeError:
             pass
@@ -117,7 +118,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_g
         raise FlashAttentionUnavailable(
             f"{'forced flash SDPA' if forced else 'restricted SDPA'}: none of the allowed attention kernels "
             f"supports these inputs ({_describe(q, k, v)}){_torch_reasons(q, k, v, enable_gqa)}; allowed kernels: "
-            f"{', '.join(BACKENDS[name].name for name in allowed) or 'none'}. Use bf16/fp16 on a GPU with a "
+            f"{', '.join(SDPA_BACKENDS[name][0].name for name in allowed) or 'none'}. Use bf16/fp16 on a GPU with a "
             f"supported head dim, or run without {setting} to allow the math kernel."
         ) from None
 

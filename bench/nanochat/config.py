@@ -129,12 +129,12 @@ class TrainConfig(RunSettings):
         if tag and (tag in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", tag)):  # it must not leave its folder
             raise ConfigError(f"--model_tag={tag!r}: checkpoints go to base_checkpoints/<model_tag>, so the tag is "
                               "one folder name: letters, digits, '.', '_' and '-', not '.' or '..'")
-        from bench.nanochat.attention import SDPA_BACKEND_SWITCHES
+        from bench.nanochat.attention import SDPA_BACKENDS
 
-        unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKEND_SWITCHES]
+        unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKENDS]
         if unknown:
             raise ConfigError(f"--sdpa_backends={self.sdpa_backends!r}: unknown kernel(s) {', '.join(unknown)}; "
-                              f"valid: {', '.join(SDPA_BACKEND_SWITCHES)}")
+                              f"valid: {', '.join(SDPA_BACKENDS)}")
         from bench.nanochat.parallel import Strategy
 
         strategy = Strategy.parse(self.strategy)

@@ -1,9 +1,8 @@
 """Fixtures of the workload tests."""
 
 import pytest
-import torch
 
-from bench.nanochat.attention import SDPA_BACKEND_SWITCHES
+from bench.nanochat.attention import allow_kernels, allowed_kernels
 
 
 @pytest.fixture
@@ -11,10 +10,8 @@ def restore_sdpa_switches():
     """restrict_sdpa_backends changes process-wide switches: put them back after the test."""
     import torch._inductor.config as inductor_config
 
-    saved = {name: getattr(torch.backends.cuda, f"{switch.replace('enable_', '')}_enabled")()
-             for name, switch in SDPA_BACKEND_SWITCHES.items()}
+    saved = allowed_kernels()
     caches = inductor_config.force_disable_caches
     yield
-    for name, switch in SDPA_BACKEND_SWITCHES.items():
-        getattr(torch.backends.cuda, switch)(saved[name])
+    allow_kernels(saved)
     inductor_config.force_disable_caches = caches

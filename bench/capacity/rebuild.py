@@ -30,6 +30,14 @@ def finished_probes(out: Path) -> list[ProbeResult]:
     return sorted(found, key=lambda r: (r.spec.strategy, r.num_params or 0, r.spec.device_batch_size))
 
 
+# What makes probes of one sweep comparable, besides the shape, batch and strategy each probe varies.
+SETTINGS = ("max_seq_len", "nproc", "steps", "device_type", "vocab_size", "memory_limit")
+
+
+def _settings(spec: ProbeSpec) -> dict:
+    return {k: getattr(spec, k) for k in SETTINGS}
+
+
 def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResult]) -> dict:
     """A strategy's search state from its probes at device batch 1 (not a finished search: `complete` False)."""
     at_b1 = [r for r in results if r.spec.strategy == strategy and r.spec.aspect_ratio == aspect_ratio
@@ -52,13 +60,21 @@ def rebuild_summary(out: str | Path) -> dict:
     if not results:
         raise ConfigError(f"{out}: no capacity summary and no finished probe under {out / 'runs'} (run "
                           f"`nanochat-bench capacity --out {out}` first)")
+    # An --out that held an earlier sweep of other settings: its probes are not this search's; the newest probe's
+    # settings are the sweep's that ended.
+    newest = max(results, key=lambda r: (Path(r.run_dir) / "run.json").stat().st_mtime)
+    others = [r for r in results if _settings(r.spec) != _settings(newest.spec)]
+    results = [r for r in results if _settings(r.spec) == _settings(newest.spec)]
     first = results[0]
     machine = {k: first.extra.get(k) for k in MACHINE_KEYS}
-    machine.update(nproc=first.spec.nproc, memory_limit=None, host_available_bytes=None)
+    machine.update(nproc=first.spec.nproc, memory_limit=first.spec.memory_limit, host_available_bytes=None)
     pairs = dict.fromkeys((r.spec.strategy, r.spec.aspect_ratio) for r in results)
     searches = [search_from_probes(strategy, ar, results) for strategy, ar in pairs]
     summary = summarize({"out": str(out)}, machine, results, searches)
-    summary["interrupted"] = "an end without a summary (rebuilt from the finished probes)"
+    kept = _settings(newest.spec)
+    differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r.spec).items() if v != kept[k]})
+    summary["interrupted"] = "an end without a summary (rebuilt from the finished probes" + (
+        f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)})" if others else ")")
     write_json_atomic(out / SUMMARY_JSON, summary)
     write_probes_csv(out / PROBES_CSV, summary["probes"])
     return summary

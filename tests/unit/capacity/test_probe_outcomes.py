@@ -151,3 +151,30 @@ def test_a_search_stopped_by_a_probe_names_it_as_its_run_directory(tmp_path):
     assert search["stopped"] == hung.stop_record() == {"shape": "d4-b1", "num_params": 123, "outcome": "timeout",
                                                        "message": "no end after 200 s"}
     assert search["capacity"]["name"] == "d2"
+
+
+def test_a_rebuilt_summary_keeps_to_the_probes_of_the_sweep_that_ended(tmp_path):
+    """`capacity --report` on an --out that also holds an earlier sweep's probes (another --memory-limit): the
+    summary is the newest probe's settings' alone, and says what it left out."""
+    import os
+
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.rebuild import rebuild_summary
+
+    def probe(depth, outcome, memory_limit, mtime):
+        spec = ProbeSpec("fsdp", depth, device_type="cpu", memory_limit=memory_limit)
+        run_dir = tmp_path / "runs" / "fsdp" / spec.name
+        run_dir.mkdir(parents=True, exist_ok=True)  # a probe of the same shape in a later sweep: the same directory
+        update_run_json(run_dir, capacity=ProbeResult(spec, outcome, num_params=depth * 10).record())
+        os.utime(run_dir / "run.json", (mtime, mtime))
+
+    probe(2, "ok", 2 << 30, 100)  # an earlier sweep under a 2 GiB cap: d6 fitted there
+    probe(6, "ok", 2 << 30, 110)
+    probe(2, "ok", 1 << 30, 200)  # the sweep that ended, under 1 GiB (d2 probed again): d4 did not fit
+    probe(4, "oom", 1 << 30, 210)
+    summary = rebuild_summary(tmp_path)
+    [search] = summary["searches"]
+    assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
+    assert [p["probe"]["depth"] for p in summary["probes"]] == [2, 4]
+    assert summary["machine"]["memory_limit"] == 1 << 30
+    assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["interrupted"]

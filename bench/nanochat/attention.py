@@ -28,6 +28,11 @@ from bench.contract import ENV_FORCE_FLASH_SDPA
 FORCED = "cudnn,flash,efficient"
 
 
+# How SDPA says no allowed kernel takes the inputs: on CPU; in older CUDA builds; on CUDA in torch 2.11 (an H200
+# with --sdpa_backends=flash and fp32 inputs, or forced kernels and fp64, raised a bare "Invalid backend").
+NO_KERNEL = ("No available kernel", "No viable backend", "Invalid backend")
+
+
 class FlashAttentionUnavailable(ConfigError):
     """Forced flash SDPA was asked for, but no allowed kernel runs these inputs."""
 
@@ -98,7 +103,8 @@ def _torch_reasons(q, k, v, enable_gqa: bool) -> str:
         except RuntimeError:
             pass
     reasons = [str(w.message).split(" (Triggered internally")[0] for w in caught]
-    reasons = [r for r in reasons if r and not r.endswith("because:")]
+    # a kernel switched off says only that; the same reason from two kernels is said once
+    reasons = dict.fromkeys(r for r in reasons if r and not r.endswith("because:") and "runtime disabled" not in r)
     return f"; PyTorch says: {' / '.join(reasons)}" if reasons else ""
 
 
@@ -107,8 +113,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, enable_g
     try:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
     except RuntimeError as e:
-        no_kernel = "No available kernel" in str(e) or "No viable backend" in str(e)
-        if not no_kernel or torch.backends.cuda.math_sdp_enabled():
+        if not any(words in str(e) for words in NO_KERNEL) or torch.backends.cuda.math_sdp_enabled():
             raise
         allowed = allowed_kernels()
         # --force_flash_sdpa allows exactly FORCED; anything else is --sdpa_backends (which is applied after it)

@@ -47,6 +47,24 @@ def test_sdpa_backends_without_a_kernel_name_that_flag(restore_sdpa_switches):
     assert "force_flash_sdpa" not in msg and "FLASH_ATTENTION" not in msg
 
 
+def test_cudas_invalid_backend_is_the_clear_error_too(restore_sdpa_switches, monkeypatch):
+    """On CUDA (torch 2.11, H200) SDPA with no allowed kernel for its inputs raises a bare RuntimeError("Invalid
+    backend"). No CUDA here: the call is replaced by one raising that error, as the GPU did."""
+    def raising(message):
+        def sdpa(*args, **kwargs):
+            raise RuntimeError(message)
+        return sdpa
+
+    force_flash_attention()
+    q = torch.randn(1, 2, 16, 32, dtype=torch.float64)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", raising("Invalid backend"))
+    with pytest.raises(FlashAttentionUnavailable, match=r"^forced flash SDPA: none of the allowed attention kernels"):
+        causal_attention(q, q, q)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", raising("CUDA error: an illegal memory access"))
+    with pytest.raises(RuntimeError, match="illegal memory access"):  # any other error stays itself
+        causal_attention(q, q, q)
+
+
 def test_forced_model_trains_on_cpu(restore_sdpa_switches):
     torch.manual_seed(0)
     force_flash_attention()

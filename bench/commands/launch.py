@@ -1,6 +1,7 @@
 """`nanochat-bench plan | submit | status | render`: sweeps under Slurm, thin wrappers over bench.launch."""
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -248,6 +249,11 @@ def cmd_submit(args) -> int:
 
 
 def cmd_status(args) -> int:
+    # time.sleep refuses a negative or NaN poll with a traceback, and 0 would query Slurm without pause
+    if not (math.isfinite(args.poll) and args.poll > 0):
+        raise ConfigError(f"--poll {args.poll:g}: give the seconds between polls as a number above 0")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout >= 0):
+        raise ConfigError(f"--timeout {args.timeout:g}: give the seconds to wait as a number of 0 or more")
     backend = slurm.SlurmCLI()
     if args.wait:
         rows = status.wait(args.sweep, backend, poll_s=args.poll, timeout_s=args.timeout)

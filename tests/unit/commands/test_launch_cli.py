@@ -160,3 +160,12 @@ def test_an_unknown_partition_is_refused_before_the_plan_is_printed(capsys, tmp_
                               "--out", str(tmp_path / "s")], capsys)
     assert code == 1 and out == "" and "no partition 'nope' (the profile knows: debug, normal, xfer" in err
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("flags,message", [(["--poll=-1"], "--poll -1: "), (["--poll=nan"], "--poll nan: "),
+                                           (["--poll=0"], "--poll 0: "), (["--timeout=-5"], "--timeout -5: "),
+                                           (["--timeout=nan"], "--timeout nan: ")])
+def test_status_wait_refuses_a_poll_or_timeout_that_is_no_duration(flags, message, capsys, tmp_path):
+    """A negative or NaN --poll once ended `status --wait` in time.sleep's traceback after the first poll."""
+    code, _, err = run_cli(["status", str(tmp_path), "--wait", *flags], capsys)
+    assert code == 1 and err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1

@@ -102,14 +102,17 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
     """Submit again the jobs holding these runs. Only these runs start over (their old attempt's files move
     to attempts/<job id>/); a run of the same job that ended ok is kept, and the script skips it. A run that
     ended `timeout` with a checkpoint continues from it (--resume_from_step). Nodes that the old attempt
-    lost are excluded (sbatch --exclude). Each is recorded in the sweep's record."""
+    lost are excluded (sbatch --exclude). Each is recorded in the sweep's record. A job sbatch refuses
+    raises SubmitError once every job was tried."""
     sweep_dir = Path(sweep_dir).absolute()
     record = read_sweep(sweep_dir)
     new_ids = []
+    asked = 0
     for entry in record["jobs"]:
         again = [r for r in entry["runs"] if r in run_ids]
         if not again:
             continue
+        asked += 1
         old = entry.get("job_id")
         lost: set[str] = set()
         for run_id in again:
@@ -123,6 +126,9 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
                       exclude=entry["excluded_nodes"]):
             new_ids.append(entry["job_id"])
         write_sweep(sweep_dir, record)
+    if len(new_ids) < asked:  # as submit: a refusal must fail the command, not end it with exit 0
+        raise SubmitError(f"sbatch refused {asked - len(new_ids)} of {asked} job(s) (their runs are marked failed); "
+                          f"fix the cause and run `nanochat-bench status {sweep_dir} --resubmit-failed` again")
     return new_ids
 
 

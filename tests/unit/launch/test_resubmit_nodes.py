@@ -3,8 +3,11 @@
 The job is not run here (tests/integration/slurm/test_slurm_resubmit.py resubmits for real); the backend
 below only records what sbatch would have been asked."""
 
-from bench import contract
-from bench.launch import submit
+from unittest import mock
+
+from bench import cli, contract
+from bench.errors import SubmitError
+from bench.launch import slurm, status, submit
 
 
 class Backend:
@@ -33,3 +36,26 @@ def test_a_lost_node_is_excluded_from_the_next_attempt(tmp_path):
     assert entry["excluded_nodes"] == ["n2"] and entry["previous_job_ids"] == ["7"]
     manifest = contract.read_run_json(run)
     assert manifest["status"] == "pending" and manifest["attempts"][0]["status"] == "failed"
+
+
+class Refusing(Backend):
+    def submit(self, script, exclude=()):
+        raise SubmitError("sbatch: error: invalid partition specified: nosuch")
+
+
+def test_a_resubmission_sbatch_refuses_fails_the_command(tmp_path, capsys):
+    """`status --resubmit-failed` once printed `not submitted ...` and exited 0, as if it had resubmitted."""
+    run = tmp_path / "n1-bare-r1"
+    run.mkdir()
+    (run / "job.sbatch").write_text("#!/bin/bash\n")
+    contract.update_run_json(run, run_id="n1-bare-r1", status="pending", nodes=1)
+    contract.record_evidence(run, contract.Evidence(source="submit", kind="not_submitted", message="not submitted"))
+    submit.write_sweep(tmp_path, {"jobs": [{"name": "j", "job_id": None, "runs": ["n1-bare-r1"],
+                                            "script": str(run / "job.sbatch")}]})
+    states = [status.RunState("n1-bare-r1", None, "-", contract.read_run_json(run)["status"])]
+    with mock.patch.object(status, "sweep_status", return_value=states), \
+            mock.patch.object(slurm, "SlurmCLI", Refusing):
+        assert cli.main(["status", str(tmp_path), "--resubmit-failed"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: sbatch refused 1 of 1 job(s)") and "--resubmit-failed" in err
+    assert contract.read_run_json(run)["status"] == "failed"

@@ -21,6 +21,7 @@ from bench.launch.submit import read_sweep
 # What Slurm's end of a job is evidence of, when run.json has no final status.
 FROM_SLURM = {"CANCELLED": "stopped", "TIMEOUT": "time_limit", "OUT_OF_MEMORY": "oom", "DEADLINE": "time_limit"}
 # no_data too: data staged after the failure (a flow's eval bundle, its chat data) is a reason to run it again
+QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
 RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom", "no_data")
 
 
@@ -61,6 +62,9 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
                                    message=f"Slurm job {job.job_id} ended {job.state} (exit {job.exit_code or '?'}) "
                                            f"before the run recorded a final status")
     else:
+        if job.state == "PENDING" and status == "pending" and not message and job.reason not in ("", "None"):
+            # why Slurm holds it: a job it can never start (PartitionNodeLimit, ...) would otherwise look queued
+            message = f"{QUEUED}{job.reason}"
         return status, message
     settled = contract.record_evidence(run_dir, evidence)
     return settled.status, settled.message or ""
@@ -98,6 +102,9 @@ def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None
     while True:
         rows = sweep_status(sweep_dir, backend)
         summary = format_status(rows).splitlines()[-1]
+        held = Counter(r.message.removeprefix(QUEUED) for r in rows if r.message.startswith(QUEUED))
+        if held:  # a wait on a job Slurm never starts says why, instead of printing nothing until --timeout
+            summary += "; held by Slurm: " + ", ".join(f"{n} {why}" for why, n in sorted(held.items()))
         if summary != last:
             out(f"[{time.strftime('%H:%M:%S')}] {summary}")
             last = summary

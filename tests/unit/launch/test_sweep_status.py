@@ -6,7 +6,8 @@
 
 from bench import contract
 from bench.launch.slurm import JobState
-from bench.launch.status import _derive
+from bench.launch.status import _derive, wait
+from bench.launch.submit import write_sweep
 
 
 def test_a_time_limit_turns_the_ranks_cancel_into_a_timeout_once(tmp_path):
@@ -35,3 +36,24 @@ def test_a_finished_run_is_left_alone(tmp_path):
     contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="completed", rank=0))
     assert _derive(tmp_path, JobState("5", "TIMEOUT")) == ("ok", "")
     assert len(contract.load_manifest(tmp_path).evidence) == 1
+
+
+def test_a_job_slurm_holds_says_why_in_status_and_in_the_wait(tmp_path):
+    """A 3-node job on a 2-node partition stays PENDING (PartitionNodeLimit) for ever: status once showed a bare
+    `pending`, and `status --wait` printed nothing more until its --timeout."""
+    run = tmp_path / "n3-bare-r1"
+    contract.update_run_json(run, status="pending")
+    assert _derive(run, JobState("10", "PENDING", reason="PartitionNodeLimit")) == (
+        "pending", "held by Slurm: PartitionNodeLimit")
+    assert _derive(run, JobState("10", "PENDING", reason="None")) == ("pending", "")
+    assert contract.read_run_json(run)["status"] == "pending" and not contract.load_manifest(run).evidence
+
+    class Backend:
+        def states(self, job_ids):
+            return {j: JobState(j, "PENDING", reason="PartitionNodeLimit") for j in job_ids}
+
+    write_sweep(tmp_path, {"jobs": [{"name": "j", "job_id": "10", "runs": ["n3-bare-r1"]}]})
+    lines = []
+    rows = wait(tmp_path, Backend(), poll_s=0.01, timeout_s=0, out=lines.append)
+    assert rows[0].message == "held by Slurm: PartitionNodeLimit"
+    assert lines[0].endswith("1 pending; held by Slurm: 1 PartitionNodeLimit")

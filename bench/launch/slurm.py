@@ -69,6 +69,9 @@ def parse_squeue_json(text: str) -> dict[str, JobState]:
         exit_code = job.get("exit_code", "")
         if isinstance(exit_code, dict):  # v0.0.40+: {"status": [...], "return_code": {...}}
             exit_code = _first(exit_code.get("return_code", ""))
+        elif isinstance(exit_code, int) and exit_code:
+            # v0.0.38 (Slurm 22.05) gives the raw wait status (143 << 8 for exit 143): as scontrol's CODE:SIGNAL
+            exit_code = f"{exit_code >> 8}:{exit_code & 0x7f}"
         job_id = str(_first(job.get("job_id", "")))
         out[job_id] = JobState(job_id, str(_first(job.get("job_state", ""))), str(exit_code),
                                str(job.get("nodes", "")), str(job.get("state_reason", "")))

@@ -42,3 +42,12 @@ def test_missing_sbatch_is_a_clear_error(monkeypatch, tmp_path):
     (tmp_path / "job.sbatch").write_text("#!/bin/bash\n")
     with pytest.raises(SubmitError, match="sbatch not found"):
         slurm.SlurmCLI().submit(tmp_path / "job.sbatch")
+
+
+def test_squeue_json_v0038_exit_codes_are_wait_statuses():
+    """Slurm 22.05's squeue --json gives the wait status: a cancelled job's 36608 is exit 143, as scontrol says."""
+    jobs = {"jobs": [{"job_id": 12, "job_state": "CANCELLED", "exit_code": 36608},
+                     {"job_id": 13, "job_state": "FAILED", "exit_code": 256},
+                     {"job_id": 14, "job_state": "CANCELLED", "exit_code": 9}]}
+    states = slurm.parse_squeue_json(json.dumps(jobs))
+    assert [states[j].exit_code for j in ("12", "13", "14")] == ["143:0", "1:0", "0:9"]

@@ -29,7 +29,19 @@ def read_sweep(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / SWEEP_JSON
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: not a sweep directory made by `nanochat-bench submit`")
-    return json.loads(path.read_text())
+    not_ours = f"{path} is not a sweep record written by `nanochat-bench submit`"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{not_ours}: {e}") from None
+    jobs = record.get("jobs") if isinstance(record, dict) else None
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) and isinstance(j.get("runs"), list) for j in jobs):
+        raise ConfigError(f"{not_ours}: it lacks its list of jobs and their runs")
+    for run_id in (r for j in jobs for r in j["runs"]):
+        # status writes into each run's directory: one outside the sweep is never a run of it
+        if not isinstance(run_id, str) or not run_id or Path(run_id).is_absolute() or ".." in Path(run_id).parts:
+            raise ConfigError(f"{not_ours}: run {run_id!r} is not a directory inside the sweep")
+    return record
 
 
 def write_sweep(sweep_dir: Path, record: dict) -> None:

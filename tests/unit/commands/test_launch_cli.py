@@ -169,3 +169,19 @@ def test_status_wait_refuses_a_poll_or_timeout_that_is_no_duration(flags, messag
     """A negative or NaN --poll once ended `status --wait` in time.sleep's traceback after the first poll."""
     code, _, err = run_cli(["status", str(tmp_path), "--wait", *flags], capsys)
     assert code == 1 and err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text,message", [
+    ("not json", "is not a sweep record written by `nanochat-bench submit`: Expecting value"),
+    ("[]", "lacks its list of jobs"), ("{}", "lacks its list of jobs"), ('{"jobs": 5}', "lacks its list of jobs"),
+    ('{"jobs": [{"name": "j", "job_id": "1", "runs": ["../../etc"]}]}', "run '../../etc' is not a directory inside"),
+])
+def test_status_of_a_foreign_sweep_json_is_one_error_line_and_writes_nothing(text, message, capsys, tmp_path):
+    """A sweep.json not written by submit once ended status in a traceback, or wrote a run.json outside the sweep."""
+    sweep = tmp_path / "a" / "b"
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.json").write_text(text)
+    for flags in ([], ["--resubmit-failed"]):
+        code, _, err = run_cli(["status", str(sweep), *flags], capsys)
+        assert code == 1 and err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "sweep.json"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench import contract, netgate, sites, workloads
-from bench.errors import ConfigError
+from bench.errors import ConfigError, RunDirError
 from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
@@ -383,13 +383,19 @@ def ship_bookkeeping(lib_dir: Path) -> None:
 
 def write_job(job: Job, script_text: str, manifests: bool = True) -> None:
     """The launcher's run.json first (status pending; skipped for a dry run), the runtime's files (an EDF),
-    the sweep's bookkeeping, then the script, each written atomically."""
-    for run in job.runs:
-        run.run_dir.mkdir(parents=True, exist_ok=True)
-        if manifests:
-            contract.update_run_json(run.run_dir, **run.manifest, launch={
-                "kind": "slurm", "script": str(job.script), "rendered_at": time.time(),
-                "command": [quote_token(t) for line in run.srun_lines() for t in line]})
-        run.runtime.write_files(run.spec)
-    ship_bookkeeping(job.lib_dir)
-    contract.write_text_atomic(job.script, script_text)
+    the sweep's bookkeeping, then the script, each written atomically. A directory that cannot be written
+    (an --out that is a file, no permission, a full disk) is one RunDirError naming it."""
+    try:
+        for run in job.runs:
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            if manifests:
+                contract.update_run_json(run.run_dir, **run.manifest, launch={
+                    "kind": "slurm", "script": str(job.script), "rendered_at": time.time(),
+                    "command": [quote_token(t) for line in run.srun_lines() for t in line]})
+            run.runtime.write_files(run.spec)
+        ship_bookkeeping(job.lib_dir)
+        contract.write_text_atomic(job.script, script_text)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise RunDirError(f"cannot write the job into {job.job_dir}: {e.strerror or e}{where}; "
+                          "choose another --out (or --name)") from None

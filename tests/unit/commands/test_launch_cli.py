@@ -185,3 +185,13 @@ def test_status_of_a_foreign_sweep_json_is_one_error_line_and_writes_nothing(tex
         code, _, err = run_cli(["status", str(sweep), *flags], capsys)
         assert code == 1 and err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "sweep.json"]
+
+
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"], ["render", "interactive"]])
+def test_an_out_that_cannot_be_written_is_one_error_line(command, capsys, tmp_path):
+    """`--out` naming a file once ended in mkdir's NotADirectoryError traceback."""
+    (tmp_path / "afile").write_text("")
+    code, _, err = run_cli([*command, "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}",
+                            "--out", str(tmp_path / "afile")], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: cannot write the job into {tmp_path / 'afile'}") and "choose another --out" in err

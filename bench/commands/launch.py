@@ -139,8 +139,12 @@ def flow_from_args(args, **axes) -> flowmod.FlowSweep:
 
 
 def tokenizer_args(args) -> tuple[str, ...]:
+    from bench.commands.tokenizer import check_train_args
+
     pairs = parse_pairs(args.tokenizer_arg, "--tokenizer-arg", "vocab_size=4096", form="KEY=VALUE")
-    return tuple(f"--{k.lstrip('-')}={v}" for k, v in pairs.items())
+    argv = tuple(f"--{k.lstrip('-')}={v}" for k, v in pairs.items())
+    check_train_args(list(argv))
+    return argv
 
 
 def refuse_flow_flags(args) -> None:

@@ -1,6 +1,8 @@
 """`nanochat-bench tokenizer train|eval`: the BPE tokenizer under $NANOCHAT_BASE_DIR/tokenizer."""
 
+from bench.errors import ConfigError
 from bench.nanochat import tokenizer
+from bench.nanochat.config import _Parser
 
 
 def register(subparsers) -> None:
@@ -8,6 +10,14 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="tokenizer_command", metavar="<subcommand>", required=True)
 
     t = sub.add_parser("train", help="train byte-level BPE (GPT-4 split pattern) and save it for tiktoken")
+    add_train_arguments(t)
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="bytes per token on offline texts and on the first train/val row group")
+    e.set_defaults(func=cmd_eval)
+
+
+def add_train_arguments(t) -> None:
     t.add_argument("--max_chars", type=int, default=2_000_000_000,
                    help="characters of training text to use at most (default: 2,000,000,000, as speedrun)")
     t.add_argument("--doc_cap", type=int, default=10_000,
@@ -16,10 +26,17 @@ def register(subparsers) -> None:
     t.add_argument("--trainer", choices=tokenizer.TRAINERS, default="auto",
                    help="rustbpe = upstream's Rust trainer (pip install rustbpe), hf = HF tokenizers; "
                         "auto (default) = rustbpe when installed, else hf")
-    t.set_defaults(func=cmd_train)
 
-    e = sub.add_parser("eval", help="bytes per token on offline texts and on the first train/val row group")
-    e.set_defaults(func=cmd_eval)
+
+def check_train_args(argv: list[str]) -> None:
+    """`tokenizer train` flags passed on (a flow's --tokenizer-arg), checked now: a job would fail on them only
+    once Slurm has started it."""
+    parser = _Parser(prog="--tokenizer-arg (tokenizer train)", allow_abbrev=False, add_help=False)
+    add_train_arguments(parser)
+    _, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise ConfigError(f"--tokenizer-arg: unknown flag(s) {', '.join(unknown)} of `tokenizer train`; valid: "
+                          f"{', '.join(a.dest for a in parser._actions)}")
 
 
 def cmd_train(args) -> int:

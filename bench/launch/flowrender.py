@@ -51,8 +51,9 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int,
             staging.append({"what": what, "srun": one_task(first, python, "-m", "bench.cli", "data", "download", flag)})
     ctx = flow_context(fj, rendered_by)
     minutes = interactive_minutes(job, shards)  # the salloc covers the guide's data and tokenizer steps too
-    ctx.update(salloc=render.salloc_line(job, minutes), salloc_minutes=minutes, base_dir=shlex.quote(base_dir),
-               shards=shards,
+    # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
+    ctx.update(interactive=True, salloc=render.salloc_line(job, minutes), salloc_minutes=minutes,
+               base_dir=shlex.quote(base_dir), shards=shards,
                data_srun=one_task(first, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                staging=staging, shell_srun=render.comment_safe(one_task(first, "bash", tty=True)))
     return render.environment().get_template(FLOW_INTERACTIVE_TEMPLATE).render(ctx)

@@ -111,7 +111,7 @@ def run_context(job: Job, run: Run, index: int, inherited: frozenset = frozenset
 
 def job_context(job: Job, rendered_by: str) -> dict:
     return {
-        "title": comment_safe(job.title), "rendered_by": comment_safe(rendered_by),
+        "title": comment_safe(job.title), "rendered_by": comment_safe(rendered_by), "interactive": False,
         "directives": job.directives, "job_dir": comment_safe(shlex.quote(str(job.job_dir))),
         "script_name": job.script.name, "lib_dir": comment_safe(str(job.lib_dir)),
         "jobrecord": lib_file(job, jobrecord), "rendezvous": any(uses(run, "rdzv_endpoint") for run in job.runs),
@@ -140,7 +140,8 @@ def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = 
     minutes = interactive_minutes(job, shards)
     python = run.spec.command[0]
     ctx = job_context(job, rendered_by)
-    ctx.update(salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,
+    # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
+    ctx.update(interactive=True, salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,
                salloc_minutes=minutes, image_srun=multiline(run.image_lines()) if run.image_step else None,
                data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train"),

@@ -28,7 +28,7 @@ bench_python=/opt/nanochat-bench/venv/bin/python
 command -v "$bench_python" >/dev/null || bench_python=python3
 if ! "$bench_python" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
     echo "nanochat-bench: the job's bookkeeping needs Python >= 3.8 on this node; found $("$bench_python" --version 2>&1) ($bench_python); load a Python module before sbatch, or render with --python PATH" >&2
-    exit 1
+    if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 1; fi  # pasted, the salloc shell stays
 fi
 
 # -- rendezvous: torchrun's c10d store listens on the first node, reached by its address ---------------
@@ -90,7 +90,7 @@ env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 
 echo "training ended with status $job_rc; run.json in each run directory says how"

@@ -32,7 +32,7 @@ bench_python=/opt/nanochat-bench/venv/bin/python
 command -v "$bench_python" >/dev/null || bench_python=python3
 if ! "$bench_python" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null; then
     echo "nanochat-bench: the job's bookkeeping needs Python >= 3.8 on this node; found $("$bench_python" --version 2>&1) ($bench_python); load a Python module before sbatch, or render with --python PATH" >&2
-    exit 1
+    if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 1; fi  # pasted, the salloc shell stays
 fi
 
 # -- rendezvous: torchrun's c10d store listens on the first node, reached by its address ---------------
@@ -122,7 +122,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 if ! runjson kept "$run_dir"; then flow_failed=base_train; fi
 else
@@ -163,7 +163,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 if ! runjson kept "$run_dir"; then flow_failed=base_loss; fi
 else
@@ -204,7 +204,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-p
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 if ! runjson kept "$run_dir"; then flow_failed=base_eval; fi
 else
@@ -247,7 +247,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 if ! runjson kept "$run_dir"; then flow_failed=mid_train; fi
 else
@@ -288,7 +288,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-p
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 if ! runjson kept "$run_dir"; then flow_failed=chat_eval_mid; fi
 else
@@ -331,7 +331,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 if ! runjson kept "$run_dir"; then flow_failed=chat_sft; fi
 else
@@ -372,7 +372,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-p
 fi
 runjson finish "$run_dir" "$rc"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 if ! runjson kept "$run_dir"; then flow_failed=chat_eval_sft; fi
 else

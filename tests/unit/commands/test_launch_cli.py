@@ -205,3 +205,19 @@ def test_a_flows_bad_tokenizer_arg_is_refused_before_anything_is_written(arg, me
                             f"--base-dir={tmp_path}", f"--tokenizer-arg={arg}", "--out", str(tmp_path / "s")], capsys)
     assert code == 1 and err.startswith("error: --tokenizer-arg") and message in err
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--site=test-cluster"]])
+def test_the_interactive_guides_python_check_does_not_exit_the_pasted_shell(flow, capsys, tmp_path):
+    """The guide promises that nothing in it exits the salloc shell it is pasted into; its Python check did
+    (`exit 1`). Run as a script (`bash interactive.sh`) it still stops there."""
+    code, out, _ = run_cli(["render", "interactive", *flow, "--nodes=1", "--runtimes=bare", *TINY,
+                            "--python=/bin/false", f"--base-dir={tmp_path}", "--out", str(tmp_path / "g")], capsys)
+    assert code == 0
+    guide = (tmp_path / "g" / out.split("wrote ")[1].split("\n")[0].split("/g/", 1)[1]).read_text()
+    check = guide[:guide.index("\nfi\n", guide.index("bench_python=")) + 4] + "echo still here\n"
+    (tmp_path / "check.sh").write_text(check)
+    pasted = subprocess.run(["bash", "-s"], input=check, capture_output=True, text=True)
+    assert "needs Python >= 3.8" in pasted.stderr and pasted.stdout == "still here\n"
+    script = subprocess.run(["bash", str(tmp_path / "check.sh")], capture_output=True, text=True)
+    assert script.returncode == 1 and script.stdout == ""

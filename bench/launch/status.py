@@ -6,6 +6,7 @@ limit, node failure) leaves run.json pending or running: Slurm's state is then r
 the status settled from it (bench/contract/outcome.py), so every finished run directory says how it ended.
 """
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from bench.launch.submit import read_sweep
 # What Slurm's end of a job is evidence of, when run.json has no final status.
 FROM_SLURM = {"CANCELLED": "stopped", "TIMEOUT": "time_limit", "OUT_OF_MEMORY": "oom", "DEADLINE": "time_limit"}
 # no_data too: data staged after the failure (a flow's eval bundle, its chat data) is a reason to run it again
+PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
+PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with the running runs' steps
 QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
 RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom", "no_data")
 
@@ -44,10 +47,31 @@ class RunState:
         return self.done and not self.job_active
 
 
+def _progress(run_dir: Path, steps) -> str:
+    """`at step N of M`: the last step line of a running run's metrics.jsonl (its tail only), else ''."""
+    try:
+        with open(run_dir / contract.METRICS_JSONL, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - PROGRESS_TAIL_BYTES))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # the first line of the tail is usually cut, the last may be half written
+        if isinstance(event, dict) and event.get("event") == "step" and isinstance(event.get("step"), int):
+            of = f" of {steps}" if isinstance(steps, int) and steps > 0 else ""
+            return f"at step {event['step']}{of}"
+    return ""
+
+
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
     """The run's status and message; what Slurm says of an ended job is recorded as evidence first, once."""
     manifest = contract.read_run_json(run_dir)
     status, message = manifest.get("status", "pending"), manifest.get("message") or ""
+    if status == "running" and not message:
+        message = _progress(run_dir, manifest.get("num_iterations"))
     if job is None:
         return status, message
     seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
@@ -98,16 +122,19 @@ def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None
          out: Callable[[str], None] = print) -> list[RunState]:
     """Poll until every run has a final status (or the timeout passes); return the last states."""
     deadline = None if timeout_s is None else time.time() + timeout_s
-    last = ""
+    last, printed = "", 0.0
     while True:
         rows = sweep_status(sweep_dir, backend)
         summary = format_status(rows).splitlines()[-1]
         held = Counter(r.message.removeprefix(QUEUED) for r in rows if r.message.startswith(QUEUED))
         if held:  # a wait on a job Slurm never starts says why, instead of printing nothing until --timeout
             summary += "; held by Slurm: " + ", ".join(f"{n} {why}" for why, n in sorted(held.items()))
-        if summary != last:
-            out(f"[{time.strftime('%H:%M:%S')}] {summary}")
-            last = summary
+        if summary != last or time.time() - printed >= PROGRESS_EVERY_S:
+            # a long run changes no count for hours: its steps say that the wait is alive and how far it is
+            steps = [f"{r.run_id} {r.message}" for r in rows
+                     if r.status == "running" and r.message.startswith("at step")]
+            out(f"[{time.strftime('%H:%M:%S')}] {summary}" + (f" ({', '.join(steps)})" if steps else ""))
+            last, printed = summary, time.time()
         if all(r.settled for r in rows) or (deadline is not None and time.time() > deadline):
             return rows
         time.sleep(poll_s)

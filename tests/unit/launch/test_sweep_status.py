@@ -4,7 +4,10 @@
     python -m pytest tests/unit/launch/test_sweep_status.py -q
 """
 
+import json
+
 from bench import contract
+from bench.launch import status
 from bench.launch.slurm import JobState
 from bench.launch.status import _derive, wait
 from bench.launch.submit import write_sweep
@@ -57,3 +60,25 @@ def test_a_job_slurm_holds_says_why_in_status_and_in_the_wait(tmp_path):
     rows = wait(tmp_path, Backend(), poll_s=0.01, timeout_s=0, out=lines.append)
     assert rows[0].message == "held by Slurm: PartitionNodeLimit"
     assert lines[0].endswith("1 pending; held by Slurm: 1 PartitionNodeLimit")
+
+
+def test_a_running_run_shows_its_step_and_a_long_wait_repeats_it(tmp_path, monkeypatch):
+    """A run that trains for hours changes no count: status said `running` alone and --wait printed one line,
+    so a long wait looked the same whether training advanced or not."""
+    run = tmp_path / "n1-bare-r1"
+    contract.update_run_json(run, status="running", num_iterations=20000)
+    steps = [{"event": "step", "step": s, "loss": 3.0} for s in (0, 1, 2568)]
+    (run / contract.METRICS_JSONL).write_text("".join(json.dumps(e) + "\n" for e in steps) + '{"event": "st')
+    assert _derive(run, JobState("17", "RUNNING")) == ("running", "at step 2568 of 20000")
+
+    class Backend:
+        def states(self, job_ids):
+            return {j: JobState(j, "RUNNING") for j in job_ids}
+
+    write_sweep(tmp_path, {"jobs": [{"name": "j", "job_id": "17", "runs": ["n1-bare-r1"]}]})
+    clock = iter(range(0, 10_000, 100))  # each poll 100 s later
+    monkeypatch.setattr(status.time, "time", lambda: float(next(clock)))
+    monkeypatch.setattr(status.time, "sleep", lambda s: None)
+    lines = []
+    wait(tmp_path, Backend(), timeout_s=1000, out=lines.append)
+    assert len(lines) >= 2 and all(ln.endswith("1 running (n1-bare-r1 at step 2568 of 20000)") for ln in lines)

@@ -281,7 +281,9 @@ def cmd_status(args) -> int:
     unfinished = [r.run_id for r in rows if not r.done]
     if args.wait and unfinished:
         print(f"gave up waiting after --timeout {args.timeout:g} s: {len(unfinished)} run(s) not finished")
-    return 1 if args.wait and (failed or unfinished) else 0
+    # any final status but ok fails the wait: diverged and wrong_network are not resubmitted, yet not results
+    not_ok = [r.run_id for r in rows if r.done and r.status != "ok"]
+    return 1 if args.wait and (not_ok or unfinished) else 0
 
 
 def cmd_render_flow(args) -> int:

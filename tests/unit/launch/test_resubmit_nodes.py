@@ -5,6 +5,8 @@ below only records what sbatch would have been asked."""
 
 from unittest import mock
 
+import pytest
+
 from bench import cli, contract
 from bench.errors import SubmitError
 from bench.launch import slurm, status, submit
@@ -59,3 +61,14 @@ def test_a_resubmission_sbatch_refuses_fails_the_command(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: sbatch refused 1 of 1 job(s)") and "--resubmit-failed" in err
     assert contract.read_run_json(run)["status"] == "failed"
+
+
+@pytest.mark.parametrize("final", ["diverged", "wrong_network", "failed"])
+def test_status_wait_fails_for_any_run_that_did_not_end_ok(final, tmp_path, capsys):
+    """`status --wait` exited 0 for a sweep whose runs diverged or trained on the wrong network."""
+    states = [status.RunState("n1-bare-r1", "5", "COMPLETED", "ok"),
+              status.RunState("n2-bare-r1", "6", "FAILED", final, "why")]
+    with mock.patch.object(status, "wait", return_value=states), mock.patch.object(slurm, "SlurmCLI", Backend):
+        assert cli.main(["status", str(tmp_path), "--wait"]) == 1
+    with mock.patch.object(status, "wait", return_value=states[:1]), mock.patch.object(slurm, "SlurmCLI", Backend):
+        assert cli.main(["status", str(tmp_path), "--wait"]) == 0

@@ -384,7 +384,16 @@ def ship_bookkeeping(lib_dir: Path) -> None:
 def write_job(job: Job, script_text: str, manifests: bool = True) -> None:
     """The launcher's run.json first (status pending; skipped for a dry run), the runtime's files (an EDF),
     the sweep's bookkeeping, then the script, each written atomically. A directory that cannot be written
-    (an --out that is a file, no permission, a full disk) is one RunDirError naming it."""
+    (an --out that is a file, no permission, a full disk) is one RunDirError naming it. A run directory whose
+    run has started or ended is refused: a pending record over it would hide that run's outcome."""
+    for run in job.runs if manifests else ():
+        try:
+            ran = contract.read_run_json(run.run_dir).get("status", "pending")
+        except (OSError, ValueError):
+            continue  # no readable record to keep (none, not a directory, torn): written anew below
+        if ran != "pending":
+            raise RunDirError(f"{run.run_dir} holds a run that has already started (status {ran}); "
+                              "choose another --out (or --name)")
     try:
         for run in job.runs:
             run.run_dir.mkdir(parents=True, exist_ok=True)

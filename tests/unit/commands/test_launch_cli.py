@@ -221,3 +221,18 @@ def test_the_interactive_guides_python_check_does_not_exit_the_pasted_shell(flow
     assert "needs Python >= 3.8" in pasted.stderr and pasted.stdout == "still here\n"
     script = subprocess.run(["bash", str(tmp_path / "check.sh")], capture_output=True, text=True)
     assert script.returncode == 1 and script.stdout == ""
+
+
+@pytest.mark.parametrize("command", [["render", "sbatch"], ["render", "interactive"], ["submit"]])
+def test_rendering_over_a_run_that_ran_is_refused_and_keeps_its_record(command, capsys, tmp_path):
+    """`render sbatch --out` over a run that had ended ok once reset its run.json to pending, its outcome lost."""
+    argv = [*command, "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}", "--out", str(tmp_path / "r")]
+    assert run_cli(["render", "sbatch", *argv[2:]], capsys)[0] == 0
+    again = run_cli(["render", "sbatch", *argv[2:]], capsys)
+    assert again[0] == 0  # rendered, never run: rendering again is fine
+    record = tmp_path / "r" / "n1-bare-r1" / "run.json"
+    ran = {**json.loads(record.read_text()), "status": "ok"}
+    record.write_text(json.dumps(ran))
+    code, _, err = run_cli(argv, capsys)
+    assert code == 1 and "holds a run that has already started (status ok)" in err
+    assert json.loads(record.read_text()) == ran

@@ -241,8 +241,13 @@ def cmd_submit(args) -> int:
         sweep = sweep_from_args(args)
     opts = options_from_args(args)
     sweep_dir = out_dir(args)
-    print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     backend = None if args.dry_run else slurm.SlurmCLI()
+    known = backend.partitions() if backend and args.partition else None
+    unknown = [p for p in (args.partition or "").split(",") if known and p not in known]
+    if unknown:  # sbatch would refuse every job after the sweep was written, which --resubmit-failed cannot fix
+        raise ConfigError(f"--partition {args.partition!r}: Slurm has no partition {', '.join(unknown)}; "
+                          f"it has: {', '.join(known)}")
+    print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer_args(args))
     else:

@@ -103,6 +103,15 @@ class SlurmCLI:
             raise SubmitError(f"sbatch {script} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()}")
         return parse_parsable(r.stdout)
 
+    def partitions(self) -> list[str] | None:
+        """The cluster's partition names (sinfo), or None when sinfo cannot say."""
+        try:
+            r = _run(["sinfo", "-h", "-o", "%R"])
+        except SubmitError:
+            return None
+        names = sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})
+        return names if r.returncode == 0 and names else None
+
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
         """States of the given jobs with one squeue and, if needed, one scontrol call."""
         want = set(job_ids)

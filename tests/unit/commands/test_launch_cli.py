@@ -236,3 +236,28 @@ def test_rendering_over_a_run_that_ran_is_refused_and_keeps_its_record(command, 
     code, _, err = run_cli(argv, capsys)
     assert code == 1 and "holds a run that has already started (status ok)" in err
     assert json.loads(record.read_text()) == ran
+
+
+def test_submit_refuses_a_partition_slurm_does_not_have_before_writing_the_sweep(capsys, tmp_path, monkeypatch):
+    """Without a site profile an unknown --partition was found by sbatch only after sweep.json was written, and
+    the advice it printed (`status --resubmit-failed`) resubmits the same script with the same partition."""
+    from bench.launch import slurm
+
+    class Cluster:
+        submitted = []
+
+        def partitions(self):
+            return ["debug", "normal"]
+
+        def submit(self, script, exclude=()):
+            self.submitted.append(script)
+            return "1"
+
+    monkeypatch.setattr(slurm, "SlurmCLI", Cluster)
+    argv = ["submit", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}"]
+    code, out, err = run_cli([*argv, "--partition=nosuch", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and out == "" and err == "error: --partition 'nosuch': Slurm has no partition nosuch; it has: " \
+                                               "debug, normal\n"
+    assert not (tmp_path / "s").exists() and Cluster.submitted == []
+    assert run_cli([*argv, "--partition=normal,debug", "--out", str(tmp_path / "t")], capsys)[0] == 0
+    assert len(Cluster.submitted) == 1

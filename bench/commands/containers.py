@@ -43,7 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="extra or overriding [env] entry, repeatable; an empty VALUE unsets it in the container")
     p.add_argument("--no-default-env", action="store_true",
-                   help="leave out the default [env] (benchmark paths, Slingshot NCCL/libfabric settings)")
+                   help="leave out the default [env] (benchmark paths, NCCL's INFO logging, CUDA and torch settings)")
     p.add_argument("--ofi-variant", default=edf.DEFAULT_OFI_NCCL_VARIANT, choices=edf.OFI_NCCL_VARIANTS,
                    help="aws_ofi_nccl hook variant (default: %(default)s; cuda13 = static, must match the "
                         "image's CUDA major)")

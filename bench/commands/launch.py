@@ -83,8 +83,8 @@ def add_flow_options(p: argparse.ArgumentParser, required: bool = False) -> None
                    help="only these stages of the flow, in its order (default: all of them)")
     f.add_argument("--stage-arg", action="append", default=[], metavar="STAGE:KEY=VALUE",
                    help="a flag of one stage, repeatable (e.g. mid_train:num_iterations=20, "
-                        "base_eval:max_per_task=100); the trainer flags above are pre-training's (base_train), "
-                        f"and {', '.join(flowmod.SHARED_FLAGS)} goes to every stage")
+                        "base_eval:max_per_task=100); the trainer flags (--depth ... --train-arg) are "
+                        f"pre-training's (base_train), and {', '.join(flowmod.SHARED_FLAGS)} goes to every stage")
     f.add_argument("--tokenizer-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="a flag of `tokenizer train`, trained once per sweep when $NANOCHAT_BASE_DIR has none "
                         "(e.g. vocab_size=4096)")

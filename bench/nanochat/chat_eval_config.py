@@ -93,5 +93,5 @@ def parse(argv: list[str]) -> ChatEvalConfig:
         else:
             raise ConfigError(f"{token}: expects a value (see --help)")
         i += 1
-    return parse_config(ChatEvalConfig, out, "bench.nanochat.chat_eval",
-                        "nanochat chat evaluation (upstream's chat_eval flags: -i, -a, -t, -m, -n, -k, -b, -g, -s, -x)")
+    return parse_config(ChatEvalConfig, out, "bench.nanochat.chat_eval", "nanochat chat evaluation "
+                        "(upstream's chat_eval flags: -i, -a, -d, -t, -m, -n, -k, -b, -g, -s, -x)")

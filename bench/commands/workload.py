@@ -1,8 +1,9 @@
-"""`nanochat-bench model | train | smoke`: the workload's size, a local training run, the smoke test.
+"""`nanochat-bench model | train | preflight | smoke`: the workload's size, a local training run, the
+communication pre-flight, the smoke test.
 
 - `model --depth D [--json]`: parameters, FLOPs per token, dimensions and a memory estimate, from a
   model built on the meta device (no memory, no training).
-- `train [--workload nanochat|nntile] [--nproc N] [--run-dir DIR] -- <trainer flags>`: the workload's
+- `train [--workload NAME] [--nproc N] [--run-dir DIR] -- <trainer flags>`: the workload's
   trainer on this machine (bench/launch/local.py; bench/workloads/).
 - `smoke`: data, tokenizer and a tiny 2-rank training run in a few minutes, with no GPU and no network
   (one rank per GPU when there are GPUs), leaving a complete run directory.
@@ -44,9 +45,10 @@ def register(subparsers) -> None:
                                           "--batch=8 --seq-tile=64",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
-                   help="nanochat: bench/nanochat under torchrun; mid_train: mid-training from the base "
-                        "checkpoint (python -m bench.nanochat.mid_train --help); nntile: NNTile's GPT-2 on StarPU in the NNTile "
-                        "interpreter (default: nanochat)")
+                   help="nanochat: pre-training, bench/nanochat under torchrun; base_loss, base_eval, mid_train, "
+                        "chat_sft, chat_eval: a later stage of the speedrun, from the checkpoint the stage before "
+                        "left (python -m bench.nanochat.<stage> --help); nntile: NNTile's GPT-2 on StarPU in the "
+                        "NNTile interpreter (default: nanochat)")
     t.add_argument("--python", default=None, help="the workload's interpreter (default: this one for nanochat; for "
                    "nntile $NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
     t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1; nntile: 1)")

@@ -14,13 +14,13 @@
   capacity/        the largest model a node trains, per memory strategy
   commands/        the command line, one module per group
   contract/        the run contract: run.json, events, validation, files, outcome
-  launch/          sweep planning, one job assembly, rendering, submitting, status, local runs
+  launch/          sweep planning, one job assembly, rendering, submitting, status, flows, local runs
   nanochat/        the nanochat-faithful workload
   reframe_checks/  the ReFrame checks and site configurations
   runtimes/        one module per way of running
   schemas/         the JSON Schemas generated from the contract
   sites/           site profiles: network, partitions, per-runtime network set-up
-  workloads/       what a run trains, behind one interface: nanochat, NNTile
+  workloads/       what a run trains, behind one interface: nanochat and its later stages, NNTile
 """
 
 __version__ = "0.1.0"

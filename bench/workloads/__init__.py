@@ -15,7 +15,8 @@ one module holding `WORKLOAD` plus one line in `_MODULES` below.
     nntile/       NNTile's GPT-2 on StarPU, in its own interpreter
 
 Every workload leaves the same run directory (bench/contract/), so collect, report and check read them alike;
-run.json's `workload` field tells them apart (`nanochat-base`, `nanochat-mid`, `nntile-gpt2`).
+run.json's `workload` field tells them apart (`nanochat-base`, `nanochat-base-loss`, `nanochat-base-eval`,
+`nanochat-mid`, `nanochat-sft`, `nanochat-chat-eval`, `nntile-gpt2`).
 
 Standard library only, and each member imported on first use: the NNTile interpreter imports this
 package too, and must not pull in the main process's torch.

@@ -6,12 +6,13 @@ from bench.nanochat import chatstage, data_origin, dataset, download, evalstage
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("data", help="get training data: download FineWeb-Edu shards or generate offline ones")
+    p = subparsers.add_parser("data", help="get the data: download FineWeb-Edu shards (or the chat data, the eval "
+                              "bundle) or generate offline ones")
     sub = p.add_subparsers(dest="data_command", metavar="<subcommand>", required=True)
 
     d = sub.add_parser("download", help="download FineWeb-Edu shards (parallel, resumable, verified)")
-    d.add_argument("--chat", action="store_true", help="stage the chat data of mid-training and SFT instead (no -n; "
-                   "--url is then a Hugging Face mirror, default $HF_ENDPOINT)")
+    d.add_argument("--chat", action="store_true", help="stage the chat data of mid-training, SFT and chat "
+                   "evaluation instead (no -n; --url is then a Hugging Face mirror, default $HF_ENDPOINT)")
     d.add_argument("--eval-bundle", action="store_true",
                    help="stage the CORE eval bundle of base_eval instead, into $NANOCHAT_BASE_DIR/eval_bundle (--url is "
                         f"then the zip's URL, default ${evalstage.ENV_URL}, else upstream's)")

@@ -215,7 +215,9 @@ def test_the_interactive_guides_python_check_does_not_exit_the_pasted_shell(flow
                             "--python=/bin/false", f"--base-dir={tmp_path}", "--out", str(tmp_path / "g")], capsys)
     assert code == 0
     guide = (tmp_path / "g" / out.split("wrote ")[1].split("\n")[0].split("/g/", 1)[1]).read_text()
-    check = guide[:guide.index("\nfi\n", guide.index("bench_python=")) + 4] + "echo still here\n"
+    # the check alone: the guide's srun lines before it would run where Slurm is live and read bash's stdin
+    start = guide.index("bench_python=")
+    check = guide[start:guide.index("\nfi\n", start) + 4] + "echo still here\n"
     (tmp_path / "check.sh").write_text(check)
     pasted = subprocess.run(["bash", "-s"], input=check, capture_output=True, text=True)
     assert "needs Python >= 3.8" in pasted.stderr and pasted.stdout == "still here\n"

@@ -62,16 +62,15 @@ def rebuild_summary(out: str | Path) -> dict:
                           f"`nanochat-bench capacity --out {out}` first)")
     # An --out that held an earlier sweep of other settings: its probes are not this search's; the newest probe's
     # settings are the sweep's that ended.
-    newest = max(results, key=lambda r: (Path(r.run_dir) / "run.json").stat().st_mtime)
-    others = [r for r in results if _settings(r.spec) != _settings(newest.spec)]
-    results = [r for r in results if _settings(r.spec) == _settings(newest.spec)]
+    kept = _settings(max(results, key=lambda r: (Path(r.run_dir) / "run.json").stat().st_mtime).spec)
+    others = [r for r in results if _settings(r.spec) != kept]
+    results = [r for r in results if _settings(r.spec) == kept]
     first = results[0]
     machine = {k: first.extra.get(k) for k in MACHINE_KEYS}
     machine.update(nproc=first.spec.nproc, memory_limit=first.spec.memory_limit, host_available_bytes=None)
     pairs = dict.fromkeys((r.spec.strategy, r.spec.aspect_ratio) for r in results)
     searches = [search_from_probes(strategy, ar, results) for strategy, ar in pairs]
     summary = summarize({"out": str(out)}, machine, results, searches)
-    kept = _settings(newest.spec)
     differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r.spec).items() if v != kept[k]})
     summary["interrupted"] = "an end without a summary (rebuilt from the finished probes" + (
         f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)})" if others else ")")

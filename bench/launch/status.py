@@ -25,6 +25,7 @@ FROM_SLURM = {"CANCELLED": "stopped", "TIMEOUT": "time_limit", "OUT_OF_MEMORY": 
 PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
 PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with the running runs' steps
 QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
+AT_STEP = "at step "  # a running run's message, followed by its last step
 RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom", "no_data")
 
 
@@ -62,7 +63,7 @@ def _progress(run_dir: Path, steps) -> str:
             continue  # the first line of the tail is usually cut, the last may be half written
         if isinstance(event, dict) and event.get("event") == "step" and isinstance(event.get("step"), int):
             of = f" of {steps}" if isinstance(steps, int) and steps > 0 else ""
-            return f"at step {event['step']}{of}"
+            return f"{AT_STEP}{event['step']}{of}"
     return ""
 
 
@@ -132,7 +133,7 @@ def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None
         if summary != last or time.time() - printed >= PROGRESS_EVERY_S:
             # a long run changes no count for hours: its steps say that the wait is alive and how far it is
             steps = [f"{r.run_id} {r.message}" for r in rows
-                     if r.status == "running" and r.message.startswith("at step")]
+                     if r.status == "running" and r.message.startswith(AT_STEP)]
             out(f"[{time.strftime('%H:%M:%S')}] {summary}" + (f" ({', '.join(steps)})" if steps else ""))
             last, printed = summary, time.time()
         if all(r.settled for r in rows) or (deadline is not None and time.time() > deadline):

@@ -13,7 +13,7 @@ from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
 from bench.capacity.search import Shape
 from bench.capacity.sweep import MACHINE_KEYS, PROBES_CSV, SUMMARY_JSON, _shape_dict, summarize, write_probes_csv
 from bench.errors import ConfigError
-from bench.contract import read_run_json, write_json_atomic
+from bench.contract import RUN_JSON, read_run_json, write_json_atomic
 
 
 def finished_probes(out: Path) -> list[ProbeResult]:
@@ -62,7 +62,7 @@ def rebuild_summary(out: str | Path) -> dict:
                           f"`nanochat-bench capacity --out {out}` first)")
     # An --out that held an earlier sweep of other settings: its probes are not this search's; the newest probe's
     # settings are the sweep's that ended.
-    kept = _settings(max(results, key=lambda r: (Path(r.run_dir) / "run.json").stat().st_mtime).spec)
+    kept = _settings(max(results, key=lambda r: (Path(r.run_dir) / RUN_JSON).stat().st_mtime).spec)
     others = [r for r in results if _settings(r.spec) != kept]
     results = [r for r in results if _settings(r.spec) == kept]
     first = results[0]

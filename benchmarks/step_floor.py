@@ -2,6 +2,7 @@
 
     python benchmarks/step_floor.py                 # d20, device batch 32, sequence 2048
     python benchmarks/step_floor.py --depth 12 --device_batch_size 64
+    python benchmarks/step_floor.py --fused           # only: the --fused_kernels against compile's kernels
 
 The step's floor, from the shapes of the real model (bench.nanochat.gpt):
   - every nn.Linear of the model, forward and backward, in bf16 (rows = device batch x sequence);
@@ -15,7 +16,8 @@ The step's floor, from the shapes of the real model (bench.nanochat.gpt):
     elementwise part (lm_head + loss less the lm_head matmul).
 A micro-step's matmuls, attention and loss add to the time a perfect fusion of everything else would
 take; the elementwise rows say how far a faster kernel for each piece could go without fusing it into a
-matmul. Times are medians of CUDA-event timings after warm-up; the elementwise pieces', the profiler's sum
+matmul. `--fused` times the hand-written kernel of `--fused_kernels` (bench/nanochat/fused.py) the same
+way beside compile's, and checks both against an fp32 reference. Times are medians of CUDA-event timings after warm-up; the elementwise pieces', the profiler's sum
 of their kernels' time (a piece this small, timed between events, would count the host's launch gaps too).
 """
 
@@ -31,7 +33,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
-from bench.nanochat.gpt import GPTConfig, apply_rotary_emb, build_model, norm, softcap_logits  # noqa: E402
+from bench.nanochat import fused  # noqa: E402
+from bench.nanochat.gpt import (GPTConfig, apply_rotary_emb, build_model, norm, rotary_then_norm,  # noqa: E402
+                                softcap_logits)
 
 
 BF16_BYTES = 2
@@ -173,6 +177,59 @@ def print_elementwise(cfg: GPTConfig, batch: int, seq: int, loss_only_ms: float)
     return total - at_floor
 
 
+def fp32_error(fn, reference, inputs: list[torch.Tensor]) -> tuple[float, float]:
+    """Largest distance of fn's output and input gradients from reference's in fp32, over the same inputs
+    and the same output gradient."""
+    def run(f, xs):
+        xs = [x.detach().clone().requires_grad_(x.dtype.is_floating_point) for x in xs]
+        out = f(*xs)
+        out.backward(grad.to(out.dtype))
+        return out.float(), xs[0].grad.float()
+    grad = torch.randn(reference(*inputs).shape, device="cuda")
+    out, dx = run(fn, inputs)
+    ref_out, ref_dx = run(reference, [x.float() for x in inputs])
+    return (out - ref_out).abs().max().item(), (dx - ref_dx).abs().max().item()
+
+
+# The fused kernel may be no further from the fp32 reference than compile's kernels, by this factor
+# (both round to bf16 once at the end; the sums inside may differ in order).
+FUSED_TOLERANCE = 1.25
+
+
+def fused_within_tolerance(fused_errors: tuple[float, ...], compile_errors: tuple[float, ...]) -> bool:
+    """Each of the fused kernel's distances (output, gradient) at most FUSED_TOLERANCE x compile's."""
+    return all(f <= FUSED_TOLERANCE * c for f, c in zip(fused_errors, compile_errors, strict=True))
+
+
+def print_fused(cfg: GPTConfig, batch: int, seq: int) -> bool:
+    """rotary + QK norm of one of q, k by compile's kernels and by --fused_kernels' (bench/nanochat/fused.py):
+    kernel time forward and backward, beside the memory floor, and each one's largest distance from an fp32
+    reference (output and input gradient). False when the fused kernel is further off than FUSED_TOLERANCE allows."""
+    head_dim = cfg.n_embd // cfg.n_head
+    shape = (batch, seq, cfg.n_head, head_dim)
+    cos = torch.rand(1, seq, 1, head_dim // 2, device="cuda", dtype=torch.bfloat16)
+    sin = torch.rand_like(cos)
+    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    floor = 5 * x.numel() * BF16_BYTES / copy_gb_s() / 1e6
+
+    def reference(q):
+        return rotary_then_norm(q, cos, sin)
+
+    def hand(q):
+        return fused.rotary_qk_norm(q, cos, sin)
+    hand(x)  # builds the op before torch.compile traces it
+    print(f"\nrotary + QK norm of one of q, k, fwd + bwd: floor {floor:.3f} ms")
+    print(f"{'kernels':<10}{'kern ms':>9}{'out err':>10}{'grad err':>10}")
+    errors = {}
+    for label, fn in (("compile", reference), ("fused", hand)):
+        ms = compiled_fwd_bwd_ms(fn, shape)
+        errors[label] = fp32_error(torch.compile(fn, dynamic=False), reference, [x])
+        print(f"{label:<10}{ms:>9.3f}{errors[label][0]:>10.4f}{errors[label][1]:>10.4f}")
+    within = fused_within_tolerance(errors["fused"], errors["compile"])
+    print(f"fused kernel {'within' if within else 'OUTSIDE'} {FUSED_TOLERANCE}x compile's distance from fp32")
+    return within
+
+
 def optimizer_ms(depth: int, vocab: int) -> dict[str, float]:
     """The single-GPU optimizers' step over the model's own parameters, with random gradients."""
     model = build_model(GPTConfig.from_depth(depth, vocab), "cuda")
@@ -189,6 +246,7 @@ def main() -> int:
     ap.add_argument("--max_seq_len", type=int, default=2048)
     ap.add_argument("--vocab_size", type=int, default=65536)
     ap.add_argument("--step_ms", type=float, default=None, help="a measured micro-step (ms) to compare with")
+    ap.add_argument("--fused", action="store_true", help="only the --fused_kernels piece against compile's")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("step_floor needs a CUDA GPU", file=sys.stderr)
@@ -199,6 +257,8 @@ def main() -> int:
     head_dim = cfg.n_embd // cfg.n_head
     print(f"d{args.depth}: width {cfg.n_embd}, {cfg.n_head} heads of {head_dim}, rows per micro-step {rows:,}, "
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.fused:
+        return 0 if print_fused(cfg, args.device_batch_size, args.max_seq_len) else 1
 
     parts: dict[str, float] = {}
     block_shapes = [(cfg.n_embd, cfg.n_embd)] * 4 + [(cfg.n_embd, 4 * cfg.n_embd), (4 * cfg.n_embd, cfg.n_embd)]

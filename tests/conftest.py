@@ -4,9 +4,16 @@
 documents in row groups of 16, so the train split (2 files) has 32 row groups and the validation
 split (the last file) 16, enough for 2 ranks in both, and a 512-token BPE tokenizer trained on them.
 Tests that need the data use `base_dir_env`, which points NANOCHAT_BASE_DIR at it for one test.
+
+Triton, where installed, runs its kernels (bench/nanochat/fused.py) on CPU tensors through its interpreter,
+which it chooses when it is imported: so before any test imports it.
 """
 
+import os
+
 import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 TINY_SHARDS = 3
 TINY_DOCS_PER_SHARD = 256

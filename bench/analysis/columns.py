@@ -110,6 +110,7 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("scaling", "str", key="config"), _rj("val_files_k", "int"), _rj("ofi_hook", "str"),
     _rj("strategy", "str", "config.strategy", key="config"),
     _rj("aspect_ratio", "int", "config.aspect_ratio", key="config"),
+    _rj("fused_kernels", "str", "config.fused_kernels", key="config"),  # --fused_kernels: other kernels
     *(Column(f"phase_{m}_s", "float", "events", "median", breakdown.LABELS[m], "s", "1")
       for m in breakdown.MILESTONES[1:]),
     *(Column(f"step_{k}", "float", "events", "median", f"{SPLIT_LABELS[k]} ms", "ms", "1") for k in SPLIT),

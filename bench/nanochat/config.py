@@ -105,6 +105,8 @@ class TrainConfig(RunSettings):
     fp8: bool = _f(False, "FP8 matmuls (tensorwise scaling, e4m3 forward, e5m2 gradients) for the blocks' Linears; "
                           "needs a GPU of compute capability 8.9+ (bench/nanochat/fp8.py)")
     fp8_lm_head: bool = _f(False, "FP8 matmuls for lm_head too (alone, or with --fp8)")
+    fused_kernels: bool = _f(False, "rotary + QK norm as one hand-written Triton kernel, forward and backward "
+                                    "(bench/nanochat/fused.py); needs a CUDA GPU")
 
     def validate(self) -> None:
         if self.core_metric_every > 0:

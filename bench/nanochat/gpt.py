@@ -84,7 +84,14 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> t
     return torch.cat([y1, y2], 3).to(x.dtype)
 
 
+def rotary_then_norm(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary first, then QK norm, as upstream (bench/nanochat/fused.py has both in one kernel)."""
+    return norm(apply_rotary_emb(x, cos, sin))
+
+
 class CausalSelfAttention(nn.Module):
+    rotary_norm = staticmethod(rotary_then_norm)  # --fused_kernels swaps in its kernel per instance
+
     def __init__(self, config: GPTConfig, layer_idx: int = 0):
         super().__init__()
         self.layer_idx = layer_idx  # this layer's slot in an inference KV cache
@@ -104,8 +111,7 @@ class CausalSelfAttention(nn.Module):
         k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
         v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
         cos, sin = cos_sin
-        q, k = apply_rotary_emb(q, cos, sin), apply_rotary_emb(k, cos, sin)  # rotary first ...
-        q, k = norm(q), norm(k)  # ... then QK norm
+        q, k = self.rotary_norm(q, cos, sin), self.rotary_norm(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
         if kv_cache is None:
             y = causal_attention(q, k, v, enable_gqa=self.n_head != self.n_kv_head)

@@ -56,6 +56,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     """The whole pretraining run; returns its summary figures, status and message (stagerun's contract)."""
     from bench.nanochat.dataloader import build_loader  # the data half of the workload
     from bench.nanochat.fp8 import apply_fp8
+    from bench.nanochat.fused import apply_fused_kernels
     from bench.nanochat.tokbin import vocabulary
 
     # ----------------------------------------------------------------------------------------------
@@ -118,6 +119,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
         del model_state
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
     apply_fp8(orig_model, config.fp8, config.fp8_lm_head, device, log=print0)  # before compile and sharding
+    apply_fused_kernels(orig_model, config.fused_kernels, device, log=print0)
     strategy = Strategy.parse(config.strategy)  # zero2, or FSDP2 sharding, checkpointing, offload
     model = parallelize(orig_model, strategy, device, compile=device_type == "cuda")
     print0(f"Memory strategy: {strategy.name}")

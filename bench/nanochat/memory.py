@@ -51,6 +51,7 @@ class MemoryPoint:
     compiled: bool = False
     grad_accum: int = 1
     fp8: bool = False  # --fp8: the blocks save FP8 copies of their matmul inputs for backward
+    fused_kernels: bool = False  # --fused_kernels: rotary + QK norm saves only its output for backward
 
 
 @dataclass
@@ -151,7 +152,8 @@ def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
 
     # backward pass
     blk = sum(r * c for r, c in matrices[:6])  # one block's parameters
-    act = k["act_bytes_per_token_layer_dim"] - (k.get("fp8_act_bytes_saved_per_token_layer_dim", 0) if p.fp8 else 0)
+    act = (k["act_bytes_per_token_layer_dim"] - (k.get("fp8_act_bytes_saved_per_token_layer_dim", 0) if p.fp8 else 0)
+           - (k.get("fused_act_bytes_saved_per_token_layer_dim", 0) if p.fused_kernels else 0))
     if s.ac:
         acts = tokens * d * (L * k["ac_saved_bytes_per_token_layer_dim"] + act)
     else:

@@ -45,10 +45,8 @@ def register(subparsers) -> None:
                                           "--batch=8 --seq-tile=64",
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
-                   help="nanochat: pre-training, bench/nanochat under torchrun; base_loss, base_eval, mid_train, "
-                        "chat_sft, chat_eval: a later stage of the speedrun, from the checkpoint the stage before "
-                        "left (python -m bench.nanochat.<stage> --help); nntile: NNTile's GPT-2 on StarPU in the "
-                        "NNTile interpreter (default: nanochat)")
+                   help=f"{workloads.summaries()} (default: {workloads.DEFAULT}; a stage's flags: "
+                        "python -m bench.nanochat.<stage> --help)")
     t.add_argument("--python", default=None, help="the workload's interpreter (default: this one for nanochat; for "
                    "nntile $NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
     t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1; nntile: 1)")

@@ -38,6 +38,11 @@ def names() -> list[str]:
     return list(_MODULES)
 
 
+def summaries() -> str:
+    """Every workload's name and summary, for `--workload`'s help."""
+    return "; ".join(f"{name}: {get(name).summary}" for name in _MODULES)
+
+
 def get(name: str):
     """The workload called `name`; an unknown name is a ConfigError listing the valid ones."""
     if name not in _MODULES:

@@ -109,6 +109,7 @@ class Settings:
 
 class Workload:
     name = ""  # the command line's name (`--workload NAME`)
+    summary = ""  # what it runs, in a few words: its line in `--workload`'s help
     run_workload = ""  # run.json's `workload`: part of the key under which the analysis compares runs
     # its columns in the plan's table, after ranks: (header, key in PointPlan.columns, format)
     PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()

@@ -24,6 +24,7 @@ def prompts_per_example() -> dict[str, int]:
 
 class BaseEval(TorchrunStage):
     name = "base_eval"
+    summary = "the CORE metric of a base checkpoint"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_eval"
     parser = "bench.nanochat.base_eval:parse"

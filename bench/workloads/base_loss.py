@@ -27,6 +27,7 @@ def round_split_tokens(split_tokens: int, per_step: int) -> tuple[int, str]:
 
 class BaseLoss(TorchrunStage):
     name = "base_loss"
+    summary = "train and val bits per byte of a base checkpoint"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_loss"
     parser = "bench.nanochat.base_loss:parse"

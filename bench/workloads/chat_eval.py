@@ -26,6 +26,7 @@ def decode_tokens_per_rank(config, ranks: int) -> tuple[int, int]:
 
 class ChatEval(TorchrunStage):
     name = "chat_eval"
+    summary = "chat evaluation of a mid or SFT checkpoint"
     run_workload = RUN_WORKLOAD
     staging = CHAT_DATA
     module = "bench.nanochat.chat_eval"

@@ -26,6 +26,7 @@ SFT_TRAIN_ROWS = 22_439  # upstream's SFT mixture on the real data (speedrun rep
 
 class ChatSFT(TorchrunStage):
     name = "chat_sft"
+    summary = "SFT from a mid-training checkpoint"
     run_workload = RUN_WORKLOAD
     staging = CHAT_DATA
     module = "bench.nanochat.chat_sft"

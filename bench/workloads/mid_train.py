@@ -24,6 +24,7 @@ from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 class MidTrain(TorchrunStage):
     name = "mid_train"
+    summary = "mid-training from a base checkpoint"
     run_workload = "nanochat-mid"  # run.json's workload
     staging = CHAT_DATA
     module = "bench.nanochat.mid_train"

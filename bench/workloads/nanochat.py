@@ -69,6 +69,7 @@ def val_files_k(config, data, ranks: int) -> tuple[int | None, str]:
 
 class Nanochat(TorchrunStage):
     name = "nanochat"
+    summary = "pre-training, bench/nanochat under torchrun"
     run_workload = NANOCHAT_WORKLOAD
     # (table header, plan column, format)
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),

@@ -65,6 +65,7 @@ def starpu_env(base_dir: str | None = None) -> dict[str, str]:
 
 class NNTile(Workload):
     name = "nntile"
+    summary = "NNTile's GPT-2 on StarPU, in the NNTile interpreter"
     run_workload = WORKLOAD_NAME
 
     def check(self, argv: list[str], nproc: int) -> None:

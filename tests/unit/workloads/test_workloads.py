@@ -122,3 +122,19 @@ def test_takes_depth_says_what_the_workloads_parser_accepts(name):
         assert "unknown argument(s): '--depth=2'" in str(e)
         accepted = False
     assert accepted == workload.takes_depth
+
+
+def test_train_help_names_every_workload_with_its_summary():
+    """`--workload`'s help is generated from the registry: a new workload or stage appears with its own line."""
+    import contextlib
+    import io
+
+    from bench import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(out.getvalue().split())
+    for name in workloads.names():
+        summary = workloads.get(name).summary
+        assert summary and f"{name}: {' '.join(summary.split())}" in text

@@ -17,8 +17,9 @@ The step's floor, from the shapes of the real model (bench.nanochat.gpt):
 A micro-step's matmuls, attention and loss add to the time a perfect fusion of everything else would
 take; the elementwise rows say how far a faster kernel for each piece could go without fusing it into a
 matmul. `--fused` times the hand-written kernel of `--fused_kernels` (bench/nanochat/fused.py) the same
-way beside compile's, and checks both against an fp32 reference. Times are medians of CUDA-event timings after warm-up; the elementwise pieces', the profiler's sum
-of their kernels' time (a piece this small, timed between events, would count the host's launch gaps too).
+way beside compile's, and checks both against an fp32 reference. Times are medians of CUDA-event timings
+after warm-up; the elementwise pieces', the profiler's sum of their kernels' time (a piece this small, timed
+between events, would count the host's launch gaps too).
 """
 
 import argparse

@@ -38,7 +38,21 @@ def grads(fn, inputs, grad_out):
     return out.float(), x.grad.float()
 
 
-@pytest.mark.parametrize("B, T, H, D, offset", [(2, 37, 3, 16, 5), (1, 1, 1, 8, 0), (3, 8, 2, 64, 11), (2, 5, 2, 12, 1)])
+def nonzero_model():
+    torch.manual_seed(0)
+    model = build_model(GPTConfig(sequence_len=16, vocab_size=64, n_layer=2, n_head=2, n_kv_head=2, n_embd=32), "cpu")
+    for p in model.parameters():  # no zero-initialised projections: every matrix gets a gradient at once
+        torch.nn.init.normal_(p, std=0.1)
+    return model
+
+
+def fixed_batch():
+    x = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    return x, torch.roll(x, -1, 1)
+
+
+@pytest.mark.parametrize("B, T, H, D, offset",
+                         [(2, 37, 3, 16, 5), (1, 1, 1, 8, 0), (3, 8, 2, 64, 11), (2, 5, 2, 12, 1)])
 def test_rotary_norm_matches_rotary_then_norm(interpreted, B, T, H, D, offset):
     """Rows not a multiple of the kernel's block, a cos/sin window past position 0 (a KV cache's), a head dim
     whose half is no power of two (d3's 96)."""
@@ -65,18 +79,11 @@ def test_rotary_norm_in_bf16_rounds_once(interpreted):
 
 def test_a_model_with_fused_kernels_trains_as_without(interpreted):
     """The same weights and batch: the same loss and gradients with the kernel swapped in."""
-    torch.manual_seed(3)
-    config = GPTConfig(sequence_len=16, vocab_size=64, n_layer=2, n_head=2, n_kv_head=2, n_embd=32)
-    plain, swapped = build_model(config, "cpu"), build_model(config, "cpu")
-    swapped.load_state_dict(plain.state_dict())
-    for p in list(plain.parameters()) + list(swapped.parameters()):
-        torch.nn.init.normal_(p, std=0.1)  # the zero-initialised projections would hide the MLP's gradient
-    swapped.load_state_dict(plain.state_dict())
+    plain, swapped = nonzero_model(), nonzero_model()
     messages = []
     fused.apply_fused_kernels(swapped, True, torch.device("cpu"), log=messages.append)
     assert messages and "Fused kernels" in messages[0]
-    idx, targets = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
-    loss_plain, loss_swapped = plain(idx, targets), swapped(idx, targets)
+    loss_plain, loss_swapped = plain(*fixed_batch()), swapped(*fixed_batch())
     loss_plain.backward()
     loss_swapped.backward()
     torch.testing.assert_close(loss_swapped, loss_plain, rtol=1e-5, atol=1e-6)
@@ -154,3 +161,46 @@ def test_trainer_refuses_the_flag_on_cpu_with_one_line(tmp_path):
     assert proc.returncode != 0
     assert "--fused_kernels: it needs a CUDA GPU (this run is on cpu" in text and "Traceback" not in text
     assert json.loads((run_dir / "run.json").read_text())["config"]["fused_kernels"] is True
+
+
+def fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One of two gloo ranks: the model with the kernel, sharded by FSDP2 with activation checkpointing."""
+    import torch.distributed as dist
+
+    from bench.nanochat.parallel import Strategy, parallelize
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        model = nonzero_model()
+        fused.apply_fused_kernels(model, True, torch.device("cpu"), log=lambda *_: None)
+        sharded = parallelize(model, Strategy.parse("fsdp+ac"), torch.device("cpu"))
+        loss = sharded(*fixed_batch())
+        loss.backward()
+        grads = {n.replace("._checkpoint_wrapped_module", ""): p.grad.full_tensor().detach().clone()
+                 for n, p in model.named_parameters()}
+        if rank == 0:
+            torch.save({"loss": loss.item(), "grads": grads}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo ranks on Linux")
+def test_under_fsdp_with_checkpointing_it_trains_as_the_plain_model(interpreted, tmp_path):
+    """Two ranks (the same batch on each, so the averaged gradient is one process's), blocks re-run in
+    backward (+ac): the sharded model with the kernel gives the plain unsharded model's loss and gradients."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "rank0.pt")
+    mp.spawn(fsdp_worker, args=(2, port, out), nprocs=2, join=True)
+    sharded = torch.load(out)
+    plain = nonzero_model()
+    loss = plain(*fixed_batch())
+    loss.backward()
+    assert sharded["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    for name, p in plain.named_parameters():
+        torch.testing.assert_close(sharded["grads"][name], p.grad, rtol=1e-4, atol=1e-6, msg=name)

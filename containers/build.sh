@@ -16,6 +16,9 @@ base=
 local=0
 while (($#)); do
     case $1 in
+        --target | --tag | --base)
+            (($# >= 2)) || { echo "build.sh: $1 needs a value (--target full|deps, --tag NAME:TAG, --base IMAGE)" >&2
+                             exit 2; } ;;&
         --target) target=$2; shift 2 ;;
         --tag) tag=$2; shift 2 ;;
         --base) base=$2; shift 2 ;;

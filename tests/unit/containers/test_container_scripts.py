@@ -1,4 +1,4 @@
-"""The container scripts' command lines: a bad argument is one line naming it.
+"""The container scripts' command lines: --help prints the usage and runs nothing, a bad argument is one line.
     python -m pytest tests/unit/containers/test_container_scripts.py -q
 Every tool the scripts call (podman, enroot, apptainer, sarus, ...) is a stub that records its call.
 """
@@ -12,6 +12,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 CONTAINERS = REPO / "containers"
 TOOLS = ["podman", "podman-hpc", "docker", "enroot", "apptainer", "sarus", "sarusctl", "debootstrap", "lfs"]
+# Scripts that take arguments, with a usage line each shows in its --help.
+SCRIPTS = ["build.sh", "apptainer-build.sh", "enroot-import.sh", "podman-hpc.sh", "sarus-load.sh",
+           "sarus-suite-migrate.sh", "standin-base.sh"]
 
 
 @pytest.fixture
@@ -29,6 +32,20 @@ def run(tmp_path):
                              timeout=60, cwd=tmp_path)
         return out, calls.read_text() if calls.exists() else ""
     return _run
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_prints_the_usage_and_runs_nothing(run, script):
+    out, calls = run(script, "--help")
+    assert out.returncode == 0, out.stderr
+    assert f"containers/{script}" in out.stdout and calls == ""
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_unknown_option_is_one_line_naming_it(run, script):
+    out, calls = run(script, "--bogus")
+    assert out.returncode == 2 and calls == ""
+    assert out.stderr.count("\n") == 1 and f"{script}: " in out.stderr and "'--bogus'" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("flag", ["--target", "--tag", "--base"])

@@ -35,8 +35,16 @@ def installed(name: str) -> bool:
 def main(argv: list[str]) -> int:
     if not argv:
         sys.exit(__doc__)
-    with open(argv[0], "rb") as f:
-        project = tomllib.load(f)["project"]
+    try:
+        with open(argv[0], "rb") as f:
+            project = tomllib.load(f)["project"]
+    except OSError as e:
+        sys.exit(f"missing-requirements: {argv[0]} cannot be read: {e.strerror or e}; "
+                 "give the project's pyproject.toml")
+    except tomllib.TOMLDecodeError as e:
+        sys.exit(f"missing-requirements: {argv[0]} is not TOML ({e}); give the project's pyproject.toml")
+    except KeyError:
+        sys.exit(f"missing-requirements: {argv[0]} has no [project] table; give the project's pyproject.toml")
     requirements = list(project.get("dependencies", []))
     for extra in argv[1:]:
         if extra not in project.get("optional-dependencies", {}):

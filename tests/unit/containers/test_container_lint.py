@@ -75,3 +75,17 @@ def test_missing_requirements_keeps_installed_packages(tmp_path):
 def test_missing_requirements_names_a_bad_extra(tmp_path):
     out = _missing(tmp_path, [], "nope")
     assert out.returncode != 0 and "no extra 'nope'" in out.stderr and "valid: extra" in out.stderr
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (None, "cannot be read"), ("x = \n", "is not TOML"), ("[tool.x]\n", "has no [project] table"),
+])
+def test_missing_requirements_names_an_unreadable_pyproject(tmp_path, text, fragment):
+    path = tmp_path / "pyproject.toml"
+    if text is not None:
+        path.write_text(text)
+    out = subprocess.run([sys.executable, str(REPO / "containers" / "missing-requirements.py"), str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"missing-requirements: {path} ")
+    assert fragment in out.stderr

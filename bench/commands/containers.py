@@ -140,17 +140,25 @@ def parse_edf_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _write(path: str, text: str) -> None:
+    try:
+        write_text_atomic(path, text)
+    except OSError as e:
+        raise ConfigError(f"cannot write EDF {path}: {e.strerror or e}; it must be a file in a writable directory") \
+            from e
+
+
 def run(args: argparse.Namespace) -> int:
     if args.regenerate:
         if args.image or args.output:
             raise ConfigError("--regenerate takes only file names; the flags come from each file's header")
         for path in args.regenerate:
-            write_text_atomic(path, render(parse_edf_args(header_argv(path))))
+            _write(path, render(parse_edf_args(header_argv(path))))
             print(f"regenerated {path}", file=sys.stderr)
         return 0
     text = render(args)
     if args.output:
-        write_text_atomic(args.output, text)
+        _write(args.output, text)
     else:
         sys.stdout.write(text)
     return 0

@@ -123,3 +123,13 @@ def test_regenerate_of_a_file_that_is_not_utf8_is_one_clear_line(tmp_path, capsy
     assert main(["edf", "--regenerate", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and str(path) in err
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+def test_an_output_that_cannot_be_written_is_one_clear_line(tmp_path, capsys, where):
+    (tmp_path / "file").write_text("")
+    out = tmp_path if where == "a directory" else tmp_path / "file" / "e.toml"
+    assert main(["edf", "--image", "/x/ok.sqsh", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write EDF {out}: ") and err.count("\n") == 1, err
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -2,7 +2,8 @@
 # Loads the built image into Sarus (classic) from a `docker save` archive, for `srun sarus run`.
 # With a registry, `sarus pull REGISTRY/nanochat-bench:TAG` on a compute node does the same.
 #   containers/sarus-load.sh                  nanochat-bench:latest
-# Then: srun sarus run --mount=type=bind,source=$SCRATCH,destination=$SCRATCH nanochat-bench:latest nanochat-bench ...
+# Then: srun sarus run --mount=type=bind,source=$SCRATCH,destination=$SCRATCH load/library/nanochat-bench:latest \
+#     nanochat-bench ...   (`sarus load` names the image load/library/NAME:TAG, the runtime's default)
 set -euo pipefail
 case ${1:-} in
     -h | --help) sed -n '2,/^set -/s/^# \{0,1\}//p' "$0"; exit 0 ;;

@@ -148,6 +148,8 @@ def write_shard(path: Path, docs: list[str], row_group_size: int = 1024, metadat
     table = pa.table({TEXT_COLUMN: pa.array(docs, type=pa.string())})
     if metadata:
         table = table.replace_schema_metadata(metadata)
+    # a row group holds at most the shard's documents; capping says so to pyarrow, which overflows on a huge size
+    row_group_size = min(row_group_size, max(len(docs), 1))
     with atomic_target(path) as tmp:
         pq.write_table(table, tmp, row_group_size=row_group_size, compression="zstd", compression_level=3,
                        use_dictionary=False, write_statistics=False)

@@ -31,6 +31,13 @@ def test_generate_rejects_bad_sizes(tmp_path):
         dataset.generate_shards(1, 0, out_dir=tmp_path)
 
 
+def test_generate_takes_a_row_group_larger_than_any_shard(tmp_path):
+    """A row group beyond the shard's documents is the whole shard, however large the number (pyarrow takes
+    it as a C long: 10**21 was an OverflowError traceback)."""
+    paths = dataset.generate_shards(1, 5, row_group_size=10**21, out_dir=tmp_path)
+    assert pq.ParquetFile(paths[0]).metadata.num_row_groups == 1
+
+
 def test_corpus_documents_are_offline_text():
     docs = corpus.documents(50, seed=3)
     assert docs == corpus.documents(50, seed=3)

@@ -26,6 +26,9 @@ SPLITS = ("train", "val")
 FIX_DATA = "run `nanochat-bench data generate` (offline) or `nanochat-bench data download -n N`"
 
 
+MAX_SHARDS = 100_000  # shard_name's 5 digits: beyond, names no longer sort in index order (the split's rule)
+
+
 def shard_name(index: int) -> str:
     return f"shard_{index:05d}.parquet"
 
@@ -174,6 +177,9 @@ def generate_shards(
                         ("--row-group-size", row_group_size)):
         if value < 1:
             raise ConfigError(f"{flag}={value}: must be >= 1")
+    if num_shards > MAX_SHARDS:
+        raise ConfigError(f"--shards={num_shards}: at most {MAX_SHARDS} (shard files are named with 5 digits, "
+                          f"and the split takes them in name order)")
     out = _resolve_dir(out_dir)
     paths = [out / shard_name(i) for i in range(num_shards)]
     recipes = [data_origin.generated_recipe(i, docs_per_shard, row_group_size) for i in range(num_shards)]

@@ -31,6 +31,14 @@ def test_generate_rejects_bad_sizes(tmp_path):
         dataset.generate_shards(1, 0, out_dir=tmp_path)
 
 
+def test_generate_refuses_more_shards_than_names_sort(tmp_path):
+    """shard_100000 would sort before shard_10001 (names have 5 digits), and 10**8 shards sat for minutes
+    building their list before writing anything."""
+    with pytest.raises(ConfigError, match=r"--shards=100000000: at most 100000"):
+        dataset.generate_shards(10**8, 1, out_dir=tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
 def test_generate_takes_a_row_group_larger_than_any_shard(tmp_path):
     """A row group beyond the shard's documents is the whole shard, however large the number (pyarrow takes
     it as a C long: 10**21 was an OverflowError traceback)."""

@@ -38,6 +38,9 @@ SPECIAL_TOKENS = [
 TRAINERS = ("auto", "rustbpe", "hf")
 TOKENIZER_PKL = "tokenizer.pkl"
 TOKEN_BYTES_PT = "token_bytes.pt"
+# Far above any LLM's vocabulary (GPT-4's is ~100k); HF's trainer aborts the process on sizes near 2^30 and
+# rustbpe overflows at 2^32, after all the text was read
+MAX_VOCAB = 1 << 24
 FIX_TOKENIZER = "run `nanochat-bench tokenizer train` (after `nanochat-bench data generate` or `data download`)"
 
 
@@ -129,6 +132,11 @@ def train_tokenizer(
     if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
         raise ConfigError(f"--vocab_size={vocab_size}: must be at least {256 + len(SPECIAL_TOKENS) + 1} "
                           f"(256 byte tokens, >= 1 merge, {len(SPECIAL_TOKENS)} special tokens)")
+    if vocab_size > MAX_VOCAB:
+        raise ConfigError(f"--vocab_size={vocab_size}: must be at most {MAX_VOCAB:,} (upstream's is 65,536)")
+    for flag, value in (("--max_chars", max_chars), ("--doc_cap", doc_cap)):
+        if value < 1:  # a negative --doc_cap would cut the end off each document, silently
+            raise ConfigError(f"{flag}={value}: must be >= 1 (characters)")
     if texts is None:
         from bench.nanochat.dataset import parquets_iter_batched
 

@@ -5,7 +5,7 @@ import pickle
 import pytest
 import torch
 
-from bench.errors import DataError
+from bench.errors import ConfigError, DataError
 from bench.nanochat import corpus, tokenizer
 
 TEXTS = ["Hello world!", "déjà vu — naïve café", "한국어 텍스트", "x = 12345 + 0.5\n\n\tdef f(): return 'a'\r\n",
@@ -80,6 +80,18 @@ def test_too_little_text_for_the_vocab(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="allows only .* merges.*--vocab_size=65536"):
         tokenizer.train_tokenizer(vocab_size=65536, texts=["tiny text, few pairs"])
     assert not (tmp_path / "tokenizer" / "tokenizer.pkl").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(max_chars=0), "--max_chars=0: must be >= 1"),
+    (dict(doc_cap=-100), "--doc_cap=-100: must be >= 1"),  # was silent: each document less its last 100 chars
+    (dict(vocab_size=99_999_999_999), "--vocab_size=99999999999: must be at most"),  # was an OverflowError
+])
+def test_out_of_range_flags_are_refused_before_reading(flags, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=message):
+        tokenizer.train_tokenizer(**{"vocab_size": 300, **flags}, texts=corpus.documents(20, seed=1), trainer="hf")
+    assert not (tmp_path / "tokenizer").exists()
 
 
 def test_max_chars_and_doc_cap_bound_the_text():

@@ -13,6 +13,7 @@ tiktoken downloads them otherwise; <|endoftext|> after each document, as NanoGPT
 Each file is written to a temp file and renamed, so a reader never sees half a split.
 """
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -98,14 +99,20 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
     out = Path(out_dir) if out_dir else default_dir()
     k = dataset.resolve_val_files_k()
     splits = {}
-    for split in dataset.SPLITS:
-        files = dataset.split_files(split, k)
-        n = _write_split(out / f"{split}.bin", dataset.parquets_iter_batched(split), encode, max_tokens)
-        splits[split] = {"tokens": n, "files": [p.name for p in files]}
-    with atomic_target(out / TOKEN_BYTES_NPY) as tmp, open(tmp, "wb") as f:
-        np.save(f, np.asarray(token_bytes, dtype=np.int32))
-    write_json_atomic(out / META_JSON, {**meta, **_identity(tokenizer), "splits": splits, "val_files_k": k,
-                                        "dtype": "uint16"})
+    try:
+        for split in dataset.SPLITS:
+            files = dataset.split_files(split, k)
+            n = _write_split(out / f"{split}.bin", dataset.parquets_iter_batched(split), encode, max_tokens)
+            splits[split] = {"tokens": n, "files": [p.name for p in files]}
+        with atomic_target(out / TOKEN_BYTES_NPY) as tmp, open(tmp, "wb") as f:
+            np.save(f, np.asarray(token_bytes, dtype=np.int32))
+        write_json_atomic(out / META_JSON, {**meta, **_identity(tokenizer), "splits": splits, "val_files_k": k,
+                                            "dtype": "uint16"})
+    except OSError as e:  # a file in the way of --out, a read-only or full file system
+        in_the_way = e.errno in (errno.EEXIST, errno.ENOTDIR)
+        reason = "a file of that name is in the way, not a directory" if in_the_way else dataset.os_reason(e)
+        raise DataError(f"data bin: cannot write into {out}: {reason}; give --out a writable directory with "
+                        f"free space") from None
     return out
 
 

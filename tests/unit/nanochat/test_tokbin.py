@@ -82,3 +82,13 @@ def test_gpt2_offline_is_one_clear_error(base_dir_env, tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert err.startswith("error: --tokenizer gpt2: GPT-2's BPE files are not available offline")
     assert not (tmp_path / "g" / "train.bin").exists()
+
+
+def test_an_out_that_cannot_be_written_is_one_line(base_dir_env, tmp_path, capsys):
+    """--out naming a file (or a place that cannot be made) was a FileExistsError traceback."""
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("kept\n")
+    assert main(["data", "bin", "--out", str(in_the_way)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: data bin: cannot write into {in_the_way}") and "--out" in err[0]
+    assert in_the_way.read_text() == "kept\n"

@@ -31,7 +31,7 @@ import tenacity
 import urllib3
 from tqdm import tqdm
 
-from bench.errors import ConfigError, DataError
+from bench.errors import ConfigError, DataError, first_line
 from bench.nanochat import data_origin
 from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
 
@@ -103,6 +103,9 @@ def check_reachable(url: str, timeout: tuple[float, float], fix: str, tries: int
         try:
             requests.head(url, timeout=timeout, allow_redirects=True)
             return
+        except (requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema,
+                requests.exceptions.InvalidURL) as e:  # no request can be made of it: every retry would fail alike
+            raise ConfigError(f"cannot reach {url}: not an http(s) URL ({first_line(e)}); {fix}") from None
         except requests.RequestException as e:
             why = no_answer(e)
             if why is None:

@@ -231,6 +231,16 @@ def test_unresolvable_host_stops_at_once(tmp_path, monkeypatch, capsys):
     assert "does not resolve" in err[0] and "NANOCHAT_DATA_URL" in err[0]
 
 
+@pytest.mark.parametrize("url", ["mirror.example/fineweb", "ftp://mirror.example/fineweb"])
+def test_a_url_that_is_not_http_stops_at_once(url, tmp_path, monkeypatch, capsys):
+    """A --url without http(s):// was retried as network trouble: 30 s for every shard, then a line each."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    rc, err, took = run_cli(["data", "download", "-n", "240", "-w", "8", "--url", url], capsys)
+    assert rc == 1 and took < 5
+    assert len(err) == 1 and err[0].startswith(f"error: cannot reach {url}/shard_00000.parquet: not an http")
+    assert "--url" in err[0] and not (tmp_path / "base_data").exists()
+
+
 def test_silent_mirror_is_bounded_by_the_read_timeout(silent_url, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
     rc, err, took = run_cli(["data", "download", "-n", "240", "-w", "8", "--url", silent_url, "--timeout", "1"],

@@ -39,3 +39,16 @@ def test_user_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
     assert "0 shard file(s)" in capsys.readouterr().err
     assert main(["data", "generate", "--shards", "0"]) == 1
     assert "--shards=0: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_base_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
+    """A file where NANOCHAT_BASE_DIR points was a FileExistsError traceback from every data and tokenizer command."""
+    in_the_way = tmp_path / "base"
+    in_the_way.write_text("kept\n")
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(in_the_way))
+    for argv in (["data", "info"], ["data", "generate", "--shards", "2"], ["tokenizer", "eval"]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: the base directory {in_the_way} (NANOCHAT_BASE_DIR) cannot be used: a file of that "
+                       f"name is in the way, not a directory; set NANOCHAT_BASE_DIR to a writable directory"]
+    assert in_the_way.read_text() == "kept\n"

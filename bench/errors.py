@@ -39,13 +39,19 @@ class RunDirError(BenchError):
     """A run directory cannot be created or written (read-only, full, not a directory)."""
 
 
+def os_reason(e: OSError) -> str:
+    """An OSError's reason in words: `No space left on device (disk full)`, or that a file is in the way of a
+    directory. pyarrow's errors carry no errno, so a full disk is also read from the words."""
+    if e.errno in (errno.EEXIST, errno.ENOTDIR):
+        return "a file of that name is in the way, not a directory"
+    reason = e.strerror or str(e)
+    full = e.errno == errno.ENOSPC or "No space left on device" in reason
+    return f"{reason} (disk full)" if full else reason
+
+
 def run_dir_error(run_dir, e: OSError) -> RunDirError:
     """`the run directory /x/run cannot be written: No space left on device (disk full)`."""
-    reason = e.strerror or str(e)
-    if e.errno == errno.ENOSPC:
-        reason += " (disk full)"
-    elif e.errno in (errno.EEXIST, errno.ENOTDIR):
-        reason = "a file of that name is in the way, not a directory"
+    reason = os_reason(e)
     where = f" ({e.filename})" if e.filename and str(e.filename) != str(run_dir) else ""
     return RunDirError(f"the run directory {run_dir} cannot be written: {reason}{where}")
 

@@ -1,6 +1,5 @@
 """Small things every part of the workload uses: the base directory, rank-0 printing, dist info."""
 
-import errno
 import os
 import queue
 import sys
@@ -9,7 +8,7 @@ import time
 from pathlib import Path
 
 from bench import paths
-from bench.errors import ConfigError
+from bench.errors import ConfigError, os_reason
 
 
 def get_base_dir() -> Path:
@@ -18,9 +17,7 @@ def get_base_dir() -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # every command lives under it: one line, not a traceback
-        in_the_way = e.errno in (errno.EEXIST, errno.ENOTDIR)
-        reason = "a file of that name is in the way, not a directory" if in_the_way else (e.strerror or str(e))
-        raise ConfigError(f"the base directory {path} ({paths.ENV_BASE_DIR}) cannot be used: {reason}; set "
+        raise ConfigError(f"the base directory {path} ({paths.ENV_BASE_DIR}) cannot be used: {os_reason(e)}; set "
                           f"{paths.ENV_BASE_DIR} to a writable directory") from None
     return path
 

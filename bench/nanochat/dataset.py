@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.errors import ConfigError, DataError
+from bench.errors import ConfigError, DataError, os_reason
 from bench.nanochat.common import get_base_dir
 from bench.contract import ENV_VAL_FILES_K, atomic_target
 
@@ -211,10 +211,3 @@ def generate_shards(
     return paths
 
 
-def os_reason(e: OSError) -> str:
-    """`No space left on device (disk full)`: an OSError's reason in words (pyarrow's carry no errno)."""
-    import errno
-
-    reason = e.strerror or str(e)
-    full = e.errno == errno.ENOSPC or "No space left on device" in reason
-    return f"{reason} (disk full)" if full else reason

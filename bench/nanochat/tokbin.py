@@ -13,14 +13,13 @@ tiktoken downloads them otherwise; <|endoftext|> after each document, as NanoGPT
 Each file is written to a temp file and renamed, so a reader never sees half a split.
 """
 
-import errno
 import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from bench.errors import ConfigError, DataError
+from bench.errors import ConfigError, DataError, os_reason
 from bench.contract import atomic_target, write_json_atomic
 
 TOKENIZERS = ("nanochat", "gpt2")
@@ -109,9 +108,7 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
         write_json_atomic(out / META_JSON, {**meta, **_identity(tokenizer), "splits": splits, "val_files_k": k,
                                             "dtype": "uint16"})
     except OSError as e:  # a file in the way of --out, a read-only or full file system
-        in_the_way = e.errno in (errno.EEXIST, errno.ENOTDIR)
-        reason = "a file of that name is in the way, not a directory" if in_the_way else dataset.os_reason(e)
-        raise DataError(f"data bin: cannot write into {out}: {reason}; give --out a writable directory with "
+        raise DataError(f"data bin: cannot write into {out}: {os_reason(e)}; give --out a writable directory with "
                         f"free space") from None
     return out
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from bench.errors import ConfigError, DataError, first_line
+from bench.errors import ConfigError, DataError, first_line, os_reason
 from bench.nanochat.common import get_base_dir
 
 SPLIT_PATTERN = (
@@ -211,8 +211,6 @@ def save_tokenizer(encoding, directory: Path | None = None) -> Path:
         for name in (TOKEN_BYTES_PT, TOKENIZER_PKL):
             os.replace(staging / name, directory / name)
     except OSError as e:
-        from bench.nanochat.dataset import os_reason
-
         raise DataError(f"cannot write the tokenizer into {directory}: {os_reason(e)}; the tokenizer there before "
                         f"(if any) is unchanged; free space there or set NANOCHAT_BASE_DIR to another directory, "
                         f"then run `nanochat-bench tokenizer train` again") from None

@@ -10,11 +10,13 @@
 Tokenizers: `nanochat` (ours, $NANOCHAT_BASE_DIR/tokenizer; <|bos|> before each document, as the
 nanochat loader does) or `gpt2` (GPT-2's BPE through tiktoken, only where its files are already cached:
 tiktoken downloads them otherwise; <|endoftext|> after each document, as NanoGPT's prepare.py).
-Each file is written to a temp file and renamed, so a reader never sees half a split.
+Each file is written to a temp file; all are renamed into place once every one is written, meta.json last,
+so a reader never sees half a split, nor the splits of two runs (a run that fails part-way replaces nothing).
 """
 
 import json
 import os
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -69,10 +71,10 @@ def load_tokenizer(name: str):
     raise ConfigError(f"--tokenizer {name!r}: valid: {', '.join(TOKENIZERS)}")
 
 
-def _write_split(path: Path, batches, encode, max_tokens: int | None) -> int:
+def _write_split(path: str, batches, encode, max_tokens: int | None) -> int:
     """Tokenize row groups into `path` until they or max_tokens run out; the number of tokens written."""
     written = 0
-    with atomic_target(path) as tmp, open(tmp, "wb") as f:
+    with open(path, "wb") as f:
         for texts in batches:
             ids = np.fromiter((t for doc in encode(texts) for t in doc), dtype=np.uint16)
             if max_tokens is not None:
@@ -99,12 +101,14 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
     k = dataset.resolve_val_files_k()
     splits = {}
     try:
-        for split in dataset.SPLITS:
-            files = dataset.split_files(split, k)
-            n = _write_split(out / f"{split}.bin", dataset.parquets_iter_batched(split), encode, max_tokens)
-            splits[split] = {"tokens": n, "files": [p.name for p in files]}
-        with atomic_target(out / TOKEN_BYTES_NPY) as tmp, open(tmp, "wb") as f:
-            np.save(f, np.asarray(token_bytes, dtype=np.int32))
+        with ExitStack() as renames:  # each temp file renamed into place when the block ends cleanly, not before
+            for split in dataset.SPLITS:
+                files = dataset.split_files(split, k)
+                tmp = renames.enter_context(atomic_target(out / f"{split}.bin"))
+                n = _write_split(tmp, dataset.parquets_iter_batched(split), encode, max_tokens)
+                splits[split] = {"tokens": n, "files": [p.name for p in files]}
+            with open(renames.enter_context(atomic_target(out / TOKEN_BYTES_NPY)), "wb") as f:
+                np.save(f, np.asarray(token_bytes, dtype=np.int32))
         write_json_atomic(out / META_JSON, {**meta, **_identity(tokenizer), "splits": splits, "val_files_k": k,
                                             "dtype": "uint16"})
     except OSError as e:  # a file in the way of --out, a read-only or full file system

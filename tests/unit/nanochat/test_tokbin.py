@@ -1,6 +1,6 @@
 """`nanochat-bench data bin`: the shards as flat uint16 token files, with what made them beside them.
 
-    python -m pytest tests/unit/data/test_tokbin.py -q
+    python -m pytest tests/unit/nanochat/test_tokbin.py -q
 """
 
 import json
@@ -92,3 +92,20 @@ def test_an_out_that_cannot_be_written_is_one_line(base_dir_env, tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: data bin: cannot write into {in_the_way}") and "--out" in err[0]
     assert in_the_way.read_text() == "kept\n"
+
+
+def test_a_run_that_fails_part_way_replaces_nothing(base_dir_env, tmp_path, monkeypatch):
+    """A damaged val shard found after train.bin was written: the directory keeps the last run's files, all of
+    them, never a new train.bin beside the old val.bin and meta.json."""
+    out = tokbin.write_bins(tmp_path / "bins", max_tokens=1000)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    reads = dataset.parquets_iter_batched
+
+    def damaged_val(split, *args, **kwargs):
+        if split == "val":
+            raise tokbin.DataError("shard_00002.parquet: row group 0 cannot be read")
+        return reads(split, *args, **kwargs)
+    monkeypatch.setattr(dataset, "parquets_iter_batched", damaged_val)
+    with pytest.raises(tokbin.DataError, match="row group 0 cannot be read"):
+        tokbin.write_bins(out)  # no --max-tokens: every file would differ from the first run's
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

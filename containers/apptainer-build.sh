@@ -5,13 +5,10 @@
 #   containers/apptainer-build.sh nanochat-bench-deps:latest
 # Then: srun apptainer exec --nv --no-home -B $SCRATCH/nanochat-bench/cache --env NANOCHAT_BASE_DIR=$SCRATCH/nanochat-bench/cache $IMAGE_DIR/nanochat-bench.sif nanochat-bench ...
 set -euo pipefail
-case ${1:-} in
-    -h | --help) sed -n '2,/^set -/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    -*) echo "apptainer-build.sh: unknown option '$1' (usage: containers/apptainer-build.sh [IMAGE]; --help)" >&2
-        exit 2 ;;
-esac
-(($# <= 1)) || { echo "apptainer-build.sh: one IMAGE at most, not $# arguments (see --help)" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=containers/script-args.sh
+source "$here/script-args.sh"
+script_args "$0" IMAGE "$@"
 
 image=${1:-nanochat-bench:latest}
 image_dir=${IMAGE_DIR:-${SCRATCH:-$PWD}/images}

@@ -8,12 +8,10 @@
 # what edf/nanochat-bench.toml points at. ENROOT_SQUASH_OPTIONS='-comp zstd' gives faster imports.
 set -euo pipefail
 
-case ${1:-} in
-    -h | --help) sed -n '2,/^set -/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    -*) echo "enroot-import.sh: unknown option '$1' (usage: containers/enroot-import.sh [SOURCE]; --help)" >&2
-        exit 2 ;;
-esac
-(($# <= 1)) || { echo "enroot-import.sh: one SOURCE at most, not $# arguments (see --help)" >&2; exit 2; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=containers/script-args.sh
+source "$here/script-args.sh"
+script_args "$0" SOURCE "$@"
 source=${1:-podman://nanochat-bench:latest}
 image_dir=${IMAGE_DIR:-${SCRATCH:?set SCRATCH or IMAGE_DIR}/ce-images}
 

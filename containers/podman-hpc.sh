@@ -4,13 +4,10 @@
 #   containers/podman-hpc.sh                  build + migrate nanochat-bench:latest
 #   containers/podman-hpc.sh --migrate-only   migrate an image built before
 set -euo pipefail
-case ${1:-} in
-    "" | --migrate-only) ;;
-    -h | --help) sed -n '2,/^set -/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "podman-hpc.sh: unknown argument '$1' (valid: --migrate-only, --help)" >&2; exit 2 ;;
-esac
-(($# <= 1)) || { echo "podman-hpc.sh: one argument at most, not $# (see --help)" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=containers/script-args.sh
+source "$here/script-args.sh"
+script_args "$0" --migrate-only "$@"
 image=${IMAGE:-nanochat-bench:latest}
 
 command -v podman-hpc >/dev/null || { echo "podman-hpc.sh: podman-hpc is not installed" >&2; exit 2; }

@@ -5,12 +5,10 @@
 # Then: srun sarus run --mount=type=bind,source=$SCRATCH,destination=$SCRATCH load/library/nanochat-bench:latest \
 #     nanochat-bench ...   (`sarus load` names the image load/library/NAME:TAG, the runtime's default)
 set -euo pipefail
-case ${1:-} in
-    -h | --help) sed -n '2,/^set -/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    -*) echo "sarus-load.sh: unknown option '$1' (usage: containers/sarus-load.sh [IMAGE]; --help)" >&2
-        exit 2 ;;
-esac
-(($# <= 1)) || { echo "sarus-load.sh: one IMAGE at most, not $# arguments (see --help)" >&2; exit 2; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=containers/script-args.sh
+source "$here/script-args.sh"
+script_args "$0" IMAGE "$@"
 image=${1:-nanochat-bench:latest}
 work=$(mktemp -d "${TMPDIR:-/tmp}/nanochat-bench-sarus.XXXXXX")
 trap 'rm -rf "$work"' EXIT

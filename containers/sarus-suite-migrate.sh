@@ -6,13 +6,10 @@
 # Then: nanochat-bench submit --runtimes sarus-suite ... (each sweep checks once that the image is there).
 # Sarus Suite is early access: `sarusctl migrate IMAGE` as its guide names the subcommand, not run here.
 set -euo pipefail
-case ${1:-} in
-    "" | --migrate-only) ;;
-    -h | --help) sed -n '2,/^set -/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "sarus-suite-migrate.sh: unknown argument '$1' (valid: --migrate-only, --help)" >&2; exit 2 ;;
-esac
-(($# <= 1)) || { echo "sarus-suite-migrate.sh: one argument at most, not $# (see --help)" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=containers/script-args.sh
+source "$here/script-args.sh"
+script_args "$0" --migrate-only "$@"
 image=${IMAGE:-localhost/nanochat-bench:latest}
 
 command -v sarusctl >/dev/null || { echo "sarus-suite-migrate.sh: sarusctl is not installed" >&2; exit 2; }

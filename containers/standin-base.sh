@@ -7,13 +7,10 @@
 # ~/.cache/nanochat-bench), and Podman's layer cache keeps reruns to seconds. Needs root (debootstrap).
 # Environment: TORCH_WHEEL (CPU torch wheel for Python 3.11), DEBIAN_MIRROR, STANDIN_IMAGE.
 set -euo pipefail
-case ${1:-} in
-    "") ;;
-    -h | --help) sed -n '2,/^set -/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) echo "standin-base.sh: takes no arguments, not '$1' (settings come from the environment; see --help)" >&2
-       exit 2 ;;
-esac
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=containers/script-args.sh
+source "$here/script-args.sh"
+script_args "$0" "" "$@"
 # shellcheck source=containers/podman-local.sh
 source "$here/podman-local.sh"
 

@@ -35,8 +35,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from bench.nanochat import fused  # noqa: E402
-from bench.nanochat.gpt import (GPTConfig, apply_rotary_emb, build_model, norm, rotary_then_norm,  # noqa: E402
-                                softcap_logits)
+from bench.nanochat.gpt import GPTConfig, build_model, norm, rotary_then_norm, softcap_logits  # noqa: E402
 
 
 BF16_BYTES = 2
@@ -137,17 +136,22 @@ def compiled_fwd_bwd_ms(fn, *shapes) -> float:
     return kernel_ms(lambda: torch.autograd.backward(forward(), grads))
 
 
+def rotary_tables(seq: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random cos and sin tables of the model's rotary shape (1, seq, 1, head_dim / 2), in bf16."""
+    cos = torch.rand(1, seq, 1, head_dim // 2, device="cuda", dtype=torch.bfloat16)
+    return cos, torch.rand_like(cos)
+
+
 def elementwise_parts(cfg: GPTConfig, batch: int, seq: int) -> list[tuple[str, int, float, int]]:
     """(piece, times per layer, compiled ms, least bytes moved) for each elementwise piece of a block.
     Least bytes, forward + backward: a unary piece reads x and writes y, then reads dy and x and writes
     dx (5 tensors); the residual add reads two and writes one, and its backward passes dy through."""
     rows, d, heads = batch * seq, cfg.n_embd, cfg.n_head
     head_dim = d // heads
-    cos = torch.rand(1, seq, 1, head_dim // 2, device="cuda", dtype=torch.bfloat16)
-    sin = torch.rand_like(cos)
+    cos, sin = rotary_tables(seq, head_dim)
 
     def rotary_qk_norm(q, k):
-        return norm(apply_rotary_emb(q, cos, sin)), norm(apply_rotary_emb(k, cos, sin))
+        return rotary_then_norm(q, cos, sin), rotary_then_norm(k, cos, sin)
     qk = (batch, seq, heads, head_dim)
     return [
         ("norm", 2, compiled_fwd_bwd_ms(norm, (rows, d)), 5 * rows * d * BF16_BYTES),
@@ -208,8 +212,7 @@ def print_fused(cfg: GPTConfig, batch: int, seq: int) -> bool:
     reference (output and input gradient). False when the fused kernel is further off than FUSED_TOLERANCE allows."""
     head_dim = cfg.n_embd // cfg.n_head
     shape = (batch, seq, cfg.n_head, head_dim)
-    cos = torch.rand(1, seq, 1, head_dim // 2, device="cuda", dtype=torch.bfloat16)
-    sin = torch.rand_like(cos)
+    cos, sin = rotary_tables(seq, head_dim)
     x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     floor = 5 * x.numel() * BF16_BYTES / copy_gb_s() / 1e6
 

@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from bench.errors import ConfigError
+from bench.errors import ConfigError, os_reason
 from bench.pairs import parse_pairs
 from bench.runtimes import edf
 from bench.contract import write_text_atomic
@@ -144,7 +144,7 @@ def _write(path: str, text: str) -> None:
     try:
         write_text_atomic(path, text)
     except OSError as e:
-        raise ConfigError(f"cannot write EDF {path}: {e.strerror or e}; it must be a file in a writable directory") \
+        raise ConfigError(f"cannot write EDF {path}: {os_reason(e)}; it must be a file in a writable directory") \
             from e
 
 

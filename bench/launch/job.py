@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench import contract, netgate, sites, workloads
-from bench.errors import ConfigError, RunDirError
+from bench.errors import ConfigError, RunDirError, os_reason
 from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
@@ -406,5 +406,5 @@ def write_job(job: Job, script_text: str, manifests: bool = True) -> None:
         contract.write_text_atomic(job.script, script_text)
     except OSError as e:
         where = f" ({e.filename})" if e.filename else ""
-        raise RunDirError(f"cannot write the job into {job.job_dir}: {e.strerror or e}{where}; "
+        raise RunDirError(f"cannot write the job into {job.job_dir}: {os_reason(e)}{where}; "
                           "choose another --out (or --name)") from None

@@ -20,7 +20,7 @@ from pathlib import Path
 import requests
 
 from bench.contract import write_json_atomic
-from bench.errors import ConfigError, DataError
+from bench.errors import ConfigError, DataError, os_reason
 from bench.nanochat import download
 from bench.nanochat.common import get_base_dir
 from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle
@@ -55,7 +55,7 @@ def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: f
                 raise DataError(f"{url}: {retries} attempt(s) failed, the last: {why}; run again to resume "
                                 f"{tmp}; {FIX_URL}") from None
         except OSError as e:
-            raise DataError(f"cannot write {tmp}: {e.strerror or e}; free space there or set NANOCHAT_BASE_DIR "
+            raise DataError(f"cannot write {tmp}: {os_reason(e)}; free space there or set NANOCHAT_BASE_DIR "
                             "to another directory, then run again to resume") from None
         time.sleep(backoff_s * 2 ** (attempt - 1))
 

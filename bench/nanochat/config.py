@@ -21,6 +21,33 @@ from bench.errors import ConfigError
 from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
 from bench.nanochat.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
 
+# --fused_kernels: the hand-written Triton kernels (bench/nanochat/fused.py) by name, each with its meaning. The one
+# list of the names; its order is the one a run records them in (run.json's config, e.g. "rotary_norm,softcap_loss"),
+# so that one set of kernels is one value. A name is never reused for another kernel: a run directory says what ran.
+FUSED_KERNELS = {
+    "rotary_norm": "rotary + QK norm, forward and backward",
+    "softcap_loss": "soft-capped logits + cross-entropy, forward and backward",
+}
+FUSED_ALL = ("all", "true", "1", "yes", "on")  # every kernel (true: the flag was a bool before softcap_loss)
+FUSED_NONE = ("none", "false", "0", "no", "off", "")
+
+
+def fused_kernel_names(value: str) -> tuple[str, ...]:
+    """The kernels a --fused_kernels value names, in FUSED_KERNELS order, each once: a comma-separated list of
+    names, `all` (or true, 1, yes, on) for every kernel, or none (false, 0, no, off, none, empty); ConfigError
+    for an unknown name. validate() records ",".join() of them, the canonical value."""
+    text = value.strip()
+    if text.lower() in FUSED_ALL:
+        return tuple(FUSED_KERNELS)
+    if text.lower() in FUSED_NONE:
+        return ()
+    asked = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in dict.fromkeys(asked) if n not in FUSED_KERNELS]
+    if unknown:
+        raise ConfigError(f"--fused_kernels={value!r}: unknown kernel(s) {', '.join(unknown)}; valid: "
+                          f"{', '.join(FUSED_KERNELS)} (comma-separated), all, or none")
+    return tuple(n for n in FUSED_KERNELS if n in asked)
+
 
 @dataclass
 class RunSettings:
@@ -105,8 +132,9 @@ class TrainConfig(RunSettings):
     fp8: bool = _f(False, "FP8 matmuls (tensorwise scaling, e4m3 forward, e5m2 gradients) for the blocks' Linears; "
                           "needs a GPU of compute capability 8.9+ (bench/nanochat/fp8.py)")
     fp8_lm_head: bool = _f(False, "FP8 matmuls for lm_head too (alone, or with --fp8)")
-    fused_kernels: bool = _f(False, "rotary + QK norm as one hand-written Triton kernel, forward and backward "
-                                    "(bench/nanochat/fused.py); needs a CUDA GPU")
+    fused_kernels: str = _f("", "hand-written Triton kernels (bench/nanochat/fused.py) instead of compile's, "
+                                "comma-separated from " + ", ".join(f"{n} ({m})" for n, m in FUSED_KERNELS.items())
+                                + "; all (or True) = every one, empty (or False) = none; needs a CUDA GPU")
 
     def validate(self) -> None:
         if self.core_metric_every > 0:
@@ -137,6 +165,8 @@ class TrainConfig(RunSettings):
         if unknown:
             raise ConfigError(f"--sdpa_backends={self.sdpa_backends!r}: unknown kernel(s) {', '.join(unknown)}; "
                               f"valid: {', '.join(SDPA_BACKENDS)}")
+        self.fused_kernels = ",".join(fused_kernel_names(self.fused_kernels))  # canonical: what run.json records
+
         from bench.nanochat.parallel import Strategy
 
         strategy = Strategy.parse(self.strategy)

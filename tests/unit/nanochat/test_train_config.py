@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.errors import ConfigError
-from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args
+from bench.nanochat.config import FUSED_KERNELS, TrainConfig, fused_kernel_names, grad_accum_steps, parse_args
 
 
 def test_defaults_are_upstream_base_train():
@@ -110,6 +110,40 @@ def test_minus_one_stays_the_documented_off(name):
 def test_other_negative_values_are_refused(argv, flag):
     with pytest.raises(ConfigError, match=f"^{flag}: "):
         parse_args(argv)
+
+
+@pytest.mark.parametrize("value, recorded", [
+    ("", ""), ("False", ""), ("0", ""), ("no", ""), ("off", ""), ("none", ""), ("OFF", ""),
+    ("all", "rotary_norm,softcap_loss"), ("True", "rotary_norm,softcap_loss"), ("1", "rotary_norm,softcap_loss"),
+    ("yes", "rotary_norm,softcap_loss"), ("on", "rotary_norm,softcap_loss"),
+    ("rotary_norm", "rotary_norm"), ("softcap_loss", "softcap_loss"),
+    ("softcap_loss,rotary_norm", "rotary_norm,softcap_loss"),  # FUSED_KERNELS' order, whatever the flag's
+    ("rotary_norm, rotary_norm,,softcap_loss,", "rotary_norm,softcap_loss")])  # each once, blanks ignored
+def test_fused_kernels_are_recorded_as_their_names_in_one_order(value, recorded):
+    """run.json's config records which kernels ran, one spelling per set: a bare True would mean another set in
+    a release with another kernel, and two spellings of one set would be kept apart as two programs."""
+    config = parse_args([f"--fused_kernels={value}"])
+    assert config.fused_kernels == recorded and asdict(config)["fused_kernels"] == recorded
+    assert fused_kernel_names(value) == tuple(n for n in recorded.split(",") if n)
+
+
+def test_fused_kernels_default_to_none_and_every_name_is_in_the_help():
+    from bench.nanochat.config import build_parser
+
+    assert parse_args([]).fused_kernels == "" and fused_kernel_names("") == ()
+    assert fused_kernel_names("all") == tuple(FUSED_KERNELS) == ("rotary_norm", "softcap_loss")
+    help_text = " ".join(build_parser().format_help().split())
+    assert all(f"{name} ({meaning})" in help_text for name, meaning in FUSED_KERNELS.items())
+    assert "needs a CUDA GPU" in help_text
+
+
+@pytest.mark.parametrize("value, unknown", [("rotary", "rotary"), ("rotary_norm,fp8", "fp8"),
+                                            ("all,rotary_norm", "all"), ("Rotary_Norm", "Rotary_Norm")])
+def test_an_unknown_fused_kernel_is_refused_with_the_valid_names(value, unknown):
+    with pytest.raises(ConfigError) as e:
+        parse_args([f"--fused_kernels={value}"])
+    assert str(e.value) == (f"--fused_kernels={value!r}: unknown kernel(s) {unknown}; valid: rotary_norm, "
+                            "softcap_loss (comma-separated), all, or none")
 
 
 @pytest.mark.parametrize("tag", ["..", "../..", ".", "/abs", "a/b", "../d20", "a\\b", "x\ny", "d20/.."])

@@ -45,7 +45,7 @@ def fit_device_memory(config, ranks: int, dbs: int, accum: int, point) -> tuple[
             return estimate(MemoryPoint(config.depth, config.aspect_ratio, VOCAB_SIZE, config.max_seq_len, b, ranks,
                                         config.strategy, "cuda", True, sequences // b,
                                         fp8=getattr(config, "fp8", False),
-                                        fused_kernels=getattr(config, "fused_kernels", False))).need_bytes
+                                        fused_kernels=getattr(config, "fused_kernels", ""))).need_bytes
         while cap > 1 and need(cap) > point.gpu_memory_bytes:
             cap, why = cap // 2, f"the memory model: {dbs} needs ~{need(dbs) / GIB:.0f} GiB of " \
                                  f"{point.gpu_memory_bytes / GIB:.0f} GiB"

@@ -48,7 +48,8 @@ TABLE_CSV = "runs.csv"
 # 12: precision tells `--fp8_lm_head` apart (" + fp8 lm_head"): such runs were pooled with --fp8 or bf16 runs.
 # 13: a resumed run's first steps after its restart are warm-up, not steady (they were averaged in).
 # 14: fused_kernels (`--fused_kernels`), a key: runs with hand-written kernels are another program.
-ROW_VERSION = 14
+# 15: fused_kernels holds the kernels' names ("" for none); the previous release's bool is read as what it meant.
+ROW_VERSION = 15
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 

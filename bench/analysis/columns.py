@@ -110,7 +110,9 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("scaling", "str", key="config"), _rj("val_files_k", "int"), _rj("ofi_hook", "str"),
     _rj("strategy", "str", "config.strategy", key="config"),
     _rj("aspect_ratio", "int", "config.aspect_ratio", key="config"),
-    _rj("fused_kernels", "str", "config.fused_kernels", key="config"),  # --fused_kernels: other kernels
+    # config.fused_kernels, the hand-written kernels by name ("" = none): other kernels, another program
+    # (rundir.py fused_kernels reads the previous release's bool as the names it meant)
+    Column("fused_kernels", "str", "derived", key="config"),
     *(Column(f"phase_{m}_s", "float", "events", "median", breakdown.LABELS[m], "s", "1")
       for m in breakdown.MILESTONES[1:]),
     *(Column(f"step_{k}", "float", "events", "median", f"{SPLIT_LABELS[k]} ms", "ms", "1") for k in SPLIT),

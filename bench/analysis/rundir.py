@@ -7,7 +7,8 @@ contract is left out and counted in `notes`. NaN figures and runs still going ar
 way, never raised and never averaged in. Only rows with `skip_reason` None are usable. Steps come
 from metrics.jsonl; without step events, from nanochat step lines in the run's *.log.
 Only regular files are read (bench/analysis/regular_files.py): a link or a FIFO under a run's name is
-left unread and said so in the row.
+left unread and said so in the row. A config value an older release recorded in another form is read as
+what it meant then (fused_kernels: a bool before it took names); one it did not record is scaling.py's LEGACY.
 """
 
 import json
@@ -127,6 +128,7 @@ def manifest_fields(manifest: dict, notes: list[str]) -> dict:
     row["t0"] = _finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
     config = why.section(manifest, "config")
     row["precision"] = precision(config) if manifest else None
+    row["fused_kernels"] = fused_kernels(config)
     row["tiling"] = tiling(config, why.section(manifest, "nntile"))
     row["scores"] = scores_text(manifest.get("scores"))
     row["stage_time_s"] = stage_time(manifest)
@@ -165,6 +167,20 @@ def precision(config: dict) -> str:
     dtype = config.get("dtype")
     base = "fp8" if config.get("fp8") is True else str(dtype) if isinstance(dtype, str) and dtype else "bf16"
     return base + " + fp8 lm_head" if config.get("fp8_lm_head") is True else base
+
+
+# --fused_kernels as recorded from its start (9f17fe5) until it took names: a bool, rotary + QK norm its one kernel
+FUSED_KERNELS_OF_A_BOOL = {True: "rotary_norm", False: ""}
+
+
+def fused_kernels(config: dict) -> str | None:
+    """The hand-written kernels a run used, as the trainer records them: their names, comma-separated, in one order
+    ("" for none); None where not recorded (scaling.LEGACY: nanochat's runs from before the flag used none).
+    The previous release recorded a bool, whose true meant rotary_norm alone; read so, those runs are repeats of
+    the ones that name the same kernels, and never of runs with another set. Only here is run.json's JSON type
+    seen: in the table both were text, and "True" would be taken for every kernel of a later release."""
+    value = config.get("fused_kernels")
+    return FUSED_KERNELS_OF_A_BOOL[value] if isinstance(value, bool) else _scalar(value)
 
 
 def tiling(config: dict, nntile: dict) -> str | None:

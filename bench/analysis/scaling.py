@@ -37,9 +37,10 @@ GROUP_KEYS = (*columns.KEYS, "batch", "device")
 # strong scaling (issue 18), before `--strategy` only nanochat's sharded optimizers (zero2, issue 17),
 # the model's width was always 64 x depth, and before `--fused_kernels` compile made every kernel. Only for
 # nanochat's trainer: NNTile has none of these.
-LEGACY = {"scaling": "strong", "strategy": "zero2", "aspect_ratio": 64, "fused_kernels": "False"}
+LEGACY = {"scaling": "strong", "strategy": "zero2", "aspect_ratio": 64, "fused_kernels": ""}  # "": no kernel
 LEGACY_METHOD = ("Runs recorded before a field existed are read with the only value there was then: "
-                 "strong scaling, strategy zero2, aspect ratio 64, no fused kernels (nanochat's trainer).")
+                 "strong scaling, strategy zero2, aspect ratio 64, no fused kernels (nanochat's trainer). "
+                 "Runs that recorded --fused_kernels as true (before the flag took names) used rotary_norm alone.")
 CPU = "CPU"
 BASELINE_RUNTIME = "bare"
 CI_LEVEL = 0.95
@@ -130,8 +131,8 @@ def config_label(row) -> str:
         parts.append(f"forced flash SDPA: {'yes' if str(row['force_flash_sdpa']) == 'True' else 'no'}")
     if not _missing(row.get("sdpa_backends")) and row["sdpa_backends"]:
         parts.append(f"SDPA kernels: {row['sdpa_backends']}")
-    if str(row.get("fused_kernels")) == "True":
-        parts.append("fused kernels")
+    if not _missing(row.get("fused_kernels")) and row["fused_kernels"]:
+        parts.append("fused: " + str(row["fused_kernels"]).replace(",", ", "))
     return " · ".join(parts)
 
 

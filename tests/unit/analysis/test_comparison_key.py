@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from bench.analysis import scaling
-from bench.analysis.collect import collect, to_frame
+from bench.analysis.collect import collect, load_table, to_frame
 from bench.analysis.report import write_report
 from bench.analysis.rundir import manifest_fields
 
@@ -92,3 +92,35 @@ def test_generated_and_downloaded_data_are_kept_apart(make_run, tmp_path):
     points = scaling.scaling_table(table)
     assert len(points) == 2 and set(points["config"].str.extract(r"(\w+) data$")[0]) == {"generated", "downloaded"}
     assert to_frame([]).columns.tolist()[-1] == "row_version"
+
+
+@pytest.mark.parametrize("read", ["collected", "runs.csv"])
+def test_fused_kernels_group_runs_by_the_kernels_that_ran_whichever_release_recorded_them(make_run, tmp_path, read):
+    """--fused_kernels recorded as true (before the flag took names) meant rotary_norm alone and false none: such
+    runs are repeats of runs that name the same kernels, and another set of kernels is another program."""
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "device_batch_size": 32}
+    for name, kernels in (("old_on", True), ("new_on", "rotary_norm"), ("both", "rotary_norm,softcap_loss"),
+                          ("old_off", False), ("new_off", "")):
+        make_run(name, tok_s=160_000.0, config={**base, "fused_kernels": kernels})
+    make_run("before_the_flag", tok_s=160_000.0, config=base)
+    table = collect([tmp_path / "runs"], tmp_path / "table").table
+    assert table.set_index("run_id")["fused_kernels"].fillna("<not recorded>").to_dict() == {
+        "old_on": "rotary_norm", "new_on": "rotary_norm", "both": "rotary_norm,softcap_loss", "old_off": "",
+        "new_off": "", "before_the_flag": "<not recorded>"}
+    if read == "runs.csv":  # where "" is read back as no value, as a run from before the flag
+        table = load_table(tmp_path / "table" / "runs.csv")
+    points = scaling.scaling_table(table)
+    plain = "nanochat-base d20 · seq 2048 · strong scaling, batch 524,288 · zero2 · NVIDIA H200"
+    assert dict(zip(points["config"], points["runs"])) == {
+        plain: 3, plain + " · fused: rotary_norm": 2, plain + " · fused: rotary_norm, softcap_loss": 1}
+    assert scaling.kept_apart(table).empty  # told apart by their labels: another config, not another model
+
+
+def test_fused_kernels_are_read_from_run_json_with_the_meaning_of_their_release():
+    def read(config: dict, workload: str = "nanochat-base"):
+        return manifest_fields({"workload": workload, "config": config}, [])["fused_kernels"]
+
+    assert (read({"fused_kernels": True}), read({"fused_kernels": False})) == ("rotary_norm", "")
+    assert read({"fused_kernels": "rotary_norm,softcap_loss"}) == "rotary_norm,softcap_loss"
+    assert read({"fused_kernels": ""}) == ""
+    assert read({}) is None and read({"seq_tile": 64}, "nntile-gpt2") is None  # not recorded: scaling.LEGACY's

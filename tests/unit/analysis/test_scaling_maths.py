@@ -66,6 +66,20 @@ def test_attention_kernels_are_not_pooled():
     assert any("SDPA kernels: cudnn" in c for c in pts["config"])
 
 
+def test_fused_kernels_are_named_in_the_label_and_none_says_nothing():
+    plain = "nanochat-base d20 · seq 2048 · NVIDIA H200"
+    assert scaling.config_label({**row("bare", 1, 100), "device": "NVIDIA H200", "fused_kernels": ""}) == plain
+    assert scaling.config_label({**row("bare", 1, 100), "device": "NVIDIA H200"}) == plain
+    both = {**row("bare", 1, 100), "device": "NVIDIA H200", "fused_kernels": "rotary_norm,softcap_loss"}
+    assert scaling.config_label(both) == plain + " · fused: rotary_norm, softcap_loss"
+    # a run from before the flag used none: one curve with the runs that name none
+    rows = [row("bare", 1, 100), row("bare", 1, 102, fused_kernels=""),
+            row("bare", 1, 110, fused_kernels="rotary_norm")]
+    pts = scaling.scaling_table(to_frame(rows))
+    assert sorted(zip(pts["config"].str.split(" · ").str[-1], pts["runs"])) == [
+        ("NVIDIA H200", 2), ("fused: rotary_norm", 1)]
+
+
 def test_ratio_ci_hand_computed():
     # logs: x = [0, 0.2] (mean 0.1, var 0.02), base = [0, 0] (var 0): se = 0.1, Welch dof = 1, t = 12.7062
     ratio, low, high = scaling.ratio_ci(np.exp([0.0, 0.2]), [1.0, 1.0])

@@ -27,7 +27,7 @@
   evalstage.py     data download --eval-bundle: upstream's zip staged, resumed, checked
   engine.py        sampling with a KV cache and the calculator tool
   fp8.py           --fp8 / --fp8_lm_head: FP8 matmuls with tensorwise dynamic scaling
-  fused.py         --fused_kernels: rotary + QK norm as one Triton kernel, forward and backward
+  fused.py         --fused_kernels: the hand-written Triton kernels it names (config.py FUSED_KERNELS)
   gcfreeze.py      the garbage collector frozen out of the measured steps
   gpt.py           the GPT of nanochat's base pretraining
   guard.py         a diverged run ends as diverged (non-finite or exploding loss)

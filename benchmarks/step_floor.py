@@ -3,6 +3,7 @@
     python benchmarks/step_floor.py                 # d20, device batch 32, sequence 2048
     python benchmarks/step_floor.py --depth 12 --device_batch_size 64
     python benchmarks/step_floor.py --fused           # only: the --fused_kernels against compile's kernels
+    python benchmarks/step_floor.py --loss_blocks     # only: softcap_loss's kernels at each block and warp count
 
 The step's floor, from the shapes of the real model (bench.nanochat.gpt):
   - every nn.Linear of the model, forward and backward, in bf16 (rows = device batch x sequence);
@@ -16,13 +17,14 @@ The step's floor, from the shapes of the real model (bench.nanochat.gpt):
     elementwise part (lm_head + loss less the lm_head matmul).
 A micro-step's matmuls, attention and loss add to the time a perfect fusion of everything else would
 take; the elementwise rows say how far a faster kernel for each piece could go without fusing it into a
-matmul. `--fused` times the hand-written kernel of `--fused_kernels` (bench/nanochat/fused.py) the same
+matmul. `--fused` times the hand-written kernels of `--fused_kernels` (bench/nanochat/fused.py) the same
 way beside compile's, and checks both against an fp32 reference. Times are medians of CUDA-event timings
 after warm-up; the elementwise pieces', the profiler's sum of their kernels' time (a piece this small, timed
 between events, would count the host's launch gaps too).
 """
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -35,7 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from bench.nanochat import fused  # noqa: E402
-from bench.nanochat.gpt import GPTConfig, build_model, norm, rotary_then_norm, softcap_logits  # noqa: E402
+from bench.nanochat.gpt import GPTConfig, build_model, norm, rotary_then_norm, softcap_cross_entropy  # noqa: E402
 
 
 BF16_BYTES = 2
@@ -81,8 +83,7 @@ def attention_ms(batch: int, heads: int, seq: int, head_dim: int, backend: SDPBa
 
 def plain_loss(x, w, targets):
     """The model's own loss path (GPT.forward after the last norm)."""
-    logits = softcap_logits(F.linear(x, w))
-    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+    return softcap_cross_entropy(F.linear(x, w), targets)
 
 
 def loss_ms(rows: int, dim: int, vocab: int, fn) -> float:
@@ -126,14 +127,22 @@ def kernel_ms(fn, warmup: int = 3, reps: int = 10) -> float:
 def compiled_fwd_bwd_ms(fn, *shapes) -> float:
     """Kernel time of fn over random bf16 inputs of these shapes, compiled as the trainer compiles,
     forward and backward."""
-    inputs = [torch.randn(s, device="cuda", dtype=torch.bfloat16, requires_grad=True) for s in shapes]
+    return compiled_kernel_ms(fn, [torch.randn(s, device="cuda", dtype=torch.bfloat16) for s in shapes])
+
+
+def compiled_kernel_ms(fn, inputs: list[torch.Tensor]) -> float:
+    """Kernel time of fn over these inputs (the floating-point ones differentiated), compiled as the trainer
+    compiles, forward and backward. The input gradients are returned, not added into .grad: that sum is
+    no part of the piece (the trainer's are activations' gradients, used once)."""
+    inputs = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
+    differentiated = [x for x in inputs if x.requires_grad]
     compiled = torch.compile(fn, dynamic=False)
 
     def forward() -> tuple:
         out = compiled(*inputs)
         return out if isinstance(out, tuple) else (out,)
     grads = [torch.randn_like(o) for o in forward()]
-    return kernel_ms(lambda: torch.autograd.backward(forward(), grads))
+    return kernel_ms(lambda: torch.autograd.grad(forward(), differentiated, grads))
 
 
 def rotary_tables(seq: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,7 +201,7 @@ def fp32_error(fn, reference, inputs: list[torch.Tensor]) -> tuple[float, float]
         return out.float(), xs[0].grad.float()
     grad = torch.randn(reference(*inputs).shape, device="cuda")
     out, dx = run(fn, inputs)
-    ref_out, ref_dx = run(reference, [x.float() for x in inputs])
+    ref_out, ref_dx = run(reference, [x.float() if x.is_floating_point() else x for x in inputs])
     return (out - ref_out).abs().max().item(), (dx - ref_dx).abs().max().item()
 
 
@@ -206,32 +215,67 @@ def fused_within_tolerance(fused_errors: tuple[float, ...], compile_errors: tupl
     return all(f <= FUSED_TOLERANCE * c for f, c in zip(fused_errors, compile_errors, strict=True))
 
 
-def print_fused(cfg: GPTConfig, batch: int, seq: int) -> bool:
-    """rotary + QK norm of one of q, k by compile's kernels and by --fused_kernels' (bench/nanochat/fused.py):
-    kernel time forward and backward, beside the memory floor, and each one's largest distance from an fp32
-    reference (output and input gradient). False when the fused kernel is further off than FUSED_TOLERANCE allows."""
+def fused_pieces(cfg: GPTConfig, batch: int, seq: int) -> list[tuple[str, object, object, list, int]]:
+    """Per kernel of --fused_kernels: (name, the model's code, the kernel, its inputs, least bytes moved
+    forward + backward). Rotary + QK norm, of one of q and k: reads x, writes y; reads dy and y, writes dx.
+    The loss, of lm_head's bf16 output: reads the logits; reads them again and writes their gradient."""
     head_dim = cfg.n_embd // cfg.n_head
-    shape = (batch, seq, cfg.n_head, head_dim)
     cos, sin = rotary_tables(seq, head_dim)
-    x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-    floor = 5 * x.numel() * BF16_BYTES / copy_gb_s() / 1e6
+    q = torch.randn(batch, seq, cfg.n_head, head_dim, device="cuda", dtype=torch.bfloat16)
+    logits = 4 * torch.randn(batch * seq, cfg.vocab_size, device="cuda", dtype=torch.bfloat16)
+    targets = torch.randint(0, cfg.vocab_size, (batch * seq,), device="cuda")
+    return [
+        ("rotary_norm", lambda x: rotary_then_norm(x, cos, sin), lambda x: fused.rotary_qk_norm(x, cos, sin),
+         [q], 5 * q.numel() * BF16_BYTES),
+        ("softcap_loss", softcap_cross_entropy, fused.softcap_cross_entropy, [logits, targets],
+         3 * logits.numel() * BF16_BYTES),
+    ]
 
-    def reference(q):
-        return rotary_then_norm(q, cos, sin)
 
-    def hand(q):
-        return fused.rotary_qk_norm(q, cos, sin)
-    hand(x)  # builds the op before torch.compile traces it
-    print(f"\nrotary + QK norm of one of q, k, fwd + bwd: floor {floor:.3f} ms")
-    print(f"{'kernels':<10}{'kern ms':>9}{'out err':>10}{'grad err':>10}")
-    errors = {}
-    for label, fn in (("compile", reference), ("fused", hand)):
-        ms = compiled_fwd_bwd_ms(fn, shape)
-        errors[label] = fp32_error(torch.compile(fn, dynamic=False), reference, [x])
-        print(f"{label:<10}{ms:>9.3f}{errors[label][0]:>10.4f}{errors[label][1]:>10.4f}")
-    within = fused_within_tolerance(errors["fused"], errors["compile"])
-    print(f"fused kernel {'within' if within else 'OUTSIDE'} {FUSED_TOLERANCE}x compile's distance from fp32")
-    return within
+# The loss's distance from fp32 is taken over its first rows: fp32 copies of all the logits and their gradient
+# would be 32 GiB.
+ERROR_ROWS = 4096
+
+
+def print_fused(cfg: GPTConfig, batch: int, seq: int) -> bool:
+    """Each kernel of --fused_kernels (bench/nanochat/fused.py) beside compile's kernels for the model's code:
+    kernel time forward and backward, beside the memory floor, and each one's largest distance from an fp32
+    reference (output and input gradient). False when a fused kernel is further off than FUSED_TOLERANCE allows."""
+    gb_s = copy_gb_s()
+    all_within = True
+    for name, reference, hand, inputs, moved in fused_pieces(cfg, batch, seq):
+        hand(*inputs)  # builds the ops before torch.compile traces them
+        print(f"\n{name}, fwd + bwd: floor {moved / gb_s / 1e6:.3f} ms")
+        print(f"{'kernels':<10}{'kern ms':>9}{'out err':>10}{'grad err':>10}")
+        sample = [x[:ERROR_ROWS] if name == "softcap_loss" else x for x in inputs]
+        errors = {}
+        for label, fn in (("compile", reference), ("fused", hand)):
+            ms = compiled_kernel_ms(fn, inputs)
+            errors[label] = fp32_error(torch.compile(fn, dynamic=False), reference, sample)
+            print(f"{label:<10}{ms:>9.3f}{errors[label][0]:>10.4f}{errors[label][1]:>10.4f}")
+        within = fused_within_tolerance(errors["fused"], errors["compile"])
+        print(f"fused kernel {'within' if within else 'OUTSIDE'} {FUSED_TOLERANCE}x compile's distance from fp32")
+        all_within &= within
+    return all_within
+
+
+def print_loss_blocks(cfg: GPTConfig, batch: int, seq: int) -> None:
+    """softcap_loss's forward and backward kernels (bench/nanochat/fused.py) at each logits block and warp
+    count, beside their memory floors: how VOCAB_BLOCK and LOSS_WARPS were chosen."""
+    logits = 4 * torch.randn(batch * seq, cfg.vocab_size, device="cuda", dtype=torch.bfloat16)
+    targets = torch.randint(0, cfg.vocab_size, (batch * seq,), device="cuda")
+    g = torch.full(targets.shape, 1.0 / targets.numel(), device="cuda")
+    floor_ms = logits.numel() * BF16_BYTES / copy_gb_s() / 1e6
+    print(f"\nsoftcap_loss kernels: floors forward {floor_ms:.3f} ms (read), backward {2 * floor_ms:.3f} ms")
+    loss_op, backward_op = torch.ops.nanochat_bench.softcap_loss, torch.ops.nanochat_bench.softcap_loss_backward
+    chosen = fused.VOCAB_BLOCK, fused.LOSS_WARPS
+    for block, warps in itertools.product((1024, 2048, 4096, 8192), (4, 8, 16)):
+        fused.VOCAB_BLOCK, fused.LOSS_WARPS = block, warps  # read at each launch
+        _, lse = loss_op(logits, targets)
+        fwd = kernel_ms(lambda: loss_op(logits, targets))
+        bwd = kernel_ms(lambda: backward_op(logits, targets, lse, g))
+        print(f"block {block:5d} warps {warps:2d}: forward {fwd:.3f} backward {bwd:.3f} ms")
+    fused.VOCAB_BLOCK, fused.LOSS_WARPS = chosen
 
 
 def optimizer_ms(depth: int, vocab: int) -> dict[str, float]:
@@ -250,7 +294,8 @@ def main() -> int:
     ap.add_argument("--max_seq_len", type=int, default=2048)
     ap.add_argument("--vocab_size", type=int, default=65536)
     ap.add_argument("--step_ms", type=float, default=None, help="a measured micro-step (ms) to compare with")
-    ap.add_argument("--fused", action="store_true", help="only the --fused_kernels piece against compile's")
+    ap.add_argument("--fused", action="store_true", help="only the --fused_kernels kernels against compile's")
+    ap.add_argument("--loss_blocks", action="store_true", help="only softcap_loss's kernels at each block size")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("step_floor needs a CUDA GPU", file=sys.stderr)
@@ -263,6 +308,10 @@ def main() -> int:
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     if args.fused:
         return 0 if print_fused(cfg, args.device_batch_size, args.max_seq_len) else 1
+    if args.loss_blocks:
+        fused.softcap_cross_entropy(torch.zeros(1, 8, device="cuda"), torch.zeros(1, dtype=torch.long, device="cuda"))
+        print_loss_blocks(cfg, args.device_batch_size, args.max_seq_len)
+        return 0
 
     parts: dict[str, float] = {}
     block_shapes = [(cfg.n_embd, cfg.n_embd)] * 4 + [(cfg.n_embd, 4 * cfg.n_embd), (4 * cfg.n_embd, cfg.n_embd)]

@@ -1,17 +1,22 @@
-"""`--fused_kernels`: rotary + QK norm as one hand-written Triton kernel, forward and backward.
+"""`--fused_kernels`: hand-written Triton kernels, forward and backward, each chosen by name.
 
 torch.compile fuses a block's elementwise pieces into Triton kernels of its own; alone, those ran 1.5-2.9x
-above their memory floors on an H200 (`results/h200-d20/README.md`). This kernel does rotary + QK norm in
-one pass over q (or k): (x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin), then RMSNorm over the head dim.
-Its arithmetic is the compiled model's: inputs upcast to fp32, no rounding between rotary and norm, one
-rounding to the input's dtype at the end; eps is F.rms_norm's default (fp32 epsilon). Backward needs only
-the output, which attention saves anyway, and one fp32 factor a row.
+above their memory floors on an H200 (`results/h200-d20/README.md`). The kernels here (names as in
+bench/nanochat/config.py FUSED_KERNELS):
+- rotary_norm: rotary + QK norm in one pass over q (or k): (x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin),
+  then RMSNorm over the head dim. Inputs upcast to fp32, no rounding between rotary and norm, one rounding to
+  the input's dtype at the end; eps is F.rms_norm's default (fp32 epsilon). Backward needs only the output,
+  which attention saves anyway, and one fp32 factor a row.
+- softcap_loss: the soft-capped logits and the cross-entropy in one pass over lm_head's output, which is
+  all it saves, with one fp32 log-sum-exp a row; backward recomputes the soft cap and writes the gradient in
+  one more pass. All in fp32 with no rounding in between, as the compiled model computes it (eager bf16
+  would round the soft-capped logits); the logits never exist in fp32 in memory.
 
-The op is an opaque `torch.library.custom_op` with a shape-only fake, built before torch.compile traces the
+Each op is an opaque `torch.library.custom_op` with a shape-only fake, built before torch.compile traces the
 model: compile keeps it in the graph without tracing into it. (A traced `triton_op` built on its first call,
 inside the trace, broke the graph there, and that version made the d20 step slower: `results/h200-d20/fused/`.)
-Off by default: it changes which kernels run, not the model. `benchmarks/step_floor.py --fused` and
-`benchmarks/gpu_bench.py` measure it; Triton's interpreter (TRITON_INTERPRET=1) runs the same kernel on CPU
+Off by default: they change which kernels run, not the model. `benchmarks/step_floor.py --fused` and
+`benchmarks/gpu_bench.py` measure them; Triton's interpreter (TRITON_INTERPRET=1) runs the same kernels on CPU
 tensors, which the tests use.
 """
 
@@ -20,9 +25,15 @@ import os
 import torch
 
 from bench.errors import ConfigError
+from bench.nanochat.config import fused_kernel_names
+from bench.nanochat.gpt import SOFTCAP
 
 RMS_EPS = torch.finfo(torch.float32).eps  # what F.rms_norm uses for fp32 and bf16 inputs alike
 ROWS = 16  # rows of one head each per program of the rotary + norm kernels
+# Logits per iteration of the loss kernels' loop over one row, and warps per program (one row): on an H200, d20's
+# 65,536 x 65,536 logits, forward and backward took within 5% of their best (from 1,024-8,192 and 4-16 warps).
+VOCAB_BLOCK = 2048
+LOSS_WARPS = 8
 
 
 def available(device: torch.device) -> str:
@@ -36,15 +47,15 @@ def available(device: torch.device) -> str:
     return ""
 
 
-def _op():
-    """The op over the Triton kernels, built on first use (Triton is imported only then)."""
-    global _OP
-    if _OP is None:
-        _OP = _build()
-    return _OP
+def _ops() -> dict:
+    """The ops over the Triton kernels by name, built on first use (Triton is imported only then)."""
+    global _OPS
+    if _OPS is None:
+        _OPS = _build()
+    return _OPS
 
 
-_OP = None
+_OPS = None
 
 
 def _build():
@@ -128,22 +139,119 @@ def _build():
         return rotary_norm_backward(y, cos, sin, rstd, grad_y.contiguous()), None, None
 
     rotary_norm.register_autograd(rotary_norm_grad, setup_context=rotary_norm_setup)
-    return rotary_norm
+
+    # Both loss kernels soft-cap a block of logits the same way: z = cap tanh(logit / cap) in fp32, with
+    # tanh(u) = 1 - 2 / (e^2u + 1) (Triton's interpreter has no tanh; the division need not be IEEE-exact).
+    # A helper jit function would do, but the interpreter cannot call one defined here.
+    @triton.jit
+    def softcap_ce_fwd(L, TARGET, LOSS, LSE, V, cap, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        target = tl.load(TARGET + row)
+        sum_exp = tl.zeros([BLOCK], dtype=tl.float32)
+        z_target = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, V, BLOCK):  # |z| <= cap: sum(exp(z)) cannot overflow, so no running max
+            cols = start + tl.arange(0, BLOCK)
+            logit = tl.load(L + row * V + cols, mask=cols < V, other=0.0).to(tl.float32)
+            th = 1.0 - tl.fdiv(2.0, tl.exp(2.0 / cap * logit) + 1.0, ieee_rounding=False)
+            z = cap * th
+            sum_exp += tl.where(cols < V, tl.exp(z), 0.0)
+            z_target += tl.where(cols == target, z, 0.0)
+        lse = tl.log(tl.sum(sum_exp, axis=0))
+        # target -1: ignored, as upstream's ignore_index; its loss is 0
+        tl.store(LOSS + row, tl.where(target == -1, 0.0, lse - tl.sum(z_target, axis=0)))
+        tl.store(LSE + row, lse)
+
+    @triton.jit
+    def softcap_ce_bwd(L, TARGET, LSE, G, DL, V, cap, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        target = tl.load(TARGET + row)
+        g = tl.where(target == -1, 0.0, tl.load(G + row))  # an ignored row's loss is a constant 0
+        lse = tl.load(LSE + row)
+        for start in range(0, V, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            logit = tl.load(L + row * V + cols, mask=cols < V, other=0.0).to(tl.float32)
+            th = 1.0 - tl.fdiv(2.0, tl.exp(2.0 / cap * logit) + 1.0, ieee_rounding=False)
+            z = cap * th
+            # d loss / d z = softmax(z) - onehot(target); d z / d logit = 1 - tanh²
+            dz = tl.exp(z - lse) - tl.where(cols == target, 1.0, 0.0)
+            tl.store(DL + row * V + cols, (g * dz * (1.0 - th * th)).to(DL.dtype.element_ty), mask=cols < V)
+
+    def loss_blocks(vocab: int) -> dict:
+        return {"BLOCK": min(VOCAB_BLOCK, triton.next_power_of_2(vocab)), "num_warps": LOSS_WARPS}
+
+    @custom_op("nanochat_bench::softcap_loss", mutates_args=())
+    def softcap_loss(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, lse = loss_outputs(logits, targets)
+        n, vocab = logits.shape
+        softcap_ce_fwd[(n,)](logits, targets, loss, lse, vocab, SOFTCAP, **loss_blocks(vocab))
+        return loss, lse
+
+    @register_fake("nanochat_bench::softcap_loss")
+    def loss_outputs(logits, targets):
+        return tuple(logits.new_empty(logits.shape[:1], dtype=torch.float32) for _ in range(2))
+
+    @custom_op("nanochat_bench::softcap_loss_backward", mutates_args=())
+    def softcap_loss_backward(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor,
+                              g: torch.Tensor) -> torch.Tensor:
+        dlogits = torch.empty_like(logits)
+        n, vocab = logits.shape
+        softcap_ce_bwd[(n,)](logits, targets, lse, g, dlogits, vocab, SOFTCAP, **loss_blocks(vocab))
+        return dlogits
+
+    @register_fake("nanochat_bench::softcap_loss_backward")
+    def _(logits, targets, lse, g):
+        return torch.empty_like(logits)
+
+    def softcap_loss_setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs, output[1])
+
+    def softcap_loss_grad(ctx, grad_loss, grad_lse):
+        logits, targets, lse = ctx.saved_tensors
+        return softcap_loss_backward(logits, targets, lse, grad_loss.float().contiguous()), None
+
+    softcap_loss.register_autograd(softcap_loss_grad, setup_context=softcap_loss_setup)
+    return {"rotary_norm": rotary_norm, "softcap_loss": softcap_loss}
 
 
 def rotary_qk_norm(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """norm(apply_rotary_emb(x, cos, sin)) for x (B, T, H, D), cos and sin (1, T, 1, D/2), in one kernel."""
-    return _op()(x.contiguous(), cos.contiguous(), sin.contiguous())[0]
+    return _ops()["rotary_norm"](x.contiguous(), cos.contiguous(), sin.contiguous())[0]
 
 
-def apply_fused_kernels(model, on: bool, device: torch.device, log=print) -> None:
-    """Swap the fused kernel into every block of `model` (before compile and sharding)."""
-    if not on:
+def softcap_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """gpt.softcap_cross_entropy (soft cap, then cross-entropy ignoring -1 targets) with one kernel forward and
+    one backward; the reductions are F.cross_entropy's: mean over the targets not ignored, sum, or none."""
+    targets = targets.reshape(-1)
+    losses = _ops()["softcap_loss"](logits.reshape(-1, logits.size(-1)).contiguous(), targets.contiguous())[0]
+    if reduction == "none":
+        return losses
+    if reduction == "sum":
+        return losses.sum()
+    return losses.sum() / (targets != -1).sum()
+
+
+def _swap_rotary_norm(model) -> None:
+    for block in model.transformer.h:
+        block.attn.rotary_norm = rotary_qk_norm
+
+
+def _swap_softcap_loss(model) -> None:
+    model.softcap_loss = softcap_cross_entropy
+
+
+SWAPS = {"rotary_norm": _swap_rotary_norm, "softcap_loss": _swap_softcap_loss}  # config.FUSED_KERNELS' names
+
+
+def apply_fused_kernels(model, kernels: str, device: torch.device, log=print) -> None:
+    """Swap the kernels `kernels` names (a --fused_kernels value: comma-separated, "" for none) into `model`,
+    before compile and sharding."""
+    names = fused_kernel_names(kernels)
+    if not names:
         return
     why = available(torch.device(device))
     if why:
-        raise ConfigError(f"--fused_kernels: {why}; leave it off (the default)")
-    _op()  # built now: built inside torch.compile's trace, it would break the graph there
-    for block in model.transformer.h:
-        block.attn.rotary_norm = rotary_qk_norm
-    log("Fused kernels: rotary + QK norm as one Triton kernel (bench/nanochat/fused.py)")
+        raise ConfigError(f"--fused_kernels={kernels}: {why}; leave it off (the default)")
+    _ops()  # built now: built inside torch.compile's trace, they would break the graph there
+    for name in names:
+        SWAPS[name](model)
+    log(f"Fused kernels: {', '.join(names)} as Triton kernels (bench/nanochat/fused.py)")

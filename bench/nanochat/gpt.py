@@ -69,6 +69,13 @@ def softcap_logits(logits: torch.Tensor) -> torch.Tensor:
     return (SOFTCAP * torch.tanh(logits / SOFTCAP)).float()
 
 
+def softcap_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """The loss of lm_head's output: soft cap, then cross-entropy ignoring -1 targets, as upstream
+    (bench/nanochat/fused.py has both in one kernel)."""
+    logits = softcap_logits(logits)
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1, reduction=reduction)
+
+
 def norm(x: torch.Tensor) -> torch.Tensor:
     """RMSNorm with no learnable parameters (torch's default eps)."""
     return F.rms_norm(x, (x.size(-1),))
@@ -143,6 +150,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    softcap_loss = staticmethod(softcap_cross_entropy)  # --fused_kernels=softcap_loss swaps in its kernel
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
@@ -244,12 +253,10 @@ class GPT(nn.Module):
         x = norm(self.transformer.wte(idx))
         for block in self.transformer.h:
             x = block(x, cos_sin, kv_cache)
-        x = norm(x)
-        logits = softcap_logits(self.lm_head(x))
+        logits = self.lm_head(norm(x))
         if targets is None:
-            return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1,
-                               reduction=loss_reduction)
+            return softcap_logits(logits)
+        return self.softcap_loss(logits, targets, loss_reduction)
 
     @torch.inference_mode()
     def generate_greedy(self, tokens: list[int], max_tokens: int) -> list[int]:

@@ -1,6 +1,6 @@
-"""--fused_kernels: the Triton kernel of bench/nanochat/fused.py against the model's own code, forward and
-backward. Triton's interpreter (TRITON_INTERPRET=1) runs the same kernel on CPU tensors, so these exercise
-the kernel's real indexing, masking and arithmetic; their speed is measured on a GPU
+"""--fused_kernels: the Triton kernels of bench/nanochat/fused.py against the model's own code, forward and
+backward. Triton's interpreter (TRITON_INTERPRET=1) runs the same kernels on CPU tensors, so these exercise
+the kernels' real indexing, masking and arithmetic; their speed is measured on a GPU
 (benchmarks/step_floor.py --fused, benchmarks/gpu_bench.py). tests/conftest.py sets TRITON_INTERPRET=1
 before Triton is first imported, which is when Triton reads it."""
 
@@ -15,10 +15,13 @@ import torch
 
 from bench.errors import ConfigError
 from bench.nanochat import fused
-from bench.nanochat.config import parse_args
-from bench.nanochat.gpt import GPTConfig, build_model, rotary_then_norm
+from bench.nanochat.config import FUSED_KERNELS, parse_args
+from bench.nanochat.gpt import SOFTCAP, GPTConfig, build_model, rotary_then_norm, softcap_cross_entropy
 
 pytest.importorskip("triton", reason="Triton is a test dependency (pyproject's test extra)")
+
+
+ALL = ",".join(FUSED_KERNELS)
 
 
 @pytest.fixture
@@ -77,12 +80,51 @@ def test_rotary_norm_in_bf16_rounds_once(interpreted):
     torch.testing.assert_close(out.float(), exact, rtol=2 ** -7, atol=1e-6)
 
 
+@pytest.mark.parametrize("rows, vocab", [(7, 64), (5, 1000), (3, 5000)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_softcap_loss_matches_the_models_loss(interpreted, rows, vocab, reduction):
+    """Logits past the soft cap, an ignored (-1) target, a vocabulary that is no power of two and one longer
+    than the kernels' block (5000: two passes of the loop); each of F.cross_entropy's reductions."""
+    torch.manual_seed(0)
+    logits = torch.randn(rows, vocab) * 20
+    targets = torch.randint(0, vocab, (rows,))
+    targets[1] = -1
+    g = torch.randn(rows) if reduction == "none" else torch.randn(())
+    out, dl = grads(lambda x, t: fused.softcap_cross_entropy(x, t, reduction), (logits, targets), g)
+    ref_out, ref_dl = grads(lambda x, t: softcap_cross_entropy(x, t, reduction), (logits, targets), g)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dl, ref_dl, rtol=1e-4, atol=1e-6)
+    assert dl[1].abs().max() == 0  # the ignored row gets no gradient
+
+
+def test_softcap_loss_with_every_target_ignored_is_nan_as_cross_entropy():
+    """mean over no targets: 0/0, as F.cross_entropy gives."""
+    logits, targets = torch.randn(3, 16), torch.full((3,), -1)
+    assert softcap_cross_entropy(logits, targets).isnan()
+    assert fused.softcap_cross_entropy(logits, targets).isnan()
+
+
+def test_softcap_loss_in_bf16_computes_in_fp32(interpreted):
+    """bf16 logits: soft cap and cross-entropy in fp32 with no rounding in between (as the compiled model;
+    eager bf16 would round the soft-capped logits); the gradient written in bf16."""
+    torch.manual_seed(2)
+    logits, targets = (torch.randn(4, 300) * 30).bfloat16(), torch.randint(0, 300, (4,))
+    g = torch.randn(4)
+    loss, dl = grads(lambda x, t: fused.softcap_cross_entropy(x, t, "none"), (logits, targets), g)
+    exact, exact_dl = grads(lambda x, t: softcap_cross_entropy(x, t, "none"), (logits.float(), targets), g)
+    torch.testing.assert_close(loss, exact, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dl, exact_dl, rtol=2 ** -7, atol=1e-6)  # one rounding to bf16, at the end
+    x = logits.clone().requires_grad_(True)
+    fused.softcap_cross_entropy(x, targets).backward()
+    assert x.grad.dtype == torch.bfloat16
+
+
 def test_a_model_with_fused_kernels_trains_as_without(interpreted):
-    """The same weights and batch: the same loss and gradients with the kernel swapped in."""
+    """The same weights and batch: the same loss and gradients with every kernel swapped in."""
     plain, swapped = nonzero_model(), nonzero_model()
     messages = []
-    fused.apply_fused_kernels(swapped, True, torch.device("cpu"), log=messages.append)
-    assert messages and "Fused kernels" in messages[0]
+    fused.apply_fused_kernels(swapped, ALL, torch.device("cpu"), log=messages.append)
+    assert messages == [f"Fused kernels: {', '.join(FUSED_KERNELS)} as Triton kernels (bench/nanochat/fused.py)"]
     loss_plain, loss_swapped = plain(*fixed_batch()), swapped(*fixed_batch())
     loss_plain.backward()
     loss_swapped.backward()
@@ -94,24 +136,25 @@ def test_a_model_with_fused_kernels_trains_as_without(interpreted):
 def test_refused_on_cpu_naming_the_flag(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     model = build_model(GPTConfig(sequence_len=8, vocab_size=32, n_layer=1, n_head=1, n_kv_head=1, n_embd=8), "cpu")
-    with pytest.raises(ConfigError, match=r"--fused_kernels: it needs a CUDA GPU \(this run is on cpu"):
-        fused.apply_fused_kernels(model, True, torch.device("cpu"))
-    fused.apply_fused_kernels(model, False, torch.device("cpu"))  # off: nothing asked, nothing checked
+    with pytest.raises(ConfigError, match=r"--fused_kernels=softcap_loss: it needs a CUDA GPU \(this run is on cpu"):
+        fused.apply_fused_kernels(model, "softcap_loss", torch.device("cpu"))
+    fused.apply_fused_kernels(model, "", torch.device("cpu"))  # off: nothing asked, nothing checked
 
 
-def test_the_flag_parses_and_is_off_by_default():
-    assert parse_args([]).fused_kernels is False
-    assert parse_args(["--fused_kernels=True"]).fused_kernels is True
+def test_every_kernel_name_has_its_swap():
+    assert list(fused.SWAPS) == list(FUSED_KERNELS)
+    assert parse_args([]).fused_kernels == ""
+    assert parse_args(["--fused_kernels=True"]).fused_kernels == ALL
 
 
 def test_the_model_compiles_whole_with_the_kernel(interpreted):
-    """The op is built before compile and is opaque to it: no graph break (a traced op built on its first
+    """The ops are built before compile and are opaque to it: no graph break (a traced op built on its first
     call, inside the trace, broke the graph there)."""
     import torch._dynamo
 
     config = GPTConfig(sequence_len=16, vocab_size=64, n_layer=2, n_head=2, n_kv_head=2, n_embd=32)
     model = build_model(config, "cpu")
-    fused.apply_fused_kernels(model, True, torch.device("cpu"), log=lambda *_: None)
+    fused.apply_fused_kernels(model, ALL, torch.device("cpu"), log=lambda *_: None)
     idx = torch.randint(0, 64, (2, 16))
     torch._dynamo.reset()
     explained = torch._dynamo.explain(model)(idx, idx)
@@ -143,24 +186,24 @@ def step_losses(run_dir: Path) -> list[float]:
 
 
 def test_trainer_with_the_flag_trains_as_without(tmp_path):
-    """--fused_kernels=True end to end through the trainer (the kernel interpreted on CPU): recorded in
-    run.json's config, announced, and the same losses as the run without it."""
+    """--fused_kernels=all end to end through the trainer (the kernels interpreted on CPU): the names
+    recorded in run.json's config, announced, and the same losses as the run without them."""
     plain, plain_dir = train_on_cpu(tmp_path, "plain", [], interpret=True)
-    swapped, swapped_dir = train_on_cpu(tmp_path, "fused", ["--fused_kernels=True"], interpret=True)
+    swapped, swapped_dir = train_on_cpu(tmp_path, "fused", ["--fused_kernels=all"], interpret=True)
     assert plain.returncode == 0 and swapped.returncode == 0, (plain.stderr + swapped.stderr)[-3000:]
-    assert "Fused kernels: rotary + QK norm as one Triton kernel" in swapped.stdout
-    assert json.loads((swapped_dir / "run.json").read_text())["config"]["fused_kernels"] is True
-    assert json.loads((plain_dir / "run.json").read_text())["config"]["fused_kernels"] is False
+    assert f"Fused kernels: {', '.join(FUSED_KERNELS)} as Triton kernels" in swapped.stdout
+    assert json.loads((swapped_dir / "run.json").read_text())["config"]["fused_kernels"] == ALL
+    assert json.loads((plain_dir / "run.json").read_text())["config"]["fused_kernels"] == ""
     assert len(step_losses(swapped_dir)) == 2
     assert step_losses(swapped_dir) == pytest.approx(step_losses(plain_dir), abs=1e-4)
 
 
 def test_trainer_refuses_the_flag_on_cpu_with_one_line(tmp_path):
-    proc, run_dir = train_on_cpu(tmp_path, "refused", ["--fused_kernels=True"], interpret=False)
+    proc, run_dir = train_on_cpu(tmp_path, "refused", ["--fused_kernels=rotary_norm"], interpret=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "--fused_kernels: it needs a CUDA GPU (this run is on cpu" in text and "Traceback" not in text
-    assert json.loads((run_dir / "run.json").read_text())["config"]["fused_kernels"] is True
+    assert "--fused_kernels=rotary_norm: it needs a CUDA GPU (this run is on cpu" in text and "Traceback" not in text
+    assert json.loads((run_dir / "run.json").read_text())["config"]["fused_kernels"] == "rotary_norm"
 
 
 def fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -172,7 +215,7 @@ def fsdp_worker(rank: int, world: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         model = nonzero_model()
-        fused.apply_fused_kernels(model, True, torch.device("cpu"), log=lambda *_: None)
+        fused.apply_fused_kernels(model, ALL, torch.device("cpu"), log=lambda *_: None)
         sharded = parallelize(model, Strategy.parse("fsdp+ac"), torch.device("cpu"))
         loss = sharded(*fixed_batch())
         loss.backward()

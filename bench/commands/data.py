@@ -76,6 +76,18 @@ def cmd_download(args) -> int:
     return 0
 
 
+def _refuse_a_set_training_cannot_split(num_shards: int) -> None:
+    """Before writing: the directory must end up with the K validation files plus one for training, or the
+    tokenizer and training refuse the set that was just generated."""
+    k = dataset.resolve_val_files_k()
+    if not 1 <= num_shards <= k:  # more are enough; fewer than 1 is generate_shards' own error
+        return
+    names = {p.name for p in dataset.list_parquet_files()} | {dataset.shard_name(i) for i in range(num_shards)}
+    if len(names) < k + 1:
+        raise ConfigError(f"--shards={num_shards}: the split needs NANOCHAT_VAL_FILES_K={k} validation file(s) plus "
+                          f"at least 1 training file; give --shards >= {k + 1}")
+
+
 def cmd_generate(args) -> int:
     if args.chat and args.eval_bundle:
         raise ConfigError("data generate: --chat and --eval-bundle write different things; give one at a time")
@@ -83,6 +95,7 @@ def cmd_generate(args) -> int:
         return chatstage.cli_generate(args)
     if args.eval_bundle:
         return evalstage.cli_generate(args)
+    _refuse_a_set_training_cannot_split(args.shards)
     paths = dataset.generate_shards(args.shards, args.docs_per_shard, args.row_group_size, overwrite=args.overwrite)
     print(f"{len(paths)} generated shard(s) of {args.docs_per_shard} documents in {dataset.data_dir()}")
     others = len(dataset.list_parquet_files()) - len(paths)

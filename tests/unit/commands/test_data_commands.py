@@ -41,6 +41,23 @@ def test_user_mistakes_are_one_line(tmp_path, monkeypatch, capsys):
     assert "--shards=0: must be >= 1" in capsys.readouterr().err
 
 
+def test_generate_refuses_a_set_the_split_cannot_use(tmp_path, monkeypatch, capsys):
+    """One shard was written, and then the tokenizer and training refused it (K=1 validation + 1 training);
+    with K=2, two are one too few. Beside other shards, fewer new ones are enough."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    small = ["--docs-per-shard", "16", "--row-group-size", "8"]
+    assert main(["data", "generate", "--shards", "1", *small]) == 1
+    assert "--shards=1: the split needs NANOCHAT_VAL_FILES_K=1 validation file(s) plus at least 1 training file; " \
+           "give --shards >= 2" in capsys.readouterr().err
+    assert not list((tmp_path / "base_data").glob("*.parquet"))
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "2")
+    assert main(["data", "generate", "--shards", "2", *small]) == 1
+    assert "give --shards >= 3" in capsys.readouterr().err
+    monkeypatch.delenv("NANOCHAT_VAL_FILES_K")
+    assert main(["data", "generate", "--shards", "2", *small]) == 0
+    assert main(["data", "generate", "--shards", "1", *small]) == 0  # shard 0 again, beside shard 1
+
+
 def test_a_base_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
     """A file where NANOCHAT_BASE_DIR points was a FileExistsError traceback from every data and tokenizer command."""
     in_the_way = tmp_path / "base"

@@ -29,14 +29,18 @@ def add_train_arguments(t) -> None:
 
 
 def check_train_args(argv: list[str]) -> None:
-    """`tokenizer train` flags passed on (a flow's --tokenizer-arg), checked now: a job would fail on them only
-    once Slurm has started it."""
+    """`tokenizer train` flags passed on (a flow's --tokenizer-arg), their names and values checked now: a job
+    would fail on them only once Slurm has started it."""
     parser = _Parser(prog="--tokenizer-arg (tokenizer train)", allow_abbrev=False, add_help=False)
     add_train_arguments(parser)
-    _, unknown = parser.parse_known_args(argv)
+    values, unknown = parser.parse_known_args(argv)
     if unknown:
         raise ConfigError(f"--tokenizer-arg: unknown flag(s) {', '.join(unknown)} of `tokenizer train`; valid: "
                           f"{', '.join(a.dest for a in parser._actions)}")
+    try:
+        tokenizer.check_settings(values.vocab_size, values.max_chars, values.doc_cap)
+    except ConfigError as e:
+        raise ConfigError(f"--tokenizer-arg: {e}") from None
 
 
 def cmd_train(args) -> int:

@@ -120,6 +120,18 @@ def build_encoding(ranks: dict[bytes, int]):
                              special_tokens=special)
 
 
+def check_settings(vocab_size: int, max_chars: int, doc_cap: int) -> None:
+    """The values training refuses, checked before any text is read (and by a flow's plan, before a job)."""
+    if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
+        raise ConfigError(f"--vocab_size={vocab_size}: must be at least {256 + len(SPECIAL_TOKENS) + 1} "
+                          f"(256 byte tokens, >= 1 merge, {len(SPECIAL_TOKENS)} special tokens)")
+    if vocab_size > MAX_VOCAB:
+        raise ConfigError(f"--vocab_size={vocab_size}: must be at most {MAX_VOCAB:,} (upstream's is 65,536)")
+    for flag, value in (("--max_chars", max_chars), ("--doc_cap", doc_cap)):
+        if value < 1:  # a negative --doc_cap would cut the end off each document, silently
+            raise ConfigError(f"{flag}={value}: must be >= 1 (characters)")
+
+
 def train_tokenizer(
     vocab_size: int = 65536, max_chars: int = 10_000_000_000, doc_cap: int = 10_000, trainer: str = "auto",
     texts: Iterable[str] | None = None,
@@ -129,14 +141,7 @@ def train_tokenizer(
         raise ConfigError(f"unknown tokenizer trainer {trainer!r}; valid: {', '.join(TRAINERS)}")
     if trainer == "auto":
         trainer = "rustbpe" if importlib.util.find_spec("rustbpe") else "hf"
-    if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
-        raise ConfigError(f"--vocab_size={vocab_size}: must be at least {256 + len(SPECIAL_TOKENS) + 1} "
-                          f"(256 byte tokens, >= 1 merge, {len(SPECIAL_TOKENS)} special tokens)")
-    if vocab_size > MAX_VOCAB:
-        raise ConfigError(f"--vocab_size={vocab_size}: must be at most {MAX_VOCAB:,} (upstream's is 65,536)")
-    for flag, value in (("--max_chars", max_chars), ("--doc_cap", doc_cap)):
-        if value < 1:  # a negative --doc_cap would cut the end off each document, silently
-            raise ConfigError(f"{flag}={value}: must be >= 1 (characters)")
+    check_settings(vocab_size, max_chars, doc_cap)
     if texts is None:
         from bench.nanochat.dataset import parquets_iter_batched
 

@@ -198,9 +198,12 @@ def test_an_out_that_cannot_be_written_is_one_error_line(command, capsys, tmp_pa
 
 
 @pytest.mark.parametrize("arg,message", [("nosuch=3", "unknown flag(s) --nosuch=3 of `tokenizer train`"),
-                                         ("vocab_size=abc", "argument --vocab_size: invalid int value: 'abc'")])
+                                         ("vocab_size=abc", "argument --vocab_size: invalid int value: 'abc'"),
+                                         ("vocab_size=100", "--vocab_size=100: must be at least 266"),
+                                         ("doc_cap=0", "--doc_cap=0: must be >= 1")])
 def test_a_flows_bad_tokenizer_arg_is_refused_before_anything_is_written(arg, message, capsys, tmp_path):
-    """A --tokenizer-arg `tokenizer train` does not take was once rendered into the job, failing only in Slurm."""
+    """A --tokenizer-arg `tokenizer train` does not take, or a value it refuses, was once rendered into the job,
+    failing only in Slurm."""
     code, _, err = run_cli(["submit", "--flow=speedrun", "--dry-run", "--nodes=1", "--runtimes=bare", *TINY,
                             f"--base-dir={tmp_path}", f"--tokenizer-arg={arg}", "--out", str(tmp_path / "s")], capsys)
     assert code == 1 and err.startswith("error: --tokenizer-arg") and message in err

@@ -19,11 +19,13 @@ import functools
 import importlib.util
 import inspect
 import io
+import itertools
 import os
 import random
 import re
 import sysconfig
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 MIN_PARAGRAPH_CHARS = 40  # drops headings and one-word lines: they would make documents choppy
@@ -109,15 +111,18 @@ def code_document(rng: random.Random, min_chars: int = 500, max_chars: int = 800
 
 def documents(count: int, seed: int = 0, code_fraction: float = 0.5) -> list[str]:
     """`count` documents (prose, or code with probability code_fraction), reproducible by seed."""
+    return list(itertools.islice(iter_documents(seed, code_fraction), count))
+
+
+def iter_documents(seed: int = 0, code_fraction: float = 0.5) -> Iterator[str]:
+    """documents(), one at a time and without end: a shard of any size is written without holding it all."""
     rng = random.Random(seed)
     if not code_files():
         code_fraction = 0.0
-    docs = []
-    while len(docs) < count:
+    while True:
         doc = code_document(rng) if rng.random() < code_fraction else prose_document(rng)
         if len(doc.strip()) >= MIN_DOCUMENT_CHARS:  # e.g. a code window that hit the end of its file
-            docs.append(doc)
-    return docs
+            yield doc
 
 
 MATH_TEXT = r"""

@@ -11,7 +11,10 @@ marked with where it came from (bench/nanochat/data_origin.py), and neither writ
 other kind unless told to (`--overwrite`).
 """
 
+import itertools
 import os
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -145,17 +148,17 @@ def parquets_iter_batched(split: str, start: int = 0, step: int = 1, val_files_k
             yield read_texts(pf, path, rg)
 
 
-def write_shard(path: Path, docs: list[str], row_group_size: int = 1024, metadata: dict | None = None) -> None:
-    """Write one shard in the upstream layout (zstd 3, no dictionary, no statistics), atomically; `metadata`
-    goes into the footer's key-value metadata (data_origin.py marks generated shards so)."""
-    table = pa.table({TEXT_COLUMN: pa.array(docs, type=pa.string())})
-    if metadata:
-        table = table.replace_schema_metadata(metadata)
-    # a row group holds at most the shard's documents; capping says so to pyarrow, which overflows on a huge size
-    row_group_size = min(row_group_size, max(len(docs), 1))
-    with atomic_target(path) as tmp:
-        pq.write_table(table, tmp, row_group_size=row_group_size, compression="zstd", compression_level=3,
-                       use_dictionary=False, write_statistics=False)
+def write_shard(path: Path, docs: Iterable[str], row_group_size: int = 1024, metadata: dict | None = None) -> None:
+    """Write one shard in the upstream layout (zstd 3, no dictionary, no statistics), atomically, one row
+    group at a time (memory holds one, whatever the shard's size); `metadata` goes into the footer's key-value
+    metadata (data_origin.py marks generated shards so)."""
+    schema = pa.schema([(TEXT_COLUMN, pa.string())], metadata=metadata or None)
+    docs = iter(docs)
+    with atomic_target(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd", compression_level=3,
+                                                       use_dictionary=False, write_statistics=False) as writer:
+        # a --row-group-size past the shard's documents (even past islice's sys.maxsize) is one row group
+        while group := list(itertools.islice(docs, min(row_group_size, sys.maxsize))):
+            writer.write_table(pa.table({TEXT_COLUMN: group}, schema=schema), row_group_size=len(group))
 
 
 def file_names(paths: list[Path]) -> str:
@@ -201,7 +204,7 @@ def generate_shards(
         for i, (path, recipe) in enumerate(zip(paths, recipes)):
             if path in kept:
                 continue
-            write_shard(path, corpus.documents(docs_per_shard, seed=i), row_group_size,
+            write_shard(path, itertools.islice(corpus.iter_documents(seed=i), docs_per_shard), row_group_size,
                         data_origin.generated_metadata(recipe))
         data_origin.forget(out, [p.name for p in in_the_way])
     except OSError as e:

@@ -46,6 +46,25 @@ def test_generate_takes_a_row_group_larger_than_any_shard(tmp_path):
     assert pq.ParquetFile(paths[0]).metadata.num_row_groups == 1
 
 
+def test_a_shard_is_written_one_row_group_at_a_time(tmp_path):
+    """Documents are drawn as each row group is written: the first group is in the file before the documents
+    of the third are asked for (a shard of any --docs-per-shard no longer sits whole in memory)."""
+    flushed = []
+
+    def docs():
+        for i, doc in enumerate(corpus.iter_documents(seed=0)):
+            if i == 8:  # the third group's first document: the writer must have flushed the first group
+                flushed.append(next(tmp_path.glob(".s.parquet.*.tmp")).stat().st_size)
+            if i == 10:
+                return
+            yield doc
+    dataset.write_shard(tmp_path / "s.parquet", docs(), row_group_size=4)
+    assert flushed and flushed[0] > 4  # more than the magic bytes: a row group's pages are on disk
+    pf = pq.ParquetFile(tmp_path / "s.parquet")
+    assert [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)] == [4, 4, 2]
+    assert pf.read().column("text").to_pylist() == corpus.documents(10, seed=0)
+
+
 def test_corpus_documents_are_offline_text():
     docs = corpus.documents(50, seed=3)
     assert docs == corpus.documents(50, seed=3)

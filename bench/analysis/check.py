@@ -99,6 +99,9 @@ def _is_number(v) -> bool:
 
 def _reference(path: Path, i: int, entry: dict) -> Reference:
     name = str(entry.get("name") or f"reference #{i + 1}")
+    unknown = set(entry) - {"name", "where", "figures"}
+    if unknown:  # a misspelt `where` is no filter: the median of every run would be checked
+        raise ConfigError(f"{path}: {name}: unknown key(s) {sorted(unknown)}; valid: name, where, figures")
     where, figures = entry.get("where", {}), entry.get("figures")
     if not isinstance(where, dict):
         raise ConfigError(f"{path}: {name}: where must be a table of column = value, e.g. "

@@ -111,6 +111,8 @@ def test_example_file_is_valid():
     ("[[reference]]\nfigures.mfu = { value = 40, unit = 3 }", "unit = 3 must be a string"),
     ("[[reference]]\nwhere = 'bare'\nfigures.mfu = { value = 40 }", "where must be a table"),
     ("reference = [1, 2]", "no [[reference]] entries"),
+    # a misspelt `where` would select every run: the median of all of them would be checked
+    ("[[reference]]\nwher = { depth = 20 }\nfigures.mfu = { value = 40 }", "unknown key(s) ['wher']"),
 ])
 def test_bad_references_are_clear_errors(tmp_path, body, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):

@@ -32,7 +32,7 @@ from bench.analysis.columns import TYPES as COLUMNS  # the table's columns and t
 from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
-from bench.errors import AnalysisError
+from bench.errors import AnalysisError, os_reason
 from bench.contract import METRICS_JSONL, RUN_JSON, atomic_target
 
 LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs (read if they hold step lines)
@@ -211,14 +211,17 @@ def _refuse_torn_csv(path: Path) -> None:
 
 def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     """runs.parquet and runs.csv under out_dir, each replaced atomically (pyarrow writes both: fast)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(df, preserve_index=False)
     paths = []
-    for name, write in ((TABLE_PARQUET, pq.write_table), (TABLE_CSV, pa_csv.write_csv)):
-        path = out_dir / name
-        with atomic_target(path) as tmp:
-            write(table, tmp)
-        paths.append(path)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, write in ((TABLE_PARQUET, pq.write_table), (TABLE_CSV, pa_csv.write_csv)):
+            path = out_dir / name
+            with atomic_target(path) as tmp:
+                write(table, tmp)
+            paths.append(path)
+    except OSError as e:  # a file in the way, no permission, a full disk: the old table, if any, is left whole
+        raise AnalysisError(f"{out_dir}: the table cannot be written there: {os_reason(e)}") from None
     return paths
 
 

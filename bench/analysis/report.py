@@ -24,6 +24,7 @@ from bench.analysis.collect import ROW_VERSION, collect, load_table
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
 from bench.contract import FINAL_STATUSES, write_text_atomic
+from bench.errors import AnalysisError, os_reason
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -118,10 +119,13 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
                  title: str = "nanochat-bench report", source: str = "") -> Path:
     """Write report.md, report.html and figures/ under out_dir; returns the HTML report's path."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # Figures are drawn into a fresh folder that then replaces figures/, so none of an older report stays.
-    fig_dir = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{FIGURES_DIR}."))
-    fig_dir.chmod(0o755)  # mkdtemp makes it private; a report folder is meant to be shared
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # Figures are drawn into a fresh folder that then replaces figures/, so none of an older report stays.
+        fig_dir = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".{FIGURES_DIR}."))
+        fig_dir.chmod(0o755)  # mkdtemp makes it private; a report folder is meant to be shared
+    except OSError as e:  # a file in the way, no permission: said before anything is drawn
+        raise AnalysisError(f"{out_dir}: the report cannot be written there: {os_reason(e)}") from None
     order = lambda col: col.map(lambda r: (r != baseline, r)) if col.name == "runtime" else col  # noqa: E731
     points = scaling.scaling_table(table).sort_values(["config", "runtime", "world_size"], key=order)
     ratios = scaling.runtime_ratios(table, baseline).sort_values(["config", "runtime", "world_size"])

@@ -93,3 +93,18 @@ def test_commands(tmp_path, capsys):
     assert not (tmp_path / "rep4" / "report.md").exists()
     row = json.loads((tmp_path / "runs" / "sweep0" / "bare-n8-r0" / "run.json").read_text())
     assert row["schema_version"] == contract.SCHEMA_VERSION
+
+
+def test_an_out_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
+    """--out naming a file (or a place that cannot be made) is an error line, not an OSError's traceback."""
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    assert main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
+    capsys.readouterr()
+    (tmp_path / "file").write_text("kept")
+    for argv in (["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "file")],
+                 ["report", str(tmp_path / "table"), "--out", str(tmp_path / "file")],
+                 ["report", str(tmp_path / "runs"), "--out", str(tmp_path / "file" / "sub")]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {tmp_path / 'file'}") and "cannot be written" in err and "\n" not in err
+    assert (tmp_path / "file").read_text() == "kept"

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, why
-from bench.analysis.collect import ROW_VERSION, collect, load_table
+from bench.analysis.collect import ROW_VERSION, _read_table, collect, display_root, load_table, one_row_per_run
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
 from bench.contract import FINAL_STATUSES, write_text_atomic
@@ -181,10 +181,17 @@ def load_or_collect(table_or_root: str | os.PathLike, out_dir: str | os.PathLike
     path = Path(table_or_root)
     if path.is_file() or (path.is_dir() and any((path / n).exists() for n in ("runs.parquet", "runs.csv"))):
         return load_table(path)
-    return collect([path], out_dir).table
+    return collect_root(path, out_dir)
+
+
+def collect_root(root: str | os.PathLike, out_dir: str | os.PathLike) -> pd.DataFrame:
+    """The runs under root, collected into out_dir's table. That table keeps the rows of other roots collected
+    into it before (collect is incremental); they are no runs of this root, nor copies of its runs."""
+    collect([root], out_dir)
+    table = _read_table(out_dir)
+    return one_row_per_run(table[table["root"] == display_root(Path(root))].reset_index(drop=True))
 
 
 def summarize_runs(root: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Collect the runs under root into out_dir (runs.parquet, runs.csv) and report them; the HTML path."""
-    table = collect([root], out_dir).table
-    return write_report(table, out_dir, source=str(Path(root).resolve()))
+    return write_report(collect_root(root, out_dir), out_dir, source=str(Path(root).resolve()))

@@ -8,6 +8,7 @@ import re
 
 from bench import contract
 from bench.analysis import summarize_runs
+from bench.analysis.collect import load_table
 from bench.cli import main
 from tests.support.synthetic import SweepSpec, generate_sweep
 
@@ -108,3 +109,16 @@ def test_an_out_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {tmp_path / 'file'}") and "cannot be written" in err and "\n" not in err
     assert (tmp_path / "file").read_text() == "kept"
+
+
+def test_a_report_of_a_root_is_of_that_root_alone(tmp_path, capsys):
+    """`report ROOT --out DIR` collects into DIR's table, which may hold another root's runs from an earlier
+    report: those stay in the table but are not in this report."""
+    generate_sweep(tmp_path / "a", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
+    generate_sweep(tmp_path / "b", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    assert main(["report", str(tmp_path / "a"), "--out", str(tmp_path / "rep")]) == 0
+    assert main(["report", str(tmp_path / "b"), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "3 run(s), 3 in the figures" in md, md[:400]
+    table = load_table(tmp_path / "rep")
+    assert len(table) == 9 and set(table["root"]) == {str(tmp_path / "a"), str(tmp_path / "b")}

@@ -251,7 +251,9 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
             found[(display_root(r), os.path.relpath(path, r))] = (str(r), path, kind, fp, names)
 
     out_dir = Path(out) if out is not None else None
-    old = _read_table(out_dir) if out_dir is not None and (out_dir / TABLE_PARQUET).exists() else to_frame([])
+    # the table to update is runs.parquet, else runs.csv (one kept or copied alone): never replaced unread
+    kept_table = out_dir is not None and any((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
+    old = _read_table(out_dir) if kept_table else to_frame([])
     keys = list(zip(old["root"].astype(object), old["source"].astype(object)))
     now_fp = pd.Series([found[k][3] if k in found else None for k in keys], index=old.index, dtype="string")
     same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)

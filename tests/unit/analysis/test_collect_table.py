@@ -76,6 +76,18 @@ def test_other_roots_in_the_same_table_are_kept(tmp_path):
     assert len(both.table) == 4 and both.removed == 0
 
 
+def test_a_table_kept_as_csv_alone_keeps_its_rows(tmp_path):
+    """An --out holding runs.csv without runs.parquet (a table kept or copied as CSV) is the table to update,
+    not one to replace: the rows of its other roots stay."""
+    out = tmp_path / "table"
+    generate_sweep(tmp_path / "a", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    generate_sweep(tmp_path / "b", SweepSpec(runtimes={"ce": 1.0}, world_sizes=(8,), repeats=1, steps=12))
+    collect([tmp_path / "a"], out)
+    (out / TABLE_PARQUET).unlink()
+    both = collect([tmp_path / "b"], out)
+    assert len(both.table) == 4 and len(load_table(out / TABLE_CSV)) == 4
+
+
 def test_row_version_change_rereads_everything(tmp_path, monkeypatch):
     generate_sweep(tmp_path / "r", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
     collect([tmp_path / "r"], tmp_path / "t")

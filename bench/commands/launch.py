@@ -313,10 +313,20 @@ def cmd_render_flow(args) -> int:
     return 0
 
 
+def refuse_bad_download(args) -> None:
+    """--download is the guide's `data download -n N`: a count that command refuses would stop the data step
+    inside the allocation (and 0 was taken for the default)."""
+    from bench.nanochat.download import MAX_SHARD
+
+    if args.download is not None and args.download != -1 and not 1 <= args.download <= MAX_SHARD + 1:
+        raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
+
+
 def cmd_render(args) -> int:
     """One job's script (sbatch, compare) or the interactive guide, written with its runs' run.json."""
     if len(planmod.parse_nodes(args.nodes)) > 1:  # a bad value is named first (`1,x`: x is no node count)
         raise ConfigError(f"render takes one node count, got --nodes {args.nodes!r}")
+    refuse_bad_download(args)
     if args.flow:
         return cmd_render_flow(args)
     refuse_flow_flags(args)

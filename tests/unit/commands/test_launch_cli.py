@@ -83,6 +83,10 @@ def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_pat
     (["render", "sbatch", "--nodes", "1,x"], "--nodes '1,x' must be a comma-separated list of positive integers"),
     (["render", "sbatch", "--runtimes", "bare,podman"], "render sbatch makes one run"),
     (["render", "interactive", "--repeats", "2"], "render interactive makes one run"),
+    # `data download -n` takes these only: the guide's data step would fail inside the allocation
+    (["render", "interactive", "--download", "-4"], "--download -4: shards to download"),
+    (["render", "interactive", "--download", "0"], "--download 0: shards to download"),
+    (["render", "interactive", "--flow", "speedrun", "--download", "0"], "--download 0: shards to download"),
 ])
 def test_bad_input_is_one_error_line_and_nothing_is_written(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -269,7 +269,7 @@ def cmd_status(args) -> int:
     else:
         rows = status.sweep_status(args.sweep, backend)
     print(status.format_status(rows))
-    failed = {r.run_id for r in rows if r.status in status.RESUBMITTABLE}
+    failed = {r.run_id for r in rows if r.resubmittable}
     if args.resubmit_failed:
         active = [r for r in rows if r.run_id in failed and r.job_active]
         if active:  # its batch script is still writing the run directory: resetting it now would lose that
@@ -283,11 +283,11 @@ def cmd_status(args) -> int:
         return 0
     if failed:
         print(f"resubmit the failed runs with: nanochat-bench status {args.sweep} --resubmit-failed")
-    unfinished = [r.run_id for r in rows if not r.done]
+    unfinished = [r.run_id for r in rows if not r.done and not r.unsubmitted]
     if args.wait and unfinished:
         print(f"gave up waiting after --timeout {args.timeout:g} s: {len(unfinished)} run(s) not finished")
     # any final status but ok fails the wait: diverged and wrong_network are not resubmitted, yet not results
-    not_ok = [r.run_id for r in rows if r.done and r.status != "ok"]
+    not_ok = [r.run_id for r in rows if (r.done and r.status != "ok") or r.unsubmitted]
     return 1 if args.wait and (not_ok or unfinished) else 0
 
 

@@ -27,6 +27,7 @@ PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with th
 QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
 AT_STEP = "at step "  # a running run's message, followed by its last step
 RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom", "no_data")
+NOT_SUBMITTED = "not submitted: sweep.json holds no Slurm job for it (submit stopped before sbatch took it)"
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,18 @@ class RunState:
         return self.status in contract.FINAL_STATUSES
 
     @property
+    def unsubmitted(self) -> bool:
+        """No job id and no final status: submit stopped before sbatch took its job, so no job will ever end it."""
+        return self.job_id is None and not self.done
+
+    @property
     def settled(self) -> bool:
-        """Final and its job ended: nothing will write its run directory any more (safe to resubmit)."""
-        return self.done and not self.job_active
+        """Final and its job ended, or never submitted: nothing will write its run directory (safe to resubmit)."""
+        return (self.done and not self.job_active) or self.unsubmitted
+
+    @property
+    def resubmittable(self) -> bool:
+        return self.status in RESUBMITTABLE or self.unsubmitted
 
 
 def _progress(run_dir: Path, steps) -> str:
@@ -106,6 +116,8 @@ def sweep_status(sweep_dir: Path, backend) -> list[RunState]:
         job = states.get(entry.get("job_id"))
         for run_id in entry["runs"]:
             status, message = _derive(sweep_dir / run_id, job)
+            if not entry.get("job_id") and status not in contract.FINAL_STATUSES:
+                message = message or NOT_SUBMITTED
             active = job is not None and not job.terminal and job.state != "UNKNOWN"
             rows.append(RunState(run_id, entry.get("job_id"), job.state if job else "-", status, message, active))
     return rows

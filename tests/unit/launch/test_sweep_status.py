@@ -82,3 +82,23 @@ def test_a_running_run_shows_its_step_and_a_long_wait_repeats_it(tmp_path, monke
     lines = []
     wait(tmp_path, Backend(), timeout_s=1000, out=lines.append)
     assert len(lines) >= 2 and all(ln.endswith("1 running (n1-bare-r1 at step 2568 of 20000)") for ln in lines)
+
+
+def test_a_run_never_submitted_ends_the_wait_and_is_resubmittable(tmp_path, monkeypatch):
+    """A submit stopped before sbatch (Ctrl-C, a hung slurmctld) leaves a job without an id in sweep.json and its
+    run pending: no Slurm job will ever end it, so `status --wait` without --timeout polled for ever, and
+    --resubmit-failed did not take it."""
+    contract.record_evidence(tmp_path / "a", contract.Evidence(source="trainer", kind="completed", rank=0))
+    contract.update_run_json(tmp_path / "b", status="pending")
+    write_sweep(tmp_path, {"jobs": [{"name": "a", "job_id": "10", "runs": ["a"]},
+                                    {"name": "b", "job_id": None, "runs": ["b"]}]})
+
+    class Backend:
+        def states(self, job_ids):
+            return {j: JobState(j, "COMPLETED") for j in job_ids}
+
+    polls = iter(range(3))
+    monkeypatch.setattr(status.time, "sleep", lambda s: next(polls))  # StopIteration: it would wait for ever
+    rows = wait(tmp_path, Backend(), poll_s=1)
+    assert [(r.run_id, r.status) for r in rows] == [("a", "ok"), ("b", "pending")]
+    assert rows[1].message.startswith("not submitted") and rows[1].resubmittable and not rows[0].resubmittable

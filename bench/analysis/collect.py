@@ -160,10 +160,10 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
 def load_table(path: str | os.PathLike) -> pd.DataFrame:
     """A table written by collect: runs.parquet or runs.csv, or a directory holding one; a run that several
     directory found twice counts once (one_row_per_run)."""
-    return one_row_per_run(_read_table(path))
+    return one_row_per_run(read_table(path))
 
 
-def _read_table(path: str | os.PathLike) -> pd.DataFrame:
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """The table as written: every source's row."""
     path = Path(path)
     if path.is_dir():
@@ -253,7 +253,7 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     out_dir = Path(out) if out is not None else None
     # the table to update is runs.parquet, else runs.csv (one kept or copied alone): never replaced unread
     kept_table = out_dir is not None and any((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
-    old = _read_table(out_dir) if kept_table else to_frame([])
+    old = read_table(out_dir) if kept_table else to_frame([])
     keys = list(zip(old["root"].astype(object), old["source"].astype(object)))
     now_fp = pd.Series([found[k][3] if k in found else None for k in keys], index=old.index, dtype="string")
     same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)

@@ -11,7 +11,7 @@ from pathlib import Path
 from bench.errors import ConfigError
 
 DEFAULT_STRATEGIES = "zero2,fsdp,fsdp+ac,fsdp+ac+offload"
-_SIZE = re.compile(r"^\s*([\d.]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+\.?\d*|\.\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)  # one number: not 1.5.5
 
 
 def parse_size(text: str) -> int:

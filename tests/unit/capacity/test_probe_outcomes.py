@@ -178,3 +178,12 @@ def test_a_rebuilt_summary_keeps_to_the_probes_of_the_sweep_that_ended(tmp_path)
     assert [p["probe"]["depth"] for p in summary["probes"]] == [2, 4]
     assert summary["machine"]["memory_limit"] == 1 << 30
     assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["interrupted"]
+
+
+def test_a_memory_limit_that_is_no_number_is_refused_naming_the_flag():
+    from bench.commands.capacity import parse_size
+
+    assert parse_size("1.5GiB") == 3 << 29 and parse_size("760M") == 760 << 20 and parse_size(".5k") == 512
+    for text in ("1.5.5G", ".", "..M"):  # digits and dots, but no number: not a ValueError's traceback
+        with pytest.raises(ConfigError, match=rf"^--memory-limit '{text}': give bytes or a size such as 760M"):
+            parse_size(text)

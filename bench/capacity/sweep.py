@@ -26,7 +26,7 @@ from bench.capacity import data as capdata, lifetime
 from bench.capacity.cpuhost import check_cpu_host
 from bench.capacity.probe import ProbeResult, ProbeSpec, host_memory, read_probe, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
-from bench.errors import ConfigError
+from bench.errors import ConfigError, os_reason
 from bench.nanochat import memory
 from bench.nanochat.tokenizer import SPECIAL_TOKENS
 from bench.contract import atomic_target, update_run_json, write_json_atomic
@@ -215,7 +215,10 @@ class Sweep:
 
     def _passes(self) -> None:
         c = self.cfg
-        c.out.mkdir(parents=True, exist_ok=True)
+        try:
+            c.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file in the way, a read-only or missing mount: the flag, not a traceback
+            raise ConfigError(f"--out {c.out}: the sweep directory cannot be made: {os_reason(e)}") from None
         self.log(f"capacity: preparing the probes' data ({c.vocab_size:,}-token vocabulary) under {c.out / 'data'}")
         t = time.time()
         self.data = {"base_dir": c.out / "data", "memory_limit": c.memory_limit,

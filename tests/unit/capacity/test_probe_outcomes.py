@@ -187,3 +187,16 @@ def test_a_memory_limit_that_is_no_number_is_refused_naming_the_flag():
     for text in ("1.5.5G", ".", "..M"):  # digits and dots, but no number: not a ValueError's traceback
         with pytest.raises(ConfigError, match=rf"^--memory-limit '{text}': give bytes or a size such as 760M"):
             parse_size(text)
+
+
+def test_an_out_that_cannot_be_a_directory_is_refused_naming_the_flag(tmp_path):
+    from types import SimpleNamespace
+
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    (tmp_path / "file").write_text("kept")
+    for out in (tmp_path / "file", tmp_path / "file" / "sub"):  # a file in the way: one line, not a traceback
+        cfg = SweepConfig(out=out, strategies=["fsdp"], depths=[2])
+        with pytest.raises(ConfigError, match=rf"^--out {out}: .*a file of that name is in the way"):
+            Sweep._passes(SimpleNamespace(cfg=cfg, log=print))  # the sweep's own method, no machine probed
+    assert (tmp_path / "file").read_text() == "kept"

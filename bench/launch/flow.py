@@ -35,7 +35,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import contract, workloads
-from bench.errors import ConfigError
+from bench.errors import ConfigError, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
@@ -355,10 +355,13 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     bad = next((sp for sp in stage_points if not sp.possible), None)
     if bad is not None:
         raise ConfigError(f"this flow cannot run with {nproc} rank(s): {bad.reason}")
-    ensure_tokenizer(tokenizer_args, python, out)
     tag = model_tag(point_dir.parent.name, point_dir.name)
-    point_dir.mkdir(parents=True, exist_ok=True)
-    contract.write_json_atomic(point_dir / FLOW_JSON, flow_record(fs.flow, point_dir.name, tag, fs.stages))
+    try:  # before the tokenizer: a run directory that cannot be made must not cost its training first
+        point_dir.mkdir(parents=True, exist_ok=True)
+        contract.write_json_atomic(point_dir / FLOW_JSON, flow_record(fs.flow, point_dir.name, tag, fs.stages))
+    except OSError as e:
+        raise run_dir_error(point_dir, e) from None
+    ensure_tokenizer(tokenizer_args, python, out)
     result = LocalFlowResult(0)
     ids = {"run_id": point_dir.name, "sweep_id": point_dir.parent.name}
     for stage, sp in zip(fs.stages, stage_points):

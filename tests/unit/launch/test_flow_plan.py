@@ -149,3 +149,15 @@ def test_the_job_puts_each_stage_in_its_own_run_directory_below_the_point(twice,
     flow.write_flow_job(fj, render_flow(fj))
     record = json.loads((fj.point_dir / flow.FLOW_JSON).read_text())
     assert record["model_tag"] == "sw-n1-bare-r1" and [s["name"] for s in record["stages"]] == ["base_train", "again"]
+
+
+def test_a_run_dir_that_cannot_be_made_is_refused_in_one_line_before_the_tokenizer(tmp_path, monkeypatch):
+    from bench.errors import RunDirError
+
+    trained = []
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: trained.append(a))
+    (tmp_path / "file").write_text("kept")
+    for point in (tmp_path / "file", tmp_path / "file" / "point"):
+        with pytest.raises(RunDirError, match=rf"^the run directory {point} cannot be written: a file of that name"):
+            flow.run_local_flow(sweep(), 2, point)
+    assert not trained and (tmp_path / "file").read_text() == "kept"  # no tokenizer trained for a flow refused

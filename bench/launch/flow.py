@@ -26,7 +26,6 @@ import itertools
 import re
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -349,7 +348,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept."""
     from bench.launch.local import run_local
 
-    python = python or sys.executable
+    from bench.workloads.stage import interpreter
+
+    python = interpreter(python)  # the tokenizer's and every stage's: checked before either runs
     point_dir = Path(point_dir).absolute()
     [(_, stage_points)] = fs.points()
     bad = next((sp for sp in stage_points if not sp.possible), None)

@@ -11,6 +11,7 @@ checkpoint's, unknown until a rank reads it, so there is no estimate and the run
 """
 
 import importlib
+import shutil
 import sys
 from dataclasses import asdict
 
@@ -36,6 +37,15 @@ def model_estimate(point: PointContext, config, tokens: float, batch: float, wor
     return hours, "" if hours is None else f"est: {work}, d{point.model.depth}"
 
 
+def interpreter(python: str | None) -> str:
+    """`--python` (a path or a name on PATH), else this interpreter; one that is not there is refused before
+    any process starts or any run directory is made."""
+    if python and shutil.which(python) is None:
+        raise ConfigError(f"--python={python}: no such interpreter; give a path or a name on PATH (default: "
+                          f"this one, {sys.executable})")
+    return python or sys.executable
+
+
 def argv_of(flags: dict) -> list[str]:
     """nanochat's `--key=value` flags, sorted (so a rendered job is the same whatever order flags came in)."""
     return [f"--{k}={v}" for k, v in sorted(flags.items())]
@@ -57,7 +67,7 @@ class TorchrunStage(Workload):
         self.parse(argv)
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
-        return list(torchrun_command(python or sys.executable, nproc, argv, module=self.module))
+        return list(torchrun_command(interpreter(python), nproc, argv, module=self.module))
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None) -> tuple:

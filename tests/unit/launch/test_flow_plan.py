@@ -161,3 +161,11 @@ def test_a_run_dir_that_cannot_be_made_is_refused_in_one_line_before_the_tokeniz
         with pytest.raises(RunDirError, match=rf"^the run directory {point} cannot be written: a file of that name"):
             flow.run_local_flow(sweep(), 2, point)
     assert not trained and (tmp_path / "file").read_text() == "kept"  # no tokenizer trained for a flow refused
+
+
+def test_a_python_that_is_not_there_is_refused_before_the_tokenizer_or_a_point_directory(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: trained.append(a))
+    with pytest.raises(ConfigError, match=r"^--python=/nowhere/python: no such interpreter"):
+        flow.run_local_flow(sweep(), 2, tmp_path / "point", python="/nowhere/python")
+    assert not trained and not (tmp_path / "point").exists()

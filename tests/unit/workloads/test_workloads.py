@@ -40,6 +40,16 @@ def test_nanochat_local_command_is_torchrun():
         "bench.nanochat.train", "--", "--depth=2"]
 
 
+def test_a_stage_interpreter_that_is_not_there_is_refused_before_any_run_directory(tmp_path):
+    from bench.cli import main
+
+    assert workloads.get("base_loss").local_command([], 1, "python3")[0] == "python3"  # a name on PATH is taken
+    with pytest.raises(ConfigError, match=r"^--python=/nowhere/python: no such interpreter"):
+        main(["-v", "train", "--python", "/nowhere/python", "--run-dir", str(tmp_path / "run"), "--",
+              "--depth=2", "--device_type=cpu", "--num_iterations=1"])
+    assert not (tmp_path / "run").exists()  # not a run left `pending` for ever
+
+
 def test_nntile_runs_by_path_on_the_host_and_as_a_module_in_an_image():
     w = workloads.get("nntile")
     host = w.launch_command("/venv/bin/python", 1, 4, ["--batch=8"], containerised=False)

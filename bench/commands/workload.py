@@ -203,9 +203,22 @@ def cmd_preflight(args) -> int:
     nproc = _default_nproc(2) if args.nproc is None else args.nproc
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be >= 1")
+    if args.json:
+        check_json_target(args.json)
     argv = [*(["--max-mib", str(args.max_mib)] if args.max_mib else []), *(["--json", args.json] if args.json else [])]
     cmd = list(torchrun_command(sys.executable, nproc, argv, module="bench.nanochat.preflight"))
     return subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}).returncode
+
+
+def check_json_target(path: str) -> None:
+    """Rank 0 writes --json after the whole measurement: a path it could not write is refused before it starts."""
+    target, parent = Path(path), Path(path).parent
+    reason = ("a directory of that name is in the way" if target.is_dir() else
+              f"no such directory {parent}" if not parent.exists() else
+              f"{parent} is a file, not a directory" if not parent.is_dir() else
+              f"{parent} is not writable" if not os.access(parent, os.W_OK) else None)
+    if reason:
+        raise ConfigError(f"--json {path}: cannot be written: {reason}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -40,3 +40,12 @@ def test_output_into_a_closed_pipe_ends_without_a_traceback():
 def test_zero_processes_is_refused(argv, capsys):
     assert cli.main(argv) == 1
     assert "--nproc 0: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_preflight_json_that_cannot_be_written_is_refused_before_any_rank_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("torchrun started"))
+    (tmp_path / "file").write_text("kept")
+    for path in (tmp_path, tmp_path / "file" / "x.json", tmp_path / "missing" / "x.json"):
+        assert cli.main(["preflight", "--nproc", "1", "--json", str(path)]) == 1
+        assert capsys.readouterr().err.startswith(f"error: --json {path}: cannot be written: ")
+    assert (tmp_path / "file").read_text() == "kept"

@@ -87,6 +87,7 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
                   compiled: bool = True) -> dict:
     """Sizes of the GPT at `depth`, built on the meta device, and per memory strategy the predicted peak
     memory per rank on CUDA (bench/nanochat/memory.py); the trainer's default, zero2, gives the totals."""
+    from bench.nanochat.config import shape_problem
     from bench.nanochat.gpt import GPT, GPTConfig
     from bench.nanochat.memory import GIB, MemoryPoint, estimate
 
@@ -96,6 +97,8 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     for name, value in sizes.items():
         if value < 1:
             raise ConfigError(f"--{name}={value}: must be >= 1")
+    if problem := shape_problem(depth, aspect_ratio):  # the trainer's check: GPT() would only assert
+        raise ConfigError(f"--depth={depth} --aspect_ratio={aspect_ratio}: {problem}")
     config = GPTConfig.from_depth(depth, vocab_size, max_seq_len, aspect_ratio)
     import torch
 

@@ -176,9 +176,29 @@ class TrainConfig(RunSettings):
         for name in ("depth", "aspect_ratio", "max_seq_len", "device_batch_size", "total_batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+        if problem := shape_problem(self.depth, self.aspect_ratio):
+            raise ConfigError(f"--depth={self.depth} --aspect_ratio={self.aspect_ratio}: {problem}")
         if self.num_iterations <= 0 and self.target_flops <= 0 and self.target_param_data_ratio <= 0:
             raise ConfigError("no training horizon: set one of --num_iterations, --target_flops, "
                               "--target_param_data_ratio to a value > 0")
+
+
+def shape_problem(depth: int, aspect_ratio: int) -> str | None:
+    """Why the GPT of this depth and aspect ratio cannot be built, else None: its width is split into heads of
+    at most 128 channels (gpt.GPTConfig.from_depth), each of one even size (rotary embeddings turn pairs);
+    a width that does not split so fails an assertion or the first forward's shapes, long after start-up."""
+    from bench.nanochat.gpt import GPTConfig
+
+    def splits(c: GPTConfig) -> bool:
+        return c.n_embd % c.n_head == 0 and c.n_embd // c.n_head % 2 == 0
+
+    shape = GPTConfig.from_depth(depth, 1, 1, aspect_ratio)
+    if splits(shape):
+        return None
+    near = min((r for r in range(1, 2 * aspect_ratio + 256) if splits(GPTConfig.from_depth(depth, 1, 1, r))),
+               key=lambda r: abs(r - aspect_ratio))
+    return (f"width {shape.n_embd} does not split into {shape.n_head} heads of one even size (heads of at most "
+            f"128, rotary embeddings turn pairs of channels); at depth {depth} e.g. aspect ratio {near}")
 
 
 WATCHDOG_MIN_S = 2 * INTERVAL_S

@@ -173,3 +173,17 @@ def test_the_validation_line_counts_the_tokens_it_reads(eval_tokens, passes, lin
     from bench.nanochat.train import validation_passes
 
     assert validation_passes(eval_tokens, 1024) == (passes, line)
+
+
+@pytest.mark.parametrize("depth,aspect_ratio", [(1, 129), (2, 65), (10, 32)])
+def test_a_width_the_heads_cannot_split_evenly_is_refused_naming_a_ratio_that_works(depth, aspect_ratio):
+    from bench.nanochat.config import shape_problem
+
+    # 129 in 2 heads, 65 channels a head (rotary turns pairs), 320 in 3 heads: an assertion or a shape
+    # mismatch in the first forward, not one line
+    with pytest.raises(ConfigError, match=rf"^--depth={depth} --aspect_ratio={aspect_ratio}: width .* heads"):
+        parse_args([f"--depth={depth}", f"--aspect_ratio={aspect_ratio}"])
+    near = int(re.search(r"e\.g\. aspect ratio (\d+)", shape_problem(depth, aspect_ratio))[1])
+    assert shape_problem(depth, near) is None
+    parse_args([f"--depth={depth}", f"--aspect_ratio={near}"])
+    assert shape_problem(20, 64) is None and shape_problem(3, 8) is None and shape_problem(3, 7) is not None

@@ -51,3 +51,8 @@ def test_smoke_batch_divides_for_any_rank_count():
     for nproc in (1, 2, 3, 8):
         c = parse_args(smoke_train_args(10, nproc))
         assert grad_accum_steps(c.total_batch_size, c.device_batch_size, c.max_seq_len, nproc) == 1
+
+
+def test_a_shape_the_gpt_cannot_build_is_one_line_not_an_assertion():
+    with pytest.raises(ConfigError, match=r"^--depth=1 --aspect_ratio=129: width 129 does not split into 2 heads"):
+        model_summary(1, aspect_ratio=129)

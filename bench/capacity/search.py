@@ -42,8 +42,12 @@ def shapes(depths: list[int], aspect_ratio: int = 64, vocab_size: int = 65536) -
 
 
 def family(max_depth: int, aspect_ratio: int = 64, vocab_size: int = 65536) -> list[Shape]:
-    """Even depths 2..max_depth: nanochat's shapes with head dim 128 at aspect ratio 64."""
-    return shapes(list(range(2, max_depth + 1, 2)), aspect_ratio, vocab_size)
+    """Even depths 2..max_depth: nanochat's shapes with head dim 128 at aspect ratio 64; at another ratio
+    those whose width splits into heads the GPT can build (a probe of another would only fail, ending the search)."""
+    from bench.nanochat.config import shape_problem
+
+    depths = [d for d in range(2, max_depth + 1, 2) if shape_problem(d, aspect_ratio) is None]
+    return shapes(depths, aspect_ratio, vocab_size)
 
 
 class CapacitySearch:

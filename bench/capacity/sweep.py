@@ -81,6 +81,11 @@ class SweepConfig:
 
         for s in self.strategies:
             Strategy.parse(s)  # an unknown strategy fails now, naming the valid ones
+        from bench.nanochat.config import shape_problem
+
+        for depth, ar in ((d, a) for d in self.depths for a in self.aspect_ratios):
+            if problem := shape_problem(depth, ar):  # its probe would only fail, and stop the search
+                raise ConfigError(f"--depths {depth} at --aspect-ratios {ar}: {problem}")
 
 
 # ------------------------------------------------------------------------------------------------

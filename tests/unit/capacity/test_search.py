@@ -67,3 +67,12 @@ def test_user_depths_and_aspect_ratios():
     assert [s.depth for s in grid] == [4, 8, 16] and grid[0].name == "d4-a128"
     with pytest.raises(ConfigError):
         shapes([0, 4])
+
+
+def test_shapes_the_gpt_cannot_build_are_not_searched_and_not_taken_as_points(tmp_path):
+    from bench.capacity.sweep import SweepConfig
+
+    # at aspect ratio 32, depth 10 is 320 channels in 3 heads: a probe that fails, stopping the search there
+    assert [s.depth for s in family(20, 32)] == [2, 4, 6, 8, 12, 14, 16, 20]
+    with pytest.raises(ConfigError, match=r"^--depths 10 at --aspect-ratios 32: width 320 does not split"):
+        SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[8, 10], aspect_ratios=[64, 32])

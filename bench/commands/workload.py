@@ -206,6 +206,8 @@ def cmd_preflight(args) -> int:
     nproc = _default_nproc(2) if args.nproc is None else args.nproc
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be >= 1")
+    if args.max_mib is not None and args.max_mib < 1:  # 0 would mean the default, -1 a buffer of 4 bytes
+        raise ConfigError(f"--max-mib {args.max_mib}: must be >= 1 (MiB; default: 1024 on GPU, 4 on CPU)")
     if args.json:
         check_json_target(args.json)
     argv = [*(["--max-mib", str(args.max_mib)] if args.max_mib else []), *(["--json", args.json] if args.json else [])]

@@ -105,10 +105,12 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m bench.nanochat.preflight", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device_type", default="", help="cuda | cpu (default: autodetect)")
-    ap.add_argument("--max-mib", type=int, default=None, help="largest buffer in MiB (default: 1024 on GPU, 16 on CPU)")
+    ap.add_argument("--max-mib", type=int, default=None, help="largest buffer in MiB (default: 1024 on GPU, 4 on CPU)")
     ap.add_argument("--json", default=None, help="write the records there (rank 0)")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv[1:] if argv[:1] == ["--"] else argv)  # torchrun ... -m <module> -- <flags>
+    if args.max_mib is not None and args.max_mib < 1:  # 0 would mean the default, -1 a buffer of 4 bytes
+        ap.error(f"--max-mib: must be >= 1, not {args.max_mib}")
     device_type = args.device_type or autodetect_device_type()
     distributed, rank, _, world, device = compute_init(device_type)
     if not distributed:  # one process without torchrun: a group of one, in this process's own store

@@ -49,3 +49,15 @@ def test_a_preflight_json_that_cannot_be_written_is_refused_before_any_rank_star
         assert cli.main(["preflight", "--nproc", "1", "--json", str(path)]) == 1
         assert capsys.readouterr().err.startswith(f"error: --json {path}: cannot be written: ")
     assert (tmp_path / "file").read_text() == "kept"
+
+
+@pytest.mark.parametrize("mib", ["0", "-1"])
+def test_a_preflight_buffer_of_no_size_is_refused_not_read_as_the_default(mib, monkeypatch, capsys):
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("torchrun started"))
+    assert cli.main(["preflight", "--nproc", "1", "--max-mib", mib]) == 1
+    assert capsys.readouterr().err == f"error: --max-mib {mib}: must be >= 1 (MiB; default: 1024 on GPU, 4 on CPU)\n"
+    from bench.nanochat import preflight
+
+    with pytest.raises(SystemExit):  # alone under torchrun too, and its help says what CPU_SIZES holds
+        preflight.main(["--max-mib", mib])
+    assert "--max-mib: must be >= 1" in capsys.readouterr().err

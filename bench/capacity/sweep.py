@@ -14,6 +14,7 @@ running the same command again resumes. `<out>/summary.json` and `<out>/probes.c
 
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -66,9 +67,9 @@ class SweepConfig:
             raise ConfigError("give --search, --depths D1,D2,... or both")
         for name, value in (("--gpus", self.nproc), ("--seq", self.max_seq_len), ("--steps", self.steps),
                             ("--max-batch", self.max_batch), ("--time-per-point", self.time_per_point)):
-            if value <= 0:
+            if not (value > 0 and math.isfinite(value)):  # nan passed `<= 0` and meant no bound at all
                 raise ConfigError(f"{name}={value}: must be positive")
-        if self.budget_s is not None and self.budget_s <= 0:
+        if self.budget_s is not None and not (self.budget_s > 0 and math.isfinite(self.budget_s)):
             raise ConfigError(f"--budget={self.budget_s:g}: must be positive seconds (leave it out for no bound)")
         if self.search and self.max_depth < 2:  # the search's shapes are the even depths 2..--max-depth
             raise ConfigError(f"--max-depth={self.max_depth}: the search needs at least 2 (its shapes are even depths)")

@@ -126,6 +126,10 @@ def test_a_negative_budget_or_a_search_without_shapes_is_refused_naming_the_flag
 
     with pytest.raises(ConfigError, match=r"^--budget=-5: must be positive seconds"):
         SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=-5)
+    with pytest.raises(ConfigError, match=r"^--budget=nan: must be positive seconds"):  # it meant no bound
+        SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=float("nan"))
+    with pytest.raises(ConfigError, match=r"^--time-per-point=nan: must be positive"):
+        SweepConfig(out=tmp_path, strategies=["fsdp"], time_per_point=float("nan"))
     for depth in (0, 1):  # refused before any data is made, as the flag
         with pytest.raises(ConfigError, match=rf"^--max-depth={depth}: the search needs at least 2"):
             SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=depth)

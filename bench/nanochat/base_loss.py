@@ -46,6 +46,9 @@ class BaseLossConfig(RunSettings):
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
         if self.model_step < -1:
             raise ConfigError(f"--model_step={self.model_step}: give a saved step, or -1 for the last")
+        if self.max_seq_len == 0 or self.max_seq_len < -1:  # were read as -1, silently
+            raise ConfigError(f"--max_seq_len={self.max_seq_len}: give the checkpoint's sequence length, or -1 to "
+                              f"read it from the checkpoint")
 
 
 def parse(argv: list[str]) -> BaseLossConfig:

@@ -121,3 +121,14 @@ def test_the_planner_rounds_split_tokens_to_the_ranks():
     assert "split_tokens 10,485,760 -> 10,420,224" in three.note
     assert f"--split_tokens={three.column('split_tokens')}" in three.train_argv
     assert plan(256).column("eval_steps") == 1  # at least one batch
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_base_loss_refuses_a_sequence_length_of_0_or_below_minus_1(value):
+    """--max_seq_len 0 or below -1 was read as -1 (from the checkpoint), though the help names only -1."""
+    from bench.errors import ConfigError
+    from bench.nanochat import base_loss
+
+    with pytest.raises(ConfigError, match=rf"^--max_seq_len={value}: give the checkpoint's sequence length, or -1"):
+        base_loss.parse([f"--max_seq_len={value}"])
+    assert base_loss.parse(["--max_seq_len=-1"]).max_seq_len == -1

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from bench.errors import AnalysisError
+from bench.errors import AnalysisError, ConfigError
 
 
 def register(subparsers) -> None:
@@ -35,6 +35,8 @@ def register(subparsers) -> None:
 def cmd_collect(args) -> int:
     from bench.analysis.collect import collect
 
+    if args.workers is not None and args.workers < 1:  # 0 was taken for the default, a negative for 1
+        raise ConfigError(f"--workers {args.workers}: give 1 or more processes (default: CPU count, at most 8)")
     result = collect(args.roots, args.out, workers=args.workers)
     t = result.table
     usable = int(t["skip_reason"].isna().sum())

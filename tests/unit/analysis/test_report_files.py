@@ -6,6 +6,8 @@ python -m pytest tests/unit/analysis/test_report_files.py -q
 import json
 import re
 
+import pytest
+
 from bench import contract
 from bench.analysis import summarize_runs
 from bench.analysis.collect import load_table
@@ -109,6 +111,15 @@ def test_an_out_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {tmp_path / 'file'}") and "cannot be written" in err and "\n" not in err
     assert (tmp_path / "file").read_text() == "kept"
+
+
+@pytest.mark.parametrize("workers", ["0", "-3"])
+def test_collect_refuses_fewer_than_one_worker(tmp_path, capsys, workers):
+    """--workers 0 was taken for the default and a negative count for one process, silently."""
+    assert main(["collect", str(tmp_path), "--out", str(tmp_path / "t"), "--workers", workers]) == 1
+    assert capsys.readouterr().err.strip() == (f"error: --workers {workers}: give 1 or more processes "
+                                               f"(default: CPU count, at most 8)")
+    assert not (tmp_path / "t").exists()
 
 
 def test_a_report_of_a_root_is_of_that_root_alone(tmp_path, capsys):

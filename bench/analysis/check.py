@@ -90,7 +90,13 @@ def load_references(path: str | Path) -> list[Reference]:
     entries = data.get("reference")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ConfigError(f"{path}: no [[reference]] entries (see results/references.example.toml)")
-    return [_reference(path, i, e) for i, e in enumerate(entries)]
+    references = [_reference(path, i, e) for i, e in enumerate(entries)]
+    names = [r.name for r in references]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # results are reported by name: two of one name could not be told apart
+        raise ConfigError(f"{path}: more than one reference named {', '.join(map(repr, twice))}; "
+                          f"give each its own name")
+    return references
 
 
 def _is_number(v) -> bool:

@@ -113,6 +113,8 @@ def test_example_file_is_valid():
     ("reference = [1, 2]", "no [[reference]] entries"),
     # a misspelt `where` would select every run: the median of all of them would be checked
     ("[[reference]]\nwher = { depth = 20 }\nfigures.mfu = { value = 40 }", "unknown key(s) ['wher']"),
+    ("[[reference]]\nname = \"d20\"\nfigures.mfu = { value = 40 }\n[[reference]]\nname = \"d20\"\n"
+     "figures.mfu = { value = 41 }", "more than one reference named 'd20'; give each its own name"),
 ])
 def test_bad_references_are_clear_errors(tmp_path, body, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):

@@ -315,9 +315,12 @@ def cmd_render_flow(args) -> int:
 
 def refuse_bad_download(args) -> None:
     """--download is the guide's `data download -n N`: a count that command refuses would stop the data step
-    inside the allocation (and 0 was taken for the default)."""
+    inside the allocation (and 0 was taken for the default); a batch script has no data step to take it."""
     from bench.nanochat.download import MAX_SHARD
 
+    if args.download is not None and args.kind != "interactive":  # a batch job reads staged data, downloads none
+        raise ConfigError(f"--download is the interactive guide's data step; render {args.kind} writes a batch job "
+                          f"that reads staged data: stage it first with `nanochat-bench data download -n N`")
     if args.download is not None and args.download != -1 and not 1 <= args.download <= MAX_SHARD + 1:
         raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
 

@@ -87,6 +87,9 @@ def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_pat
     (["render", "interactive", "--download", "-4"], "--download -4: shards to download"),
     (["render", "interactive", "--download", "0"], "--download 0: shards to download"),
     (["render", "interactive", "--flow", "speedrun", "--download", "0"], "--download 0: shards to download"),
+    # a batch script reads staged data: the count was ignored, silently
+    (["render", "sbatch", "--download", "4"], "--download is the interactive guide's data step; render sbatch"),
+    (["render", "compare", "--download", "4"], "render compare writes a batch job that reads staged data"),
 ])
 def test_bad_input_is_one_error_line_and_nothing_is_written(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -305,7 +305,7 @@ def cmd_render_flow(args) -> int:
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer_args(args))
     if args.kind == "interactive":
         fj.job.script_name = "interactive.sh"
-        text = render_flow_interactive(fj, opts.base_dir, args.download or fs.first.shards_needed() or 8)
+        text = render_flow_interactive(fj, opts.base_dir, guide_shards(args, fs.first.shards_needed()))
     else:
         text = render_flow(fj, rendered_by="render sbatch --flow")
     flowmod.write_flow_job(fj, text)
@@ -323,6 +323,14 @@ def refuse_bad_download(args) -> None:
                           f"that reads staged data: stage it first with `nanochat-bench data download -n N`")
     if args.download is not None and args.download != -1 and not 1 <= args.download <= MAX_SHARD + 1:
         raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
+
+
+def guide_shards(args, needed: int | None) -> int:
+    """The shards the guide's data step downloads: --download (-1: every one, counted so that the salloc's time
+    covers them), else what the plan needs, else 8."""
+    from bench.nanochat.download import MAX_SHARD
+
+    return MAX_SHARD + 1 if args.download == -1 else args.download or needed or 8
 
 
 def cmd_render(args) -> int:
@@ -344,7 +352,7 @@ def cmd_render(args) -> int:
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"
-        text = render.render_interactive(job, opts.base_dir, args.download or sweep.shards_needed() or 8)
+        text = render.render_interactive(job, opts.base_dir, guide_shards(args, sweep.shards_needed()))
     else:
         text = render.render_sbatch(job, rendered_by=f"render {args.kind}")
     write_job(job, text)

@@ -273,3 +273,18 @@ def test_submit_refuses_a_partition_slurm_does_not_have_before_writing_the_sweep
     assert not (tmp_path / "s").exists() and Cluster.submitted == []
     assert run_cli([*argv, "--partition=normal,debug", "--out", str(tmp_path / "t")], capsys)[0] == 0
     assert len(Cluster.submitted) == 1
+
+
+def test_the_guides_download_of_every_shard_is_counted_in_its_salloc_time(capsys, tmp_path):
+    """--download -1 (every shard) was timed as minus one shard: the salloc was as short as for none."""
+    import re
+
+    def guide(download: str) -> str:
+        out = tmp_path / f"d{download}"
+        code, _, err = run_cli(["render", "interactive", "--nodes=1", "--runtimes=bare", *TINY,
+                                f"--base-dir={tmp_path}", "--download", download, "--out", str(out)], capsys)
+        assert code == 0, err
+        return (out / "n1-bare-r1" / "interactive.sh").read_text()
+    every, eight = guide("-1"), guide("8")
+    minutes = [int(re.search(r"allocate nodes for (\d+) minutes", g).group(1)) for g in (every, eight)]
+    assert "data download -n 1823" in every and minutes[0] > minutes[1] + 60

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.analysis.columns import FIGURES, TYPES as COLUMNS
-from bench.analysis.scaling import GROUP_KEYS, usable, with_config
+from bench.analysis.scaling import GROUP_KEYS, usable, with_config, with_legacy
 from bench.errors import ConfigError
 
 
@@ -149,6 +149,8 @@ def _bound(path: Path, name: str, fig: str, spec) -> Bound:
 
 
 def select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    """The rows `where` selects, read as the report reads them: a run from before a field has LEGACY's value."""
+    df = with_legacy(df)
     mask = pd.Series(True, index=df.index)
     for col, want in where.items():
         values = df[col]

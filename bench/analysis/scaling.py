@@ -173,15 +173,21 @@ def _labels(keys: set[tuple]) -> dict[tuple, str]:
     return labels
 
 
-def with_config(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows with the derived keys (LEGACY values filled for nanochat, `batch`, `device`), a `config`
-    column (the label of their GROUP_KEYS values; nulls are a value too) and `config_base`, the label
-    without what tells different models apart."""
+def with_legacy(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with LEGACY's values where nanochat's runs predate a field, as the report and check read them."""
     df = df.copy()
     nanochat = df["workload"].map(is_nanochat).astype(bool)
     for col, value in LEGACY.items():
         filled = df[col].astype(object).where(df[col].notna() | ~nanochat, value)
         df[col] = filled.where(filled.notna(), None)  # None, not pd.NA: the keys are compared as plain values
+    return df
+
+
+def with_config(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with the derived keys (LEGACY values filled for nanochat, `batch`, `device`), a `config`
+    column (the label of their GROUP_KEYS values; nulls are a value too) and `config_base`, the label
+    without what tells different models apart."""
+    df = with_legacy(df)
     device_type = df["device_type"] if "device_type" in df else [None] * len(df)  # tables before row version 7
     df["device"] = [device_name(g, p, d) for g, p, d in zip(df["gpu_name"], df["gpus_per_node"], device_type)]
     df["batch"] = [batch_key(*k) for k in zip(df["scaling"], df["total_batch_size"], df["device_batch_size"],

@@ -65,6 +65,27 @@ figures.tok_per_sec = { value = 1000, lower = -0.05 }
     assert "missing (no usable run matches): pyxis/tok_per_sec" in printed
 
 
+@pytest.mark.parametrize("table_file", ["runs.parquet", "runs.csv"])
+def test_where_reads_a_run_from_before_a_field_as_the_report_does(tmp_path, table_dir, table_file):
+    """These runs recorded no scaling, strategy or fused kernels: the report reads them as strong, zero2, none
+    (scaling.LEGACY). `where` on those values matched none of them (MISSING), and `fused_kernels = ""` matched
+    from runs.parquet but not from runs.csv, which reads an empty text back as null."""
+    from bench.analysis.collect import load_table
+    path = refs(tmp_path, """
+[[reference]]
+name = "legacy"
+where = { runtime = "bare", scaling = "strong", strategy = "zero2", fused_kernels = "" }
+figures.tok_per_sec = { value = 1000, lower = -0.02, upper = 0.02 }
+[[reference]]
+name = "fused"
+where = { runtime = "bare", fused_kernels = "rotary_norm" }
+figures.tok_per_sec = { value = 1000 }
+""")
+    out = {o.reference: o for o in check(load_table(table_dir / table_file), load_references(path))}
+    assert out["legacy"].verdict == "pass" and out["legacy"].runs == 3
+    assert out["fused"].verdict == "missing"
+
+
 def test_a_median_over_runs_of_different_settings_says_so(tmp_path, table_dir, capsys):
     path = refs(tmp_path, '[[reference]]\nname = "loose"\nwhere = { world_size = 8 }\n'
                           'figures.tok_per_sec = { value = 1000, lower = -0.5 }\n'

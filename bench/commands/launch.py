@@ -109,6 +109,10 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     for name in ("partition", "account", "constraint"):
         g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
+    g.add_argument("--no-data-check", dest="data_check", action="store_false",
+                   help="--flow: leave out the check that the stages' staged data (eval bundle, chat data) is under "
+                        "--base-dir, for a login node that does not see the nodes' filesystem (default: checked "
+                        "when --base-dir is visible here)")
     g.add_argument("--numa-binding", choices=("node", "socket", "exclusive", "none"), default="node",
                    help="GPU runs: bind each worker to CPUs near its GPU (torchrun --numa-binding, torch >= 2.8; "
                         "none to leave it to the OS) (default: node)")
@@ -148,10 +152,33 @@ def tokenizer_args(args) -> tuple[str, ...]:
 
 
 def refuse_flow_flags(args) -> None:
-    """--stages and --stage-arg only mean something with --flow."""
+    """--stages, --stage-arg and --no-data-check only mean something with --flow."""
     for name in ("stages", "stage_arg", "tokenizer_arg"):
         if getattr(args, name, None):
             raise ConfigError(f"--{name.replace('_', '-')} goes with --flow (e.g. --flow speedrun)")
+    if not getattr(args, "data_check", True):
+        raise ConfigError("--no-data-check goes with --flow (e.g. --flow speedrun)")
+
+
+def check_flow_data(args, fs: flowmod.FlowSweep) -> None:
+    """The job's stages read their staged data under --base-dir on the nodes: where this host sees that directory
+    (a shared filesystem), refuse now what would stop the job at such a stage after hours of its first ones.
+    --no-data-check: a login node that does not see the nodes' data."""
+    base = base_dir_of(args)
+    if not args.data_check:
+        return
+    if not Path(base).is_dir():
+        print(f"note: --base-dir {base} is not visible here, so the flow's staged data (eval bundle, chat data) "
+              f"was not checked; --no-data-check leaves this note out")
+        return
+    flowmod.check_staged(fs.stages, base)
+
+
+def note_flow_data(args, fs: flowmod.FlowSweep) -> None:
+    """plan --flow: what submit would refuse for want of staged data, as a note (a plan writes nothing)."""
+    base = base_dir_of(args)
+    if Path(base).is_dir() and (missing := flowmod.missing_staged(fs.stages, base)):
+        print(f"note: not staged under {base} (submit refuses the flow until it is): {'; and '.join(missing)}")
 
 
 def site_of(args):
@@ -223,7 +250,9 @@ def print_written(job, kind: str) -> None:
 
 def cmd_plan(args) -> int:
     if args.flow:
-        print(flowmod.format_table(flow_from_args(args)))
+        fs = flow_from_args(args)
+        print(flowmod.format_table(fs))
+        note_flow_data(args, fs)
         return 0
     refuse_flow_flags(args)
     print(planmod.format_table(sweep_from_args(args)))
@@ -247,9 +276,12 @@ def cmd_submit(args) -> int:
     if unknown:  # sbatch would refuse every job after the sweep was written, which --resubmit-failed cannot fix
         raise ConfigError(f"--partition {args.partition!r}: Slurm has no partition {', '.join(unknown)}; "
                           f"it has: {', '.join(known)}")
+    if args.flow:  # its flags first, then its data: refused before the plan is printed
+        tokenizer = tokenizer_args(args)
+        check_flow_data(args, sweep)
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
-        flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer_args(args))
+        flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer)
     else:
         submit.submit_sweep(sweep, opts, sweep_dir, backend, compare=args.compare, dry_run=args.dry_run)
     if not args.dry_run:
@@ -302,7 +334,10 @@ def cmd_render_flow(args) -> int:
         raise ConfigError(f"render {args.kind} --flow makes one point's job: one runtime and --repeats 1, got "
                           f"--runtimes {args.runtimes!r} --repeats {args.repeats}")
     opts = options_from_args(args)
-    [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer_args(args))
+    tokenizer = tokenizer_args(args)
+    if args.kind != "interactive":  # the guide has its own staging steps, run in the allocation before the stages
+        check_flow_data(args, fs)
+    [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
         fj.job.script_name = "interactive.sh"
         text = render_flow_interactive(fj, opts.base_dir, guide_shards(args, fs.first.shards_needed()))

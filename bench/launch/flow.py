@@ -15,6 +15,8 @@ A stage that does not end ok ends the point's flow: the stages after it are reco
 failed stage (the stages already ok are kept by the script's `jobrecord kept`). The tokenizer is trained
 once per sweep, outside the measured runs, and kept when it exists. Locally, `nanochat-bench speedrun` runs
 the same stages with the same flags in the same directories on this machine (`run_local_flow`).
+What a stage reads besides the shards (the eval bundle, the chat data: its workload's `staging`) is checked
+before anything runs (`check_staged`), locally and, where this host sees the job's base directory, at submit.
 
 Every stage is planned by its own workload (batch arithmetic per rank count, time estimate), so the job's
 time limit is the sum of the stages' limits. The stages after pre-training load the model it trains, so each
@@ -33,8 +35,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bench import contract, workloads
-from bench.errors import ConfigError, run_dir_error
+from bench import contract, paths, workloads
+from bench.errors import ConfigError, DataError, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
@@ -186,6 +188,23 @@ class FlowSweep:
         return {**self.first.describe(), "workload": None, "flow": self.flow, "left_out": self.left_out,
                 "stages": [{"name": s.name, "workload": s.workload, "train": sw.train}
                            for s, sw in zip(self.stages, self.sweeps)]}
+
+
+def missing_staged(stages: tuple[Stage, ...], base_dir: str) -> list[str]:
+    """What the stages read besides the shards and is not staged under `base_dir`: one line per staging (the chat
+    stages share one), after the stages that need it, naming what is missing and the command that stages it."""
+    needed: dict[str, list[str]] = {}
+    for stage in stages:
+        if line := workloads.get(stage.workload).missing_staged(base_dir):
+            needed.setdefault(line, []).append(stage.name)
+    return [f"{', '.join(names)}: {line}" for line, names in needed.items()]
+
+
+def check_staged(stages: tuple[Stage, ...], base_dir: str) -> None:
+    """Refuse a flow whose stages' staged data is missing, in one line, before anything runs: it would stop at the
+    first such stage only after the stages before it (base_train's hours) had run."""
+    if missing := missing_staged(stages, base_dir):
+        raise DataError(f"the flow's stages need data not staged under {base_dir}: {'; and '.join(missing)}")
 
 
 # What shortens a flow's job that its partition would refuse.
@@ -356,6 +375,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     bad = next((sp for sp in stage_points if not sp.possible), None)
     if bad is not None:
         raise ConfigError(f"this flow cannot run with {nproc} rank(s): {bad.reason}")
+    # the stages a rerun keeps (ok before) read nothing more; checked before a directory, the tokenizer or a stage
+    check_staged(tuple(s for s in fs.stages if contract.read_run_json(point_dir / s.name).get("status") != "ok"),
+                 str(Path(paths.base_dir()).absolute()))
     tag = model_tag(point_dir.parent.name, point_dir.name)
     try:  # before the tokenizer: a run directory that cannot be made must not cost its training first
         point_dir.mkdir(parents=True, exist_ok=True)

@@ -164,6 +164,19 @@ def staged_file(name: str) -> Path:
     return path
 
 
+def missing_staged(base: Path) -> str:
+    """"" when every split and file `data download --chat` stages is under the base directory `base`, else one line
+    naming the first one missing (and how many more) and the command. Only names are looked up, nothing is read:
+    a flow asks before hours of pre-training, and the stage still checks each file's contents when it reads it."""
+    root, base = Path(base) / CHAT_DIR, Path(base)
+    missing = [root / s.repo / s.pattern for s in HUB_SPLITS if not split_files(s, root)]
+    missing += [base / name for name in (IDENTITY_FILE, WORDS_FILE) if not (base / name).is_file()]
+    if not missing:
+        return ""
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    return f"{missing[0]}: missing staged chat data{more}; {FIX_MISSING}"
+
+
 def read_jsonl_conversations(path: Path) -> list[list[dict]]:
     """Each non-blank line a JSON array of >= 2 {role, content: str} messages alternating from user;
     DataError naming file and line otherwise."""

@@ -81,6 +81,17 @@ def load_bundle(path: Path | None = None) -> Bundle:
     return Bundle(path, tasks, baselines)
 
 
+def missing_staged(base: Path) -> str:
+    """"" when the bundle under the base directory `base` passes load_bundle's checks (core.yaml, the baselines,
+    every task's file there; no task's rows are read: cheap enough to ask before hours of pre-training), else its
+    one line naming what is missing and the command that stages it."""
+    try:
+        load_bundle(Path(base) / BUNDLE_DIR)
+    except DataError as e:
+        return str(e)
+    return ""
+
+
 def read_tasks(config: Path) -> list[Task]:
     try:
         doc = yaml.safe_load(config.read_text(encoding="utf-8"))

@@ -131,6 +131,12 @@ class Workload:
         """Refuse flags that cannot work, with one clear line, before any process starts."""
         raise NotImplementedError
 
+    def missing_staged(self, base_dir: str) -> str:
+        """What of its `staging` is not in place under `base_dir` (NANOCHAT_BASE_DIR of the runs), found without
+        reading it in full: one line naming it and the command that stages it, or "" when all is there. A flow
+        asks every stage before any starts (bench/launch/flow.py check_staged)."""
+        return ""
+
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
         """The command that trains on this machine (bench/launch/local.py runs it)."""
         raise NotImplementedError

@@ -33,6 +33,13 @@ class BaseEval(TorchrunStage):
     staging = ("--eval-bundle", "the eval bundle for CORE (base_eval)")
     headers = {"problems_per_sec": "examples/s"}  # CORE's examples, each a forward of its prompts
 
+    def missing_staged(self, base_dir: str) -> str:
+        from pathlib import Path
+
+        from bench.nanochat.evalbundle import missing_staged
+
+        return missing_staged(Path(base_dir))
+
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         per_task = settings.config.max_per_task
         note = (f"--max_per_task={per_task} < {point.ranks} ranks: {point.ranks - per_task} rank(s) idle per task"

@@ -9,7 +9,7 @@ categorical tasks' forwards, seconds where generation takes minutes, are not cou
 """
 
 from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
-from bench.workloads.stage import CHAT_DATA, TorchrunStage
+from bench.workloads.stage import ChatStage
 
 RUN_WORKLOAD = "nanochat-chat-eval"
 
@@ -24,11 +24,10 @@ def decode_tokens_per_rank(config, ranks: int) -> tuple[int, int]:
     return sum(counts), sum(-(-n // ranks) for n in counts) * config.max_new_tokens
 
 
-class ChatEval(TorchrunStage):
+class ChatEval(ChatStage):
     name = "chat_eval"
     summary = "chat evaluation of a mid or SFT checkpoint"
     run_workload = RUN_WORKLOAD
-    staging = CHAT_DATA
     module = "bench.nanochat.chat_eval"
     parser = "bench.nanochat.chat_eval_config:parse"
     kind = EVALUATION

@@ -18,17 +18,16 @@ this upper bound is what the model may run), through the flow's model (evaluatio
 """
 
 from bench.workloads.base import PointContext, PointPlan, Settings
-from bench.workloads.stage import CHAT_DATA, TorchrunStage, argv_of, model_estimate
+from bench.workloads.stage import ChatStage, argv_of, model_estimate
 
 RUN_WORKLOAD = "nanochat-sft"
 SFT_TRAIN_ROWS = 22_439  # upstream's SFT mixture on the real data (speedrun report of 2025-11-11)
 
 
-class ChatSFT(TorchrunStage):
+class ChatSFT(ChatStage):
     name = "chat_sft"
     summary = "SFT from a mid-training checkpoint"
     run_workload = RUN_WORKLOAD
-    staging = CHAT_DATA
     module = "bench.nanochat.chat_sft"
     parser = "bench.nanochat.sftconfig:parse_sft_args"
     deadline_flag = "--deadline="

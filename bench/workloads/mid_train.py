@@ -18,15 +18,14 @@ so -1 has no estimate.
 from dataclasses import replace
 
 from bench.workloads.base import PointContext, PointPlan, Settings
-from bench.workloads.stage import CHAT_DATA, TorchrunStage, argv_of, model_estimate
+from bench.workloads.stage import ChatStage, argv_of, model_estimate
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 
-class MidTrain(TorchrunStage):
+class MidTrain(ChatStage):
     name = "mid_train"
     summary = "mid-training from a base checkpoint"
     run_workload = "nanochat-mid"  # run.json's workload
-    staging = CHAT_DATA
     module = "bench.nanochat.mid_train"
     parser = "bench.nanochat.mid_train:parse_args"
     deadline_flag = "--deadline="

@@ -14,6 +14,7 @@ import importlib
 import shutil
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from bench.errors import ConfigError
 from bench.workloads.base import PointContext, Settings, Workload
@@ -90,3 +91,14 @@ class TorchrunStage(Workload):
 
     def uses_gpus(self, settings: Settings) -> bool:
         return settings.config.device_type != "cpu"
+
+
+class ChatStage(TorchrunStage):
+    """A stage that reads the chat data (mid_train, chat_sft, chat_eval): `data download --chat` stages it all."""
+
+    staging = CHAT_DATA
+
+    def missing_staged(self, base_dir: str) -> str:
+        from bench.nanochat.chatdata import missing_staged
+
+        return missing_staged(Path(base_dir))

@@ -1,8 +1,9 @@
 """The speedrun flow on this machine: every registered stage in turn on 2 CPU ranks (tiny model, generated
 shards, chat data and eval bundle), the tokenizer trained first because there is none, each stage in its own
-run directory chained through the point's model tag, and the report with a section per stage. Then a stage
-made to fail (the eval bundle missing) ends the flow naming it, the later stages recorded as not run, and
-the same command after the bundle is staged starts again at that stage, keeping the stages already ok.
+run directory chained through the point's model tag, and the report with a section per stage. Then a flow
+without its eval bundle is refused before anything runs; a stage made to fail (a bundle damaged inside) ends
+the flow naming it, the later stages recorded as not run, and the same command after the bundle is staged
+again starts at that stage, keeping the stages already ok.
 
     python -m pytest tests/integration/test_flow_local.py -q
 """
@@ -102,7 +103,7 @@ def test_the_report_has_a_section_per_stage_and_the_time_to_a_chat_model(flow_ru
 
 
 @pytest.mark.skipif("base_eval" not in STAGES or "mid_train" not in STAGES, reason="needs base_eval and mid_train")
-def test_a_missing_eval_bundle_ends_the_flow_at_base_eval_and_the_rerun_starts_there(flow_run, tmp_path, capsys):
+def test_a_damaged_eval_bundle_ends_the_flow_at_base_eval_and_the_rerun_starts_there(flow_run, tmp_path, capsys):
     _, base, _ = flow_run
     # the same point's checkpoints in a base directory without the eval bundle
     copy = tmp_path / "base"
@@ -114,6 +115,11 @@ def test_a_missing_eval_bundle_ends_the_flow_at_base_eval_and_the_rerun_starts_t
     mp.setenv("OMP_NUM_THREADS", "1")
     try:
         capsys.readouterr()
+        assert cli.main(flow_argv(again, stages)) != 0  # no bundle: refused before the tokenizer or any stage
+        assert "`nanochat-bench data download --eval-bundle`" in capsys.readouterr().err and not again.exists()
+        generate(copy, "--eval-bundle")
+        task = next((copy / "eval_bundle" / "eval_data").rglob("*.jsonl"))
+        task.write_text("not json\n")  # there by name (the check before the flow passes), damaged inside
         assert cli.main(flow_argv(again, stages)) != 0
         out = capsys.readouterr().out
         failed, later = read_run_json(again / "base_eval"), read_run_json(again / "mid_train")
@@ -121,7 +127,7 @@ def test_a_missing_eval_bundle_ends_the_flow_at_base_eval_and_the_rerun_starts_t
         assert later["status"] == "cancelled" and "stage base_eval" in later["message"]
         assert [e["kind"] for e in later["evidence"]] == ["not_run"]
 
-        generate(copy, "--eval-bundle")
+        generate(copy, "--eval-bundle", "--overwrite")
         assert cli.main(flow_argv(again, stages)) == 0, capsys.readouterr().out[-3000:]
         assert read_run_json(again / "base_eval")["status"] == read_run_json(again / "mid_train")["status"] == "ok"
         assert len(list(tmp_path.glob("speedrun/p1/base_eval.attempt-*"))) == 1  # the failed attempt, kept whole

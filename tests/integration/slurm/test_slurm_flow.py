@@ -1,5 +1,6 @@
 """The speedrun flow as one job per point on the real two-node cluster. Under bare: the tokenizer trained in
-the job (there is none), then the registered stages in turn on 2 nodes. The eval bundle is missing, so
+the job (there is none), then the registered stages in turn on 2 nodes. The eval bundle is missing (submitted
+with --no-data-check, as from a login node that does not see the nodes' data), so
 base_eval fails, the flow ends there naming it, and the later stages are recorded as not run; staged, the
 resubmission keeps the stages already ok (untouched) and runs the rest, every stage ending ok. Under podman
 (the project's image): every stage ok in containers on both nodes. Each flow's report has a section per stage.
@@ -64,7 +65,10 @@ def test_a_flow_job_stops_at_its_failed_stage_and_its_resubmission_resumes_there
                    capture_output=True)
     sweep = tmp_path / "speedrun"
     assert cli.main(["submit", "--flow=speedrun", "--nodes=2", "--runtimes=bare", *TINY, *stage_args(),
-                     f"--base-dir={base}", f"--out={sweep}"]) == 0
+                     f"--base-dir={base}", f"--out={sweep}"]) == 1  # refused: this host sees the missing bundle
+    assert not sweep.exists()
+    assert cli.main(["submit", "--flow=speedrun", "--nodes=2", "--runtimes=bare", *TINY, *stage_args(),
+                     f"--base-dir={base}", f"--out={sweep}", "--no-data-check"]) == 0
     assert wait(sweep) == 1
     point = sweep / "n2-bare-r1"
     runs = {s: read_run_json(point / s) for s in STAGES}

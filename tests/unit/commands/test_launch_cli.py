@@ -288,3 +288,61 @@ def test_the_guides_download_of_every_shard_is_counted_in_its_salloc_time(capsys
     every, eight = guide("-1"), guide("8")
     minutes = [int(re.search(r"allocate nodes for (\d+) minutes", g).group(1)) for g in (every, eight)]
     assert "data download -n 1823" in every and minutes[0] > minutes[1] + 60
+
+
+def generate(base, *what: str, monkeypatch) -> None:
+    """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
+    with monkeypatch.context() as mp:
+        mp.setenv("NANOCHAT_BASE_DIR", str(base))
+        for flag in what:
+            assert cli.main(["data", "generate", flag]) == 0
+
+
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"]])
+def test_a_flow_job_without_its_staged_data_is_refused_before_anything_is_written(command, capsys, tmp_path,
+                                                                                 monkeypatch):
+    """A flow job whose --base-dir lacks the eval bundle or the chat data ran base_train for hours, then stopped
+    at base_eval (no_data): where this host sees --base-dir, submit and render sbatch refuse it, naming both."""
+    base = tmp_path / "base"
+    base.mkdir()
+    argv = [*command, "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={base}"]
+    code, out, err = run_cli([*argv, "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: the flow's stages need data not staged under {base}: base_eval: no eval bundle")
+    assert "`nanochat-bench data download --eval-bundle`" in err and "`nanochat-bench data download --chat`" in err
+    assert not (tmp_path / "s").exists()
+
+    generate(base, "--chat", "--eval-bundle", monkeypatch=monkeypatch)
+    code, _, err = run_cli([*argv, "--out", str(tmp_path / "s")], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("flags", [["--stages=base_train,base_loss"], ["--no-data-check"]])
+def test_a_flow_job_needs_no_staged_data_without_a_stage_reading_it_or_with_no_data_check(flags, capsys, tmp_path):
+    code, out, err = run_cli(["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY,
+                              f"--base-dir={tmp_path}", *flags, "--out", str(tmp_path / "s")], capsys)
+    assert code == 0, err
+    assert "not staged" not in out and "not visible" not in out and (tmp_path / "s").is_dir()
+
+
+def test_a_base_dir_not_visible_here_is_not_checked_and_says_so(capsys, tmp_path):
+    """A login node that does not see the nodes' filesystem: nothing to check, the job is written with a note."""
+    code, out, _ = run_cli(["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY,
+                            f"--base-dir={tmp_path / 'on-the-nodes'}", "--out", str(tmp_path / "s")], capsys)
+    assert code == 0 and f"note: --base-dir {tmp_path / 'on-the-nodes'} is not visible here" in out
+
+
+def test_the_interactive_guide_stages_its_data_itself_and_plan_notes_what_is_missing(capsys, tmp_path):
+    argv = ["--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}"]
+    code, out, err = run_cli(["render", "interactive", *argv, "--out", str(tmp_path / "g")], capsys)
+    assert code == 0, err
+    guide = (tmp_path / "g" / "n1-bare-r1" / "interactive.sh").read_text()
+    assert "data download --eval-bundle" in guide and "data download --chat" in guide
+    code, out, _ = run_cli(["plan", *argv], capsys)
+    assert code == 0 and f"note: not staged under {tmp_path} (submit refuses the flow until it is): base_eval: " in out
+
+
+def test_no_data_check_goes_with_flow(capsys, tmp_path):
+    code, _, err = run_cli(["submit", "--dry-run", "--nodes=1", *TINY, "--no-data-check",
+                            "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and err == "error: --no-data-check goes with --flow (e.g. --flow speedrun)\n"

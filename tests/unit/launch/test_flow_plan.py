@@ -10,7 +10,7 @@ import json
 import pytest
 
 from bench import cli, sites, workloads
-from bench.errors import ConfigError
+from bench.errors import ConfigError, DataError
 from bench.launch import flow
 from bench.launch.flow import FLOWS, FlowSweep, Stage, rechain, select
 from bench.launch.job import LaunchOptions
@@ -169,3 +169,72 @@ def test_a_python_that_is_not_there_is_refused_before_the_tokenizer_or_a_point_d
     with pytest.raises(ConfigError, match=r"^--python=/nowhere/python: no such interpreter"):
         flow.run_local_flow(sweep(), 2, tmp_path / "point", python="/nowhere/python")
     assert not trained and not (tmp_path / "point").exists()
+
+
+def staged(base, *what: str) -> None:
+    """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NANOCHAT_BASE_DIR", str(base))
+    try:
+        for flag in what:
+            assert cli.main(["data", "generate", flag]) == 0
+    finally:
+        mp.undo()
+
+
+class Reached(Exception):
+    """The tokenizer step was reached: every check before it passed."""
+
+
+@pytest.fixture
+def no_tokenizer(monkeypatch):
+    def reached(*a):
+        raise Reached()
+
+    monkeypatch.setattr(flow, "ensure_tokenizer", reached)
+
+
+@pytest.mark.parametrize("have,missing", [((), ("--eval-bundle", "--chat")), (("--chat",), ("--eval-bundle",)),
+                                          (("--eval-bundle",), ("--chat",))])
+def test_a_speedrun_without_its_staged_data_is_refused_before_anything_runs(have, missing, tmp_path, monkeypatch,
+                                                                           no_tokenizer):
+    """The eval bundle and the chat data were found missing only when base_eval (or mid_train) started, after
+    base_train's hours: now the local flow names each one and its command before the tokenizer or any stage."""
+    base = tmp_path / "base"
+    staged(base, *have)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    with pytest.raises(DataError) as e:
+        flow.run_local_flow(sweep(stages=None), 2, tmp_path / "sw" / "point")
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"the flow's stages need data not staged under {base}: ")
+    for flag in ("--eval-bundle", "--chat"):
+        assert (f"`nanochat-bench data download {flag}`" in message) == (flag in missing)
+    assert ("base_eval: " in message) == ("--eval-bundle" in missing)
+    assert ("mid_train, chat_eval_mid, chat_sft, chat_eval_sft: " in message) == ("--chat" in missing)
+    assert not (tmp_path / "sw").exists()  # no point directory, no stage started, no tokenizer trained
+
+
+def test_a_speedrun_with_its_data_generated_offline_passes_the_check(tmp_path, monkeypatch, no_tokenizer):
+    base = tmp_path / "base"
+    staged(base, "--chat", "--eval-bundle")
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    with pytest.raises(Reached):
+        flow.run_local_flow(sweep(stages=None), 2, tmp_path / "point")
+
+
+def test_stages_that_read_no_staged_data_need_none(tmp_path, monkeypatch, no_tokenizer):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "empty"))
+    with pytest.raises(Reached):
+        flow.run_local_flow(sweep(stages="base_train,base_loss"), 2, tmp_path / "point")
+
+
+def test_a_stage_ok_in_an_earlier_run_needs_its_data_no_more(tmp_path, monkeypatch, no_tokenizer):
+    """A rerun keeps the stages already ok: what they read is not asked for again."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "empty"))
+    point = tmp_path / "point"
+    (point / "base_eval").mkdir(parents=True)
+    (point / "base_eval" / "run.json").write_text(json.dumps({"status": "ok"}))
+    with pytest.raises(Reached):
+        flow.run_local_flow(sweep(stages="base_train,base_eval"), 2, point)
+    with pytest.raises(DataError, match="mid_train: .*data download --chat"):
+        flow.run_local_flow(sweep(stages="base_eval,mid_train"), 2, point)

@@ -149,3 +149,17 @@ def test_the_identity_file_and_word_list_are_fetched_checked_and_listed(tmp_path
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_missing_staged_looks_up_every_staged_item_by_name(tmp_path, monkeypatch):
+    """The check a flow makes before it starts: "" with the stand-ins there, else the first missing and a count."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    chatgen.generate()
+    assert chatdata.missing_staged(tmp_path) == ""
+    words = tmp_path / chatdata.WORDS_FILE
+    words.unlink()
+    gsm = chatdata.split_files(chatdata.hub_split("openai/gsm8k", "main", "test"))
+    gsm[0].unlink()
+    assert chatdata.missing_staged(tmp_path) == (
+        f"{tmp_path / chatdata.CHAT_DIR / 'openai/gsm8k/main/test-*.parquet'}: missing staged chat data (and 1 more); "
+        f"{chatdata.FIX_MISSING}")

@@ -148,3 +148,18 @@ def test_reading_names_the_file_and_what_is_wrong(tmp_path):
     (bundle.path / "core.yaml").write_text(evalgen.config_text())
     with pytest.raises(DataError, match=r"hellaswag.jsonl: missing \(CORE task hellaswag_zeroshot\)"):
         load_bundle(bundle.path)
+
+
+def test_missing_staged_is_load_bundles_check_without_the_rows(tmp_path):
+    """The check a flow makes before it starts: "" for a generated bundle (its rows are not read: a damaged row
+    is the stage's to find), else load_bundle's line naming what is missing and the staging command."""
+    from bench.nanochat.evalbundle import missing_staged
+
+    assert missing_staged(tmp_path).startswith(f"no eval bundle at {tmp_path / 'eval_bundle'}; stage it with "
+                                               "`nanochat-bench data download --eval-bundle`")
+    bundle = evalgen.generate(tmp_path / "eval_bundle", rows=12)
+    task = next(bundle.rglob("*.jsonl"))
+    task.write_text("not json\n")
+    assert missing_staged(tmp_path) == ""
+    task.unlink()
+    assert missing_staged(tmp_path).startswith(f"{task}: missing (CORE task ")

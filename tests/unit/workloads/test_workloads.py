@@ -148,3 +148,16 @@ def test_train_help_names_every_workload_with_its_summary():
     for name in workloads.names():
         summary = workloads.get(name).summary
         assert summary and f"{name}: {' '.join(summary.split())}" in text
+
+
+@pytest.mark.parametrize("name", workloads.names())
+def test_what_a_workload_stages_is_checked_by_its_own_missing_staged(name, tmp_path):
+    """A workload that declares `staging` says, before a flow starts, that an empty base directory lacks it and
+    names its staging command (a staging workload without its check would let a flow run hours and stop there)."""
+    workload = workloads.get(name)
+    missing = workload.missing_staged(str(tmp_path))
+    if workload.staging is None:
+        assert missing == ""
+    else:
+        assert "\n" not in missing and str(tmp_path) in missing
+        assert f"`nanochat-bench data download {workload.staging[0]}`" in missing

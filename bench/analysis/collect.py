@@ -57,11 +57,16 @@ REFRAME_JOB_SCRIPT = "rfm_job.sh"
 @dataclass
 class CollectResult:
     """The table and what the collect did, for the command's summary line."""
-    table: pd.DataFrame
+    rows: pd.DataFrame  # every source's row, as the table's files hold them (other roots' too)
     read: int = 0  # runs read (new or changed)
     reused: int = 0  # runs unchanged since the last collect
     removed: int = 0  # runs in the old table whose files are gone
     paths: list[Path] = field(default_factory=list)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """The rows with a run found twice counted once (one_row_per_run), as load_table reads the files."""
+        return one_row_per_run(self.rows)
 
 
 def find_sources(root: Path) -> dict[str, tuple[str, str, tuple[str, ...]]]:
@@ -160,10 +165,10 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
 def load_table(path: str | os.PathLike) -> pd.DataFrame:
     """A table written by collect: runs.parquet or runs.csv, or a directory holding one; a run that several
     directory found twice counts once (one_row_per_run)."""
-    return one_row_per_run(read_table(path))
+    return one_row_per_run(_read_table(path))
 
 
-def read_table(path: str | os.PathLike) -> pd.DataFrame:
+def _read_table(path: str | os.PathLike) -> pd.DataFrame:
     """The table as written: every source's row."""
     path = Path(path)
     if path.is_dir():
@@ -253,7 +258,7 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     out_dir = Path(out) if out is not None else None
     # the table to update is runs.parquet, else runs.csv (one kept or copied alone): never replaced unread
     kept_table = out_dir is not None and any((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
-    old = read_table(out_dir) if kept_table else to_frame([])
+    old = _read_table(out_dir) if kept_table else to_frame([])
     keys = list(zip(old["root"].astype(object), old["source"].astype(object)))
     now_fp = pd.Series([found[k][3] if k in found else None for k in keys], index=old.index, dtype="string")
     same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)
@@ -265,7 +270,7 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     reused_keys = set(zip(reused["root"].astype(object), reused["source"].astype(object)))
     rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
     table = normalise(pd.concat([reused, kept, *([to_frame(rows)] if rows else [])], ignore_index=True))
-    result = CollectResult(one_row_per_run(table), read=len(rows), reused=len(reused),
+    result = CollectResult(table, read=len(rows), reused=len(reused),
                            removed=int((gone & under).sum()))
     if out_dir is not None:
         unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))

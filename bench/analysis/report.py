@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, why
-from bench.analysis.collect import ROW_VERSION, collect, display_root, load_table, one_row_per_run, read_table
+from bench.analysis.collect import ROW_VERSION, collect, display_root, load_table, one_row_per_run
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
 from bench.contract import FINAL_STATUSES, write_text_atomic
@@ -187,9 +187,8 @@ def load_or_collect(table_or_root: str | os.PathLike, out_dir: str | os.PathLike
 def collect_root(root: str | os.PathLike, out_dir: str | os.PathLike) -> pd.DataFrame:
     """The runs under root, collected into out_dir's table. That table keeps the rows of other roots collected
     into it before (collect is incremental); they are no runs of this root, nor copies of its runs."""
-    collect([root], out_dir)
-    table = read_table(out_dir)
-    return one_row_per_run(table[table["root"] == display_root(Path(root))].reset_index(drop=True))
+    rows = collect([root], out_dir).rows
+    return one_row_per_run(rows[rows["root"] == display_root(Path(root))].reset_index(drop=True))
 
 
 def summarize_runs(root: str | os.PathLike, out_dir: str | os.PathLike) -> Path:

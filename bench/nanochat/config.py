@@ -28,8 +28,9 @@ FUSED_KERNELS = {
     "rotary_norm": "rotary + QK norm, forward and backward",
     "softcap_loss": "soft-capped logits + cross-entropy, forward and backward",
 }
-FUSED_ALL = ("all", "true", "1", "yes", "on")  # every kernel (true: the flag was a bool before softcap_loss)
-FUSED_NONE = ("none", "false", "0", "no", "off", "")
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")  # a boolean flag's values
+FUSED_ALL = ("all", *TRUE_WORDS)  # every kernel (true: the flag was a bool before softcap_loss)
+FUSED_NONE = ("none", "", *FALSE_WORDS)
 
 
 def fused_kernel_names(value: str) -> tuple[str, ...]:
@@ -218,9 +219,9 @@ MINUS_ONE_MEANS = {
 
 def _parse_bool(text: str) -> bool:
     value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
+    if value in TRUE_WORDS:
         return True
-    if value in ("0", "false", "no", "off"):
+    if value in FALSE_WORDS:
         return False
     raise argparse.ArgumentTypeError(f"expected a boolean (1/0, true/false), got {text!r}")
 

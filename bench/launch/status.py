@@ -10,7 +10,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tabulate import tabulate
@@ -46,7 +46,7 @@ class RunState:
     @property
     def unsubmitted(self) -> bool:
         """No job id and no final status: submit stopped before sbatch took its job, so no job will ever end it."""
-        return self.job_id is None and not self.done
+        return not self.job_id and not self.done
 
     @property
     def settled(self) -> bool:
@@ -116,10 +116,9 @@ def sweep_status(sweep_dir: Path, backend) -> list[RunState]:
         job = states.get(entry.get("job_id"))
         for run_id in entry["runs"]:
             status, message = _derive(sweep_dir / run_id, job)
-            if not entry.get("job_id") and status not in contract.FINAL_STATUSES:
-                message = message or NOT_SUBMITTED
             active = job is not None and not job.terminal and job.state != "UNKNOWN"
-            rows.append(RunState(run_id, entry.get("job_id"), job.state if job else "-", status, message, active))
+            state = RunState(run_id, entry.get("job_id"), job.state if job else "-", status, message, active)
+            rows.append(replace(state, message=NOT_SUBMITTED) if state.unsubmitted and not message else state)
     return rows
 
 

@@ -110,7 +110,7 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
     g.add_argument("--no-data-check", dest="data_check", action="store_false",
-                   help="--flow: leave out the check that the stages' staged data (eval bundle, chat data) is under "
+                   help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat data) is under "
                         "--base-dir, for a login node that does not see the nodes' filesystem (default: checked "
                         "when --base-dir is visible here)")
     g.add_argument("--numa-binding", choices=("node", "socket", "exclusive", "none"), default="node",
@@ -152,33 +152,36 @@ def tokenizer_args(args) -> tuple[str, ...]:
 
 
 def refuse_flow_flags(args) -> None:
-    """--stages, --stage-arg and --no-data-check only mean something with --flow."""
+    """--stages, --stage-arg and --tokenizer-arg only mean something with --flow."""
     for name in ("stages", "stage_arg", "tokenizer_arg"):
         if getattr(args, name, None):
             raise ConfigError(f"--{name.replace('_', '-')} goes with --flow (e.g. --flow speedrun)")
-    if not getattr(args, "data_check", True):
-        raise ConfigError("--no-data-check goes with --flow (e.g. --flow speedrun)")
 
 
-def check_flow_data(args, fs: flowmod.FlowSweep) -> None:
-    """The job's stages read their staged data under --base-dir on the nodes: where this host sees that directory
-    (a shared filesystem), refuse now what would stop the job at such a stage after hours of its first ones.
-    --no-data-check: a login node that does not see the nodes' data."""
-    base = base_dir_of(args)
-    if not args.data_check:
+def check_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
+    """The jobs' stages (a sweep's: its workload) read their staged data under --base-dir on the nodes: where this
+    host sees that directory (a shared filesystem), refuse now what would stop each job with no_data, a flow's only
+    after hours of its first stages. --no-data-check: a login node that does not see the nodes' data."""
+    if not args.data_check or not any(workloads.get(s.workload).staging for s in stages):
         return
+    base = base_dir_of(args)
     if not Path(base).is_dir():
-        print(f"note: --base-dir {base} is not visible here, so the flow's staged data (eval bundle, chat data) "
+        print(f"note: --base-dir {base} is not visible here, so the staged data (eval bundle, chat data) "
               f"was not checked; --no-data-check leaves this note out")
         return
-    flowmod.check_staged(fs.stages, base)
+    flowmod.check_staged(stages, base)
 
 
-def note_flow_data(args, fs: flowmod.FlowSweep) -> None:
-    """plan --flow: what submit would refuse for want of staged data, as a note (a plan writes nothing)."""
+def sweep_stages(args) -> tuple[flowmod.Stage, ...]:
+    """A sweep of one workload as the one stage its jobs run, for what is asked of a flow's stages."""
+    return (flowmod.Stage(args.workload, args.workload),)
+
+
+def note_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
+    """plan: what submit would refuse for want of staged data, as a note (a plan writes nothing)."""
     base = base_dir_of(args)
-    if Path(base).is_dir() and (missing := flowmod.missing_staged(fs.stages, base)):
-        print(f"note: not staged under {base} (submit refuses the flow until it is): {'; and '.join(missing)}")
+    if Path(base).is_dir() and (missing := flowmod.missing_staged(stages, base)):
+        print(f"note: not staged under {base} (submit refuses the jobs until it is): {'; and '.join(missing)}")
 
 
 def site_of(args):
@@ -252,10 +255,11 @@ def cmd_plan(args) -> int:
     if args.flow:
         fs = flow_from_args(args)
         print(flowmod.format_table(fs))
-        note_flow_data(args, fs)
+        note_staged_data(args, fs.stages)
         return 0
     refuse_flow_flags(args)
     print(planmod.format_table(sweep_from_args(args)))
+    note_staged_data(args, sweep_stages(args))
     return 0
 
 
@@ -278,7 +282,7 @@ def cmd_submit(args) -> int:
                           f"it has: {', '.join(known)}")
     if args.flow:  # its flags first, then its data: refused before the plan is printed
         tokenizer = tokenizer_args(args)
-        check_flow_data(args, sweep)
+    check_staged_data(args, sweep.stages if args.flow else sweep_stages(args))
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer)
@@ -336,7 +340,7 @@ def cmd_render_flow(args) -> int:
     opts = options_from_args(args)
     tokenizer = tokenizer_args(args)
     if args.kind != "interactive":  # the guide has its own staging steps, run in the allocation before the stages
-        check_flow_data(args, fs)
+        check_staged_data(args, fs.stages)
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
         fj.job.script_name = "interactive.sh"
@@ -384,6 +388,8 @@ def cmd_render(args) -> int:
                           f"{args.runtimes!r} --repeats {args.repeats} (compare runs several in one allocation)")
     naming = Naming(one_name=f"{{sweep_id}}-{args.kind}", one_title="run {run_id}",
                     compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
+    if args.kind != "interactive":
+        check_staged_data(args, sweep_stages(args))
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"

@@ -201,10 +201,10 @@ def missing_staged(stages: tuple[Stage, ...], base_dir: str) -> list[str]:
 
 
 def check_staged(stages: tuple[Stage, ...], base_dir: str) -> None:
-    """Refuse a flow whose stages' staged data is missing, in one line, before anything runs: it would stop at the
+    """Refuse stages whose staged data is missing, in one line, before anything runs: a flow would stop at the
     first such stage only after the stages before it (base_train's hours) had run."""
     if missing := missing_staged(stages, base_dir):
-        raise DataError(f"the flow's stages need data not staged under {base_dir}: {'; and '.join(missing)}")
+        raise DataError(f"data the stages need is not staged under {base_dir}: {'; and '.join(missing)}")
 
 
 # What shortens a flow's job that its partition would refuse.

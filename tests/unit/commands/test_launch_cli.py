@@ -308,7 +308,7 @@ def test_a_flow_job_without_its_staged_data_is_refused_before_anything_is_writte
     argv = [*command, "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={base}"]
     code, out, err = run_cli([*argv, "--out", str(tmp_path / "s")], capsys)
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
-    assert err.startswith(f"error: the flow's stages need data not staged under {base}: base_eval: no eval bundle")
+    assert err.startswith(f"error: data the stages need is not staged under {base}: base_eval: no eval bundle")
     assert "`nanochat-bench data download --eval-bundle`" in err and "`nanochat-bench data download --chat`" in err
     assert not (tmp_path / "s").exists()
 
@@ -339,10 +339,30 @@ def test_the_interactive_guide_stages_its_data_itself_and_plan_notes_what_is_mis
     guide = (tmp_path / "g" / "n1-bare-r1" / "interactive.sh").read_text()
     assert "data download --eval-bundle" in guide and "data download --chat" in guide
     code, out, _ = run_cli(["plan", *argv], capsys)
-    assert code == 0 and f"note: not staged under {tmp_path} (submit refuses the flow until it is): base_eval: " in out
+    assert code == 0 and f"note: not staged under {tmp_path} (submit refuses the jobs until it is): base_eval: " in out
 
 
-def test_no_data_check_goes_with_flow(capsys, tmp_path):
-    code, _, err = run_cli(["submit", "--dry-run", "--nodes=1", *TINY, "--no-data-check",
-                            "--out", str(tmp_path / "s")], capsys)
-    assert code == 1 and err == "error: --no-data-check goes with --flow (e.g. --flow speedrun)\n"
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"], ["render", "compare"]])
+def test_a_sweep_of_a_workload_reading_staged_data_is_checked_as_a_flow_is(command, capsys, tmp_path, monkeypatch):
+    """`--workload base_eval` alone: each job would stop with no_data on the nodes; refused here, naming the
+    command that stages it, and written once it is staged (or with --no-data-check)."""
+    base = tmp_path / "base"
+    base.mkdir()
+    argv = [*command, "--workload=base_eval", "--nodes=1", "--runtimes=bare", "--gpus-per-node=2",
+            "--device_type=cpu", f"--base-dir={base}"]
+    code, out, err = run_cli([*argv, "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and out == "" and not (tmp_path / "s").exists()
+    assert err.startswith(f"error: data the stages need is not staged under {base}: base_eval: no eval bundle")
+    code, out, _ = run_cli(["plan", *argv[len(command):]], capsys)
+    assert code == 0 and "(submit refuses the jobs until it is): base_eval: no eval bundle" in out
+    code, _, err = run_cli([*argv, "--no-data-check", "--out", str(tmp_path / "s")], capsys)
+    assert code == 0, err
+    generate(base, "--eval-bundle", monkeypatch=monkeypatch)
+    code, out, err = run_cli([*argv, "--out", str(tmp_path / "t")], capsys)
+    assert code == 0 and "not staged" not in out, err
+
+
+def test_a_sweep_of_a_workload_staging_nothing_is_neither_checked_nor_noted(capsys, tmp_path):
+    code, out, err = run_cli(["submit", "--dry-run", "--nodes=1", *TINY, f"--base-dir={tmp_path / 'elsewhere'}",
+                              "--out", str(tmp_path / "s")], capsys)
+    assert code == 0 and "not visible" not in out, err

@@ -206,7 +206,7 @@ def test_a_speedrun_without_its_staged_data_is_refused_before_anything_runs(have
     with pytest.raises(DataError) as e:
         flow.run_local_flow(sweep(stages=None), 2, tmp_path / "sw" / "point")
     message = str(e.value)
-    assert "\n" not in message and message.startswith(f"the flow's stages need data not staged under {base}: ")
+    assert "\n" not in message and message.startswith(f"data the stages need is not staged under {base}: ")
     for flag in ("--eval-bundle", "--chat"):
         assert (f"`nanochat-bench data download {flag}`" in message) == (flag in missing)
     assert ("base_eval: " in message) == ("--eval-bundle" in missing)

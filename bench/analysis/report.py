@@ -23,7 +23,7 @@ from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stag
 from bench.analysis.collect import ROW_VERSION, collect, display_root, load_table, one_row_per_run
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
-from bench.contract import FINAL_STATUSES, write_text_atomic
+from bench.contract import FINAL_STATUSES, atomic_target
 from bench.errors import AnalysisError, os_reason
 
 REPORT_MD = "report.md"
@@ -126,6 +126,38 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
         fig_dir.chmod(0o755)  # mkdtemp makes it private; a report folder is meant to be shared
     except OSError as e:  # a file in the way, no permission: said before anything is drawn
         raise AnalysisError(f"{out_dir}: the report cannot be written there: {os_reason(e)}") from None
+    try:
+        context = report_context(table, baseline, title, source, fig_dir)
+        md_env = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
+        md_env.filters["md_table"] = md_table
+        md_env.filters["md_code"] = templates.md_code
+        html_env = jinja2.Environment(autoescape=True)
+        texts = {REPORT_MD: md_env.from_string(templates.MARKDOWN).render(**context),
+                 REPORT_HTML: html_env.from_string(templates.HTML).render(**context)}
+        publish(out_dir, fig_dir, texts)
+    except OSError as e:  # a disk that fills: the older report stays whole
+        raise AnalysisError(f"{out_dir}: the report could not be written ({os_reason(e)}); "
+                            f"what was there is kept") from None
+    finally:
+        shutil.rmtree(fig_dir, ignore_errors=True)  # drawn, but an error came before it replaced figures/
+    return out_dir / REPORT_HTML
+
+
+def publish(out_dir: Path, fig_dir: Path, texts: dict[str, str]) -> None:
+    """Both reports are written in full beside the old ones before figures/ and they are swapped in: a disk that
+    fills on the way leaves the older report whole, its figures with it."""
+    with atomic_target(out_dir / REPORT_MD) as md, atomic_target(out_dir / REPORT_HTML) as html:
+        for tmp, name in ((md, REPORT_MD), (html, REPORT_HTML)):
+            with open(tmp, "w") as f:
+                f.write(texts[name])
+                f.flush()
+                os.fsync(f.fileno())
+        shutil.rmtree(out_dir / FIGURES_DIR, ignore_errors=True)
+        os.replace(fig_dir, out_dir / FIGURES_DIR)
+
+
+def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, fig_dir: Path) -> dict:
+    """What the templates show, the figures drawn into fig_dir on the way."""
     order = lambda col: col.map(lambda r: (r != baseline, r)) if col.name == "runtime" else col  # noqa: E731
     points = scaling.scaling_table(table).sort_values(["config", "runtime", "world_size"], key=order)
     ratios = scaling.runtime_ratios(table, baseline).sort_values(["config", "runtime", "world_size"])
@@ -147,21 +179,12 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
                    "table": runs_table(table[skipped], "skip_reason")}]
     counts = {"total": len(table), "usable": int(used.sum()), "failed": int(failed.sum()), "live": int(live.sum()),
               "skipped": int(skipped.sum())}
-    context = {"title": title, "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "source": source, "counts": counts, "methods": [*METHODS, row_versions(table)], "groups": groups,
-               "baseline": baseline, "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
-               "kept_apart": tables.kept_apart_table(kept) if not kept.empty else None, "kept_note": KEPT_APART,
-               "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None,
-               "stages": stages.stage_sections(table)}
-    shutil.rmtree(out_dir / FIGURES_DIR, ignore_errors=True)
-    os.replace(fig_dir, out_dir / FIGURES_DIR)
-    md_env = jinja2.Environment(autoescape=False, keep_trailing_newline=True)
-    md_env.filters["md_table"] = md_table
-    md_env.filters["md_code"] = templates.md_code
-    html_env = jinja2.Environment(autoescape=True)
-    write_text_atomic(out_dir / REPORT_MD, md_env.from_string(templates.MARKDOWN).render(**context))
-    write_text_atomic(out_dir / REPORT_HTML, html_env.from_string(templates.HTML).render(**context))
-    return out_dir / REPORT_HTML
+    return {"title": title, "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "source": source, "counts": counts, "methods": [*METHODS, row_versions(table)], "groups": groups,
+            "baseline": baseline, "run_tables": run_tables, "not_measured": tables.NOT_MEASURED,
+            "kept_apart": tables.kept_apart_table(kept) if not kept.empty else None, "kept_note": KEPT_APART,
+            "side_by_side": sidebyside.side_by_side_table(pairs) if not pairs.empty else None,
+            "stages": stages.stage_sections(table)}
 
 
 def row_versions(table: pd.DataFrame) -> str:

@@ -215,3 +215,29 @@ def test_a_ratio_without_a_ci_is_drawn_hollow_and_says_so():
     plt.close(fig)
     assert "podman: no CI (under 2 runs a side)" in labels and "podman" not in labels
     assert "sarus" in labels
+
+
+def test_a_report_that_cannot_be_written_in_full_keeps_the_older_one_whole(tmp_path, monkeypatch):
+    """A disk that fills while the new report is written: report.md, report.html and figures/ stay the older
+    report's (figures/ was replaced before the reports were written, leaving new figures beside old reports),
+    and nothing half-written is left beside them."""
+    from bench.analysis import report
+    from bench.errors import AnalysisError
+
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8, 16), repeats=1, steps=12, runtimes={"bare": 1.0}))
+    table = collect([tmp_path / "runs"]).table
+    out = tmp_path / "report"
+    write_report(table, out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    fsyncs = []
+
+    def fsync_then_full(fd):  # the first report's file is written, the second finds the disk full
+        fsyncs.append(fd)
+        if len(fsyncs) == 2:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report.os, "fsync", fsync_then_full)
+    with pytest.raises(AnalysisError, match="No space left on device.*what was there is kept"):
+        write_report(table.assign(tok_per_sec=table["tok_per_sec"] * 2), out)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "report.html", "report.md"]

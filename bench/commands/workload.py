@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from bench import workloads
-from bench.errors import ConfigError
+from bench.errors import ConfigError, os_reason
 from bench.contract import ENV_BASE_DIR, read_run_json
 
 # The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
@@ -217,11 +217,17 @@ def cmd_preflight(args) -> int:
 
 def check_json_target(path: str) -> None:
     """Rank 0 writes --json after the whole measurement: a path it could not write is refused before it starts."""
+    import tempfile
+
     target, parent = Path(path), Path(path).parent
     reason = ("a directory of that name is in the way" if target.is_dir() else
               f"no such directory {parent}" if not parent.exists() else
-              f"{parent} is a file, not a directory" if not parent.is_dir() else
-              f"{parent} is not writable" if not os.access(parent, os.W_OK) else None)
+              f"{parent} is a file, not a directory" if not parent.is_dir() else None)
+    if not reason:  # a file made and removed there: W_OK says yes to root, and for /proc or a read-only mount
+        try:
+            tempfile.NamedTemporaryFile(dir=parent, prefix=f".{target.name}.").close()
+        except OSError as e:
+            reason = f"no file can be made in {parent} ({os_reason(e)})"
     if reason:
         raise ConfigError(f"--json {path}: cannot be written: {reason}")
 

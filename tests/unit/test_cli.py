@@ -7,6 +7,7 @@ bad counts are refused by name.
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,10 +46,14 @@ def test_zero_processes_is_refused(argv, capsys):
 def test_a_preflight_json_that_cannot_be_written_is_refused_before_any_rank_starts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("torchrun started"))
     (tmp_path / "file").write_text("kept")
-    for path in (tmp_path, tmp_path / "file" / "x.json", tmp_path / "missing" / "x.json"):
+    # /proc: its directory's W_OK says yes (to root as to the owner of a read-only mount), yet no file is made there
+    for path in (tmp_path, tmp_path / "file" / "x.json", tmp_path / "missing" / "x.json", Path("/proc/x.json")):
         assert cli.main(["preflight", "--nproc", "1", "--json", str(path)]) == 1
         assert capsys.readouterr().err.startswith(f"error: --json {path}: cannot be written: ")
     assert (tmp_path / "file").read_text() == "kept"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    assert cli.main(["preflight", "--nproc", "1", "--json", str(tmp_path / "x.json")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # the trial file is gone
 
 
 @pytest.mark.parametrize("mib", ["0", "-1"])

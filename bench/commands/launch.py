@@ -344,7 +344,7 @@ def cmd_render_flow(args) -> int:
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
         fj.job.script_name = "interactive.sh"
-        text = render_flow_interactive(fj, opts.base_dir, guide_shards(args, fs.first.shards_needed()))
+        text = render_flow_interactive(fj, opts.base_dir, *guide_shards(args, fs.first.shards_needed()))
     else:
         text = render_flow(fj, rendered_by="render sbatch --flow")
     flowmod.write_flow_job(fj, text)
@@ -364,12 +364,16 @@ def refuse_bad_download(args) -> None:
         raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
 
 
-def guide_shards(args, needed: int | None) -> int:
-    """The shards the guide's data step downloads: --download (-1: every one, counted so that the salloc's time
-    covers them), else what the plan needs, else 8."""
+def guide_shards(args, needed: int | None) -> tuple[int, str]:
+    """The shards the guide's data step downloads, and why that many: --download (-1: every one, counted so that the
+    salloc's time covers them), else what the plan needs, else 8."""
     from bench.nanochat.download import MAX_SHARD
 
-    return MAX_SHARD + 1 if args.download == -1 else args.download or needed or 8
+    if args.download == -1:
+        return MAX_SHARD + 1, "every one (--download -1)"
+    if args.download:
+        return args.download, "as --download asks"
+    return (needed, "what the plan needs") if needed else (8, "a default (the plan counts none it needs)")
 
 
 def cmd_render(args) -> int:
@@ -393,7 +397,7 @@ def cmd_render(args) -> int:
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"
-        text = render.render_interactive(job, opts.base_dir, guide_shards(args, sweep.shards_needed()))
+        text = render.render_interactive(job, opts.base_dir, *guide_shards(args, sweep.shards_needed()))
     else:
         text = render.render_sbatch(job, rendered_by=f"render {args.kind}")
     write_job(job, text)

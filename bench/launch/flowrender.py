@@ -38,7 +38,7 @@ def render_flow(fj: FlowJob, rendered_by: str = "submit --flow") -> str:
     return render.environment().get_template(FLOW_TEMPLATE).render(flow_context(fj, rendered_by))
 
 
-def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int,
+def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int, shards_why: str = "what the plan needs",
                             rendered_by: str = "render interactive --flow") -> str:
     """The interactive guide of the flow: salloc, the staging, the tokenizer, then each stage's srun."""
     job, first = fj.job, fj.job.runs[0]
@@ -53,7 +53,7 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int,
     minutes = interactive_minutes(job, shards)  # the salloc covers the guide's data and tokenizer steps too
     # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
     ctx.update(interactive=True, salloc=render.salloc_line(job, minutes), salloc_minutes=minutes,
-               base_dir=shlex.quote(base_dir), shards=shards,
+               base_dir=shlex.quote(base_dir), shards=shards, shards_why=shards_why,
                data_srun=one_task(first, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                staging=staging, shell_srun=render.comment_safe(one_task(first, "bash", tty=True)))
     return render.environment().get_template(FLOW_INTERACTIVE_TEMPLATE).render(ctx)

@@ -133,7 +133,8 @@ def salloc_line(job: Job, minutes: int | None = None) -> str:
     return comment_safe(shell_join(argv))
 
 
-def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = "render interactive") -> str:
+def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "what the plan needs",
+                       rendered_by: str = "render interactive") -> str:
     """The interactive guide: the salloc line (its time covers the guide's own steps too), then the srun lines of
     the image step, data, tokenizer and training."""
     run = job.runs[0]
@@ -142,7 +143,7 @@ def render_interactive(job: Job, base_dir: str, shards: int, rendered_by: str = 
     ctx = job_context(job, rendered_by)
     # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
     ctx.update(interactive=True, salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,
-               salloc_minutes=minutes, image_srun=multiline(run.image_lines()) if run.image_step else None,
+               shards_why=shards_why, salloc_minutes=minutes, image_srun=multiline(run.image_lines()) if run.image_step else None,
                data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train"),
                shell_srun=comment_safe(one_task(run, "bash", tty=True)))

@@ -288,6 +288,13 @@ def test_the_guides_download_of_every_shard_is_counted_in_its_salloc_time(capsys
     every, eight = guide("-1"), guide("8")
     minutes = [int(re.search(r"allocate nodes for (\d+) minutes", g).group(1)) for g in (every, eight)]
     assert "data download -n 1823" in every and minutes[0] > minutes[1] + 60
+    # the data step's comment says where its count came from, not "what the plan needs" for every count
+    assert "# -- data: 1823 FineWeb-Edu shards, every one (--download -1)" in every
+    assert "# -- data: 8 FineWeb-Edu shards, as --download asks" in eight
+    code, _, err = run_cli(["render", "interactive", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}",
+                            "--out", str(tmp_path / "planned")], capsys)
+    assert code == 0, err
+    assert "shards, what the plan needs (offline" in (tmp_path / "planned" / "n1-bare-r1" / "interactive.sh").read_text()
 
 
 def generate(base, *what: str, monkeypatch) -> None:

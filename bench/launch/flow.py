@@ -40,7 +40,7 @@ from bench.errors import ConfigError, DataError, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
-                              site_partition, write_job)
+                              site_partition, tokenizer_minutes, write_job)
 from bench.pairs import parse_pairs
 
 FLOW_JSON = "flow.json"
@@ -181,8 +181,13 @@ class FlowSweep:
         fields = {"tag": tag, **{k: str(v) for k, v in point.plan.columns}}
         return rechain(point.train_argv, {k: v.format(**fields) for k, v in stage.chain})
 
+    @property
+    def tokenizer_minutes(self) -> int:
+        """Each job's time for the tokenizer: one trains it when the sweep has none, the others wait for it."""
+        return tokenizer_minutes(self.first.shards_needed() or 1)
+
     def job_minutes(self, stage_points: list[planmod.Point]) -> int:
-        return sum(p.time_minutes + 1 for p in stage_points)  # as bench.launch.job.job_minutes
+        return self.tokenizer_minutes + sum(p.time_minutes + 1 for p in stage_points)  # as job.job_minutes
 
     def describe(self) -> dict:
         return {**self.first.describe(), "workload": None, "flow": self.flow, "left_out": self.left_out,
@@ -241,7 +246,8 @@ def format_table(fs: FlowSweep) -> str:
                      f"not submitted: {over} (below)" if over else ""))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
     lines += ["", f"flow: {fs.flow}, stages {' -> '.join(s.name for s in fs.stages)}; each stage's run directory "
-                  f"<sweep>/<point>/<stage>; the tokenizer trained once per sweep, before the first stage"]
+                  f"<sweep>/<point>/<stage>; the tokenizer trained once per sweep, before the first stage (each job's "
+                  f"time has {fs.tokenizer_minutes} min for it: one job trains it, the others wait for it)"]
     if fs.left_out:
         unregistered = [s.name for s in FLOWS[fs.flow] if s.workload not in workloads.names()]
         lines.append(f"left out: {', '.join(fs.left_out)}" + (f" ({', '.join(unregistered)} not registered in this "
@@ -303,9 +309,10 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
             run = build_run(sw, planned, sweep_dir / point.run_id / stage.name, opts, sweep_id)
             run.manifest["stage"] = stage.name
             runs.append(replace(run, run_id=f"{point.run_id}/{stage.name}"))
-        check_partition(limit, runs, f"{point.run_id} (its {len(runs)} stages in one job)", FLOW_TOO_LONG)
+        check_partition(limit, runs, f"{point.run_id} (its {len(runs)} stages in one job)", FLOW_TOO_LONG,
+                        fs.tokenizer_minutes)
         job = make_job(f"{sweep_id}-{point.run_id}", sweep_dir / point.run_id, fs.first, runs, opts,
-                       f"sweep {sweep_id}, point {point.run_id}: flow {fs.flow}")
+                       f"sweep {sweep_id}, point {point.run_id}: flow {fs.flow}", fs.tokenizer_minutes)
         jobs.append(FlowJob(job, fs.stages, tag, fs.flow, point.run_id, tuple(tokenizer_args)))
     if not jobs:
         reasons = sorted({sp.reason for _, sps in fs.points() for sp in sps if not sp.possible})

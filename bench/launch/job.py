@@ -226,14 +226,16 @@ def interleaved(runs: list[Run], runtimes: list[str]) -> list[Run]:
     return sorted(runs, key=lambda r: (r.manifest["repeat"], runtimes.index(r.runtime.name)))
 
 
-def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: LaunchOptions, title: str) -> Job:
+def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: LaunchOptions, title: str,
+             setup_minutes: int = 0) -> Job:
     """A job for runs that share one allocation (all on the same node count), in the order given. Its
-    time limit is the sum of its runs' limits, plus a minute each for the bookkeeping around them."""
+    time limit is the sum of its runs' limits, plus a minute each for the bookkeeping around them, plus
+    `setup_minutes` for a step of its own before them (a flow's tokenizer)."""
     if len(runs) > MAX_RUNS_PER_JOB:
         raise ConfigError(f"{len(runs)} runs in one allocation; at most {MAX_RUNS_PER_JOB} (fewer --repeats or "
                           f"--runtimes per job)")
     nodes = runs[0].nodes
-    minutes = job_minutes(runs)
+    minutes = setup_minutes + job_minutes(runs)
     return Job(name, job_dir, nodes, runs, directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes),
                title, python=opts.python)
 
@@ -329,18 +331,23 @@ TOKENIZER_MAX_CHARS = 2e9
 TOKENIZER_CHARS_PER_S = 2e6
 
 
+def tokenizer_minutes(shards: int) -> int:
+    """The time `tokenizer train` is given on `shards` shards, as the plan gives a run."""
+    return allowance_minutes(min(shards * CHARS_PER_SHARD, TOKENIZER_MAX_CHARS) / TOKENIZER_CHARS_PER_S / 3600)
+
+
 def interactive_minutes(job: Job, shards: int) -> int:
     """The salloc time of the interactive guide: its data download and tokenizer training, each given time as
     the plan gives a run, then the job's own runs."""
     download_h = shards * SHARD_MB / DOWNLOAD_MB_PER_S / 3600
-    tokenizer_h = min(shards * CHARS_PER_SHARD, TOKENIZER_MAX_CHARS) / TOKENIZER_CHARS_PER_S / 3600
-    return allowance_minutes(download_h) + allowance_minutes(tokenizer_h) + job_minutes(job.runs)
+    return allowance_minutes(download_h) + tokenizer_minutes(shards) + job_minutes(job.runs)
 
 
 RUN_TOO_LONG = "pass a shorter --time, fewer --num_iterations, or another --partition"
 
 
-def check_partition(limit, runs: list[Run], subject: str | None = None, hint: str = RUN_TOO_LONG) -> None:
+def check_partition(limit, runs: list[Run], subject: str | None = None, hint: str = RUN_TOO_LONG,
+                    setup_minutes: int = 0) -> None:
     """A job that the partition would refuse (too long, too many nodes) fails here, naming the limit."""
     if limit is None:
         return
@@ -348,7 +355,7 @@ def check_partition(limit, runs: list[Run], subject: str | None = None, hint: st
     if limit.max_nodes and runs[0].nodes > limit.max_nodes:
         raise ConfigError(f"{subject}: {runs[0].nodes} nodes, but partition {limit.name} takes at most "
                           f"{limit.max_nodes} (choose another --partition)")
-    over = over_partition(limit, job_minutes(runs))
+    over = over_partition(limit, setup_minutes + job_minutes(runs))
     if over:
         raise ConfigError(f"{subject}: {over}; {hint}")
 

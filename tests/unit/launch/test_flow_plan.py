@@ -101,7 +101,10 @@ def test_the_plan_table_has_each_stage_and_a_job_limit_covering_them_all(twice, 
     assert "steps=6" in " ".join(stage_rows[0]) and "steps=3" in " ".join(stage_rows[1])
     assert "total_batch=256" in " ".join(stage_rows[0]) and "total_batch=512" in " ".join(stage_rows[2])
     jobs = [r for r in rows if r[4:6] == ["=", "job"]]
-    assert [r[-1] for r in jobs] == ["01:02:00", "01:02:00"]  # two stages of 30 min, a minute each around them
+    # two stages of 30 min, a minute each around them, and the tokenizer's 20 min: the 3 shards planned hold
+    # 750M characters, at 2M/s 6.25 min, given time as the plan gives a run (x 1.25 + 10, in whole five minutes)
+    assert [r[-1] for r in jobs] == ["01:22:00", "01:22:00"]
+    assert "(each job's time has 20 min for it: one job trains it, the others wait for it)" in out
     assert "2 job(s), one per point" in out
 
 
@@ -116,7 +119,7 @@ def test_a_flow_over_the_partitions_limit_is_refused_naming_it(twice, tmp_path):
     site = sites.load("alps")
     fs = sweep(twice, None, time="07:00:00")  # each stage alone fits normal's 12 h; the two together do not
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), site=site, partition="normal", check_images=False)
-    with pytest.raises(ConfigError, match=r"n1-bare-r1 \(its 2 stages in one job\): its time limit 14:02:00 is "
+    with pytest.raises(ConfigError, match=r"n1-bare-r1 \(its 2 stages in one job\): its time limit 14:22:00 is "
                                           r"over partition normal's 12:00:00; run part of its stages per sweep "
                                           r"\(--stages\)"):
         flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
@@ -129,7 +132,7 @@ def test_the_plan_says_which_flow_jobs_the_sites_default_partition_would_refuse(
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     jobs = [line for line in out.splitlines() if "= job" in line]
-    assert len(jobs) == 2 and all("not submitted: its time limit 14:02:00 is over partition normal's 12:00:00" in j
+    assert len(jobs) == 2 and all("not submitted: its time limit 14:22:00 is over partition normal's 12:00:00" in j
                                   for j in jobs)
     assert "run part of its stages per sweep (--stages)" in out and "0 job(s), one per point" in out
     assert cli.main(argv[:-2] + ["--time", "05:00:00"]) == 0  # two stages of 5 h fit

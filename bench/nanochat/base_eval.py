@@ -19,7 +19,7 @@ from bench.contract import field as _f, write_text_atomic
 from bench.errors import ConfigError
 from bench.nanochat import stagerun
 from bench.nanochat.common import get_base_dir, print0
-from bench.nanochat.config import RunSettings, parse_config
+from bench.nanochat.config import RunSettings, check_model_tag, parse_config
 from bench.workloads.base_eval import RUN_WORKLOAD
 
 CSV_IN_RUN_DIR = "base_eval.csv"
@@ -37,6 +37,7 @@ class BaseEvalConfig(RunSettings):
             raise ConfigError(f"--max_per_task={self.max_per_task}: give a number of examples > 0, or -1 for all")
         if self.model_step < -1:
             raise ConfigError(f"--model_step={self.model_step}: give a saved step, or -1 for the last")
+        check_model_tag(self.model_tag, "--model_tag", "base_checkpoints/")
 
 
 def parse(argv: list[str]) -> BaseEvalConfig:

@@ -21,7 +21,7 @@ from bench.contract import field as _f
 from bench.errors import ConfigError
 from bench.nanochat import stagerun
 from bench.nanochat.common import print0
-from bench.nanochat.config import RunSettings, parse_config
+from bench.nanochat.config import RunSettings, check_model_tag, parse_config
 from bench.nanochat.train import SAMPLE_PROMPTS as PROMPTS  # base_train's, which base_loss prints completed
 from bench.workloads.base_loss import RUN_WORKLOAD
 
@@ -46,6 +46,7 @@ class BaseLossConfig(RunSettings):
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
         if self.model_step < -1:
             raise ConfigError(f"--model_step={self.model_step}: give a saved step, or -1 for the last")
+        check_model_tag(self.model_tag, "--model_tag", "base_checkpoints/")
         if self.max_seq_len == 0 or self.max_seq_len < -1:  # were read as -1, silently
             raise ConfigError(f"--max_seq_len={self.max_seq_len}: give the checkpoint's sequence length, or -1 to "
                               f"read it from the checkpoint")

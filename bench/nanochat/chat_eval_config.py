@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 
 from bench.contract import field as _f
 from bench.errors import ConfigError
-from bench.nanochat.config import RunSettings, parse_config
+from bench.nanochat.config import RunSettings, check_model_tag, parse_config
 
 # upstream's task list, in its order, and the accuracy of chance on each (ChatCORE's zero)
 BASELINES = {"ARC-Easy": 0.25, "ARC-Challenge": 0.25, "MMLU": 0.25, "GSM8K": 0.0, "HumanEval": 0.0, "SpellingBee": 0.0}
@@ -53,6 +53,7 @@ class ChatEvalConfig(RunSettings):
                 raise ConfigError(f"{flag}={value}: must be at least 1")
         if self.temperature < 0:
             raise ConfigError(f"-t/--temperature={self.temperature}: must be >= 0 (0 = greedy)")
+        check_model_tag(self.model_tag, "-g/--model-tag", f"the {self.source} checkpoint folder")
         if self.max_problems == 0 or self.max_problems < -1:
             raise ConfigError(f"-x/--max-problems={self.max_problems}: give at least 1 (or -1 for every problem)")
 

@@ -84,6 +84,15 @@ class RunSettings:
             raise ConfigError(f"--device_type={self.device_type!r}: valid values are cuda, cpu, mps or empty")
 
 
+def check_model_tag(tag: str, flag: str, phases: str) -> None:
+    """A tag is a path of folder names below a phase's checkpoint folder (a sweep's runs save under <sweep>/<run>),
+    never leaving it: `../x` or `/x` would read (or write) another phase's or another place's checkpoints."""
+    parts = tag.split("/") if tag else []
+    if any(p in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", p) for p in parts):
+        raise ConfigError(f"{flag}={tag!r}: a folder below {phases}: names of letters, digits, '.', '_' and '-' "
+                          "joined by '/', none '.' or '..'")
+
+
 @dataclass
 class TrainConfig(RunSettings):
     # model

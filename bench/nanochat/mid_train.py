@@ -20,7 +20,6 @@ import os
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
 
 import math  # noqa: E402
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -29,7 +28,7 @@ from bench.contract import field as _f
 from bench.errors import ConfigError
 from bench.logline import format_progress_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
-from bench.nanochat.config import LEARNING_RATES, RunSettings, grad_accum_steps, parse_config
+from bench.nanochat.config import LEARNING_RATES, RunSettings, check_model_tag, grad_accum_steps, parse_config
 from bench.nanochat.common import print0
 from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.runrecord import RunRecord, say
@@ -79,16 +78,7 @@ class MidConfig(RunSettings):
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
         if self.dry_run not in (0, 1):
             raise ConfigError(f"--dry_run={self.dry_run}: give 0 (save the checkpoint) or 1 (save nothing)")
-        check_model_tag(self.model_tag)
-
-
-def check_model_tag(tag: str) -> None:
-    """A tag is a path of folder names below the checkpoint folder (a sweep's base runs save under
-    <sweep>/<run>), never leaving it."""
-    parts = tag.split("/") if tag else []
-    if any(p in ("", ".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", p) for p in parts):
-        raise ConfigError(f"--model_tag={tag!r}: a folder below base_checkpoints/ and mid_checkpoints/: names of "
-                          "letters, digits, '.', '_' and '-' joined by '/', none '.' or '..'")
+        check_model_tag(self.model_tag, "--model_tag", "base_checkpoints/ and mid_checkpoints/")
 
 
 def parse_args(argv: list[str]) -> MidConfig:

@@ -8,12 +8,11 @@ validation at every step for a negative `eval_every`; bench/nanochat/config.py f
 """
 
 import math
-import re
 from dataclasses import dataclass
 
 from bench.contract import field as _f
 from bench.errors import ConfigError
-from bench.nanochat.config import RunSettings
+from bench.nanochat.config import RunSettings, check_model_tag
 
 SOURCES = ("base", "mid")  # the checkpoints SFT may start from (upstream: base|mid)
 DTYPES = ("bfloat16", "float32")
@@ -53,11 +52,7 @@ class SFTConfig(RunSettings):
                               f"{', '.join(SOURCES)}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"--dtype={self.dtype!r}: valid values are {', '.join(DTYPES)}")
-        tag = self.model_tag
-        if tag and (tag in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", tag)
-                    or ".." in tag.split("/")):
-            raise ConfigError(f"--model_tag={tag!r}: a checkpoint subdirectory, letters, digits, '.', '_', '-' "
-                              "(and '/' between folders), never '..'")
+        check_model_tag(self.model_tag, "--model_tag", f"{self.source}'s checkpoint folder and chatsft_checkpoints/")
         for name in ("device_batch_size", "target_examples_per_step", "num_epochs", "eval_steps",
                      "eval_metrics_max_problems"):
             if getattr(self, name) <= 0:

@@ -84,3 +84,26 @@ def test_a_stage_runs_its_own_module_under_torchrun():
     settings = stage.settings({"device_batch_size": 3}, "weak")
     assert settings.config.device_batch_size == 3 and settings.argv == ("--device_batch_size=3",)
     assert stage.manifest_config(["--device_batch_size=2"])["device_batch_size"] == 2
+
+
+STAGE_PARSERS = {"base_loss": "--model_tag", "base_eval": "--model_tag", "mid_train": "--model_tag",
+                 "chat_sft": "--model_tag", "chat_eval": "-g/--model-tag"}
+
+
+@pytest.mark.parametrize("stage", STAGE_PARSERS)
+@pytest.mark.parametrize("tag", ["../base_checkpoints/d2", "/tmp", "d2/../../x", "a//b", "."])
+def test_every_stage_refuses_a_tag_that_leaves_its_checkpoint_folder(stage, tag):
+    """chat_eval -g ../base_checkpoints/d2 evaluated the base model and called it mid; -g /tmp read /tmp; base_loss
+    and base_eval took any path too."""
+    from bench.workloads import get
+
+    with pytest.raises(ConfigError, match=rf"^{STAGE_PARSERS[stage]}='{tag}': a folder below .* none '\.' or '\.\.'"):
+        get(stage).parse([*(["-i", "mid"] if stage == "chat_eval" else []), f"--model_tag={tag}"])
+
+
+@pytest.mark.parametrize("stage", STAGE_PARSERS)
+def test_a_sweeps_sweep_and_run_tag_is_fine_for_every_stage(stage):
+    from bench.workloads import get
+
+    argv = ["-i", "mid"] if stage == "chat_eval" else []
+    assert get(stage).parse([*argv, "--model_tag=sweep/run-1.a_b"]).model_tag == "sweep/run-1.a_b"

@@ -54,6 +54,8 @@ class ChatEvalConfig(RunSettings):
         if self.temperature < 0:
             raise ConfigError(f"-t/--temperature={self.temperature}: must be >= 0 (0 = greedy)")
         check_model_tag(self.model_tag, "-g/--model-tag", f"the {self.source} checkpoint folder")
+        if self.step < -1:  # was taken as -1, the last saved, silently
+            raise ConfigError(f"-s/--step={self.step}: give a saved step >= 0, or -1 for the last saved")
         if self.max_problems == 0 or self.max_problems < -1:
             raise ConfigError(f"-x/--max-problems={self.max_problems}: give at least 1 (or -1 for every problem)")
 

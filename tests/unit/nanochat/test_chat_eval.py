@@ -65,3 +65,12 @@ def test_task_names_in_upstream_order_and_unknown_named():
     with pytest.raises(ConfigError) as e:
         chat_eval.task_names("ARC-Easy|GSM8k")
     assert "'GSM8k'" in str(e.value) and "GSM8K" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_step_below_minus_1_is_refused_not_read_as_the_last():
+    """-s -5 evaluated the last saved step, silently."""
+    from bench.nanochat.chat_eval_config import parse
+
+    with pytest.raises(ConfigError, match=r"^-s/--step=-5: give a saved step >= 0, or -1 for the last saved"):
+        parse(["-i", "mid", "-s", "-5"])
+    assert parse(["-i", "mid", "-s", "-1"]).step == -1 and parse(["-i", "mid", "-s", "0"]).step == 0

@@ -207,6 +207,16 @@ def read_words(path: str | os.PathLike) -> tuple[str, ...]:
     return _read_words(*_files_key([Path(path)])[0])
 
 
+def staged_words() -> tuple[str, ...]:
+    """The staged word list as read_words gives it; DataError naming the file when it has no word (the spelling
+    tasks draw from it: an empty list ended them in an IndexError)."""
+    path = staged_file(WORDS_FILE)
+    words = read_words(path)
+    if not any(words):
+        raise DataError(f"{path}: the word list is empty; {FIX_MISSING}")
+    return words
+
+
 @functools.lru_cache(maxsize=4)
 def _read_words(path: str, _mtime_ns: int, _size: int) -> tuple[str, ...]:
     with open(path, encoding="utf-8") as f:

@@ -40,10 +40,7 @@ def check_file(name: str) -> int:
     path = chatdata.staged_file(name)
     if name == chatdata.IDENTITY_FILE:
         return len(chatdata.read_jsonl_conversations(path))
-    words = [w for w in chatdata.read_words(path) if w]
-    if not words:
-        raise DataError(f"{path}: the word list is empty; {chatdata.FIX_MISSING}")
-    return len(words)
+    return sum(1 for w in chatdata.staged_words() if w)
 
 
 def _refused(e: Exception) -> int | None:

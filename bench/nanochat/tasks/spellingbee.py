@@ -29,7 +29,7 @@ class _Spelling(Task):
         if split not in SPLITS:
             raise chatdata.DataError(f"spelling task split {split!r}: expected train or test")
         self.size, self.split = size, split
-        self.words = list(chatdata.read_words(chatdata.staged_file(chatdata.WORDS_FILE)))
+        self.words = list(chatdata.staged_words())
 
     def num_examples(self) -> int:
         return self.size

@@ -133,3 +133,15 @@ def test_a_staged_row_with_a_wrong_role_order_is_one_line_naming_the_row(tmp_pat
     with pytest.raises(ConversationError, match=r"smol-smoltalk row 0 .*message 0 is from 'assistant'") as e:
         SmolTalk(split="test")[0]
     assert "\n" not in str(e.value)
+
+
+def test_an_empty_word_list_is_one_line_naming_the_file_not_an_index_error(tmp_path, monkeypatch):
+    import pytest
+
+    from bench.errors import DataError
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    (tmp_path / chatdata.WORDS_FILE).write_text("\n\n")
+    for task in (SpellingBee, SimpleSpelling):
+        with pytest.raises(DataError, match=rf"^{tmp_path / chatdata.WORDS_FILE}: the word list is empty; run "):
+            task(size=4, split="test").get_example(0)

@@ -95,10 +95,10 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     print0(f"=> Setting grad accum steps: {grad_accum}")
     num_iterations = config.num_iterations if config.num_iterations > 0 else \
         len(train_ds) // target * config.num_epochs
-    if num_iterations < 1:
+    if num_iterations < 2:  # the last pass only evaluates: fewer than 2 make no update
         raise ConfigError(f"{len(train_ds)} training rows // --target_examples_per_step={target} x --num_epochs="
-                          f"{config.num_epochs} = 0 iterations; stage the full data (`nanochat-bench data download "
-                          "--chat`), lower the target, or give --num_iterations")
+                          f"{config.num_epochs} = {num_iterations} iteration(s), no update; stage the full data "
+                          "(`nanochat-bench data download --chat`), lower the target, or give --num_iterations")
     print0(f"Number of iterations: {num_iterations:,} ({num_iterations - 1:,} updates)")
     record.update(num_iterations=num_iterations, grad_accum=grad_accum)
     train_iter = sft_batches(train_ds, tokenizer, B, rank, world_size, device)

@@ -61,6 +61,9 @@ class SFTConfig(RunSettings):
             if getattr(self, name) < -1 or getattr(self, name) == 0 and name != "step":
                 raise ConfigError(f"--{name}={getattr(self, name)}: give a count > 0, or -1 (the default's meaning: "
                                   f"{SFTConfig.__dataclass_fields__[name].metadata['doc']})")
+        if self.num_iterations == 1:  # the last pass only evaluates: 0 updates, the input model saved as sft
+            raise ConfigError("--num_iterations=1: counts the last pass, which only evaluates, so 1 makes no update; "
+                              "give at least 2 (1 update), or -1 for one epoch")
         for name in LEARNING_RATES + ("init_lr_frac",):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

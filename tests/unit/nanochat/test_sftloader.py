@@ -76,3 +76,10 @@ def test_upstreams_sft_lines_are_not_read_as_pretraining_lines():
     assert val == "Step 00100 | Validation loss: 1.011500"
     assert parse_step_line(step) is None and parse_val_line(step) is None
     assert parse_step_line(val) is None and parse_val_line(val) is None
+
+
+def test_one_iteration_is_refused_as_it_makes_no_update():
+    """--num_iterations=1 ran only the last pass's evaluation and saved the input model as the sft checkpoint."""
+    with pytest.raises(ConfigError, match=r"^--num_iterations=1: counts the last pass, .* give at least 2"):
+        parse_sft_args(["--num_iterations=1"])
+    assert parse_sft_args(["--num_iterations=2"]).num_iterations == 2

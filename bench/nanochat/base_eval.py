@@ -63,6 +63,7 @@ def run(config: BaseEvalConfig, record) -> tuple[dict, str, str | None]:
     session = stagerun.begin(config, record, "nanochat-bench: base model evaluation, CORE (nanochat-faithful)")
     record.update(workload=RUN_WORKLOAD)
     bundle = load_bundle()  # a missing or damaged bundle stops here, on every rank, naming the staging command
+    bundle.check_max_per_task(config.max_per_task)
     tokenizer = get_tokenizer()
     model, meta = load_model("base", session.device, config.model_tag or None,
                              None if config.model_step < 0 else config.model_step)

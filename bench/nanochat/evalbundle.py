@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.errors import DataError, first_line
+from bench.errors import ConfigError, DataError, first_line
 from bench.nanochat.common import get_base_dir
 from bench.nanochat.core_eval import LANGUAGE_MODELING, MULTIPLE_CHOICE, SCHEMA, TASK_TYPES, Task
 
@@ -55,6 +55,17 @@ class Bundle:
             raise DataError(f"CORE task {task.label}: {len(rows)} example(s){crop}, but {task.num_fewshot}-shot "
                             f"prompts need at least {task.num_fewshot + 1}; raise --max_per_task")
         return rows
+
+    def check_max_per_task(self, max_per_task: int) -> None:
+        """Refuse a crop too small for a task's shots before any task runs (task_data would stop the run there,
+        after the tasks before it); the shots come from the bundle's own core.yaml."""
+        short = [t for t in self.tasks if 0 < max_per_task <= t.num_fewshot]
+        if short:
+            least = max(t.num_fewshot for t in short) + 1
+            names = ", ".join(f"{t.label} ({t.num_fewshot}-shot)" for t in short[:3])
+            more = f" and {len(short) - 3} more" if len(short) > 3 else ""
+            raise ConfigError(f"--max_per_task={max_per_task}: too few examples for the few-shot prompts of CORE "
+                              f"tasks {names}{more} in {self.path / CONFIG}; give at least {least}, or -1 for all")
 
     def origin(self) -> dict:
         """origin.json's record, or {"origin": "unknown"} for a bundle placed by hand."""

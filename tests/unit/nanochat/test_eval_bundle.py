@@ -163,3 +163,17 @@ def test_missing_staged_is_load_bundles_check_without_the_rows(tmp_path):
     assert missing_staged(tmp_path) == ""
     task.unlink()
     assert missing_staged(tmp_path).startswith(f"{task}: missing (CORE task ")
+
+
+def test_a_crop_below_a_tasks_shots_is_refused_before_any_task_runs(tmp_path):
+    """--max_per_task=4 ran hellaswag_zeroshot, then stopped at jeopardy (10-shot): the check is the bundle's, made
+    first, naming the least crop that works."""
+    from bench.errors import ConfigError
+
+    bundle = load_bundle(evalgen.generate(tmp_path / "eval_bundle", rows=12))
+    with pytest.raises(ConfigError, match=r"^--max_per_task=4: too few examples for the few-shot prompts of CORE "
+                                          r"tasks jeopardy \(10-shot\), .* and \d+ more in .*core.yaml; give at least "
+                                          r"11, or -1 for all$"):
+        bundle.check_max_per_task(4)
+    for fine in (11, -1):
+        bundle.check_max_per_task(fine)

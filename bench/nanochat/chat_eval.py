@@ -28,6 +28,7 @@ from bench.nanochat.chat_eval_config import (BASELINES, GENERATIVE_PROBLEMS, TAS
 from bench.nanochat.chat_format import render_for_completion
 from bench.nanochat.common import print0
 from bench.nanochat.engine import Engine
+from bench.nanochat.gpt import ROPE_LENGTH_FACTOR
 from bench.nanochat.tasks.arc import ARC
 from bench.nanochat.tasks.gsm8k import GSM8K
 from bench.nanochat.tasks.humaneval import HumanEval
@@ -112,6 +113,7 @@ def generative_counts(task, tokenizer, engine, num_samples: int, max_new_tokens:
     for i in range(rank, _num_problems(task, max_problems), world):
         conversation = task[i]
         prompt = render_for_completion(tokenizer, conversation)
+        check_fits(engine.model, len(prompt), max_new_tokens, f"{type(task).__name__} problem {i}")
         results, _ = engine.generate_batch(prompt, num_samples=num_samples, max_tokens=max_new_tokens,
                                            temperature=temperature, top_k=top_k)
         completions = [tokenizer.decode(r[len(prompt):]) for r in results]
@@ -123,6 +125,17 @@ def generative_counts(task, tokenizer, engine, num_samples: int, max_new_tokens:
               end="", flush=True)
     print(flush=True)  # every rank ends its progress line, as upstream
     return counts
+
+
+def check_fits(model, prompt_tokens: int, max_new_tokens: int, where: str) -> None:
+    """The prompt and -m new tokens must fit the model's rotary embeddings (ROPE_LENGTH_FACTOR x the sequence length
+    it was trained with), else the forward asserts mid-evaluation; a ConfigError naming the -m that would fit."""
+    positions = model.rotary_seq_len
+    if prompt_tokens + max_new_tokens > positions:
+        raise ConfigError(f"-m/--max-new-tokens={max_new_tokens}: {where}'s prompt is {prompt_tokens} tokens and "
+                          f"the model's rotary embeddings cover {positions} positions ({ROPE_LENGTH_FACTOR} x its "
+                          f"sequence length {model.config.sequence_len}); give -m <= "
+                          f"{max(positions - prompt_tokens, 0)}")
 
 
 @dataclass

@@ -74,3 +74,19 @@ def test_a_step_below_minus_1_is_refused_not_read_as_the_last():
     with pytest.raises(ConfigError, match=r"^-s/--step=-5: give a saved step >= 0, or -1 for the last saved"):
         parse(["-i", "mid", "-s", "-5"])
     assert parse(["-i", "mid", "-s", "-1"]).step == -1 and parse(["-i", "mid", "-s", "0"]).step == 0
+
+
+def test_a_max_new_tokens_past_the_rotary_cache_is_one_line_naming_the_m_that_fits(chat_base):
+    """-m 3000 on a model of sequence length 256 ended in gpt.py's AssertionError traceback mid-evaluation."""
+    tok, model = byte_tokenizer(), random_model(seq=64)  # rotary embeddings for 640 positions
+    task = GSM8K(subset="main", split="test")
+    prompt = len(render_for_completion(tok, task[0]))
+    engine = Engine(model, tok, calculator=lambda expr: None)
+    with pytest.raises(ConfigError, match=rf"^-m/--max-new-tokens=640: GSM8K problem 0's prompt is {prompt} tokens "
+                                          rf"and the model's rotary embeddings cover 640 positions \(10 x its "
+                                          rf"sequence length 64\); give -m <= {640 - prompt}$"):
+        chat_eval.generative_counts(task, tok, engine, num_samples=1, max_new_tokens=640, temperature=0.0,
+                                    top_k=50, max_problems=1)
+    counts = chat_eval.generative_counts(task, tok, engine, num_samples=1, max_new_tokens=640 - prompt,
+                                         temperature=0.0, top_k=50, max_problems=1)
+    assert counts.total == 1  # exactly full: the last new token's position is the table's last

@@ -1,6 +1,7 @@
 """chat_eval's settings: upstream scripts/chat_eval.py's flags (short and dashed) and nanochat's `--key=value` forms
 of the same fields. Torch-free, so the planner parses a sweep's flags on a login node."""
 
+import math
 from dataclasses import dataclass, fields
 
 from bench.contract import field as _f
@@ -51,8 +52,8 @@ class ChatEvalConfig(RunSettings):
                             ("-m/--max-new-tokens", self.max_new_tokens), ("-k/--top-k", self.top_k)):
             if value < 1:
                 raise ConfigError(f"{flag}={value}: must be at least 1")
-        if self.temperature < 0:
-            raise ConfigError(f"-t/--temperature={self.temperature}: must be >= 0 (0 = greedy)")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):  # nan passed `< 0`, then asserted
+            raise ConfigError(f"-t/--temperature={self.temperature}: must be a finite number >= 0 (0 = greedy)")
         check_model_tag(self.model_tag, "-g/--model-tag", f"the {self.source} checkpoint folder")
         if self.step < -1:  # was taken as -1, the last saved, silently
             raise ConfigError(f"-s/--step={self.step}: give a saved step >= 0, or -1 for the last saved")

@@ -90,3 +90,12 @@ def test_a_max_new_tokens_past_the_rotary_cache_is_one_line_naming_the_m_that_fi
     counts = chat_eval.generative_counts(task, tok, engine, num_samples=1, max_new_tokens=640 - prompt,
                                          temperature=0.0, top_k=50, max_problems=1)
     assert counts.total == 1  # exactly full: the last new token's position is the table's last
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_temperature_that_is_not_a_finite_number_at_least_0_is_refused(value):
+    """-t nan passed the `< 0` check and ended in the engine's AssertionError; -t inf sampled uniformly, status ok."""
+    from bench.nanochat.chat_eval_config import parse
+
+    with pytest.raises(ConfigError, match=rf"^-t/--temperature={value}: must be a finite number >= 0 \(0 = greedy\)$"):
+        parse(["-i", "mid", "-t", value])

@@ -33,7 +33,7 @@ from bench.errors import ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat import stagerun, steptimer
 from bench.nanochat.chat_format import MAX_TOKENS
-from bench.nanochat.checkpoint import PHASE_DIRS, load_model, save_checkpoint
+from bench.nanochat.checkpoint import PHASE_DIRS, later_steps_note, load_model, save_checkpoint
 from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.guard import DivergenceGuard, check_finite
 from bench.nanochat.runrecord import RunRecord, say
@@ -180,6 +180,8 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
                          "user_config": asdict(config), "source": config.source, "source_step": meta["step"]},
                         rank=rank)
     print0(f"✅ Saved model checkpoint to {checkpoint_dir}")
+    if note := later_steps_note(checkpoint_dir, step):
+        print0(note)
     record.update(checkpoint={"step": step, "dir": str(checkpoint_dir)})
     losses = {name: value for name, value in (("val_loss", val_loss), ("train_loss", train_loss_item))
               if value is not None}

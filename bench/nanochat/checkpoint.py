@@ -94,6 +94,17 @@ def saved_steps(checkpoint_dir: str | os.PathLike) -> list[int]:
     return sorted(int(m[1]) for m in metas if f"model_{m[1]}.pt" in names)
 
 
+def later_steps_note(checkpoint_dir: str | os.PathLike, step: int) -> str:
+    """"" unless checkpoint_dir holds steps after `step` (an earlier, longer run's): the next stage, given no
+    step, loads the largest (as upstream), so the checkpoint just saved would be passed over without a word."""
+    later = [s for s in saved_steps(checkpoint_dir) if s > step]
+    if not later:
+        return ""
+    return (f"note: {checkpoint_dir} also holds step(s) {', '.join(map(str, later))} from an earlier run; a stage "
+            f"reading it without a step loads step {later[-1]}, not {step}: give it the step, or remove the later "
+            "files")
+
+
 def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
                      expect_model_config: dict | None = None, expect_world_size: int | None = None
                      ) -> tuple[dict, dict]:

@@ -90,7 +90,7 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
     import torch
 
     from bench.nanochat import stagerun, steptimer
-    from bench.nanochat.checkpoint import load_model, phase_dir, save_checkpoint
+    from bench.nanochat.checkpoint import later_steps_note, load_model, phase_dir, save_checkpoint
     from bench.nanochat.midloader import MidLoader
     from bench.nanochat.tasks import mixtures
     from bench.nanochat.tokenizer import get_token_bytes, get_tokenizer
@@ -192,6 +192,8 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
                 save_checkpoint(checkpoint_dir, step, orig_model.state_dict(),
                                 [opt.state_dict() for opt in optimizers], meta_out, rank=rank)
                 print0(f"Saved checkpoint of step {step} to {checkpoint_dir}")
+                if note := later_steps_note(checkpoint_dir, step):
+                    print0(note)
                 record.update(checkpoint={"step": step, "dir": str(checkpoint_dir)})
 
         if last_step:

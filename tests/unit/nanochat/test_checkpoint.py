@@ -93,3 +93,16 @@ def test_a_failed_write_leaves_no_temp_file(tmp_path):
 class Unpicklable:
     def __reduce__(self):
         raise RuntimeError("cannot be written")
+
+
+def test_a_save_below_an_earlier_runs_later_steps_is_said(tmp_path):
+    """mid_train (or chat_sft) run again with fewer steps saved step 2 beside an earlier run's step 5, and the next
+    stage, given no step, loaded step 5 without a word."""
+    from bench.nanochat.checkpoint import later_steps_note
+
+    for step in (3, 5, 2):
+        save_checkpoint(tmp_path / "d2", step, {"w": torch.zeros(1)}, None, {"step": step})
+    assert later_steps_note(tmp_path / "d2", 2) == (
+        f"note: {tmp_path / 'd2'} also holds step(s) 3, 5 from an earlier run; a stage reading it without a step "
+        "loads step 5, not 2: give it the step, or remove the later files")
+    assert later_steps_note(tmp_path / "d2", 5) == ""

@@ -93,6 +93,12 @@ def check_model_tag(tag: str, flag: str, phases: str) -> None:
                           "joined by '/', none '.' or '..'")
 
 
+def check_weight_decay(value: float) -> None:
+    """AdamW's weight decay: a finite number >= 0 (it took -1 or nan as given: weights that grow, or a divergence)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"--weight_decay={value!r}: must be a finite number >= 0 (default 0.0)")
+
+
 @dataclass
 class TrainConfig(RunSettings):
     # model

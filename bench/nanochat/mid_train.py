@@ -28,7 +28,8 @@ from bench.contract import field as _f
 from bench.errors import ConfigError
 from bench.logline import format_progress_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
-from bench.nanochat.config import LEARNING_RATES, RunSettings, check_model_tag, grad_accum_steps, parse_config
+from bench.nanochat.config import (LEARNING_RATES, RunSettings, check_model_tag, check_weight_decay, grad_accum_steps,
+                                   parse_config)
 from bench.nanochat.common import print0
 from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.runrecord import RunRecord, say
@@ -59,6 +60,7 @@ class MidConfig(RunSettings):
 
     def validate(self) -> None:
         super().validate()
+        check_weight_decay(self.weight_decay)
         for name in (*LEARNING_RATES, "init_lr_frac"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bench.contract import field as _f
 from bench.errors import ConfigError
-from bench.nanochat.config import RunSettings, check_model_tag
+from bench.nanochat.config import RunSettings, check_model_tag, check_weight_decay
 
 SOURCES = ("base", "mid")  # the checkpoints SFT may start from (upstream: base|mid)
 DTYPES = ("bfloat16", "float32")
@@ -64,6 +64,7 @@ class SFTConfig(RunSettings):
         if self.num_iterations == 1:  # the last pass only evaluates: 0 updates, the input model saved as sft
             raise ConfigError("--num_iterations=1: counts the last pass, which only evaluates, so 1 makes no update; "
                               "give at least 2 (1 update), or -1 for one epoch")
+        check_weight_decay(self.weight_decay)
         for name in LEARNING_RATES + ("init_lr_frac",):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

@@ -83,3 +83,14 @@ def test_one_iteration_is_refused_as_it_makes_no_update():
     with pytest.raises(ConfigError, match=r"^--num_iterations=1: counts the last pass, .* give at least 2"):
         parse_sft_args(["--num_iterations=1"])
     assert parse_sft_args(["--num_iterations=2"]).num_iterations == 2
+
+
+@pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
+def test_a_weight_decay_that_is_not_a_finite_number_at_least_0_is_refused_by_mid_and_sft(value):
+    """--weight_decay=-0.1 or nan went to AdamW as given: a run that grows its weights, or one that diverges."""
+    from bench.nanochat.mid_train import parse_args
+
+    for parse in (parse_args, parse_sft_args):
+        with pytest.raises(ConfigError, match=rf"^--weight_decay={float(value)!r}: must be a finite number >= 0"):
+            parse([f"--weight_decay={value}"])
+    assert parse_sft_args(["--weight_decay=0.1"]).weight_decay == parse_args(["--weight_decay=0.1"]).weight_decay

@@ -169,6 +169,7 @@ class TrainConfig(RunSettings):
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"--{name}={value!r}: a learning rate must be a finite number > 0 "
                                   f"(default {TrainConfig.__dataclass_fields__[name].default})")
+        check_weight_decay(self.weight_decay)
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
         tag = self.model_tag

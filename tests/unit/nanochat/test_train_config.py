@@ -187,3 +187,11 @@ def test_a_width_the_heads_cannot_split_evenly_is_refused_naming_a_ratio_that_wo
     assert shape_problem(depth, near) is None
     parse_args([f"--depth={depth}", f"--aspect_ratio={near}"])
     assert shape_problem(20, 64) is None and shape_problem(3, 8) is None and shape_problem(3, 7) is not None
+
+
+@pytest.mark.parametrize("value", ["-0.1", "nan", "inf"])
+def test_a_weight_decay_that_is_not_a_finite_number_of_zero_or_more_is_refused(value):
+    """It went to AdamW as given: weights that grow (below 0), or a run that diverges; 0.1 still trains."""
+    with pytest.raises(ConfigError, match=rf"--weight_decay={value}: must be a finite number >= 0 \(default 0.0\)"):
+        parse_args([f"--weight_decay={value}"])
+    assert parse_args(["--weight_decay=0.1"]).weight_decay == 0.1

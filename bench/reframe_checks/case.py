@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench import paths, workloads
 from bench.errors import ConfigError, RuntimeConfigError
-from bench.launch.job import Job, LaunchOptions, Naming, assemble, write_job
+from bench.launch.job import Job, LaunchOptions, Naming, assemble, job_minutes, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
 from bench.launch.render import render_sbatch
 from bench.runtimes import Mount
@@ -107,8 +107,8 @@ class Built:
 
     @property
     def minutes(self) -> int:
-        """The allocation's limit: the run's own plus a minute for the bookkeeping (as make_job sums it)."""
-        return sum(r.time_minutes + 1 for r in self.job.runs)
+        """The allocation's limit: the job's own #SBATCH --time (its run, the bookkeeping and any image step)."""
+        return job_minutes(self.job.runs)
 
     @property
     def directives(self) -> list[str]:

@@ -7,6 +7,8 @@ import pytest
 
 from bench import cli
 from bench.errors import ConfigError, RuntimeConfigError
+from bench.launch.job import job_minutes
+from bench.launch.plan import slurm_time
 from bench.reframe_checks.case import Case, Site, build
 
 CPU = {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False, "numa_binding": "none"}
@@ -114,3 +116,15 @@ def test_a_dry_run_renders_a_container_job_without_its_image(tmp_path, monkeypat
     assert (built.run_dir / "environment.toml").is_file() and not (built.run_dir / "run.json").exists()
     with pytest.raises(RuntimeConfigError, match=r"does not exist.*for ReFrame: the partition.s extras"):
         build(case(site, runtime="ce"), tmp_path / "stage2")
+
+
+def test_reframe_asks_for_the_time_of_the_jobs_image_step_too(tmp_path, monkeypatch):
+    """podman's image step runs before the run's srun, outside its limit: the job's #SBATCH --time counts it
+    (bench/launch/job.py job_minutes), and ReFrame's allocation, which runs that script, must be as long."""
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    built = build(case({"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat"}, runtime="podman"),
+                  tmp_path / "stage", dry_run=True)
+    assert built.job.runs[0].image_step is not None
+    [sbatch_time] = [d for d in built.job.directives if d.startswith("--time=")]
+    assert built.minutes == job_minutes(built.job.runs) > built.point.time_minutes + 1
+    assert sbatch_time == f"--time={slurm_time(built.minutes)}"

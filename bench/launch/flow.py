@@ -335,7 +335,7 @@ def submit_flow(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     from bench.launch.flowrender import render_flow
 
     sweep_dir = Path(sweep_dir).absolute()
-    submit.refuse_existing(sweep_dir, "stages", dry_run)
+    submit.refuse_existing(sweep_dir, "stages")
     jobs = assemble(fs, opts, sweep_dir, tokenizer_args, note=out)
     texts = [render_flow(fj) for fj in jobs]
     for fj, text in zip(jobs, texts):

@@ -52,7 +52,7 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
                  dry_run: bool = False, out: Callable[[str], None] = print) -> dict:
     """Render, write and submit every job; return the sweep record (also in sweep.json)."""
     sweep_dir = Path(sweep_dir).absolute()
-    refuse_existing(sweep_dir, "runs", dry_run)
+    refuse_existing(sweep_dir, "runs")
     jobs = assemble(sweep, opts, sweep_dir, compare=compare, note=out)
     texts = [render_sbatch(job) for job in jobs]
     for job, text in zip(jobs, texts):
@@ -60,9 +60,10 @@ def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     return submit_written(sweep_dir, jobs, backend, dry_run, out, "runs", plan=sweep.describe(), compare=compare)
 
 
-def refuse_existing(sweep_dir: Path, what: str, dry_run: bool) -> None:
-    """A sweep directory is submitted once (a dry run may render it again); its failed `what` are resubmitted."""
-    if (sweep_dir / SWEEP_JSON).exists() and not dry_run:
+def refuse_existing(sweep_dir: Path, what: str) -> None:
+    """A sweep directory is submitted once; its failed `what` are resubmitted. A dry run (which writes no sweep.json,
+    so may render its own directory again) is refused too: it would rewrite the scripts that resubmission sends."""
+    if (sweep_dir / SWEEP_JSON).exists():
         raise ConfigError(f"{sweep_dir} already holds a sweep; choose another --out or --name, "
                           f"or resubmit its failed {what} with `nanochat-bench status {sweep_dir} --resubmit-failed`")
 

@@ -373,3 +373,25 @@ def test_a_sweep_of_a_workload_staging_nothing_is_neither_checked_nor_noted(caps
     code, out, err = run_cli(["submit", "--dry-run", "--nodes=1", *TINY, f"--base-dir={tmp_path / 'elsewhere'}",
                               "--out", str(tmp_path / "s")], capsys)
     assert code == 0 and "not visible" not in out, err
+
+
+def test_a_dry_run_into_a_submitted_sweep_is_refused_and_leaves_its_scripts(capsys, tmp_path, monkeypatch):
+    """`submit --dry-run --out` over a sweep already submitted rewrote its job scripts with the new flags, and
+    `status --resubmit-failed` then resubmits those, not the ones its jobs ran."""
+    from bench.launch import slurm
+
+    class Cluster:
+        def partitions(self):
+            return ["debug"]
+
+        def submit(self, script, exclude=()):
+            return "1"
+
+    monkeypatch.setattr(slurm, "SlurmCLI", Cluster)
+    argv = ["submit", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}", "--out", str(tmp_path / "s")]
+    assert run_cli(argv, capsys)[0] == 0
+    script = tmp_path / "s" / "n1-bare-r1" / "job.sbatch"
+    submitted = script.read_text()
+    code, _, err = run_cli([*argv, "--num_iterations=9", "--dry-run"], capsys)
+    assert code == 1 and "already holds a sweep" in err
+    assert script.read_text() == submitted

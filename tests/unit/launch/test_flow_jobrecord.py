@@ -24,3 +24,41 @@ def test_a_stage_not_run_is_cancelled_naming_the_stage_that_failed(tmp_path):
     assert run["status"] == "cancelled" and "stage base_eval" in run["message"]
     assert [(e["source"], e["kind"]) for e in run["evidence"]] == [("batch_script", "not_run")]
     assert jobrecord.kept(str(run_dir)) == 1  # a resubmission runs it again
+
+
+SCONTROL = """#!/bin/bash
+if [ "$2" = hostnames ]; then printf 'n1\\n'; else echo "   NodeAddr=10.0.0.1 NodeHostName=h1"; fi
+"""
+# The image step fails on the node, as a podman load of a missing archive does; any other srun works.
+SRUN = """#!/bin/bash
+for a in "$@"; do case "$a" in */image-podman.sh) echo "nanochat-bench: no image on n1" >&2; exit 3;; esac; done
+"""
+
+
+def test_a_flow_whose_image_step_fails_before_the_tokenizer_records_every_stage(tmp_path):
+    """The image step before the tokenizer ran bare under `set -e`: its failure ended the batch script at once,
+    every stage left pending and no line saying why."""
+    from bench.launch import flow
+    from bench.launch.flowrender import render_flow
+    from bench.launch.job import LaunchOptions
+    from bench.launch.plan import DataShape
+
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    base = tmp_path / "base"
+    fs = flow.FlowSweep.build("speedrun", "base_train,base_loss", {"device_type": "cpu", "depth": 2}, [], nodes=[1],
+                              gpus_per_node=2, runtimes=["podman"], data=DataShape.from_counts(4, 4),
+                              base_dir=str(base))
+    opts = LaunchOptions(base_dir=str(base), python=sys.executable, check_images=False)
+    [fj] = flow.assemble(fs, opts, tmp_path / "sweep", note=lambda _: None)
+    flow.write_flow_job(fj, render_flow(fj))
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
+           "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"}
+    r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert "the tokenizer could not be trained" in r.stderr and "flow speedrun stopped at tokenizer" in r.stdout
+    for stage in ("base_train", "base_loss"):
+        assert contract.read_run_json(fj.point_dir / stage)["status"] == "cancelled"

@@ -13,7 +13,7 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import LaunchOptions, Naming, assemble, site_partition, write_job
+from bench.launch.job import NUMA_BINDING, LaunchOptions, Naming, assemble, site_partition, write_job
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -113,7 +113,7 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                    help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat data) is under "
                         "--base-dir, for a login node that does not see the nodes' filesystem (default: checked "
                         "when --base-dir is visible here)")
-    g.add_argument("--numa-binding", choices=("node", "socket", "exclusive", "none"), default="node",
+    g.add_argument("--numa-binding", choices=(*NUMA_BINDING, "none"), default="node",
                    help="GPU runs: bind each worker to CPUs near its GPU (torchrun --numa-binding, torch >= 2.8; "
                         "none to leave it to the OS) (default: node)")
 

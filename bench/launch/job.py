@@ -34,6 +34,7 @@ LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/contract
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
+NUMA_BINDING = ("node", "socket", "exclusive")  # torchrun's --numa-binding modes (the flags add "none": no binding)
 HOST_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 
 
@@ -63,6 +64,8 @@ class LaunchOptions:
                 raise ConfigError(f"--{name} {value!r} holds characters Slurm directives cannot take")
         if self.ofi_hook not in OFI_HOOK:
             raise ConfigError(f"--ofi-hook {self.ofi_hook!r}: valid values are {', '.join(OFI_HOOK)}")
+        if self.numa_binding is not None and self.numa_binding not in NUMA_BINDING:
+            raise ConfigError(f"--numa-binding {self.numa_binding!r}: valid values are {', '.join(NUMA_BINDING)}, none")
         for name, value in self.env.items():
             if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
                 raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")

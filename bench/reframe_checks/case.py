@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench import paths, workloads
 from bench.errors import ConfigError, RuntimeConfigError
-from bench.launch.job import Job, LaunchOptions, Naming, assemble, job_minutes, write_job
+from bench.launch.job import NUMA_BINDING, OFI_HOOK, Job, LaunchOptions, Naming, assemble, job_minutes, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
 from bench.launch.render import render_sbatch
 from bench.runtimes import Mount
@@ -32,6 +32,7 @@ EXTRAS_KEY = "nanochat_bench"
 # tasks per node, exclusive, partition, account) are ReFrame's own settings.
 PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=")
 RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
+CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # submit's --ofi-hook, --numa-binding
 
 
 @dataclass
@@ -68,6 +69,9 @@ class Site:
             want = valid[name].type  # a plain class: int, str, dict, list or bool
             if not isinstance(value, want) or (want is int and isinstance(value, bool)):
                 raise ConfigError(f"{where}: {name} must be a {want.__name__}, got {value!r}")
+        for name, valid in CHOICES.items():  # else torchrun or the runtime on every node would be the first to say
+            if name in data and data[name] not in valid:
+                raise ConfigError(f"{where}: {name} {data[name]!r} is not one of: {', '.join(valid)}")
         if data["gpus_per_node"] < 1:  # 0 would reach the batch arithmetic as a division by zero
             raise ConfigError(f"{where}: gpus_per_node must be at least 1, got {data['gpus_per_node']}")
         return cls(**data)

@@ -128,3 +128,13 @@ def test_reframe_asks_for_the_time_of_the_jobs_image_step_too(tmp_path, monkeypa
     [sbatch_time] = [d for d in built.job.directives if d.startswith("--time=")]
     assert built.minutes == job_minutes(built.job.runs) > built.point.time_minutes + 1
     assert sbatch_time == f"--time={slurm_time(built.minutes)}"
+
+
+@pytest.mark.parametrize("key, value, valid", [("numa_binding", "nodes", "node, socket, exclusive, none"),
+                                               ("numa_binding", "", "node, socket, exclusive, none"),
+                                               ("ofi_hook", "yes", "default, on, off")])
+def test_a_partitions_choice_outside_its_values_is_refused_naming_the_key(key, value, valid):
+    """numa_binding 'nodes' reached torchrun's --numa-binding on every node (and '' bound nothing, silently),
+    where submit's flag takes only its choices."""
+    with pytest.raises(ConfigError, match=rf"extras\['nanochat_bench'\]: {key} {value!r} is not one of: {valid}$"):
+        Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, key: value}}, "sys:part")

@@ -19,10 +19,10 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from bench import paths, workloads
+from bench import paths, runtimes, workloads
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import NUMA_BINDING, OFI_HOOK, Job, LaunchOptions, Naming, assemble, job_minutes, write_job
-from bench.launch.plan import DataShape, Point, Sweep, parse_train_args
+from bench.launch.plan import DataShape, Point, Sweep, parse_minutes, parse_train_args
 from bench.launch.render import render_sbatch
 from bench.runtimes import Mount
 from bench.runtimes.base import unset_variables
@@ -67,8 +67,18 @@ class Site:
             raise ConfigError(f"{where}: gpus_per_node is required (ranks per node)")
         for name, value in data.items():
             want = valid[name].type  # a plain class: int, str, dict, list or bool
-            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-                raise ConfigError(f"{where}: {name} must be a {want.__name__}, got {value!r}")
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)) or not all_text(value):
+                what = f"{want.__name__} of text" if want in (list, dict) else want.__name__
+                raise ConfigError(f"{where}: {name} must be a {what}, got {value!r}")
+        known = runtimes.names()
+        unknown = sorted(set(data.get("images", {})) - set(known))
+        if unknown:  # as submit's --image: an image for no runtime is a typo, not something to leave unused
+            raise ConfigError(f"{where}: images names no runtime {', '.join(unknown)}; valid: {', '.join(known)}")
+        try:  # here, or Sweep would name submit's --time
+            parse_minutes(data.get("time") or "1")
+        except ConfigError:
+            raise ConfigError(f"{where}: time {data['time']!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)") \
+                from None
         for name, valid in CHOICES.items():  # else torchrun or the runtime on every node would be the first to say
             if name in data and data[name] not in valid:
                 raise ConfigError(f"{where}: {name} {data[name]!r} is not one of: {', '.join(valid)}")
@@ -117,6 +127,12 @@ class Built:
     @property
     def directives(self) -> list[str]:
         return [d for d in self.job.directives if d.startswith(PASSED_DIRECTIVES)]
+
+
+def all_text(value) -> bool:
+    """Whether a list's items, or a dict's keys and values, are all strings (True for anything else)."""
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else []
+    return all(isinstance(v, str) for v in items)
 
 
 def expanded(value: str, key: str) -> str:

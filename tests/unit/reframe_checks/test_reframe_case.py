@@ -138,3 +138,18 @@ def test_a_partitions_choice_outside_its_values_is_refused_naming_the_key(key, v
     where submit's flag takes only its choices."""
     with pytest.raises(ConfigError, match=rf"extras\['nanochat_bench'\]: {key} {value!r} is not one of: {valid}$"):
         Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, key: value}}, "sys:part")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("train", ["device_type=cpu", 3], r"train must be a list of text, got \['device_type=cpu', 3\]"),
+    ("mounts", [3], r"mounts must be a list of text, got \[3\]"),
+    ("env", {"A": 1}, r"env must be a dict of text, got \{'A': 1\}"),
+    ("images", {"ce": 3}, r"images must be a dict of text"),
+    ("images", {"apptainr": "/x.sif"}, "images names no runtime apptainr; valid: bare, ce"),
+    ("time", "abc", r"time 'abc' is not a Slurm time"),
+])
+def test_partition_settings_of_the_wrong_kind_inside_are_one_line_not_a_traceback(key, value, message):
+    """A number among train's KEY=VALUE items (or env's values) reached the parsers as a TypeError traceback; an
+    image for a misspelt runtime was left unused; a bad time was blamed on submit's --time."""
+    with pytest.raises(ConfigError, match=rf"^partition sys:part: extras\['nanochat_bench'\]: {message}"):
+        Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, key: value}}, "sys:part")

@@ -136,15 +136,17 @@ def salloc_line(job: Job, minutes: int | None = None) -> str:
 def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "what the plan needs",
                        rendered_by: str = "render interactive") -> str:
     """The interactive guide: the salloc line (its time covers the guide's own steps too), then the srun lines of
-    the image step, data, tokenizer and training."""
+    the image step, data, tokenizer and training (the steps before it outside the run, as a flow's guide has them)."""
     run = job.runs[0]
     minutes = interactive_minutes(job, shards)
     python = run.spec.command[0]
     ctx = job_context(job, rendered_by)
     # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
     ctx.update(interactive=True, salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,
-               shards_why=shards_why, salloc_minutes=minutes, image_srun=multiline(run.image_lines()) if run.image_step else None,
-               data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
-               tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train"),
-               shell_srun=comment_safe(one_task(run, "bash", tty=True)))
+               shards_why=shards_why, salloc_minutes=minutes,
+               image_srun=multiline(run.image_lines()) if run.image_step else None,
+               data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards),
+                                  outside_run=True),
+               tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train", outside_run=True),
+               shell_srun=comment_safe(one_task(run, "bash", tty=True, outside_run=True)))
     return environment().get_template(INTERACTIVE_TEMPLATE).render(ctx)

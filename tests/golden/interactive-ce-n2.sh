@@ -13,13 +13,13 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only 
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 
 # -- data: 8 FineWeb-Edu shards, what the plan needs (offline: data generate --shards N --docs-per-shard M)
-srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli data download -n 8
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli data download -n 8
 
 # -- tokenizer: byte-level BPE trained on the shards
-srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli tokenizer train
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli tokenizer train
 
 # -- a shell inside the ce container on one node, to look around (exit to come back):
-#   srun --nodes=1 --ntasks=1 --pty --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml bash
+#   env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --pty --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml bash
 
 # -- train: the same block the batch script runs
 # -- the host's Python for this script's bookkeeping (run.json, the rendezvous port): checked first, so a

@@ -144,3 +144,13 @@ def test_a_node_without_a_usable_python_fails_in_its_first_second(tmp_path):
     assert r.returncode == 1
     assert "needs Python >= 3.8" in r.stderr and "Python 3.6.15" in r.stderr and "--python" in r.stderr
     assert "scontrol-was-called" not in r.stderr
+
+
+def test_the_guides_steps_in_a_container_keep_host_python_paths_out_as_its_run_does():
+    """The guide's data, tokenizer and shell lines started the container with the salloc shell's PYTHONPATH (a
+    login node's venv), which the run's own srun line, and the flow guide's, leave out."""
+    guide = SCRIPTS["interactive-ce-n2.sh"]
+    steps = [line.lstrip("#").strip() for line in guide.splitlines()
+             if "--environment=" in line and ("bench.cli" in line or "--pty" in line)]
+    assert len(steps) == 3
+    assert all(s.startswith("env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1") for s in steps), steps

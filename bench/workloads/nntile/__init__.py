@@ -23,9 +23,10 @@ from pathlib import Path
 
 from bench import contract, paths
 from bench.errors import ConfigError
-from bench.workloads.base import Settings, Workload
+from bench.workloads.base import PointContext, PointPlan, Settings, Workload
 
 WORKLOAD_NAME = contract.NNTILE_WORKLOAD
+ONE_NODE = "torch-nntile 0.1.0 runs on one node (no StarPU-MPI); use --nodes 1"
 ENV_PYTHON = "NANOCHAT_BENCH_NNTILE_PYTHON"
 ENV_VENV = "NANOCHAT_BENCH_NNTILE_VENV"
 ENV_SCRIPT = Path(__file__).with_name("env.sh")
@@ -95,13 +96,17 @@ class NNTile(Workload):
         parse_args(argv)
         return Settings(None, tuple(argv), dict(train))
 
+    def plan(self, settings: Settings, point: PointContext) -> PointPlan:
+        """A point on more nodes is impossible: the plan says so, and submit leaves it out as it does any such."""
+        return PointPlan(train_argv=settings.argv, reason="" if point.nodes == 1 else ONE_NODE)
+
     def uses_gpus(self, settings: Settings) -> bool:
         return settings.train.get("restrict") != "cpu"
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None) -> tuple:  # StarPU places its workers
         if nodes != 1:
-            raise ConfigError(f"--nodes {nodes}: torch-nntile 0.1.0 runs on one node (no StarPU-MPI); use --nodes 1")
+            raise ConfigError(f"--nodes {nodes}: {ONE_NODE}")
         # in an image nanochat-bench is installed in the NNTile Python; on the host the runner is run by path
         return (python, "-m", RUNNER_MODULE, *argv) if containerised else (python, str(RUNNER), *argv)
 

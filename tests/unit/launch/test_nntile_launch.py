@@ -96,3 +96,18 @@ def test_plan_shows_the_nntile_flags_not_nanochats_arithmetic(train):
     text = format_table(Sweep([1], 4, ["bare"], train=train, workload="nntile"))
     assert "workload: nntile --batch=32" in text and "depth=" not in text
     assert "no estimate for nntile" in text
+
+
+def test_the_plan_marks_an_nntile_point_on_two_nodes_impossible_as_submit_treats_it(train):
+    """`plan --workload nntile --nodes 1,2` counted the 2-node point as a run and its node-hours, and submit then
+    refused the whole sweep at its launch command: the plan must say what submit will do."""
+    from bench.launch.job import assemble
+    from bench.launch.plan import format_table
+
+    sweep = Sweep([1, 2], 4, ["bare"], train=train, workload="nntile")
+    one, two = sweep.points()
+    assert one.possible and not two.possible and "one node" in two.reason
+    assert "1 runs" in format_table(sweep)
+    notes = []
+    [job] = assemble(sweep, OPTS, SWEEP_DIR, note=notes.append)
+    assert job.runs[0].run_id == "n1-bare-r1" and any("skipping n2-bare-r1" in n for n in notes)

@@ -47,7 +47,7 @@ cpus_per_node=${SLURM_CPUS_ON_NODE:-${SLURM_JOB_CPUS_PER_NODE%%[(,]*}}
 ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run
-#    contract (/scratch/nb/sweeps/golden/.lib/schema.py, standard library only), outside any container
+#    contract (/scratch/nb/sweeps/golden/.lib/jobrecord.py and contract/, standard library only), outside any container
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/.lib/jobrecord.py "$@"; }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after

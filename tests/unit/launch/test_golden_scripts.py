@@ -154,3 +154,14 @@ def test_the_guides_steps_in_a_container_keep_host_python_paths_out_as_its_run_d
              if "--environment=" in line and ("bench.cli" in line or "--pty" in line)]
     assert len(steps) == 3
     assert all(s.startswith("env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1") for s in steps), steps
+
+
+def test_the_bookkeeping_files_a_script_names_are_the_ones_shipped(tmp_path):
+    """The scripts' comment sent a reader to <sweep>/.lib/schema.py, a file no sweep has."""
+    import re
+
+    from bench.launch.job import ship_bookkeeping
+
+    ship_bookkeeping(tmp_path / ".lib")
+    named = set(re.findall(r"/scratch/nb/sweeps/golden/\.lib/([\w./-]+)", SCRIPTS["bare-n2.sbatch"]))
+    assert named and all((tmp_path / ".lib" / name.rstrip("/.")).exists() for name in named), named

@@ -18,7 +18,7 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
-from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, quote_token
+from bench.runtimes.base import ENV_NAME, IMAGES_DIR, ImageStep, OptVar, quote_token
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.sites import Site
@@ -32,7 +32,6 @@ SCRIPT_NAME = "job.sbatch"
 LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/contract/, launch/jobrecord.py, rdzvport.py)
 # Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
 NUMA_BINDING = ("node", "socket", "exclusive")  # torchrun's --numa-binding modes (the flags add "none": no binding)
 HOST_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
@@ -67,7 +66,7 @@ class LaunchOptions:
         if self.numa_binding is not None and self.numa_binding not in NUMA_BINDING:
             raise ConfigError(f"--numa-binding {self.numa_binding!r}: valid values are {', '.join(NUMA_BINDING)}, none")
         for name, value in self.env.items():
-            if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
+            if not ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
                 raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")
 
 

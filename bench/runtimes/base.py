@@ -18,6 +18,8 @@ from typing import ClassVar, Union
 
 from bench.errors import RuntimeConfigError
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell can `export` and a runtime pass by name
+
 
 @dataclass(frozen=True)
 class Var:
@@ -27,7 +29,7 @@ class Var:
     prefix: str = ""
 
     def __post_init__(self):
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
+        if not ENV_NAME.fullmatch(self.name):
             raise ValueError(f"not a shell variable name: {self.name!r}")
 
 

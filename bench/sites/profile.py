@@ -37,6 +37,7 @@ from typing import Any, Mapping
 
 from bench import runtimes as registry  # the runtimes' own registry: one list of names
 from bench.errors import ConfigError
+from bench.runtimes.base import ENV_NAME
 
 NETWORKS = ("slingshot", "infiniband", "ethernet")
 SHIPPED_SUFFIX = ".toml"
@@ -158,6 +159,17 @@ def _strings(value: Any, where: str) -> dict[str, str]:
     return dict(value)
 
 
+def _env(value: Any, where: str) -> dict[str, str]:
+    """Variables the batch script exports (`export NAME=VALUE`) and each runtime passes by name: a name a shell
+    cannot take would break the job's script, so it is refused here, naming the table and the name."""
+    env = _strings(value, where)
+    for name, text in env.items():
+        if not ENV_NAME.fullmatch(name) or "\n" in text or "\0" in text:
+            raise ConfigError(f"{where}: {name} = {text!r} is not a variable name (letters, digits, '_', not "
+                              "starting with a digit) with a one-line value")
+    return env
+
+
 def _list(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of strings")
@@ -217,7 +229,7 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                 gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),
                 description=str(data.get("description", "")), partitions=partitions,
                 default_partition=default_partition,
-                network_env=_strings(data.get("network_env", {}), f"{where}: network_env"),
+                network_env=_env(data.get("network_env", {}), f"{where}: network_env"),
                 runtimes=runtimes, device_batch_limits=_batch_limits(data.get("device_batch_limits", {}), where),
                 shared_paths=_absolute(data.get("shared_paths", []), f"{where}: shared_paths"),
                 image_archives=_image_archives(data.get("images", {}), where), source=where)
@@ -230,7 +242,7 @@ def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
     _keys(table, allowed, where)
     without = table.get("without_hook")
     return NetworkSetup(
-        setup=str(table.get("setup", "")), env=_strings(table.get("env", {}), f"{where}.env"),
+        setup=str(table.get("setup", "")), env=_env(table.get("env", {}), f"{where}.env"),
         annotations=_strings(table.get("annotations", {}), f"{where}.annotations"),
         mounts=_list(table.get("mounts", []), f"{where}.mounts"),
         devices=_list(table.get("devices", []), f"{where}.devices"),

@@ -51,6 +51,9 @@ def test_a_site_file_by_path(tmp_path):
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.docker]\n', ["runtimes.docker", "valid: bare"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.ce]\nenvs = {}\n', ["unknown key(s) envs"]),
     ('name = "x"\nnetwork = "ethernet"\n[network_env]\nNCCL_PROTO = 1\n', ["network_env must be a table of strings"]),
+    # names the batch script could not export (`export A B=y` would set two other variables)
+    ('name = "x"\nnetwork = "ethernet"\n[network_env]\n"A B" = "y"\n', ["network_env: A B = 'y'", "variable name"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.ce.env]\n1BAD = "x"\n', ["runtimes.ce.env: 1BAD", "variable name"]),
     ('name = "x"\nnetwork = "ethernet"\ngpus_per_node = -4\n', ["gpus_per_node must be a positive"]),
     ('name = "x"\nnetwork = ', ["not valid TOML"]),
     ('name = "x"\nnetwork = "ethernet"\n[device_batch_limits]\nbig = 16\n', ["device_batch_limits key 'big'"]),

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bench import runtimes as registry  # the runtimes' own registry: one list of names
-from bench.errors import ConfigError
-from bench.runtimes.base import ENV_NAME
+from bench.errors import ConfigError, RuntimeConfigError
+from bench.runtimes.base import ENV_NAME, Mount
 
 NETWORKS = ("slingshot", "infiniband", "ethernet")
 SHIPPED_SUFFIX = ".toml"
@@ -176,6 +176,19 @@ def _list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _mounts(value: Any, where: str) -> tuple[str, ...]:
+    """Binds in `--mount`'s form, checked now: otherwise a bad one stops every render without naming the profile."""
+    mounts = _list(value, where)
+    for text in mounts:
+        try:
+            mount = Mount.parse(text)
+        except RuntimeConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if not (mount.src.startswith("/") and mount.target.startswith("/")):
+            raise ConfigError(f"{where}: mount {text!r} needs absolute paths (e.g. \"/opt/lib:/opt/lib:ro\")")
+    return mounts
+
+
 def _absolute(value: Any, where: str) -> tuple[str, ...]:
     paths = _list(value, where)
     relative = [p for p in paths if not p.startswith("/")]
@@ -244,7 +257,7 @@ def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
     return NetworkSetup(
         setup=str(table.get("setup", "")), env=_env(table.get("env", {}), f"{where}.env"),
         annotations=_strings(table.get("annotations", {}), f"{where}.annotations"),
-        mounts=_list(table.get("mounts", []), f"{where}.mounts"),
+        mounts=_mounts(table.get("mounts", []), f"{where}.mounts"),
         devices=_list(table.get("devices", []), f"{where}.devices"),
         flags=_list(table.get("flags", []), f"{where}.flags"),
         without_hook=_setup(without, f"{where}.without_hook", nested=False) if without is not None else None)

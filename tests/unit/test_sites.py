@@ -54,6 +54,11 @@ def test_a_site_file_by_path(tmp_path):
     # names the batch script could not export (`export A B=y` would set two other variables)
     ('name = "x"\nnetwork = "ethernet"\n[network_env]\n"A B" = "y"\n', ["network_env: A B = 'y'", "variable name"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.ce.env]\n1BAD = "x"\n', ["runtimes.ce.env: 1BAD", "variable name"]),
+    # a bad bind is refused when the profile is read, not at every render without naming the profile
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.pyxis]\nmounts = ["lib:/lib:ro"]\n',
+     ["runtimes.pyxis.mounts", "'lib:/lib:ro'", "absolute"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.podman]\nmounts = ["/a:/b:rx"]\n',
+     ["runtimes.podman.mounts", "'/a:/b:rx'", "SRC[:DST[:ro|rw]]"]),
     ('name = "x"\nnetwork = "ethernet"\ngpus_per_node = -4\n', ["gpus_per_node must be a positive"]),
     ('name = "x"\nnetwork = ', ["not valid TOML"]),
     ('name = "x"\nnetwork = "ethernet"\n[device_batch_limits]\nbig = 16\n', ["device_batch_limits key 'big'"]),

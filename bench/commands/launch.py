@@ -213,17 +213,23 @@ def data_shape(args) -> planmod.DataShape | None:
     return planmod.DataShape.from_dir(directory)
 
 
-def parse_images(pairs: list[str]) -> dict[str, str]:
+def parse_images(pairs: list[str], chosen: str) -> dict[str, str]:
+    """--image RUNTIME=REF for the runtimes of --runtimes `chosen`: one for another runtime would be dropped
+    unseen, and the run it was meant for would start from the default image."""
     images = parse_pairs(pairs, "--image", "ce=/scratch/me/nanochat-bench.sqsh", form="RUNTIME=REF",
                          value_required=True)
     for name, ref in images.items():
         runtimes.get(name, f"--image {name + '=' + ref!r}")  # the flag, the runtime and the valid ones
+        if name not in parse_names(chosen):
+            raise ConfigError(f"--image {name + '=' + ref!r}: runtime {name} is not in --runtimes {chosen!r}; "
+                              f"add it there or name the image of one that is")
     return images
 
 
 def options_from_args(args) -> LaunchOptions:
     site_partition(site_of(args), args.partition)  # an unknown partition is refused before the plan is printed
-    return LaunchOptions(base_dir=base_dir_of(args), python=args.python, images=parse_images(args.image),
+    return LaunchOptions(base_dir=base_dir_of(args), python=args.python,
+                         images=parse_images(args.image, args.runtimes),
                          mounts=tuple(Mount.parse(m) for m in args.mount),
                          env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
                          numa_binding=None if args.numa_binding == "none" else args.numa_binding,

@@ -77,6 +77,10 @@ def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_pat
     (["submit", "--runtimes", "apptainer", "--image", "apptainer=/no/such.sif"], "'/no/such.sif' does not exist"),
     (["submit", "--image", "docker=x"], "--image 'docker=x': unknown runtime 'docker'; valid runtimes: bare, ce"),
     (["submit", "--image", "ce"], "--image 'ce' is not RUNTIME=REF"),
+    # an image for a runtime the sweep does not run was dropped, and the run it was meant for took the default
+    (["submit", "--runtimes", "ce", "--image", "pyxis=/s/img.sqsh"],
+     "--image 'pyxis=/s/img.sqsh': runtime pyxis is not in --runtimes 'ce'"),
+    (["render", "sbatch", "--image", "ce=/s/img.sqsh"], "runtime ce is not in --runtimes 'bare'"),
     (["submit", "--partition", "a b"], "--partition 'a b'"),
     (["submit", "--depht=3"], "unrecognized arguments"),
     (["render", "sbatch", "--nodes", "1,2"], "render takes one node count"),

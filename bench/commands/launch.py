@@ -226,8 +226,17 @@ def parse_images(pairs: list[str], chosen: str) -> dict[str, str]:
     return images
 
 
+def check_ofi_hook(hook: str, chosen: str) -> None:
+    """--ofi-hook on|off is CE's and Sarus Suite's hook: for other runtimes alone it would change nothing unseen."""
+    hooked = [name for name in runtimes.names() if runtimes.get(name).ofi_hook]
+    if hook != "default" and not set(parse_names(chosen)) & set(hooked):
+        raise ConfigError(f"--ofi-hook {hook}: only {', '.join(hooked)} have the aws_ofi_nccl hook, and --runtimes "
+                          f"{chosen!r} runs neither; add one of them or leave --ofi-hook out")
+
+
 def options_from_args(args) -> LaunchOptions:
     site_partition(site_of(args), args.partition)  # an unknown partition is refused before the plan is printed
+    check_ofi_hook(args.ofi_hook, args.runtimes)
     return LaunchOptions(base_dir=base_dir_of(args), python=args.python,
                          images=parse_images(args.image, args.runtimes),
                          mounts=tuple(Mount.parse(m) for m in args.mount),

@@ -81,6 +81,9 @@ def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_pat
     (["submit", "--runtimes", "ce", "--image", "pyxis=/s/img.sqsh"],
      "--image 'pyxis=/s/img.sqsh': runtime pyxis is not in --runtimes 'ce'"),
     (["render", "sbatch", "--image", "ce=/s/img.sqsh"], "runtime ce is not in --runtimes 'bare'"),
+    # the hook is CE's and Sarus Suite's: for other runtimes alone the flag changed nothing
+    (["submit", "--runtimes", "pyxis,bare", "--ofi-hook", "off"],
+     "--ofi-hook off: only ce, sarus-suite have the aws_ofi_nccl hook, and --runtimes 'pyxis,bare' runs neither"),
     (["submit", "--partition", "a b"], "--partition 'a b'"),
     (["submit", "--depht=3"], "unrecognized arguments"),
     (["render", "sbatch", "--nodes", "1,2"], "render takes one node count"),

@@ -27,6 +27,7 @@ class Apptainer(Runtime):
     program = "apptainer"
     version = (program, "--version")
     mount_forbidden = ":,"  # --bind takes comma-separated SRC:DST lists
+    site_keys = ("env", "mounts", "devices", "flags")
 
     def check_image(self, image, must_exist):
         if image.startswith(SCHEMES):

@@ -7,6 +7,7 @@ from bench.runtimes.base import Runtime
 class Bare(Runtime):
     name = "bare"
     python = None  # the interpreter the sweep was planned with, or --python
+    site_keys = ("env",)  # the batch script's exports; no container to bind or pass devices into
 
     def resolve_image(self, image, *, must_exist=True):
         if image:

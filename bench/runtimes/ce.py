@@ -34,6 +34,7 @@ class ContainerEngine(Runtime):
     default_image = edf.SQSH_IMAGE  # containers/enroot-import.sh
     option = "--environment"
     ofi_hook = True
+    site_keys = ("env", "mounts", "annotations")
     version = ENROOT_VERSION  # CE is pyxis + enroot underneath; no command we know prints CE's own release
 
     def check_image(self, image, must_exist):

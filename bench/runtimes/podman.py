@@ -26,6 +26,7 @@ class Podman(Runtime):
     program = "podman"
     version = (program, "--version")
     tty_flags = ("-it",)
+    site_keys = ("env", "mounts", "devices", "flags")
 
     def gpu_options(self) -> list[str]:
         return ["--device=nvidia.com/gpu=all"]  # CDI spec from the NVIDIA container toolkit

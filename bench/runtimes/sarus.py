@@ -26,6 +26,7 @@ class Sarus(Runtime):
     default_image = "load/library/nanochat-bench:latest"  # the name `sarus load` gives
     mount_forbidden = ":,"  # --mount=type=bind,source=…,destination=…
     tty_flags = ("-t",)
+    site_keys = ("env", "mounts", "devices", "flags")
     version = ("sarus", "--version")
 
     def wrap(self, spec):
@@ -55,6 +56,7 @@ class SarusSuite(ContainerEngine):
     name = "sarus-suite"
     default_image = "localhost/nanochat-bench:latest"
     option = "--edf"
+    site_keys = ("env", "mounts", "annotations", "devices")
     version = ("sarusctl", "--version")  # an assumption: a clap-style --version (not documented in its guide)
 
     def check_image(self, image, must_exist):

@@ -25,7 +25,8 @@ The file (see alps.toml for a full one):
     archive = "${SCRATCH}/images/nanochat-bench.tar"   # `podman save`, loaded on nodes that lack the image
 
 A runtime without a `[runtimes.X]` table gets `network_env` alone. Unknown keys are errors naming the file
-and the key, so a typo never silently drops a setting.
+and the key, so a typo never silently drops a setting; so is a key the runtime does not render (each takes its
+`site_keys`, bench/runtimes: devices for pyxis or annotations for podman would be dropped).
 """
 
 import re
@@ -37,7 +38,7 @@ from typing import Any, Mapping
 
 from bench import runtimes as registry  # the runtimes' own registry: one list of names
 from bench.errors import ConfigError, RuntimeConfigError
-from bench.runtimes.base import ENV_NAME, Mount
+from bench.runtimes.base import ENV_NAME, Mount, Runtime
 
 NETWORKS = ("slingshot", "infiniband", "ethernet")
 SHIPPED_SUFFIX = ".toml"
@@ -229,11 +230,12 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
     if default_partition is not None and default_partition not in partitions:
         raise ConfigError(f"{where}: default_partition {default_partition!r} is not one of its partitions "
                           f"({', '.join(partitions) or 'none'})")
-    runtimes = {rname: _setup(table, f"{where}: runtimes.{rname}", nested=True)
-                for rname, table in (data.get("runtimes") or {}).items()}
-    unknown = sorted(set(runtimes) - set(registry.names()))
+    tables = data.get("runtimes") or {}
+    unknown = sorted(set(tables) - set(registry.names()))
     if unknown:
         raise ConfigError(f"{where}: runtimes.{unknown[0]} is not a runtime; valid: {', '.join(registry.names())}")
+    runtimes = {rname: _setup(table, f"{where}: runtimes.{rname}", registry.get(rname))
+                for rname, table in tables.items()}
     nccl_net = data.get("nccl_net")
     if nccl_net is not None and not isinstance(nccl_net, str):
         raise ConfigError(f"{where}: nccl_net must be a string such as \"AWS Libfabric\", \"IB\" or \"Socket\"")
@@ -248,10 +250,12 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                 image_archives=_image_archives(data.get("images", {}), where), source=where)
 
 
-def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
+def _setup(table: Any, where: str, runtime: Runtime, nested: bool = True) -> NetworkSetup:
+    """A [runtimes.NAME] table. Only the keys the runtime renders are valid: a key it would not render (devices for
+    pyxis, annotations for podman) is an error rather than a setting dropped unseen."""
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table")
-    allowed = {"setup", "env", "annotations", "mounts", "devices", "flags"} | ({"without_hook"} if nested else set())
+    allowed = {"setup", *runtime.site_keys} | ({"without_hook"} if nested and runtime.ofi_hook else set())
     _keys(table, allowed, where)
     without = table.get("without_hook")
     return NetworkSetup(
@@ -260,7 +264,7 @@ def _setup(table: Any, where: str, nested: bool) -> NetworkSetup:
         mounts=_mounts(table.get("mounts", []), f"{where}.mounts"),
         devices=_list(table.get("devices", []), f"{where}.devices"),
         flags=_list(table.get("flags", []), f"{where}.flags"),
-        without_hook=_setup(without, f"{where}.without_hook", nested=False) if without is not None else None)
+        without_hook=_setup(without, f"{where}.without_hook", runtime, nested=False) if without is not None else None)
 
 
 ARCHIVE_RUNTIMES = ("podman",)  # the runtimes whose nodes load an image archive (bench/runtimes/podman.py)

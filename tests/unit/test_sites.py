@@ -50,6 +50,13 @@ def test_a_site_file_by_path(tmp_path):
     ('name = "x"\nnetwork = "ethernet"\n[partitions.p]\nmax_time = "90 minutes"\n', ["partitions.p.max_time", "HH:MM:SS"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.docker]\n', ["runtimes.docker", "valid: bare"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.ce]\nenvs = {}\n', ["unknown key(s) envs"]),
+    # keys the runtime would not render were dropped unseen: pyxis has no devices, podman no hook annotations
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.pyxis]\ndevices = ["/dev/infiniband"]\n',
+     ["runtimes.pyxis: unknown key(s) devices; valid: env, mounts, setup"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.podman]\nannotations = { "com.hooks.x" = "true" }\n',
+     ["runtimes.podman: unknown key(s) annotations"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.pyxis.without_hook]\nsetup = "x"\n',
+     ["runtimes.pyxis: unknown key(s) without_hook"]),
     ('name = "x"\nnetwork = "ethernet"\n[network_env]\nNCCL_PROTO = 1\n', ["network_env must be a table of strings"]),
     # names the batch script could not export (`export A B=y` would set two other variables)
     ('name = "x"\nnetwork = "ethernet"\n[network_env]\n"A B" = "y"\n', ["network_env: A B = 'y'", "variable name"]),

@@ -29,5 +29,7 @@ podman_local() {
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     set -euo pipefail
     (($#)) || { sed -n '2,6s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+    # its own help, as every container script's; `run --help` and the like still reach podman
+    [[ $1 != -h && $1 != --help ]] || { sed -n '2,6s/^# \{0,1\}//p' "$0"; exit 0; }
     podman_local "$@"
 fi

@@ -41,6 +41,14 @@ def test_help_prints_the_usage_and_runs_nothing(run, script):
     assert f"containers/{script}" in out.stdout and calls == ""
 
 
+def test_podman_local_help_is_its_own_not_podmans(run):
+    """Regression: `podman-local.sh --help` ran `podman --runtime runc --help`; a subcommand's --help still does."""
+    out, calls = run("podman-local.sh", "--help")
+    assert out.returncode == 0 and "containers/podman-local.sh run" in out.stdout and calls == ""
+    out, calls = run("podman-local.sh", "run", "--help")
+    assert calls == "podman --runtime runc run --network host --help\n"
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_an_unknown_option_is_one_line_naming_it(run, script):
     out, calls = run(script, "--bogus")

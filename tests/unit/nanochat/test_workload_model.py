@@ -22,17 +22,18 @@ def test_model_d20_json(capsys):
     assert abs(s["memory_gib"]["total_estimate"] - 73833 / 1024) < 0.1 * 73833 / 1024
 
 
-# bf16 peaks of the compiled trainer at B=32, T=2048 on one H200 (results/h200-d20/fp8/README.md, its commands)
+# bf16 peaks of the compiled trainer at B=32, T=2048, total batch 524,288 (8 micro-steps) on one H200
+# (results/h200-d20/fp8/README.md, its commands)
 MEASURED_PEAK_MIB = {12: 31_729, 20: 73_833, 26: 120_736}
 
 
 @pytest.mark.parametrize("depth", sorted(MEASURED_PEAK_MIB))
 def test_the_predicted_peak_is_within_two_percent_of_each_measured_depth(depth):
-    """The constants were split from d20 alone: d12 was over-predicted by 32% and d26 under-predicted by 12%
+    """The constants were split from d20 alone: d12 was over-predicted by 33% and d26 under-predicted by 9%
     (a plan that said it fits where it would not). Fitted to the three depths, each is within 2%."""
     from bench.nanochat.memory import MemoryPoint, estimate
 
-    peak = estimate(MemoryPoint(depth, device_batch_size=32, compiled=True)).peak_bytes / 2 ** 20
+    peak = estimate(MemoryPoint(depth, device_batch_size=32, compiled=True, grad_accum=8)).peak_bytes / 2 ** 20
     assert peak == pytest.approx(MEASURED_PEAK_MIB[depth], rel=0.02)
 
 

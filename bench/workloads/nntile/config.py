@@ -14,6 +14,7 @@ and that interpreter (another Python, with torch-nntile) imports it too.
 import argparse
 import difflib
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -149,8 +150,11 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
         raise ConfigError(f"--num-batches={config.num_batches}: give a positive number, or -1 for all")
     if config.full_lr_iter < 1:
         raise ConfigError(f"--full-lr-iter={config.full_lr_iter}: must be >= 1")
-    if config.weight_decay < 0:
-        raise ConfigError(f"--weight-decay={config.weight_decay}: must be >= 0")
+    for name, positive in (("lr", False), ("start_lr", False), ("weight_decay", False), ("optimizer_eps", True)):
+        value = getattr(config, name)  # argparse's float() takes nan and inf, which would train to NaN
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise ConfigError(f"{_flag(name)}={value}: must be a finite number {'> 0' if positive else '>= 0'} "
+                              f"(default {NNTileConfig.__dataclass_fields__[name].default})")
     config.optimizer = OPTIMIZER_ALIASES.get(config.optimizer, config.optimizer)
     if config.optimizer not in OPTIMIZERS:
         raise ConfigError(f"--optimizer={config.optimizer}: valid: {', '.join(OPTIMIZERS)} (or adamw, adam)")

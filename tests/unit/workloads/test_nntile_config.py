@@ -48,10 +48,20 @@ def test_the_default_shape_is_gpt2_small():
     (["--dataset=WikiText-103"], "--dataset=WikiText-103"),
     (["--optimizer=lion"], "--optimizer=lion"),
     (["--seqtile=16"], "did you mean --seq-tile"),
+    # float() takes these, and each trains nothing sensible (NaN loss or gradient ascent)
+    (["--lr=nan"], "--lr=nan: must be a finite number >= 0"),
+    (["--lr=-1"], "--lr=-1.0: must be a finite number >= 0"),
+    (["--start-lr=inf"], "--start-lr=inf"),
+    (["--weight-decay=nan"], "--weight-decay=nan"),
+    (["--optimizer-eps=0"], "--optimizer-eps=0.0: must be a finite number > 0"),
 ])
 def test_bad_sizes_and_flags_fail_with_the_flag_named(cfg, flags, named):
     with pytest.raises(ConfigError, match=named.replace("+", r"\+")):
         parse(cfg, "--batch=8", *flags)
+
+
+def test_a_zero_learning_rate_is_kept_for_timing_runs(cfg):
+    assert parse(cfg, "--lr=0", "--nbackward=2")[0].lr == 0.0
 
 
 def test_a_bad_tile_lists_the_sizes_that_work(cfg):

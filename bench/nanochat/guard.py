@@ -12,6 +12,7 @@ from bench.errors import BenchError
 
 RISE_FACTOR = 1.5  # a loss this many times its reference, after warm-up, has diverged
 RISE_AFTER_STEPS = 10  # the rise check starts after these steps (the first steps may overshoot)
+REMEDY = "lower the learning rates (--matrix_lr, --embedding_lr, --unembedding_lr)"  # nanochat's flags
 
 
 class Diverged(BenchError):
@@ -23,29 +24,29 @@ class DivergenceGuard:
     loss of a uniform guess), so a resumed run, whose first loss is already low, is not held to it: a loss
     1.5 x above a uniform guess is far worse than an untrained model, never a spike of a healthy run."""
 
-    def __init__(self, floor: float = 0.0, rise_factor: float = RISE_FACTOR, warmup_steps: int = RISE_AFTER_STEPS):
+    def __init__(self, floor: float = 0.0, rise_factor: float = RISE_FACTOR, warmup_steps: int = RISE_AFTER_STEPS,
+                 remedy: str = REMEDY):
         self.floor = floor
+        self.remedy = remedy  # what the message tells the user to change: the workload's own flags
         self.rise_factor = rise_factor
         self.warmup_steps = warmup_steps
         self.first: float | None = None
 
     def check(self, step: int, loss: float, what: str = "training loss") -> None:
         """Raise Diverged when `loss` of `step` is not finite, or (after warm-up) rise_factor x the first."""
-        check_finite(step, loss, what)
+        check_finite(step, loss, what, self.remedy)
         if self.first is None:
             self.first = loss
         reference = max(self.first, self.floor)
         if step > self.warmup_steps and reference > 0 and loss > self.rise_factor * reference:
             raise Diverged(f"diverged at step {step}: the {what} is {loss:.4g}, more than {self.rise_factor:g} x "
-                           f"its start {reference:.4g}; lower the learning rates (--matrix_lr, --embedding_lr, "
-                           f"--unembedding_lr)")
+                           f"its start {reference:.4g}; {self.remedy}")
 
 
-def check_finite(step: int, value: float, what: str) -> None:
+def check_finite(step: int, value: float, what: str, remedy: str = REMEDY) -> None:
     """Raise Diverged when `value` (a loss, a validation bpb) of `step` is NaN or infinite."""
     if not math.isfinite(value):
-        raise Diverged(f"diverged at step {step}: the {what} is {value} (not a number); lower the learning "
-                       f"rates (--matrix_lr, --embedding_lr, --unembedding_lr)")
+        raise Diverged(f"diverged at step {step}: the {what} is {value} (not a number); {remedy}")
 
 
 def json_safe(value):

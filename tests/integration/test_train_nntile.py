@@ -106,6 +106,21 @@ def test_nntile_run_succeeds_with_the_contracts_run_json(runs, nntile_python):
 
 
 @pytest.mark.slow
+def test_a_runaway_loss_ends_the_run_as_diverged(workspace, nntile_python, tmp_path, monkeypatch):
+    """Regression: with --lr=50 the loss climbed from ln(512) to ~10^5 and the run still ended `ok`;
+    a loss that became infinite failed as a schema error. Now nanochat's guard ends it `diverged`."""
+    root, bins, config = workspace
+    monkeypatch.setenv(nntile.ENV_PYTHON, nntile_python)
+    monkeypatch.setenv("STARPU_NCPU", "2")
+    run_dir = tmp_path / "run"
+    flags = [f"--config-path={config}", f"--dataset-path={bins}", f"--batch={BATCH}", f"--num-batches={STEPS}",
+             "--lr=50"]
+    main(["train", "--workload", "nntile", "--run-dir", str(run_dir), "--", *flags])
+    run = read_run_json(run_dir)
+    assert run["status"] == "diverged" and "lower --lr (now 50.0)" in run["message"], run["message"]
+
+
+@pytest.mark.slow
 def test_nntile_events_and_log_lines_are_nanochats(runs):
     _, run_dir, _, _ = runs
     events = events_of(run_dir)

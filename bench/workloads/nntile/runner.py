@@ -32,9 +32,10 @@ if __package__ in (None, ""):  # run by path: make `bench` importable from besid
 
 import math
 
-from bench.errors import BenchError, ConfigError
+from bench.errors import ConfigError
 from bench.logline import format_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
+from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.runrecord import RunRecord, open_record
 from bench.workloads.nntile import WORKLOAD_NAME
 from bench.workloads.nntile.config import TILES, as_record, check_dataset, flops_per_token, parse_args
@@ -209,6 +210,8 @@ def train(argv: list[str], record: RunRecord) -> dict:
     # Training loop
     smooth_loss, total_time, timed_tokens, timed_time, timed_cpu = 0.0, 0.0, 0, 0.0, 0.0
     mfu = None
+    # nanochat's rule, so a run whose loss runs away ends `diverged`, not `ok`; a uniform guess is the floor
+    guard = DivergenceGuard(floor=math.log(shape["vocab_size"]), remedy=f"lower --lr (now {config.lr})")
     for step in range(num_iterations):
         epoch, b = divmod(step, batches)
         warmup_epoch = epoch < config.nepochs_warmup
@@ -247,6 +250,7 @@ def train(argv: list[str], record: RunRecord) -> dict:
         torch_nntile.run()
         train_loss = step_loss.to("cpu").item() / config.num_minibatch  # waits for the step to finish
         dt, cpu_s = time.time() - t0, time.process_time() - c0
+        guard.check(step, train_loss)  # before the value reaches a line or an event (NaN is not JSON)
 
         ema_beta = 0.9  # nanochat's debiased EMA of the train loss, so the two logs read alike
         smooth_loss = ema_beta * smooth_loss + (1 - ema_beta) * train_loss
@@ -262,8 +266,6 @@ def train(argv: list[str], record: RunRecord) -> dict:
             record.emit("first_step")
         record.emit("step", step=step, loss=debiased, lrm=lrm, dt_ms=dt * 1000, tok_per_sec=tok_per_sec, mfu=mfu,
                     total_time_s=total_time, train_loss=train_loss, cpu_s=cpu_s, epoch=epoch, warmup_epoch=warmup_epoch)
-        if not math.isfinite(train_loss):
-            raise BenchError(f"train loss became {train_loss} at step {step}; lower --lr (now {config.lr})")
 
     # ----------------------------------------------------------------------------------------------
     torch_nntile.wait()

@@ -35,6 +35,15 @@ def test_a_resumed_run_is_measured_against_a_uniform_guess():
         guard.check(121, 15.5)
 
 
+def test_the_message_names_the_workloads_own_flags():
+    guard = DivergenceGuard(remedy="lower --lr (now 50.0)")
+    with pytest.raises(Diverged, match=r"not a number\); lower --lr \(now 50.0\)$"):
+        guard.check(3, math.nan)
+    guard.check(0, 6.0)
+    with pytest.raises(Diverged, match=r"its start 6; lower --lr \(now 50.0\)$"):
+        guard.check(12, 100.0)
+
+
 def test_diverged_is_its_own_status():
     failure = classify_failure(Diverged("diverged at step 3: ..."))
     assert failure.status == "diverged" and not failure.bug

@@ -19,6 +19,7 @@ One process per node, no torchrun: StarPU spreads the tiles over every CPU core 
 """
 
 import os
+import shutil
 from pathlib import Path
 
 from bench import contract, paths
@@ -43,10 +44,10 @@ def interpreter(python: str | None = None) -> str:
     """The NNTile interpreter (see the module docstring); a ConfigError says how to make one."""
     chosen = python or os.environ.get(ENV_PYTHON)
     if chosen:
-        if not os.access(chosen, os.X_OK):
+        if shutil.which(chosen) is None:  # a path or a name on PATH, as for the other workloads; no directory
             source = "--python" if python else ENV_PYTHON
-            raise ConfigError(f"{source}={chosen}: no such interpreter; build the NNTile environment with "
-                              f"{ENV_SCRIPT} (it prints the interpreter's path)")
+            raise ConfigError(f"{source}={chosen}: no such interpreter (a path or a name on PATH); build the "
+                              f"NNTile environment with {ENV_SCRIPT} (it prints the interpreter's path)")
         return chosen
     default = default_venv() / "bin" / "python"
     if not (default.parent.parent / ".nanochat-bench-nntile").is_file():

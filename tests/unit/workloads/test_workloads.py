@@ -70,6 +70,10 @@ def test_nntile_interpreter_choice(tmp_path, monkeypatch):
     assert nntile.interpreter("/bin/sh") == "/bin/sh"  # --python wins
     with pytest.raises(ConfigError, match="--python=/nowhere/python"):
         nntile.interpreter("/nowhere/python")
+    # regression: a directory passed the check and failed in Popen with a traceback; a name on PATH was refused
+    with pytest.raises(ConfigError, match="--python=/tmp: no such interpreter"):
+        nntile.interpreter("/tmp")
+    assert nntile.interpreter("sh") == "sh"
 
 
 def test_an_interpreter_without_torch_nntile_fails_in_one_line(cfg_and_data, tmp_path):

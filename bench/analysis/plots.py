@@ -3,7 +3,9 @@
 Made to be read on a slide: 16:9, large type, a title that says what is compared (its first line
 short, the config's label below it broken only between its ' · ' parts), units on the axes, rank
 counts on a log2 axis labelled GPUs or ranks (CPU runs have no GPUs), one colour per runtime kept the
-same in every figure, and runtimes nudged apart along the axis so that none hides another.
+same in every figure, and runtimes nudged apart along the axis so that none hides another, except where
+the curve rises with the ranks (speedup, strong throughput): there a shift along x reads as a gap to the
+ideal line, so the points stay at their rank count and runtimes differ by marker shape as well.
 The story is the gap to ideal, so it is drawn where it can be seen: weak scaling shows tok/s per GPU
 against the flat ideal and its efficiency; strong scaling shows speedup against the diagonal with
 each point's efficiency written beside it, the throughput itself against its ideal, and the efficiency on
@@ -36,6 +38,7 @@ STYLE = {"figure.figsize": (10, 5.6), "font.size": 13, "axes.titlesize": 15, "ax
 PNG_DPI = 130
 TITLE_WIDTH = 78  # characters of the config label per title line at axes.titlesize 15 on a 10-inch figure
 NUDGE = 0.05  # log2 units between runtimes at one rank count: apart, yet read as the same count
+MARKERS = ("o", "s", "^", "D", "v", "P")  # where points are not nudged apart, shapes tell coinciding ones apart
 ANNOTATE_MAX_RUNTIMES = 3  # more labelled points than this per figure stop being readable
 SPREAD_BARS = "bars: min–max over repeats"  # what a throughput figure's error bars are
 CI_BARS = "bars: 95% CI over repeats"
@@ -85,13 +88,20 @@ def rank_axis(ax, counts, unit: str) -> None:
     ax.set_xlabel(f"{unit} (log2 scale)")
 
 
-def by_runtime(points: pd.DataFrame):
+def by_runtime(points: pd.DataFrame, nudge: float = NUDGE):
     """(runtime, its rows, their x positions) of each runtime in order; the x of the i-th of n runtimes is
-    shifted along the log2 axis so that markers do not overlap."""
+    shifted along the log2 axis by `nudge` steps so that markers do not overlap."""
     runtimes = list(dict.fromkeys(points["runtime"]))
     for i, runtime in enumerate(runtimes):
         p = points[points["runtime"] == runtime]
-        yield runtime, p, np.asarray(p["world_size"], float) * 2 ** ((i - (len(runtimes) - 1) / 2) * NUDGE)
+        yield runtime, p, np.asarray(p["world_size"], float) * 2 ** ((i - (len(runtimes) - 1) / 2) * nudge)
+
+
+def rising(points: pd.DataFrame):
+    """by_runtime for a curve that rises with the ranks, plus each runtime's marker: no nudge, since on a
+    log-log line of slope 1 a runtime shifted left sits above the ideal line (superlinear to the eye)."""
+    for i, (runtime, p, x) in enumerate(by_runtime(points, nudge=0.0)):
+        yield runtime, p, x, MARKERS[i % len(MARKERS)]
 
 
 def label_points(ax, labels: list[tuple[int, float, float, str, str]], gap_pt: float = 14.0) -> None:
@@ -128,11 +138,14 @@ def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
 def _throughput_bars(points: pd.DataFrame, colors: dict, per_rank: bool):
     """A figure of each runtime's median tok/s (per rank, or in all) against ranks, bars min–max over repeats."""
     fig, ax = plt.subplots()
-    for runtime, p, x in by_runtime(points):
+    # per rank the curve is flat and the runtimes are nudged apart; in all it rises with the ranks
+    drawn = ((r, p, x, "o") for r, p, x in by_runtime(points)) if per_rank else rising(points)
+    for runtime, p, x, marker in drawn:
         n = p["world_size"].to_numpy(float) if per_rank else 1
         y = p["tok_per_sec"].to_numpy(float) / n
         yerr = np.vstack([y - p["tok_per_sec_min"] / n, p["tok_per_sec_max"] / n - y])
-        ax.errorbar(x, y, yerr=yerr, marker="o", capsize=4, lw=2, color=colors[runtime], label=runtime)
+        ax.errorbar(x, y, yerr=yerr, marker=marker, mfc="none" if not per_rank else None, ms=8, mew=2, capsize=4,
+                    lw=2, color=colors[runtime], label=runtime)
     return fig, ax
 
 
@@ -180,8 +193,9 @@ def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit
         return None
     fig, ax = plt.subplots()
     labels, n0 = [], points["world_size"].min()
-    for runtime, p, x in by_runtime(points):
-        ax.plot(x, p["speedup"], marker="o", lw=2, color=colors[runtime], label=_relative_label(runtime, p, n0, unit))
+    for runtime, p, x, marker in rising(points):
+        ax.plot(x, p["speedup"], marker=marker, mfc="none", ms=8, mew=2, lw=2, color=colors[runtime],
+                label=_relative_label(runtime, p, n0, unit))
         labels += [(n, xi, s, f"{s:.2f}x ({100 * e:.1f}%)", colors[runtime])  # 1x at n0 by definition
                    for n, xi, s, e in zip(p["world_size"], x, p["speedup"], p["efficiency"]) if pd.notna(s) and n != n0]
     counts = np.array(sorted(points["world_size"].unique()), float)

@@ -241,3 +241,27 @@ def test_a_report_that_cannot_be_written_in_full_keeps_the_older_one_whole(tmp_p
         write_report(table.assign(tok_per_sec=table["tok_per_sec"] * 2), out)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in out.iterdir()) == ["figures", "report.html", "report.md"]
+
+
+def test_rising_curves_keep_every_runtime_at_its_rank_count():
+    """Regression: on the speedup and strong-throughput figures runtimes were nudged along the log2 axis, and on
+    a line of slope 1 the one shifted left sat above the ideal line: three runtimes at 99.9% efficiency read as
+    superlinear, ideal and sublinear. Now their points stay at their rank counts, told apart by marker shape."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from bench.analysis import plots
+
+    rows = [{"runtime": rt, "world_size": n, "tok_per_sec": 1000.0 * n, "tok_per_sec_min": 1000.0 * n,
+             "tok_per_sec_max": 1000.0 * n, "ideal_tok_per_sec": 1000.0 * n, "speedup": n / 4, "efficiency": 1.0}
+            for rt in ("bare", "podman", "sarus") for n in (4, 8, 16)]
+    points = pd.DataFrame(rows)
+    colors = {"bare": "C0", "podman": "C1", "sarus": "C2"}
+    for fig in (plots.speedup(points, colors, "bare", "c", "GPUs"),
+                plots.throughput(points, colors, "bare", "c", "GPUs")):
+        handles, labels = fig.axes[0].get_legend_handles_labels()
+        lines = [getattr(h, "lines", [h])[0] for h, label in zip(handles, labels) if label in colors]  # errorbar's
+        assert len(lines) == 3 and len({ln.get_marker() for ln in lines}) == 3
+        for line in lines:
+            assert list(line.get_xdata()) == [4, 8, 16]
+        plt.close(fig)

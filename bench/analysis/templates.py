@@ -60,7 +60,9 @@ No run has usable figures yet (see the tables below for why).
 {% endif %}{% if side_by_side %}
 ## nanochat and NNTile side by side
 
-Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats).
+Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats);
+runs that differ in another part of their key are rows of their own, the variant column naming it, and
+tok/s vs nanochat is left out (–) where more than one nanochat point could be the reference.
 
 {{ side_by_side | md_table }}
 {% endif %}
@@ -144,7 +146,9 @@ HTML = """\
 {% endif %}
 {% if side_by_side %}
 <h2>nanochat and NNTile side by side</h2>
-<p>Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats).</p>
+<p>Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats);
+runs that differ in another part of their key are rows of their own, the variant column naming it, and
+tok/s vs nanochat is left out (–) where more than one nanochat point could be the reference.</p>
 {{ table(side_by_side) }}
 {% endif %}
 {% for t in run_tables %}

@@ -124,3 +124,20 @@ def test_fused_kernels_are_read_from_run_json_with_the_meaning_of_their_release(
     assert read({"fused_kernels": "rotary_norm,softcap_loss"}) == "rotary_norm,softcap_loss"
     assert read({"fused_kernels": ""}) == ""
     assert read({}) is None and read({"seq_tile": 64}, "nntile-gpt2") is None  # not recorded: scaling.LEGACY's
+
+
+def test_the_side_by_side_table_keeps_tilings_and_precisions_apart(make_run, tmp_path):
+    """Regression: nanochat beside NNTile pooled every run of one shape into one median per workload and
+    runtime, so NNTile's tilings (500 and 900 tok/s) read as one point of 700, and bf16 with fp8 likewise.
+    Now each is a row, named by what sets it apart, and no ratio is made against an arbitrary nanochat point."""
+    from bench.analysis.sidebyside import side_by_side
+
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "device_batch_size": 32}
+    for i, (tok_s, tile) in enumerate(((500.0, 64), (900.0, 2048))):
+        make_run(f"nn{i}", tok_s=tok_s, workload="nntile-gpt2", config={**base, "seq_tile": tile})
+    make_run("bf16", tok_s=17_000.0, config=base)
+    make_run("fp8", tok_s=20_000.0, config={**base, "fp8": True})
+    pairs = side_by_side(collect([tmp_path / "runs"]).table)
+    assert sorted(pairs["tok_per_sec"].round(-2)) == [500, 900, 17_000, 20_000]
+    assert set(pairs["variant"]) == {"tiling seq_tile=64", "tiling seq_tile=2048", "precision bf16", "precision fp8"}
+    assert pairs["vs_nanochat"].isna().all()  # two nanochat points of that shape: neither is the reference

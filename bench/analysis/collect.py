@@ -49,7 +49,8 @@ TABLE_CSV = "runs.csv"
 # 13: a resumed run's first steps after its restart are warm-up, not steady (they were averaged in).
 # 14: fused_kernels (`--fused_kernels`), a key: runs with hand-written kernels are another program.
 # 15: fused_kernels holds the kernels' names ("" for none); the previous release's bool is read as what it meant.
-ROW_VERSION = 15
+# 16: an NNTile run's precision is float32 (its GPT-2 trains in torch's default dtype), not nanochat's bf16.
+ROW_VERSION = 16
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 

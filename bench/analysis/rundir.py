@@ -127,7 +127,7 @@ def manifest_fields(manifest: dict, notes: list[str]) -> dict:
         notes.append(f"run.json: non-finite {', '.join(non_finite)} treated as unknown")
     row["t0"] = _finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
     config = why.section(manifest, "config")
-    row["precision"] = precision(config) if manifest else None
+    row["precision"] = precision(config, manifest.get("workload")) if manifest else None
     row["fused_kernels"] = fused_kernels(config)
     row["tiling"] = tiling(config, why.section(manifest, "nntile"))
     row["scores"] = scores_text(manifest.get("scores"))
@@ -160,12 +160,14 @@ def _at(manifest: dict, path: tuple[str, ...]):
     return value
 
 
-def precision(config: dict) -> str:
-    """fp8 when the run trained in FP8 (`--fp8`), else its dtype; a run that records neither trained in bf16,
-    the only precision before `--fp8` existed. `--fp8_lm_head` (lm_head's matmul in FP8 too, or alone) is
-    another program, so it is part of the precision: " + fp8 lm_head"."""
+def precision(config: dict, workload=None) -> str:
+    """fp8 when the run trained in FP8 (`--fp8`), else its dtype; a run that records neither trained in its
+    workload's precision (bf16 for nanochat, the only one before `--fp8` existed; float32 for NNTile).
+    `--fp8_lm_head` (lm_head's matmul in FP8 too, or alone) is another program, so it is part of the
+    precision: " + fp8 lm_head"."""
     dtype = config.get("dtype")
-    base = "fp8" if config.get("fp8") is True else str(dtype) if isinstance(dtype, str) and dtype else "bf16"
+    default = getattr(workloads.by_run_workload(workload), "precision", "bf16")
+    base = "fp8" if config.get("fp8") is True else str(dtype) if isinstance(dtype, str) and dtype else default
     return base + " + fp8 lm_head" if config.get("fp8_lm_head") is True else base
 
 

@@ -126,6 +126,8 @@ class Workload:
     # What its step events' tok_per_sec counts: "positions" (every token run through the model, the work MFU is
     # about) or another count (SFT's supervised tokens); then the step events' own mfu is the run's MFU.
     step_tokens = "positions"
+    # What its runs compute in when run.json's config names no dtype (the table's `precision`, a key)
+    precision = "bf16"
 
     def check(self, argv: list[str], nproc: int) -> None:
         """Refuse flags that cannot work, with one clear line, before any process starts."""

@@ -141,3 +141,13 @@ def test_the_side_by_side_table_keeps_tilings_and_precisions_apart(make_run, tmp
     assert sorted(pairs["tok_per_sec"].round(-2)) == [500, 900, 17_000, 20_000]
     assert set(pairs["variant"]) == {"tiling seq_tile=64", "tiling seq_tile=2048", "precision bf16", "precision fp8"}
     assert pairs["vs_nanochat"].isna().all()  # two nanochat points of that shape: neither is the reference
+
+
+def test_an_nntile_run_trained_in_float32_not_in_nanochats_bf16():
+    """Regression: a run.json without a dtype was read as bf16 whatever trained it, so NNTile's float32 runs
+    were labelled (and keyed) bf16 in the table and the report."""
+    def read(workload: str, config: dict | None = None):
+        return manifest_fields({"workload": workload, "config": config or {"seq_tile": 64}}, [])["precision"]
+
+    assert read("nntile-gpt2") == "float32" and read("nanochat-base") == "bf16"
+    assert read("nntile-gpt2", {"dtype": "bfloat16"}) == "bfloat16"  # a dtype it records wins

@@ -100,7 +100,8 @@ def low_efficiency(points: pd.DataFrame, unit: str, scaling: str) -> list[Findin
             how = (f"tok/s per {per} {r['tok_per_sec_per_gpu']:,.0f} vs {first['tok_per_sec_per_gpu']:,.0f} at "
                    f"{count(first['world_size'], unit)}")
         else:
-            how = f"speedup {r['speedup']:.2f}x of an ideal {r['world_size'] / first['world_size']:.0f}x"
+            ideal = r["world_size"] / first["world_size"]  # 1.5 from 4 to 6 GPUs: not a whole number
+            how = f"speedup {r['speedup']:.2f}x of an ideal {ideal:.3g}x"
         bw = [f"{c.replace('busbw_', '').replace('_gbps', '')} {first[c]:,.0f} -> {r[c]:,.0f} GB/s"
               for c in ("busbw_all_reduce_gbps",) if not pd.isna(r[c]) and not pd.isna(first[c]) and first[c] > 0]
         out.append(Finding(f"{_where(runtime, r['world_size'], r['nodes'], unit)} reaches {100 * r['efficiency']:.1f}% "

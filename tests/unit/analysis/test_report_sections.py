@@ -265,3 +265,14 @@ def test_rising_curves_keep_every_runtime_at_its_rank_count():
         for line in lines:
             assert list(line.get_xdata()) == [4, 8, 16]
         plt.close(fig)
+
+
+def test_a_low_efficiency_names_the_ideal_speedup_of_any_rank_counts():
+    """Regression: the ideal speedup was rounded to a whole number, so 4 -> 6 GPUs read "of an ideal 2x"."""
+    import pandas as pd
+
+    points = pd.DataFrame([{"runtime": "bare", "world_size": n, "nodes": "1", "speedup": s, "efficiency": s * 4 / n,
+                            "tok_per_sec_per_gpu": 1.0, "busbw_all_reduce_gbps": None}
+                           for n, s in ((4, 1.0), (6, 1.2))])
+    found = findings.low_efficiency(points, "GPUs", "strong")
+    assert found[0].evidence == "speedup 1.20x of an ideal 1.5x"

@@ -297,11 +297,17 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
 
 
 def site_partition(site, partition: str | None = None):
-    """A site's partition by name, else its default one (None: no site, or neither names one)."""
+    """A site's partition by name, else its default one (None: no site, or neither names one). A list (`debug,normal`,
+    as sbatch takes it: the job starts in one that takes it) is checked against the most its partitions allow."""
     name = partition or (site.default_partition if site is not None else None)
     if site is None or not name:
         return None
-    return site.partition(name)  # an unknown partition is an error naming the known ones
+    listed = [site.partition(n) for n in name.split(",")]  # an unknown partition is an error naming the known ones
+    if len(listed) == 1:
+        return listed[0]
+    nodes = [p.max_nodes for p in listed]
+    return replace(listed[0], name=name, max_time_s=max(p.max_time_s for p in listed),
+                   max_nodes=None if None in nodes else max(nodes))
 
 
 def over_partition(limit, minutes: int) -> str:

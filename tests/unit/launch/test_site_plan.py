@@ -83,3 +83,25 @@ def test_more_gpus_per_node_than_the_site_has_are_refused():
         Sweep([32], 8, ["ce"], data=DATA, site=alps)
     assert Sweep([32], 2, ["ce"], data=DATA, site=alps).gpus_per_node == 2  # fewer is a smaller job, allowed
     assert Sweep([1], 8, ["bare"], site=alps, train={"device_type": "cpu"}).gpus_per_node == 8  # CPU ranks
+
+
+def test_a_list_of_partitions_is_taken_as_sbatch_takes_it(tmp_path, capsys):
+    """`--partition debug,normal` (sbatch starts the job in one that takes it) was refused with a site profile as an
+    unknown partition 'debug,normal'; now each is looked up, and a job is checked against the most they allow."""
+    import pytest
+
+    from bench import cli
+    from bench.errors import ConfigError
+    from bench.launch.job import site_partition
+
+    alps = sites.load("alps")
+    both = site_partition(alps, "debug,normal")
+    assert (both.name, both.max_time_s, both.max_nodes) == ("debug,normal", 12 * 3600, None)
+    assert (site_partition(alps, "debug,xfer").max_nodes, site_partition(alps, "debug").max_nodes) == (2, 2)
+    with pytest.raises(ConfigError, match="no partition 'gpu'"):
+        site_partition(alps, "debug,gpu")
+    argv = ["submit", "--dry-run", "--site=alps", "--nodes=4", "--runtimes=bare", "--time=01:00:00",
+            "--row-groups=52", "--shards=250", "--base-dir=/scratch/cache"]
+    assert cli.main([*argv, "--partition=debug,normal", "--out", str(tmp_path / "s")]) == 0, capsys.readouterr().err
+    assert "#SBATCH --partition=debug,normal" in (tmp_path / "s" / "n4-bare-r1" / "job.sbatch").read_text()
+    assert cli.main([*argv, "--partition=debug", "--out", str(tmp_path / "t")]) == 1  # 4 nodes: debug takes 2

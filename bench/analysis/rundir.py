@@ -23,7 +23,6 @@ from bench.analysis.columns import FLAT
 from bench.analysis.figures import _finite, step_figures, steady_mask
 from bench.analysis.regular_files import NotRegularFile, read_regular
 from bench.workloads.base import EVALUATION, TRAINING
-from bench.workloads.base_loss import RUN_WORKLOAD as BASE_LOSS_WORKLOAD
 
 LIVE_STATUSES = ("pending", "running")
 
@@ -252,16 +251,6 @@ def score_rates(scored: list[dict]) -> dict:
     return row
 
 
-def legacy_scores(events: list[dict], manifest: dict) -> list[dict]:
-    """Events as this reader reads them: base_loss before its score events carried `tokens` (contract 2.3
-    and before) evaluated run.json config.split_tokens tokens in each split's score."""
-    split = why.section(manifest, "config").get("split_tokens")
-    if manifest.get("workload") != BASE_LOSS_WORKLOAD or not isinstance(split, int) or isinstance(split, bool):
-        return events
-    return [{**ev, "tokens": split} if ev["event"] == "score" and ev.get("tokens") is None
-            and _finite(ev.get("problems")) is not None else ev for ev in events]
-
-
 def resolve_status(manifest: dict, ev: dict, notes: list[str], unread: str | None = None) -> tuple[str, str | None]:
     """The run's status and message: run.json's word first, then the events' (error, end); `unread`: why a
     run.json that is there could not be read."""
@@ -288,7 +277,10 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     names = names if names is not None else set(os.listdir(run_dir))
     notes: list[str] = []
     manifest, skip = read_run_json(run_dir / contract.RUN_JSON, notes)
-    events = legacy_scores(read_events(run_dir / contract.METRICS_JSONL, notes), manifest)
+    impl = workloads.by_run_workload(manifest.get("workload"))  # None: a workload this release does not know
+    events = read_events(run_dir / contract.METRICS_JSONL, notes)
+    if impl is not None:  # what an older release of the workload recorded in another form, read as it meant
+        events = impl.read_events(events, why.section(manifest, "config"))
     row = {"source": str(run_dir), "source_kind": "run_dir", **manifest_fields(manifest, notes)}
     ev = event_fields(events)
     row.update({k: v for k, v in ev.items() if v is not None and k != "has_end"})
@@ -309,7 +301,6 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     starts = restart_steps(events)
     if not steps:
         steps = _steps_from_logs(run_dir, names, notes)
-    impl = workloads.by_run_workload(row.get("workload"))  # None: a workload this release does not know
     if skip is None:
         world = row.get("world_size") if isinstance(row.get("world_size"), int) else None
         # a trainer whose tok/s is not the positions it ran (SFT's supervised tokens) has its own MFU recorded

@@ -181,3 +181,9 @@ class Workload:
     def manifest_config(self, argv: list[str]) -> dict:
         """run.json's `config` for these flags, as the launcher writes it before the run starts."""
         raise NotImplementedError
+
+    # -- reading its runs (bench/analysis/rundir.py) --------------------------------------------------
+    def read_events(self, events: list[dict], config: dict) -> list[dict]:
+        """Its runs' events as this release reads them (`config`: run.json's): what an older release of it
+        recorded in another form, read as what it meant then."""
+        return events

@@ -1,4 +1,5 @@
-"""Where nanochat's files live on a machine: NANOCHAT_BASE_DIR, else upstream's ~/.cache/nanochat.
+"""Where nanochat's files live on a machine: NANOCHAT_BASE_DIR, else upstream's ~/.cache/nanochat, and their
+folders there.
 
 Standard library only: the NNTile interpreter and the batch scripts' bookkeeping import it too.
 """
@@ -9,6 +10,8 @@ from pathlib import Path
 from bench.contract import ENV_BASE_DIR
 
 DEFAULT_BASE_DIR = Path("~") / ".cache" / "nanochat"  # karpathy/nanochat/nanochat/common.py get_base_dir
+# Its layout, as upstream's: the shards, their pre-tokenized copy (`data bin`, the NNTile runner's), the tokenizer
+DATA_DIR, BIN_DIR, TOKENIZER_DIR = "base_data", "base_data_bin", "tokenizer"
 
 
 def base_dir(given: str | None = None) -> str:

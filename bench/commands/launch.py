@@ -207,7 +207,7 @@ def data_shape(args) -> planmod.DataShape | None:
         raise ConfigError("--row-groups and --shards go together (row groups per shard, and shard files)")
     if args.row_groups is not None:
         return planmod.DataShape.from_counts(args.row_groups, args.shards)
-    directory = Path(args.data_dir) if args.data_dir else Path(base_dir_of(args)) / "base_data"
+    directory = Path(args.data_dir) if args.data_dir else Path(base_dir_of(args)) / paths.DATA_DIR
     if args.data_dir and not directory.is_dir():
         raise ConfigError(f"--data-dir {directory}: no such directory")
     return planmod.DataShape.from_dir(directory)

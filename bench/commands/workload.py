@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from bench import workloads
+from bench import paths, workloads
 from bench.errors import ConfigError, os_reason
 from bench.contract import ENV_BASE_DIR, read_run_json
 
@@ -241,8 +241,8 @@ def prepare_smoke_data(base_dir: Path) -> None:
     from bench.nanochat import dataset, tokenizer
 
     os.environ[ENV_BASE_DIR] = str(base_dir)
-    have_shards = len(list((base_dir / "base_data").glob("*.parquet"))) >= SMOKE_DATA["num_shards"]
-    have_tokenizer = (base_dir / "tokenizer" / tokenizer.TOKENIZER_PKL).is_file()
+    have_shards = len(list((base_dir / paths.DATA_DIR).glob("*.parquet"))) >= SMOKE_DATA["num_shards"]
+    have_tokenizer = (base_dir / paths.TOKENIZER_DIR / tokenizer.TOKENIZER_PKL).is_file()
     if have_shards and have_tokenizer:
         print(f"reusing smoke data and tokenizer in {base_dir}")
         return

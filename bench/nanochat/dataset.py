@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench import paths
 from bench.errors import ConfigError, DataError, os_reason
 from bench.nanochat.common import get_base_dir
 from bench.contract import ENV_VAL_FILES_K, atomic_target
@@ -38,7 +39,7 @@ def shard_name(index: int) -> str:
 
 def data_dir() -> Path:
     """$NANOCHAT_BASE_DIR/base_data: where shards are downloaded or generated."""
-    return get_base_dir() / "base_data"
+    return get_base_dir() / paths.DATA_DIR
 
 
 def _resolve_dir(directory: str | os.PathLike | None) -> Path:

@@ -21,20 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import paths
 from bench.errors import ConfigError, DataError, os_reason
 from bench.contract import atomic_target, write_json_atomic
 
 TOKENIZERS = ("nanochat", "gpt2")
 META_JSON = "meta.json"
 TOKEN_BYTES_NPY = "token_bytes.npy"
-BIN_DIRNAME = "base_data_bin"  # under $NANOCHAT_BASE_DIR: the default of `data bin` and of the NNTile runner
 MAX_UINT16_VOCAB = 1 << 16
 
 
 def default_dir() -> Path:
     from bench.nanochat.common import get_base_dir
 
-    return get_base_dir() / BIN_DIRNAME
+    return get_base_dir() / paths.BIN_DIR
 
 
 def _gpt2_encoding():

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from bench import paths
 from bench.errors import ConfigError, DataError, first_line, os_reason
 from bench.nanochat.common import get_base_dir
 
@@ -45,7 +46,7 @@ FIX_TOKENIZER = "run `nanochat-bench tokenizer train` (after `nanochat-bench dat
 
 
 def tokenizer_dir() -> Path:
-    return get_base_dir() / "tokenizer"
+    return get_base_dir() / paths.TOKENIZER_DIR
 
 
 # ----------------------------------------------------------------------------------------------

@@ -31,8 +31,8 @@ from bench.errors import BenchError, ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
                                       restrict_sdpa_backends)
-from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, save_checkpoint
-from bench.nanochat.common import get_base_dir, print0
+from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, phase_dir, save_checkpoint
+from bench.nanochat.common import print0
 from bench.nanochat.config import TrainConfig, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.guard import DivergenceGuard
@@ -106,7 +106,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     if restrict_sdpa_backends(config.sdpa_backends):
         print0(f"Attention: SDPA kernels restricted to {config.sdpa_backends}")
     orig_model = build_model(model_config, device)
-    checkpoint_dir = get_base_dir() / "base_checkpoints" / (config.model_tag or default_model_tag(config, record))
+    checkpoint_dir = phase_dir("base") / (config.model_tag or default_model_tag(config, record))
     resume_step = config.resume_from_step
     resume_meta: dict = {}
     if resume_step >= 0:
@@ -294,7 +294,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     if stopped_early:
         message = (f"stopped at step {step} of {num_iterations} to end before the time limit (--deadline); "
                    f"checkpoint of step {step} in {checkpoint_dir}: continue with --resume_from_step={step}"
-                   + (f" --model_tag={checkpoint_dir.relative_to(get_base_dir() / 'base_checkpoints')}"
+                   + (f" --model_tag={checkpoint_dir.relative_to(phase_dir('base'))}"
                       if not config.model_tag else ""))
         if master_process:
             say(message)  # the reason the run ends, on stderr as every other cause

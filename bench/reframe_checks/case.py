@@ -156,7 +156,7 @@ def sweep_of(case: Case, base_dir: str) -> Sweep:
                               f"(-S depth=N, or -P depth=N,M for several)")
         train["depth"] = case.depth
     return Sweep([case.nodes], case.site.gpus_per_node, [case.runtime], train=train, scaling=case.scaling,
-                 workload=case.workload, data=DataShape.from_dir(Path(base_dir) / "base_data"),
+                 workload=case.workload, data=DataShape.from_dir(Path(base_dir) / paths.DATA_DIR),
                  time=case.site.time or None, base_dir=base_dir)
 
 

@@ -173,7 +173,7 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
 
 def train_bin(config: NNTileConfig) -> Path:
     """The train.bin the run reads: --dataset-path as a file, or train.bin inside it as a directory."""
-    path = Path(config.dataset_path or Path(paths.base_dir()) / "base_data_bin")
+    path = Path(config.dataset_path or Path(paths.base_dir()) / paths.BIN_DIR)
     return path / "train.bin" if path.is_dir() or not path.suffix else path
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.capacity import capped, lifetime
 from bench.launch.local import prepare_local
-from bench.contract import TRAIN_LOG, Evidence, close_unfinished, record_evidence
+from bench.contract import TRAIN_LOG, Evidence, close_unfinished, log_tail, record_evidence
 from bench.contract import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
 
 OUTCOMES = ("ok", "oom", "timeout", "failed")  # "budget" (not run for lack of time) is never stored
@@ -331,10 +331,7 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
 
 
 def _killed_by_sigkill(run_dir: Path) -> bool:
-    try:
-        log = (run_dir / TRAIN_LOG).read_text(errors="replace")[-20000:]
-    except OSError:
-        return False
+    log = log_tail(run_dir / TRAIN_LOG, 20000)
     return "Signal 9 (SIGKILL)" in log or re.search(r"exitcode\s*:\s*-9\b", log) is not None
 
 

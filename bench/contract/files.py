@@ -174,15 +174,21 @@ def slurm_facts(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return {key: environ[var] for key, var in SLURM_VARS.items() if var in environ}
 
 
-def last_log_line(path: "str | os.PathLike", limit: int = 300) -> str:
-    """The last non-empty line of a log, shortened: usually the error that ended the run."""
+def log_tail(path: "str | os.PathLike", size: int = 65536) -> str:
+    """The last `size` bytes of a log (or of any file written a line at a time) as text; "" when it cannot be
+    read. Its first line is usually cut, its last may be half written."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 8192))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def last_log_line(path: "str | os.PathLike", limit: int = 300) -> str:
+    """The last non-empty line of a log, shortened: usually the error that ended the run."""
+    lines = [ln.strip() for ln in log_tail(path, 8192).splitlines() if ln.strip()]
     return lines[-1][:limit] if lines else ""
 
 

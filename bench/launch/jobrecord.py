@@ -51,7 +51,7 @@ def finish(run_dir: str, exit_code: str) -> None:
     # Slurm facts again: a trainer inside a container may not see them and record none.
     contract.update_run_json(run_dir, slurm=contract.slurm_facts(),
                              launch={"exit_code": code, "finished_at": time.time()})
-    tail = log_tail(os.path.join(run_dir, contract.TRAIN_LOG))
+    tail = contract.log_tail(os.path.join(run_dir, contract.TRAIN_LOG))
     seen = set()
     for marker, kind, what in SLURM_LINES:
         line = next((text.strip() for text in tail.splitlines() if marker in text), "")
@@ -62,16 +62,6 @@ def finish(run_dir: str, exit_code: str) -> None:
                                                                 node=node.group(1) if node else None,
                                                                 message=f"{what}: {line}"))
     contract.close_unfinished(run_dir, code, "srun", source="batch_script")
-
-
-def log_tail(log_path: str, size: int = 65536) -> str:
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def kept(run_dir: str) -> int:

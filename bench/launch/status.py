@@ -60,13 +60,7 @@ class RunState:
 
 def _progress(run_dir: Path, steps) -> str:
     """`at step N of M`: the last step line of a running run's metrics.jsonl (its tail only), else ''."""
-    try:
-        with open(run_dir / contract.METRICS_JSONL, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - PROGRESS_TAIL_BYTES))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
+    for line in reversed(contract.log_tail(run_dir / contract.METRICS_JSONL, PROGRESS_TAIL_BYTES).splitlines()):
         try:
             event = json.loads(line)
         except ValueError:

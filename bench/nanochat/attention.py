@@ -23,6 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench.errors import ConfigError
 from bench.contract import ENV_FORCE_FLASH_SDPA
+from bench.nanochat.config import TRUE_WORDS
 
 # The kernels a forced run may use, as --sdpa_backends names them; the math kernel is deliberately absent.
 FORCED = "cudnn,flash,efficient"
@@ -83,8 +84,8 @@ def force_flash_attention() -> list[str]:
 
 
 def force_flash_from_env(environ=os.environ) -> bool:
-    """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (1/true/yes/on)."""
-    return environ.get(ENV_FORCE_FLASH_SDPA, "0").strip().lower() in ("1", "true", "yes", "on")
+    """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (a boolean flag's true words: 1/true/yes/on)."""
+    return environ.get(ENV_FORCE_FLASH_SDPA, "0").strip().lower() in TRUE_WORDS
 
 
 def _describe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:

@@ -20,6 +20,7 @@ from bench.contract import field as _f  # a default and its one-line meaning: th
 from bench.errors import ConfigError
 from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
 from bench.nanochat.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
+from bench.nanochat.watchdog import AUTO, AUTO_MARGIN_S, PERIODIC_S, START_S
 
 # --fused_kernels: the hand-written Triton kernels (bench/nanochat/fused.py) by name, each with its meaning. The one
 # list of the names; its order is the one a run records them in (run.json's config, e.g. "rotary_norm,softcap_loss"),
@@ -61,10 +62,11 @@ class RunSettings:
     preflight: bool = _f(True, "time all_reduce, reduce_scatter and all_gather before the stage (busbw into run.json)")
     deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
                               "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
-    watchdog_s: float = _f(-1.0, "a collective that waits longer than this plus twice the slowest step ends the run as "
-                                  "`hung`, naming the rank it waited for (-1 = 60 s; 0 = the backend's own timeout: "
-                                  "10 min NCCL, 30 min gloo); 300 s before the first step, 600 s during validation, "
-                                  "samples and checkpoints (bench/nanochat/watchdog.py)")
+    watchdog_s: float = _f(AUTO, "a collective that waits longer than this plus twice the slowest step ends the run as "
+                                 f"`hung`, naming the rank it waited for (-1 = {AUTO_MARGIN_S:g} s; 0 = the backend's "
+                                 f"own timeout: 10 min NCCL, 30 min gloo); {START_S:g} s before the first step, "
+                                 f"{PERIODIC_S:g} s during validation, samples and checkpoints "
+                                 "(bench/nanochat/watchdog.py)")
     heartbeat_timeout_s: float = _f(SILENT_AFTER_S, "a rank whose heartbeat is silent this long ends the run as "
                                                     "`hung`, naming it, at any stage (0 = off)")
     join_timeout_s: float = _f(-1.0, "a rank that has not joined the process group this long after this one did "

@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
+from bench.analysis.columns import cell, header  # noqa: E402
 from bench.analysis.plots import STYLE, _human, save  # noqa: E402
 from bench.analysis.tables import frame_table, md_table  # noqa: E402
 from bench.contract import write_text_atomic  # noqa: E402
@@ -153,7 +154,7 @@ def speed_figure(probes: pd.DataFrame, colors: dict):
         return None
     has_mfu = ok["mfu"].notna().any()
     fig, axes = plt.subplots(1, 2 if has_mfu else 1, squeeze=False)
-    for col, (ax, key, label) in enumerate(zip(axes[0], ("tok_per_sec", "mfu"), ("tokens/s (all GPUs)", "MFU %"))):
+    for col, (ax, key, label) in enumerate(zip(axes[0], ("tok_per_sec", "mfu"), ("tokens/s (all GPUs)", header("mfu")))):
         for strategy, p in ok.groupby("strategy", sort=False):
             b1 = p[p["device_batch_size"] == 1].sort_values("num_params")
             best = p.loc[p.groupby("num_params")["tok_per_sec"].idxmax()].sort_values("num_params")
@@ -189,7 +190,7 @@ SEARCH_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("largest
 PROBE_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("depth", "depth", "int"),
               ("batch", "device_batch_size", "int"), ("parameters", "num_params", "int"), ("outcome", "outcome", "s"),
               ("peak MiB", "peak_mem_mib", "int"), ("predicted GiB", "predicted_need_bytes", "gib"),
-              ("host GiB", "host_peak_bytes", "gib"), ("tok/s", "tok_per_sec", "int"), ("MFU %", "mfu", "1"),
+              ("host GiB", "host_peak_bytes", "gib"), cell("tok_per_sec"), cell("mfu"),
               ("OOM asked GiB", "oom_bytes", "gib"), ("s", "wall_s", "int")]
 
 

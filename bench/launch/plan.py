@@ -19,7 +19,6 @@ from tabulate import tabulate
 from bench import metrics, workloads
 from bench.errors import ConfigError
 from bench.pairs import parse_pairs
-from bench.runtimes import parse_names
 from bench.workloads.base import Estimate, ModelShape, PointContext, PointPlan, Settings
 
 SCALING_MODES = ("weak", "strong")
@@ -202,10 +201,6 @@ class Sweep:
         if site_gpus and self.gpus_used and self.gpus_per_node > site_gpus:  # Slurm would refuse the job
             raise ConfigError(f"--gpus-per-node {self.gpus_per_node}: a node of site {self.site.name} has "
                               f"{site_gpus} GPUs ({self.site.source}); use at most {site_gpus}")
-
-    @classmethod
-    def from_strings(cls, nodes: str, gpus_per_node: int, runtimes: str, **kw) -> "Sweep":
-        return cls(parse_nodes(nodes), gpus_per_node, parse_names(runtimes), **kw)
 
     @property
     def workload_impl(self):

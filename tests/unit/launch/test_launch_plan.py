@@ -8,6 +8,7 @@ import pytest
 
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.plan import Sweep, format_table, parse_minutes, parse_nodes, parse_train_args
+from bench.runtimes import parse_names
 
 
 @pytest.mark.parametrize("text", ["", "0", "1,0", "-1", "1.5", "a", "1,,2", "2,2", "1, x"])
@@ -21,7 +22,7 @@ def test_nodes_parse():
 
 
 def test_points_are_the_product_with_run_ids():
-    s = Sweep.from_strings("1,2", 4, "bare,ce", repeats=2)
+    s = Sweep(parse_nodes("1,2"), 4, parse_names("bare,ce"), repeats=2)
     ids = [p.run_id for p in s.points()]
     assert ids == ["n1-bare-r1", "n1-bare-r2", "n1-ce-r1", "n1-ce-r2",
                    "n2-bare-r1", "n2-bare-r2", "n2-ce-r1", "n2-ce-r2"]
@@ -30,7 +31,7 @@ def test_points_are_the_product_with_run_ids():
 
 def test_unknown_runtime_refused():
     with pytest.raises(RuntimeConfigError, match="valid runtimes"):
-        Sweep.from_strings("1", 4, "bare,docker")
+        Sweep(parse_nodes("1"), 4, parse_names("bare,docker"))
 
 
 @pytest.mark.parametrize("kw,flag", [({"gpus_per_node": 0}, "--gpus-per-node"), ({"repeats": 0}, "--repeats"),
@@ -86,7 +87,7 @@ def test_train_arg_pairs():
 
 
 def test_table_shows_batches_impossible_points_and_node_hours():
-    text = format_table(Sweep.from_strings("1,2,3,8", 4, "bare,ce,pyxis", repeats=3, scaling="strong"))
+    text = format_table(Sweep(parse_nodes("1,2,3,8"), 4, parse_names("bare,ce,pyxis"), repeats=3, scaling="strong"))
     lines = text.splitlines()
     assert lines[0].split() == ["nodes", "runtime", "repeats", "ranks", "device_bs", "grad_accum", "total_batch",
                                 "steps", "val_K", "time", "est_node_h", "note"]

@@ -174,12 +174,10 @@ def _default_nproc(cpu_default: int) -> int:
 def cmd_train(args) -> int:
     from bench.launch.local import default_run_dir, run_local
     from bench.nanochat.runclaim import resuming
-    from bench.workloads.stage import TorchrunStage
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     workload = workloads.get(args.workload)
-    # a nanochat stage takes one rank per GPU, as pre-training; other workloads one process
-    nproc = (_default_nproc(1) if isinstance(workload, TorchrunStage) else 1) if args.nproc is None else args.nproc
+    nproc = (_default_nproc(1) if workload.rank_per_gpu else 1) if args.nproc is None else args.nproc
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
     workload.check(train_args, nproc)  # bad flags fail here, before any process starts (the trainer checks again)

@@ -118,6 +118,7 @@ class Workload:
     # what its runs need staged besides the shards: (the `nanochat-bench data download` flag, what it stages)
     staging: tuple[str, str] | None = None
     local_launcher = "the launcher"  # what starts its processes on this machine, as a run's last word names it
+    rank_per_gpu = False  # `train` without --nproc starts one rank per GPU of this machine (else one process)
     takes_depth = False  # its flags set the model's depth (`--depth`); a later stage loads its checkpoint's
     kind = TRAINING  # TRAINING or EVALUATION
     # The report's headers of the table columns whose meaning is this workload's own (bench/analysis/columns.py

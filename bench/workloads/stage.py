@@ -58,6 +58,7 @@ class TorchrunStage(Workload):
     sweep_defaults: dict = {}  # flags a sweep sets unless told otherwise (e.g. a short horizon)
     weak_scaled: tuple[str, str] = ()  # (flag, what it is) that weak scaling grows with the ranks: not the user's
     local_launcher = "torchrun"
+    rank_per_gpu = True
 
     def parse(self, argv: list[str]):
         """The stage's settings from its flags (a ConfigError naming a bad one)."""

@@ -4,6 +4,7 @@
     python -m bench.contract bench/schemas     # refresh the checked-in copies after changing a class
 """
 
+import argparse
 import dataclasses
 import json
 import os
@@ -72,12 +73,22 @@ def json_schemas() -> Dict[str, Dict[str, Any]]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """`python -m bench.contract [DIR]`: write the JSON Schemas into DIR, or print them."""
-    argv = sys.argv[1:] if argv is None else argv
+    # argparse, not argv[0]: `--help` or a typo'd option was taken for DIR and got a folder of that name
+    parser = argparse.ArgumentParser(prog="python -m bench.contract",
+                                     description="The run contract's JSON Schemas, generated from its classes.")
+    parser.add_argument("dir", nargs="?", help="write run.schema.json and events.schema.json here (made if "
+                                               "missing; e.g. bench/schemas); without it: print them")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     schemas = json_schemas()
-    if not argv:
+    if args.dir is None:
         print(json.dumps(schemas, indent=2))
         return 0
     for name, schema in schemas.items():
-        write_text_atomic(os.path.join(argv[0], name), json.dumps(schema, indent=2) + "\n")
-        print(os.path.join(argv[0], name))
+        path = os.path.join(args.dir, name)
+        try:
+            write_text_atomic(path, json.dumps(schema, indent=2) + "\n")
+        except OSError as e:
+            print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+            return 1
+        print(path)
     return 0

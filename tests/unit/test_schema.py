@@ -133,3 +133,19 @@ def test_atomic_target_leaves_nothing_on_failure(tmp_path):
             Path(tmp).write_text("half")
             raise RuntimeError("disk went away")
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_the_schema_command_takes_help_and_names_a_folder_it_cannot_write(tmp_path, monkeypatch, capsys):
+    """`python -m bench.contract --help` wrote the schemas into a new folder named `--help`."""
+    from bench.contract.generate import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main(["--help"])
+    assert ended.value.code == 0 and "write run.schema.json" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    assert main([str(tmp_path / "file" / "schemas")]) == 1
+    assert capsys.readouterr().err.startswith(f"error: cannot write {tmp_path / 'file' / 'schemas'}")
+    assert main(["out"]) == 0 and sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        contract.json_schemas())

@@ -6,6 +6,7 @@ flags of each point (its own model tag; pre-training saving at its end), and the
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -241,3 +242,13 @@ def test_a_stage_ok_in_an_earlier_run_needs_its_data_no_more(tmp_path, monkeypat
         flow.run_local_flow(sweep(stages="base_train,base_eval"), 2, point)
     with pytest.raises(DataError, match="mid_train: .*data download --chat"):
         flow.run_local_flow(sweep(stages="base_eval,mid_train"), 2, point)
+
+
+def test_the_readmes_speedrun_limit_on_one_alps_node_is_the_plans(tmp_path, monkeypatch, capsys):
+    """README and results/h200-d20/decode/ quote the job limit this plan gives; it changed without them once."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    assert cli.main(["plan", "--flow", "speedrun", "--site", "alps", "--nodes", "1"]) == 0
+    [job] = [line.split() for line in capsys.readouterr().out.splitlines() if "= job" in line]
+    repo = Path(__file__).resolve().parents[3]
+    for doc in ("README.md", "results/h200-d20/decode/README.md"):
+        assert f" {job[-1]} " in (repo / doc).read_text(), f"{doc} should quote the plan's {job[-1]}"

@@ -22,7 +22,7 @@ srun --nodes=1 --ntasks=1 /opt/nanochat-bench/venv/bin/python -m bench.cli data 
 # -- the chat data for mid-training, SFT and chat evaluation
 srun --nodes=1 --ntasks=1 /opt/nanochat-bench/venv/bin/python -m bench.cli data download --chat
 
-# -- a shell inside the bare container on one node, to look around (exit to come back):
+# -- a shell on one of the nodes, to look around (exit to come back):
 #   srun --nodes=1 --ntasks=1 --pty bash
 
 # -- the tokenizer once, then each stage: the same blocks the batch script runs

@@ -113,6 +113,15 @@ def test_no_stale_golden_files():
     assert sorted(p.name for p in GOLDEN.iterdir() if p.name != "README.md") == sorted(CASES)
 
 
+def test_the_guides_shell_line_names_a_container_only_where_there_is_one():
+    """The bare guide offered "a shell inside the bare container", which bare metal does not have."""
+    job = job_for(["bare"], 2)
+    job.script_name = "interactive.sh"
+    bare = render_interactive(job, OPTS.base_dir, 8)
+    assert "# -- a shell on one of the nodes, to look around" in bare and "bare container" not in bare
+    assert "# -- a shell inside the ce container on one node, to look around" in SCRIPTS["interactive-ce-n2.sh"]
+
+
 def shellcheck() -> str:
     found = shutil.which("shellcheck")
     if not found:

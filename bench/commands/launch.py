@@ -494,5 +494,6 @@ def register(subparsers) -> None:
     p.add_argument("--name", default=None, help="name (default: sweep-<date>-<time>)")
     p.add_argument("--out", default=None, help="directory (default: runs/<name>)")
     p.add_argument("--download", type=int, default=None, metavar="N",
-                   help="interactive: shards the data step downloads (default: what the plan needs)")
+                   help="interactive: shards the data step downloads, -1 for all (default: what the plan needs, "
+                        "else 8)")
     p.set_defaults(func=cmd_render)

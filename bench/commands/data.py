@@ -19,7 +19,8 @@ def register(subparsers) -> None:
     d.add_argument("--sha256", default=None, help="with --eval-bundle: the zip's expected SHA-256 (default: none "
                    "published upstream; the digest seen is recorded in eval_bundle/origin.json)")
     d.add_argument("-n", "--num-shards", type=int, default=None,
-                   help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240")
+                   help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240; required "
+                        "unless --chat or --eval-bundle")
     d.add_argument("-w", "--workers", type=int, default=4, help="parallel downloads (default: 4)")
     d.add_argument("--url", default=None,
                    help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
@@ -64,12 +65,16 @@ def cmd_download(args) -> int:
         raise ConfigError("data download: --chat and --eval-bundle stage different things; give one at a time")
     if args.sha256 and not args.eval_bundle:
         raise ConfigError("data download: --sha256 checks the eval bundle's zip; it needs --eval-bundle")
+    if args.num_shards is not None and (args.chat or args.eval_bundle):  # else staged whole, -n silently unread
+        raise ConfigError(f"data download: -n counts FineWeb-Edu shards; {'--chat' if args.chat else '--eval-bundle'} "
+                          f"stages its files whole: leave out -n, or download the shards in a command of their own")
     if args.chat:
         return chatstage.cli_download(args)
     if args.eval_bundle:
         return evalstage.cli_download(args)
     if args.num_shards is None:
-        raise ConfigError("data download: -n/--num-shards N is required (or --chat for the chat data)")
+        raise ConfigError("data download: -n/--num-shards N is required (or --chat for the chat data, "
+                          "--eval-bundle for CORE's eval bundle)")
     paths = download.download_shards(args.num_shards, workers=args.workers, url=args.url, retries=args.retries,
                                      timeout_s=args.timeout, overwrite=args.overwrite)
     print(f"{len(paths)} shard(s) in {dataset.data_dir()}")

@@ -69,3 +69,16 @@ def test_a_base_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
         assert err == [f"error: the base directory {in_the_way} (NANOCHAT_BASE_DIR) cannot be used: a file of that "
                        f"name is in the way, not a directory; set NANOCHAT_BASE_DIR to a writable directory"]
     assert in_the_way.read_text() == "kept\n"
+
+
+def test_a_shard_count_beside_chat_or_the_eval_bundle_is_refused_before_any_download(tmp_path, monkeypatch, capsys):
+    """`data download --chat -n 3` staged the whole chat data and never read -n."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing may be asked of it
+    for what in ("--chat", "--eval-bundle"):
+        assert main(["data", "download", what, "-n", "3", "--url", "http://127.0.0.1:9"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: data download: -n counts FineWeb-Edu shards; {what} stages its files whole")
+    assert list(tmp_path.iterdir()) == []
+    assert main(["data", "download"]) == 1
+    assert "--eval-bundle for CORE's eval bundle" in capsys.readouterr().err

@@ -441,7 +441,9 @@ def register_speedrun(subparsers) -> None:
     p = subparsers.add_parser("speedrun", help="a flow's stages in turn on this machine, no Slurm (upstream's "
                               "speedrun.sh)", description="Each stage in <run-dir>/<stage>/ with the flags a one-node "
                               "job of --nproc ranks gives it; the tokenizer first when there is none. Example: "
-                              "nanochat-bench speedrun --nproc 2 --device_type cpu --depth 2 --stages base_train")
+                              "nanochat-bench speedrun --nproc 2 --device_type cpu --depth 2 --max_seq_len 256 "
+                              "--device_batch_size 2 --num_iterations 6 --eval_every -1 --stages base_train (seconds; "
+                              "the pre-training defaults would take hours on a CPU)")
     add_flow_options(p, required=True)
     add_train_flags(p.add_argument_group("pre-training's flags (base_train; nanochat's names)"),
                     "any other pre-training flag, repeatable")

@@ -10,7 +10,7 @@ The story is the gap to ideal, so it is drawn where it can be seen: weak scaling
 against the flat ideal and its efficiency; strong scaling shows speedup against the diagonal with
 each point's efficiency written beside it, the throughput itself against its ideal, and the efficiency on
 an axis zoomed to the data. Error bars say what they are in the legend and the caption: min–max over
-repeats on throughput, the 95% CI on ratios.
+repeats on throughput, the 95% CI on ratios; a figure of medians without bars says that in its legend.
 Each function takes the tables of bench/analysis/scaling.py (already restricted to one config) and
 returns a matplotlib Figure, or None when there is nothing to draw; `save` writes it. The figures of
 a run's time (start-up phases, step split, pre-flight bandwidth) are in plots_why.py.
@@ -42,6 +42,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P")  # where points are not nudged apart, s
 ANNOTATE_MAX_RUNTIMES = 3  # more labelled points than this per figure stop being readable
 SPREAD_BARS = "bars: min–max over repeats"  # what a throughput figure's error bars are
 CI_BARS = "bars: 95% CI over repeats"
+NO_BARS = "medians over repeats, no bars"  # a figure without error bars says so too
 NO_CI = "no CI (under 2 runs a side)"  # a hollow marker on a ratio figure
 
 
@@ -207,7 +208,7 @@ def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit
     if points["runtime"].nunique() <= ANNOTATE_MAX_RUNTIMES:
         label_points(ax, labels)
     title(ax, f"Strong scaling: speedup vs {unit} (efficiency in brackets)", config)
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", title=NO_BARS)
     return fig
 
 
@@ -242,7 +243,7 @@ def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scali
     if points["runtime"].nunique() <= ANNOTATE_MAX_RUNTIMES:
         label_points(ax, labels)
     title(ax, what, config)
-    ax.legend(loc="lower left")
+    ax.legend(loc="lower left", title=NO_BARS)
     return fig
 
 
@@ -259,7 +260,7 @@ def mfu(points: pd.DataFrame, colors: dict, config: str, unit: str):
     ax.set_ylim(0, max(10.0, float(p_all["mfu"].max()) * 1.2))
     ax.set_ylabel("MFU (% of peak dense bf16)")
     title(ax, f"Model FLOPs utilisation vs {unit}", config)
-    ax.legend(loc="lower left")
+    ax.legend(loc="lower left", title=NO_BARS)
     return fig
 
 

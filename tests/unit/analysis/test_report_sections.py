@@ -276,3 +276,27 @@ def test_a_low_efficiency_names_the_ideal_speedup_of_any_rank_counts():
                            for n, s in ((4, 1.0), (6, 1.2))])
     found = findings.low_efficiency(points, "GPUs", "strong")
     assert found[0].evidence == "speedup 1.20x of an ideal 1.5x"
+
+
+def test_every_scaling_figure_says_what_its_bars_are_or_that_it_has_none():
+    """A figure says what its error bars are: throughput min-max, ratios a 95% CI, and the speedup, efficiency and
+    MFU figures, medians without bars, said so in the legend (they said nothing)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from bench.analysis import plots
+
+    rows = [{"runtime": rt, "world_size": n, "tok_per_sec": 900.0 * n, "tok_per_sec_min": 890.0 * n,
+             "tok_per_sec_max": 910.0 * n, "ideal_tok_per_sec": 1000.0 * n, "tok_per_sec_per_gpu": 900.0,
+             "tok_per_sec_per_gpu_min": 890.0, "tok_per_sec_per_gpu_max": 910.0, "speedup": n / 4 * 0.9,
+             "efficiency": 0.9, "mfu": 40.0} for rt in ("bare", "podman") for n in (4, 8)]
+    points, colors = pd.DataFrame(rows), {"bare": "C0", "podman": "C1"}
+    figures = {"speedup": plots.speedup(points, colors, "bare", "c", "GPUs"),
+               "efficiency": plots.efficiency(points, colors, "c", "GPUs", "strong"),
+               "mfu": plots.mfu(points, colors, "c", "GPUs"),
+               "throughput": plots.throughput(points, colors, "bare", "c", "GPUs")}
+    said = {name: fig.axes[0].get_legend().get_title().get_text() for name, fig in figures.items()}
+    for fig in figures.values():
+        plt.close(fig)
+    assert said == {"speedup": plots.NO_BARS, "efficiency": plots.NO_BARS, "mfu": plots.NO_BARS,
+                    "throughput": plots.SPREAD_BARS}

@@ -36,10 +36,11 @@ def fmt(v, kind: str = "g") -> str:
         return NOT_MEASURED
     if kind == "int":
         return f"{int(round(float(v))):,}"
+    # rounded first, then + 0.0: a small negative that rounds to zero reads 0.0, not -0.0
     if kind in ("1", "2", "3"):
-        return f"{float(v):,.{kind}f}"
+        return f"{round(float(v), int(kind)) + 0.0:,.{kind}f}"
     if kind == "pct":
-        return f"{100 * float(v):.1f}%"
+        return f"{round(100 * float(v), 1) + 0.0:.1f}%"
     return str(v)
 
 

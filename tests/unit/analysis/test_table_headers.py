@@ -40,3 +40,12 @@ def test_the_side_by_side_table_takes_its_headers_from_the_catalogue(relabelled)
     assert [h for h in table.columns if h.startswith("<")] == [
         "<total_batch_size>", "<num_params>", "<tok_per_sec>", "<mfu>", "<peak_mem_mib>"]
     assert table.rows[0][table.columns.index("<tok_per_sec>")] == "1,234"
+
+
+@pytest.mark.parametrize("value, kind, text", [(-0.04, "1", "0.0"), (-0.0004, "3", "0.000"), (-0.0002, "pct", "0.0%"),
+                                               (-0.06, "1", "-0.1"), (1234.56, "1", "1,234.6")])
+def test_a_value_that_rounds_to_zero_reads_zero_not_minus_zero(value, kind, text):
+    """A phase's time just below zero (clock skew between ranks) printed as -0.0 in the tables."""
+    from bench.analysis.tables import fmt
+
+    assert fmt(value, kind) == text

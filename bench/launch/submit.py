@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench import contract
 from bench.errors import ConfigError, SubmitError
-from bench.launch.job import Job, LaunchOptions, assemble, write_job
+from bench.launch.job import LIB_DIR, Job, LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 
@@ -27,6 +27,9 @@ PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes",
 
 def read_sweep(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / SWEEP_JSON
+    if not path.is_file() and (Path(sweep_dir) / LIB_DIR).is_dir():  # the jobs written, the sweep never recorded
+        raise ConfigError(f"{path} does not exist: {sweep_dir} holds job scripts that `submit --dry-run` or `render` "
+                          "wrote, which submit nothing; `nanochat-bench submit` (no --dry-run) makes a sweep to follow")
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: not a sweep directory made by `nanochat-bench submit`")
     not_ours = f"{path} is not a sweep record written by `nanochat-bench submit`"

@@ -402,3 +402,14 @@ def test_a_dry_run_into_a_submitted_sweep_is_refused_and_leaves_its_scripts(caps
     code, _, err = run_cli([*argv, "--num_iterations=9", "--dry-run"], capsys)
     assert code == 1 and "already holds a sweep" in err
     assert script.read_text() == submitted
+
+
+def test_status_of_a_dry_run_says_nothing_was_submitted(capsys, tmp_path):
+    """`status` of a `submit --dry-run` directory said only "not a sweep directory"; it now says that the jobs there
+    were written but a dry run (or render) submits nothing, and what makes a sweep to follow."""
+    argv = ["submit", "--dry-run", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}"]
+    assert run_cli([*argv, "--out", str(tmp_path / "s")], capsys)[0] == 0
+    code, _, err = run_cli(["status", str(tmp_path / "s")], capsys)
+    assert code == 1 and "holds job scripts that `submit --dry-run` or `render` wrote, which submit nothing" in err
+    code, _, err = run_cli(["status", str(tmp_path / "elsewhere")], capsys)
+    assert code == 1 and "not a sweep directory made by `nanochat-bench submit`" in err

@@ -5,7 +5,7 @@ It runs on the cluster's python3 outside any container, where the package may no
 `<sweep>/.lib/` once per sweep, and every batch script of the sweep calls that copy:
 
     python3 <sweep>/.lib/jobrecord.py start  RUN_DIR [RUNTIME_VERSION]
-    python3 <sweep>/.lib/jobrecord.py finish RUN_DIR EXIT_CODE
+    python3 <sweep>/.lib/jobrecord.py finish RUN_DIR EXIT_CODE [SIGNAL]   SIGNAL: the script received it meanwhile
     python3 <sweep>/.lib/jobrecord.py kept RUN_DIR          exit 0: the run is ok already (skip it)
     python3 <sweep>/.lib/jobrecord.py resume-step RUN_DIR   the checkpoint step a resubmitted run resumes
     python3 <sweep>/.lib/jobrecord.py image RUN_DIR [--ready --step WHAT] [--file PATH] [--id ID]
@@ -46,11 +46,16 @@ def start(run_dir: str, runtime_version: str = "") -> None:
                                      "runtime_version": runtime_version or None})
 
 
-def finish(run_dir: str, exit_code: str) -> None:
+def finish(run_dir: str, exit_code: str, signal: str = "") -> None:
     code = int(exit_code)
     # Slurm facts again: a trainer inside a container may not see them and record none.
     contract.update_run_json(run_dir, slurm=contract.slurm_facts(),
                              launch={"exit_code": code, "finished_at": time.time()})
+    if signal:  # scancel or the job's end stopped srun, perhaps before the trainer could record anything
+        contract.record_evidence(run_dir, contract.Evidence(
+            source="batch_script", kind="stopped", signal=signal, exit_code=code,
+            message=f"the batch script received {signal} (scancel, the job's time limit or a lost node) while the "
+                    f"run went on; srun exit code {code}"))
     tail = contract.log_tail(os.path.join(run_dir, contract.TRAIN_LOG))
     seen = set()
     for marker, kind, what in SLURM_LINES:

@@ -51,9 +51,10 @@ ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/.lib/jobrecord.py "$@"; }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
-# Slurm's KillWait): the running step ends, its outcome is recorded, and no further run starts
+# Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no
+# further run starts
 stopping=""
-trap 'stopping=1' TERM
+trap 'stopping=SIGTERM' TERM
 
 
 # == run n2-ce-r1: ce on 2 node(s) x 4 rank(s), 20 min ==========
@@ -88,7 +89,7 @@ env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi

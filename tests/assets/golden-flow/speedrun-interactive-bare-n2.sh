@@ -55,9 +55,10 @@ ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/jobrecord.py "$@"; }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
-# Slurm's KillWait): the running step ends, its outcome is recorded, and no further run starts
+# Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no
+# further run starts
 stopping=""
-trap 'stopping=1' TERM
+trap 'stopping=SIGTERM' TERM
 
 # -- tokenizer: trained once per sweep, outside the measured runs; the sweep's other jobs keep it
 flow_failed=""  # the stage this point's flow stopped at: the stages after it are recorded as not run
@@ -120,7 +121,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
@@ -161,7 +162,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1 --split_tokens=10485760 \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
@@ -202,7 +203,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-p
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1 \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
@@ -245,7 +246,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
@@ -286,7 +287,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-p
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=mid \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
@@ -329,7 +330,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1 --target_examples_per_step=32 --deadline="${run_deadline}" \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
@@ -370,7 +371,7 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-p
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=sft \
     2>&1 | tee "$run_dir/train.log" || rc=$?
 fi
-runjson finish "$run_dir" "$rc"
+runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
 if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi

@@ -102,3 +102,16 @@ def test_a_finished_run_keeps_ok_whatever_the_log_says(tmp_path):
 def test_usage_on_bad_arguments(lib, tmp_path):
     r = run(sys.executable, lib, ["explode"], tmp_path)
     assert r.returncode == 2 and "start" in r.stderr
+
+
+def test_a_run_stopped_by_slurm_before_the_trainer_spoke_is_cancelled(tmp_path):
+    contract.update_run_json(tmp_path, status="pending")
+    jobrecord.finish(str(tmp_path), "143", "SIGTERM")  # scancel during the container's start-up
+    data = contract.read_run_json(tmp_path)
+    assert data["status"] == "cancelled" and "received SIGTERM" in data["message"]
+
+
+def test_a_stop_after_the_trainers_own_end_keeps_it(tmp_path):
+    contract.update_run_json(tmp_path, status="oom", message="CUDA out of memory")
+    jobrecord.finish(str(tmp_path), "143", "SIGTERM")
+    assert contract.read_run_json(tmp_path)["status"] == "oom"

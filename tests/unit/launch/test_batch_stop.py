@@ -1,0 +1,57 @@
+"""A batch job stopped by Slurm (scancel, the job's time limit, a lost node): Slurm sends SIGTERM to every
+process of the batch step, the script's own bookkeeping and pipes included, while srun takes its step down.
+The run in progress must be recorded as what stopped it, with Slurm's last lines in its log. Real bash, with a
+stand-in srun that signals the script's process group as slurmstepd does (the real Slurm runs are in
+tests/integration/slurm).
+
+    python -m pytest tests/unit/launch/test_batch_stop.py -q
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from bench.launch.job import LaunchOptions, assemble, write_job
+from bench.launch.plan import Sweep
+from bench.launch.render import render_sbatch
+
+SCONTROL = """#!/bin/bash
+if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=127.0.0.1 NodeHostName=h1"; fi
+"""
+# The training step: its ranks start, then scancel reaches the batch step (SIGTERM to the whole process group)
+# before the trainer records anything; srun forwards it, prints slurmstepd's line and ends as the step did.
+SRUN = """#!/bin/bash
+for a in "$@"; do case $a in bench.launch.elastic)
+    echo "0: starting"
+    kill -TERM -- "-$(ps -o pgid= $$ | tr -d ' ')"
+    sleep 0.5
+    echo "slurmstepd: error: *** STEP 77.0 ON n1 CANCELLED AT 2026-12-01T10:00:00 ***" >&2
+    exit 143 ;;
+esac; done
+"""
+
+
+def stopped_job(tmp_path, runtimes):
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    sweep = Sweep([2], 2, runtimes, train={"device_type": "cpu"})
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
+    [job] = assemble(sweep, opts, tmp_path / "sweep", compare=len(runtimes) > 1, note=lambda _: None)
+    write_job(job, render_sbatch(job))
+    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"}
+    r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60, start_new_session=True)  # its own process group, as the batch step has
+    return r, [json.loads((run.run_dir / "run.json").read_text()) for run in job.runs], job
+
+
+def test_a_run_stopped_before_the_trainer_spoke_is_cancelled_not_failed(tmp_path):
+    r, [bare, podman], _ = stopped_job(tmp_path, ["bare", "podman"])
+    assert r.returncode == 143, r.stderr
+    assert bare["status"] == "cancelled" and "received SIGTERM" in bare["message"]
+    assert bare["launch"]["exit_code"] == 143
+    assert podman["status"] == "pending"  # not started: `status` settles it from Slurm's end of the job

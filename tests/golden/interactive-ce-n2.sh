@@ -49,6 +49,9 @@ ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run
 #    contract (/scratch/nb/sweeps/golden/.lib/jobrecord.py and contract/, standard library only), outside any container
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/.lib/jobrecord.py "$@"; }
+# A run's log, by a tee that outlives the SIGTERM Slurm sends every process of the batch step: srun's last
+# lines (slurmstepd's `CANCELLED ... DUE TO TIME LIMIT`, `Node failure on`), which say how the run ended, reach it
+run_log() { (trap '' TERM; exec tee "$@"); }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
 # Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no
@@ -87,7 +90,7 @@ resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues
 if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi

@@ -34,6 +34,6 @@ if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     podman-hpc run --rm --network=host --ipc=host --gpu --nccl --volume=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --volume=/scratch/nb/cache:/scratch/nb/cache --workdir=/workspace/nanochat-bench --env=CUDA_CACHE_DISABLE=1 --env=MPICH_GPU_SUPPORT_ENABLED=0 --env=NANOCHAT_BASE_DIR=/scratch/nb/cache --env=NANOCHAT_BENCH_IMAGE=localhost/nanochat-bench:latest --env=NANOCHAT_BENCH_RUNTIME=podman-hpc --env=NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-podman-hpc-r1 --env=NANOCHAT_VAL_FILES_K=1 --env=NCCL_DEBUG=INFO --env=NCCL_DEBUG_SUBSYS=INIT,NET --env=TORCH_NCCL_ASYNC_ERROR_HANDLING=1 '--env=SLURM_*' localhost/nanochat-bench:latest \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"

@@ -32,6 +32,6 @@ resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues
 if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" --container-image=/scratch/nb/sweeps/golden/.images/nvcr.io+nvidia+pytorch+25.10-py3.sqsh --container-mounts=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden,/scratch/nb/cache:/scratch/nb/cache --container-workdir=/workspace/nanochat-bench --container-env=CUDA_CACHE_DISABLE,MPICH_GPU_SUPPORT_ENABLED,NANOCHAT_BASE_DIR,NANOCHAT_BENCH_IMAGE,NANOCHAT_BENCH_RUNTIME,NANOCHAT_BENCH_RUN_DIR,NANOCHAT_VAL_FILES_K,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,TORCH_NCCL_ASYNC_ERROR_HANDLING --no-container-mount-home --container-writable \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"

@@ -29,6 +29,6 @@ if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     sarus run -e CUDA_CACHE_DISABLE=1 -e MPICH_GPU_SUPPORT_ENABLED=0 -e NANOCHAT_BASE_DIR=/scratch/nb/cache -e NANOCHAT_BENCH_IMAGE=load/library/nanochat-bench:latest -e NANOCHAT_BENCH_RUNTIME=sarus -e NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-sarus-r1 -e NANOCHAT_VAL_FILES_K=1 -e NCCL_DEBUG=INFO -e NCCL_DEBUG_SUBSYS=INIT,NET -e TORCH_NCCL_ASYNC_ERROR_HANDLING=1 --mount=type=bind,source=/scratch/nb/sweeps/golden,destination=/scratch/nb/sweeps/golden --mount=type=bind,source=/scratch/nb/cache,destination=/scratch/nb/cache --workdir=/workspace/nanochat-bench load/library/nanochat-bench:latest \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"

@@ -53,6 +53,9 @@ ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run
 #    contract (/scratch/nb/sweeps/golden/n2-bare-r1/.lib/jobrecord.py and contract/, standard library only), outside any container
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/jobrecord.py "$@"; }
+# A run's log, by a tee that outlives the SIGTERM Slurm sends every process of the batch step: srun's last
+# lines (slurmstepd's `CANCELLED ... DUE TO TIME LIMIT`, `Node failure on`), which say how the run ended, reach it
+run_log() { (trap '' TERM; exec tee "$@"); }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
 # Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no
@@ -119,7 +122,7 @@ resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -160,7 +163,7 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1 --split_tokens=10485760 \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -201,7 +204,7 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1 \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -244,7 +247,7 @@ run_deadline=$(( $(date +%s) + 1080 ))
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -285,7 +288,7 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=mid \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -328,7 +331,7 @@ run_deadline=$(( $(date +%s) + 1080 ))
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1 --target_examples_per_step=32 --deadline="${run_deadline}" \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -369,7 +372,7 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=sft \
-    2>&1 | tee "$run_dir/train.log" || rc=$?
+    2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi

@@ -22,17 +22,18 @@ if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=127.0.
 # The training step: its ranks start, then scancel reaches the batch step (SIGTERM to the whole process group)
 # before the trainer records anything; srun forwards it, prints slurmstepd's line and ends as the step did.
 SRUN = """#!/bin/bash
+trap '' TERM  # srun forwards it to the tasks and goes on until they end
 for a in "$@"; do case $a in bench.launch.elastic)
     echo "0: starting"
     kill -TERM -- "-$(ps -o pgid= $$ | tr -d ' ')"
     sleep 0.5
-    echo "slurmstepd: error: *** STEP 77.0 ON n1 CANCELLED AT 2026-12-01T10:00:00 ***" >&2
+    echo "slurmstepd: error: *** STEP 77.0 ON n1 CANCELLED AT 2026-12-01T10:00:00 ${REASON:-}***" >&2
     exit 143 ;;
 esac; done
 """
 
 
-def stopped_job(tmp_path, runtimes):
+def stopped_job(tmp_path, runtimes, reason=""):
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
@@ -43,7 +44,7 @@ def stopped_job(tmp_path, runtimes):
     [job] = assemble(sweep, opts, tmp_path / "sweep", compare=len(runtimes) > 1, note=lambda _: None)
     write_job(job, render_sbatch(job))
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
-           "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"}
+           "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1", "REASON": reason}
     r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
                        timeout=60, start_new_session=True)  # its own process group, as the batch step has
     return r, [json.loads((run.run_dir / "run.json").read_text()) for run in job.runs], job
@@ -55,3 +56,11 @@ def test_a_run_stopped_before_the_trainer_spoke_is_cancelled_not_failed(tmp_path
     assert bare["status"] == "cancelled" and "received SIGTERM" in bare["message"]
     assert bare["launch"]["exit_code"] == 143
     assert podman["status"] == "pending"  # not started: `status` settles it from Slurm's end of the job
+
+
+def test_the_jobs_time_limit_line_reaches_the_runs_log_after_the_sigterm(tmp_path):
+    """The time limit's and a lost node's lines come after the SIGTERM: they decide timeout or failed."""
+    _, [bare], job = stopped_job(tmp_path, ["bare"], reason="DUE TO TIME LIMIT ")
+    log = (job.runs[0].run_dir / "train.log").read_text()
+    assert "0: starting" in log and "CANCELLED AT 2026-12-01T10:00:00 DUE TO TIME LIMIT ***" in log
+    assert bare["status"] == "timeout"

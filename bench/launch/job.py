@@ -108,14 +108,16 @@ class Run:
 
     def image_lines(self) -> list[list[Token]]:
         """The image step as the batch script runs it: one srun task on every node of the run (a per-node step;
-        --kill-on-bad-exit: one node that fails stops the others at once), else once on the batch host."""
+        --kill-on-bad-exit: one node that fails stops the others at once; --time: the job's allowance for it, so a
+        node whose engine hangs, e.g. on a storage lock, cannot eat the allocation), else once on the batch host."""
         step = self.image_step
         if step is None:
             return []
         command = ["bash", str(self.run_dir.parent / LIB_DIR / step.script), *step.args]
         if not step.per_node:
             return [command]
-        return [["srun", f"--nodes={self.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"], command]
+        return [["srun", f"--nodes={self.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                 f"--time={IMAGE_STEP_MINUTES}"], command]
 
 
 @dataclass

@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from bench.launch.job import LaunchOptions, assemble, write_job
+from bench.launch.job import IMAGE_STEP_MINUTES, LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 
@@ -46,7 +46,9 @@ def test_compare_runs_every_runtime_in_turn(tmp_path):
     every = [(tmp_path / f"srun.{i}").read_text().split("\0")[:-1] for i in range(1, 9)]
     # podman's image step before each podman run: one task on every node of the run (image-podman.sh)
     steps = [c for c in every if any(a.endswith("/.lib/image-podman.sh") for a in c)]
-    assert [c[:3] for c in steps] == [["--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]] * 2
+    # with the job's allowance for it as its limit: a node whose podman hangs must not eat the allocation
+    assert [c[:4] for c in steps] == [["--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                                       f"--time={IMAGE_STEP_MINUTES}"]] * 2
     assert steps[0][-3:-1] == ["podman", "localhost/nanochat-bench:latest"]
     calls = [c for c in every if c not in steps]
     # runtimes alternate within each repeat (A B C A B C), so slow drift hits each of them alike

@@ -35,7 +35,8 @@ fi
 # (NodeAddr, not the node name: names need not resolve, e.g. several slurmd on one host)
 nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
 first_node=${nodes%%$'\n'*}  # no `| head`: an early-closed pipe is an error under pipefail
-rdzv_addr=$(scontrol show node "$first_node" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')
+# a slurmctld too busy to answer (a timeout at scale) must not end the job: the node's name is the fallback
+rdzv_addr=$(scontrol show node "$first_node" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p') || rdzv_addr=""
 rdzv_addr=${rdzv_addr:-$first_node}
 # a batch script runs on the first node (sbatch(1)); an salloc shell may be on a login node
 on_first_node() {

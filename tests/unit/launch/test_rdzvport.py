@@ -103,10 +103,10 @@ def free_job_block() -> tuple[int, list[socket.socket]]:
     raise RuntimeError("no job id with a free rendezvous block")
 
 
-def run_job(tmp_path, job_id: int):
+def run_job(tmp_path, job_id: int, scontrol: str = SCONTROL):
     stubs = tmp_path / "stubs"
     stubs.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
+    for name, text in (("scontrol", scontrol), ("srun", SRUN)):
         (stubs / name).write_text(text)
         (stubs / name).chmod(0o755)
     sweep = Sweep([2], 2, ["bare"], train={"device_type": "cpu"})
@@ -147,3 +147,21 @@ def test_rendered_job_with_every_port_taken_fails_at_once_naming_them(tmp_path):
     assert args == []  # no srun: torchrun never started
     assert manifest["status"] == "failed"
     assert f"rendezvous ports {port}-{port + rdzvport.SPAN - 1} on n1" in manifest["message"]
+
+
+# slurmctld too busy to answer `scontrol show node` (a timeout when many jobs start at once)
+SCONTROL_BUSY = """#!/bin/bash
+if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; exit 0; fi
+echo "slurm_load_node error: Socket timed out on send/recv operation" >&2; exit 1
+"""
+
+
+def test_a_busy_slurmctld_falls_back_to_the_node_name(tmp_path):
+    job_id, socks = free_job_block()
+    for s in socks:
+        s.close()
+    r, args, manifest = run_job(tmp_path, job_id, SCONTROL_BUSY)
+    assert r.returncode == 0, r.stderr
+    endpoint = next(a for a in args if a.startswith("--rdzv_endpoint="))
+    assert endpoint.startswith("--rdzv_endpoint=n1:")
+    assert manifest["status"] != "pending"

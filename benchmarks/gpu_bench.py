@@ -30,6 +30,7 @@ sys.path.insert(0, REPO)
 from bench.analysis.rundir import read_events, read_run_dir  # noqa: E402
 from bench.launch.local import run_local  # noqa: E402
 from bench.metrics import WARMUP_STEPS  # noqa: E402
+from bench.nanochat.runclaim import holds_a_run  # noqa: E402
 from bench.contract import METRICS_JSONL  # noqa: E402
 
 def pseudo_word_docs(num_docs: int, words_per_doc: int = 300, vocab: int = 150_000, seed: int = 0) -> list[str]:
@@ -90,6 +91,40 @@ def max_loss_deviation(run_dir: Path, reference_dir: Path) -> float | None:
     return max(abs(a[s] - b[s]) for s in common) if common else None
 
 
+def parse_gpus(text: str) -> list[int]:
+    """--gpus 1,2,4 -> [1, 2, 4]; anything but positive integers is a ValueError naming the flag."""
+    try:
+        gpus = [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        gpus = []
+    if not gpus or min(gpus) < 1:
+        raise ValueError(f"--gpus {text!r}: give comma-separated positive GPU counts, e.g. 1,2,4")
+    return gpus
+
+
+def parse_variant(spec: str) -> tuple[str, dict, list[str]]:
+    """--variant NAME[:ENV=V,...[:--flag=v ...]] -> (name, extra environment, extra trainer flags)."""
+    name, _, rest = spec.partition(":")
+    env_part, _, flag_part = rest.partition(":")
+    pairs = [kv.split("=", 1) for kv in env_part.split(",") if kv]
+    if not name or "/" in name or any(len(kv) != 2 or not kv[0] for kv in pairs):
+        raise ValueError(f"--variant {spec!r}: give NAME, NAME:ENV=V,... or NAME:ENV=V,...:--flag=v ... "
+                         "(NAME without '/'; an empty ENV part is NAME::--flag=v)")
+    return name, dict(pairs), flag_part.split()
+
+
+def check_run_dirs(out: Path, names: list[str], gpus: list[int]) -> None:
+    """Each run gets a run directory of its own under --out: two runs of one name and GPU count, or a run
+    directory that already holds a run (run_local refuses it), is a ValueError before anything runs."""
+    dirs = [f"{name}-{nproc}gpu" for name in names for nproc in gpus]
+    if twice := sorted({d for d in dirs if dirs.count(d) > 1}):
+        raise ValueError(f"--variant/--gpus: {', '.join(twice)} would run twice into one run directory; "
+                         "give each variant its own NAME and each GPU count once")
+    if taken := [d for d in dirs if holds_a_run(out / d)]:
+        raise ValueError(f"--out {out} already holds {', '.join(taken)}: give a new --out, or remove those "
+                         "run directories to run them again")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="1", help="comma-separated GPU counts to run (default 1)")
@@ -108,6 +143,12 @@ def main() -> int:
     args = ap.parse_args()
 
     base_dir, out = Path(args.base_dir).resolve(), Path(args.out).resolve()
+    try:  # every run's settings checked before the first of them starts (each can take minutes)
+        gpus = parse_gpus(args.gpus)
+        variants = [parse_variant(v) for v in args.variant or ["baseline"]]
+        check_run_dirs(out, [v[0] for v in variants], gpus)
+    except ValueError as e:
+        ap.error(str(e))
     # `torchrun -m bench.nanochat.train` finds `bench` in the working directory before PYTHONPATH:
     # run from this checkout, so that comparing two checkouts measures each one's own code.
     os.chdir(REPO)
@@ -120,15 +161,12 @@ def main() -> int:
     else:
         prepare_data(base_dir, args.vocab_size)
     rows = []
-    for spec in args.variant or ["baseline"]:
-        name, _, rest = spec.partition(":")
-        env_part, _, flag_part = rest.partition(":")
-        env_extra = dict(kv.split("=", 1) for kv in env_part.split(",") if kv)
-        for nproc in [int(g) for g in args.gpus.split(",")]:
+    for name, env_extra, variant_flags in variants:
+        for nproc in gpus:
             flags = [f"--depth={args.depth}", f"--device_batch_size={args.device_batch_size}",
                      f"--total_batch_size={args.total_batch_size}", f"--num_iterations={args.steps}",
                      "--eval_every=-1", "--core_metric_every=-1", "--sample_every=-1", "--run=dummy",
-                     *data_flags, *flag_part.split()]
+                     *data_flags, *variant_flags]
             run_dir = out / f"{name}-{nproc}gpu"
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]), **env_extra}
             rc = run_local(flags, nproc, run_dir, env=env)

@@ -72,7 +72,7 @@ def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool = Fal
         _held[path] = fd
     if overwrite and not resume:
         _empty_run_dir(path)
-    elif refuse_finished and not resume and _holds_a_run(path):
+    elif refuse_finished and not resume and holds_a_run(path):
         release(path)
         raise RunDirBusy(f"{path} already holds a run (its {METRICS_JSONL} has events); give a new "
                          f"--run-dir, start it afresh with --overwrite (the old run's files are deleted), "
@@ -133,7 +133,8 @@ def _empty_run_dir(path: str) -> None:
             os.unlink(entry.path)
 
 
-def _holds_a_run(path: str) -> bool:
+def holds_a_run(path: "str | os.PathLike") -> bool:
+    """Whether the directory holds a run: its metrics.jsonl has events."""
     try:
         return os.path.getsize(os.path.join(path, METRICS_JSONL)) > 0
     except OSError:

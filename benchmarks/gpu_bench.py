@@ -29,7 +29,7 @@ sys.path.insert(0, REPO)
 
 from bench.analysis.rundir import read_events, read_run_dir  # noqa: E402
 from bench.launch.local import run_local  # noqa: E402
-from bench.metrics import WARMUP_STEPS  # noqa: E402
+from bench.analysis.figures import steady_mask  # noqa: E402
 from bench.nanochat.runclaim import holds_a_run  # noqa: E402
 from bench.contract import METRICS_JSONL  # noqa: E402
 
@@ -74,7 +74,8 @@ def step_figures(run_dir: Path) -> dict:
     """The loss at the last step, and the steady steps' largest distance from their median step time
     (a stall inside the measured window shows here: every steady step should lie within 3%)."""
     steps = [e for e in read_events(run_dir / METRICS_JSONL, []) if e.get("event") == "step"]
-    steady = [e["dt_ms"] for e in steps if e["step"] > WARMUP_STEPS]
+    mask, _ = steady_mask([e["step"] for e in steps])  # the steps that tok/s and dt ms are medians over
+    steady = [e["dt_ms"] for e, m in zip(steps, mask) if m]
     median = statistics.median(steady) if steady else None
     return {"last_loss": steps[-1]["loss"] if steps else None,
             "max_step_dev": max(abs(t / median - 1) for t in steady) if steady else None}

@@ -50,3 +50,17 @@ def test_the_variant_syntax_is_parsed_into_name_environment_and_flags():
     assert gpu_bench.parse_variant("fast:A=1,B=x=y:--x=1 --y=2") == ("fast", {"A": "1", "B": "x=y"}, ["--x=1", "--y=2"])
     assert gpu_bench.parse_variant("big::--device_batch_size=64") == ("big", {}, ["--device_batch_size=64"])
     assert gpu_bench.parse_gpus("1, 2,4") == [1, 2, 4]
+
+
+def test_stepdev_is_over_the_steps_that_the_figures_are_medians_of(tmp_path):
+    """A run shorter than the warm-up has figures over its later half (the analysis' rule); its stepdev
+    was '-' as if it had no steady steps."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_bench
+
+    times = [900.0, 120.0, 100.0, 110.0]  # steps 0..3: the later half is 100 and 110 ms
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        f'{{"event": "step", "t": {i}, "step": {i}, "loss": 5.0, "lrm": 1.0, "dt_ms": {t}, "tok_per_sec": 1000, '
+        f'"mfu": null, "total_time_s": 0.0}}\n'
+        for i, t in enumerate(times)))
+    assert gpu_bench.step_figures(tmp_path)["max_step_dev"] == pytest.approx(110 / 105 - 1)

@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -315,9 +316,12 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
             r.message = f"{len(steps)} of {spec.steps} steps, losses {losses}: not a finite training run"
         else:
             r.outcome = "ok"
-            later = sorted(steps[1:] or steps, key=lambda e: e["tok_per_sec"])
-            mid = later[len(later) // 2]
-            r.tok_per_sec, r.mfu, r.step_ms = mid["tok_per_sec"], mid.get("mfu"), mid["dt_ms"]
+            later = steps[1:] or steps  # the first step allocates and warms up
+            # medians as the report's figures take them (bench/analysis/figures.py): of two steps (the
+            # default 3 steps), their mean, not the faster one
+            r.tok_per_sec, r.step_ms = (statistics.median(e[k] for e in later) for k in ("tok_per_sec", "dt_ms"))
+            mfus = [e["mfu"] for e in later if isinstance(e.get("mfu"), (int, float))]
+            r.mfu = statistics.median(mfus) if mfus else None
             r.peak_mem_mib = end.get("peak_mem_mib") or None  # 0 on CPU: no allocator statistics there
     elif status == "oom":
         r.outcome, r.oom_bytes = "oom", bytes_asked(message)

@@ -164,14 +164,14 @@ class Sweep:
         result = read_probe(spec, run_dir)
         if result is None:
             left = None if c.budget_s is None else c.budget_s - (time.time() - self.t0)
-            if left is not None and left < c.min_probe_s:
-                self.out_of_time = True
-                return ProbeResult(spec, "budget", "not run: the sweep's time budget is spent")
-            timeout = c.time_per_point if left is None else min(c.time_per_point, left)
-            self.log(f"[{len(self.results) + 1:3d} {time.time() - self.t0:6.0f}s] {strategy:<16} {spec.name:<12} "
-                     f"starting (up to {timeout:.0f} s)")
-            result = run_probe(spec, run_dir, self.data, timeout, self.host_floor,
-                               deadline_cut=left is not None and left < c.time_per_point)
+            if left is not None and left < c.min_probe_s:  # counted and shown: the summary says the sweep is cut
+                result = ProbeResult(spec, "budget", "not run: the sweep's time budget is spent")
+            else:
+                timeout = c.time_per_point if left is None else min(c.time_per_point, left)
+                self.log(f"[{len(self.results) + 1:3d} {time.time() - self.t0:6.0f}s] {strategy:<16} "
+                         f"{spec.name:<12} starting (up to {timeout:.0f} s)")
+                result = run_probe(spec, run_dir, self.data, timeout, self.host_floor,
+                                   deadline_cut=left is not None and left < c.time_per_point)
             self.out_of_time |= result.outcome == "budget"
         if result.outcome != "budget":
             result.extra.update(self._prediction(strategy, shape, batch))
@@ -353,7 +353,8 @@ def format_table(summary: dict) -> list[str]:
         ratio = f"{s['ratio_to_fsdp']:.2f}" if s.get("ratio_to_fsdp") else "-"
         tps = f"{s['tok_per_sec_at_capacity']:,.0f}" if s.get("tok_per_sec_at_capacity") else "-"
         end = f"{fail['name']} ({fail['num_params']:,})" if fail else \
-            f"{stop['outcome']} at {stop['shape']}" if stop else "none (largest candidate fits)"
+            f"{stop['outcome']} at {stop['shape']}" if stop else \
+            "none (largest candidate fits)" if s.get("complete") else "- (search not finished or not run)"
         name = s["strategy"] + ("" if s["aspect_ratio"] == 64 else f" a{s['aspect_ratio']}")
         lines.append(f"{name:<18}{cap['name'] if cap else '-':>10}{format(cap['num_params'], ',') if cap else '-':>16}"
                      f"{ratio:>8}{tps:>10}  {end}")  # last, left-aligned: a long one never runs into tok/s
@@ -361,7 +362,8 @@ def format_table(summary: dict) -> list[str]:
         lines.append(f"(interrupted by {summary['interrupted']} after {len(summary['probes'])} finished probe(s); "
                      "run again to resume)")
     if summary.get("not_run_for_budget"):
-        lines.append(f"({summary['not_run_for_budget']} probe(s) not run: time budget spent; run again to resume)")
+        lines.append(f"(time budget spent: {summary['not_run_for_budget']} probe(s) cut or not started, the sweep "
+                     "did not finish; run again to resume)")
     return lines
 
 

@@ -8,7 +8,7 @@ import time
 from types import SimpleNamespace
 
 from bench.capacity.probe import ProbeResult, ProbeSpec
-from bench.capacity.sweep import Sweep, format_table
+from bench.capacity.sweep import Sweep, SweepConfig, format_table
 
 MESSAGE = ("rank 0: out of memory at --device_batch_size=8: [enforce fail at alloc_cpu.cpp:127] err == 0. "
            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 35184372088832 bytes. "
@@ -25,6 +25,25 @@ def test_an_oom_probe_line_ends_with_the_whole_message():
 
 def test_the_summary_table_keeps_tok_s_apart_from_the_first_failure():
     search = {"strategy": "zero2", "aspect_ratio": 32, "ratio_to_fsdp": None, "tok_per_sec_at_capacity": 34.0,
-              "capacity": {"name": "d8-a32", "num_params": 39845888}, "first_failure": None, "stopped": None}
+              "capacity": {"name": "d8-a32", "num_params": 39845888}, "first_failure": None, "stopped": None,
+              "complete": True}
     row = format_table({"searches": [search], "probes": []})[-1]
     assert row.endswith("34  none (largest candidate fits)")
+
+
+def test_a_sweep_cut_by_its_budget_says_so_and_claims_no_capacity(tmp_path):
+    """The budget spent before a strategy's search started: its row said 'none (largest candidate fits)' and
+    no line said that the sweep was cut, as if it had finished."""
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp", "zero2"], budget_s=30, max_depth=4, device_type="cpu")
+    lines: list[str] = []
+    sweep = Sweep.__new__(Sweep)  # the sweep's own passes and summary, without its machine (no probe runs)
+    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, t0=time.time() - 29,
+                          out_of_time=False, interrupted=None,
+                          machine={"device_type": "cpu", "device_bytes": 2 << 30, "host_available_bytes": 8 << 30})
+    for strategy in cfg.strategies:
+        sweep._search(strategy, 64)
+    summary = sweep.write_summary()
+    assert summary["not_run_for_budget"] == 1 and summary["probes"] == []
+    assert not any("largest candidate fits" in line for line in lines), lines
+    assert any(line.startswith("zero2") and line.endswith("- (search not finished or not run)") for line in lines)
+    assert lines[-1].startswith("(time budget spent: 1 probe(s) cut or not started, the sweep did not finish")

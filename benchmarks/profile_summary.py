@@ -28,6 +28,15 @@ def kind_of(name: str) -> str:
     return next((kind for kind, keys in KINDS if any(k in low for k in keys)), "other")
 
 
+def time_covered(kernels: list[dict]) -> float:
+    """Microseconds in which at least one kernel ran: the union of their intervals, overlaps counted once."""
+    covered, end = 0.0, float("-inf")
+    for start, stop in sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels):
+        covered += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return covered
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", help="profile_step<N>.json from a run directory")
@@ -50,8 +59,10 @@ def main() -> int:
         count[e["name"]] += 1
     busy = sum(by_kind.values())
     span = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
-    print(f"{len(kernels):,} kernels; GPU span {span / 1e3:,.1f} ms, kernel time {busy / 1e3:,.1f} ms "
-          f"(idle or overlapped {100 * (1 - busy / span):.1f}%)")
+    covered = time_covered(kernels)  # kernels of several streams (NCCL beside compute) overlap
+    overlap = f", {(busy - covered) / 1e3:,.1f} ms of it beside another stream's" if busy > covered else ""
+    print(f"{len(kernels):,} kernels; GPU span {span / 1e3:,.1f} ms, kernel time {busy / 1e3:,.1f} ms{overlap} "
+          f"(idle {100 * (1 - covered / span) if span else 0:.1f}% of the span)")
     print(f"\n{'kind':<22}{'ms':>10}{'share':>8}")
     for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"{kind:<22}{us / 1e3:>10.1f}{100 * us / busy:>7.1f}%")

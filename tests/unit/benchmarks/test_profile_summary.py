@@ -30,12 +30,26 @@ def test_kernels_are_summed_by_kind_with_idle_time(tmp_path):
     proc = run(trace)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("5 kernels; GPU span 1.1 ms, kernel time 1.0 ms (idle or overlapped 9.1%)")
+    assert lines[0].startswith("5 kernels; GPU span 1.1 ms, kernel time 1.0 ms (idle 9.1% of the span)")
     shares = {line[:22].strip(): line[22:].split() for line in lines[3:9]}
     assert shares["matmul"] == ["0.6", "60.0%"]
     assert shares["attention"] == ["0.2", "20.0%"]
     assert shares["compiled (Triton)"] == ["0.1", "10.0%"]
     assert shares["communication"] == ["0.1", "5.0%"] and shares["copy / fill"] == ["0.1", "5.0%"]
+
+
+def test_kernels_of_two_streams_that_overlap_are_not_taken_for_idle_time(tmp_path):
+    """A reduce-scatter beside the matmuls: the sum of kernel times exceeded the span and the idle share
+    came out negative (-50.0%); the GPU is idle only where no kernel of any stream runs."""
+    events = [{"cat": "kernel", "name": "nvjet_gemm", "ts": 0, "dur": 600},
+              {"cat": "kernel", "name": "ncclDevKernel_ReduceScatter", "ts": 100, "dur": 400},
+              {"cat": "kernel", "name": "nvjet_gemm", "ts": 700, "dur": 300}]
+    trace = tmp_path / "profile_step12.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    proc = run(trace)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == ("3 kernels; GPU span 1.0 ms, kernel time 1.3 ms, 0.4 ms of it beside "
+                                           "another stream's (idle 10.0% of the span)")
 
 
 def test_a_trace_without_gpu_kernels_is_a_clear_error(tmp_path):

@@ -75,7 +75,9 @@ def main(argv=None) -> int:
     p.add_argument("--keep", default=None, metavar="DIR", help="stage the cases under DIR and keep it (default: "
                                                                "a temporary directory, removed)")
     args = p.parse_args(argv)
-    names = args.cases.split(",") if args.cases else [c.name for c in CASES]
+    names = [n.strip() for n in args.cases.split(",") if n.strip()] or [c.name for c in CASES]
+    if unknown := [n for n in names if n not in {c.name for c in CASES}]:  # else left out without a word
+        p.error(f"--cases: no case {', '.join(unknown)}; the cases: {', '.join(c.name for c in CASES)}")
     wanted = [c for c in CASES if c.name in names and not (c.slurm and args.no_slurm)]
     header = ["fault", "s until last process ended", "status", "message", "events kept", "traceback", "meets goal"]
     align = [":---", "---:", ":---", ":---", "---:", ":---", ":---"]

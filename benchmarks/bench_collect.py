@@ -52,8 +52,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10_000, help="run directories to generate (default: 10000)")
     ap.add_argument("--steps", type=int, default=50, help="step events per run (default: 50)")
     ap.add_argument("--workers", type=int, default=None, help="collect processes (default: CPU count, max 8)")
-    ap.add_argument("--dir", default=None, help="work directory (default: a temporary one, removed after)")
+    ap.add_argument("--dir", default=None, help="an existing directory to work in, e.g. on the filesystem to "
+                    "measure: the runs go into a temporary directory under it, removed after (default: the "
+                    "system's temporary directory)")
     args = ap.parse_args()
+    if args.dir and not (os.path.isdir(args.dir) and os.access(args.dir, os.W_OK | os.X_OK)):  # else a traceback
+        ap.error(f"--dir {args.dir}: not a writable directory" if os.path.exists(args.dir) else
+                 f"--dir {args.dir}: no such directory (give an existing one)")
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root, out = Path(tmp) / "runs", Path(tmp) / "table"

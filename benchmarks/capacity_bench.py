@@ -18,6 +18,7 @@ naming settings that fit.
 import argparse
 import csv
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -71,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = calibrate.check(summary)
     write_rows(out / "memory_check.csv", rows)
-    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-    print(f"\nmemory model vs measured peak: {len(errors)} probe(s)"
-          + (f", largest error {100 * max(errors):.1f}%, median {100 * sorted(errors)[len(errors) // 2]:.1f}%"
-             if errors else ""))
+    print("\n" + error_line(rows))
     for r in rows:
         meas = f"{r['measured_peak_bytes'] / 2**30:7.1f}" if r["measured_peak_bytes"] else "      -"
         host = f"  host {r['measured_host_bytes'] / 2**30:.1f} vs {r['predicted_host_bytes'] / 2**30:.1f} GiB" \
@@ -90,6 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     report = write_capacity_report([out], out / "report")
     print(f"report: {report}\nsummary: {out / 'summary.json'}\nwall time {time.time() - t0:.0f} s")
     return 0
+
+
+def error_line(rows: list[dict]) -> str:
+    """The memory model's errors against the measured peaks (calibrate.check's rows): how many, largest, median."""
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    return f"memory model vs measured peak: {len(errors)} probe(s)" + (
+        f", largest error {100 * max(errors):.1f}%, median {100 * statistics.median(errors):.1f}%" if errors else "")
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:

@@ -1,0 +1,17 @@
+"""benchmarks/capacity_bench.py: its summary of the memory model's error."""
+
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "capacity_bench.py"
+
+
+def test_the_median_error_is_the_median():
+    """Of an even count it was the larger middle value (20.0% here), above half of the errors."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import capacity_bench
+
+    rows = [{"error": e} for e in (0.05, -0.10, 0.20, -0.40, None)]
+    assert capacity_bench.error_line(rows) == \
+        "memory model vs measured peak: 4 probe(s), largest error 40.0%, median 15.0%"
+    assert capacity_bench.error_line([]) == "memory model vs measured peak: 0 probe(s)"

@@ -14,12 +14,17 @@ where one worker failed and torchrun stops the others (there its 30 s are fixed,
 TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not hold
 the job for long, and ours end within a second of SIGTERM. The closing signal is followed by SIGCONT, so
 a stopped worker (the hung rank itself) takes its SIGTERM at once instead of waiting for the SIGKILL.
+A signal that reaches torchrun while it starts its workers ends it before it has noted the ones already
+started (each in a session of its own, so no signal to torchrun's group reaches them): a worker still
+running when torchrun returns is stopped the same way, so none trains on as an orphan.
 """
 
 import os
 import signal
 import socket
 import sys
+import time
+from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing import api as processes
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -54,6 +59,51 @@ def bound_shutdown(timeout_s: int = SHUTDOWN_TIMEOUT_S) -> None:
             pass  # already gone
 
     SubprocessHandler.close = close_and_continue
+
+
+def stop_leftovers(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """Stop the workers (this process's children) still running once torchrun has returned: SIGTERM and SIGCONT
+    to each one's session, SIGKILL after timeout_s."""
+    running = _children()
+    for pid in running:
+        _signal_group(pid, signal.SIGTERM)
+        _signal_group(pid, signal.SIGCONT)
+    deadline = time.monotonic() + timeout_s
+    while running and time.monotonic() < deadline:
+        running = [pid for pid in running if not _reaped(pid)]
+        time.sleep(0.1)
+    for pid in running:
+        _signal_group(pid, signal.SIGKILL)
+        _reaped(pid, wait=True)
+
+
+def _children() -> list[int]:
+    """The pids of this process's children (Linux /proc; none elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+    return found
+
+
+def _reaped(pid: int, wait: bool = False) -> bool:
+    """Whether the child has ended (and is reaped now); `wait`: until it has."""
+    try:
+        return os.waitpid(pid, 0 if wait else os.WNOHANG) != (0, 0)
+    except ChildProcessError:
+        return True
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """The worker's session (its own children too), or the worker alone where it leads none."""
+    for send in (os.killpg, os.kill):
+        try:
+            return send(pid, signum)
+        except OSError:
+            continue  # already gone, or not a group's leader
 
 
 def describe(rank: int, failure) -> str:
@@ -130,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         if run_dir:
             record_signal(run_dir, e.sigval.name)
         return 128 + int(e.sigval)
+    finally:
+        stop_leftovers()
     return 0
 
 

@@ -88,3 +88,40 @@ def test_a_stopped_worker_ends_with_its_sigterm_not_the_sigkill_after_the_shutdo
     assert proc.returncode == 1 and "torchrun: rank" in proc.stderr
     assert ended - float(failed_at.read_text()) < SHUTDOWN_TIMEOUT_S, proc.stderr[-2000:]
     assert "forcefully exiting via" not in proc.stderr  # torchrun never had to SIGKILL it
+
+
+# torchrun takes SIGINT right after starting its first worker, before it has noted it (as a Ctrl-C can)
+SIGNAL_WHILE_STARTING = textwrap.dedent("""
+    import os, signal, sys
+    from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
+    from bench.launch import elastic
+
+    popen = SubprocessHandler._popen
+
+    def popen_then_signal(self, *args, **kwargs):
+        proc = popen(self, *args, **kwargs)
+        open(os.environ["WORKER_PID_FILE"], "w").write(str(proc.pid))
+        os.kill(os.getpid(), signal.SIGINT)
+        return proc
+
+    SubprocessHandler._popen = popen_then_signal
+    sys.exit(elastic.main(sys.argv[1:]))
+""")
+WORKER = "import time; time.sleep(60)"
+
+
+def test_a_worker_started_just_before_torchrun_is_stopped_does_not_outlive_it(tmp_path):
+    launcher, worker, pid_file = tmp_path / "launcher.py", tmp_path / "worker.py", tmp_path / "worker.pid"
+    launcher.write_text(SIGNAL_WHILE_STARTING)
+    worker.write_text(WORKER)
+    env = {k: v for k, v in os.environ.items() if k != "NANOCHAT_BENCH_RUN_DIR"}
+    proc = subprocess.run([sys.executable, str(launcher), "--standalone", "--nproc_per_node=2", str(worker)],
+                          env={**env, "WORKER_PID_FILE": str(pid_file)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-2000:]
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"worker {pid} outlived torchrun")

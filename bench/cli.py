@@ -49,12 +49,12 @@ def describe_commands(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = None
     try:
+        args = build_parser().parse_args(argv)  # seconds of imports (torch): a Ctrl-C there is one line too
         result = args.func(args)
     except BenchError as e:
-        if args.verbose:
+        if args is None or args.verbose:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 1

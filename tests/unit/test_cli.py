@@ -66,3 +66,11 @@ def test_a_preflight_buffer_of_no_size_is_refused_not_read_as_the_default(mib, m
     with pytest.raises(SystemExit):  # alone under torchrun too, and its help says what CPU_SIZES holds
         preflight.main(["--max-mib", mib])
     assert "--max-mib: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt  # as a Ctrl-C during the seconds torch takes to import
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["train"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"

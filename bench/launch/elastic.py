@@ -114,14 +114,31 @@ def describe(rank: int, failure) -> str:
     return f"{who} exited with status {failure.exitcode}"
 
 
-def first_failure(e: ChildFailedError) -> tuple[int, object]:
-    """The cause among the failed workers: the first killed by a signal, else torchrun's first (module docstring)."""
+def first_failure(e: ChildFailedError, run_dir: str | None = None) -> tuple[int, object]:
+    """The cause among the failed workers: the first killed by a signal, else the first to record its own failure in
+    run_dir, else torchrun's first (module docstring). torchrun's times are whole seconds, when it saw each exit:
+    a rank that failed and the ones that lost it a moment later tie there, and rank 0 would win the tie."""
     killed = sorted((f.timestamp, rank, f) for rank, f in e.failures.items()
                     if f.exitcode is not None and f.exitcode < 0)
     if killed:
         _, rank, failure = killed[0]
         return rank, failure
+    recorded = sorted((entry.get("t") or 0.0, entry["rank"]) for entry in _evidence(run_dir)
+                      if entry.get("source") == "trainer" and entry.get("rank") in e.failures)
+    if recorded:
+        rank = recorded[0][1]
+        return rank, e.failures[rank]
     return e.get_first_failure()
+
+
+def _evidence(run_dir: str | None) -> list[dict]:
+    """run.json's evidence so far; none without a run directory or a readable run.json."""
+    if not run_dir:
+        return []
+    try:
+        return contract.read_run_json(run_dir).get("evidence") or []
+    except (OSError, ValueError):
+        return []
 
 
 def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
@@ -169,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[numanode.ENV_BIND] = "1"  # the workers inherit it
         torchrun_main(torchrun_argv)
     except ChildFailedError as e:
-        rank, failure = first_failure(e)
+        rank, failure = first_failure(e, run_dir)
         cause = describe(rank, failure)
         print(f"torchrun: {cause} (first of {len(e.failures)} failed worker(s))", file=sys.stderr, flush=True)
         if run_dir:

@@ -35,6 +35,15 @@ def test_a_killed_worker_is_the_cause_before_the_one_that_lost_it():
     assert describe(0, failure(0, 3, 1)) == f"rank 0 on {HOST} exited with status 3"
 
 
+def test_the_first_rank_to_record_its_failure_is_the_cause_not_rank_0_of_torchrun_s_tie(tmp_path):
+    # rank 1 raised, rank 0 lost it 20 ms later: torchrun saw both exits within its one-second resolution
+    for rank, kind, t in ((1, "error", 100.08), (0, "peer_lost", 100.10)):
+        contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind=kind, rank=rank, t=t))
+    e = ChildFailedError("train", {0: failure(0, 1, 100), 1: failure(1, 1, 100)})
+    assert first_failure(e, str(tmp_path))[0] == 1
+    assert first_failure(e)[0] == 0  # nothing recorded: torchrun's own choice
+
+
 def test_the_echo_gives_way_but_a_rank_s_own_reason_stays(tmp_path):
     contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="peer_lost", rank=0, message=(
         "rank 0: lost contact with another rank: Connection closed by peer")))

@@ -36,6 +36,7 @@ from bench import contract
 from bench.launch import numabind
 from bench.nanochat import numanode
 from bench.nanochat.heartbeat import waited_for
+from bench.nanochat.runrecord import say
 
 SHUTDOWN_TIMEOUT_S = 10
 
@@ -166,7 +167,7 @@ def _record(run_dir: str, evidence) -> None:
     try:
         contract.record_evidence(run_dir, evidence)
     except (OSError, contract.SchemaError) as e:
-        print(f"torchrun: could not record the outcome in {run_dir}: {e}", file=sys.stderr)
+        say(f"torchrun: could not record the outcome in {run_dir}: {e}")
 
 
 def record_signal(run_dir: str, name: str) -> None:
@@ -188,14 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     except ChildFailedError as e:
         rank, failure = first_failure(e, run_dir)
         cause = describe(rank, failure)
-        print(f"torchrun: {cause} (first of {len(e.failures)} failed worker(s))", file=sys.stderr, flush=True)
-        if run_dir:
+        if run_dir:  # recorded before anything is printed: the terminal may be gone (the launcher killed)
             record_root_cause(run_dir, rank, failure, cause)
+        say(f"torchrun: {cause} (first of {len(e.failures)} failed worker(s))")
         return 1
     except SignalException as e:
-        print(f"torchrun: stopped by {e.sigval.name}; the workers were stopped with it", file=sys.stderr, flush=True)
         if run_dir:
             record_signal(run_dir, e.sigval.name)
+        say(f"torchrun: stopped by {e.sigval.name}; the workers were stopped with it")
         return 128 + int(e.sigval)
     finally:
         stop_leftovers()

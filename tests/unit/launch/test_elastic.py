@@ -11,9 +11,11 @@ import sys
 import textwrap
 import time
 
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from bench import contract
+from bench.launch import elastic
 from bench.launch.elastic import SHUTDOWN_TIMEOUT_S, describe, first_failure, record_root_cause, record_signal
 from bench.nanochat.heartbeat import STOPPED_AFTER_S
 from tests.support.synthetic import write_heartbeat as write_beat
@@ -134,3 +136,23 @@ def test_a_worker_started_just_before_torchrun_is_stopped_does_not_outlive_it(tm
         return
     os.kill(pid, signal.SIGKILL)
     raise AssertionError(f"worker {pid} outlived torchrun")
+
+
+class GoneTerminal:
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")  # the launcher reading torchrun's output was killed
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_signal_to_torchrun_is_recorded_though_its_terminal_is_gone(tmp_path, monkeypatch):
+    def stopped(argv):
+        raise SignalException("stopped", sigval=signal.SIGTERM)
+    monkeypatch.setattr(elastic, "torchrun_main", stopped)
+    monkeypatch.setattr(elastic, "bound_shutdown", lambda: None)  # torch is left as it is in this process
+    monkeypatch.setattr(elastic, "stop_leftovers", lambda: None)
+    monkeypatch.setenv(contract.ENV_RUN_DIR, str(tmp_path))
+    monkeypatch.setattr(sys, "stderr", GoneTerminal())
+    assert elastic.main(["--standalone", "train.py"]) == 128 + signal.SIGTERM
+    assert contract.read_run_json(tmp_path)["message"] == "torchrun received SIGTERM; the workers were stopped"

@@ -6,7 +6,7 @@ process: NANOCHAT_BENCH_RUN_DIR points at the run directory, the output goes to 
 `<run_dir>/train.log` (the workload's stdout to stdout, its stderr, where failure causes are printed, to
 stderr; train.log gets both, in the order they arrived), the wall and CPU time of everything it started
 are recorded, and bench.contract.close_unfinished has the last word, as it has for a batch job. It
-returns the exit status.
+returns the exit status (128+N for a workload killed by signal N).
 
 The workload runs in a session of its own, so the wrapper decides what reaches it: SIGINT (Ctrl-C),
 SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to the end, and a
@@ -182,4 +182,4 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
         contract.close_unfinished(run_dir, rc, workloads.get(workload).local_launcher)
     except OSError as e:
         output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")
-    return rc
+    return rc if rc >= 0 else 128 - rc  # killed by signal N: 128+N, as a shell says it (an exit status of -9 is 247)

@@ -28,3 +28,12 @@ def test_a_stage_that_never_started_names_torchrun(workload, dying_python, tmp_p
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "failed"
     assert manifest["message"] == "the trainer never started (torchrun exit code 3): ImportError: no module named torch"
+
+
+def test_a_workload_killed_by_a_signal_exits_128_plus_it(tmp_path):
+    killed = tmp_path / "python"
+    killed.write_text("#!/bin/sh\nkill -9 $$\n")  # as torchrun's agent killed with -9 (the OOM killer, a user)
+    killed.chmod(0o755)
+    run_dir = tmp_path / "run"
+    assert run_local([], 2, run_dir, env=dict(os.environ), python=str(killed)) == 128 + 9
+    assert json.loads((run_dir / "run.json").read_text())["launch"]["exit_code"] == -9

@@ -55,5 +55,6 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int, shards_why:
     ctx.update(interactive=True, salloc=render.salloc_line(job, minutes), salloc_minutes=minutes,
                base_dir=shlex.quote(base_dir), shards=shards, shards_why=shards_why,
                data_srun=one_task(first, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
-               staging=staging, shell_srun=render.comment_safe(one_task(first, "bash", tty=True)))
+               staging=staging, shell_srun=render.comment_safe(one_task(first, "bash", tty=True)),
+               shell_where=render.shell_where(first))
     return render.environment().get_template(FLOW_INTERACTIVE_TEMPLATE).render(ctx)

@@ -148,5 +148,13 @@ def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "
                data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards),
                                   outside_run=True),
                tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train", outside_run=True),
-               shell_srun=comment_safe(one_task(run, "bash", tty=True, outside_run=True)))
+               shell_srun=comment_safe(one_task(run, "bash", tty=True, outside_run=True)),
+               shell_where=shell_where(run))
     return environment().get_template(INTERACTIVE_TEMPLATE).render(ctx)
+
+
+def shell_where(run: Run) -> str:
+    """Where the guide's shell line opens a shell: on a node (the host's Python), else in the runtime's container."""
+    if run.runtime.python is None:
+        return "on one of the nodes"
+    return f"inside the {run.runtime.name} container on one node"

@@ -154,7 +154,8 @@ def speed_figure(probes: pd.DataFrame, colors: dict):
         return None
     has_mfu = ok["mfu"].notna().any()
     fig, axes = plt.subplots(1, 2 if has_mfu else 1, squeeze=False)
-    for col, (ax, key, label) in enumerate(zip(axes[0], ("tok_per_sec", "mfu"), ("tokens/s (all GPUs)", header("mfu")))):
+    labels = ("tokens/s (all GPUs)", header("mfu"))
+    for col, (ax, key, label) in enumerate(zip(axes[0], ("tok_per_sec", "mfu"), labels)):
         for strategy, p in ok.groupby("strategy", sort=False):
             b1 = p[p["device_batch_size"] == 1].sort_values("num_params")
             best = p.loc[p.groupby("num_params")["tok_per_sec"].idxmax()].sort_values("num_params")

@@ -110,9 +110,9 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
     g.add_argument("--no-data-check", dest="data_check", action="store_false",
-                   help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat data) is under "
-                        "--base-dir, for a login node that does not see the nodes' filesystem (default: checked "
-                        "when --base-dir is visible here)")
+                   help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat "
+                        "data) is under --base-dir, for a login node that does not see the nodes' filesystem "
+                        "(default: checked when --base-dir is visible here)")
     g.add_argument("--numa-binding", choices=(*NUMA_BINDING, "none"), default="node",
                    help="GPU runs: bind each worker to CPUs near its GPU (torchrun --numa-binding, torch >= 2.8; "
                         "none to leave it to the OS) (default: node)")

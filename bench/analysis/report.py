@@ -23,7 +23,7 @@ from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stag
 from bench.analysis.collect import ROW_VERSION, collect, display_root, load_table, one_row_per_run
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
-from bench.contract import FINAL_STATUSES, atomic_target
+from bench.contract import FINAL_STATUSES, atomic_target, write_synced
 from bench.errors import AnalysisError, os_reason
 
 REPORT_MD = "report.md"
@@ -148,12 +148,18 @@ def publish(out_dir: Path, fig_dir: Path, texts: dict[str, str]) -> None:
     fills on the way leaves the older report whole, its figures with it."""
     with atomic_target(out_dir / REPORT_MD) as md, atomic_target(out_dir / REPORT_HTML) as html:
         for tmp, name in ((md, REPORT_MD), (html, REPORT_HTML)):
-            with open(tmp, "w") as f:
-                f.write(texts[name])
-                f.flush()
-                os.fsync(f.fileno())
-        shutil.rmtree(out_dir / FIGURES_DIR, ignore_errors=True)
-        os.replace(fig_dir, out_dir / FIGURES_DIR)
+            write_synced(tmp, texts[name])
+        figures = out_dir / FIGURES_DIR
+        older = fig_dir.with_name(fig_dir.name + ".older")  # set aside until the new figures are in place
+        if figures.exists():
+            os.replace(figures, older)
+        try:
+            os.replace(fig_dir, figures)
+        except OSError:
+            if older.exists():
+                os.replace(older, figures)
+            raise
+        shutil.rmtree(older, ignore_errors=True)
 
 
 def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, fig_dir: Path) -> dict:

@@ -51,7 +51,13 @@ def atomic_target(path: "str | os.PathLike") -> Iterator[str]:
 
 def write_text_atomic(path: "str | os.PathLike", text: str) -> None:
     """Write text so that a reader sees the old file or the new one, never half of one."""
-    with atomic_target(path) as tmp, open(tmp, "w") as f:
+    with atomic_target(path) as tmp:
+        write_synced(tmp, text)
+
+
+def write_synced(path: "str | os.PathLike", text: str) -> None:
+    """Write text and flush it to the disk: an error (a full disk) comes here, not at a later rename."""
+    with open(path, "w") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

@@ -27,6 +27,7 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bench.analysis.figures import steady_mask
 from bench.capacity import capped, lifetime
 from bench.launch.local import prepare_local
 from bench.contract import TRAIN_LOG, Evidence, close_unfinished, log_tail, record_evidence
@@ -316,9 +317,10 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
             r.message = f"{len(steps)} of {spec.steps} steps, losses {losses}: not a finite training run"
         else:
             r.outcome = "ok"
-            later = steps[1:] or steps  # the first step allocates and warms up
-            # medians as the report's figures take them (bench/analysis/figures.py): of two steps (the
-            # default 3 steps), their mean, not the faster one
+            # the report's steady steps and medians (bench/analysis/figures.py): at the default 3 steps the last
+            # two (the first allocates and warms up), and their mean, not the faster one
+            mask, _ = steady_mask([e["step"] for e in steps])
+            later = [e for e, steady in zip(steps, mask) if steady]
             r.tok_per_sec, r.step_ms = (statistics.median(e[k] for e in later) for k in ("tok_per_sec", "dt_ms"))
             mfus = [e["mfu"] for e in later if isinstance(e.get("mfu"), (int, float))]
             r.mfu = statistics.median(mfus) if mfus else None

@@ -5,8 +5,9 @@ torchrun ends a failed run by raising ChildFailedError (a worker died) or Signal
 got SIGTERM/SIGINT/SIGHUP), and Python prints them as tracebacks into the job's output. Here either
 becomes one line naming the cause, and what torchrun saw is recorded as evidence (bench/contract/outcome.py
 settles the status): the worker that failed first, killed by a signal (kill -9, the kernel's OOM killer:
-it cannot say so itself) before one that exited with an error, so the ranks torchrun then stops with
-SIGTERM, or that lost their peer, do not leave the echo as the run's status. A worker aborted (SIGABRT,
+it cannot say so itself) before one that exited with an error, and among those the rank that recorded its
+own failure first in run.json (torchrun's exit times are whole seconds: a tie goes to rank 0), so the ranks
+torchrun then stops with SIGTERM, or that lost their peer, do not leave the echo as the run's status. A worker aborted (SIGABRT,
 as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats show another rank stopped
 is evidence of `hung`, naming that rank. A signal to torchrun itself is evidence of a cancel.
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path
@@ -19,6 +20,7 @@ started (each in a session of its own, so no signal to torchrun's group reaches 
 running when torchrun returns is stopped the same way, so none trains on as an orphan.
 """
 
+import math
 import os
 import signal
 import socket
@@ -124,7 +126,7 @@ def first_failure(e: ChildFailedError, run_dir: str | None = None) -> tuple[int,
     if killed:
         _, rank, failure = killed[0]
         return rank, failure
-    recorded = sorted((entry.get("t") or 0.0, entry["rank"]) for entry in _evidence(run_dir)
+    recorded = sorted((entry.get("t") or math.inf, entry["rank"]) for entry in _evidence(run_dir)
                       if entry.get("source") == "trainer" and entry.get("rank") in e.failures)
     if recorded:
         rank = recorded[0][1]
@@ -183,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
         if warning:
-            print(warning, file=sys.stderr, flush=True)
+            say(warning)
             os.environ[numanode.ENV_BIND] = "1"  # the workers inherit it
         torchrun_main(torchrun_argv)
     except ChildFailedError as e:

@@ -18,7 +18,7 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
-from bench.runtimes.base import ENV_NAME, IMAGES_DIR, ImageStep, OptVar, quote_token
+from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, exportable, quote_token
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.sites import Site
@@ -66,7 +66,7 @@ class LaunchOptions:
         if self.numa_binding is not None and self.numa_binding not in NUMA_BINDING:
             raise ConfigError(f"--numa-binding {self.numa_binding!r}: valid values are {', '.join(NUMA_BINDING)}, none")
         for name, value in self.env.items():
-            if not ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
+            if not exportable(name, value):
                 raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")
 
 

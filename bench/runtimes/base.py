@@ -21,6 +21,12 @@ from bench.errors import RuntimeConfigError
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell can `export` and a runtime pass by name
 
 
+def exportable(name: str, value: str) -> bool:
+    """Whether the batch script can `export NAME=VALUE` it and each runtime pass it by name: a name a shell takes,
+    a value of one line."""
+    return bool(ENV_NAME.fullmatch(name)) and "\n" not in value and "\0" not in value
+
+
 @dataclass(frozen=True)
 class Var:
     """A token `prefix` + the value of the batch-script variable `name`, e.g. `--rdzv_id=` + SLURM_JOB_ID."""

@@ -38,7 +38,7 @@ from typing import Any, Mapping
 
 from bench import runtimes as registry  # the runtimes' own registry: one list of names
 from bench.errors import ConfigError, RuntimeConfigError
-from bench.runtimes.base import ENV_NAME, Mount, Runtime
+from bench.runtimes.base import Mount, Runtime, exportable
 
 NETWORKS = ("slingshot", "infiniband", "ethernet")
 SHIPPED_SUFFIX = ".toml"
@@ -165,7 +165,7 @@ def _env(value: Any, where: str) -> dict[str, str]:
     cannot take would break the job's script, so it is refused here, naming the table and the name."""
     env = _strings(value, where)
     for name, text in env.items():
-        if not ENV_NAME.fullmatch(name) or "\n" in text or "\0" in text:
+        if not exportable(name, text):
             raise ConfigError(f"{where}: {name} = {text!r} is not a variable name (letters, digits, '_', not "
                               "starting with a digit) with a one-line value")
     return env

@@ -79,7 +79,7 @@ class Site:
         except ConfigError:
             raise ConfigError(f"{where}: time {data['time']!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)") \
                 from None
-        for name, valid in CHOICES.items():  # else torchrun or the runtime on every node would be the first to say
+        for name, valid in CHOICES.items():  # here, naming the extras' key: LaunchOptions would name submit's flag
             if name in data and data[name] not in valid:
                 raise ConfigError(f"{where}: {name} {data[name]!r} is not one of: {', '.join(valid)}")
         if data["gpus_per_node"] < 1:  # 0 would reach the batch arithmetic as a division by zero

@@ -40,7 +40,7 @@ def steady_mask(steps: list[int], starts=(0,)) -> tuple[list[bool], str | None]:
     return [i in later for i in range(len(steps))], RULE_SECOND_HALF
 
 
-def _finite(x) -> float | None:
+def finite(x) -> float | None:
     """x as a float if it is a finite number, else None (bools, strings and NaN are not figures)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
@@ -83,7 +83,7 @@ def step_figures(records: list[dict], world_size: int | None, flops_per_token: f
         return fig, notes
     steps = [int(r["step"]) for r in records]
     last = max(range(len(steps)), key=steps.__getitem__)
-    fig["last_step"], fig["final_loss"] = steps[last], _finite(records[last].get("loss"))
+    fig["last_step"], fig["final_loss"] = steps[last], finite(records[last].get("loss"))
 
     mask, rule = steady_mask(steps, starts)
     steady = [r for r, m in zip(records, mask, strict=True) if m]
@@ -108,7 +108,7 @@ def step_figures(records: list[dict], world_size: int | None, flops_per_token: f
     if mfu is not None:
         fig["mfu"], fig["mfu_source"] = mfu, "recomputed"
     elif peak_flops_per_gpu:
-        recorded = [m for g in good if (m := _finite(g[2])) is not None]
+        recorded = [m for g in good if (m := finite(g[2])) is not None]
         if recorded:
             fig["mfu"], fig["mfu_source"] = statistics.median(recorded), "recorded"
     return fig, notes

@@ -20,7 +20,7 @@ from bench import contract, workloads
 from bench.analysis import upstream
 from bench.analysis import why
 from bench.analysis.columns import FLAT
-from bench.analysis.figures import _finite, step_figures, steady_mask
+from bench.analysis.figures import finite, step_figures, steady_mask
 from bench.analysis.regular_files import NotRegularFile, read_regular
 from bench.workloads.base import EVALUATION, TRAINING
 
@@ -124,7 +124,7 @@ def manifest_fields(manifest: dict, notes: list[str]) -> dict:
         row[k] = None  # NaN/inf in the manifest is no value: treated as unknown, and said
     if non_finite:
         notes.append(f"run.json: non-finite {', '.join(non_finite)} treated as unknown")
-    row["t0"] = _finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
+    row["t0"] = finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
     config = why.section(manifest, "config")
     row["precision"] = precision(config, manifest.get("workload")) if manifest else None
     row["fused_kernels"] = fused_kernels(config)
@@ -138,14 +138,14 @@ def scores_text(scores) -> str | None:
     """run.json `scores` as one cell: JSON of the finite figures by name, sorted (None when there are none)."""
     if not isinstance(scores, dict):
         return None
-    kept = {str(k): float(v) for k, v in scores.items() if _finite(v) is not None and not isinstance(v, bool)}
+    kept = {str(k): float(v) for k, v in scores.items() if finite(v) is not None and not isinstance(v, bool)}
     return json.dumps(kept, sort_keys=True) if kept else None
 
 
 def stage_time(manifest: dict) -> float | None:
     """Seconds from the launch (NANOCHAT_BENCH_T0) to the end the launcher saw, else to the final status."""
     launch = why.section(manifest, "launch")
-    t0, end = _finite(launch.get("t0")), _finite(launch.get("finished_at")) or _finite(manifest.get("finished_at"))
+    t0, end = finite(launch.get("t0")), finite(launch.get("finished_at")) or finite(manifest.get("finished_at"))
     return end - t0 if t0 is not None and end is not None and end >= t0 else None
 
 
@@ -204,23 +204,23 @@ def event_fields(events: list[dict]) -> dict:
     row: dict = {}
     # milestone times: a non-numeric or NaN `t` is no time (step times are not needed: steps carry dt_ms)
     t = {name: v for name in ("start", "dist_init", "model_ready", "first_step")
-         if name in first and (v := _finite(first[name]["t"])) is not None}
+         if name in first and (v := finite(first[name]["t"])) is not None}
     row["t_start"] = t.get("start")
     if "start" in t and "first_step" in t:
         row["time_to_first_step_s"] = t["first_step"] - t["start"]
     if "model_ready" in first:
-        row["flops_per_token"] = _finite(first["model_ready"].get("flops_per_token"))
-        row["num_params"] = _finite(first["model_ready"].get("num_params"))
+        row["flops_per_token"] = finite(first["model_ready"].get("flops_per_token"))
+        row["num_params"] = finite(first["model_ready"].get("num_params"))
     if "dist_init" in first:
         row["world_size"] = first["dist_init"].get("world_size")
     if "end" in last:
         end = last["end"]
         # 0 is the trainer's "not measured" on CPU (as nanochat's `get_max_memory = lambda: 0`), not a figure
-        row["peak_mem_mib"] = _finite(end.get("peak_mem_mib")) or None
-        row["total_training_time_s"] = _finite(end.get("total_training_time_s"))
-        row["min_val_bpb"] = _finite(end.get("min_val_bpb"))
+        row["peak_mem_mib"] = finite(end.get("peak_mem_mib")) or None
+        row["total_training_time_s"] = finite(end.get("total_training_time_s"))
+        row["min_val_bpb"] = finite(end.get("min_val_bpb"))
     if row.get("min_val_bpb") is None:
-        vals = [v for v in (_finite(ev.get("val_bpb")) for ev in events if ev["event"] == "val") if v is not None]
+        vals = [v for v in (finite(ev.get("val_bpb")) for ev in events if ev["event"] == "val") if v is not None]
         row["min_val_bpb"] = min(vals) if vals else None
     row.update(score_rates([ev for ev in events if ev["event"] == "score"]))
     if "error" in last:
@@ -241,9 +241,9 @@ def score_rates(scored: list[dict]) -> dict:
     scored = [ev for ev in scored if ev.get("name") not in MEAN_SCORES]
     row = {}
     for count, rate in (("problems", "problems_per_sec"), ("tokens", "eval_tok_per_sec")):
-        counted = [ev for ev in scored if _finite(ev.get(count)) is not None]
-        seconds = [t for ev in counted if (t := _finite(ev.get("seconds")))]
-        total = sum(_finite(ev[count]) for ev in counted)
+        counted = [ev for ev in scored if finite(ev.get(count)) is not None]
+        seconds = [t for ev in counted if (t := finite(ev.get("seconds")))]
+        total = sum(finite(ev[count]) for ev in counted)
         if count == "problems" and counted:
             row["problems"] = total
         if counted and len(seconds) == len(counted) and sum(seconds) > 0:

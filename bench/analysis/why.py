@@ -11,7 +11,7 @@ import statistics
 
 from bench import breakdown, nccl_log
 from bench.analysis.columns import COLLECTIVES, SPLIT  # noqa: F401 - SPLIT and COLLECTIVES are read from here too
-from bench.analysis.figures import _finite
+from bench.analysis.figures import finite
 
 
 def section(manifest: dict, name: str) -> dict:
@@ -22,8 +22,8 @@ def section(manifest: dict, name: str) -> dict:
 
 def phase_fields(manifest: dict, first_times: dict) -> dict:
     launch = section(manifest, "launch")
-    times = {**{k: _finite(v) for k, v in first_times.items()}, "launch": _finite(launch.get("t0")),
-             "image_ready": _finite(launch.get("image_ready_at")), "finished": _finite(launch.get("finished_at"))}
+    times = {**{k: finite(v) for k, v in first_times.items()}, "launch": finite(launch.get("t0")),
+             "image_ready": finite(launch.get("image_ready_at")), "finished": finite(launch.get("finished_at"))}
     return {f"phase_{m}_s": s for m, s in breakdown.phases(times).items()}
 
 
@@ -31,7 +31,7 @@ def split_fields(steady_steps: list[dict]) -> dict:
     """Medians of the step split over the steady steps that carry it (--breakdown)."""
     out = {}
     for key in SPLIT:
-        values = [v for s in steady_steps if (v := _finite(s.get(key))) is not None]
+        values = [v for s in steady_steps if (v := finite(s.get(key))) is not None]
         if values:
             out[f"step_{key}"] = statistics.median(values)
     return out
@@ -42,14 +42,14 @@ def section_fields(manifest: dict) -> dict:
     pre = section(manifest, "preflight")
     for c, bw in (pre.get("busbw_gbps") or {}).items():
         if c in COLLECTIVES:
-            out[f"busbw_{c}_gbps"] = _finite(bw)
+            out[f"busbw_{c}_gbps"] = finite(bw)
     net = section(manifest, "network")
     out["net"] = net.get("net") or net.get("backend")
     if net.get("transports"):
         out["nccl_transports"] = json.dumps(net["transports"], sort_keys=True)
     out["net_over_sockets"] = nccl_log.over_sockets(net) if net.get("backend") == "nccl" else None
     bd = section(manifest, "breakdown")
-    steps = [v for r in bd.get("ranks") or [] if isinstance(r, dict) and (v := _finite(r.get("step_ms")))]
+    steps = [v for r in bd.get("ranks") or [] if isinstance(r, dict) and (v := finite(r.get("step_ms")))]
     if len(steps) > 1:
         out["rank_step_spread_pct"] = 100 * (max(steps) - min(steps)) / statistics.median(steps)
     return {k: v for k, v in out.items() if v is not None}

@@ -59,13 +59,13 @@ class BaseLoss(TorchrunStage):
     def read_events(self, events: list[dict], config: dict) -> list[dict]:
         """Before its score events carried `tokens` (contract 2.3 and before), each split's score evaluated
         config.split_tokens tokens."""
-        from bench.analysis.figures import _finite  # standard library only, as this module
+        from bench.analysis.figures import finite  # standard library only, as this module
 
         split = config.get("split_tokens")
         if not isinstance(split, int) or isinstance(split, bool):
             return events
         return [{**ev, "tokens": split} if ev["event"] == "score" and ev.get("tokens") is None
-                and _finite(ev.get("problems")) is not None else ev for ev in events]
+                and finite(ev.get("problems")) is not None else ev for ev in events]
 
 
 WORKLOAD = BaseLoss()

@@ -184,7 +184,7 @@ class FlowSweep:
     @property
     def tokenizer_minutes(self) -> int:
         """Each job's time for the tokenizer: one trains it when the sweep has none, the others wait for it."""
-        return tokenizer_minutes(self.first.shards_needed() or 1)
+        return tokenizer_minutes(self.first.shards_needed())
 
     def job_minutes(self, stage_points: list[planmod.Point]) -> int:
         return self.tokenizer_minutes + sum(p.time_minutes + 1 for p in stage_points)  # as job.job_minutes

@@ -341,9 +341,11 @@ TOKENIZER_MAX_CHARS = 2e9
 TOKENIZER_CHARS_PER_S = 2e6
 
 
-def tokenizer_minutes(shards: int) -> int:
-    """The time `tokenizer train` is given on `shards` shards, as the plan gives a run."""
-    return allowance_minutes(min(shards * CHARS_PER_SHARD, TOKENIZER_MAX_CHARS) / TOKENIZER_CHARS_PER_S / 3600)
+def tokenizer_minutes(shards: int | None) -> int:
+    """The time `tokenizer train` is given on `shards` shards (None: not known, so the most it reads), as the plan
+    gives a run."""
+    chars = TOKENIZER_MAX_CHARS if shards is None else min(shards * CHARS_PER_SHARD, TOKENIZER_MAX_CHARS)
+    return allowance_minutes(chars / TOKENIZER_CHARS_PER_S / 3600)
 
 
 def interactive_minutes(job: Job, shards: int) -> int:

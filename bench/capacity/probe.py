@@ -29,6 +29,7 @@ from pathlib import Path
 
 from bench.analysis.figures import steady_mask
 from bench.capacity import capped, lifetime
+from bench.processes import tree_of
 from bench.launch.local import prepare_local
 from bench.contract import TRAIN_LOG, Evidence, close_unfinished, log_tail, record_evidence
 from bench.contract import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
@@ -140,19 +141,6 @@ def host_memory() -> tuple[int | None, int | None]:
     return info.get("MemTotal"), info.get("MemAvailable")
 
 
-def _tree(root: int) -> set[int]:
-    """A process and its descendants, by parent ids (torchrun starts its workers in sessions of their own,
-    so neither a session nor a process group holds them all)."""
-    parents = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with suppress(OSError, ValueError, IndexError):
-            parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    tree = {root}
-    while more := {pid for pid, parent in parents.items() if parent in tree} - tree:
-        tree |= more
-    return tree
-
-
 def _vm_peak(pids: set[int]) -> int:
     """The largest peak address space (VmPeak) among these processes: what RLIMIT_AS caps."""
     peak = 0
@@ -169,7 +157,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     included, if anything of it is still there after a grace period: no orphan keeps the GPU's memory."""
     pids: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids |= _tree(proc.pid)  # again before each signal: a rank forked after the first look is in it
+        pids |= tree_of(proc.pid)  # again before each signal: a rank forked after the first look is in it
         for pid in sorted(pids):
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
@@ -252,7 +240,7 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
         proc = reaper.start(cmd, env, log)
         while proc.poll() is None:
             time.sleep(POLL_S)
-            vm_peak = max(vm_peak, _vm_peak(_tree(proc.pid)))
+            vm_peak = max(vm_peak, _vm_peak(tree_of(proc.pid)))
             avail = host_memory()[1]
             if avail is not None and base_avail is not None:
                 host_peak = max(host_peak, base_avail - avail)

@@ -26,7 +26,6 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing import api as processes
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -39,6 +38,7 @@ from bench.launch import numabind
 from bench.nanochat import numanode
 from bench.nanochat.heartbeat import waited_for
 from bench.nanochat.runrecord import say
+from bench.processes import children_of
 
 SHUTDOWN_TIMEOUT_S = 10
 
@@ -67,7 +67,7 @@ def bound_shutdown(timeout_s: int = SHUTDOWN_TIMEOUT_S) -> None:
 def stop_leftovers(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
     """Stop the workers (this process's children) still running once torchrun has returned: SIGTERM and SIGCONT
     to each one's session, SIGKILL after timeout_s."""
-    running = _children()
+    running = children_of(os.getpid())
     for pid in running:
         _signal_group(pid, signal.SIGTERM)
         _signal_group(pid, signal.SIGCONT)
@@ -78,18 +78,6 @@ def stop_leftovers(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
     for pid in running:
         _signal_group(pid, signal.SIGKILL)
         _reaped(pid, wait=True)
-
-
-def _children() -> list[int]:
-    """The pids of this process's children (Linux /proc; none elsewhere)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                found.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-    return found
 
 
 def _reaped(pid: int, wait: bool = False) -> bool:

@@ -26,10 +26,10 @@ import json
 import os
 import shutil
 import socket
-from pathlib import Path
 
 from bench.errors import RunDirError, run_dir_error
 from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
+from bench.processes import ancestors_of
 from bench.contract import METRICS_JSONL, RUN_JSON
 
 LOCK = ".lock"  # held by the run writing the directory
@@ -168,13 +168,5 @@ def _ancestors() -> set[int]:
 
 @functools.lru_cache(maxsize=4)
 def _ancestors_of(pid: int) -> frozenset[int]:
-    found, pid = set(), os.getppid()
-    # down to pid 1 included: in a container the launcher itself is often pid 1 (podman run ... smoke)
-    while pid >= 1 and pid not in found:
-        found.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            break
-    return frozenset(found)
+    parent = os.getppid()  # known without /proc; its own ancestors from there (pid 1 included: a container's)
+    return frozenset({parent, *ancestors_of(parent)}) if parent >= 1 else frozenset()

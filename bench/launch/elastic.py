@@ -7,9 +7,9 @@ becomes one line naming the cause, and what torchrun saw is recorded as evidence
 settles the status): the worker that failed first, killed by a signal (kill -9, the kernel's OOM killer:
 it cannot say so itself) before one that exited with an error, and among those the rank that recorded its
 own failure first in run.json (torchrun's exit times are whole seconds: a tie goes to rank 0), so the ranks
-torchrun then stops with SIGTERM, or that lost their peer, do not leave the echo as the run's status. A worker aborted (SIGABRT,
-as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats show another rank stopped
-is evidence of `hung`, naming that rank. A signal to torchrun itself is evidence of a cancel.
+torchrun then stops with SIGTERM, or that lost their peer, do not leave the echo as the run's status. A worker
+aborted (SIGABRT, as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats show another
+rank stopped is evidence of `hung`, naming that rank. A signal to torchrun itself is evidence of a cancel.
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path
 where one worker failed and torchrun stops the others (there its 30 s are fixed, not the
 TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not hold

@@ -301,7 +301,8 @@ def test_the_guides_download_of_every_shard_is_counted_in_its_salloc_time(capsys
     code, _, err = run_cli(["render", "interactive", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}",
                             "--out", str(tmp_path / "planned")], capsys)
     assert code == 0, err
-    assert "shards, what the plan needs (offline" in (tmp_path / "planned" / "n1-bare-r1" / "interactive.sh").read_text()
+    planned = (tmp_path / "planned" / "n1-bare-r1" / "interactive.sh").read_text()
+    assert "shards, what the plan needs (offline" in planned
 
 
 def generate(base, *what: str, monkeypatch) -> None:

@@ -28,6 +28,7 @@ class Apptainer(Runtime):
     version = (program, "--version")
     mount_forbidden = ":,"  # --bind takes comma-separated SRC:DST lists
     site_keys = ("env", "mounts", "devices", "flags")
+    device_files_only = True  # bound like any file; a CDI name needs apptainer's --oci mode, which this is not
 
     def check_image(self, image, must_exist):
         if image.startswith(SCHEMES):
@@ -41,8 +42,8 @@ class Apptainer(Runtime):
             argv.append("--nv")
         for m in spec.mounts:
             argv.append(f"--bind={m.src}:{m.target}" + (":ro" if m.readonly else ""))
-        if spec.gpus:  # device files are bound like any file; a CDI name needs --oci mode, which this is not
-            argv += [f"--bind={d}" for d in spec.devices if d.startswith("/")] + list(spec.flags)
+        if spec.gpus:  # device files (a site profile's: /dev paths only) are bound like any file
+            argv += [f"--bind={d}" for d in spec.devices] + list(spec.flags)
         if spec.workdir:
             argv.append(f"--pwd={spec.workdir}")
         return [*argv, spec.image, *inner(spec)]

@@ -145,6 +145,7 @@ class Runtime(ABC):
     python: ClassVar[str | None] = "python"  # the interpreter inside the container (None: the host's)
     mount_forbidden: ClassVar[str] = ":"  # characters a mount path may not hold for this runtime
     ofi_hook: ClassVar[bool] = False  # whether --ofi-hook means anything here (CE's hooks)
+    device_files_only: ClassVar[bool] = False  # a site's devices must be /dev paths (no CDI names) for this runtime
     # what a site profile's [runtimes.NAME] may give this runtime: the fields of the launch spec it renders
     site_keys: ClassVar[tuple[str, ...]] = ("env", "mounts")
     tty_flags: ClassVar[tuple[str, ...]] = ()  # what the wrapper needs for an interactive shell (after its subcommand)

@@ -258,11 +258,15 @@ def _setup(table: Any, where: str, runtime: Runtime, nested: bool = True) -> Net
     allowed = {"setup", *runtime.site_keys} | ({"without_hook"} if nested and runtime.ofi_hook else set())
     _keys(table, allowed, where)
     without = table.get("without_hook")
+    devices = _list(table.get("devices", []), f"{where}.devices")
+    if runtime.device_files_only and (cdi := [d for d in devices if not d.startswith("/")]):
+        raise ConfigError(f"{where}.devices: {', '.join(map(repr, cdi))}: {runtime.name} binds device files "
+                          f"(/dev/...), not CDI names (they were dropped unseen)")
     return NetworkSetup(
         setup=str(table.get("setup", "")), env=_env(table.get("env", {}), f"{where}.env"),
         annotations=_strings(table.get("annotations", {}), f"{where}.annotations"),
         mounts=_mounts(table.get("mounts", []), f"{where}.mounts"),
-        devices=_list(table.get("devices", []), f"{where}.devices"),
+        devices=devices,
         flags=_list(table.get("flags", []), f"{where}.flags"),
         without_hook=_setup(without, f"{where}.without_hook", runtime, nested=False) if without is not None else None)
 

@@ -66,6 +66,9 @@ def test_a_site_file_by_path(tmp_path):
      ["runtimes.pyxis.mounts", "'lib:/lib:ro'", "absolute"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.podman]\nmounts = ["/a:/b:rx"]\n',
      ["runtimes.podman.mounts", "'/a:/b:rx'", "SRC[:DST[:ro|rw]]"]),
+    # apptainer binds device files: a CDI name (podman's form) was dropped from its command line unseen
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.apptainer]\ndevices = ["/dev/cxi0", "nvidia.com/gpu=all"]\n',
+     ["runtimes.apptainer.devices: 'nvidia.com/gpu=all'", "device files"]),
     ('name = "x"\nnetwork = "ethernet"\ngpus_per_node = -4\n', ["gpus_per_node must be a positive"]),
     ('name = "x"\nnetwork = ', ["not valid TOML"]),
     ('name = "x"\nnetwork = "ethernet"\n[device_batch_limits]\nbig = 16\n', ["device_batch_limits key 'big'"]),

@@ -76,7 +76,7 @@ def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool = Fal
         release(path)
         raise RunDirBusy(f"{path} already holds a run (its {METRICS_JSONL} has events); give a new "
                          f"--run-dir, start it afresh with --overwrite (the old run's files are deleted), "
-                         f"or continue that run with --resume_from_step=<a saved step>")
+                         f"or continue that run with `train -- --resume_from_step=<a saved step>`")
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": _run_id()}).encode(), 0)
     shutil.rmtree(os.path.join(path, HEARTBEAT_DIR), ignore_errors=True)  # an earlier run's ranks

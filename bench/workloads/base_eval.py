@@ -13,13 +13,18 @@ from bench.workloads.stage import TorchrunStage, model_estimate
 RUN_WORKLOAD = "nanochat-base-eval"
 
 
+def evalgen_tasks() -> list:
+    """The 22 CORE tasks as the real bundle has them (bench/nanochat/evalgen.py TASKS)."""
+    from bench.nanochat.evalgen import TASKS
+
+    return TASKS
+
+
 def prompts_per_example() -> dict[str, int]:
     """Prompts of one example of each of the 22 CORE tasks (bench/nanochat/evalgen.py TASKS, as the real bundle
     has them): a task whose random baseline is b% has 100/b choices or context options, one prompt each (boolq's
     62% rounds to its 2); a language-modelling task (baseline 0) scores one prompt."""
-    from bench.nanochat.evalgen import TASKS
-
-    return {label: round(100 / baseline) if baseline else 1 for label, _, _, baseline, _, _ in TASKS}
+    return {label: round(100 / baseline) if baseline else 1 for label, _, _, baseline, _, _ in evalgen_tasks()}
 
 
 class BaseEval(TorchrunStage):
@@ -42,6 +47,10 @@ class BaseEval(TorchrunStage):
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         per_task = settings.config.max_per_task
+        shots = max(shots for _, _, shots, _, _, _ in evalgen_tasks())
+        if 0 < per_task <= shots:  # base_eval refuses it at its start: in a flow, after pre-training's hours
+            return PointPlan(reason=f"--max_per_task={per_task}: CORE's tasks take up to {shots} shots, each from "
+                                    f"the task's other examples, so give at least {shots + 1} (or -1 for all)")
         note = (f"--max_per_task={per_task} < {point.ranks} ranks: {point.ranks - per_task} rank(s) idle per task"
                 if 0 < per_task < point.ranks else "")
         est, assumed = self.estimate(settings, point)

@@ -10,6 +10,7 @@ The expected hours are written out from the formula, with the d20 model's number
 """
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,18 @@ def test_base_eval_over_the_whole_bundle_has_no_estimate_and_says_why():
     p = plan("base_eval")  # --max_per_task=-1: the bundle's size is known once it is read
     assert p.est_hours is None and p.time_minutes == DEFAULT_RUN_MINUTES
     assert "est ?: --max_per_task=-1 scores the whole bundle" in p.note
+
+
+def test_a_crop_smaller_than_cores_shots_is_impossible_in_the_plan_not_after_pre_training():
+    """base_eval refuses --max_per_task <= 10 when it starts (jeopardy takes 10 shots from its other examples): in a
+    flow that was after pre-training's hours. The plan marks the point impossible, so submit and speedrun refuse it."""
+    assert not plan("base_eval", max_per_task=10).possible
+    assert "--max_per_task=10: CORE's tasks take up to 10 shots" in plan("base_eval", max_per_task=10).reason
+    assert plan("base_eval", max_per_task=11).possible
+    fs = flow.FlowSweep.build("speedrun", None, {}, ["base_eval:max_per_task=5"], nodes=[1], gpus_per_node=8,
+                              runtimes=["bare"], site=SITE)
+    with pytest.raises(ConfigError, match="cannot run with 8 rank.*--max_per_task=5"):
+        flow.run_local_flow(fs, 8, Path("/nonexistent/point"))
 
 
 def test_mid_train_trains_its_batches_less_the_prefetch_as_pre_training():

@@ -56,6 +56,9 @@ def parse_train_args(pairs: list[str]) -> dict:
     return {key.lstrip("-"): value for key, value in pairs.items()}
 
 
+SLURM_MAX_MINUTES = 0xFFFFFFFD  # Slurm keeps a time limit in 32-bit minutes; the two above mean NO_VAL and INFINITE
+
+
 def parse_minutes(text: str) -> int:
     """A Slurm time in whole minutes, rounded up: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."""
     days, dash, clock = text.partition("-") if "-" in text else ("0", "", text)
@@ -72,6 +75,8 @@ def parse_minutes(text: str) -> int:
     minutes = math.ceil((d * 86400 + h * 3600 + m * 60 + sec) / 60)
     if minutes <= 0:
         raise ConfigError(f"--time {text!r} must be at least a minute")
+    if minutes > SLURM_MAX_MINUTES:  # sbatch would refuse every job, after the sweep was written
+        raise ConfigError(f"--time {text!r} is more than Slurm can take (at most {SLURM_MAX_MINUTES:,} minutes)")
     return minutes
 
 

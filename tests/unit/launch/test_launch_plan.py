@@ -75,6 +75,13 @@ def test_time_limits_in_slurms_forms(text, minutes):
     assert Sweep([1], 2, ["bare"], train={"device_type": "cpu"}, time=text).points()[0].time_minutes == minutes
 
 
+def test_a_time_limit_slurm_cannot_hold_is_refused_before_anything_is_written():
+    """--time 99999999999999 was planned and written into every job, which sbatch then refused."""
+    with pytest.raises(ConfigError, match=r"--time '99999999999999' is more than Slurm can take \(at most 4,294,96"):
+        parse_minutes("99999999999999")
+    assert parse_minutes("365-00:00:00") == 365 * 1440
+
+
 def test_time_limit_covers_the_estimate_with_margin():
     p = Sweep([1], 4, ["bare"], train={"num_iterations": 2000}).points()[0]
     assert p.time_minutes >= p.est_hours * 60 * 1.25 and p.time_minutes % 5 == 0

@@ -236,6 +236,9 @@ def check_ofi_hook(hook: str, chosen: str) -> None:
 
 def options_from_args(args) -> LaunchOptions:
     site_partition(site_of(args), args.partition)  # an unknown partition is refused before the plan is printed
+    if not args.exclusive:  # the batch script gives every run $SLURM_CPUS_ON_NODE: what Slurm gave, maybe one CPU
+        print("note: --no-exclusive: the jobs ask for no CPUs of their own, so each node's ranks share what Slurm "
+              "allocates by default (the partition's DefCpuPerGPU, else one CPU a task): timings reflect that")
     check_ofi_hook(args.ofi_hook, args.runtimes)
     return LaunchOptions(base_dir=base_dir_of(args), python=args.python,
                          images=parse_images(args.image, args.runtimes),

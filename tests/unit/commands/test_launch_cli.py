@@ -414,3 +414,13 @@ def test_status_of_a_dry_run_says_nothing_was_submitted(capsys, tmp_path):
     assert code == 1 and "holds job scripts that `submit --dry-run` or `render` wrote, which submit nothing" in err
     code, _, err = run_cli(["status", str(tmp_path / "elsewhere")], capsys)
     assert code == 1 and "not a sweep directory made by `nanochat-bench submit`" in err
+
+
+def test_a_job_sharing_its_nodes_says_its_ranks_get_only_slurms_default_cpus(capsys, tmp_path):
+    """--no-exclusive jobs ask for no CPUs; where a partition gives one CPU a task, torchrun and every rank share
+    it and the timings are slow without a word. The note says so; an exclusive job has none."""
+    argv = ["submit", "--dry-run", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}"]
+    code, out, _ = run_cli([*argv, "--no-exclusive", "--out", str(tmp_path / "s")], capsys)
+    assert code == 0 and "note: --no-exclusive: the jobs ask for no CPUs of their own" in out
+    code, out, _ = run_cli([*argv, "--out", str(tmp_path / "t")], capsys)
+    assert code == 0 and "--no-exclusive" not in out

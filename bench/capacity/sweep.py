@@ -81,7 +81,7 @@ class SweepConfig:
         from bench.nanochat.parallel import Strategy  # imports torch: not at the module's import
 
         for s in self.strategies:
-            Strategy.parse(s)  # an unknown strategy fails now, naming the valid ones
+            Strategy.parse(s, "--strategies")  # an unknown strategy fails now, naming the valid ones
         from bench.nanochat.config import shape_problem
 
         for depth, ar in ((d, a) for d in self.depths for a in self.aspect_ratios):
@@ -116,7 +116,7 @@ def machine(cfg: SweepConfig) -> dict:
     name, gpu_bytes = _gpu() if cfg.device_type in ("", "cuda") else (None, None)
     device_type = cfg.device_type or ("cuda" if gpu_bytes else "cpu")
     if device_type == "cuda" and not gpu_bytes:
-        raise ConfigError("--device_type=cuda but no GPU is visible (nvidia-smi, torch.cuda)")
+        raise ConfigError("--device-type cuda but no GPU is visible (nvidia-smi, torch.cuda)")
     device_bytes = gpu_bytes if device_type == "cuda" else (cfg.memory_limit or available)
     return {"device_type": device_type, "gpu_name": name, "device_bytes": device_bytes, "host_bytes": total,
             "host_available_bytes": available, "memory_limit": cfg.memory_limit, "nproc": cfg.nproc}

@@ -39,14 +39,14 @@ class Strategy:
     offload: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> "Strategy":
-        """`zero2`, `fsdp`, `fsdp+ac`, `fsdp+ac+offload`, ...; ConfigError naming what is valid."""
+    def parse(cls, text: str, flag: str = "--strategy") -> "Strategy":
+        """`zero2`, `fsdp`, `fsdp+ac`, `fsdp+ac+offload`, ...; ConfigError naming `flag` and what is valid."""
         base, *mods = [t.strip() for t in str(text).split("+")]
         valid = f"valid: {' | '.join(BASES)}, each optionally +ac; fsdp also +offload (e.g. fsdp+ac+offload)"
         if base not in BASES or any(m not in MODIFIERS for m in mods) or len(set(mods)) != len(mods):
-            raise ConfigError(f"--strategy={text!r}: {valid}")
+            raise ConfigError(f"{flag}={text!r}: {valid}")
         if "offload" in mods and base != "fsdp":
-            raise ConfigError(f"--strategy={text!r}: offload needs fsdp's sharded parameters; {valid}")
+            raise ConfigError(f"{flag}={text!r}: offload needs fsdp's sharded parameters; {valid}")
         return cls(base, "ac" in mods, "offload" in mods)
 
     @property

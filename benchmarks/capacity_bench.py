@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     out = Path(args.out).resolve()
     preset = dict(TINY if args.tiny else GPU)
-    if args.max_batch:
+    if args.max_batch is not None:  # 0 is refused by SweepConfig, not read as unset
         preset["max_batch"] = args.max_batch
     try:
         cfg = SweepConfig(out=out, strategies=args.strategies.split(","), nproc=args.gpus, search=True, steps=3,

@@ -15,3 +15,12 @@ def test_the_median_error_is_the_median():
     assert capacity_bench.error_line(rows) == \
         "memory model vs measured peak: 4 probe(s), largest error 40.0%, median 15.0%"
     assert capacity_bench.error_line([]) == "memory model vs measured peak: 0 probe(s)"
+
+
+def test_max_batch_0_is_refused_naming_the_flag_not_read_as_the_default(tmp_path, capsys):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import capacity_bench
+
+    assert capacity_bench.main([str(tmp_path / "out"), "--tiny", "--max-batch", "0"]) == 1
+    assert capsys.readouterr().err == "error: --max-batch=0: must be positive\n"
+    assert not (tmp_path / "out").exists()

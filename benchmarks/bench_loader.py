@@ -49,7 +49,7 @@ def measure(loader, tokens_per_batch: int, seconds: float) -> tuple[float, int]:
     return n * tokens_per_batch / (time.perf_counter() - t0), n
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-B", type=int, default=8, help="device batch size (default: 8)")
     p.add_argument("-T", type=int, default=2048, help="sequence length (default: 2048)")
@@ -57,7 +57,9 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="measuring time per setting (default: 5)")
     p.add_argument("--device", default="cpu", help="where batches go: cpu or cuda (pinned + non_blocking) (default: cpu)")
     p.add_argument("--vocab_size", type=int, default=8192, help="vocab of a generated tokenizer (default: 8192)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if min(args.threads) < 1:  # before any data is generated: a pool of 0 threads is a traceback at the end
+        p.error(f"--threads: each count must be >= 1, not {min(args.threads)}")
     temporary = ensure_data(args.vocab_size)
     try:
         report(args)

@@ -48,17 +48,23 @@ def run(trainer: str, train_docs: list[str], held_out: str, args) -> tuple[float
     return seconds, chars, len(held_out.encode()) / len(tok.encode(held_out))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--text", choices=["corpus", "stdlib", "shards"], default="corpus", help="training text (default: corpus)")
     p.add_argument("--max_chars", type=int, default=20_000_000, help="training characters (default: 20,000,000)")
     p.add_argument("--doc_cap", type=int, default=10_000, help="characters kept per document (default: 10,000)")
     p.add_argument("--vocab_size", type=int, default=8192, help="vocab size incl. 9 specials (default: 8192)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     import torch  # noqa: F401  (imported once here so neither timing pays for it)
 
-    docs = documents(args.text, args.max_chars // 2000)
+    from bench.errors import DataError
+
+    try:
+        docs = documents(args.text, args.max_chars // 2000)
+    except DataError as e:  # --text shards with none staged: its message names the command that stages them
+        print(f"error: --text {args.text}: {e}", file=sys.stderr)
+        return 1
     docs = [d for d in docs if d.strip()]
     held_out_docs, train_docs = docs[::20], [d for i, d in enumerate(docs) if i % 20]
     held_out = "\n".join(held_out_docs)[:5_000_000]

@@ -79,9 +79,9 @@ TINY_CLI = ["--device-type", "cpu", "--memory-limit", f"{TINY_MEMORY_LIMIT_MIB}M
 
 
 def _descendants(root: int) -> set[int]:
-    from bench.capacity.probe import _tree
+    from bench.processes import tree_of
 
-    return _tree(root) - {root}
+    return tree_of(root) - {root}
 
 
 def _alive(pids: set[int]) -> set[int]:

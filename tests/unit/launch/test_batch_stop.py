@@ -15,6 +15,7 @@ import sys
 from bench.launch.job import LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
+from tests.support.stubs import write_stubs
 
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=127.0.0.1 NodeHostName=h1"; fi
@@ -34,11 +35,7 @@ esac; done
 
 
 def stopped_job(tmp_path, runtimes, reason=""):
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN)))
     sweep = Sweep([2], 2, runtimes, train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
     [job] = assemble(sweep, opts, tmp_path / "sweep", compare=len(runtimes) > 1, note=lambda _: None)

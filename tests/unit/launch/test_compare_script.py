@@ -14,6 +14,7 @@ from pathlib import Path
 from bench.launch.job import IMAGE_STEP_MINUTES, LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
+from tests.support.stubs import write_stubs
 
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=10.0.0.1 NodeHostName=h1"; fi
@@ -27,11 +28,7 @@ for a in "$@"; do if [ "$a" = apptainer ]; then echo "FATAL: image not found" >&
 
 
 def test_compare_runs_every_runtime_in_turn(tmp_path):
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN)))
     sweep = Sweep([2], 2, ["bare", "podman", "apptainer"], repeats=2, train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python="/usr/bin/python3",
                          images={"apptainer": "/img/nb.sif"}, check_images=False)
@@ -81,11 +78,7 @@ def test_each_run_of_a_comparison_gets_only_its_own_network_variables(tmp_path):
     sets its own, and the EDF says so) nor pyxis's plugin path, which CE does not mount."""
     from bench import sites
 
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("srun", SRUN_ENV)):
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN_ENV)))
     image = tmp_path / "nb.sqsh"
     image.write_text("x")
     alps = sites.load("alps")

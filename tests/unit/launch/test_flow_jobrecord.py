@@ -10,6 +10,7 @@ import sys
 from bench import contract
 from bench.launch import jobrecord
 from bench.launch.job import ship_bookkeeping
+from tests.support.stubs import write_stubs
 
 
 def test_a_stage_not_run_is_cancelled_naming_the_stage_that_failed(tmp_path):
@@ -43,11 +44,7 @@ def test_a_flow_whose_image_step_fails_before_the_tokenizer_records_every_stage(
     from bench.launch.job import LaunchOptions
     from bench.launch.plan import DataShape
 
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in (("scontrol", SCONTROL), ("srun", SRUN)):
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN)))
     base = tmp_path / "base"
     fs = flow.FlowSweep.build("speedrun", "base_train,base_loss", {"device_type": "cpu", "depth": 2}, [], nodes=[1],
                               gpus_per_node=2, runtimes=["podman"], data=DataShape.from_counts(4, 4),

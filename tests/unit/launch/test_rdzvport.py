@@ -16,6 +16,7 @@ from bench.launch import rdzvport
 from bench.launch.job import PORT_BASE, LaunchOptions, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
+from tests.support.stubs import write_stubs
 
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'n1\\nn2\\n'; else echo "   NodeAddr=127.0.0.1 NodeHostName=h1"; fi
@@ -104,11 +105,7 @@ def free_job_block() -> tuple[int, list[socket.socket]]:
 
 
 def run_job(tmp_path, job_id: int, scontrol: str = SCONTROL):
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in (("scontrol", scontrol), ("srun", SRUN)):
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", scontrol), ("srun", SRUN)))
     sweep = Sweep([2], 2, ["bare"], train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
     [job] = assemble(sweep, opts, tmp_path / "sweep", note=lambda _: None)

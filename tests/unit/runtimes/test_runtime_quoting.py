@@ -22,6 +22,7 @@ from bench.launch.job import LaunchOptions, Naming, assemble, write_job
 from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 from bench.runtimes import LaunchSpec, Mount, Var, shell_join
+from tests.support.stubs import write_stubs
 
 HOSTILE = ["a b", "it's", 'say "hi"', "$(touch PWNED)", "`touch PWNED`", "x\ny", "${HOME}", "; touch PWNED #", ""]
 
@@ -89,11 +90,7 @@ env -0 > "$STUB_LOG.env"
 
 
 def run_rendered(tmp_path, runtime: str, sweep_dir: Path, job_name: str) -> tuple[Path, list[str], str]:
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in STUBS.items():
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
+    stubs = write_stubs(tmp_path / "stubs", STUBS)
     sweep = Sweep([2], 2, [runtime], train={"depth": 2, "max_seq_len": 64, "device_batch_size": 2,
                                             "total_batch_size": 512, "device_type": "cpu"}, scaling="strong")
     opts = LaunchOptions(base_dir=str(sweep_dir / "base"), python="/opt/py thon/bin/python",

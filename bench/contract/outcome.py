@@ -73,13 +73,16 @@ def status_of(kind: str) -> str:
 def settle(evidence: Iterable[Any]) -> Optional[Tuple[str, Optional[str]]]:
     """(status, message) from the evidence (Evidence objects or their dicts), or None when there is none.
     The highest row of PRECEDENCE wins; within a row the earliest entry (the first cause; later ones
-    are mostly its echoes). What torchrun's wrapper saw of a rank that recorded its own end is its echo."""
+    are mostly its echoes). What torchrun's wrapper saw of a rank that recorded its own end is its echo.
+    A kind this release does not know is not weighed; a final status it decided still counts (files.py)."""
     entries = [entry if isinstance(entry, dict) else dataclasses.asdict(entry) for entry in evidence]
     spoke = {e.get("rank") for e in entries if e.get("source") == "trainer"}
     best = None
     for i, e in enumerate(entries):
         if e.get("source") == "wrapper" and e.get("rank") is not None and e["rank"] in spoke:
             continue  # torchrun's word on a rank that recorded its own end adds nothing to that rank's
+        if e.get("kind") not in _RANK:
+            continue  # a newer minor's kind (kept in run.json by the reader): its row is unknown here
         key = (_RANK[e["kind"]][0], i)
         if best is None or key < best[0]:
             best = (key, e)

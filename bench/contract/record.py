@@ -287,7 +287,11 @@ class RunManifest:
                 value = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
             if _is_section(key) and value is None:
                 continue  # "nothing known" never blanks a section
-            check(value, _FIELD_TYPES[key], (RUN_JSON,), key)
+            kept = data.get(key) if isinstance(value, list) else None
+            # the entries the file holds were read already, a newer minor's (an evidence kind) kept: only
+            # the ones appended to them are this writer's, checked strictly
+            new = value[len(kept):] if isinstance(kept, list) and value[:len(kept)] == kept else value
+            check(new, _FIELD_TYPES[key], (RUN_JSON,), key)
             if _is_section(key) and isinstance(value, dict):
                 data[key] = {**data[key], **{k: v for k, v in value.items() if v is not None}}
             else:

@@ -3,6 +3,8 @@
     python -m pytest tests/unit/contract/test_outcome_precedence.py -q
 """
 
+import json
+
 import pytest
 
 from bench.contract import FINAL_STATUSES, KINDS, PRECEDENCE, Evidence, record_evidence, settle
@@ -90,3 +92,16 @@ def test_a_new_launch_starts_with_no_evidence(tmp_path):
     record_evidence(tmp_path, ev("completed", message=None))
     m = update_run_json(tmp_path, status="pending")
     assert (m.status, m.evidence) == ("pending", [])
+
+
+def test_a_newer_minors_evidence_kind_is_kept_and_a_writer_still_settles(tmp_path):
+    # a run.json a newer release wrote: its kind is read as a note; appending to it ended in a KeyError
+    update_run_json(tmp_path, status="running")
+    path = tmp_path / "run.json"
+    data = json.loads(path.read_text())
+    data.update(status="oom", message="rank 0: out of memory",
+                evidence=[{"source": "trainer", "kind": "gpu_fell_off", "message": "rank 0: out of memory"}])
+    path.write_text(json.dumps(data))
+    m = record_evidence(tmp_path, ev("exit", "launcher"))
+    assert (m.status, m.message) == ("oom", "rank 0: out of memory")
+    assert [e.kind for e in m.evidence] == ["gpu_fell_off", "oom", "exit"]

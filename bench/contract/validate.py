@@ -106,7 +106,11 @@ def check(value: Any, tp: Any, path: Tuple[str, ...], name: str, reading: "Readi
         if type(value) is float:
             return value
         if type(value) is int:
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # JSON's integers have no bound; no float holds this one
+                raise _fail(path + (name,), f"expected a number, got an integer of {len(str(value))} digits "
+                                            f"(too large for a float)") from None
         raise _fail(path + (name,), f"expected a number, got {value!r}")
     if tp is int:
         if type(value) is int:

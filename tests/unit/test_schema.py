@@ -100,6 +100,14 @@ def test_events_are_checked_on_write_and_read(tmp_path):
         contract.parse_event({"event": "start"})
 
 
+def test_an_integer_too_large_for_a_float_is_a_schema_error_not_a_crash():
+    # json.loads reads 1e400 written as digits into an int; float() of it raised OverflowError past every reader
+    with pytest.raises(contract.SchemaError, match="val event.val_bpb: expected a number, got an integer of 401"):
+        contract.parse_event({"event": "val", "t": 1.0, "step": 1, "val_bpb": 10 ** 400})
+    with pytest.raises(contract.SchemaError, match="run.json: flops_per_token: expected a number"):
+        contract.RunManifest.from_dict({"schema_version": "2.3", "flops_per_token": 10 ** 400})
+
+
 def test_nan_figures_stay_numbers():
     """A diverged loss is a real value of a step: NaN passes the type check (the analysis drops it)."""
     ev = contract.make_event("step", step=3, loss=math.nan, lrm=1.0, dt_ms=1.0, tok_per_sec=1.0, mfu=None,

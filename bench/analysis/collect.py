@@ -29,6 +29,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from bench.analysis.columns import TYPES as COLUMNS  # the table's columns and their types, in order
+from bench.analysis.figures import finite
 from bench.analysis.regular_files import is_regular
 from bench.analysis.rundir import is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
@@ -149,10 +150,12 @@ def normalise(df: pd.DataFrame) -> pd.DataFrame:
         if kind == "str":
             df[col] = values.astype("string")
         else:
+            values = values.map(lambda v: None if type(v) is int and finite(v) is None else v)  # past a float
             values = pd.to_numeric(values, errors="coerce").astype("float64")
             if kind == "int":
-                # a non-whole number in an int column is a writer's bug: null, not silently truncated
-                values = values.where(values == values.round()).astype("Int64")
+                # a non-whole number in an int column is a writer's bug: null, not silently truncated;
+                # one past 64 bits (a damaged run.json) is no count either
+                values = values.where((values == values.round()) & (values.abs() < 2.0 ** 63)).astype("Int64")
             df[col] = values
     return df.sort_values(["root", "source"], kind="stable").reset_index(drop=True)
 

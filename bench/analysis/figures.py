@@ -44,7 +44,10 @@ def finite(x) -> float | None:
     """x as a float if it is a finite number, else None (bools, strings and NaN are not figures)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    return float(x) if math.isfinite(x) else None
+    try:
+        return float(x) if math.isfinite(x) else None
+    except OverflowError:  # an integer past a float's range (JSON's integers have no bound)
+        return None
 
 
 def _is_positive(x) -> bool:

@@ -119,11 +119,12 @@ def _scalar(value):
 def manifest_fields(manifest: dict, notes: list[str]) -> dict:
     """The columns run.json fills (bench/analysis/columns.py FLAT, by their paths) and the derived ones."""
     row = {name: _scalar(_at(manifest, path)) for name, path in FLAT.items()}
-    non_finite = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    non_finite = [k for k, v in row.items() if (isinstance(v, float) and not math.isfinite(v))
+                  or (type(v) is int and not -2 ** 63 <= v < 2 ** 63)]
     for k in non_finite:
-        row[k] = None  # NaN/inf in the manifest is no value: treated as unknown, and said
+        row[k] = None  # NaN/inf (or a count past 64 bits) in the manifest is no value: treated as unknown, and said
     if non_finite:
-        notes.append(f"run.json: non-finite {', '.join(non_finite)} treated as unknown")
+        notes.append(f"run.json: non-finite or out-of-range {', '.join(non_finite)} treated as unknown")
     row["t0"] = finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
     config = why.section(manifest, "config")
     row["precision"] = precision(config, manifest.get("workload")) if manifest else None

@@ -8,6 +8,7 @@ blocks, and says in the row what it left unread.
 import os
 import threading
 
+import pandas as pd
 import pytest
 
 from bench.analysis.collect import collect
@@ -95,3 +96,16 @@ def test_a_symlink_loop_as_the_root_is_one_clear_error(tmp_path):
     (tmp_path / "b").symlink_to("a")
     with pytest.raises(AnalysisError, match=r"symbolic link"):
         collect([tmp_path / "a"])
+
+
+def test_counts_past_64_bits_are_unknown_not_a_crash(make_run):
+    # JSON's integers have no bound: a damaged run.json's nodes or an event's num_params ended collect in an
+    # OverflowError (no float holds 10**400) or a TypeError (no int64 holds 2**63)
+    d = make_run("huge", nodes=2 ** 63, repeat=10 ** 400)
+    lines = (d / "metrics.jsonl").read_text().splitlines()
+    lines = [line.replace('"num_params": ', '"num_params": 1' + "0" * 400 + ', "x": ') for line in lines]
+    (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    row = collect([d.parent]).table.iloc[0]
+    assert row["run_id"] == "huge" and row["status"] == "ok" and pd.isna(row["skip_reason"])
+    assert row[["nodes", "repeat", "num_params"]].isna().all()
+    assert "out-of-range repeat, nodes treated as unknown" in row["notes"]

@@ -49,6 +49,8 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
         manifest = json.loads(text)
     except json.JSONDecodeError as e:
         return {}, f"run.json is not valid JSON ({e.msg} at line {e.lineno})"
+    except RecursionError:  # json's parser recurses once per nesting level
+        return {}, "run.json is not a run's (arrays or objects nested too deep to read)"
     try:
         read = contract.RunManifest.from_dict(manifest)  # any known major, migrated; unknown fields noted
         notes += read.notes
@@ -66,12 +68,14 @@ def _decode(lines: list[str], cut: bool, notes: list[str]) -> tuple[list, int]:
         values = json.loads("[" + ",".join(body) + "]")
         if len(values) == len(body):  # a line holding two values (`{..}, {..}`) is not sound JSONL
             return values, 0
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: a line nested too deep to parse
         pass
     values, bad = [], 0
     for i, line in enumerate(body):
         try:
             values.append(json.loads(line))
+        except RecursionError:
+            bad += 1
         except json.JSONDecodeError:
             if cut and i == len(body) - 1:
                 notes.append("metrics.jsonl: last line cut mid-JSON, left out")

@@ -66,9 +66,10 @@ def test_malformed_and_unknown_lines_counted(make_run):
     lines.insert(3, "not json at all")
     lines.insert(4, json.dumps({"event": "step", "t": 2.0}))  # lacks the step fields
     lines.insert(5, json.dumps({"event": "teleport", "t": 2.0}))
+    lines.insert(6, "[" * 100_000 + "]" * 100_000)  # too deep for json's parser: was a RecursionError
     path.write_text("\n".join(lines) + "\n")
     row = read_run_dir(d)
-    assert "1 malformed line(s)" in row["notes"] and "2 line(s) not in the run contract" in row["notes"]
+    assert "2 malformed line(s)" in row["notes"] and "2 line(s) not in the run contract" in row["notes"]
     assert "missing field 'step'" in row["notes"]  # the first violation, named
     assert row["skip_reason"] is None
 
@@ -78,6 +79,7 @@ def test_malformed_and_unknown_lines_counted(make_run):
     ('{"schema_version": 1, "status": "o', "run.json is not valid JSON"),
     ("[1, 2]", "run.json: expected an object, got list"),
     (b"\x89PNG\r\n\x1a\n\xff\xfe", "not UTF-8 text"),
+    pytest.param("[" * 100_000 + "]" * 100_000, "nested too deep", id="deep"),  # was a RecursionError: no table
 ])
 def test_broken_run_json_is_skipped(make_run, content, reason):
     d = make_run("broken")

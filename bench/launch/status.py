@@ -28,6 +28,8 @@ QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
 AT_STEP = "at step "  # a running run's message, followed by its last step
 RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom", "no_data")
 NOT_SUBMITTED = "not submitted: sweep.json holds no Slurm job for it (submit stopped before sbatch took it)"
+# A run whose run.json cannot be read: shown, never rewritten or resubmitted (its plan is in that file)
+UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class RunState:
 
     @property
     def done(self) -> bool:
-        return self.status in contract.FINAL_STATUSES
+        return self.status in contract.FINAL_STATUSES or self.status == UNREADABLE
 
     @property
     def unsubmitted(self) -> bool:
@@ -71,9 +73,23 @@ def _progress(run_dir: Path, steps) -> str:
     return ""
 
 
+def _read(run_dir: Path) -> tuple[dict, str]:
+    """run.json as plain data, or {} and why it cannot be read (empty, cut, not JSON, not a file)."""
+    try:
+        manifest = contract.read_run_json(run_dir)
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
+        return {}, f"run.json cannot be read ({e}); it is left as it is"
+    if not isinstance(manifest, dict):
+        return {}, f"run.json holds a {type(manifest).__name__}, not a run's record; it is left as it is"
+    return manifest, ""
+
+
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
-    """The run's status and message; what Slurm says of an ended job is recorded as evidence first, once."""
-    manifest = contract.read_run_json(run_dir)
+    """The run's status and message; what Slurm says of an ended job is recorded as evidence first, once.
+    A run.json that cannot be read is left as it is, for its owner to look at."""
+    manifest, unread = _read(run_dir)
+    if unread:
+        return UNREADABLE, unread
     status, message = manifest.get("status", "pending"), manifest.get("message") or ""
     if status == "running" and not message:
         message = _progress(run_dir, manifest.get("num_iterations"))
@@ -95,7 +111,10 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
             # why Slurm holds it: a job it can never start (PartitionNodeLimit, ...) would otherwise look queued
             message = f"{QUEUED}{job.reason}"
         return status, message
-    settled = contract.record_evidence(run_dir, evidence)
+    try:
+        settled = contract.record_evidence(run_dir, evidence)
+    except contract.SchemaError as e:  # a newer major's run.json: not this release's to rewrite
+        return status, f"{evidence.message} (not recorded: {e})"
     return settled.status, settled.message or ""
 
 

@@ -9,7 +9,7 @@ import json
 from bench import contract
 from bench.launch import status
 from bench.launch.slurm import JobState
-from bench.launch.status import _derive, wait
+from bench.launch.status import RunState, _derive, wait
 from bench.launch.submit import write_sweep
 
 
@@ -102,3 +102,20 @@ def test_a_run_never_submitted_ends_the_wait_and_is_resubmittable(tmp_path, monk
     rows = wait(tmp_path, Backend(), poll_s=1)
     assert [(r.run_id, r.status) for r in rows] == [("a", "ok"), ("b", "pending")]
     assert rows[1].message.startswith("not submitted") and rows[1].resubmittable and not rows[0].resubmittable
+
+
+def test_a_damaged_run_json_is_one_unreadable_row_and_left_as_it_is(tmp_path):
+    """status read each run.json with json.load: one empty, cut or non-object file ended the whole command in a
+    traceback, and a newer major's pending run.json of an ended job in a SchemaError."""
+    for name, text in (("empty", ""), ("cut", '{"status": "ok", "me'), ("list", "[1]")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(text)
+        status, message = _derive(tmp_path / name, JobState("3", "COMPLETED"))
+        assert status == "unreadable" and message.startswith("run.json ") and message.endswith("left as it is")
+        assert (tmp_path / name / "run.json").read_text() == text  # left for its owner to look at
+        row = RunState(name, "3", "COMPLETED", status, message)
+        assert row.done and row.settled and not row.resubmittable  # a wait ends; its plan is not rewritten
+    (tmp_path / "future").mkdir()
+    (tmp_path / "future" / "run.json").write_text(json.dumps({"schema_version": "3.0", "status": "pending"}))
+    status, message = _derive(tmp_path / "future", JobState("4", "CANCELLED"))
+    assert status == "pending" and "Slurm job 4 ended CANCELLED" in message and "major 3" in message

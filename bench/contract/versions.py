@@ -76,8 +76,11 @@ def migrate(data: Dict[str, Any], notes: List[str], where: str = "run.json") -> 
     major, minor = parse_version(data.get("schema_version"), where)
     if major > MAJOR or (major < MAJOR and major not in MIGRATIONS):
         known = ", ".join(str(m) for m in sorted({*MIGRATIONS, MAJOR}))
+        # only a later major is a newer release's; one below the first (0, -1) no release wrote
+        whose = "a newer release of nanochat-bench reads it" if major > MAJOR \
+            else "no release of nanochat-bench wrote it"
         raise SchemaError(f"{where}: schema_version {data.get('schema_version')!r} is of major {major}; this reader "
-                          f"reads majors {known} (a newer release of nanochat-bench reads it)")
+                          f"reads majors {known} ({whose})")
     while major < MAJOR:
         data = MIGRATIONS[major](data, notes)
         major, minor = major + 1, 0

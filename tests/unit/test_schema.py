@@ -66,6 +66,10 @@ def test_reader_reads_every_known_major_and_rejects_only_an_unknown_one():
     for version in (3, "3.0", 0, "two"):
         with pytest.raises(contract.SchemaError, match=f"schema_version {version!r} is"):
             contract.RunManifest.from_dict({"schema_version": version})
+    for version, whose in ((3, "a newer release of nanochat-bench reads it"), (0, "no release of nanochat-bench wrote"),
+                           (-1, "no release")):  # a damaged version is not sent to an upgrade that cannot read it
+        with pytest.raises(contract.SchemaError, match=f"reads majors 1, 2 \\({whose}"):
+            contract.RunManifest.from_dict({"schema_version": version})
     with pytest.raises(contract.SchemaError, match="run.json: expected an object, got list"):
         contract.RunManifest.from_dict([1, 2])
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from bench import paths, runtimes, workloads
+from bench import paths, runtimes, sites, workloads
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import NUMA_BINDING, OFI_HOOK, Job, LaunchOptions, Naming, assemble, job_minutes, write_job
 from bench.launch.plan import DataShape, Point, Sweep, parse_minutes, parse_train_args
@@ -52,6 +52,7 @@ class Site:
     numa_binding: str = "node"  # "none" leaves CPU binding to the OS
     nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
     references: str = ""  # a references file for this partition's checks (the check's own variable wins)
+    site: str = ""  # a site profile (bench/sites: alps, FILE.toml): the fast network's set-up, as submit's --site
 
     @classmethod
     def from_extras(cls, extras: dict, partition: str) -> "Site":
@@ -165,9 +166,12 @@ def options_of(site: Site, base_dir: str, dry_run: bool) -> LaunchOptions:
     checked only for a real run: a dry run renders scripts for images that live on the cluster)."""
     python = expanded(site.python, "python") if site.python else sys.executable
     numa = None if site.numa_binding == "none" else site.numa_binding
+    profile = sites.load(expanded(site.site, "site"), f"extras['{EXTRAS_KEY}'].site {site.site!r}") \
+        if site.site else None
     return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
                          mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),
-                         ofi_hook=site.ofi_hook, numa_binding=numa, exclusive=site.exclusive, check_images=not dry_run)
+                         ofi_hook=site.ofi_hook, numa_binding=numa, exclusive=site.exclusive, check_images=not dry_run,
+                         site=profile)
 
 
 def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:

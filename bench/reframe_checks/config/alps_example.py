@@ -9,7 +9,7 @@
 # not offer. A check case runs on the partitions whose `features` name its runtime; the partition's
 # `extras['nanochat_bench']` says how nanochat-bench runs there (bench/reframe_checks/case.py, Site):
 # gpus_per_node, base_dir, python, images, mounts, env, train, time, exclusive, ofi_hook, numa_binding,
-# nccl_net, references.
+# nccl_net, references, site.
 #
 # Scheduler `slurm` (polls sacct; on a Slurm without accounting use `squeue`). Launcher `local`: the
 # check's job runs nanochat-bench's batch script once, and its srun starts one task per node, each
@@ -19,6 +19,7 @@ ACCESS = ["--partition=normal", "--account=a-example"]  # the project to charge
 COMMON = {
     "gpus_per_node": 4,
     "base_dir": "$SCRATCH/nanochat",  # shards and tokenizer on the shared filesystem
+    "site": "alps",  # the Slingshot set-up of every runtime (bench/sites/alps.toml), as `submit --site alps`
     "env": {"NCCL_DEBUG": "WARN"},  # passed literally into every run, by each runtime's own mechanism
 }
 # What every partition below shares: scheduler and launcher (see above), Slurm partition and environment.

@@ -153,3 +153,17 @@ def test_partition_settings_of_the_wrong_kind_inside_are_one_line_not_a_tracebac
     image for a misspelt runtime was left unused; a bad time was blamed on submit's --time."""
     with pytest.raises(ConfigError, match=rf"^partition sys:part: extras\['nanochat_bench'\]: {message}"):
         Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, key: value}}, "sys:part")
+
+
+def test_a_partitions_site_profile_gives_its_runs_the_sites_network_set_up(tmp_path, monkeypatch):
+    """A partition had no way to name its site profile: a multi-node pyxis case on Alps got neither NCCL_NET nor the
+    netstack bind, so NCCL fell back to TCP sockets unseen, where `submit --site alps` sets both and arms the gate."""
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    site = {"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat", "site": "alps"}
+    built = build(case(site, nodes=2, runtime="pyxis"), tmp_path / "stage", dry_run=True)
+    spec = built.job.runs[0].spec
+    assert spec.env["NCCL_NET"] == "AWS Libfabric" and spec.env["NANOCHAT_BENCH_EXPECT_NET"] == "AWS Libfabric"
+    assert any("netstack" in m.src for m in spec.mounts)
+    assert built.job.runs[0].manifest["site"]["name"] == "alps"
+    with pytest.raises(ConfigError, match=r"extras\['nanochat_bench'\]\.site 'alsp': not a shipped site \(alps, "):
+        build(case({**site, "site": "alsp"}), tmp_path / "stage2", dry_run=True)

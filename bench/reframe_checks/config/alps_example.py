@@ -20,7 +20,8 @@ COMMON = {
     "gpus_per_node": 4,
     "base_dir": "$SCRATCH/nanochat",  # shards and tokenizer on the shared filesystem
     "site": "alps",  # the Slingshot set-up of every runtime (bench/sites/alps.toml), as `submit --site alps`
-    "env": {"NCCL_DEBUG": "WARN"},  # passed literally into every run, by each runtime's own mechanism
+    # "env": {"NAME": "VALUE"},  # passed literally into every run, by each runtime's own mechanism; keep
+    #                             NCCL_DEBUG at INFO: its lines say which network NCCL took (the network gate)
 }
 # What every partition below shares: scheduler and launcher (see above), Slurm partition and environment.
 PARTITION = {"scheduler": "slurm", "launcher": "local", "access": ACCESS, "environs": ["nanochat-bench"], "max_jobs": 4}

@@ -3,12 +3,15 @@
     python -m pytest tests/unit/reframe_checks/test_reframe_case.py -q
 """
 
+import runpy
+
 import pytest
 
 from bench import cli
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import job_minutes
 from bench.launch.plan import slurm_time
+from bench.reframe_checks import CONFIG_DIR
 from bench.reframe_checks.case import Case, Site, build
 
 CPU = {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False, "numa_binding": "none"}
@@ -167,3 +170,16 @@ def test_a_partitions_site_profile_gives_its_runs_the_sites_network_set_up(tmp_p
     assert built.job.runs[0].manifest["site"]["name"] == "alps"
     with pytest.raises(ConfigError, match=r"extras\['nanochat_bench'\]\.site 'alsp': not a shipped site \(alps, "):
         build(case({**site, "site": "alsp"}), tmp_path / "stage2", dry_run=True)
+
+
+def test_every_partition_of_the_alps_example_keeps_nccls_info_lines(tmp_path, monkeypatch):
+    """The example set NCCL_DEBUG=WARN for every run: NCCL then never says which network it took, so the network
+    gate had nothing to judge and run.json no network.net, and the example's own nccl_net sanity could only fail."""
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    config = runpy.run_path(str(CONFIG_DIR / "alps_example.py"))["site_configuration"]
+    for partition in config["systems"][0]["partitions"]:
+        site = Site.from_extras(partition["extras"], partition["name"])
+        for runtime in partition["features"]:
+            c = Case(runtime, 2, "weak", 2, [], site, f"example_{partition['name']}_{runtime}")
+            spec = build(c, tmp_path / "stage", dry_run=True).job.runs[0].spec
+            assert spec.env["NCCL_DEBUG"] == "INFO", (partition["name"], runtime)

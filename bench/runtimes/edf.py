@@ -165,7 +165,7 @@ def _check_env(env: Mapping[str, str]) -> None:
         _check_text(f"[env] value of {key}", value)
 
 
-def _check_annotations(annotations: Mapping[str, str]) -> None:
+def check_annotations(annotations: Mapping[str, str]) -> None:
     keys = list(annotations)
     for key, value in annotations.items():
         if not _check_text("annotation name", key) or "" in key.split("."):
@@ -197,7 +197,7 @@ def render_edf(image: str, *, mounts: Sequence[str] = (), workdir: str | None = 
     env = DEFAULT_ENV if env is None else env
     annotations = DEFAULT_ANNOTATIONS if annotations is None else annotations
     _check_env(env)
-    _check_annotations(annotations)
+    check_annotations(annotations)
 
     lines = []
     for line in header.split("\n") if header else []:

@@ -38,6 +38,7 @@ from typing import Any, Mapping
 
 from bench import runtimes as registry  # the runtimes' own registry: one list of names
 from bench.errors import ConfigError, RuntimeConfigError
+from bench.runtimes import edf
 from bench.runtimes.base import Mount, Runtime, exportable
 
 NETWORKS = ("slingshot", "infiniband", "ethernet")
@@ -171,6 +172,17 @@ def _env(value: Any, where: str) -> dict[str, str]:
     return env
 
 
+def _annotations(value: Any, where: str) -> dict[str, str]:
+    """Hook annotations, checked now as the EDF checks them: otherwise a bad one stops every render of the runtime
+    without naming the profile."""
+    annotations = _strings(value, where)
+    try:
+        edf.check_annotations(annotations)
+    except RuntimeConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return annotations
+
+
 def _list(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where} must be a list of strings")
@@ -264,7 +276,7 @@ def _setup(table: Any, where: str, runtime: Runtime, nested: bool = True) -> Net
                           f"(/dev/...), not CDI names (they were dropped unseen)")
     return NetworkSetup(
         setup=str(table.get("setup", "")), env=_env(table.get("env", {}), f"{where}.env"),
-        annotations=_strings(table.get("annotations", {}), f"{where}.annotations"),
+        annotations=_annotations(table.get("annotations", {}), f"{where}.annotations"),
         mounts=_mounts(table.get("mounts", []), f"{where}.mounts"),
         devices=devices,
         flags=_list(table.get("flags", []), f"{where}.flags"),

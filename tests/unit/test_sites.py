@@ -69,6 +69,11 @@ def test_a_site_file_by_path(tmp_path):
     # apptainer binds device files: a CDI name (podman's form) was dropped from its command line unseen
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.apptainer]\ndevices = ["/dev/cxi0", "nvidia.com/gpu=all"]\n',
      ["runtimes.apptainer.devices: 'nvidia.com/gpu=all'", "device files"]),
+    # hook annotations that no EDF can hold stopped every ce render with a line that did not name the profile
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.ce]\nannotations = { "com.hooks.cxi" = "true", '
+     '"com.hooks.cxi.enabled" = "true" }\n', ["runtimes.ce.annotations", "'com.hooks.cxi' and", "clash"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.sarus-suite.without_hook]\nannotations = { "com..cxi" = "true" }\n',
+     ["runtimes.sarus-suite.without_hook.annotations", "'com..cxi'", "dotted words"]),
     ('name = "x"\nnetwork = "ethernet"\ngpus_per_node = -4\n', ["gpus_per_node must be a positive"]),
     ('name = "x"\nnetwork = ', ["not valid TOML"]),
     ('name = "x"\nnetwork = "ethernet"\n[device_batch_limits]\nbig = 16\n', ["device_batch_limits key 'big'"]),

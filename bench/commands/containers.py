@@ -144,6 +144,13 @@ def parse_edf_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def given_flags(args: argparse.Namespace) -> list[str]:
+    """The `edf` flags set away from their defaults in `args` (--regenerate would drop them unseen)."""
+    defaults = vars(parse_edf_args([]))
+    return [f"--{name.replace('_', '-')}" for name, value in defaults.items()
+            if name not in ("regenerate", "func") and getattr(args, name, value) != value]
+
+
 def _write(path: str, text: str) -> None:
     try:
         write_text_atomic(path, text)
@@ -154,8 +161,10 @@ def _write(path: str, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.regenerate:
-        if args.image or args.output:
-            raise ConfigError("--regenerate takes only file names; the flags come from each file's header")
+        given = given_flags(args)
+        if given:
+            raise ConfigError(f"--regenerate takes only file names, not {', '.join(given)}; the flags come from each "
+                              "file's header (write a file anew with `nanochat-bench edf FLAGS -o FILE`)")
         for path in args.regenerate:
             _write(path, render(parse_edf_args(header_argv(path))))
             print(f"regenerated {path}", file=sys.stderr)

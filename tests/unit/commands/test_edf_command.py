@@ -74,6 +74,18 @@ def test_mistakes_give_one_line(argv, fragment, capsys, monkeypatch):
     assert err.startswith("error: ") and fragment in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flags, named", [(["--mount", "/a:/b"], "--mount"), (["--read-only"], "--read-only"),
+                                          (["--env", "A=b", "--no-ofi-hook"], "--env, --no-ofi-hook")])
+def test_regenerate_refuses_the_flags_it_would_drop(flags, named, tmp_path, capsys):
+    """--regenerate FILE --mount /a:/b rewrote FILE from its header and dropped the mount without a word."""
+    path = tmp_path / "a.toml"
+    path.write_text("untouched")
+    assert main(["edf", "--regenerate", str(path), *flags]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --regenerate takes only file names, not {named};")
+    assert path.read_text() == "untouched"
+
+
 def test_parse_edf_args_rejects_unknown_flags():
     with pytest.raises(ConfigError, match="unknown --bogus"):
         containers.parse_edf_args(["--image", "x", "--bogus"])

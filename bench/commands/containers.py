@@ -93,6 +93,9 @@ def render(args: argparse.Namespace) -> str:
                          ("--env", args.env), ("--annotation", args.annotation)):
         for value in values:
             _check_one_line(flag, value)
+    if args.no_ofi_hook and args.ofi_variant != edf.DEFAULT_OFI_NCCL_VARIANT:
+        raise ConfigError(f"--ofi-variant {args.ofi_variant} with --no-ofi-hook: the variant is the hook's, and the "
+                          "hook is left off; drop one of the two")
     # the file is CE's (enroot underneath): a registry written with '/' (nvcr.io/nvidia/...) is pulled from
     # Docker Hub and fails at the first srun, so it is refused as the ce runtime refuses it
     runtimes.get("ce").check_image(args.image, must_exist=False)

@@ -66,6 +66,8 @@ def test_regenerate_rewrites_from_the_header(tmp_path):
     # enroot reads a registry before '/' as a Docker Hub image: the EDF would fail at the first srun
     (["edf", "--image", "nvcr.io/nvidia/pytorch:25.10-py3"], "write the registry with '#', as in 'nvcr.io#nvidia"),
     (["edf", "--image", "my image:1"], "holds whitespace"),
+    # the variant of a hook left off went nowhere, without a word
+    (["edf", "--image", "img", "--no-ofi-hook", "--ofi-variant", "cuda12"], "--ofi-variant cuda12 with --no-ofi-hook"),
 ])
 def test_mistakes_give_one_line(argv, fragment, capsys, monkeypatch):
     monkeypatch.chdir(REPO)

@@ -37,7 +37,7 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
-from bench import contract, runtimes, workloads
+from bench import contract, netgate, runtimes, workloads
 from bench.analysis.columns import perf_units
 from bench.analysis.rundir import read_run_dir
 from bench.errors import BenchError
@@ -79,14 +79,16 @@ def performance(row: dict, kind: str, wanted: dict) -> dict[str, tuple[float, st
 
 def nccl_net_problem(manifest: dict, expected: str, nodes: int) -> str | None:
     """Why the run's network is not the one the partition expects (None when it is, or when nothing is
-    expected): run.json's `network.net`, the network NCCL chose between nodes (bench/nccl_log.py)."""
+    expected): run.json's `network`, the network NCCL chose between nodes (bench/nccl_log.py), compared as the
+    run's own gate compares it (bench/netgate.py)."""
     if not expected or nodes < 2:
         return None  # on one node nothing crosses the network
     network = manifest.get("network")
-    seen = network.get("net") if isinstance(network, dict) else None
+    # as the run's own gate reads it: the "Using network" line, else a NET/ transport; names in any case
+    seen = netgate.chosen_network(network) if isinstance(network, dict) else None
     if seen is None:
         return f"the partition expects NCCL's network {expected!r} between nodes, but run.json records none"
-    if seen != expected:
+    if netgate.check(network, nodes=nodes, expected=expected):
         return f"NCCL's network between nodes was {seen!r}, the partition expects {expected!r}"
     return None
 

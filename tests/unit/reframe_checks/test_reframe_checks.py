@@ -37,6 +37,15 @@ def test_the_network_is_checked_where_the_partition_names_one_and_nodes_talk():
     assert nccl_net_problem({}, "AWS Libfabric", nodes=1) is None and nccl_net_problem({}, "", nodes=4) is None
 
 
+def test_the_network_is_judged_as_the_runs_own_gate_judges_it():
+    """The gate (bench/netgate.py) let a run through whose NCCL said 'IB' for a partition's 'ib', or whose only
+    proof was its NET/IB transport lines; sanity then failed the same run ('records none', 'was IB')."""
+    assert nccl_net_problem({"network": {"net": "IB"}}, "ib", nodes=2) is None
+    assert nccl_net_problem({"network": {"transports": {"NET/IB": 8}}}, "IB", nodes=2) is None
+    assert nccl_net_problem({"network": {"transports": {"NET/Socket": 8}}}, "IB", nodes=2) == \
+        "NCCL's network between nodes was 'Socket', the partition expects 'IB'"
+
+
 def test_expected_failures_reach_reframe_as_its_own_soft_errors():
     with pytest.raises(ReframeConfigError, match="^gpus_per_node is required$") as info:
         with one_line(ReframeConfigError):

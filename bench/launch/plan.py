@@ -118,7 +118,7 @@ class DataShape:
 
     def val_files_k(self, ranks: int) -> int | None:
         """The smallest K whose last K files give every rank a row group, the rest too (None: no K does)."""
-        from bench.nanochat.dataloader import workable_val_files_k
+        from bench.nanochat.sharding import workable_val_files_k
 
         return workable_val_files_k(list(self.row_groups), ranks)
 

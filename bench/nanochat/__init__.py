@@ -30,6 +30,7 @@
   fused.py         --fused_kernels: the hand-written Triton kernels it names (config.py FUSED_KERNELS)
   gcfreeze.py      the garbage collector frozen out of the measured steps
   gpt.py           the GPT of nanochat's base pretraining
+  gptconfig.py     the GPT's shape: sizing, parameters, FLOPs per token (no torch: the planner sizes models)
   guard.py         a diverged run ends as diverged (non-finite or exploding loss)
   heartbeat.py     each rank's sign of life; a silent rank ends the run as hung
   join.py          a rank that never joins the process group: bounded, and named
@@ -51,8 +52,10 @@
   sandbox_child.py the sandboxed side: the interpreter fences itself in, then runs the program
   sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)
   sftloader.py     SFT's batches: one padded conversation a row, the loss on the assistant's tokens
+  sharding.py      which row groups each rank reads, and the K that serves W ranks (no torch: the planner)
   stagerun.py      what every stage does around its work: start-up, step record, end, main()
   steptimer.py     a step's split: forward+backward, exposed communication, optimizer, data wait
+  strategy.py      a memory strategy's name parsed (no torch: config validation reads it)
   tokbin.py        pre-tokenized train.bin / val.bin (NanoGPT, NNTile)
   tokenizer.py     byte-level BPE, trained once, used through tiktoken
   train.py         base pretraining (upstream's scripts/base_train.py)

@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench.errors import ConfigError
 from bench.contract import ENV_FORCE_FLASH_SDPA
-from bench.nanochat.config import TRUE_WORDS
+from bench.nanochat.config import SDPA_BACKEND_NAMES, TRUE_WORDS
 
 # The kernels a forced run may use, as --sdpa_backends names them; the math kernel is deliberately absent.
 FORCED = "cudnn,flash,efficient"
@@ -46,6 +46,7 @@ SDPA_BACKENDS = {
     "cudnn": (SDPBackend.CUDNN_ATTENTION, "cudnn_sdp"),
     "math": (SDPBackend.MATH, "math_sdp"),
 }
+assert tuple(SDPA_BACKENDS) == SDPA_BACKEND_NAMES, "config.py names the same kernels"
 
 
 def allowed_kernels() -> list[str]:

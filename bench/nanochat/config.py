@@ -30,6 +30,9 @@ FUSED_KERNELS = {
     "softcap_loss": "soft-capped logits + cross-entropy, forward and backward",
 }
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")  # a boolean flag's values
+# --sdpa_backends' names: the keys of attention.SDPA_BACKENDS, here so that validating a config (the planner does,
+# on a login node) needs no torch
+SDPA_BACKEND_NAMES = ("flash", "efficient", "cudnn", "math")
 FUSED_ALL = ("all", *TRUE_WORDS)  # every kernel (true: the flag was a bool before softcap_loss)
 FUSED_NONE = ("none", "", *FALSE_WORDS)
 
@@ -178,15 +181,13 @@ class TrainConfig(RunSettings):
         if tag and (tag in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", tag)):  # it must not leave its folder
             raise ConfigError(f"--model_tag={tag!r}: checkpoints go to base_checkpoints/<model_tag>, so the tag is "
                               "one folder name: letters, digits, '.', '_' and '-', not '.' or '..'")
-        from bench.nanochat.attention import SDPA_BACKENDS
-
-        unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKENDS]
+        unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKEND_NAMES]
         if unknown:
             raise ConfigError(f"--sdpa_backends={self.sdpa_backends!r}: unknown kernel(s) {', '.join(unknown)}; "
-                              f"valid: {', '.join(SDPA_BACKENDS)}")
+                              f"valid: {', '.join(SDPA_BACKEND_NAMES)}")
         self.fused_kernels = ",".join(fused_kernel_names(self.fused_kernels))  # canonical: what run.json records
 
-        from bench.nanochat.parallel import Strategy
+        from bench.nanochat.strategy import Strategy
 
         strategy = Strategy.parse(self.strategy)
         if strategy.fsdp and (self.save_every > 0 or self.resume_from_step >= 0):
@@ -206,7 +207,7 @@ def shape_problem(depth: int, aspect_ratio: int) -> str | None:
     """Why the GPT of this depth and aspect ratio cannot be built, else None: its width is split into heads of
     at most 128 channels (gpt.GPTConfig.from_depth), each of one even size (rotary embeddings turn pairs);
     a width that does not split so fails an assertion or the first forward's shapes, long after start-up."""
-    from bench.nanochat.gpt import GPTConfig
+    from bench.nanochat.gptconfig import GPTConfig
 
     def splits(c: GPTConfig) -> bool:
         return c.n_embd % c.n_head == 0 and c.n_embd // c.n_head % 2 == 0

@@ -23,20 +23,9 @@ from jinja2 import Template
 
 from bench.errors import DataError
 from bench.nanochat.common import print0
+from bench.nanochat.evalbundle import LANGUAGE_MODELING, MULTIPLE_CHOICE, SCHEMA, Task
 
-MULTIPLE_CHOICE, SCHEMA, LANGUAGE_MODELING = "multiple_choice", "schema", "language_modeling"
-TASK_TYPES = (MULTIPLE_CHOICE, SCHEMA, LANGUAGE_MODELING)
 FEWSHOT_SEED = 1234  # + the example's index
-
-
-@dataclass(frozen=True)
-class Task:
-    """One entry of core.yaml's icl_tasks."""
-    label: str
-    task_type: str
-    dataset_uri: str  # under eval_data/
-    num_fewshot: int
-    delimiter: str = " "  # continuation_delimiter
 
 
 # Every prompt: the shots, each "prefix delimiter answer" and a blank line, then the example's own prefix and answer.

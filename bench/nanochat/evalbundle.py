@@ -21,7 +21,22 @@ import yaml
 
 from bench.errors import ConfigError, DataError, first_line
 from bench.nanochat.common import get_base_dir
-from bench.nanochat.core_eval import LANGUAGE_MODELING, MULTIPLE_CHOICE, SCHEMA, TASK_TYPES, Task
+
+# The task types and the task, here with the reader of core.yaml rather than in core_eval.py (torch): staging and
+# planning check a bundle on login nodes, where importing torch would cost seconds.
+MULTIPLE_CHOICE, SCHEMA, LANGUAGE_MODELING = "multiple_choice", "schema", "language_modeling"
+TASK_TYPES = (MULTIPLE_CHOICE, SCHEMA, LANGUAGE_MODELING)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One entry of core.yaml's icl_tasks."""
+    label: str
+    task_type: str
+    dataset_uri: str  # under eval_data/
+    num_fewshot: int
+    delimiter: str = " "  # continuation_delimiter
+
 
 EVAL_BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip"  # upstream's, ~162 MB
 BUNDLE_DIR = "eval_bundle"

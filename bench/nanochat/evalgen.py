@@ -16,9 +16,9 @@ import yaml
 
 from bench.contract import write_json_atomic, write_text_atomic
 from bench.errors import DataError
-from bench.nanochat.core_eval import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC, SCHEMA
 from bench.nanochat.corpus import CorpusText
-from bench.nanochat.evalbundle import CONFIG, DATA_DIR, META, ORIGIN, bundle_dir
+from bench.nanochat.evalbundle import CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir
+from bench.nanochat.evalbundle import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC
 
 SEED = 4321
 ROWS = 24  # more than the 10 shots + 1 that the few-shot tasks need

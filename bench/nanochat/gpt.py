@@ -13,7 +13,6 @@ know only whether the process group is initialised.
 """
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -23,45 +22,12 @@ from torch.distributed.tensor import DTensor
 
 from bench.nanochat.adamw import DistAdamW
 from bench.nanochat.attention import causal_attention
+from bench.nanochat.gptconfig import GPTConfig
 from bench.nanochat.muon import DistMuon, Muon, ShardedMuon
 
 SOFTCAP = 15.0  # logits = SOFTCAP * tanh(logits / SOFTCAP)
 ROPE_BASE = 10000
 ROPE_LENGTH_FACTOR = 10  # rotary tables cover 10 x sequence_len positions, as upstream
-
-
-@dataclass
-class GPTConfig:
-    sequence_len: int = 1024
-    vocab_size: int = 50304
-    n_layer: int = 12
-    n_head: int = 6  # query heads
-    n_kv_head: int = 6  # key/value heads (GQA)
-    n_embd: int = 768
-
-    @classmethod
-    def from_depth(cls, depth: int, vocab_size: int, sequence_len: int = 2048, aspect_ratio: int = 64,
-                   **kw) -> "GPTConfig":
-        """base_train's sizing: width aspect_ratio (64) x depth, heads of 128 (ceil), plain multi-head attention."""
-        model_dim = depth * aspect_ratio
-        num_heads = max(1, (model_dim + 127) // 128)
-        return cls(sequence_len=sequence_len, vocab_size=vocab_size, n_layer=depth, n_head=num_heads,
-                   n_kv_head=num_heads, n_embd=model_dim, **kw)
-
-    def num_params(self) -> int:
-        """Parameters of the GPT of this shape (GPT.num_params counts the built module; a test holds
-        them equal): embedding and lm_head, and per block q, k, v, proj and the 4x MLP."""
-        d, kv = self.n_embd, self.n_kv_head * (self.n_embd // self.n_head)
-        per_block = d * d + 2 * d * kv + d * d + 8 * d * d
-        return 2 * self.vocab_size * d + self.n_layer * per_block
-
-    def flops_per_token(self) -> int:
-        """Training FLOPs per token, PaLM-style as upstream's estimate_flops: 6 x (parameters but the
-        embedding lookup) + 12 x layers x heads x head dim x sequence for the attention scores. The
-        planner's estimates use this too, before any model exists."""
-        head_dim = self.n_embd // self.n_head
-        attention = 12 * self.n_layer * self.n_head * head_dim * self.sequence_len
-        return 6 * (self.num_params() - self.vocab_size * self.n_embd) + attention
 
 
 def softcap_logits(logits: torch.Tensor) -> torch.Tensor:

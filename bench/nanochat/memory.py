@@ -91,7 +91,7 @@ def _constants(calibration: dict, device_type: str, compiled: bool) -> dict:
 
 def _shapes(p: MemoryPoint) -> tuple[int, int, list[tuple[int, int]]]:
     """(layers, width, [(rows, cols) of every block matrix]) from the model's own sizing rule."""
-    from bench.nanochat.gpt import GPTConfig
+    from bench.nanochat.gptconfig import GPTConfig
 
     c = GPTConfig.from_depth(p.depth, p.vocab_size, p.max_seq_len, p.aspect_ratio)
     d, kv = c.n_embd, c.n_kv_head * (c.n_embd // c.n_head)
@@ -131,7 +131,7 @@ def _dist_muon_extra(groups: list[tuple[int, int]], world: int, ns_bytes: float)
 
 def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
     from bench.nanochat.config import fused_kernel_names
-    from bench.nanochat.parallel import Strategy
+    from bench.nanochat.strategy import Strategy
 
     p, s = point, Strategy.parse(point.strategy)
     k = _constants(calibration or load_calibration(), p.device_type, p.compiled)

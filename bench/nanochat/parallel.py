@@ -20,43 +20,12 @@ materialised and initialised before sharding, so every strategy starts from the 
 is one full fp32 copy of the model per rank during start-up (FSDP then keeps its shard).
 """
 
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from bench.errors import ConfigError
-
-BASES = ("zero2", "fsdp")
-MODIFIERS = ("ac", "offload")
-
-
-@dataclass(frozen=True)
-class Strategy:
-    base: str = "zero2"
-    ac: bool = False
-    offload: bool = False
-
-    @classmethod
-    def parse(cls, text: str, flag: str = "--strategy") -> "Strategy":
-        """`zero2`, `fsdp`, `fsdp+ac`, `fsdp+ac+offload`, ...; ConfigError naming `flag` and what is valid."""
-        base, *mods = [t.strip() for t in str(text).split("+")]
-        valid = f"valid: {' | '.join(BASES)}, each optionally +ac; fsdp also +offload (e.g. fsdp+ac+offload)"
-        if base not in BASES or any(m not in MODIFIERS for m in mods) or len(set(mods)) != len(mods):
-            raise ConfigError(f"{flag}={text!r}: {valid}")
-        if "offload" in mods and base != "fsdp":
-            raise ConfigError(f"{flag}={text!r}: offload needs fsdp's sharded parameters; {valid}")
-        return cls(base, "ac" in mods, "offload" in mods)
-
-    @property
-    def fsdp(self) -> bool:
-        return self.base == "fsdp"
-
-    @property
-    def name(self) -> str:
-        return "+".join([self.base] + [m for m in MODIFIERS if getattr(self, m)])
-
+from bench.nanochat.strategy import Strategy
 
 def parallelize(model: nn.Module, strategy: Strategy, device: torch.device, compile: bool = False) -> nn.Module:
     """Apply the strategy to a materialised GPT in place; returns the module to call for training."""

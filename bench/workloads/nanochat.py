@@ -118,7 +118,7 @@ class Nanochat(TorchrunStage):
                 f"--row-groups; with the trainer's K=1 every rank may not get a validation row group and the run "
                 f"would stop at start-up on the cluster; pass --data-dir DIR or --row-groups N --shards M"))
         config = replace(base, device_batch_size=dbs, total_batch_size=total)
-        from bench.nanochat.gpt import GPTConfig  # torch: only where a model is sized, so the CLI starts fast
+        from bench.nanochat.gptconfig import GPTConfig
 
         model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, seq, config.aspect_ratio)
         steps, _ = training_horizon(config, model.num_params(), model.flops_per_token())
@@ -136,7 +136,7 @@ class Nanochat(TorchrunStage):
 
     def model_of(self, train: dict) -> ModelShape:
         """The model pre-training with these flags trains: what a flow's later stages load, and are estimated by."""
-        from bench.nanochat.gpt import GPTConfig
+        from bench.nanochat.gptconfig import GPTConfig
 
         config = self.parse(argv_of({**TRAIN_FLAGS_ALWAYS, **train}))
         model = GPTConfig.from_depth(config.depth, VOCAB_SIZE, config.max_seq_len, config.aspect_ratio)

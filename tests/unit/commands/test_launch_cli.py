@@ -7,6 +7,7 @@ user mistakes end as one `error:` line, exit 1, before anything is written or su
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -424,3 +425,18 @@ def test_a_job_sharing_its_nodes_says_its_ranks_get_only_slurms_default_cpus(cap
     assert code == 0 and "note: --no-exclusive: the jobs ask for no CPUs of their own" in out
     code, out, _ = run_cli([*argv, "--out", str(tmp_path / "t")], capsys)
     assert code == 0 and "--no-exclusive" not in out
+
+
+def test_planning_a_sweep_on_a_login_node_never_imports_torch(tmp_path):
+    """plan, render and submit --dry-run of a pre-training sweep size the model, pick K and render the jobs with
+    torch unimportable: on a login node torch costs seconds to import, when it is there at all."""
+    code = ("import sys; sys.modules['torch'] = None; from bench.cli import main; "
+            f"argv = ['--site', 'alps', '--nodes', '32', '--row-groups', '100', '--shards', '100']; "
+            f"out = {str(tmp_path)!r}; "
+            "assert main(['plan', *argv]) == 0; "
+            "assert main(['render', 'sbatch', *argv, '--out', out + '/r']) == 0; "
+            "assert main(['submit', '--dry-run', *argv, '--runtimes', 'bare,apptainer', '--out', out + '/s', "
+            "'--image', 'apptainer=docker://x/y:1']) == 0")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--device_batch_size=16" in (tmp_path / "r" / "n32-bare-r1" / "job.sbatch").read_text()

@@ -18,7 +18,7 @@ so -1 has no estimate.
 from dataclasses import replace
 
 from bench.workloads.base import PointContext, PointPlan, Settings
-from bench.workloads.stage import ChatStage, argv_of, model_estimate
+from bench.workloads.stage import ChatStage, argv_of, model_estimate, unshared_checkpoint
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 
@@ -42,11 +42,9 @@ class MidTrain(ChatStage):
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         from bench.nanochat.config import scaled_batch
-        from bench.paths import base_dir
-        from bench.workloads.sharedfs import check_shared
 
         config, ranks = settings.config, point.ranks
-        if shared := check_shared(base_dir(point.base_dir), point.nodes, point.site):
+        if shared := unshared_checkpoint(point):
             return PointPlan(reason=shared)
         fit, total = scaled_batch(point.scaling, config.total_batch_size, config.device_batch_size,
                                   config.max_seq_len, ranks)

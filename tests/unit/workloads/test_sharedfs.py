@@ -51,3 +51,20 @@ def test_a_site_declares_its_shared_paths(tmp_path):
     site.write_text('name = "s"\nnetwork = "ethernet"\nshared_paths = ["scratch"]\n')
     with pytest.raises(ConfigError, match="shared_paths: 'scratch' is not an absolute path"):
         sites.load(str(site))
+
+
+@pytest.mark.parametrize("workload", ["base_loss", "base_eval", "chat_eval", "mid_train", "chat_sft"])
+def test_every_stage_reading_a_checkpoint_needs_a_shared_base_directory_on_several_nodes(workload, tmp_path):
+    """Every rank of every node loads the checkpoint the stage before wrote on one node: a flow's evaluations
+    on a node-local disk would wait in the queue, then fail after pre-training's hours."""
+    from bench.launch.plan import Sweep
+
+    train = {"device_type": "cpu", **({"source": "sft"} if workload == "chat_eval" else {})}
+
+    def points(site):
+        return Sweep([1, 2], 2, ["bare"], train=train, workload=workload,
+                     site=sites.load(site) if site else None, base_dir=str(tmp_path / "base")).points()
+
+    one, two = points(None)
+    assert one.possible and not two.possible and "not a filesystem all 2 nodes share" in two.reason
+    assert all(p.possible for p in points("test-cluster"))  # its shared_paths: its one host is every node

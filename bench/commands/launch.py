@@ -4,6 +4,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -264,7 +265,7 @@ def print_written(job, kind: str) -> None:
     if kind == "interactive":
         print(f"follow the steps in it, inside: salloc --nodes={job.nodes} ...")
     else:
-        print(f"submit with: cd {job.job_dir} && sbatch {job.script.name}")
+        print(f"submit with: cd {shlex.quote(str(job.job_dir))} && sbatch {job.script.name}")  # pasted as it is
 
 
 # -- handlers --------------------------------------------------------------------------------------

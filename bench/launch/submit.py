@@ -9,6 +9,7 @@ leaves no half-submitted sweep. sweep.json is rewritten (atomically) after each 
 """
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,7 +82,7 @@ def submit_written(sweep_dir: Path, jobs: list[Job], backend, dry_run: bool, out
                         "job_id": None, "previous_job_ids": []} for job in jobs]}
     if dry_run:
         for job in jobs:
-            out(f"would run: cd {job.job_dir} && sbatch --parsable {job.script.name}")
+            out(f"would run: cd {shlex.quote(str(job.job_dir))} && sbatch --parsable {job.script.name}")
         out(f"dry run: {len(jobs)} script(s) rendered under {sweep_dir}, nothing submitted")
         return record
     write_sweep(sweep_dir, record)

@@ -440,3 +440,14 @@ def test_planning_a_sweep_on_a_login_node_never_imports_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--device_batch_size=16" in (tmp_path / "r" / "n32-bare-r1" / "job.sbatch").read_text()
+
+
+@pytest.mark.parametrize("command", [["render", "sbatch"], ["submit", "--dry-run"]])
+def test_the_printed_cd_line_pastes_into_a_shell_for_a_directory_with_a_space_or_dollar(command, capsys, tmp_path):
+    out_dir = tmp_path / "my runs $HOME"
+    code, out, _ = run_cli([*command, *TINY, "--out", str(out_dir), "--base-dir", str(tmp_path / "base")], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if " cd " in ln)
+    pasted = line.split(": ", 1)[1].split(" && ")[0] + " && pwd"
+    done = subprocess.run(["bash", "-c", pasted], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == str(out_dir / "n1-bare-r1"), done.stderr

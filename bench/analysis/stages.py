@@ -4,8 +4,10 @@ chat model), so a runtime that changes a result, not only a speed, shows.
 
 Only usable runs enter (they ended ok, their figures could be read). A stage's runs are compared only with the
 same stage's (run.json `stage`, part of the comparison key with `workload`), and within a stage only runs of
-one point shape (runtime, ranks, nodes) are summarised together, as the column catalogue says (the median;
-peak memory the largest). Training stages have tok/s and MFU from their steady steps (bench/analysis/
+one model and point shape (runtime, ranks, nodes) are summarised together, as the column catalogue says (the
+median; peak memory the largest). An evaluation records no model of its own, so a run's model is its flow's:
+the config of the flow's training stage (the same sweep and point run id), and a `model` column tells them
+apart where the runs trained more than one. Training stages have tok/s and MFU from their steady steps (bench/analysis/
 figures.py); evaluation stages record no steps, so their throughput is what their `score` events counted
 (problems, tokens) over the seconds those scores took. A figure's header is the stage's own where its
 workload says what it counts (bench/workloads `headers`: base_loss's sequences/s, SFT's supervised tok/s).
@@ -15,10 +17,12 @@ import json
 
 import pandas as pd
 
+from bench.analysis import scaling
 from bench.analysis.columns import AGGREGATES, cell
 from bench.analysis.tables import Table, fmt
 
 POINT = ["runtime", "world_size", "nodes"]
+FLOW = ["root", "sweep_id", "run_id"]  # the stages of one flow point share these (bench/launch/flow.py)
 # The figures a stage section shows, where its runs recorded them, in this order.
 FIGURES = ("tok_per_sec", "mfu", "problems_per_sec", "eval_tok_per_sec", "stage_time_s", "peak_mem_mib",
            "min_val_bpb")
@@ -39,46 +43,79 @@ def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
     scores = [json.loads(text) if isinstance(text, str) else {} for text in rows["scores"]]
     for name in sorted({name for s in scores for name in s}):
         rows[f"score:{name}"] = [s.get(name) for s in scores]
+    rows["model"] = _models(rows)
     return rows
 
 
-def _sorted_stages(rows: pd.DataFrame) -> list[str]:
-    """The stages that ran, in their order in the flows (the report's order of sections), others after by name."""
+def _models(rows: pd.DataFrame) -> list:
+    """Per run, the config label of the model its flow trained: that of the flow's first stage (in the flows'
+    order) that records the model's depth; None where no such stage ended ok."""
+    trained = rows[rows["depth"].notna()]
+    trained = scaling.with_config(trained.sort_values("stage", key=lambda col: col.map(lambda st: _stage_order(st)[0]),
+                                                      kind="stable"))
+    flow = lambda df: [tuple(map(str, k)) for k in zip(*(df[c] for c in FLOW))]  # noqa: E731
+    label = {}
+    for key, config in zip(flow(trained), trained["config"]):
+        label.setdefault(key, config)
+    return [label.get(key) for key in flow(rows)]
+
+
+def _stage_order(stage: str) -> tuple[int, str]:
+    """A stage's place in the flows (the report's order of sections), others after by name."""
     from bench.launch.flow import FLOWS  # standard library and the launch side only: no torch
 
     order = list(dict.fromkeys(s.name for stages in FLOWS.values() for s in stages))
-    present = list(dict.fromkeys(rows["stage"]))
-    return sorted(present, key=lambda s: (order.index(s) if s in order else len(order), s))
+    return order.index(stage) if stage in order else len(order), stage
 
 
-def stage_table(rows: pd.DataFrame) -> Table:
-    """One stage: per runtime x ranks x nodes, its runs, throughput, MFU, time, peak memory and every score it
-    recorded; headers as the stage's workload names its figures."""
+def _sorted_stages(rows: pd.DataFrame) -> list[str]:
+    """The stages that ran, in their order in the flows."""
+    return sorted(dict.fromkeys(rows["stage"]), key=_stage_order)
+
+
+def _point(rows: pd.DataFrame, models: bool) -> list[str]:
+    """What one row of a stage's table summarises: a point shape, of one model where the runs trained several."""
+    return ["model", *POINT] if models else POINT
+
+
+def stage_table(rows: pd.DataFrame, models: bool = False) -> Table:
+    """One stage: per runtime x ranks x nodes (and model, with `models`), its runs, throughput, MFU, time, peak
+    memory and every score it recorded; headers as the stage's workload names its figures."""
     score_cols = [c for c in rows.columns if c.startswith("score:") and rows[c].notna().any()]
     figures = [c for c in FIGURES if rows[c].notna().any()]
     workload = next(iter(rows["workload"].dropna()), None)
     out = []
-    for key, g in rows.groupby(POINT, sort=True, dropna=False):
+    for key, g in rows.groupby(_point(rows, models), sort=True, dropna=False):
         summary = {c: pd.to_numeric(g[c], errors="coerce").agg(AGGREGATES.get(c, "median"))
                    for c in figures + score_cols}
-        out.append([str(key[0]), fmt(key[1], "int"), fmt(key[2], "int"), str(len(g)),
+        out.append([*_point_cells(key, models), str(len(g)),
                     *(fmt(summary[c], cell(c)[2]) for c in figures), *(fmt(summary[c], "3") for c in score_cols)])
-    head = ["runtime", "ranks", "nodes", "runs", *(cell(c, "rank", workload)[0] for c in figures),
+    head = [*_point_head(models), "runs", *(cell(c, "rank", workload)[0] for c in figures),
             *(c.split(":", 1)[1] for c in score_cols)]
-    return Table(head, out, text_cols=(0,))
+    return Table(head, out, text_cols=tuple(range(2 if models else 1)))
 
 
-def time_to_chat(rows: pd.DataFrame, stages: list[str]) -> Table:
-    """Per runtime x ranks x nodes: each stage's median time and their sum; a stage with no ok run there is
-    '–' and the total says how many stages it adds up."""
+def _point_head(models: bool) -> list[str]:
+    return ["model", "runtime", "ranks", "nodes"][0 if models else 1:]
+
+
+def _point_cells(key: tuple, models: bool) -> list[str]:
+    model = [fmt(key[0])] if models else []
+    runtime, ranks, nodes = key[len(model):]
+    return [*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")]
+
+
+def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False) -> Table:
+    """Per runtime x ranks x nodes (and model, with `models`): each stage's median time and their sum; a stage
+    with no ok run there is '–' and the total says how many stages it adds up."""
     out = []
-    for key, g in rows.groupby(POINT, sort=True, dropna=False):
+    for key, g in rows.groupby(_point(rows, models), sort=True, dropna=False):
         per = {s: pd.to_numeric(g.loc[g["stage"] == s, "stage_time_s"], errors="coerce").median() for s in stages}
         known = [v for v in per.values() if pd.notna(v)]
         total = f"{fmt(sum(known), '1')}" + ("" if len(known) == len(stages) else f" ({len(known)} of {len(stages)})")
-        out.append([str(key[0]), fmt(key[1], "int"), fmt(key[2], "int"), *(fmt(per[s], "1") for s in stages),
-                    total if known else fmt(None)])
-    return Table(["runtime", "ranks", "nodes", *(f"{s} s" for s in stages), "total s"], out, text_cols=(0,))
+        out.append([*_point_cells(key, models), *(fmt(per[s], "1") for s in stages), total if known else fmt(None)])
+    return Table([*_point_head(models), *(f"{s} s" for s in stages), "total s"], out,
+                 text_cols=tuple(range(2 if models else 1)))
 
 
 def stage_sections(table: pd.DataFrame) -> dict | None:
@@ -89,6 +126,7 @@ def stage_sections(table: pd.DataFrame) -> dict | None:
     if rows.empty:
         return None
     stages = _sorted_stages(rows)
+    models = rows["model"].astype(str).nunique() > 1  # one model: the column would say nothing
     sections = [{"name": s, "workload": ", ".join(sorted(set(rows.loc[rows["stage"] == s, "workload"].dropna()))),
-                 "table": stage_table(rows[rows["stage"] == s])} for s in stages]
-    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages)}
+                 "table": stage_table(rows[rows["stage"] == s], models)} for s in stages]
+    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages, models)}

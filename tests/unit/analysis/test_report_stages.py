@@ -202,3 +202,26 @@ def test_a_training_stage_without_steps_is_skipped_though_it_recorded_scores(tmp
     table = collect([runs]).table.set_index("stage")
     assert table.at["mid_train", "skip_reason"] == "status ok but no step records"
     assert pd.isna(table.at["base_loss", "skip_reason"])
+
+
+def test_the_stages_of_flows_that_trained_different_models_are_never_pooled(tmp_path):
+    """A d12 and a d20 flow collected together were summarised as two repeats of one point: the median of their
+    times and scores, which neither model had. Each stage's row is now of one model, named by its flow's training
+    stage, and the time to a chat model adds up one model's stages."""
+    for depth, time_s, score in ((12, 50, 0.12), (20, 200, 0.20)):
+        root = tmp_path / "runs" / f"d{depth}"
+        config = {"depth": depth, "max_seq_len": 2048, "total_batch_size": 8192, "device_batch_size": 2}
+        for run_dir in (stage_run(root, "bare", 2, "base_train", "nanochat-base", time_s=time_s, steps=True,
+                                  config=config),
+                        stage_run(root, "bare", 2, "chat_eval_sft", "nanochat-chat-eval", time_s=time_s / 10,
+                                  problems=10, scores={"GSM8K": score})):
+            manifest = json.loads((run_dir / "run.json").read_text())
+            (run_dir / "run.json").write_text(json.dumps({**manifest, "run_id": f"d{depth}"}))
+    part = stage_sections(collect([tmp_path / "runs"]).table)
+    chat = section(part, "chat_eval_sft")
+    assert chat.columns[:2] == ["model", "runtime"]
+    assert [(r[0].split(" · ")[0], r[chat.columns.index("runs")], r[chat.columns.index("GSM8K")]) for r in chat.rows] \
+        == [("nanochat-base d12", "1", "0.120"), ("nanochat-base d20", "1", "0.200")]
+    assert [r[-1] for r in part["time_to_chat"].rows] == ["55.0", "220.0"]
+    assert section(flow_part := stage_sections(collect([tmp_path / "runs" / "d12"]).table), "base_train").columns[0] \
+        == "runtime" and flow_part["time_to_chat"].columns[0] == "runtime"  # one model: no column for it

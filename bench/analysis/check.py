@@ -53,15 +53,16 @@ class Outcome:
     verdict: str  # "pass", "fail" or "missing"
     measured: float | None
     bound: Bound
-    runs: int
+    runs: int  # the runs of the median; of a missing figure, the runs selected (none of which recorded it)
     pooled: tuple[str, ...] = ()  # columns that differ among the runs of the median (runs not comparable)
 
     def line(self) -> str:
         lo, hi = self.bound.limits()
         unit = f" {self.bound.unit}" if self.bound.unit else ""
         span = f"[{_g(lo)}, {_g(hi)}]"
-        if self.verdict == "missing":
-            return f"MISSING {self.reference}: {self.figure}: no usable run matches (ref {_g(self.bound.value)}{unit})"
+        if self.verdict == "missing":  # no run to select, or runs that never measured it (MFU on CPU): two fixes
+            why = (f"{self.runs} usable run(s) match but none recorded it" if self.runs else "no usable run matches")
+            return f"MISSING {self.reference}: {self.figure}: {why} (ref {_g(self.bound.value)}{unit})"
         word = "ok" if self.verdict == "pass" else ("below" if self.measured < lo else "above") + " the allowed range"
         return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {_g(self.measured)}{unit} "
                 f"({word}; ref {_g(self.bound.value)}, allowed {span}, median of {self.runs} run(s))"
@@ -171,7 +172,7 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
         for fig, bound in ref.figures.items():
             values = pd.to_numeric(rows[fig], errors="coerce").dropna()
             if values.empty:
-                outcomes.append(Outcome(ref.name, fig, "missing", None, bound, 0))
+                outcomes.append(Outcome(ref.name, fig, "missing", None, bound, len(rows)))
                 continue
             measured = float(values.median())
             lo, hi = bound.limits()

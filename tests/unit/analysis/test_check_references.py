@@ -62,7 +62,8 @@ figures.tok_per_sec = { value = 1000, lower = -0.05 }
     assert "FAIL    ce: tok_per_sec" in printed and "below the allowed range" in printed
     # a reference no run matches is missing, not a regression
     assert "; regressions: ce/tok_per_sec;" in printed
-    assert "missing (no usable run matches): pyxis/tok_per_sec" in printed
+    assert "MISSING pyxis: tok_per_sec: no usable run matches" in printed
+    assert "missing (no usable run matches, or none recorded the figure): pyxis/tok_per_sec" in printed
 
 
 @pytest.mark.parametrize("table_file", ["runs.parquet", "runs.csv"])
@@ -96,6 +97,18 @@ def test_a_median_over_runs_of_different_settings_says_so(tmp_path, table_dir, c
     warning = "median of 4 run(s)); warning: these runs differ in runtime (narrow `where` to one of each)"
     assert lines[0].startswith("PASS    loose:") and lines[0].endswith(warning)
     assert lines[1].startswith("PASS    bare:") and lines[1].endswith("median of 3 run(s))")  # repeats of one setting
+
+
+def test_a_figure_the_matching_runs_did_not_record_is_not_said_to_match_no_run(tmp_path, make_run, capsys):
+    """MFU of runs without a known GPU peak (CPU runs) read "no usable run matches": the `where` was right and the
+    figure was what the runs lacked. The line now says how many runs matched and that none recorded it."""
+    for i in range(2):
+        make_run(f"cpu{i}", tok_s=1000.0, world_size=2, peak=None, root=tmp_path / "runs")
+    collect([tmp_path / "runs"], tmp_path / "table")
+    path = refs(tmp_path, '[[reference]]\nname = "cpu"\nwhere = { world_size = 2 }\n'
+                          'figures.mfu = { value = 40, lower = -0.1, unit = "%" }\n')
+    assert main(["check", str(tmp_path / "table"), "--references", str(path)]) == 1
+    assert "MISSING cpu: mfu: 2 usable run(s) match but none recorded it (ref 40 %)" in capsys.readouterr().out
 
 
 def test_all_pass_exits_zero(tmp_path, table_dir):

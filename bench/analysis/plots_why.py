@@ -30,8 +30,7 @@ CROSS_STEP_PT = 9  # crosses of phases missing in a row sit this far apart
 
 def point_label(row, unit: str) -> str:
     """'bare · 8 GPUs (2 nodes)': a runtime at one rank count, as the y axis of a bar chart names it."""
-    nodes = str(row["nodes"])
-    where = f" ({nodes_text(nodes)})" if nodes else ""
+    where = "" if pd.isna(row["nodes"]) else f" ({nodes_text(row['nodes'])})"
     return f"{row['runtime']} · {count(row['world_size'], unit)}{where}"
 
 

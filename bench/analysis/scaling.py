@@ -89,7 +89,10 @@ def count(n, unit: str) -> str:
 
 
 def nodes_text(nodes) -> str:
-    """'1 node', '2 nodes', or 'nodes 1,2' when the runs of one point differ in layout."""
+    """'1 node', '2 nodes', or 'nodes 1,2' when the runs of one point differ in layout (an upstream log
+    records no node count: 'nodes not recorded')."""
+    if _missing(nodes):
+        return "nodes not recorded"
     return count(nodes, "nodes") if str(nodes).isdigit() else f"nodes {nodes}"
 
 
@@ -223,9 +226,10 @@ def phase_label(column: str) -> str:
     return breakdown.LABELS[column[len("phase_"):-len("_s")]]
 
 
-def _node_counts(nodes: pd.Series) -> str:
-    """The node counts behind one point, e.g. "2" (or "1,2" when runs of one GPU count differ in layout)."""
-    return ",".join(map(str, sorted(nodes.dropna().unique())))
+def _node_counts(nodes: pd.Series) -> str | None:
+    """The node counts behind one point, e.g. "2" (or "1,2" when runs of one GPU count differ in layout); None
+    when no run recorded one (a table's '–')."""
+    return ",".join(map(str, sorted(nodes.dropna().unique()))) or None
 
 
 POINT_COLUMNS = ["config", "runtime", "world_size", "runs", "tok_per_sec_min", "tok_per_sec_max", "nodes",

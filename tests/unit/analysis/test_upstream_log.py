@@ -99,3 +99,18 @@ def test_logs_without_step_lines_are_not_runs(tmp_path):
     write_log(job / "slurm-42.log")
     table = collect([tmp_path]).table
     assert list(table["run_id"]) == ["base_train"]
+
+
+def test_upstream_logs_record_no_node_count_and_the_report_says_so(tmp_path):
+    """Upstream logs carry no node count: the report's table left the cell blank and its findings read
+    "upstream at 8 ranks (nodes )". Now the cell is '–' and the finding says the count was not recorded."""
+    from bench.analysis.report import write_report
+
+    (tmp_path / "runs").mkdir()
+    log8 = write_log(tmp_path / "runs" / "n8.log")
+    (tmp_path / "runs" / "n4.log").write_text(log8.read_text().replace("world size: 8", "world size: 4"))
+    write_report(collect([tmp_path / "runs"]).table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "upstream at 8 ranks (nodes not recorded) reaches 50.0% parallel efficiency" in md and "(nodes )" not in md
+    row = next(line for line in md.splitlines() if line.startswith("| upstream ") and "50.0%" in line)
+    assert [c.strip() for c in row.split("|")[1:4]] == ["upstream", "8", "–"]

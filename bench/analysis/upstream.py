@@ -2,14 +2,15 @@
 
 The step and validation lines are read with bench/logline.py (the one parser shared with the
 trainer); the start-up and final lines (late-2025 base_train, `print0` output) give the config:
+  Autodetected device type: cuda       (cpu: no GPU, so no MFU)
   Distributed world size: 8            num_layers: 20
   Tokens / micro-batch / rank: 32 x 2048 = 65,536
   Total batch size 524,288 => gradient accumulation steps: 1
   Estimated FLOPs per token: 3.491758e+09
   GPU: NVIDIA H100 80GB HBM3 | Peak FLOPS (BF16): 9.89e+14     (newer trees only)
   Peak memory usage: 75422.02MiB       Minimum validation bpb: 0.8123
-Upstream's logged MFU assumes the H100 peak whatever the GPU; it is kept only when nothing better
-is known, and the row says so (`mfu_source`).
+Upstream's logged MFU assumes the H100 peak whatever the GPU; on a GPU it is kept only when nothing
+better is known, and the row says so (`mfu_source`); a CPU run has no MFU.
 """
 
 import io
@@ -27,6 +28,7 @@ UPSTREAM_PEAK = 989e12  # nanochat's hard-coded H100 SXM bf16 peak behind its lo
 
 _num = r"([\d,]+(?:\.\d+)?(?:e[+-]?\d+)?)"
 HEADER_RES = {
+    "device_type": re.compile(r"^Autodetected device type: (\w+)"),
     "world_size": re.compile(r"Distributed world size: (\d+)"),
     "depth": re.compile(r"^num_layers: (\d+)"),
     "micro_batch": re.compile(r"^Tokens / micro-batch / rank: (\d+) x (\d+) ="),
@@ -83,6 +85,8 @@ def _header(line: str, facts: dict) -> None:
             continue
         if key == "micro_batch":
             facts["device_batch_size"], facts["max_seq_len"] = int(m[1]), int(m[2])
+        elif key == "device_type":
+            facts[key] = m[1]
         elif key == "gpu":
             facts["gpu_name"], facts["peak_flops_per_gpu"] = m[1].strip(), _f(m[2])
         elif key == "total_training_time_m":
@@ -102,11 +106,12 @@ def read_upstream_log(path: Path) -> dict | None:
     facts = dict(run.facts)
     world = facts.get("world_size", 1)  # upstream prints the world size only under torchrun
     peak = facts.get("peak_flops_per_gpu") or peak_flops(facts.get("gpu_name"))
+    assumed = None if facts.get("device_type") == "cpu" else UPSTREAM_PEAK  # no GPU: no peak to assume
     # the workload is ours: the row compares with our runs of the same config
     row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,
            "runtime": "upstream", "precision": "bf16", **facts, "world_size": world, "peak_flops_per_gpu": peak,
            "num_iterations": run.steps[-1]["num_iterations"]}
-    figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or UPSTREAM_PEAK)
+    figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or assumed)
     if not peak and figs.get("mfu") is not None:
         figs["mfu_source"] = f"assumed {UPSTREAM_PEAK:.3g} FLOP/s per GPU (upstream's H100 peak; GPU not in log)"
     row.update({k: v for k, v in figs.items() if v is not None})

@@ -114,3 +114,17 @@ def test_upstream_logs_record_no_node_count_and_the_report_says_so(tmp_path):
     assert "upstream at 8 ranks (nodes not recorded) reaches 50.0% parallel efficiency" in md and "(nodes )" not in md
     row = next(line for line in md.splitlines() if line.startswith("| upstream ") and "50.0%" in line)
     assert [c.strip() for c in row.split("|")[1:4]] == ["upstream", "8", "–"]
+
+
+def test_a_cpu_log_has_no_mfu_and_trained_on_the_cpu(tmp_path):
+    """A log of upstream's CPU run (`Autodetected device type: cpu`) got an MFU against the H100 peak upstream
+    assumes (0.0% in the report, whose methods say none on CPU) and read as 'device not recorded'. Now it has
+    no MFU and its device is the CPU, as a run of this trainer on the CPU."""
+    from bench.analysis.scaling import with_config
+
+    log = write_log(tmp_path / "cpu.log")
+    log.write_text(log.read_text().replace("device type: cuda", "device type: cpu"))
+    row = read_upstream_log(log)
+    assert row["device_type"] == "cpu" and row.get("mfu") is None and row.get("mfu_source") is None
+    assert with_config(collect([tmp_path]).table)["device"].tolist() == ["CPU"]
+    assert read_upstream_log(write_log(tmp_path / "gpu.log"))["device_type"] == "cuda"

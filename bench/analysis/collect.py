@@ -287,17 +287,30 @@ def one_row_per_run(table: pd.DataFrame) -> pd.DataFrame:
     """Copies of one run directory (same sweep_id, run_id, flow stage and Slurm job, or outside Slurm the same
     start time: the stages of a flow's point share the rest): the first usable one keeps its figures, the others
     are left out of them with a skip_reason naming it."""
+    kept = _copies(table)
+    if not kept:
+        return table
+    table = table.copy()
+    for i, best in kept.items():
+        table.at[i, "skip_reason"] = \
+            f"the same run as {table.at[best, 'root']}/{table.at[best, 'source']} (a copy of its directory)"
+    return table
+
+
+def is_copy(table: pd.DataFrame) -> pd.Series:
+    """Per row, whether it is a copy of another row's run directory (one_row_per_run): one run, counted once."""
+    return pd.Series(table.index.isin(list(_copies(table))), index=table.index)
+
+
+def _copies(table: pd.DataFrame) -> dict:
+    """Each copy's index -> the index of the row that keeps the run (usable first, then by root and source)."""
     instance = table["slurm_job_id"].astype(object).where(table["slurm_job_id"].notna(), table["t_start"])
     keys = table[["sweep_id", "run_id", "stage"]].assign(instance=instance)  # sweep_id, stage: None outside them
     candidates = (table["source_kind"] == "run_dir").fillna(False) & keys[["run_id", "instance"]].notna().all(axis=1)
     dup = keys[candidates].duplicated(keep=False)
     if not dup.any():
-        return table
-    table = table.copy()
+        return {}
     copies = table[candidates][dup].assign(_unusable=lambda t: t["skip_reason"].notna())
-    for _, group in copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(
-            [keys[c] for c in keys], sort=False, dropna=False):
-        best = group.index[0]
-        table.loc[group.index[1:], "skip_reason"] = \
-            f"the same run as {table.at[best, 'root']}/{table.at[best, 'source']} (a copy of its directory)"
-    return table
+    groups = copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(
+        [keys[c] for c in keys], sort=False, dropna=False)
+    return {i: group.index[0] for _, group in groups for i in group.index[1:]}

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, why
-from bench.analysis.collect import ROW_VERSION, collect, display_root, load_table, one_row_per_run
+from bench.analysis.collect import ROW_VERSION, collect, display_root, is_copy, load_table, one_row_per_run
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
 from bench.contract import FINAL_STATUSES, atomic_target, write_synced
@@ -176,8 +176,9 @@ def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, 
     kept = scaling.kept_apart(table)
 
     used = table["skip_reason"].isna()
-    live = table["status"].isin(["pending", "running"])
-    failed = ~used & ~live & table["status"].isin([s for s in FINAL_STATUSES if s != "ok"])
+    copy = is_copy(table)  # a second directory of one run: skipped as a copy, never a second failure
+    live = table["status"].isin(["pending", "running"]) & ~copy
+    failed = ~used & ~live & ~copy & table["status"].isin([s for s in FINAL_STATUSES if s != "ok"])
     skipped = ~used & ~live & ~failed
     run_tables = [{"title": "Failed runs", "table": runs_table(table[failed], "message")},
                   {"title": "Runs not finished", "table": runs_table(table[live], "skip_reason")},

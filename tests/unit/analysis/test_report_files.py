@@ -133,3 +133,24 @@ def test_a_report_of_a_root_is_of_that_root_alone(tmp_path, capsys):
     assert "3 run(s), 3 in the figures" in md, md[:400]
     table = load_table(tmp_path / "rep")
     assert len(table) == 9 and set(table["root"]) == {str(tmp_path / "a"), str(tmp_path / "b")}
+
+
+def test_a_failed_run_found_twice_is_one_failure(tmp_path, make_run):
+    """ReFrame keeps a failed case's run directory in its stage directory and copies it to its output directory:
+    the report counted two failed runs and listed the failure twice. The copy is now a skipped copy that names
+    the run it copies, and the failure is counted once."""
+    import shutil
+
+    from bench.analysis.collect import collect
+    from bench.analysis.report import write_report
+
+    make_run("n8-bare-r1", root=tmp_path / "runs", tok_s=1000.0)
+    failed = make_run("n8-ce-r1", root=tmp_path / "stage" / "sweep", status="failed", message="NCCL timeout",
+                      slurm={"job_id": "42"})
+    shutil.copytree(failed, tmp_path / "output" / "sweep" / failed.name)
+    write_report(collect([tmp_path]).table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "3 run(s), 1 in the figures, 1 failed, 0 not finished, 1 skipped" in md
+    failures = md.split("## Failed runs")[1].split("##")[0]
+    assert failures.count("NCCL timeout") == 1
+    assert "/output/sweep/n8-ce-r1 (a copy of its directory)" in md.split("## Runs skipped")[1]

@@ -19,7 +19,7 @@ import jinja2
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, why
+from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, upstream, why
 from bench.analysis.collect import ROW_VERSION, collect, display_root, is_copy, load_table, one_row_per_run
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.tables import md_table, runs_table
@@ -32,7 +32,9 @@ FIGURES_DIR = "figures"
 METHODS = [
     STEADY_STATE_RULE,
     "MFU = FLOPs per token × steady tok/s / (GPUs × peak dense bf16 FLOP/s of the GPU recorded in run.json); "
-    "none on CPU or an unknown GPU. SFT counts supervised tokens in its tok/s (upstream's num_tokens), fewer than "
+    "none on CPU or an unknown GPU, except in an upstream log that names no GPU: there it is upstream's own, "
+    f"against the H100's {upstream.UPSTREAM_PEAK / 1e12:g} TFLOP/s that upstream assumes whatever the GPU. "
+    "SFT counts supervised tokens in its tok/s (upstream's num_tokens), fewer than "
     "the positions it runs (padding, prompts): its MFU is its step events' own, from every position.",
     "Start-up phases run from one milestone to the next the run recorded (launch, runtime start, trainer "
     "start, imports, process group, pre-flight, model, data, first step; bench/breakdown.py), so a phase "

@@ -128,3 +128,17 @@ def test_a_cpu_log_has_no_mfu_and_trained_on_the_cpu(tmp_path):
     assert row["device_type"] == "cpu" and row.get("mfu") is None and row.get("mfu_source") is None
     assert with_config(collect([tmp_path]).table)["device"].tolist() == ["CPU"]
     assert read_upstream_log(write_log(tmp_path / "gpu.log"))["device_type"] == "cuda"
+
+
+def test_the_report_says_whose_peak_the_mfu_of_a_log_without_a_gpu_line_uses(tmp_path):
+    """The report's methods said MFU is none on an unknown GPU, yet a log that names no GPU shows one, against
+    the H100 peak upstream assumes: the methods now say so, with that peak."""
+    from bench.analysis.report import write_report
+
+    (tmp_path / "runs").mkdir()
+    write_log(tmp_path / "runs" / "n8.log")
+    table = collect([tmp_path / "runs"]).table
+    assert table["mfu"].notna().all() and table["gpu_name"].isna().all()
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "except in an upstream log that names no GPU" in md and f"{UPSTREAM_PEAK / 1e12:g} TFLOP/s" in md

@@ -177,10 +177,8 @@ class TrainConfig(RunSettings):
         check_weight_decay(self.weight_decay)
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
-        tag = self.model_tag
-        if tag and (tag in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", tag)):  # it must not leave its folder
-            raise ConfigError(f"--model_tag={tag!r}: checkpoints go to base_checkpoints/<model_tag>, so the tag is "
-                              "one folder name: letters, digits, '.', '_' and '-', not '.' or '..'")
+        # <sweep>/<run> too: the default tag in a run directory, and the one a deadline stop says to resume with
+        check_model_tag(self.model_tag, "--model_tag", "base_checkpoints/")
         unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKEND_NAMES]
         if unknown:
             raise ConfigError(f"--sdpa_backends={self.sdpa_backends!r}: unknown kernel(s) {', '.join(unknown)}; "

@@ -6,6 +6,7 @@
 import re
 from dataclasses import asdict, fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -146,7 +147,7 @@ def test_an_unknown_fused_kernel_is_refused_with_the_valid_names(value, unknown)
                             "softcap_loss (comma-separated), all, or none")
 
 
-@pytest.mark.parametrize("tag", ["..", "../..", ".", "/abs", "a/b", "../d20", "a\\b", "x\ny", "d20/.."])
+@pytest.mark.parametrize("tag", ["..", "../..", ".", "/abs", "a//b", "../d20", "a\\b", "x\ny", "d20/..", "a/"])
 def test_model_tag_that_would_leave_base_checkpoints_is_refused(tag):
     with pytest.raises(ConfigError, match=r"^--model_tag=.*base_checkpoints"):
         parse_args([f"--model_tag={tag}"])
@@ -155,6 +156,15 @@ def test_model_tag_that_would_leave_base_checkpoints_is_refused(tag):
 @pytest.mark.parametrize("tag", ["", "d20", "my-run_2.1", "..hidden-but-inside"])
 def test_model_tags_that_stay_inside_are_fine(tag):
     assert parse_args([f"--model_tag={tag}"]).model_tag == tag
+
+
+def test_the_sweep_run_tag_a_deadline_stop_names_for_resuming_is_accepted():
+    """A run stopped by --deadline in a run directory said `continue with --resume_from_step=N --model_tag=sw/r1`
+    (its default tag, train.default_model_tag), and the trainer refused that tag as more than one folder name."""
+    from bench.nanochat.train import default_model_tag
+
+    tag = default_model_tag(parse_args([]), SimpleNamespace(run_dir="/runs/sw/r1"))
+    assert tag == "sw/r1" and parse_args([f"--model_tag={tag}", "--resume_from_step=5"]).model_tag == tag
 
 
 def test_the_trainer_flags_the_readme_names_exist():

@@ -365,3 +365,11 @@ def training_horizon(config: TrainConfig, num_params: int, flops_per_token: floa
     if config.target_flops > 0:
         return round(config.target_flops / (flops_per_token * config.total_batch_size)), "target FLOPs"
     return config.target_param_data_ratio * num_params // config.total_batch_size, "target data:param ratio"
+
+
+def check_resume_step(resume_step: int, num_iterations: int, how: str) -> None:
+    """A resumed run must start at or before its horizon: the loop ends when the step reaches it, so a later
+    step ran on forever (or divided by a warmdown of 0 steps)."""
+    if resume_step > num_iterations:
+        raise ConfigError(f"--resume_from_step={resume_step} is past this run's horizon of {num_iterations} "
+                          f"iterations ({how}); give --num_iterations >= {resume_step}, or resume an earlier step")

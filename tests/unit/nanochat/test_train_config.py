@@ -205,3 +205,15 @@ def test_a_weight_decay_that_is_not_a_finite_number_of_zero_or_more_is_refused(v
     with pytest.raises(ConfigError, match=rf"--weight_decay={value}: must be a finite number >= 0 \(default 0.0\)"):
         parse_args([f"--weight_decay={value}"])
     assert parse_args(["--weight_decay=0.1"]).weight_decay == 0.1
+
+
+def test_resuming_past_the_horizon_is_refused_naming_both_steps():
+    """--resume_from_step=3 with --num_iterations=2 stepped past the end: the loop stops only at the horizon, so it
+    ran on forever, or ended in a ZeroDivisionError traceback where the warmdown rounded to 0 steps."""
+    from bench.nanochat.config import check_resume_step
+
+    with pytest.raises(ConfigError, match=r"^--resume_from_step=3 is past this run's horizon of 2 iterations "
+                                          r"\(user-provided number of iterations\); give --num_iterations >= 3"):
+        check_resume_step(3, 2, "user-provided number of iterations")
+    check_resume_step(2, 2, "user-provided number of iterations")  # the final evaluation (and nothing saved)
+    check_resume_step(-1, 0, "target FLOPs")  # a fresh run

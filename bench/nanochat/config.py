@@ -175,6 +175,13 @@ class TrainConfig(RunSettings):
                 raise ConfigError(f"--{name}={value!r}: a learning rate must be a finite number > 0 "
                                   f"(default {TrainConfig.__dataclass_fields__[name].default})")
         check_weight_decay(self.weight_decay)
+        for name in SCHEDULE_FRACTIONS:  # nan ended the run in a traceback at step 0; < 0 or > 1 bent the LR curve
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ConfigError(f"--{name}={value!r}: a fraction from 0 to 1 "
+                                  f"(default {TrainConfig.__dataclass_fields__[name].default})")
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):  # nan turned clipping off unsaid
+            raise ConfigError(f"--grad_clip={self.grad_clip!r}: a finite gradient norm > 0, or 0 for no clipping")
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
         # <sweep>/<run> too: the default tag in a run directory, and the one a deadline stop says to resume with
@@ -221,6 +228,7 @@ def shape_problem(depth: int, aspect_ratio: int) -> str | None:
 
 WATCHDOG_MIN_S = 2 * INTERVAL_S
 LEARNING_RATES = ("embedding_lr", "unembedding_lr", "matrix_lr")
+SCHEDULE_FRACTIONS = ("warmup_ratio", "warmdown_ratio", "final_lr_frac")
 
 # Counts whose -1 has a documented meaning (the help texts); a value below -1 is refused.
 MINUS_ONE_MEANS = {

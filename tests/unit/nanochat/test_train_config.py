@@ -217,3 +217,21 @@ def test_resuming_past_the_horizon_is_refused_naming_both_steps():
         check_resume_step(3, 2, "user-provided number of iterations")
     check_resume_step(2, 2, "user-provided number of iterations")  # the final evaluation (and nothing saved)
     check_resume_step(-1, 0, "target FLOPs")  # a fresh run
+
+
+@pytest.mark.parametrize("flag", ["warmup_ratio", "warmdown_ratio", "final_lr_frac"])
+@pytest.mark.parametrize("value", ["nan", "-0.5", "1.5", "inf"])
+def test_a_schedule_fraction_outside_0_to_1_is_refused(flag, value):
+    """--warmup_ratio=nan ended in a ValueError traceback at step 0; --final_lr_frac=nan trained the warmdown at a
+    nan learning rate; --warmdown_ratio=-1 silently meant no warmdown."""
+    with pytest.raises(ConfigError, match=rf"^--{flag}={value}: a fraction from 0 to 1 \(default "):
+        parse_args([f"--{flag}={value}"])
+    assert getattr(parse_args([f"--{flag}=0.5"]), flag) == 0.5
+
+
+@pytest.mark.parametrize("value", ["nan", "-1.0", "inf"])
+def test_a_grad_clip_that_is_not_a_finite_norm_of_zero_or_more_is_refused(value):
+    """--grad_clip=nan turned clipping off without a word (nan > 0 is false); 0 is the documented off."""
+    with pytest.raises(ConfigError, match=rf"^--grad_clip={value}: a finite gradient norm > 0, or 0 for no clipping"):
+        parse_args([f"--grad_clip={value}"])
+    assert parse_args(["--grad_clip=0"]).grad_clip == 0

@@ -236,7 +236,7 @@ MINUS_ONE_MEANS = {
     "target_param_data_ratio": "turn it off",
     "eval_every": "turn validation off",
     "sample_every": "turn sampling off",
-    "save_every": "save only the final checkpoint",
+    "save_every": "save no checkpoint (0 too; --deadline still saves one)",
     "profile_step": "turn profiling off",
     "resume_from_step": "start fresh (or give the step of a checkpoint saved with --save_every)",
 }

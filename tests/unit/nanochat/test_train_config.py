@@ -235,3 +235,10 @@ def test_a_grad_clip_that_is_not_a_finite_norm_of_zero_or_more_is_refused(value)
     with pytest.raises(ConfigError, match=rf"^--grad_clip={value}: a finite gradient norm > 0, or 0 for no clipping"):
         parse_args([f"--grad_clip={value}"])
     assert parse_args(["--grad_clip=0"]).grad_clip == 0
+
+
+def test_a_save_every_below_minus_one_names_what_minus_one_really_does():
+    """The error said -1 would `save only the final checkpoint`; the trainer saves nothing at -1 (its help text)."""
+    with pytest.raises(ConfigError, match=r"^--save_every=-2: give a count >= 0, or -1 to save no checkpoint"):
+        parse_args(["--save_every=-2"])
+    assert "-1 or 0 = never" in TrainConfig.__dataclass_fields__["save_every"].metadata["doc"]

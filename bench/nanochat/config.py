@@ -375,9 +375,13 @@ def training_horizon(config: TrainConfig, num_params: int, flops_per_token: floa
     return config.target_param_data_ratio * num_params // config.total_batch_size, "target data:param ratio"
 
 
-def check_resume_step(resume_step: int, num_iterations: int, how: str) -> None:
-    """A resumed run must start at or before its horizon: the loop ends when the step reaches it, so a later
-    step ran on forever (or divided by a warmdown of 0 steps)."""
+def check_horizon(resume_step: int, num_iterations: int, how: str) -> None:
+    """A run must have steps to train (a derived horizon of 0 steps ended as `ok` with nothing trained) and
+    resume at or before its horizon: the loop ends when the step reaches it, so a later step ran on forever
+    (or divided by a warmdown of 0 steps)."""
+    if num_iterations <= 0:
+        raise ConfigError(f"the horizon ({how}) comes to {num_iterations} iterations: nothing would be trained; "
+                          f"raise --target_flops or --target_param_data_ratio, or give --num_iterations")
     if resume_step > num_iterations:
         raise ConfigError(f"--resume_from_step={resume_step} is past this run's horizon of {num_iterations} "
                           f"iterations ({how}); give --num_iterations >= {resume_step}, or resume an earlier step")

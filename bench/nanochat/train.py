@@ -33,7 +33,7 @@ from bench.nanochat.attention import (check_forced_attention, force_flash_attent
                                       restrict_sdpa_backends)
 from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, phase_dir, save_checkpoint
 from bench.nanochat.common import print0
-from bench.nanochat.config import TrainConfig, check_resume_step, grad_accum_steps, parse_args, training_horizon
+from bench.nanochat.config import TrainConfig, check_horizon, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
@@ -134,7 +134,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     # Horizon: the first enabled of num_iterations, target_flops, target_param_data_ratio
     num_iterations, how = training_horizon(config, num_params, num_flops_per_token)
     print0(f"Number of iterations ({how}): {num_iterations:,}")
-    check_resume_step(resume_step, num_iterations, how)
+    check_horizon(resume_step, num_iterations, how)
     total_tokens = config.total_batch_size * num_iterations
     print0(f"Total number of training tokens: {total_tokens:,}")
     print0(f"Tokens : Params ratio: {total_tokens / num_params:.2f}")

@@ -210,13 +210,13 @@ def test_a_weight_decay_that_is_not_a_finite_number_of_zero_or_more_is_refused(v
 def test_resuming_past_the_horizon_is_refused_naming_both_steps():
     """--resume_from_step=3 with --num_iterations=2 stepped past the end: the loop stops only at the horizon, so it
     ran on forever, or ended in a ZeroDivisionError traceback where the warmdown rounded to 0 steps."""
-    from bench.nanochat.config import check_resume_step
+    from bench.nanochat.config import check_horizon
 
     with pytest.raises(ConfigError, match=r"^--resume_from_step=3 is past this run's horizon of 2 iterations "
                                           r"\(user-provided number of iterations\); give --num_iterations >= 3"):
-        check_resume_step(3, 2, "user-provided number of iterations")
-    check_resume_step(2, 2, "user-provided number of iterations")  # the final evaluation (and nothing saved)
-    check_resume_step(-1, 0, "target FLOPs")  # a fresh run
+        check_horizon(3, 2, "user-provided number of iterations")
+    check_horizon(2, 2, "user-provided number of iterations")  # the final evaluation (and nothing saved)
+    check_horizon(-1, 1, "target FLOPs")  # a fresh run
 
 
 @pytest.mark.parametrize("flag", ["warmup_ratio", "warmdown_ratio", "final_lr_frac"])
@@ -242,3 +242,15 @@ def test_a_save_every_below_minus_one_names_what_minus_one_really_does():
     with pytest.raises(ConfigError, match=r"^--save_every=-2: give a count >= 0, or -1 to save no checkpoint"):
         parse_args(["--save_every=-2"])
     assert "-1 or 0 = never" in TrainConfig.__dataclass_fields__["save_every"].metadata["doc"]
+
+
+@pytest.mark.parametrize("argv, how", [(["--target_flops=1"], "target FLOPs"),
+                                       (["--target_param_data_ratio=1"], "target data:param ratio")])
+def test_a_derived_horizon_of_no_steps_is_refused(argv, how):
+    """--target_flops=1 came to 0 iterations: the run trained nothing and still ended as `ok`."""
+    from bench.nanochat.config import check_horizon, training_horizon
+
+    steps, why = training_horizon(parse_args(argv), num_params=1000, flops_per_token=6000.0)
+    assert (steps, why) == (0, how)
+    with pytest.raises(ConfigError, match=rf"^the horizon \({how}\) comes to 0 iterations: nothing would be trained"):
+        check_horizon(-1, steps, why)

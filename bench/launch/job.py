@@ -204,6 +204,10 @@ def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
         raise ConfigError(f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive "
                           f"in {opts.site.source}) does not exist; make it with `podman save -o FILE IMAGE` "
                           f"(containers/README.md) or change the profile")
+    if opts.check_images and os.path.getsize(expanded) == 0:  # as an empty .sqsh or .sif is refused
+        raise ConfigError(f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive "
+                          f"in {opts.site.source}) is empty (0 bytes), as an interrupted `podman save` leaves it; "
+                          f"make it again with `podman save -o FILE IMAGE` (containers/README.md)")
     return expanded if opts.check_images else archive
 
 

@@ -173,8 +173,11 @@ def test_site_image_archive(tmp_path):
     with pytest.raises(ConfigError, match="images.pyxis: only podman load an image archive"):
         sites.load(str(site))
     archive = tmp_path / "nb.tar"
-    archive.write_bytes(b"x")
+    archive.write_bytes(b"")  # an interrupted `podman save`: every node's load would fail inside the job
     site.write_text(f'name = "s"\nnetwork = "ethernet"\n[images.podman]\narchive = "{archive}"\n')
+    with pytest.raises(ConfigError, match=r"image archive '.*nb.tar' .* is empty \(0 bytes\)"):
+        one_run(tmp_path, "podman", site=sites.load(str(site)), check_images=True, image=None)
+    archive.write_bytes(b"x")
     job = one_run(tmp_path, "podman", site=sites.load(str(site)), check_images=False)
     assert job.runs[0].image_step.args[2] == str(archive)
     write_job(job, render_sbatch(job), manifests=False)

@@ -6,6 +6,7 @@
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import sys
@@ -88,7 +89,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             write_text_atomic(path, json.dumps(schema, indent=2) + "\n")
         except OSError as e:
-            print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+            # makedirs over a file says only "File exists", and the path it names (DIR/run.schema.json) hides why
+            why = f"{args.dir} is a file, or has one in its path: give a directory" \
+                if e.errno in (errno.EEXIST, errno.ENOTDIR) else e.strerror or e
+            print(f"error: cannot write {path}: {why}", file=sys.stderr)
             return 1
         print(path)
     return 0

@@ -159,5 +159,8 @@ def test_the_schema_command_takes_help_and_names_a_folder_it_cannot_write(tmp_pa
     (tmp_path / "file").write_text("")
     assert main([str(tmp_path / "file" / "schemas")]) == 1
     assert capsys.readouterr().err.startswith(f"error: cannot write {tmp_path / 'file' / 'schemas'}")
+    # a file for DIR (run.json for its folder) was reported as `.../run.json/run.schema.json: File exists`
+    assert main([str(tmp_path / "file")]) == 1
+    assert f"{tmp_path / 'file'} is a file, or has one in its path: give a directory" in capsys.readouterr().err
     assert main(["out"]) == 0 and sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         contract.json_schemas())

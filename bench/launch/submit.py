@@ -123,10 +123,12 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
     raises SubmitError once every job was tried."""
     sweep_dir = Path(sweep_dir).absolute()
     record = read_sweep(sweep_dir)
-    new_ids = []
+    new_ids, unread = [], []
     asked = 0
     for entry in record["jobs"]:
         again = [r for r in entry["runs"] if r in run_ids]
+        unread += [r for r in again if not planned_record(sweep_dir / r, out)]
+        again = [r for r in again if r not in unread]
         if not again:
             continue
         asked += 1
@@ -146,7 +148,22 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
     if len(new_ids) < asked:  # as submit: a refusal must fail the command, not end it with exit 0
         raise SubmitError(f"sbatch refused {asked - len(new_ids)} of {asked} job(s) (their runs are marked failed); "
                           f"fix the cause and run `nanochat-bench status {sweep_dir} --resubmit-failed` again")
+    if unread:
+        raise ConfigError(f"not resubmitted: {', '.join(unread)}, whose run.json is not a run's record this release "
+                          f"can start over from (above); it is left as it is: restore it, or move the run directory "
+                          f"away and submit its point as a new sweep")
     return new_ids
+
+
+def planned_record(run_dir: Path, out: Callable[[str], None]) -> bool:
+    """Whether run.json holds a plan to start the run over from (reset_for_resubmission); else says why. A record
+    whose fields do not fit the contract (damaged by hand, or a newer major's) is read by status as plain data."""
+    try:
+        contract.load_manifest(run_dir)
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: not JSON, not UTF-8, or a SchemaError
+        out(f"{run_dir.name}: run.json cannot be read as a run's record ({e}); it is left as it is")
+        return False
+    return True
 
 
 def reset_for_resubmission(run_dir: Path, old_job: str | None, out: Callable[[str], None]) -> set[str]:

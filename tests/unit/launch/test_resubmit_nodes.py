@@ -3,6 +3,7 @@
 The job is not run here (tests/integration/slurm/test_slurm_resubmit.py resubmits for real); the backend
 below only records what sbatch would have been asked."""
 
+import json
 from unittest import mock
 
 import pytest
@@ -72,3 +73,32 @@ def test_status_wait_fails_for_any_run_that_did_not_end_ok(final, tmp_path, caps
         assert cli.main(["status", str(tmp_path), "--wait"]) == 1
     with mock.patch.object(status, "wait", return_value=states[:1]), mock.patch.object(slurm, "SlurmCLI", Backend):
         assert cli.main(["status", str(tmp_path), "--wait"]) == 0
+
+
+def test_a_run_json_outside_the_contract_is_left_and_named_not_a_traceback(tmp_path, capsys):
+    """`status --resubmit-failed` read a failed run whose run.json did not fit the contract (here its evidence a
+    string) and ended in a SchemaError traceback; the other failed runs of the sweep were not resubmitted."""
+    entries = []
+    for run_id in ("n1-bare-r1", "n1-bare-r2"):
+        run = tmp_path / run_id
+        run.mkdir()
+        (run / "job.sbatch").write_text("#!/bin/bash\n")
+        contract.update_run_json(run, run_id=run_id, status="pending", nodes=1)
+        contract.record_evidence(run, contract.Evidence(source="trainer", kind="exit", message="exit 1"))
+        entries.append({"name": run_id, "job_id": "7", "runs": [run_id], "script": str(run / "job.sbatch")})
+    submit.write_sweep(tmp_path, {"jobs": entries})
+    damaged = contract.read_run_json(tmp_path / "n1-bare-r1")
+    (tmp_path / "n1-bare-r1" / contract.RUN_JSON).write_text(json.dumps({**damaged, "evidence": "oops"}))
+    before = (tmp_path / "n1-bare-r1" / contract.RUN_JSON).read_text()
+    states = [status.RunState(r, "7", "FAILED", "failed") for r in ("n1-bare-r1", "n1-bare-r2")]
+    backend = Backend()
+    with mock.patch.object(status, "sweep_status", return_value=states), \
+            mock.patch.object(slurm, "SlurmCLI", lambda: backend):
+        assert cli.main(["status", str(tmp_path), "--resubmit-failed"]) == 1
+    captured = capsys.readouterr()
+    assert "n1-bare-r1: run.json cannot be read as a run's record" in captured.out
+    assert captured.err.startswith("error: not resubmitted: n1-bare-r1, whose run.json")
+    assert backend.calls == [("job.sbatch", [])]  # the readable run was resubmitted all the same
+    assert contract.read_run_json(tmp_path / "n1-bare-r2")["status"] == "pending"
+    assert (tmp_path / "n1-bare-r1" / contract.RUN_JSON).read_text() == before
+    assert not (tmp_path / "n1-bare-r1" / "attempts").exists()

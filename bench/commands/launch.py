@@ -251,7 +251,11 @@ def options_from_args(args) -> LaunchOptions:
 
 
 def out_dir(args) -> Path:
-    """--out, else runs/<--name> (the name is checked either way)."""
+    """--out, else runs/<--name>. Not both: the sweep and its jobs are named after their folder, so a --name beside
+    --out would name nothing."""
+    if args.name and args.out:
+        raise ConfigError(f"--name {args.name!r} with --out {args.out!r}: the sweep is named after its folder "
+                          f"({Path(args.out).name!r} here); give --out DIR, or --name NAME for runs/NAME, not both")
     name = args.name or time.strftime("sweep-%Y%m%d-%H%M%S")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name in (".", ".."):
         # '.' and '..' pass the character check but would put the sweep in runs/ or in the current directory
@@ -476,8 +480,9 @@ def register(subparsers) -> None:
                               description="Render each job's script into the sweep directory and submit it.")
     add_sweep_options(p)
     add_launch_options(p)
-    p.add_argument("--name", default=None, help="sweep name (default: sweep-<date>-<time>)")
-    p.add_argument("--out", default=None, help="sweep directory (default: runs/<name>)")
+    p.add_argument("--name", default=None, help="sweep name, its directory runs/<name> (default: "
+                   "sweep-<date>-<time>; not with --out)")
+    p.add_argument("--out", default=None, help="sweep directory, whose name is the sweep's (default: runs/<name>)")
     p.add_argument("--compare", action="store_true",
                    help="one job per node count running every runtime in turn (same nodes for all)")
     p.add_argument("--dry-run", action="store_true", help="render the scripts, print what would be submitted")
@@ -497,8 +502,9 @@ def register(subparsers) -> None:
     p.add_argument("kind", choices=("sbatch", "interactive", "compare"))
     add_sweep_options(p, single_nodes=True)
     add_launch_options(p)
-    p.add_argument("--name", default=None, help="name (default: sweep-<date>-<time>)")
-    p.add_argument("--out", default=None, help="directory (default: runs/<name>)")
+    p.add_argument("--name", default=None, help="name, its directory runs/<name> (default: sweep-<date>-<time>; "
+                   "not with --out)")
+    p.add_argument("--out", default=None, help="directory, whose name names the jobs (default: runs/<name>)")
     p.add_argument("--download", type=int, default=None, metavar="N",
                    help="interactive: shards the data step downloads, -1 for all (default: what the plan needs, "
                         "else 8)")

@@ -1130,7 +1130,7 @@ def slurm_fault(ctx: Ctx, name: str, inject: Callable[[str], None] | None, train
         raise Unavailable("no Slurm cluster")
     out = ctx.work / "sweep"
     rc = cli.main(["render", "sbatch", "--nodes=2", "--runtimes=bare", *train, f"--base-dir={ctx.base_dir}",
-                   f"--out={out}", f"--name={name}"])
+                   f"--out={out}"])
     assert rc == 0
     run_dir = out / "n2-bare-r1"
     cmd = Command(["sbatch", "--parsable", *(["--hold"] if held else []), "job.sbatch"], ctx.work / "cmd",

@@ -45,7 +45,7 @@ def test_two_node_training_from_rendered_sbatch(slurm_cluster, tiny_base_dir, tm
     """`render sbatch` then a plain `sbatch`, as a user would: 4 ranks over 2 nodes train and record."""
     out = tmp_path / "render"
     assert cli.main(["render", "sbatch", "--nodes=2", "--runtimes=bare", *TINY, f"--base-dir={tiny_base_dir}",
-                     f"--out={out}", "--name=two-node"]) == 0
+                     f"--out={out}"]) == 0
     run_dir = out / "n2-bare-r1"
     assert read_run_json(run_dir)["status"] == "pending"  # the launcher's manifest comes first
     job_id = slurm_cluster.run(["sbatch", "--parsable", "job.sbatch"], cwd=run_dir).stdout.strip()

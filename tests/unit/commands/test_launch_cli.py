@@ -170,6 +170,16 @@ def test_a_sweep_name_that_would_leave_runs_is_refused(command, name, tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"],
+                                     ["render", "sbatch", "--flow", "speedrun", "--stages", "base_train"]])
+def test_a_name_beside_out_is_refused_not_dropped(command, tmp_path, capsys):
+    """`--name mine --out DIR` named the sweep and its jobs after DIR's folder, dropping --name without a word."""
+    code, out, err = run_cli([*command, "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}",
+                              "--name", "mine", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and err.startswith("error: --name 'mine' with --out ") and "not both" in err
+    assert not (tmp_path / "s").exists()
+
+
 def test_an_unknown_partition_is_refused_before_the_plan_is_printed(capsys, tmp_path):
     code, out, err = run_cli(["submit", "--dry-run", "--site", "alps", "--partition", "nope", "--nodes", "2",
                               "--out", str(tmp_path / "s")], capsys)

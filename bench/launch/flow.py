@@ -40,7 +40,7 @@ from bench.errors import ConfigError, DataError, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
-                              site_partition, tokenizer_minutes, write_job)
+                              run_job_minutes, site_partition, tokenizer_minutes, write_job)
 from bench.pairs import parse_pairs
 
 FLOW_JSON = "flow.json"
@@ -187,7 +187,7 @@ class FlowSweep:
         return tokenizer_minutes(self.first.shards_needed())
 
     def job_minutes(self, stage_points: list[planmod.Point]) -> int:
-        return self.tokenizer_minutes + sum(p.time_minutes + 1 for p in stage_points)  # as job.job_minutes
+        return self.tokenizer_minutes + sum(run_job_minutes(p.time_minutes) for p in stage_points)
 
     def describe(self) -> dict:
         return {**self.first.describe(), "workload": None, "flow": self.flow, "left_out": self.left_out,

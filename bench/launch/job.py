@@ -331,7 +331,12 @@ IMAGE_STEP_MINUTES = 10
 
 def job_minutes(runs: list[Run]) -> int:
     """A minute each for the bookkeeping around a run, and time for its image step where it has one."""
-    return sum(r.time_minutes + 1 + (IMAGE_STEP_MINUTES if r.image_step else 0) for r in runs)
+    return sum(run_job_minutes(r.time_minutes, r.image_step is not None) for r in runs)
+
+
+def run_job_minutes(time_minutes: int, image_step: bool = False) -> int:
+    """What one run adds to its job's time limit: its own limit, a minute of bookkeeping, its image step's time."""
+    return time_minutes + 1 + (IMAGE_STEP_MINUTES if image_step else 0)
 
 
 # The interactive guide's own steps before training, estimated as the plan estimates a run (allowance_minutes).
@@ -365,15 +370,19 @@ RUN_TOO_LONG = "pass a shorter --time, fewer --num_iterations, or another --part
 def check_partition(limit, runs: list[Run], subject: str | None = None, hint: str = RUN_TOO_LONG,
                     setup_minutes: int = 0) -> None:
     """A job that the partition would refuse (too long, too many nodes) fails here, naming the limit."""
+    refusal = partition_refusal(limit, runs[0].nodes, setup_minutes + job_minutes(runs), hint)
+    if refusal:
+        raise ConfigError(f"{subject or runs[0].run_id}: {refusal}")
+
+
+def partition_refusal(limit, nodes: int, minutes: int, hint: str = RUN_TOO_LONG) -> str:
+    """'' when a job of `nodes` and `minutes` fits the partition, else why Slurm would refuse it and what to do."""
     if limit is None:
-        return
-    subject = subject or runs[0].run_id
-    if limit.max_nodes and runs[0].nodes > limit.max_nodes:
-        raise ConfigError(f"{subject}: {runs[0].nodes} nodes, but partition {limit.name} takes at most "
-                          f"{limit.max_nodes} (choose another --partition)")
-    over = over_partition(limit, setup_minutes + job_minutes(runs))
-    if over:
-        raise ConfigError(f"{subject}: {over}; {hint}")
+        return ""
+    if limit.max_nodes and nodes > limit.max_nodes:
+        return f"{nodes} nodes, but partition {limit.name} takes at most {limit.max_nodes} (choose another --partition)"
+    over = over_partition(limit, minutes)
+    return f"{over}; {hint}" if over else ""
 
 
 def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:

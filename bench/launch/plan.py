@@ -277,7 +277,12 @@ def memory_warning(sweep: Sweep, p: Point) -> str | None:
 
 
 def format_table(sweep: Sweep) -> str:
-    """The plan as a text table, one row per node count and runtime (repeats folded), then totals."""
+    """The plan as a text table, one row per node count and runtime (repeats folded), then totals. A run whose job
+    the site's default partition would refuse is shown as submit refuses it (its image step, where the runtime has
+    one, adds to the job's time at submit)."""
+    from bench.launch.job import partition_refusal, run_job_minutes, site_partition  # job.py imports this module
+
+    limit = site_partition(sweep.site)
     columns = sweep.workload_impl.PLAN_COLUMNS
     head = ("nodes", "runtime", "repeats", "ranks", *(c[0] for c in columns), "val_K", "time", "est_node_h", "note")
     rows, jobs, node_hours, unknown = [], 0, 0.0, False
@@ -287,13 +292,16 @@ def format_table(sweep: Sweep) -> str:
         if not p.possible:
             rows.append((n, rt, len(group), p.ranks, *["-"] * (len(columns) + 3), "impossible: " + p.reason))
             continue
-        jobs += len(group)
+        refusal = partition_refusal(limit, n, run_job_minutes(p.time_minutes))
         nh = sum(q.node_hours or 0 for q in group)
-        unknown |= p.node_hours is None
-        node_hours += nh
+        if not refusal:  # a run submit refuses is neither run nor counted
+            jobs += len(group)
+            unknown |= p.node_hours is None
+            node_hours += nh
         figures = (fmt.format(p.plan.column(key, "-")) for _, key, fmt in columns)
         rows.append((n, rt, len(group), p.ranks, *figures, p.val_files_k or "-", p.time_limit,
                      "?" if p.node_hours is None else f"{nh:.2f}",
+                     f"not submitted: {refusal}" if refusal else
                      "; ".join(filter(None, [p.note, memory_warning(sweep, p)]))))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
     s, lines = sweep, lines + ["", *sweep.workload_impl.describe(sweep)]

@@ -105,3 +105,15 @@ def test_a_list_of_partitions_is_taken_as_sbatch_takes_it(tmp_path, capsys):
     assert cli.main([*argv, "--partition=debug,normal", "--out", str(tmp_path / "s")]) == 0, capsys.readouterr().err
     assert "#SBATCH --partition=debug,normal" in (tmp_path / "s" / "n4-bare-r1" / "job.sbatch").read_text()
     assert cli.main([*argv, "--partition=debug", "--out", str(tmp_path / "t")]) == 1  # 4 nodes: debug takes 2
+
+
+def test_plan_shows_a_run_over_the_default_partition_as_submit_refuses_it():
+    """`plan --time 99:00:00 --site alps` printed 4-03:00:00 as a plan like any other, while render and submit
+    refused it for partition normal's 12 hours; the runs it cannot submit were counted in the totals too."""
+    alps = sites.load("alps")
+    lines = format_table(Sweep([1], 4, ["bare"], site=alps, time="99:00:00")).splitlines()
+    assert lines[1].split()[-1].endswith("--partition") and "not submitted: its time limit 4-03:01:00 is over " \
+        "partition normal's 12:00:00; pass a shorter --time" in lines[1]
+    assert lines[-1].startswith("0 runs, 0.00 node-hours")
+    fits = format_table(Sweep([1], 4, ["bare"], site=alps, time="11:00:00"))
+    assert "not submitted" not in fits and fits.splitlines()[-1].startswith("1 runs")

@@ -22,6 +22,7 @@ from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, exportable, quote
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.sites import Site
+from bench.workloads.torchrun import JOIN_TIMEOUT_S
 
 # Rendezvous ports 20000-29999, below Linux's ephemeral range: 100 per job (job id % 100), one per run in
 # the job, so no two runs of one allocation (and no two recent jobs on shared nodes) share a port.
@@ -70,6 +71,17 @@ class LaunchOptions:
                 raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")
 
 
+def deadline_margin_s(time_minutes: int) -> int:
+    """How long before its limit the trainer stops to checkpoint: a tenth, between 30 s and 10 min."""
+    return min(600, max(30, time_minutes * 6))
+
+
+def join_timeout_s(time_minutes: int) -> int:
+    """How long a run's nodes wait for each other: JOIN_TIMEOUT_S, less in a run too short for it, so that a stuck
+    node fails the rendezvous, naming it, before the run's limit (and the trainer's margin) makes it a timeout."""
+    return min(JOIN_TIMEOUT_S, time_minutes * 60 - deadline_margin_s(time_minutes))
+
+
 @dataclass
 class Run:
     """One run inside a job: its directory, runtime, launch spec and first manifest."""
@@ -85,8 +97,7 @@ class Run:
 
     @property
     def deadline_margin_s(self) -> int:
-        """How long before its limit the trainer stops to checkpoint: a tenth, between 30 s and 10 min."""
-        return min(600, max(30, self.time_minutes * 6))
+        return deadline_margin_s(self.time_minutes)
 
     def srun_lines(self) -> list[list[Token]]:
         """srun with its options and the runtime's; the runtime's wrapper; the command (one line each).
@@ -161,7 +172,8 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     argv = [*point.train_argv, *deadline, *resume]
     spec = LaunchSpec(
         command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, argv,
-                                        containerised, opts.numa_binding if gpus else None),
+                                        containerised, opts.numa_binding if gpus else None,
+                                        join_timeout_s(point.time_minutes)),
         image=made or image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None,
         run_dir=str(run_dir), gpus=gpus, ofi_hook=opts.ofi_hook, image_source=image if made else None,
         image_archive=image_archive(opts, runtime.name))

@@ -149,9 +149,11 @@ class Workload:
         return {}
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
-                       containerised: bool, numa_binding: str | None = None) -> tuple:
+                       containerised: bool, numa_binding: str | None = None,
+                       join_timeout_s: int | None = None) -> tuple:
         """The command each node of a Slurm job runs (bench/launch/job.py), as tokens (str or
-        bench.runtimes.Var); `numa_binding` when its GPU workers are to be bound to their NUMA node."""
+        bench.runtimes.Var); `numa_binding` when its GPU workers are to be bound to their NUMA node;
+        `join_timeout_s`: how long its nodes wait for each other at the start (None: the launcher's default)."""
         raise NotImplementedError
 
     def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:

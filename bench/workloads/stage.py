@@ -81,9 +81,10 @@ class TorchrunStage(Workload):
         return list(torchrun_command(interpreter(python), nproc, argv, module=self.module))
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
-                       containerised: bool, numa_binding: str | None = None) -> tuple:
+                       containerised: bool, numa_binding: str | None = None,
+                       join_timeout_s: int | None = None) -> tuple:
         return torchrun_command(python, nproc_per_node, argv, nnodes=nodes, numa_binding=numa_binding,
-                                module=self.module)
+                                module=self.module, join_timeout_s=join_timeout_s)
 
     def manifest_config(self, argv: list[str]) -> dict:
         return asdict(self.parse(argv))

@@ -106,7 +106,8 @@ class NNTile(Workload):
         return settings.train.get("restrict") != "cpu"
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
-                       containerised: bool, numa_binding: str | None = None) -> tuple:  # StarPU places its workers
+                       containerised: bool, numa_binding: str | None = None,
+                       join_timeout_s: int | None = None) -> tuple:  # StarPU places its workers; one node
         if nodes != 1:
             raise ConfigError(f"--nodes {nodes}: {ONE_NODE}")
         # in an image nanochat-bench is installed in the NNTile Python; on the host the runner is run by path

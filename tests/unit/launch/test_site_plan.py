@@ -117,3 +117,17 @@ def test_plan_shows_a_run_over_the_default_partition_as_submit_refuses_it():
     assert lines[-1].startswith("0 runs, 0.00 node-hours")
     fits = format_table(Sweep([1], 4, ["bare"], site=alps, time="11:00:00"))
     assert "not submitted" not in fits and fits.splitlines()[-1].startswith("1 runs")
+
+
+def test_the_nodes_wait_for_each_other_less_than_a_short_run_lasts(tmp_path):
+    """torchrun's rendezvous waited a fixed 15 minutes for a node, so in a run of --time 5 a stuck node read as the
+    run's timeout (and a resubmission took it for one), never as a node that did not join."""
+    from bench.launch.job import LaunchOptions, assemble
+    from bench.runtimes import Var
+
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), check_images=False)
+    for time, wait in (("00:05:00", 270), ("01:00:00", 900)):  # 5 min less the trainer's 30 s margin; the default
+        [job] = assemble(Sweep([2], 4, ["bare"], data=DATA, time=time), opts, tmp_path / time.replace(":", ""),
+                         note=lambda _: None)
+        command = [t for t in job.runs[0].spec.command if not isinstance(t, Var)]
+        assert f"--rdzv_conf=join_timeout={wait}" in command

@@ -14,7 +14,8 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import NUMA_BINDING, LaunchOptions, Naming, assemble, site_partition, write_job
+from bench.launch.job import (NUMA_BINDING, LaunchOptions, Naming, assemble, interactive_minutes, over_partition,
+                              site_partition, write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -367,7 +368,9 @@ def cmd_render_flow(args) -> int:
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
         fj.job.script_name = "interactive.sh"
-        text = render_flow_interactive(fj, opts.base_dir, *guide_shards(args, fs.first.shards_needed()))
+        shards = guide_shards(args, fs.first.shards_needed())
+        refuse_long_guide(opts, fj.job, shards[0])
+        text = render_flow_interactive(fj, opts.base_dir, *shards)
     else:
         text = render_flow(fj, rendered_by="render sbatch --flow")
     flowmod.write_flow_job(fj, text)
@@ -399,6 +402,16 @@ def guide_shards(args, needed: int | None) -> tuple[int, str]:
     return (needed, "what the plan needs") if needed else (8, "a default (the plan counts none it needs)")
 
 
+def refuse_long_guide(opts, job, shards: int) -> None:
+    """The guide's salloc holds its download and tokenizer steps as well as the runs, so it can be over a partition
+    the batch job fits: salloc would be refused or never start."""
+    over = over_partition(site_partition(opts.site, opts.partition), interactive_minutes(job, shards))
+    if over:
+        raise ConfigError(f"render interactive: the guide's salloc: {over} (it holds the download of {shards} "
+                          f"shard(s) and the tokenizer's training before the runs); pass a smaller --download, a "
+                          f"shorter --time or another --partition")
+
+
 def cmd_render(args) -> int:
     """One job's script (sbatch, compare) or the interactive guide, written with its runs' run.json."""
     if len(planmod.parse_nodes(args.nodes)) > 1:  # a bad value is named first (`1,x`: x is no node count)
@@ -420,7 +433,9 @@ def cmd_render(args) -> int:
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"
-        text = render.render_interactive(job, opts.base_dir, *guide_shards(args, sweep.shards_needed()))
+        shards = guide_shards(args, sweep.shards_needed())
+        refuse_long_guide(opts, job, shards[0])
+        text = render.render_interactive(job, opts.base_dir, *shards)
     else:
         text = render.render_sbatch(job, rendered_by=f"render {args.kind}")
     write_job(job, text)

@@ -316,6 +316,19 @@ def test_the_guides_download_of_every_shard_is_counted_in_its_salloc_time(capsys
     assert "shards, what the plan needs (offline" in planned
 
 
+@pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])
+def test_a_guide_whose_salloc_is_over_its_partition_is_refused_before_anything_is_written(flow, capsys, tmp_path):
+    """On alps' 30-minute debug partition the batch job fit, so the guide was written with a salloc of
+    over 30 minutes that Slurm refuses: the download and tokenizer steps count against the partition too."""
+    argv = ["render", "interactive", *flow, "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}",
+            "--site=alps", "--partition=debug", "--time=00:05:00", "--out", str(tmp_path / "g")]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 1 and not (tmp_path / "g").exists()
+    assert err.startswith("error: render interactive: the guide's salloc: its time limit ")
+    assert "over partition debug's 00:30:00" in err and "--download" in err
+    assert run_cli([*argv[:-3], "--partition=normal", "--out", str(tmp_path / "n")], capsys)[0] == 0
+
+
 def generate(base, *what: str, monkeypatch) -> None:
     """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
     with monkeypatch.context() as mp:

@@ -15,8 +15,12 @@ export NANOCHAT_BASE_DIR=/scratch/nb/cache
 # -- data: 8 FineWeb-Edu shards, what the plan needs (offline: data generate --shards N --docs-per-shard M)
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli data download -n 8
 
-# -- tokenizer: byte-level BPE trained on the shards
-env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli tokenizer train
+# -- tokenizer: byte-level BPE trained on the shards; one already there is kept (checkpoints were trained with it)
+if [ -f "$NANOCHAT_BASE_DIR/tokenizer/tokenizer.pkl" ]; then
+    echo "tokenizer: $NANOCHAT_BASE_DIR/tokenizer/tokenizer.pkl exists, kept"
+else
+    env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli tokenizer train
+fi
 
 # -- a shell inside the ce container on one node, to look around (exit to come back):
 #   env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --pty --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml bash

@@ -329,6 +329,34 @@ def test_a_guide_whose_salloc_is_over_its_partition_is_refused_before_anything_i
     assert run_cli([*argv[:-3], "--partition=normal", "--out", str(tmp_path / "n")], capsys)[0] == 0
 
 
+def test_the_guides_tokenizer_step_keeps_a_tokenizer_already_there(capsys, tmp_path):
+    """The guide's step retrained the tokenizer every time it ran, on the few shards it had just downloaded,
+    replacing the one that the checkpoints under NANOCHAT_BASE_DIR were trained with; now it keeps it, as a flow's
+    tokenizer step does."""
+    base = tmp_path / "base"
+    code, _, err = run_cli(["render", "interactive", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={base}",
+                            "--out", str(tmp_path / "g")], capsys)
+    assert code == 0, err
+    guide = (tmp_path / "g" / "n1-bare-r1" / "interactive.sh").read_text()
+    step = guide[guide.index("# -- tokenizer:"):guide.index("# -- a shell")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path / 'srun.log'}\n")
+    (bin_dir / "srun").chmod(0o755)
+
+    def run_step() -> str:
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NANOCHAT_BASE_DIR": str(base)}
+        r = subprocess.run(["bash", "-euc", step], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    run_step()
+    assert "tokenizer train" in (tmp_path / "srun.log").read_text()  # none yet: trained
+    (tmp_path / "srun.log").unlink()
+    (base / "tokenizer").mkdir(parents=True)
+    (base / "tokenizer" / "tokenizer.pkl").write_bytes(b"kept")
+    assert "exists, kept" in run_step() and not (tmp_path / "srun.log").exists()
+
+
 def generate(base, *what: str, monkeypatch) -> None:
     """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
     with monkeypatch.context() as mp:

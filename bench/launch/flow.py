@@ -116,6 +116,16 @@ def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...]) -> dict[str, d
     return out
 
 
+def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
+    """A flag the flow chains (the model tag, pre-training's save_every, chat_eval's source) would be replaced
+    without a word by the chained value, so the stage would load or save elsewhere than asked: refused."""
+    for key, value in stage.chain:
+        if key in flags:
+            value = value.replace("{tag}", "<sweep>-<point>").replace("{", "<").replace("}", ">")
+            raise ConfigError(f"{given}{key}={flags[key]}: the flow sets {stage.name}'s --{key} itself ({value}), "
+                              f"chaining it to the other stages; leave it out")
+
+
 def model_tag(sweep_id: str, point_id: str) -> str:
     """The checkpoint folder of one point's training stages: unique to the point (and its sweep)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{sweep_id}-{point_id}")
@@ -151,6 +161,10 @@ class FlowSweep:
             raise ConfigError("--flow runs each stage's own workload; leave out --workload")
         per_stage = parse_stage_args(stage_args, chosen)
         train = {k: v for k, v in train.items() if v is not None}
+        for stage in chosen:
+            refuse_chained(stage, per_stage[stage.name], f"--stage-arg {stage.name}:")
+            if stage.workload == workloads.DEFAULT:
+                refuse_chained(stage, train, "--train-arg ")
         shared = {k: train[k] for k in SHARED_FLAGS if k in train}
         pretraining = next((per_stage[s.name] for s in chosen if s.workload == workloads.DEFAULT), {})
         model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what every later stage loads

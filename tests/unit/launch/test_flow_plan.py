@@ -90,6 +90,17 @@ def test_stage_args_reach_their_stage_only_and_the_device_type_every_stage(twice
         sweep(twice, None, stage_args=["mid_train:num_iterations=3"])
 
 
+def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
+    # the flow's own value would replace it: the stage would save or load under a tag other than the one asked
+    with pytest.raises(ConfigError, match=r"--stage-arg again:model_tag=mine: the flow sets again's --model_tag "
+                                          r"itself \(<sweep>-<point>-again\)"):
+        sweep(twice, None, stage_args=["again:model_tag=mine"])
+    with pytest.raises(ConfigError, match=r"--train-arg save_every=2: .* \(<num_iterations>\)"):
+        FlowSweep.build(twice, None, {**TINY, "save_every": "2"}, [], nodes=[1], gpus_per_node=2, runtimes=["bare"])
+    with pytest.raises(ConfigError, match=r"chat_eval_mid's --source itself \(mid\)"):
+        flow.refuse_chained(FLOWS["speedrun"][4], {"source": "base"}, "--stage-arg chat_eval_mid:")
+
+
 def test_the_plan_table_has_each_stage_and_a_job_limit_covering_them_all(twice, capsys):
     assert cli.main(["plan", "--flow", twice, "--nodes=1,2", "--gpus-per-node=2", "--device_type=cpu",
                      "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6",

@@ -387,6 +387,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     <point_dir>/<stage>/, with the flags a one-node job of `nproc` ranks would give them. A stage that does
     not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept."""
     from bench.launch.local import run_local
+    from bench.nanochat.runclaim import claim
 
     from bench.workloads.stage import interpreter
 
@@ -400,8 +401,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     check_staged(tuple(s for s in fs.stages if contract.read_run_json(point_dir / s.name).get("status") != "ok"),
                  str(Path(paths.base_dir()).absolute()))
     tag = model_tag(point_dir.parent.name, point_dir.name)
+    # one flow per point at a time: a second would set the first's running stage aside and train beside it
+    claim(point_dir)
     try:  # before the tokenizer: a run directory that cannot be made must not cost its training first
-        point_dir.mkdir(parents=True, exist_ok=True)
         contract.write_json_atomic(point_dir / FLOW_JSON, flow_record(fs.flow, point_dir.name, tag, fs.stages))
     except OSError as e:
         raise run_dir_error(point_dir, e) from None

@@ -186,6 +186,32 @@ def test_a_python_that_is_not_there_is_refused_before_the_tokenizer_or_a_point_d
     assert not trained and not (tmp_path / "point").exists()
 
 
+def test_a_second_flow_on_a_point_in_use_is_refused_and_leaves_the_running_stage_alone(tmp_path, monkeypatch,
+                                                                                       no_tokenizer):
+    """A second `speedrun` on the same --run-dir set the first's running stage aside and trained beside it."""
+    import subprocess
+    import sys
+
+    from bench.nanochat.runclaim import RunDirBusy
+
+    point = tmp_path / "point"
+    (point / "base_train").mkdir(parents=True)
+    (point / "base_train" / "run.json").write_text(json.dumps({"status": "running"}))
+    hold = "import sys, time; from bench.nanochat import runclaim; runclaim.claim(sys.argv[1]); print('held', " \
+           "flush=True); time.sleep(60)"
+    first = subprocess.Popen([sys.executable, "-c", hold, str(point)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirBusy, match=rf"{point} is in use by another run \(pid {first.pid} "):
+            flow.run_local_flow(sweep(stages="base_train"), 2, point)
+    finally:
+        first.kill()
+        first.wait()
+    assert sorted(p.name for p in point.iterdir()) == [".lock", "base_train"]  # nothing set aside, no flow.json
+    with pytest.raises(Reached):  # the first one gone, the point is free again
+        flow.run_local_flow(sweep(stages="base_train"), 2, point)
+
+
 def staged(base, *what: str) -> None:
     """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
     mp = pytest.MonkeyPatch()

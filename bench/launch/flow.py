@@ -385,7 +385,8 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
                    python: str | None = None, out: Callable[[str], None] = print) -> LocalFlowResult:
     """The flow's stages in turn on this machine, each a local run (bench/launch/local.py) in
     <point_dir>/<stage>/, with the flags a one-node job of `nproc` ranks would give them. A stage that does
-    not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept."""
+    not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept, also after
+    it."""
     from bench.launch.local import run_local
     from bench.nanochat.runclaim import claim
 
@@ -412,16 +413,19 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     ids = {"run_id": point_dir.name, "sweep_id": point_dir.parent.name}
     for stage, sp in zip(fs.stages, stage_points):
         run_dir = point_dir / stage.name
+        # before the not-run mark: an earlier run of this stage that ended ok is kept whatever failed now
+        if contract.read_run_json(run_dir).get("status") == "ok":
+            out(f"== {fs.flow}: {stage.name} ok in an earlier run of this flow, kept")
+            result.statuses[stage.name] = "ok"
+            continue
         if result.failed is not None:
+            if (run_dir / contract.TRAIN_LOG).exists():  # an earlier attempt's logs: kept whole, not marked
+                _set_aside(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
             contract.update_run_json(run_dir, **ids, stage=stage.name, runtime="bare",
                                      workload=workloads.get(stage.workload).run_workload)
             jobrecord.not_run(run_dir, result.failed, source="launcher")
             result.statuses[stage.name] = "cancelled"
-            continue
-        if contract.read_run_json(run_dir).get("status") == "ok":
-            out(f"== {fs.flow}: {stage.name} ok in an earlier run of this flow, kept")
-            result.statuses[stage.name] = "ok"
             continue
         argv = list(fs.stage_argv(stage, sp, tag))
         out(f"== {fs.flow}: stage {stage.name} ({stage.workload}) in {run_dir}")

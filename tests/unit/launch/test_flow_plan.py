@@ -212,6 +212,36 @@ def test_a_second_flow_on_a_point_in_use_is_refused_and_leaves_the_running_stage
         flow.run_local_flow(sweep(stages="base_train"), 2, point)
 
 
+def test_a_stage_failing_leaves_the_earlier_runs_of_the_stages_after_it_as_they_ended(twice, tmp_path, monkeypatch):
+    """The not-run mark went into the run.json of an earlier run of a later stage: an ok one was called
+    cancelled in the summary, with a not_run beside its figures; a failed one had its logs mixed with the mark."""
+    from bench import contract
+    from bench.launch import local
+
+    def failing(argv, nproc, run_dir, **kw):
+        run_dir.mkdir(parents=True)
+        (run_dir / contract.TRAIN_LOG).write_text("boom\n")
+        contract.record_evidence(run_dir, contract.Evidence(source="trainer", kind="error", message="boom"))
+        return 1
+
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    monkeypatch.setattr(local, "run_local", failing)
+    point = tmp_path / "point"
+    (point / "again").mkdir(parents=True)
+    (point / "again" / "run.json").write_text(json.dumps({"status": "ok", "scores": {"x": 1}}))
+    result = flow.run_local_flow(sweep(twice, None), 2, point)
+    assert result.statuses == {"base_train": "failed", "again": "ok"} and result.failed == "base_train"
+    assert json.loads((point / "again" / "run.json").read_text()) == {"status": "ok", "scores": {"x": 1}}
+
+    (point / "again" / "run.json").write_text(json.dumps({"status": "failed"}))  # an attempt of its own, failed
+    (point / "again" / contract.TRAIN_LOG).write_text("its own log\n")
+    assert flow.run_local_flow(sweep(twice, None), 2, point).statuses["again"] == "cancelled"
+    [earlier] = point.glob("again.attempt-*")
+    assert (earlier / contract.TRAIN_LOG).read_text() == "its own log\n"
+    assert json.loads((earlier / "run.json").read_text()) == {"status": "failed"}
+    assert contract.read_run_json(point / "again")["status"] == "cancelled"
+
+
 def staged(base, *what: str) -> None:
     """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
     mp = pytest.MonkeyPatch()

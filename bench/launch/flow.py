@@ -369,6 +369,7 @@ class LocalFlowResult:
 
 def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable[[str], None]) -> None:
     """Train the tokenizer (and print its evaluation) unless $NANOCHAT_BASE_DIR has one: outside any run."""
+    from bench.launch.local import dying_with_parent
     from bench.nanochat.tokenizer import TOKENIZER_PKL, tokenizer_dir
 
     if (tokenizer_dir() / TOKENIZER_PKL).is_file():
@@ -377,7 +378,8 @@ def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable
     for command in (["tokenizer", "train", *tokenizer_args], ["tokenizer", "eval"]):
         cmd = [python, "-m", "bench.cli", *command]
         out(f"tokenizer: {shlex.join(cmd)}")
-        if subprocess.run(cmd).returncode != 0:
+        # dying with this process: a speedrun killed (SIGTERM, the terminal closed) leaves no tokenizer training on
+        if subprocess.run(cmd, preexec_fn=dying_with_parent).returncode != 0:
             raise ConfigError(f"the tokenizer could not be trained ({shlex.join(cmd)} failed); no stage was run")
 
 

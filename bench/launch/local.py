@@ -73,10 +73,15 @@ def _own_session_dying_with_parent() -> None:
     """In the child before exec: a session of its own (terminal signals reach the wrapper only), and
     SIGTERM when the wrapper dies."""
     os.setsid()
+    dying_with_parent()
+
+
+def dying_with_parent() -> None:
+    """In a child before exec: SIGTERM when the process that started it dies, so none is left orphaned."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
-        pass  # not Linux: the workload outlives a killed wrapper
+        pass  # not Linux: the child outlives a killed parent
 
 
 class Output:

@@ -242,6 +242,41 @@ def test_a_stage_failing_leaves_the_earlier_runs_of_the_stages_after_it_as_they_
     assert contract.read_run_json(point / "again")["status"] == "cancelled"
 
 
+def test_a_speedrun_killed_while_training_the_tokenizer_leaves_no_tokenizer_training_on(tmp_path):
+    """SIGTERM (or the terminal closing) during the tokenizer left `tokenizer train` orphaned, minutes of it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file, fake = tmp_path / "child.pid", tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    code = f"from bench.launch import flow; flow.ensure_tokenizer((), {str(fake)!r}, print)"
+    parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "NANOCHAT_BASE_DIR": str(tmp_path)},
+                              stdout=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.time() < deadline and parent.poll() is None
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    parent.wait()
+
+    def alive() -> bool:
+        try:
+            return Path(f"/proc/{child}/stat").read_text().split(") ")[1][0] != "Z"
+        except OSError:
+            return False
+    deadline = time.time() + 5
+    while alive() and time.time() < deadline:
+        time.sleep(0.05)
+    if alive():
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the tokenizer's process outlived the speedrun that started it")
+
+
 def staged(base, *what: str) -> None:
     """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
     mp = pytest.MonkeyPatch()

@@ -417,7 +417,8 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
         run_dir = point_dir / stage.name
         # before the not-run mark: an earlier run of this stage that ended ok is kept whatever failed now
         if contract.read_run_json(run_dir).get("status") == "ok":
-            out(f"== {fs.flow}: {stage.name} ok in an earlier run of this flow, kept")
+            out(f"== {fs.flow}: {stage.name} ok in an earlier run of this flow, kept"
+                + _other_flags(run_dir, fs.stage_argv(stage, sp, tag)))
             result.statuses[stage.name] = "ok"
             continue
         if result.failed is not None:
@@ -440,6 +441,20 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
             result.rc, result.failed = rc or 1, stage.name
             out(f"== {fs.flow}: stopped at {stage.name}: {manifest.status}: {manifest.message or ''}".rstrip(": "))
     return result
+
+
+def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:
+    """What a kept stage ran with that this command would not give it (its run.json's command, after `--`): a
+    rerun with, say, another --depth keeps the model trained before, and says so."""
+    command = contract.read_run_json(run_dir).get("launch", {}).get("command") or []
+    if "--" not in command:
+        return ""
+    before = command[command.index("--") + 1:]
+    then, now = [a for a in before if a not in argv], [a for a in argv if a not in before]
+    if not then and not now:
+        return ""
+    return (f" (it ran with {' '.join(then) or 'no other flags'} where this command gives {' '.join(now) or 'none'}"
+            f"; a new --run-dir runs it with these)")
 
 
 def _set_aside(run_dir: Path) -> None:

@@ -277,6 +277,22 @@ def test_a_speedrun_killed_while_training_the_tokenizer_leaves_no_tokenizer_trai
         pytest.fail("the tokenizer's process outlived the speedrun that started it")
 
 
+def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypatch):
+    """A rerun with another --depth kept the model trained before under the same `ok, kept` as an identical one."""
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    fs, point, lines = sweep(), tmp_path / "point", []
+    [(_, [planned])] = fs.points()
+    argv = list(fs.stage_argv(fs.stages[0], planned, flow.model_tag(tmp_path.name, "point")))
+    for ran, note in ((argv, ""), ([a.replace("--depth=2", "--depth=4") for a in argv],
+                                   " (it ran with --depth=4 where this command gives --depth=2; a new --run-dir")):
+        (point / "base_train").mkdir(parents=True, exist_ok=True)
+        (point / "base_train" / "run.json").write_text(json.dumps({"status": "ok", "launch": {
+            "command": ["python", "-m", "bench.launch.elastic", "--", *ran]}}))
+        assert flow.run_local_flow(fs, 2, point, out=lines.append).statuses == {"base_train": "ok"}
+        assert lines[-1].startswith("== speedrun: base_train ok in an earlier run of this flow, kept" + note)
+    assert lines[-2].endswith("kept")  # the same flags: nothing to say
+
+
 def staged(base, *what: str) -> None:
     """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
     mp = pytest.MonkeyPatch()

@@ -59,18 +59,19 @@ class Stage:
     workload: str
     chain: tuple[tuple[str, str], ...] = ()
     inherit: tuple[str, ...] = ()  # pre-training's flags it takes when given (the checkpoint's sequence length)
+    saves: str | None = None  # the checkpoint phase (bench/nanochat/checkpoint.py PHASE_DIRS) it saves under the tag
 
 
 # upstream's speedrun.sh after the tokenizer: base_train, base_loss, base_eval, mid_train, chat_eval -i mid,
 # chat_sft, chat_eval -i sft. Pre-training saves at its end (save_every = its steps) under the point's tag.
 FLOWS: dict[str, tuple[Stage, ...]] = {
     "speedrun": (
-        Stage("base_train", "nanochat", (("model_tag", "{tag}"), ("save_every", "{num_iterations}"))),
+        Stage("base_train", "nanochat", (("model_tag", "{tag}"), ("save_every", "{num_iterations}")), saves="base"),
         Stage("base_loss", "base_loss", (("model_tag", "{tag}"),), inherit=("max_seq_len",)),
         Stage("base_eval", "base_eval", (("model_tag", "{tag}"),)),
-        Stage("mid_train", "mid_train", (("model_tag", "{tag}"),)),
+        Stage("mid_train", "mid_train", (("model_tag", "{tag}"),), saves="mid"),
         Stage("chat_eval_mid", "chat_eval", (("source", "mid"), ("model_tag", "{tag}"))),
-        Stage("chat_sft", "chat_sft", (("model_tag", "{tag}"),)),
+        Stage("chat_sft", "chat_sft", (("model_tag", "{tag}"),), saves="sft"),
         Stage("chat_eval_sft", "chat_eval", (("source", "sft"), ("model_tag", "{tag}"))),
     ),
 }
@@ -434,6 +435,8 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
         out(f"== {fs.flow}: stage {stage.name} ({stage.workload}) in {run_dir}")
         if run_dir.exists():  # a stage that failed or was not run: its last attempt makes way for this one
             _set_aside(run_dir)
+        if stage.saves:
+            _set_aside_checkpoints(stage.saves, tag, out)
         rc = run_local(argv, nproc, run_dir, workload=stage.workload, python=python)
         manifest = contract.update_run_json(run_dir, **ids, stage=stage.name)
         result.statuses[stage.name] = manifest.status
@@ -457,6 +460,16 @@ def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:
             f"; a new --run-dir runs it with these)")
 
 
-def _set_aside(run_dir: Path) -> None:
+def _set_aside(run_dir: Path) -> Path:
     """A stage directory that did not end ok moves to <stage>.attempt-<time> beside it, kept whole."""
-    run_dir.replace(run_dir.with_name(f"{run_dir.name}.attempt-{time.strftime('%Y%m%d-%H%M%S')}"))
+    return run_dir.replace(run_dir.with_name(f"{run_dir.name}.attempt-{time.strftime('%Y%m%d-%H%M%S')}"))
+
+
+def _set_aside_checkpoints(phase: str, tag: str, out: Callable[[str], None]) -> None:
+    """The checkpoints an earlier attempt saved under the point's tag move aside, kept whole, before a training
+    stage runs again: the next stage loads the largest step there, which could be theirs, not this attempt's."""
+    from bench.nanochat.checkpoint import phase_dir
+
+    folder = phase_dir(phase) / tag
+    if folder.exists():
+        out(f"== checkpoints of an earlier attempt in {folder} moved to {_set_aside(folder)}")

@@ -293,6 +293,31 @@ def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypat
     assert lines[-2].endswith("kept")  # the same flags: nothing to say
 
 
+def test_a_training_stage_run_again_sets_aside_the_checkpoints_of_its_earlier_attempt(tmp_path, monkeypatch):
+    """base_train run again with fewer steps saved step 4 beside an earlier attempt's step 6, and base_loss, loading
+    the largest step, measured the old model without a word."""
+    from bench import contract
+    from bench.launch import local
+
+    def ok(argv, nproc, run_dir, **kw):
+        run_dir.mkdir(parents=True)
+        contract.record_evidence(run_dir, contract.Evidence(source="trainer", kind="completed"))
+        return 0
+
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    monkeypatch.setattr(local, "run_local", ok)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
+    point, lines = tmp_path / "sw" / "point", []
+    old = tmp_path / "base" / "base_checkpoints" / "sw-point"
+    old.mkdir(parents=True)
+    (old / "model_000006.pt").write_text("the earlier attempt's")
+    assert flow.run_local_flow(sweep(), 2, point, out=lines.append).statuses == {"base_train": "ok"}
+    assert not old.exists()
+    [aside] = old.parent.glob("sw-point.attempt-*")
+    assert (aside / "model_000006.pt").read_text() == "the earlier attempt's"  # kept whole
+    assert f"checkpoints of an earlier attempt in {old} moved to {aside}" in "\n".join(lines)
+
+
 def staged(base, *what: str) -> None:
     """`data generate` of each of `what` (--chat, --eval-bundle) under `base`: the offline stand-ins."""
     mp = pytest.MonkeyPatch()

@@ -10,7 +10,9 @@ bench/nanochat/config.py FUSED_KERNELS):
 - softcap_loss: the soft-capped logits and the cross-entropy in one pass over lm_head's output, which is
   all it saves, with one fp32 log-sum-exp a row; backward recomputes the soft cap and writes the gradient in
   one more pass. All in fp32 with no rounding in between, as the compiled model computes it (eager bf16
-  would round the soft-capped logits); the logits never exist in fp32 in memory.
+  would round the soft-capped logits); the logits never exist in fp32 in memory. Its gradient is a buffer
+  beside the saved logits (8 GiB more at d20's batch 32, where compile's backward reuses their buffer; the
+  memory model counts it): a faster step for more memory (`results/h200-d20/fused/`).
 
 Each op is an opaque `torch.library.custom_op` with a shape-only fake, built before torch.compile traces the
 model: compile keeps it in the graph without tracing into it. (A traced `triton_op` built on its first call,

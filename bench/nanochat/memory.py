@@ -161,9 +161,10 @@ def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
         acts = tokens * d * (L * k["ac_saved_bytes_per_token_layer_dim"] + act)
     else:
         acts = tokens * L * d * act
-    # softcap_loss changes what the logits keep for backward: not measured yet, so its runs are estimated as
-    # without it (a measured saving goes into memory_calibration.json and is subtracted here, as above)
-    bwd = dict(resident, activations=acts, logits=tokens * V * k["logits_bytes_per_token_vocab"])
+    # softcap_loss's backward writes the logits' gradient beside the saved logits, where compile's reuses them
+    logits = k["logits_bytes_per_token_vocab"] + (k.get("fused_loss_logits_bytes_per_token_vocab", 0)
+                                                  if "softcap_loss" in fused else 0)
+    bwd = dict(resident, activations=acts, logits=tokens * V * logits)
     if s.fsdp:
         u = 2 if cuda else 4  # gathered dtype: bf16 on CUDA (MixedPrecisionPolicy), fp32 on CPU
         bwd["fsdp_buffers"] = (2 * u * blk + u * n_head + u * blk + (4 * blk if u != 4 else 0) + 4 * blk / W

@@ -45,8 +45,10 @@ class TinyLoss(Workload):
         return PointPlan(train_argv=(*settings.argv, f"--eval_batch={per_rank}"), env=(("TINY_SPLIT", "val"),),
                          columns=(("eval_batch", per_rank), ("eval_tokens", settings.config)))
 
-    def launch_command(self, python, nodes, nproc_per_node, argv, containerised, numa_binding=None):
-        return torchrun_command(python, nproc_per_node, argv, nnodes=nodes, module="tiny.base_loss")
+    def launch_command(self, python, nodes, nproc_per_node, argv, containerised, numa_binding=None,
+                       join_timeout_s=None):
+        return torchrun_command(python, nproc_per_node, argv, nnodes=nodes, module="tiny.base_loss",
+                                join_timeout_s=join_timeout_s)
 
     def manifest_config(self, argv):
         return {"max_seq_len": SEQ}

@@ -27,7 +27,8 @@ _FACTS = {
     "ofi_plugin_version": re.compile(r"NET/OFI Initializing aws-ofi-nccl (\S+)"),  # the plugin's own banner
     "libfabric_version": re.compile(r"NET/OFI Using Libfabric version (\S+)"),
 }
-_VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS)(/[^\s]*)?")
+# a NET connection names its network up to the device number: the name may hold a space ("NET/AWS Libfabric/0")
+_VIA = re.compile(r"\bvia (P2P|SHM|NET|COLLNET|NVLS)\b(?:/([^/]+)/\d)?")
 EVIDENCE_KEEP = 8  # lines kept as evidence in run.json
 
 
@@ -52,7 +53,7 @@ def parse(lines: Iterable[str]) -> Dict[str, object]:
                 keep(line)
         m = _VIA.search(line)
         if m:
-            kind = m.group(1) + ("/" + m.group(2).split("/")[1] if m.group(1) == "NET" and m.group(2) else "")
+            kind = m.group(1) + ("/" + m.group(2) if m.group(1) == "NET" and m.group(2) else "")
             if kind not in transports:
                 keep(line)
             transports[kind] = transports.get(kind, 0) + 1

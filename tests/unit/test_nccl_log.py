@@ -51,3 +51,16 @@ def test_the_ofi_plugin_and_libfabric_versions_are_read():
     ])
     assert (facts["ofi_plugin_version"], facts["libfabric_version"]) == ("1.14.0", "1.22")
     assert facts["net"] == "AWS Libfabric" and facts["net_provider"] == "cxi"
+
+
+def test_a_network_name_with_a_space_is_kept_whole_in_the_transports():
+    """NCCL names a NET connection's network as the plugin spells it, "AWS Libfabric" with its space: read as
+    "NET/AWS", a log cut before "Using network" had the gate stop a run on the site's own network."""
+    facts = nccl_log.parse([
+        "nid001:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] [receive] via NET/AWS Libfabric/0/GDRDMA",
+        "nid001:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 4[0] [send] via NET/IB/1(3)/GDRDMA",
+        "nid001:1:1 [0] NCCL INFO Channel 02/0 : 0[0] -> 4[0] [send] via NET/Socket/0",
+        "nid001:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "nid001:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct",
+    ])
+    assert facts["transports"] == {"NET/AWS Libfabric": 1, "NET/IB": 1, "NET/Socket": 1, "P2P": 1, "SHM": 1}

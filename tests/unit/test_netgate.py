@@ -38,3 +38,9 @@ def test_check_env_reads_what_the_job_rendered():
     assert "podman-hpc --nccl" in netgate.check_env(SOCKET, 2, env)
     assert netgate.check_env(SOCKET, 2, {**env, netgate.ENV_ALLOW: "Socket"}) is None
     assert netgate.check_env(SOCKET, 2, {}) is None
+
+
+def test_a_log_cut_before_its_network_line_is_judged_by_the_whole_network_name():
+    facts = nccl_log.parse(["nid001:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] [send] via NET/AWS Libfabric/0"])
+    assert netgate.chosen_network(facts) == "AWS Libfabric"
+    assert netgate.check(facts, nodes=2, expected="AWS Libfabric") is None

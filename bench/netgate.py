@@ -41,8 +41,16 @@ def chosen_network(facts: Mapping[str, object]) -> Optional[str]:
     return None
 
 
+# aws-ofi-nccl names itself "Libfabric" since 1.12, "AWS Libfabric" before and whenever NCCL_NET says so, and
+# "OFI" when NCCL_NET says that: one plugin, one network (its nvidia_plugin_name_fixup)
+_SAME_NETWORK = {"aws libfabric": "libfabric", "ofi": "libfabric"}
+
+
 def _same(chosen: str, wanted: str) -> bool:
-    return chosen.strip().lower() == wanted.strip().lower()
+    def key(name: str) -> str:
+        name = name.strip().lower()
+        return _SAME_NETWORK.get(name, name)
+    return key(chosen) == key(wanted)
 
 
 def check(facts: Optional[Mapping[str, object]], *, nodes: int, expected: Optional[str],

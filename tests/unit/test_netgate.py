@@ -44,3 +44,11 @@ def test_a_log_cut_before_its_network_line_is_judged_by_the_whole_network_name()
     facts = nccl_log.parse(["nid001:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] [send] via NET/AWS Libfabric/0"])
     assert netgate.chosen_network(facts) == "AWS Libfabric"
     assert netgate.check(facts, nodes=2, expected="AWS Libfabric") is None
+
+
+def test_the_ofi_plugin_is_the_same_network_under_each_of_its_names():
+    """aws-ofi-nccl 1.12+ says "Libfabric" (or "OFI" with NCCL_NET=OFI): a correct Slingshot run was stopped."""
+    for name in ("Libfabric", "OFI", "AWS Libfabric", "aws libfabric"):
+        facts = nccl_log.parse([f"nid001:1:1 [0] NCCL INFO Using network {name}"])
+        assert netgate.check(facts, nodes=2, expected="AWS Libfabric") is None, name
+    assert netgate.check(SOCKET, nodes=2, expected="Libfabric") is not None

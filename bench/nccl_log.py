@@ -14,7 +14,9 @@ Standard library only: the trainer parses its own debug file (bench/nanochat/tra
 NCCL_DEBUG_FILE into the run directory), the analysis reads the result from run.json.
 """
 
+import os
 import re
+import socket
 from typing import Dict, Iterable, List, Optional
 
 # fact -> the pattern of the line that gives it (the first such line wins)
@@ -69,6 +71,20 @@ def parse_file(path: str) -> Optional[Dict[str, object]]:
             return parse(f)
     except OSError:
         return None
+
+
+def debug_file(template: str, host: Optional[str] = None, pid: Optional[int] = None) -> str:
+    """The file NCCL writes for NCCL_DEBUG_FILE=`template` in this process: it expands %h (the host name up to
+    its first dot), %p (the process id) and %% as NCCL's debug.cc does, and keeps any other %x as it is."""
+    host = socket.gethostname().split(".")[0] if host is None else host
+    pid = os.getpid() if pid is None else pid
+    return re.sub(r"%(.)", lambda m: {"h": host, "p": str(pid), "%": "%"}.get(m.group(1), m.group(0)), template)
+
+
+def own_facts() -> Optional[Dict[str, object]]:
+    """parse() of this process's NCCL debug file (NCCL_DEBUG_FILE, expanded as NCCL expands it), or None."""
+    template = os.environ.get("NCCL_DEBUG_FILE")
+    return parse_file(debug_file(template)) if template else None
 
 
 def over_sockets(facts: Dict[str, object]) -> Optional[str]:

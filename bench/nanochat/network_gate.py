@@ -2,8 +2,6 @@
 NCCL INFO file, and the ranks agree in one all-reduce whether any of them saw the wrong network, so all stop
 together within seconds instead of one rank leaving the others waiting in their first collective."""
 
-import os
-
 import torch
 import torch.distributed as dist
 
@@ -20,8 +18,7 @@ def stop_on_wrong_network(nodes: int, ddp: bool, device) -> None:
 
 def wrong_network(nodes: int, ddp: bool, device) -> str | None:
     """Why this run must stop as `wrong_network` (every rank gets a reason), or None."""
-    facts = nccl_log.parse_file(os.environ.get("NCCL_DEBUG_FILE", "")) if os.environ.get("NCCL_DEBUG_FILE") else None
-    why = netgate.check_env(facts, nodes)
+    why = netgate.check_env(nccl_log.own_facts(), nodes)
     if not ddp:
         return why
     flag = torch.tensor([1.0 if why else 0.0], device=device)

@@ -342,7 +342,7 @@ def network_facts(run_dir: str | None, backend: str | None) -> dict | None:
     """run.json's network section: rank 0's NCCL lines (its NCCL_DEBUG_FILE, set in main), or the backend."""
     if backend is None:
         return None
-    facts = nccl_log.parse_file(os.environ.get("NCCL_DEBUG_FILE", "")) if backend == "nccl" else None
+    facts = nccl_log.own_facts() if backend == "nccl" else None
     return {"backend": backend, **(facts or {})}
 
 

@@ -64,3 +64,19 @@ def test_a_network_name_with_a_space_is_kept_whole_in_the_transports():
         "nid001:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct",
     ])
     assert facts["transports"] == {"NET/AWS Libfabric": 1, "NET/IB": 1, "NET/Socket": 1, "P2P": 1, "SHM": 1}
+
+
+def test_the_debug_file_is_found_where_nccl_wrote_it(tmp_path, monkeypatch):
+    """NCCL_DEBUG_FILE=.../nccl.%h.%p (the usual per-process form) was opened as written: no such file, so the
+    network gate and run.json's network section silently had nothing."""
+    assert nccl_log.debug_file("/r/nccl.%h.%p.log", host="nid001", pid=42) == "/r/nccl.nid001.42.log"
+    assert nccl_log.debug_file("/r/100%%-%x", host="h", pid=1) == "/r/100%-%x"  # others as NCCL leaves them
+    import os
+    import socket
+
+    log = tmp_path / f"nccl.{socket.gethostname().split('.')[0]}.{os.getpid()}.log"
+    log.write_text("nid001:1:1 [0] NCCL INFO Using network Socket\n")
+    monkeypatch.setenv("NCCL_DEBUG_FILE", str(tmp_path / "nccl.%h.%p.log"))
+    assert nccl_log.own_facts()["net"] == "Socket"
+    monkeypatch.delenv("NCCL_DEBUG_FILE")
+    assert nccl_log.own_facts() is None

@@ -9,8 +9,18 @@ from bench import nccl_log, netgate
 from bench.netgate import WrongNetwork
 
 
-def stop_on_wrong_network(nodes: int, ddp: bool, device) -> None:
-    """Raise WrongNetwork (on every rank together) when the gate says so."""
+def network_facts(backend: str | None) -> dict | None:
+    """run.json's network section: this rank's NCCL lines (its NCCL_DEBUG_FILE), or the backend."""
+    if backend is None:
+        return None
+    facts = nccl_log.own_facts() if backend == "nccl" else None
+    return {"backend": backend, **(facts or {})}
+
+
+def stop_on_wrong_network(nodes: int, ddp: bool, device, record, backend: str | None) -> None:
+    """Raise WrongNetwork (on every rank together) when the gate says so; run.json's `network` is written first,
+    so a stopped run keeps the facts it was stopped for (the end of a run writes them again, complete)."""
+    record.update(network=network_facts(backend))
     why = wrong_network(nodes, ddp, device)
     if why:
         raise WrongNetwork(why)

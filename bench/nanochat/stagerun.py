@@ -75,7 +75,7 @@ def begin(config, record: RunRecord, title: str) -> Session:
     # the network gate: NCCL set its communicator up in init_process_group (device_id) and said which network it
     # took; a multi-node run on another than the site's stops here, on every rank together, before any collective
     # measures that network (bench/netgate.py)
-    stop_on_wrong_network(topology()[0], ddp, device)
+    stop_on_wrong_network(topology()[0], ddp, device, record, backend)
     if config.preflight and ddp:  # the collectives' bus bandwidth, on this very process group
         pre = preflight.summary(preflight.measure(device), world_size, backend)
         record.emit("preflight", world_size=world_size, busbw_gbps=pre["busbw_gbps"], bytes=pre["bytes"])

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from bench import nccl_log
 from bench.errors import BenchError, ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
@@ -36,6 +35,7 @@ from bench.nanochat.common import print0
 from bench.nanochat.config import TrainConfig, check_horizon, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.guard import DivergenceGuard
+from bench.nanochat.network_gate import network_facts
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
 from bench.nanochat.runrecord import RunRecord, say
@@ -289,7 +289,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     peak_mem_mib = stagerun.end(session, record, total_training_time, min_val)
     step_ms = {k: statistics.median(s[k] for s in steady_splits) for k in steady_splits[0]} if steady_splits else {}
     ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
-    record.write_breakdown(ranks, network_facts(record.run_dir, backend))
+    record.write_breakdown(ranks, network_facts(backend))
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
                "final_val_bpb": val_bpb, "final_mfu": mfu}
     if stopped_early:
@@ -336,14 +336,6 @@ def gather_rank_figures(step_ms: dict, rank: int, ddp: bool) -> list[dict]:
     everyone: list = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(everyone, mine)
     return everyone
-
-
-def network_facts(run_dir: str | None, backend: str | None) -> dict | None:
-    """run.json's network section: rank 0's NCCL lines (its NCCL_DEBUG_FILE, set in main), or the backend."""
-    if backend is None:
-        return None
-    facts = nccl_log.own_facts() if backend == "nccl" else None
-    return {"backend": backend, **(facts or {})}
 
 
 def data_identity_of(config: TrainConfig) -> dict:

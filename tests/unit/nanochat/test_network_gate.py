@@ -29,3 +29,23 @@ def test_both_ranks_stop_when_one_saw_sockets(tmp_path):
     reasons = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
     assert "'Socket'" in reasons[1] and "Using network Socket" in reasons[1]
     assert reasons[0] and "another rank" in reasons[0]
+
+
+def test_a_stopped_run_keeps_the_network_it_was_stopped_for(tmp_path, monkeypatch):
+    """run.json's `network` was written only at the end of training, so a wrong_network run had none."""
+    import pytest
+
+    from bench.contract import read_run_json
+    from bench.nanochat.network_gate import stop_on_wrong_network
+    from bench.nanochat.runrecord import RunRecord
+    from bench.netgate import WrongNetwork
+
+    monkeypatch.setenv("NCCL_DEBUG_FILE", str(SOCKET_LOG))
+    monkeypatch.setenv("NANOCHAT_BENCH_EXPECT_NET", "AWS Libfabric")
+    record = RunRecord(0, str(tmp_path))
+    with pytest.raises(WrongNetwork):
+        stop_on_wrong_network(2, False, "cpu", record, "nccl")
+    network = read_run_json(tmp_path)["network"]
+    assert network["backend"] == "nccl" and network["net"] == "Socket"
+    assert any("Using network Socket" in line for line in network["evidence"])
+    record.close()

@@ -31,8 +31,11 @@ def wrong_network(nodes: int, ddp: bool, device) -> str | None:
     why = netgate.check_env(nccl_log.own_facts(), nodes)
     if not ddp:
         return why
-    flag = torch.tensor([1.0 if why else 0.0], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if flag.item() and not why:
-        why = "another rank saw NCCL choose a network other than the site's; see its NCCL log in the run directory"
+    # the highest rank that saw it, plus one (0: none), so the others can name it
+    seen_by = torch.tensor([dist.get_rank() + 1 if why else 0], dtype=torch.int64, device=device)
+    dist.all_reduce(seen_by, op=dist.ReduceOp.MAX)
+    rank = int(seen_by.item()) - 1
+    if rank >= 0 and not why:
+        why = (f"rank {rank} saw NCCL choose a network other than the site's; its NCCL log says which "
+               f"(nccl/rank{rank}.log in the run directory, unless NCCL_DEBUG_FILE named another)")
     return why

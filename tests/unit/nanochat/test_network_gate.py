@@ -28,7 +28,7 @@ def test_both_ranks_stop_when_one_saw_sockets(tmp_path):
     out = run_two_ranks(tmp_path, WORKER)
     reasons = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
     assert "'Socket'" in reasons[1] and "Using network Socket" in reasons[1]
-    assert reasons[0] and "another rank" in reasons[0]
+    assert reasons[0] and "rank 1 saw" in reasons[0] and "nccl/rank1.log" in reasons[0]  # the rank to look at
 
 
 def test_a_stopped_run_keeps_the_network_it_was_stopped_for(tmp_path, monkeypatch):

@@ -4,6 +4,9 @@ from pathlib import Path
 
 from bench.errors import AnalysisError, ConfigError
 
+# What collect looks for, said when a root holds none of it (a path one level off, runs not written yet).
+RUNS_LOOKED_FOR = "one holds run.json or metrics.jsonl; upstream base_train logs are read from *.log"
+
 
 def register(subparsers) -> None:
     c = subparsers.add_parser("collect", help="collect run directories (and upstream nanochat logs) into a table")
@@ -45,8 +48,7 @@ def cmd_collect(args) -> int:
     for status, n in t["status"].value_counts().sort_index().items():
         print(f"  {status:12s} {n}")
     if t.empty:  # a path one level off, or runs not written yet: say what was looked for
-        print(f"no run directory under {', '.join(map(str, args.roots))} (one holds run.json or metrics.jsonl; "
-              "upstream base_train logs are read from *.log)")
+        print(f"no run directory under {', '.join(map(str, args.roots))} ({RUNS_LOOKED_FOR})")
     for p in result.paths:
         print(f"wrote {p}")
     return 0
@@ -60,6 +62,9 @@ def cmd_report(args) -> int:
     if not source.exists():
         raise AnalysisError(f"{source}: no such table or directory")
     table = load_or_collect(source, args.out)
+    if table.empty:  # a path one level off: a report of nothing would replace a good one in --out
+        raise AnalysisError(f"{source}: no run directory in it ({RUNS_LOOKED_FOR}); no report written, "
+                            f"what {args.out} holds is kept")
     runtimes = sorted(set(table.loc[table["skip_reason"].isna(), "runtime"].dropna()))
     if args.baseline is not None and args.baseline not in runtimes:  # a typo would drop every ratio unsaid
         raise AnalysisError(f"--baseline {args.baseline}: no usable run of that runtime in {source}; "

@@ -113,6 +113,20 @@ def test_an_out_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
     assert (tmp_path / "file").read_text() == "kept"
 
 
+def test_report_of_a_root_without_runs_keeps_the_earlier_report(tmp_path, capsys):
+    """A root one level off (no run directory in it) wrote an empty report over the good one in --out, exit 0."""
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    assert main(["report", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]) == 0
+    good = (tmp_path / "rep" / "report.md").read_text()
+    (tmp_path / "empty").mkdir()
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "rep")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {tmp_path / 'empty'}: no run directory in it (one holds run.json")
+    assert "\n" not in err
+    assert (tmp_path / "rep" / "report.md").read_text() == good
+
+
 @pytest.mark.parametrize("workers", ["0", "-3"])
 def test_collect_refuses_fewer_than_one_worker(tmp_path, capsys, workers):
     """--workers 0 was taken for the default and a negative count for one process, silently."""

@@ -1,7 +1,8 @@
 """Figures against stored references with tolerances (ReFrame's `reference` idea), for CI and acceptance.
 
 A references file (TOML) lists references; each selects rows of the table (`where`, exact values, or
-shell-style patterns for strings such as gpu_name = "*H200*") and bounds figures of their median:
+shell-style patterns for strings such as gpu_name = "*H200*"; a flag as true/false, 1/0, yes/no or on/off)
+and bounds figures of their median:
   [[reference]]
   name = "d20 bare 1x8 H200"
   where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "*H200*" }
@@ -23,6 +24,10 @@ import pandas as pd
 from bench.analysis.columns import FIGURES, TYPES as COLUMNS
 from bench.analysis.scaling import GROUP_KEYS, usable, with_config, with_legacy
 from bench.errors import ConfigError
+from bench.nanochat.config import FALSE_WORDS, TRUE_WORDS
+
+# A flag recorded as a bool is stored as Python spells it; `where` may spell it as the flag takes it (false, 0, no).
+STORED_BOOLS = {"True": True, "False": False}
 
 
 @dataclass
@@ -156,11 +161,22 @@ def select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     for col, want in where.items():
         values = df[col]
         if COLUMNS[col] == "str":
-            pattern = str(want)
-            mask &= values.map(lambda v, p=pattern: isinstance(v, str) and fnmatch.fnmatchcase(v, p)).astype(bool)
+            mask &= values.map(lambda v, w=want: isinstance(v, str) and _matches(v, w)).astype(bool)
         else:
             mask &= values.astype("Float64") == float(want)
     return df[mask.fillna(False).astype(bool)]
+
+
+def _matches(value: str, want) -> bool:
+    """A stored string against a `where` value: a shell pattern, or a boolean however it is spelt."""
+    if value in STORED_BOOLS and _truth(want) is not None:
+        return STORED_BOOLS[value] == _truth(want)
+    return fnmatch.fnmatchcase(value, str(want))
+
+
+def _truth(want) -> bool | None:
+    word = str(want).strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:

@@ -87,6 +87,23 @@ figures.tok_per_sec = { value = 1000 }
     assert out["fused"].verdict == "missing"
 
 
+@pytest.mark.parametrize("table_file", ["runs.parquet", "runs.csv"])
+def test_where_matches_a_flag_however_it_is_spelt(tmp_path, make_run, table_file):
+    """force_flash_sdpa is stored as Python spells a bool ("False"): `where` with "false" or "0" matched no run."""
+    from bench.analysis.collect import load_table
+    config = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "device_batch_size": 32,
+              "num_iterations": 30}
+    for i, forced in enumerate((False, True)):
+        make_run(f"r{i}", tok_s=1000.0 * (i + 1), root=tmp_path / "runs", config={**config, "force_flash_sdpa": forced})
+    collect([tmp_path / "runs"], tmp_path / "table")
+    table = load_table(tmp_path / "table" / table_file)
+    for spelt, tok_s in (('"false"', 1000), ("false", 1000), ('"0"', 1000), ('"TRUE"', 2000), ('"yes"', 2000)):
+        path = refs(tmp_path, f"[[reference]]\nwhere = {{ force_flash_sdpa = {spelt} }}\n"
+                              f"figures.tok_per_sec = {{ value = {tok_s}, lower = -0.01, upper = 0.01 }}\n")
+        [outcome] = check(table, load_references(path))
+        assert (outcome.verdict, outcome.runs) == ("pass", 1), spelt
+
+
 def test_a_median_over_runs_of_different_settings_says_so(tmp_path, table_dir, capsys):
     path = refs(tmp_path, '[[reference]]\nname = "loose"\nwhere = { world_size = 8 }\n'
                           'figures.tok_per_sec = { value = 1000, lower = -0.5 }\n'

@@ -197,6 +197,18 @@ def test_a_run_directory_found_twice_is_one_run(make_run, tmp_path):
     assert scaling_table(table)["runs"].tolist() == [1]
 
 
+def test_collect_counts_a_failed_runs_copy_once(make_run, tmp_path, capsys):
+    """A failed run kept in ReFrame's stage and output directories was listed as `failed 2` by collect, the
+    report saying 1 failed; the copy is now a line of its own."""
+    from bench.cli import main
+    run = make_run("n1-bare-r1", root=tmp_path / "runs" / "stage", slurm={"job_id": "42"}, status="failed")
+    shutil.copytree(run, tmp_path / "runs" / "output" / run.name)
+    make_run("n1-bare-r2", root=tmp_path / "runs" / "output", slurm={"job_id": "43"})
+    assert main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert [line[:2] for line in lines] == [["failed", "1"], ["ok", "1"], ["copy", "1"]]
+
+
 def test_a_copied_run_outside_slurm_is_one_run_and_two_runs_of_one_name_are_two(make_run, tmp_path):
     """Regression: copies of a run made outside Slurm (no job id) each counted as a repeat, narrowing its CI.
     Outside Slurm a run is the same run when its id and its start time are."""

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from bench.analysis.columns import TYPES as COLUMNS  # the table's columns and their types, in order
 from bench.analysis.figures import finite
 from bench.analysis.regular_files import is_regular
-from bench.analysis.rundir import is_run_dir, read_run_dir
+from bench.analysis.rundir import LIVE_STATUSES, is_run_dir, read_run_dir
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError, os_reason
 from bench.contract import METRICS_JSONL, RUN_JSON, atomic_target
@@ -285,8 +285,8 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
 
 def one_row_per_run(table: pd.DataFrame) -> pd.DataFrame:
     """Copies of one run directory (same sweep_id, run_id, flow stage and Slurm job, or outside Slurm the same
-    start time: the stages of a flow's point share the rest): the first usable one keeps its figures, the others
-    are left out of them with a skip_reason naming it."""
+    start time: the stages of a flow's point share the rest): the first usable one (else the first finished one)
+    keeps its figures, the others are left out of them with a skip_reason naming it."""
     kept = _copies(table)
     if not kept:
         return table
@@ -303,14 +303,16 @@ def is_copy(table: pd.DataFrame) -> pd.Series:
 
 
 def _copies(table: pd.DataFrame) -> dict:
-    """Each copy's index -> the index of the row that keeps the run (usable first, then by root and source)."""
+    """Each copy's index -> the index of the row that keeps the run (usable first, then finished, then by root
+    and source): a copy taken while the run went on says `running` of a run that has since failed or ended."""
     instance = table["slurm_job_id"].astype(object).where(table["slurm_job_id"].notna(), table["t_start"])
     keys = table[["sweep_id", "run_id", "stage"]].assign(instance=instance)  # sweep_id, stage: None outside them
     candidates = (table["source_kind"] == "run_dir").fillna(False) & keys[["run_id", "instance"]].notna().all(axis=1)
     dup = keys[candidates].duplicated(keep=False)
     if not dup.any():
         return {}
-    copies = table[candidates][dup].assign(_unusable=lambda t: t["skip_reason"].notna())
-    groups = copies.sort_values(["_unusable", "root", "source"], kind="stable").groupby(
+    copies = table[candidates][dup].assign(_unusable=lambda t: t["skip_reason"].notna(),
+                                           _live=lambda t: t["status"].isin(LIVE_STATUSES))
+    groups = copies.sort_values(["_unusable", "_live", "root", "source"], kind="stable").groupby(
         [keys[c] for c in keys], sort=False, dropna=False)
     return {i: group.index[0] for _, group in groups for i in group.index[1:]}

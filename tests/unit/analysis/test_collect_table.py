@@ -209,6 +209,20 @@ def test_collect_counts_a_failed_runs_copy_once(make_run, tmp_path, capsys):
     assert [line[:2] for line in lines] == [["failed", "1"], ["ok", "1"], ["copy", "1"]]
 
 
+def test_a_copy_taken_while_the_run_went_on_does_not_hide_its_failure(make_run, tmp_path):
+    """A run copied while running (a/) and kept after it failed (b/): the stale copy sorted first and kept the
+    run, so the report said `not finished` and hid the failure and its cause behind "the same run as a/..."."""
+    run = make_run("n1-bare-r1", root=tmp_path / "b", slurm={"job_id": "42"}, status="failed",
+                   message="NCCL timeout")
+    stale = shutil.copytree(run, tmp_path / "a" / run.name)
+    run_json = json.loads((stale / "run.json").read_text())
+    (stale / "run.json").write_text(json.dumps({**run_json, "status": "running", "message": None}))
+    table = collect([tmp_path], tmp_path / "table").table.set_index("source")
+    kept, copy = f"b/{run.name}", f"a/{run.name}"
+    assert (table.at[kept, "status"], table.at[kept, "skip_reason"]) == ("failed", "run failed")
+    assert table.at[copy, "skip_reason"].startswith("the same run as ") and kept in table.at[copy, "skip_reason"]
+
+
 def test_a_copied_run_outside_slurm_is_one_run_and_two_runs_of_one_name_are_two(make_run, tmp_path):
     """Regression: copies of a run made outside Slurm (no job id) each counted as a repeat, narrowing its CI.
     Outside Slurm a run is the same run when its id and its start time are."""

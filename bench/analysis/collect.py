@@ -54,6 +54,9 @@ TABLE_CSV = "runs.csv"
 ROW_VERSION = 16
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
+# The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).
+DAMAGED_FIX = "move it aside and run `nanochat-bench collect` again to write it anew (collect replaces no table " \
+              "it cannot read)"
 
 
 @dataclass
@@ -190,7 +193,8 @@ def _read_table(path: str | os.PathLike) -> pd.DataFrame:
         df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, dtype=str, keep_default_na=False,
                                                                                  na_values=[""])
     except Exception as e:  # noqa: BLE001 - any reader failure means the same thing to the user
-        raise AnalysisError(f"{path}: not a table written by collect ({type(e).__name__}: {e})") from e
+        raise AnalysisError(f"{path}: not a table written by collect ({type(e).__name__}: {e}); "
+                            f"if collect wrote it, {DAMAGED_FIX}") from e
     missing = [c for c in ("root", "source", "status", "skip_reason", "tok_per_sec") if c not in df.columns]
     if missing:
         raise AnalysisError(f"{path}: not a table written by collect (no column {', '.join(missing)})")
@@ -204,18 +208,17 @@ def _refuse_torn_csv(path: Path) -> None:
         data = path.read_bytes()
     except OSError as e:
         raise AnalysisError(f"{path}: unreadable ({e.strerror})") from None
-    fix = "re-run `nanochat-bench collect` to write it again"
     if data and not data.endswith(b"\n"):
-        raise AnalysisError(f"{path}: a torn table: its last row ends without a newline (cut mid-row); {fix}")
+        raise AnalysisError(f"{path}: a torn table: its last row ends without a newline (cut mid-row); {DAMAGED_FIX}")
     try:
         rows = csv.reader(io.StringIO(data.decode("utf-8"), newline=""), strict=True)
         width = len(next(rows, []))
         for i, row in enumerate(rows, 1):
             if len(row) != width:
                 raise AnalysisError(f"{path}: a torn table: row {i} (line {rows.line_num}) has {len(row)} fields, "
-                                    f"the header {width}; {fix}")
+                                    f"the header {width}; {DAMAGED_FIX}")
     except (UnicodeDecodeError, csv.Error) as e:
-        raise AnalysisError(f"{path}: not a table written by collect ({e}); {fix}") from None
+        raise AnalysisError(f"{path}: not a table written by collect ({e}); {DAMAGED_FIX}") from None
 
 
 def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:

@@ -152,6 +152,20 @@ def test_a_torn_csv_is_refused_by_report_and_check_with_one_line(tmp_path, capsy
     assert not (tmp_path / "report" / "report.md").exists()
 
 
+@pytest.mark.parametrize("damaged", [TABLE_CSV, TABLE_PARQUET])
+def test_a_damaged_table_says_the_way_out_that_works(tmp_path, damaged):
+    """A torn runs.csv said "re-run collect to write it again", but collect refuses the same table each time:
+    moving it aside is the way out, and it works."""
+    generate_sweep(tmp_path / "root", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    (tmp_path / "table").mkdir()
+    (tmp_path / "table" / damaged).write_text("root,source\nx,")
+    with pytest.raises(AnalysisError, match="move it aside and run `nanochat-bench collect` again") as e:
+        collect([tmp_path / "root"], tmp_path / "table")
+    assert "re-run" not in str(e.value)
+    (tmp_path / "table" / damaged).rename(tmp_path / "aside")
+    assert len(collect([tmp_path / "root"], tmp_path / "table").table) == 3
+
+
 def test_a_row_with_fields_missing_is_refused_naming_it(tmp_path):
     generate_sweep(tmp_path / "root", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
     collect([tmp_path / "root"], tmp_path / "table")

@@ -187,6 +187,9 @@ def _read_table(path: str | os.PathLike) -> pd.DataFrame:
             raise AnalysisError(f"{path}: no {TABLE_PARQUET} or {TABLE_CSV} here; run `nanochat-bench collect` first")
     if not path.exists():
         raise AnalysisError(f"{path}: no such table")
+    if path.suffix not in (".parquet", ".csv"):  # a references file given for the table was "a torn table"
+        raise AnalysisError(f"{path}: not a table written by collect (give its {TABLE_PARQUET} or {TABLE_CSV}, "
+                            "or the directory holding them)")
     if path.suffix != ".parquet":
         _refuse_torn_csv(path)
     try:

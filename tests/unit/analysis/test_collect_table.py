@@ -166,6 +166,16 @@ def test_a_damaged_table_says_the_way_out_that_works(tmp_path, damaged):
     assert len(collect([tmp_path / "root"], tmp_path / "table").table) == 3
 
 
+def test_a_file_that_is_no_table_is_not_called_torn(tmp_path, capsys):
+    """`check refs.toml --references ...` (the arguments swapped) said the TOML was "a torn table" to collect again."""
+    from bench.cli import main
+    refs = tmp_path / "refs.toml"
+    refs.write_text('[[reference]]\nwhere = { runtime = "bare" }\nfigures.tok_per_sec = { value = 1 }\n')
+    assert main(["check", str(refs), "--references", str(refs)]) == 1
+    assert capsys.readouterr().err.strip() == (f"error: {refs}: not a table written by collect "
+                                               "(give its runs.parquet or runs.csv, or the directory holding them)")
+
+
 def test_a_row_with_fields_missing_is_refused_naming_it(tmp_path):
     generate_sweep(tmp_path / "root", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
     collect([tmp_path / "root"], tmp_path / "table")

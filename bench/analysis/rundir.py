@@ -199,17 +199,38 @@ def tiling(config: dict, nntile: dict) -> str | None:
     return json.dumps(recorded, sort_keys=True) if isinstance(recorded, dict) and recorded else None
 
 
+def last_attempt(events: list[dict]) -> list[dict]:
+    """The events of the trainer's last start: a run resumed into its directory (--resume_from_step) appends a
+    second start, and run.json's launch time is that attempt's, so its milestones are measured from it alone.
+    `runtime_start` is written beside its `start` (after it by the trainer), so one just before it goes with it."""
+    starts = [i for i, ev in enumerate(events) if ev["event"] == "start"]
+    if not starts:
+        return events
+    begin = starts[-1]
+    if begin > 0 and events[begin - 1]["event"] == "runtime_start":
+        begin -= 1
+    return events[begin:]
+
+
+def milestone_times(events: list[dict]) -> dict:
+    """{event: t} of the last attempt, the first of each kind (a non-numeric or NaN `t` is no time)."""
+    times: dict = {}
+    for ev in last_attempt(events):
+        times.setdefault(ev["event"], finite(ev["t"]))
+    return {name: t for name, t in times.items() if t is not None}
+
+
 def event_fields(events: list[dict]) -> dict:
-    """Milestone times and end-of-run figures; the first milestone and the last end/error win."""
+    """Milestone times (of the last attempt) and end-of-run figures; the first milestone and the last end/error
+    win."""
     first: dict[str, dict] = {}
     last: dict[str, dict] = {}
     for ev in events:
         first.setdefault(ev["event"], ev)
         last[ev["event"]] = ev
     row: dict = {}
-    # milestone times: a non-numeric or NaN `t` is no time (step times are not needed: steps carry dt_ms)
-    t = {name: v for name in ("start", "dist_init", "model_ready", "first_step")
-         if name in first and (v := finite(first[name]["t"])) is not None}
+    # milestone times (step times are not needed: steps carry dt_ms)
+    t = milestone_times(events)
     row["t_start"] = t.get("start")
     if "start" in t and "first_step" in t:
         row["time_to_first_step_s"] = t["first_step"] - t["start"]
@@ -316,8 +337,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         notes += fig_notes
         mask, _ = steady_mask([int(s["step"]) for s in steps], starts)
         row.update(why.split_fields([s for s, m in zip(steps, mask) if m]))
-    first_times = {ev["event"]: ev["t"] for ev in reversed(events)}  # reversed: the first of each kind wins
-    row.update(why.phase_fields(manifest, first_times))
+    row.update(why.phase_fields(manifest, milestone_times(events)))
     row.update(why.section_fields(manifest))
     row["skip_reason"] = skip or usability(row, getattr(impl, "kind", TRAINING) == EVALUATION)
     row["notes"] = "; ".join(notes) or None

@@ -1,9 +1,10 @@
 """The fields of a row that say why a run took the time it did: its start-up phases, its steady step split,
 the pre-flight bandwidth of its collectives, the network path NCCL took, and its slowest rank.
 
-Computed from the run's own records: the phases from launch.t0, the events' first times and
-launch.finished_at with the rule of bench/breakdown.py (so a run that died early still shows how far it
-got); the rest from run.json's preflight, network and breakdown sections.
+Computed from the run's own records: the phases from launch.t0, the events' first times (of the last
+attempt, in a resumed run: rundir.milestone_times) and launch.finished_at with the rule of
+bench/breakdown.py (so a run that died early still shows how far it got); the rest from run.json's
+preflight, network and breakdown sections.
 """
 
 import json

@@ -162,3 +162,30 @@ def test_nan_milestone_time_gives_no_startup_figure(make_run):
     row = read_run_dir(d)
     assert row.get("startup_overhead_s") is None and row.get("time_to_first_step_s") is None
     assert row["skip_reason"] is None and row["tok_per_sec"] > 0  # the steady figures do not need it
+
+
+def test_a_resumed_runs_start_up_is_its_last_attempts(make_run):
+    """--resume_from_step appends the second attempt's milestones to metrics.jsonl and run.json's launch time
+    becomes that attempt's: measured from the first attempt's milestones, its start-up was -95 s and its
+    teardown held the whole second attempt."""
+    d = make_run("resumed", t0=1000.0, startup_s=5.0)
+    t0 = 2000.0
+    again = [{"event": "start", "t": t0 + 3}, {"event": "runtime_start", "t": t0 + 1},
+             {"event": "dist_init", "t": t0 + 6, "world_size": 8, "backend": "nccl"},
+             {"event": "model_ready", "t": t0 + 8, "num_params": 560_988_160, "flops_per_token": 3.491758e9},
+             {"event": "first_step", "t": t0 + 20},
+             {"event": "step", "t": t0 + 20, "step": 30, "loss": 3.0, "lrm": 1.0, "dt_ms": 1000.0,
+              "tok_per_sec": 1.0, "mfu": None, "total_time_s": 0.0},
+             {"event": "end", "t": t0 + 30, "peak_mem_mib": 1.0, "total_training_time_s": 10.0, "min_val_bpb": None}]
+    with open(d / contract.METRICS_JSONL, "a") as f:
+        f.writelines(json.dumps(ev) + "\n" for ev in again)
+    manifest = json.loads((d / contract.RUN_JSON).read_text())
+    manifest["launch"] = {"kind": "local", "t0": t0, "finished_at": t0 + 31}
+    (d / contract.RUN_JSON).write_text(json.dumps(manifest))
+    row = read_run_dir(d)
+    assert row["notes"] is None
+    assert row["startup_overhead_s"] == pytest.approx(3.0) and row["time_to_first_step_s"] == pytest.approx(17.0)
+    assert row["launch_to_first_step_s"] == pytest.approx(20.0)
+    assert row["phase_runtime_start_s"] == pytest.approx(1.0) and row["phase_finished_s"] == pytest.approx(1.0)
+    phases = {k: v for k, v in row.items() if k.startswith("phase_") and v is not None}
+    assert min(phases.values()) >= 0 and sum(phases.values()) == pytest.approx(31.0)

@@ -82,9 +82,11 @@ class RunSettings:
         for name, sentinels in (("watchdog_s", "0 (off), -1 (the default)"), ("heartbeat_timeout_s", "0 (off)"),
                                 ("join_timeout_s", "0 (off), -1 (the default)")):
             value = getattr(self, name)
-            if not (value >= WATCHDOG_MIN_S or value == 0 or value == -1 and name != "heartbeat_timeout_s"):
-                raise ConfigError(f"--{name}={value:g}: give {sentinels} or at least {WATCHDOG_MIN_S:g} s (a stopped "
-                                  f"rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s apart)")
+            if not (WATCHDOG_MIN_S <= value <= WATCHDOG_MAX_S or value == 0
+                    or value == -1 and name != "heartbeat_timeout_s"):
+                raise ConfigError(f"--{name}={value:g}: give {sentinels} or {WATCHDOG_MIN_S:g} to {WATCHDOG_MAX_S:g} s "
+                                  f"(a stopped rank is told apart from a waiting one by heartbeats {INTERVAL_S:g} s "
+                                  "apart; a week is longer than any job, and inf is no timeout torch can set)")
         if self.device_type not in ("", "cuda", "cpu", "mps"):
             raise ConfigError(f"--device_type={self.device_type!r}: valid values are cuda, cpu, mps or empty")
 
@@ -227,6 +229,9 @@ def shape_problem(depth: int, aspect_ratio: int) -> str | None:
 
 
 WATCHDOG_MIN_S = 2 * INTERVAL_S
+# A week, longer than any batch job: torch takes a collective's timeout as a timedelta, which inf or 1e300
+# overflows (the run failed at its first collective, long after the flags were accepted).
+WATCHDOG_MAX_S = 7 * 24 * 3600.0
 LEARNING_RATES = ("embedding_lr", "unembedding_lr", "matrix_lr")
 SCHEDULE_FRACTIONS = ("warmup_ratio", "warmdown_ratio", "final_lr_frac")
 

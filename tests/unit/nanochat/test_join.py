@@ -74,5 +74,5 @@ def test_the_flag_defaults_to_the_bound_and_refuses_too_short_a_one():
     assert join_bound(-1, 4, 4) == JOIN_TIMEOUT_S == 30 and join_bound(-1, 8, 4) == JOIN_TIMEOUT_MULTINODE_S
     assert join_bound(45, 8, 4) == 45 and join_bound(0, 8, 4) is None
     assert parse_args(["--join_timeout_s=0"]).join_timeout_s == 0
-    with pytest.raises(ConfigError, match=r"--join_timeout_s=1: give 0 \(off\), -1 \(the default\) or at least"):
+    with pytest.raises(ConfigError, match=r"--join_timeout_s=1: give 0 \(off\), -1 \(the default\) or 10 to"):
         parse_args(["--join_timeout_s=1"]).validate()

@@ -44,3 +44,15 @@ def test_an_explicit_margin_and_off(group, monkeypatch):
     off.start()
     off.arm(1.0)
     assert seen == [] and off.armed is None
+
+
+@pytest.mark.parametrize("flag", ["watchdog_s", "heartbeat_timeout_s", "join_timeout_s"])
+@pytest.mark.parametrize("value", ["inf", "1e300"])
+def test_a_bound_no_collective_can_take_is_refused_with_the_flags(flag, value):
+    """--watchdog_s=inf was accepted, then the run failed at its first collective with torch's OverflowError."""
+    from bench.errors import ConfigError
+    from bench.nanochat.config import WATCHDOG_MAX_S, parse_args
+
+    with pytest.raises(ConfigError, match=rf"--{flag}=\S+: give .* or 10 to 604800 s"):
+        parse_args([f"--{flag}={value}"])
+    assert parse_args([f"--{flag}={WATCHDOG_MAX_S:g}"]).watchdog_s is not None

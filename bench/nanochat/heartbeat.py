@@ -11,7 +11,8 @@ One small file a rank, rewritten atomically: a reader sees the old beat or the n
 
 The beats also end a run whose rank went silent, without waiting for any collective: with
 `on_silent`, rank 0 watches every other rank's beat and rank 1 watches rank 0's (two readers, however
-many ranks), and a beat older than `silent_after_s` (--heartbeat_timeout_s) calls it with the verdict.
+many ranks), and a beat older than `silent_after_s` (--heartbeat_timeout_s) calls it with the verdict; older by
+the beat's own time and by the time since it last changed for the watcher, since the nodes' clocks may disagree.
 The thread runs beside training, so a long evaluation, sample or checkpoint never silences it.
 Each beat carries the launch's time (`run`: NANOCHAT_BENCH_T0, or under Slurm run.json's launch.t0):
 beats of an earlier run or attempt in the same directory are never read as this run's.
@@ -68,6 +69,7 @@ class Heartbeat:
         self.watched = set(range(1, world_size)) if rank == 0 else {0} if rank == 1 else set()
         self.on_silent = on_silent
         self.silent_after_s = SILENT_AFTER_S  # 0 = off
+        self.seen: dict = {}  # the watched ranks' last beats and when they were read here (silent_rank)
         self._writing = threading.Lock()
 
     def beat(self, event: str, step: int | None = None) -> None:
@@ -104,20 +106,30 @@ class Heartbeat:
                 except OSError:
                     return  # a run directory that cannot be written is reported by the run record, not here
             if self.on_silent and self.silent_after_s > 0 and self.state["event"] not in STARTUP_EVENTS:
-                verdict = silent_rank(self.run_dir, self.watched, self.silent_after_s)
+                verdict = silent_rank(self.run_dir, self.watched, self.silent_after_s, seen=self.seen)
                 if verdict:
                     self.on_silent(verdict)
             time.sleep(INTERVAL_S)
 
 
-def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float | None = None) -> str | None:
-    """The verdict on the first of `ranks` (of this run) whose beat is older than silent_after_s, or None."""
+def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float | None = None,
+                seen: dict | None = None) -> str | None:
+    """The verdict on the first of `ranks` (of this run) whose beat is older than silent_after_s, or None.
+    `seen` is the watcher's memory ({rank: (beat's t, when this watcher first read it)}): a beat is as old as the
+    younger of its own clock's age and the time since it last changed here, so a node whose clock is behind
+    this one's is not taken for a silent rank (a stopped one is still named, up to INTERVAL_S later)."""
     now = time.time() if now is None else now
     for b in beats(run_dir):
-        if b.get("rank") in ranks and not b.get("done") and b.get("event") not in STARTUP_EVENTS and \
-                now - b["t"] > silent_after_s:
+        if b.get("rank") not in ranks or b.get("done") or b.get("event") in STARTUP_EVENTS:
+            continue
+        age = now - b["t"]
+        if seen is not None:
+            if seen.get(b["rank"], (None,))[0] != b["t"]:
+                seen[b["rank"]] = (b["t"], now)
+            age = min(age, now - seen[b["rank"]][1])
+        if age > silent_after_s:
             at = f" at step {b['step']}" if b.get("step") is not None else ""
-            return (f"{_who(b)} stopped: no heartbeat for {now - b['t']:.0f} s (--heartbeat_timeout_s="
+            return (f"{_who(b)} stopped: no heartbeat for {age:.0f} s (--heartbeat_timeout_s="
                     f"{silent_after_s:g}), last event `{b.get('event')}`{at}")
     return None
 

@@ -102,3 +102,18 @@ def test_under_slurm_the_launch_time_in_run_json_tells_this_attempts_beats(tmp_p
     while not (tmp_path / DIR / "rank1.json").exists() and time.time() < deadline:
         time.sleep(0.05)
     assert [b["rank"] for b in beats(str(tmp_path))] == [1]
+
+
+def test_a_rank_on_a_node_whose_clock_is_behind_is_not_taken_for_a_silent_one(tmp_path):
+    """Rank 1's node runs 60 s behind rank 0's: its fresh beats read 60 s old there, and the watcher ended a healthy
+    run as `hung`. A beat that keeps changing is alive whatever its clock says; one that stops is still named."""
+    from bench.nanochat.heartbeat import silent_rank
+
+    seen: dict = {}
+    skew = 60.0
+    for now in (1000.0, 1005.0, 1010.0, 1015.0):
+        write_beat(tmp_path, 1, now - skew, 7, host="nid2")  # written just now, by its own clock
+        assert silent_rank(str(tmp_path), {1}, 30.0, now, seen) is None
+    assert silent_rank(str(tmp_path), {1}, 30.0, 1040.0, seen) is None  # 25 s without a new beat
+    assert silent_rank(str(tmp_path), {1}, 30.0, 1046.0, seen).startswith(
+        "rank 1 on nid2 (pid 101) stopped: no heartbeat for 31 s (--heartbeat_timeout_s=30)")

@@ -42,7 +42,7 @@ class Session:
     backend: str | None
     watchdog: Watchdog
     peak_flops: float | None
-    first_step_done: bool = False
+    first_step: int | None = None  # the first step this start of the trainer logged (a resumed run's is later)
 
     @property
     def master(self) -> bool:
@@ -99,13 +99,13 @@ def log_step(session: Session, record: RunRecord, step: int, num_iterations: int
     print0(line if line is not None else
            format_step_line(step, num_iterations, loss, lrm, dt, tok_per_sec, mfu, total_time_s, grad_norm))
     session.watchdog.arm(dt)  # the first step's compilation is the floor
-    gcfreeze.after_step(step, first=not session.first_step_done)  # outside the timed region
-    if not session.first_step_done:
+    gcfreeze.after_step(step, first=session.first_step is None)  # outside the timed region
+    if session.first_step is None:
         record.emit("first_step")
-        session.first_step_done = True
+        session.first_step = step
     record.emit("step", step=step, loss=loss, lrm=lrm, dt_ms=dt * 1000, tok_per_sec=tok_per_sec, mfu=mfu,
                 total_time_s=total_time_s, grad_norm=grad_norm, **split)
-    if step == WARMUP_STEPS:
+    if step == session.first_step + WARMUP_STEPS:  # a resumed run compiles and warms up again (analysis/figures.py)
         record.emit("steady", step=step)
 
 

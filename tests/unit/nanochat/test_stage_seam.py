@@ -107,3 +107,27 @@ def test_a_sweeps_sweep_and_run_tag_is_fine_for_every_stage(stage):
 
     argv = ["-i", "mid"] if stage == "chat_eval" else []
     assert get(stage).parse([*argv, "--model_tag=sweep/run-1.a_b"]).model_tag == "sweep/run-1.a_b"
+
+
+def test_a_resumed_stage_marks_its_steady_state_after_its_own_warm_up(monkeypatch):
+    """Resumed at step 10, the trainer said `steady` right after its first step (at step 10, its compile's), and
+    resumed at 15 never: the start-up breakdown showed no warm-up and counted it as steady training."""
+    from bench.metrics import WARMUP_STEPS
+    from bench.nanochat import gcfreeze, stagerun
+    from bench.nanochat.watchdog import Watchdog
+
+    class Record:
+        def __init__(self):
+            self.events = []
+
+        def emit(self, event, **fields):
+            self.events.append((event, fields.get("step")))
+
+    monkeypatch.setattr(gcfreeze, "after_step", lambda step, first: None)
+    for resumed_at in (0, 10, 15):
+        session = stagerun.Session(False, 0, 1, torch.device("cpu"), "cpu", None, Watchdog(0.0, False), None)
+        record = Record()
+        for step in range(resumed_at, resumed_at + 2 * WARMUP_STEPS):
+            stagerun.log_step(session, record, step, 100, 3.0, 1.0, 0.1, 1000.0, None, 0.0, line="")
+        assert [e for e in record.events if e[0] != "step"] == [("first_step", None),
+                                                               ("steady", resumed_at + WARMUP_STEPS)]

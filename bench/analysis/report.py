@@ -39,7 +39,8 @@ METHODS = [
     "Start-up phases run from one milestone to the next the run recorded (launch, runtime start, trainer "
     "start, imports, process group, pre-flight, model, data, first step; bench/breakdown.py), so a phase "
     "that was not measured (–, or a cross in the figure) is inside the next measured one; a run without a "
-    "launch time has no phase before its first milestone. Start-up s = trainer start − launch.",
+    "launch time has no phase before its first milestone. Start-up s = trainer start − launch; 1st step s = "
+    "first step − trainer start (imports to the first step, not the first step's phase alone).",
     "Weak scaling keeps device batch × sequence per rank (the total batch grows with the ranks): "
     "efficiency = tok/s per rank / the smallest run's, ideal flat. Strong scaling keeps the total batch: "
     "speedup = tok/s / the smallest run's, efficiency = speedup / ideal. Both relative to the config's "

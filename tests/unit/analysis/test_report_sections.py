@@ -119,6 +119,13 @@ def test_start_up_phases_with_missing_ones_shown_as_missing(report):
     assert "runtime start-up" in text and "runtime start-up: not measured" not in text
 
 
+def test_the_methods_say_what_each_start_up_figure_of_the_summary_measures(report):
+    """The summary's `1st step s` (imports to the first step) sat beside the phase table's much smaller `first
+    step (compile)` with nothing saying they measure different spans."""
+    _, _, md, _ = report
+    assert "Start-up s = trainer start − launch" in md and "1st step s = first step − trainer start" in md
+
+
 def test_step_split_and_busbw_beside_throughput(report):
     _, _, md, _ = report
     strong_md = section(md, STRONG_LABEL)

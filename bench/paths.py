@@ -4,6 +4,7 @@ folders there.
 Standard library only: the NNTile interpreter and the batch scripts' bookkeeping import it too.
 """
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -17,3 +18,9 @@ DATA_DIR, BIN_DIR, TOKENIZER_DIR = "base_data", "base_data_bin", "tokenizer"
 def base_dir(given: str | None = None) -> str:
     """`given` (a flag or a setting), else $NANOCHAT_BASE_DIR, else ~/.cache/nanochat; not made absolute."""
     return given or os.environ.get(ENV_BASE_DIR) or str(DEFAULT_BASE_DIR.expanduser())
+
+
+def folder_tag(name: str, folder: str | os.PathLike) -> str:
+    """`<name>-<8 hex digits of folder's path>`: a checkpoint tag read by its name, yet two folders of one name in
+    different places (.../a/speedrun/x and .../b/speedrun/x) never share checkpoints under one base directory."""
+    return f"{name}-{hashlib.sha256(os.fspath(folder).encode()).hexdigest()[:8]}"

@@ -46,6 +46,7 @@ from bench.pairs import parse_pairs
 FLOW_JSON = "flow.json"
 # A valid model tag while planning (the point's own tag replaces it in each job: `model_tag`)
 PLAN_TAG = "flow-model-tag"
+TAG_SHOWN = "<sweep>-<point>-<hash>"  # what the point's tag (model_tag) is, in a plan's and an error's words
 TOKENIZER_LOG = "tokenizer.log"
 
 
@@ -122,14 +123,15 @@ def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
     without a word by the chained value, so the stage would load or save elsewhere than asked: refused."""
     for key, value in stage.chain:
         if key in flags:
-            value = value.replace("{tag}", "<sweep>-<point>").replace("{", "<").replace("}", ">")
+            value = value.replace("{tag}", TAG_SHOWN).replace("{", "<").replace("}", ">")
             raise ConfigError(f"{given}{key}={flags[key]}: the flow sets {stage.name}'s --{key} itself ({value}), "
                               f"chaining it to the other stages; leave it out")
 
 
-def model_tag(sweep_id: str, point_id: str) -> str:
-    """The checkpoint folder of one point's training stages: unique to the point (and its sweep)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{sweep_id}-{point_id}")
+def model_tag(point_dir: Path) -> str:
+    """The checkpoint folder of one point's training stages, <sweep>-<point>-<hash>: unique to the point's
+    directory (an absolute path), so a sweep folder of the same name elsewhere never shares it (paths.folder_tag)."""
+    return paths.folder_tag(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{point_dir.parent.name}-{point_dir.name}"), point_dir)
 
 
 def rechain(argv: tuple[str, ...], values: dict[str, str]) -> tuple[str, ...]:
@@ -268,7 +270,7 @@ def format_table(fs: FlowSweep) -> str:
         lines.append(f"left out: {', '.join(fs.left_out)}" + (f" ({', '.join(unregistered)} not registered in this "
                                                               f"installation)" if unregistered else ""))
     for stage, sw in zip(fs.stages, fs.sweeps):
-        lines += [f"{stage.name}: {line.replace(PLAN_TAG, '<sweep>-<point>')}"
+        lines += [f"{stage.name}: {line.replace(PLAN_TAG, TAG_SHOWN)}"
                   for line in sw.workload_impl.describe(sw)]
     if too_long:
         lines.append(f"a job over partition {limit.name}'s time limit: {FLOW_TOO_LONG}")
@@ -317,7 +319,7 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
         if bad is not None:
             note(f"skipping {point.run_id}: a stage cannot run: {bad.reason}")
             continue
-        tag = model_tag(sweep_id, point.run_id)
+        tag = model_tag(sweep_dir / point.run_id)
         runs: list[Run] = []
         for stage, sw, sp in zip(fs.stages, fs.sweeps, stage_points):
             planned = replace(sp, plan=replace(sp.plan, train_argv=fs.stage_argv(stage, sp, tag)))
@@ -404,7 +406,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     # the stages a rerun keeps (ok before) read nothing more; checked before a directory, the tokenizer or a stage
     check_staged(tuple(s for s in fs.stages if contract.read_run_json(point_dir / s.name).get("status") != "ok"),
                  str(Path(paths.base_dir()).absolute()))
-    tag = model_tag(point_dir.parent.name, point_dir.name)
+    tag = model_tag(point_dir.resolve())  # resolved: a rerun through another link to the point keeps its tag
     # one flow per point at a time: a second would set the first's running stage aside and train beside it
     claim(point_dir)
     try:  # before the tokenizer: a run directory that cannot be made must not cost its training first

@@ -6,7 +6,7 @@ Reads the eval bundle staged in $NANOCHAT_BASE_DIR/eval_bundle (never downloads 
 --eval-bundle` does, before the job), scores each task over the ranks (bench/nanochat/core_eval.py), prints
 upstream's lines and CSV, and writes the CSV to $NANOCHAT_BASE_DIR/base_eval/base_model_<step>.csv (and into the
 run directory). Upstream always takes the largest d<N> tag at its last step; --model_tag and --model_step pick
-another (a sweep's checkpoints live under <sweep>/<run> tags). Figures: a `score` event per task (accuracy and
+another (a sweep's checkpoints live under <sweep>-<hash>/<run> tags). Figures: a `score` event per task (accuracy and
 centred) and one for CORE; run.json `scores` holds each task's accuracy and CORE.
 """
 

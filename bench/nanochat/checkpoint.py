@@ -156,7 +156,7 @@ def phase_dir(phase: str) -> Path:
 
 def find_model_tag(phase: str) -> str:
     """Upstream's choice without a tag: the largest d<int> folder, else the newest folder. A run of
-    `nanochat-bench train` without --model_tag saves under <sweep>/<run> (train.default_model_tag): a folder
+    `nanochat-bench train` without --model_tag saves under <sweep>-<hash>/<run> (train.default_model_tag): a folder
     holding no checkpoint but such run folders stands for them, so its newest run can be the choice."""
     root = phase_dir(phase)
     tags = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []

@@ -92,8 +92,9 @@ class RunSettings:
 
 
 def check_model_tag(tag: str, flag: str, phases: str) -> None:
-    """A tag is a path of folder names below a phase's checkpoint folder (a sweep's runs save under <sweep>/<run>),
-    never leaving it: `../x` or `/x` would read (or write) another phase's or another place's checkpoints."""
+    """A tag is a path of folder names below a phase's checkpoint folder (a sweep's runs save under
+    <sweep>-<hash>/<run>), never leaving it: `../x` or `/x` would read (or write) another phase's or another place's
+    checkpoints."""
     parts = tag.split("/") if tag else []
     if any(p in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", p) for p in parts):
         raise ConfigError(f"{flag}={tag!r}: a folder below {phases}: names of letters, digits, '.', '_' and '-' "
@@ -138,7 +139,7 @@ class TrainConfig(RunSettings):
     # output
     save_every: int = _f(-1, "checkpoint every this many steps and at the end (-1 or 0 = never: a benchmark saves "
                              "nothing unless asked)")
-    model_tag: str = _f("", "checkpoint subdirectory (default d<depth>; in a run directory <sweep>/<run>)")
+    model_tag: str = _f("", "checkpoint subdirectory (default d<depth>; in a run directory <sweep>-<hash>/<run>)")
     # nanochat-bench additions
     data_bin_dir: str = _f("", "read pre-tokenized .bin splits from this directory instead of parquet shards")
     force_flash_sdpa: bool = _f(False, "attention only via flash-style kernels (cuDNN, flash, memory-efficient) "
@@ -186,7 +187,7 @@ class TrainConfig(RunSettings):
             raise ConfigError(f"--grad_clip={self.grad_clip!r}: a finite gradient norm > 0, or 0 for no clipping")
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
-        # <sweep>/<run> too: the default tag in a run directory, and the one a deadline stop says to resume with
+        # <sweep>-<hash>/<run> too: the default tag in a run directory, and the one a deadline stop says to resume with
         check_model_tag(self.model_tag, "--model_tag", "base_checkpoints/")
         unknown = [n for n in self.sdpa_backends.split(",") if n.strip() and n.strip() not in SDPA_BACKEND_NAMES]
         if unknown:

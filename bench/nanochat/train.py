@@ -40,6 +40,7 @@ from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
 from bench.nanochat.runrecord import RunRecord, say
 from bench.nanochat import stagerun, steptimer
+from bench.paths import folder_tag
 
 SAMPLE_PROMPTS = [
     "The capital of France is",
@@ -361,11 +362,12 @@ def validation_passes(eval_tokens: int, world_tokens: int) -> tuple[int, str]:
 
 
 def default_model_tag(config: TrainConfig, record: RunRecord) -> str:
-    """Where checkpoints go without --model_tag: nanochat's d<depth>, or the run's own <sweep>/<run> when it
-    has a run directory, so runs of a sweep never overwrite each other's checkpoints."""
+    """Where checkpoints go without --model_tag: nanochat's d<depth>, or the run's own <sweep>-<hash>/<run> when it
+    has a run directory, so runs never overwrite each other's checkpoints, also those of a sweep folder of the same
+    name elsewhere. The hash is of the path every rank is given (not resolved: nodes may see other links)."""
     if record.run_dir:
-        run_dir = Path(record.run_dir).resolve()
-        return f"{run_dir.parent.name}/{run_dir.name}"
+        run_dir = Path(os.path.abspath(record.run_dir))
+        return f"{folder_tag(run_dir.parent.name, run_dir.parent)}/{run_dir.name}"
     return f"d{config.depth}"
 
 

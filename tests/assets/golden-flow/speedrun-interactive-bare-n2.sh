@@ -9,7 +9,7 @@
 #   2. in that shell, paste the blocks below one at a time: nothing here exits your shell, and a step
 #      that fails only prints its error. Or run them all, stopping at the first error:  bash interactive.sh
 #      Data, tokenizer and checkpoints live in NANOCHAT_BASE_DIR; the stages chain through the model
-#      tag golden-n2-bare-r1 (base_train -> base_loss -> base_eval -> mid_train -> chat_eval_mid -> chat_sft -> chat_eval_sft).
+#      tag golden-n2-bare-r1-40f36587 (base_train -> base_loss -> base_eval -> mid_train -> chat_eval_mid -> chat_sft -> chat_eval_sft).
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only when run as a script
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 
@@ -122,7 +122,7 @@ run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
@@ -163,7 +163,7 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1 --split_tokens=10485760 \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1-40f36587 --split_tokens=10485760 \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
@@ -204,7 +204,7 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1 \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1-40f36587 \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
@@ -247,7 +247,7 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 run_deadline=$(( $(date +%s) + 1080 ))
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
@@ -288,7 +288,7 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=mid \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=mid \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
@@ -331,7 +331,7 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 run_deadline=$(( $(date +%s) + 1080 ))
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1 --target_examples_per_step=32 --deadline="${run_deadline}" \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1-40f36587 --target_examples_per_step=32 --deadline="${run_deadline}" \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
@@ -372,7 +372,7 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
-    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1 --source=sft \
+    /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=sft \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
 runjson finish "$run_dir" "$rc" "$stopping"

@@ -77,7 +77,8 @@ def test_the_job_runs_every_stage_in_turn_with_its_chained_flags():
     stages = STAGES.split(",")
     at = [script.index(f"# == stage {i}/{len(stages)}: {s} ") for i, s in enumerate(stages, 1)]
     assert at == sorted(at) and script.index("tokenizer train --vocab_size=65536") < at[0]
-    assert "--model_tag=golden-n2-bare-r1" in script and "--save_every=100" in script
+    assert f"--model_tag={flow_job().tag}" in script and "--save_every=100" in script
+    assert flow_job().tag.startswith("golden-n2-bare-r1-")
     assert script.count("runjson not-run ") == len(stages)
 
 

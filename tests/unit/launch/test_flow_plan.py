@@ -6,6 +6,7 @@ flags of each point (its own model tag; pre-training saving at its end), and the
 """
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -75,9 +76,11 @@ def test_every_registered_speedrun_stage_can_be_planned():
 def test_each_point_chains_its_stages_through_its_own_model_tag(twice):
     fs = sweep(twice, None, nodes=(1, 2))
     (p1, s1), (p2, s2) = fs.points()
-    first = fs.stage_argv(fs.stages[0], s1[0], flow.model_tag("sw", p1.run_id))
-    assert "--model_tag=sw-n1-bare-r1" in first and "--save_every=6" in first  # saves at its last step
-    assert "--model_tag=sw-n2-bare-r1-again" in fs.stage_argv(fs.stages[1], s2[1], flow.model_tag("sw", p2.run_id))
+    tag1, tag2 = (flow.model_tag(Path("/runs/sw") / p.run_id) for p in (p1, p2))
+    assert re.fullmatch(r"sw-n1-bare-r1-[0-9a-f]{8}", tag1) and tag2.startswith("sw-n2-bare-r1-")
+    first = fs.stage_argv(fs.stages[0], s1[0], tag1)
+    assert f"--model_tag={tag1}" in first and "--save_every=6" in first  # saves at its last step
+    assert f"--model_tag={tag2}-again" in fs.stage_argv(fs.stages[1], s2[1], tag2)
     assert rechain(("--a=1", "--b=2"), {"b": "x", "c": "y"}) == ("--a=1", "--b=x", "--c=y")
 
 
@@ -93,7 +96,7 @@ def test_stage_args_reach_their_stage_only_and_the_device_type_every_stage(twice
 def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
     # the flow's own value would replace it: the stage would save or load under a tag other than the one asked
     with pytest.raises(ConfigError, match=r"--stage-arg again:model_tag=mine: the flow sets again's --model_tag "
-                                          r"itself \(<sweep>-<point>-again\)"):
+                                          r"itself \(<sweep>-<point>-<hash>-again\)"):
         sweep(twice, None, stage_args=["again:model_tag=mine"])
     with pytest.raises(ConfigError, match=r"--train-arg save_every=2: .* \(<num_iterations>\)"):
         FlowSweep.build(twice, None, {**TINY, "save_every": "2"}, [], nodes=[1], gpus_per_node=2, runtimes=["bare"])
@@ -163,7 +166,8 @@ def test_the_job_puts_each_stage_in_its_own_run_directory_below_the_point(twice,
 
     flow.write_flow_job(fj, render_flow(fj))
     record = json.loads((fj.point_dir / flow.FLOW_JSON).read_text())
-    assert record["model_tag"] == "sw-n1-bare-r1" and [s["name"] for s in record["stages"]] == ["base_train", "again"]
+    assert record["model_tag"] == fj.tag == flow.model_tag(tmp_path / "sw" / "n1-bare-r1")
+    assert [s["name"] for s in record["stages"]] == ["base_train", "again"]
 
 
 def test_a_run_dir_that_cannot_be_made_is_refused_in_one_line_before_the_tokenizer(tmp_path, monkeypatch):
@@ -282,7 +286,7 @@ def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypat
     monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
     fs, point, lines = sweep(), tmp_path / "point", []
     [(_, [planned])] = fs.points()
-    argv = list(fs.stage_argv(fs.stages[0], planned, flow.model_tag(tmp_path.name, "point")))
+    argv = list(fs.stage_argv(fs.stages[0], planned, flow.model_tag(point.resolve())))
     for ran, note in ((argv, ""), ([a.replace("--depth=2", "--depth=4") for a in argv],
                                    " (it ran with --depth=4 where this command gives --depth=2; a new --run-dir")):
         (point / "base_train").mkdir(parents=True, exist_ok=True)
@@ -308,14 +312,40 @@ def test_a_training_stage_run_again_sets_aside_the_checkpoints_of_its_earlier_at
     monkeypatch.setattr(local, "run_local", ok)
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
     point, lines = tmp_path / "sw" / "point", []
-    old = tmp_path / "base" / "base_checkpoints" / "sw-point"
+    old = tmp_path / "base" / "base_checkpoints" / flow.model_tag(point.resolve())
     old.mkdir(parents=True)
     (old / "model_000006.pt").write_text("the earlier attempt's")
     assert flow.run_local_flow(sweep(), 2, point, out=lines.append).statuses == {"base_train": "ok"}
     assert not old.exists()
-    [aside] = old.parent.glob("sw-point.attempt-*")
+    [aside] = old.parent.glob(f"{old.name}.attempt-*")
     assert (aside / "model_000006.pt").read_text() == "the earlier attempt's"  # kept whole
     assert f"checkpoints of an earlier attempt in {old} moved to {aside}" in "\n".join(lines)
+
+
+def test_two_points_of_one_name_in_different_places_never_share_checkpoints(tmp_path, monkeypatch):
+    """.../a/speedrun/cpu-demo and .../b/speedrun/cpu-demo were both tagged speedrun-cpu-demo: the second's base_train
+    set the first's model aside as an earlier attempt, and the first's later stages would have loaded the second's."""
+    from bench import contract
+    from bench.launch import local
+
+    def saves(argv, nproc, run_dir, **kw):  # base_train saving its step under the tag the flow gives it
+        tag = next(a.split("=", 1)[1] for a in argv if a.startswith("--model_tag="))
+        (tmp_path / "base" / "base_checkpoints" / tag).mkdir(parents=True)
+        (tmp_path / "base" / "base_checkpoints" / tag / "model_000006.pt").write_text(str(run_dir))
+        run_dir.mkdir(parents=True)
+        contract.record_evidence(run_dir, contract.Evidence(source="trainer", kind="completed"))
+        return 0
+
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    monkeypatch.setattr(local, "run_local", saves)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
+    first, second, lines = tmp_path / "a" / "speedrun" / "cpu-demo", tmp_path / "b" / "speedrun" / "cpu-demo", []
+    for point in (first, second):
+        assert flow.run_local_flow(sweep(), 2, point, out=lines.append).statuses == {"base_train": "ok"}
+    tags = [json.loads((p / flow.FLOW_JSON).read_text())["model_tag"] for p in (first, second)]
+    assert tags[0] != tags[1] and all(t.startswith("speedrun-cpu-demo-") for t in tags)
+    assert not any("moved to" in line for line in lines)
+    assert (tmp_path / "base" / "base_checkpoints" / tags[0] / "model_000006.pt").read_text().startswith(str(first))
 
 
 def staged(base, *what: str) -> None:

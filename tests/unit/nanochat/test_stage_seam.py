@@ -59,7 +59,7 @@ def test_load_model_takes_the_largest_depth_and_the_last_step(tmp_path, monkeypa
 
 
 def test_without_a_tag_a_run_saved_under_sweep_and_run_is_found(tmp_path, monkeypatch):
-    # `nanochat-bench train` without --model_tag saves into base_checkpoints/<sweep>/<run>
+    # `nanochat-bench train` without --model_tag saves into base_checkpoints/<sweep>-<hash>/<run>
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
     root = tmp_path / "base_checkpoints"
     config = GPTConfig.from_depth(1, 64, 32, 8)

@@ -164,7 +164,17 @@ def test_the_sweep_run_tag_a_deadline_stop_names_for_resuming_is_accepted():
     from bench.nanochat.train import default_model_tag
 
     tag = default_model_tag(parse_args([]), SimpleNamespace(run_dir="/runs/sw/r1"))
-    assert tag == "sw/r1" and parse_args([f"--model_tag={tag}", "--resume_from_step=5"]).model_tag == tag
+    assert re.fullmatch(r"sw-[0-9a-f]{8}/r1", tag)
+    assert parse_args([f"--model_tag={tag}", "--resume_from_step=5"]).model_tag == tag
+
+
+def test_runs_of_one_sweep_and_run_name_in_different_places_save_apart():
+    """.../a/sw/r1 and .../b/sw/r1 both saved under the tag sw/r1, one run's checkpoints beside the other's."""
+    from bench.nanochat.train import default_model_tag
+
+    a, b, again = (default_model_tag(parse_args([]), SimpleNamespace(run_dir=d))
+                   for d in ("/a/sw/r1", "/b/sw/r1", "/a/sw/r1"))
+    assert a != b and a == again  # the same run directory (a resumed run) keeps its tag
 
 
 def test_the_trainer_flags_the_readme_names_exist():

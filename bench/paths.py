@@ -13,6 +13,8 @@ from bench.contract import ENV_BASE_DIR
 DEFAULT_BASE_DIR = Path("~") / ".cache" / "nanochat"  # karpathy/nanochat/nanochat/common.py get_base_dir
 # Its layout, as upstream's: the shards, their pre-tokenized copy (`data bin`, the NNTile runner's), the tokenizer
 DATA_DIR, BIN_DIR, TOKENIZER_DIR = "base_data", "base_data_bin", "tokenizer"
+# <name>.attempt-<time>: a stage's run directory or checkpoints that a rerun set aside, kept whole, never read again
+SET_ASIDE = ".attempt-"
 
 
 def base_dir(given: str | None = None) -> str:

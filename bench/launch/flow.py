@@ -464,7 +464,7 @@ def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:
 
 def _set_aside(run_dir: Path) -> Path:
     """A stage directory that did not end ok moves to <stage>.attempt-<time> beside it, kept whole."""
-    return run_dir.replace(run_dir.with_name(f"{run_dir.name}.attempt-{time.strftime('%Y%m%d-%H%M%S')}"))
+    return run_dir.replace(run_dir.with_name(f"{run_dir.name}{paths.SET_ASIDE}{time.strftime('%Y%m%d-%H%M%S')}"))
 
 
 def _set_aside_checkpoints(phase: str, tag: str, out: Callable[[str], None]) -> None:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from bench.errors import CheckpointError, ConfigError
 from bench.contract import atomic_target, write_json_atomic
+from bench.paths import SET_ASIDE
 
 MIB = 1024 * 1024
 
@@ -157,11 +158,15 @@ def phase_dir(phase: str) -> Path:
 def find_model_tag(phase: str) -> str:
     """Upstream's choice without a tag: the largest d<int> folder, else the newest folder. A run of
     `nanochat-bench train` without --model_tag saves under <sweep>-<hash>/<run> (train.default_model_tag): a folder
-    holding no checkpoint but such run folders stands for them, so its newest run can be the choice."""
+    holding no checkpoint but such run folders stands for them, so its newest run can be the choice. Checkpoints a
+    rerun set aside (<tag>.attempt-<time>, bench/launch/flow.py) are never the choice: given by tag only."""
     root = phase_dir(phase)
-    tags = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    folders = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    tags = [p for p in folders if SET_ASIDE not in p.name]
     if not tags:
-        raise ConfigError(f"no {phase} checkpoints in {root}: {WRITTEN_BY[phase]} writes them there")
+        aside = f" but the ones a rerun set aside ({', '.join(sorted(p.name for p in folders))}: give one's name as " \
+                "the tag to load it)" if folders else ""
+        raise ConfigError(f"no {phase} checkpoints in {root}{aside}: {WRITTEN_BY[phase]} writes them there")
     depths = [(int(p.name[1:]), p.name) for p in tags if re.fullmatch(r"d\d+", p.name)]
     if depths:
         return max(depths)[1]

@@ -71,6 +71,23 @@ def test_without_a_tag_a_run_saved_under_sweep_and_run_is_found(tmp_path, monkey
     assert meta["step"] == 3 and meta["model_tag"] == "local/20261204-100000"
 
 
+def test_without_a_tag_the_checkpoints_a_rerun_set_aside_are_never_loaded(tmp_path, monkeypatch):
+    """A flow's rerun moves a training stage's earlier checkpoints to <tag>.attempt-<time>; base_eval without a tag
+    loaded them when they were the newest folder (the rerun had failed before saving), the model set aside."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    root, config = tmp_path / "base_checkpoints", GPTConfig.from_depth(1, 64, 32, 8)
+    _save(root / "other-run", 2, config)
+    _save(root / "sw-point-0123abcd.attempt-20261204-100000", 6, config)
+    os.utime(root / "other-run", (1e9, 1e9))  # the set-aside folder is the newer
+    assert find_model_tag("base") == "other-run"
+    (root / "other-run").rename(root / "other-run.attempt-20261204-110000")
+    with pytest.raises(ConfigError, match=r"no base checkpoints in .*base_checkpoints but the ones a rerun set aside "
+                                          r"\(other-run\.attempt-20261204-110000, sw-point-0123abcd\.attempt-"):
+        find_model_tag("base")
+    _, meta = load_model("base", "cpu", model_tag="sw-point-0123abcd.attempt-20261204-100000")  # by its tag: loaded
+    assert meta["step"] == 6
+
+
 def test_a_stage_runs_its_own_module_under_torchrun():
     class Stage(TorchrunStage):
         name, module = "tiny", "bench.nanochat.tiny_stage"

@@ -166,6 +166,16 @@ def planned_record(run_dir: Path, out: Callable[[str], None]) -> bool:
     return True
 
 
+def can_resume(run_workload: str | None) -> bool:
+    """Whether the job continues a run of this run.json workload from its checkpoint: only a workload with a resume
+    flag has the resume step in its job (bench/launch/job.py); the others start over whatever run.json says. A
+    workload this installation does not know is taken at its word, as before."""
+    from bench import workloads
+
+    found = workloads.by_run_workload(run_workload)
+    return found is None or bool(found.resume_flag)
+
+
 def reset_for_resubmission(run_dir: Path, old_job: str | None, out: Callable[[str], None]) -> set[str]:
     """Move the attempt's files to attempts/<job>/ and start the run over from what was planned (from its
     checkpoint after a timeout); the nodes the attempt lost, for sbatch --exclude."""
@@ -179,11 +189,14 @@ def reset_for_resubmission(run_dir: Path, old_job: str | None, out: Callable[[st
     attempts = [*previous.attempts, contract.Attempt(job_id=old_job, status=previous.status, message=previous.message)]
     # What the plan decided stays; what the attempt observed goes with it into attempts/.
     planned = {k: getattr(previous, k) for k in PLANNED_FIELDS}
-    resume = previous.checkpoint.step if previous.status == "timeout" else None
+    resume = previous.checkpoint.step if previous.status == "timeout" and can_resume(previous.workload) else None
     planned["launch"] = contract.Launch(kind=previous.launch.kind, script=previous.launch.script,
                                         rendered_at=previous.launch.rendered_at, resume_from_step=resume)
     if resume is not None:
         planned["checkpoint"] = previous.checkpoint
         out(f"{previous.run_id}: resumes from its checkpoint of step {resume}")
+    elif previous.status == "timeout" and previous.checkpoint.step is not None:
+        out(f"{previous.run_id}: starts over (its workload does not resume from a checkpoint; its step "
+            f"{previous.checkpoint.step} is passed over)")
     contract.write_manifest(run_dir, contract.RunManifest(**planned, status="pending", attempts=attempts))
     return {e.node for e in previous.evidence if e.kind == "node_lost" and e.node}

@@ -102,3 +102,22 @@ def test_a_run_json_outside_the_contract_is_left_and_named_not_a_traceback(tmp_p
     assert contract.read_run_json(tmp_path / "n1-bare-r2")["status"] == "pending"
     assert (tmp_path / "n1-bare-r1" / contract.RUN_JSON).read_text() == before
     assert not (tmp_path / "n1-bare-r1" / "attempts").exists()
+
+
+@pytest.mark.parametrize("workload,resumes", [("nanochat-base", True), ("nanochat-mid", False)])
+def test_only_a_workload_that_can_resume_is_said_to_resume(workload, resumes, tmp_path):
+    """A flow point's mid_train stopped by its deadline was resubmitted with `resumes from its checkpoint of step 30`
+    and launch.resume_from_step 30 in run.json, yet its job has no resume step for it: it started over."""
+    run = tmp_path / "n1-bare-r1" / "stage"
+    run.mkdir(parents=True)
+    (run.parent / "job.sbatch").write_text("#!/bin/bash\n")
+    contract.update_run_json(run, run_id="n1-bare-r1", workload=workload, status="timeout", nodes=1,
+                             checkpoint={"step": 30, "dir": "/base/mid_checkpoints/sw-n1"})
+    submit.write_sweep(tmp_path, {"jobs": [{"name": "j", "job_id": "7", "runs": ["n1-bare-r1/stage"],
+                                            "script": str(run.parent / "job.sbatch")}]})
+    lines = []
+    submit.resubmit(tmp_path, {"n1-bare-r1/stage"}, Backend(), out=lines.append)
+    launch = contract.read_run_json(run)["launch"]
+    assert (launch["resume_from_step"] == 30) is resumes
+    said = "resumes from its checkpoint of step 30" if resumes else "starts over"
+    assert any(line.startswith(f"n1-bare-r1: {said}") for line in lines), lines

@@ -92,5 +92,6 @@ def cmd_check(args) -> int:
     print(f"{passed} of {len(outcomes)} check(s) passed"
           + (f", {len(missing)} missing" + (" (allowed)" if args.allow_missing else "") if missing else "")
           + (f"; regressions: {', '.join(regressions)}" if regressions else "")
-          + (f"; missing (no usable run matches, or none recorded the figure): {', '.join(missing)}" if missing else ""))
+          + (f"; missing (no usable run matches, or none recorded the figure): {', '.join(missing)}"
+             if missing else ""))
     return 1 if regressions or (missing and not args.allow_missing) else 0

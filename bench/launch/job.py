@@ -220,7 +220,7 @@ def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
         raise ConfigError(f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive "
                           f"in {opts.site.source}) is empty (0 bytes), as an interrupted `podman save` leaves it; "
                           f"make it again with `podman save -o FILE IMAGE` (containers/README.md)")
-    return expanded if opts.check_images else archive
+    return expanded  # as images are: the job's shell quotes it, so a `${SCRATCH}` left there would stay literal
 
 
 def safe_job_name(name: str) -> str:

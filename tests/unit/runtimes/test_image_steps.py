@@ -180,5 +180,16 @@ def test_site_image_archive(tmp_path):
     archive.write_bytes(b"x")
     job = one_run(tmp_path, "podman", site=sites.load(str(site)), check_images=False)
     assert job.runs[0].image_step.args[2] == str(archive)
+
+
+def test_a_site_archive_named_by_a_variable_is_rendered_with_its_value_on_a_dry_run(tmp_path, monkeypatch):
+    """alps' archive is ${SCRATCH}/images/...: the job quotes the path it is given, so a dry run (images not
+    checked) that kept the reference would load the literal '${SCRATCH}/...' on every node."""
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    site = tmp_path / "s.toml"
+    site.write_text('name = "s"\nnetwork = "ethernet"\n[images.podman]\narchive = "${SCRATCH}/nb.tar"\n')
+    job = one_run(tmp_path, "podman", site=sites.load(str(site)), check_images=False)
+    assert job.runs[0].image_step.args[2] == str(tmp_path / "scratch" / "nb.tar")
+    assert "${SCRATCH}" not in render_sbatch(job)
     write_job(job, render_sbatch(job), manifests=False)
     assert (job.lib_dir / "image-podman.sh").read_text() == (SLURM / "image-podman.sh").read_text()

@@ -20,7 +20,7 @@ from bench import cli, workloads
 from bench.analysis.collect import collect
 from bench.analysis.report import write_report
 from bench.contract import read_run_json
-from bench.launch.flow import FLOW_JSON, FLOWS
+from bench.launch.flow import FLOW_JSON, FLOWS, model_tag
 
 pytestmark = pytest.mark.slow
 
@@ -77,10 +77,12 @@ def test_every_stage_runs_in_turn_chained_through_the_points_tag(flow_run):
     assert all(r["status"] == "ok" for r in runs.values())
     assert all(r["stage"] == s and r["run_id"] == "p1" and r["sweep_id"] == "speedrun" for s, r in runs.items())
     record = json.loads((point / FLOW_JSON).read_text())
-    assert record["model_tag"] == "speedrun-p1" and [s["name"] for s in record["stages"]] == STAGES
+    tag = model_tag(point.resolve())  # <sweep>-<point>-<hash of the point's path>
+    assert tag.startswith("speedrun-p1-")
+    assert record["model_tag"] == tag and [s["name"] for s in record["stages"]] == STAGES
     for stage, folder in CHECKPOINTS.items():
         if stage in STAGES:
-            assert any((base / folder / "speedrun-p1").glob("model_*.pt")), f"{stage} saved under the point's tag"
+            assert any((base / folder / tag).glob("model_*.pt")), f"{stage} saved under the point's tag"
     assert runs["base_train"]["config"]["save_every"] == runs["base_train"]["config"]["num_iterations"] == 6
 
 
@@ -104,11 +106,14 @@ def test_the_report_has_a_section_per_stage_and_the_time_to_a_chat_model(flow_ru
 
 @pytest.mark.skipif("base_eval" not in STAGES or "mid_train" not in STAGES, reason="needs base_eval and mid_train")
 def test_a_damaged_eval_bundle_ends_the_flow_at_base_eval_and_the_rerun_starts_there(flow_run, tmp_path, capsys):
-    _, base, _ = flow_run
-    # the same point's checkpoints in a base directory without the eval bundle
+    _, base, point = flow_run
+    # the same point's checkpoints in a base directory without the eval bundle, under the tag of a point of the
+    # same names in another place (its path's hash differs)
     copy = tmp_path / "base"
     shutil.copytree(base, copy, ignore=shutil.ignore_patterns("eval_bundle"))
-    again = tmp_path / "speedrun" / "p1"  # same sweep and point names: the same model tag
+    again = tmp_path / "speedrun" / "p1"
+    checkpoints = copy / "base_checkpoints"
+    (checkpoints / model_tag(point.resolve())).rename(checkpoints / model_tag(again.resolve()))
     stages = ["base_eval", "mid_train"]
     mp = pytest.MonkeyPatch()
     mp.setenv("NANOCHAT_BASE_DIR", str(copy))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import cli
+from bench import cli, paths
 from bench.analysis.collect import collect
 from bench.analysis.report import write_report
 from bench.contract import read_run_json
@@ -70,9 +70,11 @@ def test_a_run_longer_than_its_time_limit_ends_as_timeout_with_a_checkpoint(slur
     assert run["status"] == "timeout", run["message"]
     step = int(run["message"].split("stopped at step ")[1].split()[0])
     assert 0 < step < 1_000_000 and f"--resume_from_step={step}" in run["message"]
-    checkpoint = tiny_base_dir / "base_checkpoints" / "limited" / "n1-bare-r1"  # the run's own tag
+    # the run's own tag, <sweep>-<hash of the sweep's path>/<run>, named for resuming
+    tag = f"{paths.folder_tag('limited', os.path.abspath(sweep))}/n1-bare-r1"
+    assert f"--model_tag={tag}" in run["message"], run["message"]
+    checkpoint = tiny_base_dir / "base_checkpoints" / tag
     assert (checkpoint / f"model_{step:06d}.pt").is_file() and (checkpoint / f"meta_{step:06d}.json").is_file()
-    assert "--model_tag=limited/n1-bare-r1" in run["message"]
 
 
 def _pids_of(run_dir: Path) -> list[int]:

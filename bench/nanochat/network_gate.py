@@ -9,26 +9,29 @@ from bench import nccl_log, netgate
 from bench.netgate import WrongNetwork
 
 
-def network_facts(backend: str | None) -> dict | None:
-    """run.json's network section: this rank's NCCL lines (its NCCL_DEBUG_FILE), or the backend."""
+def network_facts(backend: str | None, facts: dict | None) -> dict | None:
+    """run.json's network section: the backend, and under NCCL this rank's NCCL lines (`facts`:
+    nccl_log.own_facts)."""
     if backend is None:
         return None
-    facts = nccl_log.own_facts() if backend == "nccl" else None
-    return {"backend": backend, **(facts or {})}
+    return {"backend": backend, **((facts if backend == "nccl" else None) or {})}
 
 
 def stop_on_wrong_network(nodes: int, ddp: bool, device, record, backend: str | None) -> None:
     """Raise WrongNetwork (on every rank together) when the gate says so; run.json's `network` is written first,
-    so a stopped run keeps the facts it was stopped for (the end of a run writes them again, complete)."""
-    record.update(network=network_facts(backend))
-    why = wrong_network(nodes, ddp, device)
+    so a stopped run keeps the facts it was stopped for (the end of a run writes them again, complete). The NCCL
+    log is read once: what is recorded is what was judged."""
+    facts = nccl_log.own_facts()
+    record.update(network=network_facts(backend, facts))
+    why = wrong_network(nodes, ddp, device, facts)
     if why:
         raise WrongNetwork(why)
 
 
-def wrong_network(nodes: int, ddp: bool, device) -> str | None:
-    """Why this run must stop as `wrong_network` (every rank gets a reason), or None."""
-    why = netgate.check_env(nccl_log.own_facts(), nodes)
+def wrong_network(nodes: int, ddp: bool, device, facts: dict | None) -> str | None:
+    """Why this run must stop as `wrong_network` (every rank gets a reason), or None; `facts`: this rank's NCCL
+    lines (nccl_log.own_facts)."""
+    why = netgate.check_env(facts, nodes)
     if not ddp:
         return why
     # the highest rank that saw it, plus one (0: none), so the others can name it

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from bench import nccl_log
 from bench.errors import BenchError, ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
@@ -290,7 +291,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     peak_mem_mib = stagerun.end(session, record, total_training_time, min_val)
     step_ms = {k: statistics.median(s[k] for s in steady_splits) for k in steady_splits[0]} if steady_splits else {}
     ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
-    record.write_breakdown(ranks, network_facts(backend))
+    record.write_breakdown(ranks, network_facts(backend, nccl_log.own_facts()))
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
                "final_val_bpb": val_bpb, "final_mfu": mfu}
     if stopped_early:

@@ -16,8 +16,9 @@ rank = dist.get_rank()
 os.environ["NANOCHAT_BENCH_EXPECT_NET"] = "AWS Libfabric"
 if rank == 1:
     os.environ["NCCL_DEBUG_FILE"] = {str(SOCKET_LOG)!r}
+from bench import nccl_log
 from bench.nanochat.network_gate import wrong_network
-why = wrong_network(nodes=2, ddp=True, device="cpu")
+why = wrong_network(nodes=2, ddp=True, device="cpu", facts=nccl_log.own_facts())
 with open(sys.argv[1] + f".{{rank}}", "w") as f:
     json.dump(why, f)
 dist.destroy_process_group()

@@ -24,7 +24,7 @@ import pandas as pd
 from bench.analysis.columns import FIGURES, TYPES as COLUMNS
 from bench.analysis.scaling import GROUP_KEYS, usable, with_config, with_legacy
 from bench.errors import ConfigError
-from bench.nanochat.config import FALSE_WORDS, TRUE_WORDS
+from bench.nanochat.config import bool_word
 
 # A flag recorded as a bool is stored as Python spells it; `where` may spell it as the flag takes it (false, 0, no).
 STORED_BOOLS = {"True": True, "False": False}
@@ -169,14 +169,9 @@ def select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
 
 def _matches(value: str, want) -> bool:
     """A stored string against a `where` value: a shell pattern, or a boolean however it is spelt."""
-    if value in STORED_BOOLS and _truth(want) is not None:
-        return STORED_BOOLS[value] == _truth(want)
+    if value in STORED_BOOLS and bool_word(str(want)) is not None:
+        return STORED_BOOLS[value] == bool_word(str(want))
     return fnmatch.fnmatchcase(value, str(want))
-
-
-def _truth(want) -> bool | None:
-    word = str(want).strip().lower()
-    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
 def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:

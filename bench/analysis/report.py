@@ -22,6 +22,7 @@ import pandas as pd
 from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, upstream, why
 from bench.analysis.collect import ROW_VERSION, collect, display_root, is_copy, load_table, one_row_per_run
 from bench.analysis.figures import STEADY_STATE_RULE
+from bench.analysis.rundir import LIVE_STATUSES
 from bench.analysis.tables import md_table, runs_table
 from bench.contract import FINAL_STATUSES, atomic_target, write_synced
 from bench.errors import AnalysisError, os_reason
@@ -180,7 +181,7 @@ def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, 
 
     used = table["skip_reason"].isna()
     copy = is_copy(table)  # a second directory of one run: skipped as a copy, never a second failure
-    live = table["status"].isin(["pending", "running"]) & ~copy
+    live = table["status"].isin(LIVE_STATUSES) & ~copy
     failed = ~used & ~live & ~copy & table["status"].isin([s for s in FINAL_STATUSES if s != "ok"])
     skipped = ~used & ~live & ~failed
     run_tables = [{"title": "Failed runs", "table": runs_table(table[failed], "message")},

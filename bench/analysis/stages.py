@@ -73,7 +73,7 @@ def _sorted_stages(rows: pd.DataFrame) -> list[str]:
     return sorted(dict.fromkeys(rows["stage"]), key=_stage_order)
 
 
-def _point(rows: pd.DataFrame, models: bool) -> list[str]:
+def _point(models: bool) -> list[str]:
     """What one row of a stage's table summarises: a point shape, of one model where the runs trained several."""
     return ["model", *POINT] if models else POINT
 
@@ -85,14 +85,19 @@ def stage_table(rows: pd.DataFrame, models: bool = False) -> Table:
     figures = [c for c in FIGURES if rows[c].notna().any()]
     workload = next(iter(rows["workload"].dropna()), None)
     out = []
-    for key, g in rows.groupby(_point(rows, models), sort=True, dropna=False):
+    for key, g in rows.groupby(_point(models), sort=True, dropna=False):
         summary = {c: pd.to_numeric(g[c], errors="coerce").agg(AGGREGATES.get(c, "median"))
                    for c in figures + score_cols}
         out.append([*_point_cells(key, models), str(len(g)),
                     *(fmt(summary[c], cell(c)[2]) for c in figures), *(fmt(summary[c], "3") for c in score_cols)])
     head = [*_point_head(models), "runs", *(cell(c, "rank", workload)[0] for c in figures),
             *(c.split(":", 1)[1] for c in score_cols)]
-    return Table(head, out, text_cols=tuple(range(2 if models else 1)))
+    return Table(head, out, text_cols=_text_cols(models))
+
+
+def _text_cols(models: bool) -> tuple[int, ...]:
+    """The point's columns written as text (left-aligned): the model's, if shown, and the runtime's."""
+    return tuple(range(2 if models else 1))
 
 
 def _point_head(models: bool) -> list[str]:
@@ -109,13 +114,12 @@ def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False) ->
     """Per runtime x ranks x nodes (and model, with `models`): each stage's median time and their sum; a stage
     with no ok run there is '–' and the total says how many stages it adds up."""
     out = []
-    for key, g in rows.groupby(_point(rows, models), sort=True, dropna=False):
+    for key, g in rows.groupby(_point(models), sort=True, dropna=False):
         per = {s: pd.to_numeric(g.loc[g["stage"] == s, "stage_time_s"], errors="coerce").median() for s in stages}
         known = [v for v in per.values() if pd.notna(v)]
         total = f"{fmt(sum(known), '1')}" + ("" if len(known) == len(stages) else f" ({len(known)} of {len(stages)})")
         out.append([*_point_cells(key, models), *(fmt(per[s], "1") for s in stages), total if known else fmt(None)])
-    return Table([*_point_head(models), *(f"{s} s" for s in stages), "total s"], out,
-                 text_cols=tuple(range(2 if models else 1)))
+    return Table([*_point_head(models), *(f"{s} s" for s in stages), "total s"], out, text_cols=_text_cols(models))
 
 
 def stage_sections(table: pd.DataFrame) -> dict | None:

@@ -248,12 +248,16 @@ MINUS_ONE_MEANS = {
 }
 
 
-def _parse_bool(text: str) -> bool:
+def bool_word(text: str) -> bool | None:
+    """True or False for a boolean flag's word in any case (TRUE_WORDS, FALSE_WORDS), None for another word."""
     value = text.strip().lower()
-    if value in TRUE_WORDS:
-        return True
-    if value in FALSE_WORDS:
-        return False
+    return True if value in TRUE_WORDS else False if value in FALSE_WORDS else None
+
+
+def _parse_bool(text: str) -> bool:
+    value = bool_word(text)
+    if value is not None:
+        return value
     raise argparse.ArgumentTypeError(f"expected a boolean (1/0, true/false), got {text!r}")
 
 

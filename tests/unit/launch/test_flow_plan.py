@@ -34,6 +34,24 @@ def sweep(name="speedrun", stages="base_train", nodes=(1,), **kw) -> FlowSweep:
                            runtimes=["bare"], **kw)
 
 
+def stand_in_stages(monkeypatch, run=None) -> None:
+    """The local flow with a tokenizer already there and `run` for each stage's local run (default: one that
+    completes, as `completed` records it)."""
+    from bench.launch import local
+
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    monkeypatch.setattr(local, "run_local", run or (lambda argv, nproc, run_dir, **kw: completed(run_dir)))
+
+
+def completed(run_dir: Path) -> int:
+    """A stage's run directory as a trainer that ended ok leaves it; its exit code."""
+    from bench import contract
+
+    run_dir.mkdir(parents=True)
+    contract.record_evidence(run_dir, contract.Evidence(source="trainer", kind="completed"))
+    return 0
+
+
 def test_the_speedrun_is_upstreams_order_of_stages():
     assert [s.name for s in FLOWS["speedrun"]] == ["base_train", "base_loss", "base_eval", "mid_train",
                                                     "chat_eval_mid", "chat_sft", "chat_eval_sft"]
@@ -220,7 +238,6 @@ def test_a_stage_failing_leaves_the_earlier_runs_of_the_stages_after_it_as_they_
     """The not-run mark went into the run.json of an earlier run of a later stage: an ok one was called
     cancelled in the summary, with a not_run beside its figures; a failed one had its logs mixed with the mark."""
     from bench import contract
-    from bench.launch import local
 
     def failing(argv, nproc, run_dir, **kw):
         run_dir.mkdir(parents=True)
@@ -228,8 +245,7 @@ def test_a_stage_failing_leaves_the_earlier_runs_of_the_stages_after_it_as_they_
         contract.record_evidence(run_dir, contract.Evidence(source="trainer", kind="error", message="boom"))
         return 1
 
-    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
-    monkeypatch.setattr(local, "run_local", failing)
+    stand_in_stages(monkeypatch, failing)
     point = tmp_path / "point"
     (point / "again").mkdir(parents=True)
     (point / "again" / "run.json").write_text(json.dumps({"status": "ok", "scores": {"x": 1}}))
@@ -300,16 +316,7 @@ def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypat
 def test_a_training_stage_run_again_sets_aside_the_checkpoints_of_its_earlier_attempt(tmp_path, monkeypatch):
     """base_train run again with fewer steps saved step 4 beside an earlier attempt's step 6, and base_loss, loading
     the largest step, measured the old model without a word."""
-    from bench import contract
-    from bench.launch import local
-
-    def ok(argv, nproc, run_dir, **kw):
-        run_dir.mkdir(parents=True)
-        contract.record_evidence(run_dir, contract.Evidence(source="trainer", kind="completed"))
-        return 0
-
-    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
-    monkeypatch.setattr(local, "run_local", ok)
+    stand_in_stages(monkeypatch)
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
     point, lines = tmp_path / "sw" / "point", []
     old = tmp_path / "base" / "base_checkpoints" / flow.model_tag(point.resolve())
@@ -325,19 +332,13 @@ def test_a_training_stage_run_again_sets_aside_the_checkpoints_of_its_earlier_at
 def test_two_points_of_one_name_in_different_places_never_share_checkpoints(tmp_path, monkeypatch):
     """.../a/speedrun/cpu-demo and .../b/speedrun/cpu-demo were both tagged speedrun-cpu-demo: the second's base_train
     set the first's model aside as an earlier attempt, and the first's later stages would have loaded the second's."""
-    from bench import contract
-    from bench.launch import local
-
     def saves(argv, nproc, run_dir, **kw):  # base_train saving its step under the tag the flow gives it
         tag = next(a.split("=", 1)[1] for a in argv if a.startswith("--model_tag="))
         (tmp_path / "base" / "base_checkpoints" / tag).mkdir(parents=True)
         (tmp_path / "base" / "base_checkpoints" / tag / "model_000006.pt").write_text(str(run_dir))
-        run_dir.mkdir(parents=True)
-        contract.record_evidence(run_dir, contract.Evidence(source="trainer", kind="completed"))
-        return 0
+        return completed(run_dir)
 
-    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
-    monkeypatch.setattr(local, "run_local", saves)
+    stand_in_stages(monkeypatch, saves)
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
     first, second, lines = tmp_path / "a" / "speedrun" / "cpu-demo", tmp_path / "b" / "speedrun" / "cpu-demo", []
     for point in (first, second):

@@ -10,28 +10,44 @@ pseudo-words drawn from a Zipf law, which gives BPE enough distinct pairs for ev
 524,288 tokens, so gradient accumulation 8 on one GPU, 4 on two) for a fixed number of steps, and
 prints the figures from each run's metrics.jsonl. Evaluation, sampling and CORE are off: only the
 training step is timed. `dloss` is the largest gap between a variant's loss curve and the first
-variant's at the same GPU count: a speed-up must not change the training (e.g. d12, 200 steps). Figures follow the analysis' steady-state rule (steps after 10).
+variant's at the same GPU count: a speed-up must not change the training (e.g. d12, 200 steps). Figures follow
+the analysis' steady-state rule (steps after 10).
 `loss` is the loss at the last step; `stepdev` the steady steps' largest distance from their median
 (a stall inside the measured window shows there).
+
+`--upstream DIR` also runs upstream nanochat's own `scripts/base_train.py` from a checkout of karpathy/nanochat
+(5c93a56) in the same job, on the same GPUs and data, as the variant `upstream`, and prints each variant's
+throughput against it: a ratio read within one job, not across machines. Its figures come from its log
+(bench/analysis/upstream.py); its `import wandb` gets an empty module when wandb is missing (with its default
+run name `dummy` upstream never calls it). It validates at its first and last step (on one batch of tokens) and
+samples and saves a checkpoint at the end, outside the steps it times.
+
+    python benchmarks/gpu_bench.py --steps 15 --upstream /path/to/nanochat --variant bf16 --variant "fp8::--fp8"
 """
 
 import argparse
 import json
 import os
 import random
+import runpy
 import statistics
+import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 REPO = str(Path(__file__).resolve().parent.parent)
 sys.path.insert(0, REPO)
 
 from bench.analysis.rundir import read_events, read_run_dir  # noqa: E402
+from bench.analysis.upstream import parse_log, read_upstream_log  # noqa: E402
 from bench.launch.local import run_local  # noqa: E402
 from bench.analysis.figures import steady_mask  # noqa: E402
 from bench.nanochat.runclaim import holds_a_run  # noqa: E402
 from bench.contract import METRICS_JSONL  # noqa: E402
+
+UPSTREAM = "upstream"  # the variant name of upstream's own trainer (--upstream)
 
 def pseudo_word_docs(num_docs: int, words_per_doc: int = 300, vocab: int = 150_000, seed: int = 0) -> list[str]:
     """Documents of Zipf-distributed pseudo-words: enough distinct byte pairs for 65k BPE merges."""
@@ -81,13 +97,16 @@ def step_figures(run_dir: Path) -> dict:
             "max_step_dev": max(abs(t / median - 1) for t in steady) if steady else None}
 
 
-def max_loss_deviation(run_dir: Path, reference_dir: Path) -> float | None:
-    """Largest |loss - reference loss| over the steps both runs logged (None without common steps)."""
-    def losses(d: Path) -> dict[int, float]:
-        events = read_events(d / METRICS_JSONL, [])
-        return {e["step"]: e["loss"] for e in events if e.get("event") == "step"}
+def losses(out: Path, variant: str, nproc: int) -> dict[int, float]:
+    """step -> loss of one run: its metrics.jsonl, or upstream's log."""
+    if variant == UPSTREAM:
+        return {s["step"]: s["loss"] for s in parse_log(upstream_log(out, nproc)).steps}
+    events = read_events(out / f"{variant}-{nproc}gpu" / METRICS_JSONL, [])
+    return {e["step"]: e["loss"] for e in events if e.get("event") == "step"}
 
-    a, b = losses(run_dir), losses(reference_dir)
+
+def max_loss_deviation(a: dict[int, float], b: dict[int, float]) -> float | None:
+    """Largest |loss - reference loss| over the steps both runs logged (None without common steps)."""
     common = a.keys() & b.keys()
     return max(abs(a[s] - b[s]) for s in common) if common else None
 
@@ -114,6 +133,63 @@ def parse_variant(spec: str) -> tuple[str, dict, list[str]]:
     return name, dict(pairs), flag_part.split()
 
 
+def upstream_log(out: Path, nproc: int) -> Path:
+    return out / f"{UPSTREAM}-{nproc}gpu.log"
+
+
+def upstream_checkout(path: str) -> Path:
+    """--upstream's checkout, refused (ValueError naming the flag) when it holds no scripts/base_train.py."""
+    checkout = Path(path).resolve()
+    if not (checkout / "scripts" / "base_train.py").is_file() or not (checkout / "nanochat").is_dir():
+        raise ValueError(f"--upstream {path}: no scripts/base_train.py and nanochat/ there; give a checkout of "
+                         "karpathy/nanochat (5c93a56)")
+    return checkout
+
+
+def upstream_flags(args) -> list[str]:
+    """Upstream's configurator flags for the same run. Its validation runs at step 0 and at the last step
+    whatever eval_every says (on one batch of tokens here), and it samples at the last step; an interval past
+    the horizon keeps both from happening in between (-1 would be every step: `step % -1 == 0`). Its run name
+    stays its default `dummy` (no wandb): torchrun would take a `--run=` for its own --run-path."""
+    past = args.steps + 1
+    return [f"--depth={args.depth}", f"--device_batch_size={args.device_batch_size}",
+            f"--total_batch_size={args.total_batch_size}", f"--num_iterations={args.steps}",
+            f"--eval_every={past}", f"--eval_tokens={args.total_batch_size}", "--core_metric_every=-1",
+            f"--sample_every={past}"]
+
+
+def run_upstream(checkout: Path, flags: list[str], nproc: int, log: Path) -> tuple[int, dict]:
+    """Upstream's base_train under torchrun (through this file's --upstream-child), its output into `log`;
+    (exit status, its figures from the log)."""
+    import torch
+
+    # upstream starts its process group on CUDA only: without a GPU it runs as one plain process
+    launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd = [sys.executable, *(launch if torch.cuda.is_available() else []), str(Path(__file__).resolve()),
+           "--upstream-child", str(checkout), *flags]
+    print(f"upstream {checkout} on {nproc} GPU(s) -> {log}", flush=True)
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, cwd=checkout, stdout=f, stderr=subprocess.STDOUT).returncode
+    row = read_upstream_log(log) or {}
+    if row.get("status") == "ok":  # its final lines printed: what fails after them is its report (needs psutil)
+        rc = 0
+    return rc, {"gpus": nproc, **{k: row.get(k) for k in ("steady_steps", "tok_per_sec", "tok_per_sec_per_gpu",
+                                                           "mfu", "peak_mem_mib")},
+                "dt_ms": row.get("step_time_ms"), "time_to_first_step_s": None, "last_loss": row.get("final_loss"),
+                "max_step_dev": None}
+
+
+def upstream_child(checkout: str, flags: list[str]) -> None:
+    """One rank of upstream's base_train, as `python -m scripts.base_train` would run it from its checkout."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:  # imported at the top of upstream's script, never called with --run=dummy
+        sys.modules["wandb"] = types.ModuleType("wandb")
+    sys.path.insert(0, checkout)  # its `nanochat` package, before anything of this checkout
+    sys.argv = ["scripts/base_train.py", *flags]
+    runpy.run_path("scripts/base_train.py", run_name="__main__")
+
+
 def check_run_dirs(out: Path, names: list[str], gpus: list[int]) -> None:
     """Each run gets a run directory of its own under --out: two runs of one name and GPU count, or a run
     directory that already holds a run (run_local refuses it), is a ValueError before anything runs."""
@@ -121,12 +197,17 @@ def check_run_dirs(out: Path, names: list[str], gpus: list[int]) -> None:
     if twice := sorted({d for d in dirs if dirs.count(d) > 1}):
         raise ValueError(f"--variant/--gpus: {', '.join(twice)} would run twice into one run directory; "
                          "give each variant its own NAME and each GPU count once")
-    if taken := [d for d in dirs if holds_a_run(out / d)]:
+    taken = [d for d in dirs if holds_a_run(out / d)]
+    taken += [log.name for log in (upstream_log(out, n) for n in gpus) if UPSTREAM in names and log.exists()]
+    if taken:
         raise ValueError(f"--out {out} already holds {', '.join(taken)}: give a new --out, or remove those "
                          "run directories to run them again")
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--upstream-child"]:
+        upstream_child(sys.argv[2], sys.argv[3:])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="1", help="comma-separated GPU counts to run (default 1)")
     ap.add_argument("--depth", type=int, default=20)
@@ -141,13 +222,20 @@ def main() -> int:
     ap.add_argument("--out", default="gpu-bench", help="run directories and summary.json go here")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME or NAME:ENV=V,...:--flag=v ... to compare variants (default: one 'baseline')")
+    ap.add_argument("--upstream", metavar="DIR",
+                    help="also run upstream nanochat's own base_train from this checkout (5c93a56), same GPUs and data")
     args = ap.parse_args()
 
     base_dir, out = Path(args.base_dir).resolve(), Path(args.out).resolve()
     try:  # every run's settings checked before the first of them starts (each can take minutes)
         gpus = parse_gpus(args.gpus)
         variants = [parse_variant(v) for v in args.variant or ["baseline"]]
-        check_run_dirs(out, [v[0] for v in variants], gpus)
+        checkout = upstream_checkout(args.upstream) if args.upstream else None
+        if checkout and args.synthetic:
+            raise ValueError("--upstream with --synthetic: upstream reads only parquet shards; leave one out")
+        if checkout and UPSTREAM in [v[0] for v in variants]:
+            raise ValueError(f"--variant {UPSTREAM}: that name is --upstream's; give the variant another")
+        check_run_dirs(out, [v[0] for v in variants] + [UPSTREAM] * bool(checkout), gpus)
     except ValueError as e:
         ap.error(str(e))
     # `torchrun -m bench.nanochat.train` finds `bench` in the working directory before PYTHONPATH:
@@ -174,24 +262,34 @@ def main() -> int:
             row = {"variant": name, "rc": rc, **summarize(run_dir, nproc), **step_figures(run_dir)}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    for nproc in gpus if checkout else []:
+        rc, figures = run_upstream(checkout, upstream_flags(args), nproc, upstream_log(out, nproc))
+        rows.append({"variant": UPSTREAM, "rc": rc, **figures})
+        print(json.dumps(rows[-1]), flush=True)
     for row in rows:  # weak-scaling efficiency against the same variant's 1-GPU figure
         base = next((r for r in rows if r["variant"] == row["variant"] and r["gpus"] == 1), None)
         ok = base and row["tok_per_sec_per_gpu"] and base["tok_per_sec_per_gpu"]  # a failed run has no figures
         row["efficiency"] = row["tok_per_sec_per_gpu"] / base["tok_per_sec_per_gpu"] if ok else None
         # a faster variant must train the same model: its loss curve against the first variant's
         first = next(r for r in rows if r["gpus"] == row["gpus"])
-        row["loss_dev"] = max_loss_deviation(out / f"{row['variant']}-{row['gpus']}gpu",
-                                             out / f"{first['variant']}-{first['gpus']}gpu")
+        row["loss_dev"] = max_loss_deviation(losses(out, row["variant"], row["gpus"]),
+                                             losses(out, first["variant"], first["gpus"]))
+        upstream = next((r for r in rows if r["variant"] == UPSTREAM and r["gpus"] == row["gpus"]), None)
+        ok = upstream and row["tok_per_sec"] and upstream["tok_per_sec"]
+        row["vs_upstream"] = row["tok_per_sec"] / upstream["tok_per_sec"] if ok else None
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
 
-    header = f"{'variant':<14}{'GPUs':>5}{'tok/s':>12}{'tok/s/GPU':>12}{'MFU %':>8}{'dt ms':>9}{'peak MiB':>10}{'TTFS s':>8}{'eff':>7}{'dloss':>9}{'loss':>8}{'stepdev':>9}"
-    print(header)
+    columns = [("GPUs", "gpus", "d", 5), ("tok/s", "tok_per_sec", ",.0f", 12),
+               ("tok/s/GPU", "tok_per_sec_per_gpu", ",.0f", 12), ("MFU %", "mfu", ".2f", 8),
+               ("dt ms", "dt_ms", ".1f", 9), ("peak MiB", "peak_mem_mib", ",.0f", 10),
+               ("TTFS s", "time_to_first_step_s", ".1f", 8), ("eff", "efficiency", ".3f", 7),
+               ("dloss", "loss_dev", ".4f", 9), ("loss", "last_loss", ".3f", 8), ("stepdev", "max_step_dev", ".1%", 9)]
+    if checkout:
+        columns.append(("x upstream", "vs_upstream", ".3f", 11))
+    print(f"{'variant':<14}" + "".join(f"{title:>{width}}" for title, _, _, width in columns))
     for r in rows:
-        fmt = lambda v, f: format(v, f) if v is not None else "-"  # noqa: E731
-        print(f"{r['variant']:<14}{r['gpus']:>5}{fmt(r['tok_per_sec'], ',.0f'):>12}{fmt(r['tok_per_sec_per_gpu'], ',.0f'):>12}"
-              f"{fmt(r['mfu'], '.2f'):>8}{fmt(r['dt_ms'], '.1f'):>9}{fmt(r['peak_mem_mib'], ',.0f'):>10}"
-              f"{fmt(r['time_to_first_step_s'], '.1f'):>8}{fmt(r['efficiency'], '.3f'):>7}{fmt(r['loss_dev'], '.4f'):>9}"
-              f"{fmt(r['last_loss'], '.3f'):>8}{fmt(r['max_step_dev'], '.1%'):>9}")
+        cells = (format(r[key], spec) if r[key] is not None else "-" for _, key, spec, _ in columns)
+        print(f"{r['variant']:<14}" + "".join(f"{cell:>{width}}" for cell, (_, _, _, width) in zip(cells, columns)))
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

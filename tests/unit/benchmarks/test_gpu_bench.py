@@ -1,5 +1,8 @@
 """benchmarks/gpu_bench.py: its --gpus, --variant and --out are checked before the first (minutes-long) run."""
 
+import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +10,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_bench.py"
+UPSTREAM = os.environ.get("NANOCHAT_UPSTREAM_DIR")
 
 
 def run(*args):
@@ -64,3 +68,60 @@ def test_stepdev_is_over_the_steps_that_the_figures_are_medians_of(tmp_path):
         f'"mfu": null, "total_time_s": 0.0}}\n'
         for i, t in enumerate(times)))
     assert gpu_bench.step_figures(tmp_path)["max_step_dev"] == pytest.approx(110 / 105 - 1)
+
+
+def fake_checkout(root: Path) -> Path:
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "base_train.py").write_text("")
+    (root / "nanochat").mkdir()
+    return root
+
+
+@pytest.mark.parametrize("extra, says", [
+    ([], "--upstream {missing}: no scripts/base_train.py and nanochat/ there; give a checkout of karpathy/nanochat"),
+    (["--synthetic"], "--upstream with --synthetic: upstream reads only parquet shards"),
+    (["--variant", "upstream"], "--variant upstream: that name is --upstream's"),
+])
+def test_upstream_settings_are_refused_before_anything_runs(tmp_path, extra, says):
+    checkout = tmp_path / "missing" if not extra else fake_checkout(tmp_path / "nanochat")
+    proc = run("--base-dir", tmp_path / "data", "--out", tmp_path / "out", "--upstream", checkout, *extra)
+    assert proc.returncode == 2 and says.format(missing=checkout) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "data").exists()
+
+
+def test_an_out_that_holds_upstreams_log_is_refused(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "upstream-1gpu.log").write_text("step 00000/00010\n")
+    proc = run("--base-dir", tmp_path / "data", "--out", tmp_path / "out", "--upstream", fake_checkout(tmp_path / "u"))
+    assert proc.returncode == 2 and "already holds upstream-1gpu.log" in proc.stderr, proc.stderr
+
+
+def test_upstreams_evaluations_and_samples_stay_off_the_measured_steps():
+    """Upstream evaluates and samples whenever `step % every == 0`: -1 would be every step; past the horizon
+    leaves only its first and last validation and its last sample."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_bench
+
+    args = gpu_bench.argparse.Namespace(depth=20, device_batch_size=32, total_batch_size=524288, steps=15)
+    flags = dict(f[2:].split("=") for f in gpu_bench.upstream_flags(args))
+    assert flags["eval_every"] == flags["sample_every"] == "16" and flags["core_metric_every"] == "-1"
+    assert flags["num_iterations"] == "15" and flags["eval_tokens"] == "524288" and "run" not in flags
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not UPSTREAM or not Path(UPSTREAM, "scripts", "base_train.py").is_file(),
+                    reason="no upstream nanochat checkout: set NANOCHAT_UPSTREAM_DIR to karpathy/nanochat at 5c93a56")
+@pytest.mark.skipif(importlib.util.find_spec("rustbpe") is None, reason="upstream's rustbpe is not installed")
+def test_upstream_in_the_same_job_trains_the_same_loss_curve(tmp_path):
+    """On the CPU, d2: upstream's own base_train on the same data and tokenizer logs the same losses (its EMA, to
+    6 decimals) as this trainer, and the table reads both."""
+    env = dict(os.environ, TORCHDYNAMO_DISABLE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--depth", "2", "--device_batch_size", "1",
+                           "--total_batch_size", "2048", "--steps", "12", "--vocab_size", "512",
+                           "--base-dir", tmp_path / "data", "--out", tmp_path / "out", "--upstream", UPSTREAM],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "out" / "summary.json").read_text())}
+    assert rows["upstream"]["tok_per_sec"] > 0 and rows["baseline"]["vs_upstream"] > 0
+    assert rows["upstream"]["loss_dev"] < 1e-3
+    assert "x upstream" in proc.stdout

@@ -27,14 +27,12 @@ class Podman(Runtime):
     version = (program, "--version")
     tty_flags = ("-it",)
     site_keys = ("env", "mounts", "devices", "flags")
-
-    def gpu_options(self) -> list[str]:
-        return ["--device=nvidia.com/gpu=all"]  # CDI spec from the NVIDIA container toolkit
+    gpu_options = ("--device=nvidia.com/gpu=all",)  # CDI spec from the NVIDIA container toolkit
 
     def wrap(self, spec):
         argv = [self.program, "run", "--rm", "--network=host", "--ipc=host"]
         if spec.gpus:
-            argv += self.gpu_options()
+            argv += self.gpu_options
             argv += [f"--device={d}" for d in spec.devices]
             argv += [f for f in spec.flags if f not in argv]  # the site's modules (podman-hpc --nccl)
         for m in spec.mounts:
@@ -57,9 +55,7 @@ class PodmanHPC(Podman):
     name = "podman-hpc"
     program = "podman-hpc"
     version = (program, "infohpc")  # it has no --version; infohpc's first line is "Podman-HPC Version: X"
-
-    def gpu_options(self):
-        return ["--gpu", "--nccl"]  # driver libraries; host libfabric + aws-ofi-nccl plugin
+    gpu_options = ("--gpu", "--nccl")  # driver libraries; host libfabric + aws-ofi-nccl plugin
 
     def image_step(self, spec):
         # its squash store is added to `images` and `run` only, so the id comes from the listing

@@ -69,6 +69,3 @@ class SarusSuite(ContainerEngine):
         marker = str(Path(spec.run_dir).parent / IMAGES_DIR / f"{image_name(spec.image)}.migrated")
         return ImageStep(f"sarusctl migrate of {spec.image} into the Parallax store, once per sweep", ONCE,
                          ("sarusctl", marker, spec.image), per_node=False)
-
-    def digest_file(self, spec):
-        return None

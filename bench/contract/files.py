@@ -205,11 +205,7 @@ RESERVE_BYTES = 64 * 1024
 def reserve_space(run_dir: "str | os.PathLike") -> None:
     """Hold back RESERVE_BYTES in the run directory (written, not sparse), for release_space to give
     back when the disk is full, so the final status and error event can still be written."""
-    path = os.path.join(os.fspath(run_dir), RESERVE)
-    with open(path, "wb") as f:
-        f.write(b"\0" * RESERVE_BYTES)
-        f.flush()
-        os.fsync(f.fileno())
+    write_synced(os.path.join(os.fspath(run_dir), RESERVE), "\0" * RESERVE_BYTES)
 
 
 def release_space(run_dir: "str | os.PathLike") -> bool:

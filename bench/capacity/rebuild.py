@@ -11,9 +11,9 @@ from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
 from bench.capacity.search import Shape
-from bench.capacity.sweep import MACHINE_KEYS, PROBES_CSV, SUMMARY_JSON, _shape_dict, summarize, write_probes_csv
+from bench.capacity.sweep import MACHINE_KEYS, _shape_dict, save_summary, summarize
 from bench.errors import ConfigError
-from bench.contract import RUN_JSON, read_run_json, write_json_atomic
+from bench.contract import RUN_JSON, read_run_json
 
 
 def finished_probes(out: Path) -> list[ProbeResult]:
@@ -74,6 +74,5 @@ def rebuild_summary(out: str | Path) -> dict:
     differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r.spec).items() if v != kept[k]})
     summary["interrupted"] = "an end without a summary (rebuilt from the finished probes" + (
         f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)})" if others else ")")
-    write_json_atomic(out / SUMMARY_JSON, summary)
-    write_probes_csv(out / PROBES_CSV, summary["probes"])
+    save_summary(out, summary)
     return summary

@@ -298,8 +298,7 @@ class Sweep:
                     searches.append(search_from_probes(strategy, ar, self.results))
         summary = summarize(dict(asdict(self.cfg), out=str(self.cfg.out)), self.machine, self.results, searches)
         summary["interrupted"] = self.interrupted
-        write_json_atomic(self.cfg.out / SUMMARY_JSON, summary)
-        write_probes_csv(self.cfg.out / PROBES_CSV, summary["probes"])
+        save_summary(self.cfg.out, summary)
         for line in format_table(summary):
             self.log(line)
         return summary
@@ -338,11 +337,13 @@ CSV_FIELDS = ["strategy", "depth", "aspect_ratio", "device_batch_size", "num_par
               "run_dir"]
 
 
-def write_probes_csv(path: Path, probes: list[dict]) -> None:
-    with atomic_target(path) as tmp, open(tmp, "w", newline="") as f:
+def save_summary(out: Path, summary: dict) -> None:
+    """summary.json, and its probes as probes.csv, into the sweep directory `out`."""
+    write_json_atomic(out / SUMMARY_JSON, summary)
+    with atomic_target(out / PROBES_CSV) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
-        for p in probes:
+        for p in summary["probes"]:
             w.writerow({**p, **{k: p["probe"][k] for k in ("strategy", "depth", "aspect_ratio", "device_batch_size")}})
 
 

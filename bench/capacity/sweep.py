@@ -143,11 +143,6 @@ class Sweep:
         return memory.estimate(memory.MemoryPoint(shape.depth, shape.aspect_ratio, c.vocab_size, c.max_seq_len,
                                                   batch, c.nproc, strategy, self.machine["device_type"]))
 
-    def _predicted_border(self, strategy: str, candidates: list[Shape]) -> int:
-        """Index of the largest candidate the memory model says fits."""
-        fitting = [i for i, s in enumerate(candidates) if self.predicted_fit(strategy, s)]
-        return fitting[-1] if fitting else 0
-
     def predicted_fit(self, strategy: str, shape: Shape, batch: int = 1, correction: int = 0) -> bool:
         est = self.estimate(strategy, shape, batch)
         est.need_bytes += correction
@@ -183,9 +178,8 @@ class Sweep:
         return result
 
     def _prediction(self, strategy: str, shape: Shape, batch: int) -> dict:
-        m = {k: self.machine[k] for k in MACHINE_KEYS}
         est = self.estimate(strategy, shape, batch)
-        return {**m, "predicted_peak_bytes": est.peak_bytes, "predicted_need_bytes": est.need_bytes,
+        return {**{k: self.machine[k] for k in MACHINE_KEYS}, "predicted_peak_bytes": est.peak_bytes, "predicted_need_bytes": est.need_bytes,
                 "predicted_host_bytes": est.host_bytes, "predicted_phase": est.phase}
 
     def _progress(self, r: ProbeResult) -> None:
@@ -252,7 +246,8 @@ class Sweep:
         (its big probes would fail the same way, at a higher price)."""
         c = self.cfg
         candidates = family(c.max_depth, aspect_ratio, c.vocab_size)
-        search = CapacitySearch(candidates, start=self._predicted_border(strategy, candidates))
+        fitting = [i for i, s in enumerate(candidates) if self.predicted_fit(strategy, s)]
+        search = CapacitySearch(candidates, start=fitting[-1] if fitting else 0)  # the memory model's border
         state = {"strategy": strategy, "aspect_ratio": aspect_ratio, "stopped": None}
         self.searches[(strategy, aspect_ratio)] = state
         if broken is not None:

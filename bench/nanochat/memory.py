@@ -19,7 +19,7 @@ what must fit into the device.
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -68,11 +68,6 @@ class Estimate:
 
     def phase_bytes(self, phase: str) -> int:
         return sum(self.phases[phase].values())
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(peak_gib=self.peak_bytes / GIB, need_gib=self.need_bytes / GIB, host_gib=self.host_bytes / GIB)
-        return d
 
 
 @cache

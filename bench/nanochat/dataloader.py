@@ -34,8 +34,7 @@ import torch
 from bench.errors import DataError
 from bench.nanochat import dataset
 from bench.contract import ENV_VAL_FILES_K
-from bench.nanochat.sharding import (assign_row_groups, starved_ranks, workable_val_files_k,  # noqa: F401
-                                     workable_val_files_k_rows)
+from bench.nanochat.sharding import assign_row_groups, starved_ranks, workable_val_files_k_rows
 
 
 def _file_span(files: list[Path]) -> str:
@@ -47,12 +46,6 @@ def _hint(total: int, all_rows: list[list[int]], world_size: int, k: int) -> str
     fix = workable_val_files_k_rows(all_rows, world_size)
     return (f"set {ENV_VAL_FILES_K}={fix} (now {k})" if fix is not None and fix != k else
             f"add shards ({dataset.FIX_DATA}) or run on at most {total} ranks")
-
-
-def check_split(split: str, files: list[Path], rg_counts: list[int], world_size: int,
-                all_rg_counts: list[int], k: int) -> None:
-    """DataError unless the split has at least one row group per rank; the message says what would work."""
-    check_shares(split, files, [[1] * n for n in rg_counts], world_size, [[1] * n for n in all_rg_counts], k)
 
 
 def check_shares(split: str, files: list[Path], rows: list[list[int]], world_size: int,

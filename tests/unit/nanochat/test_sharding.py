@@ -13,13 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.errors import DataError
-from bench.nanochat.dataloader import (assign_row_groups, check_split, starved_ranks, workable_val_files_k,
-                                      workable_val_files_k_rows)
+from bench.nanochat.dataloader import check_shares
 from bench.nanochat.dataset import split_of
+from bench.nanochat.sharding import assign_row_groups, starved_ranks, workable_val_files_k, workable_val_files_k_rows
 
 counts_st = st.lists(st.integers(min_value=0, max_value=120), min_size=1, max_size=12)
 world_st = st.integers(min_value=1, max_value=512)
 k_st = st.integers(min_value=1, max_value=8)
+
+
+def check_split(split, files, rg_counts, world_size, all_rg_counts, k):
+    """check_shares with every row group holding rows: at least one row group per rank."""
+    check_shares(split, files, [[1] * n for n in rg_counts], world_size, [[1] * n for n in all_rg_counts], k)
 
 
 def all_ranks(counts, world_size):

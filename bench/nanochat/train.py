@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from bench import nccl_log
-from bench.errors import BenchError, ConfigError
+from bench.errors import BenchError, ConfigError, first_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
                                       restrict_sdpa_backends)
@@ -321,7 +321,7 @@ def read_checkpoint(path: Path, load, meta_path: Path | None = None):
 
 def first_sentence(e: BaseException, limit: int = 160) -> str:
     """The start of an exception's message, cut at a sentence's end (never mid-sentence)."""
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    text = first_line(e)
     if len(text) <= limit:
         return text
     end = text.rfind(". ", 0, limit)

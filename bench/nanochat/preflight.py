@@ -27,7 +27,7 @@ warnings.filterwarnings("ignore", message=r".*(reduce_scatter_tensor|all_gather_
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 GPU_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
 CPU_SIZES = (64 << 10, 1 << 20, 4 << 20)
-ITERS, WARMUP = 5, 2  # on GPU; on CPU 3 and 1
+GPU_ITERS, CPU_ITERS = (5, 2), (3, 1)  # (timed, warm-up) runs of each collective and size
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -43,13 +43,13 @@ def _run_once(collective: str, buf: torch.Tensor, part: torch.Tensor) -> None:
         dist.all_gather_into_tensor(buf, part)
 
 
-def measure(device: torch.device, sizes=None, iters: int | None = None, warmup: int | None = None) -> list[dict]:
-    """One record per (collective, size): bytes, time_us (mean of `iters`), algbw_gbps, busbw_gbps.
+def measure(device: torch.device, sizes=None) -> list[dict]:
+    """One record per (collective, size): bytes, time_us (mean of the timed runs), algbw_gbps, busbw_gbps.
     A collective the backend lacks (gloo has no reduce_scatter) is left out."""
     n = dist.get_world_size()
     cuda = device.type == "cuda"
     sizes = sizes or (GPU_SIZES if cuda else CPU_SIZES)
-    iters, warmup = iters or (ITERS if cuda else 3), warmup or (WARMUP if cuda else 1)
+    iters, warmup = GPU_ITERS if cuda else CPU_ITERS
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     out = []
     for size in sizes:

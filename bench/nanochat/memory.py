@@ -182,7 +182,7 @@ def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
     peak = int(sum(parts.values()))
     need = int(peak * (1 + k["allocator_overhead"]) + k["context_bytes"])
     host = _host(p, s, matrices, d, wte_b, k) if cuda else {"process": k["host_base_bytes"], "tensors": peak}
-    return Estimate(point, n_mat + 2 * n_head, peak, need, phase, {n: int(v) for n, v in parts.items()},
+    return Estimate(point, n_mat + 2 * n_head, peak, need, phase, phases[phase],
                     int(sum(host.values())), {n: int(v) for n, v in host.items()}, phases)
 
 

@@ -43,7 +43,7 @@ class Watchdog:
         """After each step: margin + twice the slowest step so far (set only when it grows)."""
         if self.margin <= 0 or step_s <= self.slowest:
             return
-        self.slowest = max(self.slowest, step_s)
+        self.slowest = step_s
         self.armed = self.margin + 2 * self.slowest
         _set(self.armed)
 

@@ -45,15 +45,13 @@ class StepTimer:
             return event
         return time.perf_counter()
 
-    def _ms(self, start, end) -> float:
-        return start.elapsed_time(end) if self.cuda else (end - start) * 1000.0
-
     def split(self, step_ms: float) -> dict[str, float]:
         """{fwd_bwd_ms, data_ms, comm_ms, optim_ms, other_ms} of the step just synchronised."""
         total: dict[str, float] = {}
         try:
             for name, start, end in self._marks:
-                total[name] = total.get(name, 0.0) + self._ms(start, end)
+                ms = start.elapsed_time(end) if self.cuda else (end - start) * 1000.0
+                total[name] = total.get(name, 0.0) + ms
         except (RuntimeError, ValueError):  # an event a compiled region swallowed: no split, never a failed run
             return {}
         data, comm = total.get("data", 0.0), total.get("comm", 0.0)

@@ -114,8 +114,8 @@ def load_model_state(checkpoint_dir: str | os.PathLike, step: int, device="cpu",
     when that is not `expect_world_size` (the sharded optimizers split their state by rank). All checked
     from the meta file, before the weights are read."""
     checkpoint_dir = Path(checkpoint_dir)
-    if step not in saved_steps(checkpoint_dir):
-        there = ", ".join(map(str, saved_steps(checkpoint_dir))) or "none"
+    if step not in (steps := saved_steps(checkpoint_dir)):
+        there = ", ".join(map(str, steps)) or "none"
         raise ConfigError(f"no checkpoint of step {step} in {checkpoint_dir} (model_{step:06d}.pt and "
                           f"meta_{step:06d}.json); saved steps there: {there}")
     meta = json.loads((checkpoint_dir / f"meta_{step:06d}.json").read_text())

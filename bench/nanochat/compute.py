@@ -20,7 +20,7 @@ from bench.nanochat.join import join_bound, join_group
 def autodetect_device_type() -> str:
     if torch.cuda.is_available():
         return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if torch.backends.mps.is_available():
         return "mps"
     return "cpu"
 

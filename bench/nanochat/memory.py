@@ -152,10 +152,7 @@ def estimate(point: MemoryPoint, calibration: dict | None = None) -> Estimate:
     # rotary_norm saves only its output for backward (measured with it alone: results/h200-d20/fused)
     act = (k["act_bytes_per_token_layer_dim"] - (k.get("fp8_act_bytes_saved_per_token_layer_dim", 0) if p.fp8 else 0)
            - (k.get("fused_act_bytes_saved_per_token_layer_dim", 0) if "rotary_norm" in fused else 0))
-    if s.ac:
-        acts = tokens * d * (L * k["ac_saved_bytes_per_token_layer_dim"] + act)
-    else:
-        acts = tokens * L * d * act
+    acts = tokens * d * (L * k["ac_saved_bytes_per_token_layer_dim"] + act) if s.ac else tokens * L * d * act
     # softcap_loss's backward writes the logits' gradient beside the saved logits, where compile's reuses them
     logits = k["logits_bytes_per_token_vocab"] + (k.get("fused_loss_logits_bytes_per_token_vocab", 0)
                                                   if "softcap_loss" in fused else 0)

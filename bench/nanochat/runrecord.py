@@ -108,11 +108,9 @@ class RunRecord:
         the end event). The phases and the step split are the reader's, from the events (bench/analysis/why.py)."""
         if not (self.rank == 0 and self.run_dir):
             return
-        slowest = max(ranks, key=lambda r: r.get("step_ms") or 0.0) if ranks else None
-        self.update(breakdown={"ranks": ranks or None,
-                               "slowest_rank": slowest["rank"] if slowest else None,
-                               "slowest_host": slowest["host"] if slowest else None},
-                    network=network)
+        slowest = max(ranks, key=lambda r: r.get("step_ms") or 0.0, default={})
+        self.update(breakdown={"ranks": ranks or None, "slowest_rank": slowest.get("rank"),
+                               "slowest_host": slowest.get("host")}, network=network)
 
     def update(self, **fields) -> None:
         """Merge fields into run.json (rank 0 only; nothing once a failure is recorded)."""

@@ -2,7 +2,7 @@
 read from the staged chat data (bench/nanochat/chatdata.py).
 
   common.py       Task (a sliceable list of conversations), StagedTask (one staged split), TaskMixture,
-                  TaskSequence, the multiple-choice prompt
+                  the multiple-choice prompt
   mixtures.py     the datasets of mid-training and SFT, in upstream's order
   smoltalk.py     SmolTalk: general conversations
   mmlu.py         MMLU: four-choice questions (auxiliary_train to train on, test to evaluate)

@@ -1,5 +1,5 @@
-"""Task: a sliceable list of conversations; TaskMixture and TaskSequence combine tasks; render_mc the
-multiple-choice prompt. Slicing (start, stop, step) applies after each task's seed-42 shuffle, as upstream."""
+"""Task: a sliceable list of conversations; TaskMixture combines tasks; render_mc the multiple-choice
+prompt. Slicing (start, stop, step) applies after each task's seed-42 shuffle, as upstream."""
 
 import random
 
@@ -52,8 +52,7 @@ class TaskMixture(Task):
     def __init__(self, tasks, **kwargs):
         super().__init__(**kwargs)
         self.tasks = list(tasks)
-        self.lengths = [len(t) for t in self.tasks]
-        self.index_map = [(t, i) for t, n in enumerate(self.lengths) for i in range(n)]
+        self.index_map = [(t, i) for t, task in enumerate(self.tasks) for i in range(len(task))]
         random.Random(MIXTURE_SEED).shuffle(self.index_map)
 
     def num_examples(self) -> int:
@@ -62,25 +61,6 @@ class TaskMixture(Task):
     def get_example(self, index: int) -> dict:
         task, local = self.index_map[index]
         return self.tasks[task][local]
-
-
-class TaskSequence(Task):
-    """The tasks one after the other (a curriculum)."""
-
-    def __init__(self, tasks, **kwargs):
-        super().__init__(**kwargs)
-        self.tasks = list(tasks)
-        self.lengths = [len(t) for t in self.tasks]
-
-    def num_examples(self) -> int:
-        return sum(self.lengths)
-
-    def get_example(self, index: int) -> dict:
-        for task, n in zip(self.tasks, self.lengths):
-            if index < n:
-                return task[index]
-            index -= n
-        raise IndexError(f"index beyond the {sum(self.lengths)} examples of the sequence")
 
 
 def render_mc(question: str, letters, choices) -> str:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from bench.nanochat import chatdata, chatgen
 from bench.nanochat.tasks import mixtures
 from bench.nanochat.tasks.arc import ARC
-from bench.nanochat.tasks.common import TaskMixture, TaskSequence
+from bench.nanochat.tasks.common import TaskMixture
 from bench.nanochat.tasks.customjson import CustomJSON
 from bench.nanochat.tasks.gsm8k import GSM8K, answer_parts
 from bench.nanochat.tasks.mmlu import MMLU
@@ -86,7 +86,6 @@ def test_mixture_is_one_random_42_shuffle_of_task_index_pairs(chat_base):
     random.Random(42).shuffle(pairs)
     mix = TaskMixture([a, b])
     assert [mix[i] for i in range(7)] == [(a, b)[t][i] for t, i in pairs]
-    assert [TaskSequence([a, b])[i] for i in range(7)] == [a[i] for i in range(4)] + [b[i] for i in range(3)]
 
 
 def test_the_mixtures_of_mid_training_and_sft(chat_base):

@@ -9,7 +9,7 @@ import random
 
 from bench.nanochat import chatdata
 from bench.nanochat.tasks.common import Task
-from bench.nanochat.tasks.gsm8k import extract_answer
+from bench.nanochat.tasks.gsm8k import GSM8K
 from bench.nanochat.tasks.templates import USER_MSG_TEMPLATES
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -71,9 +71,7 @@ class SpellingBee(_Spelling):
         ]
         return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": parts}]}
 
-    def evaluate(self, conversation: dict, response: str) -> int:
-        reference = conversation["messages"][-1]["content"][-1]["text"]
-        return int(extract_answer(response) == extract_answer(reference))
+    evaluate = GSM8K.evaluate  # the number after `####`, as in GSM8K's answers
 
 
 class SimpleSpelling(_Spelling):

@@ -23,9 +23,11 @@ import torch
 import torch.distributed as dist
 
 from bench.errors import ConfigError, DataError
+from bench.nanochat import stagerun
 from bench.nanochat.chat_eval_config import (BASELINES, GENERATIVE_PROBLEMS, TASK_NAMES, ChatEvalConfig, parse,
                                              task_names)
 from bench.nanochat.chat_format import render_for_completion
+from bench.nanochat.checkpoint import load_model
 from bench.nanochat.common import print0
 from bench.nanochat.engine import Engine
 from bench.nanochat.gpt import ROPE_LENGTH_FACTOR
@@ -34,6 +36,7 @@ from bench.nanochat.tasks.gsm8k import GSM8K
 from bench.nanochat.tasks.humaneval import HumanEval
 from bench.nanochat.tasks.mmlu import MMLU
 from bench.nanochat.tasks.spellingbee import SpellingBee
+from bench.nanochat.tokenizer import get_tokenizer
 
 # the tasks by name, built as upstream's run_chat_eval builds them
 TASKS = {
@@ -219,9 +222,6 @@ def evaluate(model, tokenizer, config, autocast=nullcontext, synchronize=lambda:
 
 def load_for_eval(config, device):
     """The checkpoint's model and the tokenizer it was trained with (the vocabulary sizes must agree)."""
-    from bench.nanochat.checkpoint import load_model
-    from bench.nanochat.tokenizer import get_tokenizer
-
     model, meta = load_model(config.source, device, config.model_tag or None, None if config.step < 0 else config.step)
     if device.type != "cuda":  # a GPU-trained checkpoint keeps its embedding in bf16: fp32 off the GPU, as upstream
         for p in model.parameters():
@@ -236,8 +236,6 @@ def load_for_eval(config, device):
 
 def run(config: ChatEvalConfig, record):
     """The evaluation as a stage: a `score` event per task (and ChatCORE), the scores into run.json."""
-    from bench.nanochat import stagerun
-
     session = stagerun.begin(config, record, f"nanochat-bench: chat evaluation of the {config.source} model")
     model, tokenizer, meta = load_for_eval(config, session.device)
     print0(f"Loaded {meta['checkpoint_dir']} step {meta.get('step')}")
@@ -255,8 +253,6 @@ def run(config: ChatEvalConfig, record):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.nanochat import stagerun
-
     return stagerun.main(run, parse, argv)
 
 

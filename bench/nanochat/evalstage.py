@@ -61,11 +61,8 @@ def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: f
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def place(zip_path: Path, target: Path, origin: dict) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bench.contract import field as _f
 from bench.errors import ConfigError
-from bench.nanochat.config import RunSettings, check_model_tag, check_weight_decay
+from bench.nanochat.config import RunSettings, check_model_tag, check_weight_decay, parse_config
 
 SOURCES = ("base", "mid")  # the checkpoints SFT may start from (upstream: base|mid)
 DTYPES = ("bfloat16", "float32")
@@ -73,8 +73,6 @@ class SFTConfig(RunSettings):
 
 
 def parse_sft_args(argv: list[str]) -> SFTConfig:
-    from bench.nanochat.config import parse_config
-
     return parse_config(SFTConfig, argv, "bench.nanochat.chat_sft",
                         "nanochat SFT (flags as upstream chat_sft: --key=value)")
 

@@ -91,20 +91,15 @@ def _identity(t: corpus.CorpusText, path: Path) -> None:
             f.write(json.dumps(messages, ensure_ascii=False) + "\n")
 
 
-def _refuse_overwrite(paths: list[Path]) -> None:
-    there = [p for p in paths if p.exists()]
-    if there:
-        raise DataError(f"{there[0]}: chat data is already staged there ({len(there)} file(s)); pass --overwrite "
-                        "to replace it with generated stand-ins")
-
-
 def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
     """Write every staged chat file; (path, rows) for each."""
     base, root = get_base_dir(), chatdata.chat_dir()
     targets = [root / s.repo / s.pattern.replace("*", "00000-of-00001") for s in chatdata.HUB_SPLITS]
     identity, words = base / chatdata.IDENTITY_FILE, base / chatdata.WORDS_FILE
-    if not overwrite:
-        _refuse_overwrite(targets + [identity, words])
+    there = [p for p in (*targets, identity, words) if p.exists()]
+    if there and not overwrite:
+        raise DataError(f"{there[0]}: chat data is already staged there ({len(there)} file(s)); pass --overwrite "
+                        "to replace it with generated stand-ins")
     t = corpus.CorpusText(SEED)
     out = []
     for s, path in zip(chatdata.HUB_SPLITS, targets):

@@ -76,12 +76,9 @@ def _row(t: CorpusText, task_type: str, baseline: float) -> dict:
 
 
 def config_text() -> str:
-    tasks = []
-    for label, task_type, shots, _, uri, delimiter in TASKS:
-        entry = {"label": label, "dataset_uri": uri, "num_fewshot": [shots], "icl_task_type": task_type}
-        if delimiter is not None:
-            entry["continuation_delimiter"] = delimiter
-        tasks.append(entry)
+    tasks = [{"label": label, "dataset_uri": uri, "num_fewshot": [shots], "icl_task_type": task_type,
+              **({"continuation_delimiter": delimiter} if delimiter is not None else {})}
+             for label, task_type, shots, _, uri, delimiter in TASKS]
     return yaml.safe_dump({"icl_tasks": tasks}, sort_keys=False, allow_unicode=True)
 
 

@@ -86,6 +86,8 @@ NOT_HERE = {
     "NANOCHAT_BENCH_CONTAINER_TEST=1 tests/run tests/integration/test_container_build.py -s":
         "a part of this suite (.ci/run sets NANOCHAT_BENCH_CONTAINER_TEST=1)",
     "python benchmarks/gpu_bench.py --gpus 1,2 --steps 25": "2 GPUs",
+    'python benchmarks/gpu_bench.py --steps 15 --upstream DIR --variant bf16 --variant "fp8::--fp8"':
+        "a GPU and a checkout of upstream nanochat (tests/unit/benchmarks/test_gpu_bench.py runs it on a CPU at d2)",
     "python benchmarks/cpu_slurm_breakdown.py OUT": "a benchmark: it starts its own Slurm cluster, run by hand",
     "python benchmarks/bench_tokenizer.py": "a benchmark of the tools: it prints figures, run by hand",
     "python benchmarks/bench_loader.py": "a benchmark of the tools: it prints figures, run by hand",

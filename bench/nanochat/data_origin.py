@@ -25,13 +25,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.nanochat.tokenizer import TOKEN_BYTES_PT, TOKENIZER_PKL
+from bench.nanochat import dataset, tokenizer
 
 GENERATED, DOWNLOADED, MIXED = "generated", "downloaded", "mixed"
 ORIGIN_KEY = b"nanochat_bench.origin"
 RECIPE_KEY = b"nanochat_bench.recipe"
 SOURCES_JSON = "sources.json"
-TOKENIZER_FILES = (TOKENIZER_PKL, TOKEN_BYTES_PT)  # hashed in this order
+TOKENIZER_FILES = (tokenizer.TOKENIZER_PKL, tokenizer.TOKEN_BYTES_PT)  # hashed in this order
 
 
 # ----------------------------------------------------------------------------------------------
@@ -48,22 +48,16 @@ def generated_metadata(recipe: dict) -> dict[bytes, bytes]:
     return {ORIGIN_KEY: GENERATED.encode(), RECIPE_KEY: json.dumps(recipe, sort_keys=True).encode()}
 
 
-def footer_marks(path: Path) -> dict[str, str]:
-    """The nanochat_bench.* footer entries of a parquet file ({} when it has none or is unreadable)."""
+def recipe(path: Path) -> dict | None:
+    """The recipe of a generated shard (from its footer's nanochat_bench.* entries), None for any other file."""
     try:
         kv = pq.ParquetFile(path).metadata.metadata or {}
     except (OSError, pa.ArrowException):
-        return {}
-    return {k.decode(): v.decode(errors="replace") for k, v in kv.items() if k.startswith(b"nanochat_bench.")}
-
-
-def recipe(path: Path) -> dict | None:
-    """The recipe of a generated shard, None for any other file."""
-    marks = footer_marks(path)
-    if marks.get(ORIGIN_KEY.decode()) != GENERATED:
+        return None
+    if kv.get(ORIGIN_KEY) != GENERATED.encode():
         return None
     try:
-        return json.loads(marks.get(RECIPE_KEY.decode(), "{}"))
+        return json.loads(kv.get(RECIPE_KEY, b"{}").decode(errors="replace"))
     except ValueError:
         return {}
 
@@ -133,13 +127,12 @@ def unmarked_generated(path: Path) -> bool:
     the first page and, once per process, the corpus's walk over the installed sources; asked only of
     shards without any record, and only by the commands that must not mix data (not by data_identity)."""
     from bench.nanochat import corpus
-    from bench.nanochat.dataset import TEXT_COLUMN
 
     match = re.fullmatch(r"shard_(\d+)\.parquet", Path(path).name)
     if match is None:
         return False
     try:
-        batch = next(pq.ParquetFile(path).iter_batches(batch_size=1, columns=[TEXT_COLUMN]))
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=1, columns=[dataset.TEXT_COLUMN]))
         first = batch.column(0)[0].as_py()
     except (OSError, pa.ArrowException, StopIteration, IndexError, KeyError, UnicodeDecodeError):
         return False
@@ -203,8 +196,6 @@ def data_identity(data_dir: str | os.PathLike | None = None,
                   tokenizer_dir: str | os.PathLike | None = None) -> dict:
     """{"origin": generated|downloaded|mixed|None, "tokenizer_sha256": str|None} of the shards (train and
     val: every shard file) and the tokenizer (defaults: $NANOCHAT_BASE_DIR/base_data and /tokenizer)."""
-    from bench.nanochat import dataset, tokenizer
-
     files = dataset.list_parquet_files(data_dir)
-    tok_dir = Path(tokenizer_dir) if tokenizer_dir is not None else tokenizer.tokenizer_dir()
-    return {"origin": combined_origin(list(origins(files).values())), "tokenizer_sha256": tokenizer_sha256(tok_dir)}
+    return {"origin": combined_origin(list(origins(files).values())),
+            "tokenizer_sha256": tokenizer_sha256(tokenizer.tokenizer_dir() if tokenizer_dir is None else tokenizer_dir)}

@@ -24,17 +24,12 @@ import numpy as np
 from bench import paths
 from bench.errors import ConfigError, DataError, os_reason
 from bench.contract import atomic_target, write_json_atomic
+from bench.nanochat.common import get_base_dir
 
 TOKENIZERS = ("nanochat", "gpt2")
 META_JSON = "meta.json"
 TOKEN_BYTES_NPY = "token_bytes.npy"
 MAX_UINT16_VOCAB = 1 << 16
-
-
-def default_dir() -> Path:
-    from bench.nanochat.common import get_base_dir
-
-    return get_base_dir() / paths.BIN_DIR
 
 
 def _gpt2_encoding():
@@ -90,6 +85,7 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
                max_tokens: int | None = None) -> Path:
     """train.bin, val.bin, token_bytes.npy and meta.json in out_dir (default $NANOCHAT_BASE_DIR/base_data_bin)."""
     from bench.nanochat import dataset
+    from bench.nanochat.data_origin import data_identity
 
     if max_tokens is not None and max_tokens <= 0:
         raise ConfigError(f"--max-tokens={max_tokens}: must be a positive number of tokens")
@@ -97,7 +93,7 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
     if meta["vocab_size"] > MAX_UINT16_VOCAB:
         raise ConfigError(f"--tokenizer {tokenizer}: {meta['vocab_size']:,} tokens do not fit uint16 "
                           f"(at most {MAX_UINT16_VOCAB:,})")
-    out = Path(out_dir) if out_dir else default_dir()
+    out = Path(out_dir) if out_dir else get_base_dir() / paths.BIN_DIR
     k = dataset.resolve_val_files_k()
     splits = {}
     try:
@@ -109,21 +105,16 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
                 splits[split] = {"tokens": n, "files": [p.name for p in files]}
             with open(renames.enter_context(atomic_target(out / TOKEN_BYTES_NPY)), "wb") as f:
                 np.save(f, np.asarray(token_bytes, dtype=np.int32))
-        write_json_atomic(out / META_JSON, {**meta, **_identity(tokenizer), "splits": splits, "val_files_k": k,
-                                            "dtype": "uint16"})
+        # the shards' identity, so a run on the .bin files can record it too; the tokenizer's hash only for ours
+        # (GPT-2's is named by `tokenizer`)
+        identity = data_identity()
+        if tokenizer != "nanochat":
+            identity["tokenizer_sha256"] = None
+        write_json_atomic(out / META_JSON, {**meta, **identity, "splits": splits, "val_files_k": k, "dtype": "uint16"})
     except OSError as e:  # a file in the way of --out, a read-only or full file system
         raise DataError(f"data bin: cannot write into {out}: {os_reason(e)}; give --out a writable directory with "
                         f"free space") from None
     return out
-
-
-def _identity(tokenizer: str) -> dict:
-    """The data identity of the shards the .bin files were made from (data_origin.data_identity), so a run on
-    them can record it too; the tokenizer's hash only for ours (GPT-2's is named by `tokenizer`)."""
-    from bench.nanochat.data_origin import data_identity
-
-    identity = data_identity()
-    return identity if tokenizer == "nanochat" else {**identity, "tokenizer_sha256": None}
 
 
 def read_meta(bin_dir: str | os.PathLike) -> dict:

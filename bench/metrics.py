@@ -34,12 +34,8 @@ WARMUP_STEPS = 10
 
 def peak_flops(device_name: str | None) -> float | None:
     """Peak dense bf16 FLOP/s for a GPU name as torch reports it, or None if unknown (or CPU)."""
-    if not device_name:
-        return None
-    for pattern, flops in PEAK_BF16_FLOPS:
-        if pattern.lower() in device_name.lower():
-            return flops
-    return None
+    name = (device_name or "").lower()
+    return next((flops for pattern, flops in PEAK_BF16_FLOPS if pattern.lower() in name), None)
 
 
 def mfu_percent(flops_per_token: float, tok_per_sec: float, world_size: int,

@@ -89,9 +89,7 @@ def own_facts() -> Optional[Dict[str, object]]:
 
 def over_sockets(facts: Dict[str, object]) -> Optional[str]:
     """The line proving that NCCL's inter-node traffic went over TCP sockets, or None."""
-    if facts.get("net") != "Socket" and not any(k == "NET/Socket" for k in (facts.get("transports") or {})):
+    if facts.get("net") != "Socket" and "NET/Socket" not in (facts.get("transports") or {}):
         return None
-    for line in facts.get("evidence") or []:
-        if "Using network Socket" in line or "via NET/Socket" in line:
-            return line
-    return "Using network Socket"
+    return next((line for line in facts.get("evidence") or []
+                 if "Using network Socket" in line or "via NET/Socket" in line), "Using network Socket")

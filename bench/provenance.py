@@ -96,12 +96,8 @@ def containerenv(path: Path = CONTAINERENV_PATH) -> dict | None:
         text = path.read_text()
     except OSError:
         return None
-    facts = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            facts[key.strip()] = value.strip().strip('"')
-    return facts
+    pairs = (line.partition("=") for line in text.splitlines())
+    return {key.strip(): value.strip().strip('"') for key, sep, value in pairs if sep}
 
 
 def detect_runtime(environ=os.environ, root: Path = Path("/")) -> str:
@@ -124,11 +120,10 @@ def sidecar_digest(reference: str | None) -> str | None:
     if not reference or "/" not in reference:
         return None
     try:
-        text = Path(os.path.expandvars(reference) + ".sha256").read_text().split()
+        words = Path(os.path.expandvars(reference) + ".sha256").read_text().split()
     except OSError:
         return None
-    digest = text[0] if text else ""
-    return f"sha256:{digest}" if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
+    return f"sha256:{words[0]}" if words and re.fullmatch(r"[0-9a-f]{64}", words[0]) else None
 
 
 def image(environ=os.environ, build: dict | None = None, podman: dict | None = None) -> dict:

@@ -120,7 +120,7 @@ class _Breaker:
     """Attempts in a row (across all workers) that got no answer: `limit` of them with no answer for `quiet_s`
     open it (the mirror is gone: every worker stops before its next attempt); any answer resets both."""
 
-    def __init__(self, limit: int, quiet_s: float = 0.0):
+    def __init__(self, limit: int, quiet_s: float):
         self.limit, self.quiet_s, self.in_a_row, self.last = limit, quiet_s, 0, ""
         self.last_answer = time.monotonic()
         self.quiet_when_opened = 0.0
@@ -171,12 +171,10 @@ def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: 
                 f.write(chunk)
 
 
-def download_one(index: int, out_dir: Path, url: str, retries: int = 5, backoff_s: float = 2.0,
-                 timeout_s: float = READ_TIMEOUT_S, chunk_bytes: int = CHUNK_BYTES, replace: bool = False,
-                 breaker: _Breaker | None = None) -> Path:
+def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: float, timeout_s: float,
+                 chunk_bytes: int, replace: bool, breaker: _Breaker) -> Path:
     """Fetch shard `index` into out_dir unless a valid copy is there (or `replace`: a generated shard in the
     way); ValueError naming it if all tries fail, DataError in one line when out_dir cannot be written."""
-    breaker = breaker or _Breaker(limit=retries)
     path = out_dir / shard_name(index)
     if path.exists():
         try:

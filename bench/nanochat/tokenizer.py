@@ -16,13 +16,13 @@ import functools
 import importlib.util
 import os
 import pickle
-import shutil
-import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from bench import paths
+from bench.contract import atomic_target
 from bench.errors import ConfigError, DataError, first_line, os_reason
 from bench.nanochat.common import get_base_dir
 
@@ -195,34 +195,26 @@ def token_byte_lengths(encoding) -> list[int]:
 def save_tokenizer(encoding, directory: Path | None = None) -> Path:
     """Write tokenizer.pkl and token_bytes.pt as a pair; return the directory.
 
-    Both are written into a staging directory beside them first, then renamed into place together
-    (token_bytes.pt, then tokenizer.pkl). A failure while writing (a full disk) leaves the previous pair as
-    it was, with one line saying why; a crash between the two renames leaves a pair that `get_token_bytes`
-    finds does not belong together, and says so."""
+    Both are written to temp files beside them first, then renamed into place together (token_bytes.pt,
+    then tokenizer.pkl). A failure while writing (a full disk) leaves the previous pair as it was, with one
+    line saying why; a crash between the two renames leaves a pair that `get_token_bytes` finds does not
+    belong together, and says so."""
     import torch
 
     directory = directory or tokenizer_dir()
-    staging = None
+    lengths = torch.tensor(token_byte_lengths(encoding), dtype=torch.int32)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=directory, prefix=".staging-"))
-        for name, write in (
-            (TOKENIZER_PKL, lambda f: pickle.dump(encoding, f)),
-            (TOKEN_BYTES_PT, lambda f: torch.save(torch.tensor(token_byte_lengths(encoding), dtype=torch.int32), f)),
-        ):
-            with open(staging / name, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-        for name in (TOKEN_BYTES_PT, TOKENIZER_PKL):
-            os.replace(staging / name, directory / name)
+        with ExitStack() as renames:  # each renamed when the block ends cleanly, the last one entered first
+            for name, write in ((TOKENIZER_PKL, lambda f: pickle.dump(encoding, f)),
+                                (TOKEN_BYTES_PT, lambda f: torch.save(lengths, f))):
+                with open(renames.enter_context(atomic_target(directory / name)), "wb") as f:
+                    write(f)
+                    f.flush()
+                    os.fsync(f.fileno())  # a full disk fails here, before any rename
     except OSError as e:
         raise DataError(f"cannot write the tokenizer into {directory}: {os_reason(e)}; the tokenizer there before "
                         f"(if any) is unchanged; free space there or set NANOCHAT_BASE_DIR to another directory, "
                         f"then run `nanochat-bench tokenizer train` again") from None
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
     return directory
 
 

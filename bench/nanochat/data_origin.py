@@ -185,10 +185,7 @@ def tokenizer_sha256(tokenizer_dir: str | os.PathLike) -> str | None:
         path = Path(tokenizer_dir) / name
         if not path.is_file():
             return None
-        digest.update(name.encode() + b"\0")
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        digest.update(name.encode() + b"\0" + path.read_bytes())  # small files: read whole
     return digest.hexdigest()
 
 

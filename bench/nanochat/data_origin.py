@@ -25,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.contract import write_json_atomic
 from bench.nanochat import dataset, tokenizer
 
 GENERATED, DOWNLOADED, MIXED = "generated", "downloaded", "mixed"
@@ -84,8 +85,6 @@ def _sources_locked(directory: Path):
         fcntl.flock(lock, fcntl.LOCK_EX)
         sources = read_sources(directory)
         yield sources
-        from bench.contract import write_json_atomic
-
         write_json_atomic(directory / SOURCES_JSON, sources)
 
 

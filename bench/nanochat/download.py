@@ -45,10 +45,6 @@ READ_TIMEOUT_S = 30.0  # the longest silence accepted from a server that took th
 FIX_URL = f"check the network, or point --url (or {ENV_DATA_URL}) at a mirror that serves the shards"
 
 
-def base_url(url: str | None = None) -> str:
-    return (url or os.environ.get(ENV_DATA_URL) or DEFAULT_BASE_URL).rstrip("/")
-
-
 def verify_shard(path: Path) -> None:
     """Raise ValueError unless `path` is a complete parquet file with a string `text` column."""
     try:
@@ -272,7 +268,7 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
                         f"NANOCHAT_BASE_DIR to another directory")
     if generated:
         print(f"replacing {file_names(generated)} (made by `data generate`; --overwrite) by the downloads")
-    url = base_url(url)
+    url = (url or os.environ.get(ENV_DATA_URL) or DEFAULT_BASE_URL).rstrip("/")
     check_reachable(f"{url}/{shard_name(0)}", (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s),
                     f"nothing was downloaded; {FIX_URL}")
     out.mkdir(parents=True, exist_ok=True)

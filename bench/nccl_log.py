@@ -49,12 +49,10 @@ def parse(lines: Iterable[str]) -> Dict[str, object]:
             continue
         line = raw.strip()
         for key, pattern in _FACTS.items():
-            m = pattern.search(line)
-            if m and facts[key] is None:
+            if facts[key] is None and (m := pattern.search(line)):
                 facts[key] = int(m.group(1)) if key == "channels" else m.group(1)
                 keep(line)
-        m = _VIA.search(line)
-        if m:
+        if m := _VIA.search(line):
             kind = m.group(1) + ("/" + m.group(2) if m.group(1) == "NET" and m.group(2) else "")
             if kind not in transports:
                 keep(line)

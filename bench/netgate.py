@@ -35,10 +35,8 @@ def chosen_network(facts: Mapping[str, object]) -> Optional[str]:
     net = facts.get("net")
     if net:
         return str(net)
-    for transport in facts.get("transports") or {}:
-        if str(transport).startswith("NET/"):
-            return str(transport)[len("NET/"):]
-    return None
+    return next((str(t).removeprefix("NET/") for t in facts.get("transports") or {} if str(t).startswith("NET/")),
+                None)
 
 
 # aws-ofi-nccl names itself "Libfabric" since 1.12, "AWS Libfabric" before and whenever NCCL_NET says so, and

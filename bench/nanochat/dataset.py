@@ -28,8 +28,6 @@ from bench.contract import ENV_VAL_FILES_K, atomic_target
 TEXT_COLUMN = "text"
 SPLITS = ("train", "val")
 FIX_DATA = "run `nanochat-bench data generate` (offline) or `nanochat-bench data download -n N`"
-
-
 MAX_SHARDS = 100_000  # shard_name's 5 digits: beyond, names no longer sort in index order (the split's rule)
 
 
@@ -67,14 +65,14 @@ def resolve_val_files_k(val_files_k: int | None = None) -> int:
     return val_files_k
 
 
-def split_files(split: str, val_files_k: int | None = None, data_dir: str | os.PathLike | None = None) -> list[Path]:
+def split_files(split: str, val_files_k: int | None = None) -> list[Path]:
     """Files of a split: val = the last K files, train = all the others (both non-empty or DataError)."""
     k = resolve_val_files_k(val_files_k)
-    files = list_parquet_files(data_dir)
+    files = list_parquet_files()
     if len(files) < k + 1:
         lower = f", or lower {ENV_VAL_FILES_K}" if k > 1 else ""
         raise DataError(
-            f"{len(files)} shard file(s) in {_resolve_dir(data_dir)}, but {ENV_VAL_FILES_K}={k} validation file(s) "
+            f"{len(files)} shard file(s) in {data_dir()}, but {ENV_VAL_FILES_K}={k} validation file(s) "
             f"plus at least 1 training file are needed; {FIX_DATA} with N >= {k + 1}{lower}"
         )
     return split_of(files, split, k)

@@ -89,17 +89,17 @@ def _lines(path: Path) -> tuple[str, ...]:
     return tuple(path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True))
 
 
-def prose_document(rng: random.Random, min_paragraphs: int = 4, max_paragraphs: int = 24) -> str:
-    """A run of consecutive reference paragraphs (~1-5 KB); a run reads like one article."""
+def prose_document(rng: random.Random) -> str:
+    """A run of 4 to 24 consecutive reference paragraphs (~1-5 KB); a run reads like one article."""
     paras = paragraphs()
-    n, start = rng.randint(min_paragraphs, max_paragraphs), rng.randrange(len(paras))
+    n, start = rng.randint(4, 24), rng.randrange(len(paras))
     return "\n\n".join(paras[(start + i) % len(paras)] for i in range(n))
 
 
-def code_document(rng: random.Random, min_chars: int = 500, max_chars: int = 8000) -> str:
-    """A window of whole lines of one standard-library module, min_chars..max_chars long when the file allows."""
+def code_document(rng: random.Random) -> str:
+    """A window of whole lines of one standard-library module, 500 to 8,000 characters when the file allows."""
     lines = _lines(rng.choice(code_files()))
-    target = rng.randint(min_chars, max_chars)
+    target = rng.randint(500, 8000)
     i = rng.randrange(len(lines)) if lines else 0
     out, size = [], 0
     while i < len(lines) and size < target:
@@ -109,16 +109,15 @@ def code_document(rng: random.Random, min_chars: int = 500, max_chars: int = 800
     return "".join(out)
 
 
-def documents(count: int, seed: int = 0, code_fraction: float = 0.5) -> list[str]:
-    """`count` documents (prose, or code with probability code_fraction), reproducible by seed."""
-    return list(itertools.islice(iter_documents(seed, code_fraction), count))
+def documents(count: int, seed: int = 0) -> list[str]:
+    """`count` documents (prose or, with probability 1/2, code), reproducible by seed."""
+    return list(itertools.islice(iter_documents(seed), count))
 
 
-def iter_documents(seed: int = 0, code_fraction: float = 0.5) -> Iterator[str]:
+def iter_documents(seed: int = 0) -> Iterator[str]:
     """documents(), one at a time and without end: a shard of any size is written without holding it all."""
     rng = random.Random(seed)
-    if not code_files():
-        code_fraction = 0.0
+    code_fraction = 0.5 if code_files() else 0.0
     while True:
         doc = code_document(rng) if rng.random() < code_fraction else prose_document(rng)
         if len(doc.strip()) >= MIN_DOCUMENT_CHARS:  # e.g. a code window that hit the end of its file

@@ -35,18 +35,14 @@ def shard_name(index: int) -> str:
     return f"shard_{index:05d}.parquet"
 
 
-def data_dir() -> Path:
-    """$NANOCHAT_BASE_DIR/base_data: where shards are downloaded or generated."""
-    return get_base_dir() / paths.DATA_DIR
+def data_dir(directory: str | os.PathLike | None = None) -> Path:
+    """`directory` if given, else $NANOCHAT_BASE_DIR/base_data: where shards are downloaded or generated."""
+    return Path(directory) if directory is not None else get_base_dir() / paths.DATA_DIR
 
 
-def _resolve_dir(directory: str | os.PathLike | None) -> Path:
-    return Path(directory) if directory is not None else data_dir()
-
-
-def list_parquet_files(data_dir: str | os.PathLike | None = None) -> list[Path]:
+def list_parquet_files(directory: str | os.PathLike | None = None) -> list[Path]:
     """Finished shard files, sorted by name (the order every rank walks them in)."""
-    directory = _resolve_dir(data_dir)
+    directory = data_dir(directory)
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.glob("*.parquet") if p.is_file())
@@ -182,7 +178,7 @@ def generate_shards(
     if num_shards > MAX_SHARDS:
         raise ConfigError(f"--shards={num_shards}: at most {MAX_SHARDS} (shard files are named with 5 digits, "
                           f"and the split takes them in name order)")
-    out = _resolve_dir(out_dir)
+    out = data_dir(out_dir)
     paths = [out / shard_name(i) for i in range(num_shards)]
     recipes = [data_origin.generated_recipe(i, docs_per_shard, row_group_size) for i in range(num_shards)]
     # files generating would replace by other data: any but the shard of its very recipe (written again the same)

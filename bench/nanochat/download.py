@@ -260,7 +260,7 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
         raise ConfigError(f"--retries {retries}: must be >= 1")
     if not timeout_s > 0:
         raise ConfigError(f"--timeout {timeout_s}: must be a positive number of seconds")
-    out = Path(out_dir) if out_dir is not None else data_dir()
+    out = data_dir(out_dir)
     generated = generated_in_the_way(out, num_shards)
     if generated and not overwrite:
         raise DataError(f"{out} holds {file_names(generated)}, made by `data generate`, not FineWeb-Edu: "

@@ -20,6 +20,13 @@
     capacity.py       the capacity search's report
 """
 
+# Processes collect reads runs with: by default one a CPU up to DEFAULT_WORKERS, never more than MAX_WORKERS nor
+# than the runs to read (reading is file I/O and JSON: more processes only add start-up and memory, and on Linux
+# the pool forks all of them at once, so `--workers 100000` tried to start that many). Here, not in collect.py,
+# so the command line's help says them without loading pandas.
+DEFAULT_WORKERS = 8
+MAX_WORKERS = 64
+
 
 def summarize_runs(root, out_dir):
     """Collect the runs under root into out_dir and write the report there; returns report.html's path."""

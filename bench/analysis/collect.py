@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from bench.analysis import DEFAULT_WORKERS, MAX_WORKERS
 from bench.analysis.columns import TYPES as COLUMNS  # the table's columns and their types, in order
 from bench.analysis.figures import finite
 from bench.analysis.regular_files import is_regular
@@ -138,7 +139,7 @@ def display_root(root: Path) -> str:
 
 def read_rows(items: list[tuple], workers: int | None = None) -> list[dict]:
     """Rows for (root, path, kind, fingerprint, names) items; processes share the work when there is much."""
-    workers = workers or min(os.cpu_count() or 1, 8)
+    workers = min(workers or min(os.cpu_count() or 1, DEFAULT_WORKERS), MAX_WORKERS, len(items))
     if workers > 1 and len(items) >= 500:
         with ProcessPoolExecutor(workers) as pool:
             per_source = list(pool.map(_read_one, items, chunksize=max(1, len(items) // (workers * 8))))

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from bench.analysis import DEFAULT_WORKERS, MAX_WORKERS
 from bench.errors import AnalysisError, ConfigError
 
 # What collect looks for, said when a root holds none of it (a path one level off, runs not written yet).
@@ -14,7 +15,8 @@ def register(subparsers) -> None:
     c.add_argument("--out", default="results/table",
                    help="directory of the table: runs.parquet and runs.csv, updated incrementally "
                         "(default: results/table)")
-    c.add_argument("--workers", type=int, default=None, help="processes reading runs (default: CPU count, max 8)")
+    c.add_argument("--workers", type=int, default=None, help=f"processes reading runs, 1 to {MAX_WORKERS}, never more "
+                   f"than the runs to read (default: CPU count, at most {DEFAULT_WORKERS})")
     c.set_defaults(func=cmd_collect)
 
     r = subparsers.add_parser("report", help="Markdown + self-contained HTML report with scaling figures")
@@ -38,8 +40,10 @@ def register(subparsers) -> None:
 def cmd_collect(args) -> int:
     from bench.analysis.collect import collect, is_copy
 
-    if args.workers is not None and args.workers < 1:  # 0 was taken for the default, a negative for 1
-        raise ConfigError(f"--workers {args.workers}: give 1 or more processes (default: CPU count, at most 8)")
+    # 0 was taken for the default, a negative for 1; a huge count started that many processes
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers {args.workers}: give 1 to {MAX_WORKERS} processes "
+                          f"(default: CPU count, at most {DEFAULT_WORKERS})")
     result = collect(args.roots, args.out, workers=args.workers)
     t = result.table
     usable = int(t["skip_reason"].isna().sum())

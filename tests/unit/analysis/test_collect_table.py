@@ -37,6 +37,32 @@ def test_thousands_of_generated_runs(tmp_path):
             assert pts.loc[(runtime, n), "efficiency"] == pytest.approx(efficiency(spec, n), rel=1e-2)
 
 
+@pytest.mark.parametrize("asked, maximum, started", [(100000, 64, 64), (None, 64, 8), (3, 64, 3), (5000, 9999, 600)])
+def test_the_reading_processes_are_bounded(monkeypatch, asked, maximum, started):
+    """A worker count beyond the maximum, or beyond the runs to read, started that many processes."""
+    seen = []
+
+    class Pool:
+        def __init__(self, workers):
+            seen.append(workers)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, fn, it, chunksize=1):
+            return map(fn, it)
+
+    monkeypatch.setattr(collect_mod, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(collect_mod, "_read_one", lambda item: [{"n": item}])
+    monkeypatch.setattr(collect_mod.os, "cpu_count", lambda: 200)
+    monkeypatch.setattr(collect_mod, "MAX_WORKERS", maximum)
+    assert len(collect_mod.read_rows(list(range(600)), asked)) == 600
+    assert seen == [started]
+
+
 def test_incremental_and_idempotent(tmp_path):
     root, out = tmp_path / "root", tmp_path / "table"
     dirs = generate_sweep(root, SweepSpec(world_sizes=(8, 16), repeats=2, steps=12))

@@ -127,11 +127,12 @@ def test_report_of_a_root_without_runs_keeps_the_earlier_report(tmp_path, capsys
     assert (tmp_path / "rep" / "report.md").read_text() == good
 
 
-@pytest.mark.parametrize("workers", ["0", "-3"])
-def test_collect_refuses_fewer_than_one_worker(tmp_path, capsys, workers):
-    """--workers 0 was taken for the default and a negative count for one process, silently."""
+@pytest.mark.parametrize("workers", ["0", "-3", "65", "100000"])
+def test_collect_refuses_a_worker_count_out_of_range(tmp_path, capsys, workers):
+    """--workers 0 was taken for the default and a negative count for one process, silently; --workers 100000
+    started that many processes on a large collection."""
     assert main(["collect", str(tmp_path), "--out", str(tmp_path / "t"), "--workers", workers]) == 1
-    assert capsys.readouterr().err.strip() == (f"error: --workers {workers}: give 1 or more processes "
+    assert capsys.readouterr().err.strip() == (f"error: --workers {workers}: give 1 to 64 processes "
                                                f"(default: CPU count, at most 8)")
     assert not (tmp_path / "t").exists()
 

@@ -29,6 +29,9 @@ LABELS = {"image_ready": "image on the nodes", "runtime_start": "runtime start-u
           "model_ready": "model build", "data_ready": "data loaders", "first_step": "first step (compile)",
           "steady": "warm-up steps", "end": "steady training", "finished": "teardown"}
 
+# taken by the launcher on the batch host; the other milestones by rank 0 on its node, with its own clock
+LAUNCHER = frozenset({"launch", "image_ready", "finished"})
+
 
 def phases(times: Dict[str, Optional[float]]) -> Dict[str, float]:
     """{milestone: seconds since the previous milestone the run reached}, in MILESTONES order; `times` maps
@@ -43,3 +46,9 @@ def phases(times: Dict[str, Optional[float]]) -> Dict[str, float]:
             out[name] = t - previous
         previous = t
     return out
+
+
+def across_hosts(times: Dict[str, Optional[float]]) -> set:
+    """The phases of phases(times) measured from one host's clock to the other's: off by any skew between them."""
+    names = [m for m in MILESTONES if times.get(m) is not None]
+    return {b for a, b in zip(names, names[1:]) if (a in LAUNCHER) != (b in LAUNCHER)}

@@ -54,7 +54,9 @@ TABLE_CSV = "runs.csv"
 # 16: an NNTile run's precision is float32 (its GPT-2 trains in torch's default dtype), not nanochat's bf16.
 # 17: a resumed run's start-up phases and times are its last attempt's (the launch time run.json holds), not the
 #     first attempt's milestones measured from the later launch (negative start-up, a teardown holding a run).
-ROW_VERSION = 17
+# 18: a start-up phase that came out negative, measured across the batch host's and rank 0's clocks, makes the
+#     phases across them and start-up s unknown, named in clock_skew; it was a negative duration.
+ROW_VERSION = 18
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 # The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).

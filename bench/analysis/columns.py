@@ -115,6 +115,7 @@ CATALOGUE: tuple[Column, ...] = (
     Column("fused_kernels", "str", "derived", key="config"),
     *(Column(f"phase_{m}_s", "float", "events", "median", breakdown.LABELS[m], "s", "1")
       for m in breakdown.MILESTONES[1:]),
+    Column("clock_skew", "str", "events"),  # the phases that came out negative: two hosts' clocks (why.py)
     *(Column(f"step_{k}", "float", "events", "median", f"{SPLIT_LABELS[k]} ms", "ms", "1") for k in SPLIT),
     *(Column(f"busbw_{c}_gbps", "float", "why:preflight", "median", f"{c.replace('_', '-')} GB/s", "GB/s", "1",
              perf=ANY) for c in COLLECTIVES),

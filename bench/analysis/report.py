@@ -99,7 +99,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
                          "table": tables.ratio_table(r, unit), "figures": pick("ratio")})
     if measured["startup"]:
         sections.append({"title": "Start-up phases (seconds, median over repeats)",
-                         "note": f"{tables.NOT_MEASURED}: not measured; its time is in the next measured phase.",
+                         "note": f"{tables.NOT_MEASURED}: not measured; its time is in the next measured phase."
+                                 + skew_note(runs),
                          "table": tables.phase_table(p, unit), "figures": pick("startup")})
     if measured["step"]:
         sections.append({"title": "Steady step split (ms per step, share of the step)",
@@ -117,6 +118,17 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     missing = [SECTION_NEEDS[name] for name, found in measured.items() if not found]
     return {"config": config, "sections": sections, "not_recorded": missing,
             "findings": findings.config_findings(runs, p, r, baseline, unit, mode)}
+
+
+def skew_note(runs: pd.DataFrame) -> str:
+    """What the phase table says of runs whose phases came out negative (clock_skew)."""
+    skewed = runs[runs["clock_skew"].notna()]
+    if skewed.empty:
+        return ""
+    first = skewed.iloc[0]
+    return (f" Clock skew: in {len(skewed)} run(s) a phase measured from the batch host's clock to rank 0's node's "
+            f"came out negative, so those phases, start-up s and launch to 1st step are unknown "
+            f"({tables.NOT_MEASURED}) there (run {first['run_id']}: {first['clock_skew']}).")
 
 
 def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str = scaling.BASELINE_RUNTIME,

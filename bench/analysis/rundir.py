@@ -318,10 +318,6 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     row["status"], row["message"] = resolve_status(manifest, ev, notes, skip)
     if row["status"] not in contract.STATUSES:
         skip = skip or f"unknown status {row['status']!r} (known: {', '.join(contract.STATUSES)})"
-    if row.get("t0") is not None and row.get("t_start") is not None:
-        row["startup_overhead_s"] = row["t_start"] - row["t0"]
-        if row.get("time_to_first_step_s") is not None:
-            row["launch_to_first_step_s"] = row["startup_overhead_s"] + row["time_to_first_step_s"]
 
     steps = [e for e in events if e["event"] == "step"]
     starts = restart_steps(events)
@@ -338,6 +334,11 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         mask, _ = steady_mask([int(s["step"]) for s in steps], starts)
         row.update(why.split_fields([s for s, m in zip(steps, mask) if m]))
     row.update(why.phase_fields(manifest, milestone_times(events)))
+    # launch.t0 is the batch host's clock, t_start rank 0's node's: under a skew both are off by it
+    if row.get("t0") is not None and row.get("t_start") is not None and not row.get("clock_skew"):
+        row["startup_overhead_s"] = max(row["t_start"] - row["t0"], 0.0)
+        if row.get("time_to_first_step_s") is not None:
+            row["launch_to_first_step_s"] = row["startup_overhead_s"] + row["time_to_first_step_s"]
     row.update(why.section_fields(manifest))
     row["skip_reason"] = skip or usability(row, getattr(impl, "kind", TRAINING) == EVALUATION)
     row["notes"] = "; ".join(notes) or None

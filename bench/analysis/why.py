@@ -15,6 +15,11 @@ from bench.analysis.columns import COLLECTIVES, SPLIT  # noqa: F401 - SPLIT and 
 from bench.analysis.figures import finite
 
 
+# a process's start time is read to the kernel's 10 ms ticks (runrecord.process_start_time): a phase this little
+# below zero on one host is rounding, not skew
+START_TIME_SLACK_S = 0.05
+
+
 def section(manifest: dict, name: str) -> dict:
     """A section of run.json; {} when absent (or, in a run.json that failed validation, not an object)."""
     value = manifest.get(name)
@@ -22,10 +27,19 @@ def section(manifest: dict, name: str) -> dict:
 
 
 def phase_fields(manifest: dict, first_times: dict) -> dict:
+    """The phases' seconds. One that came out negative is no duration but the batch host's clock (launch, image
+    step, finished) disagreeing with rank 0's node's (its events): then every phase spanning the two clocks is
+    unknown, off by that skew, and `clock_skew` says which came out negative."""
     launch = section(manifest, "launch")
     times = {**{k: finite(v) for k, v in first_times.items()}, "launch": finite(launch.get("t0")),
              "image_ready": finite(launch.get("image_ready_at")), "finished": finite(launch.get("finished_at"))}
-    return {f"phase_{m}_s": s for m, s in breakdown.phases(times).items()}
+    phases = breakdown.phases(times)
+    skewed = [f"{breakdown.LABELS[m]} came out {s:.1f} s" for m, s in phases.items() if s < -START_TIME_SLACK_S]
+    unknown = breakdown.across_hosts(times) if skewed else set()
+    out = {f"phase_{m}_s": max(s, 0.0) for m, s in phases.items() if m not in unknown}
+    if skewed:
+        out["clock_skew"] = "; ".join(skewed) + ": the batch host's and rank 0's node's clocks disagree"
+    return out
 
 
 def split_fields(steady_steps: list[dict]) -> dict:

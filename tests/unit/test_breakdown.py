@@ -24,6 +24,14 @@ def test_phases_add_up_to_the_whole_and_skip_what_a_run_lacks():
     assert breakdown.phases({"end": 5.0}) == {}
 
 
+def test_the_phases_that_span_the_batch_host_and_rank_0s_node():
+    """Only these can come out negative under clock skew (the others are timed on one node)."""
+    times = {"launch": 0.0, "image_ready": 1.0, "runtime_start": 2.0, "start": 3.0, "end": 9.0, "finished": 10.0}
+    assert breakdown.across_hosts(times) == {"runtime_start", "finished"}
+    assert breakdown.across_hosts({"launch": 0.0, "start": 3.0, "end": 9.0}) == {"start"}
+    assert breakdown.across_hosts({"start": 3.0, "end": 9.0}) == set()
+
+
 def test_cpu_split_adds_up_to_the_step():
     timer = steptimer.StepTimer("cpu")
     steptimer.use(timer)

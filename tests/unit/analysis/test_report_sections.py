@@ -6,6 +6,7 @@ nanochat beside NNTile. Figure text is read from the SVGs (matplotlib writes SVG
 python -m pytest tests/unit/analysis/test_report_sections.py -q
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -307,3 +308,17 @@ def test_every_scaling_figure_says_what_its_bars_are_or_that_it_has_none():
         plt.close(fig)
     assert said == {"speedup": plots.NO_BARS, "efficiency": plots.NO_BARS, "mfu": plots.NO_BARS,
                     "throughput": plots.SPREAD_BARS}
+
+
+def test_the_start_up_table_names_a_clock_skew_instead_of_a_negative_phase(make_run, tmp_path):
+    """Rank 0's node 5 s behind the batch host: the start-up table printed a negative phase as a duration."""
+    d = make_run("skewed", t0=1000.0, startup_s=2.0)
+    lines = (d / contract.METRICS_JSONL).read_text().splitlines()
+    shifted = [{**ev, "t": ev["t"] - 5.0} for ev in map(json.loads, lines)]
+    (d / contract.METRICS_JSONL).write_text("".join(json.dumps(ev) + "\n" for ev in shifted))
+    table = collect([d], tmp_path / "table").table
+    write_report(table, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    start_up = md[md.index("### Start-up phases"):]
+    assert "Clock skew: in 1 run(s)" in start_up and "torchrun and spawn came out -3.0 s" in start_up
+    assert not re.search(r"\| +-\d", start_up.split("###")[1])  # no negative cell in the table

@@ -189,3 +189,37 @@ def test_a_resumed_runs_start_up_is_its_last_attempts(make_run):
     assert row["phase_runtime_start_s"] == pytest.approx(1.0) and row["phase_finished_s"] == pytest.approx(1.0)
     phases = {k: v for k, v in row.items() if k.startswith("phase_") and v is not None}
     assert min(phases.values()) >= 0 and sum(phases.values()) == pytest.approx(31.0)
+
+
+def _skewed_run(make_run, behind_s: float):
+    """A run whose rank 0 node's clock (its events) is `behind_s` behind the batch host's (launch.t0, finished_at),
+    as a real run's record reads under that skew."""
+    d = make_run("skewed", t0=1000.0, startup_s=2.0)
+    events = [json.loads(line) for line in (d / contract.METRICS_JSONL).read_text().splitlines()]
+    for ev in events:
+        ev["t"] -= behind_s
+    (d / contract.METRICS_JSONL).write_text("".join(json.dumps(ev) + "\n" for ev in events))
+    manifest = json.loads((d / contract.RUN_JSON).read_text())
+    end = max(ev["t"] for ev in events if ev["event"] == "end") + behind_s
+    manifest["launch"] = {"kind": "slurm", "t0": 1000.0, "finished_at": end + 1.0}
+    (d / contract.RUN_JSON).write_text(json.dumps(manifest))
+    return d
+
+
+def test_a_phase_across_two_skewed_clocks_is_unknown_not_negative(make_run):
+    """Rank 0's node 5 s behind the batch host: the report's start-up table printed runtime start-up -5 s (and the
+    teardown 5 s too long, start-up s negative) as facts."""
+    row = read_run_dir(_skewed_run(make_run, 5.0))
+    phases = {k: v for k, v in row.items() if k.startswith("phase_") and v is not None}
+    assert min(phases.values()) >= 0
+    assert "phase_finished_s" not in phases and row.get("startup_overhead_s") is None
+    assert row.get("launch_to_first_step_s") is None and row["time_to_first_step_s"] > 0  # one clock: kept
+    assert "phase_start_s" not in phases and phases["phase_dist_init_s"] > 0  # launch -> start: 2 s - 5 s
+    assert row["clock_skew"] == ("torchrun and spawn came out -3.0 s: the batch host's and rank 0's node's "
+                                 "clocks disagree")
+
+
+def test_a_run_on_one_clock_has_no_skew(make_run):
+    row = read_run_dir(_skewed_run(make_run, 0.0))
+    assert row.get("clock_skew") is None and row["startup_overhead_s"] == pytest.approx(2.0)
+    assert row["phase_finished_s"] == pytest.approx(1.0)

@@ -10,7 +10,7 @@ The lines proving a run's path (NCCL's own wording, as NCCL 2.2x prints it):
 A run whose nodes talked over `Socket` took TCP: on a Slingshot or InfiniBand system that means the
 container lacked the right network plugin, and its throughput says nothing about the runtime.
 
-Standard library only: the trainer parses its own debug file (bench/nanochat/train.py sets
+Standard library only: the trainer parses its own debug file (bench/nanochat/stagerun.py sets
 NCCL_DEBUG_FILE into the run directory), the analysis reads the result from run.json.
 """
 

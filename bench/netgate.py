@@ -12,7 +12,8 @@ The job says what it expects through two variables, rendered from the site profi
                               empty: no gate
   NANOCHAT_BENCH_NET_SETUP    one line: how this runtime was set up for that network (quoted in the message)
 and `--allow-network NAME` (rendered as NANOCHAT_BENCH_ALLOW_NET) measures another network on purpose.
-Standard library only.
+Whenever a gate is expected the trainer makes NCCL write its INIT and NET INFO lines (debug_env), whatever
+NCCL_DEBUG the user passed: without them there is nothing to judge. Standard library only.
 """
 
 import os
@@ -70,6 +71,46 @@ def check(facts: Optional[Mapping[str, object]], *, nodes: int, expected: Option
     return (f"NCCL chose the network {chosen!r} between nodes, not the site's {expected!r}{said}{how}; "
             f"stopped before training, since its throughput would measure that network and not the runtime "
             f"(to measure it on purpose: --allow-network {shlex.quote(chosen)})")
+
+
+# NCCL_DEBUG levels at which NCCL writes INFO lines (NCCL's ABORT and TRACE are above INFO); unset or another
+# level (NONE, VERSION, WARN) writes none, so not "Using network X"
+_INFO_LEVELS = ("INFO", "ABORT", "TRACE")
+_GATE_SUBSYS = ("INIT", "NET")  # the subsystems of the lines the gate reads (bench/nccl_log.py)
+
+
+def debug_env(environ: Mapping[str, str], log_file: str) -> dict[str, str]:
+    """The NCCL_DEBUG* variables a rank sets before NCCL starts, so that its lines reach a file: `log_file`
+    unless NCCL_DEBUG_FILE names one. With a gate expected, NCCL's INIT and NET INFO lines are added to what
+    the user asked for (a level below INFO is raised to INFO of those two alone: another subsystem they named
+    would log, at INFO, every collective); without one, only the file, and only when NCCL_DEBUG asks for lines.
+    NCCL writes all its lines to that file, none to the console, either way."""
+    level = environ.get("NCCL_DEBUG", "")
+    out = {}
+    if environ.get(ENV_EXPECT):
+        if level.strip().upper() not in _INFO_LEVELS:
+            out = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": ",".join(_GATE_SUBSYS)}
+        elif (subsys := _with_gate_subsys(environ.get("NCCL_DEBUG_SUBSYS", ""))) is not None:
+            out = {"NCCL_DEBUG_SUBSYS": subsys}
+    elif not level:
+        return {}
+    if "NCCL_DEBUG_FILE" not in environ:
+        out["NCCL_DEBUG_FILE"] = log_file
+    return out
+
+
+def _with_gate_subsys(subsys: str) -> Optional[str]:
+    """NCCL_DEBUG_SUBSYS `subsys` with INIT and NET in it (its other subsystems kept), or None when they are
+    (unset: NCCL's default, INIT,BOOTSTRAP,ENV, has INIT, under which it says "Using network X")."""
+    names = [n.strip() for n in subsys.strip().lstrip("^").split(",") if n.strip()]
+    if not names:
+        return None
+    if subsys.strip().startswith("^"):  # every subsystem but those named
+        kept = [n for n in names if n.upper() not in _GATE_SUBSYS]
+        return None if kept == names else "^" + ",".join(kept) if kept else "ALL"
+    upper = {n.upper() for n in names}
+    missing = [] if "ALL" in upper else [n for n in _GATE_SUBSYS if n not in upper]
+    return ",".join(names + missing) if missing else None
 
 
 def check_env(facts: Optional[Mapping[str, object]], nodes: int,

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from bench import netgate
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, peak_flops
 from bench.nanochat import gcfreeze, preflight
@@ -185,10 +186,13 @@ def main(run: Callable, parse: Callable, argv: list[str] | None = None) -> int:
         record.emit("start", t=process_start_time())
         record.emit("runtime_start", t=runtime_start_time())
         record.emit("imports_done")
-        if record.run_dir and os.environ.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in os.environ:
-            # each rank's NCCL lines into the run directory, where rank 0 reads the path its network took
-            Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
-            os.environ["NCCL_DEBUG_FILE"] = str(Path(record.run_dir, "nccl", f"rank{rank}.log"))
+        if record.run_dir:
+            # each rank's NCCL lines into the run directory, where every rank reads the network its NCCL took
+            # for the gate, which makes sure those lines are written when it is expected (bench/netgate.py)
+            nccl = netgate.debug_env(os.environ, str(Path(record.run_dir, "nccl", f"rank{rank}.log")))
+            if "NCCL_DEBUG_FILE" in nccl:
+                Path(record.run_dir, "nccl").mkdir(parents=True, exist_ok=True)
+            os.environ.update(nccl)
         config = parse(sys.argv[1:] if argv is None else argv)
         record.heartbeat.silent_after_s = config.heartbeat_timeout_s
         summary, status, message = run(config, record)

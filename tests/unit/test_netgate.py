@@ -52,3 +52,32 @@ def test_the_ofi_plugin_is_the_same_network_under_each_of_its_names():
         facts = nccl_log.parse([f"nid001:1:1 [0] NCCL INFO Using network {name}"])
         assert netgate.check(facts, nodes=2, expected="AWS Libfabric") is None, name
     assert netgate.check(SOCKET, nodes=2, expected="Libfabric") is not None
+
+
+LOG = "/run/nccl/rank0.log"
+
+
+def test_an_expected_gate_gets_nccls_init_and_net_lines_whatever_the_user_passed():
+    """--env NCCL_DEBUG=WARN (or NCCL_DEBUG_SUBSYS=COLL) left NCCL without its "Using network" line: a multi-node
+    run on the wrong network trained unverified instead of stopping."""
+    gate = {netgate.ENV_EXPECT: "AWS Libfabric"}
+    expect = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_DEBUG_FILE": LOG}
+    assert netgate.debug_env({**gate, "NCCL_DEBUG": "WARN"}, LOG) == expect
+    assert netgate.debug_env({**gate, "NCCL_DEBUG": "WARN", "NCCL_DEBUG_SUBSYS": "COLL"}, LOG) == expect
+    assert netgate.debug_env(gate, LOG) == expect  # NCCL_DEBUG unset
+    info = {**gate, "NCCL_DEBUG": "info"}
+    assert netgate.debug_env({**info, "NCCL_DEBUG_SUBSYS": "COLL"}, LOG) == {"NCCL_DEBUG_SUBSYS": "COLL,INIT,NET",
+                                                                          "NCCL_DEBUG_FILE": LOG}
+    assert netgate.debug_env({**info, "NCCL_DEBUG_SUBSYS": "^NET,COLL"}, LOG)["NCCL_DEBUG_SUBSYS"] == "^COLL"
+    assert netgate.debug_env({**info, "NCCL_DEBUG_SUBSYS": "^INIT,NET"}, LOG)["NCCL_DEBUG_SUBSYS"] == "ALL"
+    for enough in ({}, {"NCCL_DEBUG_SUBSYS": "INIT,NET"}, {"NCCL_DEBUG_SUBSYS": "ALL"},
+                   {"NCCL_DEBUG_SUBSYS": "^COLL"}):
+        assert netgate.debug_env({**info, **enough}, LOG) == {"NCCL_DEBUG_FILE": LOG}
+    own = {**gate, "NCCL_DEBUG": "TRACE", "NCCL_DEBUG_FILE": "/mine/%h.log"}  # the user's own file is kept
+    assert netgate.debug_env(own, LOG) == {}
+
+
+def test_without_a_gate_only_asked_for_lines_go_to_the_run_directory():
+    assert netgate.debug_env({}, LOG) == {}
+    assert netgate.debug_env({"NCCL_DEBUG": "WARN"}, LOG) == {"NCCL_DEBUG_FILE": LOG}
+    assert netgate.debug_env({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/x"}, LOG) == {}

@@ -50,3 +50,33 @@ def test_a_stopped_run_keeps_the_network_it_was_stopped_for(tmp_path, monkeypatc
     assert network["backend"] == "nccl" and network["net"] == "Socket"
     assert any("Using network Socket" in line for line in network["evidence"])
     record.close()
+
+
+STAGE = '''
+import json, os, sys
+from bench.nanochat import stagerun
+
+def parse(argv):  # the stage's settings are read after the NCCL variables are set: report them as --help would
+    with open(sys.argv[1], "w") as f:
+        json.dump({k: v for k, v in os.environ.items() if k.startswith("NCCL_DEBUG")}, f)
+    raise SystemExit(0)
+
+stagerun.main(None, parse, [])
+'''
+
+
+def test_a_stage_expecting_a_network_makes_nccl_write_the_lines_the_gate_reads(tmp_path):
+    """--env NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=COLL on a job with a gate: NCCL wrote no "Using network" line and a
+    multi-node run on the wrong network trained unverified."""
+    import os
+    import subprocess
+    import sys
+
+    run_dir, out = tmp_path / "run", tmp_path / "env.json"
+    env = {**os.environ, "NANOCHAT_BENCH_RUN_DIR": str(run_dir), "NANOCHAT_BENCH_EXPECT_NET": "AWS Libfabric",
+           "NCCL_DEBUG": "WARN", "NCCL_DEBUG_SUBSYS": "COLL"}
+    env.pop("NCCL_DEBUG_FILE", None)
+    subprocess.run([sys.executable, "-c", STAGE, str(out)], env=env, check=True, timeout=120)
+    assert json.loads(out.read_text()) == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+                                           "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "rank0.log")}
+    assert (run_dir / "nccl").is_dir()

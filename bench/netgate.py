@@ -113,6 +113,18 @@ def _with_gate_subsys(subsys: str) -> Optional[str]:
     return ",".join(names + missing) if missing else None
 
 
+def unverified(facts: Optional[Mapping[str, object]], nodes: int,
+               environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """Why a run across nodes that expects a network was not judged (one line: run.json network.unverified),
+    or None when it was, or need not be: NCCL said no network between nodes, or no NCCL line was read."""
+    expected = environ.get(ENV_EXPECT)
+    if nodes <= 1 or not expected or (facts and chosen_network(facts)):
+        return None
+    said = ("NCCL's INFO lines name no network between nodes (no \"Using network\" line)" if facts else
+            "no NCCL INFO line was read (no log at NCCL_DEBUG_FILE, or not the NCCL backend)")
+    return f"the network between nodes was not checked against the site's {expected!r}: {said}"
+
+
 def check_env(facts: Optional[Mapping[str, object]], nodes: int,
               environ: Mapping[str, str] = os.environ) -> Optional[str]:
     """check() with what the job rendered into the environment."""

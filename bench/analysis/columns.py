@@ -122,6 +122,7 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("preflight_bytes", "float", "preflight.bytes", agg="median"),
     Column("net", "str", "why:network"), _rj("net_provider", "str", "network.net_provider"),
     Column("nccl_transports", "str", "why:network"), Column("net_over_sockets", "str", "why:network"),
+    _rj("net_unverified", "str", "network.unverified"),  # a multi-node run the network gate could not judge
     _rj("slowest_rank", "int", "breakdown.slowest_rank"), _rj("slowest_host", "str", "breakdown.slowest_host"),
     Column("rank_step_spread_pct", "float", "why:breakdown", "max"),
     Column("fingerprint", "str", "collect"), Column("row_version", "int", "collect"),

@@ -72,6 +72,17 @@ def sockets(runs: pd.DataFrame) -> list[Finding]:
     return _capped(out, "socket fallbacks")
 
 
+def unverified(runs: pd.DataFrame) -> list[Finding]:
+    """Multi-node runs whose site expects a network but whose NCCL named none: their network is unknown."""
+    multi = runs[(runs["nodes"].fillna(1) > 1) & runs["net_unverified"].notna()]
+    out = []
+    for (runtime, nodes), g in multi.groupby(["runtime", "nodes"], sort=True):
+        out.append(Finding(f"{runtime} at {int(nodes)} nodes: the network between nodes of {len(g)} run(s) was not "
+                           f"verified, so their throughput may measure another network than the site's "
+                           f"(run {g['run_id'].iloc[0]})", str(g["net_unverified"].iloc[0])))
+    return _capped(out, "unverified networks")
+
+
 def throughput_ratios(ratios: pd.DataFrame, baseline: str, unit: str) -> list[Finding]:
     out = []
     for r in ratios.to_dict("records"):
@@ -198,8 +209,8 @@ def stragglers(runs: pd.DataFrame, unit: str) -> list[Finding]:
 def config_findings(runs: pd.DataFrame, points: pd.DataFrame, ratios: pd.DataFrame, baseline: str, unit: str,
                     scaling: str) -> list[Finding]:
     """The findings of one config: its usable runs, its points and its ratios to the baseline."""
-    return [*sockets(runs), *throughput_ratios(ratios, baseline, unit), *low_efficiency(points, unit, scaling),
-            *above_ideal(points, unit),
+    return [*sockets(runs), *unverified(runs), *throughput_ratios(ratios, baseline, unit),
+            *low_efficiency(points, unit, scaling), *above_ideal(points, unit),
             *startup_gaps(points, baseline, unit), *exposed_comm(points, unit), *stragglers(runs, unit)]
 
 

@@ -91,7 +91,7 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     has = lambda frame, cols: frame[list(cols)].notna().any().any()  # noqa: E731
     measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in why.SPLIT]),
                 "busbw": has(p, [f"busbw_{c}_gbps" for c in why.COLLECTIVES]),
-                "network": has(runs, ["net", "nccl_transports", "net_over_sockets"])}
+                "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
     sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     if not r.empty:

@@ -140,6 +140,8 @@ def network_table(runs: pd.DataFrame, unit: str) -> Table:
     for r in runs.head(MAX_TABLE_ROWS).to_dict("records"):
         multi = not pd.isna(r["nodes"]) and int(r["nodes"]) > 1
         sockets = fmt(r["net_over_sockets"]) if multi else "one node" if not pd.isna(r["nodes"]) else NOT_MEASURED
+        if multi and pd.isna(r["net_over_sockets"]) and not pd.isna(r["net_unverified"]):
+            sockets = f"not verified: {r['net_unverified']}"
         rows.append([fmt(r["run_id"]), fmt(r["runtime"]), fmt(r["nodes"], "int"), fmt(r["world_size"], "int"),
                      fmt(r["net"]), fmt(r["net_provider"]), transports_text(r["nccl_transports"]), sockets])
     return Table(cols, rows, more=max(0, len(runs) - MAX_TABLE_ROWS), text_cols=(0, 1, 4, 5, 6, 7))

@@ -138,6 +138,7 @@ class Network:
     channels: Optional[int] = field(None, "collective channels of the communicator")
     transports: Optional[Dict[str, int]] = field(None, "connections by transport: P2P, SHM, NET/Socket, NET/IB, ...")
     evidence: Optional[List[str]] = field(None, "the NCCL lines these facts come from")
+    unverified: Optional[str] = field(None, "why a run across nodes expecting a network was not checked against it")
 
 
 @dataclasses.dataclass

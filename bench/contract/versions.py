@@ -17,13 +17,14 @@ by every later release. Only an unknown major is a reason not to read a run.
          image_ready), image.file (the .sqsh or .sif the runtime ran, its sha256 in image.digest)
     2.3  flows: `stage` (the flow's stage a run is, its point's directory above it) and the evidence kind
          `not_run` (a stage a failed stage before it kept from starting)
+    2.4  network.unverified: why a multi-node run whose site expects a network had its NCCL name none
 """
 
 from typing import Any, Callable, Dict, List, Tuple
 
 from .validate import SchemaError
 
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "2.4"
 
 
 def parse_version(value: Any, where: str = "run.json") -> Tuple[int, int]:

@@ -9,12 +9,14 @@ from bench import nccl_log, netgate
 from bench.netgate import WrongNetwork
 
 
-def network_facts(backend: str | None, facts: dict | None) -> dict | None:
-    """run.json's network section: the backend, and under NCCL this rank's NCCL lines (`facts`:
-    nccl_log.own_facts)."""
+def network_facts(backend: str | None, facts: dict | None, nodes: int) -> dict | None:
+    """run.json's network section: the backend, under NCCL this rank's NCCL lines (`facts`:
+    nccl_log.own_facts), and why the gate judged nothing where it should have (`unverified`)."""
     if backend is None:
         return None
-    return {"backend": backend, **((facts if backend == "nccl" else None) or {})}
+    facts = facts if backend == "nccl" else None
+    why = netgate.unverified(facts, nodes)
+    return {"backend": backend, **(facts or {}), **({"unverified": why} if why else {})}
 
 
 def stop_on_wrong_network(nodes: int, ddp: bool, device, record, backend: str | None) -> None:
@@ -22,7 +24,7 @@ def stop_on_wrong_network(nodes: int, ddp: bool, device, record, backend: str | 
     so a stopped run keeps the facts it was stopped for (the end of a run writes them again, complete). The NCCL
     log is read once: what is recorded is what was judged."""
     facts = nccl_log.own_facts()
-    record.update(network=network_facts(backend, facts))
+    record.update(network=network_facts(backend, facts, nodes))
     why = wrong_network(nodes, ddp, device, facts)
     if why:
         raise WrongNetwork(why)

@@ -33,6 +33,7 @@ from bench.nanochat.attention import (check_forced_attention, force_flash_attent
                                       restrict_sdpa_backends)
 from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, phase_dir, save_checkpoint
 from bench.nanochat.common import print0
+from bench.nanochat.compute import topology
 from bench.nanochat.config import TrainConfig, check_horizon, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.nanochat.guard import DivergenceGuard
@@ -291,7 +292,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     peak_mem_mib = stagerun.end(session, record, total_training_time, min_val)
     step_ms = {k: statistics.median(s[k] for s in steady_splits) for k in steady_splits[0]} if steady_splits else {}
     ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
-    record.write_breakdown(ranks, network_facts(backend, nccl_log.own_facts()))
+    record.write_breakdown(ranks, network_facts(backend, nccl_log.own_facts(), topology()[0]))
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
                "final_val_bpb": val_bpb, "final_mfu": mfu}
     if stopped_early:

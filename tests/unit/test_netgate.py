@@ -81,3 +81,15 @@ def test_without_a_gate_only_asked_for_lines_go_to_the_run_directory():
     assert netgate.debug_env({}, LOG) == {}
     assert netgate.debug_env({"NCCL_DEBUG": "WARN"}, LOG) == {"NCCL_DEBUG_FILE": LOG}
     assert netgate.debug_env({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/x"}, LOG) == {}
+
+
+def test_a_multi_node_run_the_gate_could_not_judge_is_said_unverified():
+    """No "Using network" line (NCCL_DEBUG=WARN, no debug file): the gate judged nothing and nothing said so."""
+    env = {netgate.ENV_EXPECT: "AWS Libfabric"}
+    quiet = nccl_log.parse(["host:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0"])
+    assert "no \"Using network\" line" in netgate.unverified(quiet, 2, env)
+    assert "'AWS Libfabric'" in netgate.unverified(None, 2, env)
+    assert "no NCCL INFO line was read" in netgate.unverified(None, 2, env)
+    assert netgate.unverified(SOCKET, 2, env) is None  # judged (and stopped by check)
+    assert netgate.unverified(None, 1, env) is None  # one node: no network to judge
+    assert netgate.unverified(None, 2, {}) is None  # no network expected

@@ -322,3 +322,19 @@ def test_the_start_up_table_names_a_clock_skew_instead_of_a_negative_phase(make_
     start_up = md[md.index("### Start-up phases"):]
     assert "Clock skew: in 1 run(s)" in start_up and "torchrun and spawn came out -3.0 s" in start_up
     assert not re.search(r"\| +-\d", start_up.split("###")[1])  # no negative cell in the table
+
+
+def test_a_multi_node_run_whose_network_went_unverified_says_so(tmp_path):
+    """A multi-node run whose NCCL named no network (the gate judged nothing) showed a blank network path."""
+    why = ("the network between nodes was not checked against the site's 'AWS Libfabric': no NCCL INFO line "
+           "was read (no log at NCCL_DEBUG_FILE, or not the NCCL backend)")
+    spec = SweepSpec(world_sizes=(8, 16), repeats=1, steps=14, runtimes={"bare": 1.0}, noise=0.0,
+                     network={"bare": {"unverified": why}})
+    generate_sweep(tmp_path / "runs", spec)
+    table = collect([tmp_path / "runs"], tmp_path / "table").table
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "- bare at 2 nodes: the network between nodes of 1 run(s) was not verified" in md
+    network = {r["GPUs"]: r for r in md_rows(md, "### Network path of each run")}
+    assert network["16"]["inter-node over sockets"] == f"not verified: {why}"
+    assert network["8"]["inter-node over sockets"] == "one node"

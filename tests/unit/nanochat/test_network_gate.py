@@ -80,3 +80,18 @@ def test_a_stage_expecting_a_network_makes_nccl_write_the_lines_the_gate_reads(t
     assert json.loads(out.read_text()) == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
                                            "NCCL_DEBUG_FILE": str(run_dir / "nccl" / "rank0.log")}
     assert (run_dir / "nccl").is_dir()
+
+
+def test_run_json_says_when_a_multi_node_runs_network_was_not_verified(monkeypatch):
+    from bench import netgate
+    from bench.contract import SCHEMA_VERSION, RunManifest
+    from bench.nanochat.network_gate import network_facts
+
+    monkeypatch.setenv(netgate.ENV_EXPECT, "IB")
+    facts = {"nccl_version": "2.28.9", "net": None, "transports": {}, "evidence": []}
+    network = network_facts("nccl", facts, nodes=2)
+    assert network["unverified"].startswith("the network between nodes was not checked against the site's 'IB'")
+    manifest = RunManifest.from_dict({"schema_version": SCHEMA_VERSION, "status": "ok", "network": network})
+    assert manifest.notes == [] and manifest.network.unverified == network["unverified"]  # a field of the contract
+    assert "unverified" not in network_facts("nccl", facts, nodes=1)
+    assert "unverified" not in network_facts("nccl", {**facts, "net": "IB"}, nodes=2)

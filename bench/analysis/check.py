@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.analysis.columns import FIGURES, TYPES as COLUMNS
+from bench.analysis.figures import finite
 from bench.analysis.scaling import GROUP_KEYS, usable, with_config, with_legacy
 from bench.errors import ConfigError
 from bench.nanochat.config import bool_word
@@ -105,10 +106,6 @@ def load_references(path: str | Path) -> list[Reference]:
     return references
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _reference(path: Path, i: int, entry: dict) -> Reference:
     name = str(entry.get("name") or f"reference #{i + 1}")
     unknown = set(entry) - {"name", "where", "figures"}
@@ -122,7 +119,7 @@ def _reference(path: Path, i: int, entry: dict) -> Reference:
     if where_err:
         raise ConfigError(f"{path}: {name}: unknown column(s) in where: {', '.join(where_err)}; "
                           f"valid: {', '.join(COLUMNS)}")
-    not_numbers = [k for k, v in where.items() if COLUMNS[k] != "str" and not _is_number(v)]
+    not_numbers = [k for k, v in where.items() if COLUMNS[k] != "str" and finite(v) is None]
     if not_numbers:
         raise ConfigError(f"{path}: {name}: where {', '.join(not_numbers)} must be number(s), "
                           f"got {', '.join(repr(where[k]) for k in not_numbers)}")
@@ -135,7 +132,7 @@ def _bound(path: Path, name: str, fig: str, spec) -> Bound:
     where = f"{path}: {name}: figures.{fig}"
     if fig not in FIGURES:
         raise ConfigError(f"{path}: {name}: unknown figure {fig!r}; valid: {', '.join(FIGURES)}")
-    if not isinstance(spec, dict) or not _is_number(spec.get("value")):
+    if not isinstance(spec, dict) or finite(spec.get("value")) is None:
         got = f"; got value = {spec.get('value')!r}" if isinstance(spec, dict) and "value" in spec else ""
         raise ConfigError(f"{where} needs a numeric value, e.g. {{ value = 1.0, lower = -0.05 }}{got}")
     unknown = set(spec) - {"value", "lower", "upper", "unit"}
@@ -143,7 +140,7 @@ def _bound(path: Path, name: str, fig: str, spec) -> Bound:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; valid: value, lower, upper, unit")
     lower, upper = spec.get("lower"), spec.get("upper")
     for key, v in (("lower", lower), ("upper", upper)):
-        if v is not None and not _is_number(v):
+        if v is not None and finite(v) is None:  # finite: no bool, NaN, inf or integer past a float
             raise ConfigError(f"{where}: {key} = {v!r} is not a number; {key} is a fraction of the value "
                               f"({'lower <= 0, e.g. -0.05' if key == 'lower' else 'upper >= 0, e.g. 0.05'})")
     if (lower is not None and lower > 0) or (upper is not None and upper < 0):

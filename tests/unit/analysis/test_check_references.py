@@ -156,6 +156,13 @@ def test_example_file_is_valid():
     ("[[reference]]\nfigures.mfu = { value = 40, lower = 0.1 }", "lower must be <= 0"),
     ("[[reference]]\nfigures.mfu = { value = 40, tolerance = 0.1 }", "unknown key(s) ['tolerance']"),
     ("[[reference]]\nwhere = { world_size = 'eight' }\nfigures.mfu = { value = 40 }", "must be number(s)"),
+    # an integer past a float's range (TOML's integers have no bound) is no number: once an OverflowError
+    pytest.param("[[reference]]\nfigures.mfu = { value = 1" + "0" * 400 + " }", "needs a numeric value",
+                 id="huge-value"),
+    pytest.param("[[reference]]\nfigures.mfu = { value = 40, upper = 1" + "0" * 400 + " }", "is not a number",
+                 id="huge-upper"),
+    pytest.param("[[reference]]\nwhere = { depth = 1" + "0" * 400 + " }\nfigures.mfu = { value = 40 }",
+                 "must be number(s)", id="huge-where"),
     ("[[reference", "not valid TOML"),
     ("[[reference]]\nfigures.mfu = { value = 40, lower = '-5%' }", "lower = '-5%' is not a number"),
     ("[[reference]]\nfigures.mfu = { value = 40, upper = true }", "upper = True is not a number"),

@@ -16,8 +16,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import offset_copy
 
-from bench.analysis import why
-from bench.analysis.columns import SPLIT_LABELS
+from bench.analysis.columns import COLLECTIVES, SPLIT, SPLIT_LABELS
 from bench.analysis.plots import _human, by_runtime, rank_axis, wrap_label
 from bench.analysis.scaling import STARTUP_PHASES, count, nodes_text, phase_label
 
@@ -107,7 +106,7 @@ def startup_phases(points: pd.DataFrame, config: str, unit: str):
 def step_split(points: pd.DataFrame, config: str, unit: str):
     """The steady step per runtime x rank count: the parts besides forward+backward stacked (they are
     where runtimes and networks differ; forward+backward would hide them), the whole step written beside."""
-    cols = [f"step_{k}" for k in why.SPLIT]
+    cols = [f"step_{k}" for k in SPLIT]
     p_all = points[points[cols].notna().any(axis=1)].reset_index(drop=True)
     if p_all.empty:
         return None
@@ -126,7 +125,7 @@ def step_split(points: pd.DataFrame, config: str, unit: str):
 def busbw(points: pd.DataFrame, colors: dict, config: str, unit: str):
     """Pre-flight busbw per collective beside steady tok/s per rank, both against ranks: where the
     network slows the collectives, the throughput per rank should show it."""
-    cols = [f"busbw_{c}_gbps" for c in why.COLLECTIVES]
+    cols = [f"busbw_{c}_gbps" for c in COLLECTIVES]
     measured = points[list(cols)].fillna(0).gt(0).any(axis=1)
     if not measured.any():
         return None  # one rank only (busbw is 0 there by definition), or no pre-flight

@@ -19,8 +19,9 @@ import jinja2
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, upstream, why
+from bench.analysis import findings, plots, plots_why, scaling, sidebyside, stages, tables, templates, upstream
 from bench.analysis.collect import ROW_VERSION, collect, display_root, is_copy, load_table, one_row_per_run
+from bench.analysis.columns import COLLECTIVES, SPLIT
 from bench.analysis.figures import STEADY_STATE_RULE
 from bench.analysis.rundir import LIVE_STATUSES
 from bench.analysis.tables import md_table, runs_table
@@ -89,8 +90,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
                          plots_why.why_figures(p, colors, config, unit), fig_dir, prefix)
     pick = lambda *names: [figs[n] for n in names if n in figs]  # noqa: E731
     has = lambda frame, cols: frame[list(cols)].notna().any().any()  # noqa: E731
-    measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in why.SPLIT]),
-                "busbw": has(p, [f"busbw_{c}_gbps" for c in why.COLLECTIVES]),
+    measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in SPLIT]),
+                "busbw": has(p, [f"busbw_{c}_gbps" for c in COLLECTIVES]),
                 "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
     sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]

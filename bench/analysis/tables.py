@@ -14,8 +14,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from bench import breakdown
-from bench.analysis import why
-from bench.analysis.columns import cell, header
+from bench.analysis.columns import COLLECTIVES, SPLIT, cell, header
 
 MAX_TABLE_ROWS = 100  # per table of runs; the table file has them all
 NOT_MEASURED = "–"
@@ -105,18 +104,18 @@ def split_table(points: pd.DataFrame, unit: str) -> Table:
     rows = []
     for cells, r in zip(head.rows, points.to_dict("records")):
         parts = []
-        for key in why.SPLIT:
+        for key in SPLIT:
             v = r[f"step_{key}"]
             share = v / r["step_time_ms"] if not pd.isna(v) and r["step_time_ms"] else None
             parts.append(NOT_MEASURED if pd.isna(v) else f"{v:,.1f} ({fmt(share, 'pct')})")
         rows.append(cells + parts)
-    return Table(head.columns + [header(f"step_{k}") for k in why.SPLIT], rows, text_cols=(0,))
+    return Table(head.columns + [header(f"step_{k}") for k in SPLIT], rows, text_cols=(0,))
 
 
 def busbw_table(points: pd.DataFrame, unit: str) -> Table:
     per, workload = unit[:-1], _workload(points)
     cols = [*_point_cols(unit), ("buffer MiB", "preflight_mib", "int"),
-            *[cell(f"busbw_{c}_gbps") for c in why.COLLECTIVES],
+            *[cell(f"busbw_{c}_gbps") for c in COLLECTIVES],
             cell("tok_per_sec", per, workload), cell("tok_per_sec_per_gpu", per, workload),
             ("efficiency", "efficiency", "pct")]
     return frame_table(points.assign(preflight_mib=points["preflight_bytes"] / 2 ** 20), cols)

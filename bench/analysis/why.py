@@ -11,7 +11,7 @@ import json
 import statistics
 
 from bench import breakdown, nccl_log
-from bench.analysis.columns import COLLECTIVES, SPLIT  # noqa: F401 - SPLIT and COLLECTIVES are read from here too
+from bench.analysis.columns import COLLECTIVES, SPLIT
 from bench.analysis.figures import finite
 
 

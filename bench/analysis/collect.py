@@ -286,8 +286,7 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     reused_keys = set(zip(reused["root"].astype(object), reused["source"].astype(object)))
     rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
     table = normalise(pd.concat([reused, kept, *([to_frame(rows)] if rows else [])], ignore_index=True))
-    result = CollectResult(table, read=len(rows), reused=len(reused),
-                           removed=int((gone & under).sum()))
+    result = CollectResult(table, read=len(rows), reused=len(reused), removed=int((gone & under).sum()))
     if out_dir is not None:
         unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
         # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)

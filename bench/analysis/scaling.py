@@ -191,8 +191,7 @@ def with_config(df: pd.DataFrame) -> pd.DataFrame:
     column (the label of their GROUP_KEYS values; nulls are a value too) and `config_base`, the label
     without what tells different models apart."""
     df = with_legacy(df)
-    device_type = df["device_type"] if "device_type" in df else [None] * len(df)  # tables before row version 7
-    df["device"] = [device_name(g, p, d) for g, p, d in zip(df["gpu_name"], df["gpus_per_node"], device_type)]
+    df["device"] = [device_name(g, p, d) for g, p, d in zip(df["gpu_name"], df["gpus_per_node"], df["device_type"])]
     df["batch"] = [batch_key(*k) for k in zip(df["scaling"], df["total_batch_size"], df["device_batch_size"],
                                              df["max_seq_len"])]
     keys = df[list(GROUP_KEYS)].astype(object).where(df[list(GROUP_KEYS)].notna(), None)

@@ -123,12 +123,10 @@ def busbw_table(points: pd.DataFrame, unit: str) -> Table:
 
 def transports_text(value) -> str:
     """nccl_transports (JSON {"P2P": 24, "NET/Socket": 8}) as 'NET/Socket 8, P2P 24'."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return NOT_MEASURED
     try:
         counts = json.loads(value)
-    except (TypeError, ValueError):
-        return str(value)
+    except (TypeError, ValueError):  # not measured ('–'), or not JSON: as it is
+        return fmt(value)
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none (one rank)"
 
 

@@ -80,7 +80,7 @@ def parse_log(path: Path) -> LogRun:
 
 def _header(line: str, facts: dict) -> None:
     for key, rx in HEADER_RES.items():
-        m = rx.search(line) if key == "world_size" else rx.match(line)
+        m = rx.search(line)  # each pattern anchors itself (^) where it must start the line
         if not m:
             continue
         if key == "micro_batch":

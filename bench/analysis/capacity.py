@@ -203,12 +203,11 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
     colors = _colors(list(searches.get("strategy", [])) + list(probes.get("strategy", [])))
     figures = []
     with plt.rc_context(STYLE):
-        for name, title, make in (("capacity", "Capacity per strategy", lambda: capacity_bars(searches, colors)),
-                                  ("memory", "Peak memory vs size", lambda: memory_figure(probes, machines, colors)),
-                                  ("speed", "Throughput and MFU vs size", lambda: speed_figure(probes, colors))):
-            fig = make() if not probes.empty else None
-            if fig is not None:
-                figures.append(save(fig, fig_dir, f"capacity-{name}", title))
+        if not probes.empty:
+            drawn = (("capacity", "Capacity per strategy", capacity_bars(searches, colors)),
+                     ("memory", "Peak memory vs size", memory_figure(probes, machines, colors)),
+                     ("speed", "Throughput and MFU vs size", speed_figure(probes, colors)))
+            figures = [save(fig, fig_dir, f"capacity-{name}", title) for name, title, fig in drawn if fig is not None]
     m = machines[0]
     lines = ["# Capacity: the largest model each memory strategy trains", "",
              f"Machine: {m.get('gpu_name') or m['device_type']}, {m['device_bytes'] / GIB:.1f} GiB per device, host "

@@ -62,10 +62,6 @@ def _missing(v) -> bool:
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
-def is_nanochat(workload) -> bool:
-    return not _missing(workload) and str(workload).startswith("nanochat")
-
-
 def device_name(gpu_name, gpus_per_node, device_type=None) -> str | None:
     """The device a run trained on: the GPU's name, CPU for a run without GPUs (or trained with
     --device_type=cpu: under Slurm gpus_per_node counts its ranks), None when not recorded."""
@@ -179,7 +175,7 @@ def _labels(keys: set[tuple]) -> dict[tuple, str]:
 def with_legacy(df: pd.DataFrame) -> pd.DataFrame:
     """The rows with LEGACY's values where nanochat's runs predate a field, as the report and check read them."""
     df = df.copy()
-    nanochat = df["workload"].map(is_nanochat).astype(bool)
+    nanochat = df["workload"].map(lambda w: not _missing(w) and str(w).startswith("nanochat")).astype(bool)
     for col, value in LEGACY.items():
         filled = df[col].astype(object).where(df[col].notna() | ~nanochat, value)
         df[col] = filled.where(filled.notna(), None)  # None, not pd.NA: the keys are compared as plain values

@@ -68,14 +68,18 @@ def _stage_order(stage: str) -> tuple[int, str]:
     return order.index(stage) if stage in order else len(order), stage
 
 
-def _sorted_stages(rows: pd.DataFrame) -> list[str]:
-    """The stages that ran, in their order in the flows."""
-    return sorted(dict.fromkeys(rows["stage"]), key=_stage_order)
+def _by_point(rows: pd.DataFrame, models: bool):
+    """(cells, runs) of each point: a point shape, of one model where the runs trained several (`models`)."""
+    for key, g in rows.groupby(["model", *POINT] if models else POINT, sort=True, dropna=False):
+        model = [fmt(key[0])] if models else []
+        runtime, ranks, nodes = key[len(model):]
+        yield [*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")], g
 
 
-def _point(models: bool) -> list[str]:
-    """What one row of a stage's table summarises: a point shape, of one model where the runs trained several."""
-    return ["model", *POINT] if models else POINT
+def _point_table(head: list[str], rows: list[list[str]], models: bool) -> Table:
+    """A Table whose rows start with their point's cells; the model's (if shown) and the runtime's are text."""
+    return Table([*["model", "runtime", "ranks", "nodes"][0 if models else 1:], *head], rows,
+                 text_cols=tuple(range(2 if models else 1)))
 
 
 def stage_table(rows: pd.DataFrame, models: bool = False) -> Table:
@@ -85,41 +89,25 @@ def stage_table(rows: pd.DataFrame, models: bool = False) -> Table:
     figures = [c for c in FIGURES if rows[c].notna().any()]
     workload = next(iter(rows["workload"].dropna()), None)
     out = []
-    for key, g in rows.groupby(_point(models), sort=True, dropna=False):
+    for cells, g in _by_point(rows, models):
         summary = {c: pd.to_numeric(g[c], errors="coerce").agg(AGGREGATES.get(c, "median"))
                    for c in figures + score_cols}
-        out.append([*_point_cells(key, models), str(len(g)),
+        out.append([*cells, str(len(g)),
                     *(fmt(summary[c], cell(c)[2]) for c in figures), *(fmt(summary[c], "3") for c in score_cols)])
-    head = [*_point_head(models), "runs", *(cell(c, "rank", workload)[0] for c in figures),
-            *(c.split(":", 1)[1] for c in score_cols)]
-    return Table(head, out, text_cols=_text_cols(models))
-
-
-def _text_cols(models: bool) -> tuple[int, ...]:
-    """The point's columns written as text (left-aligned): the model's, if shown, and the runtime's."""
-    return tuple(range(2 if models else 1))
-
-
-def _point_head(models: bool) -> list[str]:
-    return ["model", "runtime", "ranks", "nodes"][0 if models else 1:]
-
-
-def _point_cells(key: tuple, models: bool) -> list[str]:
-    model = [fmt(key[0])] if models else []
-    runtime, ranks, nodes = key[len(model):]
-    return [*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")]
+    head = ["runs", *(cell(c, "rank", workload)[0] for c in figures), *(c.split(":", 1)[1] for c in score_cols)]
+    return _point_table(head, out, models)
 
 
 def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False) -> Table:
     """Per runtime x ranks x nodes (and model, with `models`): each stage's median time and their sum; a stage
     with no ok run there is '–' and the total says how many stages it adds up."""
     out = []
-    for key, g in rows.groupby(_point(models), sort=True, dropna=False):
+    for cells, g in _by_point(rows, models):
         per = {s: pd.to_numeric(g.loc[g["stage"] == s, "stage_time_s"], errors="coerce").median() for s in stages}
         known = [v for v in per.values() if pd.notna(v)]
         total = f"{fmt(sum(known), '1')}" + ("" if len(known) == len(stages) else f" ({len(known)} of {len(stages)})")
-        out.append([*_point_cells(key, models), *(fmt(per[s], "1") for s in stages), total if known else fmt(None)])
-    return Table([*_point_head(models), *(f"{s} s" for s in stages), "total s"], out, text_cols=_text_cols(models))
+        out.append([*cells, *(fmt(per[s], "1") for s in stages), total if known else fmt(None)])
+    return _point_table([*(f"{s} s" for s in stages), "total s"], out, models)
 
 
 def stage_sections(table: pd.DataFrame) -> dict | None:
@@ -129,7 +117,7 @@ def stage_sections(table: pd.DataFrame) -> dict | None:
     rows = stage_rows(table)
     if rows.empty:
         return None
-    stages = _sorted_stages(rows)
+    stages = sorted(dict.fromkeys(rows["stage"]), key=_stage_order)  # those that ran, in the flows' order
     models = rows["model"].astype(str).nunique() > 1  # one model: the column would say nothing
     sections = [{"name": s, "workload": ", ".join(sorted(set(rows.loc[rows["stage"] == s, "workload"].dropna()))),
                  "table": stage_table(rows[rows["stage"] == s], models)} for s in stages]

@@ -126,11 +126,11 @@ def _read_one(item: tuple[str, str, str, str, tuple[str, ...]]) -> list[dict]:
         row = read_run_dir(Path(path), set(names)) if kind == "run_dir" else read_upstream_log(Path(path))
     except FileNotFoundError:
         return []  # removed between the walk and the read
-    rows = [row] if row is not None else []
-    for row in rows:
-        row.update(root=display_root(Path(root)), source=os.path.relpath(path, root), fingerprint=fingerprint,
-                   row_version=ROW_VERSION)
-    return rows
+    if row is None:
+        return []
+    row.update(root=display_root(Path(root)), source=os.path.relpath(path, root), fingerprint=fingerprint,
+               row_version=ROW_VERSION)
+    return [row]
 
 
 def display_root(root: Path) -> str:

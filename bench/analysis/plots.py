@@ -48,7 +48,6 @@ NO_CI = "no CI (under 2 runs a side)"  # a hollow marker on a ratio figure
 
 @dataclass
 class SavedFigure:
-    name: str
     title: str
     png: Path
     svg: Path
@@ -300,7 +299,7 @@ def save(fig, out_dir: Path, name: str, title: str) -> SavedFigure:
     fig.set_layout_engine("none")
     fig.savefig(svg)
     plt.close(fig)
-    return SavedFigure(name, title, png, svg)
+    return SavedFigure(title, png, svg)
 
 
 def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dict, baseline: str,

@@ -174,9 +174,14 @@ def check_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
     flowmod.check_staged(stages, base)
 
 
-def sweep_stages(args) -> tuple[flowmod.Stage, ...]:
-    """A sweep of one workload as the one stage its jobs run, for what is asked of a flow's stages."""
-    return (flowmod.Stage(args.workload, args.workload),)
+def sweep_and_stages(args) -> tuple:
+    """The --flow sweep or the sweep of one workload, and the stages its jobs run (a workload's: itself as the one
+    stage, for what is asked of a flow's stages)."""
+    if args.flow:
+        fs = flow_from_args(args)
+        return fs, fs.stages
+    refuse_flow_flags(args)
+    return sweep_from_args(args), (flowmod.Stage(args.workload, args.workload),)
 
 
 def note_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
@@ -276,26 +281,17 @@ def print_written(job, kind: str) -> None:
 # -- handlers --------------------------------------------------------------------------------------
 
 def cmd_plan(args) -> int:
-    if args.flow:
-        fs = flow_from_args(args)
-        print(flowmod.format_table(fs))
-        note_staged_data(args, fs.stages)
-        return 0
-    refuse_flow_flags(args)
-    print(planmod.format_table(sweep_from_args(args)))
-    note_staged_data(args, sweep_stages(args))
+    sweep, stages = sweep_and_stages(args)
+    print((flowmod if args.flow else planmod).format_table(sweep))
+    note_staged_data(args, stages)
     return 0
 
 
 def cmd_submit(args) -> int:
-    if args.flow:
-        sweep = flow_from_args(args)
-        if args.compare:
-            raise ConfigError("--compare and --flow: a flow runs one point per job (its stages in turn); "
-                              "leave out --compare")
-    else:
-        refuse_flow_flags(args)
-        sweep = sweep_from_args(args)
+    sweep, stages = sweep_and_stages(args)
+    if args.flow and args.compare:
+        raise ConfigError("--compare and --flow: a flow runs one point per job (its stages in turn); "
+                          "leave out --compare")
     opts = options_from_args(args)
     sweep_dir = out_dir(args)
     backend = None if args.dry_run else slurm.SlurmCLI()
@@ -306,7 +302,7 @@ def cmd_submit(args) -> int:
                           f"it has: {', '.join(known)}")
     if args.flow:  # its flags first, then its data: refused before the plan is printed
         tokenizer = tokenizer_args(args)
-    check_staged_data(args, sweep.stages if args.flow else sweep_stages(args))
+    check_staged_data(args, stages)
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer)
@@ -419,8 +415,7 @@ def cmd_render(args) -> int:
     refuse_bad_download(args)
     if args.flow:
         return cmd_render_flow(args)
-    refuse_flow_flags(args)
-    sweep = sweep_from_args(args)
+    sweep, stages = sweep_and_stages(args)
     opts = options_from_args(args)
     out = out_dir(args).absolute()
     if args.kind != "compare" and len(sweep.points()) > 1:
@@ -429,7 +424,7 @@ def cmd_render(args) -> int:
     naming = Naming(one_name=f"{{sweep_id}}-{args.kind}", one_title="run {run_id}",
                     compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
     if args.kind != "interactive":
-        check_staged_data(args, sweep_stages(args))
+        check_staged_data(args, stages)
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         job.script_name = "interactive.sh"

@@ -14,7 +14,7 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import (NUMA_BINDING, LaunchOptions, Naming, assemble, interactive_minutes, over_partition,
+from bench.launch.job import (NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, interactive_minutes, over_partition,
                               site_partition, write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
@@ -103,7 +103,7 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="a variable every run gets, passed literally by each runtime (e.g. NCCL_PROTO=^LL128), "
                         "repeatable")
-    g.add_argument("--ofi-hook", choices=("default", "on", "off"), default="default",
+    g.add_argument("--ofi-hook", choices=OFI_HOOK, default="default",
                    help="CE's aws_ofi_nccl hook: as the site configures it, forced on (variant cuda-dl), or off to "
                         "run the image's own network plugin (default: default)")
     g.add_argument("--allow-network", default=None, metavar="NAME",
@@ -363,9 +363,7 @@ def cmd_render_flow(args) -> int:
         check_staged_data(args, fs.stages)
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
-        fj.job.script_name = "interactive.sh"
-        shards = guide_shards(args, fs.first.shards_needed())
-        refuse_long_guide(opts, fj.job, shards[0])
+        shards = guide_shards(args, opts, fj.job, fs.first.shards_needed())
         text = render_flow_interactive(fj, opts.base_dir, *shards)
     else:
         text = render_flow(fj, rendered_by="render sbatch --flow")
@@ -386,26 +384,26 @@ def refuse_bad_download(args) -> None:
         raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
 
 
-def guide_shards(args, needed: int | None) -> tuple[int, str]:
-    """The shards the guide's data step downloads, and why that many: --download (-1: every one, counted so that the
-    salloc's time covers them), else what the plan needs, else 8."""
+def guide_shards(args, opts, job, needed: int | None) -> tuple[int, str]:
+    """`job` made the interactive guide, and the shards its data step downloads, and why that many: --download (-1:
+    every one, counted so that the salloc's time covers them), else what the plan needs, else 8. The guide's salloc
+    holds its download and tokenizer steps as well as the runs, so it can be over a partition the batch job fits:
+    salloc would be refused or never start."""
     from bench.nanochat.download import MAX_SHARD
 
+    job.script_name = "interactive.sh"
     if args.download == -1:
-        return MAX_SHARD + 1, "every one (--download -1)"
-    if args.download:
-        return args.download, "as --download asks"
-    return (needed, "what the plan needs") if needed else (8, "a default (the plan counts none it needs)")
-
-
-def refuse_long_guide(opts, job, shards: int) -> None:
-    """The guide's salloc holds its download and tokenizer steps as well as the runs, so it can be over a partition
-    the batch job fits: salloc would be refused or never start."""
-    over = over_partition(site_partition(opts.site, opts.partition), interactive_minutes(job, shards))
+        shards = MAX_SHARD + 1, "every one (--download -1)"
+    elif args.download:
+        shards = args.download, "as --download asks"
+    else:
+        shards = (needed, "what the plan needs") if needed else (8, "a default (the plan counts none it needs)")
+    over = over_partition(site_partition(opts.site, opts.partition), interactive_minutes(job, shards[0]))
     if over:
-        raise ConfigError(f"render interactive: the guide's salloc: {over} (it holds the download of {shards} "
+        raise ConfigError(f"render interactive: the guide's salloc: {over} (it holds the download of {shards[0]} "
                           f"shard(s) and the tokenizer's training before the runs); pass a smaller --download, a "
                           f"shorter --time or another --partition")
+    return shards
 
 
 def cmd_render(args) -> int:
@@ -427,9 +425,7 @@ def cmd_render(args) -> int:
         check_staged_data(args, stages)
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
-        job.script_name = "interactive.sh"
-        shards = guide_shards(args, sweep.shards_needed())
-        refuse_long_guide(opts, job, shards[0])
+        shards = guide_shards(args, opts, job, sweep.shards_needed())
         text = render.render_interactive(job, opts.base_dir, *shards)
     else:
         text = render.render_sbatch(job, rendered_by=f"render {args.kind}")

@@ -212,14 +212,14 @@ def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
     if archive is None:
         return None
     expanded = os.path.expanduser(os.path.expandvars(archive))
+    what = (f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive in "
+            f"{opts.site.source})")
     if opts.check_images and not os.path.isfile(expanded):
-        raise ConfigError(f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive "
-                          f"in {opts.site.source}) does not exist; make it with `podman save -o FILE IMAGE` "
-                          f"(containers/README.md) or change the profile")
+        raise ConfigError(f"{what} does not exist; make it with `podman save -o FILE IMAGE` (containers/README.md) "
+                          f"or change the profile")
     if opts.check_images and os.path.getsize(expanded) == 0:  # as an empty .sqsh or .sif is refused
-        raise ConfigError(f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive "
-                          f"in {opts.site.source}) is empty (0 bytes), as an interrupted `podman save` leaves it; "
-                          f"make it again with `podman save -o FILE IMAGE` (containers/README.md)")
+        raise ConfigError(f"{what} is empty (0 bytes), as an interrupted `podman save` leaves it; make it again with "
+                          f"`podman save -o FILE IMAGE` (containers/README.md)")
     return expanded  # as images are: the job's shell quotes it, so a `${SCRATCH}` left there would stay literal
 
 

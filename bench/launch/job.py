@@ -35,7 +35,7 @@ LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/contract
 _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
 NUMA_BINDING = ("node", "socket", "exclusive")  # torchrun's --numa-binding modes (the flags add "none": no binding)
-HOST_PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+UNSET_HOST_PYTHON = ("env", "-u", "PYTHONPATH", "-u", "PYTHONHOME", "-u", "VIRTUAL_ENV")
 
 
 @dataclass
@@ -107,7 +107,7 @@ class Run:
                 f"--time={self.time_minutes}", Var("cpus_per_node", "--cpus-per-task="),
                 *self.runtime.srun_options(self.spec)]
         if self.runtime.python is not None:  # a host venv's or module's Python paths must not reach the image
-            srun = ["env", *(t for name in HOST_PYTHON_ENV for t in ("-u", name)), *srun]
+            srun = [*UNSET_HOST_PYTHON, *srun]
         wrapped = self.runtime.wrap(self.spec)
         n = len(self.spec.command)
         assert wrapped[len(wrapped) - n:] == list(self.spec.command), "a runtime must end with the command"

@@ -15,7 +15,7 @@ import jinja2
 
 from bench import contract
 from bench.launch import jobrecord, rdzvport
-from bench.launch.job import HOST_PYTHON_ENV, PORT_BASE, Job, Run, interactive_minutes
+from bench.launch.job import PORT_BASE, UNSET_HOST_PYTHON, Job, Run, interactive_minutes
 from bench.launch.plan import slurm_time
 from bench.runtimes import Var, shell_join
 
@@ -83,7 +83,7 @@ def one_task(run: Run, *command: str, tty: bool = False, outside_run: bool = Fal
     wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
     line = ["srun", "--nodes=1", "--ntasks=1", *(["--pty"] if tty else []), *run.runtime.srun_options(spec), *wrap]
     if outside_run and run.runtime.python is not None:
-        line = ["env", *(t for name in HOST_PYTHON_ENV for t in ("-u", name)), *line]
+        line = [*UNSET_HOST_PYTHON, *line]
     return shell_join(line)
 
 

@@ -14,8 +14,8 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import (NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, interactive_minutes, over_partition,
-                              site_partition, write_job)
+from bench.launch.job import (NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, interactive_minutes,
+                              over_partition, site_partition, write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -320,10 +320,8 @@ def cmd_status(args) -> int:
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout >= 0):
         raise ConfigError(f"--timeout {args.timeout:g}: give the seconds to wait as a number of 0 or more")
     backend = slurm.SlurmCLI()
-    if args.wait:
-        rows = status.wait(args.sweep, backend, poll_s=args.poll, timeout_s=args.timeout)
-    else:
-        rows = status.sweep_status(args.sweep, backend)
+    rows = status.wait(args.sweep, backend, poll_s=args.poll, timeout_s=args.timeout) if args.wait \
+        else status.sweep_status(args.sweep, backend)
     print(status.format_status(rows))
     failed = {r.run_id for r in rows if r.resubmittable}
     if args.resubmit_failed:

@@ -191,8 +191,7 @@ class FlowSweep:
 
     def points(self) -> list[tuple[planmod.Point, list[planmod.Point]]]:
         """(the point, each stage's plan of it): the stages' sweeps have the same axes, in the same order."""
-        per_stage = [s.points() for s in self.sweeps]
-        return [(stage_points[0], list(stage_points)) for stage_points in zip(*per_stage)]
+        return [(stage_points[0], list(stage_points)) for stage_points in zip(*(s.points() for s in self.sweeps))]
 
     def stage_argv(self, stage: Stage, point: planmod.Point, tag: str) -> tuple[str, ...]:
         fields = {"tag": tag, **{k: str(v) for k, v in point.plan.columns}}

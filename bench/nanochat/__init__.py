@@ -3,7 +3,9 @@
   adamw.py         sharded AdamW (ZeRO-2), as upstream's nanochat/adamw.py
   attention.py     causal attention, optionally forced onto the flash-style kernels
   base_eval.py     the base_eval stage: the CORE metric of a base checkpoint (upstream's scripts/base_eval.py)
+  base_eval_config.py base_eval's settings (no torch: the planner reads them)
   base_loss.py     the base_loss stage: train/val bpb of a base checkpoint and its samples (scripts/base_loss.py)
+  base_loss_config.py base_loss's settings (no torch: the planner reads them)
   calculator.py    the calculator tool of chat generation, its expressions run in the sandbox
   chat_eval.py     chat evaluation (ARC, MMLU, GSM8K, HumanEval, SpellingBee) and ChatCORE
   chat_eval_config.py chat_eval's settings, upstream's short and dashed flags (no torch: the planner reads them)

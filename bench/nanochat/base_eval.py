@@ -12,37 +12,16 @@ centred) and one for CORE; run.json `scores` holds each task's accuracy and CORE
 
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from bench.contract import field as _f, write_text_atomic
-from bench.errors import ConfigError
+from bench.contract import write_text_atomic
 from bench.nanochat import stagerun
+from bench.nanochat.base_eval_config import BaseEvalConfig, parse
 from bench.nanochat.common import get_base_dir, print0
-from bench.nanochat.config import RunSettings, check_model_tag, parse_config
 from bench.workloads.base_eval import RUN_WORKLOAD
 
 CSV_IN_RUN_DIR = "base_eval.csv"
-
-
-@dataclass
-class BaseEvalConfig(RunSettings):
-    max_per_task: int = _f(-1, "examples per task, after the seeded shuffle (-1 = all)")
-    model_tag: str = _f("", "checkpoint folder under base_checkpoints (empty = the largest d<N>, else the newest)")
-    model_step: int = _f(-1, "checkpoint step (-1 = the last saved)")
-
-    def validate(self) -> None:
-        super().validate()
-        if self.max_per_task == 0 or self.max_per_task < -1:
-            raise ConfigError(f"--max_per_task={self.max_per_task}: give a number of examples > 0, or -1 for all")
-        if self.model_step < -1:
-            raise ConfigError(f"--model_step={self.model_step}: give a saved step, or -1 for the last")
-        check_model_tag(self.model_tag, "--model_tag", "base_checkpoints/")
-
-
-def parse(argv: list[str]) -> BaseEvalConfig:
-    return parse_config(BaseEvalConfig, argv, "bench.nanochat.base_eval",
-                        "nanochat base_eval: the CORE metric of a base checkpoint (--key=value)")
 
 
 def write_csv(text: str, step: int, run_dir: str | None) -> Path:

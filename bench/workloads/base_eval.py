@@ -32,7 +32,7 @@ class BaseEval(TorchrunStage):
     summary = "the CORE metric of a base checkpoint"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_eval"
-    parser = "bench.nanochat.base_eval:parse"
+    parser = "bench.nanochat.base_eval_config:parse"
     kind = EVALUATION
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
     staging = ("--eval-bundle", "the eval bundle for CORE (base_eval)")

@@ -30,7 +30,7 @@ class BaseLoss(TorchrunStage):
     summary = "train and val bits per byte of a base checkpoint"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.base_loss"
-    parser = "bench.nanochat.base_loss:parse"
+    parser = "bench.nanochat.base_loss_config:parse"
     kind = EVALUATION
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("split_tokens", "split_tokens", "{:,}"),
                     ("steps", "eval_steps", "{}"))
@@ -47,7 +47,7 @@ class BaseLoss(TorchrunStage):
         if point.data is not None and k is None:
             return PointPlan(reason=f"no validation split serves {ranks} ranks: {point.data.source} have "
                                     f"{sum(point.data.row_groups)} row group(s) in all; download more shards")
-        from bench.nanochat.base_loss import SPLITS
+        from bench.nanochat.base_loss_config import SPLITS
 
         est, assumed = model_estimate(point, config, len(SPLITS) * split_tokens, config.device_batch_size,
                                       f"{len(SPLITS)} splits x {split_tokens:,} tokens forward", FORWARD_SHARE)

@@ -493,6 +493,21 @@ def test_planning_a_sweep_on_a_login_node_never_imports_torch(tmp_path):
     assert "--device_batch_size=16" in (tmp_path / "r" / "n32-bare-r1" / "job.sbatch").read_text()
 
 
+
+def test_planning_a_flow_on_a_login_node_never_imports_torch(tmp_path):
+    """plan, render and submit --dry-run --flow speedrun imported torch through base_loss's and base_eval's
+    settings, which lived in their trainer modules: a minute on a slow shared filesystem, or no plan at all."""
+    code = ("import sys; sys.modules['torch'] = None; from bench.cli import main; "
+            "argv = ['--flow', 'speedrun', '--site', 'alps', '--nodes', '1', '--row-groups', '100', "
+            f"'--shards', '100', '--no-data-check']; out = {str(tmp_path)!r}; "
+            "assert main(['plan', *argv[:-1]]) == 0; "
+            "assert main(['render', 'sbatch', *argv, '--out', out + '/r']) == 0; "
+            "assert main(['render', 'interactive', *argv, '--out', out + '/i']) == 0; "
+            "assert main(['submit', '--dry-run', *argv, '--out', out + '/s']) == 0")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "-m bench.nanochat.base_loss" in (tmp_path / "r" / "n1-bare-r1" / "job.sbatch").read_text()
+
 @pytest.mark.parametrize("command", [["render", "sbatch"], ["submit", "--dry-run"]])
 def test_the_printed_cd_line_pastes_into_a_shell_for_a_directory_with_a_space_or_dollar(command, capsys, tmp_path):
     out_dir = tmp_path / "my runs $HOME"

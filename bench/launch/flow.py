@@ -25,6 +25,7 @@ time from it (bench/workloads/stage.py model_estimate).
 """
 
 import itertools
+import json
 import re
 import shlex
 import subprocess
@@ -405,7 +406,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     # the stages a rerun keeps (ok before) read nothing more; checked before a directory, the tokenizer or a stage
     check_staged(tuple(s for s in fs.stages if contract.read_run_json(point_dir / s.name).get("status") != "ok"),
                  str(Path(paths.base_dir()).absolute()))
-    tag = model_tag(point_dir.resolve())  # resolved: a rerun through another link to the point keeps its tag
+    tag = point_tag(fs.flow, point_dir, out)
     # one flow per point at a time: a second would set the first's running stage aside and train beside it
     claim(point_dir)
     try:  # before the tokenizer: a run directory that cannot be made must not cost its training first
@@ -445,6 +446,20 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
             result.rc, result.failed = rc or 1, stage.name
             out(f"== {fs.flow}: stopped at {stage.name}: {manifest.status}: {manifest.message or ''}".rstrip(": "))
     return result
+
+
+def point_tag(flow: str, point_dir: Path, out: Callable[[str], None]) -> str:
+    """The model tag of a local flow's point: the one its flow.json recorded when a run of it began (its training
+    stages' checkpoints are there, also when an older release named it without the hash), else model_tag's."""
+    new = model_tag(point_dir.resolve())  # resolved: a rerun through another link to the point keeps its tag
+    try:
+        recorded = json.loads((point_dir / FLOW_JSON).read_text()).get("model_tag")
+    except (OSError, ValueError, AttributeError):  # none yet, or unreadable: it is written anew below
+        return new
+    if not isinstance(recorded, str) or not recorded or recorded == new:
+        return new
+    out(f"== {flow}: model tag {recorded}, as its flow.json recorded (a new --run-dir would use {new})")
+    return recorded
 
 
 def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:

@@ -426,3 +426,24 @@ def test_the_readmes_speedrun_limit_on_one_alps_node_is_the_plans(tmp_path, monk
     repo = Path(__file__).resolve().parents[3]
     for doc in ("README.md", "results/h200-d20/decode/README.md"):
         assert f" {job[-1]} " in (repo / doc).read_text(), f"{doc} should quote the plan's {job[-1]}"
+
+
+def test_a_rerun_of_a_point_started_by_an_older_release_keeps_the_tag_its_flow_json_recorded(twice, tmp_path,
+                                                                                             monkeypatch):
+    """A point whose flow.json recorded base_train's tag without the path hash (as releases before it wrote it) was
+    rerun under the new tag: base_train, ok, was kept, and the stages after it looked for its checkpoint in vain."""
+    tags = []
+
+    def run(argv, nproc, run_dir, **kw):
+        tags.append(next(a.split("=", 1)[1] for a in argv if a.startswith("--model_tag=")))
+        return completed(run_dir)
+
+    stand_in_stages(monkeypatch, run)
+    point, lines = tmp_path / "sw" / "point", []
+    completed(point / "base_train")
+    (point / flow.FLOW_JSON).write_text(json.dumps({**flow.flow_record("twice", "point", "sw-point", TWICE)}))
+    assert flow.run_local_flow(sweep(twice, None), 2, point, out=lines.append).statuses == {"base_train": "ok",
+                                                                                          "again": "ok"}
+    assert tags == ["sw-point-again"]
+    assert json.loads((point / flow.FLOW_JSON).read_text())["model_tag"] == "sw-point"
+    assert "model tag sw-point, as its flow.json recorded" in "\n".join(lines)

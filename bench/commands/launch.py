@@ -111,6 +111,9 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     for name in ("partition", "account", "constraint"):
         g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
+    g.add_argument("--cpus-per-gpu", type=int, default=None, metavar="N",
+                   help="with --no-exclusive: CPUs each GPU's rank gets, asked as --cpus-per-task = N x GPUs per "
+                        "node (default: the site profile's cpus_per_gpu)")
     g.add_argument("--no-data-check", dest="data_check", action="store_false",
                    help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat "
                         "data) is under --base-dir, for a login node that does not see the nodes' filesystem "
@@ -241,11 +244,32 @@ def check_ofi_hook(hook: str, chosen: str) -> None:
                           f"{chosen!r} runs neither; add one of them or leave --ofi-hook out")
 
 
-def options_from_args(args) -> LaunchOptions:
+def cpus_per_gpu(args, gpus: bool) -> int | None:
+    """What a GPU job sharing its nodes asks for each GPU's rank: --cpus-per-gpu, else the site's share. Without
+    one it would get Slurm's default, one CPU a task where the partition sets no DefCpuPerGPU, which torchrun, every
+    rank's data loader and NCCL's threads then share: refused, as a flag that would change nothing is."""
+    site = site_of(args)
+    given = args.cpus_per_gpu
+    if given is not None and (given <= 0 or args.exclusive or not gpus):
+        raise ConfigError(f"--cpus-per-gpu {given}: give a number of CPUs > 0, with --no-exclusive and GPUs (an "
+                          f"exclusive job has every CPU of its nodes; a CPU run asks for no GPUs)")
+    if args.exclusive or not gpus:
+        return None
+    if (share := given or (site.cpus_per_gpu if site is not None else None)) is None:
+        raise ConfigError("--no-exclusive: a job sharing its nodes gets Slurm's default CPUs (one a task without "
+                          "the partition's DefCpuPerGPU), which every rank's data loader and NCCL threads would "
+                          "share; give --cpus-per-gpu N (a node's CPUs / its GPUs), or cpus_per_gpu in the site "
+                          "profile")
+    return share
+
+
+def options_from_args(args, gpus: bool) -> LaunchOptions:
+    """The launch flags; `gpus`: whether the sweep's runs use the nodes' GPUs (their CPU share, cpus_per_gpu)."""
     site_partition(site_of(args), args.partition)  # an unknown partition is refused before the plan is printed
-    if not args.exclusive:  # the batch script gives every run $SLURM_CPUS_ON_NODE: what Slurm gave, maybe one CPU
-        print("note: --no-exclusive: the jobs ask for no CPUs of their own, so each node's ranks share what Slurm "
-              "allocates by default (the partition's DefCpuPerGPU, else one CPU a task): timings reflect that")
+    share = cpus_per_gpu(args, gpus)
+    if not args.exclusive and share is None:  # the batch script gives every run $SLURM_CPUS_ON_NODE: maybe one CPU
+        print("note: --no-exclusive: CPU ranks ask for no CPUs of their own, so each node's ranks share what Slurm "
+              "allocates by default (one CPU a task): timings reflect that")
     check_ofi_hook(args.ofi_hook, args.runtimes)
     return LaunchOptions(base_dir=base_dir_of(args), python=args.python,
                          images=parse_images(args.image, args.runtimes),
@@ -253,7 +277,8 @@ def options_from_args(args) -> LaunchOptions:
                          env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
                          numa_binding=None if args.numa_binding == "none" else args.numa_binding,
                          partition=args.partition, account=args.account, constraint=args.constraint,
-                         exclusive=args.exclusive, site=site_of(args), allow_network=args.allow_network)
+                         exclusive=args.exclusive, cpus_per_gpu=share, site=site_of(args),
+                         allow_network=args.allow_network)
 
 
 def out_dir(args) -> Path:
@@ -292,7 +317,7 @@ def cmd_submit(args) -> int:
     if args.flow and args.compare:
         raise ConfigError("--compare and --flow: a flow runs one point per job (its stages in turn); "
                           "leave out --compare")
-    opts = options_from_args(args)
+    opts = options_from_args(args, (sweep.first if args.flow else sweep).gpus_used)
     sweep_dir = out_dir(args)
     backend = None if args.dry_run else slurm.SlurmCLI()
     known = backend.partitions() if backend and args.partition else None
@@ -355,7 +380,7 @@ def cmd_render_flow(args) -> int:
     if len(fs.points()) > 1:
         raise ConfigError(f"render {args.kind} --flow makes one point's job: one runtime and --repeats 1, got "
                           f"--runtimes {args.runtimes!r} --repeats {args.repeats}")
-    opts = options_from_args(args)
+    opts = options_from_args(args, fs.first.gpus_used)
     tokenizer = tokenizer_args(args)
     if args.kind != "interactive":  # the guide has its own staging steps, run in the allocation before the stages
         check_staged_data(args, fs.stages)
@@ -412,7 +437,7 @@ def cmd_render(args) -> int:
     if args.flow:
         return cmd_render_flow(args)
     sweep, stages = sweep_and_stages(args)
-    opts = options_from_args(args)
+    opts = options_from_args(args, sweep.gpus_used)
     out = out_dir(args).absolute()
     if args.kind != "compare" and len(sweep.points()) > 1:
         raise ConfigError(f"render {args.kind} makes one run: one runtime and --repeats 1, got --runtimes "

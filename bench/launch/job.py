@@ -53,6 +53,7 @@ class LaunchOptions:
     account: str | None = None
     constraint: str | None = None
     exclusive: bool = True  # a benchmark owns its nodes
+    cpus_per_gpu: int | None = None  # not exclusive: each GPU's CPU share (--cpus-per-gpu, the site's)
     check_images: bool = True  # False only to render scripts for images that live elsewhere (golden tests)
     site: Site | None = None  # the site's network set-up for every runtime (bench/sites); None: no set-up
     allow_network: str | None = None  # a network the gate lets through on purpose (--allow-network)
@@ -235,6 +236,8 @@ def directives(name: str, nodes: int, gpus_per_node: int, gpus: bool, opts: Laun
          "time": slurm_time(minutes), "output": SLURM_LOG, "partition": opts.partition, "account": opts.account,
          "constraint": opts.constraint, "gpus-per-node": str(gpus_per_node) if gpus else None,
          "exclusive": "" if opts.exclusive else None,
+         # a shared node's CPUs for its one task: its GPUs' share (not --cpus-per-gpu, which srun's -c would clash with)
+         "cpus-per-task": str(opts.cpus_per_gpu * gpus_per_node) if gpus and opts.cpus_per_gpu else None,
          # a requeued job would run again into the same run directories, on top of the first attempt
          "no-requeue": ""}
     return [f"--{k}={v}" if v else f"--{k}" for k, v in sorted(d.items()) if v is not None]

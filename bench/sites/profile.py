@@ -7,6 +7,7 @@ The file (see alps.toml for a full one):
     nccl_net = "AWS Libfabric"        # what NCCL must choose between nodes ("Using network ...")
     gpus_per_node = 4
     gpu_memory_gib = 96
+    cpus_per_gpu = 72                 # optional: a GPU's share of a node's CPUs, what a --no-exclusive job asks
     shared_paths = ["/scratch"]       # optional: every node sees these alike, whatever their mount type
     default_partition = "normal"      # optional: where Slurm sends a job without --partition
     [partitions.normal]
@@ -78,6 +79,7 @@ class Site:
     nccl_net: str | None  # None: the site does not say, so no run is stopped for its network
     gpus_per_node: int | None = None
     gpu_memory_gib: float | None = None
+    cpus_per_gpu: int | None = None  # a GPU's share of a node's CPUs: what a job sharing its nodes asks for
     description: str = ""
     partitions: Mapping[str, Partition] = field(default_factory=dict)
     default_partition: str | None = None  # Slurm's default: the limits a job without --partition is checked against
@@ -220,9 +222,9 @@ def _positive(value: Any, where: str, kind=int):
 
 
 def _site(data: Mapping[str, Any], where: str) -> Site:
-    _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "partitions",
-                 "default_partition", "network_env", "runtimes", "device_batch_limits", "shared_paths",
-                 "images"}, where)
+    _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "cpus_per_gpu",
+                 "partitions", "default_partition", "network_env", "runtimes", "device_batch_limits",
+                 "shared_paths", "images"}, where)
     network = data.get("network")
     if network not in NETWORKS:
         raise ConfigError(f"{where}: network {network!r} is not one of {', '.join(NETWORKS)}")
@@ -254,6 +256,7 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
     return Site(name=data["name"], network=network, nccl_net=nccl_net or None,
                 gpus_per_node=_positive(data.get("gpus_per_node"), f"{where}: gpus_per_node"),
                 gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),
+                cpus_per_gpu=_positive(data.get("cpus_per_gpu"), f"{where}: cpus_per_gpu"),
                 description=str(data.get("description", "")), partitions=partitions,
                 default_partition=default_partition,
                 network_env=_env(data.get("network_env", {}), f"{where}: network_env"),

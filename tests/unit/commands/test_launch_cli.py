@@ -473,9 +473,30 @@ def test_a_job_sharing_its_nodes_says_its_ranks_get_only_slurms_default_cpus(cap
     it and the timings are slow without a word. The note says so; an exclusive job has none."""
     argv = ["submit", "--dry-run", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}"]
     code, out, _ = run_cli([*argv, "--no-exclusive", "--out", str(tmp_path / "s")], capsys)
-    assert code == 0 and "note: --no-exclusive: the jobs ask for no CPUs of their own" in out
+    assert code == 0 and "note: --no-exclusive: CPU ranks ask for no CPUs of their own" in out
     code, out, _ = run_cli([*argv, "--out", str(tmp_path / "t")], capsys)
     assert code == 0 and "--no-exclusive" not in out
+
+
+def test_a_gpu_job_sharing_its_nodes_asks_for_its_gpus_share_of_the_cpus(capsys, tmp_path):
+    """--no-exclusive GPU jobs asked for no CPUs: on a shared node Slurm gave one CPU a task, which torchrun, the
+    ranks' data loaders and NCCL's threads shared. Now the site's share (alps: 72 a GH200) or --cpus-per-gpu is
+    asked for the node's one task; without either the job is refused, naming both."""
+    argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check", "--no-exclusive"]
+
+    def directives(*extra):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        code, _, err = run_cli([*argv, *extra, "--out", str(out)], capsys)
+        assert code == 0, err
+        return [ln for ln in (out / "n1-bare-r1" / "job.sbatch").read_text().splitlines() if ln.startswith("#SBATCH")]
+
+    assert "#SBATCH --cpus-per-task=288" in directives("--site=alps")
+    assert "#SBATCH --cpus-per-task=32" in directives("--site=alps", "--cpus-per-gpu=8")
+    assert "#SBATCH --cpus-per-task=16" in directives("--gpus-per-node=2", "--cpus-per-gpu=8")
+    code, _, err = run_cli([*argv, "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and "--no-exclusive" in err and "give --cpus-per-gpu N" in err and "cpus_per_gpu" in err
+    code, _, err = run_cli([*argv[:-1], "--site=alps", "--cpus-per-gpu=8", "--out", str(tmp_path / "y")], capsys)
+    assert code == 1 and "--cpus-per-gpu 8" in err and "with --no-exclusive" in err
 
 
 def test_planning_a_sweep_on_a_login_node_never_imports_torch(tmp_path):

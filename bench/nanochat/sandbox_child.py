@@ -69,18 +69,19 @@ def _run_program(program: str, timeout_s: float) -> dict:
         raise TimeoutException("Timed out!")
 
     signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:
-        exec(compile(program, "<program>", "exec"), {})  # empty globals, as upstream
-        status["success"] = True
+        try:  # the timer may fire anywhere in here, even while an exception unwinds: the handlers below see it
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
+            exec(compile(program, "<program>", "exec"), {})  # empty globals, as upstream
+            status["success"] = True
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except TimeoutException:
         status.update(timeout=True, error="Execution timed out")
     except MemoryError as e:
         status.update(memory_exceeded=True, error=f"Memory limit exceeded: {e}")
     except BaseException as e:  # SystemExit and KeyboardInterrupt fail the program too, as upstream
         status["error"] = f"{type(e).__name__}: {e}"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
     return status
 
 

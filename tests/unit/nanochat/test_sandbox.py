@@ -209,6 +209,17 @@ def test_a_program_that_ignores_its_timer_is_killed_by_the_parent():
     assert time.monotonic() - started < 5 and sandbox_processes() == []
 
 
+def test_a_timer_firing_outside_the_program_still_leaves_a_verdict():
+    """The timer fired in the sandbox's own code (arming it, or reading the error's text, as while a deep
+    recursion unwinds): the child crashed with no verdict, a failure that named the sandbox, not the program."""
+    slow_text = "import time\n\nclass Slow(Exception):\n    def __str__(self):\n        time.sleep(1)\n" \
+                "        return 'slow'\n\nraise Slow()\n"
+    assert execute_code(slow_text, timeout_s=0.5).error == "Slow: slow"  # raised in time: the error, as upstream
+    at_once = execute_code("pass\n", timeout_s=1e-9)
+    assert at_once.success or at_once.error == "Execution timed out", at_once
+    assert sandbox_processes() == []
+
+
 def test_upstreams_verdicts_exit_stdin_and_main_blocks_fail_or_stay_silent_as_there():
     assert execute_code("import sys\nsys.exit(0)\n").error == "SystemExit: 0"
     assert not execute_code("import os\nos._exit(0)\n").success  # no verdict: a failure, as upstream

@@ -35,6 +35,10 @@ class CheckpointError(BenchError):
     """A checkpoint cannot be written (a full disk, a quota, a read-only filesystem)."""
 
 
+class SandboxError(BenchError):
+    """Model-written code cannot be run fenced off on this host: the sandbox itself failed to start."""
+
+
 class RunDirError(BenchError):
     """A run directory cannot be created or written (read-only, full, not a directory)."""
 

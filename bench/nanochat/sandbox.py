@@ -52,6 +52,8 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
+from bench.errors import SandboxError
+
 OUTPUT_CAP_BYTES = 1 << 20  # stdout and stderr each, as read back
 KILL_GRACE_S = 1.0  # the parent kills this long after the program's own timer should have fired
 GROUP_GONE_S = 2.0  # how long a killed process group may take to disappear (reaping included)
@@ -78,7 +80,8 @@ class ExecutionResult:
 
 
 def execute_code(program: str, timeout_s: float = 5.0, memory_mib: int = 256) -> ExecutionResult:
-    """Run `program` fenced off (see the module docstring); never raises for what the program does."""
+    """Run `program` fenced off (see the module docstring); never raises for what the program does, but
+    SandboxError where the sandbox cannot start: every program would fail, a score saying nothing of the model."""
     if not timeout_s > 0 or not memory_mib > 0:
         raise ValueError(f"execute_code: timeout_s ({timeout_s}) and memory_mib ({memory_mib}) must be > 0")
     with tempfile.TemporaryDirectory(prefix="nanochat-sandbox-", ignore_cleanup_errors=True) as base:
@@ -207,6 +210,9 @@ def _result(rc: int | None, killed: bool, stdout: str, stderr: str, status_path:
         lines = f.read(1 << 16).decode("utf-8", errors="replace").splitlines()
     layers = tuple(lines[0].split()[1:]) if lines and lines[0].startswith("isolation") else ()
     fields = lines[1].split() if len(lines) > 1 else []
+    if not layers and not killed:  # it ended before fencing itself in: the host's fault, never the program's
+        raise SandboxError(f"model-written code cannot be run sandboxed here ({sys.executable} {CHILD}): "
+                           f"{_no_result_reason(rc, stderr)}")
     if killed:
         return ExecutionResult(False, stdout, stderr, "Execution timed out (process killed)", True, False, layers)
     if len(fields) != 4 or fields[0] != "verdict" or not set(fields[1:]) <= {"0", "1"}:
@@ -218,8 +224,9 @@ def _result(rc: int | None, killed: bool, stdout: str, stderr: str, status_path:
 
 
 def _no_result_reason(rc: int | None, stderr: str) -> str:
-    if rc is None:
-        return "Execution failed (the sandbox could not start)"
+    last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+    if rc is None:  # _run_child wrote why into stderr
+        return last
     if rc < 0 or rc > 128:
         signum = -rc if rc < 0 else rc - 128
         try:
@@ -227,5 +234,4 @@ def _no_result_reason(rc: int | None, stderr: str) -> str:
         except ValueError:
             name = f"signal {signum}"
         return f"Execution failed (no result returned): killed by {name}"
-    last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
     return f"Execution failed (no result returned): exit status {rc}" + (f": {last[:200]}" if last else "")

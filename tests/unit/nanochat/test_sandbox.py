@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.errors import SandboxError
 from bench.nanochat import sandbox
 from bench.nanochat.sandbox import CHILD, execute_code, isolation
 
@@ -198,6 +199,20 @@ def test_without_namespaces_the_other_layers_still_hold_and_say_so(world, monkey
     else:
         warnings.warn(f"no file-system fence without namespaces here (layers {result.isolation})")
     assert execute_code(HUMANEVAL_OK).success
+    assert sandbox_processes() == []
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_not_a_failing_program(monkeypatch):
+    """A child that ends before fencing itself in (an `unshare` refused at run time, too little memory to start)
+    was scored as the program failing: every HumanEval program failed and the score read 0 with no word why."""
+    with pytest.raises(SandboxError, match="can't start new thread"):
+        execute_code("pass\n", memory_mib=1)
+    monkeypatch.setattr(sandbox, "_unshare", lambda: ("userns", ["/nonexistent/unshare", "--"]))
+    with pytest.raises(SandboxError, match="could not start /nonexistent/unshare"):
+        execute_code("pass\n")
+    monkeypatch.setattr(sandbox, "_unshare", lambda: ("userns", ["false", "--"]))
+    with pytest.raises(SandboxError, match="exit status 1"):
+        execute_code("pass\n")
     assert sandbox_processes() == []
 
 

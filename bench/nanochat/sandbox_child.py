@@ -11,6 +11,7 @@ starts, not threads already running.
 
 import ctypes
 import errno
+import io
 import os
 import signal
 import struct
@@ -19,7 +20,7 @@ import sys
 WORKDIR_TMPFS = b"size=64m,mode=0700"
 MAX_PROCESSES = 16  # RLIMIT_NPROC: where seccomp is missing and the user is not root
 MAX_OPEN_FILES = 64
-FILE_SIZE_BYTES = 16 << 20  # RLIMIT_FSIZE: any file the program writes, its own stdout included
+FILE_SIZE_BYTES = 16 << 20  # RLIMIT_FSIZE: any file the program writes; print's output past it is dropped
 LINUX = sys.platform.startswith("linux")
 
 
@@ -49,11 +50,12 @@ def main(argv: list) -> None:
     _start_parent_watch(int(watch_fd))
     os.write(status_fd, ("isolation " + " ".join(layers) + "\n").encode())
     _disable_like_upstream()
+    streams = sys.stdout, sys.stderr = _output(1), _output(2)
     status = _run_program(program, timeout_s)
-    for stream in (sys.stdout, sys.stderr):
+    for stream in streams:  # the program may have replaced sys.stdout: these hold what it printed
         try:
             stream.flush()
-        except Exception:  # closed or past FSIZE by the program: the verdict still goes out
+        except Exception:  # closed by the program: the verdict still goes out
             pass
     verdict = " ".join(str(int(status[key])) for key in ("success", "timeout", "memory_exceeded"))
     error = "" if status["error"] is None else " ".join(status["error"].split()) + "\n"
@@ -102,6 +104,30 @@ def _set_limits(memory_bytes: int, timeout_s: float) -> None:
         except (ValueError, OSError):
             pass  # this OS refuses that one; the others still hold
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past FSIZE then fails with an error
+
+
+class _Dropping(io.RawIOBase):
+    """A file descriptor that takes every write: what FSIZE refuses (or a descriptor the program closed) is
+    dropped, so printing fails no program, as upstream's in-memory capture fails none; the parent reads the
+    first OUTPUT_CAP_BYTES."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        try:
+            os.write(self.fd, data)
+        except OSError:
+            pass
+        return len(data)
+
+
+def _output(fd: int) -> io.TextIOWrapper:
+    """stdout or stderr on `fd`; text no UTF-8 can carry (a lone surrogate) is written escaped, not refused."""
+    return io.TextIOWrapper(io.BufferedWriter(_Dropping(fd)), encoding="utf-8", errors="backslashreplace")
 
 
 def _start_parent_watch(watch_fd: int) -> None:

@@ -251,6 +251,16 @@ def test_output_is_captured_and_capped():
     assert len(result.stdout) < (1 << 20) + 100 and result.stdout.endswith(f"[output cut at {1 << 20} bytes]")
 
 
+def test_printing_fails_no_program_as_upstreams_in_memory_capture_fails_none():
+    """Past RLIMIT_FSIZE (16 MiB) print raised 'File too large', a lone surrogate UnicodeEncodeError, and print
+    after closing fd 1 an OSError: each program failed here and passes upstream."""
+    for program in ("for i in range(20):\n    print('x' * (1 << 20))\n", "print('\\ud800')\n",
+                    "import os, sys\nos.close(1)\nprint('gone')\nsys.stdout.flush()\n"):
+        result = execute_code(program)
+        assert result.success, (program[:40], result)
+    assert execute_code("print('\\ud800 \\u00e9')\n").stdout == "\\ud800 \u00e9\n"  # escaped, not lost
+
+
 def test_a_program_ends_when_the_evaluating_process_is_killed(tmp_path):
     """The evaluator killed mid-program (Slurm's SIGKILL, say): the sandbox goes with it, no orphan."""
     evaluator = ("from bench.nanochat.sandbox import execute_code\n"

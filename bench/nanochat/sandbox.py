@@ -9,7 +9,7 @@ operating system fences it, layer by layer, each used where the host offers it:
               pid namespace when there is one (its first process dying ends every process in it);
               a pipe from the parent ends the program when the parent is gone; stdin closed;
               stdout/stderr go to files read back up to OUTPUT_CAP_BYTES
-  limits      RLIMIT_AS and RLIMIT_DATA (memory_mib), CPU, NPROC, FSIZE, NOFILE, no core files
+  limits      RLIMIT_AS and RLIMIT_DATA (memory_mib), CPU, FSIZE, NOFILE, no core files; NPROC without seccomp
   environment only PATH, LANG and OMP_NUM_THREADS=1: no SLURM_*, no tokens, no HOME, no NANOCHAT_*
   work dir    a fresh empty temporary directory, removed after; a 64 MiB tmpfs over it where a mount
               namespace exists, so the program cannot fill the host's disk

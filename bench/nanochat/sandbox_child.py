@@ -6,7 +6,7 @@ tool pays for them, which is also why its report to the parent is plain lines, n
 `isolation LAYER...` once the fences are up, then `verdict SUCCESS TIMEOUT MEMORY_EXCEEDED` and, on failure, a
 line with the error. Order matters: what needs a right (mounting, reading the program) comes before the fences;
 the watch thread starts after them, since Landlock and seccomp bind the calling thread and the threads it
-starts, not threads already running.
+starts, not threads already running; the limits come last, as RLIMIT_NPROC counts threads too.
 """
 
 import ctypes
@@ -40,14 +40,17 @@ def main(argv: list) -> None:
         if "pidns" in namespaces and _mount_tmpfs(work):  # the mount namespace comes with the pid one
             layers.append("tmpfs-workdir")
     os.chdir(work)  # after the mount: into the tmpfs, not the directory under it
-    _set_limits(int(memory_bytes), timeout_s)
-    layers.append("rlimits")
     abi = _landlock(work, read_dirs)
     if abi:
         layers.append(f"landlock-{abi}")
-    if _seccomp():
+    no_fork = _seccomp()
+    if no_fork:
         layers.append("seccomp")
     _start_parent_watch(int(watch_fd))
+    # RLIMIT_NPROC counts the user's every process and thread (host-wide outside a user namespace; an evaluator
+    # has dozens): set after the watch thread, and only where seccomp does not already refuse a new process
+    _set_limits(int(memory_bytes), timeout_s, None if no_fork else MAX_PROCESSES)
+    layers.append("rlimits")
     os.write(status_fd, ("isolation " + " ".join(layers) + "\n").encode())
     _disable_like_upstream()
     streams = sys.stdout, sys.stderr = _output(1), _output(2)
@@ -87,12 +90,12 @@ def _run_program(program: str, timeout_s: float) -> dict:
     return status
 
 
-def _set_limits(memory_bytes: int, timeout_s: float) -> None:
+def _set_limits(memory_bytes: int, timeout_s: float, processes: int | None) -> None:
     import resource
 
     limits = {"RLIMIT_AS": memory_bytes, "RLIMIT_DATA": memory_bytes, "RLIMIT_CPU": int(timeout_s) + 2,
-              "RLIMIT_NPROC": MAX_PROCESSES, "RLIMIT_FSIZE": FILE_SIZE_BYTES,
-              "RLIMIT_NOFILE": MAX_OPEN_FILES, "RLIMIT_CORE": 0}
+              "RLIMIT_FSIZE": FILE_SIZE_BYTES, "RLIMIT_NOFILE": MAX_OPEN_FILES, "RLIMIT_CORE": 0,
+              **({} if processes is None else {"RLIMIT_NPROC": processes})}
     for name, value in limits.items():
         which = getattr(resource, name, None)
         if which is None:

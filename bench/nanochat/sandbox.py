@@ -27,7 +27,10 @@ operating system fences it, layer by layer, each used where the host offers it:
 Where a layer is missing (no `unshare`, user namespaces off, an old kernel, another OS) the others
 still hold and the result says which were in force (`ExecutionResult.isolation`, `isolation()`):
 without namespaces and seccomp the network stays reachable; without Landlock and a mount
-namespace the file system is reachable with the evaluating user's rights.
+namespace the file system is reachable with the evaluating user's rights; without a pid namespace
+and seccomp a process the program starts in a session of its own (fork, setsid, fork) outlives the
+call, and a fork bomb run as root meets no limit: only a pid namespace or a cgroup ends every
+process a program started, and neither is open to an unprivileged user where `unshare` is refused.
 
 What no layer stops: a program written against this runner can forge its own verdict (it shares
 the interpreter that reports it), as upstream's can; it still reaches nothing outside.

@@ -62,9 +62,12 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def say(line: str) -> None:
-    """A line on stderr, if there still is one (a closed terminal, a broken pipe): never a new failure."""
+    """A line on stderr, if there still is one (a closed terminal, a broken pipe): never a new failure. One write
+    of the line and its newline: a rank's own error and the signal thread's "cancelling" can be said at once
+    (torchrun stops a rank that is already failing), and print's two writes would run them into one line."""
     with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
 
 def flush_streams() -> None:

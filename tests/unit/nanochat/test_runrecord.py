@@ -108,3 +108,30 @@ def test_trainer_alone_fills_every_field(tmp_path, monkeypatch):
     run = read_run_json(run_dir)
     assert (run["run_id"], run["sweep_id"], run["workload"]) == ("run-7", "local", WORKLOAD)
     assert run["gpus_per_node"] == 0 and not any(run["slurm"].values())
+
+
+def test_two_threads_saying_at_once_never_share_a_line(monkeypatch):
+    """A failing rank's own error and its signal thread's "received SIGTERM: cancelling" (torchrun stopping it at
+    the same moment) ran into one line: print writes the text and its newline apart. Each line is one write."""
+    import io
+    import sys
+    import threading
+
+    from bench.nanochat import runrecord
+
+    class OneWriteAtATime(io.StringIO):
+        def write(self, text):  # a thread switch between any two writes, as under load
+            written = super().write(text)
+            threading.Event().wait(0.001)
+            return written
+
+    stream = OneWriteAtATime()
+    monkeypatch.setattr(sys, "stderr", stream)
+    threads = [threading.Thread(target=lambda i=i: [runrecord.say(f"[rank {i}] line {n}") for n in range(50)])
+               for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 100 and all(line.count("[rank") == 1 for line in lines), lines[:5]

@@ -214,8 +214,8 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
              f"{(m['host_bytes'] or 0) / GIB:.0f} GiB. Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
              "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
-             "batch 1; `x fsdp` is its parameter count over fsdp's. Peak memory is torch's max_memory_allocated "
-             "over the steps; host memory is how far the host's available memory fell during the probe.", "",
+             "batch 1; `x fsdp` is its parameter count over fsdp's, when both searches finished. Peak memory is "
+             "torch's max_memory_allocated over the steps; host memory is how far the host's available memory fell during the probe.", "",
              _md_table(searches, SEARCH_COLS) if not searches.empty else "No capacity search in these sweeps.", ""]
     for f in figures:
         lines += [f"![{f.title}](figures/{f.png.name})", ""]

@@ -47,3 +47,23 @@ def test_a_sweep_cut_by_its_budget_says_so_and_claims_no_capacity(tmp_path):
     assert not any("largest candidate fits" in line for line in lines), lines
     assert any(line.startswith("zero2") and line.endswith("- (search not finished or not run)") for line in lines)
     assert lines[-1].startswith("(time budget spent: 1 probe(s) cut or not started, the sweep did not finish")
+
+
+def _search(strategy, depth, complete, aspect_ratio=64):
+    cap = {"name": f"d{depth}", "depth": depth, "aspect_ratio": aspect_ratio, "num_params": depth * 10}
+    return {"strategy": strategy, "aspect_ratio": aspect_ratio, "capacity": cap, "first_failure": None,
+            "stopped": None, "probes": 1, "complete": complete}
+
+
+def test_no_ratio_to_fsdp_from_a_search_that_did_not_finish():
+    """An interrupted sweep's fsdp search had reached d4 of a border further up: zero2's row read '1.00 x fsdp'
+    (d4 / d4) beside a finished zero2 search, as if both were capacities."""
+    from bench.capacity.sweep import summarize
+
+    searches = [_search("zero2", 4, True), _search("fsdp", 4, False)]
+    summary = summarize({}, {}, [], searches)
+    assert [s["ratio_to_fsdp"] for s in summary["searches"]] == [None, None]
+    searches = [_search("zero2", 4, False), _search("fsdp", 8, True)]  # zero2's d4 is a lower bound
+    assert [s["ratio_to_fsdp"] for s in summarize({}, {}, [], searches)["searches"]] == [None, 1.0]
+    searches = [_search("zero2", 4, True), _search("fsdp", 8, True)]
+    assert [s["ratio_to_fsdp"] for s in summarize({}, {}, [], searches)["searches"]] == [0.5, 1.0]

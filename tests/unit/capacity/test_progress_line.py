@@ -67,3 +67,13 @@ def test_no_ratio_to_fsdp_from_a_search_that_did_not_finish():
     assert [s["ratio_to_fsdp"] for s in summarize({}, {}, [], searches)["searches"]] == [None, 1.0]
     searches = [_search("zero2", 4, True), _search("fsdp", 8, True)]
     assert [s["ratio_to_fsdp"] for s in summarize({}, {}, [], searches)["searches"]] == [0.5, 1.0]
+
+
+def test_the_ratio_to_fsdp_is_within_one_shape_family():
+    """With --aspect-ratios 32,64 every strategy's ratio was taken to fsdp's first search, at aspect ratio 32:
+    zero2 at 64 x depth came out '2.00 x fsdp' against a family of narrower models."""
+    from bench.capacity.sweep import summarize
+
+    searches = [_search("fsdp", 4, True, 32), _search("fsdp", 8, True, 64), _search("zero2", 8, True, 64),
+                _search("zero2", 2, True, 32)]
+    assert [s["ratio_to_fsdp"] for s in summarize({}, {}, [], searches)["searches"]] == [1.0, 1.0, 1.0, 0.5]

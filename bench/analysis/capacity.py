@@ -49,7 +49,8 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
                              "capacity_params": cap.get("num_params"), "ratio_to_fsdp": c.get("ratio_to_fsdp"),
                              "tok_per_sec": c.get("tok_per_sec_at_capacity"), "batch": c.get("batch_at_capacity"),
                              "first_failure": fail.get("name"), "failure_params": fail.get("num_params"),
-                             "stopped": f"{stop['outcome']} at {stop['shape']}" if stop else None,
+                             "stopped": f"{stop['outcome']} at {stop['shape']}" if stop else
+                             "not finished" if c.get("complete") is False else None,  # its capacity: a lower bound
                              "probes": c.get("probes")})
     # the columns even when no search was recorded (probes only), so the report shows the probes alone
     search_columns = ["strategy", "aspect_ratio", "gpus", "gpu_name", "capacity", "capacity_params", "ratio_to_fsdp",
@@ -78,7 +79,8 @@ def capacity_bars(searches: pd.DataFrame, colors: dict):
     ax.barh(labels, s["capacity_params"], color=[colors[x] for x in s["strategy"]])
     for i, r in enumerate(s.itertuples()):
         ratio = f", {r.ratio_to_fsdp:.2f}x fsdp" if pd.notna(r.ratio_to_fsdp) else ""
-        ax.text(r.capacity_params, i, f" {r.capacity} {_human(r.capacity_params)}{ratio}", va="center")
+        stopped = f" ({r.stopped})" if isinstance(r.stopped, str) else ""  # a search that did not find its border
+        ax.text(r.capacity_params, i, f" {r.capacity} {_human(r.capacity_params)}{ratio}{stopped}", va="center")
     ax.xaxis.set_major_formatter(FuncFormatter(_human))
     ax.set_xlim(0, float(s["capacity_params"].max()) * 1.45)
     ax.invert_yaxis()
@@ -214,8 +216,9 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
              f"{(m['host_bytes'] or 0) / GIB:.0f} GiB. Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
              "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
-             "batch 1; `x fsdp` is its parameter count over fsdp's, when both searches finished. Peak memory is "
-             "torch's max_memory_allocated over the steps; host memory is how far the host's available memory fell during the probe.", "",
+             "batch 1 (a search stopped or `not finished` gives a lower bound); `x fsdp` is its parameter count "
+             "over fsdp's, when both searches finished. Peak memory is torch's max_memory_allocated over the steps; "
+             "host memory is how far the host's available memory fell during the probe.", "",
              _md_table(searches, SEARCH_COLS) if not searches.empty else "No capacity search in these sweeps.", ""]
     for f in figures:
         lines += [f"![{f.title}](figures/{f.png.name})", ""]

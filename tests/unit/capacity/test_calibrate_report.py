@@ -74,3 +74,15 @@ def test_report_of_a_gpu_sweep(tmp_path):
     assert re.search(r"\| *fsdp *\| *1 *\| *d60 *\|", md) and "d62" in md  # cells padded to their column
     for name in ("capacity", "memory", "speed"):
         assert (tmp_path / "report" / "figures" / f"capacity-{name}.png").stat().st_size > 10_000
+
+
+def test_a_search_that_did_not_finish_is_reported_as_such(tmp_path):
+    """An interrupted sweep's fsdp search had reached d60 without finding its border: the report's row showed
+    d60 as the largest that trained, with nothing in it to say the search had not ended."""
+    s = summary()
+    s["searches"][0].update(first_failure=None, complete=False, ratio_to_fsdp=None)
+    s["interrupted"] = "SIGINT"
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
+    assert re.search(r"\| *fsdp *\| *1 *\| *d60 *\|.*\| *not finished *\|", md)

@@ -8,7 +8,6 @@ and writes `capacity.md` with figures (PNG and SVG) beside it:
 - tok/s and MFU against parameters, at batch 1 and at the best batch measured.
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -24,20 +23,19 @@ from bench.analysis.columns import cell, header  # noqa: E402
 from bench.analysis.plots import STYLE, _human, save  # noqa: E402
 from bench.analysis.tables import frame_table, md_table  # noqa: E402
 from bench.contract import write_text_atomic  # noqa: E402
-from bench.errors import AnalysisError  # noqa: E402
 
 REPORT_MD = "capacity.md"
 GIB = 2 ** 30
 
 
 def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
-    """(probes, searches, machines) of the sweeps; AnalysisError naming a directory without a summary."""
+    """(probes, searches, machines) of the sweeps; ConfigError naming a directory without a summary or with a
+    damaged one (bench/capacity/sweep.py's load_summary)."""
+    from bench.capacity.sweep import load_summary
+
     probes, searches, machines = [], [], []
     for d in sweep_dirs:
-        path = Path(d) / "summary.json"
-        if not path.is_file():
-            raise AnalysisError(f"{path}: no capacity summary (run `nanochat-bench capacity --out {d}`)")
-        s = json.loads(path.read_text())
+        s = load_summary(d)
         m = s["machine"]
         machines.append(m)
         for p in s["probes"]:

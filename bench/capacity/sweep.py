@@ -367,7 +367,17 @@ def format_table(summary: dict) -> list[str]:
 
 
 def load_summary(out: str | os.PathLike) -> dict:
+    """summary.json of the sweep directory `out`; ConfigError when it is missing or not a summary (cut, edited)."""
     path = Path(out) / SUMMARY_JSON
     if not path.is_file():
         raise ConfigError(f"{path}: no capacity summary there (run `nanochat-bench capacity --out {out}` first)")
-    return json.loads(path.read_text())
+    damaged = (f"{path} is not a capacity summary ({{}}); delete it and `nanochat-bench capacity --report --out {out}` "
+               "rebuilds it from the finished probes")
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ConfigError(damaged.format(e)) from None
+    kinds = {"machine": dict, "searches": list, "probes": list}
+    if not isinstance(summary, dict) or not all(isinstance(summary.get(k), t) for k, t in kinds.items()):
+        raise ConfigError(damaged.format(f"it needs {', '.join(kinds)}"))
+    return summary

@@ -86,3 +86,19 @@ def test_a_search_that_did_not_finish_is_reported_as_such(tmp_path):
     (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
     md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
     assert re.search(r"\| *fsdp *\| *1 *\| *d60 *\|.*\| *not finished *\|", md)
+
+
+DAMAGED = ["", '{"machine": {}, "searc', "[]", "{}", '{"machine": [], "searches": [], "probes": []}', "\udcff"]
+
+
+@pytest.mark.parametrize("text", DAMAGED)
+def test_a_damaged_summary_is_one_line_naming_it_and_how_to_rebuild_it(tmp_path, capsys, text):
+    """A summary.json cut short or edited by hand: `capacity --report` ended in a JSONDecodeError, KeyError or
+    TypeError traceback."""
+    from bench.cli import main
+
+    (tmp_path / "summary.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'summary.json'} is not a capacity summary (") and "delete it" in err
+    assert len(err.strip().splitlines()) == 1

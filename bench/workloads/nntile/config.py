@@ -86,8 +86,12 @@ def gpt2_shape(path: str | os.PathLike) -> dict:
         raw = json.loads(path.read_text())
     except OSError as e:
         raise ConfigError(f"--config-path {path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config-path {path}: not UTF-8 text (a GPT-2 config JSON is)") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"--config-path {path}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config-path {path}: a JSON object of GPT-2 fields is needed, not {type(raw).__name__}")
     names = {"n_embd": ("n_embd", "hidden_size"), "n_head": ("n_head", "num_heads", "num_attention_heads"),
              "n_layer": ("n_layer", "num_hidden_layers"), "n_positions": ("n_positions", "n_ctx"),
              "vocab_size": ("vocab_size",)}
@@ -101,8 +105,12 @@ def gpt2_shape(path: str | os.PathLike) -> dict:
         raise ConfigError(f"--config-path {path}: n_embd={shape['n_embd']} is not a multiple of "
                           f"n_head={shape['n_head']}")
     shape["n_inner"] = 4 * shape["n_embd"]
-    shape["layer_norm_epsilon"] = float(raw.get("layer_norm_epsilon", 1e-5))
-    shape["initializer_range"] = float(raw.get("initializer_range", 0.02))
+    for key, default in (("layer_norm_epsilon", 1e-5), ("initializer_range", 0.02)):
+        value = raw.get(key, default)  # the norm's epsilon and the weights' std: a string or <= 0 cannot train
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+            raise ConfigError(f"--config-path {path}: {key} must be a positive number (default {default}), "
+                              f"got {value!r}")
+        shape[key] = float(value)
     return shape
 
 

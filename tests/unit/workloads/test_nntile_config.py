@@ -84,6 +84,28 @@ def test_a_config_without_a_shape_field_is_refused(tmp_path):
         nconfig.parse_args([f"--config-path={path}"])
 
 
+SHAPE = {"n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32, "vocab_size": 512}
+
+
+@pytest.mark.parametrize("body, named", [
+    ({**SHAPE, "layer_norm_epsilon": "abc"}, "layer_norm_epsilon must be a positive number"),
+    ({**SHAPE, "layer_norm_epsilon": None}, "layer_norm_epsilon must be a positive number"),
+    ({**SHAPE, "initializer_range": -1}, "initializer_range must be a positive number"),
+    ("n_embd", "a JSON object of GPT-2 fields is needed, not str"),
+    ([SHAPE], "a JSON object of GPT-2 fields is needed, not list"),
+])
+def test_a_config_with_a_wrong_typed_field_or_no_object_is_refused(tmp_path, body, named):
+    """A config JSON edited by hand: a string epsilon or a top-level string ended in a ValueError or TypeError
+    traceback, and a negative initializer_range was passed on to the model's init."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(body))
+    with pytest.raises(ConfigError, match=f"^--config-path {path}: {named}"):
+        nconfig.parse_args([f"--config-path={path}"])
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        nconfig.parse_args([f"--config-path={path}"])
+
+
 def test_flops_per_token_equal_nanochats_for_the_same_shape():
     """NNTile's example counts matmul FLOPs per layer; nanochat counts 6N + 12·L·E·T: the same number for a
     GPT-2 of nanochat's shape (width 64·depth, 4x MLP, untied lm_head), so MFU compares across workloads."""

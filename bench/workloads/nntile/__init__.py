@@ -72,13 +72,14 @@ class NNTile(Workload):
     precision = "float32"  # torch-nntile 0.1.0's GPT-2 is built in torch's default dtype: no bf16, no autocast
 
     def check(self, argv: list[str], nproc: int) -> None:
-        from bench.workloads.nntile.config import check_dataset, parse_args
+        from bench.workloads.nntile.config import check_dataset, parse_args, workers
 
         if nproc != 1:
             raise ConfigError(f"--nproc={nproc}: the nntile workload is one process (StarPU uses every core "
                               "and GPU itself); leave --nproc out and set STARPU_NCPU / STARPU_NCUDA")
         config, shape = parse_args(argv)
         check_dataset(config, shape)
+        workers(config.restrict)  # the runner inherits this environment: a bad worker count fails here, at once
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
         return [interpreter(python), str(RUNNER), *argv]

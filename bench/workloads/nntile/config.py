@@ -179,6 +179,26 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
     return config
 
 
+def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
+    """(ncpu, ncuda) for init_context. An explicit ncpu overrides STARPU_NCPU in torch-nntile, so the
+    variables are read here: STARPU_NCPU, else every core this process may use; STARPU_NCUDA, else all
+    (-1); --restrict=cpu asks for no CUDA worker. ConfigError for a count that is no integer, or for no
+    worker at all (StarPU would only fail to start, with a traceback)."""
+    env = os.environ if env is None else env
+    counts = {}
+    for name, unset in (("STARPU_NCPU", len(os.sched_getaffinity(0))), ("STARPU_NCUDA", -1)):
+        text = env.get(name) or str(unset)
+        try:
+            counts[name] = int(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text}: give a number of workers (-1 = every one)") from None
+    ncpu, ncuda = counts["STARPU_NCPU"], 0 if restrict == "cpu" else counts["STARPU_NCUDA"]
+    if ncpu == 0 and ncuda == 0:
+        raise ConfigError(f"STARPU_NCPU=0 with {'--restrict=cpu' if restrict == 'cpu' else 'STARPU_NCUDA=0'}: "
+                          "no StarPU worker would run a task; give STARPU_NCPU at least 1")
+    return ncpu, ncuda
+
+
 def train_bin(config: NNTileConfig) -> Path:
     """The train.bin the run reads: --dataset-path as a file, or train.bin inside it as a directory."""
     path = Path(config.dataset_path or Path(paths.base_dir()) / paths.BIN_DIR)

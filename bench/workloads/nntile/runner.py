@@ -38,20 +38,11 @@ from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.runrecord import RunRecord, open_record
 from bench.workloads.nntile import WORKLOAD_NAME
-from bench.workloads.nntile.config import TILES, as_record, check_dataset, flops_per_token, parse_args
+from bench.workloads.nntile.config import TILES, as_record, check_dataset, flops_per_token, parse_args, workers
 
 
 def log(text: str) -> None:
     print(text, flush=True)
-
-
-def workers(restrict: str) -> tuple[int, int]:
-    """(ncpu, ncuda) for init_context. An explicit ncpu overrides STARPU_NCPU in torch-nntile, so the
-    variables are read here: STARPU_NCPU, else every core this process may use; STARPU_NCUDA, else all
-    (-1); --restrict=cpu asks for no CUDA worker."""
-    ncpu = int(os.environ.get("STARPU_NCPU") or len(os.sched_getaffinity(0)))
-    ncuda = 0 if restrict == "cpu" else int(os.environ.get("STARPU_NCUDA") or -1)
-    return ncpu, ncuda
 
 
 def software_versions(torch, torch_nntile) -> dict:

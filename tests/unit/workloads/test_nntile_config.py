@@ -135,3 +135,28 @@ def test_the_record_carries_the_analysis_keys(cfg):
     assert (record["depth"], record["max_seq_len"], record["total_batch_size"], record["device_batch_size"]) == \
         (2, 32, 8 * 32, 2)
     json.dumps(record)  # run.json material
+
+
+def test_starpu_worker_counts_are_checked_before_starpu_starts():
+    """STARPU_NCPU=abc ended the run in a ValueError traceback, and STARPU_NCPU=0 on a CPU run in
+    'RuntimeError: Error in starpu_initialize()' after StarPU had started."""
+    assert nconfig.workers("", {"STARPU_NCPU": "3", "STARPU_NCUDA": "1"}) == (3, 1)
+    assert nconfig.workers("cpu", {"STARPU_NCPU": "2", "STARPU_NCUDA": "4"}) == (2, 0)
+    assert nconfig.workers("", {"STARPU_NCPU": "0"}) == (0, -1)  # GPU workers only
+    with pytest.raises(ConfigError, match=r"^STARPU_NCPU=abc: give a number of workers"):
+        nconfig.workers("", {"STARPU_NCPU": "abc"})
+    with pytest.raises(ConfigError, match=r"^STARPU_NCUDA=1.5: give a number of workers"):
+        nconfig.workers("", {"STARPU_NCUDA": "1.5"})
+    with pytest.raises(ConfigError, match=r"^STARPU_NCPU=0 with --restrict=cpu: no StarPU worker"):
+        nconfig.workers("cpu", {"STARPU_NCPU": "0"})
+    with pytest.raises(ConfigError, match=r"^STARPU_NCPU=0 with STARPU_NCUDA=0: no StarPU worker"):
+        nconfig.workers("", {"STARPU_NCPU": "0", "STARPU_NCUDA": "0"})
+
+
+def test_the_workload_check_refuses_a_bad_worker_count_before_the_run(cfg, tmp_path, monkeypatch):
+    from bench.workloads.nntile import WORKLOAD
+
+    (tmp_path / "train.bin").write_bytes(b"\0" * 2 * 33 * 4)
+    monkeypatch.setenv("STARPU_NCPU", "abc")
+    with pytest.raises(ConfigError, match="^STARPU_NCPU=abc"):
+        WORKLOAD.check([f"--config-path={cfg}", f"--dataset-path={tmp_path / 'train.bin'}"], 1)

@@ -36,6 +36,7 @@ SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
+DEVICE_KEYS = MACHINE_KEYS[:3]  # a probe measured on another device (an --out on a shared file system) runs again
 
 
 @dataclass
@@ -157,6 +158,8 @@ class Sweep:
                          c.device_type, c.vocab_size, c.memory_limit)
         run_dir = c.out / "runs" / strategy / spec.name
         result = read_probe(spec, run_dir)
+        if result is not None and any(result.extra.get(k) not in (None, self.machine[k]) for k in DEVICE_KEYS):
+            result = None  # an H100's oom says nothing of an H200 (and would be recorded under the H200's name)
         if result is None:
             left = None if c.budget_s is None else c.budget_s - (time.time() - self.t0)
             if left is not None and left < c.min_probe_s:  # counted and shown: the summary says the sweep is cut

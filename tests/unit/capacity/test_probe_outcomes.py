@@ -205,3 +205,29 @@ def test_an_out_that_cannot_be_a_directory_is_refused_naming_the_flag(tmp_path):
         with pytest.raises(ConfigError, match=rf"^--out {out}: .*a file of that name is in the way"):
             Sweep._passes(SimpleNamespace(cfg=cfg, log=print))  # the sweep's own method, no machine probed
     assert (tmp_path / "file").read_text() == "kept"
+
+
+def test_a_probe_measured_on_another_gpu_runs_again(tmp_path, monkeypatch):
+    """The same --out on a shared file system, resumed on an H200 node: the H100 node's probes were read back
+    and written into the summary under the H200's name and memory."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    h100 = {"device_type": "cuda", "gpu_name": "NVIDIA H100", "device_bytes": 80 << 30, "host_bytes": 1 << 40}
+    h200 = dict(h100, gpu_name="NVIDIA H200", device_bytes=141 << 30, host_available_bytes=1 << 40)
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4], device_type="cuda")
+    spec = ProbeSpec("fsdp", 4, device_type="cuda")
+    run_dir = tmp_path / "runs" / "fsdp" / spec.name
+    run_dir.mkdir(parents=True)
+    update_run_json(run_dir, capacity=ProbeResult(spec, "oom", num_params=123, extra=h100).record())
+    ran = []
+    monkeypatch.setattr(sweepmod, "run_probe",
+                        lambda spec, *a, **k: ran.append(spec) or ProbeResult(spec, "ok", tok_per_sec=1.0))
+    sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
+    sweep.__dict__.update(cfg=cfg, log=lambda line: None, results=[], t0=0, out_of_time=False, machine=h200, data={},
+                          host_floor=0)
+    result = sweep.probe("fsdp", Shape(123, 4), 1)
+    assert ran == [spec] and result.outcome == "ok" and not result.reused
+    assert sweep.probe("fsdp", Shape(123, 4), 1).reused and len(ran) == 1  # now recorded on this GPU: read back

@@ -1,5 +1,6 @@
 """A sweep's summary rebuilt from its probes' run directories, for a sweep that ended without writing one
 (killed with SIGKILL, or by a power cut): `capacity --report` then reports what the finished probes found.
+So too when the summary there is older than a probe: an earlier sweep's, left by a later one that ended so.
 
 Each finished probe's run.json holds its settings and outcome under `capacity` (bench/capacity/probe.py);
 per strategy and width, the capacity is the largest model that trained at device batch 1 and the first
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
 from bench.capacity.search import Shape
-from bench.capacity.sweep import MACHINE_KEYS, _shape_dict, save_summary, summarize
+from bench.capacity.sweep import MACHINE_KEYS, SUMMARY_JSON, _shape_dict, save_summary, summarize
 from bench.errors import ConfigError
 from bench.contract import RUN_JSON, read_run_json
 
@@ -51,6 +52,14 @@ def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResu
     return {"strategy": strategy, "aspect_ratio": aspect_ratio, "capacity": _shape_dict(fits and shape(fits)),
             "first_failure": _shape_dict(fail and shape(fail)), "probes": len(at_b1), "complete": False,
             "stopped": stop and stop.stop_record()}
+
+
+def summary_is_stale(out: str | Path) -> bool:
+    """True when a probe under <out>/runs/ was written after <out>/summary.json (a sweep writes its summary
+    after its last probe, even when stopped by a signal): a later sweep into the same --out ended without
+    one, over the probes that summary lists."""
+    newest = max((p.stat().st_mtime for p in (Path(out) / "runs").glob("*/*/run.json")), default=0.0)
+    return newest > (Path(out) / SUMMARY_JSON).stat().st_mtime
 
 
 def rebuild_summary(out: str | Path) -> dict:

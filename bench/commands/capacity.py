@@ -83,10 +83,11 @@ def cmd_capacity(args) -> int:
         print(f"summary: {out / 'summary.json'} (every probe: {out / 'probes.csv'})")
     if args.report:
         from bench.analysis.capacity import write_capacity_report
-        from bench.capacity.rebuild import rebuild_summary
+        from bench.capacity.rebuild import rebuild_summary, summary_is_stale
         from bench.capacity.sweep import SUMMARY_JSON, load_summary
 
-        if not (out / SUMMARY_JSON).is_file():  # a sweep that was killed before it could write one
+        # a sweep that was killed before it could write one, or after an earlier sweep had written its own
+        if not (out / SUMMARY_JSON).is_file() or summary_is_stale(out):
             rebuild_summary(out)
             print(f"{out / SUMMARY_JSON}: rebuilt from the finished probes under {out / 'runs'}")
         path = write_capacity_report([out], out / "report")

@@ -231,3 +231,36 @@ def test_a_probe_measured_on_another_gpu_runs_again(tmp_path, monkeypatch):
     result = sweep.probe("fsdp", Shape(123, 4), 1)
     assert ran == [spec] and result.outcome == "ok" and not result.reused
     assert sweep.probe("fsdp", Shape(123, 4), 1).reused and len(ran) == 1  # now recorded on this GPU: read back
+
+
+def test_report_after_a_killed_sweep_rebuilds_over_an_earlier_sweeps_summary(tmp_path, capsys):
+    """A finished sweep left summary.json; a second one into the same --out (another --memory-limit) was killed
+    outright after rewriting d2's and d4's probes: `capacity --report` reported the first sweep's summary, its
+    capacity and its rows pointing at run directories that now held the second sweep's probes."""
+    import os
+
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.sweep import load_summary
+    from bench.cli import main
+
+    earlier = {"machine": {"device_type": "cpu", "gpu_name": None, "device_bytes": 2 << 30, "host_bytes": 8 << 30,
+                           "nproc": 1, "memory_limit": 2 << 30}, "config": {}, "probes": [], "interrupted": None,
+               "searches": [{"strategy": "fsdp", "aspect_ratio": 64, "complete": True, "stopped": None, "probes": 2,
+                             "capacity": {"name": "d6", "depth": 6, "aspect_ratio": 64, "num_params": 60},
+                             "first_failure": None}]}
+    (tmp_path / "summary.json").write_text(json.dumps(earlier))
+    os.utime(tmp_path / "summary.json", (100, 100))
+    for depth, outcome in ((2, "ok"), (4, "oom")):
+        spec = ProbeSpec("fsdp", depth, device_type="cpu", memory_limit=1 << 30)
+        run_dir = tmp_path / "runs" / "fsdp" / spec.name
+        run_dir.mkdir(parents=True)
+        extra = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
+                 "predicted_need_bytes": depth << 28}  # as the sweep records them
+        update_run_json(run_dir, capacity=ProbeResult(spec, outcome, num_params=depth * 10, tok_per_sec=99.0,
+                                                         extra=extra).record())
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0
+    [search] = load_summary(tmp_path)["searches"]
+    assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
+    assert "summary.json: rebuilt from the finished probes" in capsys.readouterr().out
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0  # now the newest: kept, not rebuilt
+    assert "summary.json: rebuilt" not in capsys.readouterr().out

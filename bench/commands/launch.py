@@ -14,8 +14,8 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import (NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, interactive_minutes,
-                              over_partition, site_partition, write_job)
+from bench.launch.job import (NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, cpu_share,
+                              interactive_minutes, over_partition, site_partition, write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -244,29 +244,10 @@ def check_ofi_hook(hook: str, chosen: str) -> None:
                           f"{chosen!r} runs neither; add one of them or leave --ofi-hook out")
 
 
-def cpus_per_gpu(args, gpus: bool) -> int | None:
-    """What a GPU job sharing its nodes asks for each GPU's rank: --cpus-per-gpu, else the site's share. Without
-    one it would get Slurm's default, one CPU a task where the partition sets no DefCpuPerGPU, which torchrun, every
-    rank's data loader and NCCL's threads then share: refused, as a flag that would change nothing is."""
-    site = site_of(args)
-    given = args.cpus_per_gpu
-    if given is not None and (given <= 0 or args.exclusive or not gpus):
-        raise ConfigError(f"--cpus-per-gpu {given}: give a number of CPUs > 0, with --no-exclusive and GPUs (an "
-                          f"exclusive job has every CPU of its nodes; a CPU run asks for no GPUs)")
-    if args.exclusive or not gpus:
-        return None
-    if (share := given or (site.cpus_per_gpu if site is not None else None)) is None:
-        raise ConfigError("--no-exclusive: a job sharing its nodes gets Slurm's default CPUs (one a task without "
-                          "the partition's DefCpuPerGPU), which every rank's data loader and NCCL threads would "
-                          "share; give --cpus-per-gpu N (a node's CPUs / its GPUs), or cpus_per_gpu in the site "
-                          "profile")
-    return share
-
-
 def options_from_args(args, gpus: bool) -> LaunchOptions:
     """The launch flags; `gpus`: whether the sweep's runs use the nodes' GPUs (their CPU share, cpus_per_gpu)."""
     site_partition(site_of(args), args.partition)  # an unknown partition is refused before the plan is printed
-    share = cpus_per_gpu(args, gpus)
+    share = cpu_share(args.cpus_per_gpu, args.exclusive, gpus, site_of(args))
     if not args.exclusive and share is None:  # the batch script gives every run $SLURM_CPUS_ON_NODE: maybe one CPU
         print("note: --no-exclusive: CPU ranks ask for no CPUs of their own, so each node's ranks share what Slurm "
               "allocates by default (one CPU a task): timings reflect that")

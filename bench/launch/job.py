@@ -72,6 +72,25 @@ class LaunchOptions:
                 raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")
 
 
+def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None, flag: str = "--cpus-per-gpu",
+              sharing: str = "--no-exclusive") -> int | None:
+    """What a GPU job sharing its nodes asks for each GPU's rank: `given` (--cpus-per-gpu), else the site's share;
+    None for an exclusive job (every CPU of its nodes) or a CPU run. Without a share it would get Slurm's default,
+    one CPU a task where the partition sets no DefCpuPerGPU, which torchrun, every rank's data loader and NCCL's
+    threads then share: refused, as a share that would change nothing is. `flag` and `sharing` name the settings
+    for the caller (submit's flags, a ReFrame partition's extras)."""
+    if given is not None and (given <= 0 or exclusive or not gpus):
+        raise ConfigError(f"{flag} {given}: give a number of CPUs > 0, with {sharing} and GPUs (an exclusive job "
+                          f"has every CPU of its nodes; a CPU run asks for no GPUs)")
+    if exclusive or not gpus:
+        return None
+    if (share := given or (site.cpus_per_gpu if site is not None else None)) is None:
+        raise ConfigError(f"{sharing}: a job sharing its nodes gets Slurm's default CPUs (one a task without the "
+                          f"partition's DefCpuPerGPU), which every rank's data loader and NCCL threads would share; "
+                          f"give {flag} N (a node's CPUs / its GPUs), or cpus_per_gpu in the site profile")
+    return share
+
+
 def deadline_margin_s(time_minutes: int) -> int:
     """How long before its limit the trainer stops to checkpoint: a tenth, between 30 s and 10 min."""
     return min(600, max(30, time_minutes * 6))

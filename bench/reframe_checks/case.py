@@ -21,16 +21,17 @@ from pathlib import Path
 
 from bench import paths, runtimes, sites, workloads
 from bench.errors import ConfigError, RuntimeConfigError
-from bench.launch.job import NUMA_BINDING, OFI_HOOK, Job, LaunchOptions, Naming, assemble, job_minutes, write_job
+from bench.launch.job import (NUMA_BINDING, OFI_HOOK, Job, LaunchOptions, Naming, assemble, cpu_share, job_minutes,
+                              write_job)
 from bench.launch.plan import DataShape, Point, Sweep, parse_minutes, parse_train_args
 from bench.launch.render import render_sbatch
 from bench.runtimes import Mount
 from bench.runtimes.base import unset_variables
 
 EXTRAS_KEY = "nanochat_bench"
-# #SBATCH lines of the rendered job that ReFrame's job must ask for too; the others (name, output, time,
-# tasks per node, exclusive, partition, account) are ReFrame's own settings.
-PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=")
+# #SBATCH lines of the rendered job that ReFrame's job must ask for too (a shared node's CPUs: its GPUs' share);
+# the others (name, output, time, tasks per node, exclusive, partition, account) are ReFrame's own settings.
+PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=", "--cpus-per-task=")
 RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
 CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # submit's --ofi-hook, --numa-binding
 
@@ -48,6 +49,7 @@ class Site:
     train: list = field(default_factory=list)  # KEY=VALUE trainer flags of the partition (device_type=cpu)
     time: str = ""  # a fixed time limit per run instead of the planner's estimate
     exclusive: bool = True
+    cpus_per_gpu: int = 0  # exclusive False, on GPUs: each GPU's CPU share, as submit's --cpus-per-gpu (0: the site's)
     ofi_hook: str = "default"
     numa_binding: str = "node"  # "none" leaves CPU binding to the OS
     nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
@@ -161,17 +163,20 @@ def sweep_of(case: Case, base_dir: str) -> Sweep:
                  time=case.site.time or None, base_dir=base_dir)
 
 
-def options_of(site: Site, base_dir: str, dry_run: bool) -> LaunchOptions:
+def options_of(site: Site, base_dir: str, dry_run: bool, gpus: bool) -> LaunchOptions:
     """The launch options `submit` would build from flags, from the partition's settings (images are
-    checked only for a real run: a dry run renders scripts for images that live on the cluster)."""
+    checked only for a real run: a dry run renders scripts for images that live on the cluster); `gpus`: whether
+    the case's run uses the nodes' GPUs (their CPU share on a shared node)."""
     python = expanded(site.python, "python") if site.python else sys.executable
     numa = None if site.numa_binding == "none" else site.numa_binding
     profile = sites.load(expanded(site.site, "site"), f"extras['{EXTRAS_KEY}'].site {site.site!r}") \
         if site.site else None
+    share = cpu_share(site.cpus_per_gpu or None, site.exclusive, gpus, profile,
+                      f"extras['{EXTRAS_KEY}'].cpus_per_gpu", f"extras['{EXTRAS_KEY}'].exclusive False")
     return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
                          mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),
-                         ofi_hook=site.ofi_hook, numa_binding=numa, exclusive=site.exclusive, check_images=not dry_run,
-                         site=profile)
+                         ofi_hook=site.ofi_hook, numa_binding=numa, exclusive=site.exclusive, cpus_per_gpu=share,
+                         check_images=not dry_run, site=profile)
 
 
 def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
@@ -179,7 +184,7 @@ def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
     except in a dry run, which writes the script only). Every mistake is a ConfigError naming it."""
     base_dir = str(Path(expanded(paths.base_dir(case.site.base_dir or None), "base_dir")).absolute())
     sweep = sweep_of(case, base_dir)
-    opts = options_of(case.site, base_dir, dry_run)
+    opts = options_of(case.site, base_dir, dry_run, sweep.gpus_used)
     naming = Naming(one_title="ReFrame check {sweep_id}, run {run_id}")
     try:
         [job] = assemble(sweep, opts, Path(stage_dir) / case.sweep_id, naming=naming, note=lambda _: None)

@@ -8,8 +8,8 @@
 # Copy it, set the account, images and base directory, and drop the features (runtimes) the site does
 # not offer. A check case runs on the partitions whose `features` name its runtime; the partition's
 # `extras['nanochat_bench']` says how nanochat-bench runs there (bench/reframe_checks/case.py, Site):
-# gpus_per_node, base_dir, python, images, mounts, env, train, time, exclusive, ofi_hook, numa_binding,
-# nccl_net, references, site.
+# gpus_per_node, base_dir, python, images, mounts, env, train, time, exclusive, cpus_per_gpu, ofi_hook,
+# numa_binding, nccl_net, references, site.
 #
 # Scheduler `slurm` (polls sacct; on a Slurm without accounting use `squeue`). Launcher `local`: the
 # check's job runs nanochat-bench's batch script once, and its srun starts one task per node, each

@@ -183,3 +183,21 @@ def test_every_partition_of_the_alps_example_keeps_nccls_info_lines(tmp_path, mo
             c = Case(runtime, 2, "weak", 2, [], site, f"example_{partition['name']}_{runtime}")
             spec = build(c, tmp_path / "stage", dry_run=True).job.runs[0].spec
             assert spec.env["NCCL_DEBUG"] == "INFO", (partition["name"], runtime)
+
+
+def test_a_gpu_partition_sharing_its_nodes_asks_reframes_job_for_its_gpus_share_of_the_cpus(tmp_path):
+    """A GPU partition with exclusive False rendered a job asking for no CPUs, and ReFrame's job (which runs it)
+    was passed only --nodes and --gpus-per-node: on a shared node torchrun, every rank's loader and NCCL's
+    threads shared one CPU. Now it asks what `submit --no-exclusive` asks (the site's share, or the partition's
+    cpus_per_gpu), and without either it is refused naming the key."""
+    shared = {"gpus_per_node": 4, "exclusive": False, "base_dir": str(tmp_path / "base")}
+
+    def passed(site: dict) -> list[str]:
+        return build(case(site), tmp_path / str(len(list(tmp_path.iterdir()))), dry_run=True).directives
+
+    assert "--cpus-per-task=288" in passed({**shared, "site": "alps"})
+    assert "--cpus-per-task=32" in passed({**shared, "site": "alps", "cpus_per_gpu": 8})
+    assert not [d for d in passed({**CPU, "base_dir": str(tmp_path / "base")}) if d.startswith("--cpus")]
+    with pytest.raises(ConfigError, match=r"extras\['nanochat_bench'\]\.exclusive False: .* give "
+                                          r"extras\['nanochat_bench'\]\.cpus_per_gpu N"):
+        passed(shared)

@@ -15,7 +15,7 @@ from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
 from bench.launch.job import (NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, cpu_share,
-                              interactive_minutes, over_partition, site_partition, write_job)
+                              interactive_minutes, over_partition, shared_node_cpus, site_partition, write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -290,7 +290,25 @@ def cmd_plan(args) -> int:
     sweep, stages = sweep_and_stages(args)
     print((flowmod if args.flow else planmod).format_table(sweep))
     note_staged_data(args, stages)
+    note_shared_cpus(args, sweep.first if args.flow else sweep)
     return 0
+
+
+def note_shared_cpus(args, sweep: planmod.Sweep) -> None:
+    """plan: the CPUs a --no-exclusive job of the sweep asks each node for, as render and submit decide them (plan
+    takes no launch flags), or why it would be refused. CPU ranks: submit's own note says what they share."""
+    if not sweep.gpus_used:
+        return
+    site = site_of(args)
+    try:
+        share = cpu_share(None, False, True, site)
+    except ConfigError:
+        why = f"{site.source} has no cpus_per_gpu" if site is not None else "or a --site with cpus_per_gpu"
+        print(f"note: --no-exclusive jobs (render, submit) need --cpus-per-gpu N ({why})")
+        return
+    print(f"note: --no-exclusive jobs (render, submit) ask each node for --cpus-per-task="
+          f"{shared_node_cpus(share, sweep.gpus_per_node)}: site {site.name}'s cpus_per_gpu {share} x "
+          f"{sweep.gpus_per_node} GPU(s) a node (--cpus-per-gpu N to change it)")
 
 
 def cmd_submit(args) -> int:

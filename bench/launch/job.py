@@ -91,6 +91,11 @@ def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None,
     return share
 
 
+def shared_node_cpus(share: int | None, gpus_per_node: int) -> int | None:
+    """--cpus-per-task of a job sharing its nodes: the node's one task (torchrun) holds every GPU's share."""
+    return share * gpus_per_node if share else None
+
+
 def deadline_margin_s(time_minutes: int) -> int:
     """How long before its limit the trainer stops to checkpoint: a tenth, between 30 s and 10 min."""
     return min(600, max(30, time_minutes * 6))
@@ -256,7 +261,8 @@ def directives(name: str, nodes: int, gpus_per_node: int, gpus: bool, opts: Laun
          "constraint": opts.constraint, "gpus-per-node": str(gpus_per_node) if gpus else None,
          "exclusive": "" if opts.exclusive else None,
          # a shared node's CPUs for its one task: its GPUs' share (not --cpus-per-gpu, which srun's -c would clash with)
-         "cpus-per-task": str(opts.cpus_per_gpu * gpus_per_node) if gpus and opts.cpus_per_gpu else None,
+         "cpus-per-task": str(shared_node_cpus(opts.cpus_per_gpu, gpus_per_node)) if gpus and opts.cpus_per_gpu
+         else None,
          # a requeued job would run again into the same run directories, on top of the first attempt
          "no-requeue": ""}
     return [f"--{k}={v}" if v else f"--{k}" for k, v in sorted(d.items()) if v is not None]

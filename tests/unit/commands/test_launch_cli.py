@@ -538,3 +538,16 @@ def test_the_printed_cd_line_pastes_into_a_shell_for_a_directory_with_a_space_or
     pasted = line.split(": ", 1)[1].split(" && ")[0] + " && pwd"
     done = subprocess.run(["bash", "-c", pasted], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == str(out_dir / "n1-bare-r1"), done.stderr
+
+
+def test_plan_says_what_cpus_a_job_sharing_its_nodes_would_ask_for(capsys):
+    """plan said nothing of the CPUs a --no-exclusive GPU job asks (its GPUs' share since render and submit ask
+    one), nor that one without a share is refused. Now it names the --cpus-per-task render would write, or what
+    is missing; CPU ranks ask for none, and plan says nothing of them."""
+    argv = ["plan", "--nodes=1,32", "--row-groups=100", "--shards=100"]
+    code, out, _ = run_cli([*argv, "--site=alps", "--gpus-per-node=1"], capsys)
+    assert code == 0 and "--no-exclusive jobs (render, submit) ask each node for --cpus-per-task=72:" in out
+    code, out, _ = run_cli([*argv, "--site=test-cluster"], capsys)
+    assert code == 0 and "need --cpus-per-gpu N (site profile test-cluster" in out
+    code, out, _ = run_cli([*argv, "--site=alps", "--device_type=cpu"], capsys)
+    assert code == 0 and "--no-exclusive" not in out

@@ -247,7 +247,7 @@ def check_ofi_hook(hook: str, chosen: str) -> None:
 def options_from_args(args, gpus: bool) -> LaunchOptions:
     """The launch flags; `gpus`: whether the sweep's runs use the nodes' GPUs (their CPU share, cpus_per_gpu)."""
     site_partition(site_of(args), args.partition)  # an unknown partition is refused before the plan is printed
-    share = cpu_share(args.cpus_per_gpu, args.exclusive, gpus, site_of(args))
+    share = cpu_share(args.cpus_per_gpu, args.exclusive, gpus, site_of(args), args.gpus_per_node)
     if not args.exclusive and share is None:  # the batch script gives every run $SLURM_CPUS_ON_NODE: maybe one CPU
         print("note: --no-exclusive: CPU ranks ask for no CPUs of their own, so each node's ranks share what Slurm "
               "allocates by default (one CPU a task): timings reflect that")
@@ -301,7 +301,7 @@ def note_shared_cpus(args, sweep: planmod.Sweep) -> None:
         return
     site = site_of(args)
     try:
-        share = cpu_share(None, False, True, site)
+        share = cpu_share(None, False, True, site, sweep.gpus_per_node)
     except ConfigError:
         why = f"{site.source} has no cpus_per_gpu" if site is not None else "or a --site with cpus_per_gpu"
         print(f"note: --no-exclusive jobs (render, submit) need --cpus-per-gpu N ({why})")

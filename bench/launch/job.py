@@ -72,8 +72,8 @@ class LaunchOptions:
                 raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")
 
 
-def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None, flag: str = "--cpus-per-gpu",
-              sharing: str = "--no-exclusive") -> int | None:
+def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None, gpus_per_node: int,
+              flag: str = "--cpus-per-gpu", sharing: str = "--no-exclusive") -> int | None:
     """What a GPU job sharing its nodes asks for each GPU's rank: `given` (--cpus-per-gpu), else the site's share;
     None for an exclusive job (every CPU of its nodes) or a CPU run. Without a share it would get Slurm's default,
     one CPU a task where the partition sets no DefCpuPerGPU, which torchrun, every rank's data loader and NCCL's
@@ -88,6 +88,12 @@ def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None,
         raise ConfigError(f"{sharing}: a job sharing its nodes gets Slurm's default CPUs (one a task without the "
                           f"partition's DefCpuPerGPU), which every rank's data loader and NCCL threads would share; "
                           f"give {flag} N (a node's CPUs / its GPUs), or cpus_per_gpu in the site profile")
+    node = site.cpus_per_gpu * site.gpus_per_node if site is not None and site.cpus_per_gpu and site.gpus_per_node \
+        else None  # a site's share is of a whole node's CPUs: more than they is a job sbatch refuses
+    if node is not None and shared_node_cpus(share, gpus_per_node) > node:
+        raise ConfigError(f"{flag} {share} x {gpus_per_node} GPU(s) a node asks {share * gpus_per_node} CPUs, but a "
+                          f"node of site {site.name} has {node} (cpus_per_gpu {site.cpus_per_gpu} x "
+                          f"{site.gpus_per_node} GPUs, {site.source}); give at most {node // gpus_per_node}")
     return share
 
 

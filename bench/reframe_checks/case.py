@@ -171,7 +171,7 @@ def options_of(site: Site, base_dir: str, dry_run: bool, gpus: bool) -> LaunchOp
     numa = None if site.numa_binding == "none" else site.numa_binding
     profile = sites.load(expanded(site.site, "site"), f"extras['{EXTRAS_KEY}'].site {site.site!r}") \
         if site.site else None
-    share = cpu_share(site.cpus_per_gpu or None, site.exclusive, gpus, profile,
+    share = cpu_share(site.cpus_per_gpu or None, site.exclusive, gpus, profile, site.gpus_per_node,
                       f"extras['{EXTRAS_KEY}'].cpus_per_gpu", f"extras['{EXTRAS_KEY}'].exclusive False")
     return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
                          mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),

@@ -551,3 +551,15 @@ def test_plan_says_what_cpus_a_job_sharing_its_nodes_would_ask_for(capsys):
     assert code == 0 and "need --cpus-per-gpu N (site profile test-cluster" in out
     code, out, _ = run_cli([*argv, "--site=alps", "--device_type=cpu"], capsys)
     assert code == 0 and "--no-exclusive" not in out
+
+
+def test_a_cpu_share_over_what_a_node_of_the_site_has_is_refused_naming_the_most_it_takes(capsys, tmp_path):
+    """--site alps --no-exclusive --cpus-per-gpu 100 rendered --cpus-per-task=400 for a node of 288 CPUs (72 a
+    GH200), which sbatch refuses after the sweep was written; now it is refused here, naming 72. Fewer GPUs a node
+    may each take more, up to the node's CPUs."""
+    argv = ["render", "sbatch", "--site=alps", "--no-exclusive", "--row-groups=100", "--shards=100", "--no-data-check"]
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=73", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--cpus-per-gpu 73 x 4 GPU(s) a node asks 292 CPUs" in err and "give at most 72" in err
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=144", "--gpus-per-node=2", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert "#SBATCH --cpus-per-task=288" in (tmp_path / "b" / "n1-bare-r1" / "job.sbatch").read_text()

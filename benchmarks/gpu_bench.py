@@ -211,7 +211,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="1", help="comma-separated GPU counts to run (default 1)")
     ap.add_argument("--depth", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=25, help="optimizer steps per run (first 11 are warm-up)")
+    ap.add_argument("--steps", type=int, default=25,
+                    help="optimizer steps per run, at least 1 (first 11 are warm-up; default 25)")
     ap.add_argument("--device_batch_size", type=int, default=32)
     ap.add_argument("--total_batch_size", type=int, default=524288)
     ap.add_argument("--vocab_size", type=int, default=65536)
@@ -229,6 +230,8 @@ def main() -> int:
     base_dir, out = Path(args.base_dir).resolve(), Path(args.out).resolve()
     try:  # every run's settings checked before the first of them starts (each can take minutes)
         gpus = parse_gpus(args.gpus)
+        if args.steps < 1:  # the trainer, and upstream's, take 0 or less as "derive the horizon": hours at d20
+            raise ValueError(f"--steps {args.steps}: give a positive number of optimizer steps")
         variants = [parse_variant(v) for v in args.variant or ["baseline"]]
         checkout = upstream_checkout(args.upstream) if args.upstream else None
         if checkout and args.synthetic:

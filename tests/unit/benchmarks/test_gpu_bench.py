@@ -23,6 +23,9 @@ def run(*args):
     ("--gpus", "1,-2", "--gpus '1,-2'"),
     ("--variant", "fast:FOO", "--variant 'fast:FOO': give NAME, NAME:ENV=V,..."),
     ("--variant", ":A=1", "--variant ':A=1'"),
+    # 0 or less reached the trainer as "derive the horizon": a full-length d20 run of hours, not a benchmark
+    ("--steps", "0", "--steps 0: give a positive number of optimizer steps"),
+    ("--steps", "-1", "--steps -1: give a positive number"),
 ])
 def test_a_bad_value_is_refused_naming_the_flag(tmp_path, flag, value, says):
     proc = run("--base-dir", tmp_path / "data", "--out", tmp_path / "out", flag, value)

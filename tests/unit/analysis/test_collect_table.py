@@ -282,3 +282,8 @@ def test_a_copied_run_outside_slurm_is_one_run_and_two_runs_of_one_name_are_two(
     table = collect([tmp_path], tmp_path / "table").table
     assert len(table) == 3 and table["skip_reason"].isna().sum() == 2
     assert table[table["skip_reason"].notna()].iloc[0]["skip_reason"].endswith("(a copy of its directory)")
+
+
+def test_the_readme_names_the_current_row_version():
+    """README said row_version 16 three versions after it was 19: a user comparing tables read the wrong one."""
+    assert f"`row_version` ({collect_mod.ROW_VERSION} now)" in (REPO / "README.md").read_text()

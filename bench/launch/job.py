@@ -79,9 +79,12 @@ def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None,
     one CPU a task where the partition sets no DefCpuPerGPU, which torchrun, every rank's data loader and NCCL's
     threads then share: refused, as a share that would change nothing is. `flag` and `sharing` name the settings
     for the caller (submit's flags, a ReFrame partition's extras)."""
-    if given is not None and (given <= 0 or exclusive or not gpus):
-        raise ConfigError(f"{flag} {given}: give a number of CPUs > 0, with {sharing} and GPUs (an exclusive job "
-                          f"has every CPU of its nodes; a CPU run asks for no GPUs)")
+    if given is not None and given <= 0:
+        raise ConfigError(f"{flag} {given}: give a number of CPUs > 0")
+    if given is not None and (exclusive or not gpus):  # its own reason: a valid count told "> 0" misleads
+        why = f"without {sharing} (an exclusive job has every CPU of its nodes)" if exclusive else \
+            "on CPU ranks (a CPU run asks for no GPUs)"
+        raise ConfigError(f"{flag} {given}: it has no effect {why}; leave it out")
     if exclusive or not gpus:
         return None
     if (share := given or (site.cpus_per_gpu if site is not None else None)) is None:

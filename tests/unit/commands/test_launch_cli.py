@@ -496,7 +496,12 @@ def test_a_gpu_job_sharing_its_nodes_asks_for_its_gpus_share_of_the_cpus(capsys,
     code, _, err = run_cli([*argv, "--out", str(tmp_path / "x")], capsys)
     assert code == 1 and "--no-exclusive" in err and "give --cpus-per-gpu N" in err and "cpus_per_gpu" in err
     code, _, err = run_cli([*argv[:-1], "--site=alps", "--cpus-per-gpu=8", "--out", str(tmp_path / "y")], capsys)
-    assert code == 1 and "--cpus-per-gpu 8" in err and "with --no-exclusive" in err
+    assert code == 1 and "--cpus-per-gpu 8: it has no effect without --no-exclusive" in err, err
+    assert "> 0" not in err  # 8 is a valid count: the refusal said to give one > 0
+    code, _, err = run_cli([*argv, "--device_type=cpu", "--cpus-per-gpu=8", "--out", str(tmp_path / "z")], capsys)
+    assert code == 1 and "--cpus-per-gpu 8: it has no effect on CPU ranks" in err, err
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=0", "--out", str(tmp_path / "w")], capsys)
+    assert code == 1 and "--cpus-per-gpu 0: give a number of CPUs > 0" in err, err
 
 
 def test_planning_a_sweep_on_a_login_node_never_imports_torch(tmp_path):

@@ -34,7 +34,9 @@ from bench.launch.local import prepare_local
 from bench.contract import TRAIN_LOG, Evidence, close_unfinished, log_tail, record_evidence
 from bench.contract import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
 
-OUTCOMES = ("ok", "oom", "timeout", "failed")  # "budget" (not run for lack of time) is never stored
+# What a resumed sweep reads back. "budget" (not run for lack of time) is never stored; "cancelled" (the trainer
+# stopped by a signal from outside the sweep: a kill, not a result of the model's size) is, but runs again.
+OUTCOMES = ("ok", "oom", "timeout", "failed")
 POLL_S = 0.25
 GRACE_S = 10.0  # between SIGTERM and SIGKILL
 _NOT_RECORDED = ("spec", "reused", "run_dir", "extra")  # ProbeResult fields that run.json's record leaves out
@@ -70,7 +72,7 @@ class ProbeSpec:
 @dataclass
 class ProbeResult:
     spec: ProbeSpec
-    outcome: str  # ok | oom | timeout | failed | budget
+    outcome: str  # ok | oom | timeout | failed | budget | cancelled
     message: str | None = None
     run_dir: str | None = None
     num_params: int | None = None
@@ -317,6 +319,8 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
         r.outcome, r.oom_bytes = "oom", bytes_asked(message)
     elif status == "timeout":
         r.outcome = "timeout"
+    elif status == "cancelled":  # a SIGTERM to the probe alone (kill, a job's teardown): it runs again on resume
+        r.outcome = "cancelled"
     elif rc == -signal.SIGKILL or _killed_by_sigkill(run_dir):
         r.outcome = "oom"
         r.message = "a rank was killed by SIGKILL (most likely the kernel's out-of-memory killer: host memory)"

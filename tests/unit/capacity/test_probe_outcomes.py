@@ -62,6 +62,27 @@ def test_a_rank_killed_by_the_kernel_is_host_oom(tmp_path):
     assert classify(SPEC, tmp_path).outcome == "failed"
 
 
+def test_a_probe_cancelled_from_outside_the_sweep_runs_again_on_resume(tmp_path, monkeypatch):
+    """Regression: a SIGTERM to the probe's trainer alone (the sweep ran on) was stored as `failed`, read back
+    so on every resume and the search stopped there, while a cancelled probe is to run again."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    write_run(tmp_path, "cancelled", "rank 0: received SIGTERM (signal 15)", (11.0,))
+    assert classify(SPEC, tmp_path).outcome == "cancelled"
+    cfg = SweepConfig(out=tmp_path / "sweep", strategies=["fsdp"], depths=[4], device_type="cpu")
+    monkeypatch.setattr(sweepmod, "run_probe", lambda spec, run_dir, *a, **k: classify(spec, tmp_path))
+    machine = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30}
+    sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
+    sweep.__dict__.update(cfg=cfg, log=lambda line: None, results=[], t0=0, out_of_time=False, machine=machine,
+                          data={}, host_floor=0)
+    result = sweep.probe("fsdp", Shape(123, 4), 1)
+    assert result.outcome == "cancelled" and result.stop_record()["outcome"] == "cancelled"
+    run_dir = cfg.out / "runs" / "fsdp" / SPEC.name
+    assert read_probe(SPEC, run_dir) is None  # nothing stored: a resumed sweep runs it again
+
+
 def test_read_back_only_for_the_same_settings(tmp_path):
     write_run(tmp_path, "ok")
     assert read_probe(SPEC, tmp_path) is None  # no capacity record yet: it must run

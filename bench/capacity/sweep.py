@@ -81,8 +81,12 @@ class SweepConfig:
                               f"{257 + len(SPECIAL_TOKENS)}..{2 ** 16} tokens")
         from bench.nanochat.parallel import Strategy  # imports torch: not at the module's import
 
-        for s in self.strategies:
-            Strategy.parse(s, "--strategies")  # an unknown strategy fails now, naming the valid ones
+        for s in self.strategies:  # an unknown strategy fails now, naming the valid ones
+            if problem := Strategy.parse(s, "--strategies").split_problem(self.vocab_size, self.nproc):
+                # its first probe would only fail, late, and stop its search as `failed`
+                raise ConfigError(f"--strategies {s} with --gpus {self.nproc}: {problem}; give a --vocab-size that "
+                                  f"{self.nproc} divides (e.g. {self.vocab_size - self.vocab_size % self.nproc}), "
+                                  f"another --gpus, or leave {s} out (fsdp splits unevenly)")
         from bench.nanochat.config import shape_problem
 
         for depth, ar in ((d, a) for d in self.depths for a in self.aspect_ratios):

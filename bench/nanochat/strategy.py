@@ -31,6 +31,15 @@ class Strategy:
     def fsdp(self) -> bool:
         return self.base == "fsdp"
 
+    def split_problem(self, vocab_size: int, world_size: int) -> str | None:
+        """Why this strategy cannot train a `vocab_size` vocabulary on `world_size` ranks; None when it can.
+        zero2's sharded AdamW (bench/nanochat/adamw.py) splits the rows of the embedding and lm_head evenly over
+        the ranks; FSDP2 pads an uneven split."""
+        if self.fsdp or world_size == 1 or vocab_size % world_size == 0:
+            return None
+        return (f"{self.name}'s sharded AdamW splits the embedding and lm_head rows ({vocab_size:,}, the vocabulary) "
+                f"evenly over the ranks, and {vocab_size:,} is not a multiple of {world_size}")
+
     @property
     def name(self) -> str:
         return "+".join([self.base] + [m for m in MODIFIERS if getattr(self, m)])

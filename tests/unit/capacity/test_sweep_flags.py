@@ -21,3 +21,14 @@ def test_cuda_without_a_gpu_names_the_device_type_flag(tmp_path, monkeypatch):
     cfg = SweepConfig(out=tmp_path, strategies=["zero2"], search=True, device_type="cuda")
     with pytest.raises(ConfigError, match=r"^--device-type cuda but no GPU is visible"):
         sweep.machine(cfg)
+
+
+def test_zero2_on_ranks_that_cannot_split_the_vocabulary_is_refused_naming_the_rule(tmp_path):
+    """Regression: --gpus 3 with zero2 ran a first probe that failed late in the trainer's sharded AdamW (65,536
+    vocabulary rows over 3 ranks) and stopped the search as `failed`; fsdp pads an uneven split."""
+    with pytest.raises(ConfigError, match=r"^--strategies zero2\+ac with --gpus 3: .* 65,536 is not a multiple of 3; "
+                                          r"give a --vocab-size that 3 divides \(e.g. 65535\)"):
+        SweepConfig(out=tmp_path, strategies=["fsdp", "zero2+ac"], nproc=3)
+    SweepConfig(out=tmp_path, strategies=["fsdp", "fsdp+ac+offload"], nproc=3)
+    SweepConfig(out=tmp_path, strategies=["zero2"], nproc=3, vocab_size=65535)
+    SweepConfig(out=tmp_path, strategies=["zero2"], nproc=4)

@@ -58,7 +58,7 @@ class NNTileConfig:
     lr: float = 1e-3
     start_lr: float = 0.0  # learning rate of the first step, rising linearly to --lr at step --full-lr-iter
     full_lr_iter: int = 1
-    nepochs: int = 1  # timed epochs over the dataset
+    nepochs: int = 1  # timed epochs over the dataset (at least 1)
     nepochs_warmup: int = 0  # epochs before them (trained, but out of the timed figures)
     seed: int = 0
 
@@ -154,6 +154,9 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
     for name in ("nforward", "nforward_warmup", "nbackward", "nbackward_warmup", "nepochs", "nepochs_warmup"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{_flag(name)}={getattr(config, name)}: must be >= 0")
+    if config.nepochs == 0:  # no timed step: the run would end `ok` with no figure, as if it were a result
+        raise ConfigError("--nepochs=0: the run would train no timed epoch; give --nepochs >= 1 (--nepochs-warmup "
+                          "adds untimed epochs before them; --nforward/--nbackward passes run before both)")
     if config.num_batches == 0 or config.num_batches < -1:
         raise ConfigError(f"--num-batches={config.num_batches}: give a positive number, or -1 for all")
     if config.full_lr_iter < 1:

@@ -160,3 +160,11 @@ def test_the_workload_check_refuses_a_bad_worker_count_before_the_run(cfg, tmp_p
     monkeypatch.setenv("STARPU_NCPU", "abc")
     with pytest.raises(ConfigError, match="^STARPU_NCPU=abc"):
         WORKLOAD.check([f"--config-path={cfg}", f"--dataset-path={tmp_path / 'train.bin'}"], 1)
+
+
+@pytest.mark.parametrize("flags", [["--nepochs=0"], ["--nepochs=0", "--nepochs-warmup=2", "--nbackward=3"]])
+def test_a_run_with_no_timed_epoch_is_refused_naming_the_flag(cfg, flags):
+    """Regression: --nepochs=0 trained no step (or only untimed warm-up epochs) and ended `ok` with no figure."""
+    with pytest.raises(ConfigError, match=r"^--nepochs=0: the run would train no timed epoch; give --nepochs >= 1"):
+        parse(cfg, *flags)
+    assert parse(cfg, "--nepochs=1", "--nepochs-warmup=0")[0].nepochs == 1

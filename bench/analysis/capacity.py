@@ -31,7 +31,7 @@ GIB = 2 ** 30
 def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
     """(probes, searches, machines) of the sweeps; ConfigError naming a directory without a summary or with a
     damaged one (bench/capacity/sweep.py's load_summary)."""
-    from bench.capacity.sweep import load_summary
+    from bench.capacity.sweep import load_summary, ratios_to_fsdp
 
     probes, searches, machines = [], [], []
     for d in sweep_dirs:
@@ -40,11 +40,11 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
         machines.append(m)
         for p in s["probes"]:
             probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"]})
-        for c in s["searches"]:
+        for c, ratio in zip(s["searches"], ratios_to_fsdp(s["searches"])):  # not the stored one: see there
             cap, fail, stop = c.get("capacity") or {}, c.get("first_failure") or {}, c.get("stopped") or {}
             searches.append({"strategy": c["strategy"], "aspect_ratio": c["aspect_ratio"], "gpus": m["nproc"],
                              "gpu_name": m.get("gpu_name") or m["device_type"], "capacity": cap.get("name"),
-                             "capacity_params": cap.get("num_params"), "ratio_to_fsdp": c.get("ratio_to_fsdp"),
+                             "capacity_params": cap.get("num_params"), "ratio_to_fsdp": ratio,
                              "tok_per_sec": c.get("tok_per_sec_at_capacity"), "batch": c.get("batch_at_capacity"),
                              "first_failure": fail.get("name"), "failure_params": fail.get("num_params"),
                              "stopped": f"{stop['outcome']} at {stop['shape']}" if stop else

@@ -316,16 +316,26 @@ def _shape_dict(shape: Shape | None) -> dict | None:
                                        "num_params": shape.num_params}
 
 
+def ratios_to_fsdp(searches: list[dict]) -> list[float | None]:
+    """Each search's capacity over fsdp's, from the searches' rows (the report recomputes it: a summary of an
+    older release stored one against an unfinished fsdp search). A ratio only between finished searches (an
+    unfinished one's capacity is a lower bound, not its capacity) of one shape family: zero2's widths of
+    32 x depth are not compared with fsdp's of 64 x depth."""
+    refs = {s["aspect_ratio"]: s["capacity"] for s in searches
+            if s["strategy"] == REFERENCE and s.get("capacity") and s.get("complete")}
+    out = []
+    for s in searches:
+        cap, ref = s.get("capacity"), refs.get(s["aspect_ratio"])
+        out.append(cap["num_params"] / ref["num_params"] if cap and ref and s.get("complete") else None)
+    return out
+
+
 def summarize(config: dict, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
     """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe."""
     probes = [dict(r.record(), run_dir=r.run_dir, reused=r.reused) for r in results if r.outcome != "budget"]
-    # A ratio only between finished searches (an unfinished one's capacity is a lower bound, not its capacity)
-    # of one shape family: zero2's widths of 32 x depth are not compared with fsdp's of 64 x depth
-    refs = {s["aspect_ratio"]: s["capacity"] for s in searches
-            if s["strategy"] == REFERENCE and s.get("capacity") and s.get("complete")}
-    for s in searches:
-        cap, ref = s.get("capacity"), refs.get(s["aspect_ratio"])
-        s["ratio_to_fsdp"] = cap["num_params"] / ref["num_params"] if cap and ref and s.get("complete") else None
+    for s, ratio in zip(searches, ratios_to_fsdp(searches)):
+        cap = s.get("capacity")
+        s["ratio_to_fsdp"] = ratio
         at_cap = [r for r in results if cap and r.fits and r.spec.strategy == s["strategy"]
                   and r.spec.depth == cap["depth"] and r.spec.aspect_ratio == cap["aspect_ratio"]]
         best = max(at_cap, key=lambda r: r.tok_per_sec, default=None)

@@ -88,6 +88,25 @@ def test_a_search_that_did_not_finish_is_reported_as_such(tmp_path):
     assert re.search(r"\| *fsdp *\| *1 *\| *d60 *\|.*\| *not finished *\|", md)
 
 
+def test_the_report_recomputes_the_ratio_to_fsdp_from_the_searches(tmp_path):
+    """Regression: a summary of an older release stored zero2 at '1.00 x fsdp' against fsdp's unfinished search
+    (a lower bound), and the report printed the stored value; now the report works it out from the rows."""
+    from bench.analysis.capacity import load
+
+    s = summary()
+    fsdp = dict(s["searches"][0], first_failure=None, complete=False, ratio_to_fsdp=1.0)
+    zero2 = dict(s["searches"][0], strategy="zero2", complete=True, ratio_to_fsdp=1.0)
+    s["searches"] = [fsdp, zero2]
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    assert load([tmp_path / "sweep"])[1]["ratio_to_fsdp"].isna().all()
+    md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
+    assert "1.00" not in md
+    fsdp.update(first_failure=zero2["first_failure"], complete=True)  # finished: the ratio stands
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    assert load([tmp_path / "sweep"])[1]["ratio_to_fsdp"].tolist() == [1.0, 1.0]
+
+
 DAMAGED = ["", '{"machine": {}, "searc', "[]", "{}", '{"machine": [], "searches": [], "probes": []}', "\udcff"]
 
 

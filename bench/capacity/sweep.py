@@ -122,6 +122,10 @@ def machine(cfg: SweepConfig) -> dict:
     device_type = cfg.device_type or ("cuda" if gpu_bytes else "cpu")
     if device_type == "cuda" and not gpu_bytes:
         raise ConfigError("--device-type cuda but no GPU is visible (nvidia-smi, torch.cuda)")
+    if device_type == "cuda" and cfg.memory_limit:  # the cap would bound the CUDA driver's address space too
+        raise ConfigError(f"--memory-limit {cfg.memory_limit >> 20}M caps a CPU rank's address space (a CPU stand-in "
+                          "for a smaller machine); on cuda it would bound the CUDA driver's address-space reservations, "
+                          "not the GPU's memory: leave it out, or give --device-type cpu")
     device_bytes = gpu_bytes if device_type == "cuda" else (cfg.memory_limit or available)
     return {"device_type": device_type, "gpu_name": name, "device_bytes": device_bytes, "host_bytes": total,
             "host_available_bytes": available, "memory_limit": cfg.memory_limit, "nproc": cfg.nproc}

@@ -32,3 +32,13 @@ def test_zero2_on_ranks_that_cannot_split_the_vocabulary_is_refused_naming_the_r
     SweepConfig(out=tmp_path, strategies=["fsdp", "fsdp+ac+offload"], nproc=3)
     SweepConfig(out=tmp_path, strategies=["zero2"], nproc=3, vocab_size=65535)
     SweepConfig(out=tmp_path, strategies=["zero2"], nproc=4)
+
+
+def test_a_memory_limit_on_a_gpu_sweep_is_refused_naming_the_flag(tmp_path, monkeypatch):
+    """Regression: --memory-limit on a GPU node was taken, and every probe started under an address-space cap that
+    bounds the CUDA driver's reservations, not the GPU's memory."""
+    monkeypatch.setattr(sweep, "_gpu", lambda: ("NVIDIA H100", 80 << 30))
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], memory_limit=1 << 30)
+    with pytest.raises(ConfigError, match=r"^--memory-limit 1024M caps a CPU rank's address space .* --device-type cpu"):
+        sweep.machine(cfg)
+    assert sweep.machine(SweepConfig(out=tmp_path, strategies=["fsdp"]))["device_type"] == "cuda"

@@ -36,6 +36,9 @@ _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
 NUMA_BINDING = ("node", "socket", "exclusive")  # torchrun's --numa-binding modes (the flags add "none": no binding)
 UNSET_HOST_PYTHON = ("env", "-u", "PYTHONPATH", "-u", "PYTHONHOME", "-u", "VIRTUAL_ENV")
+# every srun task of a run or a flow's step gets the node's CPUs (slurm/_cpus.sh.j2): Slurm 22.05 to 23.02 does
+# not pass the job's --cpus-per-task on to a step, whose task then gets one CPU
+NODE_CPUS = Var("cpus_per_node", "--cpus-per-task=")
 
 
 @dataclass
@@ -138,7 +141,7 @@ class Run:
         -l -u: rank-labelled, unbuffered output; --time: this run's limit, so one run that hangs cannot
         eat the allocation of a runtime comparison."""
         srun = ["srun", "-l", "-u", f"--nodes={self.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                f"--time={self.time_minutes}", Var("cpus_per_node", "--cpus-per-task="),
+                f"--time={self.time_minutes}", NODE_CPUS,
                 *self.runtime.srun_options(self.spec)]
         if self.runtime.python is not None:  # a host venv's or module's Python paths must not reach the image
             srun = [*UNSET_HOST_PYTHON, *srun]

@@ -15,7 +15,7 @@ import jinja2
 
 from bench import contract
 from bench.launch import jobrecord, rdzvport
-from bench.launch.job import PORT_BASE, UNSET_HOST_PYTHON, Job, Run, interactive_minutes
+from bench.launch.job import NODE_CPUS, PORT_BASE, UNSET_HOST_PYTHON, Job, Run, interactive_minutes
 from bench.launch.plan import slurm_time
 from bench.runtimes import Var, shell_join
 
@@ -81,7 +81,9 @@ def one_task(run: Run, *command: str, tty: bool = False, outside_run: bool = Fal
     env = {k: v for k, v in run.spec.env.items() if not (outside_run and k == contract.ENV_RUN_DIR)}
     spec = replace(run.spec, command=command, env=env)
     wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
-    line = ["srun", "--nodes=1", "--ntasks=1", *(["--pty"] if tty else []), *run.runtime.srun_options(spec), *wrap]
+    # a command's task gets the node's CPUs (a tokenizer's threads); a shell to look around needs none
+    step = ["--pty"] if tty else [NODE_CPUS]
+    line = ["srun", "--nodes=1", "--ntasks=1", *step, *run.runtime.srun_options(spec), *wrap]
     if outside_run and run.runtime.python is not None:
         line = [*UNSET_HOST_PYTHON, *line]
     return shell_join(line)

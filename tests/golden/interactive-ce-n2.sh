@@ -11,15 +11,19 @@
 #      Data and tokenizer live in NANOCHAT_BASE_DIR and are made once; later runs reuse them.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only when run as a script
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
+# CPUs of a node for the one task there (torchrun and its workers, a tokenizer's threads), which every srun
+# asks for: Slurm 22.05 to 23.02 gives a step's task one CPU unless srun says -c. Batch jobs and steps set
+# SLURM_CPUS_ON_NODE, an salloc shell only SLURM_JOB_CPUS_PER_NODE (e.g. "72(x2)")
+cpus_per_node=${SLURM_CPUS_ON_NODE:-${SLURM_JOB_CPUS_PER_NODE%%[(,]*}}
 
 # -- data: 8 FineWeb-Edu shards, what the plan needs (offline: data generate --shards N --docs-per-shard M)
-env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli data download -n 8
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli data download -n 8
 
 # -- tokenizer: byte-level BPE trained on the shards; one already there is kept (checkpoints were trained with it)
 if [ -f "$NANOCHAT_BASE_DIR/tokenizer/tokenizer.pkl" ]; then
     echo "tokenizer: $NANOCHAT_BASE_DIR/tokenizer/tokenizer.pkl exists, kept"
 else
-    env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli tokenizer train
+    env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli tokenizer train
 fi
 
 # -- a shell inside the ce container on one node, to look around (exit to come back):
@@ -46,9 +50,6 @@ rdzv_addr=${rdzv_addr:-$first_node}
 on_first_node() {
     if [ "${SLURMD_NODENAME:-}" = "$first_node" ]; then "$@"; else srun --nodes=1 --ntasks=1 --nodelist="$first_node" "$@"; fi
 }
-# CPUs of a node for the one task there (torchrun and its workers): batch jobs and steps set
-# SLURM_CPUS_ON_NODE, an salloc shell only SLURM_JOB_CPUS_PER_NODE (e.g. "72(x2)")
-cpus_per_node=${SLURM_CPUS_ON_NODE:-${SLURM_JOB_CPUS_PER_NODE%%[(,]*}}
 ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run

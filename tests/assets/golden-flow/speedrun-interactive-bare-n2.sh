@@ -12,15 +12,19 @@
 #      tag golden-n2-bare-r1-40f36587 (base_train -> base_loss -> base_eval -> mid_train -> chat_eval_mid -> chat_sft -> chat_eval_sft).
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only when run as a script
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
+# CPUs of a node for the one task there (torchrun and its workers, a tokenizer's threads), which every srun
+# asks for: Slurm 22.05 to 23.02 gives a step's task one CPU unless srun says -c. Batch jobs and steps set
+# SLURM_CPUS_ON_NODE, an salloc shell only SLURM_JOB_CPUS_PER_NODE (e.g. "72(x2)")
+cpus_per_node=${SLURM_CPUS_ON_NODE:-${SLURM_JOB_CPUS_PER_NODE%%[(,]*}}
 
 # -- data: 8 FineWeb-Edu shards, what the plan needs (offline: data generate --shards N --docs-per-shard M)
-srun --nodes=1 --ntasks=1 /opt/nanochat-bench/venv/bin/python -m bench.cli data download -n 8
+srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli data download -n 8
 
 # -- the eval bundle for CORE (base_eval)
-srun --nodes=1 --ntasks=1 /opt/nanochat-bench/venv/bin/python -m bench.cli data download --eval-bundle
+srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli data download --eval-bundle
 
 # -- the chat data for mid-training, SFT and chat evaluation
-srun --nodes=1 --ntasks=1 /opt/nanochat-bench/venv/bin/python -m bench.cli data download --chat
+srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli data download --chat
 
 # -- a shell on one of the nodes, to look around (exit to come back):
 #   srun --nodes=1 --ntasks=1 --pty bash
@@ -46,9 +50,6 @@ rdzv_addr=${rdzv_addr:-$first_node}
 on_first_node() {
     if [ "${SLURMD_NODENAME:-}" = "$first_node" ]; then "$@"; else srun --nodes=1 --ntasks=1 --nodelist="$first_node" "$@"; fi
 }
-# CPUs of a node for the one task there (torchrun and its workers): batch jobs and steps set
-# SLURM_CPUS_ON_NODE, an salloc shell only SLURM_JOB_CPUS_PER_NODE (e.g. "72(x2)")
-cpus_per_node=${SLURM_CPUS_ON_NODE:-${SLURM_JOB_CPUS_PER_NODE%%[(,]*}}
 ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run
@@ -82,7 +83,7 @@ flock 9  # another job of the sweep training it: wait, then keep what it wrote
 if [ -f "$tokenizer_pkl" ]; then
     echo "tokenizer: $tokenizer_pkl exists, kept"
 else
-    if ! { srun --nodes=1 --ntasks=1 /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer train --vocab_size=65536 && srun --nodes=1 --ntasks=1 /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer eval; } 2>&1 | tee -a /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log; then
+    if ! { srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer train --vocab_size=65536 && srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer eval; } 2>&1 | tee -a /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log; then
         echo "nanochat-bench: the tokenizer could not be trained (see /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log); no stage runs" >&2
         flow_failed=tokenizer
         job_rc=1

@@ -345,7 +345,8 @@ def test_the_guides_tokenizer_step_keeps_a_tokenizer_already_there(capsys, tmp_p
     (bin_dir / "srun").chmod(0o755)
 
     def run_step() -> str:
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NANOCHAT_BASE_DIR": str(base)}
+        # cpus_per_node: what the guide sets at its top, before its first step
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "NANOCHAT_BASE_DIR": str(base), "cpus_per_node": "8"}
         r = subprocess.run(["bash", "-euc", step], env=env, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         return r.stdout

@@ -14,8 +14,9 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import (NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, cpu_share,
-                              interactive_minutes, over_partition, shared_node_cpus, site_partition, write_job)
+from bench.launch.job import (MAX_NODE_CPUS, NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, cpu_share,
+                              interactive_minutes, over_partition, refuse_over_node, shared_node_cpus, site_partition,
+                              write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -113,7 +114,8 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")
     g.add_argument("--cpus-per-gpu", type=int, default=None, metavar="N",
                    help="with --no-exclusive: CPUs each GPU's rank gets, asked as --cpus-per-task = N x GPUs per "
-                        "node (default: the site profile's cpus_per_gpu)")
+                        "node (default: the site profile's cpus_per_gpu); at most a node's CPUs (the site's, "
+                        f"sinfo's, else {MAX_NODE_CPUS})")
     g.add_argument("--no-data-check", dest="data_check", action="store_false",
                    help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat "
                         "data) is under --base-dir, for a login node that does not see the nodes' filesystem "
@@ -324,6 +326,8 @@ def cmd_submit(args) -> int:
     if unknown:  # sbatch would refuse every job after the sweep was written, which --resubmit-failed cannot fix
         raise ConfigError(f"--partition {args.partition!r}: Slurm has no partition {', '.join(unknown)}; "
                           f"it has: {', '.join(known)}")
+    if backend and opts.cpus_per_gpu:
+        check_node_cpus(backend, args.partition, opts.cpus_per_gpu, args.gpus_per_node)
     if args.flow:  # its flags first, then its data: refused before the plan is printed
         tokenizer = tokenizer_args(args)
     check_staged_data(args, stages)
@@ -335,6 +339,15 @@ def cmd_submit(args) -> int:
     if not args.dry_run:
         print(f"follow it with: nanochat-bench status {sweep_dir}")
     return 0
+
+
+def check_node_cpus(backend, partition: str | None, share: int, gpus_per_node: int) -> None:
+    """A --no-exclusive share over what the partition's nodes have (sinfo) is refused before the sweep is written:
+    sbatch would refuse every job, and --resubmit-failed sends the same scripts again."""
+    node = backend.node_cpus(partition)
+    if node is not None:
+        where = f"partition {partition}" if partition else "the cluster"
+        refuse_over_node(share, gpus_per_node, node, f"no node of {where} has more than {node} (sinfo)")
 
 
 def cmd_status(args) -> int:

@@ -39,6 +39,9 @@ UNSET_HOST_PYTHON = ("env", "-u", "PYTHONPATH", "-u", "PYTHONHOME", "-u", "VIRTU
 # every srun task of a run or a flow's step gets the node's CPUs (slurm/_cpus.sh.j2): Slurm 22.05 to 23.02 does
 # not pass the job's --cpus-per-task on to a step, whose task then gets one CPU
 NODE_CPUS = Var("cpus_per_node", "--cpus-per-task=")
+# The most CPUs a node is taken to have where nothing gives its count (no site profile; submit asks sinfo too):
+# above today's largest GPU nodes (two 192-core sockets, 768 hardware threads), so a mistyped share is refused
+MAX_NODE_CPUS = 1024
 
 
 @dataclass
@@ -94,13 +97,22 @@ def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None,
         raise ConfigError(f"{sharing}: a job sharing its nodes gets Slurm's default CPUs (one a task without the "
                           f"partition's DefCpuPerGPU), which every rank's data loader and NCCL threads would share; "
                           f"give {flag} N (a node's CPUs / its GPUs), or cpus_per_gpu in the site profile")
-    node = site.cpus_per_gpu * site.gpus_per_node if site is not None and site.cpus_per_gpu and site.gpus_per_node \
-        else None  # a site's share is of a whole node's CPUs: more than they is a job sbatch refuses
-    if node is not None and shared_node_cpus(share, gpus_per_node) > node:
-        raise ConfigError(f"{flag} {share} x {gpus_per_node} GPU(s) a node asks {share * gpus_per_node} CPUs, but a "
-                          f"node of site {site.name} has {node} (cpus_per_gpu {site.cpus_per_gpu} x "
-                          f"{site.gpus_per_node} GPUs, {site.source}); give at most {node // gpus_per_node}")
+    if site is not None and site.cpus_per_gpu and site.gpus_per_node:  # a site's share is of a whole node's CPUs
+        node = site.cpus_per_gpu * site.gpus_per_node
+        refuse_over_node(share, gpus_per_node, node, f"a node of site {site.name} has {node} (cpus_per_gpu "
+                         f"{site.cpus_per_gpu} x {site.gpus_per_node} GPUs, {site.source})", flag)
+    else:
+        refuse_over_node(share, gpus_per_node, MAX_NODE_CPUS, f"no node is taken to have more than {MAX_NODE_CPUS} "
+                         f"where no site profile gives cpus_per_gpu", flag)
     return share
+
+
+def refuse_over_node(share: int, gpus_per_node: int, node: int, whose: str, flag: str = "--cpus-per-gpu") -> None:
+    """A share of more CPUs than a node has (`node`, as `whose` says) makes a job sbatch refuses after the sweep was
+    written: refused here, naming the most each GPU can take."""
+    if shared_node_cpus(share, gpus_per_node) > node:
+        raise ConfigError(f"{flag} {share} x {gpus_per_node} GPU(s) a node asks {share * gpus_per_node} CPUs, but "
+                          f"{whose}; give at most {node // gpus_per_node}")
 
 
 def shared_node_cpus(share: int | None, gpus_per_node: int) -> int | None:

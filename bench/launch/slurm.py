@@ -112,6 +112,16 @@ class SlurmCLI:
         names = sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})
         return names if r.returncode == 0 and names else None
 
+    def node_cpus(self, partition: str | None) -> int | None:
+        """The most CPUs any node of these partitions (sbatch's comma list; None: every node) has, by sinfo, or None
+        when sinfo cannot say."""
+        try:
+            r = _run(["sinfo", "-h", "-N", "-o", "%c", *([f"--partition={partition}"] if partition else [])])
+        except SubmitError:
+            return None
+        counts = [int(line) for line in r.stdout.split() if line.isdigit()]
+        return max(counts) if r.returncode == 0 and counts else None
+
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
         """States of the given jobs with one squeue and, if needed, one scontrol call."""
         want = set(job_ids)

@@ -569,3 +569,45 @@ def test_a_cpu_share_over_what_a_node_of_the_site_has_is_refused_naming_the_most
     code, _, err = run_cli([*argv, "--cpus-per-gpu=144", "--gpus-per-node=2", "--out", str(tmp_path / "b")], capsys)
     assert code == 0, err
     assert "#SBATCH --cpus-per-task=288" in (tmp_path / "b" / "n1-bare-r1" / "job.sbatch").read_text()
+
+
+def test_a_cpu_share_no_node_can_hold_is_refused_without_a_site_profile(capsys, tmp_path):
+    """--no-exclusive --cpus-per-gpu 100000 with no site profile rendered --cpus-per-task=400000, which sbatch
+    refuses only after the sweep was written; now a share over MAX_NODE_CPUS a node is refused, naming the most."""
+    from bench.launch.job import MAX_NODE_CPUS
+
+    argv = ["render", "sbatch", "--no-exclusive", "--row-groups=100", "--shards=100", "--no-data-check"]
+    code, out, err = run_cli([*argv, "--cpus-per-gpu=100000", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--cpus-per-gpu 100000 x 4 GPU(s) a node asks 400000 CPUs" in err, err
+    assert f"give at most {MAX_NODE_CPUS // 4}" in err and not (tmp_path / "a").exists()
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=72", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+
+
+def test_submit_refuses_a_cpu_share_over_what_the_partitions_nodes_have_before_writing(capsys, tmp_path, monkeypatch):
+    """Where sinfo gives the partition's nodes' CPUs, a share over them is refused before the sweep is written (sbatch
+    would refuse every job after it); a share that fits is submitted."""
+    from bench.launch import slurm
+
+    class Cluster:
+        submitted, asked = [], []
+
+        def partitions(self):
+            return ["debug", "normal"]
+
+        def node_cpus(self, partition):
+            self.asked.append(partition)
+            return 64
+
+        def submit(self, script, exclude=()):
+            self.submitted.append(script)
+            return "1"
+
+    monkeypatch.setattr(slurm, "SlurmCLI", Cluster)
+    argv = ["submit", "--nodes=1", "--runtimes=bare", "--no-exclusive", "--partition=debug", "--row-groups=100",
+            "--shards=100", "--no-data-check", f"--base-dir={tmp_path}"]
+    code, out, err = run_cli([*argv, "--cpus-per-gpu=17", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "asks 68 CPUs, but no node of partition debug has more than 64 (sinfo)" in err, err
+    assert "give at most 16" in err and not (tmp_path / "s").exists() and Cluster.submitted == []
+    assert run_cli([*argv, "--cpus-per-gpu=16", "--out", str(tmp_path / "t")], capsys)[0] == 0
+    assert Cluster.asked == ["debug", "debug"] and len(Cluster.submitted) == 1

@@ -4,6 +4,7 @@
 """
 
 import json
+import subprocess
 
 import pytest
 
@@ -51,3 +52,17 @@ def test_squeue_json_v0038_exit_codes_are_wait_statuses():
                      {"job_id": 14, "job_state": "CANCELLED", "exit_code": 9}]}
     states = slurm.parse_squeue_json(json.dumps(jobs))
     assert [states[j].exit_code for j in ("12", "13", "14")] == ["143:0", "1:0", "0:9"]
+
+
+def test_node_cpus_is_the_most_any_node_of_the_partitions_has(monkeypatch):
+    """sinfo -N prints one CPU count a node; submit's bound on a --no-exclusive share is the largest. An answer
+    without a count (an unknown partition, no sinfo) says nothing rather than 0."""
+    asked = []
+
+    def fake(argv, cwd=None):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout="72\n288\n72\n" if "--partition=gpu" in argv else "")
+
+    monkeypatch.setattr(slurm, "_run", fake)
+    assert slurm.SlurmCLI().node_cpus("gpu") == 288 and asked[-1][-1] == "--partition=gpu"
+    assert slurm.SlurmCLI().node_cpus(None) is None and not any(a.startswith("--partition") for a in asked[-1])

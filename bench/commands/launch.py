@@ -76,12 +76,14 @@ def add_train_flags(group, other_help: str) -> None:
     group.add_argument("--train-arg", action="append", default=[], metavar="KEY=VALUE", help=other_help)
 
 
-def add_flow_options(p: argparse.ArgumentParser, required: bool = False) -> None:
+def add_flow_options(p: argparse.ArgumentParser, local: bool = False) -> None:
+    """The flow flags of plan, submit and render (a job per point), or with `local` of speedrun (this machine)."""
     f = p.add_argument_group("flow (README, \"The speedrun as one job\")")
-    f.add_argument("--flow", default="speedrun" if required else None, choices=list(flowmod.FLOWS),
-                   help="run a flow's stages in turn per point, one job each (upstream's speedrun.sh: "
-                        f"{', '.join(s.name for s in flowmod.FLOWS['speedrun'])})"
-                        + (" (default: speedrun)" if required else ""))
+    f.add_argument("--flow", default="speedrun" if local else None, choices=list(flowmod.FLOWS),
+                   help=("the flow whose stages run in turn on this machine" if local else
+                         "run a flow's stages in turn per point, one job each")
+                        + f" (upstream's speedrun.sh: {', '.join(s.name for s in flowmod.FLOWS['speedrun'])})"
+                        + (" (default: speedrun)" if local else ""))
     f.add_argument("--stages", default=None, metavar="A,B,...",
                    help="only these stages of the flow, in its order (default: all of them)")
     f.add_argument("--stage-arg", action="append", default=[], metavar="STAGE:KEY=VALUE",
@@ -89,8 +91,9 @@ def add_flow_options(p: argparse.ArgumentParser, required: bool = False) -> None
                         "base_eval:max_per_task=100); the trainer flags (--depth ... --train-arg) are "
                         f"pre-training's (base_train), and {', '.join(flowmod.SHARED_FLAGS)} goes to every stage")
     f.add_argument("--tokenizer-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="a flag of `tokenizer train`, trained once per sweep when $NANOCHAT_BASE_DIR has none "
-                        "(e.g. vocab_size=4096)")
+                   help="a flag of `tokenizer train`, trained " + ("before the first stage" if local else
+                                                                    "once per sweep")
+                        + " when $NANOCHAT_BASE_DIR has none (e.g. vocab_size=4096)")
 
 
 def add_launch_options(p: argparse.ArgumentParser) -> None:
@@ -493,7 +496,7 @@ def register_speedrun(subparsers) -> None:
                               "nanochat-bench speedrun --nproc 2 --device_type cpu --depth 2 --max_seq_len 256 "
                               "--device_batch_size 2 --num_iterations 6 --eval_every -1 --stages base_train (seconds; "
                               "the pre-training defaults would take hours on a CPU)")
-    add_flow_options(p, required=True)
+    add_flow_options(p, local=True)
     add_train_flags(p.add_argument_group("pre-training's flags (base_train; nanochat's names)"),
                     "any other pre-training flag, repeatable")
     p.add_argument("--nproc", type=int, default=None, help="ranks of every stage (default: number of GPUs, else 1)")

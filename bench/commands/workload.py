@@ -5,7 +5,7 @@ communication pre-flight, the smoke test.
   model built on the meta device (no memory, no training).
 - `train [--workload NAME] [--nproc N] [--run-dir DIR] -- <trainer flags>`: the workload's
   trainer on this machine (bench/launch/local.py; bench/workloads/).
-- `smoke`: data, tokenizer and a tiny 2-rank training run in a few minutes, with no GPU and no network
+- `smoke`: data, tokenizer and a tiny 2-rank training run in seconds, with no GPU and no network
   (one rank per GPU when there are GPUs), leaving a complete run directory.
 """
 
@@ -64,7 +64,8 @@ def register(subparsers) -> None:
     p.add_argument("--json", default=None, help="write the records there")
     p.set_defaults(func=cmd_preflight)
 
-    s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); minutes, no GPU")
+    s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); seconds, "
+                              "no GPU needed")
     s.add_argument("--base-dir", default="runs/smoke/base",
                    help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present (default: runs/smoke/base)")
     s.add_argument("--run-dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")

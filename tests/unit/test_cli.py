@@ -74,3 +74,15 @@ def test_a_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["train"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_the_help_of_local_commands_does_not_speak_of_jobs_sweeps_or_minutes():
+    """speedrun's --help took submit's words (the tokenizer "trained once per sweep", "one job each") for a run on
+    this machine, and smoke's said "minutes" for a run of seconds (README: 13 s from a fresh clone)."""
+    described = dict(commands(cli.build_parser()))
+    speedrun = " ".join(described[("speedrun",)].format_help().split())
+    assert "once per sweep" not in speedrun and "one job each" not in speedrun
+    assert "trained before the first stage" in speedrun and "one job each" in " ".join(
+        described[("submit",)].format_help().split())
+    smoke = described[("smoke",)].description
+    assert "minutes" not in smoke and "seconds" in smoke

@@ -9,9 +9,10 @@ pseudo-words drawn from a Zipf law, which gives BPE enough distinct pairs for ev
 `torchrun -m bench.nanochat.train` with the d20 recipe (device batch 32, sequence 2048, total batch
 524,288 tokens, so gradient accumulation 8 on one GPU, 4 on two) for a fixed number of steps, and
 prints the figures from each run's metrics.jsonl. Evaluation, sampling and CORE are off: only the
-training step is timed. `dloss` is the largest gap between a variant's loss curve and the first
-variant's at the same GPU count: a speed-up must not change the training (e.g. d12, 200 steps). Figures follow
-the analysis' steady-state rule (steps after 10).
+training step is timed. The total batch is the same at every GPU count (strong scaling): `eff` is a variant's
+tok/s per GPU against its own on one GPU (speed-up / GPUs). `dloss` is the largest gap between a variant's
+loss curve and the first variant's at the same GPU count: a speed-up must not change the training (e.g. d12,
+200 steps). Figures follow the analysis' steady-state rule (steps after 10).
 `loss` is the loss at the last step; `stepdev` the steady steps' largest distance from their median
 (a stall inside the measured window shows there).
 
@@ -269,7 +270,7 @@ def main() -> int:
         rc, figures = run_upstream(checkout, upstream_flags(args), nproc, upstream_log(out, nproc))
         rows.append({"variant": UPSTREAM, "rc": rc, **figures})
         print(json.dumps(rows[-1]), flush=True)
-    for row in rows:  # weak-scaling efficiency against the same variant's 1-GPU figure
+    for row in rows:  # strong-scaling efficiency (the total batch is fixed) against the same variant's 1-GPU figure
         base = next((r for r in rows if r["variant"] == row["variant"] and r["gpus"] == 1), None)
         ok = base and row["tok_per_sec_per_gpu"] and base["tok_per_sec_per_gpu"]  # a failed run has no figures
         row["efficiency"] = row["tok_per_sec_per_gpu"] / base["tok_per_sec_per_gpu"] if ok else None

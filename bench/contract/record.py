@@ -241,6 +241,9 @@ class RunManifest:
     checkpoint: Checkpoint = field(None, "")
     scores: Dict[str, float] = field({}, "a stage's scores by name (val_bpb, train_bpb, CORE, ChatCORE, each task's "
                                          "accuracy), as its `score` events give them")
+    sandbox: Optional[List[str]] = field(None, "the sandbox's layers in force for model-written code (chat "
+                                                "evaluation; bench/nanochat/sandbox.py), e.g. userns+netns+pidns, "
+                                                "landlock-7, seccomp; [] for none")
     capacity: Optional[Dict[str, Any]] = field(None, "a capacity probe's record: the probe, its outcome and figures "
                                                   "(bench/capacity/probe.py)")
     network_env: Dict[str, str] = field({}, "NCCL_*, FI_*, ... in effect for rank 0")

@@ -18,13 +18,14 @@ by every later release. Only an unknown major is a reason not to read a run.
     2.3  flows: `stage` (the flow's stage a run is, its point's directory above it) and the evidence kind
          `not_run` (a stage a failed stage before it kept from starting)
     2.4  network.unverified: why a multi-node run whose site expects a network had its NCCL name none
+    2.5  `sandbox`: the layers that fenced the model-written code a chat evaluation ran
 """
 
 from typing import Any, Callable, Dict, List, Tuple
 
 from .validate import SchemaError
 
-SCHEMA_VERSION = "2.4"
+SCHEMA_VERSION = "2.5"
 
 
 def parse_version(value: Any, where: str = "run.json") -> Tuple[int, int]:

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from bench.errors import ConfigError, DataError
-from bench.nanochat import stagerun
+from bench.nanochat import sandbox, stagerun
 from bench.nanochat.chat_eval_config import (BASELINES, GENERATIVE_PROBLEMS, TASK_NAMES, ChatEvalConfig, parse,
                                              task_names)
 from bench.nanochat.chat_format import render_for_completion
@@ -240,6 +240,7 @@ def run(config: ChatEvalConfig, record):
     model, tokenizer, meta = load_for_eval(config, session.device)
     print0(f"Loaded {meta['checkpoint_dir']} step {meta.get('step')}")
     record.emit("model_ready", num_params=model.num_params(), flops_per_token=model.estimate_flops())
+    record.update(sandbox=list(sandbox.isolation()))  # a score says how the code it ran was fenced in
     autocast = session.autocast if config.dtype == "bfloat16" else nullcontext
     t0 = time.time()
     accuracies, score = evaluate(model, tokenizer, config, autocast, session.synchronize, session.watchdog.relaxed,

@@ -99,3 +99,28 @@ def test_a_temperature_that_is_not_a_finite_number_at_least_0_is_refused(value):
 
     with pytest.raises(ConfigError, match=rf"^-t/--temperature={value}: must be a finite number >= 0 \(0 = greedy\)$"):
         parse(["-i", "mid", "-t", value])
+
+
+def test_a_chat_evaluation_records_the_sandbox_layers_it_ran_model_code_under(tmp_path, monkeypatch):
+    """The README said the sandbox's isolation() goes into a run record, but no run.json said how the model-written
+    programs of a chat evaluation were fenced in; now the evaluation records the layers as run.json `sandbox`."""
+    import json
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from bench import contract
+    from bench.nanochat import sandbox
+
+    model = SimpleNamespace(num_params=lambda: 1, estimate_flops=lambda: 6.0)
+    session = SimpleNamespace(device="cpu", autocast=nullcontext, synchronize=lambda: None,
+                              watchdog=SimpleNamespace(relaxed=nullcontext))
+    monkeypatch.setattr(chat_eval.stagerun, "begin", lambda *a: session)
+    monkeypatch.setattr(chat_eval.stagerun, "end", lambda *a: 0.0)
+    monkeypatch.setattr(chat_eval, "load_for_eval", lambda *a: (model, None, {"checkpoint_dir": "d", "step": 1}))
+    monkeypatch.setattr(chat_eval, "evaluate", lambda *a: ({"ARC-Easy": 0.5}, None))
+    monkeypatch.setattr(sandbox, "isolation", lambda: ("userns+netns+pidns", "landlock-7", "seccomp"))
+    record = SimpleNamespace(emit=lambda *a, **k: None, update=lambda **f: contract.update_run_json(tmp_path, **f))
+    chat_eval.run(SimpleNamespace(dtype="float32", source="mid"), record)
+    written = json.loads((tmp_path / contract.RUN_JSON).read_text())
+    assert written["sandbox"] == ["userns+netns+pidns", "landlock-7", "seccomp"]
+    assert contract.load_manifest(tmp_path).notes == []

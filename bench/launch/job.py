@@ -36,8 +36,8 @@ _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
 OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
 NUMA_BINDING = ("node", "socket", "exclusive")  # torchrun's --numa-binding modes (the flags add "none": no binding)
 UNSET_HOST_PYTHON = ("env", "-u", "PYTHONPATH", "-u", "PYTHONHOME", "-u", "VIRTUAL_ENV")
-# every srun task of a run or a flow's step gets the node's CPUs (slurm/_cpus.sh.j2): Slurm 22.05 to 23.02 does
-# not pass the job's --cpus-per-task on to a step, whose task then gets one CPU
+# every srun task of a run, its per-node image step or a flow's step gets the node's CPUs (slurm/_cpus.sh.j2): Slurm
+# 22.05 to 23.02 does not pass the job's --cpus-per-task on to a step, whose task then gets one CPU
 NODE_CPUS = Var("cpus_per_node", "--cpus-per-task=")
 # The most CPUs a node is taken to have where nothing gives its count (no site profile; submit asks sinfo too):
 # above today's largest GPU nodes (two 192-core sockets, 768 hardware threads), so a mistyped share is refused
@@ -169,7 +169,8 @@ class Run:
     def image_lines(self) -> list[list[Token]]:
         """The image step as the batch script runs it: one srun task on every node of the run (a per-node step;
         --kill-on-bad-exit: one node that fails stops the others at once; --time: the job's allowance for it, so a
-        node whose engine hangs, e.g. on a storage lock, cannot eat the allocation), else once on the batch host."""
+        node whose engine hangs, e.g. on a storage lock, cannot eat the allocation; the node's CPUs, as every step
+        asks them, for unpacking and converting the image), else once on the batch host."""
         step = self.image_step
         if step is None:
             return []
@@ -177,7 +178,7 @@ class Run:
         if not step.per_node:
             return [command]
         return [["srun", f"--nodes={self.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                 f"--time={IMAGE_STEP_MINUTES}"], command]
+                 f"--time={IMAGE_STEP_MINUTES}", NODE_CPUS], command]
 
 
 @dataclass

@@ -23,7 +23,7 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the image where the run runs (a check that each node holds the image in its podman storage): its own start-up phase, image_ready
 if [ "$rc" -eq 0 ]; then
-    image_step "$run_dir" 'a check that each node holds the image in its podman storage' srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=10 \
+    image_step "$run_dir" 'a check that each node holds the image in its podman storage' srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=10 --cpus-per-task="${cpus_per_node}" \
     bash /scratch/nb/sweeps/golden/.lib/image-podman.sh podman localhost/nanochat-bench:latest '' || rc=$?
 fi
 if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --id "$(podman image inspect '--format={{.Id}}' localhost/nanochat-bench:latest 2>/dev/null || true)"; fi  # the image's digest or id

@@ -22,6 +22,7 @@ from bench.launch import jobrecord
 from bench.launch.job import LaunchOptions, assemble, interactive_minutes, write_job
 from bench.launch.plan import DataShape, Sweep, allowance_minutes
 from bench.launch.render import render_interactive, render_sbatch
+from bench.runtimes import Var
 from bench.runtimes.base import inner
 
 REPO = Path(__file__).resolve().parents[3]
@@ -59,6 +60,22 @@ def test_which_runtime_gets_which_step(tmp_path):
     assert app.spec.image.endswith("/.images/nvcr.io+nvidia+pytorch+25.10-py3.sif") and app.image_step.args[0] == "apptainer"
     suite = one_run(tmp_path, "sarus-suite").runs[0]
     assert suite.image_step.args[0] == "sarusctl" and suite.image_step.args[1].endswith(".migrated")
+
+
+def test_the_per_node_image_step_asks_for_the_nodes_cpus(tmp_path):
+    """The image step's srun (podman loading an archive on every node) had no -c, so Slurm 22.05 to 23.02, which
+    does not pass the job's CPUs on to a step, gave its task one CPU to unpack the image. It asks for the node's
+    CPUs as the training srun does, after the batch script and the guide have set them."""
+    for name in ("podman", "podman-hpc"):
+        job = one_run(tmp_path / name, name)
+        assert job.runs[0].image_lines()[0][-1] == Var("cpus_per_node", "--cpus-per-task=")
+        batch = render_sbatch(job)
+        job.script_name = "interactive.sh"
+        for script in (batch, render_interactive(job, str(tmp_path / "base"), 8)):
+            step = next(line for line in script.splitlines() if "srun --nodes=2 --ntasks-per-node=1" in line
+                        and "--time=10" in line)
+            assert '--cpus-per-task="${cpus_per_node}"' in step, step
+            assert script.index("\ncpus_per_node=") < script.index(step)
 
 
 def test_podman_step_reports_a_missing_image_by_node(tmp_path):

@@ -330,7 +330,7 @@ def cmd_submit(args) -> int:
         raise ConfigError(f"--partition {args.partition!r}: Slurm has no partition {', '.join(unknown)}; "
                           f"it has: {', '.join(known)}")
     if backend and opts.cpus_per_gpu:
-        check_node_cpus(backend, args.partition, opts.cpus_per_gpu, args.gpus_per_node)
+        check_node_cpus(backend, args.partition, args.constraint, opts.cpus_per_gpu, args.gpus_per_node)
     if args.flow:  # its flags first, then its data: refused before the plan is printed
         tokenizer = tokenizer_args(args)
     check_staged_data(args, stages)
@@ -344,13 +344,21 @@ def cmd_submit(args) -> int:
     return 0
 
 
-def check_node_cpus(backend, partition: str | None, share: int, gpus_per_node: int) -> None:
+def check_node_cpus(backend, partition: str | None, constraint: str | None, share: int, gpus_per_node: int) -> None:
     """A --no-exclusive share over what the partition's nodes have (sinfo) is refused before the sweep is written:
-    sbatch would refuse every job, and --resubmit-failed sends the same scripts again."""
-    node = backend.node_cpus(partition)
-    if node is not None:
-        where = f"partition {partition}" if partition else "the cluster"
-        refuse_over_node(share, gpus_per_node, node, f"no node of {where} has more than {node} (sinfo)")
+    sbatch would refuse every job, and --resubmit-failed sends the same scripts again. Only the nodes --constraint
+    selects count, where its form can be read here; the message says when it was not considered."""
+    node = backend.node_cpus(partition, constraint)
+    if node is None:
+        return
+    where = f"partition {partition}" if partition else "the cluster"
+    sinfo = "sinfo"
+    if constraint and slurm.features_match(constraint):
+        where += f" with --constraint {constraint}"
+    elif constraint:
+        sinfo += (f"; --constraint {constraint} was not considered: only one feature, or features joined by & alone "
+                  f"or by | alone, are read here")
+    refuse_over_node(share, gpus_per_node, node, f"no node of {where} has more than {node} ({sinfo})")
 
 
 def cmd_status(args) -> int:

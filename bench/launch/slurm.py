@@ -89,6 +89,20 @@ def parse_scontrol_oneliners(text: str) -> dict[str, JobState]:
     return out
 
 
+_FEATURE = re.compile(r"[A-Za-z0-9_.-]+")  # a node feature's name in a --constraint
+
+
+def features_match(constraint: str):
+    """Whether a node's features satisfy sbatch's --constraint, as a test of a set of feature names, where the
+    constraint is one feature or several joined by & alone or by | alone; None for any other form (brackets,
+    counts, `!`, & and | mixed), which Slurm reads by rules of its own."""
+    for op, test in (("&", all), ("|", any)):
+        names = constraint.split(op)
+        if all(_FEATURE.fullmatch(name) for name in names):
+            return lambda features: test(name in features for name in names)
+    return None
+
+
 class SlurmCLI:
     """The portable backend: Slurm's own commands."""
 
@@ -112,14 +126,20 @@ class SlurmCLI:
         names = sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})
         return names if r.returncode == 0 and names else None
 
-    def node_cpus(self, partition: str | None) -> int | None:
+    def node_cpus(self, partition: str | None, constraint: str | None = None) -> int | None:
         """The most CPUs any node of these partitions (sbatch's comma list; None: every node) has, by sinfo, or None
-        when sinfo cannot say."""
+        when sinfo cannot say. With a `constraint` (sbatch's --constraint) that features_match can read, only the
+        nodes whose features (sinfo's %f) it selects count; any other is not considered."""
+        match = features_match(constraint) if constraint else None
         try:
-            r = _run(["sinfo", "-h", "-N", "-o", "%c", *([f"--partition={partition}"] if partition else [])])
+            r = _run(["sinfo", "-h", "-N", "-o", "%c %f", *([f"--partition={partition}"] if partition else [])])
         except SubmitError:
             return None
-        counts = [int(line) for line in r.stdout.split() if line.isdigit()]
+        counts = []
+        for line in r.stdout.splitlines():
+            cpus, _, features = line.strip().partition(" ")
+            if cpus.isdigit() and (match is None or match(set(features.split(",")))):
+                counts.append(int(cpus))
         return max(counts) if r.returncode == 0 and counts else None
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:

@@ -595,7 +595,7 @@ def test_submit_refuses_a_cpu_share_over_what_the_partitions_nodes_have_before_w
         def partitions(self):
             return ["debug", "normal"]
 
-        def node_cpus(self, partition):
+        def node_cpus(self, partition, constraint=None):
             self.asked.append(partition)
             return 64
 
@@ -611,3 +611,22 @@ def test_submit_refuses_a_cpu_share_over_what_the_partitions_nodes_have_before_w
     assert "give at most 16" in err and not (tmp_path / "s").exists() and Cluster.submitted == []
     assert run_cli([*argv, "--cpus-per-gpu=16", "--out", str(tmp_path / "t")], capsys)[0] == 0
     assert Cluster.asked == ["debug", "debug"] and len(Cluster.submitted) == 1
+
+
+def test_submit_bounds_a_cpu_share_by_the_nodes_the_constraint_selects(capsys, tmp_path, monkeypatch):
+    """submit checked --cpus-per-gpu against the partition's largest node whatever --constraint chose, so a share
+    only other nodes could hold was submitted and refused by sbatch. Now the bound is of the nodes the constraint
+    selects, and a constraint it cannot read is named in the message as not considered."""
+    from bench.launch import slurm
+
+    sinfo = "288 x86,a100\n72 gh200\n"
+    monkeypatch.setattr(slurm, "_run", lambda argv, cwd=None: subprocess.CompletedProcess(
+        argv, 0, stdout="normal\n" if "%R" in argv else sinfo))
+    argv = ["submit", "--nodes=1", "--runtimes=bare", "--no-exclusive", "--partition=normal", "--row-groups=100",
+            "--shards=100", "--no-data-check", f"--base-dir={tmp_path}", "--cpus-per-gpu=40"]
+    code, _, err = run_cli([*argv, "--constraint=gh200", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "no node of partition normal with --constraint gh200 has more than 72 (sinfo)" in err, err
+    assert "give at most 18" in err and not (tmp_path / "s").exists()
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=100", "--constraint=gh200&arm|x86", "--out", str(tmp_path / "t")],
+                           capsys)
+    assert code == 1 and "more than 288 (sinfo; --constraint gh200&arm|x86 was not considered" in err, err

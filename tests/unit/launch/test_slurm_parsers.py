@@ -66,3 +66,17 @@ def test_node_cpus_is_the_most_any_node_of_the_partitions_has(monkeypatch):
     monkeypatch.setattr(slurm, "_run", fake)
     assert slurm.SlurmCLI().node_cpus("gpu") == 288 and asked[-1][-1] == "--partition=gpu"
     assert slurm.SlurmCLI().node_cpus(None) is None and not any(a.startswith("--partition") for a in asked[-1])
+
+
+def test_node_cpus_counts_only_the_nodes_the_constraint_selects(monkeypatch):
+    """A partition of 288-CPU and 72-CPU nodes: with --constraint gh200 (the 72-CPU ones) the bound was still 288,
+    so a share only the other nodes could hold passed, and sbatch refused every job. Now the nodes' features
+    (sinfo's %f) decide which count, where the constraint is one feature or features joined by & or | alone."""
+    sinfo = "288 x86,a100\n72 gh200,arm\n72 gh200,arm,big\n"
+    monkeypatch.setattr(slurm, "_run", lambda argv, cwd=None: subprocess.CompletedProcess(argv, 0, stdout=sinfo))
+    cli = slurm.SlurmCLI()
+    assert cli.node_cpus("gpu") == 288 and cli.node_cpus("gpu", "gh200") == 72
+    assert cli.node_cpus("gpu", "gh200&big") == 72 and cli.node_cpus("gpu", "arm|a100") == 288
+    assert cli.node_cpus("gpu", "h100") is None  # no node has it: nothing to bound the share by
+    assert cli.node_cpus("gpu", "gh200&big|x86") == 288  # a form not read here: every node, as before
+    assert slurm.features_match("gh200&a100|x86") is None and slurm.features_match("!gh200") is None

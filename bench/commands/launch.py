@@ -15,13 +15,15 @@ from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
 from bench.launch.job import (MAX_NODE_CPUS, NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, cpu_share,
-                              interactive_minutes, over_partition, refuse_over_node, shared_node_cpus, site_partition,
-                              write_job)
+                              interactive_minutes, numa_binding, over_partition, refuse_over_node, shared_node_cpus,
+                              site_partition, write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 ENV_SITE = "NANOCHAT_BENCH_SITE"  # the site profile when --site is not given
+NO_NUMA_NOTE = ("note: --no-exclusive: workers are not bound to their GPUs' NUMA nodes, which the job's share of "
+                "CPUs need not lie on (--numa-binding node to bind them anyway)")
 
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
                ("num_iterations", int), ("eval_every", int), ("eval_tokens", int), ("device_type", str)]
@@ -123,9 +125,10 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                    help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat "
                         "data) is under --base-dir, for a login node that does not see the nodes' filesystem "
                         "(default: checked when --base-dir is visible here)")
-    g.add_argument("--numa-binding", choices=(*NUMA_BINDING, "none"), default="node",
+    g.add_argument("--numa-binding", choices=(*NUMA_BINDING, "none"), default=None,
                    help="GPU runs: bind each worker to CPUs near its GPU (torchrun --numa-binding, torch >= 2.8; "
-                        "none to leave it to the OS) (default: node)")
+                        "none to leave it to the OS) (default: node; none with --no-exclusive, whose share of a "
+                        "node's CPUs need not lie near its GPUs)")
 
 
 def train_from_args(args) -> dict:
@@ -256,12 +259,14 @@ def options_from_args(args, gpus: bool) -> LaunchOptions:
     if not args.exclusive and share is None:  # the batch script gives every run $SLURM_CPUS_ON_NODE: maybe one CPU
         print("note: --no-exclusive: CPU ranks ask for no CPUs of their own, so each node's ranks share what Slurm "
               "allocates by default (one CPU a task): timings reflect that")
+    if gpus and not args.exclusive and args.numa_binding is None:
+        print(NO_NUMA_NOTE)
     check_ofi_hook(args.ofi_hook, args.runtimes)
     return LaunchOptions(base_dir=base_dir_of(args), python=args.python,
                          images=parse_images(args.image, args.runtimes),
                          mounts=tuple(Mount.parse(m) for m in args.mount),
                          env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
-                         numa_binding=None if args.numa_binding == "none" else args.numa_binding,
+                         numa_binding=numa_binding(args.numa_binding, args.exclusive),
                          partition=args.partition, account=args.account, constraint=args.constraint,
                          exclusive=args.exclusive, cpus_per_gpu=share, site=site_of(args),
                          allow_network=args.allow_network)
@@ -304,6 +309,7 @@ def note_shared_cpus(args, sweep: planmod.Sweep) -> None:
     takes no launch flags), or why it would be refused. CPU ranks: submit's own note says what they share."""
     if not sweep.gpus_used:
         return
+    print(NO_NUMA_NOTE.replace("note: --no-exclusive:", "note: --no-exclusive jobs (render, submit):"))
     site = site_of(args)
     try:
         share = cpu_share(None, False, True, site, sweep.gpus_per_node)

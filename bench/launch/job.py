@@ -107,6 +107,15 @@ def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None,
     return share
 
 
+def numa_binding(given: str | None, exclusive: bool) -> str | None:
+    """torchrun's --numa-binding for a GPU job: `given` (a NUMA_BINDING mode, or "none"), else node for a job that
+    owns its nodes and none for one sharing them: the CPUs Slurm gives a share need not lie on its GPUs' NUMA
+    nodes, where numactl would fail every worker or crowd them onto the few CPUs of the job that do."""
+    if given is None:
+        return "node" if exclusive else None
+    return None if given == "none" else given
+
+
 def refuse_over_node(share: int, gpus_per_node: int, node: int, whose: str, flag: str = "--cpus-per-gpu") -> None:
     """A share of more CPUs than a node has (`node`, as `whose` says) makes a job sbatch refuses after the sweep was
     written: refused here, naming the most each GPU can take."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from bench import paths, runtimes, sites, workloads
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import (NUMA_BINDING, OFI_HOOK, Job, LaunchOptions, Naming, assemble, cpu_share, job_minutes,
-                              write_job)
+                              numa_binding, write_job)
 from bench.launch.plan import DataShape, Point, Sweep, parse_minutes, parse_train_args
 from bench.launch.render import render_sbatch
 from bench.runtimes import Mount
@@ -51,7 +51,7 @@ class Site:
     exclusive: bool = True
     cpus_per_gpu: int = 0  # exclusive False, on GPUs: each GPU's CPU share, as submit's --cpus-per-gpu (0: the site's)
     ofi_hook: str = "default"
-    numa_binding: str = "node"  # "none" leaves CPU binding to the OS
+    numa_binding: str = ""  # "none" leaves CPU binding to the OS; not given: node, none with exclusive False
     nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
     references: str = ""  # a references file for this partition's checks (the check's own variable wins)
     site: str = ""  # a site profile (bench/sites: alps, FILE.toml): the fast network's set-up, as submit's --site
@@ -168,15 +168,14 @@ def options_of(site: Site, base_dir: str, dry_run: bool, gpus: bool) -> LaunchOp
     checked only for a real run: a dry run renders scripts for images that live on the cluster); `gpus`: whether
     the case's run uses the nodes' GPUs (their CPU share on a shared node)."""
     python = expanded(site.python, "python") if site.python else sys.executable
-    numa = None if site.numa_binding == "none" else site.numa_binding
     profile = sites.load(expanded(site.site, "site"), f"extras['{EXTRAS_KEY}'].site {site.site!r}") \
         if site.site else None
     share = cpu_share(site.cpus_per_gpu or None, site.exclusive, gpus, profile, site.gpus_per_node,
                       f"extras['{EXTRAS_KEY}'].cpus_per_gpu", f"extras['{EXTRAS_KEY}'].exclusive False")
     return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
                          mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),
-                         ofi_hook=site.ofi_hook, numa_binding=numa, exclusive=site.exclusive, cpus_per_gpu=share,
-                         check_images=not dry_run, site=profile)
+                         ofi_hook=site.ofi_hook, numa_binding=numa_binding(site.numa_binding or None, site.exclusive),
+                         exclusive=site.exclusive, cpus_per_gpu=share, check_images=not dry_run, site=profile)
 
 
 def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:

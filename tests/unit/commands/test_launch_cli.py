@@ -5,6 +5,7 @@ user mistakes end as one `error:` line, exit 1, before anything is written or su
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -569,6 +570,29 @@ def test_a_cpu_share_over_what_a_node_of_the_site_has_is_refused_naming_the_most
     code, _, err = run_cli([*argv, "--cpus-per-gpu=144", "--gpus-per-node=2", "--out", str(tmp_path / "b")], capsys)
     assert code == 0, err
     assert "#SBATCH --cpus-per-task=288" in (tmp_path / "b" / "n1-bare-r1" / "job.sbatch").read_text()
+
+
+def test_a_job_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless_asked(capsys, tmp_path):
+    """--no-exclusive kept torchrun's default --numa-binding=node, but the share of CPUs Slurm gives such a job need
+    not lie on its GPUs' NUMA nodes, where numactl fails every worker or crowds them onto the job's few CPUs there.
+    Now a shared job binds none unless --numa-binding asks (render and plan say so); an exclusive job still binds."""
+    argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check"]
+
+    def binding(*extra):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        code, stdout, err = run_cli([*argv, *extra, "--out", str(out)], capsys)
+        assert code == 0, err
+        return re.findall(r"--numa-binding=\w+", (out / "n1-bare-r1" / "job.sbatch").read_text()), stdout
+
+    shared = ("--no-exclusive", "--cpus-per-gpu=8")
+    found, out = binding()
+    assert found == ["--numa-binding=node"] and "NUMA" not in out
+    found, out = binding(*shared)
+    assert found == [] and "--no-exclusive: workers are not bound to their GPUs' NUMA nodes" in out, out
+    assert binding(*shared, "--numa-binding=socket")[0] == ["--numa-binding=socket"]
+    assert "NUMA" not in binding(*shared, "--numa-binding=node")[1]
+    code, out, _ = run_cli(["plan", "--nodes=1", "--row-groups=100", "--shards=100"], capsys)
+    assert code == 0 and "--no-exclusive jobs (render, submit): workers are not bound" in out, out
 
 
 def test_a_cpu_share_no_node_can_hold_is_refused_without_a_site_profile(capsys, tmp_path):

@@ -185,6 +185,21 @@ def test_every_partition_of_the_alps_example_keeps_nccls_info_lines(tmp_path, mo
             assert spec.env["NCCL_DEBUG"] == "INFO", (partition["name"], runtime)
 
 
+def test_a_gpu_partition_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless_its_extras_ask(tmp_path):
+    """exclusive False kept --numa-binding=node, though the job's share of CPUs need not lie on its GPUs' NUMA
+    nodes (numactl then fails every worker): as submit --no-exclusive, no binding unless numa_binding asks."""
+    base = {"gpus_per_node": 4, "base_dir": str(tmp_path / "base"), "site": "alps"}
+
+    def binding(site: dict) -> list[str]:
+        built = build(case(site), tmp_path / str(len(list(tmp_path.iterdir()))), dry_run=True)
+        return [t for t in built.job.runs[0].spec.command if str(t).startswith("--numa-binding")]
+
+    assert binding(base) == ["--numa-binding=node"]
+    assert binding({**base, "exclusive": False}) == []
+    assert binding({**base, "exclusive": False, "numa_binding": "node"}) == ["--numa-binding=node"]
+    assert binding({**base, "numa_binding": "none"}) == []
+
+
 def test_a_gpu_partition_sharing_its_nodes_asks_reframes_job_for_its_gpus_share_of_the_cpus(tmp_path):
     """A GPU partition with exclusive False rendered a job asking for no CPUs, and ReFrame's job (which runs it)
     was passed only --nodes and --gpus-per-node: on a shared node torchrun, every rank's loader and NCCL's

@@ -31,8 +31,10 @@ MAX_RUNS_PER_JOB = 100
 SLURM_LOG = "slurm-%j.log"
 SCRIPT_NAME = "job.sbatch"
 LIB_DIR = ".lib"  # <sweep>/.lib: the batch scripts' bookkeeping (bench/contract/, launch/jobrecord.py, rdzvport.py)
-# Slurm directive values we pass through; anything else (spaces, quotes, newlines) is refused.
-_DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=&|!/-]+")
+# Slurm directive values we pass through, --constraint's operators included (a&b, a|b, [a|b], a*2, (a|b)&c, !a);
+# anything else (spaces, quotes, newlines) is refused.
+DIRECTIVE_CHARS = "_.,:@%+=&|!/-[]()*"
+_DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9" + re.escape(DIRECTIVE_CHARS) + "]+")
 OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
 NUMA_BINDING = ("node", "socket", "exclusive")  # torchrun's --numa-binding modes (the flags add "none": no binding)
 UNSET_HOST_PYTHON = ("env", "-u", "PYTHONPATH", "-u", "PYTHONHOME", "-u", "VIRTUAL_ENV")
@@ -68,7 +70,8 @@ class LaunchOptions:
         for name in ("partition", "account", "constraint"):
             value = getattr(self, name)
             if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
-                raise ConfigError(f"--{name} {value!r} holds characters Slurm directives cannot take")
+                raise ConfigError(f"--{name} {value!r} holds characters Slurm directives cannot take: use letters, "
+                                  f"digits and {DIRECTIVE_CHARS} only")
         if self.ofi_hook not in OFI_HOOK:
             raise ConfigError(f"--ofi-hook {self.ofi_hook!r}: valid values are {', '.join(OFI_HOOK)}")
         if self.numa_binding is not None and self.numa_binding not in NUMA_BINDING:

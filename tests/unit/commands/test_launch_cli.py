@@ -572,6 +572,20 @@ def test_a_cpu_share_over_what_a_node_of_the_site_has_is_refused_naming_the_most
     assert "#SBATCH --cpus-per-task=288" in (tmp_path / "b" / "n1-bare-r1" / "job.sbatch").read_text()
 
 
+def test_slurms_own_constraint_syntax_reaches_the_directive(capsys, tmp_path):
+    """--constraint '[gh200|a100]' (matching OR), 'gpu*2' (counts) and '(a|b)&c' were refused as "characters Slurm
+    directives cannot take", which they are Slurm's own syntax for; now they are written as given, and a value
+    that cannot go into a #SBATCH line (a space) is refused naming the characters that can."""
+    argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check"]
+    for i, value in enumerate(("[gh200|a100]", "gpu*2", "(a|b)&c")):
+        code, _, err = run_cli([*argv, f"--constraint={value}", "--out", str(tmp_path / str(i))], capsys)
+        assert code == 0, err
+        assert f"#SBATCH --constraint={value}\n" in (tmp_path / str(i) / "n1-bare-r1" / "job.sbatch").read_text()
+    code, _, err = run_cli([*argv, "--constraint=a b", "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and "--constraint 'a b' holds characters" in err and "digits and _.,:@%+=&|!/-[]()* only" in err
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_job_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless_asked(capsys, tmp_path):
     """--no-exclusive kept torchrun's default --numa-binding=node, but the share of CPUs Slurm gives such a job need
     not lie on its GPUs' NUMA nodes, where numactl fails every worker or crowds them onto the job's few CPUs there.

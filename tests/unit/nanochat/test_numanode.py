@@ -40,13 +40,15 @@ def test_a_device_without_a_node_is_left_alone(tmp_path):
 def test_the_worker_is_bound_to_the_node_cpus_it_may_use(tmp_path):
     """In a child process: a node holding CPU 0 and CPUs this machine does not have binds the child to CPU 0."""
     root = sysfs(tmp_path, 0, "0,4096-4097")
-    code = ("import os, sys, threading, time\nfrom pathlib import Path\nfrom bench.nanochat import numanode\n"
-            "t = threading.Thread(target=time.sleep, args=(5,), daemon=True); t.start()\n"  # running before the bind
+    ours = os.sched_getaffinity(0)
+    code = ("import os, sys, threading\nfrom pathlib import Path\nfrom bench.nanochat import numanode\n"
+            # running before the bind, and until the process ends, however slowly a loaded host gets to it
+            "t = threading.Thread(target=threading.Event().wait, daemon=True); t.start()\n"
             f"print(numanode.bind({GPU!r}, Path({str(root)!r})))\nprint(sorted(os.sched_getaffinity(0)))\n"
             "print(sorted(os.sched_getaffinity(t.native_id)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert "bound to the 1 CPU(s) of NUMA node 0" in out[0] and out[1] == out[2] == "[0]"
-    assert os.sched_getaffinity(0)  # this process untouched
+    assert os.sched_getaffinity(0) == ours  # this process untouched
 
 
 def test_a_node_with_none_of_the_tasks_cpus_changes_nothing(tmp_path):

@@ -124,8 +124,8 @@ def machine(cfg: SweepConfig) -> dict:
         raise ConfigError("--device-type cuda but no GPU is visible (nvidia-smi, torch.cuda)")
     if device_type == "cuda" and cfg.memory_limit:  # the cap would bound the CUDA driver's address space too
         raise ConfigError(f"--memory-limit {cfg.memory_limit >> 20}M caps a CPU rank's address space (a CPU stand-in "
-                          "for a smaller machine); on cuda it would bound the CUDA driver's address-space reservations, "
-                          "not the GPU's memory: leave it out, or give --device-type cpu")
+                          "for a smaller machine); on cuda it would bound the CUDA driver's address-space "
+                          "reservations, not the GPU's memory: leave it out, or give --device-type cpu")
     device_bytes = gpu_bytes if device_type == "cuda" else (cfg.memory_limit or available)
     return {"device_type": device_type, "gpu_name": name, "device_bytes": device_bytes, "host_bytes": total,
             "host_available_bytes": available, "memory_limit": cfg.memory_limit, "nproc": cfg.nproc}
@@ -190,8 +190,9 @@ class Sweep:
 
     def _prediction(self, strategy: str, shape: Shape, batch: int) -> dict:
         est = self.estimate(strategy, shape, batch)
-        return {**{k: self.machine[k] for k in MACHINE_KEYS}, "predicted_peak_bytes": est.peak_bytes, "predicted_need_bytes": est.need_bytes,
-                "predicted_host_bytes": est.host_bytes, "predicted_phase": est.phase}
+        return {**{k: self.machine[k] for k in MACHINE_KEYS}, "predicted_peak_bytes": est.peak_bytes,
+                "predicted_need_bytes": est.need_bytes, "predicted_host_bytes": est.host_bytes,
+                "predicted_phase": est.phase}
 
     def _progress(self, r: ProbeResult) -> None:
         s, n = r.spec, len(self.results)

@@ -67,7 +67,8 @@ def register(subparsers) -> None:
     s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); seconds, "
                               "no GPU needed")
     s.add_argument("--base-dir", default="runs/smoke/base",
-                   help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present (default: runs/smoke/base)")
+                   help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present "
+                        "(default: runs/smoke/base)")
     s.add_argument("--run-dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")
     s.add_argument("--overwrite", action="store_true",
                    help="delete the run --run-dir already holds and train afresh there")
@@ -286,7 +287,8 @@ def print_smoke_summary(run_dir: Path) -> None:
 
     row = read_run_dir(run_dir)
     fmt = lambda key, spec: format(row[key], spec) if row.get(key) is not None else "n/a"  # noqa: E731
-    print(f"\nsmoke run: {row.get('status')} | {fmt('steps_recorded', 'd')} steps | final loss {fmt('final_loss', '.4f')} | "
+    print(f"\nsmoke run: {row.get('status')} | {fmt('steps_recorded', 'd')} steps | "
+          f"final loss {fmt('final_loss', '.4f')} | "
           f"min val bpb {fmt('min_val_bpb', '.4f')} | median tok/sec {fmt('tok_per_sec', ',.0f')} "
           f"({row.get('steady_rule') or 'no steady steps'}) | time to first step {fmt('time_to_first_step_s', '.1f')}s")
     print(f"run directory: {run_dir.resolve()} (run.json, metrics.jsonl, train.log)")

@@ -22,7 +22,8 @@ def round_split_tokens(split_tokens: int, per_step: int) -> tuple[int, str]:
     rounded = steps * per_step
     if rounded == split_tokens:
         return rounded, ""
-    return rounded, f"split_tokens {split_tokens:,} -> {rounded:,} ({steps} x {per_step:,}, a multiple of B x T x ranks)"
+    return rounded, (f"split_tokens {split_tokens:,} -> {rounded:,} ({steps} x {per_step:,}, "
+                     f"a multiple of B x T x ranks)")
 
 
 class BaseLoss(TorchrunStage):

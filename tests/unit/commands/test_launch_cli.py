@@ -506,35 +506,34 @@ def test_a_gpu_job_sharing_its_nodes_asks_for_its_gpus_share_of_the_cpus(capsys,
     assert code == 1 and "--cpus-per-gpu 0: give a number of CPUs > 0" in err, err
 
 
+def run_without_torch(*commands: list[str]) -> None:
+    """Each CLI command in one process where `import torch` fails, as on a login node without it; each exits 0."""
+    code = ("import sys; sys.modules['torch'] = None; from bench.cli import main; "
+            + "; ".join(f"assert main({argv!r}) == 0, {argv!r}" for argv in commands))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_planning_a_sweep_on_a_login_node_never_imports_torch(tmp_path):
     """plan, render and submit --dry-run of a pre-training sweep size the model, pick K and render the jobs with
     torch unimportable: on a login node torch costs seconds to import, when it is there at all."""
-    code = ("import sys; sys.modules['torch'] = None; from bench.cli import main; "
-            f"argv = ['--site', 'alps', '--nodes', '32', '--row-groups', '100', '--shards', '100']; "
-            f"out = {str(tmp_path)!r}; "
-            "assert main(['plan', *argv]) == 0; "
-            "assert main(['render', 'sbatch', *argv, '--out', out + '/r']) == 0; "
-            "assert main(['submit', '--dry-run', *argv, '--runtimes', 'bare,apptainer', '--out', out + '/s', "
-            "'--image', 'apptainer=docker://x/y:1']) == 0")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    argv = ["--site", "alps", "--nodes", "32", "--row-groups", "100", "--shards", "100"]
+    run_without_torch(["plan", *argv], ["render", "sbatch", *argv, "--out", f"{tmp_path}/r"],
+                      ["submit", "--dry-run", *argv, "--runtimes", "bare,apptainer", "--out", f"{tmp_path}/s",
+                       "--image", "apptainer=docker://x/y:1"])
     assert "--device_batch_size=16" in (tmp_path / "r" / "n32-bare-r1" / "job.sbatch").read_text()
-
 
 
 def test_planning_a_flow_on_a_login_node_never_imports_torch(tmp_path):
     """plan, render and submit --dry-run --flow speedrun imported torch through base_loss's and base_eval's
     settings, which lived in their trainer modules: a minute on a slow shared filesystem, or no plan at all."""
-    code = ("import sys; sys.modules['torch'] = None; from bench.cli import main; "
-            "argv = ['--flow', 'speedrun', '--site', 'alps', '--nodes', '1', '--row-groups', '100', "
-            f"'--shards', '100', '--no-data-check']; out = {str(tmp_path)!r}; "
-            "assert main(['plan', *argv[:-1]]) == 0; "
-            "assert main(['render', 'sbatch', *argv, '--out', out + '/r']) == 0; "
-            "assert main(['render', 'interactive', *argv, '--out', out + '/i']) == 0; "
-            "assert main(['submit', '--dry-run', *argv, '--out', out + '/s']) == 0")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    argv = ["--flow", "speedrun", "--site", "alps", "--nodes", "1", "--row-groups", "100", "--shards", "100"]
+    unstaged = [*argv, "--no-data-check"]
+    run_without_torch(["plan", *argv], ["render", "sbatch", *unstaged, "--out", f"{tmp_path}/r"],
+                      ["render", "interactive", *unstaged, "--out", f"{tmp_path}/i"],
+                      ["submit", "--dry-run", *unstaged, "--out", f"{tmp_path}/s"])
     assert "-m bench.nanochat.base_loss" in (tmp_path / "r" / "n1-bare-r1" / "job.sbatch").read_text()
+
 
 @pytest.mark.parametrize("command", [["render", "sbatch"], ["submit", "--dry-run"]])
 def test_the_printed_cd_line_pastes_into_a_shell_for_a_directory_with_a_space_or_dollar(command, capsys, tmp_path):

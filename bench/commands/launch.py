@@ -22,8 +22,8 @@ from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
 
 ENV_SITE = "NANOCHAT_BENCH_SITE"  # the site profile when --site is not given
-NO_NUMA_NOTE = ("note: --no-exclusive: workers are not bound to their GPUs' NUMA nodes, which the job's share of "
-                "CPUs need not lie on (--numa-binding node to bind them anyway)")
+NO_NUMA_NOTE = ("workers are not bound to their GPUs' NUMA nodes, which the job's share of CPUs need not lie on "
+                "(--numa-binding node to bind them anyway)")
 
 TRAIN_FLAGS = [("depth", int), ("device_batch_size", int), ("total_batch_size", int), ("max_seq_len", int),
                ("num_iterations", int), ("eval_every", int), ("eval_tokens", int), ("device_type", str)]
@@ -260,7 +260,7 @@ def options_from_args(args, gpus: bool) -> LaunchOptions:
         print("note: --no-exclusive: CPU ranks ask for no CPUs of their own, so each node's ranks share what Slurm "
               "allocates by default (one CPU a task): timings reflect that")
     if gpus and not args.exclusive and args.numa_binding is None:
-        print(NO_NUMA_NOTE)
+        print(f"note: --no-exclusive: {NO_NUMA_NOTE}")
     check_ofi_hook(args.ofi_hook, args.runtimes)
     return LaunchOptions(base_dir=base_dir_of(args), python=args.python,
                          images=parse_images(args.image, args.runtimes),
@@ -309,7 +309,7 @@ def note_shared_cpus(args, sweep: planmod.Sweep) -> None:
     takes no launch flags), or why it would be refused. CPU ranks: submit's own note says what they share."""
     if not sweep.gpus_used:
         return
-    print(NO_NUMA_NOTE.replace("note: --no-exclusive:", "note: --no-exclusive jobs (render, submit):"))
+    print(f"note: --no-exclusive jobs (render, submit): {NO_NUMA_NOTE}")
     site = site_of(args)
     try:
         share = cpu_share(None, False, True, site, sweep.gpus_per_node)

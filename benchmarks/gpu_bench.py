@@ -270,14 +270,15 @@ def main() -> int:
         rc, figures = run_upstream(checkout, upstream_flags(args), nproc, upstream_log(out, nproc))
         rows.append({"variant": UPSTREAM, "rc": rc, **figures})
         print(json.dumps(rows[-1]), flush=True)
+    curves = {(r["variant"], r["gpus"]): losses(out, r["variant"], r["gpus"]) for r in rows}  # each read once
     for row in rows:  # strong-scaling efficiency (the total batch is fixed) against the same variant's 1-GPU figure
         base = next((r for r in rows if r["variant"] == row["variant"] and r["gpus"] == 1), None)
         ok = base and row["tok_per_sec_per_gpu"] and base["tok_per_sec_per_gpu"]  # a failed run has no figures
         row["efficiency"] = row["tok_per_sec_per_gpu"] / base["tok_per_sec_per_gpu"] if ok else None
         # a faster variant must train the same model: its loss curve against the first variant's
         first = next(r for r in rows if r["gpus"] == row["gpus"])
-        row["loss_dev"] = max_loss_deviation(losses(out, row["variant"], row["gpus"]),
-                                             losses(out, first["variant"], first["gpus"]))
+        row["loss_dev"] = max_loss_deviation(curves[row["variant"], row["gpus"]],
+                                             curves[first["variant"], first["gpus"]])
         upstream = next((r for r in rows if r["variant"] == UPSTREAM and r["gpus"] == row["gpus"]), None)
         ok = upstream and row["tok_per_sec"] and upstream["tok_per_sec"]
         row["vs_upstream"] = row["tok_per_sec"] / upstream["tok_per_sec"] if ok else None

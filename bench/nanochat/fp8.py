@@ -7,7 +7,9 @@ backward, as the tensorwise recipe does (and as upstream nanochat's later `--fp8
              dW = dy^T @ x       dy in e5m2, x in e4m3
 Every operand gets one scale per tensor from its current absolute maximum ("dynamic": no history),
 so that amax lands on the format's largest finite value; the products come out in bf16 (or the
-input's dtype outside autocast) and the master weights stay in fp32 for the optimizers.
+input's dtype outside autocast) and the master weights stay in fp32 for the optimizers. The forward
+product accumulates in the tensor cores' fast (lower-precision) mode, the two gradient products in
+full precision: torchao's tensorwise defaults, and upstream nanochat's later `--fp8`.
 
 Our own small autograd Function rather than torchao's float8 training: torchao is not in every CUDA
 image (NGC's or a site's), this needs no new dependency, it is one function torch.compile traces
@@ -45,8 +47,9 @@ def _column_major(t: torch.Tensor) -> torch.Tensor:
     return t.t().contiguous().t()
 
 
-def _mm(a: torch.Tensor, a_inv: torch.Tensor, b: torch.Tensor, b_inv: torch.Tensor, out_dtype) -> torch.Tensor:
-    return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype)
+def _mm(a: torch.Tensor, a_inv: torch.Tensor, b: torch.Tensor, b_inv: torch.Tensor, out_dtype,
+        fast_accum: bool = False) -> torch.Tensor:
+    return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype, use_fast_accum=fast_accum)
 
 
 class _FP8Matmul(torch.autograd.Function):
@@ -58,7 +61,8 @@ class _FP8Matmul(torch.autograd.Function):
         w8, w_inv = to_fp8(weight, E4M3)
         ctx.save_for_backward(x8, x_inv, w8, w_inv)
         ctx.dtypes = (x.dtype, weight.dtype)
-        return _mm(x8, x_inv, w8.t(), w_inv, out_dtype)  # w8.t() of a row-major w8 is column-major
+        # w8.t() of a row-major w8 is column-major; fast accumulation in the forward product only
+        return _mm(x8, x_inv, w8.t(), w_inv, out_dtype, fast_accum=True)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):

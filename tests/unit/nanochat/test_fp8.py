@@ -79,6 +79,20 @@ def test_fp8_matmul_forward_and_backward_match_float_reference():
         assert rel_err(y, yr) > 1e-4  # it really ran in FP8, not in float
 
 
+def test_forward_product_accumulates_fast_and_gradient_products_in_full(monkeypatch):
+    """The tensorwise recipe's split: fast accumulation for y = x W^T, full precision for dx and dW."""
+    seen, real = [], torch._scaled_mm
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("use_fast_accum", False))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(torch, "_scaled_mm", spy)
+    x, w = torch.randn(64, 32, requires_grad=True), torch.randn(48, 32, requires_grad=True)
+    y = fp8._FP8Matmul.apply(x, w, torch.float32)
+    assert seen == [True]
+    y.sum().backward()
+    assert seen == [True, False, False]
+
+
 def test_fp8_linear_keeps_shapes_parameters_and_autocast_dtype():
     lin = nn.Linear(32, 64, bias=False)
     weight = lin.weight

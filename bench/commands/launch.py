@@ -306,10 +306,11 @@ def cmd_plan(args) -> int:
 
 def note_shared_cpus(args, sweep: planmod.Sweep) -> None:
     """plan: the CPUs a --no-exclusive job of the sweep asks each node for, as render and submit decide them (plan
-    takes no launch flags), or why it would be refused. CPU ranks: submit's own note says what they share."""
+    takes no launch flags), or why it would be refused: one line, as most sweeps own their nodes. That such a job
+    binds no worker to a NUMA node is said by render and submit, where --no-exclusive is given (NO_NUMA_NOTE).
+    CPU ranks: submit's own note says what they share."""
     if not sweep.gpus_used:
         return
-    print(f"note: --no-exclusive jobs (render, submit): {NO_NUMA_NOTE}")
     site = site_of(args)
     try:
         share = cpu_share(None, False, True, site, sweep.gpus_per_node)

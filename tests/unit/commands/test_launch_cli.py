@@ -559,6 +559,16 @@ def test_plan_says_what_cpus_a_job_sharing_its_nodes_would_ask_for(capsys):
     assert code == 0 and "--no-exclusive" not in out
 
 
+@pytest.mark.parametrize("site", ["--site=alps", "--site=test-cluster", "--nodes=1"])
+def test_plan_of_a_gpu_sweep_says_one_line_of_sharing_nodes(site, capsys):
+    """plan of every GPU sweep printed two notes about --no-exclusive, a flag plan does not take and most sweeps
+    never use: its CPUs and that its workers are not NUMA-bound. Now one line says what such a job would need;
+    render and submit give the NUMA note where --no-exclusive is given."""
+    code, out, _ = run_cli(["plan", "--nodes=1", "--row-groups=100", "--shards=100", site], capsys)
+    assert code == 0 and len([ln for ln in out.splitlines() if "--no-exclusive" in ln]) == 1, out
+    assert "NUMA" not in out
+
+
 def test_a_cpu_share_over_what_a_node_of_the_site_has_is_refused_naming_the_most_it_takes(capsys, tmp_path):
     """--site alps --no-exclusive --cpus-per-gpu 100 rendered --cpus-per-task=400 for a node of 288 CPUs (72 a
     GH200), which sbatch refuses after the sweep was written; now it is refused here, naming 72. Fewer GPUs a node
@@ -588,7 +598,7 @@ def test_slurms_own_constraint_syntax_reaches_the_directive(capsys, tmp_path):
 def test_a_job_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless_asked(capsys, tmp_path):
     """--no-exclusive kept torchrun's default --numa-binding=node, but the share of CPUs Slurm gives such a job need
     not lie on its GPUs' NUMA nodes, where numactl fails every worker or crowds them onto the job's few CPUs there.
-    Now a shared job binds none unless --numa-binding asks (render and plan say so); an exclusive job still binds."""
+    Now a shared job binds none unless --numa-binding asks (render says so); an exclusive job still binds."""
     argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check"]
 
     def binding(*extra):
@@ -604,8 +614,6 @@ def test_a_job_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless_asked(cap
     assert found == [] and "--no-exclusive: workers are not bound to their GPUs' NUMA nodes" in out, out
     assert binding(*shared, "--numa-binding=socket")[0] == ["--numa-binding=socket"]
     assert "NUMA" not in binding(*shared, "--numa-binding=node")[1]
-    code, out, _ = run_cli(["plan", "--nodes=1", "--row-groups=100", "--shards=100"], capsys)
-    assert code == 0 and "--no-exclusive jobs (render, submit): workers are not bound" in out, out
 
 
 def test_a_cpu_share_no_node_can_hold_is_refused_without_a_site_profile(capsys, tmp_path):

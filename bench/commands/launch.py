@@ -126,9 +126,9 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                         "data) is under --base-dir, for a login node that does not see the nodes' filesystem "
                         "(default: checked when --base-dir is visible here)")
     g.add_argument("--numa-binding", choices=(*NUMA_BINDING, "none"), default=None,
-                   help="GPU runs: bind each worker to CPUs near its GPU (torchrun --numa-binding, torch >= 2.8; "
-                        "none to leave it to the OS) (default: node; none with --no-exclusive, whose share of a "
-                        "node's CPUs need not lie near its GPUs)")
+                   help="GPU runs (refused for CPU ranks): bind each worker to CPUs near its GPU (torchrun "
+                        "--numa-binding, torch >= 2.8; none to leave it to the OS) (default: node; none with "
+                        "--no-exclusive, whose share of a node's CPUs need not lie near its GPUs)")
 
 
 def train_from_args(args) -> dict:
@@ -266,7 +266,7 @@ def options_from_args(args, gpus: bool) -> LaunchOptions:
                          images=parse_images(args.image, args.runtimes),
                          mounts=tuple(Mount.parse(m) for m in args.mount),
                          env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
-                         numa_binding=numa_binding(args.numa_binding, args.exclusive),
+                         numa_binding=numa_binding(args.numa_binding, args.exclusive, gpus),
                          partition=args.partition, account=args.account, constraint=args.constraint,
                          exclusive=args.exclusive, cpus_per_gpu=share, site=site_of(args),
                          allow_network=args.allow_network)

@@ -110,10 +110,15 @@ def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None,
     return share
 
 
-def numa_binding(given: str | None, exclusive: bool) -> str | None:
+def numa_binding(given: str | None, exclusive: bool, gpus: bool = True, flag: str = "--numa-binding") -> str | None:
     """torchrun's --numa-binding for a GPU job: `given` (a NUMA_BINDING mode, or "none"), else node for a job that
     owns its nodes and none for one sharing them: the CPUs Slurm gives a share need not lie on its GPUs' NUMA
-    nodes, where numactl would fail every worker or crowd them onto the few CPUs of the job that do."""
+    nodes, where numactl would fail every worker or crowd them onto the few CPUs of the job that do. A mode given
+    for CPU ranks is refused, as --cpus-per-gpu is (cpu_share): nothing would bind them, and nothing would say so.
+    `flag` names the setting for the caller."""
+    if given not in (None, "none") and not gpus:
+        raise ConfigError(f"{flag} {given}: it has no effect on CPU ranks (it binds GPU workers to the CPUs near "
+                          f"their GPU); leave it out")
     if given is None:
         return "node" if exclusive else None
     return None if given == "none" else given

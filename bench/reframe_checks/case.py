@@ -172,9 +172,10 @@ def options_of(site: Site, base_dir: str, dry_run: bool, gpus: bool) -> LaunchOp
         if site.site else None
     share = cpu_share(site.cpus_per_gpu or None, site.exclusive, gpus, profile, site.gpus_per_node,
                       f"extras['{EXTRAS_KEY}'].cpus_per_gpu", f"extras['{EXTRAS_KEY}'].exclusive False")
+    binding = numa_binding(site.numa_binding or None, site.exclusive, gpus, f"extras['{EXTRAS_KEY}'].numa_binding")
     return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
                          mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),
-                         ofi_hook=site.ofi_hook, numa_binding=numa_binding(site.numa_binding or None, site.exclusive),
+                         ofi_hook=site.ofi_hook, numa_binding=binding,
                          exclusive=site.exclusive, cpus_per_gpu=share, check_images=not dry_run, site=profile)
 
 

@@ -616,6 +616,18 @@ def test_a_job_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless_asked(cap
     assert "NUMA" not in binding(*shared, "--numa-binding=node")[1]
 
 
+@pytest.mark.parametrize("command", [["render", "sbatch"], ["submit", "--dry-run"]])
+def test_numa_binding_on_cpu_ranks_is_refused_as_cpus_per_gpu_is(command, capsys, tmp_path):
+    """--numa-binding node on a CPU sweep was dropped without a word (only GPU workers are bound); now it is
+    refused naming the flag, as --cpus-per-gpu on CPU ranks is. none, which binds nothing, still passes."""
+    argv = [*command, *TINY, f"--base-dir={tmp_path / 'base'}"]
+    code, _, err = run_cli([*argv, "--numa-binding=node", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--numa-binding node: it has no effect on CPU ranks" in err, err
+    assert not (tmp_path / "a").exists()
+    code, _, err = run_cli([*argv, "--numa-binding=none", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+
+
 def test_a_cpu_share_no_node_can_hold_is_refused_without_a_site_profile(capsys, tmp_path):
     """--no-exclusive --cpus-per-gpu 100000 with no site profile rendered --cpus-per-task=400000, which sbatch
     refuses only after the sweep was written; now a share over MAX_NODE_CPUS a node is refused, naming the most."""

@@ -200,6 +200,15 @@ def test_a_gpu_partition_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless
     assert binding({**base, "numa_binding": "none"}) == []
 
 
+def test_a_cpu_partitions_numa_binding_is_refused_naming_the_key(tmp_path):
+    """numa_binding node on a CPU partition bound nothing, without a word (only GPU workers are bound); now it is
+    refused as cpus_per_gpu there is, naming the key; none still passes."""
+    site = {**CPU, "base_dir": str(tmp_path / "base")}
+    with pytest.raises(ConfigError, match=r"extras\['nanochat_bench'\]\.numa_binding node: it has no effect on CPU"):
+        build(case({**site, "numa_binding": "node"}), tmp_path / "a", dry_run=True)
+    build(case(site), tmp_path / "b", dry_run=True)
+
+
 def test_a_gpu_partition_sharing_its_nodes_asks_reframes_job_for_its_gpus_share_of_the_cpus(tmp_path):
     """A GPU partition with exclusive False rendered a job asking for no CPUs, and ReFrame's job (which runs it)
     was passed only --nodes and --gpus-per-node: on a shared node torchrun, every rank's loader and NCCL's

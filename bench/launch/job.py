@@ -76,6 +76,12 @@ class LaunchOptions:
             raise ConfigError(f"--ofi-hook {self.ofi_hook!r}: valid values are {', '.join(OFI_HOOK)}")
         if self.numa_binding is not None and self.numa_binding not in NUMA_BINDING:
             raise ConfigError(f"--numa-binding {self.numa_binding!r}: valid values are {', '.join(NUMA_BINDING)}, none")
+        allowed = self.allow_network
+        if allowed is not None and not (allowed.strip() and exportable(netgate.ENV_ALLOW, allowed)):
+            # an empty one (an unset shell variable) would let nothing through, unseen until the runs it was for
+            # stop as wrong_network; case and spaces at the ends are fine: the gate compares without them
+            raise ConfigError(f"--allow-network {allowed!r}: give one network's name, as NCCL's \"Using network\" "
+                              f"line has it (e.g. Socket, IB)")
         for name, value in self.env.items():
             if not exportable(name, value):
                 raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")

@@ -23,6 +23,7 @@ def test_what_is_not_judged():
     assert netgate.check(None, nodes=2, expected="AWS Libfabric") is None  # no NCCL lines (gloo)
     assert netgate.check(SOCKET, nodes=2, expected="socket") is None  # names compare without case
     assert netgate.check(SOCKET, nodes=2, expected="AWS Libfabric", allowed="Socket") is None
+    assert netgate.check(SOCKET, nodes=2, expected="IB", allowed=" socket ") is None  # --allow-network as typed
 
 
 def test_the_transport_counts_when_no_network_line_was_kept():

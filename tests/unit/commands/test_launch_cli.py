@@ -628,6 +628,20 @@ def test_numa_binding_on_cpu_ranks_is_refused_as_cpus_per_gpu_is(command, capsys
     assert code == 0, err
 
 
+def test_an_empty_or_multi_line_allow_network_is_refused_and_a_name_in_any_case_is_kept(capsys, tmp_path):
+    """--allow-network "" (an unset shell variable) rendered no NANOCHAT_BENCH_ALLOW_NET, so the gate let nothing
+    through and the runs it was meant for stopped as wrong_network; a value over two lines went into the export.
+    Now both are refused naming the flag; a name in another case is kept, the gate comparing without case."""
+    argv = ["render", "sbatch", "--site=alps", "--nodes=2", "--row-groups=100", "--shards=100", "--no-data-check"]
+    for i, value in enumerate(("", " ", "So\ncket")):
+        code, _, err = run_cli([*argv, f"--allow-network={value}", "--out", str(tmp_path / str(i))], capsys)
+        assert code == 1 and f"--allow-network {value!r}: give one network's name" in err, err
+        assert not (tmp_path / str(i)).exists()
+    code, _, err = run_cli([*argv, "--allow-network=socket", "--out", str(tmp_path / "ok")], capsys)
+    assert code == 0, err
+    assert "NANOCHAT_BENCH_ALLOW_NET=socket\n" in (tmp_path / "ok" / "n2-bare-r1" / "job.sbatch").read_text()
+
+
 def test_a_cpu_share_no_node_can_hold_is_refused_without_a_site_profile(capsys, tmp_path):
     """--no-exclusive --cpus-per-gpu 100000 with no site profile rendered --cpus-per-task=400000, which sbatch
     refuses only after the sweep was written; now a share over MAX_NODE_CPUS a node is refused, naming the most."""

@@ -81,9 +81,11 @@ def one_task(run: Run, *command: str, tty: bool = False, outside_run: bool = Fal
     env = {k: v for k, v in run.spec.env.items() if not (outside_run and k == contract.ENV_RUN_DIR)}
     spec = replace(run.spec, command=command, env=env)
     wrap = run.runtime.shell_wrap(spec) if tty else run.runtime.wrap(spec)
-    # a command's task gets the node's CPUs (a tokenizer's threads); a shell to look around needs none
-    step = ["--pty"] if tty else [NODE_CPUS]
-    line = ["srun", "--nodes=1", "--ntasks=1", *step, *run.runtime.srun_options(spec), *wrap]
+    # every task gets the node's CPUs (a tokenizer's threads), a shell too: torchrun started from it would
+    # otherwise train on the one CPU Slurm 22.05 to 23.02 gives a step without -c. The shell overlaps the other
+    # steps (srun --overlap): held open, it neither waits for a running step's CPUs nor holds back the next one
+    shell = ["--pty", "--overlap"] if tty else []
+    line = ["srun", "--nodes=1", "--ntasks=1", *shell, NODE_CPUS, *run.runtime.srun_options(spec), *wrap]
     if outside_run and run.runtime.python is not None:
         line = [*UNSET_HOST_PYTHON, *line]
     return shell_join(line)

@@ -27,7 +27,7 @@ else
 fi
 
 # -- a shell inside the ce container on one node, to look around (exit to come back):
-#   env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --pty --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml bash
+#   env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --pty --overlap --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml bash
 
 # -- train: the same block the batch script runs
 # -- the host's Python for this script's bookkeeping (run.json, the rendezvous port): checked first, so a

@@ -27,7 +27,7 @@ srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench
 srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli data download --chat
 
 # -- a shell on one of the nodes, to look around (exit to come back):
-#   srun --nodes=1 --ntasks=1 --pty bash
+#   srun --nodes=1 --ntasks=1 --pty --overlap --cpus-per-task="${cpus_per_node}" bash
 
 # -- the tokenizer once, then each stage: the same blocks the batch script runs
 # -- the host's Python for this script's bookkeeping (run.json, the rendezvous port): checked first, so a

@@ -122,6 +122,14 @@ def test_the_guides_shell_line_names_a_container_only_where_there_is_one():
     assert "# -- a shell inside the ce container on one node, to look around" in SCRIPTS["interactive-ce-n2.sh"]
 
 
+def test_the_guides_shell_gets_the_nodes_cpus_and_overlaps_the_other_steps():
+    """The guide's shell (`srun --pty`) asked for no CPUs: on Slurm 22.05 to 23.02 its task got one, and torchrun
+    started from it put every rank on that CPU. It asks for the node's, as every step does, and overlaps the
+    other steps, so a shell held open neither waits for a running step nor holds back the next."""
+    shell = next(line for line in SCRIPTS["interactive-ce-n2.sh"].splitlines() if "--pty" in line)
+    assert '--pty --overlap --cpus-per-task="${cpus_per_node}" --environment=' in shell, shell
+
+
 def shellcheck() -> str:
     found = shutil.which("shellcheck")
     if not found:

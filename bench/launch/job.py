@@ -38,9 +38,9 @@ _DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9" + re.escape(DIRECTIVE_CHARS) + "]+")
 OFI_HOOK = ("default", "on", "off")  # CE's aws_ofi_nccl hook: the site's default, forced on, or off
 NUMA_BINDING = ("node", "socket", "exclusive")  # torchrun's --numa-binding modes (the flags add "none": no binding)
 UNSET_HOST_PYTHON = ("env", "-u", "PYTHONPATH", "-u", "PYTHONHOME", "-u", "VIRTUAL_ENV")
-# every srun task of a run, its per-node image step, a flow's step or a guide's shell gets the node's CPUs
-# (slurm/_cpus.sh.j2): Slurm 22.05 to 23.02 does not pass the job's --cpus-per-task on to a step, whose task then
-# gets one CPU
+# every srun task of a run, its per-node image step, a flow's step or a guide's shell gets the node's CPUs, as
+# many as the job's smallest node has (slurm/_cpus.sh.j2): Slurm 22.05 to 23.02 does not pass the job's
+# --cpus-per-task on to a step, whose task then gets one CPU
 NODE_CPUS = Var("cpus_per_node", "--cpus-per-task=")
 # The most CPUs a node is taken to have where nothing gives its count (no site profile; submit asks sinfo too):
 # above today's largest GPU nodes (two 192-core sockets, 768 hardware threads), so a mistyped share is refused

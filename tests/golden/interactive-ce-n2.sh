@@ -12,9 +12,19 @@
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only when run as a script
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 # CPUs of a node for the one task there (torchrun and its workers, a tokenizer's threads), which every srun
-# asks for: Slurm 22.05 to 23.02 gives a step's task one CPU unless srun says -c. Batch jobs and steps set
-# SLURM_CPUS_ON_NODE, an salloc shell only SLURM_JOB_CPUS_PER_NODE (e.g. "72(x2)")
-cpus_per_node=${SLURM_CPUS_ON_NODE:-${SLURM_JOB_CPUS_PER_NODE%%[(,]*}}
+# asks for: Slurm 22.05 to 23.02 gives a step's task one CPU unless srun says -c. The fewest any node of the job
+# has, so that no step asks a smaller node for more than it has (the batch host's own SLURM_CPUS_ON_NODE could):
+# SLURM_JOB_CPUS_PER_NODE, which batch jobs and salloc shells have, lists them per node (e.g. "72(x2),64": 64)
+fewest_node_cpus() {
+    local counts count fewest=""
+    IFS=, read -ra counts <<< "$1"
+    for count in "${counts[@]}"; do
+        count=${count%%(*}  # "72(x2)": 72 CPUs on each of 2 nodes
+        if [ -z "$fewest" ] || [ "$count" -lt "$fewest" ]; then fewest=$count; fi
+    done
+    echo "$fewest"
+}
+cpus_per_node=$(fewest_node_cpus "${SLURM_JOB_CPUS_PER_NODE:-${SLURM_CPUS_ON_NODE:-}}")
 
 # -- data: 8 FineWeb-Edu shards, what the plan needs (offline: data generate --shards N --docs-per-shard M)
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml python -m bench.cli data download -n 8

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import ttest_ind
 
-from bench import breakdown
+from bench import breakdown, workloads
 from bench.analysis import columns
 
 # Another attention kernel, memory strategy, model or data is another program to measure: never pooled.
@@ -175,7 +175,7 @@ def _labels(keys: set[tuple]) -> dict[tuple, str]:
 def with_legacy(df: pd.DataFrame) -> pd.DataFrame:
     """The rows with LEGACY's values where nanochat's runs predate a field, as the report and check read them."""
     df = df.copy()
-    nanochat = df["workload"].map(lambda w: not _missing(w) and str(w).startswith("nanochat")).astype(bool)
+    nanochat = df["workload"].map(lambda w: workloads.family(w) == "nanochat").astype(bool)
     for col, value in LEGACY.items():
         filled = df[col].astype(object).where(df[col].notna() | ~nanochat, value)
         df[col] = filled.where(filled.notna(), None)  # None, not pd.NA: the keys are compared as plain values

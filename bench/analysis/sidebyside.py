@@ -13,6 +13,7 @@ none is taken (the ratio is left out rather than made against an arbitrary one).
 
 import pandas as pd
 
+from bench import workloads
 from bench.analysis.columns import AGGREGATES, cell
 from bench.analysis.scaling import GROUP_KEYS, identity_text, usable, with_config
 from bench.analysis.tables import Table, frame_table
@@ -22,16 +23,10 @@ MATCH_KEYS = ("depth", "max_seq_len", "total_batch_size", "device", "world_size"
 VARIANT_KEYS = tuple(k for k in GROUP_KEYS if k not in (*MATCH_KEYS, "workload", "scaling", "batch"))
 
 
-def family(workload) -> str | None:
-    """nanochat or nntile, from the workload's name (nanochat-base, nanochat-base-train, nntile-gpt2)."""
-    name = str(workload)
-    return "nanochat" if name.startswith("nanochat") else "nntile" if name.startswith("nntile") else None
-
-
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (shape, workload, runtime) where both families ran that shape."""
     ok = with_config(usable(table))
-    ok = ok.assign(family=ok["workload"].map(family)).dropna(subset=["family", *MATCH_KEYS])
+    ok = ok.assign(family=ok["workload"].map(workloads.family)).dropna(subset=["family", *MATCH_KEYS])
     both = ok.groupby(list(MATCH_KEYS))["family"].transform("nunique") == 2
     ok = ok[both]
     if ok.empty:

@@ -51,5 +51,13 @@ def get(name: str):
 
 
 def by_run_workload(run_workload) -> object | None:
-    """The workload whose runs record this run.json `workload` (None for a name no registered one records)."""
-    return next((w for w in map(get, _MODULES) if w.run_workload == run_workload), None)
+    """The workload whose runs record this run.json `workload`, now or in an older release (None for a name no
+    registered one records: a newer release's workload, or no name at all)."""
+    return next((w for w in map(get, _MODULES)
+                 if run_workload in (w.run_workload, *w.former_run_workloads)), None)
+
+
+def family(run_workload) -> str | None:
+    """The program a run of this run.json `workload` comes from ("nanochat", "nntile"), or None for a name no
+    registered workload records: what a run is, never guessed from how its name is spelled."""
+    return getattr(by_run_workload(run_workload), "family", None) or None

@@ -111,6 +111,10 @@ class Workload:
     name = ""  # the command line's name (`--workload NAME`)
     summary = ""  # what it runs, in a few words: its line in `--workload`'s help
     run_workload = ""  # run.json's `workload`: part of the key under which the analysis compares runs
+    former_run_workloads: tuple[str, ...] = ()  # what older releases recorded as run.json's `workload` for it
+    # The program its runs come from: "nanochat" (bench/nanochat's trainer and stages) or "nntile". The report
+    # sets the two side by side and reads nanochat's older records with the values they had (bench/analysis/).
+    family = ""
     # its columns in the plan's table, after ranks: (header, key in PointPlan.columns, format)
     PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()
     deadline_flag: str | None = None  # a flag taking the batch script's deadline (epoch s), if it has one

@@ -71,6 +71,7 @@ class Nanochat(TorchrunStage):
     name = "nanochat"
     summary = "pre-training, bench/nanochat under torchrun"
     run_workload = NANOCHAT_WORKLOAD
+    former_run_workloads = ("nanochat-base-train",)  # before one name was kept in the contract (results/h200-d20)
     # (table header, plan column, format)
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
                     ("total_batch", "total_batch_size", "{:,}"), ("steps", "num_iterations", "{}"))

@@ -62,6 +62,7 @@ def argv_of(flags: dict) -> list[str]:
 
 
 class TorchrunStage(Workload):
+    family = "nanochat"
     module = ""  # the trainer module every rank runs
     parser = ""  # "module:function" turning the stage's flags into its settings (imported on first use)
     sweep_defaults: dict = {}  # flags a sweep sets unless told otherwise (e.g. a short horizon)

@@ -69,6 +69,7 @@ class NNTile(Workload):
     name = "nntile"
     summary = "NNTile's GPT-2 on StarPU, in the NNTile interpreter"
     run_workload = WORKLOAD_NAME
+    family = "nntile"
     precision = "float32"  # torch-nntile 0.1.0's GPT-2 is built in torch's default dtype: no bf16, no autocast
 
     def check(self, argv: list[str], nproc: int) -> None:

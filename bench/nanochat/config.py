@@ -66,7 +66,8 @@ class RunSettings:
     deadline: float = _f(0.0, "stop before this time (epoch seconds): when the next step would end later, save a "
                               "checkpoint and end as `timeout` (0 = none; batch jobs set it from their time limit)")
     watchdog_s: float = _f(AUTO, "a collective that waits longer than this plus twice the slowest step ends the run as "
-                                 f"`hung`, naming the rank it waited for (-1 = {AUTO_MARGIN_S:g} s; 0 = the backend's "
+                                 "`hung`, naming the rank it waited for, or `nccl_timeout` where the heartbeats "
+                                 f"cannot tell (-1 = {AUTO_MARGIN_S:g} s; 0 = the backend's "
                                  f"own timeout: 10 min NCCL, 30 min gloo); {START_S:g} s before the first step, "
                                  f"{PERIODIC_S:g} s during validation, samples and checkpoints "
                                  "(bench/nanochat/watchdog.py)")

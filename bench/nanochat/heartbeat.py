@@ -4,9 +4,13 @@ Every rank keeps `<run_dir>/.heartbeat/rank<r>.json` ({rank, host, pid, t, event
 thread of its own rewrites it every INTERVAL_S (`t`), with the last event the trainer emitted (`event`,
 `step`, `event_t`). A rank that waits inside a collective keeps beating (the wait releases the GIL); a
 stopped, frozen or lost one does not. So when a collective times out (--watchdog_s), `waited_for` names:
-- the rank whose beat stopped, if one did (SIGSTOP, a frozen node, a process stuck holding the GIL);
-- else the rank furthest behind (fewest steps, then the oldest event): the one that is still busy
-  elsewhere (a stuck filesystem read, a different collective) while the others wait.
+- the rank whose beat stopped, if one did (SIGSTOP, a process stuck holding the GIL), by its own node's clock:
+  its beat is older than a beat another rank of that node wrote (or than now, on the reader's node);
+- else the rank furthest behind by steps: the one that is still busy elsewhere (a stuck filesystem read, a
+  different collective) while the others wait; step numbers need no clock, and ranks at the same step are not
+  told apart by when each wrote it (their events are milliseconds apart, less than two nodes' clocks may disagree);
+- else a node whose every beat is old by the reader's clock (a frozen node, a node of one rank), saying that two
+  nodes' clocks were compared, since nothing else shows it (the watcher below finds such a rank without clocks).
 One small file a rank, rewritten atomically: a reader sees the old beat or the new one.
 
 The beats also end a run whose rank went silent, without waiting for any collective: with
@@ -153,18 +157,51 @@ def _who(b: dict) -> str:
     return f"rank {b.get('rank')} on {b.get('host')} (pid {b.get('pid')})"
 
 
-def waited_for(run_dir: str | None, now: float | None = None) -> tuple[str, bool] | None:
-    """(the rank the others waited for, in words; whether its process stopped), or None without beats."""
+def waited_for(run_dir: str | None, now: float | None = None, host: str | None = None) -> tuple[str, bool] | None:
+    """(the rank the others waited for, in words; whether its process stopped), or None without beats or when
+    they do not tell (every rank alive and at the same step). `host`: the reader's node (this one's)."""
     found = beats(run_dir) if run_dir else []
     if not found:
         return None
     now = time.time() if now is None else now
-    oldest = min(found, key=lambda b: (bool(b.get("done")), b["t"]))  # a finished rank is not a stopped one
-    at = f" at step {oldest['step']}" if oldest.get("step") is not None else ""
-    if now - oldest["t"] > STOPPED_AFTER_S and not oldest.get("done"):
-        return (f"{_who(oldest)} stopped: no heartbeat for {now - oldest['t']:.0f} s, last event "
-                f"`{oldest.get('event')}`{at}"), True
-    behind = min(found, key=lambda b: (b.get("step") if b.get("step") is not None else -1, b.get("event_t") or 0))
-    since = f", {now - behind['event_t']:.0f} s ago" if behind.get("event_t") else ""
-    step = f" of step {behind['step']}" if behind.get("step") is not None else ""
-    return f"{_who(behind)} is behind the others: its last event was `{behind.get('event')}`{step}{since}", False
+    clocks = _clocks(found, host or socket.gethostname(), now)
+    live = [b for b in found if not b.get("done")]  # a finished rank is not a stopped one
+    oldest = max(live, key=lambda b: clocks[b.get("host")] - b["t"], default=None)
+    if oldest and clocks[oldest.get("host")] - oldest["t"] > STOPPED_AFTER_S:
+        return _stopped(oldest, clocks[oldest.get("host")] - oldest["t"], ""), True
+    step = {id(b): b.get("step") if b.get("step") is not None else -1 for b in found}
+    fewest = min(step.values())
+    behind = [b for b in found if step[id(b)] == fewest]
+    if len(behind) < len(found):
+        return _behind(behind), False
+    # every rank at one step: a node whose newest beat is old by the reader's clock, if any
+    node = min((b.get("host") for b in live), key=clocks.get, default=None)
+    if node is not None and now - clocks[node] > STOPPED_AFTER_S:
+        silent = min((b for b in live if b.get("host") == node), key=lambda b: b["t"])
+        return _stopped(silent, now - clocks[node],
+                        f" by this node's clock against {node}'s (the two clocks are not known to agree)"), True
+    return None
+
+
+def _clocks(found: list[dict], host: str, now: float) -> dict:
+    """Each node's latest reading of its own clock: `now` on the reader's node, elsewhere its newest beat. A beat's
+    age is read on the clock that wrote it, so nodes whose clocks disagree never make a live rank look stopped."""
+    clocks: dict = {}
+    for b in found:
+        clocks[b.get("host")] = max(clocks.get(b.get("host"), b["t"]), b["t"])
+    return {**clocks, host: now} if host in clocks else clocks
+
+
+def _stopped(b: dict, age: float, how: str) -> str:
+    at = f" at step {b['step']}" if b.get("step") is not None else ""
+    return f"{_who(b)} stopped: no heartbeat for {age:.0f} s{how}, last event `{b.get('event')}`{at}"
+
+
+def _behind(behind: list[dict]) -> str:
+    """The first of the ranks at the fewest steps, and how many more are there."""
+    b = min(behind, key=lambda b: b.get("rank") if isinstance(b.get("rank"), int) else 1 << 30)
+    others = f" and {len(behind) - 1} other rank(s) at its step are" if len(behind) > 1 else " is"
+    # both times are the rank's own clock's: how long it has been busy since, whatever the reader's clock says
+    since = f", {b['t'] - b['event_t']:.0f} s before its last heartbeat" if b.get("event_t") else ""
+    step = f" of step {b['step']}" if b.get("step") is not None else ""
+    return f"{_who(b)}{others} behind the others: its last event was `{b.get('event')}`{step}{since}"

@@ -27,7 +27,52 @@ def test_else_the_rank_furthest_behind_is_named(tmp_path):
     write_beat(tmp_path, 1, now - 2, 7, event_t=now - 30)
     write_beat(tmp_path, 2, now - 1, 6, event_t=now - 31)
     who, stopped = waited_for(str(tmp_path), now)
-    assert not stopped and who == "rank 2 on nid1 (pid 102) is behind the others: its last event was `step` of step 6, 31 s ago"
+    assert not stopped and who == ("rank 2 on nid1 (pid 102) is behind the others: its last event was `step` "
+                                   "of step 6, 30 s before its last heartbeat")
+
+
+def test_a_node_whose_clock_is_behind_is_not_taken_for_a_stopped_one(tmp_path):
+    """Regression: nid2's clock runs 60 s behind the reader's, so its two live ranks' fresh beats read 60 s old, and
+    rank 3 was named as stopped while rank 4, still on step 6, was the one the others waited for. A beat's age is
+    now read on its own node's clock, and steps need none."""
+    now = 1000.0
+    write_beat(tmp_path, 0, now - 1, 7)
+    write_beat(tmp_path, 1, now - 1, 7)
+    write_beat(tmp_path, 2, now - 61, 7, host="nid2")
+    write_beat(tmp_path, 3, now - 62, 7, host="nid2")
+    write_beat(tmp_path, 4, now - 2, 6, host="nid3", event_t=now - 40)
+    who, stopped = waited_for(str(tmp_path), now)
+    assert not stopped and who.startswith("rank 4 on nid3 (pid 104) is behind the others")
+
+
+def test_a_stopped_rank_is_named_by_its_own_nodes_clock(tmp_path):
+    """nid2's clock is 60 s behind: rank 3 stopped 20 s before its node-mate's last beat, whatever the reader's
+    clock says."""
+    now = 1000.0
+    write_beat(tmp_path, 0, now - 1, 7)
+    write_beat(tmp_path, 2, now - 61, 7, host="nid2")
+    write_beat(tmp_path, 3, now - 81, 7, host="nid2")
+    who, stopped = waited_for(str(tmp_path), now)
+    assert stopped and who == "rank 3 on nid2 (pid 103) stopped: no heartbeat for 20 s, last event `step` at step 7"
+    here = tmp_path / "here"
+    write_beat(here, 0, now - STOPPED_AFTER_S - 3, 7, host="here")  # alone on the reader's node: its clock is `now`
+    write_beat(here, 1, now - 1, 7)
+    who, stopped = waited_for(str(here), now, host="here")
+    assert stopped and who.startswith("rank 0 on here (pid 100) stopped: no heartbeat for 10 s,")
+
+
+def test_ranks_at_one_step_are_not_told_apart_by_their_nodes_clocks(tmp_path):
+    """Regression: every rank beating at step 7, the one whose event read earliest across two nodes' clocks (a few
+    milliseconds apart, less than the clocks may disagree) was named as the one the others waited for. Now the
+    beats name nobody; a node silent by the reader's clock is named, and the message says how it was judged."""
+    now = 1000.0
+    write_beat(tmp_path, 0, now - 1, 7, event_t=now - 30.000)
+    write_beat(tmp_path, 1, now - 2, 7, host="nid2", event_t=now - 30.002)
+    assert waited_for(str(tmp_path), now) is None
+    write_beat(tmp_path, 1, now - 20, 7, host="nid2")
+    who, stopped = waited_for(str(tmp_path), now)
+    assert stopped and who.startswith("rank 1 on nid2 (pid 101) stopped: no heartbeat for 20 s by this node's clock "
+                                      "against nid2's (the two clocks are not known to agree)")
 
 
 def test_no_beats_no_answer_and_bad_files_are_skipped(tmp_path):

@@ -47,6 +47,7 @@ from bench.launch.local import run_local  # noqa: E402
 from bench.analysis.figures import steady_mask  # noqa: E402
 from bench.nanochat.runclaim import holds_a_run  # noqa: E402
 from bench.contract import METRICS_JSONL  # noqa: E402
+from bench.errors import os_reason  # noqa: E402
 
 UPSTREAM = "upstream"  # the variant name of upstream's own trainer (--upstream)
 
@@ -191,6 +192,17 @@ def upstream_child(checkout: str, flags: list[str]) -> None:
     runpy.run_path("scripts/base_train.py", run_name="__main__")
 
 
+def writable_dir(flag: str, path: Path) -> None:
+    """`path` made if missing; a ValueError naming the flag when it cannot be made or written, before the data
+    (a tokenizer of minutes at 65k) is prepared for runs that could not write their results."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: {os_reason(e)}; give a writable directory") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: not writable; give a writable directory")
+
+
 def check_run_dirs(out: Path, names: list[str], gpus: list[int]) -> None:
     """Each run gets a run directory of its own under --out: two runs of one name and GPU count, or a run
     directory that already holds a run (run_local refuses it), is a ValueError before anything runs."""
@@ -240,6 +252,8 @@ def main() -> int:
         if checkout and UPSTREAM in [v[0] for v in variants]:
             raise ValueError(f"--variant {UPSTREAM}: that name is --upstream's; give the variant another")
         check_run_dirs(out, [v[0] for v in variants] + [UPSTREAM] * bool(checkout), gpus)
+        writable_dir("--base-dir", base_dir)
+        writable_dir("--out", out)
     except ValueError as e:
         ap.error(str(e))
     # `torchrun -m bench.nanochat.train` finds `bench` in the working directory before PYTHONPATH:

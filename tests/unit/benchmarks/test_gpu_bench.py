@@ -44,6 +44,18 @@ def test_an_out_that_already_holds_the_runs_is_refused_before_any_run(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("flag", ["--out", "--base-dir"])
+def test_a_directory_that_cannot_be_made_is_refused_before_the_data_is_prepared(tmp_path, flag):
+    """An --out that could not be made ended in a traceback after the shards and the tokenizer (minutes at
+    65k) were made; a --base-dir, in a traceback naming NANOCHAT_BASE_DIR. Now both are refused at once."""
+    (tmp_path / "file").write_text("")
+    dirs = {"--out": tmp_path / "out", "--base-dir": tmp_path / "data", flag: tmp_path / "file" / "sub"}
+    proc = run(*(x for kv in dirs.items() for x in kv))
+    assert proc.returncode == 2 and f"{flag} {tmp_path / 'file' / 'sub'}: a file of that name is in the way" \
+        in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "data" / "base_data").exists()
+
+
 def test_two_runs_into_one_run_directory_are_refused(tmp_path):
     proc = run("--base-dir", tmp_path / "data", "--out", tmp_path / "out", "--gpus", "1,1")
     assert proc.returncode == 2 and "baseline-1gpu would run twice" in proc.stderr, proc.stderr

@@ -14,7 +14,8 @@ tok/s per GPU against its own on one GPU (speed-up / GPUs). `dloss` is the large
 loss curve and the first variant's at the same GPU count: a speed-up must not change the training (e.g. d12,
 200 steps). Figures follow the analysis' steady-state rule (steps after 10).
 `loss` is the loss at the last step; `stepdev` the steady steps' largest distance from their median
-(a stall inside the measured window shows there).
+(a stall inside the measured window shows there). A time limit or a cancel (SIGTERM, SIGINT, SIGHUP) starts no
+further run: the table and summary.json hold the runs measured, the cut one included, and a last line names it.
 
 `--upstream DIR` also runs upstream nanochat's own `scripts/base_train.py` from a checkout of karpathy/nanochat
 (5c93a56) in the same job, on the same GPUs and data, as the variant `upstream`, and prints each variant's
@@ -31,6 +32,7 @@ import json
 import os
 import random
 import runpy
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +47,8 @@ from bench.analysis.rundir import read_events, read_run_dir  # noqa: E402
 from bench.analysis.upstream import parse_log, read_upstream_log  # noqa: E402
 from bench.launch.local import run_local  # noqa: E402
 from bench.analysis.figures import steady_mask  # noqa: E402
+from bench.capacity.lifetime import Stopped, stop_on_signals  # noqa: E402
+from bench.contract import read_run_json  # noqa: E402
 from bench.nanochat.runclaim import holds_a_run  # noqa: E402
 from bench.contract import METRICS_JSONL  # noqa: E402
 from bench.errors import os_reason  # noqa: E402
@@ -160,9 +164,9 @@ def upstream_flags(args) -> list[str]:
             f"--sample_every={past}"]
 
 
-def run_upstream(checkout: Path, flags: list[str], nproc: int, log: Path) -> tuple[int, dict]:
+def run_upstream(checkout: Path, flags: list[str], nproc: int, log: Path) -> tuple[int, dict, Stopped | None]:
     """Upstream's base_train under torchrun (through this file's --upstream-child), its output into `log`;
-    (exit status, its figures from the log)."""
+    (exit status, its figures from the log, the Stopped that ended it early if a signal did)."""
     import torch
 
     # upstream starts its process group on CUDA only: without a GPU it runs as one plain process
@@ -170,15 +174,19 @@ def run_upstream(checkout: Path, flags: list[str], nproc: int, log: Path) -> tup
     cmd = [sys.executable, *(launch if torch.cuda.is_available() else []), str(Path(__file__).resolve()),
            "--upstream-child", str(checkout), *flags]
     print(f"upstream {checkout} on {nproc} GPU(s) -> {log}", flush=True)
+    stop = None
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, cwd=checkout, stdout=f, stderr=subprocess.STDOUT).returncode
+        try:
+            rc = subprocess.run(cmd, cwd=checkout, stdout=f, stderr=subprocess.STDOUT).returncode
+        except Stopped as e:  # subprocess.run has killed it: what it logged so far is still read
+            rc, stop = 128 + e.signum, e
     row = read_upstream_log(log) or {}
     if row.get("status") == "ok":  # its final lines printed: what fails after them is its report (needs psutil)
         rc = 0
     return rc, {"gpus": nproc, **{k: row.get(k) for k in ("steady_steps", "tok_per_sec", "tok_per_sec_per_gpu",
                                                            "mfu", "peak_mem_mib")},
                 "dt_ms": row.get("step_time_ms"), "time_to_first_step_s": None, "last_loss": row.get("final_loss"),
-                "max_step_dev": None}
+                "max_step_dev": None}, stop
 
 
 def upstream_child(checkout: str, flags: list[str]) -> None:
@@ -201,6 +209,30 @@ def writable_dir(flag: str, path: Path) -> None:
         raise ValueError(f"{flag} {path}: {os_reason(e)}; give a writable directory") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{flag} {path}: not writable; give a writable directory")
+
+
+def stopped_by(run_dir: Path) -> str | None:
+    """The signal's name (SIGTERM, ...) when the launcher stopped this run on one, else None."""
+    try:
+        evidence = read_run_json(run_dir).get("evidence") or []
+    except (OSError, ValueError):  # no readable run.json: nothing says it was stopped
+        return None
+    return next((e.get("signal") for e in evidence
+                 if e.get("source") == "launcher" and e.get("kind") == "stopped" and e.get("signal")), None)
+
+
+def stopped_line(stop: Stopped, rows: list[dict], curves: dict, variants: list, gpus: list[int],
+                 checkout: Path | None) -> str:
+    """What a signal (a time limit, a cancel) left: the run it cut, where its log ends, and the runs not started."""
+    planned = [(v[0], n) for v in variants for n in gpus] + [(UPSTREAM, n) for n in gpus if checkout]
+    done = [(r["variant"], r["gpus"]) for r in rows]
+    not_run = ", ".join(f"{name} on {n}" for name, n in planned if (name, n) not in done)
+    line = f"stopped by {stop}"
+    if done:
+        cut, steps = done[-1], curves[done[-1]]
+        logged = f"its last step logged {max(steps)}" if steps else "no step logged"
+        line += f" during {cut[0]} on {cut[1]} GPU(s) ({logged}); the table holds it and the runs before it"
+    return line + (f"; not run: {not_run} GPU(s)" if not_run else "")
 
 
 def check_run_dirs(out: Path, names: list[str], gpus: list[int]) -> None:
@@ -267,23 +299,31 @@ def main() -> int:
         data_flags = [f"--data_bin_dir={data.prepare(base_dir, args.vocab_size, tokens=1 << 26)}"]
     else:
         prepare_data(base_dir, args.vocab_size)
-    rows = []
-    for name, env_extra, variant_flags in variants:
-        for nproc in gpus:
-            flags = [f"--depth={args.depth}", f"--device_batch_size={args.device_batch_size}",
-                     f"--total_batch_size={args.total_batch_size}", f"--num_iterations={args.steps}",
-                     "--eval_every=-1", "--core_metric_every=-1", "--sample_every=-1", "--run=dummy",
-                     *data_flags, *variant_flags]
-            run_dir = out / f"{name}-{nproc}gpu"
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]), **env_extra}
-            rc = run_local(flags, nproc, run_dir, env=env)
-            row = {"variant": name, "rc": rc, **summarize(run_dir, nproc), **step_figures(run_dir)}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    for nproc in gpus if checkout else []:
-        rc, figures = run_upstream(checkout, upstream_flags(args), nproc, upstream_log(out, nproc))
-        rows.append({"variant": UPSTREAM, "rc": rc, **figures})
-        print(json.dumps(rows[-1]), flush=True)
+    rows, stop = [], None
+    try:  # a time limit or a cancel ends the runs, not the table of those already measured
+        with stop_on_signals():
+            for name, env_extra, variant_flags in variants:
+                for nproc in gpus:
+                    flags = [f"--depth={args.depth}", f"--device_batch_size={args.device_batch_size}",
+                             f"--total_batch_size={args.total_batch_size}", f"--num_iterations={args.steps}",
+                             "--eval_every=-1", "--core_metric_every=-1", "--sample_every=-1", "--run=dummy",
+                             *data_flags, *variant_flags]
+                    run_dir = out / f"{name}-{nproc}gpu"
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
+                           **env_extra}
+                    rc = run_local(flags, nproc, run_dir, env=env)
+                    rows.append({"variant": name, "rc": rc, **summarize(run_dir, nproc), **step_figures(run_dir)})
+                    print(json.dumps(rows[-1]), flush=True)
+                    if signame := stopped_by(run_dir):  # run_local took the signal and passed it to the run
+                        raise Stopped(signal.Signals[signame])
+            for nproc in gpus if checkout else []:
+                rc, figures, stop = run_upstream(checkout, upstream_flags(args), nproc, upstream_log(out, nproc))
+                rows.append({"variant": UPSTREAM, "rc": rc, **figures})
+                print(json.dumps(rows[-1]), flush=True)
+                if stop:
+                    raise stop
+    except Stopped as e:
+        stop = e
     curves = {(r["variant"], r["gpus"]): losses(out, r["variant"], r["gpus"]) for r in rows}  # each read once
     for row in rows:  # strong-scaling efficiency (the total batch is fixed) against the same variant's 1-GPU figure
         base = next((r for r in rows if r["variant"] == row["variant"] and r["gpus"] == 1), None)
@@ -309,6 +349,9 @@ def main() -> int:
     for r in rows:
         cells = (format(r[key], spec) if r[key] is not None else "-" for _, key, spec, _ in columns)
         print(f"{r['variant']:<14}" + "".join(f"{cell:>{width}}" for cell, (_, _, _, width) in zip(cells, columns)))
+    if stop:
+        print(stopped_line(stop, rows, curves, variants, gpus, checkout), flush=True)
+        return 128 + stop.signum
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

@@ -147,3 +147,74 @@ def test_its_efficiency_is_named_strong_scaling_as_its_fixed_total_batch_makes_i
     the same total batch (524,288 tokens): a strong-scaling figure, speed-up over GPUs, as the README reports it."""
     source = SCRIPT.read_text()
     assert "weak-scaling" not in source and "(strong scaling): `eff`" in source
+
+
+def upstream_log_text(last_step: int, steps: int = 15, final: bool = False) -> str:
+    """A log of upstream's base_train at d20 on one GPU (the lines results/h200-d20/same-job/upstream.log has),
+    up to `last_step` of `steps`, with its final lines only when `final`."""
+    lines = ["Autodetected device type: cuda", "2026-12-03 18:04:00,534 - nanochat.common - INFO - Distributed "
+             "world size: 1", "num_layers: 20", "Tokens / micro-batch / rank: 32 x 2048 = 65,536",
+             "Total batch size 524,288 => gradient accumulation steps: 8", "Estimated FLOPs per token: 3.491758e+09",
+             "Step 00000 | Validation bpb: 3.6095"]
+    for i in range(last_step + 1):
+        dt, tps = (54414.94, 9635) if i == 0 else (3450.0 + i, 151_000 + i)
+        lines.append(f"step {i:05d}/{steps:05d} ({100 * i / steps:.2f}%) | loss: {11 - i / 3:.6f} | grad norm: 1.0 | "
+                     f"lrm: 1.00 | dt: {dt:.2f}ms | tok/sec: {tps:,} | mfu: 53.00 | total time: 0.00m")
+    if final:
+        lines += ["Peak memory usage: 75096.27MiB", "Total training time: 0.23m", "Minimum validation bpb: 1.3389"]
+    return "\n".join(lines) + "\n"
+
+
+def fake_run_local(flags, nproc, run_dir, env=None):
+    """A run of 15 steps of this trainer, as its metrics.jsonl records them."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(
+        f'{{"event": "step", "t": {i}, "step": {i}, "loss": {11 - i / 3}, "lrm": 1.0, "dt_ms": 3000.0, '
+        f'"tok_per_sec": 170000, "mfu": null, "total_time_s": 0.0}}\n' for i in range(15)))
+    return 0
+
+
+def test_a_time_limit_during_upstreams_run_leaves_the_table_of_what_was_measured(tmp_path, monkeypatch, capsys):
+    """The job's time limit (SIGTERM) during upstream's run, after its step 9 of 15, ended gpu_bench at once:
+    no summary.json and no table, though the variants before it had finished. Now the table and summary.json
+    hold every run measured, and a last line names the cut run and where its log ends."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_bench
+
+    checkout = fake_checkout(tmp_path / "nanochat")
+    (checkout / "scripts" / "base_train.py").write_text(
+        f"import os, signal, sys, time\nsys.stdout.write({upstream_log_text(9)!r})\nsys.stdout.flush()\n"
+        "os.kill(os.getppid(), signal.SIGTERM)\ntime.sleep(60)\n")
+    monkeypatch.setattr(gpu_bench, "prepare_data", lambda *a: None)
+    monkeypatch.setattr(gpu_bench, "run_local", fake_run_local)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["gpu_bench.py", "--steps", "15", "--out", str(tmp_path / "out"), "--upstream",
+                                      str(checkout), "--variant", "bf16", "--gpus", "1,2"])
+    assert gpu_bench.main() == 128 + 15
+    rows = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [(r["variant"], r["gpus"]) for r in rows] == [("bf16", 1), ("bf16", 2), ("upstream", 1)]
+    out = capsys.readouterr().out
+    assert "stopped by SIGTERM during upstream on 1 GPU(s) (its last step logged 9)" in out
+    assert "not run: upstream on 2 GPU(s)" in out and "x upstream" in out
+
+
+def test_a_run_stopped_by_a_signal_starts_no_further_run(tmp_path, monkeypatch, capsys):
+    """The launcher passes a SIGTERM on to the run and returns: gpu_bench went on to the next variant, until
+    the time limit's SIGKILL ended it with no table. Now it stops there and prints the table."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_bench
+
+    def stopped_run(flags, nproc, run_dir, env=None):
+        fake_run_local(flags, nproc, run_dir)
+        (run_dir / "run.json").write_text(json.dumps({"evidence": [
+            {"source": "launcher", "kind": "stopped", "signal": "SIGTERM", "exit_code": 143}]}))
+        return 143
+    monkeypatch.setattr(gpu_bench, "prepare_data", lambda *a: None)
+    monkeypatch.setattr(gpu_bench, "run_local", stopped_run)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["gpu_bench.py", "--out", str(tmp_path / "out"), "--variant", "a",
+                                      "--variant", "b"])
+    assert gpu_bench.main() == 128 + 15
+    assert not (tmp_path / "out" / "b-1gpu").exists()
+    assert "stopped by SIGTERM during a on 1 GPU(s) (its last step logged 14)" in capsys.readouterr().out
+    assert len(json.loads((tmp_path / "out" / "summary.json").read_text())) == 1

@@ -12,7 +12,8 @@ prints the figures from each run's metrics.jsonl. Evaluation, sampling and CORE 
 training step is timed. The total batch is the same at every GPU count (strong scaling): `eff` is a variant's
 tok/s per GPU against its own on one GPU (speed-up / GPUs). `dloss` is the largest gap between a variant's
 loss curve and the first variant's at the same GPU count: a speed-up must not change the training (e.g. d12,
-200 steps). Figures follow the analysis' steady-state rule (steps after 10).
+200 steps). Figures follow the analysis' steady-state rule (steps after 10); `eff` and `x upstream` are left out
+(`-`) where the two runs' figures come by different rules (one cut before step 11 has only warm-up steps).
 `loss` is the loss at the last step; `stepdev` the steady steps' largest distance from their median
 (a stall inside the measured window shows there). A time limit or a cancel (SIGTERM, SIGINT, SIGHUP) starts no
 further run: the table and summary.json hold the runs measured, the cut one included, and a last line names it.
@@ -86,7 +87,8 @@ def prepare_data(base_dir: Path, vocab_size: int) -> None:
 def summarize(run_dir: Path, nproc: int) -> dict:
     """The run's figures by the analysis' own steady-state rule (bench.analysis.rundir)."""
     row = read_run_dir(run_dir)
-    return {"gpus": nproc, "steady_steps": row.get("steady_steps"), "tok_per_sec": row.get("tok_per_sec"),
+    return {"gpus": nproc, "steady_steps": row.get("steady_steps"), "steady_rule": row.get("steady_rule"),
+            "tok_per_sec": row.get("tok_per_sec"),
             "tok_per_sec_per_gpu": row.get("tok_per_sec_per_gpu"), "mfu": row.get("mfu"),
             "dt_ms": row.get("step_time_ms"), "peak_mem_mib": row.get("peak_mem_mib"),
             "time_to_first_step_s": row.get("time_to_first_step_s")}
@@ -109,6 +111,14 @@ def losses(out: Path, variant: str, nproc: int) -> dict[int, float]:
         return {s["step"]: s["loss"] for s in parse_log(upstream_log(out, nproc)).steps}
     events = read_events(out / f"{variant}-{nproc}gpu" / METRICS_JSONL, [])
     return {e["step"]: e["loss"] for e in events if e.get("event") == "step"}
+
+
+def ratio(row: dict, base: dict | None, key: str) -> float | None:
+    """row[key] / base[key] when both runs have the figure by the same steady-state rule, else None: a run cut
+    before step 11 (a time limit, a crash) has figures over its later half, warm-up steps, against which the
+    other's steady steps would read as a speed-up."""
+    ok = base and row[key] and base[key] and row["steady_rule"] == base["steady_rule"]  # a failed run has none
+    return row[key] / base[key] if ok else None
 
 
 def max_loss_deviation(a: dict[int, float], b: dict[int, float]) -> float | None:
@@ -183,8 +193,8 @@ def run_upstream(checkout: Path, flags: list[str], nproc: int, log: Path) -> tup
     row = read_upstream_log(log) or {}
     if row.get("status") == "ok":  # its final lines printed: what fails after them is its report (needs psutil)
         rc = 0
-    return rc, {"gpus": nproc, **{k: row.get(k) for k in ("steady_steps", "tok_per_sec", "tok_per_sec_per_gpu",
-                                                           "mfu", "peak_mem_mib")},
+    return rc, {"gpus": nproc, **{k: row.get(k) for k in ("steady_steps", "steady_rule", "tok_per_sec",
+                                                           "tok_per_sec_per_gpu", "mfu", "peak_mem_mib")},
                 "dt_ms": row.get("step_time_ms"), "time_to_first_step_s": None, "last_loss": row.get("final_loss"),
                 "max_step_dev": None}, stop
 
@@ -327,15 +337,13 @@ def main() -> int:
     curves = {(r["variant"], r["gpus"]): losses(out, r["variant"], r["gpus"]) for r in rows}  # each read once
     for row in rows:  # strong-scaling efficiency (the total batch is fixed) against the same variant's 1-GPU figure
         base = next((r for r in rows if r["variant"] == row["variant"] and r["gpus"] == 1), None)
-        ok = base and row["tok_per_sec_per_gpu"] and base["tok_per_sec_per_gpu"]  # a failed run has no figures
-        row["efficiency"] = row["tok_per_sec_per_gpu"] / base["tok_per_sec_per_gpu"] if ok else None
+        row["efficiency"] = ratio(row, base, "tok_per_sec_per_gpu")
         # a faster variant must train the same model: its loss curve against the first variant's
         first = next(r for r in rows if r["gpus"] == row["gpus"])
         row["loss_dev"] = max_loss_deviation(curves[row["variant"], row["gpus"]],
                                              curves[first["variant"], first["gpus"]])
         upstream = next((r for r in rows if r["variant"] == UPSTREAM and r["gpus"] == row["gpus"]), None)
-        ok = upstream and row["tok_per_sec"] and upstream["tok_per_sec"]
-        row["vs_upstream"] = row["tok_per_sec"] / upstream["tok_per_sec"] if ok else None
+        row["vs_upstream"] = ratio(row, upstream, "tok_per_sec")
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
 
     columns = [("GPUs", "gpus", "d", 5), ("tok/s", "tok_per_sec", ",.0f", 12),

@@ -174,10 +174,8 @@ def fake_run_local(flags, nproc, run_dir, env=None):
     return 0
 
 
-def test_a_time_limit_during_upstreams_run_leaves_the_table_of_what_was_measured(tmp_path, monkeypatch, capsys):
-    """The job's time limit (SIGTERM) during upstream's run, after its step 9 of 15, ended gpu_bench at once:
-    no summary.json and no table, though the variants before it had finished. Now the table and summary.json
-    hold every run measured, and a last line names the cut run and where its log ends."""
+def stopped_during_upstream(tmp_path, monkeypatch) -> int:
+    """gpu_bench's exit status when the job's time limit comes during upstream's run, after its step 9 of 15."""
     sys.path.insert(0, str(SCRIPT.parent))
     import gpu_bench
 
@@ -190,7 +188,14 @@ def test_a_time_limit_during_upstreams_run_leaves_the_table_of_what_was_measured
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["gpu_bench.py", "--steps", "15", "--out", str(tmp_path / "out"), "--upstream",
                                       str(checkout), "--variant", "bf16", "--gpus", "1,2"])
-    assert gpu_bench.main() == 128 + 15
+    return gpu_bench.main()
+
+
+def test_a_time_limit_during_upstreams_run_leaves_the_table_of_what_was_measured(tmp_path, monkeypatch, capsys):
+    """The job's time limit (SIGTERM) during upstream's run, after its step 9 of 15, ended gpu_bench at once:
+    no summary.json and no table, though the variants before it had finished. Now the table and summary.json
+    hold every run measured, and a last line names the cut run and where its log ends."""
+    assert stopped_during_upstream(tmp_path, monkeypatch) == 128 + 15
     rows = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [(r["variant"], r["gpus"]) for r in rows] == [("bf16", 1), ("bf16", 2), ("upstream", 1)]
     out = capsys.readouterr().out
@@ -218,3 +223,12 @@ def test_a_run_stopped_by_a_signal_starts_no_further_run(tmp_path, monkeypatch, 
     assert not (tmp_path / "out" / "b-1gpu").exists()
     assert "stopped by SIGTERM during a on 1 GPU(s) (its last step logged 14)" in capsys.readouterr().out
     assert len(json.loads((tmp_path / "out" / "summary.json").read_text())) == 1
+
+
+def test_x_upstream_is_not_read_against_a_cut_upstreams_warm_up_steps(tmp_path, monkeypatch):
+    """Upstream cut after its step 9 has no step past the warm-up: its figures are over steps 5..9 (the later
+    half), and `x upstream` divided the variant's steady steps by those. Now that ratio is left out."""
+    stopped_during_upstream(tmp_path, monkeypatch)
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "out" / "summary.json").read_text()) if r["gpus"] == 1}
+    assert rows["upstream"]["tok_per_sec"] and rows["upstream"]["steady_rule"] != rows["bf16"]["steady_rule"]
+    assert rows["bf16"]["vs_upstream"] is None

@@ -28,6 +28,14 @@ def kind_of(name: str) -> str:
     return next((kind for kind, keys in KINDS if any(k in low for k in keys)), "other")
 
 
+def is_kernel(event) -> bool:
+    """A device kernel, copy or fill that took time: one of 0 us adds nothing (and all of them would make every
+    share a division by zero)."""
+    return isinstance(event, dict) and event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") \
+        and isinstance(event.get("name"), str) and all(type(event.get(k)) in (int, float) for k in ("ts", "dur")) \
+        and event["dur"] > 0
+
+
 def time_covered(kernels: list[dict]) -> float:
     """Microseconds in which at least one kernel ran: the union of their intervals, overlaps counted once."""
     covered, end = 0.0, float("-inf")
@@ -45,12 +53,14 @@ def main() -> int:
     try:
         with open(args.trace) as f:
             events = json.load(f)["traceEvents"]
-    except (OSError, ValueError, KeyError) as e:
+        if not isinstance(events, list):
+            raise TypeError("traceEvents is not a list")
+    except (OSError, ValueError, KeyError, TypeError) as e:  # TypeError: JSON of another shape (a list, ...)
         print(f"error: {args.trace}: not a readable Chrome trace ({e})", file=sys.stderr)
         return 2
-    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    kernels = [e for e in events if is_kernel(e)]
     if not kernels:
-        print(f"error: {args.trace}: no GPU kernels in the trace (a CPU run?)", file=sys.stderr)
+        print(f"error: {args.trace}: no GPU kernels with a duration in the trace (a CPU run?)", file=sys.stderr)
         return 2
     by_kind, by_name, count = defaultdict(float), defaultdict(float), defaultdict(int)
     for e in kernels:

@@ -59,3 +59,16 @@ def test_a_trace_without_gpu_kernels_is_a_clear_error(tmp_path):
     assert proc.returncode == 2 and "no GPU kernels" in proc.stderr and str(trace) in proc.stderr
     proc = run(tmp_path / "missing.json")
     assert proc.returncode == 2 and "not a readable Chrome trace" in proc.stderr
+
+
+def test_json_of_another_shape_or_kernels_of_no_time_are_a_clear_error(tmp_path):
+    """A JSON list, a traceEvents that is no list of events, or kernels all of 0 us ended in a traceback
+    (TypeError, AttributeError, ZeroDivisionError); now each is one error line naming the file."""
+    zero = {"cat": "kernel", "name": "nvjet_gemm", "ts": 0, "dur": 0}
+    for i, data in enumerate([[], {"traceEvents": [1, 2]}, {"traceEvents": {"a": 1}}, {"traceEvents": [zero]},
+                              {"traceEvents": [dict(zero, dur="5")]}]):
+        trace = tmp_path / f"t{i}.json"
+        trace.write_text(json.dumps(data))
+        proc = run(trace)
+        assert proc.returncode == 2 and f"error: {trace}: " in proc.stderr, (data, proc.stderr)
+        assert "Traceback" not in proc.stderr

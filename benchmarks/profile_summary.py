@@ -48,8 +48,10 @@ def time_covered(kernels: list[dict]) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", help="profile_step<N>.json from a run directory")
-    ap.add_argument("--top", type=int, default=25, help="kernels to list by name")
+    ap.add_argument("--top", type=int, default=25, help="kernels to list by name (default 25; 0: none)")
     args = ap.parse_args()
+    if args.top < 0:  # a slice [:-1] would list every kernel but the last, silently
+        ap.error(f"--top {args.top}: give how many kernels to list by name, 0 or more")
     try:
         with open(args.trace) as f:
             events = json.load(f)["traceEvents"]

@@ -72,3 +72,13 @@ def test_json_of_another_shape_or_kernels_of_no_time_are_a_clear_error(tmp_path)
         proc = run(trace)
         assert proc.returncode == 2 and f"error: {trace}: " in proc.stderr, (data, proc.stderr)
         assert "Traceback" not in proc.stderr
+
+
+def test_a_negative_top_is_refused_naming_the_flag(tmp_path):
+    """--top -1 listed every kernel but the last (a slice [:-1]); now it is refused."""
+    trace = tmp_path / "profile_step12.json"
+    trace.write_text(json.dumps({"traceEvents": [{"cat": "kernel", "name": n, "ts": ts, "dur": d}
+                                                 for n, ts, d in KERNELS]}))
+    proc = run(trace, "--top", "-1")
+    assert proc.returncode == 2 and "--top -1: give how many kernels to list by name" in proc.stderr, proc.stderr
+    assert run(trace, "--top", "0").returncode == 0

@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import re
 import runpy
 import signal
 import statistics
@@ -55,6 +56,7 @@ from bench.contract import METRICS_JSONL  # noqa: E402
 from bench.errors import os_reason  # noqa: E402
 
 UPSTREAM = "upstream"  # the variant name of upstream's own trainer (--upstream)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable name of --variant's ENV part
 
 def pseudo_word_docs(num_docs: int, words_per_doc: int = 300, vocab: int = 150_000, seed: int = 0) -> list[str]:
     """Documents of Zipf-distributed pseudo-words: enough distinct byte pairs for 65k BPE merges."""
@@ -143,9 +145,10 @@ def parse_variant(spec: str) -> tuple[str, dict, list[str]]:
     name, _, rest = spec.partition(":")
     env_part, _, flag_part = rest.partition(":")
     pairs = [kv.split("=", 1) for kv in env_part.split(",") if kv]
-    if not name or "/" in name or any(len(kv) != 2 or not kv[0] for kv in pairs):
+    # an ENV name is a shell variable's: `fast:--x=1` (flags without the empty ENV part) is no environment
+    if not name or "/" in name or any(len(kv) != 2 or not ENV_NAME.fullmatch(kv[0]) for kv in pairs):
         raise ValueError(f"--variant {spec!r}: give NAME, NAME:ENV=V,... or NAME:ENV=V,...:--flag=v ... "
-                         "(NAME without '/'; an empty ENV part is NAME::--flag=v)")
+                         "(NAME without '/', ENV a variable name; an empty ENV part is NAME::--flag=v)")
     return name, dict(pairs), flag_part.split()
 
 

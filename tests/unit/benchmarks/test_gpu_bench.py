@@ -23,6 +23,9 @@ def run(*args):
     ("--gpus", "1,-2", "--gpus '1,-2'"),
     ("--variant", "fast:FOO", "--variant 'fast:FOO': give NAME, NAME:ENV=V,..."),
     ("--variant", ":A=1", "--variant ':A=1'"),
+    # flags without the empty ENV part became an environment variable named "--device_batch_size": a baseline run
+    ("--variant", "big:--device_batch_size=64", "--variant 'big:--device_batch_size=64': give NAME"),
+    ("--variant", "x:A B=1", "ENV a variable name"),
     # 0 or less reached the trainer as "derive the horizon": a full-length d20 run of hours, not a benchmark
     ("--steps", "0", "--steps 0: give a positive number of optimizer steps"),
     ("--steps", "-1", "--steps -1: give a positive number"),

@@ -131,7 +131,10 @@ def _human(v, _=None) -> str:
 
 
 def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    runtime = baseline if baseline in set(points["runtime"]) else points["runtime"].iloc[0]
+    """The points of the runtime the ideal is drawn from: one run at the config's smallest rank count, as speedup
+    and efficiency are (a runtime not run there has no ideal), the baseline where it was."""
+    at_n0 = points.loc[points["world_size"] == points["world_size"].min(), "runtime"]
+    runtime = baseline if baseline in set(at_n0) else at_n0.iloc[0]
     return points[points["runtime"] == runtime]
 
 

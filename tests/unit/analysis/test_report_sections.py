@@ -310,6 +310,34 @@ def test_every_scaling_figure_says_what_its_bars_are_or_that_it_has_none():
                     "throughput": plots.SPREAD_BARS}
 
 
+def test_the_ideal_line_is_drawn_from_a_runtime_run_at_the_smallest_rank_count():
+    """Regression: with the baseline first run at 8 GPUs and another runtime at 4, the strong throughput figure's
+    legend named an ideal from the baseline's 8 GPUs but drew no line (its ideal is unknown), and the weak figure
+    drew the ideal flat at the baseline's 8 GPUs, while speedup and efficiency are relative to the 4 GPUs."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from bench.analysis import plots
+
+    def point(rt, n, tps, eff):
+        known = not pd.isna(eff)
+        return {"runtime": rt, "world_size": n, "tok_per_sec": tps, "tok_per_sec_min": tps, "tok_per_sec_max": tps,
+                "ideal_tok_per_sec": 100.0 * n if known else None, "speedup": tps / 400 if known else None,
+                "efficiency": eff}
+    points = pd.DataFrame([point("bare", 8, 760.0, None), point("bare", 16, 1400.0, None),
+                           point("ce", 4, 400.0, 1.0), point("ce", 8, 720.0, 0.9), point("ce", 16, 1300.0, 0.81)])
+    colors = {"bare": "C0", "ce": "C1"}
+    strong = plots.throughput(points, colors, "bare", "c", "GPUs")
+    ideal = [ln for ln in strong.axes[0].get_lines() if ln.get_label().startswith("ideal")][0]
+    assert ideal.get_label() == "ideal: ce's 4 GPUs x GPUs"
+    assert list(ideal.get_ydata()) == [400.0, 800.0, 1600.0]
+    weak = plots.per_gpu(points, colors, "bare", "c", "GPUs")
+    flat = [ln for ln in weak.axes[0].get_lines() if ln.get_label().startswith("ideal")][0]
+    assert (flat.get_label(), flat.get_ydata()[0]) == ("ideal: flat at ce's 4 GPUs", 100.0)
+    plt.close(strong)
+    plt.close(weak)
+
+
 def test_the_start_up_table_names_a_clock_skew_instead_of_a_negative_phase(make_run, tmp_path):
     """Rank 0's node 5 s behind the batch host: the start-up table printed a negative phase as a duration."""
     d = make_run("skewed", t0=1000.0, startup_s=2.0)

@@ -95,8 +95,9 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
                 "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
     sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
-    if not r.empty:
-        sections.append({"title": f"Steady-state throughput relative to {baseline}",
+    unpaired = no_baseline_note(p, baseline, unit)
+    if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
+        sections.append({"title": f"Steady-state throughput relative to {baseline}", "note": unpaired,
                          "table": tables.ratio_table(r, unit), "figures": pick("ratio")})
     if measured["startup"]:
         sections.append({"title": "Start-up phases (seconds, median over repeats)",
@@ -119,6 +120,18 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     missing = [SECTION_NEEDS[name] for name, found in measured.items() if not found]
     return {"config": config, "sections": sections, "not_recorded": missing,
             "findings": findings.config_findings(runs, p, r, baseline, unit, mode)}
+
+
+def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str) -> str | None:
+    """Where other runtimes ran at rank counts the baseline did not: no ratio is taken there, and the note says so
+    (None where every other runtime's point has the baseline's beside it)."""
+    ran = lambda base: set(points.loc[(points["runtime"] == baseline) == base, "world_size"])  # noqa: E731
+    missing = sorted(ran(False) - ran(True))
+    if not missing:
+        return None
+    at = scaling.count(missing[0], unit) if len(missing) == 1 else f"{', '.join(map(str, missing))} {unit}"
+    return (f"No {baseline} run at {at}: no ratio there "
+            f"(--baseline names another runtime to compare with).")
 
 
 def skew_note(runs: pd.DataFrame) -> str:

@@ -338,6 +338,22 @@ def test_the_ideal_line_is_drawn_from_a_runtime_run_at_the_smallest_rank_count()
     plt.close(weak)
 
 
+def test_runtimes_without_the_baseline_beside_them_say_so_instead_of_finding_no_gap(tmp_path):
+    """Regression: ce and podman 10% apart with no bare run got no ratio section and "Findings. None: no gap in
+    these runs passes its threshold"; a rank count with no bare run was left out of the ratios without a word."""
+    import pandas as pd
+
+    from bench.analysis import report
+
+    spec = SweepSpec(world_sizes=(8,), repeats=2, steps=14, runtimes={"ce": 1.0, "podman": 0.9}, noise=0.0)
+    generate_sweep(tmp_path / "runs", spec)
+    md = write_report(collect([tmp_path / "runs"]).table, tmp_path / "rep").with_name("report.md").read_text()
+    assert "### Steady-state throughput relative to bare\n\nNo bare run at 8 GPUs: no ratio there" in md
+    points = pd.DataFrame({"runtime": ["bare", "ce", "ce", "podman"], "world_size": [8, 8, 16, 32]})
+    assert report.no_baseline_note(points, "bare", "GPUs").startswith("No bare run at 16, 32 GPUs: no ratio there")
+    assert report.no_baseline_note(points[points["world_size"] == 8], "bare", "GPUs") is None
+
+
 def test_the_start_up_table_names_a_clock_skew_instead_of_a_negative_phase(make_run, tmp_path):
     """Rank 0's node 5 s behind the batch host: the start-up table printed a negative phase as a duration."""
     d = make_run("skewed", t0=1000.0, startup_s=2.0)

@@ -103,6 +103,20 @@ def test_ratio_without_repeats_has_no_ci():
     assert (ratio, low, high) == (pytest.approx(2.0),) * 3
 
 
+def test_ratio_ci_of_one_sides_identical_repeats_is_exact_and_warns_of_nothing():
+    """Regression: identical repeats on one side made `report` print scipy's "Precision loss ... Results may be
+    unreliable" on stderr; the interval is exact there: the other side's variance with its n-1 degrees of freedom."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ratio, low, high = scaling.ratio_ci([9500.0, 9500.0], [10000.0, 10400.0])
+    lb = np.log([10000.0, 10400.0])
+    half = stats.t.ppf(0.975, 1) * lb.std(ddof=1) / math.sqrt(2)
+    d = math.log(9500) - lb.mean()
+    assert (ratio, low, high) == pytest.approx((math.exp(d), math.exp(d - half), math.exp(d + half)))
+
+
 def test_runtime_ratios_table():
     rows = [row("bare", 8, t) for t in (100, 102, 98)] + [row("ce", 8, t) for t in (97, 99, 98)] + [row("ce", 16, 190)]
     ratios = scaling.runtime_ratios(to_frame(rows))

@@ -160,6 +160,11 @@ def _human_count(n: float) -> str:
     return f"{n:g}"
 
 
+def _exact(value) -> str:
+    """A key's value as recorded: 17,240,000 for a whole float, else as it is."""
+    return f"{value:,.0f}" if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def _labels(keys: set[tuple]) -> dict[tuple, str]:
     """A label per distinct key: the config's, and where several keys share it (runs of different models,
     precision or data), the fields that tell them apart appended, so that no two groups share a label."""
@@ -170,6 +175,11 @@ def _labels(keys: set[tuple]) -> dict[tuple, str]:
         differ = [i for i, name in enumerate(GROUP_KEYS) if len({k[i] for k in same}) > 1]
         for k in same:
             labels[k] = label + " · " + ", ".join(identity_text(GROUP_KEYS[i], k[i]) for i in differ)
+        # the short form can round two values alike (17.21M and 17.24M params): then as recorded, never one group
+        if len({labels[k] for k in same}) < len(same):
+            for k in same:
+                exact = (f"{columns.header(GROUP_KEYS[i])} {_exact(k[i])}" for i in differ)
+                labels[k] = label + " · " + ", ".join(exact)
     return labels
 
 
@@ -209,11 +219,9 @@ def kept_apart(df: pd.DataFrame) -> pd.DataFrame:
         if g["config"].nunique() < 2:
             continue
         differ = [k for k in GROUP_KEYS if g[k].astype(object).map(str).nunique() > 1]
-        for config, c in g.groupby("config", sort=True):
-            first = c.iloc[0]
-            rows.append({"config_base": base, "config": config, "runs": len(c),
-                         "differs": ", ".join(differ),
-                         "values": "; ".join(identity_text(k, first[k]) for k in differ)})
+        for config, c in g.groupby("config", sort=True):  # what the label adds to its base tells the group apart
+            rows.append({"config_base": base, "config": config, "runs": len(c), "differs": ", ".join(differ),
+                         "values": config[len(base + " · "):]})
     return pd.DataFrame(rows, columns=["config_base", "config", "runs", "differs", "values"])
 
 

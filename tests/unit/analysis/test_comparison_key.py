@@ -151,3 +151,22 @@ def test_an_nntile_run_trained_in_float32_not_in_nanochats_bf16():
 
     assert read("nntile-gpt2") == "float32" and read("nanochat-base") == "bf16"
     assert read("nntile-gpt2", {"dtype": "bfloat16"}) == "bfloat16"  # a dtype it records wins
+
+
+def test_models_whose_short_labels_round_alike_are_never_pooled(tmp_path):
+    """Regression: 17.21M and 17.24M parameters both read "17.2M params", so the two models shared one config label
+    and the report pooled them as repeats of one point (a median over both models, a ratio across them) and
+    kept none apart; now such labels give the values as recorded."""
+    def run(runtime, tok_s, params):
+        return {"source": f"/r/{runtime}-{params}-{tok_s}", "runtime": runtime, "world_size": 1, "nodes": 1,
+                "tok_per_sec": tok_s, "workload": "nanochat-base", "depth": 20, "max_seq_len": 2048,
+                "total_batch_size": 524288, "gpu_name": "NVIDIA H200", "status": "ok", "num_params": params}
+    table = to_frame([run("bare", 100.0, 17_210_000.0), run("bare", 120.0, 17_240_000.0),
+                      run("ce", 90.0, 17_210_000.0)])
+    points = scaling.scaling_table(table)
+    assert sorted(zip(points["config"].str.split(" · ").str[-1], points["runtime"], points["tok_per_sec"])) == [
+        ("params 17,210,000", "bare", 100.0), ("params 17,210,000", "ce", 90.0), ("params 17,240,000", "bare", 120.0)]
+    assert scaling.runtime_ratios(table)["ratio"].tolist() == [pytest.approx(0.9)]
+    assert sorted(scaling.kept_apart(table)["values"]) == ["params 17,210,000", "params 17,240,000"]
+    write_report(table, tmp_path / "report")
+    assert "| params 17,240,000 |" in (tmp_path / "report" / "report.md").read_text()

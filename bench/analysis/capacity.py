@@ -41,19 +41,28 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
         for p in s["probes"]:
             probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"]})
         for c, ratio in zip(s["searches"], ratios_to_fsdp(s["searches"])):  # not the stored one: see there
-            cap, fail, stop = c.get("capacity") or {}, c.get("first_failure") or {}, c.get("stopped") or {}
+            cap, fail = c.get("capacity") or {}, c.get("first_failure") or {}
             searches.append({"strategy": c["strategy"], "aspect_ratio": c["aspect_ratio"], "gpus": m["nproc"],
                              "gpu_name": m.get("gpu_name") or m["device_type"], "capacity": cap.get("name"),
                              "capacity_params": cap.get("num_params"), "ratio_to_fsdp": ratio,
                              "tok_per_sec": c.get("tok_per_sec_at_capacity"), "batch": c.get("batch_at_capacity"),
                              "first_failure": fail.get("name"), "failure_params": fail.get("num_params"),
-                             "stopped": f"{stop['outcome']} at {stop['shape']}" if stop else
-                             "not finished" if c.get("complete") is False else None,  # its capacity: a lower bound
-                             "probes": c.get("probes")})
+                             "stopped": _bound(c), "probes": c.get("probes")})
     # the columns even when no search was recorded (probes only), so the report shows the probes alone
     search_columns = ["strategy", "aspect_ratio", "gpus", "gpu_name", "capacity", "capacity_params", "ratio_to_fsdp",
                       "tok_per_sec", "batch", "first_failure", "failure_params", "stopped", "probes"]
     return pd.DataFrame(probes), pd.DataFrame(searches, columns=search_columns), machines
+
+
+def _bound(search: dict) -> str | None:
+    """What bounds a search's capacity besides the model: its stop or its end before the border (a lower bound),
+    or the memory other processes held as its first failure started (the capacity of what they left)."""
+    stop, held = search.get("stopped"), search.get("held_by_others_bytes")
+    if stop:
+        return f"{stop['outcome']} at {stop['shape']}"
+    if search.get("complete") is False:
+        return "not finished"
+    return f"{held / GIB:.1f} GiB held by others" if held else None
 
 
 def _colors(strategies) -> dict:
@@ -214,9 +223,11 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
              f"{(m['host_bytes'] or 0) / GIB:.0f} GiB. Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
              "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
-             "batch 1 (a search stopped or `not finished` gives a lower bound); `x fsdp` is its parameter count "
-             "over fsdp's, when both searches finished. Peak memory is torch's max_memory_allocated over the steps; "
-             "host memory is how far the host's available memory fell during the probe.", "",
+             "batch 1 (a search stopped or `not finished` gives a lower bound; one stopped by `GiB held by others` ran "
+             "out of memory while other processes held that much of the GPU, so it found the capacity of what they "
+             "left, not the node's); `x fsdp` is its parameter count over fsdp's, when both searches finished. "
+             "Peak memory is torch's max_memory_allocated over the steps; host memory is how far the host's "
+             "available memory fell during the probe.", "",
              _md_table(searches, SEARCH_COLS) if not searches.empty else "No capacity search in these sweeps.", ""]
     for f in figures:
         lines += [f"![{f.title}](figures/{f.png.name})", ""]

@@ -83,6 +83,7 @@ class ProbeResult:
     oom_bytes: int | None = None  # the allocation that failed, when the error says
     host_peak_bytes: int | None = None  # how far the host's available memory fell during the probe
     vm_peak_bytes: int | None = None  # the largest address space of one of its processes (sampled)
+    device_free_bytes: int | None = None  # the least free memory of its GPUs as it started; the rest was others'
     wall_s: float | None = None
     reused: bool = False
     extra: dict = field(default_factory=dict)  # the sweep's own facts (prediction, device memory)

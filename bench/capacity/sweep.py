@@ -99,10 +99,10 @@ class SweepConfig:
 
 
 def _gpu() -> tuple[str | None, int | None]:
-    """(name, total bytes) of GPU 0 from nvidia-smi, else from a short torch subprocess (so that this
-    process never holds a CUDA context of its own while the probes need the memory)."""
+    """(name, total bytes) of the ranks' first GPU from nvidia-smi, else from a short torch subprocess (so that
+    this process never holds a CUDA context of its own while the probes need the memory)."""
     if shutil.which("nvidia-smi"):
-        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits", "-i", "0"]
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits", "-i", _gpu_ids(1)]
         out = subprocess.run(query, capture_output=True, text=True)
         if out.returncode == 0 and "," in out.stdout:
             name, mib = out.stdout.strip().splitlines()[0].rsplit(",", 1)
@@ -114,6 +114,26 @@ def _gpu() -> tuple[str | None, int | None]:
         name, total = out.rsplit("|", 1)
         return name, int(total)
     return None, None
+
+
+def _gpu_ids(nproc: int) -> str:
+    """The GPUs of a probe's ranks as nvidia-smi's -i takes them: the first `nproc` of CUDA_VISIBLE_DEVICES
+    (the ranks' cuda:0, cuda:1, ...; on a shared node, the job's own GPUs), else 0..nproc-1."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return ",".join(visible[:nproc] if visible else map(str, range(nproc)))
+
+
+def gpu_free(nproc: int) -> int | None:
+    """The least free memory, in bytes, among the GPUs a probe of `nproc` ranks uses, now (nvidia-smi: no CUDA
+    context here); None where it cannot tell. What is not free as a probe starts, other processes hold."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    query = ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", _gpu_ids(nproc)]
+    out = subprocess.run(query, capture_output=True, text=True)
+    try:  # [N/A], or no such GPU: not known
+        return min(int(float(mib)) for mib in out.stdout.split()) * 2 ** 20 if out.returncode == 0 else None
+    except ValueError:
+        return None
 
 
 def machine(cfg: SweepConfig) -> dict:
@@ -174,10 +194,12 @@ class Sweep:
                 result = ProbeResult(spec, "budget", "not run: the sweep's time budget is spent")
             else:
                 timeout = c.time_per_point if left is None else min(c.time_per_point, left)
+                free = gpu_free(c.nproc) if self.machine["device_type"] == "cuda" else None
                 self.log(f"[{len(self.results) + 1:3d} {time.time() - self.t0:6.0f}s] {strategy:<16} "
                          f"{spec.name:<12} starting (up to {timeout:.0f} s)")
                 result = run_probe(spec, run_dir, self.data, timeout, self.host_floor,
                                    deadline_cut=left is not None and left < c.time_per_point)
+                result.device_free_bytes = free
             self.out_of_time |= result.outcome == "budget"
         if result.outcome != "budget":
             result.extra.update(self._prediction(strategy, shape, batch))
@@ -335,6 +357,18 @@ def ratios_to_fsdp(searches: list[dict]) -> list[float | None]:
     return out
 
 
+# Of a GPU, the share other processes may hold as a probe starts before its out of memory is theirs as much as the
+# model's (an idle GPU shows a few hundred MiB used at most; the sweep itself holds no CUDA context).
+OTHERS_SHARE = 0.05
+
+
+def held_by_others(probe: ProbeResult) -> int | None:
+    """Bytes of its GPU that other processes held as this probe started, when more than OTHERS_SHARE of it."""
+    total, free = probe.extra.get("device_bytes"), probe.device_free_bytes
+    held = total - free if total and free is not None else 0
+    return held if held > OTHERS_SHARE * (total or 0) else None
+
+
 def summarize(config: dict, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
     """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe."""
     probes = [dict(r.record(), run_dir=r.run_dir, reused=r.reused) for r in results if r.outcome != "budget"]
@@ -346,6 +380,12 @@ def summarize(config: dict, machine_info: dict, results: list[ProbeResult], sear
         best = max(at_cap, key=lambda r: r.tok_per_sec, default=None)
         s["tok_per_sec_at_capacity"] = best.tok_per_sec if best else None
         s["batch_at_capacity"] = best.spec.device_batch_size if best else None
+        # the out of memory that bounds the capacity, on a GPU shared with others: their memory, not the node's
+        fail = s.get("first_failure")
+        at_fail = [r for r in results if fail and r.outcome == "oom" and r.spec.strategy == s["strategy"]
+                   and r.spec.depth == fail["depth"] and r.spec.aspect_ratio == fail["aspect_ratio"]
+                   and r.spec.device_batch_size == 1]
+        s["held_by_others_bytes"] = max(filter(None, map(held_by_others, at_fail)), default=None)
     skipped = sum(r.outcome == "budget" for r in results)
     return {"machine": machine_info, "config": config, "searches": searches, "probes": probes,
             "not_run_for_budget": skipped, "written_at": time.time()}
@@ -353,8 +393,8 @@ def summarize(config: dict, machine_info: dict, results: list[ProbeResult], sear
 
 CSV_FIELDS = ["strategy", "depth", "aspect_ratio", "device_batch_size", "num_params", "outcome", "peak_mem_mib",
               "predicted_peak_bytes", "predicted_need_bytes", "predicted_host_bytes", "host_peak_bytes",
-              "vm_peak_bytes", "device_bytes", "tok_per_sec", "mfu", "step_ms", "oom_bytes", "wall_s", "message",
-              "run_dir"]
+              "vm_peak_bytes", "device_bytes", "device_free_bytes", "tok_per_sec", "mfu", "step_ms", "oom_bytes",
+              "wall_s", "message", "run_dir"]
 
 
 def save_summary(out: Path, summary: dict) -> None:
@@ -376,9 +416,14 @@ def format_table(summary: dict) -> list[str]:
         end = f"{fail['name']} ({fail['num_params']:,})" if fail else \
             f"{stop['outcome']} at {stop['shape']}" if stop else \
             "none (largest candidate fits)" if s.get("complete") else "- (search not finished or not run)"
+        if s.get("held_by_others_bytes"):
+            end += f", when other processes held {s['held_by_others_bytes'] / 2**30:.1f} GiB of the GPU"
         name = s["strategy"] + ("" if s["aspect_ratio"] == 64 else f" a{s['aspect_ratio']}")
         lines.append(f"{name:<18}{cap['name'] if cap else '-':>10}{format(cap['num_params'], ',') if cap else '-':>16}"
                      f"{ratio:>8}{tps:>10}  {end}")  # last, left-aligned: a long one never runs into tok/s
+    if any(s.get("held_by_others_bytes") for s in summary["searches"]):
+        lines.append("(a first failure while other processes held the GPU's memory bounds that capacity by what they "
+                     "left, not by the node: run where the GPUs are the sweep's alone, e.g. an exclusive job)")
     if summary.get("interrupted"):
         lines.append(f"(interrupted by {summary['interrupted']} after {len(summary['probes'])} finished probe(s); "
                      "run again to resume)")

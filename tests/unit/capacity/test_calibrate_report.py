@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from bench.analysis.capacity import write_capacity_report
+from bench.analysis.capacity import GIB, write_capacity_report
 from bench.capacity import calibrate
 from bench.capacity.probe import ProbeResult, ProbeSpec
 from bench.nanochat import memory
@@ -121,3 +121,14 @@ def test_a_damaged_summary_is_one_line_naming_it_and_how_to_rebuild_it(tmp_path,
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'summary.json'} is not a capacity summary (") and "delete it" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_capacity_bounded_by_memory_others_held_is_reported_as_such(tmp_path):
+    """A search on a shared GPU whose first failure started while other processes held 35 GiB of it: the report
+    gave its capacity as the node's, with nothing in its row to say otherwise."""
+    s = summary()
+    s["searches"][0].update(complete=True, held_by_others_bytes=35 * GIB)
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
+    assert re.search(r"\| *fsdp *\| *1 *\| *d60 *\|.*\| *35\.0 GiB held by others *\|", md)

@@ -285,3 +285,43 @@ def test_report_after_a_killed_sweep_rebuilds_over_an_earlier_sweeps_summary(tmp
     assert "summary.json: rebuilt from the finished probes" in capsys.readouterr().out
     assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0  # now the newest: kept, not rebuilt
     assert "summary.json: rebuilt" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("free_gib, held", [(60, 35 << 30), (94.8, None)])
+def test_a_capacity_bounded_by_memory_other_processes_held_says_so(tmp_path, monkeypatch, free_gib, held):
+    """A shared GPU (--no-exclusive, a workstation): another job held 35 of its 95 GiB, d4 ran out of memory, and
+    the summary gave d2 as the node's capacity without a word; now each probe records the GPU's free memory as it
+    started, and a first failure under others' memory is named (an idle GPU's few hundred MiB are not)."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    gh200 = {"device_type": "cuda", "gpu_name": "NVIDIA GH200", "device_bytes": 95 << 30, "host_bytes": 1 << 40,
+             "host_available_bytes": 1 << 40}
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=6, device_type="cuda", batch_search=False)
+    monkeypatch.setattr(sweepmod, "gpu_free", lambda nproc: int(free_gib * 2 ** 30))
+    monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(
+        spec, "ok" if spec.depth <= 2 else "oom", tok_per_sec=1.0 if spec.depth <= 2 else None))
+    lines: list[str] = []
+    sweep = Sweep.__new__(Sweep)  # the sweep's own search and summary, without probing the machine
+    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, t0=0, out_of_time=False,
+                          interrupted=None, machine=gh200, data={}, host_floor=0)
+    sweep._search("fsdp", 64)
+    [search] = sweep.write_summary()["searches"]
+    assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
+    assert search["held_by_others_bytes"] == held
+    recorded = read_probe(ProbeSpec("fsdp", 4, device_type="cuda"), tmp_path / "runs" / "fsdp" / "d4-b1")
+    assert recorded.device_free_bytes == int(free_gib * 2 ** 30)  # in run.json: a resumed sweep keeps it
+    row = next(line for line in lines if line.startswith("fsdp"))
+    assert row.endswith("when other processes held 35.0 GiB of the GPU") == bool(held)
+    assert any("bounds that capacity by what they left" in line for line in lines) == bool(held)
+
+
+def test_the_free_memory_read_is_of_the_gpus_the_ranks_see(monkeypatch):
+    """On a node shared by jobs the GPUs of this one are those CUDA_VISIBLE_DEVICES names, not nvidia-smi's 0, 1."""
+    from bench.capacity.sweep import _gpu_ids
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert _gpu_ids(1) == "2" and _gpu_ids(2) == "2,3"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert _gpu_ids(4) == "0,1,2,3"

@@ -36,6 +36,7 @@ SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
+SMI_TIMEOUT_S = 30  # nvidia-smi answers in well under a second; a wedged driver may never answer
 DEVICE_KEYS = MACHINE_KEYS[:3]  # a probe measured on another device (an --out on a shared file system) runs again
 
 
@@ -101,12 +102,10 @@ class SweepConfig:
 def _gpu() -> tuple[str | None, int | None]:
     """(name, total bytes) of the ranks' first GPU from nvidia-smi, else from a short torch subprocess (so that
     this process never holds a CUDA context of its own while the probes need the memory)."""
-    if shutil.which("nvidia-smi"):
-        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits", "-i", _gpu_ids(1)]
-        out = subprocess.run(query, capture_output=True, text=True)
-        if out.returncode == 0 and "," in out.stdout:
-            name, mib = out.stdout.strip().splitlines()[0].rsplit(",", 1)
-            return name.strip(), int(float(mib)) * 2 ** 20
+    lines = _smi("name,memory.total", 1)
+    if lines and "," in lines[0]:
+        name, mib = lines[0].rsplit(",", 1)
+        return name.strip(), int(float(mib)) * 2 ** 20
     code = ("import torch; p = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None; "
             "print(f'{p.name}|{p.total_memory}' if p else '')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
@@ -123,16 +122,25 @@ def _gpu_ids(nproc: int) -> str:
     return ",".join(visible[:nproc] if visible else map(str, range(nproc)))
 
 
+def _smi(fields: str, nproc: int) -> list[str]:
+    """nvidia-smi's CSV lines of `fields` for the GPUs of `nproc` ranks; none where it is missing, fails or hangs
+    (a wedged driver: the sweep goes on without the figure)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", _gpu_ids(nproc)]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return []
+    return out.stdout.strip().splitlines() if out.returncode == 0 else []
+
+
 def gpu_free(nproc: int) -> int | None:
     """The least free memory, in bytes, among the GPUs a probe of `nproc` ranks uses, now (nvidia-smi: no CUDA
     context here); None where it cannot tell. What is not free as a probe starts, other processes hold."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    query = ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", _gpu_ids(nproc)]
-    out = subprocess.run(query, capture_output=True, text=True)
-    try:  # [N/A], or no such GPU: not known
-        return min(int(float(mib)) for mib in out.stdout.split()) * 2 ** 20 if out.returncode == 0 else None
-    except ValueError:
+    try:
+        return min(int(float(mib)) for mib in _smi("memory.free", nproc)) * 2 ** 20
+    except ValueError:  # [N/A], or no GPU answered
         return None
 
 

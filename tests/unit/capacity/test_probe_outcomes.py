@@ -5,6 +5,7 @@ The run directories here are written as the trainer writes them (run.json + metr
 """
 
 import json
+import os
 
 import pytest
 
@@ -325,3 +326,24 @@ def test_the_free_memory_read_is_of_the_gpus_the_ranks_see(monkeypatch):
     assert _gpu_ids(1) == "2" and _gpu_ids(2) == "2,3"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert _gpu_ids(4) == "0,1,2,3"
+
+
+@pytest.mark.parametrize("script, free", [
+    ("echo 81000; echo 80000", 80000 * 2 ** 20),  # the least of the probe's GPUs
+    ("echo '[N/A]'", None),  # a GPU that does not report it
+    ("exit 6", None),  # no such GPU
+    ("exec sleep 30", None),  # a wedged driver: the sweep goes on without the figure, not with it
+])
+def test_free_memory_from_nvidia_smi_or_none_when_it_cannot_tell(tmp_path, monkeypatch, script, free):
+    import time
+
+    from bench.capacity import sweep as sweepmod
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n{script}\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(sweepmod, "SMI_TIMEOUT_S", 1)
+    t0 = time.monotonic()
+    assert sweepmod.gpu_free(2) == free
+    assert time.monotonic() - t0 < 10

@@ -194,6 +194,14 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         self.perf_variables = {name: sn.make_performance_function(sn.defer(value), unit)
                                for name, (value, unit) in performance(row, self._kind, wanted).items()}
 
+    @run_after("performance")
+    def name_the_kept_run(self):
+        """A case that passed keeps its run in the output directory only: ReFrame removes the stage directory
+        after the perflog and run report are written, so they name the copy that stays. A case that failed
+        never gets here, and its stage directory is kept."""
+        if not self.is_dry_run():
+            self.run_dir = str(Path(self.outputdir) / os.path.relpath(self.run_dir, self.stagedir))
+
 
 def _number(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan

@@ -1,0 +1,60 @@
+"""Real ReFrame on this machine: the check through ReFrame's `local` scheduler, its job script run with stand-ins
+for srun and scontrol (one task, here), training the tiny model on 2 CPU ranks in seconds.
+
+    python -m pytest tests/unit/reframe_checks/test_reframe_local.py -q
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.reframe_checks import CHECKS
+from tests.support.stubs import write_stubs
+
+REPO = Path(__file__).resolve().parents[3]
+TINY = ["-n", "%scaling=strong", "-S", "depth=2",
+        "-S", "train_args=max_seq_len=64,device_batch_size=2,num_iterations=13,total_batch_size=512,eval_every=-1"]
+STUBS = (("scontrol", '#!/bin/bash\nif [ "$2" = hostnames ]; then echo localhost; else echo " NodeAddr=127.0.0.1"; fi\n'),
+         ("srun", '#!/bin/bash\nwhile [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\nexec "$@"\n'))
+
+
+def local_config(path: Path, base_dir: Path, **partition) -> Path:
+    """A one-partition system on this host: scheduler and launcher local, 2 CPU ranks, runtime bare."""
+    extras = {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False, "numa_binding": "none",
+              "base_dir": str(base_dir)}
+    part = {"name": "cpu", "scheduler": "local", "launcher": "local", "environs": ["nanochat-bench"],
+            "features": ["bare"], "extras": {"nanochat_bench": extras}, **partition}
+    config = {"systems": [{"name": "here", "hostnames": [".*"], "partitions": [part]}],
+              "environments": [{"name": "nanochat-bench", "features": ["nanochat-bench"]}]}
+    path.write_text(f"site_configuration = {config!r}\n")
+    return path
+
+
+def reframe(cwd: Path, config: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """reframe -r in `cwd`; its output and its report's one test case."""
+    found = shutil.which("reframe", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    assert found, "reframe is missing: pip install -e '.[test]' installs reframe-hpc"
+    stubs = write_stubs(cwd / "stubs", STUBS)
+    env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost", "SLURMD_NODENAME": "localhost",
+           "SLURM_CPUS_ON_NODE": "2"}
+    env.pop("NANOCHAT_BENCH_REFERENCES", None)
+    r = subprocess.run([found, "-C", str(config), "-c", str(CHECKS), *args, "--report-file=report.json", "-r"],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    [case] = [c for run in json.loads((cwd / "report.json").read_text())["runs"] for c in run["testcases"]]
+    return r, case
+
+
+def test_the_perflog_and_report_name_the_run_directory_reframe_keeps(tiny_base_dir, tmp_path):
+    """A passing case's stage directory is removed after its performance is logged: run_dir named that copy,
+    gone, instead of the one kept in the output directory."""
+    r, case = reframe(tmp_path, local_config(tmp_path / "site.py", tiny_base_dir), *TINY)
+    assert case["result"] == "pass", r.stdout[-4000:]
+    run_dir = Path(case["run_dir"])
+    assert run_dir.is_relative_to(case["outputdir"]) and (run_dir / "run.json").is_file()
+    [line] = (tmp_path / "perflogs" / "here" / "cpu" / "nanochat_bench.log").read_text().splitlines()[1:]
+    assert f"|{run_dir}|" in line

@@ -217,7 +217,7 @@ def release_space(run_dir: "str | os.PathLike") -> bool:
         return False
 
 
-def close_unfinished(run_dir: "str | os.PathLike", exit_code: int, launcher: str,
+def close_unfinished(run_dir: "str | os.PathLike", exit_code: "int | None", launcher: str,
                      source: str = "launcher") -> RunManifest:
     """The launcher's last word on a run (local and Slurm alike): a run whose trainer never started, or
     died before anything recorded how it ended, gets the exit code and its log's last line as evidence
@@ -228,5 +228,6 @@ def close_unfinished(run_dir: "str | os.PathLike", exit_code: int, launcher: str
         return manifest
     what = "never started" if manifest.status == "pending" else "ended without recording a final status"
     tail = last_log_line(os.path.join(os.fspath(run_dir), TRAIN_LOG))
-    message = f"the trainer {what} ({launcher} exit code {exit_code})" + (f": {tail}" if tail else "")
+    code = "unknown" if exit_code is None else exit_code  # a scheduler that cannot tell (ReFrame's squeue)
+    message = f"the trainer {what} ({launcher} exit code {code})" + (f": {tail}" if tail else "")
     return record_evidence(run_dir, Evidence(source=source, kind="exit", exit_code=exit_code, message=message))

@@ -162,7 +162,12 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     def row(self) -> dict:
         if getattr(self, "_row", None) is None:
             run_dir = Path(self.run_dir)
-            self._row = read_run_dir(run_dir) if (run_dir / contract.RUN_JSON).exists() else {}
+            self._row = {}
+            if (run_dir / contract.RUN_JSON).exists():
+                # ReFrame's job has ended: a run it left pending (the batch script stopped before the run began)
+                # or running never ends, so it is settled here as the batch script settles a run it started
+                contract.close_unfinished(run_dir, self.job.exitcode, "ReFrame's job", source="launcher")
+                self._row = read_run_dir(run_dir)
             self._manifest = contract.read_run_json(run_dir)
             self.run_status = str(self._row.get("status") or "")
             self.gpu_name = str(self._row.get("gpu_name") or "")

@@ -58,3 +58,16 @@ def test_the_perflog_and_report_name_the_run_directory_reframe_keeps(tiny_base_d
     assert run_dir.is_relative_to(case["outputdir"]) and (run_dir / "run.json").is_file()
     [line] = (tmp_path / "perflogs" / "here" / "cpu" / "nanochat_bench.log").read_text().splitlines()[1:]
     assert f"|{run_dir}|" in line
+
+
+def test_a_job_that_never_began_the_run_fails_sanity_saying_so_and_settles_the_run(tiny_base_dir, tmp_path):
+    """A batch script that stops before the run begins (the partition's set-up fails, no Python on the node) left
+    run.json pending: sanity said "status is 'pending': no message", and collect kept it pending for ever."""
+    config = local_config(tmp_path / "site.py", tiny_base_dir, prepare_cmds=["echo no scratch here >&2; exit 3"])
+    r, case = reframe(tmp_path, config, *TINY)
+    assert (case["result"], case["fail_phase"]) == ("fail", "sanity"), r.stdout[-4000:]
+    assert case["fail_reason"] == ("sanity error: run.json status is 'failed': the trainer never started "
+                                   "(ReFrame's job exit code 3)")
+    assert "no scratch here" in r.stdout  # ReFrame's own tail of the job's stderr says why
+    run_json = json.loads((Path(case["run_dir"]) / "run.json").read_text())
+    assert run_json["status"] == "failed" and run_json["evidence"][-1]["exit_code"] == 3

@@ -80,20 +80,21 @@ def _g(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def load_references(path: str | Path) -> list[Reference]:
-    """Parse and validate a references file; every mistake names the file, the entry and the fix."""
+def load_references(path: str | Path, given_by: str = "--references") -> list[Reference]:
+    """Parse and validate a references file; every mistake names the file, the entry and the fix (an unreadable
+    file: with `given_by`, the option that named it)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"--references {path}: no such file") from None
+        raise ConfigError(f"{given_by} {path}: no such file") from None
     except IsADirectoryError:
-        raise ConfigError(f"--references {path}: a directory, not a references file (TOML)") from None
+        raise ConfigError(f"{given_by} {path}: a directory, not a references file (TOML)") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"--references {path}: not UTF-8 text (byte {e.start}: binary data?); a references file "
+        raise ConfigError(f"{given_by} {path}: not UTF-8 text (byte {e.start}: binary data?); a references file "
                           "is TOML (see results/references.example.toml)") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"--references {path}: not valid TOML ({e})") from None
+        raise ConfigError(f"{given_by} {path}: not valid TOML ({e})") from None
     entries = data.get("reference")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ConfigError(f"{path}: no [[reference]] entries (see results/references.example.toml)")

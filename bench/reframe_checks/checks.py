@@ -38,6 +38,7 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
 from bench import contract, netgate, runtimes, workloads
+from bench.analysis.check import load_references
 from bench.analysis.columns import perf_units
 from bench.analysis.rundir import read_run_dir
 from bench.errors import BenchError
@@ -93,6 +94,12 @@ def nccl_net_problem(manifest: dict, expected: str, nodes: int) -> str | None:
     return None
 
 
+def references_given_by(variable: str) -> str:
+    """What named the references file (Site.references_file: the check's variable, else the partition's), as
+    its errors say it."""
+    return f"-S references (or ${ENV_REFERENCES})" if variable else f"extras['{casemod.EXTRAS_KEY}'].references"
+
+
 @contextmanager
 def one_line(error_class):
     """nanochat-bench's expected failures as ReFrame's own, which it reports as one line, no traceback."""
@@ -144,6 +151,10 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
                                 self.short_name, self.workload)
             built = casemod.build(case, Path(self.stagedir), dry_run=self.is_dry_run())
             self._kind = workloads.get(self.workload).kind
+            # read now: a mistake in the file (or its path) is met before the run, not after hours of it
+            self._references_path = site.references_file(self.references)
+            self._references = load_references(self._references_path, references_given_by(self.references)) \
+                if self._references_path else None
         p = built.point
         self.run_id, self.run_dir = p.run_id, str(built.run_dir)
         self.world_size, self.gpus_per_node = p.ranks, site.gpus_per_node
@@ -190,12 +201,11 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         """Figures of the run as performance variables, references from the references file."""
         row = self.row()
         wanted: dict = {}
-        path = self._site.references_file(self.references)
-        if path:
+        if self._references is not None:
             with one_line(PerformanceError):
-                reference, used = reframe_reference(self.current_partition.fullname, row, path)
+                reference, used = reframe_reference(self.current_partition.fullname, row, self._references)
             self.reference, wanted = reference, reference[self.current_partition.fullname]
-            self.logger.info(f"{self.short_name}: references {', '.join(used) or 'none'} from {path}")
+            self.logger.info(f"{self.short_name}: references {', '.join(used) or 'none'} from {self._references_path}")
         self.perf_variables = {name: sn.make_performance_function(sn.defer(value), unit)
                                for name, (value, unit) in performance(row, self._kind, wanted).items()}
 

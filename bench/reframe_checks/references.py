@@ -10,9 +10,7 @@ for a negative value. ReFrame limits lower to [-1, 0] for a positive value (and 
 negative one); a bound outside that is refused with its name rather than silently changed.
 """
 
-from pathlib import Path
-
-from bench.analysis.check import Bound, Reference, load_references, select
+from bench.analysis.check import Bound, Reference, select
 from bench.analysis.collect import to_frame
 from bench.analysis.scaling import usable
 from bench.errors import ConfigError
@@ -54,7 +52,8 @@ def figures_for(row: dict, references: list[Reference]) -> tuple[dict[str, RefTu
     return out, used
 
 
-def reframe_reference(partition: str, row: dict, path: str | Path) -> tuple[dict, list[str]]:
-    """ReFrame's `reference` for this run on `partition` (its `system:partition`) from a references file."""
-    figures, used = figures_for(row, load_references(path))
+def reframe_reference(partition: str, row: dict, references: list[Reference]) -> tuple[dict, list[str]]:
+    """ReFrame's `reference` for this run on `partition` (its `system:partition`) from a references file's entries
+    (loaded at setup, so that a mistake in the file is met before the run, not after it)."""
+    figures, used = figures_for(row, references)
     return {partition: figures}, used

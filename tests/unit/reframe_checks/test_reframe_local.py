@@ -17,7 +17,7 @@ from tests.support.stubs import write_stubs
 REPO = Path(__file__).resolve().parents[3]
 TINY = ["-n", "%scaling=strong", "-S", "depth=2",
         "-S", "train_args=max_seq_len=64,device_batch_size=2,num_iterations=13,total_batch_size=512,eval_every=-1"]
-STUBS = (("scontrol", '#!/bin/bash\nif [ "$2" = hostnames ]; then echo localhost; else echo " NodeAddr=127.0.0.1"; fi\n'),
+STUBS = (("scontrol", '#!/bin/bash\n[ "$2" = hostnames ] && echo localhost || echo " NodeAddr=127.0.0.1"\n'),
          ("srun", '#!/bin/bash\nwhile [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done\nexec "$@"\n'))
 
 
@@ -37,7 +37,7 @@ def reframe(cwd: Path, config: Path, *args: str) -> tuple[subprocess.CompletedPr
     """reframe -r in `cwd`; its output and its report's one test case."""
     found = shutil.which("reframe", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     assert found, "reframe is missing: pip install -e '.[test]' installs reframe-hpc"
-    stubs = write_stubs(cwd / "stubs", STUBS)
+    stubs = cwd / "stubs" if (cwd / "stubs").is_dir() else write_stubs(cwd / "stubs", STUBS)
     env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost", "SLURMD_NODENAME": "localhost",
@@ -71,3 +71,19 @@ def test_a_job_that_never_began_the_run_fails_sanity_saying_so_and_settles_the_r
     assert "no scratch here" in r.stdout  # ReFrame's own tail of the job's stderr says why
     run_json = json.loads((Path(case["run_dir"]) / "run.json").read_text())
     assert run_json["status"] == "failed" and run_json["evidence"][-1]["exit_code"] == 3
+
+
+def test_a_references_file_that_cannot_be_read_stops_the_case_before_its_run(tiny_base_dir, tmp_path):
+    """A mistyped references path was met in the performance stage, after the whole run, and its error named
+    `check`'s --references; now setup refuses it, naming where the check took it from."""
+    r, case = reframe(tmp_path, local_config(tmp_path / "site.py", tiny_base_dir), *TINY,
+                      "-S", f"references={tmp_path / 'refs.tmol'}")
+    assert (case["result"], case["fail_phase"]) == ("fail", "setup"), r.stdout[-4000:]
+    assert case["fail_reason"] == (f"config error: -S references (or $NANOCHAT_BENCH_REFERENCES) "
+                                   f"{tmp_path / 'refs.tmol'}: no such file")
+    config = local_config(tmp_path / "site.py", tiny_base_dir)
+    text = config.read_text().replace("'numa_binding': 'none'", "'numa_binding': 'none', 'references': '/nowhere.toml'")
+    config.write_text(text)
+    r, case = reframe(tmp_path, config, *TINY)
+    assert case["fail_reason"] == "config error: extras['nanochat_bench'].references /nowhere.toml: no such file"
+    assert not list((tmp_path / "stage").rglob("train.log"))  # nothing ran

@@ -39,11 +39,11 @@ def refs(tmp_path):
 
 def test_the_references_selecting_the_run_become_its_reframe_reference(make_run, refs):
     row = read_run_dir(make_run("r8", tok_s=101_000.0, world_size=8))
-    reference, used = reframe_reference("alps:gh200-ce", row, refs)
+    reference, used = reframe_reference("alps:gh200-ce", row, load_references(refs))
     assert used == ["d20 bare 8xH200"]
     assert reference == {"alps:gh200-ce": {"tok_per_sec": (100000.0, -0.05, None, "tok/s"),
                                            "startup_overhead_s": (0.0, None, 30, "s")}}
-    assert reframe_reference("alps:gh200-ce", read_run_dir(make_run("r4", world_size=4)), refs)[0] == \
+    assert reframe_reference("alps:gh200-ce", read_run_dir(make_run("r4", world_size=4)), load_references(refs))[0] == \
         {"alps:gh200-ce": {}}
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.analysis.columns import FIGURES, TYPES as COLUMNS
+from bench.analysis.columns import BY_NAME, FIGURES, TYPES as COLUMNS
 from bench.analysis.figures import finite
 from bench.analysis.scaling import GROUP_KEYS, usable, with_config, with_legacy
 from bench.errors import ConfigError
@@ -149,6 +149,10 @@ def _bound(path: Path, name: str, fig: str, spec) -> Bound:
                           f"(fractions of the value, ReFrame style); got lower={lower}, upper={upper}")
     if not isinstance(spec.get("unit", ""), str):
         raise ConfigError(f"{where}: unit = {spec['unit']!r} must be a string, e.g. unit = \"tok/s\"")
+    unit, own = spec.get("unit", ""), BY_NAME[fig].unit
+    if unit and own and unit != own:  # a value written in another unit would be compared as if in this one
+        raise ConfigError(f"{where}: unit = {unit!r}, but {fig} is in {own}; give the value in {own} "
+                          f"(unit = \"{own}\") or leave unit out")
     return Bound(float(spec["value"]), lower, upper, spec.get("unit", ""))
 
 

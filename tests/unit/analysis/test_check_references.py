@@ -167,6 +167,9 @@ def test_example_file_is_valid():
     ("[[reference]]\nfigures.mfu = { value = 40, lower = '-5%' }", "lower = '-5%' is not a number"),
     ("[[reference]]\nfigures.mfu = { value = 40, upper = true }", "upper = True is not a number"),
     ("[[reference]]\nfigures.mfu = { value = 40, unit = 3 }", "unit = 3 must be a string"),
+    # a value in another unit would be compared as if in the column's: 3,301 ms is no tok/s
+    ("[[reference]]\nfigures.tok_per_sec_per_gpu = { value = 3301, unit = 'ms' }",
+     "unit = 'ms', but tok_per_sec_per_gpu is in tok/s"),
     ("[[reference]]\nwhere = 'bare'\nfigures.mfu = { value = 40 }", "where must be a table"),
     ("reference = [1, 2]", "no [[reference]] entries"),
     # a misspelt `where` would select every run: the median of all of them would be checked

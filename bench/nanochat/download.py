@@ -271,7 +271,11 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     url = (url or os.environ.get(ENV_DATA_URL) or DEFAULT_BASE_URL).rstrip("/")
     check_reachable(f"{url}/{shard_name(0)}", (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s),
                     f"nothing was downloaded; {FIX_URL}")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a read-only or full filesystem: the shards' own writes say so too, this comes first
+        raise DataError(f"data download: cannot write into {out}: {os_reason(e)}; set NANOCHAT_BASE_DIR to a "
+                        f"writable directory") from None
     breaker = _Breaker(limit=max(retries, 2 * workers), quiet_s=retry_waits_s(retries, backoff_s))
     done, failed, local = [], [], None
     with ThreadPoolExecutor(max_workers=workers) as pool, \

@@ -1,4 +1,4 @@
-"""A full disk while writing shards or the tokenizer: one line naming the directory, nothing half-written,
+"""A full or read-only disk while writing shards or the tokenizer: one line naming the directory, nothing half-written,
 nothing already there lost.  python -m pytest tests/unit/nanochat/test_full_disk.py -q
 
 The full disk is real: a 1 MiB tmpfs mounted for the test (root only; skipped elsewhere) and unmounted after.
@@ -96,3 +96,25 @@ def test_data_download_on_a_full_disk_is_one_line(small_disk, tmp_path, monkeypa
     assert len(lines) == 1 and lines[0].startswith(f"error: data download: cannot write {small_disk}/base_data/shard_")
     assert "No space left on device (disk full)" in lines[0] and "run again to resume" in lines[0]
     assert not list((small_disk / "base_data").glob("*.parquet"))
+
+
+def test_data_download_into_a_read_only_filesystem_is_one_line(tmp_path, monkeypatch, capsys):
+    """base_data/ could not be made on a read-only filesystem: the OSError of mkdir was a traceback."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"a read-only tmpfs cannot be mounted here (root needed): {r.stderr.strip()}")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(mnt))
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert main(["data", "download", "-n", "2", "--url", url]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: data download: cannot write into {mnt}/base_data: ")
+    assert "Read-only file system" in err[0] and "NANOCHAT_BASE_DIR" in err[0]

@@ -66,14 +66,13 @@ def sha256_of(path: Path) -> str:
 
 
 def place(zip_path: Path, target: Path, origin: dict) -> int:
-    """Unpack the zip's eval_bundle/ folder, check it whole, then move it to `target`; its examples."""
+    """Unpack the zip's eval_bundle/ folder, check it whole, then move it to `target`; its examples. A zip that
+    fails a check is deleted: kept, every later run would unpack it again rather than fetch one (from any --url)."""
     try:
         with zipfile.ZipFile(zip_path) as z:
             bad = z.testzip()
             if bad is not None:
-                zip_path.unlink()
-                raise DataError(f"{zip_path}: member {bad} fails its CRC check (a damaged download); deleted it, "
-                                "run again to fetch it anew")
+                raise DataError(f"{zip_path}: member {bad} fails its CRC check (a damaged download)")
             with tempfile.TemporaryDirectory(dir=target.parent, prefix=".eval_bundle-") as tmp:
                 z.extractall(tmp)
                 unpacked = Path(tmp) / BUNDLE_DIR
@@ -85,9 +84,10 @@ def place(zip_path: Path, target: Path, origin: dict) -> int:
                 if target.exists():
                     shutil.rmtree(target)
                 os.replace(unpacked, target)
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, DataError) as e:
         zip_path.unlink()
-        raise DataError(f"{zip_path}: not a zip file ({e}); deleted it, run again to fetch it anew") from None
+        what = f"{zip_path}: not a zip file ({e})" if isinstance(e, zipfile.BadZipFile) else str(e)
+        raise DataError(f"{what}; deleted {zip_path.name} (from {origin['url']}), run again to fetch it anew") from None
     return examples
 
 

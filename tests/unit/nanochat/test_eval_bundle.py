@@ -177,3 +177,30 @@ def test_a_crop_below_a_tasks_shots_is_refused_before_any_task_runs(tmp_path):
         bundle.check_max_per_task(4)
     for fine in (11, -1):
         bundle.check_max_per_task(fine)
+
+
+def test_a_zip_without_the_bundle_is_deleted_so_the_next_run_fetches_again(bundle_zip, tmp_path, monkeypatch):
+    """A mirror serving some other zip: the zip stayed in the base directory, and every later run unpacked it
+    again instead of fetching, even with --url pointed at a good mirror."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    other = io.BytesIO()
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("README.txt", "not the eval bundle")
+    wrong = Mirror(other.getvalue())
+    threading.Thread(target=wrong.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(DataError, match=f"no top-level eval_bundle/ folder.*deleted eval_bundle.zip "
+                                            f"\\(from {wrong.url}\\), run again"):
+            evalstage.stage(url=wrong.url, timeout_s=5, backoff_s=0.01)
+    finally:
+        wrong.shutdown()
+        wrong.server_close()
+    assert not (tmp_path / "eval_bundle.zip").exists() and not (tmp_path / "eval_bundle").exists()
+    good = Mirror(bundle_zip)
+    threading.Thread(target=good.serve_forever, daemon=True).start()
+    try:
+        path, examples, fetched = evalstage.stage(url=good.url, timeout_s=5, backoff_s=0.01)
+    finally:
+        good.shutdown()
+        good.server_close()
+    assert fetched and examples == 22 * 12 and good.ranges == [None]

@@ -88,6 +88,10 @@ def place(zip_path: Path, target: Path, origin: dict) -> int:
         zip_path.unlink()
         what = f"{zip_path}: not a zip file ({e})" if isinstance(e, zipfile.BadZipFile) else str(e)
         raise DataError(f"{what}; deleted {zip_path.name} (from {origin['url']}), run again to fetch it anew") from None
+    except OSError as e:  # our side (a full disk, a quota): the zip is whole, so it is kept for the next run
+        raise DataError(f"cannot unpack {zip_path} into {target.parent}: {os_reason(e)}; free space there and run "
+                        "again (the zip is kept, not fetched again), or set NANOCHAT_BASE_DIR to another directory"
+                        ) from None
     return examples
 
 

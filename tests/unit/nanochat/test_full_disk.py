@@ -118,3 +118,33 @@ def test_data_download_into_a_read_only_filesystem_is_one_line(tmp_path, monkeyp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: data download: cannot write into {mnt}/base_data: ")
     assert "Read-only file system" in err[0] and "NANOCHAT_BASE_DIR" in err[0]
+
+
+def test_eval_bundle_unpacked_onto_a_full_disk_is_one_line_and_keeps_the_zip(small_disk, tmp_path, monkeypatch,
+                                                                               capsys):
+    """The zip fits but what it unpacks to does not: an OSError traceback from extractall."""
+    import zipfile
+
+    from bench.nanochat import evalgen
+
+    bundle = evalgen.generate(tmp_path / "src" / "eval_bundle", rows=12)
+    (bundle / "eval_data" / "padding.bin").write_bytes(b"\0" * (2 << 20))  # deflates to a few KiB
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    with zipfile.ZipFile(mirror / "eval_bundle.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(bundle.rglob("*")):
+            z.write(path, path.relative_to(bundle.parent))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(mirror)))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(small_disk))
+        url = f"http://127.0.0.1:{server.server_address[1]}/eval_bundle.zip"
+        assert main(["data", "download", "--eval-bundle", "--url", url]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot unpack {small_disk}/eval_bundle.zip into {small_disk}")
+    assert "No space left on device (disk full)" in err[0] and "the zip is kept" in err[0]
+    assert (small_disk / "eval_bundle.zip").read_bytes() == (mirror / "eval_bundle.zip").read_bytes()
+    assert sorted(p.name for p in small_disk.iterdir()) == ["eval_bundle.zip"]  # no half-unpacked folder

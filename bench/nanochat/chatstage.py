@@ -80,6 +80,10 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
             return check_split(s)  # every file of a finished download is there and reads: not fetched again
         except DataError:
             pass  # damaged since: fetch again
+    if switch := _offline_switch():
+        raise DataError(f"{chatdata.chat_dir() / s.repo / s.pattern}: not staged yet, and {switch} is set here, so "
+                        f"huggingface_hub refuses every request; run this command with {switch} unset (the stages "
+                        "read the staged data offline)")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
     download.check_reachable(f"{url}/api/datasets/{s.repo}", (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
                              "nothing more was staged; check the network, or point --url (or HF_ENDPOINT) at a "
@@ -95,6 +99,15 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
     files = [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in chatdata.split_files(s)]
     _record_source(key, {"endpoint": url, "files": files, "rows": rows})
     return rows
+
+
+def _offline_switch() -> str | None:
+    """The variable that puts huggingface_hub in offline mode (no retry gets past it), or None when it is online."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        return None
+    return "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
 
 
 def _hub_files(s: chatdata.HubSplit, url: str) -> list[str]:

@@ -178,3 +178,24 @@ def test_what_the_server_says_it_lacks_is_not_retried(local_hub, tmp_path):
     assert f"{local_hub.plain_url(chatdata.WORDS_FILE)}: the server answered HTTP 404" in one_line_error(no_words)
     assert f"set {chatstage.ENV_WORDS_URL} to another copy" in no_words.stderr
     assert (tmp_path / "base" / chatdata.IDENTITY_FILE).is_file()  # what came before it is staged
+
+
+@pytest.mark.parametrize("switch", ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"])
+def test_hub_offline_mode_is_named_at_once_and_staged_splits_still_pass(downloaded, local_hub, tmp_path, switch):
+    """HF_HUB_OFFLINE=1 (often set for compute nodes): every hub request was refused, retried with backoff for
+    30 s, then reported as network trouble."""
+    h, base, out = downloaded
+    assert out.returncode == 0, out.stderr
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(tmp_path / "base"), PYTHONPATH=os.getcwd(),
+               **local_hub.env(tmp_path / "hf-home"))
+    env.update({"HF_HUB_OFFLINE": "", switch: "1"})  # the hub reads TRANSFORMERS_OFFLINE when the first is unset
+    fresh = subprocess.run([sys.executable, "-m", "bench.cli", "data", "download", "--chat"], capture_output=True,
+                           text=True, env=env, timeout=60)
+    error = one_line_error(fresh)
+    assert f"smol-smoltalk/data/train-*.parquet: not staged yet, and {switch} is set here" in error
+    assert f"with {switch} unset" in error
+    assert not [p for _, p, _ in local_hub.requests if "/tree/" in p]  # not asked, let alone five times
+    env["NANOCHAT_BASE_DIR"] = str(base)  # everything staged: offline mode changes nothing
+    again = subprocess.run([sys.executable, "-m", "bench.cli", "data", "download", "--chat"], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert again.returncode == 0, again.stderr

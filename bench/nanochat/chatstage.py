@@ -5,12 +5,13 @@ test_chat_hub.py shows against a local stand-in of the hub); the identity conver
 through the shard downloader's resuming fetch. Each file is checked after it lands; a staged file that passes
 is not fetched again. A refusal from the server (an HTTP 4xx: no such dataset or file there) is not retried."""
 
+import errno
 import json
 import os
 import time
 from pathlib import Path
 
-from bench.errors import DataError, first_line
+from bench.errors import DataError, first_line, os_reason
 from bench.nanochat import chatdata, download
 from bench.nanochat.common import get_base_dir
 from bench.contract import write_json_atomic
@@ -20,6 +21,8 @@ ENV_IDENTITY_URL = "NANOCHAT_IDENTITY_URL"
 ENV_WORDS_URL = "NANOCHAT_WORDS_URL"
 SOURCES = "sources.json"
 HUB_HINT = "point --url (or HF_ENDPOINT) at a Hugging Face mirror that holds the dataset"
+# a file-system error here (read-only, full, over quota, no permission), as opposed to a socket's
+LOCAL_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
 
 
 def endpoint(url: str | None) -> str:
@@ -57,6 +60,10 @@ def _with_retries(what: str, fetch, retries: int, hint: str, backoff_s: float = 
         except DataError:
             raise
         except Exception as e:  # network and hub errors alike: the next try resumes what has landed
+            if isinstance(e, OSError) and e.errno in LOCAL_ERRNOS:  # our disk, not the network: no retry changes it
+                raise DataError(f"{what}: cannot write {e.filename or get_base_dir()}: {os_reason(e)}; free space "
+                                "there or set NANOCHAT_BASE_DIR to another directory, then run again to resume"
+                                ) from None
             status = _refused(e)
             if status is not None:
                 raise DataError(f"{what}: the server answered HTTP {status} ({type(e).__name__}); {hint}") from None

@@ -199,3 +199,20 @@ def test_hub_offline_mode_is_named_at_once_and_staged_splits_still_pass(download
     again = subprocess.run([sys.executable, "-m", "bench.cli", "data", "download", "--chat"], capture_output=True,
                            text=True, env=env, timeout=60)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_read_only_base_directory_is_named_at_once_not_retried_as_network_trouble(local_hub, tmp_path):
+    """The chat data's folder could not be made: retried with backoff for 30 s, then `check the network`."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"a read-only tmpfs cannot be mounted here (root needed): {r.stderr.strip()}")
+    try:
+        out = download(local_hub, mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+    error = one_line_error(out)
+    assert f"cannot write {mnt / chatdata.CHAT_DIR}: Read-only file system" in error and "NANOCHAT_BASE_DIR" in error
+    assert "check the network" not in error
+    assert len([p for _, p, _ in local_hub.requests if "/tree/" in p]) == 1  # tried once, not five times

@@ -169,6 +169,7 @@ def _stage_file(name: str, url: str, env: str, retries: int, timeout_s: float, o
 def stage(url: str | None = None, retries: int = 5, timeout_s: float = download.READ_TIMEOUT_S,
           overwrite: bool = False) -> list[tuple[Path, int]]:
     """Stage everything; (path, rows) for each split and file, in HUB_SPLITS order then the two files."""
+    download.check_tries(retries, timeout_s)
     hub = endpoint(url)
     out = []
     for s in chatdata.HUB_SPLITS:

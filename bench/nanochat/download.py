@@ -17,6 +17,7 @@ Every downloaded file is recorded in sources.json (data_origin.py); a shard `dat
 counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`.
 """
 
+import math
 import os
 import socket
 import threading
@@ -236,6 +237,14 @@ def _worth_retrying(e: BaseException) -> bool:
     return isinstance(e, (requests.RequestException, ValueError))
 
 
+def check_tries(retries: int, timeout_s: float) -> None:
+    """--retries and --timeout, as every `data download` takes them; ConfigError naming the flag."""
+    if retries < 1:
+        raise ConfigError(f"--retries {retries}: must be >= 1")
+    if not 0 < timeout_s < math.inf:  # nan and inf too: sockets take neither
+        raise ConfigError(f"--timeout {timeout_s}: must be a positive number of seconds")
+
+
 def generated_in_the_way(out: Path, num_shards: int) -> list[Path]:
     """Shards 0..num_shards-1 already in `out` that `data generate` made: never to be taken as FineWeb-Edu."""
     paths = [out / shard_name(i) for i in range(num_shards)]
@@ -256,10 +265,7 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
         raise ConfigError(f"-n {num_shards}: must be between 1 and {total}, or -1 for all {total} shards")
     if workers < 1:
         raise ConfigError(f"-w {workers}: must be >= 1")
-    if retries < 1:
-        raise ConfigError(f"--retries {retries}: must be >= 1")
-    if not timeout_s > 0:
-        raise ConfigError(f"--timeout {timeout_s}: must be a positive number of seconds")
+    check_tries(retries, timeout_s)
     out = data_dir(out_dir)
     generated = generated_in_the_way(out, num_shards)
     if generated and not overwrite:

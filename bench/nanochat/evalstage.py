@@ -99,8 +99,7 @@ def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
           timeout_s: float = download.READ_TIMEOUT_S, overwrite: bool = False, backoff_s: float = 2.0,
           chunk_bytes: int = download.CHUNK_BYTES) -> tuple[Path, int, bool]:
     """(bundle directory, examples, fetched now?)."""
-    if retries < 1:
-        raise ConfigError(f"--retries {retries}: must be >= 1")
+    download.check_tries(retries, timeout_s)
     if sha256 is not None and (len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower())):
         raise ConfigError(f"--sha256 {sha256}: must be 64 hexadecimal digits")
     target = bundle_dir()

@@ -5,6 +5,8 @@ python -m pytest tests/unit/commands/test_data_commands.py -q
 
 import re
 
+import pytest
+
 from bench.cli import main
 from bench.nanochat import dataset, tokenizer
 
@@ -82,3 +84,18 @@ def test_a_shard_count_beside_chat_or_the_eval_bundle_is_refused_before_any_down
     assert list(tmp_path.iterdir()) == []
     assert main(["data", "download"]) == 1
     assert "--eval-bundle for CORE's eval bundle" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("what", [[], ["--chat"], ["--eval-bundle"]])
+@pytest.mark.parametrize("flag, value, says", [("--retries", "0", "--retries 0: must be >= 1"),
+                                               ("--timeout", "0", "--timeout 0.0: must be a positive number"),
+                                               ("--timeout", "-5", "--timeout -5.0: must be a positive number"),
+                                               ("--timeout", "inf", "--timeout inf: must be a positive number")])
+def test_download_refuses_retries_and_timeouts_that_make_no_sense_in_every_mode(what, flag, value, says, tmp_path,
+                                                                                monkeypatch, capsys):
+    """--chat took --retries 0 (a TypeError traceback after no try) and --timeout 0 (requests' ValueError);
+    --timeout inf was an OverflowError from the socket in every mode. Nothing is asked of the network first."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    n = [] if what else ["-n", "1"]
+    assert main(["data", "download", *what, *n, "--url", "http://127.0.0.1:9", flag, value]) == 1
+    assert capsys.readouterr().err == f"error: {says}" + (" of seconds\n" if flag == "--timeout" else "\n")

@@ -154,8 +154,10 @@ class _Stopped(Exception):
     """A shard not tried (further) because the mirror was taken as gone."""
 
 
-def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: int = CHUNK_BYTES) -> None:
-    """One attempt: continue `tmp` from its current size if the server honours Range, else start over."""
+def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: int = CHUNK_BYTES,
+                bar: tqdm | None = None) -> None:
+    """One attempt: continue `tmp` from its current size if the server honours Range, else start over; `bar`
+    counts the file's bytes (what an earlier try left included)."""
     have = tmp.stat().st_size if tmp.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     with requests.get(url, stream=True, timeout=timeout, headers=headers) as r:
@@ -163,9 +165,15 @@ def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: 
             return
         r.raise_for_status()
         mode = "ab" if have and r.status_code == 206 else "wb"
+        start = have if mode == "ab" else 0
+        if bar is not None:
+            bar.reset(total=start + int(r.headers.get("Content-Length", 0)) or None)
+            bar.update(start)
         with open(tmp, mode) as f:
             for chunk in r.iter_content(chunk_size=chunk_bytes):
                 f.write(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
 
 
 def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: float, timeout_s: float,

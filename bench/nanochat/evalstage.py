@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import requests
+from tqdm import tqdm
 
 from bench.contract import write_json_atomic
 from bench.errors import ConfigError, DataError, os_reason
@@ -37,12 +38,19 @@ def check_all_rows(bundle) -> int:
 
 def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float = 2.0,
               chunk_bytes: int = download.CHUNK_BYTES) -> None:
-    """The zip into dest, through dest.tmp, resumed across tries and runs; DataError after the last try."""
+    """The zip into dest, through dest.tmp, resumed across tries and runs, its bytes counted on a bar at a terminal
+    (162 MB take minutes on a slow link; a job's log gets no bar); DataError after the last try."""
+    with tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name, leave=False, disable=None) as bar:
+        _fetch_zip(url, dest, retries, timeout_s, backoff_s, chunk_bytes, bar)
+
+
+def _fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float, chunk_bytes: int,
+               bar: tqdm) -> None:
     tmp = dest.with_name(dest.name + ".tmp")  # a fixed name: a later try resumes it
     timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
     for attempt in range(1, retries + 1):
         try:
-            download._fetch_once(url, tmp, timeout, chunk_bytes)
+            download._fetch_once(url, tmp, timeout, chunk_bytes, bar)
             os.replace(tmp, dest)
             return
         except requests.HTTPError as e:

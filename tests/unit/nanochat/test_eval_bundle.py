@@ -204,3 +204,14 @@ def test_a_zip_without_the_bundle_is_deleted_so_the_next_run_fetches_again(bundl
         good.shutdown()
         good.server_close()
     assert fetched and examples == 22 * 12 and good.ranges == [None]
+
+
+def test_the_download_shows_its_bytes_as_they_come(mirror, bundle_zip, tmp_path, monkeypatch, capsys):
+    """The zip (162 MB upstream) came without a word until it was whole: minutes of silence on a slow link."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # at a terminal (a job's log gets no bar)
+    mirror.cut_first = True
+    evalstage.stage(url=mirror.url, timeout_s=5, backoff_s=0.01, chunk_bytes=1024)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    bars = [line for line in err.splitlines() if line.startswith("eval_bundle.zip:")]
+    assert any(f"/{len(bundle_zip) / 1024:.1f}k [" in line and "B/s]" in line for line in bars)  # bytes of the zip

@@ -145,7 +145,8 @@ def test_a_multi_node_run_forced_onto_sockets_is_a_finding_with_ncclS_line(repor
     findings_md = strong_md.split("\n| runtime")[0]
     assert "- ce at 2 nodes: inter-node NCCL used NET/Socket (TCP) in 2 of 2 run(s)" in findings_md
     assert f"`{line}`" in findings_md
-    assert "ce at 1 nodes" not in findings_md and "bare at 2 nodes: inter" not in findings_md  # one node, or no NCCL facts
+    # one node, or no NCCL facts
+    assert "ce at 1 nodes" not in findings_md and "bare at 2 nodes: inter" not in findings_md
     network = cells(strong_md[strong_md.index("### Network path of each run"):])
     assert f"| ce-n16-r0 | ce | 2 | 16 | Socket | – | – | {line} |" in network
     assert "| ce-n8-r0 | ce | 1 | 8 | Socket | – | – | one node |" in network

@@ -104,7 +104,8 @@ def test_case_mistakes_fail_before_anything_is_written(tmp_path):
         build(case(CPU, train_args=["depth=4"]), tmp_path)
     with pytest.raises(ConfigError, match="total_batch_size 500 is not a multiple"):
         build(case(CPU, scaling="strong", train_args=["total_batch_size=500"]), tmp_path)
-    with pytest.raises(ConfigError, match=r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names the unset variable\(s\) NANOCHAT_BENCH_UNSET_VAR"):
+    unset = r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names the unset variable\(s\) NANOCHAT_BENCH_UNSET_VAR"
+    with pytest.raises(ConfigError, match=unset):
         build(case({**CPU, "base_dir": "$NANOCHAT_BENCH_UNSET_VAR/x"}), tmp_path)
     with pytest.raises(ConfigError, match=r"^num_nodes=0: must be at least 1"):
         build(case(CPU, nodes=0), tmp_path)

@@ -17,6 +17,7 @@ import pytest
 from bench.nanochat import chatdata, chatstage
 from bench.nanochat.tasks import mixtures, smoltalk
 from tests.support import hub
+from tests.support.tmpfs import tmpfs
 
 
 @pytest.fixture(scope="module")
@@ -203,15 +204,8 @@ def test_hub_offline_mode_is_named_at_once_and_staged_splits_still_pass(download
 
 def test_a_read_only_base_directory_is_named_at_once_not_retried_as_network_trouble(local_hub, tmp_path):
     """The chat data's folder could not be made: retried with backoff for 30 s, then `check the network`."""
-    mnt = tmp_path / "ro"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"a read-only tmpfs cannot be mounted here (root needed): {r.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mnt:
         out = download(local_hub, mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
     error = one_line_error(out)
     assert f"cannot write {mnt / chatdata.CHAT_DIR}: Read-only file system" in error and "NANOCHAT_BASE_DIR" in error
     assert "check the network" not in error

@@ -5,7 +5,6 @@ The full disk is real: a 1 MiB tmpfs mounted for the test (root only; skipped el
 """
 
 import functools
-import subprocess
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,19 +13,13 @@ import pytest
 
 from bench.cli import main
 from bench.nanochat import corpus, dataset, tokenizer
+from tests.support.tmpfs import tmpfs
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"a 1 MiB tmpfs cannot be mounted here (root needed): {r.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "small") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def fill(directory):
@@ -100,21 +93,16 @@ def test_data_download_on_a_full_disk_is_one_line(small_disk, tmp_path, monkeypa
 
 def test_data_download_into_a_read_only_filesystem_is_one_line(tmp_path, monkeypatch, capsys):
     """base_data/ could not be made on a read-only filesystem: the OSError of mkdir was a traceback."""
-    mnt = tmp_path / "ro"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"a read-only tmpfs cannot be mounted here (root needed): {r.stderr.strip()}")
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(tmp_path)))
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(mnt))
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        assert main(["data", "download", "-n", "2", "--url", url]) == 1
+        with tmpfs(tmp_path / "ro", "ro,size=1m") as mnt:
+            monkeypatch.setenv("NANOCHAT_BASE_DIR", str(mnt))
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            assert main(["data", "download", "-n", "2", "--url", url]) == 1
     finally:
         server.shutdown()
         server.server_close()
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: data download: cannot write into {mnt}/base_data: ")
     assert "Read-only file system" in err[0] and "NANOCHAT_BASE_DIR" in err[0]

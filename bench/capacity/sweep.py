@@ -377,22 +377,24 @@ def held_by_others(probe: ProbeResult) -> int | None:
     return held if held > OTHERS_SHARE * (total or 0) else None
 
 
+def _probes_of(results: list[ProbeResult], strategy: str, shape: dict | None) -> list[ProbeResult]:
+    """The probes of `strategy` at a search's recorded `shape` (its capacity or first failure; none for None)."""
+    return [r for r in results if shape and r.spec.strategy == strategy and r.spec.depth == shape["depth"]
+            and r.spec.aspect_ratio == shape["aspect_ratio"]]
+
+
 def summarize(config: dict, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
     """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe."""
     probes = [dict(r.record(), run_dir=r.run_dir, reused=r.reused) for r in results if r.outcome != "budget"]
     for s, ratio in zip(searches, ratios_to_fsdp(searches)):
-        cap = s.get("capacity")
         s["ratio_to_fsdp"] = ratio
-        at_cap = [r for r in results if cap and r.fits and r.spec.strategy == s["strategy"]
-                  and r.spec.depth == cap["depth"] and r.spec.aspect_ratio == cap["aspect_ratio"]]
+        at_cap = [r for r in _probes_of(results, s["strategy"], s.get("capacity")) if r.fits]
         best = max(at_cap, key=lambda r: r.tok_per_sec, default=None)
         s["tok_per_sec_at_capacity"] = best.tok_per_sec if best else None
         s["batch_at_capacity"] = best.spec.device_batch_size if best else None
         # the out of memory that bounds the capacity, on a GPU shared with others: their memory, not the node's
-        fail = s.get("first_failure")
-        at_fail = [r for r in results if fail and r.outcome == "oom" and r.spec.strategy == s["strategy"]
-                   and r.spec.depth == fail["depth"] and r.spec.aspect_ratio == fail["aspect_ratio"]
-                   and r.spec.device_batch_size == 1]
+        at_fail = [r for r in _probes_of(results, s["strategy"], s.get("first_failure"))
+                   if r.outcome == "oom" and r.spec.device_batch_size == 1]
         s["held_by_others_bytes"] = max(filter(None, map(held_by_others, at_fail)), default=None)
     skipped = sum(r.outcome == "budget" for r in results)
     return {"machine": machine_info, "config": config, "searches": searches, "probes": probes,

@@ -26,8 +26,9 @@ def register(subparsers) -> None:
                    help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
     d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
     d.add_argument("--timeout", type=float, default=download.READ_TIMEOUT_S,
-                   help=f"seconds a server may stay silent before an attempt counts as failed (default: "
-                        f"{download.READ_TIMEOUT_S:g}; connecting gets at most {download.CONNECT_TIMEOUT_S:g})")
+                   help=f"seconds a server may stay silent, or send under {download.MIN_RATE_B_S:,} bytes/s over "
+                        f"that span, before an attempt counts as failed (default: {download.READ_TIMEOUT_S:g}; "
+                        f"connecting gets at most {download.CONNECT_TIMEOUT_S:g})")
     d.add_argument("--overwrite", action="store_true",
                    help="replace shards that `data generate` made by the downloads (default: refuse to mix them)")
     d.set_defaults(func=cmd_download)

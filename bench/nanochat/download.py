@@ -8,10 +8,12 @@ shard it could not get. The base URL comes from the argument, else NANOCHAT_DATA
 
 Waits are bounded. One request before the pool starts finds a host that does not resolve, refuses
 connections or never answers, and stops the command in seconds with one line; each request has a connect
-and a read timeout; and once `max(retries, 2 x workers)` attempts in a row (across all workers) got no
-answer at all, for as long as one shard's retries wait in all (30 s by default), the mirror is taken as gone
-and the command stops, instead of retrying every shard in turn. Any answer resets that, so a transient
-outage is still ridden out by the retries.
+and a read timeout, and a body that arrives slower than MIN_RATE_B_S over a read timeout's span fails its
+attempt as stalled (a server trickling a byte at a time never lets the read timeout fire); and once
+`max(retries, 2 x workers)` attempts in a row (across all workers) got no answer at all (or stalled), for as
+long as one shard's retries wait in all (30 s by default), the mirror is taken as gone and the command stops,
+instead of retrying every shard in turn. Any answer resets that, so a transient outage is still ridden out by
+the retries.
 
 Every downloaded file is recorded in sources.json (data_origin.py); a shard `data generate` made is never
 counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`.
@@ -43,6 +45,7 @@ PERMANENT_HTTP = (400, 401, 403, 404, 410)  # answers no retry can change
 CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the rest resumes
 CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
 READ_TIMEOUT_S = 30.0  # the longest silence accepted from a server that took the connection
+MIN_RATE_B_S = 1024  # slower than this over a read timeout's span is a stall: a 100 MB shard would take a day
 FIX_URL = f"check the network, or point --url (or {ENV_DATA_URL}) at a mirror that serves the shards"
 
 
@@ -61,6 +64,8 @@ def no_answer(e: BaseException) -> str | None:
     a timeout); None when the server did answer (an HTTP error, a bad file) or the error is not network."""
     if isinstance(e, requests.ConnectTimeout):
         return "no connection within the connect timeout"
+    if isinstance(e, Stalled):
+        return str(e)
     if isinstance(e, requests.ReadTimeout):
         return "the server took the connection but sent nothing within the read timeout"
     if not isinstance(e, requests.ConnectionError):
@@ -154,10 +159,31 @@ class _Stopped(Exception):
     """A shard not tried (further) because the mirror was taken as gone."""
 
 
+class Stalled(requests.exceptions.ReadTimeout):
+    """A body that kept coming, but slower than MIN_RATE_B_S over a read timeout's span."""
+
+
+def _pieces(r: requests.Response, size: int):
+    """The body as it arrives, up to `size` bytes a piece: iter_content waits for whole chunks, so a server that
+    trickles a byte at a time would hold one open for good. urllib3's errors become requests', as there."""
+    try:
+        while piece := r.raw.read1(size, decode_content=True):
+            yield piece
+    except urllib3.exceptions.ProtocolError as e:
+        raise requests.exceptions.ChunkedEncodingError(e) from e
+    except urllib3.exceptions.DecodeError as e:
+        raise requests.exceptions.ContentDecodingError(e) from e
+    except urllib3.exceptions.ReadTimeoutError as e:
+        raise requests.ConnectionError(e) from e
+    except urllib3.exceptions.SSLError as e:
+        raise requests.exceptions.SSLError(e) from e
+
+
 def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: int = CHUNK_BYTES,
                 bar: tqdm | None = None) -> None:
     """One attempt: continue `tmp` from its current size if the server honours Range, else start over; `bar`
-    counts the file's bytes (what an earlier try left included)."""
+    counts the file's bytes (what an earlier try left included). Stalled when fewer than MIN_RATE_B_S bytes a
+    second arrived over the read timeout's span, so a trickle ends within about twice the read timeout."""
     have = tmp.stat().st_size if tmp.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     with requests.get(url, stream=True, timeout=timeout, headers=headers) as r:
@@ -169,11 +195,18 @@ def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: 
         if bar is not None:
             bar.reset(total=start + int(r.headers.get("Content-Length", 0)) or None)
             bar.update(start)
+        since, got = time.monotonic(), 0
         with open(tmp, mode) as f:
-            for chunk in r.iter_content(chunk_size=chunk_bytes):
+            for chunk in _pieces(r, chunk_bytes):
                 f.write(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
+                got, span = got + len(chunk), time.monotonic() - since
+                if span >= timeout[1]:
+                    if got < MIN_RATE_B_S * span:
+                        raise Stalled(f"the server sent {got:,} bytes in {span:.1f} s, under {MIN_RATE_B_S:,} "
+                                      f"bytes/s (a stalled transfer)")
+                    since, got = time.monotonic(), 0
 
 
 def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: float, timeout_s: float,

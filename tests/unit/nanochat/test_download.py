@@ -1,7 +1,8 @@
 """The shard downloader against a real HTTP server on 127.0.0.1.  python -m pytest tests/unit/nanochat/test_download.py -q
 
 The server serves generated shards and misbehaves on purpose, per shard: a 500 error (once or always), a
-connection cut in the middle of the body, a corrupt file, a response slower than the client's timeout.
+connection cut in the middle of the body, a corrupt file, a response slower than the client's timeout, a body
+trickled a byte at a time.
 It honours Range requests, as Hugging Face does, so a cut download resumes where it stopped.
 Mirrors that cannot be reached are real sockets on 127.0.0.1 too: a closed port, and a listening socket
 that never answers; only a host name that does not resolve is staged by replacing the resolver (the site's
@@ -29,9 +30,10 @@ class ShardServer(ThreadingHTTPServer):
     def __init__(self, files: dict[str, bytes]):
         super().__init__(("127.0.0.1", 0), Handler)
         self.files = dict(files)  # a test may change what this server serves, not what the next one does
-        self.behaviour: dict[str, str] = {}  # shard name -> "500", "500-once", "cut-once", "slow-once", "corrupt"
+        self.behaviour: dict[str, str] = {}  # shard name -> "500", "500-once", "cut-once", "slow-once", "corrupt",
+        # "trickle"
         self.requests: list[tuple[str, str | None]] = []  # (name, Range header)
-        self.release = threading.Event()  # ends the waits of "hang"
+        self.release = threading.Event()  # ends the waits of "hang" and "trickle"
         self.drops = 0  # the next this many GETs are dropped without an answer
 
     def handle_error(self, request, client_address):
@@ -83,6 +85,14 @@ class Handler(BaseHTTPRequestHandler):
         if how == "cut-once" and seen == 0:
             self.wfile.write(body[: len(body) // 2])  # then the connection drops
             self.wfile.flush()
+            self.close_connection = True
+            return
+        if how == "trickle":  # a byte every 0.1 s, well within any read timeout, for at most 10 s
+            for byte in body[start:start + 100]:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                if srv.release.wait(0.1):
+                    break
             self.close_connection = True
             return
         self.wfile.write(body[start:])
@@ -247,6 +257,20 @@ def test_silent_mirror_is_bounded_by_the_read_timeout(silent_url, tmp_path, monk
                             capsys)
     assert rc == 1 and took < 6
     assert len(err) == 1 and "sent nothing within the read timeout" in err[0] and "--url" in err[0]
+
+
+def test_a_trickling_download_is_stopped_as_stalled(server, tmp_path, monkeypatch, capsys):
+    """A byte every 0.1 s never let the read timeout fire, so the download went on for as long as the server
+    kept trickling; now a body slower than download.MIN_RATE_B_S over --timeout seconds fails its attempt."""
+    server.behaviour["shard_00000.parquet"] = "trickle"
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    args = ["data", "download", "-n", "1", "--url", server.url, "--timeout", "0.5", "--retries", "2"]
+    rc, err, took = run_cli(args, capsys)
+    assert rc == 1 and took < 6  # two attempts of at most 2 x 0.5 s, and the backoff of 2 s between them
+    failed = err[-1]  # after the progress bar
+    assert f"shard_00000.parquet from {server.url}/shard_00000.parquet: 2 attempt(s) failed" in failed
+    assert "bytes in" in failed and f"under {download.MIN_RATE_B_S:,} bytes/s (a stalled transfer)" in failed
+    assert (tmp_path / "base_data" / "shard_00000.parquet.tmp").exists()  # what arrived is kept, to resume
 
 
 def test_mirror_that_goes_quiet_mid_run_stops_the_command(server, tmp_path):

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -46,6 +47,7 @@ class Mirror(ThreadingHTTPServer):
     def __init__(self, body: bytes):
         super().__init__(("127.0.0.1", 0), Handler)
         self.body, self.cut_first, self.ranges = body, False, []
+        self.trickle = threading.Event()  # set: a byte every 0.1 s, for at most 10 s (cleared: stop at once)
 
     @property
     def url(self):
@@ -72,6 +74,15 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(srv.body[: len(srv.body) // 2])  # then the connection drops
             self.close_connection = True
             return
+        if srv.trickle.is_set():
+            for byte in srv.body[start:start + 100]:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.1)
+                if not srv.trickle.is_set():
+                    break
+            self.close_connection = True
+            return
         self.wfile.write(srv.body[start:])
 
 
@@ -80,6 +91,7 @@ def mirror(bundle_zip):
     srv = Mirror(bundle_zip)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
+    srv.trickle.clear()
     srv.shutdown()
     srv.server_close()
 
@@ -115,6 +127,18 @@ def test_an_unreachable_mirror_fails_fast_in_one_line(tmp_path):
               base=tmp_path)
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "connection refused" in out.stderr
     assert "NANOCHAT_EVAL_BUNDLE_URL" in out.stderr
+
+
+def test_a_trickling_mirror_is_stopped_as_stalled(mirror, tmp_path, monkeypatch):
+    """A byte every 0.1 s never let the read timeout fire: each try lasted as long as the mirror trickled."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    mirror.trickle.set()
+    t0 = time.monotonic()
+    with pytest.raises(DataError) as e:
+        evalstage.stage(url=mirror.url, retries=2, timeout_s=0.5, backoff_s=0.01)
+    assert time.monotonic() - t0 < 4  # two tries of at most 2 x 0.5 s
+    assert str(e.value).startswith(f"{mirror.url}: 2 attempt(s) failed, the last: the server sent ")
+    assert "(a stalled transfer); run again to resume" in str(e.value) and "NANOCHAT_EVAL_BUNDLE_URL" in str(e.value)
 
 
 def test_generate_refuses_to_replace_and_download_refuses_to_mix(mirror, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ A row's place after upstream's `.shuffle(seed=42)` is HF datasets' permutation, 
 import functools
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,9 @@ IDENTITY_FILE = "identity_conversations.jsonl"
 IDENTITY_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/identity_conversations.jsonl"
 WORDS_FILE = "words_alpha.txt"
 WORDS_URL = "https://raw.githubusercontent.com/dwyl/english-words/refs/heads/master/words_alpha.txt"
+# what no entry of a word list holds (words_alpha.txt is letters; dwyl's other lists add digits and ' - . &): a
+# line with one is an HTML error page, JSON or binary (bytes that are not UTF-8 read as \udc80-\udcff) instead
+NOT_A_WORD = re.compile(r'[\s<>{}"\x00-\x1f\x7f\udc80-\udcff]')
 
 
 @dataclass(frozen=True)
@@ -203,21 +207,27 @@ def _conversation_line(path: Path, lineno: int, line: str) -> list[dict]:
 
 
 def read_words(path: str | os.PathLike) -> tuple[str, ...]:
-    """The word list, one word a line, as upstream reads it (stripped, blank lines kept)."""
+    """The word list, one word a line, as upstream reads it (stripped, blank lines kept; bytes that are not UTF-8
+    come as surrogates, for staged_words to name their line)."""
     return _read_words(*_files_key([Path(path)])[0])
 
 
 def staged_words() -> tuple[str, ...]:
     """The staged word list as read_words gives it; DataError naming the file when it has no word (the spelling
-    tasks draw from it: an empty list ended them in an IndexError)."""
+    tasks draw from it: an empty list ended them in an IndexError), or naming the first line that is no word (a
+    web page or JSON in its place would be spelled out as words)."""
     path = staged_file(WORDS_FILE)
     words = read_words(path)
     if not any(words):
         raise DataError(f"{path}: the word list is empty; {FIX_MISSING}")
+    bad = next((i for i, word in enumerate(words) if NOT_A_WORD.search(word)), None)
+    if bad is not None:
+        raise DataError(f"{path}:{bad + 1}: {words[bad][:60]!r} is not a word; the list holds one word a line, as "
+                        f"{WORDS_URL} does, not a web page, JSON or binary; {FIX_MISSING}")
     return words
 
 
 @functools.lru_cache(maxsize=4)
 def _read_words(path: str, _mtime_ns: int, _size: int) -> tuple[str, ...]:
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:  # bad bytes: staged_words names the line
         return tuple(line.strip() for line in f)

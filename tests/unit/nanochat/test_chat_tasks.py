@@ -5,7 +5,9 @@ import random
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
+from bench.errors import DataError
 from bench.nanochat import chatdata, chatgen
 from bench.nanochat.tasks import mixtures
 from bench.nanochat.tasks.arc import ARC
@@ -144,3 +146,31 @@ def test_an_empty_word_list_is_one_line_naming_the_file_not_an_index_error(tmp_p
     for task in (SpellingBee, SimpleSpelling):
         with pytest.raises(DataError, match=rf"^{tmp_path / chatdata.WORDS_FILE}: the word list is empty; run "):
             task(size=4, split="test").get_example(0)
+
+
+BAD_WORD_LISTS = {  # what a proxy, a wrong URL or a damaged copy leaves in the list's place: (bytes, bad line)
+    "an HTML error page": (b"<!DOCTYPE html>\n<html><body>Proxy error</body></html>\n", 1),
+    "JSON": (b'aardvark\n{"words": ["aardvark", "abacus"]}\n', 2),
+    "binary bytes": (b"aardvark\nabacus\n\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\n", 3),
+}
+
+
+@pytest.mark.parametrize("what", BAD_WORD_LISTS)
+def test_a_word_list_that_is_not_one_is_refused_naming_the_line(what, tmp_path, monkeypatch):
+    """Any file with a non-blank line was taken: the spelling tasks spelled out '<!DOCTYPE html>' and JSON, and
+    bytes that are not UTF-8 ended them in a UnicodeDecodeError."""
+    content, line = BAD_WORD_LISTS[what]
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    (tmp_path / chatdata.WORDS_FILE).write_bytes(content)
+    for task in (SpellingBee, SimpleSpelling):
+        with pytest.raises(DataError, match=rf"^{tmp_path / chatdata.WORDS_FILE}:{line}: .* is not a word") as e:
+            task(size=4, split="test").get_example(0)
+        assert "one word a line" in str(e.value) and "nanochat-bench data download --chat" in str(e.value)
+
+
+def test_a_word_list_keeps_words_with_capitals_digits_and_punctuation(tmp_path, monkeypatch):
+    """words_alpha.txt is lower-case letters with CRLF line ends; other lists of dwyl/english-words add these."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    (tmp_path / chatdata.WORDS_FILE).write_bytes(b"aardvark\r\nAachen\r\n'tis\r\na-\r\nA.M.\r\n2nd\r\n&c\r\n\r\n")
+    assert chatdata.staged_words() == ("aardvark", "Aachen", "'tis", "a-", "A.M.", "2nd", "&c", "")
+    assert SimpleSpelling(size=4, split="test").get_example(0)["messages"][0]["role"] == "user"

@@ -34,6 +34,8 @@ EXTRAS_KEY = "nanochat_bench"
 PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=", "--cpus-per-task=")
 RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
 CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # submit's --ofi-hook, --numa-binding
+# submit's flags, as the shared planner's errors name them -> how a check's case is given the same
+AS_THE_CHECK_SETS = (("--train-arg ", "-S train_args="), ("--scaling ", "-n %scaling="))
 
 
 @dataclass
@@ -85,6 +87,10 @@ class Site:
         for name, valid in CHOICES.items():  # here, naming the extras' key: LaunchOptions would name submit's flag
             if name in data and data[name] not in valid:
                 raise ConfigError(f"{where}: {name} {data[name]!r} is not one of: {', '.join(valid)}")
+        try:  # here, naming the key: the planner would blame submit's --train-arg (or the check's train_args)
+            parse_train_args(data.get("train", []))
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {renamed(e, (('--train-arg ', 'train item '),))}") from None
         if data["gpus_per_node"] < 1:  # 0 would reach the batch arithmetic as a division by zero
             raise ConfigError(f"{where}: gpus_per_node must be at least 1, got {data['gpus_per_node']}")
         return cls(**data)
@@ -138,6 +144,14 @@ def all_text(value) -> bool:
     return all(isinstance(v, str) for v in items)
 
 
+def renamed(error: ConfigError, names=AS_THE_CHECK_SETS) -> ConfigError:
+    """The shared planner's error with submit's flags named as the check's user sets them (-S train_args=...)."""
+    text = str(error)
+    for flag, name in names:
+        text = text.replace(flag, name)
+    return type(error)(text)
+
+
 def expanded(value: str, key: str) -> str:
     """A path of the partition's settings with $VARIABLES expanded on the host that renders the job."""
     out = os.path.expandvars(value)
@@ -154,6 +168,8 @@ def sweep_of(case: Case, base_dir: str) -> Sweep:
         raise ConfigError(f"num_nodes={case.nodes}: must be at least 1 (-S num_nodes=N, or -P num_nodes=1,2,4)")
     train = parse_train_args([*case.site.train, *case.train_args])
     if workloads.get(case.workload).takes_depth:
+        if case.depth < 1:  # the trainer would refuse it naming its own --depth
+            raise ConfigError(f"depth={case.depth}: must be at least 1 (-S depth=N, or -P depth=N,M for several)")
         if "depth" in train:
             raise ConfigError(f"train_args set depth={train['depth']}: depth is the check's own variable "
                               f"(-S depth=N, or -P depth=N,M for several)")
@@ -183,13 +199,18 @@ def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
     """Plan, render and write the case's job under `stage_dir/<sweep_id>/<run_id>/` (run.json pending,
     except in a dry run, which writes the script only). Every mistake is a ConfigError naming it."""
     base_dir = str(Path(expanded(paths.base_dir(case.site.base_dir or None), "base_dir")).absolute())
-    sweep = sweep_of(case, base_dir)
+    try:  # the check's train_args and scaling reach the shared planner, whose errors name submit's flags
+        sweep = sweep_of(case, base_dir)
+    except ConfigError as e:
+        raise renamed(e) from None
     opts = options_of(case.site, base_dir, dry_run, sweep.gpus_used)
     naming = Naming(one_title="ReFrame check {sweep_id}, run {run_id}")
     try:
         [job] = assemble(sweep, opts, Path(stage_dir) / case.sweep_id, naming=naming, note=lambda _: None)
     except RuntimeConfigError as e:  # its hints name submit's flags; here the partition's settings hold them
         raise RuntimeConfigError(f"{e} (for ReFrame: the partition's extras['{EXTRAS_KEY}'] images/mounts)") from None
+    except ConfigError as e:  # an impossible point's reason (chat_sft's target under strong scaling)
+        raise renamed(e) from None
     point = sweep.points()[0]
     text = render_sbatch(job, rendered_by=RENDERED_BY)
     write_job(job, text, manifests=not dry_run)

@@ -112,6 +112,20 @@ def test_case_mistakes_fail_before_anything_is_written(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_the_planners_hints_name_the_checks_variables_not_submits_flags(tmp_path):
+    """chat_sft's hints said --train-arg and --scaling, a partition's bad train item was blamed on --train-arg."""
+    hint = r"targets that work: 2, 4 \(-S train_args=target_examples_per_step=N\), or -n %scaling=weak"
+    with pytest.raises(ConfigError, match=hint):
+        build(case(CPU, nodes=1, scaling="strong", train_args=["target_examples_per_step=3"], workload="chat_sft"),
+              tmp_path, dry_run=True)
+    with pytest.raises(ConfigError, match="fix it with -n %scaling=strong, or leave it out$"):
+        build(case(CPU, nodes=1, train_args=["target_examples_per_step=3"], workload="chat_sft"), tmp_path)
+    with pytest.raises(ConfigError, match=r"^partition sys:part: extras\['nanochat_bench'\]: train item 'cpu' is not "
+                                          r"KEY=VALUE \(e.g. train item eval_every=100\)$"):
+        Site.from_extras({"nanochat_bench": {**CPU, "train": ["cpu"]}}, "sys:part")
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_dry_run_renders_a_container_job_without_its_image(tmp_path, monkeypatch):
     monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
     site = {"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat"}

@@ -87,3 +87,15 @@ def test_a_references_file_that_cannot_be_read_stops_the_case_before_its_run(tin
     r, case = reframe(tmp_path, config, *TINY)
     assert case["fail_reason"] == "config error: extras['nanochat_bench'].references /nowhere.toml: no such file"
     assert not list((tmp_path / "stage").rglob("train.log"))  # nothing ran
+
+
+def test_a_bad_value_of_a_checks_variable_is_refused_naming_the_variable(tiny_base_dir, tmp_path):
+    """-S train_args=... and -S depth=... reach the shared planner, whose errors named submit's --train-arg and
+    the trainer's --depth: a ReFrame user was told of flags they never gave."""
+    config = local_config(tmp_path / "site.py", tiny_base_dir)
+    r, case = reframe(tmp_path, config, "-n", "%scaling=strong", "-S", "train_args=max_seq_len=64,warmdown")
+    assert (case["result"], case["fail_phase"]) == ("fail", "setup"), r.stdout[-4000:]
+    assert case["fail_reason"] == ("config error: -S train_args='warmdown' is not KEY=VALUE "
+                                   "(e.g. -S train_args=eval_every=100)")
+    r, case = reframe(tmp_path, config, "-n", "%scaling=strong", "-S", "depth=0")
+    assert case["fail_reason"] == "config error: depth=0: must be at least 1 (-S depth=N, or -P depth=N,M for several)"

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from bench.analysis.scaling import count  # noqa: E402
+from bench.analysis.scaling import count, no_ci  # noqa: E402
 
 STYLE = {"figure.figsize": (10, 5.6), "font.size": 13, "axes.titlesize": 15, "axes.labelsize": 13,
          "legend.fontsize": 11, "axes.grid": True, "grid.alpha": 0.3,
@@ -43,7 +43,6 @@ ANNOTATE_MAX_RUNTIMES = 3  # more labelled points than this per figure stop bein
 SPREAD_BARS = "bars: min–max over repeats"  # what a throughput figure's error bars are
 CI_BARS = "bars: 95% CI over repeats"
 NO_BARS = "medians over repeats, no bars"  # a figure without error bars says so too
-NO_CI = "no CI (under 2 runs a side)"  # a hollow marker on a ratio figure
 
 
 @dataclass
@@ -272,17 +271,20 @@ def ratios(ratio_table: pd.DataFrame, colors: dict, baseline: str, config: str, 
         return None
     fig, ax = plt.subplots()
     for runtime, r, x in by_runtime(ratio_table):
-        # a ratio without a CI (under 2 runs a side) is a hollow marker, never a point whose bar looks zero-wide
-        no_ci = r["ci_low"].isna().to_numpy()
-        if (~no_ci).any():
-            ci = r[~no_ci]
+        # a ratio without a CI (under 2 runs a side, identical repeats) is a hollow marker named with the reason,
+        # never a point whose bar looks zero-wide
+        why = np.array([no_ci(*k) for k in zip(r["runs"], r["baseline_runs"], r["ci_low"])], dtype=object)
+        has_ci = np.array([w is None for w in why])
+        if has_ci.any():
+            ci = r[has_ci]
             low = (ci["ratio"] - ci["ci_low"]).clip(lower=0)
             high = (ci["ci_high"] - ci["ratio"]).clip(lower=0)
-            ax.errorbar(x[~no_ci], ci["ratio"], yerr=np.vstack([low, high]), marker="o", capsize=5, lw=0,
+            ax.errorbar(x[has_ci], ci["ratio"], yerr=np.vstack([low, high]), marker="o", capsize=5, lw=0,
                         elinewidth=2, ms=8, color=colors[runtime], label=runtime)
-        if no_ci.any():
-            ax.plot(x[no_ci], r["ratio"][no_ci], ls="none", marker="o", ms=8, mfc="none", mew=2,
-                    color=colors[runtime], label=f"{runtime}: {NO_CI}")
+        for reason in dict.fromkeys(why[~has_ci]):
+            at = why == reason
+            ax.plot(x[at], r["ratio"][at], ls="none", marker="o", ms=8, mfc="none", mew=2,
+                    color=colors[runtime], label=f"{runtime}: no CI ({reason})")
     ax.axhline(1.0, ls="--", color="grey", lw=1.5, label=f"{baseline} (= 1)")
     rank_axis(ax, ratio_table["world_size"], unit)
     lo = min(0.95, float(ratio_table[["ratio", "ci_low"]].min().min()) - 0.01)

@@ -15,7 +15,9 @@ Runs recorded before a field existed are read with the only value it could have 
 Ratio of a runtime to the baseline (bare metal) at one rank count: the ratio of geometric means of the
 runs' steady-state tok/s, with a 95% confidence interval from Welch's t-interval on the difference of
 mean log tok/s (unequal variances, Welch-Satterthwaite degrees of freedom), exponentiated. Logs make
-the interval multiplicative, as ratios are. With fewer than two runs on either side there is no CI.
+the interval multiplicative, as ratios are. With fewer than two runs on either side there is no CI, nor
+where each side's repeats are all identical: bit-identical figures come from copied run directories or a
+figure fixed by construction, and a zero-width interval would claim a certainty no repeats can give.
 """
 
 import math
@@ -48,8 +50,11 @@ CI_LEVEL = 0.95
 CI_METHOD = (
     "Ratio = geometric mean of a runtime's steady-state tok/s over repeats / that of the baseline at the "
     "same rank count and config; 95% CI = Welch t-interval on the difference of mean log tok/s, "
-    "exponentiated (no CI with fewer than 2 repeats on either side)."
+    "exponentiated (no CI with fewer than 2 repeats on either side, nor where each side's repeats are all "
+    "identical: copied runs or a figure that cannot vary, not certainty)."
 )
+NO_CI_FEW = "under 2 runs a side"  # why a ratio has no CI (no_ci)
+NO_CI_IDENTICAL = "repeats identical"
 STARTUP_PHASES = tuple(f"phase_{m}_s" for m in breakdown.MILESTONES[1:breakdown.MILESTONES.index("first_step") + 1])
 POINT_FIGURES = {name: how for name, how in columns.AGGREGATES.items() if name != "total_batch_size"}
 
@@ -271,21 +276,29 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def ratio_ci(x, base, level: float = CI_LEVEL) -> tuple[float, float, float]:
-    """(ratio, low, high) of geometric means of x over base; low/high NaN without 2+ values each side."""
+    """(ratio, low, high) of geometric means of x over base; low/high NaN without 2+ values each side or
+    where each side's values are all identical (no_ci says which)."""
     lx, lb = np.log(np.asarray(x, float)), np.log(np.asarray(base, float))
     if len(lx) == 0 or len(lb) == 0:
         return math.nan, math.nan, math.nan
     d = lx.mean() - lb.mean()
     if len(lx) < 2 or len(lb) < 2:
         return math.exp(d), math.nan, math.nan
-    if lx.var() == 0 and lb.var() == 0:  # identical repeats: scipy gives NaN, the interval is the point
-        return math.exp(d), math.exp(d), math.exp(d)
+    if lx.var() == 0 and lb.var() == 0:  # no spread to estimate one from: no interval, never a zero-wide one
+        return math.exp(d), math.nan, math.nan
     with warnings.catch_warnings():
         # One side's repeats identical: scipy warns "Results may be unreliable" while the interval is exact (the
         # other side's variance and n-1 degrees of freedom alone); said on stderr, the warning misled readers.
         warnings.filterwarnings("ignore", message="Precision loss occurred in moment calculation")
         ci = ttest_ind(lx, lb, equal_var=False).confidence_interval(confidence_level=level)
     return math.exp(d), math.exp(ci.low), math.exp(ci.high)
+
+
+def no_ci(runs, baseline_runs, ci_low) -> str | None:
+    """Why a ratio of runtime_ratios has no CI (NO_CI_FEW or NO_CI_IDENTICAL), None where it has one."""
+    if not _missing(ci_low):
+        return None
+    return NO_CI_FEW if min(runs, baseline_runs) < 2 else NO_CI_IDENTICAL
 
 
 def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME, metric: str = "tok_per_sec") -> pd.DataFrame:

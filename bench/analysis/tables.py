@@ -14,6 +14,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from bench import breakdown
+from bench.analysis import scaling
 from bench.analysis.columns import COLLECTIVES, SPLIT, cell, header
 
 MAX_TABLE_ROWS = 100  # per table of runs; the table file has them all
@@ -73,10 +74,18 @@ def summary_table(points: pd.DataFrame, unit: str, scaling: str) -> Table:
     return frame_table(points, cols)
 
 
+def ci_cell(r: dict) -> str:
+    """A ratio's CI: '[low, high]', '–' under 2 runs a side, and said in words where the repeats are identical
+    (no interval: a zero-width one would read as certainty)."""
+    why = scaling.no_ci(r["runs"], r["baseline_runs"], r["ci_low"])
+    if why is None:
+        return f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+    return NOT_MEASURED if why == scaling.NO_CI_FEW else f"{why}: no interval"
+
+
 def ratio_table(ratios: pd.DataFrame, unit: str) -> Table:
     rows = [[r["runtime"], fmt(r["world_size"], "int"), fmt(r["runs"], "int"), fmt(r["baseline_runs"], "int"),
-             fmt(r["ratio"], "3"),
-             NOT_MEASURED if math.isnan(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"]
+             fmt(r["ratio"], "3"), ci_cell(r)]
             for r in ratios.to_dict("records")]
     return Table(["runtime", unit, "runs", "baseline runs", "ratio", "95% CI"], rows, text_cols=(0,))
 

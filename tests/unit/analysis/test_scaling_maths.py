@@ -99,8 +99,28 @@ def test_ratio_ci_agrees_with_welch_reference():
 def test_ratio_without_repeats_has_no_ci():
     ratio, low, high = scaling.ratio_ci([0.9], [1.0, 1.1])
     assert ratio == pytest.approx(0.9 / math.sqrt(1.1)) and math.isnan(low) and math.isnan(high)
-    ratio, low, high = scaling.ratio_ci([2.0, 2.0], [1.0, 1.0])  # no spread: a zero-width interval
-    assert (ratio, low, high) == (pytest.approx(2.0),) * 3
+    assert scaling.no_ci(1, 2, low) == scaling.NO_CI_FEW
+
+
+def test_identical_repeats_on_both_sides_have_no_ci_and_say_why():
+    """Regression: two bit-identical repeats a side (copied run directories, a figure that cannot vary) gave a
+    zero-width interval, [2.000, 2.000] in the table and a bar of no height, read as certainty; now no interval,
+    and the table and figure say the repeats are identical instead of drawing one."""
+    import matplotlib.pyplot as plt
+
+    from bench.analysis import plots, tables
+
+    ratio, low, high = scaling.ratio_ci([2.0, 2.0], [1.0, 1.0])
+    assert ratio == pytest.approx(2.0) and math.isnan(low) and math.isnan(high)
+    rows = [row("bare", 8, 100.0) for _ in range(2)] + [row("ce", 8, 95.0) for _ in range(3)]
+    rows = [{**r, "source": f"{r['source']}-{i}"} for i, r in enumerate(rows)]  # separate runs of equal figures
+    ratios = scaling.runtime_ratios(to_frame(rows))
+    assert scaling.no_ci(*ratios.iloc[0][["runs", "baseline_runs", "ci_low"]]) == scaling.NO_CI_IDENTICAL
+    assert tables.ratio_table(ratios, "GPUs").rows == [["ce", "8", "3", "2", "0.950", "repeats identical: no interval"]]
+    fig = plots.ratios(ratios, {"ce": "C1"}, "bare", "c", "GPUs")
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    plt.close(fig)
+    assert "ce: no CI (repeats identical)" in labels and "ce" not in labels
 
 
 def test_ratio_ci_of_one_sides_identical_repeats_is_exact_and_warns_of_nothing():

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from bench.analysis.scaling import count, no_ci  # noqa: E402
+from bench.analysis.scaling import CI_STAT, RATIO_STAT, count, no_ci  # noqa: E402
 
 STYLE = {"figure.figsize": (10, 5.6), "font.size": 13, "axes.titlesize": 15, "axes.labelsize": 13,
          "legend.fontsize": 11, "axes.grid": True, "grid.alpha": 0.3,
@@ -320,4 +320,5 @@ def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dic
     return [*first,
             ("efficiency", "Parallel efficiency", efficiency(points, colors, config, unit, scaling)),
             ("mfu", "MFU", mfu(points, colors, config, unit)),
-            ("ratio", f"Ratio to {baseline} ({CI_BARS})", ratios(ratio_table, colors, baseline, config, unit))]
+            ("ratio", f"Ratio to {baseline} of {RATIO_STAT}, not of the tables' medians ({CI_BARS}, {CI_STAT})",
+             ratios(ratio_table, colors, baseline, config, unit))]

@@ -93,11 +93,13 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in SPLIT]),
                 "busbw": has(p, [f"busbw_{c}_gbps" for c in COLLECTIVES]),
                 "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
-    sections = [{"title": None, "table": tables.summary_table(p, unit, mode),
+    sections = [{"title": None, "note": tables.summary_note(p, unit, mode),
+                 "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     unpaired = no_baseline_note(p, baseline, unit)
     if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
-        sections.append({"title": f"Steady-state throughput relative to {baseline}", "note": unpaired,
+        sections.append({"title": f"Steady-state throughput relative to {baseline}",
+                         "note": tables.ratio_note(unpaired) if not r.empty else unpaired,
                          "table": tables.ratio_table(r, unit), "figures": pick("ratio")})
     if measured["startup"]:
         sections.append({"title": "Start-up phases (seconds, median over repeats)",
@@ -105,12 +107,12 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
                                  + skew_note(runs),
                          "table": tables.phase_table(p, unit), "figures": pick("startup")})
     if measured["step"]:
-        sections.append({"title": "Steady step split (ms per step, share of the step)",
+        sections.append({"title": "Steady step split (ms per step, median over repeats; share of the step)",
                          "table": tables.split_table(p, unit), "figures": pick("step")})
     if measured["busbw"]:
         one_rank = "busbw is 0 on one rank by nccl-tests' definition (nothing crosses a link). " \
             if (p["world_size"] == 1).any() else ""
-        sections.append({"title": "Pre-flight bus bandwidth beside throughput",
+        sections.append({"title": "Pre-flight bus bandwidth beside throughput (medians over repeats)",
                          "note": one_rank + "busbw at the largest buffer of the pre-flight, as nccl-tests defines it "
                                             "(algbw x 2(n-1)/n for all-reduce, x (n-1)/n for the others).",
                          "table": tables.busbw_table(p, unit), "figures": pick("busbw")})

@@ -53,6 +53,8 @@ CI_METHOD = (
     "exponentiated (no CI with fewer than 2 repeats on either side, nor where each side's repeats are all "
     "identical: copied runs or a figure that cannot vary, not certainty)."
 )
+# What a ratio and its CI are, said beside each ratio table and figure: the point tables show medians instead
+RATIO_STAT, CI_STAT = "geometric means over repeats", "Welch t on log tok/s"
 NO_CI_FEW = "under 2 runs a side"  # why a ratio has no CI (no_ci)
 NO_CI_IDENTICAL = "repeats identical"
 STARTUP_PHASES = tuple(f"phase_{m}_s" for m in breakdown.MILESTONES[1:breakdown.MILESTONES.index("first_step") + 1])

@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from bench import breakdown
 from bench.analysis import scaling
-from bench.analysis.columns import COLLECTIVES, SPLIT, cell, header
+from bench.analysis.columns import BY_NAME, COLLECTIVES, SPLIT, cell, header
 
 MAX_TABLE_ROWS = 100  # per table of runs; the table file has them all
 NOT_MEASURED = "–"
@@ -59,19 +59,37 @@ def _workload(points: pd.DataFrame):
     return next(iter(points["workload"].dropna()), None) if "workload" in points else None
 
 
-def summary_table(points: pd.DataFrame, unit: str, scaling: str) -> Table:
+def _summary_cols(points: pd.DataFrame, unit: str, mode: str) -> list[tuple[str, str, str]]:
     per, workload = unit[:-1], _workload(points)
     cols = [*_point_cols(unit), ("runs", "runs", "int"), cell("tok_per_sec", per, workload),
             cell("tok_per_sec_per_gpu", per, workload)]
-    if scaling == "weak":  # the total grows with the ranks; the speedup of a weak curve is no goal
+    if mode == "weak":  # the total grows with the ranks; the speedup of a weak curve is no goal
         cols += [cell("total_batch_size")]
     else:
         cols += [("speedup", "speedup", "2")]
-    cols += [("efficiency", "efficiency", "pct"),
-             *(cell(c, per, workload) for c in ("mfu", "step_time_ms", "step_time_cv", "step_time_p90_ms",
-                                                "startup_overhead_s", "time_to_first_step_s", "peak_mem_mib",
-                                                "min_val_bpb"))]
-    return frame_table(points, cols)
+    return cols + [("efficiency", "efficiency", "pct"),
+                   *(cell(c, per, workload) for c in ("mfu", "step_time_ms", "step_time_cv", "step_time_p90_ms",
+                                                      "startup_overhead_s", "time_to_first_step_s", "peak_mem_mib",
+                                                      "min_val_bpb"))]
+
+
+def summary_table(points: pd.DataFrame, unit: str, mode: str) -> Table:
+    return frame_table(points, _summary_cols(points, unit, mode))
+
+
+def summary_note(points: pd.DataFrame, unit: str, mode: str) -> str:
+    """What the summary table's cells are of a point's repeats: the median, or the column's own aggregate."""
+    others = [f"{h}: the {BY_NAME[c].agg}" for h, c, _ in _summary_cols(points, unit, mode)
+              if c in BY_NAME and BY_NAME[c].agg not in (None, "median")]
+    but = f" ({', '.join(others)})" if others else ""
+    return f"Each measure is the median over the point's repeats{but}; speedup and efficiency are of the median tok/s."
+
+
+def ratio_note(unpaired: str | None) -> str:
+    """What the ratio table shows, after a note of rank counts without the baseline (report.no_baseline_note)."""
+    said = (f"Ratios of {scaling.RATIO_STAT}, 95% CI by {scaling.CI_STAT}: not the medians of the table above, "
+            "so a quotient of two of its tok/s cells can differ.")
+    return f"{unpaired} {said}" if unpaired else said
 
 
 def ci_cell(r: dict) -> str:
@@ -87,7 +105,8 @@ def ratio_table(ratios: pd.DataFrame, unit: str) -> Table:
     rows = [[r["runtime"], fmt(r["world_size"], "int"), fmt(r["runs"], "int"), fmt(r["baseline_runs"], "int"),
              fmt(r["ratio"], "3"), ci_cell(r)]
             for r in ratios.to_dict("records")]
-    return Table(["runtime", unit, "runs", "baseline runs", "ratio", "95% CI"], rows, text_cols=(0,))
+    return Table(["runtime", unit, "runs", "baseline runs", "ratio of geometric means", "95% CI (Welch t on logs)"],
+                 rows, text_cols=(0,))
 
 
 def runs_table(df: pd.DataFrame, reason_col: str) -> Table:

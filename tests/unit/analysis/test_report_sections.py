@@ -383,3 +383,22 @@ def test_a_multi_node_run_whose_network_went_unverified_says_so(tmp_path):
     network = {r["GPUs"]: r for r in md_rows(md, "### Network path of each run")}
     assert network["16"]["inter-node over sockets"] == f"not verified: {why}"
     assert network["8"]["inter-node over sockets"] == "one node"
+
+
+def test_the_ratio_table_and_figure_say_they_are_of_geometric_means_and_the_point_table_of_medians(report):
+    """Regression: a ratio is of geometric means over repeats while the table above it shows each point's median,
+    and neither said so: two tok/s cells divided gave another number than the ratio column, with nothing saying
+    why. Now the summary table says its figures are medians (and which are not), the ratio table and its figure's
+    caption that they are of geometric means with a Welch t CI on logs."""
+    _, _, md, _ = report
+    strong = section(md, STRONG_LABEL)
+    assert ("Each measure is the median over the point's repeats (peak mem MiB: the max, min val bpb: the min); "
+            "speedup and efficiency are of the median tok/s.") in strong
+    ratio_note = strong[strong.index("### Steady-state throughput relative to bare"):].splitlines()[2]
+    assert ratio_note == ("Ratios of geometric means over repeats, 95% CI by Welch t on log tok/s: not the medians "
+                          "of the table above, so a quotient of two of its tok/s cells can differ.")
+    rows = md_rows(strong, "### Steady-state throughput relative to bare")
+    assert {"ratio of geometric means", "95% CI (Welch t on logs)"} <= set(rows[0])
+    assert ("![Ratio to bare of geometric means over repeats, not of the tables' medians (bars: 95% CI over repeats, "
+            "Welch t on log tok/s)]") in strong
+    assert "### Pre-flight bus bandwidth beside throughput (medians over repeats)" in strong

@@ -40,8 +40,8 @@ from bench import contract, paths, workloads
 from bench.errors import ConfigError, DataError, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
-from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_partition, make_job, over_partition,
-                              run_job_minutes, site_partition, tokenizer_minutes, write_job)
+from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition, make_job,
+                              over_partition, run_job_minutes, site_partition, tokenizer_minutes, write_job)
 from bench.pairs import parse_pairs
 
 FLOW_JSON = "flow.json"
@@ -335,6 +335,7 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
         reasons = sorted({sp.reason for _, sps in fs.points() for sp in sps if not sp.possible})
         raise ConfigError(f"no point of this flow is possible: {'; '.join(reasons)} "
                           f"(nanochat-bench plan --flow shows them)")
+    check_allow_network(opts, [run for fj in jobs for run in fj.job.runs])
     return jobs
 
 

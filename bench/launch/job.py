@@ -271,6 +271,25 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
                point.time_minutes)
 
 
+def check_allow_network(opts: LaunchOptions, runs: list[Run]) -> None:
+    """--allow-network where the network gate judges none of `runs` is refused, as --cpus-per-gpu on CPU ranks is: it
+    would let nothing through, and nothing would say so. The gate judges a GPU run across nodes whose job expects a
+    network (bench/netgate.py check), so the runs as built, the site's set-up and --env applied, decide."""
+    if not opts.allow_network or any(r.spec.gpus and r.nodes > 1 and r.spec.env.get(netgate.ENV_EXPECT) for r in runs):
+        return
+    if not any(r.spec.gpus for r in runs):
+        why = "CPU ranks talk over gloo, and the gate judges only the network NCCL chooses between GPU nodes"
+    elif all(r.nodes == 1 for r in runs):
+        why = "every run is on one node, where NCCL uses no network between nodes and the gate judges nothing"
+    elif opts.site is None:
+        why = "without --site no network is expected between nodes, so no run is stopped for its network"
+    elif not opts.site.nccl_net:
+        why = f"site {opts.site.name} gives no nccl_net ({opts.site.source}), so no run is stopped for its network"
+    else:
+        why = f"--env {netgate.ENV_EXPECT}= unsets the network site {opts.site.name} expects, so the gate is off"
+    raise ConfigError(f"--allow-network {opts.allow_network}: it has no effect here: {why}; leave it out")
+
+
 def unset_empty(spec: LaunchSpec, given: set[str]) -> LaunchSpec:
     """`--env NAME=` (a `given` name) unsets NAME, under every runtime alike: CE reads an empty EDF value as unset
     and cannot set one empty, so no runtime sets it empty; each starts the command under `env -u NAME`."""
@@ -367,6 +386,7 @@ def assemble(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, *, compare: boo
     if not runs:
         reasons = sorted({p.reason for p in sweep.points()})
         raise ConfigError(f"no point of this sweep is possible: {'; '.join(reasons)} (nanochat-bench plan shows them)")
+    check_allow_network(opts, runs)
 
     def job(group: list[Run], job_dir: Path, name: str, title: str) -> Job:
         fields = {"sweep_id": sweep_id, "run_id": group[0].run_id, "runs": ", ".join(r.run_id for r in group),

@@ -642,6 +642,38 @@ def test_an_empty_or_multi_line_allow_network_is_refused_and_a_name_in_any_case_
     assert "NANOCHAT_BENCH_ALLOW_NET=socket\n" in (tmp_path / "ok" / "n2-bare-r1" / "job.sbatch").read_text()
 
 
+@pytest.mark.parametrize("argv,why", [
+    (["submit", "--dry-run", "--site=alps", "--nodes=2", *TINY], "CPU ranks talk over gloo"),
+    (["submit", "--dry-run", "--flow=speedrun", "--site=alps", "--nodes=1", "--runtimes=bare", *TINY],
+     "CPU ranks talk over gloo"),
+    (["render", "sbatch", "--site=alps", "--nodes=1"], "every run is on one node"),
+    (["render", "sbatch", "--nodes=2"], "without --site no network is expected between nodes"),
+    (["render", "sbatch", "--site=test-cluster", "--nodes=2"], "site test-cluster gives no nccl_net"),
+    (["render", "sbatch", "--site=alps", "--nodes=2", "--env=NANOCHAT_BENCH_EXPECT_NET="],
+     "--env NANOCHAT_BENCH_EXPECT_NET= unsets the network site alps expects"),
+])
+def test_allow_network_where_the_gate_judges_no_run_is_refused(argv, why, capsys, tmp_path, monkeypatch):
+    """--allow-network on a sweep the network gate never judges (CPU ranks, one node, no network expected) was taken
+    and did nothing, so a user who meant to measure another network learnt nothing of it; now it is refused naming
+    the flag and why, before anything is written."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    code, _, err = run_cli([*argv, "--row-groups=100", "--shards=100", "--no-data-check",
+                            f"--base-dir={tmp_path / 'base'}", "--allow-network=Socket",
+                            "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "--allow-network Socket: it has no effect here" in err and why in err, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_allow_network_passes_where_env_alone_sets_the_gate(capsys, tmp_path, monkeypatch):
+    """Without a site, --env NANOCHAT_BENCH_EXPECT_NET=IB turns the gate on, and --allow-network goes with it."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    code, _, err = run_cli(["render", "sbatch", "--nodes=2", "--row-groups=100", "--shards=100", "--no-data-check",
+                            "--env=NANOCHAT_BENCH_EXPECT_NET=IB", "--allow-network=Socket",
+                            "--out", str(tmp_path / "ok")], capsys)
+    assert code == 0, err
+    assert "NANOCHAT_BENCH_ALLOW_NET=Socket\n" in (tmp_path / "ok" / "n2-bare-r1" / "job.sbatch").read_text()
+
+
 def test_a_cpu_share_no_node_can_hold_is_refused_without_a_site_profile(capsys, tmp_path):
     """--no-exclusive --cpus-per-gpu 100000 with no site profile rendered --cpus-per-task=400000, which sbatch
     refuses only after the sweep was written; now a share over MAX_NODE_CPUS a node is refused, naming the most."""

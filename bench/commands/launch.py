@@ -337,6 +337,8 @@ def cmd_submit(args) -> int:
     if unknown:  # sbatch would refuse every job after the sweep was written, which --resubmit-failed cannot fix
         raise ConfigError(f"--partition {args.partition!r}: Slurm has no partition {', '.join(unknown)}; "
                           f"it has: {', '.join(known)}")
+    if backend and args.constraint:
+        check_constraint(backend, args.partition, args.constraint)
     if backend and opts.cpus_per_gpu:
         check_node_cpus(backend, args.partition, args.constraint, opts.cpus_per_gpu, args.gpus_per_node)
     if args.flow:  # its flags first, then its data: refused before the plan is printed
@@ -350,6 +352,20 @@ def cmd_submit(args) -> int:
     if not args.dry_run:
         print(f"follow it with: nanochat-bench status {sweep_dir}")
     return 0
+
+
+def check_constraint(backend, partition: str | None, constraint: str) -> None:
+    """A --constraint that no node of the partition (sinfo) satisfies is refused before the sweep is written: sbatch
+    would refuse every job ("Requested node configuration is not available"), and --resubmit-failed sends the same
+    scripts again. Only a form features_match reads is checked; Slurm reads any other by rules of its own."""
+    match = slurm.features_match(constraint)
+    nodes = backend.nodes(partition) if match else None
+    if not nodes or any(match(features) for _, features in nodes):
+        return
+    have = sorted(set().union(*(features for _, features in nodes)))
+    where = f"partition {partition}" if partition else "the cluster"
+    raise ConfigError(f"--constraint {constraint}: no node of {where} has the features it asks for, so sbatch would "
+                      f"refuse every job; its nodes have: {', '.join(have) or 'no features'} (sinfo)")
 
 
 def check_node_cpus(backend, partition: str | None, constraint: str | None, share: int, gpus_per_node: int) -> None:

@@ -126,21 +126,26 @@ class SlurmCLI:
         names = sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})
         return names if r.returncode == 0 and names else None
 
-    def node_cpus(self, partition: str | None, constraint: str | None = None) -> int | None:
-        """The most CPUs any node of these partitions (sbatch's comma list; None: every node) has, by sinfo, or None
-        when sinfo cannot say. With a `constraint` (sbatch's --constraint) that features_match can read, only the
-        nodes whose features (sinfo's %f) it selects count; any other is not considered."""
-        match = features_match(constraint) if constraint else None
+    def nodes(self, partition: str | None) -> list[tuple[str, set[str]]] | None:
+        """Each node of these partitions (sbatch's comma list; None: every node) by sinfo: its CPU count as sinfo
+        prints it and its features (%f, those a --constraint asks for; sinfo's "(null)" for none), or None when
+        sinfo cannot say."""
         try:
             r = _run(["sinfo", "-h", "-N", "-o", "%c %f", *([f"--partition={partition}"] if partition else [])])
         except SubmitError:
             return None
-        counts = []
-        for line in r.stdout.splitlines():
-            cpus, _, features = line.strip().partition(" ")
-            if cpus.isdigit() and (match is None or match(set(features.split(",")))):
-                counts.append(int(cpus))
-        return max(counts) if r.returncode == 0 and counts else None
+        rows = [(cpus, set(features.split(",")) - {"(null)", ""})
+                for cpus, _, features in (line.strip().partition(" ") for line in r.stdout.splitlines()) if cpus]
+        return rows if r.returncode == 0 and rows else None
+
+    def node_cpus(self, partition: str | None, constraint: str | None = None) -> int | None:
+        """The most CPUs any node of these partitions (None: every node) has, by sinfo, or None when sinfo cannot
+        say. With a `constraint` (sbatch's --constraint) that features_match can read, only the nodes whose
+        features it selects count; any other is not considered."""
+        match = features_match(constraint) if constraint else None
+        counts = [int(cpus) for cpus, features in self.nodes(partition) or ()
+                  if cpus.isdigit() and (match is None or match(features))]
+        return max(counts, default=None)
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
         """States of the given jobs with one squeue and, if needed, one scontrol call."""

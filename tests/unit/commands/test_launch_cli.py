@@ -716,6 +716,37 @@ def test_submit_refuses_a_cpu_share_over_what_the_partitions_nodes_have_before_w
     assert Cluster.asked == ["debug", "debug"] and len(Cluster.submitted) == 1
 
 
+def test_submit_refuses_a_constraint_no_node_of_the_partition_has_before_writing(capsys, tmp_path, monkeypatch):
+    """--constraint h100 on a partition of a100 and gh200 nodes was written into every job, and sbatch refused each
+    ("Requested node configuration is not available") after the sweep directory existed. Now, where sinfo lists the
+    nodes' features, it is refused first, naming the partition and the features its nodes have; a constraint some
+    node satisfies, or one in a form not read here, is submitted as before."""
+    from bench.launch import slurm
+
+    sinfo = "288 x86,a100\n72 gh200\n72 (null)\n"
+    submitted = []
+
+    def fake(argv, cwd=None):
+        if argv[0] == "sbatch":
+            submitted.append(argv)
+            return subprocess.CompletedProcess(argv, 0, stdout="42\n")
+        return subprocess.CompletedProcess(argv, 0, stdout="normal\n" if "%R" in argv else sinfo)
+
+    monkeypatch.setattr(slurm, "_run", fake)
+    argv = ["submit", "--nodes=1", "--runtimes=bare", "--partition=normal", "--row-groups=100", "--shards=100",
+            "--no-data-check", f"--base-dir={tmp_path}"]
+    for i, constraint in enumerate(("h100", "gh200&a100", "h100|v100")):
+        code, out, err = run_cli([*argv, f"--constraint={constraint}", "--out", str(tmp_path / str(i))], capsys)
+        assert code == 1 and out == "" and err == (f"error: --constraint {constraint}: no node of partition normal has "
+                                                   f"the features it asks for, so sbatch would refuse every job; its "
+                                                   f"nodes have: a100, gh200, x86 (sinfo)\n"), err
+        assert not (tmp_path / str(i)).exists() and submitted == []
+    for i, constraint in enumerate(("gh200", "gh200|h100", "[h100*2]")):
+        code, _, err = run_cli([*argv, f"--constraint={constraint}", "--out", str(tmp_path / f"ok{i}")], capsys)
+        assert code == 0, err
+    assert len(submitted) == 3
+
+
 def test_submit_bounds_a_cpu_share_by_the_nodes_the_constraint_selects(capsys, tmp_path, monkeypatch):
     """submit checked --cpus-per-gpu against the partition's largest node whatever --constraint chose, so a share
     only other nodes could hold was submitted and refused by sbatch. Now the bound is of the nodes the constraint

@@ -80,3 +80,13 @@ def test_node_cpus_counts_only_the_nodes_the_constraint_selects(monkeypatch):
     assert cli.node_cpus("gpu", "h100") is None  # no node has it: nothing to bound the share by
     assert cli.node_cpus("gpu", "gh200&big|x86") == 288  # a form not read here: every node, as before
     assert slurm.features_match("gh200&a100|x86") is None and slurm.features_match("!gh200") is None
+
+
+def test_nodes_gives_each_nodes_cpus_and_features(monkeypatch):
+    """sinfo -N's `%c %f` a node a line; sinfo's "(null)" (a node without features) is no feature a constraint could
+    ask for. A failed sinfo says nothing."""
+    sinfo = "288 x86,a100\n72 (null)\n"
+    monkeypatch.setattr(slurm, "_run", lambda argv, cwd=None: subprocess.CompletedProcess(argv, 0, stdout=sinfo))
+    assert slurm.SlurmCLI().nodes("gpu") == [("288", {"x86", "a100"}), ("72", set())]
+    monkeypatch.setattr(slurm, "_run", lambda argv, cwd=None: subprocess.CompletedProcess(argv, 1, stdout=sinfo))
+    assert slurm.SlurmCLI().nodes("gpu") is None

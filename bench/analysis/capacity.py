@@ -225,7 +225,8 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
              "batch 1 (a search stopped or `not finished` gives a lower bound; one stopped by `GiB held by others` ran "
              "out of memory while other processes held that much of the GPU, so it found the capacity of what they "
-             "left, not the node's); `x fsdp` is its parameter count over fsdp's, when both searches finished. "
+             "left, not the node's); `x fsdp` is its parameter count over fsdp's, when both searches finished with "
+             "no memory held by others. "
              "Peak memory is torch's max_memory_allocated over the steps; host memory is how far the host's "
              "available memory fell during the probe.", "",
              _md_table(searches, SEARCH_COLS) if not searches.empty else "No capacity search in these sweeps.", ""]

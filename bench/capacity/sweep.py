@@ -353,15 +353,16 @@ def _shape_dict(shape: Shape | None) -> dict | None:
 
 def ratios_to_fsdp(searches: list[dict]) -> list[float | None]:
     """Each search's capacity over fsdp's, from the searches' rows (the report recomputes it: a summary of an
-    older release stored one against an unfinished fsdp search). A ratio only between finished searches (an
-    unfinished one's capacity is a lower bound, not its capacity) of one shape family: zero2's widths of
-    32 x depth are not compared with fsdp's of 64 x depth."""
-    refs = {s["aspect_ratio"]: s["capacity"] for s in searches
-            if s["strategy"] == REFERENCE and s.get("capacity") and s.get("complete")}
+    older release stored one against an unfinished fsdp search). A ratio only between the node's capacities of
+    one shape family: not of an unfinished search (a lower bound), nor of one whose first failure came while
+    other processes held the GPU's memory (a capacity of what they left, set beside one that saw other free memory),
+    and zero2's widths of 32 x depth are not compared with fsdp's of 64 x depth."""
+    node = lambda s: s.get("capacity") and s.get("complete") and not s.get("held_by_others_bytes")  # noqa: E731
+    refs = {s["aspect_ratio"]: s["capacity"] for s in searches if s["strategy"] == REFERENCE and node(s)}
     out = []
     for s in searches:
-        cap, ref = s.get("capacity"), refs.get(s["aspect_ratio"])
-        out.append(cap["num_params"] / ref["num_params"] if cap and ref and s.get("complete") else None)
+        ref = refs.get(s["aspect_ratio"])
+        out.append(s["capacity"]["num_params"] / ref["num_params"] if ref and node(s) else None)
     return out
 
 
@@ -386,8 +387,7 @@ def _probes_of(results: list[ProbeResult], strategy: str, shape: dict | None) ->
 def summarize(config: dict, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
     """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe."""
     probes = [dict(r.record(), run_dir=r.run_dir, reused=r.reused) for r in results if r.outcome != "budget"]
-    for s, ratio in zip(searches, ratios_to_fsdp(searches)):
-        s["ratio_to_fsdp"] = ratio
+    for s in searches:
         at_cap = [r for r in _probes_of(results, s["strategy"], s.get("capacity")) if r.fits]
         best = max(at_cap, key=lambda r: r.tok_per_sec, default=None)
         s["tok_per_sec_at_capacity"] = best.tok_per_sec if best else None
@@ -396,6 +396,8 @@ def summarize(config: dict, machine_info: dict, results: list[ProbeResult], sear
         at_fail = [r for r in _probes_of(results, s["strategy"], s.get("first_failure"))
                    if r.outcome == "oom" and r.spec.device_batch_size == 1]
         s["held_by_others_bytes"] = max(filter(None, map(held_by_others, at_fail)), default=None)
+    for s, ratio in zip(searches, ratios_to_fsdp(searches)):  # after held_by_others_bytes, which it reads
+        s["ratio_to_fsdp"] = ratio
     skipped = sum(r.outcome == "budget" for r in results)
     return {"machine": machine_info, "config": config, "searches": searches, "probes": probes,
             "not_run_for_budget": skipped, "written_at": time.time()}
@@ -433,7 +435,8 @@ def format_table(summary: dict) -> list[str]:
                      f"{ratio:>8}{tps:>10}  {end}")  # last, left-aligned: a long one never runs into tok/s
     if any(s.get("held_by_others_bytes") for s in summary["searches"]):
         lines.append("(a first failure while other processes held the GPU's memory bounds that capacity by what they "
-                     "left, not by the node: run where the GPUs are the sweep's alone, e.g. an exclusive job)")
+                     f"left, not by the node, and no 'x {REFERENCE}' is taken to or from it: run where the GPUs are "
+                     "the sweep's alone, e.g. an exclusive job)")
     if summary.get("interrupted"):
         lines.append(f"(interrupted by {summary['interrupted']} after {len(summary['probes'])} finished probe(s); "
                      "run again to resume)")

@@ -125,10 +125,15 @@ def test_a_damaged_summary_is_one_line_naming_it_and_how_to_rebuild_it(tmp_path,
 
 def test_a_capacity_bounded_by_memory_others_held_is_reported_as_such(tmp_path):
     """A search on a shared GPU whose first failure started while other processes held 35 GiB of it: the report
-    gave its capacity as the node's, with nothing in its row to say otherwise."""
+    gave its capacity as the node's, with nothing in its row to say otherwise; and zero2's, searched on the whole
+    GPU, came out '1.00 x fsdp' against it."""
+    from bench.analysis.capacity import load
+
     s = summary()
     s["searches"][0].update(complete=True, held_by_others_bytes=35 * GIB)
+    s["searches"].append(dict(s["searches"][0], strategy="zero2", held_by_others_bytes=None))
     (tmp_path / "sweep").mkdir()
     (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
     md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
     assert re.search(r"\| *fsdp *\| *1 *\| *d60 *\|.*\| *35\.0 GiB held by others *\|", md)
+    assert load([tmp_path / "sweep"])[1]["ratio_to_fsdp"].isna().all() and "1.00" not in md

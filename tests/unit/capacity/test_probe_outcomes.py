@@ -318,6 +318,38 @@ def test_a_capacity_bounded_by_memory_other_processes_held_says_so(tmp_path, mon
     assert any("bounds that capacity by what they left" in line for line in lines) == bool(held)
 
 
+@pytest.mark.parametrize("free_gib, ratios", [({"fsdp": 94.8, "zero2": 94.8}, [1.0, 1.0]),
+                                               ({"fsdp": 94.8, "zero2": 60}, [1.0, None]),
+                                               ({"fsdp": 60, "zero2": 94.8}, [None, None])])
+def test_no_ratio_to_fsdp_where_other_processes_held_either_sides_memory(tmp_path, monkeypatch, free_gib, ratios):
+    """A shared GPU: zero2's search ran while another job held 35 of its 95 GiB, fsdp's on the whole GPU, and the
+    summary gave zero2 at '1.00 x fsdp' as if the two had seen the same memory; now no ratio is taken to or from a
+    capacity bounded by memory others held, and the note under the table says so."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    gh200 = {"device_type": "cuda", "gpu_name": "NVIDIA GH200", "device_bytes": 95 << 30, "host_bytes": 1 << 40,
+             "host_available_bytes": 1 << 40}
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp", "zero2"], max_depth=6, device_type="cuda",
+                      batch_search=False)
+    monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(
+        spec, "ok" if spec.depth <= 2 else "oom", tok_per_sec=1.0 if spec.depth <= 2 else None))
+    lines: list[str] = []
+    sweep = Sweep.__new__(Sweep)  # the sweep's own searches and summary, without probing the machine
+    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, t0=0, out_of_time=False,
+                          interrupted=None, machine=gh200, data={}, host_floor=0)
+    for strategy in cfg.strategies:
+        monkeypatch.setattr(sweepmod, "gpu_free", lambda nproc, s=strategy: int(free_gib[s] * 2 ** 30))
+        sweep._search(strategy, 64)
+    searches = sweep.write_summary()["searches"]
+    assert [s["first_failure"]["name"] for s in searches] == ["d4", "d4"]
+    assert [s["ratio_to_fsdp"] for s in searches] == ratios
+    rows = [line for line in lines if line.startswith(("fsdp ", "zero2 "))]
+    assert [row.split()[3] for row in rows] == [f"{r:.2f}" if r else "-" for r in ratios]
+    assert any("no 'x fsdp' is taken to or from it" in line for line in lines) == (None in ratios)
+
+
 def test_the_free_memory_read_is_of_the_gpus_the_ranks_see(monkeypatch):
     """On a node shared by jobs the GPUs of this one are those CUDA_VISIBLE_DEVICES names, not nvidia-smi's 0, 1."""
     from bench.capacity.sweep import _gpu_ids

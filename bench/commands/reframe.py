@@ -28,7 +28,10 @@ def config_path(name: str) -> Path:
 
 def reframe_command(config: str, reframe_args: list[str]) -> list[str]:
     args = reframe_args[1:] if reframe_args[:1] == ["--"] else reframe_args
-    return ["reframe", "-C", str(config_path(config)), "-c", str(CHECKS), *args]
+    # ReFrame empties a case's output directory when the case sets up, so a rerun with the same -o would replace
+    # the run directories the last run kept: each run gets its own time-stamped output and stage directories
+    stamp = [] if any(a.split("=")[0] == "--timestamp" for a in args) else ["--timestamp"]
+    return ["reframe", "-C", str(config_path(config)), "-c", str(CHECKS), *stamp, *args]
 
 
 def cmd_reframe(args) -> int:

@@ -15,9 +15,15 @@ def test_print_command_names_the_shipped_files(capsys):
     assert cli.main(["reframe", "--config", "alps-example", "--print-command", "--", "--system", "alps-example",
                      "-r"]) == 0
     argv = shlex.split(capsys.readouterr().out)
-    assert argv == ["reframe", "-C", str(CONFIG_DIR / "alps_example.py"), "-c", str(CHECKS), "--system",
-                    "alps-example", "-r"]
+    assert argv == ["reframe", "-C", str(CONFIG_DIR / "alps_example.py"), "-c", str(CHECKS), "--timestamp",
+                    "--system", "alps-example", "-r"]
     assert CHECKS.is_file() and (CONFIG_DIR / "alps_example.py").is_file()
+
+
+def test_a_timestamp_the_user_gives_is_kept_and_not_doubled(capsys):
+    assert cli.main(["reframe", "--config", "test-cluster", "--print-command", "--", "--timestamp=%F", "-r"]) == 0
+    argv = shlex.split(capsys.readouterr().out)
+    assert argv[-2:] == ["--timestamp=%F", "-r"] and argv.count("--timestamp") == 0
 
 
 def test_reframe_lists_the_checks_of_the_test_cluster(capfd, monkeypatch):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.reframe_checks import CHECKS
+from bench.commands.reframe import reframe_command
 from tests.support.stubs import write_stubs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -43,8 +43,8 @@ def reframe(cwd: Path, config: Path, *args: str) -> tuple[subprocess.CompletedPr
            "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost", "SLURMD_NODENAME": "localhost",
            "SLURM_CPUS_ON_NODE": "2"}
     env.pop("NANOCHAT_BENCH_REFERENCES", None)
-    r = subprocess.run([found, "-C", str(config), "-c", str(CHECKS), *args, "--report-file=report.json", "-r"],
-                       cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    _, *command = reframe_command(str(config), [*args, "--report-file=report.json", "-r"])  # as the CLI runs it
+    r = subprocess.run([found, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     [case] = [c for run in json.loads((cwd / "report.json").read_text())["runs"] for c in run["testcases"]]
     return r, case
 
@@ -99,3 +99,16 @@ def test_a_bad_value_of_a_checks_variable_is_refused_naming_the_variable(tiny_ba
                                    "(e.g. -S train_args=eval_every=100)")
     r, case = reframe(tmp_path, config, "-n", "%scaling=strong", "-S", "depth=0")
     assert case["fail_reason"] == "config error: depth=0: must be at least 1 (-S depth=N, or -P depth=N,M for several)"
+
+
+def test_a_rerun_into_the_same_output_directory_keeps_the_run_directories_the_first_kept(tiny_base_dir, tmp_path):
+    """ReFrame empties a case's output directory at its setup: a second run with the same -o replaced the run
+    directory the first kept. Each run now has its own time-stamped output directory."""
+    config = local_config(tmp_path / "site.py", tiny_base_dir)
+    kept = []
+    for _ in range(2):
+        r, case = reframe(tmp_path, config, *TINY, "-o", str(tmp_path / "out"))
+        assert case["result"] == "pass", r.stdout[-4000:]
+        kept.append(Path(case["run_dir"]))
+    assert kept[0] != kept[1] and all((d / "run.json").is_file() for d in kept)
+    assert sorted(p.parent for p in (tmp_path / "out").rglob("run.json")) == sorted(kept)

@@ -17,6 +17,7 @@ NCCL_DEBUG the user passed: without them there is nothing to judge. Standard lib
 """
 
 import os
+import re
 import shlex
 from typing import Mapping, Optional
 
@@ -41,13 +42,16 @@ def chosen_network(facts: Mapping[str, object]) -> Optional[str]:
 
 
 # aws-ofi-nccl names itself "Libfabric" since 1.12, "AWS Libfabric" before and whenever NCCL_NET says so, and
-# "OFI" when NCCL_NET says that: one plugin, one network (its nvidia_plugin_name_fixup)
-_SAME_NETWORK = {"aws libfabric": "libfabric", "ofi": "libfabric"}
+# "OFI" when NCCL_NET says that: one plugin, one network (its nvidia_plugin_name_fixup). The RDMA/SHARP plugin
+# that NGC images load from HPC-X (nccl_rdma_sharp_plugin) is NCCL's IB transport as a plugin: "IBext", or
+# "IBext_v8" and so on with the plugin API version it was built for, all the network "IB" names
+_SAME_NETWORK = {"aws libfabric": "libfabric", "ofi": "libfabric", "ibext": "ib"}
+_API_VERSION = re.compile(r"_v\d+$")  # IBext_v8: the plugin API a plugin was built for, not another network
 
 
 def _same(chosen: str, wanted: str) -> bool:
     def key(name: str) -> str:
-        name = name.strip().lower()
+        name = _API_VERSION.sub("", name.strip().lower())
         return _SAME_NETWORK.get(name, name)
     return key(chosen) == key(wanted)
 

@@ -55,6 +55,16 @@ def test_the_ofi_plugin_is_the_same_network_under_each_of_its_names():
     assert netgate.check(SOCKET, nodes=2, expected="Libfabric") is not None
 
 
+def test_the_ib_plugin_of_ngc_images_is_the_infiniband_network():
+    """NGC images load HPC-X's RDMA/SHARP plugin, which says "IBext" or "IBext_v8": a correct IB run was stopped."""
+    for name in ("IBext", "IBext_v8", "IBext_v11", "IB"):
+        facts = nccl_log.parse([f"gpu40:2899:2929 [0] NCCL INFO Using network {name}"])
+        assert netgate.check(facts, nodes=2, expected="IB") is None, name
+    assert netgate.check(SOCKET, nodes=2, expected="IB") is not None
+    ibext = nccl_log.parse(["gpu40:2899:2929 [0] NCCL INFO Using network IBext_v8"])
+    assert netgate.check(ibext, nodes=2, expected="AWS Libfabric") is not None
+
+
 LOG = "/run/nccl/rank0.log"
 
 

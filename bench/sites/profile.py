@@ -157,6 +157,25 @@ def _keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(allowed))}")
 
 
+def _table(value: Any, where: str, form: str) -> dict[str, Any]:
+    """A table of tables (partitions, runtimes), or none; another value would end the load in a traceback."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be {form}, not {value!r}")
+    return value
+
+
+def _text(value: Any, where: str, lines: bool = False) -> str:
+    """A string, "" when absent, of one line unless `lines`: the name, the network and a set-up's line are
+    exported to the job (NANOCHAT_BENCH_EXPECT_NET, NANOCHAT_BENCH_NET_SETUP) and quoted in its messages."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not (lines or exportable("NAME", value)):
+        raise ConfigError(f"{where} must be a string{'' if lines else ' of one line'}, not {value!r}")
+    return value
+
+
 def _strings(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise ConfigError(f"{where} must be a table of strings (NAME = \"value\")")
@@ -228,10 +247,10 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
     network = data.get("network")
     if network not in NETWORKS:
         raise ConfigError(f"{where}: network {network!r} is not one of {', '.join(NETWORKS)}")
-    if not isinstance(data.get("name"), str) or not data["name"]:
+    if not _text(data.get("name"), f"{where}: name"):
         raise ConfigError(f"{where}: `name` (a string) is required")
     partitions = {}
-    for pname, table in (data.get("partitions") or {}).items():
+    for pname, table in _table(data.get("partitions"), f"{where}: partitions", "[partitions.NAME] tables").items():
         pw = f"{where}: partitions.{pname}"
         if not isinstance(table, dict):
             raise ConfigError(f"{pw} must be a table")
@@ -244,7 +263,7 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
     if default_partition is not None and default_partition not in partitions:
         raise ConfigError(f"{where}: default_partition {default_partition!r} is not one of its partitions "
                           f"({', '.join(partitions) or 'none'})")
-    tables = data.get("runtimes") or {}
+    tables = _table(data.get("runtimes"), f"{where}: runtimes", "[runtimes.NAME] tables")
     unknown = sorted(set(tables) - set(registry.names()))
     if unknown:
         raise ConfigError(f"{where}: runtimes.{unknown[0]} is not a runtime; valid: {', '.join(registry.names())}")
@@ -253,12 +272,13 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
     nccl_net = data.get("nccl_net")
     if nccl_net is not None and not isinstance(nccl_net, str):
         raise ConfigError(f"{where}: nccl_net must be a string such as \"AWS Libfabric\", \"IB\" or \"Socket\"")
+    _text(nccl_net, f"{where}: nccl_net")
     return Site(name=data["name"], network=network, nccl_net=nccl_net or None,
                 gpus_per_node=_positive(data.get("gpus_per_node"), f"{where}: gpus_per_node"),
                 gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),
                 cpus_per_gpu=_positive(data.get("cpus_per_gpu"), f"{where}: cpus_per_gpu"),
-                description=str(data.get("description", "")), partitions=partitions,
-                default_partition=default_partition,
+                description=_text(data.get("description"), f"{where}: description", lines=True),
+                partitions=partitions, default_partition=default_partition,
                 network_env=_env(data.get("network_env", {}), f"{where}: network_env"),
                 runtimes=runtimes, device_batch_limits=_batch_limits(data.get("device_batch_limits", {}), where),
                 shared_paths=_absolute(data.get("shared_paths", []), f"{where}: shared_paths"),
@@ -278,7 +298,7 @@ def _setup(table: Any, where: str, runtime: Runtime, nested: bool = True) -> Net
         raise ConfigError(f"{where}.devices: {', '.join(map(repr, cdi))}: {runtime.name} binds device files "
                           f"(/dev/...), not CDI names (they were dropped unseen)")
     return NetworkSetup(
-        setup=str(table.get("setup", "")), env=_env(table.get("env", {}), f"{where}.env"),
+        setup=_text(table.get("setup"), f"{where}.setup"), env=_env(table.get("env", {}), f"{where}.env"),
         annotations=_annotations(table.get("annotations", {}), f"{where}.annotations"),
         mounts=_mounts(table.get("mounts", []), f"{where}.mounts"),
         devices=devices,

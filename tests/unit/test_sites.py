@@ -36,7 +36,7 @@ def test_alps_sets_up_every_runtime_for_slingshot():
 
 def test_a_site_file_by_path(tmp_path):
     path = tmp_path / "mine.toml"
-    path.write_text('name = "mine"\nnetwork = "infiniband"\nnccl_net = "IB"\n'
+    path.write_text('name = "mine"\nnetwork = "infiniband"\nnccl_net = "IB"\ndescription = """two\nlines"""\n'
                     '[partitions.gpu]\nmax_time = "2-00:00:00"\nmax_nodes = 8\n'
                     '[runtimes.podman]\ndevices = ["/dev/infiniband"]\n')
     site = sites.load(str(path))
@@ -77,6 +77,17 @@ def test_a_site_file_by_path(tmp_path):
     ('name = "x"\nnetwork = "ethernet"\ngpus_per_node = -4\n', ["gpus_per_node must be a positive"]),
     ('name = "x"\nnetwork = ', ["not valid TOML"]),
     ('name = "x"\nnetwork = "ethernet"\n[device_batch_limits]\nbig = 16\n', ["device_batch_limits key 'big'"]),
+    # a table key given another value ended the load in an AttributeError traceback
+    ('name = "x"\nnetwork = "ethernet"\npartitions = ["batch"]\n', ["partitions must be [partitions.NAME] tables"]),
+    ('name = "x"\nnetwork = "ethernet"\npartitions = 3\n', ["partitions must be [partitions.NAME] tables, not 3"]),
+    ('name = "x"\nnetwork = "ethernet"\nruntimes = ["bare"]\n', ["runtimes must be [runtimes.NAME] tables"]),
+    ('name = "x"\nnetwork = "ethernet"\nruntimes = "bare"\n', ["runtimes must be [runtimes.NAME] tables"]),
+    # text that the job exports (the expected network, the set-up's line) was stringified or broke over lines
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.bare]\nsetup = 3\n', ["runtimes.bare.setup must be a string"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.bare]\nsetup = """host\nlibs"""\n',
+     ["runtimes.bare.setup must be a string of one line"]),
+    ('name = "x"\nnetwork = "slingshot"\nnccl_net = """AWS\nLibfabric"""\n', ["nccl_net must be a string of one line"]),
+    ('name = "x"\nnetwork = "ethernet"\n[description]\ntext = "a"\n', ["description must be a string"]),
 ])
 def test_bad_profiles_name_the_file_and_key(tmp_path, text, words):
     path = tmp_path / "site.toml"

@@ -49,7 +49,8 @@ _SAME_NETWORK = {"aws libfabric": "libfabric", "ofi": "libfabric", "ibext": "ib"
 _API_VERSION = re.compile(r"_v\d+$")  # IBext_v8: the plugin API a plugin was built for, not another network
 
 
-def _same(chosen: str, wanted: str) -> bool:
+def same_network(chosen: str, wanted: str) -> bool:
+    """Whether two of NCCL's names (a "Using network" line's, NCCL_NET's, a site's) are one network."""
     def key(name: str) -> str:
         name = _API_VERSION.sub("", name.strip().lower())
         return _SAME_NETWORK.get(name, name)
@@ -67,7 +68,7 @@ def check(facts: Optional[Mapping[str, object]], *, nodes: int, expected: Option
     if nodes <= 1 or not expected or not facts:
         return None
     chosen = chosen_network(facts)
-    if chosen is None or _same(chosen, expected) or (allowed and _same(chosen, allowed)):
+    if chosen is None or same_network(chosen, expected) or (allowed and same_network(chosen, allowed)):
         return None
     proof = next((line for line in facts.get("evidence") or [] if chosen in line), None)
     how = f"; the runtime's network set-up: {setup}" if setup else ""

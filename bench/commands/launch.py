@@ -114,7 +114,8 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                         "run the image's own network plugin (default: default)")
     g.add_argument("--allow-network", default=None, metavar="NAME",
                    help="let runs on this NCCL network through the gate on purpose (e.g. Socket, to measure it); "
-                        "the name in NCCL's \"Using network\" line, in any case")
+                        "the name in NCCL's \"Using network\" line, in any case; where the site forces NCCL_NET "
+                        "to another (alps), with --env NCCL_NET=NAME")
     for name in ("partition", "account", "constraint"):
         g.add_argument(f"--{name}", default=None, help=f"Slurm {name}")
     g.add_argument("--no-exclusive", dest="exclusive", action="store_false", help="share nodes with other jobs")

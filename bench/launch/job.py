@@ -6,6 +6,7 @@ Decisions live here; bench/launch/render.py only turns them into text through th
 
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -275,7 +276,11 @@ def check_allow_network(opts: LaunchOptions, runs: list[Run]) -> None:
     """--allow-network where the network gate judges none of `runs` is refused, as --cpus-per-gpu on CPU ranks is: it
     would let nothing through, and nothing would say so. The gate judges a GPU run across nodes whose job expects a
     network (bench/netgate.py check), so the runs as built, the site's set-up and --env applied, decide."""
-    if not opts.allow_network or any(r.spec.gpus and r.nodes > 1 and r.spec.env.get(netgate.ENV_EXPECT) for r in runs):
+    if not opts.allow_network:
+        return
+    judged = [r for r in runs if r.spec.gpus and r.nodes > 1 and r.spec.env.get(netgate.ENV_EXPECT)]
+    if judged:
+        check_forced_network(opts, judged)
         return
     if not any(r.spec.gpus for r in runs):
         why = "CPU ranks talk over gloo, and the gate judges only the network NCCL chooses between GPU nodes"
@@ -288,6 +293,19 @@ def check_allow_network(opts: LaunchOptions, runs: list[Run]) -> None:
     else:
         why = f"--env {netgate.ENV_EXPECT}= unsets the network site {opts.site.name} expects, so the gate is off"
     raise ConfigError(f"--allow-network {opts.allow_network}: it has no effect here: {why}; leave it out")
+
+
+def check_forced_network(opts: LaunchOptions, judged: list[Run]) -> None:
+    """--allow-network X where every judged run's NCCL_NET names another network (alps forces "AWS Libfabric"):
+    NCCL takes that network or fails, never X, so the runs would measure the site's network as if X was asked."""
+    allowed = opts.allow_network
+    forced = [r.spec.env.get("NCCL_NET") for r in judged]
+    if not all(net and not netgate.same_network(net, allowed) for net in forced):
+        return
+    source = f"the set-up of site {opts.site.name}" if opts.site and "NCCL_NET" not in opts.env else "--env"
+    raise ConfigError(f"--allow-network {allowed}: it has no effect here: NCCL_NET={forced[0]!r} ({source}) makes "
+                      f"NCCL take that network or fail, never {allowed}; to measure {allowed}, pass "
+                      f"{shlex.quote(f'--env=NCCL_NET={allowed.strip()}')}, or --env NCCL_NET= to let NCCL choose")
 
 
 def unset_empty(spec: LaunchSpec, given: set[str]) -> LaunchSpec:

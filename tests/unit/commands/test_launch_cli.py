@@ -637,7 +637,8 @@ def test_an_empty_or_multi_line_allow_network_is_refused_and_a_name_in_any_case_
         code, _, err = run_cli([*argv, f"--allow-network={value}", "--out", str(tmp_path / str(i))], capsys)
         assert code == 1 and f"--allow-network {value!r}: give one network's name" in err, err
         assert not (tmp_path / str(i)).exists()
-    code, _, err = run_cli([*argv, "--allow-network=socket", "--out", str(tmp_path / "ok")], capsys)
+    code, _, err = run_cli([*argv, "--allow-network=socket", "--env=NCCL_NET=Socket", "--out", str(tmp_path / "ok")],
+                           capsys)
     assert code == 0, err
     assert "NANOCHAT_BENCH_ALLOW_NET=socket\n" in (tmp_path / "ok" / "n2-bare-r1" / "job.sbatch").read_text()
 
@@ -662,6 +663,27 @@ def test_allow_network_where_the_gate_judges_no_run_is_refused(argv, why, capsys
                             "--out", str(tmp_path / "s")], capsys)
     assert code == 1 and "--allow-network Socket: it has no effect here" in err and why in err, err
     assert not (tmp_path / "s").exists()
+
+
+def test_allow_network_against_the_network_nccl_net_forces_is_refused(capsys, tmp_path, monkeypatch):
+    """On alps every GPU job forces NCCL_NET="AWS Libfabric", so NCCL takes the plugin or fails and never Socket:
+    --allow-network Socket was taken, and the runs measured Slingshot as if sockets had been asked. Now it is refused,
+    naming NCCL_NET and the --env that makes NCCL take sockets; with that --env, or on a site forcing none, it
+    passes."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    argv = ["render", "compare", "--nodes=2", "--runtimes=bare,ce", "--image=ce=nvcr.io#nvidia/pytorch:25.10-py3",
+            "--row-groups=100", "--shards=100", "--no-data-check", "--allow-network=Socket"]
+    code, _, err = run_cli([*argv, "--site=alps", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--allow-network Socket: it has no effect here: NCCL_NET='AWS Libfabric'" in err, err
+    assert "the set-up of site alps" in err and "pass --env=NCCL_NET=Socket" in err and not (tmp_path / "a").exists()
+    code, _, err = run_cli([*argv, "--site=alps", "--env=NCCL_NET=IB", "--out", str(tmp_path / "b")], capsys)
+    assert code == 1 and "NCCL_NET='IB' (--env)" in err, err
+    for i, extra in enumerate((["--site=alps", "--env=NCCL_NET=Socket"], ["--site=alps", "--env=NCCL_NET="],
+                               ["--site=infiniband"])):
+        code, _, err = run_cli([*argv, *extra, "--out", str(tmp_path / f"ok{i}")], capsys)
+        assert code == 0, err
+        script = (tmp_path / f"ok{i}" / "jobs" / "compare-n2" / "job.sbatch").read_text()
+        assert "NANOCHAT_BENCH_ALLOW_NET=Socket\n" in script
 
 
 def test_allow_network_passes_where_env_alone_sets_the_gate(capsys, tmp_path, monkeypatch):

@@ -40,7 +40,7 @@ from typing import Any, Mapping
 from bench import runtimes as registry  # the runtimes' own registry: one list of names
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.runtimes import edf
-from bench.runtimes.base import Mount, Runtime, exportable
+from bench.runtimes.base import LaunchSpec, Mount, Runtime, exportable
 
 NETWORKS = ("slingshot", "infiniband", "ethernet")
 SHIPPED_SUFFIX = ".toml"
@@ -210,8 +210,9 @@ def _list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _mounts(value: Any, where: str) -> tuple[str, ...]:
-    """Binds in `--mount`'s form, checked now: otherwise a bad one stops every render without naming the profile."""
+def _mounts(value: Any, where: str, runtime: Runtime) -> tuple[str, ...]:
+    """Binds in `--mount`'s form that `runtime` can express, checked now: otherwise a bad one (a ',' that pyxis,
+    apptainer and sarus read as a separator) stops every render without naming the profile."""
     mounts = _list(value, where)
     for text in mounts:
         try:
@@ -220,6 +221,10 @@ def _mounts(value: Any, where: str) -> tuple[str, ...]:
             raise ConfigError(f"{where}: {e}") from None
         if not (mount.src.startswith("/") and mount.target.startswith("/")):
             raise ConfigError(f"{where}: mount {text!r} needs absolute paths (e.g. \"/opt/lib:/opt/lib:ro\")")
+        try:
+            runtime.check(LaunchSpec(command=(), mounts=(mount,)))
+        except RuntimeConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
     return mounts
 
 
@@ -300,7 +305,7 @@ def _setup(table: Any, where: str, runtime: Runtime, nested: bool = True) -> Net
     return NetworkSetup(
         setup=_text(table.get("setup"), f"{where}.setup"), env=_env(table.get("env", {}), f"{where}.env"),
         annotations=_annotations(table.get("annotations", {}), f"{where}.annotations"),
-        mounts=_mounts(table.get("mounts", []), f"{where}.mounts"),
+        mounts=_mounts(table.get("mounts", []), f"{where}.mounts", runtime),
         devices=devices,
         flags=_list(table.get("flags", []), f"{where}.flags"),
         without_hook=_setup(without, f"{where}.without_hook", runtime, nested=False) if without is not None else None)

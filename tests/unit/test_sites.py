@@ -38,7 +38,7 @@ def test_a_site_file_by_path(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text('name = "mine"\nnetwork = "infiniband"\nnccl_net = "IB"\ndescription = """two\nlines"""\n'
                     '[partitions.gpu]\nmax_time = "2-00:00:00"\nmax_nodes = 8\n'
-                    '[runtimes.podman]\ndevices = ["/dev/infiniband"]\n')
+                    '[runtimes.podman]\ndevices = ["/dev/infiniband"]\nmounts = ["/opt/a,b:/opt/a,b:ro"]\n')
     site = sites.load(str(path))
     assert site.partition("gpu").max_time_s == 2 * 86400 and site.partition("gpu").max_nodes == 8
     assert site.network_setup("podman").devices == ("/dev/infiniband",)
@@ -66,6 +66,11 @@ def test_a_site_file_by_path(tmp_path):
      ["runtimes.pyxis.mounts", "'lib:/lib:ro'", "absolute"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.podman]\nmounts = ["/a:/b:rx"]\n',
      ["runtimes.podman.mounts", "'/a:/b:rx'", "SRC[:DST[:ro|rw]]"]),
+    # a ',' pyxis (and apptainer, sarus) reads as a separator was taken, then stopped every render unnamed
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.pyxis]\nmounts = ["/opt/a,b:/opt/a"]\n',
+     ["runtimes.pyxis.mounts", "'/opt/a,b'", "',' separates mounts"]),
+    ('name = "x"\nnetwork = "ethernet"\n[runtimes.sarus]\nmounts = ["/opt/lib:/opt/a,b:ro"]\n',
+     ["runtimes.sarus.mounts", "'/opt/a,b'"]),
     # apptainer binds device files: a CDI name (podman's form) was dropped from its command line unseen
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.apptainer]\ndevices = ["/dev/cxi0", "nvidia.com/gpu=all"]\n',
      ["runtimes.apptainer.devices: 'nvidia.com/gpu=all'", "device files"]),

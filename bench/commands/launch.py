@@ -5,7 +5,6 @@ import math
 import os
 import re
 import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -102,8 +101,9 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
     g.add_argument("--image", action="append", default=[], metavar="RUNTIME=REF",
                    help=f"image per runtime, repeatable; defaults: {_image_defaults()}")
-    g.add_argument("--python", default=sys.executable, help="host interpreter for the bare runtime "
-                   "(default: this one)")
+    g.add_argument("--python", default=None, help="host interpreter for the bare runtime and the jobs' bookkeeping "
+                   "(default: this one; the bare runtime's for --workload nntile: $NANOCHAT_BENCH_NNTILE_PYTHON, else "
+                   "the environment bench/workloads/nntile/env.sh builds)")
     g.add_argument("--mount", action="append", default=[], metavar="SRC[:DST[:ro]]",
                    help="extra bind mount for container runtimes, repeatable")
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",

@@ -53,7 +53,9 @@ class LaunchOptions:
     """How every job of a sweep is launched (the part of `submit` that is not the plan)."""
 
     base_dir: str  # NANOCHAT_BASE_DIR on the nodes (shared filesystem)
-    python: str = sys.executable  # the host interpreter for the bare runtime and the bookkeeping
+    # --python: the host interpreter for the bare runtime and the bookkeeping; None: this one (the bare runtime's
+    # of a workload with an interpreter of its own: that one, Workload.host_python)
+    python: str | None = None
     images: dict[str, str] = field(default_factory=dict)  # runtime -> image; defaults per runtime module
     mounts: tuple[Mount, ...] = ()  # extra bind mounts for container runtimes
     env: dict[str, str] = field(default_factory=dict)  # --env NAME=VALUE: passed literally to every run
@@ -245,10 +247,10 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     deadline = [Var("run_deadline", workload.deadline_flag)] if workload.deadline_flag else []
     resume = [OptVar("resume_step", workload.resume_flag)] if workload.resume_flag else []  # a resubmitted timeout
     argv = [*point.train_argv, *deadline, *resume]
+    python = runtime.python or workload.host_python(opts.python)
     spec = LaunchSpec(
-        command=workload.launch_command(runtime.python or opts.python, point.nodes, sweep.gpus_per_node, argv,
-                                        containerised, opts.numa_binding if gpus else None,
-                                        join_timeout_s(point.time_minutes)),
+        command=workload.launch_command(python, point.nodes, sweep.gpus_per_node, argv, containerised,
+                                        opts.numa_binding if gpus else None, join_timeout_s(point.time_minutes)),
         image=made or image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None,
         run_dir=str(run_dir), gpus=gpus, ofi_hook=opts.ofi_hook, image_source=image if made else None,
         image_archive=image_archive(opts, runtime.name))
@@ -371,7 +373,7 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
     nodes = runs[0].nodes
     minutes = setup_minutes + job_minutes(runs)
     return Job(name, job_dir, nodes, runs, directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes),
-               title, python=opts.python)
+               title, python=opts.python or sys.executable)
 
 
 @dataclass(frozen=True)

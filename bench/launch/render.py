@@ -143,7 +143,7 @@ def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "
     the image step, data, tokenizer and training (the steps before it outside the run, as a flow's guide has them)."""
     run = job.runs[0]
     minutes = interactive_minutes(job, shards)
-    python = run.spec.command[0]
+    python = run.runtime.python or job.python  # the host's, with nanochat-bench: not a workload's own (nntile's)
     ctx = job_context(job, rendered_by)
     # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
     ctx.update(interactive=True, salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,

@@ -6,6 +6,7 @@ contract variables it needs (NANOCHAT_VAL_FILES_K), its batch arithmetic per ran
 time estimate, and why a point cannot run.
 """
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +152,11 @@ class Workload:
     def local_env(self) -> dict[str, str]:
         """Variables the local command needs besides the run contract's (set when not already set)."""
         return {}
+
+    def host_python(self, python: str | None) -> str:
+        """The interpreter the bare runtime starts its command with: `python` (submit's and render's --python),
+        else the one that plans the sweep."""
+        return python or sys.executable
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None,

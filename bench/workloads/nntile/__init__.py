@@ -52,8 +52,8 @@ def interpreter(python: str | None = None) -> str:
     default = default_venv() / "bin" / "python"
     if not (default.parent.parent / ".nanochat-bench-nntile").is_file():
         raise ConfigError(f"no NNTile environment at {default.parent.parent}: build it with {ENV_SCRIPT} "
-                          f"(a few minutes and ~7 GB the first time), or set {ENV_PYTHON} to an interpreter "
-                          f"with torch-nntile")
+                          f"(a few minutes and ~7 GB the first time), or give an interpreter with torch-nntile "
+                          f"as --python or {ENV_PYTHON}")
     return str(default)
 
 
@@ -106,6 +106,11 @@ class NNTile(Workload):
 
     def uses_gpus(self, settings: Settings) -> bool:
         return settings.train.get("restrict") != "cpu"
+
+    def host_python(self, python: str | None) -> str:
+        """--python as given (a path on the nodes, not checked here), else the NNTile interpreter as `train`
+        finds it: this Python has no torch-nntile, and the job would fail on the node."""
+        return python or interpreter()
 
     def launch_command(self, python: str, nodes: int, nproc_per_node: int, argv: list,
                        containerised: bool, numa_binding: str | None = None,

@@ -8,6 +8,8 @@ with StarPU's variables passed the runtime's way, and a manifest of the NNTile r
 import json
 import shutil
 import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,35 @@ def test_the_plan_marks_an_nntile_point_on_two_nodes_impossible_as_submit_treats
     notes = []
     [job] = assemble(sweep, OPTS, SWEEP_DIR, note=notes.append)
     assert job.runs[0].run_id == "n1-bare-r1" and any("skipping n2-bare-r1" in n for n in notes)
+
+
+def test_the_bare_runtime_runs_the_nntile_interpreter_when_no_python_is_given(train, tmp_path, monkeypatch):
+    """submit and render without --python ran the runner with the planning Python, which has no torch-nntile:
+    the job failed on the node. Now the bare runtime takes the interpreter `train` takes; the bookkeeping and
+    the interactive guide's data steps keep this Python, and a given --python is kept as it is."""
+    nntile_python = tmp_path / "nntile-venv" / "bin" / "python"
+    nntile_python.parent.mkdir(parents=True)
+    nntile_python.write_text("#!/bin/sh\n")
+    nntile_python.chmod(0o755)
+    monkeypatch.setenv(nntile.ENV_PYTHON, str(nntile_python))
+    opts = replace(OPTS, python=None)
+    sweep = Sweep([1], 4, ["bare"], train=train, workload="nntile")
+    [point] = sweep.points()
+    run = build_run(sweep, point, SWEEP_DIR / point.run_id, opts, SWEEP_DIR.name)
+    assert run.spec.command[:2] == (str(nntile_python), str(nntile.RUNNER))
+    job = make_job("nntile", run.run_dir, sweep, [run], opts, "nntile")
+    assert job.python == sys.executable
+    job.script_name = "interactive.sh"
+    guide = render_interactive(job, opts.base_dir, 8)
+    assert f"{sys.executable} -m bench.cli data download" in guide and f"{nntile_python} {nntile.RUNNER}" in guide
+    given = build_run(sweep, point, SWEEP_DIR / point.run_id, OPTS, SWEEP_DIR.name)
+    assert given.spec.command[0] == OPTS.python
+
+
+def test_no_nntile_interpreter_for_the_bare_runtime_is_refused_naming_how_to_make_one(train, tmp_path, monkeypatch):
+    monkeypatch.delenv(nntile.ENV_PYTHON, raising=False)
+    monkeypatch.setenv(nntile.ENV_VENV, str(tmp_path / "no-venv"))
+    sweep = Sweep([1], 4, ["bare"], train=train, workload="nntile")
+    [point] = sweep.points()
+    with pytest.raises(ConfigError, match=r"no NNTile environment at .*no-venv.*env\.sh.*--python"):
+        build_run(sweep, point, SWEEP_DIR / point.run_id, replace(OPTS, python=None), SWEEP_DIR.name)

@@ -246,6 +246,18 @@ def parse_images(pairs: list[str], chosen: str) -> dict[str, str]:
     return images
 
 
+def check_workload_images(workload: str, images: dict[str, str], chosen: str) -> None:
+    """A workload the default images cannot run (nntile: no torch-nntile in nanochat-bench's) needs --image for
+    every container runtime of --runtimes: the default would be submitted, and each run would fail on its node."""
+    recipe = workloads.get(workload).image_recipe
+    missing = [n for n in parse_names(chosen) if runtimes.get(n).python is not None and n not in images]
+    if recipe and missing:
+        defaults = ", ".join(f"{n}: {runtimes.get(n).default_image}" for n in missing)
+        raise ConfigError(f"--workload {workload} under --runtimes {chosen!r}: nanochat-bench's default images cannot "
+                          f"run it ({defaults}); build its image from {recipe} (containers/README.md) and pass "
+                          f"{' '.join(f'--image {n}=REF' for n in missing)}")
+
+
 def check_ofi_hook(hook: str, chosen: str) -> None:
     """--ofi-hook on|off is CE's and Sarus Suite's hook: for other runtimes alone it would change nothing unseen."""
     hooked = [name for name in runtimes.names() if runtimes.get(name).ofi_hook]
@@ -264,8 +276,9 @@ def options_from_args(args, gpus: bool) -> LaunchOptions:
     if gpus and not args.exclusive and args.numa_binding is None:
         print(f"note: --no-exclusive: {NO_NUMA_NOTE}")
     check_ofi_hook(args.ofi_hook, args.runtimes)
-    return LaunchOptions(base_dir=base_dir_of(args), python=args.python,
-                         images=parse_images(args.image, args.runtimes),
+    images = parse_images(args.image, args.runtimes)
+    check_workload_images(args.workload, images, args.runtimes)
+    return LaunchOptions(base_dir=base_dir_of(args), python=args.python, images=images,
                          mounts=tuple(Mount.parse(m) for m in args.mount),
                          env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
                          numa_binding=numa_binding(args.numa_binding, args.exclusive, gpus),

@@ -134,6 +134,9 @@ class Workload:
     step_tokens = "positions"
     # What its runs compute in when run.json's config names no dtype (the table's `precision`, a key)
     precision = "bf16"
+    # The recipe of the image its runs need under a container runtime, where the runtimes' default images
+    # (nanochat-bench's) cannot run it: submit and render then want an --image for each such runtime
+    image_recipe: str | None = None
 
     def check(self, argv: list[str], nproc: int) -> None:
         """Refuse flags that cannot work, with one clear line, before any process starts."""

@@ -71,6 +71,7 @@ class NNTile(Workload):
     run_workload = WORKLOAD_NAME
     family = "nntile"
     precision = "float32"  # torch-nntile 0.1.0's GPT-2 is built in torch's default dtype: no bf16, no autocast
+    image_recipe = "containers/nntile.Containerfile"  # nanochat-bench's image has no torch-nntile
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.workloads.nntile.config import check_dataset, parse_args, workers

@@ -145,3 +145,25 @@ def test_no_nntile_interpreter_for_the_bare_runtime_is_refused_naming_how_to_mak
     [point] = sweep.points()
     with pytest.raises(ConfigError, match=r"no NNTile environment at .*no-venv.*env\.sh.*--python"):
         build_run(sweep, point, SWEEP_DIR / point.run_id, replace(OPTS, python=None), SWEEP_DIR.name)
+
+
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "compare"]])
+def test_a_container_runtime_without_an_nntile_image_is_refused_before_anything_is_written(command, train, tmp_path,
+                                                                                            capsys):
+    """Without --image the runtimes' defaults are nanochat-bench's image, which has no torch-nntile: every run was
+    submitted and failed on its node. Now each container runtime of --runtimes needs one; bare needs none."""
+    from bench import cli
+
+    out = tmp_path / "sweep"
+    flags = [*command, "--workload", "nntile", "--nodes", "1", "--out", str(out), "--train-arg", "batch=32",
+             "--train-arg", f"config-path={train['config-path']}", "--python", sys.executable]
+    sqsh = tmp_path / "nntile.sqsh"
+    sqsh.write_bytes(b"hsqs")
+    assert cli.main([*flags, "--runtimes", "bare,pyxis,sarus", "--image", f"pyxis={sqsh}"]) == 1
+    err = capsys.readouterr().err
+    assert "nanochat-bench's default images cannot run it (sarus: load/library/nanochat-bench:latest)" in err
+    assert "containers/nntile.Containerfile" in err and "--image sarus=REF" in err and "pyxis=REF" not in err
+    assert not out.exists()
+    assert cli.main([*flags, "--runtimes", "bare,pyxis,sarus", "--image", f"pyxis={sqsh}",
+                     "--image", "sarus=load/library/nanochat-bench-nntile:latest"]) == 0
+    assert "nanochat-bench-nntile:latest" in "".join(p.read_text() for p in out.rglob("job.sbatch"))

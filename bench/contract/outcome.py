@@ -37,7 +37,7 @@ PRECEDENCE: Tuple[Tuple[Tuple[str, ...], str, str], ...] = (
     (("stopped",), "cancelled", "a launcher (torchrun, nanochat-bench train, scancel) was stopped by a signal"),
     (("cancelled",), "cancelled", "a rank received SIGTERM/SIGINT/SIGHUP: a cancel, or a teardown's echo"),
     (("not_submitted", "exit"), "failed", "sbatch refused the job; a launcher's exit code, nothing else known"),
-    (("not_run",), "cancelled", "a stage of a flow not started: a stage before it in the same point failed"),
+    (("not_run",), "cancelled", "a stage of a flow not started: a stage before it in its point failed or was stopped"),
 )
 # kind -> (row, status); a row without its own status gives the kind's name (oom -> "oom", error -> "failed").
 _RANK = {kind: (row, status or (kind if kind in FINAL_STATUSES else "failed"))

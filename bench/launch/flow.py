@@ -10,10 +10,10 @@ record, below the point's directory:
     <sweep>/<point run id>/flow.json            the point's record: the flow, its model tag, its stages
     <sweep>/<point run id>/<stage>/run.json     each stage's own run (run_id: the point's; `stage`: its name)
 
-A stage that does not end ok ends the point's flow: the stages after it are recorded as not run
-(run.json evidence `not_run`, status cancelled), and `status --resubmit-failed` starts the job again at the
-failed stage (the stages already ok are kept by the script's `jobrecord kept`). The tokenizer is trained
-once per sweep, outside the measured runs, and kept when it exists. Locally, `nanochat-bench speedrun` runs
+A stage that does not end ok, or that scancel or the time limit stops, ends the point's flow: the stages after it
+are recorded as not run (run.json evidence `not_run`, status cancelled), and `status --resubmit-failed` starts the
+job again at the failed stage (the stages already ok are kept by the script's `jobrecord kept`). The tokenizer is
+trained once per sweep, outside the measured runs, and kept when it exists. Locally, `nanochat-bench speedrun` runs
 the same stages with the same flags in the same directories on this machine (`run_local_flow`).
 What a stage reads besides the shards (the eval bundle, the chat data: its workload's `staging`) is checked
 before anything runs (`check_staged`), locally and, where this host sees the job's base directory, at submit.

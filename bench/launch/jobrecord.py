@@ -10,7 +10,9 @@ It runs on the cluster's python3 outside any container, where the package may no
     python3 <sweep>/.lib/jobrecord.py resume-step RUN_DIR   the checkpoint step a resubmitted run resumes
     python3 <sweep>/.lib/jobrecord.py image RUN_DIR [--ready --step WHAT] [--file PATH] [--id ID]
                                       the image on the nodes (its start-up phase ends now), its digest or id
-    python3 <sweep>/.lib/jobrecord.py not-run RUN_DIR STAGE  a flow's stage kept from starting by STAGE's failure
+    python3 <sweep>/.lib/jobrecord.py not-run RUN_DIR STAGE [SIGNAL]
+                                      a flow's stage kept from starting by STAGE's failure, or by SIGNAL the
+                                      script received at STAGE (scancel, the job's time limit)
 
 `finish` records what Slurm wrote into the run's log (a lost node, the time limit) as evidence, and ends
 with contract.close_unfinished, the same last word the local launcher has: a run whose trainer never
@@ -131,12 +133,14 @@ def file_digest(path: str, sweep_dir: str) -> "str | None":
     return digest
 
 
-def not_run(run_dir: str, failed_stage: str, *, source: str = "batch_script") -> None:
-    """A stage of a flow that does not start because an earlier stage of its point did not end ok (the local
-    flow records it too, as `launcher`)."""
-    contract.record_evidence(run_dir, contract.Evidence(
-        source=source, kind="not_run",
-        message=f"not run: stage {failed_stage} of this point did not end ok (its run.json says why)"))
+def not_run(run_dir: str, failed_stage: str, signal: str = "", *, source: str = "batch_script") -> None:
+    """A stage of a flow that does not start because an earlier stage of its point did not end ok, or because
+    the batch script received `signal` while at that stage (the local flow records it too, as `launcher`)."""
+    why = f"the batch script received {signal} (scancel, the job's time limit or a lost node) at stage " \
+          f"{failed_stage} of this point, so no later stage started" if signal else \
+          f"stage {failed_stage} of this point did not end ok (its run.json says why)"
+    contract.record_evidence(run_dir, contract.Evidence(source=source, kind="not_run", signal=signal or None,
+                                                        message=f"not run: {why}"))
 
 
 COMMANDS = {"start": start, "finish": finish, "kept": kept, "resume-step": resume_step, "image": image,

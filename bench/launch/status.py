@@ -97,8 +97,9 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         return status, message
     seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
     if job.state in ("TIMEOUT", "DEADLINE") and status in contract.FINAL_STATUSES and status != "ok" \
-            and "time_limit" not in seen:
-        # Slurm's time limit sent the SIGTERM the ranks may have recorded as a cancel: the cause is the limit
+            and not seen & {"time_limit", "not_run"}:
+        # Slurm's time limit sent the SIGTERM the ranks may have recorded as a cancel: the cause is the limit (a
+        # flow's stage that never started was not cut by it: it stays not run)
         evidence = contract.Evidence(source="status", kind="time_limit",
                                    message=f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}")
     elif status not in contract.FINAL_STATUSES and (job.terminal or job.state == "UNKNOWN"):

@@ -77,6 +77,14 @@ trap 'stopping=SIGTERM' TERM
 
 # -- tokenizer: trained once per sweep, outside the measured runs; the sweep's other jobs keep it
 flow_failed=""  # the stage this point's flow stopped at: the stages after it are recorded as not run
+# RUN_DIR RUN_ID: a stage the flow does not start, recorded as not run (cancelled), naming the stage it stopped at
+# and the signal when scancel or the time limit stopped it there (the stage would stay pending, and `status` take
+# the job's end for this stage's own)
+not_run() {
+    runjson not-run "$1" "$flow_failed" "$stopping"
+    if [ -n "$stopping" ]; then echo "run $2: not run (the job received $stopping at stage $flow_failed)"
+    else echo "run $2: not run (stage $flow_failed did not end ok)"; fi
+}
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 export NANOCHAT_BENCH_RUNTIME=bare
 export NANOCHAT_BENCH_IMAGE=''
@@ -138,12 +146,10 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
-if ! runjson kept "$run_dir"; then flow_failed=base_train; fi
+if [ -n "$stopping" ] || ! runjson kept "$run_dir"; then flow_failed=base_train; fi
 else
-    runjson not-run /scratch/nb/sweeps/golden/n2-bare-r1/base_train "$flow_failed"
-    echo "run n2-bare-r1/base_train: not run (stage $flow_failed did not end ok)"
+    not_run /scratch/nb/sweeps/golden/n2-bare-r1/base_train "n2-bare-r1/base_train"
 fi
 
 # == stage 2/7: base_loss (base_loss) ==========
@@ -179,12 +185,10 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
-if ! runjson kept "$run_dir"; then flow_failed=base_loss; fi
+if [ -n "$stopping" ] || ! runjson kept "$run_dir"; then flow_failed=base_loss; fi
 else
-    runjson not-run /scratch/nb/sweeps/golden/n2-bare-r1/base_loss "$flow_failed"
-    echo "run n2-bare-r1/base_loss: not run (stage $flow_failed did not end ok)"
+    not_run /scratch/nb/sweeps/golden/n2-bare-r1/base_loss "n2-bare-r1/base_loss"
 fi
 
 # == stage 3/7: base_eval (base_eval) ==========
@@ -220,12 +224,10 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-p
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
-if ! runjson kept "$run_dir"; then flow_failed=base_eval; fi
+if [ -n "$stopping" ] || ! runjson kept "$run_dir"; then flow_failed=base_eval; fi
 else
-    runjson not-run /scratch/nb/sweeps/golden/n2-bare-r1/base_eval "$flow_failed"
-    echo "run n2-bare-r1/base_eval: not run (stage $flow_failed did not end ok)"
+    not_run /scratch/nb/sweeps/golden/n2-bare-r1/base_eval "n2-bare-r1/base_eval"
 fi
 
 # == stage 4/7: mid_train (mid_train) ==========
@@ -263,12 +265,10 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
-if ! runjson kept "$run_dir"; then flow_failed=mid_train; fi
+if [ -n "$stopping" ] || ! runjson kept "$run_dir"; then flow_failed=mid_train; fi
 else
-    runjson not-run /scratch/nb/sweeps/golden/n2-bare-r1/mid_train "$flow_failed"
-    echo "run n2-bare-r1/mid_train: not run (stage $flow_failed did not end ok)"
+    not_run /scratch/nb/sweeps/golden/n2-bare-r1/mid_train "n2-bare-r1/mid_train"
 fi
 
 # == stage 5/7: chat_eval_mid (chat_eval) ==========
@@ -304,12 +304,10 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-p
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
-if ! runjson kept "$run_dir"; then flow_failed=chat_eval_mid; fi
+if [ -n "$stopping" ] || ! runjson kept "$run_dir"; then flow_failed=chat_eval_mid; fi
 else
-    runjson not-run /scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_mid "$flow_failed"
-    echo "run n2-bare-r1/chat_eval_mid: not run (stage $flow_failed did not end ok)"
+    not_run /scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_mid "n2-bare-r1/chat_eval_mid"
 fi
 
 # == stage 6/7: chat_sft (chat_sft) ==========
@@ -347,12 +345,10 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-p
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
-if ! runjson kept "$run_dir"; then flow_failed=chat_sft; fi
+if [ -n "$stopping" ] || ! runjson kept "$run_dir"; then flow_failed=chat_sft; fi
 else
-    runjson not-run /scratch/nb/sweeps/golden/n2-bare-r1/chat_sft "$flow_failed"
-    echo "run n2-bare-r1/chat_sft: not run (stage $flow_failed did not end ok)"
+    not_run /scratch/nb/sweeps/golden/n2-bare-r1/chat_sft "n2-bare-r1/chat_sft"
 fi
 
 # == stage 7/7: chat_eval_sft (chat_eval) ==========
@@ -388,13 +384,12 @@ srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-p
 fi
 runjson finish "$run_dir" "$rc" "$stopping"
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
-if ! runjson kept "$run_dir"; then flow_failed=chat_eval_sft; fi
+if [ -n "$stopping" ] || ! runjson kept "$run_dir"; then flow_failed=chat_eval_sft; fi
 else
-    runjson not-run /scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_sft "$flow_failed"
-    echo "run n2-bare-r1/chat_eval_sft: not run (stage $flow_failed did not end ok)"
+    not_run /scratch/nb/sweeps/golden/n2-bare-r1/chat_eval_sft "n2-bare-r1/chat_eval_sft"
 fi
 
 
 echo "flow speedrun ended with status $job_rc; run.json in each stage's directory says how"
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi

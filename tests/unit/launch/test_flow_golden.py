@@ -79,7 +79,7 @@ def test_the_job_runs_every_stage_in_turn_with_its_chained_flags():
     assert at == sorted(at) and script.index("tokenizer train --vocab_size=65536") < at[0]
     assert f"--model_tag={flow_job().tag}" in script and "--save_every=100" in script
     assert flow_job().tag.startswith("golden-n2-bare-r1-")
-    assert script.count("runjson not-run ") == len(stages)
+    assert script.count("    not_run ") == len(stages)  # each stage recorded as not run after one that failed
 
 
 def test_the_guide_stages_what_each_stage_workload_says_it_needs(monkeypatch):

@@ -59,3 +59,45 @@ def test_a_flow_whose_image_step_fails_before_the_tokenizer_records_every_stage(
     assert "the tokenizer could not be trained" in r.stderr and "flow speedrun stopped at tokenizer" in r.stdout
     for stage in ("base_train", "base_loss"):
         assert contract.read_run_json(fj.point_dir / stage)["status"] == "cancelled"
+
+
+# The first stage's step reaches the job's time limit: Slurm's line in its log, SIGTERM to the batch script.
+SRUN_TIME_LIMIT = """#!/bin/bash
+case "${NANOCHAT_BENCH_RUN_DIR:-}" in */base_train)
+    echo "slurmstepd: error: *** STEP 77.1 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***"
+    kill -TERM "$PPID"; exit 143;;
+esac
+"""
+
+
+def test_a_flow_stopped_by_the_time_limit_records_the_stages_after_it_as_not_run(tmp_path):
+    """The stopped stage's `exit 143` ended the script before the stages after it were recorded: they stayed
+    pending, and `status` then called each a timeout of its own, as if it had run out of time."""
+    from bench.launch import flow
+    from bench.launch.flowrender import render_flow
+    from bench.launch.job import LaunchOptions
+    from bench.launch.plan import DataShape
+    from bench.launch.slurm import JobState
+    from bench.launch.status import _derive
+
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN_TIME_LIMIT)))
+    base = tmp_path / "base"
+    fs = flow.FlowSweep.build("speedrun", "base_train,base_loss,base_eval", {"device_type": "cpu", "depth": 2}, [],
+                              nodes=[1], gpus_per_node=2, runtimes=["bare"], data=DataShape.from_counts(4, 4),
+                              base_dir=str(base))
+    opts = LaunchOptions(base_dir=str(base), python=sys.executable, check_images=False)
+    [fj] = flow.assemble(fs, opts, tmp_path / "sweep", note=lambda _: None)
+    flow.write_flow_job(fj, render_flow(fj))
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
+           "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"}
+    r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True)
+    assert r.returncode == 143, r.stderr
+    assert "run n1-bare-r1/base_loss: not run (the job received SIGTERM at stage base_train)" in r.stdout
+    assert contract.read_run_json(fj.point_dir / "base_train")["status"] == "timeout"
+    for stage in ("base_loss", "base_eval"):
+        run = contract.read_run_json(fj.point_dir / stage)
+        assert run["status"] == "cancelled" and "SIGTERM" in run["message"] and "stage base_train" in run["message"]
+        assert [e["kind"] for e in run["evidence"]] == ["not_run"]
+        # Slurm's TIMEOUT is the stopped stage's cause, not theirs: they stay not run, and are resubmitted
+        assert _derive(fj.point_dir / stage, JobState("77", "TIMEOUT"))[0] == "cancelled"
+        assert jobrecord.kept(str(fj.point_dir / stage)) == 1

@@ -6,7 +6,9 @@ How it plans a sweep point, as pre-training (bench/workloads/nanochat.py):
 - strong: total_batch_size stays (524,288 by default); fit_batch lowers the device batch or raises the
   accumulation, and a total the ranks cannot divide is the point's reason;
 - upstream's `assert total_batch_size % (B*T*W) == 0` is checked here, before any process starts;
-- no memory fit: the base checkpoint's depth is known only once a rank reads it;
+- no memory fit: the base checkpoint's depth is known only once a rank reads it; the site's observed limit on the
+  device batch at this rank count (its `device_batch_limits`, as pre-training takes it) lowers the device batch on
+  a GPU, the accumulation keeping the tokens per rank and step;
 - a multi-node point needs $NANOCHAT_BASE_DIR on a filesystem all nodes share (bench/workloads/sharedfs.py):
   every node reads the base checkpoint and the next stage reads this one.
 A sweep trains SWEEP_NUM_ITERATIONS batches unless told otherwise (-1: one epoch of the mixture). Its time:
@@ -19,7 +21,7 @@ from dataclasses import replace
 
 from bench.workloads.base import PointContext, PointPlan, Settings
 from bench.workloads.stage import ChatStage, argv_of, model_estimate, unshared_checkpoint
-from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
+from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS, lower_device_batch, site_cap
 
 
 class MidTrain(ChatStage):
@@ -51,6 +53,9 @@ class MidTrain(ChatStage):
         if not fit.possible:
             return PointPlan(reason=fit.reason)
         dbs, accum, note = fit.device_batch_size, fit.grad_accum, fit.note
+        if config.device_type != "cpu":  # the same model and context as pre-training: the same limit holds
+            dbs, accum, capped = lower_device_batch(dbs, accum, *site_cap(point, dbs))
+            note = "; ".join(filter(None, [note, capped]))
         flags = {**settings.train, "device_batch_size": dbs, "total_batch_size": total}
         replace(config, device_batch_size=dbs, total_batch_size=total).validate()
         steps = config.num_iterations - 1  # the first batch is the prefetch: N batches, N - 1 optimizer steps

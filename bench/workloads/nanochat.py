@@ -37,9 +37,7 @@ def fit_device_memory(config, ranks: int, dbs: int, accum: int, point) -> tuple[
     from bench.nanochat.memory import GIB, MemoryPoint, estimate
 
     sequences = dbs * accum  # per rank per optimizer step
-    cap, why = dbs, ""
-    if point.max_device_batch and point.max_device_batch < cap:
-        cap, why = point.max_device_batch, f"the site's limit at {ranks} ranks"
+    cap, why = site_cap(point, dbs)
     if point.gpu_memory_bytes:
         def need(b: int) -> int:
             return estimate(MemoryPoint(config.depth, config.aspect_ratio, VOCAB_SIZE, config.max_seq_len, b, ranks,
@@ -49,8 +47,23 @@ def fit_device_memory(config, ranks: int, dbs: int, accum: int, point) -> tuple[
         while cap > 1 and need(cap) > point.gpu_memory_bytes:
             cap, why = cap // 2, f"the memory model: {dbs} needs ~{need(dbs) / GIB:.0f} GiB of " \
                                  f"{point.gpu_memory_bytes / GIB:.0f} GiB"
+    return lower_device_batch(dbs, accum, cap, why)
+
+
+def site_cap(point, dbs: int) -> tuple[int, str]:
+    """(the largest device batch, why) that the site's observed limit at this rank count allows: `dbs` and "" where
+    it has none or `dbs` is within it."""
+    if point.max_device_batch and point.max_device_batch < dbs:
+        return point.max_device_batch, f"the site's limit at {point.ranks} ranks"
+    return dbs, ""
+
+
+def lower_device_batch(dbs: int, accum: int, cap: int, why: str) -> tuple[int, int, str]:
+    """(device batch, accumulation, note): the largest device batch up to `cap` that divides the sequences per rank
+    and step (device batch x accumulation), the accumulation making up the rest; unchanged within `cap`."""
     if cap >= dbs:
         return dbs, accum, ""
+    sequences = dbs * accum
     new = max(b for b in range(1, cap + 1) if sequences % b == 0)
     return new, sequences // new, f"device batch {dbs} -> {new} x accumulation {sequences // new} ({why})"
 

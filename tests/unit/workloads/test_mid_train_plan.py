@@ -71,3 +71,27 @@ def test_the_cli_plans_it_and_refuses_what_weak_scaling_sets(tmp_path, capsys, m
     assert "--total_batch_size is what weak scaling grows" in capsys.readouterr().err
     assert cli.main([*argv, "--depth", "4"]) == 1
     assert "unknown argument(s): '--depth=4'" in capsys.readouterr().err  # the base checkpoint has the depth
+
+
+def test_the_sites_device_batch_limit_holds_for_mid_training_as_for_pre_training(tmp_path):
+    """Alps' profile records d20 at device batch 32 out of memory from 128 ranks: a flow's pre-training was lowered
+    to 16 x accumulation 2 there, while mid-training, the same model at the same context, kept 32 and would run out
+    of memory after pre-training's hours. A CPU point, which no GPU limit concerns, is left as it was."""
+    from dataclasses import replace
+
+    from bench.launch.flow import FlowSweep
+    from bench.launch.plan import DataShape
+
+    site = replace(sites.load("test-cluster"), device_batch_limits={8: 16})
+    fs = FlowSweep.build("speedrun", "base_train,mid_train", {}, [], nodes=[1, 2], gpus_per_node=4,
+                         runtimes=["bare"], data=DataShape.from_counts(52, 250), site=site,
+                         base_dir=str(tmp_path / "base"))
+    [(_, (_, mid_one)), (_, (base_two, mid_two))] = fs.points()
+    batch = ("device_batch_size", "grad_accum", "total_batch_size")
+    assert [mid_one.plan.column(c) for c in batch] == [32, 1, 32 * 2048 * 4]
+    assert [mid_two.plan.column(c) for c in batch] == [base_two.plan.column(c) for c in batch] == [16, 2, 32 * 2048 * 8]
+    assert "--device_batch_size=16" in mid_two.train_argv and "--total_batch_size=524288" in mid_two.train_argv
+    assert "device batch 32 -> 16 x accumulation 2 (the site's limit at 8 ranks)" in mid_two.note
+    cpu = Sweep([2], 4, ["bare"], train={**CPU, "device_batch_size": 32}, workload="mid_train", site=site,
+                base_dir=str(tmp_path / "base")).points()[0]
+    assert (cpu.plan.column("device_batch_size"), cpu.plan.column("grad_accum")) == (32, 1)

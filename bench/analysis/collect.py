@@ -57,7 +57,8 @@ TABLE_CSV = "runs.csv"
 # 18: a start-up phase that came out negative, measured across the batch host's and rank 0's clocks, makes the
 #     phases across them and start-up s unknown, named in clock_skew; it was a negative duration.
 # 19: net_unverified (run.json network.unverified): a multi-node run whose network the gate could not judge.
-ROW_VERSION = 19
+# 20: this trainer's console log gives its GPU, precision, fused kernels and strategy (it was bf16 on no device).
+ROW_VERSION = 20
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 # The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).

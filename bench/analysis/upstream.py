@@ -9,6 +9,12 @@ trainer); the start-up and final lines (late-2025 base_train, `print0` output) g
   Estimated FLOPs per token: 3.491758e+09
   GPU: NVIDIA H100 80GB HBM3 | Peak FLOPS (BF16): 9.89e+14     (newer trees only)
   Peak memory usage: 75422.02MiB       Minimum validation bpb: 0.8123
+This trainer's own console log (train.log, a benchmark script's output) has the same lines and more, read so that
+its runs are never pooled with runs that trained another program or on another GPU:
+  Peak FLOPs per GPU for MFU: 989000000000000.0 (NVIDIA H200)
+  FP8 matmuls (tensorwise, e4m3 forward, e5m2 gradients): 121 Linear(s), lm_head included
+  Fused kernels: rotary_norm, softcap_loss as Triton kernels (bench/nanochat/fused.py)
+  Memory strategy: fsdp+ac
 Upstream's logged MFU assumes the H100 peak whatever the GPU; on a GPU it is kept only when nothing
 better is known, and the row says so (`mfu_source`); a CPU run has no MFU.
 """
@@ -37,6 +43,12 @@ HEADER_RES = {
     "num_params": re.compile(r"^Number of parameters: ([\d,]+)"),
     "vocab_size": re.compile(r"^Vocab size: ([\d,]+)"),
     "gpu": re.compile(r"^GPU: (.+?) \| Peak FLOPS \(BF16\): " + _num),
+    # this trainer's lines (bench/nanochat/stagerun.py, fp8.py, fused.py, train.py)
+    "own_gpu": re.compile(r"^Peak FLOPs per GPU for MFU: (?:" + _num + r"|unknown \(MFU not computed\))"
+                          r"(?: \((.+)\))?$"),
+    "fp8": re.compile(r"^FP8 matmuls \(.*\): (\d+) Linear\(s\)(, lm_head included)?$"),
+    "fused_kernels": re.compile(r"^Fused kernels: (.+) as Triton kernels"),
+    "strategy": re.compile(r"^Memory strategy: (\S+)$"),
     "peak_mem_mib": re.compile(r"^Peak memory usage: " + _num + "MiB"),
     "total_training_time_m": re.compile(r"^Total training time: " + _num + "m"),
     "min_val_bpb": re.compile(r"^Minimum validation bpb: " + _num),
@@ -89,6 +101,18 @@ def _header(line: str, facts: dict) -> None:
             facts[key] = m[1]
         elif key == "gpu":
             facts["gpu_name"], facts["peak_flops_per_gpu"] = m[1].strip(), _f(m[2])
+        elif key == "own_gpu":  # a GPU this trainer knows no peak of: its name alone; on a CPU neither
+            if m[1]:
+                facts["peak_flops_per_gpu"] = _f(m[1])
+            if m[2]:
+                facts["gpu_name"] = m[2]
+        elif key == "fp8":  # the count takes lm_head in where it is included: --fp8_lm_head alone converts 1
+            lm_head = m[2] is not None
+            facts["fp8"], facts["fp8_lm_head"] = int(m[1]) > int(lm_head), lm_head
+        elif key == "fused_kernels":  # as run.json records them: the names, comma-separated
+            facts[key] = ",".join(name.strip() for name in m[1].split(","))
+        elif key == "strategy":
+            facts[key] = m[1]
         elif key == "total_training_time_m":
             facts["total_training_time_s"] = _f(m[1]) * 60
         elif key in ("world_size", "depth", "total_batch_size", "num_params", "vocab_size"):
@@ -103,13 +127,17 @@ def read_upstream_log(path: Path) -> dict | None:
     run = parse_log(path)
     if not run.steps:
         return None
+    from bench.analysis.rundir import precision  # rundir reads logs through this module: imported here
+
     facts = dict(run.facts)
+    fp8 = {k: facts.pop(k) for k in ("fp8", "fp8_lm_head") if k in facts}
     world = facts.get("world_size", 1)  # upstream prints the world size only under torchrun
     peak = facts.get("peak_flops_per_gpu") or peak_flops(facts.get("gpu_name"))
     assumed = None if facts.get("device_type") == "cpu" else UPSTREAM_PEAK  # no GPU: no peak to assume
     # the workload is ours: the row compares with our runs of the same config
     row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,
-           "runtime": "upstream", "precision": "bf16", **facts, "world_size": world, "peak_flops_per_gpu": peak,
+           "runtime": "upstream", "precision": precision(fp8, WORKLOAD), **facts, "world_size": world,
+           "peak_flops_per_gpu": peak,
            "num_iterations": run.steps[-1]["num_iterations"]}
     figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or assumed)
     if not peak and figs.get("mfu") is not None:

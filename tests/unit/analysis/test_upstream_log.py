@@ -3,6 +3,7 @@
 python -m pytest tests/unit/analysis/test_upstream_log.py -q
 """
 
+import pandas as pd
 import pytest
 
 from bench.analysis.collect import collect
@@ -142,3 +143,40 @@ def test_the_report_says_whose_peak_the_mfu_of_a_log_without_a_gpu_line_uses(tmp
     write_report(table, tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
     assert "except in an upstream log that names no GPU" in md and f"{UPSTREAM_PEAK / 1e12:g} TFLOP/s" in md
+
+
+def test_this_trainers_own_log_says_what_it_trained_and_on_which_gpu(tmp_path):
+    """This trainer's console log (a benchmark script's output beside its runs) was read as upstream's: every such
+    log was bf16 with no fused kernels on a device 'not recorded', so an --fp8 run and a bf16 one of the same shape,
+    or runs on an H100 and an H200, were pooled as repeats of one point (their median a figure no run measured).
+    Now the log's GPU, FP8, fused-kernel and strategy lines are read as run.json records them, and the runs are
+    told apart; upstream's own log, without those lines, is read as before."""
+    from bench.analysis.scaling import scaling_table
+
+    own = ("Peak FLOPs per GPU for MFU: 989000000000000.0 (NVIDIA H200)\n{fp8}{fused}Memory strategy: {strategy}\n")
+    variants = {"bf16": {}, "fp8": {"fp8": "FP8 matmuls (tensorwise, e4m3 forward, e5m2 gradients): 120 Linear(s)\n"},
+                "fp8lm": {"fp8": "FP8 matmuls (tensorwise, e4m3 forward, e5m2 gradients): 121 Linear(s), "
+                                 "lm_head included\n"},
+                "lm-only": {"fp8": "FP8 matmuls (tensorwise, e4m3 forward, e5m2 gradients): 1 Linear(s), "
+                                   "lm_head included\n"},
+                "fused": {"fused": "Fused kernels: rotary_norm, softcap_loss as Triton kernels "
+                                   "(bench/nanochat/fused.py)\n"},
+                "fsdp": {"strategy": "fsdp+ac"}}
+    (tmp_path / "logs").mkdir()
+    for name, lines in variants.items():
+        text = write_log(tmp_path / "logs" / f"{name}.log").read_text()
+        head = own.format(**{"fp8": "", "fused": "", "strategy": "zero2", **lines})
+        (tmp_path / "logs" / f"{name}.log").write_text(text.replace("Vocab size:", head + "Vocab size:"))
+    (tmp_path / "logs" / "h100.log").write_text((tmp_path / "logs" / "bf16.log").read_text().replace("H200", "H100"))
+    write_log(tmp_path / "logs" / "upstream.log")
+
+    rows = {r["run_id"]: r for r in collect([tmp_path / "logs"]).table.to_dict("records")}
+    assert {n: rows[n]["precision"] for n in ("bf16", "fp8", "fp8lm", "lm-only", "upstream")} == {
+        "bf16": "bf16", "fp8": "fp8", "fp8lm": "fp8 + fp8 lm_head", "lm-only": "bf16 + fp8 lm_head",
+        "upstream": "bf16"}
+    assert rows["fused"]["fused_kernels"] == "rotary_norm,softcap_loss" and rows["fsdp"]["strategy"] == "fsdp+ac"
+    assert rows["bf16"]["gpu_name"] == "NVIDIA H200" and rows["h100"]["gpu_name"] == "NVIDIA H100"
+    assert rows["bf16"]["peak_flops_per_gpu"] == 989e12 and rows["bf16"]["mfu_source"] == "recomputed"
+    assert pd.isna(rows["upstream"]["gpu_name"]) and pd.isna(rows["upstream"]["fused_kernels"])
+    points = scaling_table(collect([tmp_path / "logs"]).table)
+    assert len(points) == 8 and set(points["runs"]) == {1}  # each log its own point: no two pooled

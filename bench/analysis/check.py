@@ -9,8 +9,9 @@ and bounds figures of their median:
   figures.tok_per_sec = { value = 3.9e6, lower = -0.05, unit = "tok/s" }
 Tolerances are fractions of the value, as in ReFrame: pass when value*(1+lower) <= measured <=
 value*(1+upper); a bound left out is unbounded; with value 0 the tolerances are absolute.
-Only usable rows (status ok, steady-state figures) count; a reference that selects none fails as
-missing, so a broken sweep cannot pass by producing nothing.
+Only usable rows count (status ok and read whole: a training run with steady-state figures, or an
+evaluation, whose figures are its time and problems/s); a reference that selects none fails as missing,
+so a broken sweep cannot pass by producing nothing.
 """
 
 import fnmatch
@@ -23,7 +24,7 @@ import pandas as pd
 
 from bench.analysis.columns import BY_NAME, FIGURES, TYPES as COLUMNS
 from bench.analysis.figures import finite
-from bench.analysis.scaling import GROUP_KEYS, usable, with_config, with_legacy
+from bench.analysis.scaling import GROUP_KEYS, with_config, with_legacy
 from bench.errors import ConfigError
 from bench.nanochat.config import bool_word
 
@@ -176,9 +177,16 @@ def _matches(value: str, want) -> bool:
     return fnmatch.fnmatchcase(value, str(want))
 
 
+def checkable(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose figures a reference may bound: those the reader left no skip_reason (an ended-ok training run
+    with steady steps, or an evaluation, which takes no step: its figures are its time and problems/s, and
+    scaling.usable, which needs tok/s, would leave it out), their ranks known."""
+    return table[table["skip_reason"].isna() & table["world_size"].notna()]
+
+
 def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
     """One outcome per (reference, figure): the median over the usable rows the reference selects."""
-    ok = usable(table)
+    ok = checkable(table)
     outcomes = []
     for ref in references:
         rows = select(ok, ref.where)

@@ -10,9 +10,8 @@ for a negative value. ReFrame limits lower to [-1, 0] for a positive value (and 
 negative one); a bound outside that is refused with its name rather than silently changed.
 """
 
-from bench.analysis.check import Bound, Reference, select
+from bench.analysis.check import Bound, Reference, checkable, select
 from bench.analysis.collect import to_frame
-from bench.analysis.scaling import usable
 from bench.errors import ConfigError
 
 RefTuple = tuple[float, float | None, float | None, str]
@@ -20,7 +19,7 @@ RefTuple = tuple[float, float | None, float | None, str]
 
 def matching(row: dict, references: list[Reference]) -> list[Reference]:
     """The references whose `where` selects this run's row (none when the row is not usable)."""
-    frame = usable(to_frame([row]))
+    frame = checkable(to_frame([row]))
     return [ref for ref in references if not select(frame, ref.where).empty]
 
 

@@ -201,3 +201,29 @@ def test_committed_h200_references_hold_for_the_committed_runs(capsys):
     assert main(["check", str(results / "table-stacked"), "--references", str(results / "references.toml")]) == 0
     out = capsys.readouterr().out
     assert "9 of 9 check(s) passed" in out and "MISSING" not in out
+
+
+def test_an_evaluations_time_and_rate_are_checked(tmp_path, capsys):
+    """An evaluation (base_eval, chat_eval) takes no training step, so it has no tok/s, and check and ReFrame's
+    references took only runs with one: a reference on its time or problems/s (its performance variables) was
+    MISSING, 'no usable run matches', beside a run that ended ok. Now its figures are checked."""
+    from bench.analysis.rundir import read_run_dir
+    from bench.reframe_checks.references import matching
+
+    speedrun = EXAMPLE.parent / "h200-d20" / "speedrun"
+    path = refs(tmp_path, """
+[[reference]]
+name = "base_eval"
+where = { stage = "base_eval", world_size = 1 }
+figures.stage_time_s = { value = 41.1, lower = -0.05, upper = 0.05, unit = "s" }
+figures.problems_per_sec = { value = 21.3, lower = -0.05 }
+[[reference]]
+name = "base_train"
+where = { stage = "base_train" }
+figures.tok_per_sec = { value = 147000, lower = -0.05 }
+""")
+    assert main(["check", str(speedrun / "table"), "--references", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "PASS    base_eval: stage_time_s = 41.11 s" in out and "PASS    base_eval: problems_per_sec = 21.35" in out
+    assert [r.name for r in matching(read_run_dir(speedrun / "runs" / "base_eval"), load_references(path))] == \
+        ["base_eval"]

@@ -58,7 +58,8 @@ TABLE_CSV = "runs.csv"
 #     phases across them and start-up s unknown, named in clock_skew; it was a negative duration.
 # 19: net_unverified (run.json network.unverified): a multi-node run whose network the gate could not judge.
 # 20: this trainer's console log gives its GPU, precision, fused kernels and strategy (it was bf16 on no device).
-ROW_VERSION = 20
+# 21: this trainer's console log has no runtime (it names none); it was upstream's.
+ROW_VERSION = 21
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 # The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).

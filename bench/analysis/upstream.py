@@ -10,7 +10,9 @@ trainer); the start-up and final lines (late-2025 base_train, `print0` output) g
   GPU: NVIDIA H100 80GB HBM3 | Peak FLOPS (BF16): 9.89e+14     (newer trees only)
   Peak memory usage: 75422.02MiB       Minimum validation bpb: 0.8123
 This trainer's own console log (train.log, a benchmark script's output) has the same lines and more, read so that
-its runs are never pooled with runs that trained another program or on another GPU:
+its runs are never pooled with runs that trained another program or on another GPU, nor taken for upstream's (its
+runtime, which it does not name, is unknown):
+  nanochat-bench: base pretraining (nanochat-faithful)
   Peak FLOPs per GPU for MFU: 989000000000000.0 (NVIDIA H200)
   FP8 matmuls (tensorwise, e4m3 forward, e5m2 gradients): 121 Linear(s), lm_head included
   Fused kernels: rotary_norm, softcap_loss as Triton kernels (bench/nanochat/fused.py)
@@ -44,6 +46,7 @@ HEADER_RES = {
     "vocab_size": re.compile(r"^Vocab size: ([\d,]+)"),
     "gpu": re.compile(r"^GPU: (.+?) \| Peak FLOPS \(BF16\): " + _num),
     # this trainer's lines (bench/nanochat/stagerun.py, fp8.py, fused.py, train.py)
+    "ours": re.compile(r"^nanochat-bench: "),  # the banner each of this trainer's stages prints first
     "own_gpu": re.compile(r"^Peak FLOPs per GPU for MFU: (?:" + _num + r"|unknown \(MFU not computed\))"
                           r"(?: \((.+)\))?$"),
     "fp8": re.compile(r"^FP8 matmuls \(.*\): (\d+) Linear\(s\)(, lm_head included)?$"),
@@ -101,6 +104,8 @@ def _header(line: str, facts: dict) -> None:
             facts[key] = m[1]
         elif key == "gpu":
             facts["gpu_name"], facts["peak_flops_per_gpu"] = m[1].strip(), _f(m[2])
+        elif key == "ours":
+            facts[key] = True
         elif key == "own_gpu":  # a GPU this trainer knows no peak of: its name alone; on a CPU neither
             if m[1]:
                 facts["peak_flops_per_gpu"] = _f(m[1])
@@ -131,12 +136,14 @@ def read_upstream_log(path: Path) -> dict | None:
 
     facts = dict(run.facts)
     fp8 = {k: facts.pop(k) for k in ("fp8", "fp8_lm_head") if k in facts}
+    # a log of this trainer names no runtime (bare metal or a container): never upstream's, nor a runtime it guessed
+    runtime = None if facts.pop("ours", False) else "upstream"
     world = facts.get("world_size", 1)  # upstream prints the world size only under torchrun
     peak = facts.get("peak_flops_per_gpu") or peak_flops(facts.get("gpu_name"))
     assumed = None if facts.get("device_type") == "cpu" else UPSTREAM_PEAK  # no GPU: no peak to assume
     # the workload is ours: the row compares with our runs of the same config
     row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,
-           "runtime": "upstream", "precision": precision(fp8, WORKLOAD), **facts, "world_size": world,
+           "runtime": runtime, "precision": precision(fp8, WORKLOAD), **facts, "world_size": world,
            "peak_flops_per_gpu": peak,
            "num_iterations": run.steps[-1]["num_iterations"]}
     figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or assumed)

@@ -3,11 +3,15 @@
 python -m pytest tests/unit/analysis/test_upstream_log.py -q
 """
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from bench.analysis.collect import collect
 from bench.analysis.upstream import UPSTREAM_PEAK, parse_log, read_upstream_log
+
+REPO = Path(__file__).resolve().parents[3]
 
 # The start-up lines of a late-2025 8-GPU d20 run, as upstream prints them (spec §7).
 HEADER = """\
@@ -180,3 +184,16 @@ def test_this_trainers_own_log_says_what_it_trained_and_on_which_gpu(tmp_path):
     assert pd.isna(rows["upstream"]["gpu_name"]) and pd.isna(rows["upstream"]["fused_kernels"])
     points = scaling_table(collect([tmp_path / "logs"]).table)
     assert len(points) == 8 and set(points["runs"]) == {1}  # each log its own point: no two pooled
+
+
+def test_this_trainers_own_log_is_not_upstreams_runtime(tmp_path):
+    """This trainer's console log was given the runtime `upstream`, so a report of results/h200-d20/same-job/ said
+    that upstream ran 157,803 tok/s with ours.log's figures, beside upstream.log's own. Now a log that opens with this
+    trainer's banner has no runtime (it names none: 'unknown' in the report), and upstream's log keeps `upstream`."""
+    from bench.analysis.scaling import scaling_table
+
+    same_job = REPO / "results" / "h200-d20" / "same-job"
+    rows = {r["run_id"]: r["runtime"] for r in collect([same_job]).table.to_dict("records")}
+    assert rows["upstream"] == "upstream" and pd.isna(rows["ours"]) and pd.isna(rows["ours-after-cleanup"])
+    points = scaling_table(collect([same_job]).table)
+    assert sorted(zip(points["runtime"], points["runs"])) == [("unknown", 2), ("upstream", 1)]

@@ -250,6 +250,8 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                  "partitions", "default_partition", "network_env", "runtimes", "device_batch_limits",
                  "shared_paths", "images"}, where)
     network = data.get("network")
+    if network is None:
+        raise ConfigError(f"{where}: `network` is required: one of {', '.join(NETWORKS)}")
     if network not in NETWORKS:
         raise ConfigError(f"{where}: network {network!r} is not one of {', '.join(NETWORKS)}")
     if not _text(data.get("name"), f"{where}: name"):

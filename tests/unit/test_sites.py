@@ -47,6 +47,7 @@ def test_a_site_file_by_path(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     ('name = "x"\nnetwork = "myrinet"\n', ["network 'myrinet'", "slingshot"]),
+    ('name = "x"\n', ["`network` is required: one of slingshot, infiniband, ethernet"]),
     ('name = "x"\nnetwork = "ethernet"\n[partitions.p]\nmax_time = "90 minutes"\n', ["partitions.p.max_time", "HH:MM:SS"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.docker]\n', ["runtimes.docker", "valid: bare"]),
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.ce]\nenvs = {}\n', ["unknown key(s) envs"]),

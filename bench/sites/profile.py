@@ -280,6 +280,10 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
     if nccl_net is not None and not isinstance(nccl_net, str):
         raise ConfigError(f"{where}: nccl_net must be a string such as \"AWS Libfabric\", \"IB\" or \"Socket\"")
     _text(nccl_net, f"{where}: nccl_net")
+    if nccl_net and not nccl_net.strip():  # kept, the gate would stop every multi-node run as wrong_network
+        raise ConfigError(f"{where}: nccl_net {nccl_net!r} names no network; give the one NCCL must choose between "
+                          f"nodes (\"AWS Libfabric\", \"IB\", \"Socket\"), or leave the key out for no expectation "
+                          f"(no run is stopped for its network)")
     return Site(name=data["name"], network=network, nccl_net=nccl_net or None,
                 gpus_per_node=_positive(data.get("gpus_per_node"), f"{where}: gpus_per_node"),
                 gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),

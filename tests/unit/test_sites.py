@@ -93,6 +93,8 @@ def test_a_site_file_by_path(tmp_path):
     ('name = "x"\nnetwork = "ethernet"\n[runtimes.bare]\nsetup = """host\nlibs"""\n',
      ["runtimes.bare.setup must be a string of one line"]),
     ('name = "x"\nnetwork = "slingshot"\nnccl_net = """AWS\nLibfabric"""\n', ["nccl_net must be a string of one line"]),
+    # a blank one was kept as the expected network, and the gate stopped every multi-node run as wrong_network
+    ('name = "x"\nnetwork = "slingshot"\nnccl_net = "  "\n', ["nccl_net '  ' names no network", "leave the key out"]),
     ('name = "x"\nnetwork = "ethernet"\n[description]\ntext = "a"\n', ["description must be a string"]),
 ])
 def test_bad_profiles_name_the_file_and_key(tmp_path, text, words):

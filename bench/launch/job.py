@@ -19,7 +19,7 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
-from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, exportable, quote_token
+from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, exportable, quote_token, unset_variables
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.sites import Site
@@ -325,8 +325,12 @@ def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
     if archive is None:
         return None
     expanded = os.path.expanduser(os.path.expandvars(archive))
-    what = (f"site {opts.site.name}: the {runtime} image archive {archive!r} ([images.{runtime}] archive in "
+    given = f"{archive!r}, " if expanded != archive else ""  # the path looked for, then the profile's template
+    what = (f"site {opts.site.name}: the {runtime} image archive {expanded!r} ({given}[images.{runtime}] archive in "
             f"{opts.site.source})")
+    # as an image is checked (Runtime.resolve_image): a missing file names the variables it left unset
+    if opts.check_images and not os.path.isfile(expanded) and (unset := unset_variables(expanded)):
+        raise ConfigError(f"{what} names the unset variable(s) {', '.join(unset)}; set them or change the profile")
     if opts.check_images and not os.path.isfile(expanded):
         raise ConfigError(f"{what} does not exist; make it with `podman save -o FILE IMAGE` (containers/README.md) "
                           f"or change the profile")

@@ -199,6 +199,24 @@ def test_site_image_archive(tmp_path):
     assert job.runs[0].image_step.args[2] == str(archive)
 
 
+def test_a_missing_site_archive_says_the_path_looked_for_or_the_unset_variable(tmp_path, monkeypatch):
+    """alps' archive is ${SCRATCH}/images/...: the error quoted that template alone, not the file looked for, and
+    with SCRATCH unset said the file did not exist, where an image's check names the unset variable."""
+    site = tmp_path / "s.toml"
+    site.write_text('name = "s"\nnetwork = "ethernet"\n[images.podman]\narchive = "${SCRATCH}/images/nb.tar"\n')
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    with pytest.raises(ConfigError) as e:
+        one_run(tmp_path, "podman", site=sites.load(str(site)), check_images=True)
+    looked_for = str(tmp_path / "scratch" / "images" / "nb.tar")
+    assert f"image archive '{looked_for}' ('${{SCRATCH}}/images/nb.tar', [images.podman] archive in site profile " \
+           f"{site}) does not exist" in str(e.value)
+    monkeypatch.delenv("SCRATCH")
+    with pytest.raises(ConfigError) as e:
+        one_run(tmp_path, "podman", site=sites.load(str(site)), check_images=True)
+    assert "image archive '${SCRATCH}/images/nb.tar' ([images.podman] archive in site profile" in str(e.value)
+    assert "names the unset variable(s) SCRATCH; set them or change the profile" in str(e.value)
+
+
 def test_a_site_archive_named_by_a_variable_is_rendered_with_its_value_on_a_dry_run(tmp_path, monkeypatch):
     """alps' archive is ${SCRATCH}/images/...: the job quotes the path it is given, so a dry run (images not
     checked) that kept the reference would load the literal '${SCRATCH}/...' on every node."""

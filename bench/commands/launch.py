@@ -55,9 +55,10 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
                    "estimate with a quarter and 10 min to spare; 30 min where nothing can be estimated)")
     g.add_argument("--site", default=None, metavar="NAME|FILE",
                    help=f"site profile: its fast network's set-up for every runtime, the network NCCL must choose "
-                        f"(a run on another stops as wrong_network), partitions and GPU memory; shipped: "
-                        f"{', '.join(sites.names())} (default: ${ENV_SITE}, else none)")
-    g.add_argument("--gpu", default="H200", help="GPU assumed by the node-hour estimate (default: H200)")
+                        f"(a run on another stops as wrong_network), partitions, the nodes' GPU and its memory; "
+                        f"shipped: {', '.join(sites.names())} (default: ${ENV_SITE}, else none)")
+    g.add_argument("--gpu", default=None, help="GPU assumed by the node-hour estimate, a name of bench/metrics.py "
+                   f"(default: the site profile's gpu, else {planmod.DEFAULT_GPU})")
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
     g.add_argument("--assume-decode-tok-s", type=float, default=planmod.DECODE_TOK_PER_S, metavar="TOK_S",
                    help="tokens a rank generates a second, assumed by chat_eval's estimate (default: "
@@ -552,7 +553,7 @@ def register_speedrun(subparsers) -> None:
     p.add_argument("--scaling", choices=planmod.SCALING_MODES, default="weak", help="as for plan (default: weak)")
     p.add_argument("--data-dir", default=None, help="the shards, for the validation files K (default: base_data/ "
                    "under $NANOCHAT_BASE_DIR)")
-    p.set_defaults(func=cmd_speedrun, repeats=1, gpu="H200", assume_mfu=0.40,
+    p.set_defaults(func=cmd_speedrun, repeats=1, gpu=None, assume_mfu=0.40,
                    assume_decode_tok_s=planmod.DECODE_TOK_PER_S, workload=workloads.DEFAULT,
                    row_groups=None, shards=None, time=None, site=None, nodes="1", runtimes="bare")
 

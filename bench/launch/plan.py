@@ -28,6 +28,7 @@ MFU_HALF_BATCH = 4
 # Upstream's sizing (speedrun.sh): ~250M characters per FineWeb-Edu shard at ~4.8 characters per token.
 TOKENS_PER_SHARD = 250e6 / 4.8
 DEFAULT_RUN_MINUTES = 30  # a run's time limit when nothing can be estimated (CPU, another workload)
+DEFAULT_GPU = "H200"  # the GPU an estimate assumes without --gpu or a site profile's gpu
 # Tokens one rank decodes a second when generating (chat_eval: one problem at a time through the KV cache, each
 # token a forward of one position, so the host's kernel launches, not FLOPs, set the pace): an assumption, as
 # --assume-mfu is; d20 on H200 nodes decoded 50-90 tok/s, the host CPU deciding (results/h200-d20/decode/). The
@@ -172,7 +173,7 @@ class Sweep:
     repeats: int = 1
     train: dict = field(default_factory=dict)  # trainer flags given by the user (the workload's names)
     scaling: str = "weak"
-    gpu: str = "H200"  # GPU the estimate assumes (peak FLOPs from bench.metrics)
+    gpu: str | None = None  # GPU the estimate assumes (peak FLOPs from bench.metrics); None: the site's, else default
     assume_mfu: float = 0.40  # MFU the estimate assumes at large device batches
     assume_decode_tok_s: float = DECODE_TOK_PER_S  # tokens a rank generates a second (chat_eval's estimate)
     startup_s: float = 300.0  # per-run start-up allowance in the estimate (image, compile, data)
@@ -185,6 +186,7 @@ class Sweep:
     settings: Settings = field(init=False, repr=False, compare=False)  # the flags, parsed once
 
     def __post_init__(self):
+        object.__setattr__(self, "gpu", self.gpu or getattr(self.site, "gpu", None) or DEFAULT_GPU)
         if self.gpus_per_node <= 0:
             raise ConfigError(f"--gpus-per-node {self.gpus_per_node} must be a positive integer")
         if self.repeats <= 0:

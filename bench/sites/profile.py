@@ -5,6 +5,7 @@ The file (see alps.toml for a full one):
     name = "alps"
     network = "slingshot"             # slingshot | infiniband | ethernet
     nccl_net = "AWS Libfabric"        # what NCCL must choose between nodes ("Using network ...")
+    gpu = "GH200"                     # optional: the nodes' GPU (bench/metrics.py's names), plan's default --gpu
     gpus_per_node = 4
     gpu_memory_gib = 96
     cpus_per_gpu = 72                 # optional: a GPU's share of a node's CPUs, what a --no-exclusive job asks
@@ -37,6 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from bench import metrics
 from bench import runtimes as registry  # the runtimes' own registry: one list of names
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.runtimes import edf
@@ -77,6 +79,7 @@ class Site:
     name: str
     network: str
     nccl_net: str | None  # None: the site does not say, so no run is stopped for its network
+    gpu: str | None = None  # the nodes' GPU model, what plan's estimates assume without --gpu (None: plan's default)
     gpus_per_node: int | None = None
     gpu_memory_gib: float | None = None
     cpus_per_gpu: int | None = None  # a GPU's share of a node's CPUs: what a job sharing its nodes asks for
@@ -246,8 +249,8 @@ def _positive(value: Any, where: str, kind=int):
 
 
 def _site(data: Mapping[str, Any], where: str) -> Site:
-    _keys(data, {"name", "description", "network", "nccl_net", "gpus_per_node", "gpu_memory_gib", "cpus_per_gpu",
-                 "partitions", "default_partition", "network_env", "runtimes", "device_batch_limits",
+    _keys(data, {"name", "description", "network", "nccl_net", "gpu", "gpus_per_node", "gpu_memory_gib",
+                 "cpus_per_gpu", "partitions", "default_partition", "network_env", "runtimes", "device_batch_limits",
                  "shared_paths", "images"}, where)
     network = data.get("network")
     if network is None:
@@ -284,7 +287,7 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
         raise ConfigError(f"{where}: nccl_net {nccl_net!r} names no network; give the one NCCL must choose between "
                           f"nodes (\"AWS Libfabric\", \"IB\", \"Socket\"), or leave the key out for no expectation "
                           f"(no run is stopped for its network)")
-    return Site(name=data["name"], network=network, nccl_net=nccl_net or None,
+    return Site(name=data["name"], network=network, nccl_net=nccl_net or None, gpu=_gpu(data.get("gpu"), where),
                 gpus_per_node=_positive(data.get("gpus_per_node"), f"{where}: gpus_per_node"),
                 gpu_memory_gib=_positive(data.get("gpu_memory_gib"), f"{where}: gpu_memory_gib", float),
                 cpus_per_gpu=_positive(data.get("cpus_per_gpu"), f"{where}: cpus_per_gpu"),
@@ -294,6 +297,17 @@ def _site(data: Mapping[str, Any], where: str) -> Site:
                 runtimes=runtimes, device_batch_limits=_batch_limits(data.get("device_batch_limits", {}), where),
                 shared_paths=_absolute(data.get("shared_paths", []), f"{where}: shared_paths"),
                 image_archives=_image_archives(data.get("images", {}), where), source=where)
+
+
+def _gpu(value: Any, where: str) -> str | None:
+    """The nodes' GPU, by a name bench/metrics.py knows the peak FLOPs of: another would leave every estimate out,
+    and each run the default time limit."""
+    name = _text(value, f"{where}: gpu")
+    if value is not None and metrics.peak_flops(name) is None:
+        known = ", ".join(pattern for pattern, _ in metrics.PEAK_BF16_FLOPS)
+        raise ConfigError(f"{where}: gpu {value!r} has no peak FLOPs in bench/metrics.py; name one of {known}, or "
+                          f"leave the key out (plan then assumes --gpu's default)")
+    return name or None
 
 
 def _setup(table: Any, where: str, runtime: Runtime, nested: bool = True) -> NetworkSetup:

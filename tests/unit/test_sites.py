@@ -15,7 +15,7 @@ def test_shipped_profiles_load():
 
 def test_alps_sets_up_every_runtime_for_slingshot():
     alps = sites.load("alps")
-    assert alps.network == "slingshot" and alps.nccl_net == "AWS Libfabric"
+    assert alps.network == "slingshot" and alps.nccl_net == "AWS Libfabric" and alps.gpu == "GH200"
     assert set(alps.runtimes) == set(runtimes.names())
     for name in runtimes.names():
         setup = alps.network_setup(name)
@@ -96,6 +96,8 @@ def test_a_site_file_by_path(tmp_path):
     # a blank one was kept as the expected network, and the gate stopped every multi-node run as wrong_network
     ('name = "x"\nnetwork = "slingshot"\nnccl_net = "  "\n', ["nccl_net '  ' names no network", "leave the key out"]),
     ('name = "x"\nnetwork = "ethernet"\n[description]\ntext = "a"\n', ["description must be a string"]),
+    # a GPU without a known peak would leave every estimate out, each run the default time limit
+    ('name = "x"\nnetwork = "ethernet"\ngpu = "GH-200"\n', ["gpu 'GH-200' has no peak FLOPs", "GH200, H200"]),
 ])
 def test_bad_profiles_name_the_file_and_key(tmp_path, text, words):
     path = tmp_path / "site.toml"

@@ -54,6 +54,16 @@ def test_the_recipes_horizon_gets_hours_not_half_an_hour(capsys):
     assert hours >= 5  # 11.2e9 tokens x 3.49e9 FLOPs at 4 x 989 TFLOP/s x 35.6% MFU: 7.7 h, with margin
 
 
+def test_the_estimates_assume_the_sites_gpu_unless_gpu_is_given(capsys, monkeypatch):
+    """--gpu defaulted to H200 whatever the site, so a flow plan on alps (GH200 nodes) said "H200 at 40% MFU"."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    plan = ["plan", "--flow", "speedrun", "--nodes=1", "--gpus-per-node=4", "--row-groups=52", "--shards=250"]
+    for extra, gpu in [(["--site", "alps"], "GH200"), (["--site", "alps", "--gpu", "H100"], "H100"), ([], "H200"),
+                       (["--site", "infiniband"], "H200")]:
+        code, out, _ = run_cli(plan + extra, capsys)
+        assert code == 0 and f"(estimates per stage: {gpu} at 40% MFU" in out, extra
+
+
 def test_a_point_no_validation_split_can_serve_is_refused(capsys, tmp_path):
     code, out, err = run_cli(["submit", "--nodes", "64", "--gpus-per-node", "4", "--row-groups", "2", "--shards", "4",
                               "--dry-run", "--out", str(tmp_path / "s")], capsys)

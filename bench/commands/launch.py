@@ -205,6 +205,18 @@ def note_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
         print(f"note: not staged under {base} (submit refuses the jobs until it is): {'; and '.join(missing)}")
 
 
+def note_unseen_base_dir(args, sweep: planmod.Sweep, stages: tuple[flowmod.Stage, ...]) -> None:
+    """A --base-dir this host does not see is not judged shared (sharedfs.check_shared lets its multi-node points
+    pass): say so where such a point has a stage reading a checkpoint, as the data check says what it skipped."""
+    from bench.workloads.sharedfs import declared_shared, unseen
+
+    base = base_dir_of(args)
+    if max(sweep.nodes) > 1 and any(workloads.get(s.workload).reads_checkpoint for s in stages) \
+            and unseen(base) and not declared_shared(base, site_of(args)):
+        print(f"note: --base-dir {base} is not visible here, so whether the nodes of a multi-node point share it "
+              f"(each reads the checkpoint the stage before wrote) was not checked")
+
+
 def site_of(args):
     """The site profile of --site, else $NANOCHAT_BENCH_SITE (a shipped name or a TOML file), read once per
     command; an error names where the name came from."""
@@ -316,6 +328,7 @@ def cmd_plan(args) -> int:
     sweep, stages = sweep_and_stages(args)
     print((flowmod if args.flow else planmod).format_table(sweep))
     note_staged_data(args, stages)
+    note_unseen_base_dir(args, sweep.first if args.flow else sweep, stages)
     note_shared_cpus(args, sweep.first if args.flow else sweep)
     return 0
 
@@ -359,6 +372,7 @@ def cmd_submit(args) -> int:
     if args.flow:  # its flags first, then its data: refused before the plan is printed
         tokenizer = tokenizer_args(args)
     check_staged_data(args, stages)
+    note_unseen_base_dir(args, sweep.first if args.flow else sweep, stages)
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer)
@@ -446,6 +460,7 @@ def cmd_render_flow(args) -> int:
     tokenizer = tokenizer_args(args)
     if args.kind != "interactive":  # the guide has its own staging steps, run in the allocation before the stages
         check_staged_data(args, fs.stages)
+    note_unseen_base_dir(args, fs.first, fs.stages)
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
         shards = guide_shards(args, opts, fj.job, fs.first.shards_needed())
@@ -508,6 +523,7 @@ def cmd_render(args) -> int:
                     compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
     if args.kind != "interactive":
         check_staged_data(args, stages)
+    note_unseen_base_dir(args, sweep, stages)
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":
         shards = guide_shards(args, opts, job, sweep.shards_needed())

@@ -34,6 +34,7 @@ class BaseEval(TorchrunStage):
     module = "bench.nanochat.base_eval"
     parser = "bench.nanochat.base_eval_config:parse"
     kind = EVALUATION
+    reads_checkpoint = True  # the base checkpoint
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
     staging = ("--eval-bundle", "the eval bundle for CORE (base_eval)")
     headers = {"problems_per_sec": "examples/s"}  # CORE's examples, each a forward of its prompts

@@ -33,6 +33,7 @@ class BaseLoss(TorchrunStage):
     module = "bench.nanochat.base_loss"
     parser = "bench.nanochat.base_loss_config:parse"
     kind = EVALUATION
+    reads_checkpoint = True  # the base checkpoint
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("split_tokens", "split_tokens", "{:,}"),
                     ("steps", "eval_steps", "{}"))
     headers = {"problems_per_sec": "sequences/s", "eval_tok_per_sec": "tok/s (forward)"}  # its scores count rows

@@ -5,7 +5,9 @@ writes the model, every rank of every node reads it. A checkpoint directory on a
 tmpfs) is then missing on all but one node, and the next stage fails there after its job has waited in the
 queue. So a multi-node point is planned only when $NANOCHAT_BASE_DIR, where checkpoints live, is on a network
 filesystem by /proc/mounts' type, or under a path the site profile declares shared (`shared_paths`: a site
-whose shared storage reports a local type, or the test cluster whose "nodes" are one host).
+whose shared storage reports a local type, or the test cluster whose "nodes" are one host). A path this host
+does not see (rendering on a login node that does not mount the nodes' filesystem) cannot be judged here: its
+points are planned, and plan, render and submit note that it was not checked.
 """
 
 import os
@@ -46,15 +48,26 @@ def _under(path: Path, root: str) -> bool:
     return path == Path(root) or Path(root) in path.parents
 
 
-def check_shared(path: str | os.PathLike, nodes: int, site=None, mounts_text: str | None = None) -> str | None:
-    """None when `nodes` nodes all see `path` (one node always does), else the reason, naming the path, its
-    filesystem type and what would do. `site`: a bench.sites.Site whose `shared_paths` count as shared."""
-    if nodes <= 1:
-        return None
+def declared_shared(path: str | os.PathLike, site=None) -> bool:
+    """Whether `path` is under one of the `shared_paths` of `site` (a bench.sites.Site, or None)."""
     resolved = Path(path).resolve()
-    for shared in getattr(site, "shared_paths", ()) or ():
-        if _under(resolved, shared) or _under(Path(os.path.abspath(path)), shared):
-            return None
+    return any(_under(resolved, shared) or _under(Path(os.path.abspath(path)), shared)
+               for shared in getattr(site, "shared_paths", ()) or ())
+
+
+def unseen(path: str | os.PathLike) -> bool:
+    """Whether this host does not see `path` (a login node without the nodes' filesystem): then nothing here
+    says which filesystem the nodes have there, and check_shared lets it pass (the CLI notes it)."""
+    return not Path(path).exists()
+
+
+def check_shared(path: str | os.PathLike, nodes: int, site=None, mounts_text: str | None = None) -> str | None:
+    """None when `nodes` nodes all see `path` (one node always does) or this host does not see it (unseen: it
+    cannot be judged here), else the reason, naming the path, its filesystem type and what would do. `site`: a
+    bench.sites.Site whose `shared_paths` count as shared."""
+    if nodes <= 1 or declared_shared(path, site) or unseen(path):
+        return None  # an unseen path is not judged by the filesystem of its nearest ancestor here (often /)
+    resolved = Path(path).resolve()
     try:
         point, fstype = mount_of(resolved, mounts_text)
     except OSError as e:  # no /proc/mounts (not Linux): nothing says the nodes share it

@@ -109,6 +109,7 @@ class ChatStage(TorchrunStage):
     """A stage that reads the chat data (mid_train, chat_sft, chat_eval): `data download --chat` stages it all."""
 
     staging = CHAT_DATA
+    reads_checkpoint = True  # the base, mid or SFT checkpoint
 
     def missing_staged(self, base_dir: str) -> str:
         from bench.nanochat.chatdata import missing_staged

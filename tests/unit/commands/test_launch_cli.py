@@ -796,3 +796,22 @@ def test_submit_bounds_a_cpu_share_by_the_nodes_the_constraint_selects(capsys, t
     code, _, err = run_cli([*argv, "--cpus-per-gpu=100", "--constraint=gh200&arm|x86", "--out", str(tmp_path / "t")],
                            capsys)
     assert code == 1 and "more than 288 (sinfo; --constraint gh200&arm|x86 was not considered" in err, err
+
+
+def test_a_base_dir_not_visible_here_is_not_refused_for_its_ancestors_filesystem(capsys, tmp_path):
+    """`--base-dir /capstor/...` rendered on a host without /capstor was judged by `/`'s local disk, and every
+    multi-node stage after pre-training was refused; it is now planned and rendered with a note that it was not
+    checked, and a base directory this host has on its local disk is refused as before."""
+    unseen = tmp_path / "on-the-nodes"
+    argv = ["--flow=speedrun", "--runtimes=bare", *TINY, f"--base-dir={unseen}"]
+    note = f"note: --base-dir {unseen} is not visible here, so whether the nodes of a multi-node point share it"
+    code, out, _ = run_cli(["plan", "--nodes=1,2", *argv], capsys)
+    assert code == 0 and "impossible" not in out and note in out
+    code, out, err = run_cli(["render", "sbatch", "--nodes=2", *argv, "--no-data-check", "--out", str(tmp_path / "r")],
+                             capsys)
+    assert code == 0 and note in out and (tmp_path / "r" / "n2-bare-r1" / "job.sbatch").is_file(), err
+    code, out, _ = run_cli(["plan", "--nodes=1", *argv], capsys)  # one node: nothing to share
+    assert code == 0 and "not visible" not in out
+    unseen.mkdir()
+    code, out, _ = run_cli(["plan", "--nodes=1,2", *argv], capsys)
+    assert code == 0 and f"impossible: NANOCHAT_BASE_DIR {unseen} is on " in out and "not visible" not in out

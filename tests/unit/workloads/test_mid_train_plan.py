@@ -42,6 +42,7 @@ def test_strong_scaling_keeps_the_total_or_says_why_not(tmp_path):
 
 
 def test_a_multi_node_point_needs_a_shared_base_directory(tmp_path):
+    (tmp_path / "base").mkdir()  # here, on this host's local disk
     one, two = sweep(tmp_path, [1, 2], site=None).points()
     assert one.possible and not two.possible
     assert f"NANOCHAT_BASE_DIR {tmp_path / 'base'} is on" in two.reason and "not a filesystem all 2 nodes" in \

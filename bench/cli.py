@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         args = build_parser().parse_args(argv)  # seconds of imports (torch): a Ctrl-C there is one line too
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (a dry run records its submit command)
         result = args.func(args)
     except BenchError as e:
         if args is None or args.verbose:

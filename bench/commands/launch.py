@@ -375,12 +375,32 @@ def cmd_submit(args) -> int:
     note_unseen_base_dir(args, sweep.first if args.flow else sweep, stages)
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
-        flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer)
+        flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer,
+                            command=submit_command(args, sweep_dir))
     else:
-        submit.submit_sweep(sweep, opts, sweep_dir, backend, compare=args.compare, dry_run=args.dry_run)
+        submit.submit_sweep(sweep, opts, sweep_dir, backend, compare=args.compare, dry_run=args.dry_run,
+                            command=submit_command(args, sweep_dir))
     if not args.dry_run:
         print(f"follow it with: nanochat-bench status {sweep_dir}")
     return 0
+
+
+def submit_command(args, sweep_dir: Path) -> str:
+    """This submit without --dry-run, into this sweep directory (a --name, or the default's date, would make
+    another) and from this directory (relative paths among its flags read alike): what submits a dry run."""
+    dropped = {"--dry-run": 0, "--name": 1, "--out": 1}  # each flag and how many values follow it
+    at = args.argv.index("submit")
+    tokens, rest = args.argv[:at + 1], iter(args.argv[at + 1:])
+    for token in rest:
+        flag = token.split("=", 1)[0]
+        name = next((n for n in dropped if len(flag) >= 4 and n.startswith(flag)), None)  # argparse takes a prefix
+        if name is None:
+            tokens.append(token)
+        elif "=" not in token:
+            for _ in range(dropped[name]):
+                next(rest, None)
+    argv = shlex.join([*tokens, "--out", str(sweep_dir.absolute())])
+    return f"cd {shlex.quote(os.getcwd())} && nanochat-bench {argv}"
 
 
 def check_constraint(backend, partition: str | None, constraint: str) -> None:

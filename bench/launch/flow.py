@@ -346,9 +346,11 @@ def write_flow_job(fj: FlowJob, text: str, manifests: bool = True) -> None:
 
 
 def submit_flow(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, backend, *, dry_run: bool = False,
-                tokenizer_args: tuple[str, ...] = (), out: Callable[[str], None] = print) -> dict:
+                tokenizer_args: tuple[str, ...] = (), command: str | None = None,
+                out: Callable[[str], None] = print) -> dict:
     """Render, write and submit one job per point; sweep.json lists each job's stage runs as <point>/<stage>,
-    so `status` and `status --resubmit-failed` treat every stage as a run of its point's job."""
+    so `status` and `status --resubmit-failed` treat every stage as a run of its point's job. `command`: as
+    bench.launch.submit.submit_sweep's."""
     from bench.launch import submit
     from bench.launch.flowrender import render_flow
 
@@ -358,7 +360,7 @@ def submit_flow(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, backend, *,
     texts = [render_flow(fj) for fj in jobs]
     for fj, text in zip(jobs, texts):
         write_flow_job(fj, text, manifests=not dry_run)
-    return submit.submit_written(sweep_dir, [fj.job for fj in jobs], backend, dry_run, out, "stages",
+    return submit.submit_written(sweep_dir, [fj.job for fj in jobs], backend, dry_run, out, "stages", command,
                                  plan=fs.describe(), compare=False, flow=fs.flow)
 
 

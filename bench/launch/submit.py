@@ -1,6 +1,8 @@
 """Submit a sweep: every job's script rendered into the sweep directory, then `sbatch --parsable`.
 
     <sweep_dir>/sweep.json                 the plan and, per job, its script, runs and Slurm job ids
+    <sweep_dir>/dry-run.json               instead, after --dry-run: that record, nothing submitted, and the command
+                                           that submits it
     <sweep_dir>/<run_id>/job.sbatch        one job per point (its Slurm log beside it)
     <sweep_dir>/jobs/compare-n<N>/job.sbatch   with --compare: every runtime in turn in one allocation
 
@@ -21,6 +23,7 @@ from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 
 SWEEP_JSON = "sweep.json"
+DRY_RUN_JSON = "dry-run.json"  # what a dry run wrote, so `status` can say so and how to submit it
 # run.json fields that submit writes (the plan's decisions), kept when a run is submitted again.
 PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes", "gpus_per_node", "world_size",
                   "repeat", "config", "grad_accum", "scaling", "val_files_k", "ofi_hook", "site", "stage")
@@ -28,6 +31,9 @@ PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes",
 
 def read_sweep(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / SWEEP_JSON
+    if not path.is_file() and (dry := dry_run_command(sweep_dir)):
+        raise ConfigError(f"{path} does not exist: {sweep_dir} holds the jobs of `submit --dry-run`, and nothing was "
+                          f"submitted; submit them with: {dry}")
     if not path.is_file() and (Path(sweep_dir) / LIB_DIR).is_dir():  # the jobs written, the sweep never recorded
         raise ConfigError(f"{path} does not exist: {sweep_dir} holds job scripts that `submit --dry-run` or `render` "
                           "wrote, which submit nothing; `nanochat-bench submit` (no --dry-run) makes a sweep to follow")
@@ -48,20 +54,34 @@ def read_sweep(sweep_dir: Path) -> dict:
     return record
 
 
+def dry_run_command(sweep_dir: Path) -> str | None:
+    """How to submit a dry run's directory: the command it records (its own without --dry-run), else in words;
+    None where no dry run wrote the directory."""
+    try:
+        command = json.loads((Path(sweep_dir) / DRY_RUN_JSON).read_text()).get("command")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    if isinstance(command, str) and command:
+        return command
+    return f"the same `nanochat-bench submit` without --dry-run, with --out {shlex.quote(str(sweep_dir))}"
+
+
 def write_sweep(sweep_dir: Path, record: dict) -> None:
     contract.write_json_atomic(Path(sweep_dir) / SWEEP_JSON, record)
 
 
 def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *, compare: bool = False,
-                 dry_run: bool = False, out: Callable[[str], None] = print) -> dict:
-    """Render, write and submit every job; return the sweep record (also in sweep.json)."""
+                 dry_run: bool = False, command: str | None = None, out: Callable[[str], None] = print) -> dict:
+    """Render, write and submit every job; return the sweep record (also in sweep.json). `command`: the one
+    that submits it, which a dry run records."""
     sweep_dir = Path(sweep_dir).absolute()
     refuse_existing(sweep_dir, "runs")
     jobs = assemble(sweep, opts, sweep_dir, compare=compare, note=out)
     texts = [render_sbatch(job) for job in jobs]
     for job, text in zip(jobs, texts):
         write_job(job, text, manifests=not dry_run)
-    return submit_written(sweep_dir, jobs, backend, dry_run, out, "runs", plan=sweep.describe(), compare=compare)
+    return submit_written(sweep_dir, jobs, backend, dry_run, out, "runs", command, plan=sweep.describe(),
+                          compare=compare)
 
 
 def refuse_existing(sweep_dir: Path, what: str) -> None:
@@ -73,9 +93,10 @@ def refuse_existing(sweep_dir: Path, what: str) -> None:
 
 
 def submit_written(sweep_dir: Path, jobs: list[Job], backend, dry_run: bool, out: Callable[[str], None], what: str,
-                   **fields) -> dict:
+                   command: str | None = None, **fields) -> dict:
     """The sweep's record (`fields`: its plan, how it runs) with the written jobs, submitted in turn, sweep.json
-    rewritten after each (a dry run only says what would run); `what` names their runs in a refusal (runs, stages)."""
+    rewritten after each (a dry run only says what would run, and records in dry-run.json the `command` that
+    submits it); `what` names their runs in a refusal (runs, stages)."""
     record = {"schema_version": contract.SCHEMA_VERSION, "sweep_id": sweep_dir.name, "created_at": time.time(),
               **fields, "dry_run": dry_run,
               "jobs": [{"name": job.name, "script": str(job.script), "runs": [r.run_id for r in job.runs],
@@ -84,8 +105,10 @@ def submit_written(sweep_dir: Path, jobs: list[Job], backend, dry_run: bool, out
         for job in jobs:
             out(f"would run: cd {shlex.quote(str(job.job_dir))} && sbatch --parsable {job.script.name}")
         out(f"dry run: {len(jobs)} script(s) rendered under {sweep_dir}, nothing submitted")
+        contract.write_json_atomic(sweep_dir / DRY_RUN_JSON, {**record, "command": command})
         return record
     write_sweep(sweep_dir, record)
+    (sweep_dir / DRY_RUN_JSON).unlink(missing_ok=True)  # a dry run's record no longer says what the directory is
     refused = 0
     for job, entry in zip(jobs, record["jobs"]):
         refused += not submit_job(backend, job.script, [run.run_dir for run in job.runs], entry, out)

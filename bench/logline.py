@@ -9,6 +9,7 @@ is not measured (a CPU, a GPU without a known peak) the field stays, so the line
 parser, and reads `mfu: -` (parsed as None): a printed 0.00 would claim a measured zero.
 """
 
+import hashlib
 import re
 
 SRUN_LABEL = r"(?:\d+: )?"  # srun -l labels each line with its task number
@@ -48,6 +49,26 @@ def format_progress_step_line(step: int, pct: float, loss: float, lrm: float, dt
 
 def format_val_line(step: int, val_bpb: float) -> str:
     return f"Step {step:05d} | Validation bpb: {val_bpb:.4f}"
+
+
+def steps_digest(records: list[dict]) -> str | None:
+    """The step records as their lines print them (step, loss to 6 decimals, dt to 0.01 ms), hashed: a run's step
+    events and its console log's step lines give the same digest, another run's timings another (None: no steps)."""
+    if not records:
+        return None
+    h = hashlib.blake2b(digest_size=12)
+    for r in records:
+        h.update(f"{r.get('step')}|{_printed(r.get('loss'), '.6f')}|{_printed(r.get('dt_ms'), '.2f')}\n".encode())
+    return h.hexdigest()
+
+
+def _printed(value, spec: str) -> str:
+    """A number as a step line prints it; a damaged record's field (a string, a bool, none, an integer past a
+    float's range) as '-'."""
+    try:
+        return format(value, spec) if type(value) in (int, float) else "-"
+    except OverflowError:
+        return "-"
 
 
 def parse_step_line(line: str) -> dict | None:

@@ -12,7 +12,9 @@ ReFrame's checks (bench/reframe_checks/checks.py) keep each case's run directory
 in ReFrame's output directory, so a ReFrame run is collected as any other. ReFrame's perflog and run report
 are not read: they copy a few of its figures, and reading them put one run into the table up to three times.
 A run directory found twice (ReFrame's stage directory, kept after a failure, and its output directory) is
-one run to the figures: `load_table` and collect's result mark the copy; the files keep both rows.
+one run to the figures, and so is a console log whose step lines are a run directory's steps (a benchmark
+script's log saved beside the run directory it wrote): `load_table` and collect's result mark the copy or the
+log; the files keep both rows.
 """
 
 import csv
@@ -59,7 +61,8 @@ TABLE_CSV = "runs.csv"
 # 19: net_unverified (run.json network.unverified): a multi-node run whose network the gate could not judge.
 # 20: this trainer's console log gives its GPU, precision, fused kernels and strategy (it was bf16 on no device).
 # 21: this trainer's console log has no runtime (it names none); it was upstream's.
-ROW_VERSION = 21
+# 22: steps_digest, so that a run's console log saved beside its run directory is one run (it was a second).
+ROW_VERSION = 22
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 # The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).
@@ -299,20 +302,35 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
 def one_row_per_run(table: pd.DataFrame) -> pd.DataFrame:
     """Copies of one run directory (same sweep_id, run_id, flow stage and Slurm job, or outside Slurm the same
     start time: the stages of a flow's point share the rest): the first usable one (else the first finished one)
-    keeps its figures, the others are left out of them with a skip_reason naming it."""
-    kept = _copies(table)
-    if not kept:
+    keeps its figures, the others are left out of them with a skip_reason naming it; so is a console log of a
+    run directory in the table (_console_logs)."""
+    copies = _copies(table)
+    logs = _console_logs(table, copies)
+    if not copies and not logs:
         return table
     table = table.copy()
-    for i, best in kept.items():
-        table.at[i, "skip_reason"] = \
-            f"the same run as {table.at[best, 'root']}/{table.at[best, 'source']} (a copy of its directory)"
+    for kept, what in ((copies, "a copy of its directory"), (logs, "its console log")):
+        for i, best in kept.items():
+            table.at[i, "skip_reason"] = f"the same run as {table.at[best, 'root']}/{table.at[best, 'source']} ({what})"
     return table
 
 
 def is_copy(table: pd.DataFrame) -> pd.Series:
-    """Per row, whether it is a copy of another row's run directory (one_row_per_run): one run, counted once."""
-    return pd.Series(table.index.isin(list(_copies(table))), index=table.index)
+    """Per row, whether it is a copy of another row's run directory or its console log (one_row_per_run): one run,
+    counted once."""
+    copies = _copies(table)
+    return pd.Series(table.index.isin([*copies, *_console_logs(table, copies)]), index=table.index)
+
+
+def _console_logs(table: pd.DataFrame, copies: dict) -> dict:
+    """Each log row whose step lines are a run directory's steps (steps_digest) -> the index of that directory's
+    row (the one that keeps the run, not a copy): the console output of a run read twice. A log whose run
+    directory is not in the table matches none and stays a run of its own."""
+    digest = table["steps_digest"]
+    dirs = table[(table["source_kind"] == "run_dir").fillna(False) & digest.notna() & ~table.index.isin(list(copies))]
+    by_digest = {d: i for i, d in zip(dirs.index[::-1], dirs["steps_digest"][::-1])}  # the first by root, source
+    logs = table[(table["source_kind"] == "upstream_log").fillna(False) & digest.isin(list(by_digest))]
+    return {i: by_digest[d] for i, d in zip(logs.index, logs["steps_digest"])}
 
 
 def _copies(table: pd.DataFrame) -> dict:

@@ -100,6 +100,9 @@ CATALOGUE: tuple[Column, ...] = (
     Column("peak_mem_mib", "float", "events", "max", "peak mem MiB", "MiB", "int", perf=ANY),
     Column("min_val_bpb", "float", "events", "min", "min val bpb", "", "3"),
     Column("final_loss", "float", "events"), Column("total_training_time_s", "float", "events"),
+    # the step records as their lines print them, hashed (bench/logline.py): a console log with a run directory's
+    # steps is that run's output, one run (collect.py)
+    Column("steps_digest", "str", "events"),
     # a stage's own figures (run.json scores, JSON text by name) and what its time and throughput were
     Column("scores", "str", "derived"),
     Column("stage_time_s", "float", "derived", "median", "time s", "s", "1", perf=EVAL),  # launch to the final status

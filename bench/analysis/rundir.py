@@ -22,6 +22,7 @@ from bench.analysis import why
 from bench.analysis.columns import FLAT
 from bench.analysis.figures import finite, step_figures, steady_mask
 from bench.analysis.regular_files import NotRegularFile, read_regular
+from bench.logline import steps_digest
 from bench.workloads.base import EVALUATION, TRAINING
 
 LIVE_STATUSES = ("pending", "running")
@@ -323,6 +324,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
     starts = restart_steps(events)
     if not steps:
         steps = _steps_from_logs(run_dir, names, notes)
+    row["steps_digest"] = steps_digest(steps)  # whatever the run's end: its console log elsewhere is this run
     if skip is None:
         world = row.get("world_size") if isinstance(row.get("world_size"), int) else None
         # a trainer whose tok/s is not the positions it ran (SFT's supervised tokens) has its own MFU recorded

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench.analysis.figures import step_figures
 from bench.analysis.regular_files import open_regular
-from bench.logline import parse_step_line, parse_val_line
+from bench.logline import parse_step_line, parse_val_line, steps_digest
 from bench.metrics import peak_flops
 from bench.contract import WORKLOAD
 
@@ -145,7 +145,7 @@ def read_upstream_log(path: Path) -> dict | None:
     row = {"source": str(path), "source_kind": "upstream_log", "run_id": path.stem, "workload": WORKLOAD,
            "runtime": runtime, "precision": precision(fp8, WORKLOAD), **facts, "world_size": world,
            "peak_flops_per_gpu": peak,
-           "num_iterations": run.steps[-1]["num_iterations"]}
+           "num_iterations": run.steps[-1]["num_iterations"], "steps_digest": steps_digest(run.steps)}
     figs, notes = step_figures(run.steps, world, facts.get("flops_per_token"), peak or assumed)
     if not peak and figs.get("mfu") is not None:
         figs["mfu_source"] = f"assumed {UPSTREAM_PEAK:.3g} FLOP/s per GPU (upstream's H100 peak; GPU not in log)"

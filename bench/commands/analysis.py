@@ -49,11 +49,11 @@ def cmd_collect(args) -> int:
     usable = int(t["skip_reason"].isna().sum())
     print(f"{len(t)} run(s) in the table ({result.read} read, {result.reused} unchanged, "
           f"{result.removed} removed); {usable} usable, {len(t) - usable} left out of figures")
-    copy = is_copy(t)  # a run directory found twice is one run: its copy is no second failure (as the report)
+    copy = is_copy(t)  # a run read twice is one run: its copy or log is no second failure (as the report)
     for status, n in t.loc[~copy, "status"].value_counts().sort_index().items():
         print(f"  {status:12s} {n}")
     if copy.any():
-        print(f"  {'copy':12s} {int(copy.sum())} (a run directory found twice, counted once)")
+        print(f"  {'copy':12s} {int(copy.sum())} (a run directory found twice, or a run's console log, counted once)")
     if t.empty:  # a path one level off, or runs not written yet: say what was looked for
         print(f"no run directory under {', '.join(map(str, args.roots))} ({RUNS_LOOKED_FOR})")
     for p in result.paths:

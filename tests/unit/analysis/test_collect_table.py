@@ -8,6 +8,7 @@ import math
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bench import contract
@@ -287,3 +288,20 @@ def test_a_copied_run_outside_slurm_is_one_run_and_two_runs_of_one_name_are_two(
 def test_the_readme_names_the_current_row_version():
     """README said row_version 16 three versions after it was 19: a user comparing tables read the wrong one."""
     assert f"`row_version` ({collect_mod.ROW_VERSION} now)" in (REPO / "README.md").read_text()
+
+
+def test_a_runs_console_log_beside_its_run_directory_is_one_run(tmp_path):
+    """benchmarks/gpu_bench.py saves each run's console output beside the run directory it wrote: collect read
+    both, and the report showed d26's bf16 run twice (82,697 tok/s from each). A log whose run directory is not
+    there (fp8's, here) is still a run of its own."""
+    d26 = REPO / "results" / "h200-d20" / "fp8" / "runs" / "d26"
+    shutil.copytree(d26 / "bf16-1gpu", tmp_path / "runs" / "bf16-1gpu")
+    for name in ("gpu_bench-bf16.log", "gpu_bench-fp8.log"):
+        shutil.copy(d26 / name, tmp_path / "runs" / name)
+    table = collect([tmp_path / "runs"], tmp_path / "table").table.set_index("source")
+    assert table["skip_reason"].isna().sum() == 2
+    assert table.at["gpu_bench-bf16.log", "skip_reason"] == \
+        f"the same run as {tmp_path / 'runs' / 'bf16-1gpu'} (its console log)"
+    assert pd.isna(table.at["gpu_bench-fp8.log", "skip_reason"])
+    assert scaling_table(table.reset_index())["runs"].tolist() == [1, 1]  # bf16's directory, fp8's log
+    assert load_table(tmp_path / "table")["skip_reason"].isna().sum() == 2

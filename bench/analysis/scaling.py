@@ -46,6 +46,7 @@ LEGACY_METHOD = ("Runs recorded before a field existed are read with the only va
                  "Runs that recorded --fused_kernels as true (before the flag took names) used rotary_norm alone.")
 CPU = "CPU"
 BASELINE_RUNTIME = "bare"
+UNKNOWN_RUNTIME = "unknown"  # a run that names none (this trainer's console log): no runtime to compare with
 CI_LEVEL = 0.95
 CI_METHOD = (
     "Ratio = geometric mean of a runtime's steady-state tok/s over repeats / that of the baseline at the "
@@ -213,7 +214,7 @@ def with_config(df: pd.DataFrame) -> pd.DataFrame:
     labels = _labels(set(rows))
     df["config"] = [labels[k] for k in rows]
     df["config_base"] = [config_label(dict(zip(GROUP_KEYS, k, strict=True))) for k in rows]
-    df["runtime"] = df["runtime"].fillna("unknown")
+    df["runtime"] = df["runtime"].fillna(UNKNOWN_RUNTIME)
     return df
 
 

@@ -402,3 +402,19 @@ def test_the_ratio_table_and_figure_say_they_are_of_geometric_means_and_the_poin
     assert ("![Ratio to bare of geometric means over repeats, not of the tables' medians (bars: 95% CI over repeats, "
             "Welch t on log tok/s)]") in strong
     assert "### Pre-flight bus bandwidth beside throughput (medians over repeats)" in strong
+
+
+def test_runs_that_name_no_runtime_get_no_note_of_a_missing_baseline(tmp_path):
+    """results/h200-d20/same-job's ours.log (this trainer's console log: runtime unknown) got "No bare run at 1 GPU:
+    no ratio there (--baseline names another runtime to compare with)", though no --baseline names its runtime;
+    upstream's log beside it, a runtime --baseline can name, keeps the note."""
+    import pandas as pd
+
+    from bench.analysis import report
+
+    points = pd.DataFrame({"runtime": ["unknown", "unknown", "ce"], "world_size": [1, 8, 8]})
+    assert report.no_baseline_note(points[points["runtime"] == "unknown"], "bare", "GPUs") is None
+    assert report.no_baseline_note(points, "bare", "GPUs").startswith("No bare run at 8 GPUs: no ratio there")
+    same_job = Path(__file__).resolve().parents[3] / "results" / "h200-d20" / "same-job"
+    md = write_report(collect([same_job]).table, tmp_path / "rep").with_name("report.md").read_text()
+    assert "No bare run at 1 GPU" not in md and "No bare run at 1 rank: no ratio there" in md

@@ -279,6 +279,20 @@ def parse_args(argv: list[str]) -> tuple[NNTileConfig, dict]:
     return resolve(config, shape), shape
 
 
+def check_train_keys(train: dict) -> None:
+    """Submit's and plan's `--train-arg KEY=VALUE` pairs: a key that is no flag here is refused naming the pair as
+    given and the valid keys (the parser would name only the flag it became, `--bogus=1`, and send to --help)."""
+    known = [f.name for f in fields(NNTileConfig)]
+    hints = []
+    for key, value in sorted(train.items()):
+        name = key.replace("-", "_")  # the flag takes either spelling (--num-batches)
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+            hints.append(f"--train-arg {key}={value}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+    if hints:
+        raise ConfigError(f"nntile: unknown argument(s): {'; '.join(hints)}; valid keys: {', '.join(known)}")
+
+
 def data_vocabulary(config: NNTileConfig) -> int | None:
     """The vocabulary the token file was made with (its meta.json), which the default GPT-2 small takes in
     place of GPT-2's 50,257: `data bin` writes our 65,536-token tokenizer's ids, which that would refuse.

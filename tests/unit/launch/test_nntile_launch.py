@@ -87,6 +87,18 @@ def test_nntile_flags_are_checked_at_planning(train):
         Sweep([1], 4, ["bare"], train={**train, "depth": "20"}, workload="nntile")
 
 
+def test_an_unknown_train_arg_key_is_named_as_given_with_the_valid_keys(train, capsys):
+    """`--train-arg bogus=1` was refused as "'--bogus=1' ...; see --help for the valid flags": a flag the user never
+    wrote, and a help that lists train's flags, not the keys --train-arg takes."""
+    from bench.cli import main
+
+    assert main(["plan", "--workload", "nntile", "--train-arg", "bogus=1", "--train-arg", "batc=2"]) != 0
+    err = capsys.readouterr().err
+    assert "nntile: unknown argument(s): --train-arg batc=2 (did you mean batch, " in err
+    assert "; --train-arg bogus=1; valid keys: config_path, batch, minibatch, " in err and "--help" not in err
+    Sweep([1], 4, ["bare"], train={**train, "num_batches": "2"}, workload="nntile")  # a known key, either spelling
+
+
 def test_nntile_is_refused_on_two_nodes(train):
     with pytest.raises(ConfigError, match="one node"):
         job_for(["bare"], train, nodes=2)

@@ -4,6 +4,8 @@ The steady-state rule, one place for it: steps 0..10 are warm-up (torch.compile,
 NCCL warm-up), exactly the steps nanochat's base_train leaves out of its `total time`; figures use
 the steps after them. A run with no step beyond 10 (a smoke run) uses the later half of its steps
 instead, and the row says which rule applied, so a short run still gets figures that are labelled.
+Steps a trainer flags as warm-up (`warmup_epoch`: NNTile's --nepochs-warmup epochs, which its runner leaves out
+of its own timed figure) are never steady, whatever their step.
 Throughput is the median over steady steps: robust to the odd slow step (checkpoint, eval spill-over).
 """
 
@@ -16,28 +18,39 @@ from bench.metrics import WARMUP_STEPS, mfu_percent
 RULE_AFTER_WARMUP = f"step > {WARMUP_STEPS}"
 RULE_AFTER_RESTARTS = f"step > {WARMUP_STEPS} after each start (resumed: warms up again)"
 RULE_SECOND_HALF = "second half (run shorter than warm-up)"
+WARMUP_EPOCHS_LEFT_OUT = "; warm-up epochs left out"  # added to the rule where flagged steps were left out
 
 STEADY_STATE_RULE = (
     f"Steady state: steps 0..{WARMUP_STEPS} are warm-up and excluded, as nanochat excludes them from its "
-    f"total time, and so are the first {WARMUP_STEPS + 1} steps after a resumed run's restart; a run without "
-    f"steps beyond {WARMUP_STEPS} uses the later half of its steps. "
+    f"total time, and so are the first {WARMUP_STEPS + 1} steps after a resumed run's restart and the steps of "
+    f"warm-up epochs (NNTile's --nepochs-warmup); a run without other steps beyond {WARMUP_STEPS} uses the later "
+    "half of its other steps. "
     "Throughput and step time are medians over the steady steps; spread is the coefficient of "
     "variation (sample std / mean) and the 90th percentile of step time."
 )
 
 
-def steady_mask(steps: list[int], starts=(0,)) -> tuple[list[bool], str | None]:
+def warmup_flags(records: list[dict]) -> list[bool]:
+    """Per step record, whether its trainer flagged it as warm-up (`warmup_epoch`: NNTile's --nepochs-warmup)."""
+    return [r.get("warmup_epoch") is True for r in records]
+
+
+def steady_mask(steps: list[int], starts=(0,), warmup=()) -> tuple[list[bool], str | None]:
     """Which records count as steady state, and the rule that chose them (None without records). `starts`: the
-    first step of each start of the trainer (a resumed run starts again, compiling and warming up anew)."""
+    first step of each start of the trainer (a resumed run starts again, compiling and warming up anew);
+    `warmup`: per record, whether the trainer flagged it as warm-up (warmup_flags), never steady."""
     if not steps:
         return [], None
+    warm = list(warmup) or [False] * len(steps)
+    suffix = WARMUP_EPOCHS_LEFT_OUT if any(warm) else ""
     firsts = sorted({0, *starts})
-    mask = [s - firsts[bisect.bisect_right(firsts, s) - 1] > WARMUP_STEPS for s in steps]
+    mask = [s - firsts[bisect.bisect_right(firsts, s) - 1] > WARMUP_STEPS and not w for s, w in zip(steps, warm)]
     if any(mask):
-        return mask, RULE_AFTER_WARMUP if firsts == [0] else RULE_AFTER_RESTARTS
+        return mask, (RULE_AFTER_WARMUP if firsts == [0] else RULE_AFTER_RESTARTS) + suffix
     # Rank by step, not by position, so out-of-order records still give the later half.
-    later = set(sorted(range(len(steps)), key=steps.__getitem__)[len(steps) // 2:])
-    return [i in later for i in range(len(steps))], RULE_SECOND_HALF
+    timed = [i for i in range(len(steps)) if not warm[i]]
+    later = set(sorted(timed, key=steps.__getitem__)[len(timed) // 2:])
+    return [i in later for i in range(len(steps))], RULE_SECOND_HALF + suffix
 
 
 def finite(x) -> float | None:
@@ -88,7 +101,7 @@ def step_figures(records: list[dict], world_size: int | None, flops_per_token: f
     last = max(range(len(steps)), key=steps.__getitem__)
     fig["last_step"], fig["final_loss"] = steps[last], finite(records[last].get("loss"))
 
-    mask, rule = steady_mask(steps, starts)
+    mask, rule = steady_mask(steps, starts, warmup_flags(records))
     steady = [r for r, m in zip(records, mask, strict=True) if m]
     good = [(float(dt), float(tps), r.get("mfu")) for r in steady
             if _is_positive(dt := r.get("dt_ms")) and _is_positive(tps := r.get("tok_per_sec"))]

@@ -20,7 +20,7 @@ from bench import contract, workloads
 from bench.analysis import upstream
 from bench.analysis import why
 from bench.analysis.columns import FLAT
-from bench.analysis.figures import finite, step_figures, steady_mask
+from bench.analysis.figures import finite, step_figures, steady_mask, warmup_flags
 from bench.analysis.regular_files import NotRegularFile, read_regular
 from bench.logline import steps_digest
 from bench.workloads.base import EVALUATION, TRAINING
@@ -333,7 +333,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
                                        tok_are_positions=positions, starts=starts)
         row.update({k: v for k, v in figs.items() if v is not None})
         notes += fig_notes
-        mask, _ = steady_mask([int(s["step"]) for s in steps], starts)
+        mask, _ = steady_mask([int(s["step"]) for s in steps], starts, warmup_flags(steps))
         row.update(why.split_fields([s for s, m in zip(steps, mask) if m]))
     row.update(why.phase_fields(manifest, milestone_times(events)))
     # launch.t0 is the batch host's clock, t_start rank 0's node's: under a skew both are off by it

@@ -10,6 +10,7 @@ bench/workloads/nntile/env.sh when missing: a few minutes and ~7 GB the first ti
 
 import json
 import os
+import statistics
 import subprocess
 
 import pandas as pd
@@ -161,6 +162,27 @@ def test_collect_and_report_put_nntile_beside_nanochat(runs, tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert "nntile-gpt2 d2" in md and "nanochat-base d1" in md and "2 run(s), 2 in the figures" in md
     assert html.exists()
+
+
+@pytest.mark.slow
+def test_collect_leaves_warm_up_epochs_out_as_the_runner_does(workspace, nntile_python, tmp_path, monkeypatch):
+    """Regression: the steps of --nepochs-warmup epochs beyond step 10 counted in collect's steady tok/s, though
+    the runner leaves them out of its own timed figure; now collect takes the timed epoch's steps alone."""
+    _, bins, config = workspace
+    monkeypatch.setenv(nntile.ENV_PYTHON, nntile_python)
+    monkeypatch.setenv("STARPU_NCPU", "2")
+    run_dir = tmp_path / "runs" / "warm"
+    batches = 16  # the warm-up epoch is steps 0..15: 5 of them beyond step 10
+    assert main(["train", "--workload", "nntile", "--run-dir", str(run_dir), "--", f"--config-path={config}",
+                 f"--dataset-path={bins}", f"--batch={BATCH}", f"--num-batches={batches}", "--nepochs-warmup=1"]) == 0
+    timed = [e for e in events_of(run_dir) if e["event"] == "step" and not e["warmup_epoch"]]
+    assert [e["step"] for e in timed] == list(range(batches, 2 * batches))
+    training = read_run_json(run_dir)["nntile"]["training"]
+    assert training["tokens"] == len(timed) * BATCH * SHAPE["n_positions"]
+    summarize_runs(run_dir.parent, tmp_path / "report")
+    row = load_table(tmp_path / "report").iloc[0]
+    assert row["steady_steps"] == len(timed)  # the runner's timed steps, and only those
+    assert row["tok_per_sec"] == pytest.approx(statistics.median(e["tok_per_sec"] for e in timed))
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from bench.analysis.figures import (RULE_AFTER_WARMUP, RULE_SECOND_HALF, WARMUP_STEPS, spread, steady_mask,
-                                    step_figures)
+from bench.analysis.figures import (RULE_AFTER_WARMUP, RULE_SECOND_HALF, WARMUP_EPOCHS_LEFT_OUT, WARMUP_STEPS,
+                                    spread, steady_mask, step_figures)
 
 
 def steps(dts_ms, tok=1000.0, start=0):
@@ -113,3 +113,22 @@ def test_a_resumed_run_warms_up_again_after_its_restart(make_run):
     assert row["steady_steps"] == first["steady_steps"]  # the restart's warm-up left out
     assert row["tok_per_sec"] == pytest.approx(first["tok_per_sec"])
     assert row["step_time_p90_ms"] == pytest.approx(first["step_time_p90_ms"])
+
+
+def test_steps_flagged_as_warm_up_epochs_are_no_steady_state():
+    """NNTile's --nepochs-warmup epochs (`warmup_epoch` in its step events) stay out of its runner's timed figure;
+    the analysis counted their steps after step 10 as steady, mixing a slower warm-up epoch into the median."""
+    warm = steps([1000.0] * 20)  # epoch 0, warm-up: steps 0..19, 9 of them beyond step 10
+    timed = steps([100.0] * 20, start=20)  # epoch 1, timed
+    for r in warm:
+        r["warmup_epoch"] = True
+    for r in timed:
+        r["warmup_epoch"] = False
+    fig, _ = step_figures(warm + timed, 1, None, None)
+    assert fig["steady_steps"] == 20 and fig["tok_per_sec"] == pytest.approx(10_000.0)
+    assert fig["steady_rule"] == RULE_AFTER_WARMUP + WARMUP_EPOCHS_LEFT_OUT
+    # a short run whose timed steps are all within warm-up: the later half of the timed steps, not of all
+    mask, rule = steady_mask([0, 1, 2, 3, 4, 5], warmup=[True, True, False, False, False, False])
+    assert mask == [False, False, False, False, True, True] and rule == RULE_SECOND_HALF + WARMUP_EPOCHS_LEFT_OUT
+    # steps nobody flagged follow the rule as before
+    assert step_figures(steps([1000.0] * 20 + [100.0] * 20), 1, None, None)[0]["steady_steps"] == 29

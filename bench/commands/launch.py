@@ -126,8 +126,8 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
                         f"sinfo's, else {MAX_NODE_CPUS})")
     g.add_argument("--no-data-check", dest="data_check", action="store_false",
                    help="leave out the check that the stages' (or --workload's) staged data (eval bundle, chat "
-                        "data) is under --base-dir, for a login node that does not see the nodes' filesystem "
-                        "(default: checked when --base-dir is visible here)")
+                        "data, NNTile's train.bin) is under --base-dir, for a login node that does not see the nodes' "
+                        "filesystem (default: checked when --base-dir is visible here)")
     g.add_argument("--numa-binding", choices=(*NUMA_BINDING, "none"), default=None,
                    help="GPU runs (refused for CPU ranks): bind each worker to CPUs near its GPU (torchrun "
                         "--numa-binding, torch >= 2.8; none to leave it to the OS) (default: node; none with "
@@ -174,7 +174,7 @@ def refuse_flow_flags(args) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} goes with --flow (e.g. --flow speedrun)")
 
 
-def check_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
+def check_staged_data(args, stages: tuple[flowmod.Stage, ...], settings: tuple = ()) -> None:
     """The jobs' stages (a sweep's: its workload) read their staged data under --base-dir on the nodes: where this
     host sees that directory (a shared filesystem), refuse now what would stop each job with no_data, a flow's only
     after hours of its first stages. --no-data-check: a login node that does not see the nodes' data."""
@@ -182,10 +182,10 @@ def check_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
         return
     base = base_dir_of(args)
     if not Path(base).is_dir():
-        print(f"note: --base-dir {base} is not visible here, so the staged data (eval bundle, chat data) "
-              f"was not checked; --no-data-check leaves this note out")
+        print(f"note: --base-dir {base} is not visible here, so the staged data (eval bundle, chat data, NNTile's "
+              f"train.bin) was not checked; --no-data-check leaves this note out")
         return
-    flowmod.check_staged(stages, base)
+    flowmod.check_staged(stages, base, settings)
 
 
 def sweep_and_stages(args) -> tuple:
@@ -198,10 +198,16 @@ def sweep_and_stages(args) -> tuple:
     return sweep_from_args(args), (flowmod.Stage(args.workload, args.workload),)
 
 
-def note_staged_data(args, stages: tuple[flowmod.Stage, ...]) -> None:
+def stage_settings(sweep) -> tuple:
+    """Each stage's flags (bench.workloads.base.Settings) in the stages' order: a flow's, else the sweep's own (where
+    its data lies is in them: nntile's --dataset-path)."""
+    return tuple(s.settings for s in sweep.sweeps) if isinstance(sweep, flowmod.FlowSweep) else (sweep.settings,)
+
+
+def note_staged_data(args, stages: tuple[flowmod.Stage, ...], settings: tuple = ()) -> None:
     """plan: what submit would refuse for want of staged data, as a note (a plan writes nothing)."""
     base = base_dir_of(args)
-    if Path(base).is_dir() and (missing := flowmod.missing_staged(stages, base)):
+    if Path(base).is_dir() and (missing := flowmod.missing_staged(stages, base, settings)):
         print(f"note: not staged under {base} (submit refuses the jobs until it is): {'; and '.join(missing)}")
 
 
@@ -327,7 +333,7 @@ def print_written(job, kind: str) -> None:
 def cmd_plan(args) -> int:
     sweep, stages = sweep_and_stages(args)
     print((flowmod if args.flow else planmod).format_table(sweep))
-    note_staged_data(args, stages)
+    note_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, sweep.first if args.flow else sweep, stages)
     note_shared_cpus(args, sweep.first if args.flow else sweep)
     return 0
@@ -371,7 +377,7 @@ def cmd_submit(args) -> int:
         check_node_cpus(backend, args.partition, args.constraint, opts.cpus_per_gpu, args.gpus_per_node)
     if args.flow:  # its flags first, then its data: refused before the plan is printed
         tokenizer = tokenizer_args(args)
-    check_staged_data(args, stages)
+    check_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, sweep.first if args.flow else sweep, stages)
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
@@ -479,7 +485,7 @@ def cmd_render_flow(args) -> int:
     opts = options_from_args(args, fs.first.gpus_used)
     tokenizer = tokenizer_args(args)
     if args.kind != "interactive":  # the guide has its own staging steps, run in the allocation before the stages
-        check_staged_data(args, fs.stages)
+        check_staged_data(args, fs.stages, stage_settings(fs))
     note_unseen_base_dir(args, fs.first, fs.stages)
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
@@ -542,7 +548,7 @@ def cmd_render(args) -> int:
     naming = Naming(one_name=f"{{sweep_id}}-{args.kind}", one_title="run {run_id}",
                     compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
     if args.kind != "interactive":
-        check_staged_data(args, stages)
+        check_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, sweep, stages)
     [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     if args.kind == "interactive":

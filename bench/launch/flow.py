@@ -212,20 +212,21 @@ class FlowSweep:
                            for s, sw in zip(self.stages, self.sweeps)]}
 
 
-def missing_staged(stages: tuple[Stage, ...], base_dir: str) -> list[str]:
+def missing_staged(stages: tuple[Stage, ...], base_dir: str, settings: tuple = ()) -> list[str]:
     """What the stages read besides the shards and is not staged under `base_dir`: one line per staging (the chat
-    stages share one), after the stages that need it, naming what is missing and the command that stages it."""
+    stages share one), after the stages that need it, naming what is missing and the command that stages it.
+    `settings`: each stage's sweep's (bench.workloads.base.Settings), in the stages' order, where known."""
     needed: dict[str, list[str]] = {}
-    for stage in stages:
-        if line := workloads.get(stage.workload).missing_staged(base_dir):
+    for i, stage in enumerate(stages):
+        if line := workloads.get(stage.workload).missing_staged(base_dir, settings[i] if settings else None):
             needed.setdefault(line, []).append(stage.name)
     return [f"{', '.join(names)}: {line}" for line, names in needed.items()]
 
 
-def check_staged(stages: tuple[Stage, ...], base_dir: str) -> None:
+def check_staged(stages: tuple[Stage, ...], base_dir: str, settings: tuple = ()) -> None:
     """Refuse stages whose staged data is missing, in one line, before anything runs: a flow would stop at the
     first such stage only after the stages before it (base_train's hours) had run."""
-    if missing := missing_staged(stages, base_dir):
+    if missing := missing_staged(stages, base_dir, settings):
         raise DataError(f"data the stages need is not staged under {base_dir}: {'; and '.join(missing)}")
 
 

@@ -45,10 +45,11 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int, shards_why:
     python = first.spec.command[0]
     staging, seen = [], set()
     for stage in fj.stages:
-        flag, what = workloads.get(stage.workload).staging or (None, None)
-        if flag and flag not in seen:
-            seen.add(flag)
-            staging.append({"what": what, "srun": one_task(first, python, "-m", "bench.cli", "data", "download", flag)})
+        workload = workloads.get(stage.workload)
+        command = workload.staging_command()
+        if command and command not in seen:
+            seen.add(command)
+            staging.append({"what": workload.staging[1], "srun": one_task(first, python, "-m", "bench.cli", *command)})
     ctx = flow_context(fj, rendered_by)
     minutes = interactive_minutes(job, shards)  # the salloc covers the guide's data and tokenizer steps too
     # interactive: pasted into the salloc shell, a failed check must not `exit` that shell

@@ -120,8 +120,8 @@ class Workload:
     PLAN_COLUMNS: tuple[tuple[str, str, str], ...] = ()
     deadline_flag: str | None = None  # a flag taking the batch script's deadline (epoch s), if it has one
     resume_flag: str | None = None  # a flag taking the checkpoint step a resubmitted run continues from
-    # what its runs need staged besides the shards: (the `nanochat-bench data download` flag, what it stages)
-    staging: tuple[str, str] | None = None
+    # what its runs need staged besides the shards: (the `nanochat-bench` arguments that stage it, what it stages)
+    staging: tuple[tuple[str, ...], str] | None = None
     local_launcher = "the launcher"  # what starts its processes on this machine, as a run's last word names it
     rank_per_gpu = False  # `train` without --nproc starts one rank per GPU of this machine (else one process)
     takes_depth = False  # its flags set the model's depth (`--depth`); a later stage loads its checkpoint's
@@ -143,11 +143,17 @@ class Workload:
         """Refuse flags that cannot work, with one clear line, before any process starts."""
         raise NotImplementedError
 
-    def missing_staged(self, base_dir: str) -> str:
-        """What of its `staging` is not in place under `base_dir` (NANOCHAT_BASE_DIR of the runs), found without
-        reading it in full: one line naming it and the command that stages it, or "" when all is there. A flow
-        asks every stage before any starts (bench/launch/flow.py check_staged)."""
+    def missing_staged(self, base_dir: str, settings: Settings | None = None) -> str:
+        """What of its `staging` is not in place under `base_dir` (NANOCHAT_BASE_DIR of the runs) for a sweep of
+        `settings` (None: its defaults), found without reading it in full: one line naming it and the command that
+        stages it, or "" when all is there. A flow asks every stage before any starts (bench/launch/flow.py
+        check_staged), submit and render a sweep's workload before anything is written."""
         return ""
+
+    def staging_command(self, settings: Settings | None = None) -> tuple[str, ...]:
+        """The `nanochat-bench` arguments that stage what a sweep of `settings` reads (its `staging`), as the
+        interactive guide runs them and missing_staged names them."""
+        return self.staging[0] if self.staging else ()
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
         """The command that trains on this machine (bench/launch/local.py runs it)."""

@@ -36,10 +36,10 @@ class BaseEval(TorchrunStage):
     kind = EVALUATION
     reads_checkpoint = True  # the base checkpoint
     PLAN_COLUMNS = (("max_per_task", "max_per_task", "{}"),)
-    staging = ("--eval-bundle", "the eval bundle for CORE (base_eval)")
+    staging = (("data", "download", "--eval-bundle"), "the eval bundle for CORE (base_eval)")
     headers = {"problems_per_sec": "examples/s"}  # CORE's examples, each a forward of its prompts
 
-    def missing_staged(self, base_dir: str) -> str:
+    def missing_staged(self, base_dir: str, settings: Settings | None = None) -> str:
         from pathlib import Path
 
         from bench.nanochat.evalbundle import missing_staged

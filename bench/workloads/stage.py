@@ -21,7 +21,7 @@ from bench.workloads.base import PointContext, Settings, Workload
 from bench.workloads.torchrun import torchrun_command
 
 # what the chat stages read, staged before the job (`data download --chat`)
-CHAT_DATA = ("--chat", "the chat data for mid-training, SFT and chat evaluation")
+CHAT_DATA = (("data", "download", "--chat"), "the chat data for mid-training, SFT and chat evaluation")
 NO_MODEL = "est ?: the model is its checkpoint's (plan it in a --flow for an estimate)"
 
 
@@ -111,7 +111,7 @@ class ChatStage(TorchrunStage):
     staging = CHAT_DATA
     reads_checkpoint = True  # the base, mid or SFT checkpoint
 
-    def missing_staged(self, base_dir: str) -> str:
+    def missing_staged(self, base_dir: str, settings: Settings | None = None) -> str:
         from bench.nanochat.chatdata import missing_staged
 
         return missing_staged(Path(base_dir))

@@ -19,6 +19,7 @@ One process per node, no torchrun: StarPU spreads the tiles over every CPU core 
 """
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -72,6 +73,8 @@ class NNTile(Workload):
     family = "nntile"
     precision = "float32"  # torch-nntile 0.1.0's GPT-2 is built in torch's default dtype: no bf16, no autocast
     image_recipe = "containers/nntile.Containerfile"  # nanochat-bench's image has no torch-nntile
+    # the token file it trains from, which `data bin` tokenizes from the shards with the trained tokenizer
+    staging = (("data", "bin"), "the token file NNTile trains from (train.bin, the shards tokenized)")
 
     def check(self, argv: list[str], nproc: int) -> None:
         from bench.workloads.nntile.config import check_dataset, parse_args, workers
@@ -82,6 +85,29 @@ class NNTile(Workload):
         config, shape = parse_args(argv)
         check_dataset(config, shape)
         workers(config.restrict)  # the runner inherits this environment: a bad worker count fails here, at once
+
+    def missing_staged(self, base_dir: str, settings: Settings | None = None) -> str:
+        """The train.bin the runs read (--dataset-path, else under `base_dir`) when it is not there: each run would
+        stop with no_data on its node."""
+        path = self._train_bin(base_dir, settings)
+        if path.is_file():
+            return ""
+        return f"no token file at {path}; make it with `nanochat-bench {shlex.join(self.staging_command(settings))}`"
+
+    def staging_command(self, settings: Settings | None = None) -> tuple[str, ...]:
+        """`data bin`, into --dataset-path's directory where one is given (it writes train.bin there)."""
+        given = settings is not None and self._config(settings).dataset_path
+        return (*self.staging[0], *(("--out", str(self._train_bin(None, settings).parent)) if given else ()))
+
+    def _config(self, settings: Settings):
+        from bench.workloads.nntile.config import parse_args
+
+        return parse_args(list(settings.argv))[0]
+
+    def _train_bin(self, base_dir: str | None, settings: Settings | None) -> Path:
+        from bench.workloads.nntile.config import NNTileConfig, train_bin
+
+        return train_bin(self._config(settings) if settings is not None else NNTileConfig(), base_dir)
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
         return [interpreter(python), str(RUNNER), *argv]

@@ -202,9 +202,10 @@ def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
     return ncpu, ncuda
 
 
-def train_bin(config: NNTileConfig) -> Path:
-    """The train.bin the run reads: --dataset-path as a file, or train.bin inside it as a directory."""
-    path = Path(config.dataset_path or Path(paths.base_dir()) / paths.BIN_DIR)
+def train_bin(config: NNTileConfig, base_dir: str | None = None) -> Path:
+    """The train.bin the run reads: --dataset-path as a file, or train.bin inside it as a directory; without it,
+    `data bin`'s directory under `base_dir` (default: the run's NANOCHAT_BASE_DIR)."""
+    path = Path(config.dataset_path or Path(paths.base_dir(base_dir)) / paths.BIN_DIR)
     return path / "train.bin" if path.is_dir() or not path.suffix else path
 
 

@@ -85,7 +85,8 @@ def test_the_job_runs_every_stage_in_turn_with_its_chained_flags():
 def test_the_guide_stages_what_each_stage_workload_says_it_needs(monkeypatch):
     """What a stage needs staged is its workload's own (`staging`): a stage that starts needing data is changed
     in its module alone, and the guide stages it, once per flag."""
-    monkeypatch.setattr(type(workloads.get("base_loss")), "staging", ("--chat", "the chat data, for base_loss too"))
+    monkeypatch.setattr(type(workloads.get("base_loss")), "staging",
+                        (("data", "download", "--chat"), "the chat data, for base_loss too"))
     fj = flow_job()
     guide = render_flow_interactive(fj, OPTS.base_dir, 8)
     assert "# -- the chat data, for base_loss too\n" in guide

@@ -35,6 +35,14 @@ def train(tmp_path):
     return {"config-path": str(config), "batch": "32", "minibatch": "8", "seq-tile": "256", "restrict": "cuda"}
 
 
+def staged_base(tmp_path) -> Path:
+    """A base directory holding the token file the runs read (submit refuses a sweep without it)."""
+    base = tmp_path / "base"
+    (base / "base_data_bin").mkdir(parents=True, exist_ok=True)
+    (base / "base_data_bin" / "train.bin").write_bytes(bytes(2 * 40_000))
+    return base
+
+
 def job_for(names, train, nodes=1):
     sweep = Sweep([nodes], 4, names, train=train, workload="nntile")
     runs = [build_run(sweep, p, SWEEP_DIR / p.run_id, OPTS, SWEEP_DIR.name) for p in sweep.points()]
@@ -168,7 +176,8 @@ def test_a_container_runtime_without_an_nntile_image_is_refused_before_anything_
 
     out = tmp_path / "sweep"
     flags = [*command, "--workload", "nntile", "--nodes", "1", "--out", str(out), "--train-arg", "batch=32",
-             "--train-arg", f"config-path={train['config-path']}", "--python", sys.executable]
+             "--train-arg", f"config-path={train['config-path']}", "--python", sys.executable,
+             "--base-dir", str(staged_base(tmp_path))]
     sqsh = tmp_path / "nntile.sqsh"
     sqsh.write_bytes(b"hsqs")
     assert cli.main([*flags, "--runtimes", "bare,pyxis,sarus", "--image", f"pyxis={sqsh}"]) == 1
@@ -179,3 +188,30 @@ def test_a_container_runtime_without_an_nntile_image_is_refused_before_anything_
     assert cli.main([*flags, "--runtimes", "bare,pyxis,sarus", "--image", f"pyxis={sqsh}",
                      "--image", "sarus=load/library/nanochat-bench-nntile:latest"]) == 0
     assert "nanochat-bench-nntile:latest" in "".join(p.read_text() for p in out.rglob("job.sbatch"))
+
+
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"]])
+def test_a_missing_token_file_is_refused_before_anything_is_written(command, train, tmp_path, capsys):
+    """No train.bin under --base-dir (or at --dataset-path) was found only on the node, each run ending no_data;
+    now submit and render refuse it, naming the file and the command that makes it, as for nanochat's stages."""
+    from bench import cli
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    flags = ["--workload", "nntile", "--nodes", "1", "--runtimes", "bare",
+             "--train-arg", "batch=32", "--train-arg", f"config-path={train['config-path']}"]
+    command = [*command, "--python", sys.executable]  # a launch flag: plan takes none
+    out = tmp_path / "sweep"
+    assert cli.main([*command, *flags, "--base-dir", str(empty), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"nntile: no token file at {empty / 'base_data_bin' / 'train.bin'}; make it with `nanochat-bench data " \
+           "bin`" in err and not out.exists()
+    assert cli.main(["plan", *flags, "--base-dir", str(empty)]) == 0
+    assert "(submit refuses the jobs until it is): nntile: no token file at" in capsys.readouterr().out
+    elsewhere = tmp_path / "bins"
+    assert cli.main([*command, *flags, "--train-arg", f"dataset-path={elsewhere}", "--base-dir",
+                     str(staged_base(tmp_path)), "--out", str(out)]) == 1
+    assert f"no token file at {elsewhere / 'train.bin'}; make it with `nanochat-bench data bin --out {elsewhere}`" \
+        in capsys.readouterr().err and not out.exists()
+    assert cli.main([*command, *flags, "--base-dir", str(empty), "--no-data-check", "--out", str(out)]) == 0
+    assert cli.main([*command, *flags, "--base-dir", str(staged_base(tmp_path)), "--out", str(tmp_path / "t")]) == 0

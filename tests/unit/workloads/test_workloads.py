@@ -164,4 +164,4 @@ def test_what_a_workload_stages_is_checked_by_its_own_missing_staged(name, tmp_p
         assert missing == ""
     else:
         assert "\n" not in missing and str(tmp_path) in missing
-        assert f"`nanochat-bench data download {workload.staging[0]}`" in missing
+        assert f"`nanochat-bench {' '.join(workload.staging_command())}`" in missing

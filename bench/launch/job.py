@@ -220,6 +220,9 @@ class Job:
     title: str
     python: str = "python3"  # the host interpreter the batch script's bookkeeping runs with
     script_name: str = SCRIPT_NAME
+    # what its workload reads besides the shards and tokenizer: (what, the `nanochat-bench` arguments that stage it),
+    # which the interactive guide stages before its runs (a batch job reads it staged: submit checks it)
+    staging: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def script(self) -> Path:
@@ -377,7 +380,14 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
     nodes = runs[0].nodes
     minutes = setup_minutes + job_minutes(runs)
     return Job(name, job_dir, nodes, runs, directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes),
-               title, python=opts.python or sys.executable)
+               title, python=opts.python or sys.executable, staging=staging_steps(sweep))
+
+
+def staging_steps(sweep: Sweep) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(what, the `nanochat-bench` arguments that stage it) for what the sweep's workload reads besides the shards
+    and the tokenizer (its `staging`: nntile's `data bin`, base_eval's eval bundle), none when it reads nothing else."""
+    workload = workloads.get(sweep.workload)
+    return ((workload.staging[1], workload.staging_command(sweep.settings)),) if workload.staging else ()
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,8 @@ def salloc_line(job: Job, minutes: int | None = None) -> str:
 def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "what the plan needs",
                        rendered_by: str = "render interactive") -> str:
     """The interactive guide: the salloc line (its time covers the guide's own steps too), then the srun lines of
-    the image step, data, tokenizer and training (the steps before it outside the run, as a flow's guide has them)."""
+    the image step, data, tokenizer, what the workload stages besides them (job.staging: nntile's token file) and
+    training (the steps before it outside the run, as a flow's guide has them)."""
     run = job.runs[0]
     minutes = interactive_minutes(job, shards)
     python = run.runtime.python or job.python  # the host's, with nanochat-bench: not a workload's own (nntile's)
@@ -152,6 +153,8 @@ def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "
                data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards),
                                   outside_run=True),
                tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train", outside_run=True),
+               staging=[{"what": what, "srun": one_task(run, python, "-m", "bench.cli", *command, outside_run=True)}
+                        for what, command in job.staging],
                shell_srun=comment_safe(one_task(run, "bash", tty=True, outside_run=True)),
                shell_where=shell_where(run))
     return environment().get_template(INTERACTIVE_TEMPLATE).render(ctx)

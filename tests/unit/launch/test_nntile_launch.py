@@ -215,3 +215,17 @@ def test_a_missing_token_file_is_refused_before_anything_is_written(command, tra
         in capsys.readouterr().err and not out.exists()
     assert cli.main([*command, *flags, "--base-dir", str(empty), "--no-data-check", "--out", str(out)]) == 0
     assert cli.main([*command, *flags, "--base-dir", str(staged_base(tmp_path)), "--out", str(tmp_path / "t")]) == 0
+
+
+def test_the_interactive_guide_makes_the_token_file_the_runs_train_from(train, tmp_path):
+    """The guide downloaded shards and trained a tokenizer but made no train.bin, so its run stopped with no_data;
+    now it runs the workload's own staging command after the tokenizer, into --dataset-path where one is given."""
+    guide = job_for(["bare"], train)
+    guide.script_name = "interactive.sh"
+    text = render_interactive(guide, OPTS.base_dir, 8)
+    tokenizer, made, runner = (text.index(s) for s in ("bench.cli tokenizer train", "-m bench.cli data bin\n",
+                                                        str(nntile.RUNNER)))
+    assert tokenizer < made < runner
+    elsewhere = job_for(["bare"], {**train, "dataset-path": str(tmp_path / "bins")})
+    elsewhere.script_name = "interactive.sh"
+    assert f"-m bench.cli data bin --out {tmp_path / 'bins'}\n" in render_interactive(elsewhere, OPTS.base_dir, 8)

@@ -506,6 +506,324 @@ def test_status_of_a_dry_run_says_so_and_gives_the_command_that_submits_it(flow,
     assert not (sweep / "dry-run.json").exists()
 
 
+def test_a_job_sharing_its_nodes_says_its_ranks_get_only_slurms_default_cpus(capsys, tmp_path):
+    """--no-exclusive jobs ask for no CPUs; where a partition gives one CPU a task, torchrun and every rank share
+    it and the timings are slow without a word. The note says so; an exclusive job has none."""
+    argv = ["submit", "--dry-run", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}"]
+    code, out, _ = run_cli([*argv, "--no-exclusive", "--out", str(tmp_path / "s")], capsys)
+    assert code == 0 and "note: --no-exclusive: CPU ranks ask for no CPUs of their own" in out
+    code, out, _ = run_cli([*argv, "--out", str(tmp_path / "t")], capsys)
+    assert code == 0 and "--no-exclusive" not in out
+
+
+def test_a_gpu_job_sharing_its_nodes_asks_for_its_gpus_share_of_the_cpus(capsys, tmp_path):
+    """--no-exclusive GPU jobs asked for no CPUs: on a shared node Slurm gave one CPU a task, which torchrun, the
+    ranks' data loaders and NCCL's threads shared. Now the site's share (alps: 72 a GH200) or --cpus-per-gpu is
+    asked for the node's one task; without either the job is refused, naming both."""
+    argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check", "--no-exclusive"]
+
+    def directives(*extra):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        code, _, err = run_cli([*argv, *extra, "--out", str(out)], capsys)
+        assert code == 0, err
+        return [ln for ln in (out / "n1-bare-r1" / "job.sbatch").read_text().splitlines() if ln.startswith("#SBATCH")]
+
+    assert "#SBATCH --cpus-per-task=288" in directives("--site=alps")
+    assert "#SBATCH --cpus-per-task=32" in directives("--site=alps", "--cpus-per-gpu=8")
+    assert "#SBATCH --cpus-per-task=16" in directives("--gpus-per-node=2", "--cpus-per-gpu=8")
+    code, _, err = run_cli([*argv, "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and "--no-exclusive" in err and "give --cpus-per-gpu N" in err and "cpus_per_gpu" in err
+    code, _, err = run_cli([*argv[:-1], "--site=alps", "--cpus-per-gpu=8", "--out", str(tmp_path / "y")], capsys)
+    assert code == 1 and "--cpus-per-gpu 8: it has no effect without --no-exclusive" in err, err
+    assert "> 0" not in err  # 8 is a valid count: the refusal said to give one > 0
+    code, _, err = run_cli([*argv, "--device_type=cpu", "--cpus-per-gpu=8", "--out", str(tmp_path / "z")], capsys)
+    assert code == 1 and "--cpus-per-gpu 8: it has no effect on CPU ranks" in err, err
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=0", "--out", str(tmp_path / "w")], capsys)
+    assert code == 1 and "--cpus-per-gpu 0: give a number of CPUs > 0" in err, err
+
+
+def run_without_torch(*commands: list[str]) -> None:
+    """Each CLI command in one process where `import torch` fails, as on a login node without it; each exits 0."""
+    code = ("import sys; sys.modules['torch'] = None; from bench.cli import main; "
+            + "; ".join(f"assert main({argv!r}) == 0, {argv!r}" for argv in commands))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_planning_a_sweep_on_a_login_node_never_imports_torch(tmp_path):
+    """plan, render and submit --dry-run of a pre-training sweep size the model, pick K and render the jobs with
+    torch unimportable: on a login node torch costs seconds to import, when it is there at all."""
+    argv = ["--site", "alps", "--nodes", "32", "--row-groups", "100", "--shards", "100"]
+    run_without_torch(["plan", *argv], ["render", "sbatch", *argv, "--out", f"{tmp_path}/r"],
+                      ["submit", "--dry-run", *argv, "--runtimes", "bare,apptainer", "--out", f"{tmp_path}/s",
+                       "--image", "apptainer=docker://x/y:1"])
+    assert "--device_batch_size=16" in (tmp_path / "r" / "n32-bare-r1" / "job.sbatch").read_text()
+
+
+def test_planning_a_flow_on_a_login_node_never_imports_torch(tmp_path):
+    """plan, render and submit --dry-run --flow speedrun imported torch through base_loss's and base_eval's
+    settings, which lived in their trainer modules: a minute on a slow shared filesystem, or no plan at all."""
+    argv = ["--flow", "speedrun", "--site", "alps", "--nodes", "1", "--row-groups", "100", "--shards", "100"]
+    unstaged = [*argv, "--no-data-check"]
+    run_without_torch(["plan", *argv], ["render", "sbatch", *unstaged, "--out", f"{tmp_path}/r"],
+                      ["render", "interactive", *unstaged, "--out", f"{tmp_path}/i"],
+                      ["submit", "--dry-run", *unstaged, "--out", f"{tmp_path}/s"])
+    assert "-m bench.nanochat.base_loss" in (tmp_path / "r" / "n1-bare-r1" / "job.sbatch").read_text()
+
+
+@pytest.mark.parametrize("command", [["render", "sbatch"], ["submit", "--dry-run"]])
+def test_the_printed_cd_line_pastes_into_a_shell_for_a_directory_with_a_space_or_dollar(command, capsys, tmp_path):
+    out_dir = tmp_path / "my runs $HOME"
+    code, out, _ = run_cli([*command, *TINY, "--out", str(out_dir), "--base-dir", str(tmp_path / "base")], capsys)
+    assert code == 0
+    line = next(ln for ln in out.splitlines() if " cd " in ln)
+    pasted = line.split(": ", 1)[1].split(" && ")[0] + " && pwd"
+    done = subprocess.run(["bash", "-c", pasted], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == str(out_dir / "n1-bare-r1"), done.stderr
+
+
+def test_plan_says_what_cpus_a_job_sharing_its_nodes_would_ask_for(capsys):
+    """plan said nothing of the CPUs a --no-exclusive GPU job asks (its GPUs' share since render and submit ask
+    one), nor that one without a share is refused. Now it names the --cpus-per-task render would write, or what
+    is missing; CPU ranks ask for none, and plan says nothing of them."""
+    argv = ["plan", "--nodes=1,32", "--row-groups=100", "--shards=100"]
+    code, out, _ = run_cli([*argv, "--site=alps", "--gpus-per-node=1"], capsys)
+    assert code == 0 and "--no-exclusive jobs (render, submit) ask each node for --cpus-per-task=72:" in out
+    code, out, _ = run_cli([*argv, "--site=test-cluster"], capsys)
+    assert code == 0 and "need --cpus-per-gpu N (site profile test-cluster" in out
+    code, out, _ = run_cli([*argv, "--site=alps", "--device_type=cpu"], capsys)
+    assert code == 0 and "--no-exclusive" not in out
+
+
+@pytest.mark.parametrize("site", ["--site=alps", "--site=test-cluster", "--nodes=1"])
+def test_plan_of_a_gpu_sweep_says_one_line_of_sharing_nodes(site, capsys):
+    """plan of every GPU sweep printed two notes about --no-exclusive, a flag plan does not take and most sweeps
+    never use: its CPUs and that its workers are not NUMA-bound. Now one line says what such a job would need;
+    render and submit give the NUMA note where --no-exclusive is given."""
+    code, out, _ = run_cli(["plan", "--nodes=1", "--row-groups=100", "--shards=100", site], capsys)
+    assert code == 0 and len([ln for ln in out.splitlines() if "--no-exclusive" in ln]) == 1, out
+    assert "NUMA" not in out
+
+
+def test_a_cpu_share_over_what_a_node_of_the_site_has_is_refused_naming_the_most_it_takes(capsys, tmp_path):
+    """--site alps --no-exclusive --cpus-per-gpu 100 rendered --cpus-per-task=400 for a node of 288 CPUs (72 a
+    GH200), which sbatch refuses after the sweep was written; now it is refused here, naming 72. Fewer GPUs a node
+    may each take more, up to the node's CPUs."""
+    argv = ["render", "sbatch", "--site=alps", "--no-exclusive", "--row-groups=100", "--shards=100", "--no-data-check"]
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=73", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--cpus-per-gpu 73 x 4 GPU(s) a node asks 292 CPUs" in err and "give at most 72" in err
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=144", "--gpus-per-node=2", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert "#SBATCH --cpus-per-task=288" in (tmp_path / "b" / "n1-bare-r1" / "job.sbatch").read_text()
+
+
+def test_slurms_own_constraint_syntax_reaches_the_directive(capsys, tmp_path):
+    """--constraint '[gh200|a100]' (matching OR), 'gpu*2' (counts) and '(a|b)&c' were refused as "characters Slurm
+    directives cannot take", which they are Slurm's own syntax for; now they are written as given, and a value
+    that cannot go into a #SBATCH line (a space) is refused naming the characters that can."""
+    argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check"]
+    for i, value in enumerate(("[gh200|a100]", "gpu*2", "(a|b)&c")):
+        code, _, err = run_cli([*argv, f"--constraint={value}", "--out", str(tmp_path / str(i))], capsys)
+        assert code == 0, err
+        assert f"#SBATCH --constraint={value}\n" in (tmp_path / str(i) / "n1-bare-r1" / "job.sbatch").read_text()
+    code, _, err = run_cli([*argv, "--constraint=a b", "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and "--constraint 'a b' holds characters" in err and "digits and _.,:@%+=&|!/-[]()* only" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_job_sharing_its_nodes_binds_no_worker_to_a_numa_node_unless_asked(capsys, tmp_path):
+    """--no-exclusive kept torchrun's default --numa-binding=node, but the share of CPUs Slurm gives such a job need
+    not lie on its GPUs' NUMA nodes, where numactl fails every worker or crowds them onto the job's few CPUs there.
+    Now a shared job binds none unless --numa-binding asks (render says so); an exclusive job still binds."""
+    argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check"]
+
+    def binding(*extra):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        code, stdout, err = run_cli([*argv, *extra, "--out", str(out)], capsys)
+        assert code == 0, err
+        return re.findall(r"--numa-binding=\w+", (out / "n1-bare-r1" / "job.sbatch").read_text()), stdout
+
+    shared = ("--no-exclusive", "--cpus-per-gpu=8")
+    found, out = binding()
+    assert found == ["--numa-binding=node"] and "NUMA" not in out
+    found, out = binding(*shared)
+    assert found == [] and "--no-exclusive: workers are not bound to their GPUs' NUMA nodes" in out, out
+    assert binding(*shared, "--numa-binding=socket")[0] == ["--numa-binding=socket"]
+    assert "NUMA" not in binding(*shared, "--numa-binding=node")[1]
+
+
+@pytest.mark.parametrize("command", [["render", "sbatch"], ["submit", "--dry-run"]])
+def test_numa_binding_on_cpu_ranks_is_refused_as_cpus_per_gpu_is(command, capsys, tmp_path):
+    """--numa-binding node on a CPU sweep was dropped without a word (only GPU workers are bound); now it is
+    refused naming the flag, as --cpus-per-gpu on CPU ranks is. none, which binds nothing, still passes."""
+    argv = [*command, *TINY, f"--base-dir={tmp_path / 'base'}"]
+    code, _, err = run_cli([*argv, "--numa-binding=node", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--numa-binding node: it has no effect on CPU ranks" in err, err
+    assert not (tmp_path / "a").exists()
+    code, _, err = run_cli([*argv, "--numa-binding=none", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+
+
+def test_an_empty_or_multi_line_allow_network_is_refused_and_a_name_in_any_case_is_kept(capsys, tmp_path):
+    """--allow-network "" (an unset shell variable) rendered no NANOCHAT_BENCH_ALLOW_NET, so the gate let nothing
+    through and the runs it was meant for stopped as wrong_network; a value over two lines went into the export.
+    Now both are refused naming the flag; a name in another case is kept, the gate comparing without case."""
+    argv = ["render", "sbatch", "--site=alps", "--nodes=2", "--row-groups=100", "--shards=100", "--no-data-check"]
+    for i, value in enumerate(("", " ", "So\ncket")):
+        code, _, err = run_cli([*argv, f"--allow-network={value}", "--out", str(tmp_path / str(i))], capsys)
+        assert code == 1 and f"--allow-network {value!r}: give one network's name" in err, err
+        assert not (tmp_path / str(i)).exists()
+    code, _, err = run_cli([*argv, "--allow-network=socket", "--env=NCCL_NET=Socket", "--out", str(tmp_path / "ok")],
+                           capsys)
+    assert code == 0, err
+    assert "NANOCHAT_BENCH_ALLOW_NET=socket\n" in (tmp_path / "ok" / "n2-bare-r1" / "job.sbatch").read_text()
+
+
+@pytest.mark.parametrize("argv,why", [
+    (["submit", "--dry-run", "--site=alps", "--nodes=2", *TINY], "CPU ranks talk over gloo"),
+    (["submit", "--dry-run", "--flow=speedrun", "--site=alps", "--nodes=1", "--runtimes=bare", *TINY],
+     "CPU ranks talk over gloo"),
+    (["render", "sbatch", "--site=alps", "--nodes=1"], "every run is on one node"),
+    (["render", "sbatch", "--nodes=2"], "without --site no network is expected between nodes"),
+    (["render", "sbatch", "--site=test-cluster", "--nodes=2"], "site test-cluster gives no nccl_net"),
+    (["render", "sbatch", "--site=alps", "--nodes=2", "--env=NANOCHAT_BENCH_EXPECT_NET="],
+     "--env NANOCHAT_BENCH_EXPECT_NET= unsets the network site alps expects"),
+])
+def test_allow_network_where_the_gate_judges_no_run_is_refused(argv, why, capsys, tmp_path, monkeypatch):
+    """--allow-network on a sweep the network gate never judges (CPU ranks, one node, no network expected) was taken
+    and did nothing, so a user who meant to measure another network learnt nothing of it; now it is refused naming
+    the flag and why, before anything is written."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    code, _, err = run_cli([*argv, "--row-groups=100", "--shards=100", "--no-data-check",
+                            f"--base-dir={tmp_path / 'base'}", "--allow-network=Socket",
+                            "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "--allow-network Socket: it has no effect here" in err and why in err, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_allow_network_against_the_network_nccl_net_forces_is_refused(capsys, tmp_path, monkeypatch):
+    """On alps every GPU job forces NCCL_NET="AWS Libfabric", so NCCL takes the plugin or fails and never Socket:
+    --allow-network Socket was taken, and the runs measured Slingshot as if sockets had been asked. Now it is refused,
+    naming NCCL_NET and the --env that makes NCCL take sockets; with that --env, or on a site forcing none, it
+    passes."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    argv = ["render", "compare", "--nodes=2", "--runtimes=bare,ce", "--image=ce=nvcr.io#nvidia/pytorch:25.10-py3",
+            "--row-groups=100", "--shards=100", "--no-data-check", "--allow-network=Socket"]
+    code, _, err = run_cli([*argv, "--site=alps", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--allow-network Socket: it has no effect here: NCCL_NET='AWS Libfabric'" in err, err
+    assert "the set-up of site alps" in err and "pass --env=NCCL_NET=Socket" in err and not (tmp_path / "a").exists()
+    code, _, err = run_cli([*argv, "--site=alps", "--env=NCCL_NET=IB", "--out", str(tmp_path / "b")], capsys)
+    assert code == 1 and "NCCL_NET='IB' (--env)" in err, err
+    for i, extra in enumerate((["--site=alps", "--env=NCCL_NET=Socket"], ["--site=alps", "--env=NCCL_NET="],
+                               ["--site=infiniband"])):
+        code, _, err = run_cli([*argv, *extra, "--out", str(tmp_path / f"ok{i}")], capsys)
+        assert code == 0, err
+        script = (tmp_path / f"ok{i}" / "jobs" / "compare-n2" / "job.sbatch").read_text()
+        assert "NANOCHAT_BENCH_ALLOW_NET=Socket\n" in script
+
+
+def test_allow_network_passes_where_env_alone_sets_the_gate(capsys, tmp_path, monkeypatch):
+    """Without a site, --env NANOCHAT_BENCH_EXPECT_NET=IB turns the gate on, and --allow-network goes with it."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    code, _, err = run_cli(["render", "sbatch", "--nodes=2", "--row-groups=100", "--shards=100", "--no-data-check",
+                            "--env=NANOCHAT_BENCH_EXPECT_NET=IB", "--allow-network=Socket",
+                            "--out", str(tmp_path / "ok")], capsys)
+    assert code == 0, err
+    assert "NANOCHAT_BENCH_ALLOW_NET=Socket\n" in (tmp_path / "ok" / "n2-bare-r1" / "job.sbatch").read_text()
+
+
+def test_a_cpu_share_no_node_can_hold_is_refused_without_a_site_profile(capsys, tmp_path):
+    """--no-exclusive --cpus-per-gpu 100000 with no site profile rendered --cpus-per-task=400000, which sbatch
+    refuses only after the sweep was written; now a share over MAX_NODE_CPUS a node is refused, naming the most."""
+    from bench.launch.job import MAX_NODE_CPUS
+
+    argv = ["render", "sbatch", "--no-exclusive", "--row-groups=100", "--shards=100", "--no-data-check"]
+    code, out, err = run_cli([*argv, "--cpus-per-gpu=100000", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and "--cpus-per-gpu 100000 x 4 GPU(s) a node asks 400000 CPUs" in err, err
+    assert f"give at most {MAX_NODE_CPUS // 4}" in err and not (tmp_path / "a").exists()
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=72", "--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+
+
+def test_submit_refuses_a_cpu_share_over_what_the_partitions_nodes_have_before_writing(capsys, tmp_path, monkeypatch):
+    """Where sinfo gives the partition's nodes' CPUs, a share over them is refused before the sweep is written (sbatch
+    would refuse every job after it); a share that fits is submitted."""
+    from bench.launch import slurm
+
+    class Cluster:
+        submitted, asked = [], []
+
+        def partitions(self):
+            return ["debug", "normal"]
+
+        def node_cpus(self, partition, constraint=None):
+            self.asked.append(partition)
+            return 64
+
+        def submit(self, script, exclude=()):
+            self.submitted.append(script)
+            return "1"
+
+    monkeypatch.setattr(slurm, "SlurmCLI", Cluster)
+    argv = ["submit", "--nodes=1", "--runtimes=bare", "--no-exclusive", "--partition=debug", "--row-groups=100",
+            "--shards=100", "--no-data-check", f"--base-dir={tmp_path}"]
+    code, out, err = run_cli([*argv, "--cpus-per-gpu=17", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "asks 68 CPUs, but no node of partition debug has more than 64 (sinfo)" in err, err
+    assert "give at most 16" in err and not (tmp_path / "s").exists() and Cluster.submitted == []
+    assert run_cli([*argv, "--cpus-per-gpu=16", "--out", str(tmp_path / "t")], capsys)[0] == 0
+    assert Cluster.asked == ["debug", "debug"] and len(Cluster.submitted) == 1
+
+
+def test_submit_refuses_a_constraint_no_node_of_the_partition_has_before_writing(capsys, tmp_path, monkeypatch):
+    """--constraint h100 on a partition of a100 and gh200 nodes was written into every job, and sbatch refused each
+    ("Requested node configuration is not available") after the sweep directory existed. Now, where sinfo lists the
+    nodes' features, it is refused first, naming the partition and the features its nodes have; a constraint some
+    node satisfies, or one in a form not read here, is submitted as before."""
+    from bench.launch import slurm
+
+    sinfo = "288 x86,a100\n72 gh200\n72 (null)\n"
+    submitted = []
+
+    def fake(argv, cwd=None):
+        if argv[0] == "sbatch":
+            submitted.append(argv)
+            return subprocess.CompletedProcess(argv, 0, stdout="42\n")
+        return subprocess.CompletedProcess(argv, 0, stdout="normal\n" if "%R" in argv else sinfo)
+
+    monkeypatch.setattr(slurm, "_run", fake)
+    argv = ["submit", "--nodes=1", "--runtimes=bare", "--partition=normal", "--row-groups=100", "--shards=100",
+            "--no-data-check", f"--base-dir={tmp_path}"]
+    for i, constraint in enumerate(("h100", "gh200&a100", "h100|v100")):
+        code, out, err = run_cli([*argv, f"--constraint={constraint}", "--out", str(tmp_path / str(i))], capsys)
+        assert code == 1 and out == "" and err == (f"error: --constraint {constraint}: no node of partition normal has "
+                                                   f"the features it asks for, so sbatch would refuse every job; its "
+                                                   f"nodes have: a100, gh200, x86 (sinfo)\n"), err
+        assert not (tmp_path / str(i)).exists() and submitted == []
+    for i, constraint in enumerate(("gh200", "gh200|h100", "[h100*2]")):
+        code, _, err = run_cli([*argv, f"--constraint={constraint}", "--out", str(tmp_path / f"ok{i}")], capsys)
+        assert code == 0, err
+    assert len(submitted) == 3
+
+
+def test_submit_bounds_a_cpu_share_by_the_nodes_the_constraint_selects(capsys, tmp_path, monkeypatch):
+    """submit checked --cpus-per-gpu against the partition's largest node whatever --constraint chose, so a share
+    only other nodes could hold was submitted and refused by sbatch. Now the bound is of the nodes the constraint
+    selects, and a constraint it cannot read is named in the message as not considered."""
+    from bench.launch import slurm
+
+    sinfo = "288 x86,a100\n72 gh200\n"
+    monkeypatch.setattr(slurm, "_run", lambda argv, cwd=None: subprocess.CompletedProcess(
+        argv, 0, stdout="normal\n" if "%R" in argv else sinfo))
+    argv = ["submit", "--nodes=1", "--runtimes=bare", "--no-exclusive", "--partition=normal", "--row-groups=100",
+            "--shards=100", "--no-data-check", f"--base-dir={tmp_path}", "--cpus-per-gpu=40"]
+    code, _, err = run_cli([*argv, "--constraint=gh200", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "no node of partition normal with --constraint gh200 has more than 72 (sinfo)" in err, err
+    assert "give at most 18" in err and not (tmp_path / "s").exists()
+    code, _, err = run_cli([*argv, "--cpus-per-gpu=100", "--constraint=gh200&arm|x86", "--out", str(tmp_path / "t")],
+                           capsys)
+    assert code == 1 and "more than 288 (sinfo; --constraint gh200&arm|x86 was not considered" in err, err
+
+
 def test_a_base_dir_not_visible_here_is_not_refused_for_its_ancestors_filesystem(capsys, tmp_path):
     """`--base-dir /capstor/...` rendered on a host without /capstor was judged by `/`'s local disk, and every
     multi-node stage after pre-training was refused; it is now planned and rendered with a note that it was not

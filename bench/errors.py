@@ -4,6 +4,7 @@ The CLI prints a BenchError as `error: <message>` and exits 1; anything else is 
 traceback. Messages name the file, flag or value at fault and what would be valid.
 """
 
+import difflib
 import errno
 
 
@@ -13,6 +14,20 @@ class BenchError(Exception):
 
 class ConfigError(BenchError):
     """A flag, option or config value is invalid."""
+
+
+class UnknownFlags(ConfigError):
+    """Flags a trainer's parser does not take: `names` as the flags spelled them (no dashes), `known` its own."""
+
+    def __init__(self, message: str, names: list[str], known: list[str]):
+        super().__init__(message)
+        self.names, self.known = names, known
+
+
+def close_hint(name: str, known: list[str], prefix: str = "") -> str:
+    """" (did you mean a, b?)": up to three of the known names close to `name`; "" when none is."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    return f" (did you mean {', '.join(prefix + c for c in close)}?)" if close else ""
 
 
 class DataError(BenchError):

@@ -17,7 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from bench import metrics, workloads
-from bench.errors import ConfigError
+from bench.errors import ConfigError, UnknownFlags, close_hint
 from bench.pairs import parse_pairs
 from bench.workloads.base import Estimate, ModelShape, PointContext, PointPlan, Settings
 
@@ -165,6 +165,16 @@ class Point:
         return slurm_time(self.time_minutes)
 
 
+def unknown_train_keys(workload: str, e: UnknownFlags, train: dict) -> ConfigError:
+    """Trainer flags a workload does not take, named as the sweep holds them (KEY=VALUE, from --train-arg or a named
+    flag such as --depth) with the keys it takes: its parser named only the flags they became (`'--bogus=1'`) and
+    sent the user to train's --help."""
+    given = {key.replace("-", "_"): f"{key}={value}" for key, value in train.items()}
+    hints = [given.get(name, name) + close_hint(name, e.known) for name in e.names]
+    return ConfigError(f"{workload}: unknown argument(s): {'; '.join(hints)}; valid keys (--train-arg KEY=VALUE): "
+                       f"{', '.join(e.known)}")
+
+
 @dataclass(frozen=True)
 class Sweep:
     nodes: list[int]
@@ -201,7 +211,10 @@ class Sweep:
         if self.time is not None:
             parse_minutes(self.time)
         train = {k: v for k, v in self.train.items() if v is not None}
-        settings = workloads.get(self.workload).settings(train, self.scaling)  # an unknown name fails first
+        try:
+            settings = workloads.get(self.workload).settings(train, self.scaling)  # an unknown name fails first
+        except UnknownFlags as e:
+            raise unknown_train_keys(self.workload, e, train) from None
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "train", settings.train)
         site_gpus = getattr(self.site, "gpus_per_node", None)

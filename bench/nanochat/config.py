@@ -11,13 +11,12 @@ out of scope for a throughput benchmark, is refused with a clear message unless 
 """
 
 import argparse
-import difflib
 import math
 import re
 from dataclasses import MISSING, dataclass, fields
 
 from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
-from bench.errors import ConfigError
+from bench.errors import ConfigError, UnknownFlags, close_hint
 from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
 from bench.nanochat.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
 from bench.nanochat.watchdog import AUTO, AUTO_MARGIN_S, PERIODIC_S, START_S
@@ -295,13 +294,9 @@ def parse_config(cls, argv: list[str], prog: str, description: str = ""):
     args, unknown = build_parser(cls, prog, description).parse_known_args(argv)
     if unknown:
         known = [f.name for f in fields(cls)]
-        problems = []
-        for token in unknown:
-            name = token.split("=", 1)[0].lstrip("-")
-            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
-            problems.append(f"{token!r}{hint}")
-        raise ConfigError(f"unknown argument(s): {'; '.join(problems)}; see --help for the valid flags")
+        names = [token.split("=", 1)[0].lstrip("-") for token in unknown]
+        problems = [f"{token!r}{close_hint(name, known, '--')}" for token, name in zip(unknown, names)]
+        raise UnknownFlags(f"unknown argument(s): {'; '.join(problems)}; see --help for the valid flags", names, known)
     config = cls(**vars(args))
     config.validate()
     return config

@@ -121,9 +121,8 @@ class NNTile(Workload):
     def settings(self, train: dict, scaling: str) -> Settings:
         """NNTile's flags from the --train-arg pairs, checked by its parser (its config stays unparsed
         here: parsing reads the model's JSON, which the runner reads again on the node)."""
-        from bench.workloads.nntile.config import check_train_keys, parse_args
+        from bench.workloads.nntile.config import parse_args
 
-        check_train_keys(train)  # named as given: the parser below sees only the flags they become
         argv = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(train.items())]
         parse_args(argv)
         return Settings(None, tuple(argv), dict(train))

@@ -12,7 +12,6 @@ and that interpreter (another Python, with torch-nntile) imports it too.
 """
 
 import argparse
-import difflib
 import json
 import math
 import os
@@ -20,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from bench import paths
-from bench.errors import ConfigError, DataError
+from bench.errors import ConfigError, DataError, UnknownFlags, close_hint
 
 DEFAULT_CONFIG = Path(__file__).with_name("gpt2_default_config.json")
 OPTIMIZERS = ("fusedadamw", "fusedadam", "sgd")
@@ -267,31 +266,15 @@ def parse_args(argv: list[str]) -> tuple[NNTileConfig, dict]:
         argv = argv[1:]
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
-        known = [_flag(f.name) for f in fields(NNTileConfig)]
-        hints = []
-        for token in unknown:
-            close = difflib.get_close_matches(token.split("=", 1)[0], known, n=3, cutoff=0.5)
-            hints.append(f"{token!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-        raise ConfigError(f"nntile: unknown argument(s): {'; '.join(hints)}; see --help for the valid flags")
+        names, flags = [f.name for f in fields(NNTileConfig)], [token.split("=", 1)[0] for token in unknown]
+        hints = [f"{token!r}{close_hint(flag, [_flag(n) for n in names])}" for token, flag in zip(unknown, flags)]
+        raise UnknownFlags(f"nntile: unknown argument(s): {'; '.join(hints)}; see --help for the valid flags",
+                           [flag.lstrip("-").replace("-", "_") for flag in flags], names)
     config = NNTileConfig(**vars(args))
     shape = gpt2_shape(config.config_path or DEFAULT_CONFIG)
     if not config.config_path:
         shape["vocab_size"] = data_vocabulary(config) or shape["vocab_size"]
     return resolve(config, shape), shape
-
-
-def check_train_keys(train: dict) -> None:
-    """Submit's and plan's `--train-arg KEY=VALUE` pairs: a key that is no flag here is refused naming the pair as
-    given and the valid keys (the parser would name only the flag it became, `--bogus=1`, and send to --help)."""
-    known = [f.name for f in fields(NNTileConfig)]
-    hints = []
-    for key, value in sorted(train.items()):
-        name = key.replace("-", "_")  # the flag takes either spelling (--num-batches)
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-            hints.append(f"--train-arg {key}={value}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
-    if hints:
-        raise ConfigError(f"nntile: unknown argument(s): {'; '.join(hints)}; valid keys: {', '.join(known)}")
 
 
 def data_vocabulary(config: NNTileConfig) -> int | None:

@@ -97,14 +97,18 @@ def test_nntile_flags_are_checked_at_planning(train):
 
 def test_an_unknown_train_arg_key_is_named_as_given_with_the_valid_keys(train, capsys):
     """`--train-arg bogus=1` was refused as "'--bogus=1' ...; see --help for the valid flags": a flag the user never
-    wrote, and a help that lists train's flags, not the keys --train-arg takes."""
+    wrote, and a help that lists train's flags, not the keys --train-arg takes. nanochat's workloads say the same."""
     from bench.cli import main
 
     assert main(["plan", "--workload", "nntile", "--train-arg", "bogus=1", "--train-arg", "batc=2"]) != 0
     err = capsys.readouterr().err
-    assert "nntile: unknown argument(s): --train-arg batc=2 (did you mean batch, " in err
-    assert "; --train-arg bogus=1; valid keys: config_path, batch, minibatch, " in err and "--help" not in err
+    assert "nntile: unknown argument(s): batc=2 (did you mean batch, " in err
+    assert "; bogus=1; valid keys (--train-arg KEY=VALUE): config_path, batch, minibatch, " in err
+    assert "--help" not in err
     Sweep([1], 4, ["bare"], train={**train, "num_batches": "2"}, workload="nntile")  # a known key, either spelling
+    assert main(["plan", "--train-arg", "bogus=1", "--train-arg", "num_iteration=3"]) != 0
+    assert capsys.readouterr().err.startswith("error: nanochat: unknown argument(s): bogus=1; num_iteration=3 (did you "
+                                              "mean num_iterations, ")
 
 
 def test_nntile_is_refused_on_two_nodes(train):

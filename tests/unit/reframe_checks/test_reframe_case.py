@@ -91,8 +91,9 @@ def test_a_stage_case_renders_its_trainer_without_depth(workload, module, run_wo
     assert (built.run_dir / "run.json").is_file()
 
 
-def test_a_stage_refuses_depth_in_its_train_args_with_its_parsers_line(tmp_path):
-    with pytest.raises(ConfigError, match=r"^unknown argument\(s\): '--depth=4'"):
+def test_a_stage_refuses_depth_in_its_train_args_naming_the_key_and_the_valid_ones(tmp_path):
+    refused = r"^mid_train: unknown argument\(s\): depth=4; valid keys \(-S train_args=KEY"
+    with pytest.raises(ConfigError, match=refused):
         build(case(CPU, nodes=1, train_args=["depth=4"], workload="mid_train"), tmp_path)
     with pytest.raises(ConfigError, match="unknown workload 'mid'; valid: nanochat, nntile, base_loss"):
         build(case(CPU, nodes=1, workload="mid"), tmp_path)

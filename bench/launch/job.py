@@ -223,6 +223,9 @@ class Job:
     # what its workload reads besides the shards and tokenizer: (what, the `nanochat-bench` arguments that stage it),
     # which the interactive guide stages before its runs (a batch job reads it staged: submit checks it)
     staging: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # its workload runs from an image of its own (nntile's), which holds nanochat-bench without its dependencies: the
+    # interactive guide's `nanochat-bench` steps (data, tokenizer, staging) run with the host's Python, not in it
+    bench_on_host: bool = False
 
     @property
     def script(self) -> Path:
@@ -380,7 +383,8 @@ def make_job(name: str, job_dir: Path, sweep: Sweep, runs: list[Run], opts: Laun
     nodes = runs[0].nodes
     minutes = setup_minutes + job_minutes(runs)
     return Job(name, job_dir, nodes, runs, directives(name, nodes, sweep.gpus_per_node, sweep.gpus_used, opts, minutes),
-               title, python=opts.python or sys.executable, staging=staging_steps(sweep))
+               title, python=opts.python or sys.executable, staging=staging_steps(sweep),
+               bench_on_host=workloads.get(sweep.workload).image_recipe is not None)
 
 
 def staging_steps(sweep: Sweep) -> tuple[tuple[str, tuple[str, ...]], ...]:

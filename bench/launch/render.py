@@ -18,6 +18,7 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.job import NODE_CPUS, PORT_BASE, UNSET_HOST_PYTHON, Job, Run, interactive_minutes
 from bench.launch.plan import slurm_time
 from bench.runtimes import Var, shell_join
+from bench.runtimes import get as get_runtime
 
 TEMPLATE_PACKAGE = "bench.slurm_templates"
 SBATCH_TEMPLATE = "sbatch.sh.j2"
@@ -144,16 +145,19 @@ def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "
     training (the steps before it outside the run, as a flow's guide has them)."""
     run = job.runs[0]
     minutes = interactive_minutes(job, shards)
-    python = run.runtime.python or job.python  # the host's, with nanochat-bench: not a workload's own (nntile's)
+    # data, tokenizer and staging: in the run's container, or on the host where the workload's image cannot run them
+    bench = replace(run, runtime=get_runtime("bare")) if job.bench_on_host else run
+    python = bench.runtime.python or job.python  # the host's, with nanochat-bench: not a workload's own (nntile's)
     ctx = job_context(job, rendered_by)
     # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
     ctx.update(interactive=True, salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,
                shards_why=shards_why, salloc_minutes=minutes,
+               bench_on_host=job.bench_on_host and run.runtime.python is not None,
                image_srun=multiline(run.image_lines()) if run.image_step else None,
-               data_srun=one_task(run, python, "-m", "bench.cli", "data", "download", "-n", str(shards),
+               data_srun=one_task(bench, python, "-m", "bench.cli", "data", "download", "-n", str(shards),
                                   outside_run=True),
-               tokenizer_srun=one_task(run, python, "-m", "bench.cli", "tokenizer", "train", outside_run=True),
-               staging=[{"what": what, "srun": one_task(run, python, "-m", "bench.cli", *command, outside_run=True)}
+               tokenizer_srun=one_task(bench, python, "-m", "bench.cli", "tokenizer", "train", outside_run=True),
+               staging=[{"what": what, "srun": one_task(bench, python, "-m", "bench.cli", *command, outside_run=True)}
                         for what, command in job.staging],
                shell_srun=comment_safe(one_task(run, "bash", tty=True, outside_run=True)),
                shell_where=shell_where(run))

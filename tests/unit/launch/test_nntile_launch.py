@@ -233,3 +233,33 @@ def test_the_interactive_guide_makes_the_token_file_the_runs_train_from(train, t
     elsewhere = job_for(["bare"], {**train, "dataset-path": str(tmp_path / "bins")})
     elsewhere.script_name = "interactive.sh"
     assert f"-m bench.cli data bin --out {tmp_path / 'bins'}\n" in render_interactive(elsewhere, OPTS.base_dir, 8)
+
+
+@pytest.mark.parametrize("name", ["ce", "pyxis", "apptainer"])
+def test_the_interactive_guide_runs_nanochat_bench_on_the_host_not_in_the_nntile_image(name, train):
+    """The guide ran data download, tokenizer train and data bin in the run's image, where nntile's holds
+    nanochat-bench without its dependencies (python -m bench.cli stops at its first import there); now they run
+    with the host's Python, as the bare runtime's guide runs them, and the runs stay in the container."""
+    opts = replace(OPTS, python=None)
+    sweep = Sweep([1], 4, [name], train=train, workload="nntile")
+    runs = [build_run(sweep, p, SWEEP_DIR / p.run_id, opts, SWEEP_DIR.name) for p in sweep.points()]
+    job = make_job("nntile", runs[0].run_dir, sweep, runs, opts, "nntile")
+    job.script_name = "interactive.sh"
+    text = render_interactive(job, OPTS.base_dir, 8)
+    lines = text.splitlines()
+    for step in ("data download -n 8", "tokenizer train", "data bin"):
+        line = next(line.strip() for line in lines if f"-m bench.cli {step}" in line)
+        assert line == f'srun --nodes=1 --ntasks=1 --cpus-per-task="${{cpus_per_node}}" {sys.executable} ' \
+                       f"-m bench.cli {step}", line
+    container = {"ce": "--environment=", "pyxis": "--container-image=", "apptainer": "apptainer exec"}[name]
+    assert container in text and any("-m bench.workloads.nntile.runner" in line for line in lines)  # the run: in it
+    assert "the run's image holds nanochat-bench\n#      without its dependencies" in text
+    # nanochat's own guide keeps its steps in the image, which has every dependency
+    nano = Sweep([1], 4, [name])
+    runs = [build_run(nano, p, SWEEP_DIR / p.run_id, opts, SWEEP_DIR.name) for p in nano.points()]
+    job = make_job("nano", runs[0].run_dir, nano, runs, opts, "nano")
+    job.script_name = "interactive.sh"
+    text = render_interactive(job, OPTS.base_dir, 8)
+    line = next(line for line in text.splitlines() if "-m bench.cli data download" in line)
+    assert f"{sys.executable} -m bench.cli" not in line and "python -m bench.cli data download" in line
+    assert "without its dependencies" not in text

@@ -166,8 +166,11 @@ class Stalled(requests.exceptions.ReadTimeout):
 def _pieces(r: requests.Response, size: int):
     """The body as it arrives, up to `size` bytes a piece: iter_content waits for whole chunks, so a server that
     trickles a byte at a time would hold one open for good. urllib3's errors become requests', as there."""
+    # read1 is urllib3 2.2's (pyproject's floor); an older one an image ships reads whole pieces, as iter_content
+    # does, so the download still works and only a trickle is left to the read timeout
+    read = getattr(r.raw, "read1", None) or r.raw.read
     try:
-        while piece := r.raw.read1(size, decode_content=True):
+        while piece := read(size, decode_content=True):
             yield piece
     except urllib3.exceptions.ProtocolError as e:
         raise requests.exceptions.ChunkedEncodingError(e) from e

@@ -132,6 +132,17 @@ def test_downloads_and_verifies_all_shards(server, tmp_path):
     assert len(server.requests) == n  # valid files on disk are kept, not fetched again
 
 
+def test_an_older_urllib3_without_read1_still_downloads(server, tmp_path, monkeypatch):
+    """read1 came with urllib3 2.2; an image may ship an older one (its own packages are kept), whose responses have
+    none: the shards still download, whole, instead of every attempt failing on the missing method."""
+    import urllib3
+
+    for cls in (urllib3.response.HTTPResponse, urllib3.response.BaseHTTPResponse):  # 2.x declares it on both
+        monkeypatch.delattr(cls, "read1")
+    paths = download.download_shards(2, url=server.url, out_dir=tmp_path, **FAST)
+    assert all(p.read_bytes() == server.files[p.name] for p in paths)
+
+
 def test_server_error_is_retried(server, tmp_path):
     server.behaviour["shard_00001.parquet"] = "500-once"
     download.download_shards(2, url=server.url, out_dir=tmp_path, **FAST)

@@ -85,6 +85,7 @@ class ProbeResult:
     vm_peak_bytes: int | None = None  # the largest address space of one of its processes (sampled)
     device_free_bytes: int | None = None  # the least free memory of its GPUs as it started; the rest was others'
     wall_s: float | None = None
+    time_limit_s: float | None = None  # the seconds it was given: a `timeout` under a shorter limit runs again
     reused: bool = False
     extra: dict = field(default_factory=dict)  # the sweep's own facts (prediction, device memory)
 
@@ -264,6 +265,7 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
     result.host_peak_bytes = host_peak or None
     result.vm_peak_bytes = vm_peak or None
     result.wall_s = time.time() - t0
+    result.time_limit_s = timeout_s
     if result.outcome != "budget":
         update_run_json(run_dir, capacity=result.record())
     return result

@@ -196,6 +196,8 @@ class Sweep:
         result = read_probe(spec, run_dir)
         if result is not None and any(result.extra.get(k) not in (None, self.machine[k]) for k in DEVICE_KEYS):
             result = None  # an H100's oom says nothing of an H200 (and would be recorded under the H200's name)
+        if result is not None and result.outcome == "timeout" and (result.time_limit_s or math.inf) < c.time_per_point:
+            result = None  # a hang at --time-per-point 60 says nothing of 600 (a limit recorded before: read back)
         if result is None:
             left = None if c.budget_s is None else c.budget_s - (time.time() - self.t0)
             if left is not None and left < c.min_probe_s:  # counted and shown: the summary says the sweep is cut

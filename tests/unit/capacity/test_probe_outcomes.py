@@ -84,6 +84,27 @@ def test_a_probe_cancelled_from_outside_the_sweep_runs_again_on_resume(tmp_path,
     assert read_probe(SPEC, run_dir) is None  # nothing stored: a resumed sweep runs it again
 
 
+def test_a_timeout_under_a_shorter_time_per_point_runs_again_on_resume(tmp_path):
+    """Regression: a probe that timed out under --time-per-point 0.5 was read back when the sweep was resumed with
+    a longer limit, so its strategy's search stayed stopped at that timeout whatever limit was given. Real probes
+    (the trainer on CPU, stopped while it starts)."""
+    from bench.capacity.cpuhost import TINY_MEMORY_LIMIT_MIB
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    def sweep(limit):
+        cfg = SweepConfig(out=tmp_path, strategies=["zero2"], search=False, depths=[2], aspect_ratios=[32],
+                          max_seq_len=64, batch_search=False, time_per_point=limit, device_type="cpu",
+                          memory_limit=TINY_MEMORY_LIMIT_MIB << 20)
+        return Sweep(cfg, log=lambda line: None).run()["probes"]
+
+    [first] = sweep(0.5)
+    assert first["outcome"] == "timeout" and first["time_limit_s"] == 0.5 and not first["reused"]
+    [again] = sweep(1.0)
+    assert not again["reused"] and again["time_limit_s"] == 1.0  # run again under the longer limit
+    [back] = sweep(0.5)
+    assert back["reused"] and back["time_limit_s"] == 1.0  # what hung for 1 s would hang for 0.5 s
+
+
 def test_read_back_only_for_the_same_settings(tmp_path):
     write_run(tmp_path, "ok")
     assert read_probe(SPEC, tmp_path) is None  # no capacity record yet: it must run

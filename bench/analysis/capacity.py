@@ -136,7 +136,7 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
     fig, axes = plt.subplots(1, 2 if not offload.empty else 1, squeeze=False)
     ax = axes[0][0]
     for strategy, p in b1.groupby("strategy", sort=False):
-        ok, oom = p[p["outcome"] == "ok"], p[p["outcome"] != "ok"]
+        ok, oom = p[p["outcome"] == "ok"], p[p["outcome"] == "oom"]  # a hang or a failure is not drawn as one
         ax.plot(ok["num_params"], ok["peak_mem_mib"] * 2 ** 20 / GIB, "o", color=colors[strategy], ms=8,
                 label=f"{strategy} measured")
         if oom["predicted_need_bytes"].notna().any():

@@ -76,6 +76,25 @@ def test_report_of_a_gpu_sweep(tmp_path):
         assert (tmp_path / "report" / "figures" / f"capacity-{name}.png").stat().st_size > 10_000
 
 
+def test_only_probes_out_of_memory_are_drawn_as_out_of_memory(tmp_path):
+    """Regression: the memory figure drew every probe that did not train (a timeout, a failure, a cancel) as an
+    'x out of memory' at its predicted need, so a hang below the device's memory read as a model that did not fit
+    there."""
+    from bench.analysis.capacity import load, memory_figure
+
+    s = summary()
+    for depth, outcome in ((64, "timeout"), (66, "failed"), (68, "cancelled")):
+        stuck = ProbeResult(ProbeSpec("fsdp", depth, device_type="cuda"), outcome, "no end after 600 s",
+                            num_params=depth * 10 ** 8, extra={"predicted_need_bytes": 100 * GIB})
+        s["probes"].append({**stuck.record(), "run_dir": "runs/z", "reused": False})
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    probes, _, machines = load([tmp_path / "sweep"])
+    fig = memory_figure(probes, machines, {k: "C0" for k in probes["strategy"]})
+    crosses = [x for line in fig.axes[0].lines if line.get_marker() == "x" for x in line.get_xdata()]
+    assert crosses == [12_000_000_000]  # the one probe out of memory, d62
+
+
 def test_a_search_that_did_not_finish_is_reported_as_such(tmp_path):
     """An interrupted sweep's fsdp search had reached d60 without finding its border: the report's row showed
     d60 as the largest that trained, with nothing in it to say the search had not ended."""

@@ -184,10 +184,10 @@ def speed_figure(probes: pd.DataFrame, colors: dict):
 
 
 def _md_table(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:
-    """The report's one Markdown table writer (bench/analysis/tables.py), byte counts shown in GiB."""
-    gib = [c for _, c, k in cols if k == "gib"]
-    df = df.assign(**{c: df[c] / GIB for c in gib if c in df})
-    cols = [(h, c, "1" if k == "gib" else k) for h, c, k in cols]
+    """The report's one Markdown table writer (bench/analysis/tables.py), byte counts shown in GiB or MiB."""
+    unit = {"gib": GIB, "mib": 2 ** 20}
+    df = df.assign(**{c: df[c] / unit[k] for _, c, k in cols if k in unit and c in df})
+    cols = [(h, c, "1" if k in unit else k) for h, c, k in cols]
     text = tuple(i for i, (_, _, k) in enumerate(cols) if k == "s")
     return md_table(frame_table(df.reindex(columns=[c for _, c, _ in cols]), cols, text_cols=text))
 
@@ -201,7 +201,7 @@ PROBE_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("depth", 
               ("batch", "device_batch_size", "int"), ("parameters", "num_params", "int"), ("outcome", "outcome", "s"),
               ("peak MiB", "peak_mem_mib", "int"), ("predicted GiB", "predicted_need_bytes", "gib"),
               ("host GiB", "host_peak_bytes", "gib"), cell("tok_per_sec"), cell("mfu"),
-              ("OOM asked GiB", "oom_bytes", "gib"), ("s", "wall_s", "int")]
+              ("OOM asked MiB", "oom_bytes", "mib"), ("s", "wall_s", "int")]  # often a few MiB: 0.0 in GiB
 
 
 def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:

@@ -95,6 +95,20 @@ def test_only_probes_out_of_memory_are_drawn_as_out_of_memory(tmp_path):
     assert crosses == [12_000_000_000]  # the one probe out of memory, d62
 
 
+def test_the_allocation_an_oom_asked_for_is_shown_in_mib(tmp_path):
+    """Regression: the probe table gave the failed allocation in GiB to one decimal, so the few MiB a probe at the
+    border typically asks for (CUDA's 'Tried to allocate 20.00 MiB', 48 MiB on a capped CPU) read '0.0'."""
+    s = summary()
+    s["probes"][-1].update(oom_bytes=20 * 2 ** 20, message="Tried to allocate 20.00 MiB")
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
+    header = next(line for line in md.splitlines() if "OOM asked" in line)
+    row = next(line for line in md.splitlines() if "| oom " in line)
+    cells = dict(zip(*(map(str.strip, line.strip("|").split("|")) for line in (header, row))))
+    assert cells == {**cells, "OOM asked MiB": "20.0", "outcome": "oom"}
+
+
 def test_a_search_that_did_not_finish_is_reported_as_such(tmp_path):
     """An interrupted sweep's fsdp search had reached d60 without finding its border: the report's row showed
     d60 as the largest that trained, with nothing in it to say the search had not ended."""

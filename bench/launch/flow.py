@@ -28,6 +28,7 @@ import itertools
 import json
 import re
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -374,9 +375,30 @@ class LocalFlowResult:
     failed: str | None = None  # the stage the flow stopped at
 
 
-def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable[[str], None]) -> None:
-    """Train the tokenizer (and print its evaluation) unless $NANOCHAT_BASE_DIR has one: outside any run."""
-    from bench.launch.local import dying_with_parent
+class Stop:
+    """SIGINT, SIGTERM or SIGHUP to a local flow outside its stages (a stage's local run passes its own on to its
+    workload): noted once, passed on to the tokenizer's training while it runs; the flow starts no stage after it."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.child: subprocess.Popen | None = None
+
+    def __call__(self, signum, _frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if self.child is not None and self.child.poll() is None:
+                self.child.send_signal(signum)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+
+def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable[[str], None],
+                     stop: Stop | None = None) -> None:
+    """Train the tokenizer (and print its evaluation) unless $NANOCHAT_BASE_DIR has one: outside any run. With
+    `stop`, its process has a session of its own and gets the signals `stop` receives (and nothing runs after one)."""
+    from bench.launch.local import _own_session_dying_with_parent, dying_with_parent
     from bench.nanochat.tokenizer import TOKENIZER_PKL, tokenizer_dir
 
     if (tokenizer_dir() / TOKENIZER_PKL).is_file():
@@ -384,9 +406,16 @@ def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable
         return
     for command in (["tokenizer", "train", *tokenizer_args], ["tokenizer", "eval"]):
         cmd = [python, "-m", "bench.cli", *command]
+        if stop is not None and stop.signum:
+            return
         out(f"tokenizer: {shlex.join(cmd)}")
         # dying with this process: a speedrun killed (SIGTERM, the terminal closed) leaves no tokenizer training on
-        if subprocess.run(cmd, preexec_fn=dying_with_parent).returncode != 0:
+        proc = subprocess.Popen(cmd, preexec_fn=dying_with_parent if stop is None else _own_session_dying_with_parent)
+        if stop is not None:
+            stop.child = proc
+            if stop.signum:  # it came while the process was being started
+                proc.send_signal(stop.signum)
+        if proc.wait() != 0 and not (stop is not None and stop.signum):
             raise ConfigError(f"the tokenizer could not be trained ({shlex.join(cmd)} failed); no stage was run")
 
 
@@ -395,8 +424,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     """The flow's stages in turn on this machine, each a local run (bench/launch/local.py) in
     <point_dir>/<stage>/, with the flags a one-node job of `nproc` ranks would give them. A stage that does
     not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept, also after
-    it."""
-    from bench.launch.local import run_local
+    it. SIGINT, SIGTERM or SIGHUP outside a stage (the tokenizer's training, between stages) stops it there, the
+    stages after it recorded as not run naming the signal (exit status 128+N); in a stage, that stage's run gets it."""
+    from bench.launch.local import FORWARDED
     from bench.nanochat.runclaim import claim
 
     from bench.workloads.stage import interpreter
@@ -417,10 +447,29 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
         contract.write_json_atomic(point_dir / FLOW_JSON, flow_record(fs.flow, point_dir.name, tag, fs.stages))
     except OSError as e:
         raise run_dir_error(point_dir, e) from None
-    ensure_tokenizer(tokenizer_args, python, out)
+    stop = Stop()
+    previous = {sig: signal.signal(sig, stop) for sig in FORWARDED}
+    try:
+        return _run_stages(fs, nproc, point_dir, stage_points, tag, tokenizer_args, python, out, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, tag: str,
+                tokenizer_args: tuple[str, ...], python: str, out: Callable[[str], None],
+                stop: Stop) -> LocalFlowResult:
+    """run_local_flow's tokenizer and stages, `stop` noting a signal that comes between them."""
+    from bench.launch.local import run_local
+
+    ensure_tokenizer(tokenizer_args, python, out, stop)
     result = LocalFlowResult(0)
     ids = {"run_id": point_dir.name, "sweep_id": point_dir.parent.name}
+    at, stopped_by = "the tokenizer's training", ""  # where a signal to the flow outside a stage finds it
     for stage, sp in zip(fs.stages, stage_points):
+        if stop.signum and result.failed is None:
+            result.rc, result.failed, stopped_by = 128 + stop.signum, at, stop.name
+            out(f"== {fs.flow}: stopped by {stop.name} at {at}; the stages after it are not run")
         run_dir = point_dir / stage.name
         # before the not-run mark: an earlier run of this stage that ended ok is kept whatever failed now
         if contract.read_run_json(run_dir).get("status") == "ok":
@@ -434,7 +483,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
             run_dir.mkdir(parents=True, exist_ok=True)
             contract.update_run_json(run_dir, **ids, stage=stage.name, runtime="bare",
                                      workload=workloads.get(stage.workload).run_workload)
-            jobrecord.not_run(run_dir, result.failed, source="launcher")
+            jobrecord.not_run(run_dir, result.failed, stopped_by, source="launcher")
             result.statuses[stage.name] = "cancelled"
             continue
         argv = list(fs.stage_argv(stage, sp, tag))
@@ -449,6 +498,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
         if rc != 0 or manifest.status != "ok":
             result.rc, result.failed = rc or 1, stage.name
             out(f"== {fs.flow}: stopped at {stage.name}: {manifest.status}: {manifest.message or ''}".rstrip(": "))
+        at = f"the end of stage {stage.name}"
     return result
 
 

@@ -136,9 +136,12 @@ def file_digest(path: str, sweep_dir: str) -> "str | None":
 def not_run(run_dir: str, failed_stage: str, signal: str = "", *, source: str = "batch_script") -> None:
     """A stage of a flow that does not start because an earlier stage of its point did not end ok, or because
     the batch script received `signal` while at that stage (the local flow records it too, as `launcher`)."""
-    why = f"the batch script received {signal} (scancel, the job's time limit or a lost node) at stage " \
-          f"{failed_stage} of this point, so no later stage started" if signal else \
-          f"stage {failed_stage} of this point did not end ok (its run.json says why)"
+    why = f"stage {failed_stage} of this point did not end ok (its run.json says why)"
+    if signal and source == "launcher":  # `speedrun` stopped outside a stage: failed_stage says where it was
+        why = f"nanochat-bench speedrun received {signal} at {failed_stage}, so no later stage started"
+    elif signal:
+        why = f"the batch script received {signal} (scancel, the job's time limit or a lost node) at stage " \
+              f"{failed_stage} of this point, so no later stage started"
     contract.record_evidence(run_dir, contract.Evidence(source=source, kind="not_run", signal=signal or None,
                                                         message=f"not run: {why}"))
 

@@ -297,6 +297,47 @@ def test_a_speedrun_killed_while_training_the_tokenizer_leaves_no_tokenizer_trai
         pytest.fail("the tokenizer's process outlived the speedrun that started it")
 
 
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_speedrun_stopped_while_training_the_tokenizer_says_so_and_records_its_stages_not_run(tmp_path, sig):
+    """SIGTERM to `speedrun` outside a stage (the tokenizer's training: minutes) ended it silently, exit -15, with
+    no stage recorded, and Ctrl-C said only "interrupted"; now the tokenizer gets the signal, one line names it,
+    the stages are recorded not run (cancelled, naming it) and the exit status is 128+N."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file, fake = tmp_path / "child.pid", tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    argv = ["speedrun", "--nproc", "1", "--device_type", "cpu", "--depth", "2", "--max_seq_len", "64",
+            "--device_batch_size", "2", "--num_iterations", "2", "--stages", "base_train,base_loss",
+            "--python", str(fake), "--run-dir", str(tmp_path / "point")]
+    parent = subprocess.Popen([sys.executable, "-m", "bench.cli", *argv], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "NANOCHAT_BASE_DIR": str(tmp_path / "base")})
+    deadline = time.time() + 60
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.time() < deadline and parent.poll() is None
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    parent.send_signal(getattr(signal, sig))
+    try:
+        output, _ = parent.communicate(timeout=30)
+    finally:
+        if Path(f"/proc/{child}").exists() and parent.poll() is None:
+            os.kill(child, signal.SIGKILL)
+    assert parent.returncode == 128 + getattr(signal, sig), output
+    assert f"== speedrun: stopped by {sig} at the tokenizer's training" in output
+    for stage in ("base_train", "base_loss"):
+        record = json.loads((tmp_path / "point" / stage / "run.json").read_text())
+        assert record["status"] == "cancelled"
+        assert f"received {sig} at the tokenizer's training" in record["message"]
+    assert not Path(f"/proc/{child}").exists() or \
+        Path(f"/proc/{child}/stat").read_text().split(") ")[1][0] == "Z", "the tokenizer outlived the speedrun"
+
+
 def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypatch):
     """A rerun with another --depth kept the model trained before under the same `ok, kept` as an identical one."""
     monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)

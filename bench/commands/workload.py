@@ -247,7 +247,9 @@ def prepare_smoke_data(base_dir: Path) -> None:
         print(f"reusing smoke data and tokenizer in {base_dir}")
         return
     t0 = time.time()
-    dataset.generate_shards(**SMOKE_DATA)
+    # smoke's own data directory: its --overwrite is the run's, and it sets NANOCHAT_BASE_DIR from --base-dir
+    dataset.generate_shards(**SMOKE_DATA, elsewhere=f"give smoke another --base-dir (not {base_dir})",
+                            overwrite_flag=None)
     tokenizer.train_tokenizer(vocab_size=SMOKE_VOCAB)
     print(f"generated {SMOKE_DATA['num_shards']} shards and a {SMOKE_VOCAB}-token tokenizer in {base_dir} "
           f"({time.time() - t0:.1f}s)")
@@ -270,7 +272,11 @@ def cmd_smoke(args) -> int:
     if args.steps < 1:
         raise ConfigError(f"--steps={args.steps}: must be >= 1")
     base_dir = Path(args.base_dir).resolve()
-    base_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        base_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--base-dir {args.base_dir}: cannot be made: {os_reason(e)}; give smoke a directory "
+                          f"it can write (default: runs/smoke/base)") from None
     prepare_smoke_data(base_dir)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("smoke")
     env = dict(os.environ, **{ENV_BASE_DIR: str(base_dir)})

@@ -164,11 +164,13 @@ def file_names(paths: list[Path]) -> str:
 
 def generate_shards(
     num_shards: int, docs_per_shard: int, row_group_size: int = 1024, out_dir: str | os.PathLike | None = None,
-    overwrite: bool = False,
+    overwrite: bool = False, elsewhere: str = "set NANOCHAT_BASE_DIR to another directory",
+    overwrite_flag: str | None = "--overwrite",
 ) -> list[Path]:
     """Write shards 0..num_shards-1 from the offline corpus (corpus.py); shard i is seeded by i and marked
     as generated in its footer. A file there that is not this same generated shard (a download, or another
-    recipe) is a DataError naming it, before anything is written, unless `overwrite`."""
+    recipe) is a DataError naming it, before anything is written, unless `overwrite`. `elsewhere` and
+    `overwrite_flag` (None: the caller has none) are what the errors tell the caller's user to do instead."""
     from bench.nanochat import corpus, data_origin
 
     for flag, value in (("--shards", num_shards), ("--docs-per-shard", docs_per_shard),
@@ -187,8 +189,9 @@ def generate_shards(
         words = {data_origin.GENERATED: "generated with other settings", data_origin.DOWNLOADED: "downloaded",
                  None: "of unknown origin"}
         kinds = sorted({words[o] for o in data_origin.origins(in_the_way).values()})
+        replace_them = f"pass {overwrite_flag} to replace them, or " if overwrite_flag else ""
         raise DataError(f"{out} already holds {file_names(in_the_way)} ({', '.join(kinds)}): generating would replace "
-                        f"them; pass --overwrite to replace them, or set NANOCHAT_BASE_DIR to another directory")
+                        f"them; {replace_them}{elsewhere}")
     if in_the_way:
         print(f"replacing {file_names(in_the_way)} (--overwrite)")
     kept = [p for p in paths if p.exists() and p not in in_the_way]  # the same recipe's shards: identical data
@@ -203,9 +206,8 @@ def generate_shards(
                         data_origin.generated_metadata(recipe))
         data_origin.forget(out, [p.name for p in in_the_way])
     except OSError as e:
-        raise DataError(f"data generate: cannot write into {out}: {os_reason(e)}; free space there or set "
-                        f"NANOCHAT_BASE_DIR to another directory (finished shards are whole; none is half-written)"
-                        ) from None
+        raise DataError(f"data generate: cannot write into {out}: {os_reason(e)}; free space there or {elsewhere} "
+                        f"(finished shards are whole; none is half-written)") from None
     return paths
 
 

@@ -43,6 +43,29 @@ def test_zero_processes_is_refused(argv, capsys):
     assert "--nproc 0: must be >= 1" in capsys.readouterr().err
 
 
+def test_a_smoke_base_dir_it_cannot_use_is_one_error_naming_base_dir(tmp_path):
+    """A --base-dir that was a file (or could not be made) ended smoke in a FileExistsError traceback, and shards of
+    other settings there were refused with "pass --overwrite ... or set NANOCHAT_BASE_DIR", which smoke ignores for
+    the data (its --overwrite is the run's, and --base-dir sets NANOCHAT_BASE_DIR); the shards stay untouched."""
+    from bench.nanochat import dataset
+
+    (tmp_path / "file").write_text("kept")
+    other = tmp_path / "other"
+    dataset.generate_shards(4, 16, 8, out_dir=other / "base_data")
+    before = {p.name: p.read_bytes() for p in (other / "base_data").iterdir()}
+    for base, expected in ((tmp_path / "file", "cannot be made: a file of that name is in the way"),
+                           (tmp_path / "file" / "sub", "cannot be made: a file of that name is in the way"),
+                           (other, "generating would replace them; give smoke another --base-dir")):
+        r = subprocess.run([sys.executable, "-m", "bench.cli", "smoke", "--base-dir", str(base), "--overwrite",
+                            "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        [line] = r.stderr.splitlines()
+        assert line.startswith("error: ") and expected in line and "NANOCHAT_BASE_DIR" not in line, line
+        assert "--overwrite" not in line and (str(base) in line), line
+    assert {p.name: p.read_bytes() for p in (other / "base_data").iterdir()} == before
+    assert (tmp_path / "file").read_text() == "kept" and not (tmp_path / "run").exists()
+
+
 def test_a_preflight_json_that_cannot_be_written_is_refused_before_any_rank_starts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("torchrun started"))
     (tmp_path / "file").write_text("kept")

@@ -126,9 +126,9 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
 
 def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str) -> str | None:
     """Where other runtimes ran at rank counts the baseline did not: no ratio is taken there, and the note says so
-    (None where every other runtime's point has the baseline's beside it). Runs that name no runtime are left out:
-    they were run under none that --baseline could name."""
-    named = points[(points["runtime"] != scaling.UNKNOWN_RUNTIME) | (points["runtime"] == baseline)]
+    (None where every other runtime's point has the baseline's beside it). Runs that name no runtime are left out,
+    as from the ratios (scaling.compared): they were run under none that --baseline could name."""
+    named = scaling.compared(points, baseline)
     ran = lambda base: set(named.loc[(named["runtime"] == baseline) == base, "world_size"])  # noqa: E731
     missing = sorted(ran(False) - ran(True))
     if not missing:

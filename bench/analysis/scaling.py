@@ -304,9 +304,16 @@ def no_ci(runs, baseline_runs, ci_low) -> str | None:
     return NO_CI_FEW if min(runs, baseline_runs) < 2 else NO_CI_IDENTICAL
 
 
+def compared(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """The rows a ratio to the baseline is taken of: runs that name no runtime (UNKNOWN_RUNTIME) ran under none
+    that --baseline could name, so they are left out unless the baseline is theirs."""
+    return df[(df["runtime"] != UNKNOWN_RUNTIME) | (df["runtime"] == baseline)]
+
+
 def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME, metric: str = "tok_per_sec") -> pd.DataFrame:
-    """Each runtime's steady-state metric relative to the baseline runtime, per config and rank count."""
-    ok = with_config(usable(df))
+    """Each runtime's steady-state metric relative to the baseline runtime, per config and rank count (runs that
+    name no runtime only where they are the baseline: compared)."""
+    ok = compared(with_config(usable(df)), baseline)
     rows = []
     for (config, world), g in ok.groupby(["config", "world_size"]):
         base = g.loc[g["runtime"] == baseline, metric].dropna()

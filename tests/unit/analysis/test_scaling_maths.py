@@ -147,6 +147,16 @@ def test_runtime_ratios_table():
     assert r["ci_low"] < r["ratio"] < r["ci_high"]
 
 
+def test_runs_that_name_no_runtime_get_no_ratio_unless_they_are_the_baseline():
+    """A console log of this trainer names no runtime (scaling.UNKNOWN_RUNTIME): its ratio to bare at the same point
+    compared nothing --baseline could name; it is left out, unless --baseline picks it."""
+    rows = [row("bare", 8, t) for t in (100, 102)] + [row(None, 8, t) for t in (97, 99)] + [row("ce", 8, 98)]
+    assert scaling.runtime_ratios(to_frame(rows))["runtime"].tolist() == ["ce"]
+    ratios = scaling.runtime_ratios(to_frame(rows), baseline=scaling.UNKNOWN_RUNTIME)
+    assert ratios["runtime"].tolist() == ["bare", "ce"]
+    assert ratios["ratio"].iloc[0] == pytest.approx(stats.gmean([100, 102]) / stats.gmean([97, 99]))
+
+
 def weak(runtime, world, tps, dbs=32, **kw):
     """A weak-scaling row: the total batch is device batch x seq x ranks, as the planner sets it."""
     return row(runtime, world, tps, scaling="weak", device_batch_size=dbs, total_batch_size=dbs * 2048 * world,

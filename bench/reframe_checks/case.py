@@ -161,8 +161,9 @@ def expanded(value: str, key: str) -> str:
     return out
 
 
-def sweep_of(case: Case, base_dir: str) -> Sweep:
-    """The case's one-point sweep. `depth` reaches only a workload that takes it (pre-training); a later
+def sweep_of(case: Case, base_dir: str, profile: sites.Site | None = None) -> Sweep:
+    """The case's one-point sweep, planned for the partition's site profile as submit's --site plans it (its GPU,
+    memory and device batch limits). `depth` reaches only a workload that takes it (pre-training); a later
     stage loads the checkpoint of the stage before, whose depth its parser would refuse as a flag."""
     if case.nodes < 1:  # as submit's --nodes: 0 would reach the batch arithmetic as a division by zero
         raise ConfigError(f"num_nodes={case.nodes}: must be at least 1 (-S num_nodes=N, or -P num_nodes=1,2,4)")
@@ -176,16 +177,20 @@ def sweep_of(case: Case, base_dir: str) -> Sweep:
         train["depth"] = case.depth
     return Sweep([case.nodes], case.site.gpus_per_node, [case.runtime], train=train, scaling=case.scaling,
                  workload=case.workload, data=DataShape.from_dir(Path(base_dir) / paths.DATA_DIR),
-                 time=case.site.time or None, base_dir=base_dir)
+                 time=case.site.time or None, base_dir=base_dir, site=profile)
 
 
-def options_of(site: Site, base_dir: str, dry_run: bool, gpus: bool) -> LaunchOptions:
+def profile_of(site: Site) -> sites.Site | None:
+    """The partition's site profile (extras' `site`, as submit's --site), None where it names none."""
+    return sites.load(expanded(site.site, "site"), f"extras['{EXTRAS_KEY}'].site {site.site!r}") \
+        if site.site else None
+
+
+def options_of(site: Site, base_dir: str, dry_run: bool, gpus: bool, profile: sites.Site | None) -> LaunchOptions:
     """The launch options `submit` would build from flags, from the partition's settings (images are
     checked only for a real run: a dry run renders scripts for images that live on the cluster); `gpus`: whether
-    the case's run uses the nodes' GPUs (their CPU share on a shared node)."""
+    the case's run uses the nodes' GPUs (their CPU share on a shared node); `profile`: its site profile."""
     python = expanded(site.python, "python") if site.python else sys.executable
-    profile = sites.load(expanded(site.site, "site"), f"extras['{EXTRAS_KEY}'].site {site.site!r}") \
-        if site.site else None
     share = cpu_share(site.cpus_per_gpu or None, site.exclusive, gpus, profile, site.gpus_per_node,
                       f"extras['{EXTRAS_KEY}'].cpus_per_gpu", f"extras['{EXTRAS_KEY}'].exclusive False")
     binding = numa_binding(site.numa_binding or None, site.exclusive, gpus, f"extras['{EXTRAS_KEY}'].numa_binding")
@@ -199,11 +204,12 @@ def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
     """Plan, render and write the case's job under `stage_dir/<sweep_id>/<run_id>/` (run.json pending,
     except in a dry run, which writes the script only). Every mistake is a ConfigError naming it."""
     base_dir = str(Path(expanded(paths.base_dir(case.site.base_dir or None), "base_dir")).absolute())
+    profile = profile_of(case.site)
     try:  # the check's train_args and scaling reach the shared planner, whose errors name submit's flags
-        sweep = sweep_of(case, base_dir)
+        sweep = sweep_of(case, base_dir, profile)
     except ConfigError as e:
         raise renamed(e) from None
-    opts = options_of(case.site, base_dir, dry_run, sweep.gpus_used)
+    opts = options_of(case.site, base_dir, dry_run, sweep.gpus_used, profile)
     naming = Naming(one_title="ReFrame check {sweep_id}, run {run_id}")
     try:
         [job] = assemble(sweep, opts, Path(stage_dir) / case.sweep_id, naming=naming, note=lambda _: None)

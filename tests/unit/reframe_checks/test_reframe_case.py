@@ -188,6 +188,28 @@ def test_a_partitions_site_profile_gives_its_runs_the_sites_network_set_up(tmp_p
         build(case({**site, "site": "alsp"}), tmp_path / "stage2", dry_run=True)
 
 
+def test_a_partitions_site_profile_plans_its_points_as_submit_does(tmp_path, monkeypatch):
+    """The site profile reached the launch options but not the plan: a d24 case on Alps was planned for an H200's
+    141 GiB at device batch 32 (~99 GiB, over a GH200's 96) with an H200's time limit, where `submit --site alps`
+    plans 16 x accumulation 2 and a longer limit."""
+    import dataclasses
+
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    site = {"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat", "site": "alps"}
+    built = build(dataclasses.replace(case(site, nodes=1, train_args=["num_iterations=2000"]), depth=24),
+                  tmp_path / "stage", dry_run=True)
+    assert (built.point.device_batch_size, built.point.grad_accum) == (16, 2)
+    assert "of 96 GiB" in built.point.note
+    out = tmp_path / "render"
+    assert cli.main(["render", "sbatch", "--nodes=1", "--runtimes=bare", "--gpus-per-node=4", "--depth=24",
+                     "--num_iterations=2000", "--site=alps", f"--base-dir={tmp_path / 'scratch' / 'nanochat'}",
+                     f"--out={out}"]) == 0
+    rendered = (out / "n1-bare-r1" / "job.sbatch").read_text()
+    assert [line for line in rendered.splitlines() if line.startswith("#SBATCH --time=")] == \
+        [f"#SBATCH {d}" for d in built.job.directives if d.startswith("--time=")]
+    assert "--device_batch_size=16" in rendered and "--device_batch_size=16" in built.text
+
+
 def test_every_partition_of_the_alps_example_keeps_nccls_info_lines(tmp_path, monkeypatch):
     """The example set NCCL_DEBUG=WARN for every run: NCCL then never says which network it took, so the network
     gate had nothing to judge and run.json no network.net, and the example's own nccl_net sanity could only fail."""

@@ -12,7 +12,9 @@ script_args "$0" IMAGE "$@"
 
 image=${1:-nanochat-bench:latest}
 image_dir=${IMAGE_DIR:-${SCRATCH:-$PWD}/images}
-sif="$image_dir/$(basename "${image%%:*}").sif"
+ref=${image%%@*}   # the name is the last path component without its digest or tag: a registry's port keeps
+name=${ref##*/}    # its ':' before the path (registry.example:5000/team/nanochat-bench:tag -> nanochat-bench)
+sif="$image_dir/${name%%:*}.sif"
 work=$(mktemp -d "${TMPDIR:-/tmp}/nanochat-bench-sif.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 

@@ -62,3 +62,16 @@ def test_build_flag_without_its_value_is_one_line(run, flag):
     assert out.returncode == 2 and calls == ""
     assert out.stderr.count("\n") == 1 and f"build.sh: {flag} needs a value" in out.stderr, out.stderr
     assert "unbound variable" not in out.stderr
+
+
+@pytest.mark.parametrize("image", [
+    "nanochat-bench", "nanochat-bench:latest", "team/nanochat-bench:v1",
+    "registry.example:5000/team/nanochat-bench:tag", "registry.example:5000/nanochat-bench",
+    "registry.example:5000/team/nanochat-bench@sha256:0123abcd",
+    "registry.example:5000/team/nanochat-bench:tag@sha256:0123abcd"])
+def test_apptainer_sif_is_named_after_the_last_path_component(run, tmp_path, image):
+    """Regression: the tag was cut at the first ':', so a registry with a port gave registry.example.sif."""
+    out, calls = run("apptainer-build.sh", image)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"{tmp_path}/images/nanochat-bench.sif\n"
+    assert f"apptainer build --force {tmp_path}/images/nanochat-bench.sif apptainer.def\n" in calls

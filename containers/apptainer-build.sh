@@ -20,7 +20,14 @@ trap 'rm -rf "$work"' EXIT
 
 command -v apptainer >/dev/null || { echo "apptainer-build.sh: apptainer is not installed" >&2; exit 2; }
 mkdir -p "$image_dir"
-${CONTAINER_ENGINE:-podman} save --format oci-archive -o "$work/nanochat-bench.oci.tar" "$image"
-cp "$here/apptainer.def" "$work/"
+case ${CONTAINER_ENGINE:-podman} in
+    docker | */docker)  # docker save has no --format and writes a docker archive: bootstrap from that
+        "$CONTAINER_ENGINE" save -o "$work/nanochat-bench.docker.tar" "$image"
+        sed -e 's/^Bootstrap: oci-archive$/Bootstrap: docker-archive/' \
+            -e 's/^From: nanochat-bench\.oci\.tar$/From: nanochat-bench.docker.tar/' \
+            "$here/apptainer.def" >"$work/apptainer.def" ;;
+    *) ${CONTAINER_ENGINE:-podman} save --format oci-archive -o "$work/nanochat-bench.oci.tar" "$image"
+       cp "$here/apptainer.def" "$work/" ;;
+esac
 (cd "$work" && apptainer build --force "$sif" apptainer.def)
 echo "$sif"

@@ -25,9 +25,9 @@ def run(tmp_path):
         (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >>"{calls}"\n')
         (bin_dir / tool).chmod(0o755)
 
-    def _run(script, *args):
+    def _run(script, *args, **extra_env):
         env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SCRATCH": str(tmp_path),
-               "TMPDIR": str(tmp_path), "TORCH_WHEEL": str(tmp_path / "no.whl")}
+               "TMPDIR": str(tmp_path), "TORCH_WHEEL": str(tmp_path / "no.whl"), **extra_env}
         out = subprocess.run([str(CONTAINERS / script), *args], capture_output=True, text=True, env=env,
                              timeout=60, cwd=tmp_path)
         return out, calls.read_text() if calls.exists() else ""
@@ -75,3 +75,32 @@ def test_apptainer_sif_is_named_after_the_last_path_component(run, tmp_path, ima
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"{tmp_path}/images/nanochat-bench.sif\n"
     assert f"apptainer build --force {tmp_path}/images/nanochat-bench.sif apptainer.def\n" in calls
+
+
+@pytest.mark.parametrize("engine, save", [
+    (None, "podman save --format docker-archive -o"), ("podman", "podman save --format docker-archive -o"),
+    ("docker", "docker save -o"), ("{bin}/docker", "docker save -o")])
+def test_sarus_load_saves_a_docker_archive_with_either_engine(run, tmp_path, engine, save):
+    """Regression: `docker save --format docker-archive` failed, docker save having no --format."""
+    engine = engine and engine.format(bin=tmp_path / "bin")
+    out, calls = run("sarus-load.sh", "nanochat-bench:v1", **({"CONTAINER_ENGINE": engine} if engine else {}))
+    assert out.returncode == 0, out.stderr
+    saved = calls.splitlines()[0]
+    assert saved.startswith(f"{save} ") and saved.endswith("/image.tar nanochat-bench:v1"), calls
+    assert calls.splitlines()[1] == f"sarus load {saved.split()[-2]} nanochat-bench:v1"
+
+
+@pytest.mark.parametrize("engine, save, bootstrap", [
+    (None, "podman save --format oci-archive -o", "Bootstrap: oci-archive From: nanochat-bench.oci.tar"),
+    ("docker", "docker save -o", "Bootstrap: docker-archive From: nanochat-bench.docker.tar")])
+def test_apptainer_build_bootstraps_from_the_archive_its_engine_saves(run, tmp_path, engine, save, bootstrap):
+    """Regression: `docker save --format oci-archive` failed; docker's own archive is a docker archive."""
+    stub = tmp_path / "bin" / "apptainer"
+    stub.write_text(f'#!/bin/sh\necho "apptainer $* $(grep -E \'^(Bootstrap|From):\' apptainer.def | tr \'\\n\' \' \')"'
+                    f' >>"{tmp_path / "calls"}"\n')
+    out, calls = run("apptainer-build.sh", **({"CONTAINER_ENGINE": engine} if engine else {}))
+    assert out.returncode == 0, out.stderr
+    saved, built = calls.splitlines()
+    archive = bootstrap.split()[-1]
+    assert saved.startswith(f"{save} ") and saved.endswith(f"/{archive} nanochat-bench:latest"), calls
+    assert built == f"apptainer build --force {tmp_path}/images/nanochat-bench.sif apptainer.def {bootstrap} "

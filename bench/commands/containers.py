@@ -93,6 +93,9 @@ def render(args: argparse.Namespace) -> str:
                          ("--env", args.env), ("--annotation", args.annotation)):
         for value in values:
             _check_one_line(flag, value)
+    if args.workdir and not args.workdir.startswith(("/", "$")):
+        raise ConfigError(f"--workdir {args.workdir!r} is not an absolute path; the EDF's workdir is a directory in "
+                          f"the container, absolute or from a ${{VAR}} (e.g. {edf.WORKDIR}); '' keeps the image's")
     if args.no_ofi_hook and args.ofi_variant != edf.DEFAULT_OFI_NCCL_VARIANT:
         raise ConfigError(f"--ofi-variant {args.ofi_variant} with --no-ofi-hook: the variant is the hook's, and the "
                           "hook is left off; drop one of the two")

@@ -150,3 +150,20 @@ def test_an_output_that_cannot_be_written_is_one_clear_line(tmp_path, capsys, wh
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot write EDF {out}: ") and err.count("\n") == 1, err
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("workdir", ["relative", "./here", "workspace/nanochat-bench", "~/x"])
+def test_a_relative_workdir_is_refused_with_one_line(workdir, tmp_path, capsys):
+    """Regression: `--workdir relative` was written as workdir = "relative"; the container's must be absolute."""
+    out = tmp_path / "e.toml"
+    assert main(["edf", "--image", "/x/ok.sqsh", "--workdir", workdir, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --workdir {workdir!r} ") and err.count("\n") == 1, err
+    assert "absolute" in err and "''" in err and not out.exists()
+
+
+@pytest.mark.parametrize("workdir, written", [("/w", "/w"), ("${SCRATCH}/w", "${SCRATCH}/w"), ("", None)])
+def test_an_absolute_or_variable_workdir_is_written_and_empty_leaves_the_images(workdir, written, tmp_path):
+    out = tmp_path / "e.toml"
+    assert main(["edf", "--image", "/x/ok.sqsh", "--workdir", workdir, "-o", str(out)]) == 0
+    assert tomllib.loads(out.read_text()).get("workdir") == written

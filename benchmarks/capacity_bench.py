@@ -30,6 +30,7 @@ from bench.analysis.capacity import write_capacity_report  # noqa: E402
 from bench.capacity import calibrate  # noqa: E402
 from bench.capacity.cpuhost import TINY_MEMORY_LIMIT_MIB  # noqa: E402
 from bench.capacity.sweep import Sweep, SweepConfig  # noqa: E402
+from bench.commands.capacity import parse_strategies  # noqa: E402
 from bench.errors import ConfigError  # noqa: E402
 
 # fsdp first (the reference of the ratios), offload before fsdp+ac: should the budget run short, the
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_batch is not None:  # 0 is refused by SweepConfig, not read as unset
         preset["max_batch"] = args.max_batch
     try:
-        cfg = SweepConfig(out=out, strategies=args.strategies.split(","), nproc=args.gpus, search=True, steps=3,
+        cfg = SweepConfig(out=out, strategies=parse_strategies(args.strategies), nproc=args.gpus, search=True, steps=3,
                           time_per_point=args.time_per_point, budget_s=args.budget, **preset)
         summary = Sweep(cfg, log=lambda line: print(line, flush=True)).run()
     except ConfigError as e:  # e.g. a CPU host without --tiny: one line naming what would fit

@@ -32,6 +32,11 @@ def parse_ints(text: str, flag: str) -> list[int]:
     return values
 
 
+def parse_strategies(text: str) -> list[str]:
+    """`zero2, fsdp,fsdp+ac` -> the names, trimmed, empty items left out (SweepConfig checks each)."""
+    return [s.strip() for s in str(text).split(",") if s.strip()]
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("capacity", help="the largest model this node trains, per memory strategy",
                               description=__doc__.split("\n\n")[0])
@@ -71,7 +76,7 @@ def cmd_capacity(args) -> int:
     depths = parse_ints(args.depths, "--depths") if args.depths else []
     if not (args.report and not args.search and not depths):
         nproc = _gpus() if args.gpus is None else args.gpus  # --gpus 0 is refused, not read as unset
-        cfg = SweepConfig(out=out, strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
+        cfg = SweepConfig(out=out, strategies=parse_strategies(args.strategies),
                           nproc=nproc, search=args.search or not depths, depths=depths,
                           aspect_ratios=parse_ints(args.aspect_ratios, "--aspect-ratios"), max_depth=args.max_depth,
                           max_seq_len=args.seq, steps=args.steps, time_per_point=args.time_per_point,

@@ -1,5 +1,6 @@
 """benchmarks/capacity_bench.py: its summary of the memory model's error."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -23,4 +24,21 @@ def test_max_batch_0_is_refused_naming_the_flag_not_read_as_the_default(tmp_path
 
     assert capacity_bench.main([str(tmp_path / "out"), "--tiny", "--max-batch", "0"]) == 1
     assert capsys.readouterr().err == "error: --max-batch=0: must be positive\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_strategies_are_read_as_the_cli_reads_them(tmp_path, capsys):
+    """Regression: the script split --strategies on commas alone, so 'fsdp, zero2' passed the check as ' zero2' (a
+    run directory `runs/ zero2/`) and an empty item was refused as --strategies=''; the CLI trims and skips them."""
+    from bench.cli import main as cli
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    import capacity_bench
+
+    refusal = r"--strategies zero2 with --gpus 3: zero2's sharded AdamW .* or leave zero2 out \(fsdp splits unevenly\)"
+    for text in ("fsdp, zero2", "fsdp,,zero2 "):  # zero2 on 3 ranks: refused before any probe, naming it as given
+        assert capacity_bench.main([str(tmp_path / "out"), "--tiny", "--gpus", "3", "--strategies", text]) == 1
+        assert re.fullmatch(f"error: {refusal}\n", capsys.readouterr().err)
+        assert cli(["capacity", "--gpus", "3", "--strategies", text, "--out", str(tmp_path / "out")]) == 1
+        assert re.fullmatch(f"error: {refusal}\n", capsys.readouterr().err)
     assert not (tmp_path / "out").exists()

@@ -82,12 +82,20 @@ class SweepConfig:
                               f"{257 + len(SPECIAL_TOKENS)}..{2 ** 16} tokens")
         from bench.nanochat.parallel import Strategy  # imports torch: not at the module's import
 
-        for s in self.strategies:  # an unknown strategy fails now, naming the valid ones
-            if problem := Strategy.parse(s, "--strategies").split_problem(self.vocab_size, self.nproc):
+        given: dict[str, str] = {}  # each strategy once, by its one spelling (its probes' run directories)
+        for text in self.strategies:  # an unknown strategy fails now, naming the valid ones
+            strategy = Strategy.parse(text, "--strategies")
+            s = strategy.name
+            if s in given:  # it would be searched twice, every probe recorded twice
+                same = f"{s} is given twice" if text == given[s] else f"{given[s]} and {text} are both {s}"
+                raise ConfigError(f"--strategies {','.join(self.strategies)}: {same}; name each strategy once")
+            given[s] = text
+            if problem := strategy.split_problem(self.vocab_size, self.nproc):
                 # its first probe would only fail, late, and stop its search as `failed`
                 raise ConfigError(f"--strategies {s} with --gpus {self.nproc}: {problem}; give a --vocab-size that "
                                   f"{self.nproc} divides (e.g. {self.vocab_size - self.vocab_size % self.nproc}), "
                                   f"another --gpus, or leave {s} out (fsdp splits unevenly)")
+        self.strategies = list(given)
         from bench.nanochat.config import shape_problem
 
         for depth, ar in ((d, a) for d in self.depths for a in self.aspect_ratios):

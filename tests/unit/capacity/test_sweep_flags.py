@@ -42,3 +42,16 @@ def test_a_memory_limit_on_a_gpu_sweep_is_refused_naming_the_flag(tmp_path, monk
     with pytest.raises(ConfigError, match=r"^--memory-limit 1024M caps a CPU rank's address space .* --device-type cpu"):
         sweep.machine(cfg)
     assert sweep.machine(SweepConfig(out=tmp_path, strategies=["fsdp"]))["device_type"] == "cuda"
+
+
+def test_a_strategy_given_twice_is_refused_and_each_is_searched_by_one_spelling(tmp_path):
+    """Regression: --strategies zero2,zero2 searched zero2 twice and recorded each probe twice (6 probes in
+    summary.json for 3), and fsdp+offload+ac beside fsdp+ac+offload were two strategies searched apart."""
+    with pytest.raises(ConfigError, match=r"^--strategies zero2,fsdp,zero2: zero2 is given twice; name each strategy "
+                                          r"once$"):
+        SweepConfig(out=tmp_path, strategies=["zero2", "fsdp", "zero2"])
+    with pytest.raises(ConfigError, match=r"^--strategies fsdp\+offload\+ac,fsdp\+ac\+offload: fsdp\+offload\+ac and "
+                                          r"fsdp\+ac\+offload are both fsdp\+ac\+offload; name each strategy once$"):
+        SweepConfig(out=tmp_path, strategies=["fsdp+offload+ac", "fsdp+ac+offload"])
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp+offload+ac", "zero2 + ac", "fsdp"])
+    assert cfg.strategies == ["fsdp+ac+offload", "zero2+ac", "fsdp"]  # its run directories: runs/fsdp+ac+offload/

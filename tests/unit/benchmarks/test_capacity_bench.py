@@ -42,3 +42,14 @@ def test_strategies_are_read_as_the_cli_reads_them(tmp_path, capsys):
         assert cli(["capacity", "--gpus", "3", "--strategies", text, "--out", str(tmp_path / "out")]) == 1
         assert re.fullmatch(f"error: {refusal}\n", capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_budget_that_is_not_positive_is_refused_without_promising_no_bound(tmp_path, capsys):
+    """Regression: the refusal said 'leave it out for no bound', while leaving it out here gives 480 s."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import capacity_bench
+
+    for budget in ("0", "-5", "nan"):
+        assert capacity_bench.main([str(tmp_path / "out"), "--tiny", "--budget", budget]) == 1
+        assert capsys.readouterr().err == f"error: --budget={float(budget):g}: must be positive seconds\n"
+    assert not (tmp_path / "out").exists()

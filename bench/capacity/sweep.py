@@ -305,16 +305,18 @@ class Sweep:
         self.searches[(strategy, aspect_ratio)] = state
         if broken is not None:
             state["stopped"] = broken.stop_record()
+        ran = 0  # every probe of the search, the one that failed or hung too (search.probes: those it bisects on)
         try:
             while state["stopped"] is None and not self.out_of_time and (shape := search.next()) is not None:
                 r = self.probe(strategy, shape, 1)
+                ran += r.outcome != "budget"  # not run: the budget was spent
                 if r.outcome in ("ok", "oom"):
                     search.record(shape, r.fits)
                 else:
                     state["stopped"] = r.stop_record()
         finally:  # an interrupted search still says what its finished probes found (complete: the border)
             state.update(capacity=_shape_dict(search.capacity), first_failure=_shape_dict(search.first_failure),
-                         probes=search.probes, complete=state["stopped"] is None and search.next() is None)
+                         probes=ran, complete=state["stopped"] is None and search.next() is None)
 
     def _batches(self, strategy: str) -> None:
         c = self.cfg

@@ -105,6 +105,21 @@ def test_a_timeout_under_a_shorter_time_per_point_runs_again_on_resume(tmp_path)
     assert back["reused"] and back["time_limit_s"] == 1.0  # what hung for 1 s would hang for 0.5 s
 
 
+def test_a_search_stopped_by_a_timeout_counts_the_probe_that_ran(tmp_path):
+    """Regression: a search counted only its probes that trained or ran out of memory, so one stopped by a timeout
+    on its first probe showed `probes 0` in the report. A real probe (the trainer on CPU, stopped while it starts)."""
+    from bench.capacity.cpuhost import TINY_MEMORY_LIMIT_MIB
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    cfg = SweepConfig(out=tmp_path, strategies=["zero2"], aspect_ratios=[32], max_depth=2, max_seq_len=64,
+                      batch_search=False, time_per_point=0.5, device_type="cpu",
+                      memory_limit=TINY_MEMORY_LIMIT_MIB << 20)
+    summary = Sweep(cfg, log=lambda line: None).run()
+    [search], [hung] = summary["searches"], summary["probes"]
+    assert hung["outcome"] == "timeout" and search["stopped"]["outcome"] == "timeout"
+    assert search["probes"] == 1
+
+
 def test_read_back_only_for_the_same_settings(tmp_path):
     write_run(tmp_path, "ok")
     assert read_probe(SPEC, tmp_path) is None  # no capacity record yet: it must run

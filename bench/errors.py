@@ -24,6 +24,14 @@ class UnknownFlags(ConfigError):
         self.names, self.known = names, known
 
 
+class FlagValueError(ConfigError):
+    """A trainer flag's value its parser cannot read: `name` the flag (no dashes), `expected` what it takes."""
+
+    def __init__(self, message: str, name: str, expected: str):
+        super().__init__(message)
+        self.name, self.expected = name, expected
+
+
 def close_hint(name: str, known: list[str], prefix: str = "") -> str:
     """" (did you mean a, b?)": up to three of the known names close to `name`; "" when none is."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)

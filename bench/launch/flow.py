@@ -38,7 +38,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import contract, paths, workloads
-from bench.errors import ConfigError, DataError, run_dir_error
+from bench.errors import ConfigError, DataError, FlagValueError, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition, make_job,
@@ -120,6 +120,16 @@ def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...]) -> dict[str, d
     return out
 
 
+def value_as_given(e: FlagValueError, stage: str, stage_flags: dict, train: dict) -> ConfigError:
+    """A value the stage's parser cannot read, named as the user wrote it (its parser named only its own flag)."""
+    if e.name in stage_flags:
+        return ConfigError(f"--stage-arg {stage}:{e.name}={stage_flags[e.name]}: {stage}'s --{e.name} takes "
+                           f"{e.expected}")
+    if e.name in train:
+        return ConfigError(f"--train-arg {e.name}={train[e.name]}: {stage}'s --{e.name} takes {e.expected}")
+    return e
+
+
 def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
     """A flag the flow chains (the model tag, pre-training's save_every, chat_eval's source) would be replaced
     without a word by the chained value, so the stage would load or save elsewhere than asked: refused."""
@@ -171,15 +181,22 @@ class FlowSweep:
             if stage.workload == workloads.DEFAULT:
                 refuse_chained(stage, train, "--train-arg ")
         shared = {k: train[k] for k in SHARED_FLAGS if k in train}
-        pretraining = next((per_stage[s.name] for s in chosen if s.workload == workloads.DEFAULT), {})
-        model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what every later stage loads
+        pre = next((s.name for s in chosen if s.workload == workloads.DEFAULT), workloads.DEFAULT)
+        pretraining = per_stage.get(pre, {})
+        try:
+            model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what later stages load
+        except FlagValueError as e:
+            raise value_as_given(e, pre, pretraining, train) from None
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
                 {**shared, **{k: train[k] for k in stage.inherit if k in train}}
             chained = {k: PLAN_TAG if "{tag}" in v else ("1" if "{" in v else v) for k, v in stage.chain}
-            sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model,
-                                        train={**own, **per_stage[stage.name], **chained}))
+            try:
+                sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model,
+                                            train={**own, **per_stage[stage.name], **chained}))
+            except FlagValueError as e:
+                raise value_as_given(e, stage.name, per_stage[stage.name], train) from None
         return cls(flow, chosen, tuple(sweeps))
 
     @property

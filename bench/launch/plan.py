@@ -17,7 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from bench import metrics, workloads
-from bench.errors import ConfigError, UnknownFlags, close_hint
+from bench.errors import ConfigError, FlagValueError, UnknownFlags, close_hint
 from bench.pairs import parse_pairs
 from bench.workloads.base import Estimate, ModelShape, PointContext, PointPlan, Settings
 
@@ -215,6 +215,11 @@ class Sweep:
             settings = workloads.get(self.workload).settings(train, self.scaling)  # an unknown name fails first
         except UnknownFlags as e:
             raise unknown_train_keys(self.workload, e, train) from None
+        except FlagValueError as e:  # its parser named its own flag: name the --train-arg the user wrote
+            if e.name not in train:
+                raise
+            raise FlagValueError(f"--train-arg {e.name}={train[e.name]}: {self.workload}'s --{e.name} takes "
+                                 f"{e.expected}", e.name, e.expected) from None
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "train", settings.train)
         site_gpus = getattr(self.site, "gpus_per_node", None)

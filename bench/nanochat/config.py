@@ -16,7 +16,7 @@ import re
 from dataclasses import MISSING, dataclass, fields
 
 from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
-from bench.errors import ConfigError, UnknownFlags, close_hint
+from bench.errors import ConfigError, FlagValueError, UnknownFlags, close_hint
 from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
 from bench.nanochat.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
 from bench.nanochat.watchdog import AUTO, AUTO_MARGIN_S, PERIODIC_S, START_S
@@ -261,6 +261,10 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean (1/0, true/false), got {text!r}")
 
 
+# What a flag of each type takes, for a value its parser cannot read
+VALUE_KINDS = {int: "a whole number", float: "a number", bool: "a boolean (1/0, true/false)", str: "a value"}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with errors raised as ConfigError (one clear line) instead of exiting."""
 
@@ -271,7 +275,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(cls=None, prog: str = "bench.nanochat.train", description: str = "") -> argparse.ArgumentParser:
     """argparse flags of a stage's settings dataclass (TrainConfig by default), one per field."""
     cls = cls or TrainConfig
-    parser = _Parser(prog=prog, allow_abbrev=False,
+    parser = _Parser(prog=prog, allow_abbrev=False, exit_on_error=False,  # a bad value: parse_config names it
                      description=description or "nanochat base pretraining (flags as upstream base_train: --key=value)")
     for f in fields(cls):
         default = f.default if f.default is not MISSING else None
@@ -291,7 +295,12 @@ def parse_config(cls, argv: list[str], prog: str, description: str = ""):
     argv = list(argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    args, unknown = build_parser(cls, prog, description).parse_known_args(argv)
+    try:
+        args, unknown = build_parser(cls, prog, description).parse_known_args(argv)
+    except argparse.ArgumentError as e:  # a value its type cannot read, or a flag without its value
+        name = (e.argument_name or "").lstrip("-")
+        kind = {f.name: f.type for f in fields(cls)}.get(name)
+        raise FlagValueError(f"{prog}: {e}", name, VALUE_KINDS.get(kind, "a value")) from None
     if unknown:
         known = [f.name for f in fields(cls)]
         names = [token.split("=", 1)[0].lstrip("-") for token in unknown]

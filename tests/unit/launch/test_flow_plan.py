@@ -111,6 +111,26 @@ def test_stage_args_reach_their_stage_only_and_the_device_type_every_stage(twice
         sweep(twice, None, stage_args=["mid_train:num_iterations=3"])
 
 
+def test_a_stage_arg_value_its_stage_cannot_read_is_named_as_written(twice, tmp_path, capsys):
+    # the stage's parser named only its own flag ("bench.nanochat.base_loss: argument --split_tokens: invalid int
+    # value"), not the --stage-arg given; refused before the tokenizer or the point's directory
+    assert cli.main(["speedrun", "--device_type=cpu", "--depth=2", "--stages", "base_loss", "--stage-arg",
+                     "base_loss:split_tokens=abc", "--run-dir", str(tmp_path / "r")]) == 1
+    assert capsys.readouterr().err.strip() == ("error: --stage-arg base_loss:split_tokens=abc: base_loss's "
+                                               "--split_tokens takes a whole number")
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match=r"^--stage-arg again:warmdown_ratio=half: again's --warmdown_ratio takes "
+                                          r"a number$"):
+        sweep(twice, None, stage_args=["again:warmdown_ratio=half"])
+    with pytest.raises(ConfigError, match=r"^--train-arg num_iterations=six: base_train's --num_iterations takes a "
+                                          r"whole number$"):
+        FlowSweep.build(twice, None, {**TINY, "num_iterations": "six"}, [], nodes=[1], gpus_per_node=2,
+                        runtimes=["bare"])
+    assert cli.main(["plan", "--train-arg", "num_iterations=six"]) == 1
+    assert "error: --train-arg num_iterations=six: nanochat's --num_iterations takes a whole number" in \
+        capsys.readouterr().err
+
+
 def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
     # the flow's own value would replace it: the stage would save or load under a tag other than the one asked
     with pytest.raises(ConfigError, match=r"--stage-arg again:model_tag=mine: the flow sets again's --model_tag "

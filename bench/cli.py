@@ -51,8 +51,14 @@ def describe_commands(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = None
     try:
-        args = build_parser().parse_args(argv)  # seconds of imports (torch): a Ctrl-C there is one line too
-        args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (a dry run records its submit command)
+        parser = build_parser()  # seconds of imports (torch): a Ctrl-C there is one line too
+        args, extra = parser.parse_known_args(argv)
+        given = list(sys.argv[1:] if argv is None else argv)
+        if extra:  # as parse_args refuses them, with the command's hint where it has one (train's: after --)
+            hint = getattr(args, "unrecognized_hint", None)
+            parser.error(f"unrecognized arguments: {' '.join(extra)}"
+                         + (f"; {hint(given, extra, args)}" if hint else ""))
+        args.argv = given  # as given (a dry run records its submit command)
         result = args.func(args)
     except BenchError as e:
         if args is None or args.verbose:

@@ -10,8 +10,10 @@ communication pre-flight, the smoke test.
 """
 
 import argparse
+import functools
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -55,7 +57,7 @@ def register(subparsers) -> None:
                    "afresh there (without it such a directory is refused, unless --resume_from_step continues it)")
     t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train "
                    "--help; nntile: <NNTile python> bench/workloads/nntile/runner.py --help)")
-    t.set_defaults(func=cmd_train)
+    t.set_defaults(func=cmd_train, unrecognized_hint=functools.partial(trainer_flags_hint, t))
 
     p = subparsers.add_parser("preflight", help="bus bandwidth of all_reduce, reduce_scatter and all_gather on this "
                               "machine's ranks (torchrun; in a job: -m bench.nanochat.preflight)")
@@ -75,6 +77,22 @@ def register(subparsers) -> None:
     s.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
     s.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
     s.set_defaults(func=cmd_smoke)
+
+
+def trainer_flags_hint(parser: argparse.ArgumentParser, given: list[str], extra: list[str], args) -> str:
+    """`train --nproc 2 --depth=2`: only what follows `--` is the trainer's, so argparse refused --depth=2 as
+    train's; the command as it should be written: train's own flags (`parser`'s) before `--`, the rest after."""
+    takes_value = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}  # no public accessor
+    tokens, own, trainer, i = given[given.index(args.command) + 1:], [], [], 0
+    while i < len(tokens):
+        name = tokens[i].split("=", 1)[0]
+        if tokens[i] == "--":
+            trainer += tokens[i + 1:]
+            break
+        n = 1 + (takes_value.get(name, False) and "=" not in tokens[i])
+        (own if name in takes_value else trainer).extend(tokens[i:i + n])
+        i += n
+    return f"trainer flags go after --: {shlex.join(['nanochat-bench', args.command, *own, '--', *trainer])}"
 
 
 # ------------------------------------------------------------------------------------------------

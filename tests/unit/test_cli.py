@@ -109,3 +109,21 @@ def test_the_help_of_local_commands_does_not_speak_of_jobs_sweeps_or_minutes():
         described[("submit",)].format_help().split())
     smoke = described[("smoke",)].description
     assert "minutes" not in smoke and "seconds" in smoke
+
+
+@pytest.mark.parametrize("argv, fixed", [
+    (["train", "--nproc", "2", "--depth=2"], "nanochat-bench train --nproc 2 -- --depth=2"),
+    (["train", "--depth", "2", "--run-dir", "r"], "nanochat-bench train --run-dir r -- --depth 2"),
+    (["train", "--depth=2", "--", "--num_iterations=3"], "nanochat-bench train -- --depth=2 --num_iterations=3")])
+def test_trainer_flags_before_the_dashes_are_refused_with_the_command_as_it_should_be(argv, fixed, capsys):
+    # argparse said only "unrecognized arguments: --depth=2", with no word that the trainer's flags follow --
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"; trainer flags go after --: {fixed}")
+
+
+def test_an_unknown_flag_of_another_command_is_refused_as_before(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["plan", "--depht=3"])
+    assert capsys.readouterr().err.splitlines()[-1] == "nanochat-bench: error: unrecognized arguments: --depht=3"

@@ -54,7 +54,7 @@ def test_a_smoke_base_dir_it_cannot_use_is_one_error_naming_base_dir(tmp_path):
     dataset.generate_shards(4, 16, 8, out_dir=other / "base_data")
     before = {p.name: p.read_bytes() for p in (other / "base_data").iterdir()}
     for base, expected in ((tmp_path / "file", "cannot be made: a file of that name is in the way"),
-                           (tmp_path / "file" / "sub", "cannot be made: a file of that name is in the way"),
+                           (tmp_path / "file" / "sub", f"cannot be made: {tmp_path / 'file'} is a file in the way"),
                            (other, "generating would replace them; give smoke another --base-dir")):
         r = subprocess.run([sys.executable, "-m", "bench.cli", "smoke", "--base-dir", str(base), "--overwrite",
                             "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)

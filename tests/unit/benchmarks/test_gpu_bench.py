@@ -54,7 +54,7 @@ def test_a_directory_that_cannot_be_made_is_refused_before_the_data_is_prepared(
     (tmp_path / "file").write_text("")
     dirs = {"--out": tmp_path / "out", "--base-dir": tmp_path / "data", flag: tmp_path / "file" / "sub"}
     proc = run(*(x for kv in dirs.items() for x in kv))
-    assert proc.returncode == 2 and f"{flag} {tmp_path / 'file' / 'sub'}: a file of that name is in the way" \
+    assert proc.returncode == 2 and f"{flag} {tmp_path / 'file' / 'sub'}: {tmp_path / 'file'} is a file in the way" \
         in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "data" / "base_data").exists()
 

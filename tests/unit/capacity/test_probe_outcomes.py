@@ -258,9 +258,10 @@ def test_an_out_that_cannot_be_a_directory_is_refused_naming_the_flag(tmp_path):
     from bench.capacity.sweep import Sweep, SweepConfig
 
     (tmp_path / "file").write_text("kept")
-    for out in (tmp_path / "file", tmp_path / "file" / "sub"):  # a file in the way: one line, not a traceback
+    for out, reason in ((tmp_path / "file", "a file of that name is in the way"),  # one line, not a traceback
+                        (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is a file in the way")):
         cfg = SweepConfig(out=out, strategies=["fsdp"], depths=[2])
-        with pytest.raises(ConfigError, match=rf"^--out {out}: .*a file of that name is in the way"):
+        with pytest.raises(ConfigError, match=rf"^--out {out}: .*{reason}"):
             Sweep._passes(SimpleNamespace(cfg=cfg, log=print))  # the sweep's own method, no machine probed
     assert (tmp_path / "file").read_text() == "kept"
 

@@ -214,8 +214,11 @@ def test_a_run_dir_that_cannot_be_made_is_refused_in_one_line_before_the_tokeniz
     trained = []
     monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: trained.append(a))
     (tmp_path / "file").write_text("kept")
-    for point in (tmp_path / "file", tmp_path / "file" / "point"):
-        with pytest.raises(RunDirError, match=rf"^the run directory {point} cannot be written: a file of that name"):
+    # a file in the way of a parent is named, not said to be "of that name" (the run directory's)
+    for point, reason in ((tmp_path / "file", "a file of that name is in the way, not a directory"),
+                          (tmp_path / "file" / "point" / "deeper", f"{tmp_path / 'file'} is a file in the way, not "
+                                                                   f"a directory")):
+        with pytest.raises(RunDirError, match=rf"^the run directory {point} cannot be written: {reason}$"):
             flow.run_local_flow(sweep(), 2, point)
     assert not trained and (tmp_path / "file").read_text() == "kept"  # no tokenizer trained for a flow refused
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import contract, paths, workloads
-from bench.errors import ConfigError, DataError, FlagValueError, run_dir_error
+from bench.errors import ConfigError, DataError, FlagValueError, UnknownFlags, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition, make_job,
@@ -187,6 +187,8 @@ class FlowSweep:
             model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what later stages load
         except FlagValueError as e:
             raise value_as_given(e, pre, pretraining, train) from None
+        except UnknownFlags as e:
+            raise planmod.unknown_train_keys(pre, e, {**train, **pretraining}) from None
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \

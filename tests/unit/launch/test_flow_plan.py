@@ -131,7 +131,8 @@ def test_a_stage_arg_value_its_stage_cannot_read_is_named_as_written(twice, tmp_
         capsys.readouterr().err
     # a key pre-training does not take, met where the flow reads the model the later stages load
     assert cli.main(["plan", "--flow", "speedrun", "--train-arg", "bogus=1"]) == 1
-    assert capsys.readouterr().err.startswith("error: base_train: unknown argument(s): bogus=1; valid keys (--train-arg")
+    err = capsys.readouterr().err
+    assert err.startswith("error: base_train: unknown argument(s): bogus=1; valid keys (--train-arg")
 
 
 def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):

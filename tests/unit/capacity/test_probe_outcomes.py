@@ -325,25 +325,34 @@ def test_report_after_a_killed_sweep_rebuilds_over_an_earlier_sweeps_summary(tmp
     assert "summary.json: rebuilt" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("free_gib, held", [(60, 35 << 30), (94.8, None)])
-def test_a_capacity_bounded_by_memory_other_processes_held_says_so(tmp_path, monkeypatch, free_gib, held):
-    """A shared GPU (--no-exclusive, a workstation): another job held 35 of its 95 GiB, d4 ran out of memory, and
-    the summary gave d2 as the node's capacity without a word; now each probe records the GPU's free memory as it
-    started, and a first failure under others' memory is named (an idle GPU's few hundred MiB are not)."""
+def gh200_sweep(tmp_path, monkeypatch, strategies: list[str]):
+    """A sweep of `strategies` on a 95 GiB GH200 whose probes train up to d2 and run out of memory above: its own
+    searches and summary, without probing the machine (the caller sets the GPU's free memory); (sweep, its log)."""
     from bench.capacity import sweep as sweepmod
     from bench.capacity.probe import ProbeResult
     from bench.capacity.sweep import Sweep, SweepConfig
 
     gh200 = {"device_type": "cuda", "gpu_name": "NVIDIA GH200", "device_bytes": 95 << 30, "host_bytes": 1 << 40,
              "host_available_bytes": 1 << 40}
-    cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=6, device_type="cuda", batch_search=False)
-    monkeypatch.setattr(sweepmod, "gpu_free", lambda nproc: int(free_gib * 2 ** 30))
+    cfg = SweepConfig(out=tmp_path, strategies=strategies, max_depth=6, device_type="cuda", batch_search=False)
     monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(
         spec, "ok" if spec.depth <= 2 else "oom", tok_per_sec=1.0 if spec.depth <= 2 else None))
     lines: list[str] = []
-    sweep = Sweep.__new__(Sweep)  # the sweep's own search and summary, without probing the machine
+    sweep = Sweep.__new__(Sweep)
     sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, t0=0, out_of_time=False,
                           interrupted=None, machine=gh200, data={}, host_floor=0)
+    return sweep, lines
+
+
+@pytest.mark.parametrize("free_gib, held", [(60, 35 << 30), (94.8, None)])
+def test_a_capacity_bounded_by_memory_other_processes_held_says_so(tmp_path, monkeypatch, free_gib, held):
+    """A shared GPU (--no-exclusive, a workstation): another job held 35 of its 95 GiB, d4 ran out of memory, and
+    the summary gave d2 as the node's capacity without a word; now each probe records the GPU's free memory as it
+    started, and a first failure under others' memory is named (an idle GPU's few hundred MiB are not)."""
+    from bench.capacity import sweep as sweepmod
+
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweepmod, "gpu_free", lambda nproc: int(free_gib * 2 ** 30))
     sweep._search("fsdp", 64)
     [search] = sweep.write_summary()["searches"]
     assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
@@ -363,20 +372,9 @@ def test_no_ratio_to_fsdp_where_other_processes_held_either_sides_memory(tmp_pat
     summary gave zero2 at '1.00 x fsdp' as if the two had seen the same memory; now no ratio is taken to or from a
     capacity bounded by memory others held, and the note under the table says so."""
     from bench.capacity import sweep as sweepmod
-    from bench.capacity.probe import ProbeResult
-    from bench.capacity.sweep import Sweep, SweepConfig
 
-    gh200 = {"device_type": "cuda", "gpu_name": "NVIDIA GH200", "device_bytes": 95 << 30, "host_bytes": 1 << 40,
-             "host_available_bytes": 1 << 40}
-    cfg = SweepConfig(out=tmp_path, strategies=["fsdp", "zero2"], max_depth=6, device_type="cuda",
-                      batch_search=False)
-    monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(
-        spec, "ok" if spec.depth <= 2 else "oom", tok_per_sec=1.0 if spec.depth <= 2 else None))
-    lines: list[str] = []
-    sweep = Sweep.__new__(Sweep)  # the sweep's own searches and summary, without probing the machine
-    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, t0=0, out_of_time=False,
-                          interrupted=None, machine=gh200, data={}, host_floor=0)
-    for strategy in cfg.strategies:
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp", "zero2"])
+    for strategy in sweep.cfg.strategies:
         monkeypatch.setattr(sweepmod, "gpu_free", lambda nproc, s=strategy: int(free_gib[s] * 2 ** 30))
         sweep._search(strategy, 64)
     searches = sweep.write_summary()["searches"]

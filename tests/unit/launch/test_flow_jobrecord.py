@@ -36,25 +36,32 @@ for a in "$@"; do case "$a" in */image-podman.sh) echo "nanochat-bench: no image
 """
 
 
-def test_a_flow_whose_image_step_fails_before_the_tokenizer_records_every_stage(tmp_path):
-    """The image step before the tokenizer ran bare under `set -e`: its failure ended the batch script at once,
-    every stage left pending and no line saying why."""
+def run_flow_job(tmp_path, srun: str, stages: str, runtime: str):
+    """A one-node speedrun flow of `stages` rendered for `runtime` and its batch script run with stand-ins for
+    scontrol and srun (`srun`: the stand-in's script); (the flow job, the finished script)."""
     from bench.launch import flow
     from bench.launch.flowrender import render_flow
     from bench.launch.job import LaunchOptions
     from bench.launch.plan import DataShape
 
-    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN)))
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", srun)))
     base = tmp_path / "base"
-    fs = flow.FlowSweep.build("speedrun", "base_train,base_loss", {"device_type": "cpu", "depth": 2}, [], nodes=[1],
-                              gpus_per_node=2, runtimes=["podman"], data=DataShape.from_counts(4, 4),
+    fs = flow.FlowSweep.build("speedrun", stages, {"device_type": "cpu", "depth": 2}, [], nodes=[1],
+                              gpus_per_node=2, runtimes=[runtime], data=DataShape.from_counts(4, 4),
                               base_dir=str(base))
     opts = LaunchOptions(base_dir=str(base), python=sys.executable, check_images=False)
     [fj] = flow.assemble(fs, opts, tmp_path / "sweep", note=lambda _: None)
     flow.write_flow_job(fj, render_flow(fj))
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
            "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"}
-    r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True)
+    return fj, subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True,
+                              text=True)
+
+
+def test_a_flow_whose_image_step_fails_before_the_tokenizer_records_every_stage(tmp_path):
+    """The image step before the tokenizer ran bare under `set -e`: its failure ended the batch script at once,
+    every stage left pending and no line saying why."""
+    fj, r = run_flow_job(tmp_path, SRUN, "base_train,base_loss", "podman")
     assert r.returncode == 1, r.stderr
     assert "the tokenizer could not be trained" in r.stderr and "flow speedrun stopped at tokenizer" in r.stdout
     for stage in ("base_train", "base_loss"):
@@ -73,24 +80,10 @@ esac
 def test_a_flow_stopped_by_the_time_limit_records_the_stages_after_it_as_not_run(tmp_path):
     """The stopped stage's `exit 143` ended the script before the stages after it were recorded: they stayed
     pending, and `status` then called each a timeout of its own, as if it had run out of time."""
-    from bench.launch import flow
-    from bench.launch.flowrender import render_flow
-    from bench.launch.job import LaunchOptions
-    from bench.launch.plan import DataShape
     from bench.launch.slurm import JobState
     from bench.launch.status import _derive
 
-    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN_TIME_LIMIT)))
-    base = tmp_path / "base"
-    fs = flow.FlowSweep.build("speedrun", "base_train,base_loss,base_eval", {"device_type": "cpu", "depth": 2}, [],
-                              nodes=[1], gpus_per_node=2, runtimes=["bare"], data=DataShape.from_counts(4, 4),
-                              base_dir=str(base))
-    opts = LaunchOptions(base_dir=str(base), python=sys.executable, check_images=False)
-    [fj] = flow.assemble(fs, opts, tmp_path / "sweep", note=lambda _: None)
-    flow.write_flow_job(fj, render_flow(fj))
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
-           "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"}
-    r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True)
+    fj, r = run_flow_job(tmp_path, SRUN_TIME_LIMIT, "base_train,base_loss,base_eval", "bare")
     assert r.returncode == 143, r.stderr
     assert "run n1-bare-r1/base_loss: not run (the job received SIGTERM at stage base_train)" in r.stdout
     assert contract.read_run_json(fj.point_dir / "base_train")["status"] == "timeout"

@@ -255,10 +255,21 @@ class Sweep:
     @functools.cached_property
     def _points(self) -> tuple[Point, ...]:
         """Every point, resolved once: the workload plans each node count once, repeats and runtimes share it."""
-        plans = {n: self.workload_impl.plan(self.settings, self.context(n)) for n in self.nodes}
+        plans = {n: self._plan(self.context(n)) for n in self.nodes}
         return tuple(Point(n, runtime, r, n * self.gpus_per_node, self.scaling, plans[n],
                            self.run_minutes(plans[n].est_hours))
                      for n, runtime, r in itertools.product(self.nodes, self.runtimes, range(1, self.repeats + 1)))
+
+    def _plan(self, point: PointContext) -> PointPlan:
+        """The workload's plan of one point; one whose nodes could not all read the checkpoint its stage loads
+        (reads_checkpoint: every rank of every node does) cannot run, whatever else the workload would decide."""
+        from bench.paths import base_dir
+        from bench.workloads.sharedfs import check_shared
+
+        if self.workload_impl.reads_checkpoint and \
+                (why := check_shared(base_dir(point.base_dir), point.nodes, point.site)):
+            return PointPlan(reason=why)
+        return self.workload_impl.plan(self.settings, point)
 
     def points(self) -> list[Point]:
         return list(self._points)

@@ -125,7 +125,9 @@ class Workload:
     local_launcher = "the launcher"  # what starts its processes on this machine, as a run's last word names it
     rank_per_gpu = False  # `train` without --nproc starts one rank per GPU of this machine (else one process)
     takes_depth = False  # its flags set the model's depth (`--depth`); a later stage loads its checkpoint's
-    reads_checkpoint = False  # it loads a checkpoint a stage before wrote, on every node (unshared_checkpoint)
+    # it loads a checkpoint a stage before wrote, on every node: the planner refuses a multi-node point whose nodes
+    # do not share the base directory (bench/launch/plan.py Sweep._plan)
+    reads_checkpoint = False
     kind = TRAINING  # TRAINING or EVALUATION
     # The report's headers of the table columns whose meaning is this workload's own (bench/analysis/columns.py
     # names -> header; "{per}" becomes GPU or rank), e.g. what an evaluation's problems/s counts.

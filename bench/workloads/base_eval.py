@@ -8,7 +8,7 @@ with --max_per_task=-1 the examples are the whole bundle's, unknown until it is 
 """
 
 from bench.workloads.base import EVALUATION, FORWARD_SHARE, PointContext, PointPlan, Settings
-from bench.workloads.stage import TorchrunStage, model_estimate, unshared_checkpoint
+from bench.workloads.stage import TorchrunStage, model_estimate
 
 RUN_WORKLOAD = "nanochat-base-eval"
 
@@ -47,8 +47,6 @@ class BaseEval(TorchrunStage):
         return missing_staged(Path(base_dir))
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
-        if shared := unshared_checkpoint(point):  # it reads the base checkpoint
-            return PointPlan(reason=shared)
         per_task = settings.config.max_per_task
         shots = max(shots for _, _, shots, _, _, _ in evalgen_tasks())
         if 0 < per_task <= shots:  # base_eval refuses it at its start: in a flow, after pre-training's hours

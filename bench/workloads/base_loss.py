@@ -10,7 +10,7 @@ Its time: both splits' tokens forward only (a third of training's FLOPs per toke
 
 from bench import contract
 from bench.workloads.base import EVALUATION, FORWARD_SHARE, PointContext, PointPlan, Settings
-from bench.workloads.stage import TorchrunStage, argv_of, model_estimate, unshared_checkpoint
+from bench.workloads.stage import TorchrunStage, argv_of, model_estimate
 
 RUN_WORKLOAD = "nanochat-base-loss"
 RECIPE_SEQ_LEN = 2048
@@ -40,8 +40,6 @@ class BaseLoss(TorchrunStage):
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         config, ranks = settings.config, point.ranks
-        if shared := unshared_checkpoint(point):  # it reads the base checkpoint
-            return PointPlan(reason=shared)
         seq = config.max_seq_len if config.max_seq_len > 0 else RECIPE_SEQ_LEN
         per_step = config.device_batch_size * seq * ranks
         split_tokens, note = round_split_tokens(config.split_tokens, per_step)

@@ -9,7 +9,7 @@ categorical tasks' forwards, seconds where generation takes minutes, are not cou
 """
 
 from bench.workloads.base import EVALUATION, PointContext, PointPlan, Settings
-from bench.workloads.stage import ChatStage, unshared_checkpoint
+from bench.workloads.stage import ChatStage
 
 RUN_WORKLOAD = "nanochat-chat-eval"
 
@@ -35,8 +35,6 @@ class ChatEval(ChatStage):
     headers = {"eval_tok_per_sec": "generated tok/s"}  # the generative tasks' tokens over their seconds
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
-        if shared := unshared_checkpoint(point):  # it reads the mid or SFT checkpoint
-            return PointPlan(reason=shared)
         config = settings.config
         problems = config.max_problems if config.max_problems > 0 else "all"
         est, note = None, ""

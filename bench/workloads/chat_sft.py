@@ -18,7 +18,7 @@ this upper bound is what the model may run), through the flow's model (evaluatio
 """
 
 from bench.workloads.base import PointContext, PointPlan, Settings
-from bench.workloads.stage import ChatStage, argv_of, model_estimate, unshared_checkpoint
+from bench.workloads.stage import ChatStage, argv_of, model_estimate
 
 RUN_WORKLOAD = "nanochat-sft"
 SFT_TRAIN_ROWS = 22_439  # upstream's SFT mixture on the real data (speedrun report of 2025-11-11)
@@ -49,8 +49,6 @@ class ChatSFT(ChatStage):
         from bench.nanochat.sftconfig import batch_sizes_that_work
 
         base, ranks = settings.config, point.ranks
-        if shared := unshared_checkpoint(point):  # it reads the mid checkpoint
-            return PointPlan(reason=shared)
         if point.scaling == "weak":
             dbs, target, note = base.device_batch_size, base.device_batch_size * ranks, ""
         else:

@@ -20,7 +20,7 @@ so -1 has no estimate.
 from dataclasses import replace
 
 from bench.workloads.base import PointContext, PointPlan, Settings
-from bench.workloads.stage import ChatStage, argv_of, model_estimate, unshared_checkpoint
+from bench.workloads.stage import ChatStage, argv_of, model_estimate
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS, lower_device_batch, site_cap
 
 
@@ -46,8 +46,6 @@ class MidTrain(ChatStage):
         from bench.nanochat.config import scaled_batch
 
         config, ranks = settings.config, point.ranks
-        if shared := unshared_checkpoint(point):
-            return PointPlan(reason=shared)
         fit, total = scaled_batch(point.scaling, config.total_batch_size, config.device_batch_size,
                                   config.max_seq_len, ranks)
         if not fit.possible:

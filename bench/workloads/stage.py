@@ -38,15 +38,6 @@ def model_estimate(point: PointContext, config, tokens: float, batch: float, wor
     return hours, "" if hours is None else f"est: {work}, d{point.model.depth}"
 
 
-def unshared_checkpoint(point: PointContext) -> str | None:
-    """Why the nodes of a multi-node point cannot all read the checkpoint this stage loads (every rank of every
-    node does), naming $NANOCHAT_BASE_DIR's filesystem; None when they can (bench/workloads/sharedfs.py)."""
-    from bench.paths import base_dir
-    from bench.workloads.sharedfs import check_shared
-
-    return check_shared(base_dir(point.base_dir), point.nodes, point.site)
-
-
 def interpreter(python: str | None) -> str:
     """`--python` (a path or a name on PATH), else this interpreter; one that is not there is refused before
     any process starts or any run directory is made."""

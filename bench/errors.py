@@ -72,27 +72,28 @@ def os_reason(e: OSError) -> str:
     directory (naming it where it is one of the path's parents). pyarrow's errors carry no errno, so a full disk is
     also read from the words."""
     if e.errno in (errno.EEXIST, errno.ENOTDIR):
-        file = file_in_the_way(e.filename) if e.filename else None
-        if file is not None and file != Path(e.filename):
-            return f"{file} is a file in the way, not a directory"
-        return "a file of that name is in the way, not a directory"
+        parent = parent_in_the_way(e)
+        return f"{parent} is a file in the way, not a directory" if parent else \
+            "a file of that name is in the way, not a directory"
     reason = e.strerror or str(e)
     full = e.errno == errno.ENOSPC or "No space left on device" in reason
     return f"{reason} (disk full)" if full else reason
 
 
-def file_in_the_way(path) -> Path | None:
-    """The first of `path` and its parents, from the root down, that is there but is not a directory."""
-    path = Path(path)
-    return next((p for p in (*reversed(path.parents), path) if p.exists() and not p.is_dir()), None)
+def parent_in_the_way(e: OSError) -> Path | None:
+    """Where a directory could not be made for a file among its parents: the first such parent, from the root down
+    (None where the error is another, or the file in the way is the path itself)."""
+    if e.errno not in (errno.EEXIST, errno.ENOTDIR) or not e.filename:
+        return None
+    parents = reversed(Path(e.filename).parents)
+    return next((p for p in parents if p.exists() and not p.is_dir()), None)
 
 
 def run_dir_error(run_dir, e: OSError) -> RunDirError:
     """`the run directory /x/run cannot be written: No space left on device (disk full)`."""
     reason = os_reason(e)
-    named = e.errno in (errno.EEXIST, errno.ENOTDIR) and e.filename and file_in_the_way(e.filename)
-    where = f" ({e.filename})" if e.filename and str(e.filename) != str(run_dir) and not (
-        named and named != Path(e.filename)) else ""  # the file in the way of a parent is named already
+    # the file in the way of a parent is named in the reason already
+    where = f" ({e.filename})" if e.filename and str(e.filename) != str(run_dir) and not parent_in_the_way(e) else ""
     return RunDirError(f"the run directory {run_dir} cannot be written: {reason}{where}")
 
 

@@ -126,7 +126,7 @@ def value_as_given(e: FlagValueError, stage: str, stage_flags: dict, train: dict
         return ConfigError(f"--stage-arg {stage}:{e.name}={stage_flags[e.name]}: {stage}'s --{e.name} takes "
                            f"{e.expected}")
     if e.name in train:
-        return ConfigError(f"--train-arg {e.name}={train[e.name]}: {stage}'s --{e.name} takes {e.expected}")
+        return planmod.train_arg_value(stage, e, train)
     return e
 
 

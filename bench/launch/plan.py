@@ -175,6 +175,12 @@ def unknown_train_keys(workload: str, e: UnknownFlags, train: dict) -> ConfigErr
                        f"{', '.join(e.known)}")
 
 
+def train_arg_value(who: str, e: FlagValueError, train: dict) -> FlagValueError:
+    """A --train-arg value `who`'s parser cannot read, named as the user wrote it (the parser named its own flag)."""
+    return FlagValueError(f"--train-arg {e.name}={train[e.name]}: {who}'s --{e.name} takes {e.expected}", e.name,
+                          e.expected)
+
+
 @dataclass(frozen=True)
 class Sweep:
     nodes: list[int]
@@ -218,8 +224,7 @@ class Sweep:
         except FlagValueError as e:  # its parser named its own flag: name the --train-arg the user wrote
             if e.name not in train:
                 raise
-            raise FlagValueError(f"--train-arg {e.name}={train[e.name]}: {self.workload}'s --{e.name} takes "
-                                 f"{e.expected}", e.name, e.expected) from None
+            raise train_arg_value(self.workload, e, train) from None
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "train", settings.train)
         site_gpus = getattr(self.site, "gpus_per_node", None)

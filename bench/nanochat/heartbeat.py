@@ -105,10 +105,11 @@ class Heartbeat:
             with self._writing:  # never a beat after stop()'s last one
                 if self.path is None:
                     return
-                try:
+                # a beat that cannot be written is skipped, never the rest: a thread that ended here would
+                # leave a healthy rank's beat to age until its watcher ended the run as hung (a run directory
+                # that cannot be written is reported by the run record, not here)
+                with contextlib.suppress(OSError):
                     _write(self.path, {**self.state, "t": time.time()})
-                except OSError:
-                    return  # a run directory that cannot be written is reported by the run record, not here
             if self.on_silent and self.silent_after_s > 0 and self.state["event"] not in STARTUP_EVENTS:
                 verdict = silent_rank(self.run_dir, self.watched, self.silent_after_s, seen=self.seen)
                 if verdict:
@@ -136,6 +137,16 @@ def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float
             return (f"{_who(b)} stopped: no heartbeat for {age:.0f} s (--heartbeat_timeout_s="
                     f"{silent_after_s:g}), last event `{b.get('event')}`{at}")
     return None
+
+
+def clear_earlier(run_dir: str) -> None:
+    """Remove the beats an earlier run left in `run_dir` (all of them when this launch's time is not known),
+    file by file: never the directory, nor a temp file another rank of this run is about to rename into it."""
+    token = run_token(run_dir)
+    for path in Path(run_dir, DIR).glob("rank*.json"):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if token is None or json.loads(path.read_text()).get("run") != token:
+                path.unlink()
 
 
 def beats(run_dir: str) -> list[dict]:

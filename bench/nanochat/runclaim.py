@@ -28,7 +28,7 @@ import shutil
 import socket
 
 from bench.errors import RunDirError, run_dir_error
-from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
+from bench.nanochat import heartbeat
 from bench.processes import ancestors_of
 from bench.contract import METRICS_JSONL, RUN_JSON
 
@@ -79,7 +79,7 @@ def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool = Fal
                          f"or continue that run with `train -- --resume_from_step=<a saved step>`")
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": _run_id()}).encode(), 0)
-    shutil.rmtree(os.path.join(path, HEARTBEAT_DIR), ignore_errors=True)  # an earlier run's ranks
+    heartbeat.clear_earlier(path)  # an earlier run's ranks
 
 
 def ours(run_dir: "str | os.PathLike") -> bool:

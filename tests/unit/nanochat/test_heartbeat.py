@@ -97,6 +97,31 @@ def test_a_heartbeat_is_written_by_its_thread_with_the_last_event(tmp_path):
     assert single.thread is None and not (tmp_path / "one").exists()
 
 
+def test_a_beat_that_cannot_be_written_is_skipped_and_the_next_one_written(tmp_path, monkeypatch):
+    """A write that fails once (rank 0 clearing an earlier run's beats as this rank renames its own) must not
+    end the thread: its beat would stop at that event and rank 0 would end a healthy run as hung."""
+    from bench.nanochat import heartbeat
+
+    real, calls = heartbeat._write, []
+
+    def fails_first(path, beat):
+        calls.append(beat["event"])
+        if len(calls) == 1:
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        real(path, beat)
+
+    monkeypatch.setattr(heartbeat, "_write", fails_first)
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.05)
+    hb = Heartbeat(str(tmp_path), rank=1, world_size=2)
+    hb.beat("step", 4)
+    deadline = time.time() + 10
+    while not (tmp_path / DIR / "rank1.json").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    written = (tmp_path / DIR / "rank1.json").exists()  # by the thread: stop()'s last beat would write it too
+    hb.stop()
+    assert written and calls[:2] == ["step", "step"]
+
+
 def test_a_silent_rank_is_named_by_its_watcher(tmp_path):
     from bench.nanochat.heartbeat import silent_rank
 

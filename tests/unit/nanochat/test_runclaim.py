@@ -87,8 +87,22 @@ def test_an_earlier_runs_heartbeats_are_removed(tmp_path):
     (run_dir / HEARTBEAT_DIR).mkdir(parents=True)
     (run_dir / HEARTBEAT_DIR / "rank3.json").write_text(json.dumps({"rank": 3, "t": 1.0}))
     runclaim.claim(run_dir)
-    assert not (run_dir / HEARTBEAT_DIR).exists()
+    assert list((run_dir / HEARTBEAT_DIR).iterdir()) == []
     runclaim.release(run_dir)
+
+
+def test_this_runs_beats_and_a_rank_renaming_its_own_are_left_alone(tmp_path, monkeypatch):
+    """Rank 0 claims the directory while the other ranks have begun to beat: removing their temp file before its
+    rename would fail that rank's write (and, before, end its heartbeat thread)."""
+    monkeypatch.setenv("NANOCHAT_BENCH_T0", "2000.5")
+    beats = tmp_path / "run" / HEARTBEAT_DIR
+    beats.mkdir(parents=True)
+    (beats / "rank1.json").write_text(json.dumps({"rank": 1, "t": 2001.0, "run": "2000.5"}))
+    (beats / ".rank2.json.abc.tmp").write_text("{}")
+    (beats / "rank3.json").write_text(json.dumps({"rank": 3, "t": 1.0, "run": "1000.000000"}))
+    runclaim.claim(tmp_path / "run")
+    runclaim.release(tmp_path / "run")
+    assert sorted(p.name for p in beats.iterdir()) == [".rank2.json.abc.tmp", "rank1.json"]
 
 
 def test_an_unwritable_directory_is_one_clear_error(tmp_path):

@@ -37,9 +37,7 @@ def atomic_target(path: "str | os.PathLike") -> Iterator[str]:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result is as readable as any file written
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the result is as readable as any file written
         os.close(fd)
         yield tmp
         os.replace(tmp, path)
@@ -47,6 +45,16 @@ def atomic_target(path: "str | os.PathLike") -> Iterator[str]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it: os.umask(0) and back would leave it 0 for an instant, in
+    which a file another thread creates (a rank's heartbeat beside its checkpoint) would be world-writable."""
+    try:
+        with open("/proc/self/status") as f:
+            return int(next(line.split()[1] for line in f if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, ValueError, IndexError):  # not Linux, or a kernel before 4.7
+        return 0o022
 
 
 def write_text_atomic(path: "str | os.PathLike", text: str) -> None:

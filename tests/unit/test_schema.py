@@ -8,6 +8,7 @@ generate.
 
 import json
 import math
+import os
 from pathlib import Path
 
 import jsonschema
@@ -145,6 +146,19 @@ def test_atomic_target_leaves_nothing_on_failure(tmp_path):
             Path(tmp).write_text("half")
             raise RuntimeError("disk went away")
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_atomic_target_keeps_the_umask_without_setting_it(tmp_path, monkeypatch):
+    """Setting the umask to 0 and back to read it would leave it 0 for an instant, in which a file another thread
+    creates (a rank's heartbeat thread writes beside its checkpoint) would be world-writable."""
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(os, "umask", lambda mask: pytest.fail(f"os.umask({mask:o}) called"))
+        contract.write_text_atomic(tmp_path / "out.txt", "text")
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o640
 
 
 def test_the_schema_command_takes_help_and_names_a_folder_it_cannot_write(tmp_path, monkeypatch, capsys):

@@ -130,6 +130,14 @@ def value_as_given(e: FlagValueError, stage: str, stage_flags: dict, train: dict
     return e
 
 
+def unknown_as_given(e: UnknownFlags, stage: str, stage_flags: dict, train: dict) -> UnknownFlags:
+    """Keys the stage does not take, with the keys it does, as the user gives them: `--stage-arg STAGE:KEY=VALUE`
+    where the first came from the stage's own flags, else `--train-arg KEY=VALUE`."""
+    own = {key.replace("-", "_") for key in stage_flags}
+    how = f"--stage-arg {stage}:" if e.names and e.names[0] in own else "--train-arg "
+    return planmod.unknown_train_keys(stage, e, {**train, **stage_flags}, how)
+
+
 def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
     """A flag the flow chains (the model tag, pre-training's save_every, chat_eval's source) would be replaced
     without a word by the chained value, so the stage would load or save elsewhere than asked: refused."""
@@ -188,7 +196,7 @@ class FlowSweep:
         except FlagValueError as e:
             raise value_as_given(e, pre, pretraining, train) from None
         except UnknownFlags as e:
-            raise planmod.unknown_train_keys(pre, e, {**train, **pretraining}) from None
+            raise unknown_as_given(e, pre, pretraining, train) from None
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
@@ -199,6 +207,8 @@ class FlowSweep:
                                             train={**own, **per_stage[stage.name], **chained}))
             except FlagValueError as e:
                 raise value_as_given(e, stage.name, per_stage[stage.name], train) from None
+            except UnknownFlags as e:
+                raise unknown_as_given(e, stage.name, per_stage[stage.name], train) from None
         return cls(flow, chosen, tuple(sweeps))
 
     @property

@@ -165,14 +165,14 @@ class Point:
         return slurm_time(self.time_minutes)
 
 
-def unknown_train_keys(workload: str, e: UnknownFlags, train: dict) -> ConfigError:
+def unknown_train_keys(workload: str, e: UnknownFlags, train: dict, how: str = "--train-arg ") -> UnknownFlags:
     """Trainer flags a workload does not take, named as the sweep holds them (KEY=VALUE, from --train-arg or a named
-    flag such as --depth) with the keys it takes: its parser named only the flags they became (`'--bogus=1'`) and
-    sent the user to train's --help."""
+    flag such as --depth) with the keys it takes, given as `how` says (a flow's stage: `--stage-arg STAGE:`): its
+    parser named only the flags they became (`'--bogus=1'`) and sent the user to train's --help."""
     given = {key.replace("-", "_"): f"{key}={value}" for key, value in train.items()}
     hints = [given.get(name, name) + close_hint(name, e.known) for name in e.names]
-    return ConfigError(f"{workload}: unknown argument(s): {'; '.join(hints)}; valid keys (--train-arg KEY=VALUE): "
-                       f"{', '.join(e.known)}")
+    return UnknownFlags(f"{workload}: unknown argument(s): {'; '.join(hints)}; valid keys ({how}KEY=VALUE): "
+                        f"{', '.join(e.known)}", e.names, e.known)
 
 
 def train_arg_value(who: str, e: FlagValueError, train: dict) -> FlagValueError:

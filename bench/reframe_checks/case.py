@@ -149,7 +149,8 @@ def renamed(error: ConfigError, names=AS_THE_CHECK_SETS) -> ConfigError:
     text = str(error)
     for flag, name in names:
         text = text.replace(flag, name)
-    return type(error)(text)
+    error.args = (text,)  # the same error (its class and fields), worded for the check
+    return error
 
 
 def expanded(value: str, key: str) -> str:

@@ -133,6 +133,11 @@ def test_a_stage_arg_value_its_stage_cannot_read_is_named_as_written(twice, tmp_
     assert cli.main(["plan", "--flow", "speedrun", "--train-arg", "bogus=1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: base_train: unknown argument(s): bogus=1; valid keys (--train-arg")
+    # a stage's own key is named as given: --train-arg would give it to pre-training
+    for stage in ("base_train", "chat_sft"):
+        assert cli.main(["plan", "--flow", "speedrun", "--stage-arg", f"{stage}:bogus=1"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {stage}: unknown argument(s): bogus=1; valid keys (--stage-arg {stage}:KEY=")
 
 
 def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):

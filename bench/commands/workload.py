@@ -268,7 +268,7 @@ def prepare_smoke_data(base_dir: Path) -> None:
     # smoke's own data directory: its --overwrite is the run's, and it sets NANOCHAT_BASE_DIR from --base-dir
     dataset.generate_shards(**SMOKE_DATA, elsewhere=f"give smoke another --base-dir (not {base_dir})",
                             overwrite_flag=None)
-    tokenizer.train_tokenizer(vocab_size=SMOKE_VOCAB)
+    tokenizer.train_tokenizer(vocab_size=SMOKE_VOCAB, again=f"give smoke another --base-dir (not {base_dir})")
     print(f"generated {SMOKE_DATA['num_shards']} shards and a {SMOKE_VOCAB}-token tokenizer in {base_dir} "
           f"({time.time() - t0:.1f}s)")
 
@@ -299,7 +299,8 @@ def cmd_smoke(args) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("smoke")
     env = dict(os.environ, **{ENV_BASE_DIR: str(base_dir)})
     print(f"training a tiny model with {nproc} rank(s); run directory: {run_dir}")
-    rc = run_local(smoke_train_args(args.steps, nproc), nproc, run_dir, env=env, overwrite=args.overwrite)
+    rc = run_local(smoke_train_args(args.steps, nproc), nproc, run_dir, env=env, overwrite=args.overwrite,
+                   resumable=False)
     print_smoke_summary(run_dir)
     return rc
 

@@ -141,12 +141,14 @@ class Output:
 
 
 def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env: dict | None = None,
-              workload: str = workloads.DEFAULT, python: str | None = None, overwrite: bool = False) -> int:
+              workload: str = workloads.DEFAULT, python: str | None = None, overwrite: bool = False,
+              resumable: bool = True) -> int:
     """Train with `nproc` local processes; the run directory gets run.json, metrics.jsonl, train.log.
-    `overwrite`: a run already in run_dir is deleted first (else it is refused, unless resumed)."""
+    `overwrite`: a run already in run_dir is deleted first (else it is refused, unless resumed; `resumable`: the
+    refusal says how to resume it)."""
     run_dir = Path(run_dir)
     # one run per directory (nanochat/runclaim.py)
-    claim(run_dir, refuse_finished=True, resume=resuming(train_args), overwrite=overwrite)
+    claim(run_dir, refuse_finished=True, resume=resuming(train_args), overwrite=overwrite, resumable=resumable)
     cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
     try:
         output = Output(run_dir / contract.TRAIN_LOG)

@@ -42,16 +42,17 @@ class RunDirBusy(RunDirError):
 
 
 def claim(run_dir: "str | os.PathLike", refuse_finished: bool = False, resume: bool = False,
-          overwrite: bool = False) -> None:
+          overwrite: bool = False, resumable: bool = True) -> None:
     """Take the run directory for this run, or raise RunDirBusy naming why not (see the module doc);
-    a directory that cannot be written is a RunDirError naming it."""
+    a directory that cannot be written is a RunDirError naming it. `resumable`: the caller's user can continue
+    a run (`train`; smoke cannot), so a finished one's refusal says how."""
     try:
-        _claim(os.path.abspath(os.fspath(run_dir)), refuse_finished, resume, overwrite)
+        _claim(os.path.abspath(os.fspath(run_dir)), refuse_finished, resume, overwrite, resumable)
     except OSError as e:
         raise run_dir_error(run_dir, e) from None
 
 
-def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool = False) -> None:
+def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool, resumable: bool) -> None:
     os.makedirs(path, exist_ok=True)
     fd = _held.get(path)
     if fd is None:
@@ -74,9 +75,9 @@ def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool = Fal
         _empty_run_dir(path)
     elif refuse_finished and not resume and holds_a_run(path):
         release(path)
+        resume_it = ", or continue that run with `train -- --resume_from_step=<a saved step>`" if resumable else ""
         raise RunDirBusy(f"{path} already holds a run (its {METRICS_JSONL} has events); give a new "
-                         f"--run-dir, start it afresh with --overwrite (the old run's files are deleted), "
-                         f"or continue that run with `train -- --resume_from_step=<a saved step>`")
+                         f"--run-dir or start it afresh with --overwrite (the old run's files are deleted){resume_it}")
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": _run_id()}).encode(), 0)
     heartbeat.clear_earlier(path)  # an earlier run's ranks

@@ -66,6 +66,27 @@ def test_a_smoke_base_dir_it_cannot_use_is_one_error_naming_base_dir(tmp_path):
     assert (tmp_path / "file").read_text() == "kept" and not (tmp_path / "run").exists()
 
 
+def test_smokes_errors_advise_what_smoke_takes(tmp_path):
+    """A tokenizer smoke cannot write sent its user to NANOCHAT_BASE_DIR and `tokenizer train` (smoke sets the one from
+    --base-dir and trains the other itself), and a --run-dir holding a run to `train -- --resume_from_step`."""
+    def smoke(base, run_dir):
+        r = subprocess.run([sys.executable, "-m", "bench.cli", "smoke", "--base-dir", str(base), "--run-dir",
+                            str(run_dir)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        return r.stderr.strip().splitlines()[-1]
+
+    (tmp_path / "base" / "tokenizer").mkdir(parents=True)
+    (tmp_path / "base" / "tokenizer" / "tokenizer.pkl").mkdir()  # in the way of the tokenizer's rename
+    line = smoke(tmp_path / "base", tmp_path / "run")
+    assert line.startswith(f"error: cannot write the tokenizer into {tmp_path / 'base' / 'tokenizer'}: "), line
+    assert line.endswith(f"give smoke another --base-dir (not {tmp_path / 'base'})") and "NANOCHAT" not in line, line
+    (tmp_path / "base" / "tokenizer" / "tokenizer.pkl").rmdir()
+    (tmp_path / "ran").mkdir()
+    (tmp_path / "ran" / "metrics.jsonl").write_text('{"event": "start"}\n')
+    line = smoke(tmp_path / "base", tmp_path / "ran")
+    assert "already holds a run" in line and "--overwrite" in line and "resume_from_step" not in line, line
+
+
 def test_a_preflight_json_that_cannot_be_written_is_refused_before_any_rank_starts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("torchrun started"))
     (tmp_path / "file").write_text("kept")

@@ -44,6 +44,7 @@ from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition, make_job,
                               over_partition, run_job_minutes, site_partition, tokenizer_minutes, write_job)
 from bench.pairs import parse_pairs
+from bench.workloads.sharedfs import unseen
 
 FLOW_JSON = "flow.json"
 # A valid model tag while planning (the point's own tag replaces it in each job: `model_tag`)
@@ -62,7 +63,7 @@ class Stage:
     workload: str
     chain: tuple[tuple[str, str], ...] = ()
     inherit: tuple[str, ...] = ()  # pre-training's flags it takes when given (the checkpoint's sequence length)
-    saves: str | None = None  # the checkpoint phase (bench/nanochat/checkpoint.py PHASE_DIRS) it saves under the tag
+    saves: str | None = None  # the checkpoint phase (bench/paths.py PHASE_DIRS) it saves under the tag
 
 
 # upstream's speedrun.sh after the tokenizer: base_train, base_loss, base_eval, mid_train, chat_eval -i mid,
@@ -260,6 +261,23 @@ def check_staged(stages: tuple[Stage, ...], base_dir: str, settings: tuple = ())
         raise DataError(f"data the stages need is not staged under {base_dir}: {'; and '.join(missing)}")
 
 
+def missing_checkpoints(fs: "FlowSweep", base_dir: str, point_dir: Path, tag: str) -> list[str]:
+    """The point's stages (those not ok before) that load a checkpoint no stage before them in this sweep saves and
+    <base_dir> does not hold under the point's tag (`--stages chat_sft` alone), one line each: such a stage fails
+    only after the tokenizer and the stages before it have run."""
+    made, missing = set(), []
+    for stage, sweep in zip(fs.stages, fs.sweeps):
+        phase = workloads.get(stage.workload).checkpoint_read(sweep.settings)
+        folder = Path(base_dir, paths.PHASE_DIRS.get(phase, ""), tag)
+        if phase and phase not in made and contract.read_run_json(point_dir / stage.name).get("status") != "ok" \
+                and not paths.saved_steps(folder):
+            saver = next((s.name for s in FLOWS[fs.flow] if s.saves == phase), None)
+            missing.append(f"{stage.name} loads the {phase} checkpoint, which {folder} does not hold"
+                           + (f" ({saver} saves it: add it to --stages)" if saver else ""))
+        made.add(stage.saves)
+    return missing
+
+
 # What shortens a flow's job that its partition would refuse.
 FLOW_TOO_LONG = ("run part of its stages per sweep (--stages), shorten the longest stage (--stage-arg STAGE:KEY=VALUE, "
                  "e.g. chat_eval_mid:max_problems=100), give the decode rate measured on your GPUs "
@@ -344,13 +362,17 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
     sweep_dir = Path(sweep_dir).absolute()
     sweep_id = sweep_dir.name
     limit = site_partition(opts.site, opts.partition)
-    jobs = []
+    jobs, reasons = [], []
     for point, stage_points in fs.points():
-        bad = next((sp for sp in stage_points if not sp.possible), None)
-        if bad is not None:
-            note(f"skipping {point.run_id}: a stage cannot run: {bad.reason}")
-            continue
         tag = model_tag(sweep_dir / point.run_id)
+        bad = next((sp for sp in stage_points if not sp.possible), None)
+        # a login node that does not see the nodes' base directory cannot judge their checkpoints
+        missing = [] if bad or unseen(opts.base_dir) else \
+            missing_checkpoints(fs, opts.base_dir, sweep_dir / point.run_id, tag)
+        if bad or missing:
+            reasons.append(f"a stage cannot run: {bad.reason}" if bad else "; ".join(missing))
+            note(f"skipping {point.run_id}: {reasons[-1]}")
+            continue
         runs: list[Run] = []
         for stage, sw, sp in zip(fs.stages, fs.sweeps, stage_points):
             planned = replace(sp, plan=replace(sp.plan, train_argv=fs.stage_argv(stage, sp, tag)))
@@ -363,8 +385,7 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
                        f"sweep {sweep_id}, point {point.run_id}: flow {fs.flow}", fs.tokenizer_minutes)
         jobs.append(FlowJob(job, fs.stages, tag, fs.flow, point.run_id, tuple(tokenizer_args)))
     if not jobs:
-        reasons = sorted({sp.reason for _, sps in fs.points() for sp in sps if not sp.possible})
-        raise ConfigError(f"no point of this flow is possible: {'; '.join(reasons)} "
+        raise ConfigError(f"no point of this flow is possible: {'; '.join(sorted(set(reasons)))} "
                           f"(nanochat-bench plan --flow shows them)")
     check_allow_network(opts, [run for fj in jobs for run in fj.job.runs])
     return jobs
@@ -470,6 +491,8 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     check_staged(tuple(s for s in fs.stages if contract.read_run_json(point_dir / s.name).get("status") != "ok"),
                  str(Path(paths.base_dir()).absolute()))
     tag = point_tag(fs.flow, point_dir, out)
+    if missing := missing_checkpoints(fs, paths.base_dir(), point_dir, tag):
+        raise ConfigError(f"this flow cannot run: {'; '.join(missing)}")
     # one flow per point at a time: a second would set the first's running stage aside and train beside it
     claim(point_dir)
     try:  # before the tokenizer: a run directory that cannot be made must not cost its training first

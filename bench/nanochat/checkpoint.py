@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from bench.errors import CheckpointError, ConfigError
 from bench.contract import atomic_target, write_json_atomic
-from bench.paths import SET_ASIDE
+from bench.paths import PHASE_DIRS, SET_ASIDE, saved_steps
 
 MIB = 1024 * 1024
 
@@ -88,13 +88,6 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: d
     return checkpoint_dir
 
 
-def saved_steps(checkpoint_dir: str | os.PathLike) -> list[int]:
-    """The steps with a model and meta file in checkpoint_dir, ascending."""
-    names = {p.name for p in Path(checkpoint_dir).glob("*_*")}
-    metas = [m for m in map(re.compile(r"meta_(\d{6})\.json").fullmatch, names) if m]
-    return sorted(int(m[1]) for m in metas if f"model_{m[1]}.pt" in names)
-
-
 def later_steps_note(checkpoint_dir: str | os.PathLike, step: int) -> str:
     """"" unless checkpoint_dir holds steps after `step` (an earlier, longer run's): the next stage, given no
     step, loads the largest (as upstream), so the checkpoint just saved would be passed over without a word."""
@@ -141,8 +134,7 @@ def load_optimizer_states(checkpoint_dir: str | os.PathLike, step: int, rank: in
     return torch.load(path, map_location=device)
 
 
-# the folder under the base directory each phase's checkpoints live in, and the stage that writes them
-PHASE_DIRS = {"base": "base_checkpoints", "mid": "mid_checkpoints", "sft": "chatsft_checkpoints"}
+# the stage that writes each phase's checkpoints (their folders: bench/paths.py PHASE_DIRS)
 WRITTEN_BY = {"base": "base pretraining (`nanochat-bench train ... --save_every=N`)",
               "mid": "mid-training (workload mid_train)", "sft": "SFT (workload chat_sft)"}
 

@@ -187,6 +187,11 @@ class Workload:
         """The sweep's trainer flags (`--train-arg KEY=VALUE` and the named ones), checked once."""
         raise NotImplementedError
 
+    def checkpoint_read(self, settings: Settings) -> str | None:
+        """The checkpoint phase (bench/paths.py PHASE_DIRS) its runs load, None if none: a stage's
+        --source where it takes one (chat_sft, chat_eval), else the base model's."""
+        return getattr(settings.config, "source", "base") if self.reads_checkpoint else None
+
     def uses_gpus(self, settings: Settings) -> bool:
         """Whether the runs use the nodes' GPUs (a CPU run asks Slurm for none)."""
         return True

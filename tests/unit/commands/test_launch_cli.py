@@ -398,6 +398,38 @@ def test_a_flow_job_without_its_staged_data_is_refused_before_anything_is_writte
     assert code == 0, err
 
 
+def test_a_flow_stage_whose_checkpoint_no_chosen_stage_saves_is_refused_until_it_is_there(capsys, tmp_path,
+                                                                                          monkeypatch):
+    """`--stages chat_sft` alone: its job would train the tokenizer, then fail at once for want of the point's mid
+    checkpoint (a new point's tag has none). Submit refuses it while the base directory does not hold it, the local
+    speedrun before the tokenizer or any rank; with its checkpoint there the stage runs alone."""
+    from bench.launch.flow import model_tag
+
+    base = tmp_path / "base"
+    generate(base, "--chat", monkeypatch=monkeypatch)
+    argv = ["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={base}",
+            "--out", str(tmp_path / "s")]
+    tag = model_tag((tmp_path / "s" / "n1-bare-r1").absolute())
+    code, out, err = run_cli([*argv, "--stages=chat_sft"], capsys)
+    assert code == 1 and not (tmp_path / "s").exists(), err
+    assert f"chat_sft loads the mid checkpoint, which {base}/mid_checkpoints/{tag} does not hold (mid_train saves " \
+           f"it: add it to --stages)" in err and "skipping n1-bare-r1: chat_sft loads" in out
+    code, _, err = run_cli([*argv, "--stages=base_train,mid_train,chat_sft"], capsys)
+    assert code == 0, err
+    for name in ("model_000006.pt", "meta_000006.json"):  # what mid-training leaves
+        (base / "mid_checkpoints" / tag / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / "mid_checkpoints" / tag / name).write_text("")
+    code, _, err = run_cli([*argv, "--stages=chat_sft,chat_eval_sft"], capsys)
+    assert code == 0, err
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"{a[0]} started"))
+    code, _, err = run_cli(["speedrun", "--stages=chat_sft", "--run-dir", str(tmp_path / "local"), "--nproc=2",
+                            *TINY[1:]], capsys)
+    assert code == 1 and err.startswith("error: this flow cannot run: chat_sft loads the mid checkpoint, which "), err
+    assert not (tmp_path / "local").exists()
+
+
 @pytest.mark.parametrize("flags", [["--stages=base_train,base_loss"], ["--no-data-check"]])
 def test_a_flow_job_needs_no_staged_data_without_a_stage_reading_it_or_with_no_data_check(flags, capsys, tmp_path):
     code, out, err = run_cli(["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY,

@@ -182,6 +182,11 @@ class Workload:
         """Variables a Slurm job exports for this workload (passed into containers like the contract's)."""
         return {}
 
+    def read_paths(self, settings: Settings) -> tuple[str, ...]:
+        """Absolute host paths its runs read that its flags named (beside the run and base directories): a job under
+        a container runtime binds each, read-only, where it is on the host."""
+        return ()
+
     # -- planning (bench/launch/plan.py) ------------------------------------------------------------
     def settings(self, train: dict, scaling: str) -> Settings:
         """The sweep's trainer flags (`--train-arg KEY=VALUE` and the named ones), checked once."""

@@ -29,6 +29,7 @@ from bench.workloads.base import PointContext, PointPlan, Settings, Workload
 
 WORKLOAD_NAME = contract.NNTILE_WORKLOAD
 ONE_NODE = "torch-nntile 0.1.0 runs on one node (no StarPU-MPI); use --nodes 1"
+PATH_FLAGS = ("config_path", "dataset_path")  # the flags that name host files (bench/workloads/nntile/config.py)
 ENV_PYTHON = "NANOCHAT_BENCH_NNTILE_PYTHON"
 ENV_VENV = "NANOCHAT_BENCH_NNTILE_VENV"
 ENV_SCRIPT = Path(__file__).with_name("env.sh")
@@ -123,9 +124,19 @@ class NNTile(Workload):
         here: parsing reads the model's JSON, which the runner reads again on the node)."""
         from bench.workloads.nntile.config import parse_args
 
+        # its files named as the job will read them: a batch script runs in its run directory, not here
+        train = {k: os.path.abspath(v) if k.replace("-", "_") in PATH_FLAGS and v else v for k, v in train.items()}
         argv = [f"--{k.replace('_', '-')}={v}" for k, v in sorted(train.items())]
         parse_args(argv)
         return Settings(None, tuple(argv), dict(train))
+
+    def read_paths(self, settings: Settings) -> tuple[str, ...]:
+        """The folders of --config-path and of --dataset-path's train.bin, where given."""
+        config = self._config(settings)
+        given = [Path(config.config_path).parent] if config.config_path else []
+        if config.dataset_path:
+            given.append(self._train_bin(None, settings).parent)
+        return tuple(dict.fromkeys(map(str, given)))
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         """A point on more nodes is impossible: the plan says so, and submit leaves it out as it does any such."""

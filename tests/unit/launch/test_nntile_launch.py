@@ -66,6 +66,27 @@ def test_every_runtime_runs_the_nntile_runner(name, train):
     assert run.manifest["config"]["total_batch_size"] == 32 * 1024
 
 
+def test_its_files_are_named_as_the_job_reads_them_and_bound_into_its_container(train, tmp_path, monkeypatch):
+    """A relative --config-path was passed on as written and read by the job from its run directory; a container saw
+    neither the config's folder nor --dataset-path's unless the user mounted them."""
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    given = {**train, "config-path": "gpt2.json", "dataset-path": "data"}
+    for name in ("bare", "podman", "ce"):
+        run = job_for([name], given).runs[0]
+        assert f"--config-path={tmp_path / 'gpt2.json'}" in run.spec.command
+        assert f"--dataset-path={tmp_path / 'data'}" in run.spec.command
+        bound = [(m.src, m.target, m.readonly) for m in run.spec.mounts if m.src.startswith(str(tmp_path))]
+        assert bound == ([] if name == "bare" else [(str(tmp_path), str(tmp_path), True),
+                                                    (str(tmp_path / "data"), str(tmp_path / "data"), True)])
+    # a file under a folder the job binds anyway is not bound twice
+    sweep = Sweep([1], 4, ["podman"], train=train, workload="nntile")
+    [point] = sweep.points()
+    opts = replace(OPTS, base_dir=str(tmp_path))
+    assert [m.src for m in build_run(sweep, point, SWEEP_DIR / point.run_id, opts, "s").spec.mounts] == \
+        [str(SWEEP_DIR), str(tmp_path)]
+
+
 def test_pyxis_passes_starpus_variables_into_the_container(train):
     text = render_sbatch(job_for(["pyxis"], train))
     env_line = next(line for line in text.splitlines() if "--container-env=" in line)

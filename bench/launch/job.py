@@ -4,6 +4,7 @@ the exported environment, the #SBATCH directives and the first run.json.
 Decisions live here; bench/launch/render.py only turns them into text through the slurm/ templates.
 """
 
+import functools
 import os
 import re
 import shlex
@@ -22,6 +23,7 @@ from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
 from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, exportable, quote_token, unset_variables
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
+from bench.runtimes.podman import archive_holds
 from bench.sites import Site
 from bench.workloads.torchrun import JOIN_TIMEOUT_S
 
@@ -261,7 +263,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
                                         opts.numa_binding if gpus else None, join_timeout_s(point.time_minutes)),
         image=made or image, mounts=mounts, env=env, workdir=WORKDIR if containerised else None,
         run_dir=str(run_dir), gpus=gpus, ofi_hook=opts.ofi_hook, image_source=image if made else None,
-        image_archive=image_archive(opts, runtime.name))
+        image_archive=image_archive(opts, runtime.name, made or image))
     site = None
     if opts.site is not None:
         spec = sites.apply(opts.site, runtime.name, spec)
@@ -327,8 +329,9 @@ def unset_empty(spec: LaunchSpec, given: set[str]) -> LaunchSpec:
     return replace(spec, env={k: v for k, v in spec.env.items() if k not in unset}, unset=unset)
 
 
-def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
-    """The site's image archive this runtime's nodes load (podman), checked to exist unless images live elsewhere."""
+def image_archive(opts: LaunchOptions, runtime: str, image: str | None = None) -> str | None:
+    """The site's image archive this runtime's nodes load (podman), checked to exist unless images live elsewhere;
+    None, with a note, where it does not hold `image` (another --image): each node would load it for nothing."""
     archive = opts.site.image_archives.get(runtime) if opts.site is not None else None
     if archive is None:
         return None
@@ -345,7 +348,17 @@ def image_archive(opts: LaunchOptions, runtime: str) -> str | None:
     if opts.check_images and os.path.getsize(expanded) == 0:  # as an empty .sqsh or .sif is refused
         raise ConfigError(f"{what} is empty (0 bytes), as an interrupted `podman save` leaves it; make it again with "
                           f"`podman save -o FILE IMAGE` (containers/README.md)")
+    if opts.check_images and image and archive_holds(expanded, image) is False:
+        _note_once(f"note: {what} does not hold {image}: the nodes load nothing from it, and a node without "
+                   f"{image} in its {runtime} storage stops the run at once, naming it")
+        return None
     return expanded  # as images are: the job's shell quotes it, so a `${SCRATCH}` left there would stay literal
+
+
+@functools.cache
+def _note_once(line: str) -> None:
+    """A note on every run of a sweep said once."""
+    print(line)
 
 
 def safe_job_name(name: str) -> str:

@@ -13,7 +13,11 @@ that the image is there (`podman image exists`) and, where it is not, loads it f
 (`[images.podman] archive`, made by `podman save`, see containers/README.md); without an archive a node that
 lacks the image stops the run at once, naming the node. podman-hpc's nodes see the squash store its `migrate`
 filled, so its step checks each node sees the image there. The engine's image id is recorded in run.json.
+An archive that does not hold the run's image (another --image) is left out at render (archive_holds).
 """
+
+import json
+import tarfile
 
 from bench.runtimes.base import ImageStep, Runtime, inner
 
@@ -62,3 +66,40 @@ class PodmanHPC(Podman):
         return ImageStep("a check that each node sees the image in the squash store of podman-hpc", PER_NODE,
                          (self.program, spec.image), per_node=True,
                          id_command=(self.program, "images", "--no-trunc", "--format={{.Id}}", spec.image))
+
+
+def archive_holds(archive: str, image: str) -> bool | None:
+    """Whether a `podman save` archive holds `image`, by the names it was saved under (docker-archive's manifest.json
+    RepoTags, oci-archive's index.json ref names) matched on the repository's last component and the tag, since
+    podman completes a short name (nanochat-bench -> localhost/nanochat-bench:latest); None when this host cannot
+    tell (no such file, a compressed or other archive, a name without its repository, a reference by digest).
+    Headers only: a multi-GB archive is read in well under a second."""
+    want = _name_and_tag(image)
+    try:
+        with tarfile.open(archive, "r:") as tar:  # uncompressed, as podman saves: members are skipped, not read
+            names = []
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if name in ("manifest.json", "index.json") and (f := tar.extractfile(member)):
+                    names += _saved_names(name, json.load(f))
+    except (OSError, tarfile.TarError, ValueError, AttributeError, TypeError):
+        return None
+    saved = [_name_and_tag(n) for n in names if "/" in n or ":" in n]  # an OCI ref name may be a tag alone
+    if want is None or not names or len(saved) < len(names) or None in saved:
+        return None
+    return want in saved
+
+
+def _saved_names(member: str, data) -> list[str]:
+    if member == "manifest.json":  # docker-archive: [{"RepoTags": [...], ...}]
+        return [str(t) for entry in data for t in entry.get("RepoTags") or []]
+    return [str(m.get("annotations", {}).get("org.opencontainers.image.ref.name")) for m in data.get("manifests", [])]
+
+
+def _name_and_tag(reference: str) -> "tuple[str, str] | None":
+    """(the repository's last component, the tag): `docker.io/x/nntile:1` -> (nntile, 1), `nanochat-bench` ->
+    (nanochat-bench, latest); None for a reference by digest."""
+    if not reference or "@" in reference:
+        return None
+    name, _, tag = reference.rsplit("/", 1)[-1].partition(":")
+    return name, tag or "latest"

@@ -199,6 +199,39 @@ def test_site_image_archive(tmp_path):
     assert job.runs[0].image_step.args[2] == str(archive)
 
 
+def saved_archive(path: Path, member: str, content) -> Path:
+    """An uncompressed tar laid out as `podman save` writes one (a layer, then the file naming the images)."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("layer.tar", bytes(4096)), (member, json.dumps(content).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_site_archive_not_holding_the_runs_image_is_not_loaded(tmp_path, capsys):
+    """alps' archive holds nanochat-bench's image: an nntile sweep's --image podman=... made every node lacking that
+    image load the archive (GBs), then stop for want of the image; now it is named in a note and left out. The
+    archive's files are made here as `podman save` lays them out (docker-archive, oci-archive)."""
+    archive = saved_archive(tmp_path / "nb.tar", "manifest.json",
+                            [{"Config": "c.json", "RepoTags": ["localhost/nanochat-bench:latest"], "Layers": []}])
+    site = tmp_path / "s.toml"
+    site.write_text(f'name = "s"\nnetwork = "ethernet"\n[images.podman]\narchive = "{archive}"\n')
+    loaded = sites.load(str(site))
+    for image, kept in ((None, True), ("nanochat-bench", True), ("docker.io/x/nntile:1", False),
+                        ("localhost/nanochat-bench:v2", False)):
+        step = one_run(tmp_path, "podman", site=loaded, check_images=True, image=image).runs[0].image_step
+        assert (step.args[2] == str(archive)) == kept and (step.args[2] == "") != kept, image
+        out = capsys.readouterr().out
+        assert (f"does not hold {image}: the nodes load nothing from it" in out) != kept, out
+    # an OCI archive whose ref name is a tag alone does not say which image: kept, as an unreadable one is
+    saved_archive(archive, "index.json", {"manifests": [{"annotations": {"org.opencontainers.image.ref.name": "1"}}]})
+    assert one_run(tmp_path, "podman", site=loaded, check_images=True, image="x/nntile:2").runs[0].image_step.args[2]
+
+
 def test_a_missing_site_archive_says_the_path_looked_for_or_the_unset_variable(tmp_path, monkeypatch):
     """alps' archive is ${SCRATCH}/images/...: the error quoted that template alone, not the file looked for, and
     with SCRATCH unset said the file did not exist, where an image's check names the unset variable."""

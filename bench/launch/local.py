@@ -101,7 +101,7 @@ class Output:
                 try:
                     stream.buffer.write(chunk)
                     stream.flush()
-                except (OSError, ValueError):
+                except (OSError, ValueError, AttributeError):  # AttributeError: no stream (started with it closed)
                     self.terminal = False
             if self.log is not None:
                 try:

@@ -101,6 +101,7 @@ class Heartbeat:
                 _write(path, {**self.state, "t": time.time(), "done": True})
 
     def _run(self) -> None:
+        slept = time.monotonic()
         while True:
             with self._writing:  # never a beat after stop()'s last one
                 if self.path is None:
@@ -110,10 +111,16 @@ class Heartbeat:
                 # that cannot be written is reported by the run record, not here)
                 with contextlib.suppress(OSError):
                     _write(self.path, {**self.state, "t": time.time()})
+            # a watcher that was not running itself a while (the job suspended and resumed) saw no beat meanwhile:
+            # its peers' beats are as old as the pause until they beat again, so it watches them afresh. Timed from
+            # its sleep, not its last look: reading a thousand peers' beats on a slow filesystem is no pause
+            if time.monotonic() - slept > 2 * INTERVAL_S:
+                self.seen.clear()
             if self.on_silent and self.silent_after_s > 0 and self.state["event"] not in STARTUP_EVENTS:
                 verdict = silent_rank(self.run_dir, self.watched, self.silent_after_s, seen=self.seen)
                 if verdict:
                     self.on_silent(verdict)
+            slept = time.monotonic()
             time.sleep(INTERVAL_S)
 
 

@@ -188,3 +188,38 @@ def test_a_rank_on_a_node_whose_clock_is_behind_is_not_taken_for_a_silent_one(tm
     assert silent_rank(str(tmp_path), {1}, 30.0, 1040.0, seen) is None  # 25 s without a new beat
     assert silent_rank(str(tmp_path), {1}, 30.0, 1046.0, seen).startswith(
         "rank 1 on nid2 (pid 101) stopped: no heartbeat for 31 s (--heartbeat_timeout_s=30)")
+
+
+def test_a_watcher_that_was_itself_stopped_does_not_take_its_peers_for_silent(tmp_path, monkeypatch):
+    """The whole job stopped a while and continued (Slurm suspending and resuming it, gang scheduling): the watcher
+    woke first and read rank 1's beat from before the pause, as old as the pause by both clocks, and ended a healthy
+    run as hung. A watcher that was not running itself has not seen its peers meanwhile: it watches them afresh."""
+    from bench.nanochat import heartbeat
+
+    monkeypatch.delenv("NANOCHAT_BENCH_T0", raising=False)
+    monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.05)
+    real, results = heartbeat.silent_rank, []
+
+    def silent_rank(*args, **kwargs):
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(heartbeat, "silent_rank", silent_rank)
+
+    def wait_for(n):
+        deadline = time.time() + 30
+        while len(results) < n and time.time() < deadline:
+            time.sleep(0.01)
+        return len(results) >= n
+
+    write_beat(tmp_path, 1, time.time(), 7)
+    watcher = Heartbeat(str(tmp_path), 0, 2, on_silent=lambda verdict: None)
+    watcher.silent_after_s = 0.5
+    watcher.beat("step", 7)
+    assert wait_for(1)
+    with watcher._writing:  # the watcher's thread stops at its next beat, as rank 1 does (it beats no more)
+        time.sleep(1.0)  # the pause: longer than --heartbeat_timeout_s
+        paused = len(results)
+    assert wait_for(paused + 1)  # the first look after the pause, before rank 1 could beat again
+    watcher.stop()
+    assert results[paused] is None

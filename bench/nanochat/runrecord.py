@@ -199,11 +199,17 @@ class RunRecord:
 
     def end(self, status: str, message: str) -> NoReturn:
         """End the process from a watching thread (a silent peer, a lost parent): the status, one line,
-        os._exit; torchrun then stops the other ranks."""
-        self.fail(status, message)
-        say(f"[rank {self.rank}] error ({status}): {message}")
-        flush_streams()
-        os._exit(1)
+        os._exit, whatever recording it raised (the thread would end there, and the process live on); torchrun then
+        stops the other ranks."""
+        try:
+            try:
+                self.fail(status, message)
+            except Exception:  # noqa: BLE001 - a record that cannot be written must not keep the rank running
+                say(traceback.format_exc().rstrip())
+            say(f"[rank {self.rank}] error ({status}): {message}")
+            flush_streams()
+        finally:
+            os._exit(1)
 
     def die(self, exc: BaseException, device_batch_size: int | None = None) -> NoReturn:
         """End the process for an exception: the status first, then one line (a traceback only for a bug),

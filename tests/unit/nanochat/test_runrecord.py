@@ -135,3 +135,25 @@ def test_two_threads_saying_at_once_never_share_a_line(monkeypatch):
         t.join()
     lines = stream.getvalue().splitlines()
     assert len(lines) == 100 and all(line.count("[rank") == 1 for line in lines), lines[:5]
+
+
+def test_a_watching_thread_ends_the_process_even_when_the_record_cannot_be_written(tmp_path, monkeypatch):
+    """A silent peer (the heartbeat's watcher) or a lost torchrun agent (the parent watch) ends the rank from a thread
+    of its own: an error in recording it (here a run.json of a newer major, which this release cannot read) ended that
+    thread before os._exit, and the orphan trained on, or the run waited on its silent rank for a collective timeout."""
+    import os
+
+    import pytest
+
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        raise Exited(code)
+
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": "99.0", "status": "running"}))
+    record = RunRecord(0, str(tmp_path))
+    monkeypatch.setattr(os, "_exit", exit_)
+    with pytest.raises(Exited) as ended:
+        record.end("hung", "rank 1 on nid1 (pid 101) stopped: no heartbeat for 31 s")
+    assert ended.value.args == (1,)

@@ -68,7 +68,7 @@ def _save_atomic(obj, path: Path) -> None:
 def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: dict, optimizer_states: list | None,
                     meta: dict, rank: int = 0) -> Path:
     """Write model + meta (rank 0) and this rank's optimizer state (none when None: SFT keeps no optimizer);
-    returns the directory. Every rank calls it (the barrier)."""
+    returns the directory once every rank's files are written. Every rank calls it (the barriers)."""
     checkpoint_dir = Path(checkpoint_dir)
     if rank == 0:
         meta_path = checkpoint_dir / f"meta_{step:06d}.json"
@@ -85,6 +85,10 @@ def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: d
         dist.barrier()  # the directory exists before other ranks write into it
     if optimizer_states is not None:
         _save_atomic(optimizer_states, checkpoint_dir / f"optim_{step:06d}_rank{rank}.pt")
+        if dist.is_available() and dist.is_initialized():
+            # every rank's state is written before any returns: rank 0 then records the step as the one a
+            # resubmitted job resumes from, which a time limit in between would leave without some ranks' state
+            dist.barrier()
     return checkpoint_dir
 
 

@@ -20,6 +20,42 @@ def test_save_then_load_round_trips(tmp_path):
     assert sorted(os.listdir(tmp_path / "d4")) == ["meta_000007.json", "model_000007.pt", "optim_000007_rank0.pt"]
 
 
+def _save_as_rank(rank: int, store: str, directory: str, slow_s: float) -> None:
+    """One rank of a 2-rank gloo group saving a checkpoint; rank 1's optimizer state is slow to write. Rank 0
+    reports the files there when save_checkpoint returns (what it then records as the step to resume from)."""
+    import time
+
+    import torch.distributed as dist
+
+    from bench.nanochat import checkpoint
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    real = checkpoint._save_atomic
+    if rank == 1:
+        checkpoint._save_atomic = lambda obj, path: (time.sleep(slow_s), real(obj, path))
+    checkpoint.save_checkpoint(directory, 5, {"w": torch.zeros(2)}, [{"opt": rank}], {"step": 5}, rank=rank)
+    if rank == 0:
+        with open(os.path.join(directory, "seen.txt"), "w") as f:
+            f.write(" ".join(sorted(os.listdir(directory))))
+    dist.destroy_process_group()
+
+
+def test_save_returns_once_every_ranks_optimizer_state_is_written(tmp_path):
+    """Rank 0 recorded the step in run.json (a resubmitted job resumes from it) while another rank was still writing
+    its optimizer state: a time limit in between left a checkpoint that could not be resumed."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    procs = [spawn.Process(target=_save_as_rank, args=(r, str(tmp_path / "store"), str(tmp_path / "d"), 1.0))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert "optim_000005_rank1.pt" in (tmp_path / "d" / "seen.txt").read_text().split()
+
+
 def test_concurrent_saves_of_one_tag_all_succeed(tmp_path):
     """Two benchmark runs with the same depth write the same paths at the same step: each writer must
     have its own temp file (a shared temp name made the later rename fail with FileNotFoundError)."""

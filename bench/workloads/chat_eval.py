@@ -26,7 +26,7 @@ def decode_tokens_per_rank(config, ranks: int) -> tuple[int, int]:
 
 class ChatEval(ChatStage):
     name = "chat_eval"
-    summary = "chat evaluation of a mid or SFT checkpoint"
+    summary = "chat evaluation of a base, mid or SFT checkpoint (-i)"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_eval"
     parser = "bench.nanochat.chat_eval_config:parse"

@@ -26,7 +26,7 @@ SFT_TRAIN_ROWS = 22_439  # upstream's SFT mixture on the real data (speedrun rep
 
 class ChatSFT(ChatStage):
     name = "chat_sft"
-    summary = "SFT from a mid-training checkpoint"
+    summary = "SFT from a mid-training checkpoint (or a base one: --source=base)"
     run_workload = RUN_WORKLOAD
     module = "bench.nanochat.chat_sft"
     parser = "bench.nanochat.sftconfig:parse_sft_args"

@@ -1,6 +1,6 @@
 """Our sandboxed calculator tool against upstream nanochat's own use_calculator, on the same expressions.
 
-    NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/h10-venv/bin/python benchmarks/compare_calculator.py --random 400
+    NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/upstream-venv/bin/python benchmarks/compare_calculator.py --random 400
 
 Needs a checkout of upstream karpathy/nanochat at 5c93a56 (never vendored here) and a Python that can
 import its nanochat/engine.py (torch). Compared: a fixed table (the one tests/unit/nanochat/test_calculator.py

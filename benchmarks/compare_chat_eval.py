@@ -1,6 +1,6 @@
 """Our chat evaluation and KV-cache engine against upstream nanochat's own, on one checkpoint and the same data.
 
-    NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/h10-venv/bin/python benchmarks/compare_chat_eval.py \\
+    NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/upstream-venv/bin/python benchmarks/compare_chat_eval.py \\
         [--base-dir /tmp/chat-eval-base] [-x 24] [-m 48]
 
 Needs a checkout of upstream karpathy/nanochat at 5c93a56 (never vendored here) and a Python with upstream's

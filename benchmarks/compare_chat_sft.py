@@ -2,7 +2,7 @@
 initial weights, the first training steps' losses compared.
 
     NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat PYTHONPATH=$PWD \\
-        /tmp/h10-venv/bin/python benchmarks/compare_chat_sft.py [--steps 20] [--base-dir DIR]
+        /tmp/upstream-venv/bin/python benchmarks/compare_chat_sft.py [--steps 20] [--base-dir DIR]
 
 Needs a checkout of upstream karpathy/nanochat at 5c93a56 (never vendored here) and, in this Python, the
 `datasets` package upstream loads with. Into one NANOCHAT_BASE_DIR (a temporary one unless --base-dir) go

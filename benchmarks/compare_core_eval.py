@@ -1,7 +1,7 @@
 """Our base_loss and base_eval (CORE) against upstream nanochat's own scripts, on one checkpoint and one bundle.
 
     NANOCHAT_BASE_DIR=/tmp/core-compare python benchmarks/compare_core_eval.py \\
-        [--upstream /tmp/upstream-nanochat] [--upstream-python /tmp/h10-venv/bin/python] [--max-per-task 16]
+        [--upstream /tmp/upstream-nanochat] [--upstream-python /tmp/upstream-venv/bin/python] [--max-per-task 16]
 
 Needs a checkout of upstream karpathy/nanochat at 5c93a56 (never vendored here) and a Python with its
 dependencies. What $NANOCHAT_BASE_DIR lacks is made first: shards and a 1,024-token tokenizer (as the smoke job
@@ -87,7 +87,8 @@ def csv_rows(text: str) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--upstream", default=os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat"))
-    ap.add_argument("--upstream-python", default="/tmp/h10-venv/bin/python")
+    ap.add_argument("--upstream-python", default=os.environ.get("UPSTREAM_PYTHON", sys.executable),
+                    help="an interpreter with upstream's requirements (default: $UPSTREAM_PYTHON, else this one)")
     ap.add_argument("--max-per-task", type=int, default=16)
     ap.add_argument("--device-batch-size", type=int, default=4)
     ap.add_argument("--split-tokens", type=int, default=4096)

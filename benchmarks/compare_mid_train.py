@@ -1,6 +1,6 @@
 """Our mid_train against upstream nanochat 5c93a56's own scripts/mid_train.py: the first steps' losses.
 
-    NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat UPSTREAM_PYTHON=/tmp/h10-venv/bin/python \\
+    NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat UPSTREAM_PYTHON=/tmp/upstream-venv/bin/python \\
         python benchmarks/compare_mid_train.py [--steps 20] [--base-dir DIR]
 
 Both run on CPU, one process, on the same NANOCHAT_BASE_DIR: `data generate --chat` stand-ins, a small BPE
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     p.add_argument("--muon-bf16", action="store_true", help="ours with upstream's bf16 Newton-Schulz on CPU")
     args = p.parse_args(argv)
     upstream = Path(os.environ.get("NANOCHAT_UPSTREAM_DIR", "/tmp/upstream-nanochat"))
-    python = os.environ.get("UPSTREAM_PYTHON", "/tmp/h10-venv/bin/python")
+    python = os.environ.get("UPSTREAM_PYTHON", sys.executable)  # an interpreter with upstream's requirements
     if not (upstream / "scripts" / "mid_train.py").is_file():
         print(f"error: no upstream nanochat checkout at {upstream} (set NANOCHAT_UPSTREAM_DIR)")
         return 2

@@ -550,14 +550,18 @@ def cmd_render(args) -> int:
     if args.kind != "interactive":
         check_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, sweep, stages)
-    [job] = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
-    if args.kind == "interactive":
-        shards = guide_shards(args, opts, job, sweep.shards_needed())
-        text = render.render_interactive(job, opts.base_dir, *shards)
-    else:
-        text = render.render_sbatch(job, rendered_by=f"render {args.kind}")
-    write_job(job, text)
-    print_written(job, args.kind)
+    # one job, or a comparison the partition's time limit splits into parts (as submit --compare splits it)
+    jobs = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
+    texts = []
+    for job in jobs:
+        if args.kind == "interactive":
+            shards = guide_shards(args, opts, job, sweep.shards_needed())
+            texts.append(render.render_interactive(job, opts.base_dir, *shards))
+        else:
+            texts.append(render.render_sbatch(job, rendered_by=f"render {args.kind}"))
+    for job, text in zip(jobs, texts):
+        write_job(job, text)
+        print_written(job, args.kind)
     return 0
 
 

@@ -873,3 +873,19 @@ def test_a_base_dir_not_visible_here_is_not_refused_for_its_ancestors_filesystem
     unseen.mkdir()
     code, out, _ = run_cli(["plan", "--nodes=1,2", *argv], capsys)
     assert code == 0 and f"impossible: NANOCHAT_BASE_DIR {unseen} is on " in out and "not visible" not in out
+
+
+def test_render_compare_split_by_the_partition_writes_every_part(capsys, tmp_path, monkeypatch):
+    """A comparison over the partition's time limit is split into jobs that fit (as submit --compare does), but
+    render compare unpacked assemble's jobs as one and ended in a ValueError traceback, writing nothing; now it
+    writes every part and says how to submit each."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    out_dir = tmp_path / "cmp"
+    code, out, err = run_cli(["render", "compare", "--site=alps", "--partition=debug", "--nodes=2", "--runtimes=bare",
+                              "--repeats=3", "--row-groups=100", "--shards=100", "--no-data-check",
+                              "--out", str(out_dir)], capsys)
+    assert code == 0, err
+    assert "is split into 3 jobs" in out
+    for i in (1, 2, 3):
+        script = out_dir / "jobs" / f"compare-n2-part{i}" / "job.sbatch"
+        assert script.is_file() and f"submit with: cd {script.parent} && sbatch job.sbatch" in out

@@ -297,8 +297,11 @@ def options_from_args(args, gpus: bool) -> LaunchOptions:
     check_ofi_hook(args.ofi_hook, args.runtimes)
     images = parse_images(args.image, args.runtimes)
     check_workload_images(args.workload, images, args.runtimes)
-    return LaunchOptions(base_dir=base_dir_of(args), python=args.python, images=images,
-                         mounts=tuple(Mount.parse(m) for m in args.mount),
+    mounts = tuple(Mount.parse(m) for m in args.mount)
+    for m in mounts:  # a login node may not see the nodes' filesystems: said, not refused, as for --base-dir
+        if not Path(m.src).exists():
+            print(f"note: --mount {m.src} is not visible here; a container whose node lacks it fails at its start")
+    return LaunchOptions(base_dir=base_dir_of(args), python=args.python, images=images, mounts=mounts,
                          env=parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"), ofi_hook=args.ofi_hook,
                          numa_binding=numa_binding(args.numa_binding, args.exclusive, gpus),
                          partition=args.partition, account=args.account, constraint=args.constraint,

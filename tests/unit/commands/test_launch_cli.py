@@ -438,6 +438,17 @@ def test_a_flow_job_needs_no_staged_data_without_a_stage_reading_it_or_with_no_d
     assert "not staged" not in out and "not visible" not in out and (tmp_path / "s").is_dir()
 
 
+def test_a_mount_not_visible_here_is_noted(capsys, tmp_path):
+    """Every container of the job would fail at its start on a node without it; a login node may not see the nodes'
+    filesystems, so it is said, not refused."""
+    argv = ["render", "sbatch", "--nodes=1", "--runtimes=podman", *TINY, f"--base-dir={tmp_path}",
+            "--out", str(tmp_path / "s")]
+    code, out, err = run_cli([*argv, f"--mount={tmp_path / 'gone'}:/data"], capsys)
+    assert code == 0 and f"note: --mount {tmp_path / 'gone'} is not visible here" in out, err
+    code, out, err = run_cli([*argv, f"--mount={tmp_path}:/data", "--out", str(tmp_path / "s2")], capsys)
+    assert code == 0 and "--mount" not in out, err
+
+
 def test_a_base_dir_not_visible_here_is_not_checked_and_says_so(capsys, tmp_path):
     """A login node that does not see the nodes' filesystem: nothing to check, the job is written with a note."""
     code, out, _ = run_cli(["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY,

@@ -151,6 +151,17 @@ def vocabulary(data_bin_dir: str, device="cpu"):
     if not meta.get("vocab_size"):
         ours = get_tokenizer()
         return ours, None, ours.get_vocab_size(), f"{data_bin_dir} has no {META_JSON}: tokenizer unknown, no bpb"
-    ours = get_tokenizer() if meta.get("tokenizer") == "nanochat" else None
+    ours, note = None, ""
+    if meta.get("tokenizer") == "nanochat":
+        from bench.nanochat.data_origin import tokenizer_sha256
+        from bench.nanochat.tokenizer import tokenizer_dir
+
+        # ours only if it is the one that made them: another one (retrained since) encodes the sample prompts
+        # into ids the model's vocabulary may not have, and decodes its samples into other text
+        if meta.get("tokenizer_sha256") in (None, tokenizer_sha256(tokenizer_dir())):
+            ours = get_tokenizer()
+        else:
+            note = f"; made by another nanochat tokenizer than {tokenizer_dir()}'s: no samples"
     tb = torch.from_numpy(lengths).to(device) if lengths is not None else None
-    return ours, tb, int(meta["vocab_size"]), f"{meta.get('tokenizer')} tokenizer (from {data_bin_dir}/{META_JSON})"
+    return ours, tb, int(meta["vocab_size"]), \
+        f"{meta.get('tokenizer')} tokenizer (from {data_bin_dir}/{META_JSON}){note}"

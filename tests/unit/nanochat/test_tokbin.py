@@ -109,3 +109,21 @@ def test_a_run_that_fails_part_way_replaces_nothing(base_dir_env, tmp_path, monk
     with pytest.raises(tokbin.DataError, match="row group 0 cannot be read"):
         tokbin.write_bins(out)  # no --max-tokens: every file would differ from the first run's
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_bins_of_a_tokenizer_retrained_since_give_no_samples(tiny_base_dir, tmp_path, monkeypatch):
+    """The tokenizer trained again (another vocabulary) after `data bin`: its ids would not fit the model the
+    .bin files size, so the trainer gets no tokenizer for samples, only the files' own vocabulary and bytes."""
+    import shutil
+
+    from bench.nanochat import tokenizer
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base_dir, base)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    monkeypatch.delenv("NANOCHAT_VAL_FILES_K", raising=False)
+    out = tokbin.write_bins(tmp_path / "bins")
+    tokenizer.train_tokenizer(vocab_size=640)
+    tok, token_bytes, vocab, source = tokbin.vocabulary(str(out))
+    assert tok is None and vocab == tokbin.read_meta(out)["vocab_size"] != 640 and token_bytes is not None
+    assert "another nanochat tokenizer" in source

@@ -23,7 +23,7 @@ import numpy as np
 
 from bench import paths
 from bench.errors import ConfigError, DataError, os_reason
-from bench.contract import atomic_target, write_json_atomic
+from bench.contract import atomic_target
 from bench.nanochat.common import get_base_dir
 
 TOKENIZERS = ("nanochat", "gpt2")
@@ -98,6 +98,7 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
     splits = {}
     try:
         with ExitStack() as renames:  # each temp file renamed into place when the block ends cleanly, not before
+            meta_tmp = renames.enter_context(atomic_target(out / META_JSON))  # entered first: renamed last
             for split in dataset.SPLITS:
                 files = dataset.split_files(split, k)
                 tmp = renames.enter_context(atomic_target(out / f"{split}.bin"))
@@ -105,12 +106,14 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
                 splits[split] = {"tokens": n, "files": [p.name for p in files]}
             with open(renames.enter_context(atomic_target(out / TOKEN_BYTES_NPY)), "wb") as f:
                 np.save(f, np.asarray(token_bytes, dtype=np.int32))
-        # the shards' identity, so a run on the .bin files can record it too; the tokenizer's hash only for ours
-        # (GPT-2's is named by `tokenizer`)
-        identity = data_identity()
-        if tokenizer != "nanochat":
-            identity["tokenizer_sha256"] = None
-        write_json_atomic(out / META_JSON, {**meta, **identity, "splits": splits, "val_files_k": k, "dtype": "uint16"})
+            # the shards' identity, so a run on the .bin files can record it too; the tokenizer's hash only for ours
+            # (GPT-2's is named by `tokenizer`)
+            identity = data_identity()
+            if tokenizer != "nanochat":
+                identity["tokenizer_sha256"] = None
+            record = {**meta, **identity, "splits": splits, "val_files_k": k, "dtype": "uint16"}
+            with open(meta_tmp, "w") as f:
+                f.write(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
     except OSError as e:  # a file in the way of --out, a read-only or full file system
         raise DataError(f"data bin: cannot write into {out}: {os_reason(e)}; give --out a writable directory with "
                         f"free space") from None

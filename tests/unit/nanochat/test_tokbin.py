@@ -127,3 +127,19 @@ def test_bins_of_a_tokenizer_retrained_since_give_no_samples(tiny_base_dir, tmp_
     tok, token_bytes, vocab, source = tokbin.vocabulary(str(out))
     assert tok is None and vocab == tokbin.read_meta(out)["vocab_size"] != 640 and token_bytes is not None
     assert "another nanochat tokenizer" in source
+
+
+def test_a_run_stopped_before_meta_json_is_written_replaces_nothing(base_dir_env, tmp_path, monkeypatch):
+    """Ctrl-C (or a failure) after the splits are tokenized but before meta.json is written: the directory keeps
+    the last run's files, never new .bin files beside the old meta.json (another vocabulary, other tokens)."""
+    from bench.nanochat import data_origin
+
+    out = tokbin.write_bins(tmp_path / "bins", max_tokens=1000)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(data_origin, "data_identity", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tokbin.write_bins(out)  # no --max-tokens: every .bin would differ from the first run's
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -20,6 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from bench import paths
 from bench.errors import ConfigError, DataError, os_reason
@@ -66,11 +67,14 @@ def load_tokenizer(name: str):
     raise ConfigError(f"--tokenizer {name!r}: valid: {', '.join(TOKENIZERS)}")
 
 
-def _write_split(path: str, batches, encode, max_tokens: int | None) -> int:
-    """Tokenize row groups into `path` until they or max_tokens run out; the number of tokens written."""
+def _write_split(path: str, batches, encode, max_tokens: int | None, bar=None) -> int:
+    """Tokenize row groups into `path` until they or max_tokens run out; the number of tokens written. `bar`
+    counts the row groups done."""
     written = 0
     with open(path, "wb") as f:
         for texts in batches:
+            if bar is not None:
+                bar.update(1)
             ids = np.fromiter((t for doc in encode(texts) for t in doc), dtype=np.uint16)
             if max_tokens is not None:
                 ids = ids[:max_tokens - written]
@@ -102,7 +106,10 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
             for split in dataset.SPLITS:
                 files = dataset.split_files(split, k)
                 tmp = renames.enter_context(atomic_target(out / f"{split}.bin"))
-                n = _write_split(tmp, dataset.parquets_iter_batched(split), encode, max_tokens)
+                # the row groups on a bar at a terminal: 240 shards take tens of minutes (a job's log gets no bar)
+                with tqdm(total=sum(dataset.row_group_counts(files)), unit="row group", desc=f"{split}.bin",
+                          leave=False, disable=None) as bar:
+                    n = _write_split(tmp, dataset.parquets_iter_batched(split), encode, max_tokens, bar)
                 splits[split] = {"tokens": n, "files": [p.name for p in files]}
             with open(renames.enter_context(atomic_target(out / TOKEN_BYTES_NPY)), "wb") as f:
                 np.save(f, np.asarray(token_bytes, dtype=np.int32))

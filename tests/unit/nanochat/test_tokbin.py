@@ -143,3 +143,15 @@ def test_a_run_stopped_before_meta_json_is_written_replaces_nothing(base_dir_env
     with pytest.raises(KeyboardInterrupt):
         tokbin.write_bins(out)  # no --max-tokens: every .bin would differ from the first run's
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_each_split_shows_its_row_groups_as_they_are_tokenized(base_dir_env, tmp_path, monkeypatch, capsys):
+    """240 shards take tens of minutes to tokenize: the command said nothing until it was done."""
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # at a terminal (a job's log gets no bar)
+    assert main(["data", "bin", "--out", str(tmp_path / "bins")]) == 0
+    err = capsys.readouterr().err.replace("\r", "\n")
+    for split in dataset.SPLITS:
+        groups = sum(dataset.row_group_counts(dataset.split_files(split)))
+        assert any(line.startswith(f"{split}.bin:") and f"/{groups} [" in line for line in err.splitlines()), err

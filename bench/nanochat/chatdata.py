@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from bench.contract import write_text_atomic
 from bench.errors import DataError
 from bench.nanochat.common import get_base_dir
 
@@ -113,17 +114,24 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def mark_generated(paths: list[Path]) -> None:
-    """Plain files have no footer to carry a mark: their digests are listed beside the staged data instead."""
-    record = chat_dir() / GENERATED_FILES
-    record.write_text(json.dumps({p.name: _sha256(p) for p in paths}, indent=1) + "\n")
+def mark_generated(written: dict[Path, Path]) -> None:
+    """Plain files have no footer to carry a mark: their digests are listed beside the staged data instead.
+    `written`: each file's final path -> where its content is now (a temp file renamed onto it after the mark)."""
+    chat_dir().mkdir(parents=True, exist_ok=True)
+    write_text_atomic(chat_dir() / GENERATED_FILES,
+                      json.dumps({final.name: _sha256(now) for final, now in written.items()}, indent=1) + "\n")
 
 
 def is_generated_file(path: Path) -> bool:
+    """Whether `path` is a stand-in `data generate --chat` wrote (an unreadable record marks nothing)."""
     record = chat_dir() / GENERATED_FILES
     if not path.is_file() or not record.is_file():
         return False
-    return json.loads(record.read_text()).get(path.name) == _sha256(path)
+    try:
+        digests = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(digests, dict) and digests.get(path.name) == _sha256(path)
 
 
 class ShuffledRows:

@@ -4,11 +4,13 @@ offline corpus (bench/nanochat/corpus.py), so the later stages run in tests, the
 
 import json
 import re
+from contextlib import ExitStack
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.contract import atomic_target
 from bench.errors import DataError
 from bench.nanochat import chatdata, corpus
 from bench.nanochat.common import get_base_dir
@@ -102,17 +104,24 @@ def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
                         "to replace it with generated stand-ins")
     t = corpus.CorpusText(SEED)
     out = []
-    for s, path in zip(chatdata.HUB_SPLITS, targets):
-        for old in chatdata.split_files(s):
-            old.unlink()  # a downloaded split may have more files; the stand-in replaces them all
-        path.parent.mkdir(parents=True, exist_ok=True)
-        table = pa.table(_columns(s, t)).replace_schema_metadata({chatdata.GENERATED_KEY: b"1"})
-        pq.write_table(table, path)
-        out.append((path, table.num_rows))
-    _identity(t, identity)
-    out.append((identity, IDENTITY_LINES))
-    vocabulary = english_words()
-    words.write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
-    out.append((words, len(vocabulary)))
-    chatdata.mark_generated([identity, words])
+    # a downloaded split may have more files; the stand-in replaces them all, once it is in place
+    stale = [old for s in chatdata.HUB_SPLITS for old in chatdata.split_files(s) if old not in targets]
+    # Every file is written to a temp file and renamed into place when all are written, after the mark that names
+    # the plain files as stand-ins: an interrupted run leaves what was there, never a stand-in that reads as real.
+    with ExitStack() as renames:
+        for s, path in zip(chatdata.HUB_SPLITS, targets):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            table = pa.table(_columns(s, t)).replace_schema_metadata({chatdata.GENERATED_KEY: b"1"})
+            pq.write_table(table, renames.enter_context(atomic_target(path)))
+            out.append((path, table.num_rows))
+        written = {identity: Path(renames.enter_context(atomic_target(identity))),
+                   words: Path(renames.enter_context(atomic_target(words)))}
+        _identity(t, written[identity])
+        out.append((identity, IDENTITY_LINES))
+        vocabulary = english_words()
+        written[words].write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+        out.append((words, len(vocabulary)))
+        chatdata.mark_generated(written)
+    for old in stale:
+        old.unlink(missing_ok=True)
     return out

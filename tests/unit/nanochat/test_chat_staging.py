@@ -88,6 +88,23 @@ def test_generated_plain_files_are_known_as_stand_ins(tmp_path, monkeypatch):
     assert not chatdata.is_generated_file(identity)  # changed since: not the stand-in any more
 
 
+def test_an_interrupted_generate_leaves_no_stand_in_that_reads_as_real_and_a_cut_record_marks_nothing(tmp_path,
+                                                                                                  monkeypatch):
+    """The plain files were written in place before the record naming them as stand-ins: stopped in between, a
+    complete-looking generated identity file read as downloaded data. A record cut short was a JSONDecodeError."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    real = chatdata.mark_generated
+    monkeypatch.setattr(chatdata, "mark_generated", lambda written: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        chatgen.generate()
+    assert not (tmp_path / chatdata.IDENTITY_FILE).exists() and not (tmp_path / chatdata.WORDS_FILE).exists()
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no temp file, no split left either
+    monkeypatch.setattr(chatdata, "mark_generated", real)
+    chatgen.generate()
+    (chatdata.chat_dir() / chatdata.GENERATED_FILES).write_text('{"identity')
+    assert not chatdata.is_generated_file(tmp_path / chatdata.IDENTITY_FILE)
+
+
 def _as_if_downloaded(base):
     """Generated files with their stand-in marks taken off, and a finished download recorded for each split."""
     import json

@@ -65,7 +65,7 @@ class _Console:
                     sys.stdout.write(f"[{dropped} line(s) of output dropped while stdout was not read]\n")
                 sys.stdout.write(text)
                 sys.stdout.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):  # AttributeError: started with stdout closed (None)
                 pass  # a closed terminal: the run record has what matters
             finally:
                 self.lines.task_done()

@@ -65,7 +65,7 @@ def say(line: str) -> None:
     """A line on stderr, if there still is one (a closed terminal, a broken pipe): never a new failure. One write
     of the line and its newline: a rank's own error and the signal thread's "cancelling" can be said at once
     (torchrun stops a rank that is already failing), and print's two writes would run them into one line."""
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # AttributeError: started with stderr closed
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
@@ -73,7 +73,7 @@ def say(line: str) -> None:
 def flush_streams() -> None:
     drain_output()  # print0's queued lines first (bounded: a stdout nobody reads costs them, not the exit)
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
 
 

@@ -4,6 +4,7 @@
 """
 
 import json
+import sys
 
 import torch
 
@@ -157,3 +158,19 @@ def test_a_watching_thread_ends_the_process_even_when_the_record_cannot_be_writt
     with pytest.raises(Exited) as ended:
         record.end("hung", "rank 1 on nid1 (pid 101) stopped: no heartbeat for 31 s")
     assert ended.value.args == (1,)
+
+
+def test_a_rank_started_with_its_output_closed_still_says_and_ends(monkeypatch):
+    """A rank started with stdout and stderr closed (`>&-`) has them as None: `say`, which may never be a new
+    failure, raised AttributeError, and print0's writer thread died, so the rank's exit waited out its drain."""
+    from bench.nanochat import common, runrecord
+
+    monkeypatch.setattr(sys, "stderr", None)
+    monkeypatch.setattr(sys, "stdout", None)
+    runrecord.say("a line nobody reads")
+    runrecord.flush_streams()
+    console = common._Console()
+    for line in ("a step line\n", "the next one\n"):  # the second is written only if the thread lived on
+        console.put(line)
+    console.drain(5.0)
+    assert console.lines.unfinished_tasks == 0

@@ -97,6 +97,10 @@ class SweepConfig:
                                   f"{self.nproc} divides (e.g. {self.vocab_size - self.vocab_size % self.nproc}), "
                                   f"another --gpus, or leave {s} out (fsdp splits unevenly)")
         self.strategies = list(given)
+        if twice := sorted({a for a in self.aspect_ratios if self.aspect_ratios.count(a) > 1}):
+            # each shape of that width would be probed (or read back) and recorded twice
+            raise ConfigError(f"--aspect-ratios {','.join(map(str, self.aspect_ratios))}: "
+                              f"{', '.join(map(str, twice))} is given twice; name each aspect ratio once")
         from bench.nanochat.config import shape_problem
 
         for depth, ar in ((d, a) for d in self.depths for a in self.aspect_ratios):

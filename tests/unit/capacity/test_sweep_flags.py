@@ -55,3 +55,12 @@ def test_a_strategy_given_twice_is_refused_and_each_is_searched_by_one_spelling(
         SweepConfig(out=tmp_path, strategies=["fsdp+offload+ac", "fsdp+ac+offload"])
     cfg = SweepConfig(out=tmp_path, strategies=["fsdp+offload+ac", "zero2 + ac", "fsdp"])
     assert cfg.strategies == ["fsdp+ac+offload", "zero2+ac", "fsdp"]  # its run directories: runs/fsdp+ac+offload/
+
+
+def test_an_aspect_ratio_given_twice_is_refused(tmp_path):
+    """Regression: --aspect-ratios 32,32 probed (or read back) every shape of that width twice, so probes.csv and
+    summary.json held each probe twice and the table a row per repeat; as a strategy given twice, it is refused."""
+    with pytest.raises(ConfigError, match=r"^--aspect-ratios 32,64,32: 32 is given twice; name each aspect ratio "
+                                          r"once$"):
+        SweepConfig(out=tmp_path, strategies=["zero2"], aspect_ratios=[32, 64, 32], depths=[2], search=False)
+    assert SweepConfig(out=tmp_path, strategies=["zero2"], aspect_ratios=[32, 64]).aspect_ratios == [32, 64]

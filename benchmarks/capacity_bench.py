@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: the probe is ended, the finished ones summarised
-        print(f"interrupted; the finished probes are in {out / 'summary.json'}", file=sys.stderr)
+        summary = out / "summary.json"  # written only once a probe has finished
+        print(f"interrupted; the finished probes are in {summary}" if summary.is_file() else
+              "interrupted before any probe finished; nothing summarised", file=sys.stderr)
         return 130
 
     rows = calibrate.check(summary)

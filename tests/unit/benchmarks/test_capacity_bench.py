@@ -53,3 +53,27 @@ def test_a_budget_that_is_not_positive_is_refused_without_promising_no_bound(tmp
         assert capacity_bench.main([str(tmp_path / "out"), "--tiny", "--budget", budget]) == 1
         assert capsys.readouterr().err == f"error: --budget={float(budget):g}: must be positive seconds\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupt_before_any_probe_finished_does_not_point_at_a_summary(tmp_path, capsys, monkeypatch):
+    """Regression: Ctrl-C before the first probe finished said the finished probes are in OUT/summary.json, a file
+    the sweep writes only once a probe has finished (none was there)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import capacity_bench
+
+    class Stopped:
+        def __init__(self, cfg, log):
+            pass
+
+        def run(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(capacity_bench, "Sweep", Stopped)
+    monkeypatch.setattr(capacity_bench, "SweepConfig", lambda **kw: kw)
+    out = tmp_path / "out"
+    assert capacity_bench.main([str(out), "--tiny"]) == 130
+    assert capsys.readouterr().err == "interrupted before any probe finished; nothing summarised\n"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    assert capacity_bench.main([str(out), "--tiny"]) == 130
+    assert capsys.readouterr().err == f"interrupted; the finished probes are in {out.resolve() / 'summary.json'}\n"

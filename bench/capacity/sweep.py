@@ -74,6 +74,9 @@ class SweepConfig:
         # true of both callers: leaving it out is no bound in the CLI, 480 s in benchmarks/capacity_bench.py
         if self.budget_s is not None and not (self.budget_s > 0 and math.isfinite(self.budget_s)):
             raise ConfigError(f"--budget={self.budget_s:g}: must be positive seconds")
+        if self.budget_s is not None and self.budget_s < self.min_probe_s:  # no probe would start, each said spent
+            raise ConfigError(f"--budget={self.budget_s:g}: no probe starts with less than {self.min_probe_s:g} s of "
+                              f"the budget left; give at least {self.min_probe_s:g}")
         if self.search and self.max_depth < 2:  # the search's shapes are the even depths 2..--max-depth
             raise ConfigError(f"--max-depth={self.max_depth}: the search needs at least 2 (its shapes are even depths)")
         if self.memory_limit is not None and self.memory_limit <= 0:  # 0 would run the probes uncapped

@@ -414,3 +414,14 @@ def test_free_memory_from_nvidia_smi_or_none_when_it_cannot_tell(tmp_path, monke
     t0 = time.monotonic()
     assert sweepmod.gpu_free(2) == free
     assert time.monotonic() - t0 < 10
+
+
+def test_a_budget_under_what_a_probe_needs_is_refused(tmp_path):
+    """Regression: --budget 10 ran no probe (none starts with less than 20 s of the budget left), yet each was
+    reported `not run: the sweep's time budget is spent` a second after the sweep began."""
+    from bench.capacity.sweep import SweepConfig
+
+    with pytest.raises(ConfigError, match=r"^--budget=10: no probe starts with less than 20 s of the budget left; "
+                                          r"give at least 20$"):
+        SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=10)
+    SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=20)

@@ -22,7 +22,8 @@ def config_path(name: str) -> Path:
         return CONFIG_DIR / CONFIGS[name]
     path = Path(name)
     if not path.is_file():
-        raise ConfigError(f"--config {name!r}: no such file; shipped configurations: {', '.join(CONFIGS)}")
+        what = "a directory, not a ReFrame configuration file" if path.is_dir() else "no such file"
+        raise ConfigError(f"--config {name!r}: {what}; shipped configurations: {', '.join(CONFIGS)}")
     return path.absolute()
 
 

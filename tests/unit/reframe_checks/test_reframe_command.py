@@ -41,3 +41,9 @@ def test_an_unknown_configuration_is_one_error_line(capsys):
     assert cli.main(["reframe", "--config", "nowhere.py", "--print-command"]) == 1
     assert capsys.readouterr().err == ("error: --config 'nowhere.py': no such file; shipped configurations: "
                                        "test-cluster, alps-example\n")
+
+
+def test_a_configuration_that_is_a_directory_is_named_so(capsys, tmp_path):
+    assert cli.main(["reframe", "--config", str(tmp_path), "--print-command"]) == 1
+    assert capsys.readouterr().err.startswith(f"error: --config '{tmp_path}': a directory, not a ReFrame "
+                                              "configuration file; shipped configurations: ")

@@ -19,7 +19,10 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(str(text))
     if not m:
         raise ConfigError(f"--memory-limit {text!r}: give bytes or a size such as 760M, 2G, 1.5GiB")
-    return int(float(m[1]) * 1024 ** " kmgt".index((m[2] or " ").lower()))
+    size = int(float(m[1]) * 1024 ** " kmgt".index((m[2] or " ").lower()))
+    if size < 1:  # 0.1 bytes: named as given, not as the 0 it rounds to
+        raise ConfigError(f"--memory-limit {text!r}: less than a byte; give a size such as 760M, 2G, 1.5GiB")
+    return size
 
 
 def parse_ints(text: str, flag: str) -> list[int]:

@@ -250,6 +250,8 @@ def test_a_memory_limit_that_is_no_number_is_refused_naming_the_flag():
     for text in ("1.5.5G", ".", "..M"):  # digits and dots, but no number: not a ValueError's traceback
         with pytest.raises(ConfigError, match=rf"^--memory-limit '{text}': give bytes or a size such as 760M"):
             parse_size(text)
+    with pytest.raises(ConfigError, match=r"^--memory-limit '0.1': less than a byte"):  # not '--memory-limit=0'
+        parse_size("0.1")
 
 
 def test_an_out_that_cannot_be_a_directory_is_refused_naming_the_flag(tmp_path):

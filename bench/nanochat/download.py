@@ -16,9 +16,12 @@ instead of retrying every shard in turn. Any answer resets that, so a transient 
 the retries.
 
 Every downloaded file is recorded in sources.json (data_origin.py); a shard `data generate` made is never
-counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`.
+counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`. One download writes into a
+directory at a time (its DOWNLOAD_LOCK); a second one waits for it, then keeps the shards it left.
 """
 
+import contextlib
+import fcntl
 import math
 import os
 import socket
@@ -37,6 +40,7 @@ from tqdm import tqdm
 from bench.errors import ConfigError, DataError, first_line, os_reason
 from bench.nanochat import data_origin
 from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
+from bench.nanochat.runclaim import NO_LOCKS
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"
@@ -296,6 +300,33 @@ def generated_in_the_way(out: Path, num_shards: int) -> list[Path]:
             if origin == data_origin.GENERATED or (origin is None and data_origin.unmarked_generated(p))]
 
 
+DOWNLOAD_LOCK = ".download.lock"  # in the shards' directory: held by the `data download` writing into it
+
+
+@contextlib.contextmanager
+def one_download_at_a_time(directory: Path):
+    """Hold the directory's download lock (flock, gone with the process) while downloading: two users staging one
+    shared base directory at once would each resume the other's half-written `<shard>.tmp` and mix their bytes.
+    The second waits, saying for whom, then finds the first one's shards there and keeps them."""
+    fd = os.open(directory / DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "its holder unknown"
+            print(f"waiting for another data download into {directory} to end ({holder})", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                raise
+            # a filesystem without flock (Lustre mounted noflock): downloaded unlocked, as before
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def download_shards(num_shards: int, workers: int = 4, url: str | None = None, out_dir: str | os.PathLike | None = None,
                     retries: int = 5, backoff_s: float = 2.0, timeout_s: float = READ_TIMEOUT_S,
                     progress: bool = True, chunk_bytes: int = CHUNK_BYTES, overwrite: bool = False) -> list[Path]:
@@ -328,7 +359,7 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
                         f"writable directory") from None
     breaker = _Breaker(limit=max(retries, 2 * workers), quiet_s=retry_waits_s(retries, backoff_s))
     done, failed, local = [], [], None
-    with ThreadPoolExecutor(max_workers=workers) as pool, \
+    with one_download_at_a_time(out), ThreadPoolExecutor(max_workers=workers) as pool, \
             tqdm(total=num_shards, unit="shard", desc="download", disable=not progress) as bar:
         futures = [pool.submit(download_one, i, out, url, retries, backoff_s, timeout_s, chunk_bytes,
                                out / shard_name(i) in generated, breaker) for i in range(num_shards)]

@@ -9,6 +9,7 @@ that never answers; only a host name that does not resolve is staged by replacin
 DNS), since a real lookup would leave this machine.
 """
 
+import os
 import socket
 import sys
 import threading
@@ -130,6 +131,26 @@ def test_downloads_and_verifies_all_shards(server, tmp_path):
     n = len(server.requests)
     download.download_shards(4, url=server.url, out_dir=tmp_path, **FAST)
     assert len(server.requests) == n  # valid files on disk are kept, not fetched again
+
+
+def test_a_second_download_into_the_directory_waits_for_the_first_and_keeps_its_shards(server, tmp_path, capsys):
+    """Two users staging one shared base directory at once resumed each other's half-written <shard>.tmp, mixing
+    their bytes into one file. The second waits (saying for whom) and then fetches nothing the first left."""
+    import fcntl
+
+    download.download_shards(2, url=server.url, out_dir=tmp_path, **FAST)  # the first user's shards, and the lock
+    held = os.open(tmp_path / download.DOWNLOAD_LOCK, os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # that user's next download is still running
+    n, second = len(server.requests), threading.Thread(
+        target=download.download_shards, args=(2,), kwargs={"url": server.url, "out_dir": tmp_path, **FAST})
+    second.start()
+    deadline = time.time() + 30
+    while "waiting for another data download" not in capsys.readouterr().out and time.time() < deadline:
+        time.sleep(0.05)
+    assert second.is_alive() and len(server.requests) == n
+    os.close(held)
+    second.join(timeout=30)
+    assert not second.is_alive() and len(server.requests) == n  # the first one's shards kept
 
 
 def test_an_older_urllib3_without_read1_still_downloads(server, tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 categorical accuracies and predicted letters, the generated token ids greedy and sampled
 (benchmarks/compare_chat_eval.py). Needs an upstream checkout (NANOCHAT_UPSTREAM_DIR) and upstream's dependencies
 in this Python; skipped, saying which, when either is absent.
-NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/h10-venv/bin/python -m pytest tests/unit/nanochat/test_chat_eval_upstream.py -q"""
+NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/upstream-venv/bin/python -m pytest tests/unit/nanochat/test_chat_eval_upstream.py -q"""
 
 import importlib.util
 import os

@@ -1,7 +1,7 @@
 """base_loss and base_eval (CORE) equal upstream nanochat 5c93a56's own scripts on one checkpoint trained here and a
 generated bundle of the real format (benchmarks/compare_core_eval.py): train/val bpb, the samples, every task's
 accuracy and centred accuracy, and CORE. Needs an upstream checkout (NANOCHAT_UPSTREAM_DIR) and a Python with its
-dependencies (NANOCHAT_UPSTREAM_PYTHON, default /tmp/h10-venv/bin/python); skipped, saying which, when either is
+dependencies (NANOCHAT_UPSTREAM_PYTHON, default /tmp/upstream-venv/bin/python); skipped, saying which, when either is
 absent.
 NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat python -m pytest tests/unit/nanochat/test_core_eval_upstream.py -q"""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 UPSTREAM = os.environ.get("NANOCHAT_UPSTREAM_DIR")
-UPSTREAM_PYTHON = os.environ.get("NANOCHAT_UPSTREAM_PYTHON", "/tmp/h10-venv/bin/python")
+UPSTREAM_PYTHON = os.environ.get("NANOCHAT_UPSTREAM_PYTHON", "/tmp/upstream-venv/bin/python")
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """mid_train's first 20 steps equal upstream nanochat 5c93a56's own scripts/mid_train.py on the same staged data,
 tokenizer and base checkpoint (benchmarks/compare_mid_train.py). Needs an upstream checkout
 (NANOCHAT_UPSTREAM_DIR) and a Python with `datasets` to run it in (UPSTREAM_PYTHON, default
-/tmp/h10-venv/bin/python); skipped, saying which, when either is absent.
+/tmp/upstream-venv/bin/python); skipped, saying which, when either is absent.
 
     NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat python -m pytest tests/unit/nanochat/test_mid_upstream.py -q
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 UPSTREAM = os.environ.get("NANOCHAT_UPSTREAM_DIR")
-PYTHON = os.environ.get("UPSTREAM_PYTHON", "/tmp/h10-venv/bin/python")
+PYTHON = os.environ.get("UPSTREAM_PYTHON", "/tmp/upstream-venv/bin/python")
 
 
 def _has_datasets(python: str) -> bool:

@@ -2,7 +2,7 @@
 the same staged data, tokenizer and base checkpoint (benchmarks/compare_chat_sft.py). Needs an upstream checkout
 (NANOCHAT_UPSTREAM_DIR) and the `datasets` package upstream loads with; skipped, saying which, when either is
 absent.
-NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/h10-venv/bin/python -m pytest tests/unit/nanochat/test_sft_upstream.py -q"""
+NANOCHAT_UPSTREAM_DIR=/tmp/upstream-nanochat /tmp/upstream-venv/bin/python -m pytest tests/unit/nanochat/test_sft_upstream.py -q"""
 
 import importlib.util
 import os

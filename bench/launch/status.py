@@ -21,6 +21,9 @@ from bench.launch.submit import read_sweep
 
 # What Slurm's end of a job is evidence of, when run.json has no final status.
 FROM_SLURM = {"CANCELLED": "stopped", "TIMEOUT": "time_limit", "OUT_OF_MEMORY": "oom", "DEADLINE": "time_limit"}
+# What a run stopped by a signal (scancel, the job's time limit) records: the batch script's or a launcher's stop,
+# a rank's SIGTERM (an older release's run.json: its status cancelled, without evidence)
+STOPPED = {"stopped", "cancelled"}
 # no_data too: data staged after the failure (a flow's eval bundle, its chat data) is a reason to run it again
 PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
 PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with the running runs' steps
@@ -97,9 +100,10 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         return status, message
     seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
     if job.state in ("TIMEOUT", "DEADLINE") and status in contract.FINAL_STATUSES and status != "ok" \
-            and not seen & {"time_limit", "not_run"}:
+            and (seen & STOPPED or not seen and status == "cancelled") and not seen & {"time_limit", "not_run"}:
         # Slurm's time limit sent the SIGTERM the ranks may have recorded as a cancel: the cause is the limit (a
-        # flow's stage that never started was not cut by it: it stays not run)
+        # flow's stage that never started was not cut by it: it stays not run; nor was a run of the job that ended
+        # before it, diverged or failed on its own, with no stop seen)
         evidence = contract.Evidence(source="status", kind="time_limit",
                                    message=f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}")
     elif status not in contract.FINAL_STATUSES and (job.terminal or job.state == "UNKNOWN"):

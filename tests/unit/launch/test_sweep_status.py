@@ -119,3 +119,18 @@ def test_a_damaged_run_json_is_one_unreadable_row_and_left_as_it_is(tmp_path):
     (tmp_path / "future" / "run.json").write_text(json.dumps({"schema_version": "3.0", "status": "pending"}))
     status, message = _derive(tmp_path / "future", JobState("4", "CANCELLED"))
     assert status == "pending" and "Slurm job 4 ended CANCELLED" in message and "major 3" in message
+
+
+def test_a_time_limit_is_not_the_cause_of_a_run_that_ended_before_it_on_its_own(tmp_path):
+    """A runtime comparison's job runs its runs in turn: a run that diverged or failed early, followed by one that
+    reached the job's time limit, was called a timeout by status (and --resubmit-failed resumed it), as if the limit
+    had cut it."""
+    for name, kind in (("diverged", "diverged"), ("failed", "error"), ("wrong_network", "wrong_network")):
+        contract.record_evidence(tmp_path / name, contract.Evidence(source="trainer", kind=kind, rank=0, message="m"))
+        assert _derive(tmp_path / name, JobState("42", "TIMEOUT")) == (name, "m")
+        assert [e.kind for e in contract.load_manifest(tmp_path / name).evidence] == [kind]
+    # the run the limit stopped: the batch script received SIGTERM while it went on
+    stopped = tmp_path / "stopped"
+    contract.record_evidence(stopped, contract.Evidence(source="trainer", kind="error", rank=1, message="peer gone"))
+    contract.record_evidence(stopped, contract.Evidence(source="batch_script", kind="stopped", signal="SIGTERM"))
+    assert _derive(stopped, JobState("42", "TIMEOUT"))[0] == "timeout"

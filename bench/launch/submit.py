@@ -146,12 +146,17 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
     raises SubmitError once every job was tried."""
     sweep_dir = Path(sweep_dir).absolute()
     record = read_sweep(sweep_dir)
-    new_ids, unread = [], []
+    new_ids, unread, rerun = [], [], []
     asked = 0
     for entry in record["jobs"]:
         again = [r for r in entry["runs"] if r in run_ids]
         unread += [r for r in again if not planned_record(sweep_dir / r, out)]
         again = [r for r in again if r not in unread]
+        # the script skips only the runs that ended ok: any other would run again unasked, its record overwritten
+        others = [f"{r} ({how})" for r in entry["runs"] if r not in again and (how := ended(sweep_dir / r)) != "ok"]
+        if again and others:
+            rerun.append(f"{', '.join(again)}: job {entry['name']} would also run again {', '.join(others)}")
+            continue
         if not again:
             continue
         asked += 1
@@ -171,11 +176,23 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
     if len(new_ids) < asked:  # as submit: a refusal must fail the command, not end it with exit 0
         raise SubmitError(f"sbatch refused {asked - len(new_ids)} of {asked} job(s) (their runs are marked failed); "
                           f"fix the cause and run `nanochat-bench status {sweep_dir} --resubmit-failed` again")
+    if rerun:
+        raise ConfigError(f"not resubmitted: {'; '.join(rerun)}, which its script keeps only when it ended ok (a run "
+                          f"that diverged or trained on the wrong network is not resubmitted blindly); submit the "
+                          f"failed runs' points as a new sweep")
     if unread:
         raise ConfigError(f"not resubmitted: {', '.join(unread)}, whose run.json is not a run's record this release "
                           f"can start over from (above); it is left as it is: restore it, or move the run directory "
                           f"away and submit its point as a new sweep")
     return new_ids
+
+
+def ended(run_dir: Path) -> str:
+    """A run's status as its job's script reads it to keep the run (`jobrecord kept`), or why it cannot be read."""
+    try:
+        return str(contract.read_run_json(run_dir).get("status", "pending"))
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return "run.json unreadable"
 
 
 def planned_record(run_dir: Path, out: Callable[[str], None]) -> bool:

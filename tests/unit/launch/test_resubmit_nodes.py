@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 
 from bench import cli, contract
-from bench.errors import SubmitError
+from bench.errors import ConfigError, SubmitError
 from bench.launch import slurm, status, submit
 
 
@@ -121,3 +121,29 @@ def test_only_a_workload_that_can_resume_is_said_to_resume(workload, resumes, tm
     assert (launch["resume_from_step"] == 30) is resumes
     said = "resumes from its checkpoint of step 30" if resumes else "starts over"
     assert any(line.startswith(f"n1-bare-r1: {said}") for line in lines), lines
+
+
+def test_a_run_that_diverged_is_not_run_again_by_resubmitting_its_job_mate(tmp_path):
+    """A runtime comparison's job holds several runs and its script skips only those that ended ok: resubmitting the
+    failed one ran the diverged one again as well, its train.log and metrics overwritten, while resubmission said
+    `kept ... (ok already)` of it."""
+    runs = {"n1-bare-r1": "completed", "n1-bare-r2": "diverged", "n1-bare-r3": "error"}
+    job = tmp_path / "jobs" / "compare-n1" / "job.sbatch"
+    job.parent.mkdir(parents=True)
+    job.write_text("#!/bin/bash\n")
+    for run_id, kind in runs.items():
+        contract.update_run_json(tmp_path / run_id, run_id=run_id, status="pending", nodes=1)
+        (tmp_path / run_id / contract.TRAIN_LOG).write_text(f"log of {run_id}\n")
+        contract.record_evidence(tmp_path / run_id, contract.Evidence(source="trainer", kind=kind, rank=0))
+    submit.write_sweep(tmp_path, {"jobs": [{"name": "compare-n1", "job_id": "7", "runs": list(runs),
+                                            "script": str(job)}]})
+    backend = Backend()
+    with pytest.raises(ConfigError, match=r"not resubmitted: n1-bare-r3: job compare-n1 would also run again "
+                                          r"n1-bare-r2 \(diverged\)"):
+        submit.resubmit(tmp_path, {"n1-bare-r3"}, backend, out=lambda _: None)
+    assert backend.calls == [] and submit.read_sweep(tmp_path)["jobs"][0]["job_id"] == "7"
+    assert contract.read_run_json(tmp_path / "n1-bare-r3")["status"] == "failed"
+    assert (tmp_path / "n1-bare-r3" / contract.TRAIN_LOG).exists()
+    # with the diverged run's job-mates ok, the failed run is resubmitted as before
+    contract.record_evidence(tmp_path / "n1-bare-r2", contract.Evidence(source="trainer", kind="completed", rank=0))
+    assert submit.resubmit(tmp_path, {"n1-bare-r3"}, backend, out=lambda _: None) == ["101"]

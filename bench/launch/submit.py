@@ -23,6 +23,7 @@ from bench.launch.plan import Sweep
 from bench.launch.render import render_sbatch
 
 SWEEP_JSON = "sweep.json"
+NCCL_DIR = "nccl"  # a run's NCCL lines, nccl/rank<N>.log (bench/nanochat/stagerun.py): a new attempt's overwrite them
 DRY_RUN_JSON = "dry-run.json"  # what a dry run wrote, so `status` can say so and how to submit it
 # run.json fields that submit writes (the plan's decisions), kept when a run is submitted again.
 PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes", "gpus_per_node", "world_size",
@@ -222,7 +223,7 @@ def reset_for_resubmission(run_dir: Path, old_job: str | None, out: Callable[[st
     previous = contract.load_manifest(run_dir)
     keep = run_dir / "attempts" / str(old_job or "unsubmitted")
     keep.mkdir(parents=True, exist_ok=True)
-    for name in (contract.METRICS_JSONL, contract.TRAIN_LOG):
+    for name in (contract.METRICS_JSONL, contract.TRAIN_LOG, NCCL_DIR):
         if (run_dir / name).exists():
             (run_dir / name).replace(keep / name)
     contract.write_manifest(keep, previous)

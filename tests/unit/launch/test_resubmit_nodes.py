@@ -147,3 +147,21 @@ def test_a_run_that_diverged_is_not_run_again_by_resubmitting_its_job_mate(tmp_p
     # with the diverged run's job-mates ok, the failed run is resubmitted as before
     contract.record_evidence(tmp_path / "n1-bare-r2", contract.Evidence(source="trainer", kind="completed", rank=0))
     assert submit.resubmit(tmp_path, {"n1-bare-r3"}, backend, out=lambda _: None) == ["101"]
+
+
+def test_a_resubmitted_run_keeps_its_earlier_attempts_nccl_logs(tmp_path):
+    """Resubmission moved train.log and metrics.jsonl into attempts/<job>/ but left nccl/rank<N>.log, which NCCL
+    rewrites on the next attempt: the NCCL lines of the attempt that failed (why a collective timed out) were lost."""
+    run = tmp_path / "n2-bare-r1"
+    (run / "nccl").mkdir(parents=True)
+    (run / "job.sbatch").write_text("#!/bin/bash\n")
+    (run / "nccl" / "rank0.log").write_text("n1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0\n")
+    (run / contract.TRAIN_LOG).write_text("the first attempt\n")
+    contract.update_run_json(run, run_id="n2-bare-r1", status="pending", nodes=2)
+    contract.record_evidence(run, contract.Evidence(source="trainer", kind="nccl_timeout", rank=0))
+    submit.write_sweep(tmp_path, {"jobs": [{"name": "j", "job_id": "7", "runs": ["n2-bare-r1"],
+                                            "script": str(run / "job.sbatch")}]})
+    submit.resubmit(tmp_path, {"n2-bare-r1"}, Backend(), out=lambda _: None)
+    kept = run / "attempts" / "7"
+    assert (kept / "nccl" / "rank0.log").read_text().startswith("n1:1:1 [0] NCCL INFO")
+    assert (kept / contract.TRAIN_LOG).exists() and not (run / "nccl").exists()

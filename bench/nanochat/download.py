@@ -308,7 +308,13 @@ def one_download_at_a_time(directory: Path):
     """Hold the directory's download lock (flock, gone with the process) while downloading: two users staging one
     shared base directory at once would each resume the other's half-written `<shard>.tmp` and mix their bytes.
     The second waits, saying for whom, then finds the first one's shards there and keeps them."""
-    fd = os.open(directory / DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(directory / DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a read-only directory whose shards are all there needs no lock; a write into it says why
+        fd = None
+    if fd is None:
+        yield
+        return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -320,8 +326,9 @@ def one_download_at_a_time(directory: Path):
             if e.errno not in NO_LOCKS:
                 raise
             # a filesystem without flock (Lustre mounted noflock): downloaded unlocked, as before
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        with contextlib.suppress(OSError):  # who holds it, for a second download's wait: never a failure (full disk)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         yield
     finally:
         os.close(fd)

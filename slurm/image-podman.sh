@@ -9,7 +9,9 @@ node=${SLURMD_NODENAME:-$(hostname)}
 if [ "$program" = podman-hpc ]; then
     # podman-hpc adds its squash store to `images` and `run` only (not to `image exists`): look in its listing
     case ${image##*/} in *:*) ;; *) image=$image:latest ;; esac  # the listing names the tag
-    if "$program" images --format '{{.Repository}}:{{.Tag}}' | grep -qxF -e "$image" -e "localhost/$image"; then
+    # the whole listing first: `| grep -q` ends at the match, and the listing's next line then fails it (pipefail)
+    listing=$("$program" images --format '{{.Repository}}:{{.Tag}}')
+    if grep -qxF -e "$image" -e "localhost/$image" <<<"$listing"; then
         echo "node $node: image $image is in the squash store"
         exit 0
     fi

@@ -24,6 +24,7 @@ from bench.launch.plan import DataShape, Sweep, allowance_minutes
 from bench.launch.render import render_interactive, render_sbatch
 from bench.runtimes import Var
 from bench.runtimes.base import inner
+from tests.support.stubs import write_stubs
 
 REPO = Path(__file__).resolve().parents[3]
 SLURM = REPO / "slurm"
@@ -93,6 +94,25 @@ def test_podman_step_reports_a_missing_image_by_node(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "nanochat-bench: node nid002: image localhost/nanochat-bench:no-such-tag: podman " \
         f"load -i {tmp_path / 'missing.tar'} failed" in r.stdout
+
+
+# podman-hpc's listing, the image looked for on its first line and a long listing after it, written line by line
+PODMAN_HPC_LISTING = """#!/bin/bash
+echo "localhost/nanochat-bench:latest"
+sleep 0.2
+for i in $(seq 200); do echo "registry.example/team/other-$i:v1"; done
+"""
+
+
+def test_podman_hpc_step_finds_the_image_on_the_first_line_of_a_long_listing(tmp_path):
+    """The listing went into `grep -q` under pipefail: grep ended at the match, podman-hpc's next line met a closed
+    pipe (SIGPIPE) and the pipeline failed, so an image in the squash store was reported as missing."""
+    stubs = write_stubs(tmp_path / "stubs", (("podman-hpc", PODMAN_HPC_LISTING),))
+    r = subprocess.run(["bash", str(SLURM / "image-podman.sh"), "podman-hpc", "nanochat-bench:latest"],
+                       env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "SLURMD_NODENAME": "nid001"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "node nid001: image nanochat-bench:latest is in the squash store" in r.stdout
 
 
 def test_a_sweep_image_is_made_once_while_other_jobs_wait(tmp_path):

@@ -9,7 +9,9 @@
 #   2. in that shell, paste the blocks below one at a time: nothing here exits your shell, and a step
 #      that fails only prints its error. Or run them all, stopping at the first error:  bash interactive.sh
 #      Data and tokenizer live in NANOCHAT_BASE_DIR and are made once; later runs reuse them.
-if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only when run as a script
+# strict only when run as a script; pasted, pipefail alone (it exits nothing): a step's status is srun's,
+# not its tee's, which would hide a failed tokenizer or training step
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; else set -o pipefail; fi
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 # CPUs of a node for the one task there (torchrun and its workers, a tokenizer's threads), which every srun
 # asks for: Slurm 22.05 to 23.02 gives a step's task one CPU unless srun says -c. The fewest any node of the job

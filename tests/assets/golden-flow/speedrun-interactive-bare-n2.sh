@@ -10,7 +10,9 @@
 #      that fails only prints its error. Or run them all, stopping at the first error:  bash interactive.sh
 #      Data, tokenizer and checkpoints live in NANOCHAT_BASE_DIR; the stages chain through the model
 #      tag golden-n2-bare-r1-40f36587 (base_train -> base_loss -> base_eval -> mid_train -> chat_eval_mid -> chat_sft -> chat_eval_sft).
-if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; fi  # strict only when run as a script
+# strict only when run as a script; pasted, pipefail alone (it exits nothing): a step's status is srun's,
+# not its tee's, which would hide a failed tokenizer or training step
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; else set -o pipefail; fi
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
 # CPUs of a node for the one task there (torchrun and its workers, a tokenizer's threads), which every srun
 # asks for: Slurm 22.05 to 23.02 gives a step's task one CPU unless srun says -c. The fewest any node of the job

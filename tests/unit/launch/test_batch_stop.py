@@ -61,3 +61,29 @@ def test_the_jobs_time_limit_line_reaches_the_runs_log_after_the_sigterm(tmp_pat
     log = (job.runs[0].run_dir / "train.log").read_text()
     assert "0: starting" in log and "CANCELLED AT 2026-12-01T10:00:00 DUE TO TIME LIMIT ***" in log
     assert bare["status"] == "timeout"
+
+
+# Every step works but training, which fails as a trainer that crashed before it could write its status
+SRUN_TRAIN_FAILS = """#!/bin/bash
+for a in "$@"; do case $a in bench.launch.elastic) echo "0: crashed"; exit 7;; esac; done
+"""
+
+
+def test_a_pasted_guide_records_the_training_steps_exit_code(tmp_path):
+    """Pasted into the salloc shell (here: sourced, which takes the same branch), the guide left pipefail off: the
+    training pipeline's status was its tee's, and run.json recorded srun's exit code as 0."""
+    from bench.launch.render import render_interactive
+
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN_TRAIN_FAILS)))
+    sweep = Sweep([2], 2, ["bare"], train={"device_type": "cpu"})
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
+    [job] = assemble(sweep, opts, tmp_path / "sweep", note=lambda _: None)
+    job.script_name = "interactive.sh"
+    write_job(job, render_interactive(job, str(tmp_path / "base"), 4))
+    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_JOB_CPUS_PER_NODE": "4(x2)", "SLURMD_NODENAME": "n1"}
+    r = subprocess.run(["bash", "-c", 'source "$1"; echo "job_rc=$job_rc"', "bash", str(job.script)],
+                       cwd=job.job_dir, env=env, capture_output=True, text=True, timeout=60)
+    assert "job_rc=7" in r.stdout, r.stdout + r.stderr
+    run = json.loads((job.runs[0].run_dir / "run.json").read_text())
+    assert run["launch"]["exit_code"] == 7 and run["status"] == "failed"

@@ -94,3 +94,38 @@ def test_a_flow_stopped_by_the_time_limit_records_the_stages_after_it_as_not_run
         # Slurm's TIMEOUT is the stopped stage's cause, not theirs: they stay not run, and are resubmitted
         assert _derive(fj.point_dir / stage, JobState("77", "TIMEOUT"))[0] == "cancelled"
         assert jobrecord.kept(str(fj.point_dir / stage)) == 1
+
+
+# The tokenizer's task fails (a node without the image, a full disk); any other srun works.
+SRUN_TOKENIZER_FAILS = """#!/bin/bash
+for a in "$@"; do case "$a" in tokenizer) echo "tokenizer: no shards" >&2; exit 5;; esac; done
+"""
+
+
+def test_a_pasted_flow_guide_whose_tokenizer_fails_starts_no_stage(tmp_path):
+    """Pasted into the salloc shell (here: sourced, which takes the same branch), the guide left pipefail off:
+    a step's status was its tee's, so a tokenizer that failed went unnoticed and every stage was started, and a
+    stage's srun exit code was recorded as 0."""
+    from bench.launch import flow
+    from bench.launch.flowrender import render_flow_interactive
+    from bench.launch.job import LaunchOptions
+    from bench.launch.plan import DataShape
+
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN_TOKENIZER_FAILS)))
+    base = tmp_path / "base"
+    fs = flow.FlowSweep.build("speedrun", "base_train,base_loss", {"device_type": "cpu", "depth": 2}, [],
+                              nodes=[1], gpus_per_node=2, runtimes=["bare"], data=DataShape.from_counts(4, 4),
+                              base_dir=str(base))
+    opts = LaunchOptions(base_dir=str(base), python=sys.executable, check_images=False)
+    [fj] = flow.assemble(fs, opts, tmp_path / "sweep", note=lambda _: None)
+    fj.job.script_name = "interactive.sh"
+    flow.write_flow_job(fj, render_flow_interactive(fj, str(base), 4))
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
+           "SLURM_JOB_CPUS_PER_NODE": "4", "SLURMD_NODENAME": "n1"}
+    r = subprocess.run(["bash", "-c", 'source "$1"; echo "job_rc=$job_rc flow_failed=$flow_failed"', "bash",
+                        str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True, timeout=60)
+    assert "the tokenizer could not be trained" in r.stderr, r.stdout + r.stderr
+    assert "job_rc=1 flow_failed=tokenizer" in r.stdout
+    for stage in ("base_train", "base_loss"):
+        run = contract.read_run_json(fj.point_dir / stage)
+        assert run["status"] == "cancelled" and "stage tokenizer" in run["message"]

@@ -14,12 +14,13 @@ image=${1:-nanochat-bench:latest}
 image_dir=${IMAGE_DIR:-${SCRATCH:-$PWD}/images}
 ref=${image%%@*}   # the name is the last path component without its digest or tag: a registry's port keeps
 name=${ref##*/}    # its ':' before the path (registry.example:5000/team/nanochat-bench:tag -> nanochat-bench)
-sif="$image_dir/${name%%:*}.sif"
 work=$(mktemp -d "${TMPDIR:-/tmp}/nanochat-bench-sif.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 command -v apptainer >/dev/null || { echo "apptainer-build.sh: apptainer is not installed" >&2; exit 2; }
 mkdir -p "$image_dir"
+image_dir=$(CDPATH="" cd -- "$image_dir" && pwd)  # absolute: apptainer builds from inside $work
+sif="$image_dir/${name%%:*}.sif"
 case ${CONTAINER_ENGINE:-podman} in
     docker | */docker)  # docker save has no --format and writes a docker archive: bootstrap from that
         "$CONTAINER_ENGINE" save -o "$work/nanochat-bench.docker.tar" "$image"

@@ -104,3 +104,14 @@ def test_apptainer_build_bootstraps_from_the_archive_its_engine_saves(run, tmp_p
     archive = bootstrap.split()[-1]
     assert saved.startswith(f"{save} ") and saved.endswith(f"/{archive} nanochat-bench:latest"), calls
     assert built == f"apptainer build --force {tmp_path}/images/nanochat-bench.sif apptainer.def {bootstrap} "
+
+
+def test_apptainer_build_into_a_relative_image_dir_writes_the_sif_there(run, tmp_path):
+    """A relative IMAGE_DIR was handed to `apptainer build`, which runs inside the script's scratch directory:
+    the SIF went there (or nowhere) and was deleted with it on exit, while the script printed its path."""
+    stub = tmp_path / "bin" / "apptainer"
+    stub.write_text('#!/bin/sh\n[ "$1" = build ] && echo sif >"$3"\n')
+    out, _ = run("apptainer-build.sh", IMAGE_DIR="my images")
+    assert out.returncode == 0, out.stderr
+    sif = tmp_path / "my images" / "nanochat-bench.sif"
+    assert out.stdout == f"{sif}\n" and sif.read_text() == "sif\n"

@@ -36,15 +36,16 @@ for a in "$@"; do case "$a" in */image-podman.sh) echo "nanochat-bench: no image
 """
 
 
-def run_flow_job(tmp_path, srun: str, stages: str, runtime: str):
+def run_flow_job(tmp_path, srun: str, stages: str, runtime: str, *more_stubs):
     """A one-node speedrun flow of `stages` rendered for `runtime` and its batch script run with stand-ins for
-    scontrol and srun (`srun`: the stand-in's script); (the flow job, the finished script)."""
+    scontrol and srun (`srun`: the stand-in's script) and `more_stubs` ((name, script)...); (the flow job, the
+    finished script)."""
     from bench.launch import flow
     from bench.launch.flowrender import render_flow
     from bench.launch.job import LaunchOptions
     from bench.launch.plan import DataShape
 
-    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", srun)))
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", srun), *more_stubs))
     base = tmp_path / "base"
     fs = flow.FlowSweep.build("speedrun", stages, {"device_type": "cpu", "depth": 2}, [], nodes=[1],
                               gpus_per_node=2, runtimes=[runtime], data=DataShape.from_counts(4, 4),
@@ -66,6 +67,15 @@ def test_a_flow_whose_image_step_fails_before_the_tokenizer_records_every_stage(
     assert "the tokenizer could not be trained" in r.stderr and "flow speedrun stopped at tokenizer" in r.stdout
     for stage in ("base_train", "base_loss"):
         assert contract.read_run_json(fj.point_dir / stage)["status"] == "cancelled"
+
+
+def test_a_flow_on_a_filesystem_without_flock_runs_its_stages(tmp_path):
+    """The tokenizer's lock is a flock on the base directory: where the filesystem has none (Lustre mounted noflock)
+    `flock` failed under `set -e` and ended the job at once, every stage left pending and no line saying why."""
+    no_flock = ("flock", "#!/bin/bash\necho 'flock: 9: Function not implemented' >&2\nexit 1\n")
+    fj, r = run_flow_job(tmp_path, SRUN, "base_train", "bare", no_flock)
+    assert "no lock on" in r.stderr and "flock unsupported there" in r.stderr, r.stderr
+    assert contract.read_run_json(fj.point_dir / "base_train")["status"] != "pending", r.stdout + r.stderr
 
 
 # The first stage's step reaches the job's time limit: Slurm's line in its log, SIGTERM to the batch script.

@@ -465,8 +465,12 @@ def cmd_status(args) -> int:
         elif not busy:
             print("nothing to resubmit")
         return 0
-    if failed:
+    held = submit.held_back(args.sweep, failed) if failed else {}
+    if set(failed) - set(held):
         print(f"resubmit the failed runs with: nanochat-bench status {args.sweep} --resubmit-failed")
+    for run_id, others in sorted(held.items()):  # --resubmit-failed refuses these: say so, not that it would work
+        print(f"{run_id}: not resubmitted in place, since its job would also run again {others}; submit its point "
+              f"as a new sweep")
     unfinished = [r.run_id for r in rows if not r.done and not r.unsubmitted]
     if args.wait and unfinished:
         print(f"gave up waiting after --timeout {args.timeout:g} s: {len(unfinished)} run(s) not finished")

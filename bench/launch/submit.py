@@ -153,10 +153,8 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
         again = [r for r in entry["runs"] if r in run_ids]
         unread += [r for r in again if not planned_record(sweep_dir / r, out)]
         again = [r for r in again if r not in unread]
-        # the script skips only the runs that ended ok: any other would run again unasked, its record overwritten
-        others = [f"{r} ({how})" for r in entry["runs"] if r not in again and (how := ended(sweep_dir / r)) != "ok"]
-        if again and others:
-            rerun.append(f"{', '.join(again)}: job {entry['name']} would also run again {', '.join(others)}")
+        if again and (others := rerun_unasked(sweep_dir, entry, again)):
+            rerun.append(f"{', '.join(again)}: job {entry['name']} would also run again {others}")
             continue
         if not again:
             continue
@@ -186,6 +184,23 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
                           f"can start over from (above); it is left as it is: restore it, or move the run directory "
                           f"away and submit its point as a new sweep")
     return new_ids
+
+
+def rerun_unasked(sweep_dir: Path, entry: dict, again: list[str]) -> str:
+    """The runs of a job, besides `again`, that its script would run again unasked, as "RUN (status)": it skips only
+    the runs that ended ok, so any other would start over, its record overwritten; "" when there is none."""
+    return ", ".join(f"{r} ({how})" for r in entry["runs"] if r not in again and (how := ended(sweep_dir / r)) != "ok")
+
+
+def held_back(sweep_dir: Path, run_ids: set[str]) -> dict[str, str]:
+    """The runs of `run_ids` that resubmit refuses, each with the job mates their job would run again unasked."""
+    sweep_dir = Path(sweep_dir).absolute()
+    held = {}
+    for entry in read_sweep(sweep_dir)["jobs"]:
+        again = [r for r in entry["runs"] if r in run_ids]
+        if again and (others := rerun_unasked(sweep_dir, entry, again)):
+            held.update({r: others for r in again})
+    return held
 
 
 def ended(run_dir: Path) -> str:

@@ -144,6 +144,8 @@ def test_a_run_that_diverged_is_not_run_again_by_resubmitting_its_job_mate(tmp_p
     assert backend.calls == [] and submit.read_sweep(tmp_path)["jobs"][0]["job_id"] == "7"
     assert contract.read_run_json(tmp_path / "n1-bare-r3")["status"] == "failed"
     assert (tmp_path / "n1-bare-r3" / contract.TRAIN_LOG).exists()
+    # what `status` then says instead of suggesting --resubmit-failed for it
+    assert submit.held_back(tmp_path, {"n1-bare-r3"}) == {"n1-bare-r3": "n1-bare-r2 (diverged)"}
     # with the diverged run's job-mates ok, the failed run is resubmitted as before
     contract.record_evidence(tmp_path / "n1-bare-r2", contract.Evidence(source="trainer", kind="completed", rank=0))
     assert submit.resubmit(tmp_path, {"n1-bare-r3"}, backend, out=lambda _: None) == ["101"]

@@ -266,9 +266,9 @@ def prepare_smoke_data(base_dir: Path) -> None:
         return
     t0 = time.time()
     # smoke's own data directory: its --overwrite is the run's, and it sets NANOCHAT_BASE_DIR from --base-dir
-    dataset.generate_shards(**SMOKE_DATA, elsewhere=f"give smoke another --base-dir (not {base_dir})",
-                            overwrite_flag=None)
-    tokenizer.train_tokenizer(vocab_size=SMOKE_VOCAB, again=f"give smoke another --base-dir (not {base_dir})")
+    elsewhere = f"give smoke another --base-dir (not {base_dir})"
+    dataset.generate_shards(**SMOKE_DATA, elsewhere=elsewhere, overwrite_flag=None)
+    tokenizer.train_tokenizer(vocab_size=SMOKE_VOCAB, elsewhere=elsewhere)
     print(f"generated {SMOKE_DATA['num_shards']} shards and a {SMOKE_VOCAB}-token tokenizer in {base_dir} "
           f"({time.time() - t0:.1f}s)")
 

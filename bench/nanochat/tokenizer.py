@@ -42,7 +42,7 @@ TOKEN_BYTES_PT = "token_bytes.pt"
 # Far above any LLM's vocabulary (GPT-4's is ~100k); HF's trainer aborts the process on sizes near 2^30 and
 # rustbpe overflows at 2^32, after all the text was read
 MAX_VOCAB = 1 << 24
-AGAIN = "set NANOCHAT_BASE_DIR to another directory, then run `nanochat-bench tokenizer train` again"
+ELSEWHERE = "set NANOCHAT_BASE_DIR to another directory, then run `nanochat-bench tokenizer train` again"
 FIX_TOKENIZER = "run `nanochat-bench tokenizer train` (after `nanochat-bench data generate` or `data download`)"
 
 
@@ -136,10 +136,11 @@ def check_settings(vocab_size: int, max_chars: int, doc_cap: int) -> None:
 
 def train_tokenizer(
     vocab_size: int = 65536, max_chars: int = 10_000_000_000, doc_cap: int = 10_000, trainer: str = "auto",
-    texts: Iterable[str] | None = None, again: str = AGAIN,
+    texts: Iterable[str] | None = None, elsewhere: str = ELSEWHERE,
 ) -> Path:
     """Train on the train split (or `texts`), save tokenizer.pkl and token_bytes.pt; return the directory.
-    `again`: what a tokenizer that cannot be written tells the caller's user to do instead."""
+    `elsewhere`: what a tokenizer that cannot be written tells the caller's user to do instead (as
+    dataset.generate_shards' `elsewhere`)."""
     if trainer not in TRAINERS:
         raise ConfigError(f"unknown tokenizer trainer {trainer!r}; valid: {', '.join(TRAINERS)}")
     if trainer == "auto":
@@ -160,7 +161,7 @@ def train_tokenizer(
         raise DataError(f"the training text ({counter.chars:,} characters) allows only {len(ranks) - 256} merges, "
                         f"{num_tokens - 256} are needed for --vocab_size={vocab_size}; give more text "
                         f"(more shards, larger --max_chars) or a smaller --vocab_size")
-    out = save_tokenizer(build_encoding(ranks), again=again)
+    out = save_tokenizer(build_encoding(ranks), elsewhere=elsewhere)
     print(f"trained {trainer} BPE: vocab {vocab_size:,} on {counter.chars:,} characters in {train_s:.1f}s "
           f"({counter.chars / max(train_s, 1e-9):,.0f} chars/s) -> {out}")
     return out
@@ -194,7 +195,7 @@ def token_byte_lengths(encoding) -> list[int]:
     return [0 if i in special_ids else len(encoding.decode_single_token_bytes(i)) for i in range(encoding.n_vocab)]
 
 
-def save_tokenizer(encoding, directory: Path | None = None, again: str = AGAIN) -> Path:
+def save_tokenizer(encoding, directory: Path | None = None, elsewhere: str = ELSEWHERE) -> Path:
     """Write tokenizer.pkl and token_bytes.pt as a pair; return the directory.
 
     Both are written to temp files beside them first, then renamed into place together (token_bytes.pt,
@@ -215,7 +216,7 @@ def save_tokenizer(encoding, directory: Path | None = None, again: str = AGAIN) 
                     os.fsync(f.fileno())  # a full disk fails here, before any rename
     except OSError as e:
         raise DataError(f"cannot write the tokenizer into {directory}: {os_reason(e)}; the tokenizer there before "
-                        f"(if any) is unchanged; free space there or {again}") from None
+                        f"(if any) is unchanged; free space there or {elsewhere}") from None
     return directory
 
 

@@ -124,8 +124,7 @@ def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...]) -> dict[str, d
 def value_as_given(e: FlagValueError, stage: str, stage_flags: dict, train: dict) -> ConfigError:
     """A value the stage's parser cannot read, named as the user wrote it (its parser named only its own flag)."""
     if e.name in stage_flags:
-        return ConfigError(f"--stage-arg {stage}:{e.name}={stage_flags[e.name]}: {stage}'s --{e.name} takes "
-                           f"{e.expected}")
+        return planmod.train_arg_value(stage, e, stage_flags, f"--stage-arg {stage}:")
     if e.name in train:
         return planmod.train_arg_value(stage, e, train)
     return e

@@ -175,9 +175,10 @@ def unknown_train_keys(workload: str, e: UnknownFlags, train: dict, how: str = "
                         f"{', '.join(e.known)}", e.names, e.known)
 
 
-def train_arg_value(who: str, e: FlagValueError, train: dict) -> FlagValueError:
-    """A --train-arg value `who`'s parser cannot read, named as the user wrote it (the parser named its own flag)."""
-    return FlagValueError(f"--train-arg {e.name}={train[e.name]}: {who}'s --{e.name} takes {e.expected}", e.name,
+def train_arg_value(who: str, e: FlagValueError, train: dict, how: str = "--train-arg ") -> FlagValueError:
+    """A --train-arg value `who`'s parser cannot read, named as the user wrote it (the parser named its own flag),
+    given as `how` says (a flow's stage: `--stage-arg STAGE:`)."""
+    return FlagValueError(f"{how}{e.name}={train[e.name]}: {who}'s --{e.name} takes {e.expected}", e.name,
                           e.expected)
 
 

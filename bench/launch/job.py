@@ -252,8 +252,9 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     containerised = runtime.python is not None
     made = runtime.sweep_image(image, run_dir.parent / IMAGES_DIR)  # a registry image made into a file once per sweep
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()
-    mounts += tuple(Mount(path, readonly=True) for path in workload.read_paths(sweep.settings)
-                    if containerised and not any(Path(path).is_relative_to(m.src) for m in mounts))
+    if containerised:  # what the workload's flags name besides, where no mount holds it yet
+        mounts += tuple(Mount(path, readonly=True) for path in workload.read_paths(sweep.settings)
+                        if not any(Path(path).is_relative_to(m.src) for m in mounts))
     deadline = [Var("run_deadline", workload.deadline_flag)] if workload.deadline_flag else []
     resume = [OptVar("resume_step", workload.resume_flag)] if workload.resume_flag else []  # a resubmitted timeout
     argv = [*point.train_argv, *deadline, *resume]

@@ -1,9 +1,10 @@
 """podman and podman-hpc: `srun podman run --rm … IMAGE CMD`, one container per node.
 
 Podman passes no host environment, so each variable of the run is given as a literal `--env=NAME=VALUE`,
-which beats a value the image sets (podman-run(1): --env overrides the image's ENV), and the SLURM_*
-variables are passed by pattern. Host network and IPC namespaces keep the rendezvous and shared memory as on
-the host. Where podman's default ulimits exceed what Slurm gives a task (runc: "error setting rlimits"), set
+which beats a value the image sets (podman-run(1): --env overrides the image's ENV), and the SLURM_* and
+SLINGSHOT_* (the step's VNIs) variables are passed by pattern. Host network and IPC namespaces keep the
+rendezvous and shared memory as on the host. Where podman's default ulimits exceed what Slurm gives a task
+(runc: "error setting rlimits"), set
 `default_ulimits = []` in containers.conf (CONTAINERS_CONF is passed on to the job like the rest of the
 environment). podman-hpc (NERSC) adds its `--gpu` and `--nccl` modules and runs the image it migrated to the
 shared squash store.
@@ -45,6 +46,9 @@ class Podman(Runtime):
             argv.append(f"--workdir={spec.workdir}")
         argv += [f"--env={name}={value}" for name, value in sorted(spec.env.items())]
         argv.append("--env=SLURM_*")  # the job's facts, for the trainer's provenance (podman expands the *)
+        # the step's Slingshot VNIs and CXI services, which Slurm's switch plugin sets per step and libfabric's cxi
+        # provider reads for its auth key: without them it cannot reach the other nodes under the job's VNI
+        argv.append("--env=SLINGSHOT_*")
         return [*argv, spec.image, *inner(spec)]
 
     def image_step(self, spec):

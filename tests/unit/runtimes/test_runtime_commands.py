@@ -62,7 +62,8 @@ def test_podman_and_podman_hpc(tmp_path):
     assert argv == ["podman", "run", "--rm", "--network=host", "--ipc=host", "--device=nvidia.com/gpu=all",
                     "--volume=/s:/s", "--volume=/data:/d:ro", "--workdir=/workspace/nanochat-bench",
                     "--env=NANOCHAT_BASE_DIR=/s/base", "--env=NANOCHAT_BENCH_RUN_DIR=/s/run",
-                    "--env=NCCL_DEBUG_SUBSYS=INIT,NET", "--env=SLURM_*", "localhost/nb:1", *CMD]
+                    "--env=NCCL_DEBUG_SUBSYS=INIT,NET", "--env=SLURM_*", "--env=SLINGSHOT_*",
+                    "localhost/nb:1", *CMD]
     _, argv = launch("podman-hpc", spec(tmp_path, image="localhost/nb:1"))
     assert argv[:7] == ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--gpu", "--nccl"]
 

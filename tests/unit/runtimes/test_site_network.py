@@ -116,3 +116,13 @@ def test_a_site_without_hook_annotations_records_what_ofi_hook_renders(tmp_path)
     assert hooks["aws_ofi_nccl"]["enabled"] == "true"
     assert sites.record(site, "ce", spec)["applied"]["annotations"] == dict(spec.annotations)
     assert sites.apply(site, "pyxis", replace(base, image="/s/img.sqsh")).annotations is None  # no hooks there
+
+
+@pytest.mark.parametrize("runtime", ["podman", "podman-hpc"])
+def test_podman_passes_the_steps_slingshot_variables(runtime, tmp_path):
+    """Regression: podman passes no host variable it is not told to, so the SLINGSHOT_VNIS/SVC_IDS/DEVICES that
+    Slurm's switch plugin sets for each step never reached libfabric's cxi provider, which then had no auth key
+    for the job's VNI and could not reach the other nodes."""
+    wrapped = runtimes.get(runtime).wrap(spec_for(runtime, tmp_path))
+    assert "--env=SLINGSHOT_*" in wrapped
+    assert wrapped.index("--env=SLINGSHOT_*") < wrapped.index(spec_for(runtime, tmp_path).image)

@@ -1,4 +1,5 @@
-"""apptainer: `srun apptainer exec --cleanenv --env-file RUN_DIR/apptainer.env [--nv] --bind SRC:DST … IMAGE CMD`.
+"""apptainer: `srun apptainer exec --cleanenv --env-file RUN_DIR/apptainer.env [--nv] --bind SRC:DST … IMAGE CMD`
+(under a `bash -c` that passes in the step's SLINGSHOT_* variables).
 
 Apptainer passes the host environment in by default, and the image's own variables win over it
 (apptainer-userdocs, "Environment and metadata"); so `--cleanenv` starts from the image's, and every
@@ -19,6 +20,9 @@ from bench.runtimes.base import ONCE, SCHEMES, ImageStep, Runtime, check_image_f
 from bench.contract import write_text_atomic
 
 ENV_FILE = "apptainer.env"
+# Slurm's switch plugin sets SLINGSHOT_* (the step's VNIs and CXI services, which libfabric's cxi provider needs for
+# its auth key) in each step, on its node; --cleanenv drops them, and an APPTAINERENV_ copy made there passes them in
+STEP_ENV = 'for v in "${!SLINGSHOT_@}"; do export "APPTAINERENV_$v=${!v}"; done; exec "$@"'
 
 
 class Apptainer(Runtime):
@@ -37,7 +41,8 @@ class Apptainer(Runtime):
 
     def wrap(self, spec):
         # --no-home: $HOME stays out, as CSCS advises (stale per-user caches such as ~/.triton break runs)
-        argv = [self.program, "exec", "--cleanenv", "--no-home", f"--env-file={self.env_file(spec)}"]
+        argv = ["bash", "-c", STEP_ENV, "bash",
+                self.program, "exec", "--cleanenv", "--no-home", f"--env-file={self.env_file(spec)}"]
         if spec.gpus:
             argv.append("--nv")
         for m in spec.mounts:

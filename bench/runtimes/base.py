@@ -51,6 +51,8 @@ def quote_token(token: Token) -> str:
     """One token as shell text: literal strings quoted by shlex, a Var as `prefix"${name}"`, an OptVar as
     `${name:+prefix"${name}"}` (nothing when empty)."""
     if not isinstance(token, Var):
+        if "$" in token:  # the same literal text as '...'; shellcheck reads '$x' as a mistake
+            return "$'" + token.replace("\\", "\\\\").replace("'", "\\'") + "'"
         return shlex.quote(token)
     word = (shlex.quote(token.prefix) if token.prefix else "") + f'"${{{token.name}}}"'
     return f"${{{token.name}:+{word}}}" if isinstance(token, OptVar) else word

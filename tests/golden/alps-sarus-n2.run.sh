@@ -33,7 +33,7 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=$(sarus --version 2>/dev/null | head -n 1 || true)
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --id "$(sh -c 'sarus images --digests | awk -v r="$1" -v t="$2" '"'"'$1 == r && $2 == t {print $3; exit}'"'"'' sh load/library/nanochat-bench latest 2>/dev/null || true)"; fi  # the image's digest or id
+if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --id "$(sh -c $'sarus images --digests | awk -v r="$1" -v t="$2" \'$1 == r && $2 == t {print $3; exit}\'' sh load/library/nanochat-bench latest 2>/dev/null || true)"; fi  # the image's digest or id
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint

@@ -18,7 +18,7 @@ rc=0
 # rank waiting for the store until the join timeout
 rdzv_port=$(on_first_node "$bench_python" /scratch/nb/sweeps/golden/.lib/rdzvport.py "$(( 20000 + SLURM_JOB_ID % 100 * 100 + 0 ))" "$first_node") || rc=$?
 rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
-runtime_version=$(sh -c 'v=$(enroot version) && echo "enroot $v"' 2>/dev/null | head -n 1 || true)
+runtime_version=$(sh -c $'v=$(enroot version) && echo "enroot $v"' 2>/dev/null | head -n 1 || true)
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the image where the run runs (enroot import of nvcr.io#nvidia/pytorch:25.10-py3 into /scratch/nb/sweeps/golden/.images/nvcr.io+nvidia+pytorch+25.10-py3.sqsh, once per sweep): its own start-up phase, image_ready

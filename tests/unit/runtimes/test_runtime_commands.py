@@ -13,6 +13,7 @@ import pytest
 
 import bench.runtimes as runtimes
 from bench.runtimes import LaunchSpec, Mount, Var
+from bench.runtimes.apptainer import STEP_ENV
 
 CMD = ("python", "-m", "bench.nanochat.train", Var("SLURM_JOB_ID", "--rdzv_id="))
 ENV = {"NANOCHAT_BENCH_RUN_DIR": "/s/run", "NANOCHAT_BASE_DIR": "/s/base", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
@@ -47,7 +48,8 @@ def test_apptainer_exec_with_nv_only_on_gpus(tmp_path):
     s = spec(tmp_path, image="/img/nb.sif")
     _, argv = launch("apptainer", s)
     env_file = tmp_path / "apptainer.env"
-    assert argv == ["apptainer", "exec", "--cleanenv", "--no-home", f"--env-file={env_file}", "--nv", "--bind=/s:/s",
+    assert argv == ["bash", "-c", STEP_ENV, "bash",
+                    "apptainer", "exec", "--cleanenv", "--no-home", f"--env-file={env_file}", "--nv", "--bind=/s:/s",
                     "--bind=/data:/d:ro", "--pwd=/workspace/nanochat-bench", "/img/nb.sif", *CMD]
     # literal values from a file: --env would split NCCL_DEBUG_SUBSYS=INIT,NET at its comma
     assert runtimes.get("apptainer").write_files(s) == [env_file]
@@ -55,6 +57,18 @@ def test_apptainer_exec_with_nv_only_on_gpus(tmp_path):
                                                  "NCCL_DEBUG_SUBSYS=INIT,NET"]
     _, argv = launch("apptainer", spec(tmp_path, image="/img/nb.sif", gpus=False))
     assert "--nv" not in argv
+
+
+def test_apptainer_passes_the_steps_slingshot_variables_through_cleanenv(tmp_path):
+    """Regression: --cleanenv dropped the SLINGSHOT_* variables Slurm sets in each step (the VNIs libfabric's cxi
+    provider needs to reach the other nodes); the step's bash now copies them to APPTAINERENV_*, which apptainer
+    passes in. Run in real bash, with `env` standing in for apptainer."""
+    _, argv = launch("apptainer", spec(tmp_path, image="/img/nb.sif"))
+    prefix = argv[:argv.index("apptainer")]
+    step = {"PATH": os.environ["PATH"], "SLINGSHOT_VNIS": "1054,1055", "SLINGSHOT_DEVICES": "cxi0,cxi1"}
+    out = subprocess.run([*prefix, "env"], env=step, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert {"APPTAINERENV_SLINGSHOT_VNIS=1054,1055", "APPTAINERENV_SLINGSHOT_DEVICES=cxi0,cxi1"} <= set(out)
+    assert subprocess.run([*prefix, "true"], env={"PATH": os.environ["PATH"]}).returncode == 0  # none set
 
 
 def test_podman_and_podman_hpc(tmp_path):

@@ -24,7 +24,8 @@ from bench.launch.render import render_sbatch
 from bench.runtimes import LaunchSpec, Mount, Var, shell_join
 from tests.support.stubs import write_stubs
 
-HOSTILE = ["a b", "it's", 'say "hi"', "$(touch PWNED)", "`touch PWNED`", "x\ny", "${HOME}", "; touch PWNED #", ""]
+HOSTILE = ["a b", "it's", 'say "hi"', "$(touch PWNED)", "`touch PWNED`", "x\ny", "${HOME}", "; touch PWNED #", "",
+           "a\\b $'\\x41' \\n"]
 
 
 def bash_words(text: str, env=None) -> list[str]:

@@ -223,9 +223,6 @@ def evaluate(model, tokenizer, config, autocast=nullcontext, synchronize=lambda:
 def load_for_eval(config, device):
     """The checkpoint's model and the tokenizer it was trained with (the vocabulary sizes must agree)."""
     model, meta = load_model(config.source, device, config.model_tag or None, None if config.step < 0 else config.step)
-    if device.type != "cuda":  # a GPU-trained checkpoint keeps its embedding in bf16: fp32 off the GPU, as upstream
-        for p in model.parameters():
-            p.data = p.data.float()
     tokenizer = get_tokenizer()
     if tokenizer.get_vocab_size() != model.config.vocab_size:
         raise ConfigError(f"the {config.source} checkpoint in {meta['checkpoint_dir']} has a vocabulary of "

@@ -61,9 +61,6 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     # Model and tokenizer: the input stage's checkpoint, not compiled (rows vary in length)
     model, meta = load_model(config.source, device, config.model_tag or None,
                              None if config.step < 0 else config.step)
-    if session.device_type != "cuda":  # a GPU-trained checkpoint's embedding is bf16: fp32 off the GPU, as upstream
-        for p in model.parameters():
-            p.data = p.data.float()
     tokenizer = get_tokenizer()
     vocab_size = model.config.vocab_size
     if tokenizer.get_vocab_size() != vocab_size:

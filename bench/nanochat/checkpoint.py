@@ -186,6 +186,8 @@ def load_model(phase: str, device, model_tag: str | None = None, step: int | Non
         raise ConfigError(f"no {phase} checkpoint in {checkpoint_dir} (model_<step>.pt with its meta_<step>.json): "
                           f"{WRITTEN_BY[phase]} writes them there")
     state, meta = load_model_state(checkpoint_dir, steps[-1] if step is None else step, device)
+    if torch.device(device).type in ("cpu", "mps"):  # a CUDA run saved its embedding in bf16: fp32 here, as upstream
+        state = {k: v.float() if v.dtype == torch.bfloat16 else v for k, v in state.items()}
     model = build_model(GPTConfig(**meta["model_config"]), device)
     model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in state.items()}, strict=True, assign=True)
     return model, {**meta, "model_tag": tag, "checkpoint_dir": str(checkpoint_dir)}

@@ -148,3 +148,19 @@ def test_a_resumed_stage_marks_its_steady_state_after_its_own_warm_up(monkeypatc
             stagerun.log_step(session, record, step, 100, 3.0, 1.0, 0.1, 1000.0, None, 0.0, line="")
         assert [e for e in record.events if e[0] != "step"] == [("first_step", None),
                                                                ("steady", resumed_at + WARMUP_STEPS)]
+
+
+def test_a_gpu_trained_checkpoint_loads_in_float32_on_the_cpu(tmp_path, monkeypatch):
+    """Pre-training on CUDA keeps the embedding in bf16, and so does its checkpoint. Upstream's build_model turns
+    every bf16 tensor into fp32 when loading on the CPU (or MPS), for every stage; mid_train, base_loss and base_eval
+    kept the bf16 embedding here, and their first forward failed on the mixed dtypes."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    config = GPTConfig.from_depth(1, 64, 32, 8)
+    model = build_model(config, "cpu")
+    state = {k: v.bfloat16() if k == "transformer.wte.weight" else v for k, v in model.state_dict().items()}
+    save_checkpoint(tmp_path / "base_checkpoints" / "d1", 3, state, [], {"step": 3, "model_config": asdict(config)})
+    loaded, _ = load_model("base", "cpu")
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    assert torch.equal(loaded.transformer.wte.weight, state["transformer.wte.weight"].float())
+    logits = loaded(torch.zeros((1, 4), dtype=torch.long))  # the forward runs
+    assert logits.dtype == torch.float32

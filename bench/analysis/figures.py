@@ -63,6 +63,13 @@ def finite(x) -> float | None:
         return None
 
 
+def diverged(records: list[dict]) -> str | None:
+    """Why a run's steps are no figures of its model, or None: a loss that became NaN or infinite. This trainer
+    stops such a run (status `diverged`); an older release's run, or upstream's log, says ok and goes on."""
+    bad = [int(r["step"]) for r in records if isinstance(r.get("loss"), float) and not math.isfinite(r["loss"])]
+    return f"loss non-finite from step {min(bad)}: the run diverged" if bad else None
+
+
 def _is_positive(x) -> bool:
     """A finite number above 0 (NaN fails both comparisons; bools and strings are not numbers)."""
     return type(x) in (int, float) and 0 < x < math.inf

@@ -20,7 +20,7 @@ from bench import contract, workloads
 from bench.analysis import upstream
 from bench.analysis import why
 from bench.analysis.columns import FLAT
-from bench.analysis.figures import finite, step_figures, steady_mask, warmup_flags
+from bench.analysis.figures import diverged, finite, step_figures, steady_mask, warmup_flags
 from bench.analysis.regular_files import NotRegularFile, read_regular
 from bench.logline import steps_digest
 from bench.workloads.base import EVALUATION, TRAINING
@@ -342,7 +342,7 @@ def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:
         if row.get("time_to_first_step_s") is not None:
             row["launch_to_first_step_s"] = row["startup_overhead_s"] + row["time_to_first_step_s"]
     row.update(why.section_fields(manifest))
-    row["skip_reason"] = skip or usability(row, getattr(impl, "kind", TRAINING) == EVALUATION)
+    row["skip_reason"] = skip or usability(row, getattr(impl, "kind", TRAINING) == EVALUATION) or diverged(steps)
     row["notes"] = "; ".join(notes) or None
     return row
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.analysis.figures import step_figures
+from bench.analysis.figures import diverged, step_figures
 from bench.analysis.regular_files import open_regular
 from bench.logline import parse_step_line, parse_val_line, steps_digest
 from bench.metrics import peak_flops
@@ -163,6 +163,6 @@ def read_upstream_log(path: Path) -> dict | None:
     elif not finished:
         row["skip_reason"] = "log has no final lines: run unfinished or log cut"
     else:
-        row["skip_reason"] = None if row.get("tok_per_sec") else "no steady-state step"
+        row["skip_reason"] = diverged(run.steps) or (None if row.get("tok_per_sec") else "no steady-state step")
     row["notes"] = "; ".join(notes) or None
     return row

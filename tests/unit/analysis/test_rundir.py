@@ -50,6 +50,20 @@ def test_cpu_run_has_no_mfu(make_run):
     assert row["skip_reason"] is None and row.get("mfu") is None and row.get("mfu_source") is None
 
 
+def test_a_run_whose_loss_went_nan_is_no_repeat(make_run):
+    """A run of a release before the trainer stopped on divergence (status `diverged`) says ok while its loss went
+    NaN: its steps trained nothing, so it is left out of the figures with the step named, never pooled."""
+    d = make_run("nan")
+    path = d / contract.METRICS_JSONL
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for ev in events:
+        if ev["event"] == "step" and ev["step"] >= 17:
+            ev["loss"] = float("nan")
+    path.write_text("".join(json.dumps(ev) + "\n" for ev in events))
+    row = read_run_dir(d)
+    assert row["status"] == "ok" and "loss" in row["skip_reason"] and "step 17" in row["skip_reason"]
+
+
 def test_last_line_cut_mid_json(make_run):
     d = make_run("cut")
     path = d / contract.METRICS_JSONL

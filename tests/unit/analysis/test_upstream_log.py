@@ -78,6 +78,14 @@ def test_upstream_log_becomes_a_row(tmp_path):
     assert "assumed" in row["mfu_source"]
 
 
+def test_an_upstream_log_whose_loss_went_nan_is_no_run_to_compare(tmp_path):
+    """Upstream's base_train prints `loss: nan` and goes on: such a log is left out of the figures, the step named."""
+    log = write_log(tmp_path / "base_train.log")
+    log.write_text(log.read_text().replace("loss: 9.500000", "loss: nan"))
+    row = read_upstream_log(log)
+    assert "loss" in row["skip_reason"] and "step 15" in row["skip_reason"]
+
+
 def test_gpu_line_gives_the_real_peak(tmp_path):
     log = write_log(tmp_path / "a100.log")
     log.write_text("GPU: NVIDIA A100-SXM4-80GB | Peak FLOPS (BF16): 3.12e+14\n" + log.read_text())

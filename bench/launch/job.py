@@ -502,6 +502,15 @@ def run_job_minutes(time_minutes: int, image_step: bool = False) -> int:
     return time_minutes + 1 + (IMAGE_STEP_MINUTES if image_step else 0)
 
 
+def default_image_step(runtime: str) -> bool:
+    """Whether a run under `runtime` has an image step with the image it takes without --image (plan takes no launch
+    flags), made into a file once per sweep where the runtime does that, as build_run makes it."""
+    rt = get(runtime)
+    image = rt.default_image
+    made = rt.sweep_image(image, Path(IMAGES_DIR))
+    return rt.image_step(LaunchSpec((), image=made or image, image_source=image if made else None)) is not None
+
+
 # The interactive guide's own steps before training, estimated as the plan estimates a run (allowance_minutes).
 # Assumptions, not measurements, like the plan's --assume-mfu: upstream's FineWeb-Edu shards are ~100 MB each
 # and hold ~250M characters (TOKENS_PER_SHARD x 4.8); a download is taken at 20 MB/s, and tokenizer training

@@ -158,7 +158,12 @@ class Point:
 
     @property
     def node_hours(self) -> float | None:
-        return None if self.est_hours is None else self.est_hours * self.nodes
+        """The run's estimate on each node, plus its image step's time where its runtime has one: the step runs
+        before the run's own srun, on the job's nodes, and its job's time limit gives it that time."""
+        from bench.launch.job import IMAGE_STEP_MINUTES, default_image_step  # job.py imports this module
+        if self.est_hours is None:
+            return None
+        return (self.est_hours + (IMAGE_STEP_MINUTES / 60 if default_image_step(self.runtime) else 0)) * self.nodes
 
     @property
     def time_limit(self) -> str:
@@ -315,9 +320,10 @@ def memory_warning(sweep: Sweep, p: Point) -> str | None:
 
 def format_table(sweep: Sweep) -> str:
     """The plan as a text table, one row per node count and runtime (repeats folded), then totals. A run whose job
-    the site's default partition would refuse is shown as submit refuses it (its image step, where the runtime has
-    one, adds to the job's time at submit)."""
-    from bench.launch.job import partition_refusal, run_job_minutes, site_partition  # job.py imports this module
+    the site's default partition would refuse is shown as submit refuses it, its image step's time included."""
+    # job.py imports this module
+    from bench.launch.job import IMAGE_STEP_MINUTES, default_image_step, partition_refusal, run_job_minutes, \
+        site_partition
 
     limit = site_partition(sweep.site)
     columns = sweep.workload_impl.PLAN_COLUMNS
@@ -329,7 +335,7 @@ def format_table(sweep: Sweep) -> str:
         if not p.possible:
             rows.append((n, rt, len(group), p.ranks, *["-"] * (len(columns) + 3), "impossible: " + p.reason))
             continue
-        refusal = partition_refusal(limit, n, run_job_minutes(p.time_minutes))
+        refusal = partition_refusal(limit, n, run_job_minutes(p.time_minutes, default_image_step(rt)))
         nh = sum(q.node_hours or 0 for q in group)
         if not refusal:  # a run submit refuses is neither run nor counted
             jobs += len(group)
@@ -347,5 +353,6 @@ def format_table(sweep: Sweep) -> str:
         else f"; no peak FLOPs known for {s.gpu}" if not s.estimate.peak_flops else f"; no estimate for {s.workload}"
     lines.append(f"{jobs} runs, {total} node-hours estimated "
                  f"({s.gpu} at {s.assume_mfu:.0%} MFU x B/(B+{MFU_HALF_BATCH}) + {s.startup_s:.0f} s start-up per run"
+                 + (f" + {IMAGE_STEP_MINUTES} min image step" if any(map(default_image_step, s.runtimes)) else "")
                  + why + ")")
     return "\n".join(lines)

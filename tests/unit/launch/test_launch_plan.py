@@ -110,3 +110,13 @@ def test_node_hours_grow_with_nodes_and_are_unknown_on_cpu():
     assert 0 < one < two < 2 * one  # compute is shared, the start-up allowance is paid on every node
     cpu = Sweep([1], 2, ["bare"], train={"device_type": "cpu"})
     assert cpu.points()[0].node_hours is None and "no estimate on CPU" in format_table(cpu)
+
+
+def test_node_hours_count_the_image_step_the_jobs_time_limit_gives_it():
+    """podman's per-node image step runs before srun, in the job's time (job_minutes): node-hours left it out."""
+    from bench.launch.job import IMAGE_STEP_MINUTES
+
+    bare, podman = Sweep([2], 4, ["bare", "podman"]).points()
+    assert podman.node_hours - bare.node_hours == pytest.approx(2 * IMAGE_STEP_MINUTES / 60)
+    assert f"+ {IMAGE_STEP_MINUTES} min image step" in format_table(Sweep([2], 4, ["podman"]))
+    assert "image step" not in format_table(Sweep([2], 4, ["bare"]))

@@ -116,3 +116,4 @@ if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
 fi
 
 echo "training ended with status $job_rc; run.json in each run directory says how"
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit "$job_rc"; fi  # run as a script, its status; pasted, the shell stays

@@ -396,4 +396,7 @@ fi
 
 
 echo "flow speedrun ended with status $job_rc; run.json in each stage's directory says how"
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # run as a script, it ends as the batch script does; pasted, the shell stays
+    if [ -n "$stopping" ]; then exit 143; fi
+    exit "$job_rc"
+fi

@@ -69,12 +69,11 @@ for a in "$@"; do case $a in bench.launch.elastic) echo "0: crashed"; exit 7;; e
 """
 
 
-def test_a_pasted_guide_records_the_training_steps_exit_code(tmp_path):
-    """Pasted into the salloc shell (here: sourced, which takes the same branch), the guide left pipefail off: the
-    training pipeline's status was its tee's, and run.json recorded srun's exit code as 0."""
+def guide(tmp_path, srun):
+    """An interactive guide of one bare run, written, and the environment of an salloc shell with stand-ins."""
     from bench.launch.render import render_interactive
 
-    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN_TRAIN_FAILS)))
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", srun)))
     sweep = Sweep([2], 2, ["bare"], train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
     [job] = assemble(sweep, opts, tmp_path / "sweep", note=lambda _: None)
@@ -82,8 +81,23 @@ def test_a_pasted_guide_records_the_training_steps_exit_code(tmp_path):
     write_job(job, render_interactive(job, str(tmp_path / "base"), 4))
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
            "SLURM_JOB_CPUS_PER_NODE": "4(x2)", "SLURMD_NODENAME": "n1"}
+    return job, env
+
+
+def test_a_pasted_guide_records_the_training_steps_exit_code(tmp_path):
+    """Pasted into the salloc shell (here: sourced, which takes the same branch), the guide left pipefail off: the
+    training pipeline's status was its tee's, and run.json recorded srun's exit code as 0."""
+    job, env = guide(tmp_path, SRUN_TRAIN_FAILS)
     r = subprocess.run(["bash", "-c", 'source "$1"; echo "job_rc=$job_rc"', "bash", str(job.script)],
                        cwd=job.job_dir, env=env, capture_output=True, text=True, timeout=60)
     assert "job_rc=7" in r.stdout, r.stdout + r.stderr
     run = json.loads((job.runs[0].run_dir / "run.json").read_text())
     assert run["launch"]["exit_code"] == 7 and run["status"] == "failed"
+
+
+def test_a_guide_run_as_a_script_exits_with_the_failed_runs_status(tmp_path):
+    """`bash interactive.sh` printed the failed run's status, then exited 0 as its last line, an echo, did."""
+    job, env = guide(tmp_path, SRUN_TRAIN_FAILS)
+    r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 7 and "training ended with status 7" in r.stdout, r.stdout + r.stderr

@@ -112,16 +112,14 @@ for a in "$@"; do case "$a" in tokenizer) echo "tokenizer: no shards" >&2; exit 
 """
 
 
-def test_a_pasted_flow_guide_whose_tokenizer_fails_starts_no_stage(tmp_path):
-    """Pasted into the salloc shell (here: sourced, which takes the same branch), the guide left pipefail off:
-    a step's status was its tee's, so a tokenizer that failed went unnoticed and every stage was started, and a
-    stage's srun exit code was recorded as 0."""
+def flow_guide(tmp_path, srun):
+    """The interactive guide of a two-stage flow, written, and the environment of an salloc shell with stand-ins."""
     from bench.launch import flow
     from bench.launch.flowrender import render_flow_interactive
     from bench.launch.job import LaunchOptions
     from bench.launch.plan import DataShape
 
-    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", SRUN_TOKENIZER_FAILS)))
+    stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", srun)))
     base = tmp_path / "base"
     fs = flow.FlowSweep.build("speedrun", "base_train,base_loss", {"device_type": "cpu", "depth": 2}, [],
                               nodes=[1], gpus_per_node=2, runtimes=["bare"], data=DataShape.from_counts(4, 4),
@@ -132,6 +130,14 @@ def test_a_pasted_flow_guide_whose_tokenizer_fails_starts_no_stage(tmp_path):
     flow.write_flow_job(fj, render_flow_interactive(fj, str(base), 4))
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
            "SLURM_JOB_CPUS_PER_NODE": "4", "SLURMD_NODENAME": "n1"}
+    return fj, env
+
+
+def test_a_pasted_flow_guide_whose_tokenizer_fails_starts_no_stage(tmp_path):
+    """Pasted into the salloc shell (here: sourced, which takes the same branch), the guide left pipefail off:
+    a step's status was its tee's, so a tokenizer that failed went unnoticed and every stage was started, and a
+    stage's srun exit code was recorded as 0."""
+    fj, env = flow_guide(tmp_path, SRUN_TOKENIZER_FAILS)
     r = subprocess.run(["bash", "-c", 'source "$1"; echo "job_rc=$job_rc flow_failed=$flow_failed"', "bash",
                         str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True, timeout=60)
     assert "the tokenizer could not be trained" in r.stderr, r.stdout + r.stderr
@@ -139,3 +145,11 @@ def test_a_pasted_flow_guide_whose_tokenizer_fails_starts_no_stage(tmp_path):
     for stage in ("base_train", "base_loss"):
         run = contract.read_run_json(fj.point_dir / stage)
         assert run["status"] == "cancelled" and "stage tokenizer" in run["message"]
+
+
+def test_a_flow_guide_run_as_a_script_exits_with_the_flows_status(tmp_path):
+    """`bash interactive.sh` printed the failed flow's status, then exited 0 as its last line did."""
+    fj, env = flow_guide(tmp_path, SRUN_TOKENIZER_FAILS)
+    r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "ended with status 1" in r.stdout, r.stdout + r.stderr

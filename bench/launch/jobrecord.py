@@ -48,6 +48,11 @@ def start(run_dir: str, runtime_version: str = "") -> None:
                                      "runtime_version": runtime_version or None})
 
 
+def stopped_by(signal: str) -> str:
+    """What sent the signal a stopped run is recorded with: Slurm's SIGTERM, or Ctrl-C in an interactive guide."""
+    return "Ctrl-C in the salloc shell" if signal == "SIGINT" else "scancel, the job's time limit or a lost node"
+
+
 def finish(run_dir: str, exit_code: str, signal: str = "") -> None:
     code = int(exit_code)
     # Slurm facts again: a trainer inside a container may not see them and record none.
@@ -56,8 +61,8 @@ def finish(run_dir: str, exit_code: str, signal: str = "") -> None:
     if signal:  # scancel or the job's end stopped srun, perhaps before the trainer could record anything
         contract.record_evidence(run_dir, contract.Evidence(
             source="batch_script", kind="stopped", signal=signal, exit_code=code,
-            message=f"the batch script received {signal} (scancel, the job's time limit or a lost node) while the "
-                    f"run went on; srun exit code {code}"))
+            message=f"the batch script received {signal} ({stopped_by(signal)}) while the run went on; "
+                    f"srun exit code {code}"))
     tail = contract.log_tail(os.path.join(run_dir, contract.TRAIN_LOG))
     seen = set()
     for marker, kind, what in SLURM_LINES:
@@ -140,8 +145,8 @@ def not_run(run_dir: str, failed_stage: str, signal: str = "", *, source: str = 
     if signal and source == "launcher":  # `speedrun` stopped outside a stage: failed_stage says where it was
         why = f"nanochat-bench speedrun received {signal} at {failed_stage}, so no later stage started"
     elif signal:
-        why = f"the batch script received {signal} (scancel, the job's time limit or a lost node) at stage " \
-              f"{failed_stage} of this point, so no later stage started"
+        why = f"the batch script received {signal} ({stopped_by(signal)}) at stage {failed_stage} of this point, " \
+              f"so no later stage started"
     contract.record_evidence(run_dir, contract.Evidence(source=source, kind="not_run", signal=signal or None,
                                                         message=f"not run: {why}"))
 

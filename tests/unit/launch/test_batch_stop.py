@@ -101,3 +101,24 @@ def test_a_guide_run_as_a_script_exits_with_the_failed_runs_status(tmp_path):
     r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 7 and "training ended with status 7" in r.stdout, r.stdout + r.stderr
+
+
+# Ctrl-C in the salloc shell during training: the terminal sends SIGINT to the step's process group, and srun
+# (a second Ctrl-C within a second) ends by it
+SRUN_CTRL_C = """#!/bin/bash
+for a in "$@"; do case $a in bench.launch.elastic)
+    echo "0: starting"
+    kill -INT -- "-$(ps -o pgid= $$ | tr -d ' ')"
+    sleep 5 ;;
+esac; done
+"""
+
+
+def test_ctrl_c_during_a_guides_training_step_still_finishes_its_run_record(tmp_path):
+    """SIGINT ended the guide's block before `runjson finish`: run.json stayed pending, with no exit code."""
+    job, env = guide(tmp_path, SRUN_CTRL_C)
+    r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60, start_new_session=True)  # its own process group, as a terminal's foreground job
+    run = json.loads((job.runs[0].run_dir / "run.json").read_text())
+    assert run["status"] == "cancelled" and "Ctrl-C" in run["message"], r.stdout + r.stderr
+    assert run["launch"]["exit_code"] == 130 and r.returncode == 143

@@ -9,7 +9,9 @@ tests, CI and timing the evaluation path, and origin.json says it was generated.
 import csv
 import io
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -17,7 +19,7 @@ import yaml
 from bench.contract import write_json_atomic, write_text_atomic
 from bench.errors import DataError
 from bench.nanochat.corpus import CorpusText
-from bench.nanochat.evalbundle import CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir
+from bench.nanochat.evalbundle import BUNDLE_DIR, CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir
 from bench.nanochat.evalbundle import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC
 
 SEED = 4321
@@ -94,11 +96,21 @@ def meta_text() -> str:
 def generate(path: Path | None = None, rows: int = ROWS, overwrite: bool = False) -> Path:
     """Write the bundle (refusing to replace one already there unless `overwrite`); its directory."""
     path = Path(path) if path is not None else bundle_dir()
-    if path.exists():
-        if not overwrite:
-            raise DataError(f"{path}: an eval bundle is already there; pass --overwrite to replace it with a "
-                            "generated one")
-        shutil.rmtree(path)
+    if path.exists() and not overwrite:
+        raise DataError(f"{path}: an eval bundle is already there; pass --overwrite to replace it with a "
+                        "generated one")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # written beside it and moved into place whole, as `data download --eval-bundle` does: an interrupted run
+    # leaves no half bundle that a rerun would call already there and base_eval would read
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{BUNDLE_DIR}-") as tmp:
+        _write(Path(tmp) / BUNDLE_DIR, rows)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(Path(tmp) / BUNDLE_DIR, path)
+    return path
+
+
+def _write(path: Path, rows: int) -> None:
     t = CorpusText(SEED, max_chars=400)
     written = {}
     for label, task_type, _, baseline, uri, _ in TASKS:
@@ -112,4 +124,3 @@ def generate(path: Path | None = None, rows: int = ROWS, overwrite: bool = False
     write_text_atomic(path / META, meta_text())
     write_text_atomic(path / CONFIG, config_text())
     write_json_atomic(path / ORIGIN, {"origin": "generated", "rows_per_task": rows, "seed": SEED})
-    return path

@@ -153,6 +153,20 @@ def test_generate_refuses_to_replace_and_download_refuses_to_mix(mirror, tmp_pat
     assert load_bundle(tmp_path / "eval_bundle").origin()["origin"] == "downloaded"
 
 
+def test_an_interrupted_generate_leaves_no_half_bundle_and_a_rerun_writes_it(tmp_path, monkeypatch):
+    """Cut after the task files but before core.yaml: a half bundle was left and the rerun called it already there."""
+    def cut():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evalgen, "config_text", cut)
+    with pytest.raises(KeyboardInterrupt):
+        evalgen.generate(tmp_path / "eval_bundle", rows=12)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    assert load_bundle(evalgen.generate(tmp_path / "eval_bundle", rows=12)).origin()["origin"] == "generated"
+    assert [p.name for p in tmp_path.iterdir()] == ["eval_bundle"]
+
+
 def test_reading_names_the_file_and_what_is_wrong(tmp_path):
     with pytest.raises(DataError, match=r"no eval bundle at .*nanochat-bench data download --eval-bundle"):
         load_bundle(tmp_path / "nothing")

@@ -171,6 +171,8 @@ def generate_shards(
     as generated in its footer. A file there that is not this same generated shard (a download, or another
     recipe) is a DataError naming it, before anything is written, unless `overwrite`. `elsewhere` and
     `overwrite_flag` (None: the caller has none) are what the errors tell the caller's user to do instead."""
+    from tqdm import tqdm
+
     from bench.nanochat import corpus, data_origin
 
     for flag, value in (("--shards", num_shards), ("--docs-per-shard", docs_per_shard),
@@ -199,11 +201,15 @@ def generate_shards(
         print(f"kept {file_names(kept)}: already generated with these settings")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for i, (path, recipe) in enumerate(zip(paths, recipes)):
-            if path in kept:
-                continue
-            write_shard(path, itertools.islice(corpus.iter_documents(seed=i), docs_per_shard), row_group_size,
-                        data_origin.generated_metadata(recipe))
+        # the shards on a bar at a terminal, as `data download` counts them: each default one takes seconds, so
+        # hundreds take minutes (a job's log gets no bar)
+        with tqdm(total=num_shards - len(kept), unit="shard", desc="generate", leave=False, disable=None) as bar:
+            for i, (path, recipe) in enumerate(zip(paths, recipes)):
+                if path in kept:
+                    continue
+                write_shard(path, itertools.islice(corpus.iter_documents(seed=i), docs_per_shard), row_group_size,
+                            data_origin.generated_metadata(recipe))
+                bar.update(1)
         data_origin.forget(out, [p.name for p in in_the_way])
     except OSError as e:
         raise DataError(f"data generate: cannot write into {out}: {os_reason(e)}; free space there or {elsewhere} "

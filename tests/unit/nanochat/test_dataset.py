@@ -1,5 +1,7 @@
 """Shard files: generation, listing, the train/val split.  python -m pytest tests/unit/nanochat/test_dataset.py -q"""
 
+import sys
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -24,6 +26,19 @@ def test_generate_is_reproducible_and_shards_differ(tmp_path):
     read = lambda p: pq.read_table(p).column("text").to_pylist()  # noqa: E731
     assert read(a[0]) == read(b[0]) and read(a[1]) == read(b[1])
     assert read(a[0]) != read(a[1])
+
+
+def test_generate_counts_its_shards_on_a_bar_at_a_terminal(tmp_path, monkeypatch, capsys):
+    """Hundreds of shards took minutes without a word; `data download` counts its shards on a bar."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # at a terminal (a job's log gets no bar)
+    dataset.generate_shards(3, 8, out_dir=tmp_path)
+    bars = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    assert any(line.startswith("generate:") and "/3 [" in line and "shard" in line for line in bars)
+
+
+def test_generate_prints_no_bar_into_a_log(tmp_path, capsys):
+    dataset.generate_shards(3, 8, out_dir=tmp_path)
+    assert capsys.readouterr().err == ""
 
 
 def test_generate_rejects_bad_sizes(tmp_path):

@@ -172,13 +172,16 @@ def stage(url: str | None = None, retries: int = 5, timeout_s: float = download.
     download.check_tries(retries, timeout_s)
     hub = endpoint(url)
     out = []
-    for s in chatdata.HUB_SPLITS:
-        rows = _stage_split(s, hub, retries, timeout_s, overwrite)
-        out.append((chatdata.chat_dir() / s.repo / s.pattern, rows))
-    for name, default, env in ((chatdata.IDENTITY_FILE, chatdata.IDENTITY_URL, ENV_IDENTITY_URL),
-                               (chatdata.WORDS_FILE, chatdata.WORDS_URL, ENV_WORDS_URL)):
-        rows = _stage_file(name, os.environ.get(env) or default, env, retries, timeout_s, overwrite)
-        out.append((get_base_dir() / name, rows))
+    # one staging into a base directory at a time, as the shards' downloads: two at once each rewrote sources.json
+    # from what they had read, losing the other's entries, and resumed each other's half-written <file>.tmp
+    with download.one_download_at_a_time(get_base_dir()):
+        for s in chatdata.HUB_SPLITS:
+            rows = _stage_split(s, hub, retries, timeout_s, overwrite)
+            out.append((chatdata.chat_dir() / s.repo / s.pattern, rows))
+        for name, default, env in ((chatdata.IDENTITY_FILE, chatdata.IDENTITY_URL, ENV_IDENTITY_URL),
+                                   (chatdata.WORDS_FILE, chatdata.WORDS_URL, ENV_WORDS_URL)):
+            rows = _stage_file(name, os.environ.get(env) or default, env, retries, timeout_s, overwrite)
+            out.append((get_base_dir() / name, rows))
     return out
 
 

@@ -135,6 +135,42 @@ def test_a_finished_staging_is_not_fetched_again_and_an_unfinished_one_is(tmp_pa
         chatstage.stage(url="http://127.0.0.1:9", retries=1)
 
 
+def test_a_second_staging_into_the_base_directory_waits_for_the_first_and_keeps_its_entries(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """Two `data download --chat` at once each rewrote sources.json from what it had read, losing the other's
+    entries (and resumed each other's <file>.tmp). The second waits, saying for whom, as the shards' download does."""
+    import fcntl
+    import json
+    import threading
+    import time
+
+    from bench.nanochat import download
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    sources = _as_if_downloaded(tmp_path)
+    cut = "openai/gsm8k/main/test-*.parquet"
+    unfinished = sources.pop(cut)  # the second staging fetches this split again and records it
+    (chatdata.chat_dir() / chatstage.SOURCES).write_text(json.dumps(sources))
+    monkeypatch.setattr(download, "check_reachable", lambda *a, **k: None)
+    monkeypatch.setattr(chatstage, "_hub_files", lambda s, url: unfinished["files"])
+    monkeypatch.setattr(chatstage, "_hub_file", lambda *a: None)  # the file is there already
+    held = os.open(tmp_path / download.DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the first staging is still running
+    second = threading.Thread(target=chatstage.stage, kwargs={"url": "http://127.0.0.1:9", "retries": 1})
+    second.start()
+    deadline = time.time() + 10
+    while "waiting for another data download" not in capsys.readouterr().out and time.time() < deadline:
+        time.sleep(0.05)
+    assert second.is_alive()
+    sources["late/entry"] = {"endpoint": "https://mirror.example", "rows": 0, "files": []}  # the first one's last
+    (chatdata.chat_dir() / chatstage.SOURCES).write_text(json.dumps(sources))
+    os.close(held)
+    second.join(timeout=30)
+    assert not second.is_alive()
+    recorded = json.loads((chatdata.chat_dir() / chatstage.SOURCES).read_text())
+    assert recorded.keys() == {*sources, cut}  # the first one's last entry kept, the second one's added
+
+
 def test_the_identity_file_and_word_list_are_fetched_checked_and_listed(tmp_path, monkeypatch):
     import functools
     import http.server

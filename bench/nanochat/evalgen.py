@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from bench.contract import write_json_atomic, write_text_atomic
-from bench.errors import DataError
+from bench.errors import DataError, os_reason
 from bench.nanochat.corpus import CorpusText
 from bench.nanochat.evalbundle import BUNDLE_DIR, CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir
 from bench.nanochat.evalbundle import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC
@@ -99,14 +99,18 @@ def generate(path: Path | None = None, rows: int = ROWS, overwrite: bool = False
     if path.exists() and not overwrite:
         raise DataError(f"{path}: an eval bundle is already there; pass --overwrite to replace it with a "
                         "generated one")
-    path.parent.mkdir(parents=True, exist_ok=True)
     # written beside it and moved into place whole, as `data download --eval-bundle` does: an interrupted run
     # leaves no half bundle that a rerun would call already there and base_eval would read
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{BUNDLE_DIR}-") as tmp:
-        _write(Path(tmp) / BUNDLE_DIR, rows)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(Path(tmp) / BUNDLE_DIR, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{BUNDLE_DIR}-") as tmp:
+            _write(Path(tmp) / BUNDLE_DIR, rows)
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(Path(tmp) / BUNDLE_DIR, path)
+    except OSError as e:  # a full or read-only disk: the temporary directory is gone with its files
+        raise DataError(f"data generate --eval-bundle: cannot write into {path.parent}: {os_reason(e)}; free space "
+                        "there or set NANOCHAT_BASE_DIR to another directory") from None
     return path
 
 

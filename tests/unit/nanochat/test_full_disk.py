@@ -144,3 +144,14 @@ def test_eval_bundle_unpacked_onto_a_full_disk_is_one_line_and_keeps_the_zip(sma
     assert "No space left on device (disk full)" in err[0] and "the zip is kept" in err[0]
     assert (small_disk / "eval_bundle.zip").read_bytes() == (mirror / "eval_bundle.zip").read_bytes()
     assert sorted(p.name for p in small_disk.iterdir()) == ["eval_bundle.zip"]  # no half-unpacked folder
+
+
+def test_data_generate_eval_bundle_on_a_full_disk_is_one_line_and_leaves_nothing(small_disk, monkeypatch, capsys):
+    """`data generate --eval-bundle` on a full disk was a traceback."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(small_disk))
+    fill(small_disk)
+    assert main(["data", "generate", "--eval-bundle"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: data generate --eval-bundle: cannot write into {small_disk}")
+    assert "No space left on device (disk full)" in err[0] and "NANOCHAT_BASE_DIR" in err[0]
+    assert [p.name for p in small_disk.iterdir()] == ["filler"]

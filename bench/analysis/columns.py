@@ -126,6 +126,9 @@ CATALOGUE: tuple[Column, ...] = (
     Column("net", "str", "why:network"), _rj("net_provider", "str", "network.net_provider"),
     Column("nccl_transports", "str", "why:network"), Column("net_over_sockets", "str", "why:network"),
     _rj("net_unverified", "str", "network.unverified"),  # a multi-node run the network gate could not judge
+    # rank 0's NCCL/libfabric settings (run.json network_env less logging and plugin paths), JSON: CE's hook sets
+    # its own, so runtimes compared may have run different tuning (findings.py)
+    Column("net_tuning", "str", "why:network"),
     _rj("slowest_rank", "int", "breakdown.slowest_rank"), _rj("slowest_host", "str", "breakdown.slowest_host"),
     Column("rank_step_spread_pct", "float", "why:breakdown", "max"),
     Column("fingerprint", "str", "collect"), Column("row_version", "int", "collect"),

@@ -4,6 +4,7 @@ Only what the data says: every finding needs measured values on both sides of it
 gap beyond a threshold, and the thresholds are named here with the reason for their size. A config
 without any gap that large has no findings, and the report says so.
   - a multi-node run whose NCCL took TCP sockets between nodes (the line of NCCL's log that proves it);
+  - runtimes compared at one node count whose NCCL/libfabric settings differed (CE's hook sets its own);
   - a runtime's throughput relative to the baseline, where its confidence interval excludes 1;
   - parallel efficiency below a floor, with the pre-flight busbw of the same points beside it, or above ideal;
   - a runtime's start-up longer or shorter than the baseline's, and the phase the difference is in;
@@ -12,6 +13,8 @@ without any gap that large has no findings, and the report says so.
 """
 
 from dataclasses import dataclass
+
+import json
 
 import pandas as pd
 
@@ -81,6 +84,28 @@ def unverified(runs: pd.DataFrame) -> list[Finding]:
                            f"verified, so their throughput may measure another network than the site's "
                            f"(run {g['run_id'].iloc[0]})", str(g["net_unverified"].iloc[0])))
     return _capped(out, "unverified networks")
+
+
+def tuning(runs: pd.DataFrame) -> list[Finding]:
+    """Node counts whose runtimes ran NCCL/libfabric with different settings (rank 0's, run.json network_env): their
+    gap may be that tuning, not the runtime. On Alps CE's aws_ofi_nccl hook sets its own values, which change
+    between CE releases, while the other runtimes get the site profile's."""
+    if "net_tuning" not in runs:
+        return []
+    out = []
+    for nodes, g in runs[runs["net_tuning"].notna()].groupby("nodes", sort=True):
+        settings = {runtime: json.loads(t.iloc[0]) for runtime, t in g.groupby("runtime", sort=True)["net_tuning"]}
+        if len(settings) < 2:
+            continue
+        names = sorted({k for s in settings.values() for k in s})
+        differ = [k for k in names if len({s.get(k) for s in settings.values()}) > 1]
+        if not differ:
+            continue
+        shown = [f"{k}: " + ", ".join(f"{rt} {s.get(k, 'unset')}" for rt, s in settings.items()) for k in differ]
+        out.append(Finding(f"at {nodes_text(int(nodes))} the runtimes ran NCCL/libfabric with different settings "
+                           f"({len(differ)} variable(s)), so their gap may be that tuning, not the runtime",
+                           "; ".join(shown).replace("`", "'")))
+    return _capped(out, "tuning differences")
 
 
 def throughput_ratios(ratios: pd.DataFrame, baseline: str, unit: str) -> list[Finding]:
@@ -209,7 +234,7 @@ def stragglers(runs: pd.DataFrame, unit: str) -> list[Finding]:
 def config_findings(runs: pd.DataFrame, points: pd.DataFrame, ratios: pd.DataFrame, baseline: str, unit: str,
                     scaling: str) -> list[Finding]:
     """The findings of one config: its usable runs, its points and its ratios to the baseline."""
-    return [*sockets(runs), *unverified(runs), *throughput_ratios(ratios, baseline, unit),
+    return [*sockets(runs), *unverified(runs), *tuning(runs), *throughput_ratios(ratios, baseline, unit),
             *low_efficiency(points, unit, scaling), *above_ideal(points, unit),
             *startup_gaps(points, baseline, unit), *exposed_comm(points, unit), *stragglers(runs, unit)]
 

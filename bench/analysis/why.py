@@ -52,6 +52,17 @@ def split_fields(steady_steps: list[dict]) -> dict:
     return out
 
 
+# What rank 0's NCCL_*/FI_* variables (run.json network_env) say that is no tuning: NCCL's logging, the version
+# an image announces, and where a runtime finds the plugin (a path each runtime mounts at its own place).
+NOT_TUNING = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERSION", "NCCL_NET_PLUGIN")
+
+
+def tuning(network_env: dict) -> dict:
+    """The variables of run.json network_env that set how NCCL and libfabric behave: on Alps, CE's hook sets its
+    own and the other runtimes get the site profile's, so a runtime comparison shows whether they matched."""
+    return {k: v for k, v in network_env.items() if k not in NOT_TUNING and isinstance(v, str)}
+
+
 def section_fields(manifest: dict) -> dict:
     out = {}
     pre = section(manifest, "preflight")
@@ -63,6 +74,8 @@ def section_fields(manifest: dict) -> dict:
     if net.get("transports"):
         out["nccl_transports"] = json.dumps(net["transports"], sort_keys=True)
     out["net_over_sockets"] = nccl_log.over_sockets(net) if net.get("backend") == "nccl" else None
+    if net.get("backend") == "nccl":
+        out["net_tuning"] = json.dumps(tuning(section(manifest, "network_env")), sort_keys=True)
     bd = section(manifest, "breakdown")
     steps = [v for r in bd.get("ranks") or [] if isinstance(r, dict) and (v := finite(r.get("step_ms")))]
     if len(steps) > 1:

@@ -56,6 +56,7 @@ class SweepSpec:
     detail: bool = True  # record the start-up milestones, step split, pre-flight and per-rank times
     milestones: tuple[str, ...] = OPTIONAL_MILESTONES  # the optional milestones recorded (detail only)
     network: dict[str, dict] = field(default_factory=dict)  # runtime -> run.json network facts
+    network_env: dict[str, dict] = field(default_factory=dict)  # runtime -> run.json network_env (rank 0's)
     straggler: dict[str, tuple[int, float]] = field(default_factory=dict)  # runtime -> (rank, slowdown)
 
 
@@ -185,6 +186,8 @@ def generate_sweep(root: Path, spec: SweepSpec | None = None) -> list[Path]:
                                                        spec.straggler.get(runtime))
                     if runtime in spec.network:
                         manifest["network"] = {"backend": "nccl", **spec.network[runtime]}
+                if runtime in spec.network_env:
+                    manifest["network_env"] = dict(spec.network_env[runtime])
                 events = run_events(tok_s, spec.steps, total, n, t0, spec.startup_s.get(runtime, 5.0), rng,
                                     peak, milestones=spec.milestones if spec.detail else (), nodes=nodes,
                                     busbw=busbw)

@@ -385,6 +385,31 @@ def test_a_multi_node_run_whose_network_went_unverified_says_so(tmp_path):
     assert network["8"]["inter-node over sockets"] == "one node"
 
 
+def test_runtimes_that_ran_different_nccl_settings_say_so(tmp_path):
+    """On Alps CE's aws_ofi_nccl hook sets its own NCCL/libfabric variables (since CE v26.06.1 on Daint
+    NCCL_CROSS_NIC=0, FI_CXI_RDZV_*=0, ...) while the other runtimes get the site profile's: a comparison of
+    the two measured that tuning too, and the report said nothing of it. Logging and plugin paths are no tuning."""
+    slingshot = {"NCCL_NET": "AWS Libfabric", "NCCL_CROSS_NIC": "1", "NCCL_DEBUG": "INFO",
+                 "FI_CXI_RX_MATCH_MODE": "software"}
+    hook = {**slingshot, "NCCL_CROSS_NIC": "0", "FI_CXI_RDZV_THRESHOLD": "0", "NCCL_NET_PLUGIN": "/netstack/lib"}
+    spec = SweepSpec(world_sizes=(8, 16), repeats=1, steps=14, runtimes={"bare": 1.0, "ce": 1.0, "pyxis": 1.0},
+                     noise=0.0, network={rt: {"net": "AWS Libfabric"} for rt in ("bare", "ce", "pyxis")},
+                     network_env={"bare": slingshot, "ce": hook,
+                                  "pyxis": {**slingshot, "NCCL_NET_PLUGIN": "/other/lib", "NCCL_DEBUG": "WARN"}})
+    generate_sweep(tmp_path / "runs", spec)
+    table = collect([tmp_path / "runs"], tmp_path / "table").table
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    for nodes in ("1 node", "2 nodes"):
+        assert f"- at {nodes} the runtimes ran NCCL/libfabric with different settings (2 variable(s))" in md
+    assert "FI_CXI_RDZV_THRESHOLD: bare unset, ce 0, pyxis unset; NCCL_CROSS_NIC: bare 1, ce 0, pyxis 1" in md
+    assert "NCCL_DEBUG:" not in md and "NCCL_NET_PLUGIN:" not in md
+
+    alike = SweepSpec(**{**spec.__dict__, "sweep_id": "alike", "network_env": {rt: slingshot for rt in spec.runtimes}})
+    generate_sweep(tmp_path / "alike", alike)
+    assert findings.tuning(collect([tmp_path / "alike"], tmp_path / "t2").table) == []
+
+
 def test_the_ratio_table_and_figure_say_they_are_of_geometric_means_and_the_point_table_of_medians(report):
     """Regression: a ratio is of geometric means over repeats while the table above it shows each point's median,
     and neither said so: two tok/s cells divided gave another number than the ratio column, with nothing saying

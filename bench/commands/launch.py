@@ -170,7 +170,7 @@ def tokenizer_args(args) -> tuple[str, ...]:
 def refuse_flow_flags(args) -> None:
     """--stages, --stage-arg and --tokenizer-arg only mean something with --flow."""
     for name in ("stages", "stage_arg", "tokenizer_arg"):
-        if getattr(args, name, None):
+        if getattr(args, name, None) not in (None, []):  # `--stages ''` too
             raise ConfigError(f"--{name.replace('_', '-')} goes with --flow (e.g. --flow speedrun)")
 
 

@@ -90,12 +90,14 @@ def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
         raise ConfigError(f"--flow {flow!r}: unknown flow; valid: {', '.join(FLOWS)}")
     every = FLOWS[flow]
     registered = [s.name for s in every if s.workload in workloads.names()]
-    if not stages:  # the whole flow, less what this installation cannot run (left_out says it, everywhere)
+    if stages is None:  # the whole flow, less what this installation cannot run (left_out says it, everywhere)
         if not registered:
             raise ConfigError(f"--flow {flow}: none of its stages' workloads is registered in this installation")
         return tuple(s for s in every if s.name in registered)
-    wanted = [t.strip() for t in stages.split(",") if t.strip()]
+    wanted = [t.strip() for t in stages.split(",")]
     valid = f"valid: {', '.join(registered) or 'none'} (the flow's order: {', '.join(s.name for s in every)})"
+    if "" in wanted:  # an unset shell variable, or `a,,b`: not the whole flow, nor fewer stages, unsaid
+        raise ConfigError(f"--stages {stages!r}: an empty stage name; give stage names, comma-separated; {valid}")
     for name in wanted:
         stage = next((s for s in every if s.name == name), None)
         if stage is None:
@@ -103,7 +105,7 @@ def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
         if stage.workload not in workloads.names():
             raise ConfigError(f"--stages: {name} needs the workload {stage.workload!r}, which this installation does "
                               f"not register; {valid}")
-    if not wanted or len(set(wanted)) != len(wanted):
+    if len(set(wanted)) != len(wanted):
         raise ConfigError(f"--stages {stages!r}: name each stage once; {valid}")
     return tuple(s for s in every if s.name in wanted)
 

@@ -73,6 +73,19 @@ def test_an_unknown_stage_is_one_error_listing_the_valid_ones(twice):
         select("nope", None)
 
 
+def test_an_empty_stage_name_is_refused_not_read_as_the_whole_flow_or_dropped(twice):
+    # `--stages "$STAGES"` with the variable unset ran every stage; `a,,b` dropped the empty name unsaid
+    for given in ("", "base_train,,again", " , "):
+        with pytest.raises(ConfigError, match=rf"--stages '{re.escape(given)}': an empty stage name; "
+                                              r"give stage names, comma-separated; valid: base_train, again"):
+            select(twice, given)
+
+
+def test_an_empty_stages_flag_without_a_flow_is_refused_as_a_given_one_is(capsys):
+    assert cli.main(["plan", "--stages", "", "--row-groups", "8", "--shards", "4"]) == 1
+    assert "--stages goes with --flow" in capsys.readouterr().err
+
+
 def test_a_stage_whose_workload_is_not_registered_is_refused_naming_it(monkeypatch):
     monkeypatch.setitem(FLOWS, "partial", (TWICE[0], Stage("later", "no_such_stage_workload")))
     with pytest.raises(ConfigError, match=r"later needs the workload 'no_such_stage_workload'.*valid: base_train"):

@@ -43,7 +43,6 @@ from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition, make_job,
                               over_partition, run_job_minutes, site_partition, tokenizer_minutes, write_job)
-from bench.pairs import parse_pairs
 from bench.workloads.sharedfs import unseen
 
 FLOW_JSON = "flow.json"
@@ -110,16 +109,20 @@ def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
     return tuple(s for s in every if s.name in wanted)
 
 
-def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...]) -> dict[str, dict]:
-    """Repeated `--stage-arg STAGE:KEY=VALUE` -> {stage: {key: value}}; the stage must be one of the flow's."""
+def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...], flow: str) -> dict[str, dict]:
+    """Repeated `--stage-arg STAGE:KEY=VALUE` -> {stage: {key: value}}; the stage must be one of `stages`, those
+    of `flow` that are run."""
     out: dict[str, dict] = {s.name: {} for s in stages}
     for text in pairs:
         stage, colon, rest = text.partition(":")
-        if not colon or stage not in out:
+        key, eq, value = rest.partition("=")
+        if colon and stage not in out and stage in (s.name for s in FLOWS[flow]):
+            raise ConfigError(f"--stage-arg {text!r}: {stage} is not among the stages run ({', '.join(out)}); "
+                              f"add it to --stages or leave this --stage-arg out")
+        if not colon or stage not in out or not eq or not key.lstrip("-"):
             raise ConfigError(f"--stage-arg {text!r}: give STAGE:KEY=VALUE with STAGE one of {', '.join(out)}, "
                               f"e.g. mid_train:num_iterations=20")
-        for key, value in parse_pairs([rest], "--stage-arg", f"{stage}:num_iterations=20", form="KEY=VALUE").items():
-            out[stage][key.lstrip("-")] = value
+        out[stage][key.lstrip("-")] = value
     return out
 
 
@@ -184,7 +187,7 @@ class FlowSweep:
         chosen = select(flow, stages)
         if sweep_kw.pop("workload", workloads.DEFAULT) != workloads.DEFAULT:
             raise ConfigError("--flow runs each stage's own workload; leave out --workload")
-        per_stage = parse_stage_args(stage_args, chosen)
+        per_stage = parse_stage_args(stage_args, chosen, flow)
         train = {k: v for k, v in train.items() if v is not None}
         for stage in chosen:
             refuse_chained(stage, per_stage[stage.name], f"--stage-arg {stage.name}:")

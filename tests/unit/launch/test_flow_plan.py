@@ -124,6 +124,18 @@ def test_stage_args_reach_their_stage_only_and_the_device_type_every_stage(twice
         sweep(twice, None, stage_args=["mid_train:num_iterations=3"])
 
 
+def test_a_stage_arg_of_a_stage_left_out_of_stages_says_so_and_one_without_a_key_is_named_whole():
+    # the first was told to give STAGE one of base_train, "e.g. mid_train:num_iterations=20"; the second was
+    # named as '' alone
+    with pytest.raises(ConfigError, match=r"^--stage-arg 'mid_train:num_iterations=2': mid_train is not among the "
+                                          r"stages run \(base_train\); add it to --stages or leave this"):
+        sweep(stage_args=["mid_train:num_iterations=2"])
+    for given in ("base_train:", "base_train:=3", "base_train:depth"):
+        with pytest.raises(ConfigError, match=rf"^--stage-arg '{given}': give STAGE:KEY=VALUE with STAGE one of "
+                                              r"base_train"):
+            sweep(stage_args=[given])
+
+
 def test_a_stage_arg_value_its_stage_cannot_read_is_named_as_written(twice, tmp_path, capsys):
     # the stage's parser named only its own flag ("bench.nanochat.base_loss: argument --split_tokens: invalid int
     # value"), not the --stage-arg given; refused before the tokenizer or the point's directory

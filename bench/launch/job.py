@@ -20,7 +20,7 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
-from bench.runtimes.base import IMAGES_DIR, ImageStep, OptVar, exportable, quote_token, unset_variables
+from bench.runtimes.base import ENV_NAME, IMAGES_DIR, ImageStep, OptVar, exportable, quote_token, unset_variables
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.runtimes.podman import archive_holds
@@ -90,7 +90,9 @@ class LaunchOptions:
                               f"line has it (e.g. Socket, IB)")
         for name, value in self.env.items():
             if not exportable(name, value):
-                raise ConfigError(f"--env {name}={value!r}: a variable name and a value on one line")
+                why = "a value of one line" if ENV_NAME.fullmatch(name) else \
+                    f"{name!r} is no variable name: give letters, digits and _, not starting with a digit"
+                raise ConfigError(f"--env {name}={value!r}: {why}")
 
 
 def cpu_share(given: int | None, exclusive: bool, gpus: bool, site: Site | None, gpus_per_node: int,

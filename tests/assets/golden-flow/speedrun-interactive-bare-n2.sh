@@ -67,9 +67,10 @@ ulimit -c 0  # a crashing rank must not fill the filesystem with core files
 # -- run.json: Slurm facts before srun, the outcome after it, by the sweep's own copy of the run
 #    contract (/scratch/nb/sweeps/golden/n2-bare-r1/.lib/jobrecord.py and contract/, standard library only), outside any container
 runjson() { "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/jobrecord.py "$@"; }
-# A run's log, by a tee that outlives the SIGTERM Slurm sends every process of the batch step: srun's last
-# lines (slurmstepd's `CANCELLED ... DUE TO TIME LIMIT`, `Node failure on`), which say how the run ended, reach it
-run_log() { (trap '' TERM; exec tee "$@"); }
+# A run's log, by a tee that outlives the SIGTERM Slurm sends every process of the batch step, and a guide's
+# Ctrl-C (SIGINT, to the step's processes): srun's last lines (slurmstepd's `CANCELLED ... DUE TO TIME LIMIT`,
+# `Node failure on`), which say how the run ended, reach it. It ends when srun's output closes.
+run_log() { (trap '' TERM INT; exec tee "$@"); }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
 # Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no

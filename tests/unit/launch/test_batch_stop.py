@@ -104,12 +104,15 @@ def test_a_guide_run_as_a_script_exits_with_the_failed_runs_status(tmp_path):
 
 
 # Ctrl-C in the salloc shell during training: the terminal sends SIGINT to the step's process group, and srun
-# (a second Ctrl-C within a second) ends by it
+# (a second Ctrl-C within a second) takes the step down, says so, and ends by it
 SRUN_CTRL_C = """#!/bin/bash
 for a in "$@"; do case $a in bench.launch.elastic)
     echo "0: starting"
+    trap '' INT
     kill -INT -- "-$(ps -o pgid= $$ | tr -d ' ')"
-    sleep 5 ;;
+    sleep 0.5
+    echo "srun: forcing job termination" >&2
+    exit 130 ;;
 esac; done
 """
 
@@ -122,3 +125,13 @@ def test_ctrl_c_during_a_guides_training_step_still_finishes_its_run_record(tmp_
     run = json.loads((job.runs[0].run_dir / "run.json").read_text())
     assert run["status"] == "cancelled" and "Ctrl-C" in run["message"], r.stdout + r.stderr
     assert run["launch"]["exit_code"] == 130 and r.returncode == 143
+
+
+def test_ctrl_c_during_a_guides_training_step_keeps_sruns_last_lines_in_the_runs_log(tmp_path):
+    """The log's tee ignored SIGTERM but not SIGINT: Ctrl-C ended it first, srun's last lines were lost (and srun
+    wrote into a closed pipe)."""
+    job, env = guide(tmp_path, SRUN_CTRL_C)
+    subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
+                   timeout=60, start_new_session=True)
+    log = (job.runs[0].run_dir / "train.log").read_text()
+    assert "0: starting" in log and "srun: forcing job termination" in log

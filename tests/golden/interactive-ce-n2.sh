@@ -106,13 +106,15 @@ if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --file /scratch/nb/images/nano
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi

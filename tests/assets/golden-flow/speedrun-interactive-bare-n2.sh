@@ -144,13 +144,15 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -186,13 +188,15 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1-40f36587 --split_tokens=10485760 \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -228,13 +232,15 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1-40f36587 \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -272,13 +278,15 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -314,13 +322,15 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=mid \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -358,13 +368,15 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1-40f36587 --target_examples_per_step=32 --deadline="${run_deadline}" \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -400,13 +412,15 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished (run as a script: as stopped)
+# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
 trap 'stopping=SIGINT' INT
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=sft \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
+# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
+if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi

@@ -135,3 +135,37 @@ def test_ctrl_c_during_a_guides_training_step_keeps_sruns_last_lines_in_the_runs
                    timeout=60, start_new_session=True)
     log = (job.runs[0].run_dir / "train.log").read_text()
     assert "0: starting" in log and "srun: forcing job termination" in log
+
+
+def pasted(job, env, timeout=60) -> str:
+    """The guide pasted into an interactive salloc shell (here: sourced by `bash -i` on a terminal): with job
+    control on, Ctrl-C reaches only the foreground step, and the shell runs no SIGINT trap for it."""
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(job.job_dir)
+        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], env)
+    os.write(fd, f'source {job.script}; echo "job_rc=$job_rc"; exit\n'.encode())
+    out, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end and select.select([fd], [], [], end - time.monotonic())[0]:
+        try:
+            data = os.read(fd, 4096)
+        except OSError:  # the shell exited
+            break
+        if not data:
+            break
+        out += data
+    os.waitpid(pid, 0)
+    return out.decode(errors="replace")
+
+
+def test_ctrl_c_in_a_pasted_guides_training_step_records_the_run_as_stopped(tmp_path):
+    """Pasted, the shell's `trap 'stopping=SIGINT' INT` never ran: the run was recorded as failed, srun exit 130."""
+    job, env = guide(tmp_path, SRUN_CTRL_C)
+    out = pasted(job, env)
+    run = json.loads((job.runs[0].run_dir / "run.json").read_text())
+    assert run["status"] == "cancelled" and "Ctrl-C" in run["message"], out
+    assert run["launch"]["exit_code"] == 130 and "job_rc=130" in out

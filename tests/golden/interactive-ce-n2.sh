@@ -118,7 +118,7 @@ if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
-if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit 143; fi
+if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit $((128 + $(kill -l "$stopping"))); fi
 fi
 
 echo "training ended with status $job_rc; run.json in each run directory says how"

@@ -433,6 +433,6 @@ fi
 
 echo "flow speedrun ended with status $job_rc; run.json in each stage's directory says how"
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # run as a script, it ends as the batch script does; pasted, the shell stays
-    if [ -n "$stopping" ]; then exit 143; fi
+    if [ -n "$stopping" ]; then exit $((128 + $(kill -l "$stopping"))); fi  # stopped: 130 by Ctrl-C, 143 by SIGTERM
     exit "$job_rc"
 fi

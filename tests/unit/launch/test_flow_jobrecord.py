@@ -153,3 +153,22 @@ def test_a_flow_guide_run_as_a_script_exits_with_the_flows_status(tmp_path):
     r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1 and "ended with status 1" in r.stdout, r.stdout + r.stderr
+
+
+# Ctrl-C in the first stage's training step: the terminal's SIGINT reaches the script's process group
+SRUN_CTRL_C = """#!/bin/bash
+case "${NANOCHAT_BENCH_RUN_DIR:-}" in */base_train)
+    for a in "$@"; do case "$a" in bench.launch.elastic)
+        trap '' INT; kill -INT -- "-$(ps -o pgid= $$ | tr -d ' ')"; exit 130;;
+    esac; done;;
+esac
+"""
+
+
+def test_a_flow_guide_run_as_a_script_and_stopped_by_ctrl_c_exits_130(tmp_path):
+    """Stopped by Ctrl-C, `bash interactive.sh` exited 143, SIGTERM's status, not SIGINT's."""
+    fj, env = flow_guide(tmp_path, SRUN_CTRL_C)
+    r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60, start_new_session=True)  # its own process group, as a terminal's foreground job
+    assert "not run (the job received SIGINT at stage base_train)" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 130

@@ -41,8 +41,9 @@ from bench import contract, paths, workloads
 from bench.errors import ConfigError, DataError, FlagValueError, UnknownFlags, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
-from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition, make_job,
-                              over_partition, run_job_minutes, site_partition, tokenizer_minutes, write_job)
+from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition,
+                              default_image_step, make_job, over_partition, run_job_minutes, site_partition,
+                              tokenizer_minutes, write_job)
 from bench.workloads.sharedfs import unseen
 
 FLOW_JSON = "flow.json"
@@ -239,7 +240,9 @@ class FlowSweep:
         return tokenizer_minutes(self.first.shards_needed())
 
     def job_minutes(self, stage_points: list[planmod.Point]) -> int:
-        return self.tokenizer_minutes + sum(run_job_minutes(p.time_minutes) for p in stage_points)
+        """The job's time limit as submit gives it: the tokenizer, then each stage with its image step, if any."""
+        image_step = default_image_step(stage_points[0].runtime)
+        return self.tokenizer_minutes + sum(run_job_minutes(p.time_minutes, image_step) for p in stage_points)
 
     def describe(self) -> dict:
         return {**self.first.describe(), "workload": None, "flow": self.flow, "left_out": self.left_out,

@@ -545,3 +545,16 @@ def test_a_rerun_of_a_point_started_by_an_older_release_keeps_the_tag_its_flow_j
     assert tags == ["sw-point-again"]
     assert json.loads((point / flow.FLOW_JSON).read_text())["model_tag"] == "sw-point"
     assert "model tag sw-point, as its flow.json recorded" in "\n".join(lines)
+
+
+def test_plan_flow_gives_a_podman_flows_job_the_time_submit_asks_for(twice, tmp_path, capsys):
+    """plan --flow left out each stage's image step, which the submitted job's time limit counts: the plan showed
+    a shorter job, and checked that one against the partition."""
+    argv = ["--nodes=1", "--gpus-per-node=2", "--runtimes=podman", "--device_type=cpu", "--depth=2",
+            "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6"]
+    assert cli.main(["plan", "--flow", twice, *argv]) == 0
+    [planned] = [line.split()[-1] for line in capsys.readouterr().out.splitlines() if "= job" in line]
+    fs = FlowSweep.build(twice, None, dict(TINY), [], nodes=[1], gpus_per_node=2, runtimes=["podman"])
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), check_images=False)
+    [fj] = flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
+    assert f"--time={planned}" in fj.job.directives

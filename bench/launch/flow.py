@@ -41,9 +41,9 @@ from bench import contract, paths, workloads
 from bench.errors import ConfigError, DataError, FlagValueError, UnknownFlags, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
-from bench.launch.job import (Job, LaunchOptions, Run, build_run, check_allow_network, check_partition,
-                              default_image_step, make_job, over_partition, run_job_minutes, site_partition,
-                              tokenizer_minutes, write_job)
+from bench.launch.job import (IMAGE_STEP_MINUTES, Job, LaunchOptions, Run, build_run, check_allow_network,
+                              check_partition, default_image_step, make_job, over_partition, run_job_minutes,
+                              site_partition, tokenizer_minutes, write_job)
 from bench.workloads.sharedfs import unseen
 
 FLOW_JSON = "flow.json"
@@ -239,10 +239,15 @@ class FlowSweep:
         """Each job's time for the tokenizer: one trains it when the sweep has none, the others wait for it."""
         return tokenizer_minutes(self.first.shards_needed())
 
+    def setup_minutes(self, image_step: bool) -> int:
+        """Each job's time before its first stage: the tokenizer's, and its image step's where the runtime has one
+        (the tokenizer's task runs in the run's image)."""
+        return self.tokenizer_minutes + (IMAGE_STEP_MINUTES if image_step else 0)
+
     def job_minutes(self, stage_points: list[planmod.Point]) -> int:
         """The job's time limit as submit gives it: the tokenizer, then each stage with its image step, if any."""
         image_step = default_image_step(stage_points[0].runtime)
-        return self.tokenizer_minutes + sum(run_job_minutes(p.time_minutes, image_step) for p in stage_points)
+        return self.setup_minutes(image_step) + sum(run_job_minutes(p.time_minutes, image_step) for p in stage_points)
 
     def describe(self) -> dict:
         return {**self.first.describe(), "workload": None, "flow": self.flow, "left_out": self.left_out,
@@ -386,10 +391,10 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
             run = build_run(sw, planned, sweep_dir / point.run_id / stage.name, opts, sweep_id)
             run.manifest["stage"] = stage.name
             runs.append(replace(run, run_id=f"{point.run_id}/{stage.name}"))
-        check_partition(limit, runs, f"{point.run_id} (its {len(runs)} stages in one job)", FLOW_TOO_LONG,
-                        fs.tokenizer_minutes)
+        setup = fs.setup_minutes(runs[0].image_step is not None)
+        check_partition(limit, runs, f"{point.run_id} (its {len(runs)} stages in one job)", FLOW_TOO_LONG, setup)
         job = make_job(f"{sweep_id}-{point.run_id}", sweep_dir / point.run_id, fs.first, runs, opts,
-                       f"sweep {sweep_id}, point {point.run_id}: flow {fs.flow}", fs.tokenizer_minutes)
+                       f"sweep {sweep_id}, point {point.run_id}: flow {fs.flow}", setup)
         jobs.append(FlowJob(job, fs.stages, tag, fs.flow, point.run_id, tuple(tokenizer_args)))
     if not jobs:
         raise ConfigError(f"no point of this flow is possible: {'; '.join(sorted(set(reasons)))} "

@@ -558,3 +558,16 @@ def test_plan_flow_gives_a_podman_flows_job_the_time_submit_asks_for(twice, tmp_
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), check_images=False)
     [fj] = flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
     assert f"--time={planned}" in fj.job.directives
+
+
+def test_a_podman_flows_job_time_covers_the_image_step_before_its_tokenizer(twice, tmp_path):
+    """The tokenizer's task runs in the run's image, so the image step runs before it; the job's time gave the
+    tokenizer its own minutes but that step none, taking them from the last stage."""
+    from bench.launch.job import IMAGE_STEP_MINUTES, job_minutes
+    from bench.launch.plan import slurm_time
+
+    fs = FlowSweep.build(twice, None, dict(TINY), [], nodes=[1], gpus_per_node=2, runtimes=["podman"])
+    opts = LaunchOptions(base_dir=str(tmp_path / "base"), check_images=False)
+    [fj] = flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
+    minutes = IMAGE_STEP_MINUTES + fs.tokenizer_minutes + job_minutes(fj.job.runs)
+    assert f"--time={slurm_time(minutes)}" in fj.job.directives

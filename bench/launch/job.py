@@ -533,9 +533,11 @@ def tokenizer_minutes(shards: int | None) -> int:
 
 def interactive_minutes(job: Job, shards: int) -> int:
     """The salloc time of the interactive guide: its data download and tokenizer training, each given time as
-    the plan gives a run, then the job's own runs."""
+    the plan gives a run, the image step the guide runs before them where the runs have one, then the job's own
+    runs."""
     download_h = shards * SHARD_MB / DOWNLOAD_MB_PER_S / 3600
-    return allowance_minutes(download_h) + tokenizer_minutes(shards) + job_minutes(job.runs)
+    image_step = IMAGE_STEP_MINUTES if job.runs[0].image_step else 0
+    return allowance_minutes(download_h) + tokenizer_minutes(shards) + image_step + job_minutes(job.runs)
 
 
 RUN_TOO_LONG = "pass a shorter --time, fewer --num_iterations, or another --partition"

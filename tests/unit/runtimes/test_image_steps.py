@@ -199,6 +199,17 @@ def test_the_interactive_salloc_covers_its_own_steps(tmp_path):
     assert f"allocate nodes for {many} minutes" in text
 
 
+def test_the_interactive_salloc_covers_the_image_step_before_the_data(tmp_path):
+    """The guide puts the run's image in place before its data and tokenizer steps (podman on every node), but its
+    salloc gave that step no time: only the training block's own image step was counted."""
+    from bench.launch.job import IMAGE_STEP_MINUTES, job_minutes
+
+    job = one_run(tmp_path, "podman")
+    job.script_name = "interactive.sh"
+    download, tokenizer = allowance_minutes(240 * 100 / 20 / 3600), allowance_minutes(2e9 / 2e6 / 3600)
+    assert interactive_minutes(job, 240) == download + tokenizer + IMAGE_STEP_MINUTES + job_minutes(job.runs)
+
+
 def test_site_image_archive(tmp_path):
     site = tmp_path / "s.toml"
     site.write_text('name = "s"\nnetwork = "ethernet"\n[images.podman]\narchive = "/none/nb.tar"\n')

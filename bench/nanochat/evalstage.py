@@ -110,29 +110,32 @@ def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
     download.check_tries(retries, timeout_s)
     if sha256 is not None and (len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower())):
         raise ConfigError(f"--sha256 {sha256}: must be 64 hexadecimal digits")
-    target = bundle_dir()
-    if target.exists():
-        origin = load_bundle_or_none(target)
-        if origin == "generated" and not overwrite:
-            raise DataError(f"{target}: a `data generate --eval-bundle` stand-in is staged there; pass --overwrite "
-                            "to replace it by the real bundle (default: refuse to mix them)")
-        if origin not in (None, "generated"):
-            return target, check_all_rows(load_bundle(target)), False
-    url = url or os.environ.get(ENV_URL) or EVAL_BUNDLE_URL
-    zip_path = get_base_dir() / ZIP_NAME
-    if not zip_path.is_file():
-        download.check_reachable(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
-                                 f"nothing was downloaded; {FIX_URL}")
-        fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)
-    digest = sha256_of(zip_path)
-    if sha256 is not None and digest != sha256.lower():
-        zip_path.unlink()
-        raise DataError(f"{url}: the zip's SHA-256 is {digest}, not the --sha256 {sha256.lower()} given; deleted "
-                        f"it; check the mirror")
-    examples = place(zip_path, target, {"origin": "downloaded", "url": url, "sha256": digest,
-                                        "bytes": zip_path.stat().st_size})
-    zip_path.unlink()  # unpacked and checked: the 162 MB are not needed twice
-    return target, examples, True
+    # one staging into a base directory at a time, as the other downloads: two at once resumed each other's
+    # half-written eval_bundle.zip.tmp, mixing their bytes; the second waits, then finds the bundle staged
+    with download.one_download_at_a_time(get_base_dir()):
+        target = bundle_dir()
+        if target.exists():
+            origin = load_bundle_or_none(target)
+            if origin == "generated" and not overwrite:
+                raise DataError(f"{target}: a `data generate --eval-bundle` stand-in is staged there; pass "
+                                "--overwrite to replace it by the real bundle (default: refuse to mix them)")
+            if origin not in (None, "generated"):
+                return target, check_all_rows(load_bundle(target)), False
+        url = url or os.environ.get(ENV_URL) or EVAL_BUNDLE_URL
+        zip_path = get_base_dir() / ZIP_NAME
+        if not zip_path.is_file():
+            download.check_reachable(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+                                     f"nothing was downloaded; {FIX_URL}")
+            fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)
+        digest = sha256_of(zip_path)
+        if sha256 is not None and digest != sha256.lower():
+            zip_path.unlink()
+            raise DataError(f"{url}: the zip's SHA-256 is {digest}, not the --sha256 {sha256.lower()} given; "
+                            "deleted it; check the mirror")
+        examples = place(zip_path, target, {"origin": "downloaded", "url": url, "sha256": digest,
+                                            "bytes": zip_path.stat().st_size})
+        zip_path.unlink()  # unpacked and checked: the 162 MB are not needed twice
+        return target, examples, True
 
 
 def load_bundle_or_none(target: Path) -> str | None:

@@ -113,6 +113,32 @@ def test_download_resumes_a_cut_transfer_checks_it_and_records_its_digest(mirror
     assert again.returncode == 0 and "already staged" in again.stdout and len(mirror.ranges) == 2
 
 
+def test_a_second_download_waits_for_the_first_and_keeps_its_bundle(mirror, bundle_zip, tmp_path, monkeypatch,
+                                                                     capsys):
+    """Two `data download --eval-bundle` at once both wrote the one eval_bundle.zip.tmp, each resuming the other's
+    half download. The second waits, saying for whom, as the other downloads do, then finds the bundle staged."""
+    import fcntl
+
+    from bench.nanochat import download
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    held = os.open(tmp_path / download.DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the first download is still running
+    result = []
+    second = threading.Thread(target=lambda: result.append(evalstage.stage(url=mirror.url, timeout_s=5)))
+    second.start()
+    deadline = time.time() + 10
+    while "waiting for another data download" not in capsys.readouterr().out and time.time() < deadline:
+        time.sleep(0.05)
+    assert second.is_alive() and not mirror.ranges  # nothing fetched while the first one runs
+    (tmp_path / "eval_bundle.zip").write_bytes(bundle_zip)  # the first one's last steps
+    evalstage.place(tmp_path / "eval_bundle.zip", tmp_path / "eval_bundle", {"origin": "downloaded", "url": "first"})
+    os.close(held)
+    second.join(timeout=30)
+    assert not second.is_alive() and result[0][2] is False and not mirror.ranges  # kept, not fetched again
+    assert load_bundle(tmp_path / "eval_bundle").origin()["url"] == "first"
+
+
 def test_a_wrong_checksum_stages_nothing(mirror, tmp_path):
     bad = cli("data", "download", "--eval-bundle", "--url", mirror.url, "--sha256", "0" * 64, base=tmp_path)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "SHA-256" in bad.stderr

@@ -6,20 +6,19 @@ through the shard downloader's resuming fetch. Each file is checked after it lan
 is not fetched again. A refusal from the server (an HTTP 4xx: no such dataset or file there) is not retried."""
 
 import errno
-import json
 import os
 import time
 from pathlib import Path
 
 from bench.errors import DataError, first_line, os_reason
-from bench.nanochat import chatdata, download
+from bench.nanochat import chatdata, data_origin, download
 from bench.nanochat.common import get_base_dir
 from bench.contract import write_json_atomic
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 ENV_IDENTITY_URL = "NANOCHAT_IDENTITY_URL"
 ENV_WORDS_URL = "NANOCHAT_WORDS_URL"
-SOURCES = "sources.json"
+SOURCES = data_origin.SOURCES_JSON
 HUB_HINT = "point --url (or HF_ENDPOINT) at a Hugging Face mirror that holds the dataset"
 # a file-system error here (read-only, full, over quota, no permission), as opposed to a socket's
 LOCAL_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
@@ -81,8 +80,8 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
     for f in generated:
         f.unlink()
     key = f"{s.repo}/{s.pattern}"
-    done = _sources().get(key)
-    if done and all((chatdata.chat_dir() / s.repo / name).is_file() for name in done["files"]):
+    done = _sources().get(key, {}).get("files")
+    if isinstance(done, list) and all((chatdata.chat_dir() / s.repo / name).is_file() for name in done):
         try:
             return check_split(s)  # every file of a finished download is there and reads: not fetched again
         except DataError:
@@ -139,9 +138,9 @@ def _hub_file(s: chatdata.HubSplit, name: str, url: str) -> None:
 
 def _sources() -> dict:
     """chat_data/sources.json: each finished hub download, its endpoint, files and rows (partial ones are absent,
-    so an interrupted download is resumed rather than taken as complete)."""
-    path = chatdata.chat_dir() / SOURCES
-    return json.loads(path.read_text()) if path.is_file() else {}
+    so an interrupted download is resumed rather than taken as complete); {} when absent or unreadable (a record
+    cut short: each split is then checked against the hub again, and the record written whole)."""
+    return data_origin.read_sources(chatdata.chat_dir())
 
 
 def _record_source(key: str, entry: dict) -> None:

@@ -135,6 +135,24 @@ def test_a_finished_staging_is_not_fetched_again_and_an_unfinished_one_is(tmp_pa
         chatstage.stage(url="http://127.0.0.1:9", retries=1)
 
 
+def test_a_record_cut_short_is_taken_as_empty_and_written_whole_again(tmp_path, monkeypatch):
+    """A truncated chat_data/sources.json (a full disk, a copy cut off) ended `data download --chat` in a
+    JSONDecodeError traceback. Each split is now checked against the hub again and the record is written whole."""
+    import json
+
+    from bench.nanochat import download
+
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    sources = _as_if_downloaded(tmp_path)
+    record = chatdata.chat_dir() / chatstage.SOURCES
+    record.write_text(record.read_text()[:40])
+    monkeypatch.setattr(download, "check_reachable", lambda *a, **k: None)
+    monkeypatch.setattr(chatstage, "_hub_files", lambda s, url: sources[f"{s.repo}/{s.pattern}"]["files"])
+    monkeypatch.setattr(chatstage, "_hub_file", lambda *a: None)  # the files are there already
+    chatstage.stage(url="http://127.0.0.1:9", retries=1)
+    assert json.loads(record.read_text()).keys() == sources.keys()
+
+
 def test_a_second_staging_into_the_base_directory_waits_for_the_first_and_keeps_its_entries(tmp_path, monkeypatch,
                                                                                             capsys):
     """Two `data download --chat` at once each rewrote sources.json from what it had read, losing the other's

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.contract import atomic_target
-from bench.errors import DataError
+from bench.errors import DataError, os_reason
 from bench.nanochat import chatdata, corpus
 from bench.nanochat.common import get_base_dir
 
@@ -108,20 +108,24 @@ def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
     stale = [old for s in chatdata.HUB_SPLITS for old in chatdata.split_files(s) if old not in targets]
     # Every file is written to a temp file and renamed into place when all are written, after the mark that names
     # the plain files as stand-ins: an interrupted run leaves what was there, never a stand-in that reads as real.
-    with ExitStack() as renames:
-        for s, path in zip(chatdata.HUB_SPLITS, targets):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            table = pa.table(_columns(s, t)).replace_schema_metadata({chatdata.GENERATED_KEY: b"1"})
-            pq.write_table(table, renames.enter_context(atomic_target(path)))
-            out.append((path, table.num_rows))
-        written = {identity: Path(renames.enter_context(atomic_target(identity))),
-                   words: Path(renames.enter_context(atomic_target(words)))}
-        _identity(t, written[identity])
-        out.append((identity, IDENTITY_LINES))
-        vocabulary = english_words()
-        written[words].write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
-        out.append((words, len(vocabulary)))
-        chatdata.mark_generated(written)
+    try:
+        with ExitStack() as renames:
+            for s, path in zip(chatdata.HUB_SPLITS, targets):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                table = pa.table(_columns(s, t)).replace_schema_metadata({chatdata.GENERATED_KEY: b"1"})
+                pq.write_table(table, renames.enter_context(atomic_target(path)))
+                out.append((path, table.num_rows))
+            written = {identity: Path(renames.enter_context(atomic_target(identity))),
+                       words: Path(renames.enter_context(atomic_target(words)))}
+            _identity(t, written[identity])
+            out.append((identity, IDENTITY_LINES))
+            vocabulary = english_words()
+            written[words].write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+            out.append((words, len(vocabulary)))
+            chatdata.mark_generated(written)
+    except OSError as e:  # a full or read-only disk: each temp file is gone, what was there is unchanged
+        raise DataError(f"data generate --chat: cannot write into {base}: {os_reason(e)}; free space there or set "
+                        "NANOCHAT_BASE_DIR to another directory") from None
     for old in stale:
         old.unlink(missing_ok=True)
     return out

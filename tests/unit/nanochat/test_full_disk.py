@@ -156,3 +156,14 @@ def test_data_generate_eval_bundle_on_a_full_disk_is_one_line_and_leaves_nothing
     assert len(err) == 1 and err[0].startswith(f"error: data generate --eval-bundle: cannot write into {small_disk}")
     assert "No space left on device (disk full)" in err[0] and "NANOCHAT_BASE_DIR" in err[0]
     assert [p.name for p in small_disk.iterdir()] == ["filler"]
+
+
+def test_data_generate_chat_on_a_full_disk_is_one_line_and_leaves_no_file(small_disk, monkeypatch, capsys):
+    """`data generate --chat` on a full disk was an OSError traceback from pyarrow."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(small_disk))
+    fill(small_disk)
+    assert main(["data", "generate", "--chat"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: data generate --chat: cannot write into {small_disk}: ")
+    assert "No space left on device (disk full)" in err[0] and "NANOCHAT_BASE_DIR" in err[0]
+    assert [p.name for p in small_disk.rglob("*") if p.is_file()] == ["filler"]  # no temp file stays behind

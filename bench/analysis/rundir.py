@@ -49,7 +49,7 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as e:
-        return {}, f"run.json is not valid JSON ({e.msg} at line {e.lineno})"
+        return {}, f"run.json is not valid JSON ({e.msg}: line {e.lineno})"  # json's own "msg: line n" form
     except RecursionError:  # json's parser recurses once per nesting level
         return {}, "run.json is not a run's (arrays or objects nested too deep to read)"
     try:

@@ -105,6 +105,14 @@ def test_broken_run_json_is_skipped(make_run, content, reason):
     assert "no run.json" not in row["notes"] and reason in row["notes"]  # it is there: the note says what is wrong
 
 
+def test_a_truncated_run_json_is_named_in_plain_words(make_run):
+    """A run.json cut mid-string read "Unterminated string starting at at line 2": json's message ends in "at"."""
+    d = make_run("cut")
+    (d / contract.RUN_JSON).write_text('{"schema_version": 1,\n "status": "o')
+    reason = read_run_dir(d)["skip_reason"]
+    assert "run.json is not valid JSON (Unterminated string starting at: line 2)" in reason and "at at" not in reason
+
+
 def test_unknown_schema_version_is_skipped_not_guessed(make_run):
     d = make_run("future", raw=True, schema_version=99)
     row = read_run_dir(d)

@@ -10,7 +10,8 @@ The story is the gap to ideal, so it is drawn where it can be seen: weak scaling
 against the flat ideal and its efficiency; strong scaling shows speedup against the diagonal with
 each point's efficiency written beside it, the throughput itself against its ideal, and the efficiency on
 an axis zoomed to the data. Error bars say what they are in the legend and the caption: min–max over
-repeats on throughput, the 95% CI on ratios; a figure of medians without bars says that in its legend.
+repeats on throughput, the 95% CI on ratios (a point of one run, or a ratio without a CI, is hollow and named
+so); a figure of medians without bars says that in its legend.
 Each function takes the tables of bench/analysis/scaling.py (already restricted to one config) and
 returns a matplotlib Figure, or None when there is nothing to draw; `save` writes it. The figures of
 a run's time (start-up phases, step split, pre-flight bandwidth) are in plots_why.py.
@@ -25,6 +26,7 @@ matplotlib.use("Agg")  # files only: no display on compute or CI nodes
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from bench.analysis.scaling import CI_STAT, RATIO_STAT, count, no_ci  # noqa: E402
@@ -41,6 +43,7 @@ NUDGE = 0.05  # log2 units between runtimes at one rank count: apart, yet read a
 MARKERS = ("o", "s", "^", "D", "v", "P")  # where points are not nudged apart, shapes tell coinciding ones apart
 ANNOTATE_MAX_RUNTIMES = 3  # more labelled points than this per figure stop being readable
 SPREAD_BARS = "bars: min–max over repeats"  # what a throughput figure's error bars are
+ONE_RUN = "one run, no spread"  # a throughput point without a bar
 CI_BARS = "bars: 95% CI over repeats"
 NO_BARS = "medians over repeats, no bars"  # a figure without error bars says so too
 
@@ -138,16 +141,24 @@ def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
 
 
 def _throughput_bars(points: pd.DataFrame, colors: dict, per_rank: bool):
-    """A figure of each runtime's median tok/s (per rank, or in all) against ranks, bars min–max over repeats."""
+    """A figure of each runtime's median tok/s (per rank, or in all) against ranks, bars min–max over repeats. A
+    point of one run has no spread: a hollow marker named so in the legend, never a bar that looks zero-wide (so
+    where the curve rises and shapes coincide, a point with a bar is filled see-through rather than hollow)."""
     fig, ax = plt.subplots()
     # per rank the curve is flat and the runtimes are nudged apart; in all it rises with the ranks
     drawn = ((r, p, x, "o") for r, p, x in by_runtime(points)) if per_rank else rising(points)
     for runtime, p, x, marker in drawn:
         n = p["world_size"].to_numpy(float) if per_rank else 1
         y = p["tok_per_sec"].to_numpy(float) / n
+        one = p["runs"].to_numpy() < 2
         yerr = np.vstack([y - p["tok_per_sec_min"] / n, p["tok_per_sec_max"] / n - y])
-        ax.errorbar(x, y, yerr=yerr, marker=marker, mfc="none" if not per_rank else None, ms=8, mew=2, capsize=4,
-                    lw=2, color=colors[runtime], label=runtime)
+        yerr[:, one] = np.nan  # no bar, no caps
+        fill = None if per_rank else to_rgba(colors[runtime], 0.35)
+        ax.errorbar(x, y, yerr=yerr, marker=marker, markevery=list(np.flatnonzero(~one)), mfc=fill, ms=8, mew=2,
+                    capsize=4, lw=2, color=colors[runtime], label=f"_{runtime}" if one.all() else runtime)
+        if one.any():
+            ax.plot(x[one], y[one], ls="none", marker=marker, mfc="none", ms=8, mew=2, color=colors[runtime],
+                    label=f"{runtime}: {ONE_RUN}")
     return fig, ax
 
 
@@ -310,12 +321,13 @@ def save(fig, out_dir: Path, name: str, title: str) -> SavedFigure:
 def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dict, baseline: str,
                     config: str, unit: str, scaling: str) -> list[tuple[str, str, object]]:
     """(name, caption, figure) of one config's scaling figures, None where there is nothing to draw."""
+    bars = SPREAD_BARS + (f"; hollow: {ONE_RUN}" if (points["runs"] < 2).any() else "")
     if scaling == "weak":
-        first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling; {SPREAD_BARS})",
+        first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling; {bars})",
                   per_gpu(points, colors, baseline, config, unit))]
     else:
         first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, baseline, config, unit)),
-                 ("throughput", f"Throughput (strong scaling; {SPREAD_BARS})",
+                 ("throughput", f"Throughput (strong scaling; {bars})",
                   throughput(points, colors, baseline, config, unit))]
     return [*first,
             ("efficiency", "Parallel efficiency", efficiency(points, colors, config, unit, scaling)),

@@ -226,6 +226,36 @@ def test_a_ratio_without_a_ci_is_drawn_hollow_and_says_so():
     assert "sarus" in labels
 
 
+def test_a_throughput_point_of_one_run_is_drawn_hollow_and_says_so():
+    """A point of one run drew a zero-wide bar under the legend's "bars: min-max over repeats", as if its repeats
+    agreed exactly. It is now a hollow marker without a bar, named so in the legend and in the figure's caption."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    from bench.analysis import plots
+
+    rows = [{"runtime": rt, "world_size": n, "runs": runs, "tok_per_sec": 900.0 * n, "tok_per_sec_min": 890.0 * n,
+             "tok_per_sec_max": 910.0 * n, "ideal_tok_per_sec": 1000.0 * n, "speedup": n / 4 * 0.9,
+             "efficiency": 0.9, "mfu": 40.0}
+            for rt, runs in (("bare", 3), ("podman", 1)) for n in (4, 8)]
+    points, colors = pd.DataFrame(rows), {"bare": "C0", "podman": "C1"}
+    points.loc[points["runs"] == 1, ["tok_per_sec_min", "tok_per_sec_max"]] = points["tok_per_sec"]
+    for draw in (plots.per_gpu, plots.throughput):
+        fig = draw(points, colors, "bare", "c", "GPUs")
+        ax = fig.axes[0]
+        labels = ax.get_legend_handles_labels()[1]
+        bars = [c for c in ax.containers if c.get_label() == "podman"]
+        hollow = [ln for ln in ax.get_lines() if ln.get_label() == f"podman: {plots.ONE_RUN}"]
+        plt.close(fig)
+        assert "podman" not in labels and f"podman: {plots.ONE_RUN}" in labels and "bare" in labels
+        assert not any(np.isfinite(seg).all() for c in bars for coll in c.lines[2] for seg in coll.get_segments())
+        assert len(hollow) == 1 and hollow[0].get_markerfacecolor() == "none"
+    captions = {name: caption for name, caption, fig in plots.scaling_figures(points, pd.DataFrame(), colors, "bare",
+                                                                             "c", "GPUs", "strong") if fig}
+    assert captions["throughput"] == f"Throughput (strong scaling; {plots.SPREAD_BARS}; hollow: {plots.ONE_RUN})"
+
+
 def test_a_report_that_cannot_be_written_in_full_keeps_the_older_one_whole(tmp_path, monkeypatch):
     """A disk that fills while the new report is written: report.md, report.html and figures/ stay the older
     report's (figures/ was replaced before the reports were written, leaving new figures beside old reports),
@@ -261,7 +291,7 @@ def test_rising_curves_keep_every_runtime_at_its_rank_count():
 
     from bench.analysis import plots
 
-    rows = [{"runtime": rt, "world_size": n, "tok_per_sec": 1000.0 * n, "tok_per_sec_min": 1000.0 * n,
+    rows = [{"runtime": rt, "world_size": n, "runs": 2, "tok_per_sec": 1000.0 * n, "tok_per_sec_min": 1000.0 * n,
              "tok_per_sec_max": 1000.0 * n, "ideal_tok_per_sec": 1000.0 * n, "speedup": n / 4, "efficiency": 1.0}
             for rt in ("bare", "podman", "sarus") for n in (4, 8, 16)]
     points = pd.DataFrame(rows)
@@ -295,7 +325,7 @@ def test_every_scaling_figure_says_what_its_bars_are_or_that_it_has_none():
 
     from bench.analysis import plots
 
-    rows = [{"runtime": rt, "world_size": n, "tok_per_sec": 900.0 * n, "tok_per_sec_min": 890.0 * n,
+    rows = [{"runtime": rt, "world_size": n, "runs": 2, "tok_per_sec": 900.0 * n, "tok_per_sec_min": 890.0 * n,
              "tok_per_sec_max": 910.0 * n, "ideal_tok_per_sec": 1000.0 * n, "tok_per_sec_per_gpu": 900.0,
              "tok_per_sec_per_gpu_min": 890.0, "tok_per_sec_per_gpu_max": 910.0, "speedup": n / 4 * 0.9,
              "efficiency": 0.9, "mfu": 40.0} for rt in ("bare", "podman") for n in (4, 8)]
@@ -322,7 +352,8 @@ def test_the_ideal_line_is_drawn_from_a_runtime_run_at_the_smallest_rank_count()
 
     def point(rt, n, tps, eff):
         known = not pd.isna(eff)
-        return {"runtime": rt, "world_size": n, "tok_per_sec": tps, "tok_per_sec_min": tps, "tok_per_sec_max": tps,
+        return {"runtime": rt, "world_size": n, "runs": 2, "tok_per_sec": tps, "tok_per_sec_min": tps,
+                "tok_per_sec_max": tps,
                 "ideal_tok_per_sec": 100.0 * n if known else None, "speedup": tps / 400 if known else None,
                 "efficiency": eff}
     points = pd.DataFrame([point("bare", 8, 760.0, None), point("bare", 16, 1400.0, None),

@@ -11,7 +11,8 @@ Tolerances are fractions of the value, as in ReFrame: pass when value*(1+lower) 
 value*(1+upper); a bound left out is unbounded; with value 0 the tolerances are absolute.
 Only usable rows count (status ok and read whole: a training run with steady-state figures, or an
 evaluation, whose figures are its time and problems/s); a reference that selects none fails as missing,
-so a broken sweep cannot pass by producing nothing.
+so a broken sweep cannot pass by producing nothing. A reference whose runs differ in what the report keeps
+apart (workload config, runtime, ranks) fails too, naming those columns: their median is no one setup's figure.
 """
 
 import fnmatch
@@ -57,11 +58,11 @@ class Reference:
 class Outcome:
     reference: str
     figure: str
-    verdict: str  # "pass", "fail" or "missing"
+    verdict: str  # "pass", "fail" (out of range, or runs of different setups: pooled) or "missing"
     measured: float | None
     bound: Bound
     runs: int  # the runs of the median; of a missing figure, the runs selected (none of which recorded it)
-    pooled: tuple[str, ...] = ()  # columns that differ among the runs of the median (runs not comparable)
+    pooled: tuple[str, ...] = ()  # columns that differ among the runs selected: no one setup's figure, a fail
 
     def line(self) -> str:
         lo, hi = self.bound.limits()
@@ -70,11 +71,13 @@ class Outcome:
         if self.verdict == "missing":  # no run to select, or runs that never measured it (MFU on CPU): two fixes
             why = (f"{self.runs} usable run(s) match but none recorded it" if self.runs else "no usable run matches")
             return f"MISSING {self.reference}: {self.figure}: {why} (ref {_g(self.bound.value)}{unit})"
+        if self.pooled:  # a median over setups the report keeps apart is no figure of the reference's setup
+            return (f"FAIL    {self.reference}: {self.figure}: the {self.runs} run(s) matched differ in "
+                    f"{', '.join(self.pooled)}, so no one setup is checked (narrow `where` to one of each; "
+                    f"ref {_g(self.bound.value)}{unit})")
         word = "ok" if self.verdict == "pass" else ("below" if self.measured < lo else "above") + " the allowed range"
         return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {_g(self.measured)}{unit} "
-                f"({word}; ref {_g(self.bound.value)}, allowed {span}, median of {self.runs} run(s))"
-                + (f"; warning: these runs differ in {', '.join(self.pooled)} (narrow `where` to one of each)"
-                   if self.pooled else ""))
+                f"({word}; ref {_g(self.bound.value)}, allowed {span}, median of {self.runs} run(s))")
 
 
 def _g(v: float) -> str:
@@ -197,9 +200,9 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
                 continue
             measured = float(values.median())
             lo, hi = bound.limits()
-            verdict = "pass" if lo <= measured <= hi else "fail"
-            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values),
-                                    _pooled(rows.loc[values.index])))
+            pooled = _pooled(rows.loc[values.index])
+            verdict = "pass" if lo <= measured <= hi and not pooled else "fail"
+            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values), pooled))
     return outcomes
 
 

@@ -90,12 +90,14 @@ def cmd_check(args) -> int:
     outcomes = check(load_table(args.table), references)
     for o in outcomes:
         print(o.line())
-    regressions = [f"{o.reference}/{o.figure}" for o in outcomes if o.verdict == "fail"]
+    regressions = [f"{o.reference}/{o.figure}" for o in outcomes if o.verdict == "fail" and not o.pooled]
+    mixed = [f"{o.reference}/{o.figure}" for o in outcomes if o.pooled]  # failed: runs of several setups matched
     missing = [f"{o.reference}/{o.figure}" for o in outcomes if o.verdict == "missing"]
     passed = sum(o.verdict == "pass" for o in outcomes)
     print(f"{passed} of {len(outcomes)} check(s) passed"
           + (f", {len(missing)} missing" + (" (allowed)" if args.allow_missing else "") if missing else "")
           + (f"; regressions: {', '.join(regressions)}" if regressions else "")
+          + (f"; runs of different setups (narrow `where`): {', '.join(mixed)}" if mixed else "")
           + (f"; missing (no usable run matches, or none recorded the figure): {', '.join(missing)}"
              if missing else ""))
-    return 1 if regressions or (missing and not args.allow_missing) else 0
+    return 1 if regressions or mixed or (missing and not args.allow_missing) else 0

@@ -104,16 +104,19 @@ def test_where_matches_a_flag_however_it_is_spelt(tmp_path, make_run, table_file
         assert (outcome.verdict, outcome.runs) == ("pass", 1), spelt
 
 
-def test_a_median_over_runs_of_different_settings_says_so(tmp_path, table_dir, capsys):
+def test_a_median_over_runs_of_different_settings_fails_naming_what_differs(tmp_path, table_dir, capsys):
+    """A `where` matching bare and ce runs printed PASS on their pooled median, with only a warning: a reference
+    checked no one setup, and exited 0. It now fails, naming the columns that differ, and exits 1."""
     path = refs(tmp_path, '[[reference]]\nname = "loose"\nwhere = { world_size = 8 }\n'
                           'figures.tok_per_sec = { value = 1000, lower = -0.5 }\n'
                           '[[reference]]\nname = "bare"\nwhere = { runtime = "bare" }\n'
                           'figures.tok_per_sec = { value = 1000, lower = -0.5 }\n')
-    assert main(["check", str(table_dir), "--references", str(path)]) == 0  # a warning, not a regression
+    assert main(["check", str(table_dir), "--references", str(path), "--allow-missing"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    warning = "median of 4 run(s)); warning: these runs differ in runtime (narrow `where` to one of each)"
-    assert lines[0].startswith("PASS    loose:") and lines[0].endswith(warning)
+    assert lines[0] == ("FAIL    loose: tok_per_sec: the 4 run(s) matched differ in runtime, so no one setup is "
+                        "checked (narrow `where` to one of each; ref 1,000)")
     assert lines[1].startswith("PASS    bare:") and lines[1].endswith("median of 3 run(s))")  # repeats of one setting
+    assert lines[2] == "1 of 2 check(s) passed; runs of different setups (narrow `where`): loose/tok_per_sec"
 
 
 def test_a_figure_the_matching_runs_did_not_record_is_not_said_to_match_no_run(tmp_path, make_run, capsys):

@@ -96,7 +96,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     sections = [{"title": None, "note": tables.summary_note(p, unit, mode),
                  "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
-    unpaired = no_baseline_note(p, baseline, unit)
+    notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit)) if n]
+    unpaired = " ".join(notes) or None
     if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
         sections.append({"title": f"Steady-state throughput relative to {baseline}",
                          "note": tables.ratio_note(unpaired) if not r.empty else unpaired,
@@ -136,6 +137,22 @@ def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str) -> str | No
     at = scaling.count(missing[0], unit) if len(missing) == 1 else f"{', '.join(map(str, missing))} {unit}"
     return (f"No {baseline} run at {at}: no ratio there "
             f"(--baseline names another runtime to compare with).")
+
+
+def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | None:
+    """Where a runtime ran another device batch than the baseline at one rank count: no ratio is taken there
+    (scaling.device_batches), and the note says so (None where every such point agrees)."""
+    named = scaling.compared(runs, baseline)
+    base = named[named["runtime"] == baseline]
+    said = []
+    for (world, runtime), r in named[named["runtime"] != baseline].groupby(["world_size", "runtime"]):
+        at = base[base["world_size"] == world]
+        differ = None if at.empty else scaling.device_batches(r, at)
+        if differ:
+            mine, theirs = (", ".join(map(str, b)) for b in differ)
+            said.append(f"{runtime} at {scaling.count(world, unit)} ran device batch {mine}, {baseline} {theirs}")
+    return (f"{'; '.join(said)}: no ratio there (another gradient accumulation, so a ratio would time that, "
+            "not the runtime).") if said else None
 
 
 def skew_note(runs: pd.DataFrame) -> str:

@@ -310,9 +310,17 @@ def compared(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return df[(df["runtime"] != UNKNOWN_RUNTIME) | (df["runtime"] == baseline)]
 
 
+def device_batches(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[list, list] | None:
+    """The device batch sizes of a runtime's runs and of the baseline's at one point where they are not all one, else
+    None. A strong curve keeps only its total (the device batch is no key), so at one rank count another device
+    batch is another gradient accumulation: a ratio would time that, not the runtime. No ratio is taken there."""
+    mine, theirs = (sorted(set(f["device_batch_size"].dropna().astype(int))) for f in (runs, baseline_runs))
+    return (mine, theirs) if len({*mine, *theirs}) > 1 else None
+
+
 def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME, metric: str = "tok_per_sec") -> pd.DataFrame:
     """Each runtime's steady-state metric relative to the baseline runtime, per config and rank count (runs that
-    name no runtime only where they are the baseline: compared)."""
+    name no runtime only where they are the baseline: compared; none where device batches differ: device_batches)."""
     ok = compared(with_config(usable(df)), baseline)
     rows = []
     for (config, world), g in ok.groupby(["config", "world_size"]):
@@ -321,6 +329,8 @@ def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME, metric: s
         if base.empty:
             continue
         for runtime, r in g[g["runtime"] != baseline].groupby("runtime"):
+            if device_batches(r, g[g["runtime"] == baseline]):
+                continue
             x = r[metric].dropna()
             x = x[x > 0]
             if x.empty:

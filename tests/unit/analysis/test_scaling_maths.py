@@ -157,6 +157,25 @@ def test_runs_that_name_no_runtime_get_no_ratio_unless_they_are_the_baseline():
     assert ratios["ratio"].iloc[0] == pytest.approx(stats.gmean([100, 102]) / stats.gmean([97, 99]))
 
 
+def test_runs_of_another_device_batch_at_one_point_get_no_ratio_and_a_note_says_why():
+    """Strong scaling keys only the total batch, so podman at device batch 2 (twice the accumulation) was ratioed
+    against bare at 4 on the same ranks, and the report gave "ratio 0.695" as the runtime's cost. No ratio is taken
+    where the device batches differ, and the ratio section says why; the same device batch still gets its ratio."""
+    from bench.analysis import report
+
+    strong = dict(scaling="strong", strategy="zero2")
+    rows = ([row("bare", 8, t, device_batch_size=4, **strong) for t in (1000, 1010)]
+            + [row("podman", 8, t, device_batch_size=2, **strong) for t in (695, 700)]
+            + [row("ce", 8, t, device_batch_size=4, **strong) for t in (990, 995)])
+    table = to_frame(rows)
+    assert scaling.runtime_ratios(table)["runtime"].tolist() == ["ce"]
+    runs = scaling.with_config(scaling.usable(table))
+    assert report.unlike_batch_note(runs, "bare", "GPUs") == (
+        "podman at 8 GPUs ran device batch 2, bare 4: no ratio there (another gradient accumulation, so a ratio "
+        "would time that, not the runtime).")
+    assert report.unlike_batch_note(runs[runs["runtime"] != "podman"], "bare", "GPUs") is None
+
+
 def weak(runtime, world, tps, dbs=32, **kw):
     """A weak-scaling row: the total batch is device batch x seq x ranks, as the planner sets it."""
     return row(runtime, world, tps, scaling="weak", device_batch_size=dbs, total_batch_size=dbs * 2048 * world,

@@ -574,12 +574,10 @@ def cmd_render(args) -> int:
 
 def cmd_speedrun(args) -> int:
     """The flow's stages in turn on this machine (bench.launch.flow.run_local_flow)."""
-    from bench.commands.workload import _default_nproc
+    from bench.commands.workload import _nproc
     from bench.launch.local import default_run_dir
 
-    nproc = _default_nproc(1) if args.nproc is None else args.nproc
-    if nproc < 1:
-        raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
+    nproc = _nproc(args.nproc, 1)
     fs = flow_from_args(args, nodes="1", gpus_per_node=nproc, runtimes="bare")
     point_dir = Path(args.run_dir) if args.run_dir else default_run_dir(fs.flow)
     result = flowmod.run_local_flow(fs, nproc, point_dir, tokenizer_args(args), python=args.python)

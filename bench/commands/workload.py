@@ -185,10 +185,17 @@ def cmd_model(args) -> int:
 # train
 
 
-def _default_nproc(cpu_default: int) -> int:
-    import torch
+def _nproc(given: int | None, cpu_default: int, per_gpu: bool = True) -> int:
+    """--nproc, else one rank per GPU (cpu_default without one; 1 where the workload is not a rank per GPU)."""
+    if given is None and not per_gpu:
+        given = 1
+    if given is None:
+        import torch
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else cpu_default
+        given = torch.cuda.device_count() if torch.cuda.is_available() else cpu_default
+    if given < 1:
+        raise ConfigError(f"--nproc {given}: must be >= 1 (or left out: one per GPU, else {cpu_default})")
+    return given
 
 
 def cmd_train(args) -> int:
@@ -197,9 +204,7 @@ def cmd_train(args) -> int:
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     workload = workloads.get(args.workload)
-    nproc = (_default_nproc(1) if workload.rank_per_gpu else 1) if args.nproc is None else args.nproc
-    if nproc < 1:
-        raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 1)")
+    nproc = _nproc(args.nproc, 1, workload.rank_per_gpu)
     workload.check(train_args, nproc)  # bad flags fail here, before any process starts (the trainer checks again)
     workload.local_command(train_args, nproc, args.python)  # a missing interpreter too
     if args.overwrite and resuming(train_args):
@@ -221,9 +226,7 @@ def cmd_preflight(args) -> int:
 
     from bench.workloads.torchrun import torchrun_command
 
-    nproc = _default_nproc(2) if args.nproc is None else args.nproc
-    if nproc < 1:
-        raise ConfigError(f"--nproc {nproc}: must be >= 1")
+    nproc = _nproc(args.nproc, 2)
     if args.max_mib is not None and args.max_mib < 1:  # 0 would mean the default, -1 a buffer of 4 bytes
         raise ConfigError(f"--max-mib {args.max_mib}: must be >= 1 (MiB; default: 1024 on GPU, 4 on CPU)")
     if args.json:
@@ -284,9 +287,7 @@ def smoke_train_args(steps: int, nproc: int) -> list[str]:
 def cmd_smoke(args) -> int:
     from bench.launch.local import default_run_dir, run_local
 
-    nproc = _default_nproc(2) if args.nproc is None else args.nproc
-    if nproc < 1:
-        raise ConfigError(f"--nproc {nproc}: must be >= 1 (or left out: one per GPU, else 2)")
+    nproc = _nproc(args.nproc, 2)
     if args.steps < 1:
         raise ConfigError(f"--steps={args.steps}: must be >= 1")
     base_dir = Path(args.base_dir).resolve()

@@ -147,13 +147,9 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
     record.emit("data_ready")
 
     # ----------------------------------------------------------------------------------------------
-    # Schedules: of the data's progress (each rank's own), and of the step
+    # Schedule: of the data's progress (each rank's own); Muon's momentum, of the step, is stagerun.muon_momentum
     def get_lr_multiplier(progress: float) -> float:
         return 1 if progress < 0.8 else 1 - (progress - 0.8) / 0.2  # flat, then linear to 0 over the last 20 %
-
-    def get_muon_momentum(it: int) -> float:
-        frac = min(it / 300, 1)
-        return (1 - frac) * 0.85 + frac * 0.95
 
     # ----------------------------------------------------------------------------------------------
     # Training loop: the pass after the last step evaluates, saves, then stops
@@ -217,7 +213,7 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
                     x, y = next(train_loader)  # prefetch while the device runs the backward pass
                 progress = max(progress, train_loader.progress)  # never backwards (the cursor wraps)
         lrm = get_lr_multiplier(progress)
-        stagerun.optimizer_step(model, optimizers, lrm, timer, muon_optimizer, get_muon_momentum(step))
+        stagerun.optimizer_step(model, optimizers, lrm, timer, muon_optimizer, stagerun.muon_momentum(step))
         session.synchronize()
         dt = time.time() - t0
         split = timer.split(dt * 1000)

@@ -141,6 +141,12 @@ def out_of_time(session: Session, deadline: float, dt: float) -> bool:
     return bool(late.item())
 
 
+def muon_momentum(step: int) -> float:
+    """Muon's momentum, 0.85 at step 0 rising linearly to 0.95 at step 300 (pre- and mid-training)."""
+    frac = min(step / 300, 1)
+    return (1 - frac) * 0.85 + frac * 0.95
+
+
 def optimizer_step(model, optimizers, lrm: float, timer, muon=None, momentum: float | None = None) -> None:
     """One update: every optimizer's groups at `lrm` x their initial LR (Muon's momentum set when given), the
     step timed as the split's `optim` (the sharded optimizers' collectives inside it count as comm), then the

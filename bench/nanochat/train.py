@@ -180,10 +180,6 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
         progress = (num_iterations - it) / warmdown_iters
         return progress * 1.0 + (1 - progress) * config.final_lr_frac
 
-    def get_muon_momentum(it: int) -> float:
-        frac = min(it / 300, 1)
-        return (1 - frac) * 0.85 + frac * 0.95
-
     # ----------------------------------------------------------------------------------------------
     # Training loop: one extra pass (last_step) runs the final evaluation and save and then stops
     if device_type == "cuda":  # the peak of training, not of start-up (the whole model before FSDP shards it)
@@ -266,7 +262,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
             if config.grad_clip > 0.0:  # zero2: each rank's local gradients (upstream); fsdp: the averaged ones
                 grad_norm = clip_grad_norm_(orig_model.parameters(), config.grad_clip)
             lrm = get_lr_multiplier(step)
-            stagerun.optimizer_step(model, optimizers, lrm, timer, muon_optimizer, get_muon_momentum(step))
+            stagerun.optimizer_step(model, optimizers, lrm, timer, muon_optimizer, stagerun.muon_momentum(step))
             session.synchronize()
             dt = time.time() - t0
         split = timer.split(dt * 1000)

@@ -272,7 +272,8 @@ def _root(root: str | os.PathLike) -> Path:
 
 def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None,
             workers: int | None = None) -> CollectResult:
-    """Collect run directories under roots into a table; with out, update <out>/runs.{parquet,csv}."""
+    """Collect run directories under roots into a table; with out, update <out>/runs.{parquet,csv} (a table of no
+    rows is not written where none was)."""
     roots = [_root(r) for r in roots]
     # (root as recorded, source below it) -> (root, absolute path, kind, fingerprint, file names)
     found: dict[tuple[str, str], tuple] = {}
@@ -296,7 +297,8 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
     rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
     table = normalise(pd.concat([reused, kept, *([to_frame(rows)] if rows else [])], ignore_index=True))
     result = CollectResult(table, read=len(rows), reused=len(reused), removed=int((gone & under).sum()))
-    if out_dir is not None:
+    # no rows and no table there before (a root one level off): nothing is written, out_dir is left as it was
+    if out_dir is not None and (kept_table or not table.empty):
         unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
         # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)
         result.paths = [out_dir / TABLE_PARQUET, out_dir / TABLE_CSV] if unchanged else write_table(table, out_dir)

@@ -127,6 +127,16 @@ def test_report_of_a_root_without_runs_keeps_the_earlier_report(tmp_path, capsys
     assert (tmp_path / "rep" / "report.md").read_text() == good
 
 
+def test_report_of_a_root_without_runs_into_a_new_out_leaves_it_absent(tmp_path, capsys):
+    """It wrote an empty runs.parquet and runs.csv into the new --out, then said no report was written."""
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "new")]) == 1
+    assert "no report written" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    assert main(["collect", str(tmp_path / "empty"), "--out", str(tmp_path / "table")]) == 0  # nor a table of none
+    assert "wrote" not in capsys.readouterr().out and not (tmp_path / "table").exists()
+
+
 @pytest.mark.parametrize("workers", ["0", "-3", "65", "100000"])
 def test_collect_refuses_a_worker_count_out_of_range(tmp_path, capsys, workers):
     """--workers 0 was taken for the default and a negative count for one process, silently; --workers 100000

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = given  # as given (a dry run records its submit command)
         result = args.func(args)
     except BenchError as e:
-        if args is None or args.verbose:
+        if args is not None and args.verbose:  # None: refused while parsing (a flag's type=), one line too
             raise
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -9,3 +9,16 @@
   tokenizer.py   `nanochat-bench tokenizer train|eval`
   workload.py    `nanochat-bench model | train | preflight | smoke`
 """
+
+from bench.errors import ConfigError
+
+
+def nonempty(flag: str, what: str):
+    """An argparse type= for a flag whose empty value is no value: `--name "$NAME"` with NAME unset was taken for
+    the flag left out, its default used unsaid. A ConfigError, not argparse's own error: one line, no usage."""
+    def check(value: str) -> str:
+        if not value.strip():
+            raise ConfigError(f"{flag} {value!r}: an empty value (an unset shell variable?); give {what}, "
+                              f"or leave {flag} out for its default")
+        return value
+    return check

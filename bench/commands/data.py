@@ -1,6 +1,7 @@
 """`nanochat-bench data download|generate|info|bin`: the shards under $NANOCHAT_BASE_DIR/base_data, and
 their pre-tokenized .bin form (bench/nanochat/tokbin.py)."""
 
+from bench.commands import nonempty
 from bench.errors import ConfigError
 from bench.nanochat import chatstage, data_origin, dataset, download, evalstage
 
@@ -22,7 +23,7 @@ def register(subparsers) -> None:
                    help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240; required "
                         "unless --chat or --eval-bundle")
     d.add_argument("-w", "--workers", type=int, default=4, help="parallel downloads (default: 4)")
-    d.add_argument("--url", default=None,
+    d.add_argument("--url", default=None, type=nonempty("--url", "a mirror's base URL"),
                    help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
     d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
     d.add_argument("--timeout", type=float, default=download.READ_TIMEOUT_S,

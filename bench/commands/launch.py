@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from bench import paths, runtimes, sites, workloads
+from bench.commands import nonempty
 from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
@@ -57,8 +58,9 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
                    help=f"site profile: its fast network's set-up for every runtime, the network NCCL must choose "
                         f"(a run on another stops as wrong_network), partitions, the nodes' GPU and its memory; "
                         f"shipped: {', '.join(sites.names())} (default: ${ENV_SITE}, else none)")
-    g.add_argument("--gpu", default=None, help="GPU assumed by the node-hour estimate, a name of bench/metrics.py "
-                   f"(default: the site profile's gpu, else {planmod.DEFAULT_GPU})")
+    g.add_argument("--gpu", default=None, type=nonempty("--gpu", "a GPU name"),
+                   help="GPU assumed by the node-hour estimate, a name of bench/metrics.py "
+                        f"(default: the site profile's gpu, else {planmod.DEFAULT_GPU})")
     g.add_argument("--assume-mfu", type=float, default=0.40, help="MFU assumed by the estimate (default: 0.40)")
     g.add_argument("--assume-decode-tok-s", type=float, default=planmod.DECODE_TOK_PER_S, metavar="TOK_S",
                    help="tokens a rank generates a second, assumed by chat_eval's estimate (default: "
@@ -102,9 +104,10 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
     g.add_argument("--image", action="append", default=[], metavar="RUNTIME=REF",
                    help=f"image per runtime, repeatable; defaults: {_image_defaults()}")
-    g.add_argument("--python", default=None, help="host interpreter for the bare runtime and the jobs' bookkeeping "
-                   "(default: this one; the bare runtime's for --workload nntile: $NANOCHAT_BENCH_NNTILE_PYTHON, else "
-                   "the environment bench/workloads/nntile/env.sh builds)")
+    g.add_argument("--python", default=None, type=nonempty("--python", "an interpreter"),
+                   help="host interpreter for the bare runtime and the jobs' bookkeeping (default: this one; the bare "
+                        "runtime's for --workload nntile: $NANOCHAT_BENCH_NNTILE_PYTHON, else the environment "
+                        "bench/workloads/nntile/env.sh builds)")
     g.add_argument("--mount", action="append", default=[], metavar="SRC[:DST[:ro]]",
                    help="extra bind mount for container runtimes, repeatable")
     g.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -600,7 +603,8 @@ def register_speedrun(subparsers) -> None:
     p.add_argument("--nproc", type=int, default=None, help="ranks of every stage (default: number of GPUs, else 1)")
     p.add_argument("--run-dir", default=None, help="the point's directory; each stage below it (default: "
                    "./runs/speedrun/<timestamp>; an existing one continues, keeping the stages ok)")
-    p.add_argument("--python", default=None, help="the stages' interpreter (default: this one)")
+    p.add_argument("--python", default=None, type=nonempty("--python", "an interpreter"),
+                   help="the stages' interpreter (default: this one)")
     p.add_argument("--scaling", choices=planmod.SCALING_MODES, default="weak", help="as for plan (default: weak)")
     p.add_argument("--data-dir", default=None, help="the shards, for the validation files K (default: base_data/ "
                    "under $NANOCHAT_BASE_DIR)")
@@ -622,8 +626,9 @@ def register(subparsers) -> None:
                               description="Render each job's script into the sweep directory and submit it.")
     add_sweep_options(p)
     add_launch_options(p)
-    p.add_argument("--name", default=None, help="sweep name, its directory runs/<name> (default: "
-                   "sweep-<date>-<time>; not with --out)")
+    p.add_argument("--name", default=None, type=nonempty("--name", "a sweep name"),
+                   help="sweep name, its directory runs/<name> (default: "
+                        "sweep-<date>-<time>; not with --out)")
     p.add_argument("--out", default=None, help="sweep directory, whose name is the sweep's (default: runs/<name>)")
     p.add_argument("--compare", action="store_true",
                    help="one job per node count running every runtime in turn (same nodes for all)")
@@ -644,8 +649,9 @@ def register(subparsers) -> None:
     p.add_argument("kind", choices=("sbatch", "interactive", "compare"))
     add_sweep_options(p, single_nodes=True)
     add_launch_options(p)
-    p.add_argument("--name", default=None, help="name, its directory runs/<name> (default: sweep-<date>-<time>; "
-                   "not with --out)")
+    p.add_argument("--name", default=None, type=nonempty("--name", "a sweep name"),
+                   help="name, its directory runs/<name> (default: sweep-<date>-<time>; "
+                        "not with --out)")
     p.add_argument("--out", default=None, help="directory, whose name names the jobs (default: runs/<name>)")
     p.add_argument("--download", type=int, default=None, metavar="N",
                    help="interactive: shards the data step downloads, -1 for all (default: what the plan needs, "

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from bench import paths, workloads
+from bench.commands import nonempty
 from bench.errors import ConfigError, os_reason
 from bench.contract import ENV_BASE_DIR, read_run_json
 
@@ -49,8 +50,9 @@ def register(subparsers) -> None:
     t.add_argument("--workload", default=workloads.DEFAULT, choices=workloads.names(),
                    help=f"{workloads.summaries()} (default: {workloads.DEFAULT}; a stage's flags: "
                         "python -m bench.nanochat.<stage> --help)")
-    t.add_argument("--python", default=None, help="the workload's interpreter (default: this one for nanochat; for "
-                   "nntile $NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
+    t.add_argument("--python", default=None, type=nonempty("--python", "an interpreter"),
+                   help="the workload's interpreter (default: this one for nanochat; for nntile "
+                        "$NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
     t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1; nntile: 1)")
     t.add_argument("--run-dir", default=None, help="run directory (default: ./runs/local/<timestamp>)")
     t.add_argument("--overwrite", action="store_true", help="delete the run --run-dir already holds and train "

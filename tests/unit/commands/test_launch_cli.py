@@ -722,6 +722,22 @@ def test_an_empty_or_multi_line_allow_network_is_refused_and_a_name_in_any_case_
     assert "NANOCHAT_BENCH_ALLOW_NET=socket\n" in (tmp_path / "ok" / "n2-bare-r1" / "job.sbatch").read_text()
 
 
+@pytest.mark.parametrize("argv,flag", [
+    (["submit", "--dry-run", *TINY], "--name"), (["render", "sbatch", *TINY], "--name"),
+    (["submit", "--dry-run", *TINY], "--python"), (["speedrun"], "--python"), (["train"], "--python"),
+    (["plan"], "--gpu"), (["data", "download", "-n", "1"], "--url"),
+])
+def test_an_empty_value_is_refused_not_taken_for_the_flag_left_out(argv, flag, capsys, tmp_path, monkeypatch):
+    """`--name "$NAME"` with NAME unset named the sweep by the date; so --python '' ran this interpreter, --gpu ''
+    estimated for the default GPU and --url '' downloaded from the default mirror. Now each is one error line
+    naming the flag, before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
+    code, out, err = run_cli([*argv, f"{flag}="], capsys)
+    assert code == 1 and err.startswith(f"error: {flag} '': an empty value") and err.count("\n") == 1, err
+    assert f"leave {flag} out for its default" in err and not out and not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("argv,why", [
     (["submit", "--dry-run", "--site=alps", "--nodes=2", *TINY], "CPU ranks talk over gloo"),
     (["submit", "--dry-run", "--flow=speedrun", "--site=alps", "--nodes=1", "--runtimes=bare", *TINY],

@@ -209,6 +209,10 @@ class Sweep:
 
     def __post_init__(self):
         object.__setattr__(self, "gpu", self.gpu or getattr(self.site, "gpu", None) or DEFAULT_GPU)
+        if metrics.peak_flops(self.gpu) is None:  # a site profile's gpu is checked alike (bench/sites/profile.py)
+            known = ", ".join(pattern for pattern, _ in metrics.PEAK_BF16_FLOPS)
+            raise ConfigError(f"--gpu {self.gpu!r}: no peak FLOPs known for it in bench/metrics.py, so nothing could "
+                              f"be estimated; name one of {known}")
         if self.gpus_per_node <= 0:
             raise ConfigError(f"--gpus-per-node {self.gpus_per_node} must be a positive integer")
         if self.repeats <= 0:
@@ -349,8 +353,7 @@ def format_table(sweep: Sweep) -> str:
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
     s, lines = sweep, lines + ["", *sweep.workload_impl.describe(sweep)]
     total = "?" if unknown and node_hours == 0 else f"{node_hours:.2f}"
-    why = "" if not unknown else "; no estimate on CPU" if not s.gpus_used \
-        else f"; no peak FLOPs known for {s.gpu}" if not s.estimate.peak_flops else f"; no estimate for {s.workload}"
+    why = "" if not unknown else "; no estimate on CPU" if not s.gpus_used else f"; no estimate for {s.workload}"
     lines.append(f"{jobs} runs, {total} node-hours estimated "
                  f"({s.gpu} at {s.assume_mfu:.0%} MFU x B/(B+{MFU_HALF_BATCH}) + {s.startup_s:.0f} s start-up per run"
                  + (f" + {IMAGE_STEP_MINUTES} min image step" if any(map(default_image_step, s.runtimes)) else "")

@@ -66,6 +66,17 @@ def test_the_estimates_assume_the_sites_gpu_unless_gpu_is_given(capsys, monkeypa
         assert code == 0 and f"(estimates per stage: {gpu} at 40% MFU" in out, extra
 
 
+def test_an_unknown_gpu_is_refused_naming_the_known_ones(capsys, tmp_path):
+    """plan --gpu FOO printed "?" node-hours and each run got the default time limit; a site's gpu was refused."""
+    code, out, err = run_cli(["plan", "--gpu", "FOO"], capsys)
+    assert code == 1 and not out and err.count("\n") == 1, err
+    assert err.startswith("error: --gpu 'FOO': no peak FLOPs known for it") and "name one of GH200, H200," in err
+    code, _, err = run_cli(["submit", "--dry-run", "--gpu", "FOO", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and "--gpu 'FOO'" in err and not (tmp_path / "s").exists()
+    code, out, _ = run_cli(["plan", "--gpu", "NVIDIA H100 80GB HBM3"], capsys)  # torch's name for it
+    assert code == 0 and re.search(r"1 runs, [0-9.]+ node-hours estimated \(NVIDIA H100 80GB HBM3 at", out), out
+
+
 def test_a_point_no_validation_split_can_serve_is_refused(capsys, tmp_path):
     code, out, err = run_cli(["submit", "--nodes", "64", "--gpus-per-node", "4", "--row-groups", "2", "--shards", "4",
                               "--dry-run", "--out", str(tmp_path / "s")], capsys)

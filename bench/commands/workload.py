@@ -26,6 +26,9 @@ from bench.contract import ENV_BASE_DIR, read_run_json
 SMOKE_DATA = dict(num_shards=4, docs_per_shard=512, row_group_size=32)
 SMOKE_VOCAB = 1024
 SMOKE_TRAIN = dict(depth=2, max_seq_len=128, device_batch_size=4)
+# The deepest GPT `model` sizes (~5e16 parameters; d20 has 5.6e8): the memory estimate walks every layer's
+# matrices, which at a million layers takes seconds and gigabytes
+MODEL_MAX_DEPTH = 10_000
 
 
 def register(subparsers) -> None:
@@ -107,10 +110,11 @@ STRATEGIES = ("zero2", "fsdp", "fsdp+ac", "fsdp+ac+offload")  # the memory estim
 def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, device_batch_size: int = 32,
                   world_size: int = 1, total_batch_size: int = 524288, aspect_ratio: int = 64,
                   compiled: bool = True) -> dict:
-    """Sizes of the GPT at `depth`, built on the meta device, and per memory strategy the predicted peak
-    memory per rank on CUDA (bench/nanochat/memory.py); the trainer's default, zero2, gives the totals."""
+    """Sizes of the GPT at `depth`, counted from its shape (GPTConfig, held equal to the built model: no model is
+    built, which took minutes at a depth of 100000), and per memory strategy the predicted peak memory per rank on
+    CUDA (bench/nanochat/memory.py); the trainer's default, zero2, gives the totals."""
     from bench.nanochat.config import shape_problem
-    from bench.nanochat.gpt import GPT, GPTConfig
+    from bench.nanochat.gptconfig import GPTConfig
     from bench.nanochat.memory import GIB, MemoryPoint, estimate
 
     sizes = {"depth": depth, "vocab_size": vocab_size, "max_seq_len": max_seq_len,
@@ -119,16 +123,13 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     for name, value in sizes.items():
         if value < 1:
             raise ConfigError(f"--{name}={value}: must be >= 1")
+    if depth > MODEL_MAX_DEPTH:
+        raise ConfigError(f"--depth={depth}: at most {MODEL_MAX_DEPTH} (a GPT of ~5e16 parameters already)")
     if problem := shape_problem(depth, aspect_ratio):  # the trainer's check: GPT() would only assert
         raise ConfigError(f"--depth={depth} --aspect_ratio={aspect_ratio}: {problem}")
     config = GPTConfig.from_depth(depth, vocab_size, max_seq_len, aspect_ratio)
-    import torch
-
-    with torch.device("meta"):
-        model = GPT(config)
-    n_wte = model.transformer.wte.weight.numel()
-    n_lm_head = model.lm_head.weight.numel()
-    num_params = model.num_params()
+    n_wte = n_lm_head = vocab_size * config.n_embd  # the embedding and the unembedding, vocab x width each
+    num_params = config.num_params()
     n_matrix = num_params - n_wte - n_lm_head
     weights = 4 * (num_params - n_wte) + 2 * n_wte  # fp32 master weights, bf16 embedding on CUDA
     adam = (2 * 4 * n_lm_head + 2 * 2 * n_wte) / world_size  # exp_avg + exp_avg_sq, sharded when W > 1
@@ -148,7 +149,7 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
         "n_kv_head": config.n_kv_head, "head_dim": config.n_embd // config.n_head, "mlp_hidden": 4 * config.n_embd,
         "vocab_size": vocab_size, "max_seq_len": max_seq_len,
         "num_params": num_params, "params_embedding": n_wte, "params_lm_head": n_lm_head, "params_matrices": n_matrix,
-        "flops_per_token": model.estimate_flops(),
+        "flops_per_token": config.flops_per_token(),
         "memory_gib": {"weights": weights / GIB, "grads": weights / GIB, "optimizer": (adam + muon) / GIB,
                        "activations_estimate": zero2.get("activations", 0) + zero2.get("logits", 0),
                        "total_estimate": by_strategy["zero2"]["peak_gib"]},

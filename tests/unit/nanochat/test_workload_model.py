@@ -4,12 +4,14 @@
 """
 
 import json
+import time
 
 import pytest
 
 from bench.cli import main
-from bench.commands.workload import model_summary, smoke_train_args
+from bench.commands.workload import MODEL_MAX_DEPTH, model_summary, smoke_train_args
 from bench.errors import ConfigError
+from bench.nanochat.gptconfig import GPTConfig
 
 
 def test_model_d20_json(capsys):
@@ -67,6 +69,17 @@ def test_sharded_optimizer_state_shrinks_with_world_size():
 def test_bad_depth():
     with pytest.raises(ConfigError, match="--depth=0"):
         model_summary(0)
+
+
+def test_a_deep_model_answers_in_a_second_and_a_deeper_one_is_refused(capsys):
+    """model --depth 100000 built a GPT of that many layers on the meta device, for minutes; now the sizes are
+    counted from the shape, and a depth past MODEL_MAX_DEPTH is one error line."""
+    start = time.monotonic()
+    s = model_summary(MODEL_MAX_DEPTH)
+    assert time.monotonic() - start < 5 and s["num_params"] == GPTConfig.from_depth(MODEL_MAX_DEPTH, 65536).num_params()
+    assert main(["model", "--depth", str(MODEL_MAX_DEPTH + 1)]) == 1
+    assert capsys.readouterr().err == f"error: --depth={MODEL_MAX_DEPTH + 1}: at most {MODEL_MAX_DEPTH} " \
+                                      "(a GPT of ~5e16 parameters already)\n"
 
 
 @pytest.mark.parametrize("flag", ["--max_seq_len", "--device_batch_size", "--world_size", "--vocab_size",

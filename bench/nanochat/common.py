@@ -11,11 +11,13 @@ from bench import paths
 from bench.errors import ConfigError, os_reason
 
 
-def get_base_dir() -> Path:
-    """NANOCHAT_BASE_DIR (default ~/.cache/nanochat): shards, tokenizer and checkpoints live here."""
+def get_base_dir(create: bool = True) -> Path:
+    """NANOCHAT_BASE_DIR (default ~/.cache/nanochat): shards, tokenizer and checkpoints live here. Made where absent
+    unless not `create` (a reader's: a command that then finds nothing leaves no empty one behind)."""
     path = Path(paths.base_dir())
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if create or path.exists():  # a file in its place is refused either way
+            path.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # every command lives under it: one line, not a traceback
         raise ConfigError(f"the base directory {path} ({paths.ENV_BASE_DIR}) cannot be used: {os_reason(e)}; set "
                           f"{paths.ENV_BASE_DIR} to a writable directory") from None

@@ -36,8 +36,9 @@ def shard_name(index: int) -> str:
 
 
 def data_dir(directory: str | os.PathLike | None = None) -> Path:
-    """`directory` if given, else $NANOCHAT_BASE_DIR/base_data: where shards are downloaded or generated."""
-    return Path(directory) if directory is not None else get_base_dir() / paths.DATA_DIR
+    """`directory` if given, else $NANOCHAT_BASE_DIR/base_data: where shards are downloaded or generated (each
+    writer makes it; a reader finding none makes nothing)."""
+    return Path(directory) if directory is not None else get_base_dir(create=False) / paths.DATA_DIR
 
 
 def list_parquet_files(directory: str | os.PathLike | None = None) -> list[Path]:

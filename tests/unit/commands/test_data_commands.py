@@ -73,6 +73,18 @@ def test_a_base_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
     assert in_the_way.read_text() == "kept\n"
 
 
+def test_tokenizer_train_without_shards_leaves_no_base_dir_behind(tmp_path, monkeypatch, capsys):
+    """It failed for want of shards but left an empty NANOCHAT_BASE_DIR made on the way; so did data info."""
+    base = tmp_path / "base"
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    for argv in (["tokenizer", "train", "--vocab_size", "512"], ["data", "info"]):
+        assert main(argv) == 1
+        assert f"0 shard file(s) in {base / 'base_data'}" in capsys.readouterr().err
+        assert not base.exists()
+    assert main(["data", "generate", "--shards", "2", "--docs-per-shard", "8"]) == 0  # a writer still makes it
+    assert len(list((base / "base_data").glob("*.parquet"))) == 2
+
+
 def test_a_shard_count_beside_chat_or_the_eval_bundle_is_refused_before_any_download(tmp_path, monkeypatch, capsys):
     """`data download --chat -n 3` staged the whole chat data and never read -n."""
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))

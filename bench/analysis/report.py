@@ -93,7 +93,7 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in SPLIT]),
                 "busbw": has(p, [f"busbw_{c}_gbps" for c in COLLECTIVES]),
                 "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
-    sections = [{"title": None, "note": tables.summary_note(p, unit, mode),
+    sections = [{"title": None, "note": tables.summary_note(p, unit, mode) + mixed_batch_note(runs, unit),
                  "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit)) if n]
@@ -153,6 +153,16 @@ def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | Non
             said.append(f"{runtime} at {scaling.count(world, unit)} ran device batch {mine}, {baseline} {theirs}")
     return (f"{'; '.join(said)}: no ratio there (another gradient accumulation, so a ratio would time that, "
             "not the runtime).") if said else None
+
+
+def mixed_batch_note(runs: pd.DataFrame, unit: str) -> str:
+    """Where one runtime's runs at one rank count ran different device batches: that point is left out of the table
+    and figures (scaling.mixed_batches), and the note says so ("" where there is none)."""
+    said = [f"{runtime} at {scaling.count(world, unit)} ran device batch "
+            f"{', '.join(map(str, sorted(set(r['device_batch_size'].astype(int)))))}"
+            for (runtime, world), r in scaling.mixed_batches(runs).groupby(["runtime", "world_size"])]
+    return (f" {'; '.join(said)}: not repeats of one point (another gradient accumulation each), so that point is "
+            "left out of the table and figures.") if said else ""
 
 
 def skew_note(runs: pd.DataFrame) -> str:

@@ -256,8 +256,10 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     n0 the smallest rank count measured for the config; ideal T(n) = T(n0) * n / n0. In weak scaling E(n) is
     the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat. A runtime without a
     run at n0 has none of the three: from its own smallest point it would read 100% there, however slow.
+    A point whose runs differ in device batch is left out (mixed_batches).
     """
     ok = with_config(usable(df))
+    ok = ok.drop(mixed_batches(ok).index)
     if ok.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
     agg = {col: (col, how) for col, how in POINT_FIGURES.items()}
@@ -276,6 +278,14 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     points["speedup"] = points["tok_per_sec"] / base_tps
     points["efficiency"] = points["speedup"] * base / points["world_size"]
     return points[POINT_COLUMNS]
+
+
+def mixed_batches(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of points (config, runtime, rank count) whose runs differ in device batch. A strong curve keeps only
+    its total (the device batch is no key), so each is another gradient accumulation, not a repeat of the others:
+    scaling_table leaves the point out rather than take a median across them."""
+    batches = runs.groupby(["config", "runtime", "world_size"], dropna=False)["device_batch_size"].transform("nunique")
+    return runs[batches > 1]
 
 
 def ratio_ci(x, base, level: float = CI_LEVEL) -> tuple[float, float, float]:

@@ -176,6 +176,26 @@ def test_runs_of_another_device_batch_at_one_point_get_no_ratio_and_a_note_says_
     assert report.unlike_batch_note(runs[runs["runtime"] != "podman"], "bare", "GPUs") is None
 
 
+def test_runs_of_one_runtime_at_one_point_with_another_device_batch_are_no_repeats():
+    """Strong scaling keys only the total batch, so podman's runs at 8 GPUs at device batch 2 and 4 (another gradient
+    accumulation each) were one point's repeats: their median and min-max bar mixed two programs. That point is left
+    out now, and the summary's note says why; a point of one device batch keeps its repeats."""
+    from bench.analysis import report
+
+    strong = dict(scaling="strong", strategy="zero2")
+    rows = ([row("podman", 8, t, device_batch_size=4, **strong) for t in (1000, 1010)]
+            + [row("podman", 8, 700, device_batch_size=2, **strong)]
+            + [row("podman", 4, t, device_batch_size=4, **strong) for t in (520, 530)])
+    table = to_frame(rows)
+    pts = scaling.scaling_table(table)
+    assert (pts["world_size"].tolist(), pts["runs"].tolist()) == ([4], [2])
+    runs = scaling.with_config(scaling.usable(table))
+    assert report.mixed_batch_note(runs, "GPUs") == (
+        " podman at 8 GPUs ran device batch 2, 4: not repeats of one point (another gradient accumulation each), "
+        "so that point is left out of the table and figures.")
+    assert report.mixed_batch_note(runs[runs["world_size"] == 4], "GPUs") == ""
+
+
 def weak(runtime, world, tps, dbs=32, **kw):
     """A weak-scaling row: the total batch is device batch x seq x ranks, as the planner sets it."""
     return row(runtime, world, tps, scaling="weak", device_batch_size=dbs, total_batch_size=dbs * 2048 * world,

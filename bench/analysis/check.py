@@ -12,7 +12,8 @@ value*(1+upper); a bound left out is unbounded; with value 0 the tolerances are 
 Only usable rows count (status ok and read whole: a training run with steady-state figures, or an
 evaluation, whose figures are its time and problems/s); a reference that selects none fails as missing,
 so a broken sweep cannot pass by producing nothing. A reference whose runs differ in what the report keeps
-apart (workload config, runtime, ranks) fails too, naming those columns: their median is no one setup's figure.
+apart (workload config, runtime, ranks, device batch) fails too, naming those columns: their median is no one
+setup's figure.
 """
 
 import fnmatch
@@ -207,9 +208,11 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
 
 
 def _pooled(rows: pd.DataFrame) -> tuple[str, ...]:
-    """The columns of a report's point (its config, runtime and ranks) on which the selected runs differ:
-    a median over them is no figure of one setting, as the report never pools them."""
+    """The columns of a report's point (its config, runtime and ranks, and the device batch, which a strong curve's
+    key leaves out: scaling.mixed_batches) on which the selected runs differ: a median over them is no figure of
+    one setting, as the report never pools them."""
     if len(rows) < 2:
         return ()
     keyed = with_config(rows)
-    return tuple(c for c in (*GROUP_KEYS, "runtime", "world_size") if keyed[c].astype(str).nunique() > 1)
+    return tuple(c for c in (*GROUP_KEYS, "runtime", "world_size", "device_batch_size")
+                 if keyed[c].astype(str).nunique() > 1)

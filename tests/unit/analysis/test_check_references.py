@@ -119,6 +119,19 @@ def test_a_median_over_runs_of_different_settings_fails_naming_what_differs(tmp_
     assert lines[2] == "1 of 2 check(s) passed; runs of different setups (narrow `where`): loose/tok_per_sec"
 
 
+def test_a_median_over_runs_of_different_device_batches_fails(tmp_path, make_run):
+    """A strong curve keeps only its total batch, so a reference matching bare runs at device batch 32 and 16 (the
+    same total, twice the accumulation) passed on their pooled median. It fails now, naming device_batch_size."""
+    config = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "num_iterations": 30}
+    for name, tok_s, dbs in (("a", 1000.0, 32), ("b", 1010.0, 32), ("c", 700.0, 16)):
+        make_run(name, tok_s=tok_s, config={**config, "device_batch_size": dbs})
+    table = collect([tmp_path / "runs"]).table
+    path = refs(tmp_path, '[[reference]]\nwhere = { runtime = "bare" }\n'
+                          'figures.tok_per_sec = { value = 1000, lower = -0.5 }\n')
+    [outcome] = check(table, load_references(path))
+    assert (outcome.verdict, outcome.pooled) == ("fail", ("device_batch_size",))
+
+
 def test_a_figure_the_matching_runs_did_not_record_is_not_said_to_match_no_run(tmp_path, make_run, capsys):
     """MFU of runs without a known GPU peak (CPU runs) read "no usable run matches": the `where` was right and the
     figure was what the runs lacked. The line now says how many runs matched and that none recorded it."""

@@ -93,7 +93,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in SPLIT]),
                 "busbw": has(p, [f"busbw_{c}_gbps" for c in COLLECTIVES]),
                 "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
-    sections = [{"title": None, "note": tables.summary_note(p, unit, mode) + mixed_batch_note(runs, unit),
+    mixed = mixed_batch_note(runs, unit)
+    sections = [{"title": None, "note": tables.summary_note(p, unit, mode) + mixed,
                  "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit)) if n]
@@ -122,7 +123,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
                          "figures": []})
     missing = [SECTION_NEEDS[name] for name, found in measured.items() if not found]
     return {"config": config, "sections": sections, "not_recorded": missing,
-            "findings": findings.config_findings(runs, p, r, baseline, unit, mode)}
+            "findings": findings.config_findings(runs, p, r, baseline, unit, mode),
+            "not_compared": bool(unpaired or mixed)}  # so "no gap" is never said of comparisons not made
 
 
 def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str) -> str | None:

@@ -30,7 +30,7 @@ Generated {{ generated }}{% if source %} from `{{ source }}`{% endif %}: {{ coun
 {% for g in groups %}
 ## {{ g.config }}
 
-**Findings.**{% if not g.findings %} None: no gap in these runs passes its threshold.{% endif %}
+**Findings.**{% if not g.findings %}{% if g.not_compared %} None among the comparisons made; some were not made, as the notes below say.{% else %} None: no gap in these runs passes its threshold.{% endif %}{% endif %}
 {% for f in g.findings %}
 - {{ f.text }}: {{ f.evidence | md_code }}{% endfor %}
 {% for s in g.sections %}
@@ -119,7 +119,7 @@ HTML = """\
 {% endif %}
 {% for g in groups %}
 <h2>{{ g.config }}</h2>
-<p><strong>Findings.</strong>{% if not g.findings %} None: no gap in these runs passes its threshold.{% endif %}</p>
+<p><strong>Findings.</strong>{% if not g.findings %}{% if g.not_compared %} None among the comparisons made; some were not made, as the notes below say.{% else %} None: no gap in these runs passes its threshold.{% endif %}{% endif %}</p>
 {% if g.findings %}<ul class="findings">{% for f in g.findings %}<li>{{ f.text }}: <code>{{ f.evidence }}</code></li>{% endfor %}</ul>{% endif %}
 {% for s in g.sections %}
 {% if s.title %}<h3>{{ s.title }}</h3>{% endif %}

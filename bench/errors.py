@@ -6,6 +6,7 @@ traceback. Messages name the file, flag or value at fault and what would be vali
 
 import difflib
 import errno
+import json
 from pathlib import Path
 
 
@@ -78,6 +79,12 @@ def os_reason(e: OSError) -> str:
     reason = e.strerror or str(e)
     full = e.errno == errno.ENOSPC or "No space left on device" in reason
     return f"{reason} (disk full)" if full else reason
+
+
+def json_reason(e: json.JSONDecodeError, one_line: bool = False) -> str:
+    """Where json stopped, in its own "msg: line n" form (its msg can end in "at": "Unterminated string starting
+    at", so "msg at line n" read "at at"); of a text that is one line of a file, the column instead."""
+    return f"{e.msg}: " + (f"column {e.colno}" if one_line else f"line {e.lineno}")
 
 
 def parent_in_the_way(e: OSError) -> Path | None:

@@ -22,6 +22,7 @@ from bench.analysis import why
 from bench.analysis.columns import FLAT
 from bench.analysis.figures import diverged, finite, step_figures, steady_mask, warmup_flags
 from bench.analysis.regular_files import NotRegularFile, read_regular
+from bench.errors import json_reason
 from bench.logline import steps_digest
 from bench.workloads.base import EVALUATION, TRAINING
 
@@ -49,7 +50,7 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as e:
-        return {}, f"run.json is not valid JSON ({e.msg}: line {e.lineno})"  # json's own "msg: line n" form
+        return {}, f"run.json is not valid JSON ({json_reason(e)})"
     except RecursionError:  # json's parser recurses once per nesting level
         return {}, "run.json is not a run's (arrays or objects nested too deep to read)"
     try:

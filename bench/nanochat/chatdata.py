@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bench.contract import write_text_atomic
-from bench.errors import DataError
+from bench.errors import DataError, json_reason
 from bench.nanochat.common import get_base_dir
 
 CHAT_DIR = "chat_data"
@@ -201,7 +201,7 @@ def _conversation_line(path: Path, lineno: int, line: str) -> list[dict]:
     try:
         messages = json.loads(line)
     except json.JSONDecodeError as e:
-        raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno}); each line must be a JSON array "
+        raise DataError(f"{where}: not valid JSON ({json_reason(e, one_line=True)}); each line must be a JSON array "
                         "of {\"role\", \"content\"} messages") from None
     if not isinstance(messages, list) or len(messages) < 2:
         raise DataError(f"{where}: expected a JSON array of at least 2 messages")

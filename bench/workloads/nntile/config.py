@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from bench import paths
-from bench.errors import ConfigError, DataError, UnknownFlags, close_hint
+from bench.errors import ConfigError, DataError, UnknownFlags, close_hint, json_reason
 
 DEFAULT_CONFIG = Path(__file__).with_name("gpt2_default_config.json")
 OPTIMIZERS = ("fusedadamw", "fusedadam", "sgd")
@@ -88,7 +88,7 @@ def gpt2_shape(path: str | os.PathLike) -> dict:
     except UnicodeDecodeError:
         raise ConfigError(f"--config-path {path}: not UTF-8 text (a GPT-2 config JSON is)") from None
     except json.JSONDecodeError as e:
-        raise ConfigError(f"--config-path {path}: not JSON ({e.msg} at line {e.lineno})") from None
+        raise ConfigError(f"--config-path {path}: not JSON ({json_reason(e)})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--config-path {path}: a JSON object of GPT-2 fields is needed, not {type(raw).__name__}")
     names = {"n_embd": ("n_embd", "hidden_size"), "n_head": ("n_head", "num_heads", "num_attention_heads"),

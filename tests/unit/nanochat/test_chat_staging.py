@@ -31,6 +31,15 @@ def test_a_missing_staged_split_names_the_download_command(tmp_path, monkeypatch
         assert "\n" not in str(e.value) and str(tmp_path) in str(e.value)
 
 
+def test_a_jsonl_line_cut_mid_string_is_read_plainly(tmp_path):
+    """A line cut mid-string read "(Unterminated string starting at at column 5)": json's message ends in "at"."""
+    path = tmp_path / "conv.jsonl"
+    path.write_text('[{"ro\n')
+    with pytest.raises(DataError) as e:
+        CustomJSON(path)
+    assert "not valid JSON (Unterminated string starting at: column 3)" in str(e.value) and "at at" not in str(e.value)
+
+
 def test_a_corrupt_jsonl_line_names_file_and_line(tmp_path):
     path = tmp_path / "conv.jsonl"
     path.write_text('[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]\n\n{"role": oops\n')

@@ -84,6 +84,15 @@ def test_a_config_without_a_shape_field_is_refused(tmp_path):
         nconfig.parse_args([f"--config-path={path}"])
 
 
+def test_a_config_cut_mid_string_is_read_plainly(tmp_path):
+    """A config cut mid-string read "(Unterminated string starting at at line 2)": json's message ends in "at"."""
+    path = tmp_path / "cut.json"
+    path.write_text('{"n_embd": 64,\n "n_he')
+    with pytest.raises(ConfigError) as e:
+        nconfig.parse_args([f"--config-path={path}"])
+    assert "not JSON (Unterminated string starting at: line 2)" in str(e.value) and "at at" not in str(e.value)
+
+
 SHAPE = {"n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32, "vocab_size": 512}
 
 

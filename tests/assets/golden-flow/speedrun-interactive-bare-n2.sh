@@ -71,6 +71,10 @@ runjson() { "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/jobrecord.
 # Ctrl-C (SIGINT, to the step's processes): srun's last lines (slurmstepd's `CANCELLED ... DUE TO TIME LIMIT`,
 # `Node failure on`), which say how the run ended, reach it. It ends when srun's output closes.
 run_log() { (trap '' TERM INT; exec tee "$@"); }
+# Ctrl-C ends a guide's step, not the block around it, which records the step as stopped (`stopping`): run as a
+# script, by `trap 'stopping=SIGINT' INT` around the step; pasted, the salloc shell's job control sends Ctrl-C to
+# the step alone and runs no trap, and the step's status, 130, says it. stopped_by_ctrl_c STATUS: after the step
+stopped_by_ctrl_c() { if [ "$1" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi; }
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
 # Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no
@@ -106,7 +110,12 @@ flock 9 || echo "nanochat-bench: no lock on $NANOCHAT_BASE_DIR/.tokenizer.lock (
 if [ -f "$tokenizer_pkl" ]; then
     echo "tokenizer: $tokenizer_pkl exists, kept"
 else
-    if ! { srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer train --vocab_size=65536 && srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer eval; } 2>&1 | tee -a /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log; then
+    tokenizer_rc=0
+    trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; the stages are recorded as not run, stopped
+    { srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer train --vocab_size=65536 && srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer eval; } 2>&1 | run_log -a /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log || tokenizer_rc=$?
+    stopped_by_ctrl_c "$tokenizer_rc"
+    trap - INT  # the salloc shell's own Ctrl-C again
+    if [ "$tokenizer_rc" -ne 0 ]; then
         echo "nanochat-bench: the tokenizer could not be trained (see /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log); no stage runs" >&2
         flow_failed=tokenizer
         job_rc=1
@@ -144,15 +153,13 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
-trap 'stopping=SIGINT' INT
+trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
-# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
-if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+stopped_by_ctrl_c "$rc"
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -188,15 +195,13 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
-trap 'stopping=SIGINT' INT
+trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1-40f36587 --split_tokens=10485760 \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
-# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
-if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+stopped_by_ctrl_c "$rc"
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -232,15 +237,13 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
-trap 'stopping=SIGINT' INT
+trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1-40f36587 \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
-# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
-if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+stopped_by_ctrl_c "$rc"
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -278,15 +281,13 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
-# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
-trap 'stopping=SIGINT' INT
+trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
-# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
-if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+stopped_by_ctrl_c "$rc"
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -322,15 +323,13 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
-trap 'stopping=SIGINT' INT
+trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=mid \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
-# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
-if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+stopped_by_ctrl_c "$rc"
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -368,15 +367,13 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
-# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
-trap 'stopping=SIGINT' INT
+trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1-40f36587 --target_examples_per_step=32 --deadline="${run_deadline}" \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
-# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
-if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+stopped_by_ctrl_c "$rc"
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi
@@ -412,15 +409,13 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-# Ctrl-C ends the step, not this block, so run.json is still finished, as stopped: run as a script, by this trap
-trap 'stopping=SIGINT' INT
+trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=sft \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi
-# pasted, the salloc shell's job control sends Ctrl-C to the step alone and runs no trap: srun's 130 says it
-if [ "$rc" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+stopped_by_ctrl_c "$rc"
 runjson finish "$run_dir" "$rc" "$stopping"
 trap - INT  # the salloc shell's own Ctrl-C again
 if [ "$rc" -ne 0 ]; then job_rc=$rc; fi

@@ -159,6 +159,8 @@ def pasted(job, env, timeout=60) -> str:
         if not data:
             break
         out += data
+    else:  # still running past the timeout (Ctrl-C ended the pasted line, its `exit` with it): ended here
+        os.kill(pid, 9)
     os.waitpid(pid, 0)
     return out.decode(errors="replace")
 

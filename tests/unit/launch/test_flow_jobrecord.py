@@ -56,7 +56,7 @@ def run_flow_job(tmp_path, srun: str, stages: str, runtime: str, *more_stubs):
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n1",
            "SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"}
     return fj, subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True,
-                              text=True)
+                              text=True, timeout=60, start_new_session=True)  # its own process group, as a batch step
 
 
 def test_a_flow_whose_image_step_fails_before_the_tokenizer_records_every_stage(tmp_path):
@@ -172,3 +172,59 @@ def test_a_flow_guide_run_as_a_script_and_stopped_by_ctrl_c_exits_130(tmp_path):
                        timeout=60, start_new_session=True)  # its own process group, as a terminal's foreground job
     assert "not run (the job received SIGINT at stage base_train)" in r.stdout, r.stdout + r.stderr
     assert r.returncode == 130
+
+
+# Ctrl-C in the tokenizer's training step: the terminal's SIGINT reaches the step's process group (the log's tee
+# included), and srun takes the step down, says so, and ends by it
+SRUN_TOKENIZER_CTRL_C = """#!/bin/bash
+for a in "$@"; do case "$a" in tokenizer)
+    echo "tokenizer: training"
+    trap '' INT; kill -INT -- "-$(ps -o pgid= $$ | tr -d ' ')"
+    sleep 0.5
+    echo "srun: forcing job termination" >&2
+    exit 130;;
+esac; done
+"""
+
+
+def test_a_flow_guide_stopped_by_ctrl_c_in_its_tokenizer_records_the_stages_as_stopped(tmp_path):
+    """Run as a script, Ctrl-C in the tokenizer ended the guide at once: every stage stayed pending, and the
+    tokenizer's log lost srun's last lines with its tee."""
+    fj, env = flow_guide(tmp_path, SRUN_TOKENIZER_CTRL_C)
+    r = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60, start_new_session=True)  # its own process group, as a terminal's foreground job
+    assert "not run (the job received SIGINT at stage tokenizer)" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 130
+    log = (fj.point_dir / "tokenizer.log").read_text()
+    assert "tokenizer: training" in log and "srun: forcing job termination" in log
+
+
+def test_ctrl_c_in_a_pasted_flow_guides_tokenizer_records_the_stages_as_stopped(tmp_path):
+    """Pasted, the shell runs no SIGINT trap for the step: the stages were recorded as not run because the
+    tokenizer 'did not end ok', not as stopped by Ctrl-C."""
+    from tests.unit.launch.test_batch_stop import pasted
+
+    fj, env = flow_guide(tmp_path, SRUN_TOKENIZER_CTRL_C)
+    out = pasted(fj.job, env)
+    assert "not run (the job received SIGINT at stage tokenizer)" in out, out
+    for stage in ("base_train", "base_loss"):
+        run = contract.read_run_json(fj.point_dir / stage)
+        assert run["status"] == "cancelled" and "SIGINT" in run["message"]
+
+
+# The job's time limit during the tokenizer's step: Slurm's SIGTERM to the batch step, then slurmstepd's line
+SRUN_TOKENIZER_TIME_LIMIT = """#!/bin/bash
+for a in "$@"; do case "$a" in tokenizer)
+    trap '' TERM; kill -TERM -- "-$(ps -o pgid= $$ | tr -d ' ')"
+    sleep 0.5
+    echo "slurmstepd: error: *** STEP 77.0 ON n1 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME LIMIT ***" >&2
+    exit 143;;
+esac; done
+"""
+
+
+def test_the_time_limits_line_reaches_the_tokenizers_log_after_the_sigterm(tmp_path):
+    """The tokenizer's log was a plain tee, which Slurm's SIGTERM ended before srun's last line."""
+    fj, r = run_flow_job(tmp_path, SRUN_TOKENIZER_TIME_LIMIT, "base_train", "bare")
+    assert r.returncode == 143, r.stdout + r.stderr
+    assert "DUE TO TIME LIMIT" in (fj.point_dir / "tokenizer.log").read_text()

@@ -323,9 +323,12 @@ def format_table(fs: FlowSweep) -> str:
                      "", "not submitted: a stage cannot run" if not possible else
                      f"not submitted: {over} (below)" if over else ""))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
+    stepped = [rt for rt in fs.first.runtimes if default_image_step(rt)]  # the job's time as job_minutes gives it
     lines += ["", f"flow: {fs.flow}, stages {' -> '.join(s.name for s in fs.stages)}; each stage's run directory "
                   f"<sweep>/<point>/<stage>; the tokenizer trained once per sweep, before the first stage (each job's "
-                  f"time has {fs.tokenizer_minutes} min for it: one job trains it, the others wait for it)"]
+                  f"time has {fs.tokenizer_minutes} min for it: one job trains it, the others wait for it)"
+                  + (f"; under {', '.join(stepped)}, + {IMAGE_STEP_MINUTES} min image step before the tokenizer and "
+                     f"before each stage" if stepped else "")]
     if fs.left_out:
         unregistered = [s.name for s in FLOWS[fs.flow] if s.workload not in workloads.names()]
         lines.append(f"left out: {', '.join(fs.left_out)}" + (f" ({', '.join(unregistered)} not registered in this "

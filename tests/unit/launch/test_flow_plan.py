@@ -195,6 +195,21 @@ def test_the_plan_table_has_each_stage_and_a_job_limit_covering_them_all(twice, 
     assert "2 job(s), one per point" in out
 
 
+def test_the_flow_plan_names_the_image_steps_minutes_its_job_limit_holds(twice, capsys):
+    """With podman the job's limit held an image step before the tokenizer and before each stage, but the note gave
+    only the tokenizer's minutes: the 20 minutes more in the job's limit went unexplained."""
+    from bench.launch.job import IMAGE_STEP_MINUTES
+
+    argv = ["plan", "--flow", twice, "--nodes=1", "--gpus-per-node=2", "--device_type=cpu", "--depth=2",
+            "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6"]
+    assert cli.main([*argv, "--runtimes=bare"]) == 0
+    assert "image step" not in capsys.readouterr().out
+    assert cli.main([*argv, "--runtimes=podman"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[-1] for line in out.splitlines() if "= job" in line] == ["01:52:00"]  # 82 min + 3 x 10
+    assert f"under podman, + {IMAGE_STEP_MINUTES} min image step before the tokenizer and before each stage" in out
+
+
 def test_flow_flags_without_a_flow_and_a_flow_with_a_workload_are_refused(capsys):
     assert cli.main(["plan", "--stages", "base_train"]) == 1
     assert "--stages goes with --flow" in capsys.readouterr().err

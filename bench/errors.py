@@ -77,8 +77,17 @@ def os_reason(e: OSError) -> str:
         return f"{parent} is a file in the way, not a directory" if parent else \
             "a file of that name is in the way, not a directory"
     reason = e.strerror or str(e)
-    full = e.errno == errno.ENOSPC or "No space left on device" in reason
-    return f"{reason} (disk full)" if full else reason
+    return f"{reason} (disk full)" if disk_full(e) else reason
+
+
+def disk_full(e: OSError) -> bool:
+    return e.errno == errno.ENOSPC or "No space left on device" in (e.strerror or str(e))
+
+
+def os_reason_and_remedy(e: OSError, elsewhere: str) -> str:
+    """os_reason(e), then what to do: `free space there or ELSEWHERE` on a full disk, `ELSEWHERE` alone where freed
+    space would not help (a read-only filesystem, no permission, a file in the way)."""
+    return f"{os_reason(e)}; " + (f"free space there or {elsewhere}" if disk_full(e) else elsewhere)
 
 
 def json_reason(e: json.JSONDecodeError, one_line: bool = False) -> str:

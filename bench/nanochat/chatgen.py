@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.contract import atomic_target
-from bench.errors import DataError, os_reason
+from bench.errors import DataError, os_reason_and_remedy
 from bench.nanochat import chatdata, corpus
 from bench.nanochat.common import get_base_dir
 
@@ -124,8 +124,8 @@ def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
             out.append((words, len(vocabulary)))
             chatdata.mark_generated(written)
     except OSError as e:  # a full or read-only disk: each temp file is gone, what was there is unchanged
-        raise DataError(f"data generate --chat: cannot write into {base}: {os_reason(e)}; free space there or set "
-                        "NANOCHAT_BASE_DIR to another directory") from None
+        raise DataError(f"data generate --chat: cannot write into {base}: "
+                        f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}") from None
     for old in stale:
         old.unlink(missing_ok=True)
     return out

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench import paths
-from bench.errors import ConfigError, DataError, os_reason
+from bench.errors import ConfigError, DataError, os_reason_and_remedy
 from bench.nanochat.common import get_base_dir
 from bench.contract import ENV_VAL_FILES_K, atomic_target
 
@@ -213,7 +213,7 @@ def generate_shards(
                 bar.update(1)
         data_origin.forget(out, [p.name for p in in_the_way])
     except OSError as e:
-        raise DataError(f"data generate: cannot write into {out}: {os_reason(e)}; free space there or {elsewhere} "
+        raise DataError(f"data generate: cannot write into {out}: {os_reason_and_remedy(e, elsewhere)} "
                         f"(finished shards are whole; none is half-written)") from None
     return paths
 

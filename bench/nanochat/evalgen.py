@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from bench.contract import write_json_atomic, write_text_atomic
-from bench.errors import DataError, os_reason
+from bench.errors import DataError, os_reason_and_remedy
 from bench.nanochat.corpus import CorpusText
 from bench.nanochat.evalbundle import BUNDLE_DIR, CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir
 from bench.nanochat.evalbundle import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC
@@ -109,8 +109,8 @@ def generate(path: Path | None = None, rows: int = ROWS, overwrite: bool = False
                 shutil.rmtree(path)
             os.replace(Path(tmp) / BUNDLE_DIR, path)
     except OSError as e:  # a full or read-only disk: the temporary directory is gone with its files
-        raise DataError(f"data generate --eval-bundle: cannot write into {path.parent}: {os_reason(e)}; free space "
-                        "there or set NANOCHAT_BASE_DIR to another directory") from None
+        raise DataError(f"data generate --eval-bundle: cannot write into {path.parent}: "
+                        f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}") from None
     return path
 
 

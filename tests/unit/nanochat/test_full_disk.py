@@ -116,6 +116,18 @@ def test_data_download_into_a_read_only_filesystem_is_one_line(tmp_path, monkeyp
     assert "Read-only file system" in err[0] and "NANOCHAT_BASE_DIR" in err[0]
 
 
+@pytest.mark.parametrize("what", [["--shards", "2", "--docs-per-shard", "8"], ["--chat"], ["--eval-bundle"]])
+def test_data_generate_on_a_read_only_filesystem_says_to_write_elsewhere_not_to_free_space(tmp_path, monkeypatch,
+                                                                                           capsys, what):
+    """The one line said "free space there" for a read-only filesystem too, where no freed space helps."""
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mnt:
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(mnt))
+        assert main(["data", "generate", *what]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Read-only file system" in err[0], err
+    assert "NANOCHAT_BASE_DIR to another directory" in err[0] and "free space" not in err[0]
+
+
 def test_eval_bundle_unpacked_onto_a_full_disk_is_one_line_and_keeps_the_zip(small_disk, tmp_path, monkeypatch,
                                                                                capsys):
     """The zip fits but what it unpacks to does not: an OSError traceback from extractall."""

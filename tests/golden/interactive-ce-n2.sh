@@ -72,9 +72,15 @@ runjson() { "$bench_python" /scratch/nb/sweeps/golden/.lib/jobrecord.py "$@"; }
 # `Node failure on`), which say how the run ended, reach it. It ends when srun's output closes.
 run_log() { (trap '' TERM INT; exec tee "$@"); }
 # Ctrl-C ends a guide's step, not the block around it, which records the step as stopped (`stopping`): run as a
-# script, by `trap 'stopping=SIGINT' INT` around the step; pasted, the salloc shell's job control sends Ctrl-C to
-# the step alone and runs no trap, and the step's status, 130, says it. stopped_by_ctrl_c STATUS: after the step
-stopped_by_ctrl_c() { if [ "$1" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi; }
+# script, by the trap ctrl_c_trap sets before the step; pasted, the salloc shell's job control sends Ctrl-C to the
+# step alone and runs no trap, and the step's status, 130, says it (stopped_by_ctrl_c STATUS, after the step). A
+# Ctrl-C that stopped an earlier step of a pasted guide is that step's; one srun took as a request for its status
+# (the step went on and ended 0) stopped nothing.
+ctrl_c_trap() { if [ "$stopping" = SIGINT ]; then stopping=""; fi; trap 'stopping=SIGINT' INT; }
+stopped_by_ctrl_c() {
+    if [ "$1" -eq 0 ] && [ "$stopping" = SIGINT ]; then stopping=""; fi
+    if [ "$1" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+}
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
 # Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no
@@ -110,7 +116,7 @@ if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --file /scratch/nb/images/nano
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" --environment=/scratch/nb/sweeps/golden/n2-ce-r1/environment.toml \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \

@@ -72,9 +72,15 @@ runjson() { "$bench_python" /scratch/nb/sweeps/golden/n2-bare-r1/.lib/jobrecord.
 # `Node failure on`), which say how the run ended, reach it. It ends when srun's output closes.
 run_log() { (trap '' TERM INT; exec tee "$@"); }
 # Ctrl-C ends a guide's step, not the block around it, which records the step as stopped (`stopping`): run as a
-# script, by `trap 'stopping=SIGINT' INT` around the step; pasted, the salloc shell's job control sends Ctrl-C to
-# the step alone and runs no trap, and the step's status, 130, says it. stopped_by_ctrl_c STATUS: after the step
-stopped_by_ctrl_c() { if [ "$1" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi; }
+# script, by the trap ctrl_c_trap sets before the step; pasted, the salloc shell's job control sends Ctrl-C to the
+# step alone and runs no trap, and the step's status, 130, says it (stopped_by_ctrl_c STATUS, after the step). A
+# Ctrl-C that stopped an earlier step of a pasted guide is that step's; one srun took as a request for its status
+# (the step went on and ended 0) stopped nothing.
+ctrl_c_trap() { if [ "$stopping" = SIGINT ]; then stopping=""; fi; trap 'stopping=SIGINT' INT; }
+stopped_by_ctrl_c() {
+    if [ "$1" -eq 0 ] && [ "$stopping" = SIGINT ]; then stopping=""; fi
+    if [ "$1" -eq 130 ] && [ -z "$stopping" ]; then stopping=SIGINT; fi
+}
 job_rc=0
 # scancel, a lost node or the job's time limit send this script SIGTERM as well (SIGKILL follows after
 # Slurm's KillWait): the running step ends, its outcome is recorded (cancelled, unless the run said more), and no
@@ -111,7 +117,7 @@ if [ -f "$tokenizer_pkl" ]; then
     echo "tokenizer: $tokenizer_pkl exists, kept"
 else
     tokenizer_rc=0
-    trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; the stages are recorded as not run, stopped
+    ctrl_c_trap  # Ctrl-C ends the step; the stages are recorded as not run, stopped
     { srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer train --vocab_size=65536 && srun --nodes=1 --ntasks=1 --cpus-per-task="${cpus_per_node}" /opt/nanochat-bench/venv/bin/python -m bench.cli tokenizer eval; } 2>&1 | run_log -a /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log || tokenizer_rc=$?
     stopped_by_ctrl_c "$tokenizer_rc"
     trap - INT  # the salloc shell's own Ctrl-C again
@@ -153,7 +159,7 @@ if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=100 --sample_every=-1 --save_every=100 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
@@ -195,7 +201,7 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_loss -- --model_tag=golden-n2-bare-r1-40f36587 --split_tokens=10485760 \
@@ -237,7 +243,7 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=30 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.base_eval -- --model_tag=golden-n2-bare-r1-40f36587 \
@@ -281,7 +287,7 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.mid_train -- --device_batch_size=32 --model_tag=golden-n2-bare-r1-40f36587 --num_iterations=200 --total_batch_size=524288 --deadline="${run_deadline}" \
@@ -323,7 +329,7 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=mid \
@@ -367,7 +373,7 @@ runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the sta
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
 # the trainer stops, checkpoints and ends as `timeout` this long before srun's limit would kill it
 run_deadline=$(( $(date +%s) + 1080 ))
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_sft -- --device_batch_size=4 --model_tag=golden-n2-bare-r1-40f36587 --target_examples_per_step=32 --deadline="${run_deadline}" \
@@ -409,7 +415,7 @@ rdzv_endpoint="${rdzv_addr}:${rdzv_port}"
 runtime_version=""
 runjson start "$run_dir" "$runtime_version"  # also the launch time (T0) the start-up is measured from
 if [ "$rc" -ne 0 ]; then echo "$rdzv_port" | tee "$run_dir/train.log"; fi  # the checker's one line: the run's message
-trap 'stopping=SIGINT' INT  # Ctrl-C ends the step; run.json is still finished, as stopped
+ctrl_c_trap  # Ctrl-C ends the step; run.json is still finished, as stopped
 if [ "$rc" -eq 0 ]; then
 srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=50 --cpus-per-task="${cpus_per_node}" \
     /opt/nanochat-bench/venv/bin/python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.chat_eval -- --model_tag=golden-n2-bare-r1-40f36587 --source=sft \

@@ -69,14 +69,14 @@ for a in "$@"; do case $a in bench.launch.elastic) echo "0: crashed"; exit 7;; e
 """
 
 
-def guide(tmp_path, srun):
-    """An interactive guide of one bare run, written, and the environment of an salloc shell with stand-ins."""
+def guide(tmp_path, srun, repeats=1):
+    """An interactive guide of `repeats` bare runs, written, and the environment of an salloc shell with stand-ins."""
     from bench.launch.render import render_interactive
 
     stubs = write_stubs(tmp_path / "stubs", (("scontrol", SCONTROL), ("srun", srun)))
-    sweep = Sweep([2], 2, ["bare"], train={"device_type": "cpu"})
+    sweep = Sweep([2], 2, ["bare"], repeats=repeats, train={"device_type": "cpu"})
     opts = LaunchOptions(base_dir=str(tmp_path / "base"), python=sys.executable, check_images=False)
-    [job] = assemble(sweep, opts, tmp_path / "sweep", note=lambda _: None)
+    [job] = assemble(sweep, opts, tmp_path / "sweep", compare=repeats > 1, note=lambda _: None)  # one job
     job.script_name = "interactive.sh"
     write_job(job, render_interactive(job, str(tmp_path / "base"), 4))
     env = {"PATH": f"{stubs}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
@@ -172,3 +172,46 @@ def test_ctrl_c_in_a_pasted_guides_training_step_records_the_run_as_stopped(tmp_
     run = json.loads((job.runs[0].run_dir / "run.json").read_text())
     assert run["status"] == "cancelled" and "Ctrl-C" in run["message"], out
     assert run["launch"]["exit_code"] == 130 and "job_rc=130" in out
+
+
+# srun as Ctrl-C meets it when pressed once: it prints the step's status and goes on; here the step then ends ok
+SRUN_STATUS_REQUEST = """#!/bin/bash
+for a in "$@"; do case $a in bench.launch.elastic)
+    trap 'echo "srun: interrupt (one more within 1 sec to abort)" >&2' INT
+    kill -INT -- "-$(ps -o pgid= $$ | tr -d ' ')"
+    sleep 0.5
+    exit 0 ;;
+esac; done
+"""
+
+
+def test_one_ctrl_c_that_srun_took_for_a_status_request_stops_nothing(tmp_path):
+    """The guide's trap took any Ctrl-C for a stop: a step that went on and ended 0 was recorded as stopped by
+    Ctrl-C, and the guide exited 130 after it."""
+    job, env = guide(tmp_path, SRUN_STATUS_REQUEST)
+    r = subprocess.run(["bash", str(job.script)], cwd=job.job_dir, env=env, capture_output=True, text=True,
+                       timeout=60, start_new_session=True)
+    run = json.loads((job.runs[0].run_dir / "run.json").read_text())
+    assert "Ctrl-C" not in json.dumps(run) and run["launch"]["exit_code"] == 0, r.stdout + r.stderr
+    assert r.returncode != 130
+
+
+# the first training step stopped by Ctrl-C in a pasted guide (srun's 130, no trap run), the next one ends ok
+SRUN_FIRST_STOPPED = """#!/bin/bash
+for a in "$@"; do case $a in bench.launch.elastic)
+    if [ -e "$STUB_DIR/stopped-once" ]; then exit 0; fi
+    touch "$STUB_DIR/stopped-once"; exit 130 ;;
+esac; done
+"""
+
+
+def test_a_ctrl_c_that_stopped_one_run_of_a_pasted_guide_is_not_the_next_runs(tmp_path):
+    """`stopping` stayed SIGINT after the first run: the next run, which ended 0, was recorded as stopped by
+    Ctrl-C too."""
+    job, env = guide(tmp_path, SRUN_FIRST_STOPPED, repeats=2)
+    r = subprocess.run(["bash", "-c", 'source "$1"; echo "job_rc=$job_rc"', "bash", str(job.script)],
+                       cwd=job.job_dir, env={**env, "STUB_DIR": str(tmp_path)}, capture_output=True, text=True,
+                       timeout=60)
+    first, second = (json.loads((run.run_dir / "run.json").read_text()) for run in job.runs)
+    assert first["status"] == "cancelled" and "Ctrl-C" in first["message"], r.stdout + r.stderr
+    assert "Ctrl-C" not in json.dumps(second) and second["launch"]["exit_code"] == 0

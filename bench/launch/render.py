@@ -7,6 +7,7 @@ templates live once, in the repository's slurm/ folder; a wheel ships them as th
 """
 
 import functools
+import re
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -43,8 +44,12 @@ def environment() -> jinja2.Environment:
 
 
 def comment_safe(text: str) -> str:
-    """Text for a `# ...` line: a newline in a name or path must not end the comment."""
-    return text.encode("unicode_escape").decode("ascii")
+    """Text for a `# ...` line: a newline in a name or path must not end the comment. Only control characters are
+    escaped (a newline as \\n): a command shown there is pasted as it reads, its quoting and backslashes whole."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def multiline(lines: list[list]) -> str:

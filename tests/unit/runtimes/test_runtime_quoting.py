@@ -38,6 +38,16 @@ def test_shell_join_round_trips_through_bash(tmp_path):
     assert not (Path.cwd() / "PWNED").exists()
 
 
+def test_a_command_shown_in_a_comment_pastes_as_it_runs():
+    """A guide's comments show commands to paste (the salloc line, a shell on a node); their escaping doubled the
+    backslashes of a $'...' token, and bash refused the pasted line. Control characters alone are escaped."""
+    from bench.launch.render import comment_safe
+
+    tokens = [t for t in HOSTILE if "\n" not in t] + ["caf\u00e9 $HOME"]
+    assert bash_words(comment_safe(shell_join(tokens))) == tokens
+    assert "\n" not in comment_safe(shell_join(HOSTILE))  # a newline does not end the comment
+
+
 def test_var_tokens_expand_as_one_word():
     env = {**os.environ, "V": "two words; $(touch PWNED)"}
     assert bash_words(shell_join(["--x", Var("V", "--id="), Var("V")]), env) == \

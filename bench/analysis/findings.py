@@ -94,14 +94,17 @@ def tuning(runs: pd.DataFrame) -> list[Finding]:
         return []
     out = []
     for nodes, g in runs[runs["net_tuning"].notna()].groupby("nodes", sort=True):
-        settings = {runtime: json.loads(t.iloc[0]) for runtime, t in g.groupby("runtime", sort=True)["net_tuning"]}
+        # every run's settings, by runtime: repeats of one runtime may differ too (a hook changed between them)
+        settings = {runtime: [json.loads(x) for x in sorted(set(t))]
+                    for runtime, t in g.groupby("runtime", sort=True)["net_tuning"]}
         if len(settings) < 2:
             continue
-        names = sorted({k for s in settings.values() for k in s})
-        differ = [k for k in names if len({s.get(k) for s in settings.values()}) > 1]
+        every = [s for ss in settings.values() for s in ss]
+        differ = [k for k in sorted({k for s in every for k in s}) if len({s.get(k) for s in every}) > 1]
         if not differ:
             continue
-        shown = [f"{k}: " + ", ".join(f"{rt} {s.get(k, 'unset')}" for rt, s in settings.items()) for k in differ]
+        shown = [f"{k}: " + ", ".join(f"{rt} " + " or ".join(sorted({str(s.get(k, 'unset')) for s in ss}))
+                                      for rt, ss in settings.items()) for k in differ]
         out.append(Finding(f"at {nodes_text(int(nodes))} the runtimes ran NCCL/libfabric with different settings "
                            f"({len(differ)} variable(s)), so their gap may be that tuning, not the runtime",
                            "; ".join(shown).replace("`", "'")))

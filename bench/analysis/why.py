@@ -74,7 +74,7 @@ def section_fields(manifest: dict) -> dict:
     if net.get("transports"):
         out["nccl_transports"] = json.dumps(net["transports"], sort_keys=True)
     out["net_over_sockets"] = nccl_log.over_sockets(net) if net.get("backend") == "nccl" else None
-    if net.get("backend") == "nccl":
+    if net.get("backend") == "nccl" and "network_env" in manifest:  # an older run recorded none: unknown, not unset
         out["net_tuning"] = json.dumps(tuning(section(manifest, "network_env")), sort_keys=True)
     bd = section(manifest, "breakdown")
     steps = [v for r in bd.get("ranks") or [] if isinstance(r, dict) and (v := finite(r.get("step_ms")))]

@@ -443,6 +443,21 @@ def test_runtimes_that_ran_different_nccl_settings_say_so(tmp_path):
     assert findings.tuning(collect([tmp_path / "alike"], tmp_path / "t2").table) == []
 
 
+def test_tuning_compares_every_repeat_and_leaves_out_runs_that_recorded_none():
+    """Only each runtime's first run was compared (a hook that changed between repeats went unsaid), and a run of
+    a release that recorded no network_env was read as every variable unset."""
+    import pandas as pd
+
+    from bench.analysis import why
+
+    ce = [json.dumps({"NCCL_CROSS_NIC": v}) for v in ("1", "0")]
+    runs = pd.DataFrame({"nodes": [2, 2, 2], "runtime": ["bare", "ce", "ce"],
+                         "net_tuning": [json.dumps({"NCCL_CROSS_NIC": "1"}), *ce]})
+    [finding] = findings.tuning(runs)
+    assert "NCCL_CROSS_NIC: bare 1, ce 0 or 1" in finding.evidence
+    assert "net_tuning" not in why.section_fields({"network": {"backend": "nccl"}})
+
+
 def test_the_ratio_table_and_figure_say_they_are_of_geometric_means_and_the_point_table_of_medians(report):
     """Regression: a ratio is of geometric means over repeats while the table above it shows each point's median,
     and neither said so: two tok/s cells divided gave another number than the ratio column, with nothing saying

@@ -11,9 +11,13 @@ Evaluation only reads it: `nanochat-bench data download --eval-bundle` stages it
 is one DataError line naming the file (and line) and what is wrong.
 """
 
+import contextlib
 import csv
 import json
+import os
 import random
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +164,19 @@ def read_baselines(meta: Path) -> dict[str, float]:
             raise DataError(f"{meta}:{n}: needs the columns `Eval Task` and `Random baseline` (a number); "
                             f"{FIX}") from None
     return out
+
+
+@contextlib.contextmanager
+def replaced_whole(target: Path):
+    """A fresh `eval_bundle` folder beside `target` to write a bundle into, moved onto `target` (what was there
+    removed) when the block ends without an error, gone otherwise: an interrupted run leaves no half bundle that a
+    rerun would call already there and base_eval would read."""
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{BUNDLE_DIR}-") as tmp:
+        new = Path(tmp) / BUNDLE_DIR
+        yield new
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(new, target)
 
 
 def read_rows(path: Path, task_type: str) -> list[dict]:

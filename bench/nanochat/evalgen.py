@@ -9,9 +9,6 @@ tests, CI and timing the evaluation path, and origin.json says it was generated.
 import csv
 import io
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -19,7 +16,8 @@ import yaml
 from bench.contract import write_json_atomic, write_text_atomic
 from bench.errors import DataError, os_reason_and_remedy
 from bench.nanochat.corpus import CorpusText
-from bench.nanochat.evalbundle import BUNDLE_DIR, CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir
+from bench.nanochat import download
+from bench.nanochat.evalbundle import CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir, replaced_whole
 from bench.nanochat.evalbundle import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC
 
 SEED = 4321
@@ -99,15 +97,11 @@ def generate(path: Path | None = None, rows: int = ROWS, overwrite: bool = False
     if path.exists() and not overwrite:
         raise DataError(f"{path}: an eval bundle is already there; pass --overwrite to replace it with a "
                         "generated one")
-    # written beside it and moved into place whole, as `data download --eval-bundle` does: an interrupted run
-    # leaves no half bundle that a rerun would call already there and base_eval would read
+    # written beside it and moved into place whole, as `data download --eval-bundle` does, and not while it does
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{BUNDLE_DIR}-") as tmp:
-            _write(Path(tmp) / BUNDLE_DIR, rows)
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(Path(tmp) / BUNDLE_DIR, path)
+        with download.one_download_at_a_time(path.parent), replaced_whole(path) as new:
+            _write(new, rows)
     except OSError as e:  # a full or read-only disk: the temporary directory is gone with its files
         raise DataError(f"data generate --eval-bundle: cannot write into {path.parent}: "
                         f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}") from None

@@ -11,8 +11,6 @@ is moved into place. A bundle already staged that reads is not fetched again.
 
 import hashlib
 import os
-import shutil
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -24,7 +22,8 @@ from bench.contract import write_json_atomic
 from bench.errors import ConfigError, DataError, os_reason
 from bench.nanochat import download
 from bench.nanochat.common import get_base_dir
-from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle
+from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle, \
+    replaced_whole
 
 ENV_URL = "NANOCHAT_EVAL_BUNDLE_URL"
 ZIP_NAME = "eval_bundle.zip"
@@ -81,17 +80,13 @@ def place(zip_path: Path, target: Path, origin: dict) -> int:
             bad = z.testzip()
             if bad is not None:
                 raise DataError(f"{zip_path}: member {bad} fails its CRC check (a damaged download)")
-            with tempfile.TemporaryDirectory(dir=target.parent, prefix=".eval_bundle-") as tmp:
-                z.extractall(tmp)
-                unpacked = Path(tmp) / BUNDLE_DIR
+            with replaced_whole(target) as unpacked:
+                z.extractall(unpacked.parent)
                 if not unpacked.is_dir():
                     raise DataError(f"{zip_path}: no top-level {BUNDLE_DIR}/ folder in the zip; is it upstream's "
                                     f"eval_bundle.zip?")
                 examples = check_all_rows(load_bundle(unpacked))
                 write_json_atomic(unpacked / ORIGIN, origin)
-                if target.exists():
-                    shutil.rmtree(target)
-                os.replace(unpacked, target)
     except (zipfile.BadZipFile, DataError) as e:
         zip_path.unlink()
         what = f"{zip_path}: not a zip file ({e})" if isinstance(e, zipfile.BadZipFile) else str(e)

@@ -2,6 +2,7 @@
 HTTP server standing in for the mirror: no site network here), resume, checksum, fail fast, no mixing.
 python -m pytest tests/unit/nanochat/test_eval_bundle.py -q"""
 
+import fcntl
 import io
 import json
 import os
@@ -17,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from bench.errors import DataError
-from bench.nanochat import evalgen, evalstage
+from bench.nanochat import download, evalgen, evalstage
 from bench.nanochat.evalbundle import load_bundle
 
 
@@ -117,10 +118,6 @@ def test_a_second_download_waits_for_the_first_and_keeps_its_bundle(mirror, bund
                                                                      capsys):
     """Two `data download --eval-bundle` at once both wrote the one eval_bundle.zip.tmp, each resuming the other's
     half download. The second waits, saying for whom, as the other downloads do, then finds the bundle staged."""
-    import fcntl
-
-    from bench.nanochat import download
-
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
     held = os.open(tmp_path / download.DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)  # the first download is still running
@@ -187,10 +184,24 @@ def test_an_interrupted_generate_leaves_no_half_bundle_and_a_rerun_writes_it(tmp
     monkeypatch.setattr(evalgen, "config_text", cut)
     with pytest.raises(KeyboardInterrupt):
         evalgen.generate(tmp_path / "eval_bundle", rows=12)
-    assert list(tmp_path.iterdir()) == []
+    left = lambda: sorted(p.name for p in tmp_path.iterdir() if p.name != download.DOWNLOAD_LOCK)  # noqa: E731
+    assert left() == []  # the lock stays, as for downloads
     monkeypatch.undo()
     assert load_bundle(evalgen.generate(tmp_path / "eval_bundle", rows=12)).origin()["origin"] == "generated"
-    assert [p.name for p in tmp_path.iterdir()] == ["eval_bundle"]
+    assert left() == ["eval_bundle"]
+
+
+def test_a_generated_bundle_is_not_placed_while_a_download_stages_one(tmp_path):
+    """`data generate --eval-bundle --overwrite` took no lock: it could remove the bundle a `data download
+    --eval-bundle` was placing. It now waits for the download's lock, as a second download does."""
+    held = os.open(tmp_path / download.DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    done = threading.Event()
+    threading.Thread(target=lambda: (evalgen.generate(tmp_path / "eval_bundle", rows=12), done.set()),
+                     daemon=True).start()
+    assert not done.wait(1.0) and not (tmp_path / "eval_bundle").exists()
+    os.close(held)
+    assert done.wait(30) and load_bundle(tmp_path / "eval_bundle").origin()["origin"] == "generated"
 
 
 def test_reading_names_the_file_and_what_is_wrong(tmp_path):

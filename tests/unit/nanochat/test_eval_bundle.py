@@ -227,8 +227,8 @@ def test_reading_names_the_file_and_what_is_wrong(tmp_path):
 
 def test_a_row_is_a_line_as_upstream_reads_the_file(tmp_path):
     """Upstream reads a task's JSONL a file line at a time: only a newline ends a row. A row whose text holds a
-    line separator that str.splitlines() also splits at (U+2028, U+0085, a form feed; written raw by JSON encoders
-    that keep non-ASCII) was cut in two here, and the bundle refused as damaged."""
+    line separator that str.splitlines() also splits at (U+2028, U+0085: written raw by JSON encoders that keep
+    non-ASCII; a form feed is always escaped) was cut in two here, and the bundle refused as damaged."""
     bundle = load_bundle(evalgen.generate(tmp_path / "eval_bundle", rows=12))
     task = bundle.tasks[5]  # copa: multiple choice
     path = bundle.path / "eval_data" / task.dataset_uri
@@ -238,6 +238,7 @@ def test_a_row_is_a_line_as_upstream_reads_the_file(tmp_path):
     path.write_text("\n".join(rows), encoding="utf-8")
     data = bundle.task_data(task)
     assert len(data) == 12 and odd in data
+
 
 def test_missing_staged_is_load_bundles_check_without_the_rows(tmp_path):
     """The check a flow makes before it starts: "" for a generated bundle (its rows are not read: a damaged row

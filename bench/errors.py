@@ -84,10 +84,15 @@ def disk_full(e: OSError) -> bool:
     return e.errno == errno.ENOSPC or "No space left on device" in (e.strerror or str(e))
 
 
+def os_remedy(e: OSError, elsewhere: str) -> str:
+    """What to do: `free space there or ELSEWHERE` on a full disk, `ELSEWHERE` alone where freed space would not
+    help (a read-only filesystem, no permission, a file in the way)."""
+    return f"free space there or {elsewhere}" if disk_full(e) else elsewhere
+
+
 def os_reason_and_remedy(e: OSError, elsewhere: str) -> str:
-    """os_reason(e), then what to do: `free space there or ELSEWHERE` on a full disk, `ELSEWHERE` alone where freed
-    space would not help (a read-only filesystem, no permission, a file in the way)."""
-    return f"{os_reason(e)}; " + (f"free space there or {elsewhere}" if disk_full(e) else elsewhere)
+    """os_reason(e), then what to do (os_remedy)."""
+    return f"{os_reason(e)}; {os_remedy(e, elsewhere)}"
 
 
 def json_reason(e: json.JSONDecodeError, one_line: bool = False) -> str:

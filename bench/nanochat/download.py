@@ -37,7 +37,7 @@ import tenacity
 import urllib3
 from tqdm import tqdm
 
-from bench.errors import ConfigError, DataError, first_line, os_reason
+from bench.errors import ConfigError, DataError, first_line, os_reason, os_reason_and_remedy
 from bench.nanochat import data_origin
 from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
 from bench.nanochat.runclaim import NO_LOCKS
@@ -267,8 +267,9 @@ def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: f
     except (requests.RequestException, ValueError) as e:  # not worth retrying: the mirror does not have it
         tries, last = retrying.statistics.get("attempt_number", 1), e
     except OSError as e:  # our side: a full disk, a read-only directory (requests' own errors are caught above)
-        raise DataError(f"data download: cannot write {tmp}: {os_reason(e)}; free space there or set "
-                        f"NANOCHAT_BASE_DIR to another directory, then run again to resume") from None
+        raise DataError(f"data download: cannot write {tmp}: "
+                        f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}, then run again "
+                        "to resume") from None
     if breaker.open.is_set():
         raise _Stopped()
     why = no_answer(last) or (f"{type(last).__name__}: {last}" if isinstance(last, requests.RequestException)

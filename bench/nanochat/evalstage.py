@@ -19,7 +19,7 @@ import requests
 from tqdm import tqdm
 
 from bench.contract import write_json_atomic
-from bench.errors import ConfigError, DataError, os_reason
+from bench.errors import ConfigError, DataError, os_reason_and_remedy
 from bench.nanochat import download
 from bench.nanochat.common import get_base_dir
 from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle, \
@@ -28,6 +28,7 @@ from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORI
 ENV_URL = "NANOCHAT_EVAL_BUNDLE_URL"
 ZIP_NAME = "eval_bundle.zip"
 FIX_URL = f"check the network, or point --url (or {ENV_URL}) at a mirror of {EVAL_BUNDLE_URL}"
+ELSEWHERE = "set NANOCHAT_BASE_DIR to another directory"  # where our disk refuses the bundle
 
 
 def check_all_rows(bundle) -> int:
@@ -62,8 +63,8 @@ def _fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: 
                 raise DataError(f"{url}: {retries} attempt(s) failed, the last: {why}; run again to resume "
                                 f"{tmp}; {FIX_URL}") from None
         except OSError as e:
-            raise DataError(f"cannot write {tmp}: {os_reason(e)}; free space there or set NANOCHAT_BASE_DIR "
-                            "to another directory, then run again to resume") from None
+            raise DataError(f"cannot write {tmp}: {os_reason_and_remedy(e, ELSEWHERE)}, then run again to resume"
+                            ) from None
         time.sleep(backoff_s * 2 ** (attempt - 1))
 
 
@@ -92,9 +93,8 @@ def place(zip_path: Path, target: Path, origin: dict) -> int:
         what = f"{zip_path}: not a zip file ({e})" if isinstance(e, zipfile.BadZipFile) else str(e)
         raise DataError(f"{what}; deleted {zip_path.name} (from {origin['url']}), run again to fetch it anew") from None
     except OSError as e:  # our side (a full disk, a quota): the zip is whole, so it is kept for the next run
-        raise DataError(f"cannot unpack {zip_path} into {target.parent}: {os_reason(e)}; free space there and run "
-                        "again (the zip is kept, not fetched again), or set NANOCHAT_BASE_DIR to another directory"
-                        ) from None
+        raise DataError(f"cannot unpack {zip_path} into {target.parent}: {os_reason_and_remedy(e, ELSEWHERE)} "
+                        "(the zip is kept: run again there and it is unpacked, not fetched again)") from None
     return examples
 
 

@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 from bench import paths
 from bench.contract import atomic_target
-from bench.errors import ConfigError, DataError, first_line, os_reason
+from bench.errors import ConfigError, DataError, first_line, os_reason, os_remedy
 from bench.nanochat.common import get_base_dir
 
 SPLIT_PATTERN = (
@@ -216,7 +216,7 @@ def save_tokenizer(encoding, directory: Path | None = None, elsewhere: str = ELS
                     os.fsync(f.fileno())  # a full disk fails here, before any rename
     except OSError as e:
         raise DataError(f"cannot write the tokenizer into {directory}: {os_reason(e)}; the tokenizer there before "
-                        f"(if any) is unchanged; free space there or {elsewhere}") from None
+                        f"(if any) is unchanged; {os_remedy(e, elsewhere)}") from None
     return directory
 
 

@@ -5,6 +5,7 @@ The full disk is real: a 1 MiB tmpfs mounted for the test (root only; skipped el
 """
 
 import functools
+import subprocess
 import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -179,3 +180,90 @@ def test_data_generate_chat_on_a_full_disk_is_one_line_and_leaves_no_file(small_
     assert len(err) == 1 and err[0].startswith(f"error: data generate --chat: cannot write into {small_disk}: ")
     assert "No space left on device (disk full)" in err[0] and "NANOCHAT_BASE_DIR" in err[0]
     assert [p.name for p in small_disk.rglob("*") if p.is_file()] == ["filler"]  # no temp file stays behind
+
+
+def read_only_says_elsewhere(line, elsewhere="NANOCHAT_BASE_DIR to another directory"):
+    return "Read-only file system" in line and elsewhere in line and "free space" not in line
+
+
+def test_tokenizer_train_on_a_read_only_filesystem_says_to_write_elsewhere_not_to_free_space(tmp_path, monkeypatch):
+    """`tokenizer train` into a read-only base directory said "free space there", where no freed space helps."""
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mnt:
+        monkeypatch.setenv("NANOCHAT_BASE_DIR", str(mnt))
+        with pytest.raises(tokenizer.DataError) as e:
+            tokenizer.train_tokenizer(vocab_size=300, texts=corpus.documents(100, seed=1), trainer="hf")
+    assert str(e.value).startswith(f"cannot write the tokenizer into {mnt}/tokenizer: "), e.value
+    assert "is unchanged" in str(e.value) and read_only_says_elsewhere(str(e.value)), e.value
+
+
+def test_data_download_onto_a_read_only_base_data_says_to_write_elsewhere_not_to_free_space(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """base_data/ is there but its filesystem went read-only: each shard's write said "free space there"."""
+    mirror = tmp_path / "mirror"
+    dataset.write_shard(mirror / dataset.shard_name(0), corpus.documents(16, seed=7), row_group_size=8)
+    server = QuietServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(mirror)))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with tmpfs(tmp_path / "ro") as mnt:
+            (mnt / "base_data").mkdir()
+            subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+            monkeypatch.setenv("NANOCHAT_BASE_DIR", str(mnt))
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            assert main(["data", "download", "-n", "1", "--url", url]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    err = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("download:")]
+    assert len(err) == 1 and err[0].startswith(f"error: data download: cannot write {mnt}/base_data/shard_"), err
+    assert read_only_says_elsewhere(err[0]) and "run again to resume" in err[0], err
+
+
+def test_eval_bundle_download_into_a_read_only_filesystem_says_to_write_elsewhere_not_to_free_space(tmp_path,
+                                                                                                      monkeypatch,
+                                                                                                      capsys):
+    """`data download --eval-bundle` into a read-only base directory said "free space there"."""
+    server = QuietServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(tmp_path)))
+    (tmp_path / "eval_bundle.zip").write_bytes(b"PK\5\6" + b"\0" * 18)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        with tmpfs(tmp_path / "ro", "ro,size=1m") as mnt:
+            monkeypatch.setenv("NANOCHAT_BASE_DIR", str(mnt))
+            url = f"http://127.0.0.1:{server.server_address[1]}/eval_bundle.zip"
+            assert main(["data", "download", "--eval-bundle", "--url", url]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot write {mnt}/eval_bundle.zip.tmp: "), err
+    assert read_only_says_elsewhere(err[0]) and "run again to resume" in err[0], err
+
+
+def test_eval_bundle_unpacked_onto_a_read_only_filesystem_says_to_write_elsewhere_and_keeps_the_zip(tmp_path):
+    """The zip was fetched, then its filesystem went read-only: unpacking it said "free space there"."""
+    import zipfile
+
+    from bench.nanochat import evalgen, evalstage
+
+    bundle = evalgen.generate(tmp_path / "src" / "eval_bundle", rows=12)
+    with tmpfs(tmp_path / "ro") as mnt:
+        with zipfile.ZipFile(mnt / "eval_bundle.zip", "w", zipfile.ZIP_DEFLATED) as z:
+            for path in sorted(bundle.rglob("*")):
+                z.write(path, path.relative_to(bundle.parent))
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        with pytest.raises(evalstage.DataError) as e:
+            evalstage.place(mnt / "eval_bundle.zip", mnt / "eval_bundle", {"origin": "downloaded", "url": "u"})
+        assert sorted(p.name for p in mnt.iterdir()) == ["eval_bundle.zip"]
+    assert str(e.value).startswith(f"cannot unpack {mnt}/eval_bundle.zip into {mnt}: "), e.value
+    assert read_only_says_elsewhere(str(e.value)) and "the zip is kept" in str(e.value), e.value
+
+
+def test_chat_download_into_a_read_only_filesystem_says_to_write_elsewhere_not_to_free_space(tmp_path):
+    """A hub file that cannot be written on a read-only filesystem said "free space there"."""
+    from bench.nanochat import chatstage
+
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mnt:
+        with pytest.raises(chatstage.DataError) as e:
+            chatstage._with_retries("hub x", lambda: open(mnt / "part.parquet", "wb"), retries=3, hint="h")
+    assert str(e.value).startswith(f"hub x: cannot write {mnt}/part.parquet: "), e.value
+    assert read_only_says_elsewhere(str(e.value)) and "run again to resume" in str(e.value), e.value

@@ -80,19 +80,23 @@ def _save_all(drawn, fig_dir: Path, prefix: str) -> dict[str, dict]:
 
 def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFrame, baseline: str,
                  fig_dir: Path, prefix: str) -> dict:
-    """Everything the templates show of one config: findings, then sections of tables and figures."""
-    device, mode = p["device"].iloc[0], p["scaling"].iloc[0]
+    """Everything the templates show of one config: findings, then sections of tables and figures. A config whose
+    every point was left out (mixed_batch_note) has no point: its section still says why, its findings with it."""
+    device, mode = runs["device"].iloc[0], runs["scaling"].iloc[0]  # keys of the config: one value over its runs
     unit = scaling.rank_unit(device)
     mode = mode if isinstance(mode, str) else "strong"  # one point of a run without a mode: drawn as strong
     colors = plots.runtime_colors(list(p["runtime"]) + list(r["runtime"]), baseline)
     with plt.rc_context(plots.STYLE):
-        figs = _save_all(plots.scaling_figures(p, r, colors, baseline, config, unit, mode) +
-                         plots_why.why_figures(p, colors, config, unit), fig_dir, prefix)
+        figs = {} if p.empty else _save_all(plots.scaling_figures(p, r, colors, baseline, config, unit, mode) +
+                                            plots_why.why_figures(p, colors, config, unit), fig_dir, prefix)
     pick = lambda *names: [figs[n] for n in names if n in figs]  # noqa: E731
     has = lambda frame, cols: frame[list(cols)].notna().any().any()  # noqa: E731
-    measured = {"startup": has(p, scaling.STARTUP_PHASES), "step": has(p, [f"step_{k}" for k in SPLIT]),
-                "busbw": has(p, [f"busbw_{c}_gbps" for c in COLLECTIVES]),
+    wants = {"startup": scaling.STARTUP_PHASES, "step": [f"step_{k}" for k in SPLIT],
+             "busbw": [f"busbw_{c}_gbps" for c in COLLECTIVES]}
+    measured = {**{name: has(p, cols) for name, cols in wants.items()},
                 "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
+    # "Not recorded" means by no run: what only a left-out point (mixed_batch_note) recorded has no section, yet was
+    recorded = {**measured, **{name: has(runs, cols) for name, cols in wants.items()}}
     mixed = mixed_batch_note(runs, unit)
     sections = [{"title": None, "note": tables.summary_note(p, unit, mode) + mixed,
                  "table": tables.summary_table(p, unit, mode),
@@ -121,7 +125,7 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     if measured["network"]:
         sections.append({"title": "Network path of each run", "table": tables.network_table(runs, unit),
                          "figures": []})
-    missing = [SECTION_NEEDS[name] for name, found in measured.items() if not found]
+    missing = [SECTION_NEEDS[name] for name, found in recorded.items() if not found]
     return {"config": config, "sections": sections, "not_recorded": missing,
             "findings": findings.config_findings(runs, p, r, baseline, unit, mode),
             "not_compared": bool(unpaired or mixed)}  # so "no gap" is never said of comparisons not made
@@ -232,9 +236,10 @@ def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, 
     ratios = scaling.runtime_ratios(table, baseline).sort_values(["config", "runtime", "world_size"])
     runs = scaling.with_config(scaling.usable(table)).sort_values(["config", "runtime", "world_size", "run_id"],
                                                                    key=order)
-    groups = [config_group(config, p, ratios[ratios["config"] == config], runs[runs["config"] == config],
+    # Per config of the usable runs, not of the points: a config whose every point mixes device batches has none.
+    groups = [config_group(config, points[points["config"] == config], ratios[ratios["config"] == config], g,
                            baseline, fig_dir, f"{i + 1:02d}-{_slug(config)}")
-              for i, (config, p) in enumerate(points.groupby("config", sort=True))]
+              for i, (config, g) in enumerate(runs.groupby("config", sort=True))]
     pairs = sidebyside.side_by_side(table)
     kept = scaling.kept_apart(table)
 

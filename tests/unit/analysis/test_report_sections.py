@@ -491,3 +491,18 @@ def test_runs_that_name_no_runtime_get_no_note_of_a_missing_baseline(tmp_path):
     same_job = Path(__file__).resolve().parents[3] / "results" / "h200-d20" / "same-job"
     md = write_report(collect([same_job]).table, tmp_path / "rep").with_name("report.md").read_text()
     assert "No bare run at 1 GPU" not in md and "No bare run at 1 rank: no ratio there" in md
+
+
+def test_a_config_whose_every_point_mixes_device_batches_keeps_its_section_and_note(make_run, tmp_path):
+    """Regression: runs of one rank count at device batch 16 and 32 are no repeats, so their point is left out of the
+    table; where that was the config's only point, the whole config vanished from the report, its note and findings
+    with it, and nothing said so. Now its section stays, with the note and an empty table."""
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288}
+    for i, dbs in enumerate((16, 32)):
+        make_run(f"r{i}", config={**base, "device_batch_size": dbs})
+    md = write_report(collect([tmp_path / "runs"]).table, tmp_path / "rep").with_name("report.md").read_text()
+    strong = section(md, STRONG_LABEL.replace("NVIDIA H200", ""))
+    assert ("bare at 8 GPUs ran device batch 16, 32: not repeats of one point (another gradient accumulation each), "
+            "so that point is left out of the table and figures.") in strong
+    assert "No run has usable figures yet" not in md
+    assert "Not recorded by these runs: the steady step split" in strong  # the start-up phases they did record

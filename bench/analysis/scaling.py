@@ -152,6 +152,8 @@ def identity_text(key: str, value) -> str:
         return f"{_human_count(float(value))} params"
     if key == "vocab_size":
         return f"vocab {int(value):,}"
+    if key == "device_batch_size":
+        return f"device batch {int(value)}"
     if key == "flops_per_token":
         return f"{float(value):.4g} FLOPs/token"
     if key == "tokenizer_sha256":

@@ -6,7 +6,7 @@ apart; this table puts their points next to each other where the shape matches: 
 Per point: runs, median steady tok/s, MFU, peak memory, parameters, and tok/s relative to the
 nanochat point of the same runtime (or, when nanochat ran under another runtime only, its first).
 Runs of one shape that differ in any other part of the comparison key (NNTile's tiles, nanochat's
-precision or memory strategy, ...) are points of their own, never pooled into one median, and the
+precision or memory strategy, ...) or in device batch are points of their own, never pooled into one median, and the
 `variant` column names what sets them apart; where several nanochat points could be the reference,
 none is taken (the ratio is left out rather than made against an arbitrary one).
 """
@@ -20,7 +20,9 @@ from bench.analysis.tables import Table, frame_table
 
 MATCH_KEYS = ("depth", "max_seq_len", "total_batch_size", "device", "world_size")
 # The rest of the key, less what the family and the shape say: weak and strong runs of one shape are the same work.
-VARIANT_KEYS = tuple(k for k in GROUP_KEYS if k not in (*MATCH_KEYS, "workload", "scaling", "batch"))
+# The device batch, no part of that key (the batch is left out), is kept: another one is another gradient
+# accumulation, never a repeat (scaling.mixed_batches).
+VARIANT_KEYS = (*(k for k in GROUP_KEYS if k not in (*MATCH_KEYS, "workload", "scaling", "batch")), "device_batch_size")
 
 
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:

@@ -143,6 +143,24 @@ def test_the_side_by_side_table_keeps_tilings_and_precisions_apart(make_run, tmp
     assert pairs["vs_nanochat"].isna().all()  # two nanochat points of that shape: neither is the reference
 
 
+def test_the_side_by_side_table_keeps_device_batches_apart(make_run, tmp_path):
+    """Regression: the device batch is no part of a shape (weak and strong runs of one shape are the same work), so
+    nanochat's runs of one shape at device batch 16 and 32 (another gradient accumulation each) were pooled into one
+    median. Now each device batch is a row of its own, named in the variant column, and neither is the reference."""
+    from bench.analysis.sidebyside import side_by_side
+
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288}
+    make_run("nn", tok_s=500.0, workload="nntile-gpt2", config={**base, "device_batch_size": 32, "seq_tile": 64})
+    for name, tok_s, dbs in (("a", 16_000.0, 16), ("b", 18_000.0, 32), ("c", 18_200.0, 32)):
+        make_run(name, tok_s=tok_s, config={**base, "device_batch_size": dbs})
+    pairs = side_by_side(collect([tmp_path / "runs"]).table)
+    nano = pairs[pairs["family"] == "nanochat"]
+    assert sorted(zip(nano["variant"], nano["runs"])) == [("device batch 16", 1), ("device batch 32", 2)]
+    assert sorted(nano["tok_per_sec"].round(-2)) == [16_000, 18_100]
+    assert pairs.loc[pairs["family"] == "nntile", "variant"].tolist() == [""]
+    assert pairs["vs_nanochat"].isna().all()  # two nanochat points of that shape: neither is the reference
+
+
 def test_an_nntile_run_trained_in_float32_not_in_nanochats_bf16():
     """Regression: a run.json without a dtype was read as bf16 whatever trained it, so NNTile's float32 runs
     were labelled (and keyed) bf16 in the table and the report."""

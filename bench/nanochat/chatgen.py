@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from bench.contract import atomic_target
 from bench.errors import DataError, os_reason_and_remedy
 from bench.nanochat import chatdata, corpus
-from bench.nanochat.common import get_base_dir
+from bench.nanochat.common import ELSEWHERE, get_base_dir
 
 SEED = 1234
 # rows per (repo, config, split): more than the crops of the mixtures (SmolTalk train stop=10_000, MMLU test
@@ -125,7 +125,7 @@ def generate(overwrite: bool = False) -> list[tuple[Path, int]]:
             chatdata.mark_generated(written)
     except OSError as e:  # a full or read-only disk: each temp file is gone, what was there is unchanged
         raise DataError(f"data generate --chat: cannot write into {base}: "
-                        f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}") from None
+                        f"{os_reason_and_remedy(e, ELSEWHERE)}") from None
     for old in stale:
         old.unlink(missing_ok=True)
     return out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bench.errors import DataError, first_line, os_reason_and_remedy
 from bench.nanochat import chatdata, data_origin, download
-from bench.nanochat.common import get_base_dir
+from bench.nanochat.common import ELSEWHERE, get_base_dir
 from bench.contract import write_json_atomic
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -61,7 +61,7 @@ def _with_retries(what: str, fetch, retries: int, hint: str, backoff_s: float = 
         except Exception as e:  # network and hub errors alike: the next try resumes what has landed
             if isinstance(e, OSError) and e.errno in LOCAL_ERRNOS:  # our disk, not the network: no retry changes it
                 raise DataError(f"{what}: cannot write {e.filename or get_base_dir()}: "
-                                f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}, then run "
+                                f"{os_reason_and_remedy(e, ELSEWHERE)}, then run "
                                 "again to resume") from None
             status = _refused(e)
             if status is not None:

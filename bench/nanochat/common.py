@@ -11,6 +11,11 @@ from bench import paths
 from bench.errors import ConfigError, os_reason
 
 
+# What an error that cannot write under the base directory tells the user to do instead (free space first, where
+# the disk is full: errors.os_remedy)
+ELSEWHERE = f"set {paths.ENV_BASE_DIR} to another directory"
+
+
 def get_base_dir(create: bool = True) -> Path:
     """NANOCHAT_BASE_DIR (default ~/.cache/nanochat): shards, tokenizer and checkpoints live here. Made where absent
     unless not `create` (a reader's: a command that then finds nothing leaves no empty one behind)."""

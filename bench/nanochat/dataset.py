@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from bench import paths
 from bench.errors import ConfigError, DataError, os_reason_and_remedy
-from bench.nanochat.common import get_base_dir
+from bench.nanochat.common import ELSEWHERE, get_base_dir
 from bench.contract import ENV_VAL_FILES_K, atomic_target
 
 TEXT_COLUMN = "text"
@@ -165,7 +165,7 @@ def file_names(paths: list[Path]) -> str:
 
 def generate_shards(
     num_shards: int, docs_per_shard: int, row_group_size: int = 1024, out_dir: str | os.PathLike | None = None,
-    overwrite: bool = False, elsewhere: str = "set NANOCHAT_BASE_DIR to another directory",
+    overwrite: bool = False, elsewhere: str = ELSEWHERE,
     overwrite_flag: str | None = "--overwrite",
 ) -> list[Path]:
     """Write shards 0..num_shards-1 from the offline corpus (corpus.py); shard i is seeded by i and marked

@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from bench.errors import ConfigError, DataError, first_line, os_reason, os_reason_and_remedy
 from bench.nanochat import data_origin
+from bench.nanochat.common import ELSEWHERE
 from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
 from bench.nanochat.runclaim import NO_LOCKS
 
@@ -268,7 +269,7 @@ def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: f
         tries, last = retrying.statistics.get("attempt_number", 1), e
     except OSError as e:  # our side: a full disk, a read-only directory (requests' own errors are caught above)
         raise DataError(f"data download: cannot write {tmp}: "
-                        f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}, then run again "
+                        f"{os_reason_and_remedy(e, ELSEWHERE)}, then run again "
                         "to resume") from None
     if breaker.open.is_set():
         raise _Stopped()
@@ -353,8 +354,8 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     generated = generated_in_the_way(out, num_shards)
     if generated and not overwrite:
         raise DataError(f"{out} holds {file_names(generated)}, made by `data generate`, not FineWeb-Edu: "
-                        f"downloading would mix the two; pass --overwrite to replace them by the downloads, or set "
-                        f"NANOCHAT_BASE_DIR to another directory")
+                        f"downloading would mix the two; pass --overwrite to replace them by the downloads, or "
+                        f"{ELSEWHERE}")
     if generated:
         print(f"replacing {file_names(generated)} (made by `data generate`; --overwrite) by the downloads")
     url = (url or os.environ.get(ENV_DATA_URL) or DEFAULT_BASE_URL).rstrip("/")

@@ -17,6 +17,7 @@ from bench.contract import write_json_atomic, write_text_atomic
 from bench.errors import DataError, os_reason_and_remedy
 from bench.nanochat.corpus import CorpusText
 from bench.nanochat import download
+from bench.nanochat.common import ELSEWHERE
 from bench.nanochat.evalbundle import CONFIG, DATA_DIR, META, ORIGIN, SCHEMA, bundle_dir, replaced_whole
 from bench.nanochat.evalbundle import LANGUAGE_MODELING as LM, MULTIPLE_CHOICE as MC
 
@@ -104,7 +105,7 @@ def generate(path: Path | None = None, rows: int = ROWS, overwrite: bool = False
             _write(new, rows)
     except OSError as e:  # a full or read-only disk: the temporary directory is gone with its files
         raise DataError(f"data generate --eval-bundle: cannot write into {path.parent}: "
-                        f"{os_reason_and_remedy(e, 'set NANOCHAT_BASE_DIR to another directory')}") from None
+                        f"{os_reason_and_remedy(e, ELSEWHERE)}") from None
     return path
 
 

@@ -21,14 +21,13 @@ from tqdm import tqdm
 from bench.contract import write_json_atomic
 from bench.errors import ConfigError, DataError, os_reason_and_remedy
 from bench.nanochat import download
-from bench.nanochat.common import get_base_dir
+from bench.nanochat.common import ELSEWHERE, get_base_dir
 from bench.nanochat.evalbundle import BUNDLE_DIR, DATA_DIR, EVAL_BUNDLE_URL, ORIGIN, bundle_dir, load_bundle, \
     replaced_whole
 
 ENV_URL = "NANOCHAT_EVAL_BUNDLE_URL"
 ZIP_NAME = "eval_bundle.zip"
 FIX_URL = f"check the network, or point --url (or {ENV_URL}) at a mirror of {EVAL_BUNDLE_URL}"
-ELSEWHERE = "set NANOCHAT_BASE_DIR to another directory"  # where our disk refuses the bundle
 
 
 def check_all_rows(bundle) -> int:

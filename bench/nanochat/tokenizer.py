@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 from bench import paths
 from bench.contract import atomic_target
 from bench.errors import ConfigError, DataError, first_line, os_reason, os_remedy
-from bench.nanochat.common import get_base_dir
+from bench.nanochat.common import ELSEWHERE as BASE_ELSEWHERE, get_base_dir
 
 SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
@@ -42,7 +42,7 @@ TOKEN_BYTES_PT = "token_bytes.pt"
 # Far above any LLM's vocabulary (GPT-4's is ~100k); HF's trainer aborts the process on sizes near 2^30 and
 # rustbpe overflows at 2^32, after all the text was read
 MAX_VOCAB = 1 << 24
-ELSEWHERE = "set NANOCHAT_BASE_DIR to another directory, then run `nanochat-bench tokenizer train` again"
+ELSEWHERE = f"{BASE_ELSEWHERE}, then run `nanochat-bench tokenizer train` again"
 FIX_TOKENIZER = "run `nanochat-bench tokenizer train` (after `nanochat-bench data generate` or `data download`)"
 
 

@@ -164,8 +164,7 @@ def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | Non
 def mixed_batch_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count ran different device batches: that point is left out of the table
     and figures (scaling.mixed_batches), and the note says so ("" where there is none)."""
-    said = [f"{runtime} at {scaling.count(world, unit)} ran device batch "
-            f"{', '.join(map(str, sorted(set(r['device_batch_size'].astype(int)))))}"
+    said = [f"{runtime} at {scaling.count(world, unit)} ran device batch {', '.join(map(str, scaling.batch_sizes(r)))}"
             for (runtime, world), r in scaling.mixed_batches(runs).groupby(["runtime", "world_size"])]
     return (f" {'; '.join(said)}: not repeats of one point (another gradient accumulation each), so that point is "
             "left out of the table and figures.") if said else ""

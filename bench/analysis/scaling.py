@@ -322,11 +322,16 @@ def compared(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return df[(df["runtime"] != UNKNOWN_RUNTIME) | (df["runtime"] == baseline)]
 
 
+def batch_sizes(runs: pd.DataFrame) -> list[int]:
+    """The device batch sizes the runs recorded, sorted, once each."""
+    return sorted(set(runs["device_batch_size"].dropna().astype(int)))
+
+
 def device_batches(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[list, list] | None:
     """The device batch sizes of a runtime's runs and of the baseline's at one point where they are not all one, else
     None. A strong curve keeps only its total (the device batch is no key), so at one rank count another device
     batch is another gradient accumulation: a ratio would time that, not the runtime. No ratio is taken there."""
-    mine, theirs = (sorted(set(f["device_batch_size"].dropna().astype(int))) for f in (runs, baseline_runs))
+    mine, theirs = batch_sizes(runs), batch_sizes(baseline_runs)
     return (mine, theirs) if len({*mine, *theirs}) > 1 else None
 
 

@@ -125,6 +125,8 @@ else
         echo "nanochat-bench: the tokenizer could not be trained (see /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log); no stage runs" >&2
         flow_failed=tokenizer
         job_rc=1
+        # stopped, the status the guide prints is the stop's, as a stopped stage's is and as the script exits
+        if [ -n "$stopping" ]; then job_rc=$((128 + $(kill -l "$stopping"))); fi
     fi
 fi
 flock -u 9 || true

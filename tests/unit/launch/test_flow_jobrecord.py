@@ -212,6 +212,16 @@ def test_ctrl_c_in_a_pasted_flow_guides_tokenizer_records_the_stages_as_stopped(
         assert run["status"] == "cancelled" and "SIGINT" in run["message"]
 
 
+def test_ctrl_c_in_a_pasted_flow_guides_tokenizer_prints_status_130(tmp_path):
+    """Pasted, a guide stopped by Ctrl-C in its tokenizer printed `ended with status 1`, a failed tokenizer's, where
+    the guide run as a script exits 130 and a stage stopped the same way prints 130."""
+    from tests.unit.launch.test_batch_stop import pasted
+
+    fj, env = flow_guide(tmp_path, SRUN_TOKENIZER_CTRL_C)
+    out = pasted(fj.job, env)
+    assert "ended with status 130" in out and "job_rc=130" in out, out
+
+
 # The job's time limit during the tokenizer's step: Slurm's SIGTERM to the batch step, then slurmstepd's line
 SRUN_TOKENIZER_TIME_LIMIT = """#!/bin/bash
 for a in "$@"; do case "$a" in tokenizer)

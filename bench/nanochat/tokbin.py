@@ -23,7 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench import paths
-from bench.errors import ConfigError, DataError, os_reason
+from bench.errors import ConfigError, DataError, os_reason_and_remedy
 from bench.contract import atomic_target
 from bench.nanochat.common import get_base_dir
 
@@ -122,8 +122,8 @@ def write_bins(out_dir: str | os.PathLike | None = None, tokenizer: str = "nanoc
             with open(meta_tmp, "w") as f:
                 f.write(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
     except OSError as e:  # a file in the way of --out, a read-only or full file system
-        raise DataError(f"data bin: cannot write into {out}: {os_reason(e)}; give --out a writable directory with "
-                        f"free space") from None
+        why = os_reason_and_remedy(e, "give --out another directory")
+        raise DataError(f"data bin: cannot write into {out}: {why}") from None
     return out
 
 

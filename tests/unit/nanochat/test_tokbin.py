@@ -3,6 +3,7 @@
     python -m pytest tests/unit/nanochat/test_tokbin.py -q
 """
 
+import errno
 import json
 
 import numpy as np
@@ -92,6 +93,21 @@ def test_an_out_that_cannot_be_written_is_one_line(base_dir_env, tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: data bin: cannot write into {in_the_way}") and "--out" in err[0]
     assert in_the_way.read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("code, reason", [(errno.ENOSPC, "No space left on device"),
+                                          (errno.EROFS, "Read-only file system"), (errno.EACCES, "Permission denied")])
+def test_an_out_that_cannot_be_written_is_told_to_free_space_only_when_full(base_dir_env, tmp_path, monkeypatch,
+                                                                            capsys, code, reason):
+    """Every error writing the .bin files advised "a writable directory with free space", free space also on a
+    read-only filesystem or without permission, where no freed space helps."""
+    def write_fails(*args, **kwargs):
+        raise OSError(code, reason)
+    monkeypatch.setattr(tokbin, "_write_split", write_fails)
+    assert main(["data", "bin", "--out", str(tmp_path / "bins")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and reason in err[0] and "give --out another directory" in err[0], err
+    assert ("free space" in err[0]) == (code == errno.ENOSPC), err
 
 
 def test_a_run_that_fails_part_way_replaces_nothing(base_dir_env, tmp_path, monkeypatch):

@@ -273,16 +273,20 @@ def check_staged(stages: tuple[Stage, ...], base_dir: str, settings: tuple = ())
         raise DataError(f"data the stages need is not staged under {base_dir}: {'; and '.join(missing)}")
 
 
-def missing_checkpoints(fs: "FlowSweep", base_dir: str, point_dir: Path, tag: str) -> list[str]:
-    """The point's stages (those not ok before) that load a checkpoint no stage before them in this sweep saves and
-    <base_dir> does not hold under the point's tag (`--stages chat_sft` alone), one line each: such a stage fails
-    only after the tokenizer and the stages before it have run."""
+def ok_stages(stages: tuple[Stage, ...], point_dir: Path) -> set[str]:
+    """The stages whose run.json under point_dir says ok: a rerun of the point keeps them."""
+    return {s.name for s in stages if contract.read_run_json(point_dir / s.name).get("status") == "ok"}
+
+
+def missing_checkpoints(fs: "FlowSweep", base_dir: str, ok: set[str], tag: str) -> list[str]:
+    """The point's stages (those not in `ok`, ok before: ok_stages) that load a checkpoint no stage before them in
+    this sweep saves and <base_dir> does not hold under the point's tag (`--stages chat_sft` alone), one line each:
+    such a stage fails only after the tokenizer and the stages before it have run."""
     made, missing = set(), []
     for stage, sweep in zip(fs.stages, fs.sweeps):
         phase = workloads.get(stage.workload).checkpoint_read(sweep.settings)
         folder = Path(base_dir, paths.PHASE_DIRS.get(phase, ""), tag)
-        if phase and phase not in made and contract.read_run_json(point_dir / stage.name).get("status") != "ok" \
-                and not paths.saved_steps(folder):
+        if phase and phase not in made and stage.name not in ok and not paths.saved_steps(folder):
             saver = next((s.name for s in FLOWS[fs.flow] if s.saves == phase), None)
             missing.append(f"{stage.name} loads the {phase} checkpoint, which {folder} does not hold"
                            + (f" ({saver} saves it: add it to --stages)" if saver else ""))
@@ -383,7 +387,7 @@ def assemble(fs: FlowSweep, opts: LaunchOptions, sweep_dir: Path, tokenizer_args
         bad = next((sp for sp in stage_points if not sp.possible), None)
         # a login node that does not see the nodes' base directory cannot judge their checkpoints
         missing = [] if bad or unseen(opts.base_dir) else \
-            missing_checkpoints(fs, opts.base_dir, sweep_dir / point.run_id, tag)
+            missing_checkpoints(fs, opts.base_dir, ok_stages(fs.stages, sweep_dir / point.run_id), tag)
         if bad or missing:
             reasons.append(f"a stage cannot run: {bad.reason}" if bad else "; ".join(missing))
             note(f"skipping {point.run_id}: {reasons[-1]}")
@@ -503,10 +507,10 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     if bad is not None:
         raise ConfigError(f"this flow cannot run with {nproc} rank(s): {bad.reason}")
     # the stages a rerun keeps (ok before) read nothing more; checked before a directory, the tokenizer or a stage
-    check_staged(tuple(s for s in fs.stages if contract.read_run_json(point_dir / s.name).get("status") != "ok"),
-                 str(Path(paths.base_dir()).absolute()))
+    ok = ok_stages(fs.stages, point_dir)
+    check_staged(tuple(s for s in fs.stages if s.name not in ok), str(Path(paths.base_dir()).absolute()))
     tag = point_tag(fs.flow, point_dir, out)
-    if missing := missing_checkpoints(fs, paths.base_dir(), point_dir, tag):
+    if missing := missing_checkpoints(fs, paths.base_dir(), ok, tag):
         raise ConfigError(f"this flow cannot run: {'; '.join(missing)}")
     # one flow per point at a time: a second would set the first's running stage aside and train beside it
     claim(point_dir)

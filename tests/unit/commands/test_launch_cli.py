@@ -441,6 +441,30 @@ def test_a_flow_stage_whose_checkpoint_no_chosen_stage_saves_is_refused_until_it
     assert not (tmp_path / "local").exists()
 
 
+def test_a_local_flow_reads_each_stages_run_json_once_before_it_checks_what_the_stages_need(capsys, tmp_path,
+                                                                                            monkeypatch):
+    """Which stages a rerun keeps (ok before) was read from their run.json files twice: for the staged data the
+    others need, then again for the checkpoints they load."""
+    from collections import Counter
+    from pathlib import Path
+
+    from bench import contract
+
+    base = tmp_path / "base"
+    generate(base, "--chat", monkeypatch=monkeypatch)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    reads, read = Counter(), contract.read_run_json
+
+    def counted(run_dir):
+        reads[Path(run_dir).name] += 1
+        return read(run_dir)
+    monkeypatch.setattr(contract, "read_run_json", counted)
+    code, _, err = run_cli(["speedrun", "--stages=chat_sft", "--run-dir", str(tmp_path / "local"), "--nproc=2",
+                            *TINY[1:]], capsys)
+    assert code == 1 and "chat_sft loads the mid checkpoint" in err, err
+    assert reads == {"chat_sft": 1}
+
+
 @pytest.mark.parametrize("flags", [["--stages=base_train,base_loss"], ["--no-data-check"]])
 def test_a_flow_job_needs_no_staged_data_without_a_stage_reading_it_or_with_no_data_check(flags, capsys, tmp_path):
     code, out, err = run_cli(["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY,

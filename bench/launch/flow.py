@@ -127,21 +127,19 @@ def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...], flow: str) -> 
     return out
 
 
-def value_as_given(e: FlagValueError, stage: str, stage_flags: dict, train: dict) -> ConfigError:
-    """A value the stage's parser cannot read, named as the user wrote it (its parser named only its own flag)."""
+def as_given(e: FlagValueError | UnknownFlags, stage: str, stage_flags: dict, train: dict) -> ConfigError:
+    """A stage's flag error named as the user wrote the flags. A value its parser cannot read: named with its flag
+    as given (its parser named only its own flag). Keys it does not take, with the keys it does:
+    `--stage-arg STAGE:KEY=VALUE` where the first came from the stage's own flags, else `--train-arg KEY=VALUE`."""
+    if isinstance(e, UnknownFlags):
+        own = {key.replace("-", "_") for key in stage_flags}
+        how = f"--stage-arg {stage}:" if e.names and e.names[0] in own else "--train-arg "
+        return planmod.unknown_train_keys(stage, e, {**train, **stage_flags}, how)
     if e.name in stage_flags:
         return planmod.train_arg_value(stage, e, stage_flags, f"--stage-arg {stage}:")
     if e.name in train:
         return planmod.train_arg_value(stage, e, train)
     return e
-
-
-def unknown_as_given(e: UnknownFlags, stage: str, stage_flags: dict, train: dict) -> UnknownFlags:
-    """Keys the stage does not take, with the keys it does, as the user gives them: `--stage-arg STAGE:KEY=VALUE`
-    where the first came from the stage's own flags, else `--train-arg KEY=VALUE`."""
-    own = {key.replace("-", "_") for key in stage_flags}
-    how = f"--stage-arg {stage}:" if e.names and e.names[0] in own else "--train-arg "
-    return planmod.unknown_train_keys(stage, e, {**train, **stage_flags}, how)
 
 
 def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
@@ -199,10 +197,8 @@ class FlowSweep:
         pretraining = per_stage.get(pre, {})
         try:
             model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what later stages load
-        except FlagValueError as e:
-            raise value_as_given(e, pre, pretraining, train) from None
-        except UnknownFlags as e:
-            raise unknown_as_given(e, pre, pretraining, train) from None
+        except (FlagValueError, UnknownFlags) as e:
+            raise as_given(e, pre, pretraining, train) from None
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
@@ -211,10 +207,8 @@ class FlowSweep:
             try:
                 sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model,
                                             train={**own, **per_stage[stage.name], **chained}))
-            except FlagValueError as e:
-                raise value_as_given(e, stage.name, per_stage[stage.name], train) from None
-            except UnknownFlags as e:
-                raise unknown_as_given(e, stage.name, per_stage[stage.name], train) from None
+            except (FlagValueError, UnknownFlags) as e:
+                raise as_given(e, stage.name, per_stage[stage.name], train) from None
         return cls(flow, chosen, tuple(sweeps))
 
     @property

@@ -151,10 +151,6 @@ def sweep_axes(args, nodes: str | None = None, gpus_per_node: int | None = None,
                 base_dir=base_dir_of(args))
 
 
-def sweep_from_args(args) -> planmod.Sweep:
-    return planmod.Sweep(train=train_from_args(args), **sweep_axes(args))
-
-
 def flow_from_args(args, **axes) -> flowmod.FlowSweep:
     """The --flow sweep: the same axes and trainer flags as a sweep, one planned sweep per stage."""
     return flowmod.FlowSweep.build(args.flow, args.stages, train_from_args(args), args.stage_arg,
@@ -198,7 +194,8 @@ def sweep_and_stages(args) -> tuple:
         fs = flow_from_args(args)
         return fs, fs.stages
     refuse_flow_flags(args)
-    return sweep_from_args(args), (flowmod.Stage(args.workload, args.workload),)
+    sweep = planmod.Sweep(train=train_from_args(args), **sweep_axes(args))
+    return sweep, (flowmod.Stage(args.workload, args.workload),)
 
 
 def stage_settings(sweep) -> tuple:

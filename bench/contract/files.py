@@ -4,8 +4,9 @@ the launcher's last word, the space held back for it.
 run.json is rewritten whole (temp file + rename), so a reader sees the old file or the new one. Its
 writers are several processes (the ranks, torchrun's wrapper, the batch script): each read-merge-write
 holds an advisory lock on the run directory. A writer waits for it as long as any rewrite could take
-(a slow holder keeps its update, and so does the waiter), except behind a holder on this node that is
-stopped (SIGSTOP), which would hold every other writer: then, as after the bound, it goes ahead unlocked.
+(a slow holder keeps its update, and so does the waiter), counted from the last rewrite that landed, so a
+long queue of writers keeps every update; except behind a holder on this node that is stopped (SIGSTOP),
+which would hold every other writer: then, as after the bound, it goes ahead unlocked.
 Where the file system has no locks the lock is skipped.
 """
 
@@ -88,6 +89,7 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
         fd = -1  # no directory yet: the first write creates it, nobody else is writing
     deadline = time.time() + LOCK_WAIT_S
     next_look = time.time() + 0.2
+    last_write = _written(run_dir)
     try:
         while fd >= 0:
             try:
@@ -100,6 +102,11 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
                     if _holder_stopped(fd):
                         break
                     next_look = time.time() + 0.2
+                    # the bound is one holder's: many writers at once (every rank of a large job) queue longer,
+                    # and each rewrite that lands shows the turns go on
+                    written = _written(run_dir)
+                    if written != last_write:
+                        last_write, deadline = written, time.time() + LOCK_WAIT_S
                 time.sleep(0.01)
         _holding.run_dir = key
         yield
@@ -107,6 +114,15 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
         _holding.run_dir = None
         if fd >= 0:
             os.close(fd)  # closing releases the lock
+
+
+def _written(run_dir: "str | os.PathLike") -> "tuple | None":
+    """Which rewrite of run.json is in place (each is a new file renamed over it), or None when there is none."""
+    try:
+        st = os.stat(os.path.join(os.fspath(run_dir), RUN_JSON))
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _holder_stopped(fd: int) -> bool:

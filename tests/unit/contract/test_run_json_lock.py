@@ -80,3 +80,27 @@ def test_a_write_from_a_signal_handler_inside_a_write_does_not_wait_for_itself(t
         signal.signal(signal.SIGUSR1, previous)
     assert waited and waited[0] < 5, f"the handler waited {waited} s for its own thread's lock (the bound is 10 s)"
     assert [e.message for e in load_manifest(tmp_path).evidence] == ["from the handler"]
+
+
+def _queued_writer(run_dir, rank, go):
+    go.wait()
+    with _locked(run_dir):  # a rewrite slow on a loaded shared file system, well within the bound alone
+        manifest = load_manifest(run_dir)
+        time.sleep(0.2)
+        manifest.evidence.append(Evidence(source="trainer", kind="cancelled", rank=rank, message=f"rank {rank}"))
+        write_manifest(run_dir, manifest)
+
+
+def test_writers_queued_longer_than_the_bound_all_keep_their_updates(tmp_path, monkeypatch):
+    """Every rank of a large job records its SIGTERM at once: the queue outlasts the bound though each rewrite is
+    quick, and a writer that went ahead unlocked at the bound wrote over the ones before it."""
+    monkeypatch.setattr("bench.contract.files.LOCK_WAIT_S", 0.5)
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_queued_writer, args=(str(tmp_path), rank, go)) for rank in range(8)]
+    for proc in procs:
+        proc.start()
+    go.set()
+    for proc in procs:
+        proc.join(60)
+    assert sorted(e.rank for e in load_manifest(tmp_path).evidence) == list(range(8))

@@ -282,6 +282,7 @@ class RunManifest:
         """A copy with `fields` applied: top-level values replace, sections merge their non-None values.
         The fields are checked strictly: a writer cannot write outside the contract."""
         data = self.to_dict()
+        known = dataclasses.asdict(self)  # without a newer minor's fields, as a writer's own entries are
         for key, value in fields.items():
             if key not in _FIELD_TYPES:
                 raise SchemaError(f"{RUN_JSON}: {key!r} is not a field of the run contract (bench/contract/record.py)")
@@ -291,13 +292,16 @@ class RunManifest:
                 value = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in value]
             if _is_section(key) and value is None:
                 continue  # "nothing known" never blanks a section
-            kept = data.get(key) if isinstance(value, list) else None
+            kept = known.get(key) if isinstance(value, list) else None
             # the entries the file holds were read already, a newer minor's (an evidence kind) kept: only
             # the ones appended to them are this writer's, checked strictly
-            new = value[len(kept):] if isinstance(kept, list) and value[:len(kept)] == kept else value
+            appended = isinstance(kept, list) and value[:len(kept)] == kept
+            new = value[len(kept):] if appended else value
             check(new, _FIELD_TYPES[key], (RUN_JSON,), key)
             if _is_section(key) and isinstance(value, dict):
                 data[key] = {**data[key], **{k: v for k, v in value.items() if v is not None}}
+            elif appended:
+                data[key] = data[key] + new  # the file's entries as written, a newer minor's fields in them too
             else:
                 data[key] = value
         if fields.get("status") == "pending" and "evidence" not in fields:
@@ -307,9 +311,12 @@ class RunManifest:
 
 
 def _put(data: Dict[str, Any], path: Tuple[str, ...], value: Any) -> None:
-    """Set data[a][b]... = value where the sections on the way are objects (a list item's field is not kept)."""
+    """Set data[a][b]... = value where the sections on the way are objects; `evidence[2]` is a list's item."""
     for name in path[:-1]:
+        name, bracket, index = name.rstrip("]").partition("[")
         data = data.get(name) if isinstance(data, dict) else None
+        if bracket:
+            data = data[int(index)] if isinstance(data, list) and int(index) < len(data) else None
     if isinstance(data, dict):
         data.setdefault(path[-1], value)
 

@@ -88,6 +88,21 @@ def test_a_newer_minors_field_is_read_with_a_note_and_kept_on_rewrite(tmp_path):
     assert ev["gpu_clock_mhz"] == 1980 and "gpu_clock_mhz" in notes[0]
 
 
+
+def test_a_newer_minors_field_of_an_evidence_entry_or_attempt_is_kept_on_rewrite(tmp_path):
+    # the note said "kept", yet an older writer's rewrite (the batch script's copy of the contract) dropped them
+    (tmp_path / contract.RUN_JSON).write_text(json.dumps({
+        "schema_version": "2.7", "status": "running", "attempts": [{"job_id": "1", "status": "failed", "queue": "q"}],
+        "evidence": [{"source": "trainer", "kind": "oom", "rank": 0, "message": "rank 0: out of memory", "pid": 42}]}))
+    m = contract.load_manifest(tmp_path)
+    assert any("evidence[0]: unknown field(s) 'pid' kept" in n for n in m.notes)
+    m = contract.record_evidence(tmp_path, contract.Evidence(source="launcher", kind="exit", exit_code=1))
+    assert (m.status, m.message) == ("oom", "rank 0: out of memory")
+    data = json.loads((tmp_path / contract.RUN_JSON).read_text())
+    assert [e.get("pid") for e in data["evidence"]] == [42, None] and data["attempts"][0]["queue"] == "q"
+    contract.update_run_json(tmp_path, status="pending")  # a new launch: the old evidence goes, its fields with it
+    assert json.loads((tmp_path / contract.RUN_JSON).read_text())["evidence"] == []
+
 def test_events_are_checked_on_write_and_read(tmp_path):
     writer = contract.EventWriter(tmp_path)
     writer.emit("dist_init", world_size=2, backend="gloo")

@@ -129,6 +129,11 @@ def _reference(path: Path, i: int, entry: dict) -> Reference:
     if not_numbers:
         raise ConfigError(f"{path}: {name}: where {', '.join(not_numbers)} must be number(s), "
                           f"got {', '.join(repr(where[k]) for k in not_numbers)}")
+    # a list, table or date would be compared as its text and match no run: missing, a pass with --allow-missing
+    not_scalars = [k for k, v in where.items() if COLUMNS[k] == "str" and not isinstance(v, (str, int, float))]
+    if not_scalars:
+        raise ConfigError(f"{path}: {name}: where {', '.join(not_scalars)} must be text (a value, or a shell "
+                          f"pattern), a number or true/false; got {', '.join(repr(where[k]) for k in not_scalars)}")
     if not isinstance(figures, dict) or not figures:
         raise ConfigError(f"{path}: {name}: no figures (e.g. figures.tok_per_sec = {{ value = 1e6, lower = -0.05 }})")
     return Reference(name, where, {fig: _bound(path, name, fig, spec) for fig, spec in figures.items()})

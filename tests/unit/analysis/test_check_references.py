@@ -172,6 +172,11 @@ def test_example_file_is_valid():
     ("[[reference]]\nfigures.mfu = { value = 40, lower = 0.1 }", "lower must be <= 0"),
     ("[[reference]]\nfigures.mfu = { value = 40, tolerance = 0.1 }", "unknown key(s) ['tolerance']"),
     ("[[reference]]\nwhere = { world_size = 'eight' }\nfigures.mfu = { value = 40 }", "must be number(s)"),
+    # a list or table for a text column matched no run: reported missing, a pass under --allow-missing
+    ("[[reference]]\nwhere = { runtime = ['bare', 'ce'] }\nfigures.mfu = { value = 40 }",
+     "where runtime must be text (a value, or a shell pattern), a number or true/false; got ['bare', 'ce']"),
+    ("[[reference]]\nwhere = { gpu_name = { like = 'H200' } }\nfigures.mfu = { value = 40 }",
+     "where gpu_name must be text"),
     # an integer past a float's range (TOML's integers have no bound) is no number: once an OverflowError
     pytest.param("[[reference]]\nfigures.mfu = { value = 1" + "0" * 400 + " }", "needs a numeric value",
                  id="huge-value"),

@@ -243,14 +243,14 @@ def _refuse_torn_csv(path: Path) -> None:
 def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     """runs.parquet and runs.csv under out_dir, each replaced atomically (pyarrow writes both: fast)."""
     table = pa.Table.from_pandas(df, preserve_index=False)
-    paths = []
+    paths = [out_dir / TABLE_PARQUET, out_dir / TABLE_CSV]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, write in ((TABLE_PARQUET, pq.write_table), (TABLE_CSV, pa_csv.write_csv)):
-            path = out_dir / name
-            with atomic_target(path) as tmp:
-                write(table, tmp)
-            paths.append(path)
+        # both written in full before either replaces its file: one failing leaves the pair as it was, never a
+        # new runs.parquet beside an old runs.csv
+        with atomic_target(paths[0]) as parquet, atomic_target(paths[1]) as csv_tmp:
+            pq.write_table(table, parquet)
+            pa_csv.write_csv(table, csv_tmp)
     except OSError as e:  # a file in the way, no permission, a full disk: the old table, if any, is left whole
         raise AnalysisError(f"{out_dir}: the table cannot be written there: {os_reason(e)}") from None
     return paths

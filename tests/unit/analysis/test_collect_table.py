@@ -155,6 +155,25 @@ def test_bad_inputs_are_clear_errors(tmp_path):
     assert len(empty.table) == 0 and list(empty.table.columns) == list(collect_mod.COLUMNS)
 
 
+def test_a_table_that_cannot_be_written_whole_leaves_both_files_as_they_were(tmp_path, make_run, monkeypatch):
+    """A disk that fills while runs.csv is written: runs.parquet was already replaced by the new table, so the two
+    files held different runs while the error said the old table was left whole."""
+    import errno
+
+    make_run("a", root=tmp_path / "runs")
+    collect([tmp_path / "runs"], tmp_path / "table")
+    before = {n: (tmp_path / "table" / n).read_bytes() for n in (TABLE_PARQUET, TABLE_CSV)}
+    make_run("b", root=tmp_path / "runs")
+
+    def full(*_args, **_kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(collect_mod.pa_csv, "write_csv", full)
+    with pytest.raises(AnalysisError, match="the table cannot be written there"):
+        collect([tmp_path / "runs"], tmp_path / "table")
+    assert {n: (tmp_path / "table" / n).read_bytes() for n in (TABLE_PARQUET, TABLE_CSV)} == before
+    assert sorted(p.name for p in (tmp_path / "table").iterdir()) == [TABLE_CSV, TABLE_PARQUET]  # no temporaries
+
+
 @pytest.mark.parametrize("cut", ["mid_row", "mid_field"])
 def test_a_torn_csv_is_refused_by_report_and_check_with_one_line(tmp_path, capsys, cut):
     """A runs.csv cut mid-row (a copy that stopped) is never read with its torn row (issue 23)."""

@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter
 from matplotlib.transforms import offset_copy
 
 from bench.analysis.columns import COLLECTIVES, SPLIT, SPLIT_LABELS
-from bench.analysis.plots import _human, by_runtime, rank_axis, wrap_label
+from bench.analysis.plots import NO_BARS, _human, by_runtime, rank_axis, wrap_label
 from bench.analysis.scaling import STARTUP_PHASES, count, nodes_text, phase_label
 
 PHASE_COLORS = plt.get_cmap("tab10").colors
@@ -141,12 +141,13 @@ def busbw(points: pd.DataFrame, colors: dict, config: str, unit: str):
     left.set_ylabel("busbw at the largest buffer (GB/s)")
     left.set_title("pre-flight bus bandwidth", fontsize=12)
     right.yaxis.set_major_formatter(FuncFormatter(_human))
-    right.set_ylabel(f"steady tokens/s per {per}")
+    right.set_ylabel(f"steady tokens/s per {per} (axis zoomed)")
     right.set_title(f"throughput per {per}", fontsize=12)
     handles = [Line2D([], [], color=colors[r], lw=2, label=r) for r in dict.fromkeys(points["runtime"])]
     handles += [Line2D([], [], color="black", ls=s, lw=1.5, label=c.replace("_", "-"))
                 for c, s in COLLECTIVE_STYLES.items()]
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=10, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=10, frameon=False,
+               title=NO_BARS, title_fontsize=10)
     fig.suptitle(f"Pre-flight bandwidth beside throughput\n{wrap_label(config)}", fontsize=15)
     return fig
 

@@ -341,6 +341,23 @@ def test_every_scaling_figure_says_what_its_bars_are_or_that_it_has_none():
                     "throughput": plots.SPREAD_BARS}
 
 
+def test_the_busbw_figure_says_its_points_are_medians_without_bars_and_its_throughput_axis_is_zoomed():
+    """The pre-flight figure drew medians without bars and a throughput per GPU axis not starting at 0, and said
+    neither: a drop of a tenth read as a collapse."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from bench.analysis import plots, plots_why
+
+    rows = [{"runtime": "bare", "world_size": n, "tok_per_sec": 900.0 * n, "busbw_all_reduce_gbps": bw,
+             "busbw_reduce_scatter_gbps": bw, "busbw_all_gather_gbps": bw} for n, bw in ((8, 350.0), (16, 40.0))]
+    fig = plots_why.busbw(pd.DataFrame(rows), {"bare": "C0"}, "c", "GPUs")
+    legend, ylabel = fig.legends[0].get_title().get_text(), fig.axes[1].get_ylabel()
+    plt.close(fig)
+    assert legend == plots.NO_BARS
+    assert ylabel == "steady tokens/s per GPU (axis zoomed)"
+
+
 def test_the_ideal_line_is_drawn_from_a_runtime_run_at_the_smallest_rank_count():
     """Regression: with the baseline first run at 8 GPUs and another runtime at 4, the strong throughput figure's
     legend named an ideal from the baseline's 8 GPUs but drew no line (its ideal is unknown), and the weak figure

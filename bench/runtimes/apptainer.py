@@ -1,5 +1,5 @@
 """apptainer: `srun apptainer exec --cleanenv --env-file RUN_DIR/apptainer.env [--nv] --bind SRC:DST … IMAGE CMD`
-(under a `bash -c` that passes in the step's SLINGSHOT_* variables).
+(under a `bash -c` that passes in the step's SLINGSHOT_* variables and CUDA_VISIBLE_DEVICES).
 
 Apptainer passes the host environment in by default, and the image's own variables win over it
 (apptainer-userdocs, "Environment and metadata"); so `--cleanenv` starts from the image's, and every
@@ -21,8 +21,11 @@ from bench.contract import write_text_atomic
 
 ENV_FILE = "apptainer.env"
 # Slurm's switch plugin sets SLINGSHOT_* (the step's VNIs and CXI services, which libfabric's cxi provider needs for
-# its auth key) in each step, on its node; --cleanenv drops them, and an APPTAINERENV_ copy made there passes them in
-STEP_ENV = 'for v in "${!SLINGSHOT_@}"; do export "APPTAINERENV_$v=${!v}"; done; exec "$@"'
+# its auth key) in each step, on its node, and its GPU plugin CUDA_VISIBLE_DEVICES (the step's GPUs: --nv shows every
+# GPU of the node, so without it ranks on a shared node take GPUs 0..N-1, whoever holds them); --cleanenv drops them,
+# and an APPTAINERENV_ copy made there passes them in
+STEP_ENV = ('for v in "${!SLINGSHOT_@}" ${CUDA_VISIBLE_DEVICES+CUDA_VISIBLE_DEVICES}; '
+            'do export "APPTAINERENV_$v=${!v}"; done; exec "$@"')
 
 
 class Apptainer(Runtime):

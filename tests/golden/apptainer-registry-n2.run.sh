@@ -31,7 +31,7 @@ run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
 if [ "$rc" -eq 0 ]; then
 env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" \
-    bash -c $'for v in "${!SLINGSHOT_@}"; do export "APPTAINERENV_$v=${!v}"; done; exec "$@"' bash apptainer exec --cleanenv --no-home --env-file=/scratch/nb/sweeps/golden/n2-apptainer-r1/apptainer.env --nv --bind=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --bind=/scratch/nb/cache:/scratch/nb/cache --pwd=/workspace/nanochat-bench /scratch/nb/sweeps/golden/.images/nvcr.io+nvidia+pytorch+25.10-py3.sif \
+    bash -c $'for v in "${!SLINGSHOT_@}" ${CUDA_VISIBLE_DEVICES+CUDA_VISIBLE_DEVICES}; do export "APPTAINERENV_$v=${!v}"; done; exec "$@"' bash apptainer exec --cleanenv --no-home --env-file=/scratch/nb/sweeps/golden/n2-apptainer-r1/apptainer.env --nv --bind=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden --bind=/scratch/nb/cache:/scratch/nb/cache --pwd=/workspace/nanochat-bench /scratch/nb/sweeps/golden/.images/nvcr.io+nvidia+pytorch+25.10-py3.sif \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi

@@ -71,6 +71,24 @@ def test_apptainer_passes_the_steps_slingshot_variables_through_cleanenv(tmp_pat
     assert subprocess.run([*prefix, "true"], env={"PATH": os.environ["PATH"]}).returncode == 0  # none set
 
 
+def test_apptainer_keeps_the_gpus_slurm_gave_the_step(tmp_path):
+    """Regression: --cleanenv dropped the CUDA_VISIBLE_DEVICES Slurm sets in each step, and --nv shows every GPU of
+    the node, so on a node shared with other jobs the ranks took GPUs 0..N-1, whoever held them. Set (even empty,
+    no GPU), it is passed in as APPTAINERENV_CUDA_VISIBLE_DEVICES; unset, nothing is. Run in real bash, with
+    `env` standing in for apptainer."""
+    _, argv = launch("apptainer", spec(tmp_path, image="/img/nb.sif"))
+    prefix = argv[:argv.index("apptainer")]
+
+    def passed(step):
+        out = subprocess.run([*prefix, "env"], env={"PATH": os.environ["PATH"], **step}, capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+        return [line for line in out if line.startswith("APPTAINERENV_CUDA")]
+
+    assert passed({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["APPTAINERENV_CUDA_VISIBLE_DEVICES=2,3"]
+    assert passed({"CUDA_VISIBLE_DEVICES": ""}) == ["APPTAINERENV_CUDA_VISIBLE_DEVICES="]
+    assert passed({}) == []
+
+
 def test_podman_and_podman_hpc(tmp_path):
     _, argv = launch("podman", spec(tmp_path, image="localhost/nb:1"))
     assert argv == ["podman", "run", "--rm", "--network=host", "--ipc=host", "--device=nvidia.com/gpu=all",

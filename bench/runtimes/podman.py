@@ -1,10 +1,10 @@
 """podman and podman-hpc: `srun podman run --rm … IMAGE CMD`, one container per node.
 
 Podman passes no host environment, so each variable of the run is given as a literal `--env=NAME=VALUE`,
-which beats a value the image sets (podman-run(1): --env overrides the image's ENV), and the SLURM_* and
-SLINGSHOT_* (the step's VNIs) variables are passed by pattern. Host network and IPC namespaces keep the
-rendezvous and shared memory as on the host. Where podman's default ulimits exceed what Slurm gives a task
-(runc: "error setting rlimits"), set
+which beats a value the image sets (podman-run(1): --env overrides the image's ENV), the SLURM_* and
+SLINGSHOT_* (the step's VNIs) variables are passed by pattern, and a GPU run's CUDA_VISIBLE_DEVICES (the step's
+GPUs) by name. Host network and IPC namespaces keep the rendezvous and shared memory as on the host. Where
+podman's default ulimits exceed what Slurm gives a task (runc: "error setting rlimits"), set
 `default_ulimits = []` in containers.conf (CONTAINERS_CONF is passed on to the job like the rest of the
 environment). podman-hpc (NERSC) adds its `--gpu` and `--nccl` modules and runs the image it migrated to the
 shared squash store.
@@ -38,6 +38,9 @@ class Podman(Runtime):
         argv = [self.program, "run", "--rm", "--network=host", "--ipc=host"]
         if spec.gpus:
             argv += self.gpu_options
+            # the devices are every GPU of the node: the step's own (Slurm's), where set, or a shared node's ranks
+            # would take GPUs 0..N-1, whoever holds them
+            argv.append("--env=CUDA_VISIBLE_DEVICES")
             argv += [f"--device={d}" for d in spec.devices]
             argv += [f for f in spec.flags if f not in argv]  # the site's modules (podman-hpc --nccl)
         for m in spec.mounts:

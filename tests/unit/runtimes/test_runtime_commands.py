@@ -92,12 +92,25 @@ def test_apptainer_keeps_the_gpus_slurm_gave_the_step(tmp_path):
 def test_podman_and_podman_hpc(tmp_path):
     _, argv = launch("podman", spec(tmp_path, image="localhost/nb:1"))
     assert argv == ["podman", "run", "--rm", "--network=host", "--ipc=host", "--device=nvidia.com/gpu=all",
-                    "--volume=/s:/s", "--volume=/data:/d:ro", "--workdir=/workspace/nanochat-bench",
+                    "--env=CUDA_VISIBLE_DEVICES", "--volume=/s:/s", "--volume=/data:/d:ro",
+                    "--workdir=/workspace/nanochat-bench",
                     "--env=NANOCHAT_BASE_DIR=/s/base", "--env=NANOCHAT_BENCH_RUN_DIR=/s/run",
                     "--env=NCCL_DEBUG_SUBSYS=INIT,NET", "--env=SLURM_*", "--env=SLINGSHOT_*",
                     "localhost/nb:1", *CMD]
     _, argv = launch("podman-hpc", spec(tmp_path, image="localhost/nb:1"))
-    assert argv[:7] == ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--gpu", "--nccl"]
+    assert argv[:8] == ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--gpu", "--nccl",
+                        "--env=CUDA_VISIBLE_DEVICES"]
+
+
+@pytest.mark.parametrize("name", ["podman", "podman-hpc"])
+def test_podman_keeps_the_gpus_slurm_gave_the_step(tmp_path, name):
+    """Regression: podman passes no host variable it is not told to, and its GPU devices are every GPU of the node,
+    so the CUDA_VISIBLE_DEVICES Slurm sets in each step never reached the ranks, which on a node shared with other
+    jobs trained on GPUs 0..N-1, whoever held them. `--env=NAME` without a value takes the host's, where set."""
+    _, argv = launch(name, spec(tmp_path, image="localhost/nb:1"))
+    assert "--env=CUDA_VISIBLE_DEVICES" in argv[:argv.index("localhost/nb:1")]
+    _, argv = launch(name, spec(tmp_path, image="localhost/nb:1", gpus=False))
+    assert "--env=CUDA_VISIBLE_DEVICES" not in argv  # a CPU run is given no GPU
 
 
 def test_sarus_classic(tmp_path):

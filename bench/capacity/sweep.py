@@ -79,6 +79,12 @@ class SweepConfig:
                               f"the budget left; give at least {self.min_probe_s:g}")
         if self.search and self.max_depth < 2:  # the search's shapes are the even depths 2..--max-depth
             raise ConfigError(f"--max-depth={self.max_depth}: the search needs at least 2 (its shapes are even depths)")
+        from bench.nanochat.config import check_depth_limit
+
+        if self.search:  # the search's shapes are every even depth up to it
+            check_depth_limit(self.max_depth, "--max-depth")
+        for depth in self.depths:
+            check_depth_limit(depth, "--depths")
         if self.memory_limit is not None and self.memory_limit <= 0:  # 0 would run the probes uncapped
             raise ConfigError(f"--memory-limit={self.memory_limit}: must be positive, e.g. 875M")
         if not 256 + len(SPECIAL_TOKENS) < self.vocab_size <= 2 ** 16:  # bytes + merges + specials; uint16 tokens

@@ -26,9 +26,6 @@ from bench.contract import ENV_BASE_DIR, read_run_json
 SMOKE_DATA = dict(num_shards=4, docs_per_shard=512, row_group_size=32)
 SMOKE_VOCAB = 1024
 SMOKE_TRAIN = dict(depth=2, max_seq_len=128, device_batch_size=4)
-# The deepest GPT `model` sizes (~5e16 parameters; d20 has 5.6e8): the memory estimate walks every layer's
-# matrices, which at a million layers takes seconds and gigabytes
-MODEL_MAX_DEPTH = 10_000
 
 
 def register(subparsers) -> None:
@@ -113,7 +110,7 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     """Sizes of the GPT at `depth`, counted from its shape (GPTConfig, held equal to the built model: no model is
     built, which took minutes at a depth of 100000), and per memory strategy the predicted peak memory per rank on
     CUDA (bench/nanochat/memory.py); the trainer's default, zero2, gives the totals."""
-    from bench.nanochat.config import shape_problem
+    from bench.nanochat.config import check_depth_limit, shape_problem
     from bench.nanochat.gptconfig import GPTConfig
     from bench.nanochat.memory import GIB, MemoryPoint, estimate
 
@@ -123,8 +120,7 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     for name, value in sizes.items():
         if value < 1:
             raise ConfigError(f"--{name}={value}: must be >= 1")
-    if depth > MODEL_MAX_DEPTH:
-        raise ConfigError(f"--depth={depth}: at most {MODEL_MAX_DEPTH} (a GPT of ~5e16 parameters already)")
+    check_depth_limit(depth)
     if problem := shape_problem(depth, aspect_ratio):  # the trainer's check: GPT() would only assert
         raise ConfigError(f"--depth={depth} --aspect_ratio={aspect_ratio}: {problem}")
     config = GPTConfig.from_depth(depth, vocab_size, max_seq_len, aspect_ratio)

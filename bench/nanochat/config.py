@@ -34,6 +34,9 @@ TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off"
 SDPA_BACKEND_NAMES = ("flash", "efficient", "cudnn", "math")
 FUSED_ALL = ("all", *TRUE_WORDS)  # every kernel (true: the flag was a bool before softcap_loss)
 FUSED_NONE = ("none", "", *FALSE_WORDS)
+# The deepest GPT anything here plans, sizes or trains (~5e16 parameters; d20 has 5.6e8): the memory model walks
+# every layer's matrices, which at a million layers takes seconds an estimate, and the planner makes dozens a point
+MAX_DEPTH = 10_000
 
 
 def fused_kernel_names(value: str) -> tuple[str, ...]:
@@ -204,11 +207,18 @@ class TrainConfig(RunSettings):
         for name in ("depth", "aspect_ratio", "max_seq_len", "device_batch_size", "total_batch_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+        check_depth_limit(self.depth)
         if problem := shape_problem(self.depth, self.aspect_ratio):
             raise ConfigError(f"--depth={self.depth} --aspect_ratio={self.aspect_ratio}: {problem}")
         if self.num_iterations <= 0 and self.target_flops <= 0 and self.target_param_data_ratio <= 0:
             raise ConfigError("no training horizon: set one of --num_iterations, --target_flops, "
                               "--target_param_data_ratio to a value > 0")
+
+
+def check_depth_limit(depth: int, name: str = "--depth") -> None:
+    """A depth past MAX_DEPTH as one error line, worded alike by every command that takes a depth (`name`)."""
+    if depth > MAX_DEPTH:
+        raise ConfigError(f"{name}={depth}: at most {MAX_DEPTH} (a GPT of ~5e16 parameters already)")
 
 
 def shape_problem(depth: int, aspect_ratio: int) -> str | None:

@@ -25,6 +25,7 @@ from bench.launch.job import (NUMA_BINDING, OFI_HOOK, Job, LaunchOptions, Naming
                               numa_binding, write_job)
 from bench.launch.plan import DataShape, Point, Sweep, parse_minutes, parse_train_args
 from bench.launch.render import render_sbatch
+from bench.nanochat.config import check_depth_limit
 from bench.runtimes import Mount
 from bench.runtimes.base import unset_variables
 
@@ -172,6 +173,7 @@ def sweep_of(case: Case, base_dir: str, profile: sites.Site | None = None) -> Sw
     if workloads.get(case.workload).takes_depth:
         if case.depth < 1:  # the trainer would refuse it naming its own --depth
             raise ConfigError(f"depth={case.depth}: must be at least 1 (-S depth=N, or -P depth=N,M for several)")
+        check_depth_limit(case.depth, "depth")  # named as the check's variable, not as the trainer's --depth
         if "depth" in train:
             raise ConfigError(f"train_args set depth={train['depth']}: depth is the check's own variable "
                               f"(-S depth=N, or -P depth=N,M for several)")

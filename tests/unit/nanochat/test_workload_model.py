@@ -9,8 +9,9 @@ import time
 import pytest
 
 from bench.cli import main
-from bench.commands.workload import MODEL_MAX_DEPTH, model_summary, smoke_train_args
+from bench.commands.workload import model_summary, smoke_train_args
 from bench.errors import ConfigError
+from bench.nanochat.config import MAX_DEPTH
 from bench.nanochat.gptconfig import GPTConfig
 
 
@@ -73,13 +74,36 @@ def test_bad_depth():
 
 def test_a_deep_model_answers_in_a_second_and_a_deeper_one_is_refused(capsys):
     """model --depth 100000 built a GPT of that many layers on the meta device, for minutes; now the sizes are
-    counted from the shape, and a depth past MODEL_MAX_DEPTH is one error line."""
+    counted from the shape, and a depth past MAX_DEPTH is one error line."""
     start = time.monotonic()
-    s = model_summary(MODEL_MAX_DEPTH)
-    assert time.monotonic() - start < 5 and s["num_params"] == GPTConfig.from_depth(MODEL_MAX_DEPTH, 65536).num_params()
-    assert main(["model", "--depth", str(MODEL_MAX_DEPTH + 1)]) == 1
-    assert capsys.readouterr().err == f"error: --depth={MODEL_MAX_DEPTH + 1}: at most {MODEL_MAX_DEPTH} " \
+    s = model_summary(MAX_DEPTH)
+    assert time.monotonic() - start < 5 and s["num_params"] == GPTConfig.from_depth(MAX_DEPTH, 65536).num_params()
+    assert main(["model", "--depth", str(MAX_DEPTH + 1)]) == 1
+    assert capsys.readouterr().err == f"error: --depth={MAX_DEPTH + 1}: at most {MAX_DEPTH} " \
                                       "(a GPT of ~5e16 parameters already)\n"
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["plan", "--depth", "1000000", "--row-groups", "8", "--shards", "4"], "--depth"),
+    (["plan", "--flow", "speedrun", "--depth", "1000000", "--row-groups", "8", "--shards", "4"], "--depth"),
+    (["render", "sbatch", "--depth", "1000000"], "--depth"),
+    (["submit", "--dry-run", "--depth", "1000000", "--row-groups", "8", "--shards", "4"], "--depth"),
+    (["speedrun", "--depth", "1000000"], "--depth"),
+    (["train", "--nproc", "1", "--", "--depth=1000000"], "--depth"),
+    (["capacity", "--gpus", "1", "--depths", "1000000"], "--depths"),
+    (["capacity", "--gpus", "1", "--max-depth", "1000000"], "--max-depth"),
+])
+def test_every_command_taking_a_depth_refuses_one_past_the_limit_as_model_does(argv, flag, capsys, tmp_path,
+                                                                                monkeypatch):
+    """plan --depth 1000000 ran for minutes: the memory model walks every layer's matrices, dozens of times a
+    point; every command now refuses such a depth at once, in model's words."""
+    monkeypatch.chdir(tmp_path)
+    start = time.monotonic()
+    assert main(argv) == 1
+    assert time.monotonic() - start < 10
+    assert capsys.readouterr().err == f"error: {flag}=1000000: at most {MAX_DEPTH} " \
+                                      "(a GPT of ~5e16 parameters already)\n"
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("flag", ["--max_seq_len", "--device_batch_size", "--world_size", "--vocab_size",

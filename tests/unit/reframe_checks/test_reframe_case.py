@@ -3,6 +3,7 @@
     python -m pytest tests/unit/reframe_checks/test_reframe_case.py -q
 """
 
+import dataclasses
 import runpy
 
 import pytest
@@ -103,6 +104,8 @@ def test_a_stage_refuses_depth_in_its_train_args_naming_the_key_and_the_valid_on
 def test_case_mistakes_fail_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match="depth is the check's own variable"):
         build(case(CPU, train_args=["depth=4"]), tmp_path)
+    with pytest.raises(ConfigError, match=r"^depth=1000000: at most 10000 \(a GPT of ~5e16 parameters already\)$"):
+        build(dataclasses.replace(case(CPU), depth=1_000_000), tmp_path)  # -S depth=1000000, named as the check's
     with pytest.raises(ConfigError, match="total_batch_size 500 is not a multiple"):
         build(case(CPU, scaling="strong", train_args=["total_batch_size=500"]), tmp_path)
     unset = r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names the unset variable\(s\) NANOCHAT_BENCH_UNSET_VAR"
@@ -192,8 +195,6 @@ def test_a_partitions_site_profile_plans_its_points_as_submit_does(tmp_path, mon
     """The site profile reached the launch options but not the plan: a d24 case on Alps was planned for an H200's
     141 GiB at device batch 32 (~99 GiB, over a GH200's 96) with an H200's time limit, where `submit --site alps`
     plans 16 x accumulation 2 and a longer limit."""
-    import dataclasses
-
     monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
     site = {"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat", "site": "alps"}
     built = build(dataclasses.replace(case(site, nodes=1, train_args=["num_iterations=2000"]), depth=24),

@@ -114,10 +114,17 @@ def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...], flow: str) -> 
     """Repeated `--stage-arg STAGE:KEY=VALUE` -> {stage: {key: value}}; the stage must be one of `stages`, those
     of `flow` that are run."""
     out: dict[str, dict] = {s.name: {} for s in stages}
+    every = {s.name: s.workload for s in FLOWS[flow]}
     for text in pairs:
         stage, colon, rest = text.partition(":")
         key, eq, value = rest.partition("=")
-        if colon and stage not in out and stage in (s.name for s in FLOWS[flow]):
+        if stage and colon and stage not in out:  # --stages takes only a stage of the flow this installation runs
+            if stage not in every:
+                raise ConfigError(f"--stage-arg {text!r}: unknown stage {stage!r}, not one of the flow {flow}; "
+                                  f"valid: {', '.join(out)}")
+            if every[stage] not in workloads.names():
+                raise ConfigError(f"--stage-arg {text!r}: {stage} needs the workload {every[stage]!r}, which this "
+                                  f"installation does not register; valid: {', '.join(out)}")
             raise ConfigError(f"--stage-arg {text!r}: {stage} is not among the stages run ({', '.join(out)}); "
                               f"add it to --stages or leave this --stage-arg out")
         if not colon or stage not in out or not eq or not key.lstrip("-"):

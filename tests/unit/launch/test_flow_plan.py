@@ -96,6 +96,19 @@ def test_a_stage_whose_workload_is_not_registered_is_refused_naming_it(monkeypat
     assert "left out: later (later not registered in this installation)" in flow.format_table(fs)
 
 
+def test_a_stage_arg_of_an_unknown_or_unregistered_stage_names_the_valid_ones_not_stages(monkeypatch):
+    """The first was told to write STAGE:KEY=VALUE, as if malformed; the second to add it to --stages, which refuses
+    a stage whose workload is not registered."""
+    with pytest.raises(ConfigError, match=r"^--stage-arg 'nope:num_iterations=2': unknown stage 'nope', not one of "
+                                          r"the flow speedrun; valid: base_train$"):
+        sweep(stage_args=["nope:num_iterations=2"])
+    monkeypatch.setitem(FLOWS, "partial", (TWICE[0], Stage("later", "no_such_stage_workload")))
+    with pytest.raises(ConfigError, match=r"^--stage-arg 'later:num_iterations=2': later needs the workload "
+                                          r"'no_such_stage_workload', which this installation does not register; "
+                                          r"valid: base_train$"):
+        sweep("partial", None, stage_args=["later:num_iterations=2"])
+
+
 def test_every_registered_speedrun_stage_can_be_planned():
     registered = [s.name for s in FLOWS["speedrun"] if s.workload in workloads.names()]
     fs = sweep(stages=",".join(registered))
@@ -120,7 +133,8 @@ def test_stage_args_reach_their_stage_only_and_the_device_type_every_stage(twice
     [(_, (first, again))] = fs.points()
     assert "--num_iterations=6" in first.train_argv and "--num_iterations=3" in again.train_argv
     assert all("--device_type=cpu" in p.train_argv for p in (first, again))
-    with pytest.raises(ConfigError, match="STAGE one of base_train, again"):
+    with pytest.raises(ConfigError, match=r"unknown stage 'mid_train', not one of the flow twice; valid: base_train, "
+                                          r"again$"):
         sweep(twice, None, stage_args=["mid_train:num_iterations=3"])
 
 

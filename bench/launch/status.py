@@ -19,8 +19,10 @@ from bench import contract
 from bench.launch.slurm import JobState
 from bench.launch.submit import read_sweep
 
-# What Slurm's end of a job is evidence of, when run.json has no final status.
-FROM_SLURM = {"CANCELLED": "stopped", "TIMEOUT": "time_limit", "OUT_OF_MEMORY": "oom", "DEADLINE": "time_limit"}
+# What Slurm's end of a job is evidence of, when run.json has no final status (a state not here: a plain exit).
+# BOOT_FAIL: a node of the job could not be started; PREEMPTED: Slurm stopped the job for another one.
+FROM_SLURM = {"CANCELLED": "stopped", "PREEMPTED": "stopped", "TIMEOUT": "time_limit", "DEADLINE": "time_limit",
+              "OUT_OF_MEMORY": "oom", "NODE_FAIL": "node_lost", "BOOT_FAIL": "node_lost"}
 # What a run stopped by a signal (scancel, the job's time limit) records: the batch script's or a launcher's stop,
 # a rank's SIGTERM (an older release's run.json: its status cancelled, without evidence)
 STOPPED = {"stopped", "cancelled"}

@@ -134,3 +134,14 @@ def test_a_time_limit_is_not_the_cause_of_a_run_that_ended_before_it_on_its_own(
     contract.record_evidence(stopped, contract.Evidence(source="trainer", kind="error", rank=1, message="peer gone"))
     contract.record_evidence(stopped, contract.Evidence(source="batch_script", kind="stopped", signal="SIGTERM"))
     assert _derive(stopped, JobState("42", "TIMEOUT"))[0] == "timeout"
+
+
+def test_a_node_lost_or_a_preemption_before_any_record_is_said_so(tmp_path):
+    """NODE_FAIL and BOOT_FAIL once gave a plain `exit` (a launcher's exit code, nothing known), and a preempted job
+    a failure instead of a stop that is run again."""
+    for state, kind, want in (("NODE_FAIL", "node_lost", "failed"), ("BOOT_FAIL", "node_lost", "failed"),
+                              ("PREEMPTED", "stopped", "cancelled"), ("DEADLINE", "time_limit", "timeout")):
+        contract.update_run_json(tmp_path / state, status="running")
+        status, message = _derive(tmp_path / state, JobState("9", state, exit_code="0:0"))
+        assert status == want and message.startswith(f"Slurm job 9 ended {state}")
+        assert [e.kind for e in contract.load_manifest(tmp_path / state).evidence] == [kind]

@@ -174,9 +174,15 @@ def write_manifest(run_dir: "str | os.PathLike", manifest: RunManifest) -> RunMa
 
 def update_run_json(run_dir: "str | os.PathLike", **fields: Any) -> RunManifest:
     """Merge fields into run.json (RunManifest.merged) and rewrite it atomically; the new manifest.
-    How a run ended is not a field to set here: record_evidence settles it."""
+    How a run ended is not a field to set here: record_evidence settles it, and evidence already there wins over
+    a `running` given here."""
     with _locked(run_dir):
-        return write_manifest(run_dir, load_manifest(run_dir).merged(fields))
+        manifest = load_manifest(run_dir).merged(fields)
+        settled = settle(manifest.evidence)
+        if manifest.status not in FINAL_STATUSES and settled is not None:
+            # a writer's `running` (rank 0's start) never hides an end another rank recorded before it
+            manifest.status, manifest.message = settled
+        return write_manifest(run_dir, manifest)
 
 
 def record_evidence(run_dir: "str | os.PathLike", evidence: Evidence, **fields: Any) -> RunManifest:

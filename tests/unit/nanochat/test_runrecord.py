@@ -174,3 +174,13 @@ def test_a_rank_started_with_its_output_closed_still_says_and_ends(monkeypatch):
         console.put(line)
     console.drain(5.0)
     assert console.lines.unfinished_tasks == 0
+
+
+def test_a_failure_recorded_before_rank_0_starts_is_not_hidden_by_running(tmp_path):
+    """Another rank failing before rank 0 wrote its start: run.json said `running` until someone else wrote."""
+    update_run_json(tmp_path, run_id="r8", sweep_id="s", status="pending")
+    RunRecord(1, str(tmp_path)).fail("no_data", "too few row groups")
+    RunRecord(0, str(tmp_path)).start({"depth": 2}, world_size=2, nodes=1, gpus_per_node=0, peak_flops_per_gpu=None)
+    run = read_run_json(tmp_path)
+    assert (run["status"], run["message"]) == ("no_data", "rank 1: too few row groups")
+    assert run["config"] == {"depth": 2}

@@ -149,44 +149,56 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     run_dir = Path(run_dir)
     # one run per directory (nanochat/runclaim.py)
     claim(run_dir, refuse_finished=True, resume=resuming(train_args), overwrite=overwrite, resumable=resumable)
-    cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
-    try:
-        output = Output(run_dir / contract.TRAIN_LOG)
-    except OSError as e:
-        raise run_dir_error(run_dir, e) from None
-    t0 = time.time()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     received: list[int] = []
-    proc = subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=_own_session_dying_with_parent)
+    started: list[subprocess.Popen] = []
 
     def forward(signum, _frame):
         if not received:  # once: a second signal would cut torchrun's own shutdown of the ranks short
             received.append(signum)
-            proc.send_signal(signum)
+            if started:
+                started[0].send_signal(signum)
 
+    # From run.json's `pending` to its last write a signal is the run's stop, recorded: the default handlers
+    # would end the launcher there with a traceback, the run left pending or without the launcher's word.
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        copies = [output.copy(proc.stdout, sys.stdout), output.copy(proc.stderr, sys.stderr)]
-        for thread in copies:  # until both pipes close (every process holding them ended)
-            while thread.is_alive():
-                thread.join(0.5)  # in slices: the main thread stays free to run the signal handler
-        rc = proc.wait()
+        cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
+        try:
+            output = Output(run_dir / contract.TRAIN_LOG)
+        except OSError as e:
+            raise run_dir_error(run_dir, e) from None
+        t0 = time.time()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rc = -received[0] if received else 0  # stopped before it started: as if the signal had killed it
+        try:
+            if not received:
+                started.append(subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                preexec_fn=_own_session_dying_with_parent))
+                if received:  # came while it started, before `forward` could reach it
+                    started[0].send_signal(received[0])
+                proc = started[0]
+                copies = [output.copy(proc.stdout, sys.stdout), output.copy(proc.stderr, sys.stderr)]
+                for thread in copies:  # until both pipes close (every process holding them ended)
+                    while thread.is_alive():
+                        thread.join(0.5)  # in slices: the main thread stays free to run the signal handler
+                rc = proc.wait()
+        finally:
+            output.close()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        try:
+            contract.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
+                                                    "wall_time_s": time.time() - t0, "cpu_time_s": cpu})
+            if received:
+                name = signal.Signals(received[0]).name
+                contract.record_evidence(run_dir, contract.Evidence(
+                    source="launcher", kind="stopped", signal=name, exit_code=rc,
+                    message=f"nanochat-bench train received {name}; the workload was "
+                            + ("stopped" if started else "not started")))
+            contract.close_unfinished(run_dir, rc, workloads.get(workload).local_launcher)
+        except OSError as e:
+            output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        output.close()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    try:
-        contract.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
-                                                "wall_time_s": time.time() - t0, "cpu_time_s": cpu})
-        if received:
-            name = signal.Signals(received[0]).name
-            contract.record_evidence(run_dir, contract.Evidence(
-                source="launcher", kind="stopped", signal=name, exit_code=rc,
-                message=f"nanochat-bench train received {name}; the workload was stopped"))
-        contract.close_unfinished(run_dir, rc, workloads.get(workload).local_launcher)
-    except OSError as e:
-        output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")
     return rc if rc >= 0 else 128 - rc  # killed by signal N: 128+N, as a shell says it (an exit status of -9 is 247)

@@ -37,3 +37,59 @@ def test_a_workload_killed_by_a_signal_exits_128_plus_it(tmp_path):
     run_dir = tmp_path / "run"
     assert run_local([], 2, run_dir, env=dict(os.environ), python=str(killed)) == 128 + 9
     assert json.loads((run_dir / "run.json").read_text())["launch"]["exit_code"] == -9
+
+
+def _signalled_after(monkeypatch, target, name, when=lambda **kwargs: True):
+    """`target`'s function `name` sends this process SIGINT once it returned (a Ctrl-C at that moment)."""
+    import signal
+
+    real = getattr(target, name)
+
+    def then_ctrl_c(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if when(**kwargs):
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(target, name, then_ctrl_c)
+
+
+def test_a_ctrl_c_before_the_workload_started_records_the_run_stopped(tmp_path, monkeypatch):
+    """Between run.json's `pending` and torchrun's start a Ctrl-C ended the launcher with a traceback, the run
+    pending for good."""
+    from bench.launch import local
+
+    started = tmp_path / "started"
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!/bin/sh\ntouch {started}\n")
+    stand_in.chmod(0o755)
+    _signalled_after(monkeypatch, local, "prepare_local")
+    run_dir = tmp_path / "run"
+    try:
+        rc = run_local([], 2, run_dir, env=dict(os.environ), python=str(stand_in))
+    except KeyboardInterrupt:
+        pytest.fail("the launcher ended with KeyboardInterrupt")
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert rc == 130 and not started.exists()
+    assert manifest["status"] == "cancelled" and manifest["message"] == ("nanochat-bench train received SIGINT; "
+                                                                         "the workload was not started")
+
+
+def test_a_ctrl_c_during_the_last_writes_still_records_the_stop(tmp_path, monkeypatch):
+    """The launcher put the default handlers back before its last writes to run.json: a Ctrl-C there ended it with a
+    traceback and without its evidence."""
+    from bench import contract
+
+    stand_in = tmp_path / "python"
+    stand_in.write_text("#!/bin/sh\nexit 3\n")
+    stand_in.chmod(0o755)
+    # the first write of the end: the launch's figures
+    _signalled_after(monkeypatch, contract, "update_run_json", lambda launch=None, **_: "exit_code" in (launch or {}))
+    run_dir = tmp_path / "run"
+    try:
+        rc = run_local([], 2, run_dir, env=dict(os.environ), python=str(stand_in))
+    except KeyboardInterrupt:
+        pytest.fail("the launcher ended with KeyboardInterrupt")
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert rc == 3 and manifest["status"] == "cancelled"
+    assert [e["source"] for e in manifest["evidence"]] == ["launcher"]

@@ -45,6 +45,7 @@ from bench.contract import (
     ENV_T0,
     FINAL_STATUSES,
     KINDS,
+    RUN_JSON,
     WORKLOAD,
     Evidence,
     EventWriter,
@@ -185,6 +186,11 @@ class RunRecord:
                     continue
                 if first:
                     say(f"[rank {self.rank}] could not record the failure: {run_dir_error(self.run_dir, e)}")
+                return
+            except (ValueError, RecursionError) as e:  # a newer major's run.json (SchemaError), a corrupt one
+                # not this release's to rewrite: the rank still ends with its status, saying why nothing was recorded
+                say(f"[rank {self.rank}] could not record the failure: "
+                    f"{os.path.join(self.run_dir, RUN_JSON)} cannot be read ({first_line(e, 'unreadable')})")
                 return
 
     def cancel_on_signals(self) -> None:

@@ -184,3 +184,25 @@ def test_a_failure_recorded_before_rank_0_starts_is_not_hidden_by_running(tmp_pa
     run = read_run_json(tmp_path)
     assert (run["status"], run["message"]) == ("no_data", "rank 1: too few row groups")
     assert run["config"] == {"depth": 2}
+
+
+def test_a_failing_rank_exits_even_when_run_json_cannot_be_read(tmp_path, monkeypatch, capsys):
+    """A run.json of a newer major (SchemaError) or a corrupt one made die() raise instead of ending the rank."""
+    import os
+
+    import pytest
+
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    for text in (json.dumps({"schema_version": "99.0", "status": "running"}), '{"status": "runn'):
+        (tmp_path / "run.json").write_text(text)
+        with pytest.raises(Exited) as ended:
+            RunRecord(1, str(tmp_path)).die(ConfigError("bad flag"))
+        assert ended.value.args == (1,)
+        said = capsys.readouterr().err
+        assert "[rank 1] could not record the failure" in said and "[rank 1] error (failed): bad flag" in said

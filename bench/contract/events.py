@@ -174,7 +174,7 @@ def parse_event(value: Any, notes: Optional[List[str]] = None) -> Dict[str, Any]
 
 class EventWriter:
     """Appends events to metrics.jsonl, one line each, written at once so a crash loses nothing. A write
-    that fails (a full disk) is cut back to the last whole line, so the file always parses."""
+    that fails (a full disk) is cut back to the last whole line where no other process appended after it."""
 
     def __init__(self, run_dir: "str | os.PathLike"):
         os.makedirs(os.fspath(run_dir), exist_ok=True)
@@ -183,15 +183,15 @@ class EventWriter:
 
     def emit(self, event: str, **fields: Any) -> None:
         line = (json.dumps(make_event(event, **fields)) + "\n").encode()
-        end = os.lseek(self._fd, 0, os.SEEK_END)
-        try:
-            written = os.write(self._fd, line)
-            if written != len(line):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
-        except OSError:
+        written = os.write(self._fd, line)  # a write that raises wrote nothing
+        if written != len(line):
+            # Other ranks append to this file too (their error events): only a half line that is still the file's
+            # last is cut, from where this write put it (O_APPEND: at the end as it was then, not as read before).
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, end)
-            raise
+                end = os.lseek(self._fd, 0, os.SEEK_CUR)
+                if os.fstat(self._fd).st_size == end:
+                    os.ftruncate(self._fd, end - written)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -1,7 +1,8 @@
 """`nanochat-bench <command>`: the command line. Thin by design: it parses and calls the library.
 
 Each group of commands lives in `bench/commands/<group>.py` with a `register(subparsers)` function;
-this file only builds the parser and turns expected failures (BenchError) into one line on stderr.
+this file only builds the parser and turns expected failures (BenchError, and a run.json that is not a run's record:
+bench.contract.RunJsonError) into one line on stderr.
 """
 
 import argparse
@@ -10,6 +11,7 @@ import os
 import sys
 
 from bench import __version__
+from bench.contract import RunJsonError
 from bench.errors import BenchError
 
 # Command groups in the order `--help` lists them: the workflow from data to report.
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                          + (f"; {hint(given, extra, args)}" if hint else ""))
         args.argv = given  # as given (a dry run records its submit command)
         result = args.func(args)
-    except BenchError as e:
+    except (BenchError, RunJsonError) as e:
         if args is not None and args.verbose:  # None: refused while parsing (a flag's type=), one line too
             raise
         print(f"error: {e}", file=sys.stderr)

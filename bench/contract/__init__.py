@@ -15,9 +15,9 @@ it with the cluster's own python3, outside any container (bench/launch/jobrecord
 import os
 
 from .events import EVENTS, EventWriter, NullEventWriter, event_writer, make_event, parse_event
-from .files import (atomic_target, close_unfinished, load_manifest, log_tail, read_run_json, record_evidence,
-                    release_space, reserve_space, slurm_facts, update_run_json, write_json_atomic, write_manifest,
-                    write_synced, write_text_atomic)
+from .files import (RunJsonError, atomic_target, close_unfinished, load_manifest, log_tail, read_run_json,
+                    record_evidence, release_space, reserve_space, slurm_facts, update_run_json, write_json_atomic,
+                    write_manifest, write_synced, write_text_atomic)
 from .generate import json_schemas, main
 from .outcome import FINAL_STATUSES, KINDS, PRECEDENCE, SOURCES, STATUSES, Evidence, settle, status_of
 from .record import (ENV_BASE_DIR, ENV_FORCE_FLASH_SDPA, ENV_RUN_DIR, ENV_T0, ENV_VAL_FILES_K, METRICS_JSONL,
@@ -36,7 +36,7 @@ __all__ = ['EVENTS', 'EventWriter', 'NullEventWriter', 'event_writer', 'make_eve
            'Evidence', 'settle', 'status_of', 'ENV_BASE_DIR', 'ENV_FORCE_FLASH_SDPA', 'ENV_RUN_DIR', 'ENV_T0',
            'ENV_VAL_FILES_K', 'METRICS_JSONL', 'NNTILE_WORKLOAD', 'RUN_JSON', 'TRAIN_LOG', 'WORKLOAD', 'Attempt',
            'Image', 'Launch', 'Network', 'RunManifest', 'Slurm', 'SchemaError', 'field', 'SCHEMA_VERSION', 'migrate',
-           'parse_version', 'ship', 'MODULES']
+           'parse_version', 'ship', 'MODULES', 'RunJsonError']
 
 
 def ship(lib_dir: "str | os.PathLike") -> str:

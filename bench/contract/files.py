@@ -146,13 +146,39 @@ def _holder_stopped(fd: int) -> bool:
     return False
 
 
+class RunJsonError(ValueError):
+    """run.json is there but is not a run's record (not JSON, not an object, not readable): the message names the
+    file and what to do, `reason` says what is wrong after "run.json". The CLI prints it in one line as it prints a
+    BenchError (this package imports nothing of bench: it is shipped beside the jobs); a ValueError, as json's own
+    error was, for the readers that get by without the record."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path} {reason}; move it aside, or delete its directory {os.path.dirname(path)}, for the "
+                         f"run to start anew")
+        self.path, self.reason = path, reason
+
+
 def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
-    """The manifest of a run directory as plain data, or {} when there is none yet."""
+    """The manifest of a run directory as plain data, or {} when there is none yet; RunJsonError when it is
+    there but is not a JSON object."""
     path = os.path.join(os.fspath(run_dir), RUN_JSON)
-    if not os.path.exists(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (FileNotFoundError, NotADirectoryError):  # none yet, or no run directory
         return {}
-    with open(path) as f:
-        return json.load(f)
+    except OSError as e:
+        raise RunJsonError(path, f"cannot be read: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise RunJsonError(path, f"is not valid JSON ({e.msg}: line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise RunJsonError(path, "is not UTF-8 text (a damaged or foreign file)") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise RunJsonError(path, "is not a run's record (arrays or objects nested too deep to read)") from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+        raise RunJsonError(path, f"holds {kind}, not a run's record (a JSON object)")
+    return data
 
 
 def load_manifest(run_dir: "str | os.PathLike") -> RunManifest:

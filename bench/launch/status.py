@@ -81,12 +81,9 @@ def _progress(run_dir: Path, steps) -> str:
 def _read(run_dir: Path) -> tuple[dict, str]:
     """run.json as plain data, or {} and why it cannot be read (empty, cut, not JSON, not a file)."""
     try:
-        manifest = contract.read_run_json(run_dir)
-    except (OSError, ValueError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
-        return {}, f"run.json cannot be read ({e}); it is left as it is"
-    if not isinstance(manifest, dict):
-        return {}, f"run.json holds a {type(manifest).__name__}, not a run's record; it is left as it is"
-    return manifest, ""
+        return contract.read_run_json(run_dir), ""
+    except contract.RunJsonError as e:
+        return {}, f"run.json {e.reason}; it is left as it is"
 
 
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:

@@ -545,6 +545,27 @@ def test_a_stage_ok_in_an_earlier_run_needs_its_data_no_more(tmp_path, monkeypat
         flow.run_local_flow(sweep(stages="base_eval,mid_train"), 2, point)
 
 
+@pytest.mark.parametrize("text,reason", [("{", "is not valid JSON"), ("[]", "holds an array, not a run's record")])
+def test_a_stage_whose_run_json_is_damaged_is_one_line_naming_it_not_a_traceback(text, reason, tmp_path, monkeypatch,
+                                                                                  capsys, no_tokenizer):
+    """Asking which stages were ok before read each run.json with json.load: `speedrun` and a flow's render and
+    submit ended in a JSONDecodeError (or, of a JSON array, an AttributeError) traceback."""
+    base = tmp_path / "base"
+    base.mkdir()
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    tiny = ["--device_type", "cpu", "--depth", "2", "--stages", "base_train"]
+    for command, stage in ((["speedrun", "--nproc", "1", "--run-dir", str(tmp_path / "point")], tmp_path / "point"),
+                           (["render", "sbatch", "--flow", "speedrun", "--base-dir", str(base), "--out",
+                             str(tmp_path / "sw")], tmp_path / "sw" / "n1-bare-r1")):
+        (stage / "base_train").mkdir(parents=True)
+        (stage / "base_train" / "run.json").write_text(text)
+        assert cli.main([*command, *tiny]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {stage / 'base_train' / 'run.json'} {reason}") and err.count("\n") == 1, err
+        assert f"move it aside, or delete its directory {stage / 'base_train'}," in err
+        assert (stage / "base_train" / "run.json").read_text() == text
+
+
 def test_the_readmes_speedrun_limit_on_one_alps_node_is_the_plans(tmp_path, monkeypatch, capsys):
     """README and results/h200-d20/decode/ quote the job limit this plan gives; it changed without them once."""
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))

@@ -122,11 +122,15 @@ else
     stopped_by_ctrl_c "$tokenizer_rc"
     trap - INT  # the salloc shell's own Ctrl-C again
     if [ "$tokenizer_rc" -ne 0 ]; then
-        echo "nanochat-bench: the tokenizer could not be trained (see /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log); no stage runs" >&2
         flow_failed=tokenizer
         job_rc=1
-        # stopped, the status the guide prints is the stop's, as a stopped stage's is and as the script exits
-        if [ -n "$stopping" ]; then job_rc=$((128 + $(kill -l "$stopping"))); fi
+        if [ -z "$stopping" ]; then
+            echo "nanochat-bench: the tokenizer could not be trained (see /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log); no stage runs" >&2
+        else  # not a failure of its own: scancel, the time limit or Ctrl-C ended its step
+            echo "nanochat-bench: the tokenizer was stopped by $stopping (see /scratch/nb/sweeps/golden/n2-bare-r1/tokenizer.log); no stage runs" >&2
+            # the status the guide prints is the stop's, as a stopped stage's is and as the script exits
+            job_rc=$((128 + $(kill -l "$stopping")))
+        fi
     fi
 fi
 flock -u 9 || true

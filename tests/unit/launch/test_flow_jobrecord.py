@@ -238,3 +238,20 @@ def test_the_time_limits_line_reaches_the_tokenizers_log_after_the_sigterm(tmp_p
     fj, r = run_flow_job(tmp_path, SRUN_TOKENIZER_TIME_LIMIT, "base_train", "bare")
     assert r.returncode == 143, r.stdout + r.stderr
     assert "DUE TO TIME LIMIT" in (fj.point_dir / "tokenizer.log").read_text()
+
+
+def test_a_tokenizer_stopped_says_it_was_stopped_not_that_it_could_not_be_trained(tmp_path):
+    """A tokenizer step ended by the time limit, scancel or Ctrl-C printed "the tokenizer could not be trained",
+    a failure's words, beside the stages recorded as stopped."""
+    from tests.unit.launch.test_batch_stop import pasted
+
+    for where in ("batch", "guide", "pasted"):
+        (tmp_path / where).mkdir()
+    _, batch = run_flow_job(tmp_path / "batch", SRUN_TOKENIZER_TIME_LIMIT, "base_train", "bare")
+    fj, env = flow_guide(tmp_path / "guide", SRUN_TOKENIZER_CTRL_C)
+    script = subprocess.run(["bash", str(fj.job.script)], cwd=fj.job.job_dir, env=env, capture_output=True,
+                            text=True, timeout=60, start_new_session=True)
+    fj, env = flow_guide(tmp_path / "pasted", SRUN_TOKENIZER_CTRL_C)
+    for signal, out in (("SIGTERM", batch.stderr), ("SIGINT", script.stderr), ("SIGINT", pasted(fj.job, env))):
+        assert f"nanochat-bench: the tokenizer was stopped by {signal} (see " in out, out
+        assert "could not be trained" not in out, out

@@ -11,7 +11,7 @@ sweep would have probed next is not known.
 from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
-from bench.capacity.search import Shape
+from bench.capacity.search import Shape, num_params
 from bench.capacity.sweep import MACHINE_KEYS, SUMMARY_JSON, _shape_dict, save_summary, summarize
 from bench.errors import ConfigError
 from bench.contract import RUN_JSON, read_run_json
@@ -27,6 +27,8 @@ def finished_probes(out: Path) -> list[ProbeResult]:
         except (TypeError, KeyError):
             continue  # not a finished probe (cancelled, or written by another release)
         if (result := read_probe(spec, run_json.parent)) is not None:
+            # recorded without a count by earlier releases when it ended before its model was built
+            result.num_params = result.num_params or num_params(spec.depth, spec.aspect_ratio, spec.vocab_size)
             found.append(result)
     return sorted(found, key=lambda r: (r.spec.strategy, r.num_params or 0, r.spec.device_batch_size))
 

@@ -233,11 +233,13 @@ class Sweep:
                                    deadline_cut=left is not None and left < c.time_per_point)
                 result.device_free_bytes = free
             self.out_of_time |= result.outcome == "budget"
+        # before the record: a probe that ended before its model was built (an out of memory while building it)
+        # reports no count, and a rebuilt summary leaves out the probes recorded without one
+        result.num_params = result.num_params or shape.num_params
         if result.outcome != "budget":
             result.extra.update(self._prediction(strategy, shape, batch))
             if not result.reused:
                 update_run_json(run_dir, capacity=result.record())
-        result.num_params = result.num_params or shape.num_params
         self.results.append(result)
         self._progress(result)
         return result

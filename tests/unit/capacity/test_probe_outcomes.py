@@ -243,6 +243,29 @@ def test_a_rebuilt_summary_keeps_to_the_probes_of_the_sweep_that_ended(tmp_path)
     assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["interrupted"]
 
 
+def test_a_rebuilt_summary_keeps_the_probes_that_ended_before_their_model_was_built(tmp_path, monkeypatch):
+    """An out of memory while the model is built comes before the trainer reports its parameter count: the sweep
+    recorded such a probe without one, and `capacity --report` after a killed sweep left it out (no first failure,
+    `probes 0` for a search stopped by its first probe)."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.rebuild import rebuild_summary
+    from bench.capacity.search import Shape, num_params
+
+    sweep, _ = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(
+        spec, "ok", num_params=num_params(2), tok_per_sec=1.0) if spec.depth <= 2 else ProbeResult(spec, "oom"))
+    sweep.probe("fsdp", Shape(num_params(2), 2), 1)
+    sweep.probe("fsdp", Shape(num_params(4), 4), 1)
+    spec = ProbeSpec("fsdp", 6, device_type="cuda")  # as an earlier release recorded it: no count
+    run_dir = tmp_path / "runs" / "fsdp" / spec.name
+    run_dir.mkdir(parents=True)
+    update_run_json(run_dir, capacity=ProbeResult(spec, "failed", "rank 0: ImportError").record())
+    [search] = rebuild_summary(tmp_path)["searches"]
+    assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
+    assert search["stopped"]["shape"] == "d6-b1" and search["probes"] == 3
+
+
 def test_a_memory_limit_that_is_no_number_is_refused_naming_the_flag():
     from bench.commands.capacity import parse_size
 

@@ -38,6 +38,9 @@ REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparis
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
 SMI_TIMEOUT_S = 30  # nvidia-smi answers in well under a second; a wedged driver may never answer
 DEVICE_KEYS = MACHINE_KEYS[:3]  # a probe measured on another device (an --out on a shared file system) runs again
+# The deepest shape the search lists: d1024 at aspect ratio 64 has 5.3e13 parameters, beyond any node's memory, while
+# listing and predicting every even depth up to --max-depth grows with its square (100000 took minutes, no probe ran)
+MAX_DEPTH = 1024
 
 
 @dataclass
@@ -79,10 +82,11 @@ class SweepConfig:
                               f"the budget left; give at least {self.min_probe_s:g}")
         if self.search and self.max_depth < 2:  # the search's shapes are the even depths 2..--max-depth
             raise ConfigError(f"--max-depth={self.max_depth}: the search needs at least 2 (its shapes are even depths)")
+        if self.search and self.max_depth > MAX_DEPTH:
+            raise ConfigError(f"--max-depth={self.max_depth}: at most {MAX_DEPTH} (d{MAX_DEPTH} has 5.3e13 parameters "
+                              "at aspect ratio 64, more than any node holds)")
         from bench.nanochat.config import check_depth_limit
 
-        if self.search:  # the search's shapes are every even depth up to it
-            check_depth_limit(self.max_depth, "--max-depth")
         for depth in self.depths:
             check_depth_limit(depth, "--depths")
         if self.memory_limit is not None and self.memory_limit <= 0:  # 0 would run the probes uncapped

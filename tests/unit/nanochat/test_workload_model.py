@@ -91,7 +91,6 @@ def test_a_deep_model_answers_in_a_second_and_a_deeper_one_is_refused(capsys):
     (["speedrun", "--depth", "1000000"], "--depth"),
     (["train", "--nproc", "1", "--", "--depth=1000000"], "--depth"),
     (["capacity", "--gpus", "1", "--depths", "1000000"], "--depths"),
-    (["capacity", "--gpus", "1", "--max-depth", "1000000"], "--max-depth"),
 ])
 def test_every_command_taking_a_depth_refuses_one_past_the_limit_as_model_does(argv, flag, capsys, tmp_path,
                                                                                 monkeypatch):

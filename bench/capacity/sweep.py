@@ -460,6 +460,8 @@ def format_table(summary: dict) -> list[str]:
         end = f"{fail['name']} ({fail['num_params']:,})" if fail else \
             f"{stop['outcome']} at {stop['shape']}" if stop else \
             "none (largest candidate fits)" if s.get("complete") else "- (search not finished or not run)"
+        if fail and stop:  # stopped between its bounds: the capacity is a lower bound, the border not found
+            end += f"; search stopped by {stop['outcome']} at {stop['shape']}"
         if s.get("held_by_others_bytes"):
             end += f", when other processes held {s['held_by_others_bytes'] / 2**30:.1f} GiB of the GPU"
         name = s["strategy"] + ("" if s["aspect_ratio"] == 64 else f" a{s['aspect_ratio']}")

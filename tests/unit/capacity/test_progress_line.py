@@ -31,6 +31,17 @@ def test_the_summary_table_keeps_tok_s_apart_from_the_first_failure():
     assert row.endswith("34  none (largest candidate fits)")
 
 
+def test_a_search_stopped_between_its_bounds_says_so_beside_its_first_failure():
+    """d24 ran out of memory, d8 trained, then d14 hung: the row read 'd8 ... d24', a finished search's row, with
+    nothing of the hang, as if every depth between them had run out of memory."""
+    search = {"strategy": "fsdp", "aspect_ratio": 64, "ratio_to_fsdp": None, "tok_per_sec_at_capacity": 1.0,
+              "capacity": {"name": "d8", "num_params": 92274688}, "complete": False,
+              "first_failure": {"name": "d24", "num_params": 880803840},
+              "stopped": {"shape": "d14-b1", "num_params": 252313600, "outcome": "timeout", "message": "no end"}}
+    row = format_table({"searches": [search], "probes": []})[-1]
+    assert row.endswith("d24 (880,803,840); search stopped by timeout at d14-b1")
+
+
 def test_a_sweep_cut_by_its_budget_says_so_and_claims_no_capacity(tmp_path):
     """The budget spent before a strategy's search started: its row said 'none (largest candidate fits)' and
     no line said that the sweep was cut, as if it had finished."""

@@ -109,9 +109,13 @@ def cmd_capacity(args) -> int:
 def _gpus() -> int:
     from bench.capacity.sweep import _gpu
 
+    import os
     import subprocess
 
     if _gpu()[0] is None:
         return 1
     out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return max(1, out.stdout.count("GPU ")) if out.returncode == 0 else 1
+    count = max(1, out.stdout.count("GPU ")) if out.returncode == 0 else 1
+    # nvidia-smi lists the node's GPUs; the ranks see those CUDA_VISIBLE_DEVICES names (a job's share of a node)
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return min(count, len(visible)) if visible else count

@@ -430,6 +430,22 @@ def test_the_free_memory_read_is_of_the_gpus_the_ranks_see(monkeypatch):
     assert _gpu_ids(4) == "0,1,2,3"
 
 
+def test_the_default_gpus_are_those_the_ranks_see(tmp_path, monkeypatch):
+    """A job given 2 of a node's 8 GPUs (CUDA_VISIBLE_DEVICES=2,5): `capacity` without --gpus started every probe on
+    8 ranks, nvidia-smi -L's count of the node, and each failed to find its GPU, stopping every search."""
+    from bench.commands.capacity import _gpus
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + 'case "$1" in -L) for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100"; done;; '
+                   '*) echo "NVIDIA H100, 81559";; esac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert _gpus() == 2
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert _gpus() == 8
+
+
 @pytest.mark.parametrize("script, free", [
     ("echo 81000; echo 80000", 80000 * 2 ** 20),  # the least of the probe's GPUs
     ("echo '[N/A]'", None),  # a GPU that does not report it

@@ -82,8 +82,10 @@ def capacity_bars(searches: pd.DataFrame, colors: dict):
     if s.empty:
         return None
     fig, ax = plt.subplots()
-    labels = [f"{r.strategy} ({r.gpus} GPU{'s' if r.gpus > 1 else ''})" for r in s.itertuples()]
-    ax.barh(labels, s["capacity_params"], color=[colors[x] for x in s["strategy"]])
+    width = lambda r: "" if r.aspect_ratio == 64 else f" a{r.aspect_ratio}"  # noqa: E731 - as the sweep's table
+    labels = [f"{r.strategy}{width(r)} ({r.gpus} GPU{'s' if r.gpus > 1 else ''})" for r in s.itertuples()]
+    # a bar per row, where its label is: bars of one label (two sweeps of one GPU count) would be drawn as one
+    ax.barh(range(len(s)), s["capacity_params"], color=[colors[x] for x in s["strategy"]], tick_label=labels)
     for i, r in enumerate(s.itertuples()):
         ratio = f", {r.ratio_to_fsdp:.2f}x fsdp" if pd.notna(r.ratio_to_fsdp) else ""
         stopped = f" ({r.stopped})" if isinstance(r.stopped, str) else ""  # a search that did not find its border

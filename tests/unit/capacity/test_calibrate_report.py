@@ -170,3 +170,19 @@ def test_a_capacity_bounded_by_memory_others_held_is_reported_as_such(tmp_path):
     md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
     assert re.search(r"\| *fsdp *\| *1 *\| *d60 *\|.*\| *35\.0 GiB held by others *\|", md)
     assert load([tmp_path / "sweep"])[1]["ratio_to_fsdp"].isna().all() and "1.00" not in md
+
+
+def test_each_search_is_a_bar_of_its_own_where_its_label_is():
+    """--aspect-ratios 32,64: both fsdp searches were labelled 'fsdp (1 GPU)' and drawn as one bar, the second's text
+    left beside no bar."""
+    import pandas as pd
+
+    from bench.analysis.capacity import _colors, capacity_bars
+
+    rows = [dict(strategy="fsdp", aspect_ratio=a, gpus=1, gpu_name="NVIDIA H200", capacity=name, capacity_params=n,
+                 ratio_to_fsdp=1.0, stopped=None) for a, name, n in ((32, "d8-a32", 4e7), (64, "d6", 8e7))]
+    searches = pd.DataFrame(rows)
+    ax = capacity_bars(searches, _colors(searches["strategy"])).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["fsdp a32 (1 GPU)", "fsdp (1 GPU)"]
+    bars = [b.get_y() + b.get_height() / 2 for b in ax.patches]
+    assert bars == [t.get_position()[1] for t in ax.texts] == [0, 1]

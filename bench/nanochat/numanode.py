@@ -4,7 +4,8 @@ torchrun's `--numa-binding` starts each worker under numactl; an image without n
 so torchrun's wrapper (bench/launch/numabind.py) drops the flag and asks each worker to bind itself instead
 (ENV_BIND). The worker reads its GPU's NUMA node from sysfs and restricts itself to that node's CPUs, within
 the CPUs Slurm gave the task, with sched_setaffinity: the CPU half of numactl's binding (memory then follows
-the first touch of those CPUs).
+the first touch of those CPUs). A GPU whose node has no CPUs (a GH200's own HBM is a node of its own, which its PCI
+device may name) is bound to the CPUs of the node nearest that one, by the kernel's distance table.
 """
 
 import os
@@ -30,9 +31,26 @@ def node_cpus(pci_address: str, sys_root: Path = Path("/sys")) -> tuple[int, set
         node = int((sys_root / "bus/pci/devices" / pci_address.lower() / "numa_node").read_text())
         if node < 0:
             return None
-        return node, parse_cpulist((sys_root / f"devices/system/node/node{node}/cpulist").read_text())
+        cpus = parse_cpulist((sys_root / f"devices/system/node/node{node}/cpulist").read_text())
+        if not cpus and (node := nearest_with_cpus(node, sys_root)) is not None:
+            cpus = parse_cpulist((sys_root / f"devices/system/node/node{node}/cpulist").read_text())
+        return (node, cpus) if node is not None else None
     except (OSError, ValueError):
         return None
+
+
+def nearest_with_cpus(node: int, sys_root: Path = Path("/sys")) -> int | None:
+    """The node with CPUs nearest `node`, one without any (a GH200's HBM: its own Grace CPU's); None where the
+    distance table names no single one. A node's distance file lists one distance per online node, in order."""
+    base = sys_root / "devices/system/node"
+    online = sorted(parse_cpulist((base / "online").read_text()))
+    distances = [int(d) for d in (base / f"node{node}/distance").read_text().split()]
+    if len(online) != len(distances):
+        return None
+    with_cpus = {n: d for n, d in zip(online, distances)
+                 if parse_cpulist((base / f"node{n}/cpulist").read_text())}
+    nearest = [n for n, d in with_cpus.items() if d == min(with_cpus.values())]
+    return nearest[0] if len(nearest) == 1 else None
 
 
 def gpu_pci_address(device_index: int) -> str | None:

@@ -4,6 +4,7 @@
 """
 
 import json
+import os
 import sys
 
 import torch
@@ -99,6 +100,25 @@ def test_trainer_keeps_launcher_facts_it_cannot_see(tmp_path, monkeypatch):
     assert run["image"]["reference"] == "localhost/x:1" and run["image"]["digest"] == "sha256:ab"
     assert run["run_id"] == "r1" and run["status"] == "running" and run["world_size"] == 4
     assert run["software"]["torch"]  # what the trainer does see is recorded
+
+
+def test_the_jobs_slurm_facts_survive_a_trainer_in_a_clean_environment(tmp_path, monkeypatch):
+    """The batch script records the job's Slurm facts before srun (jobrecord start); apptainer's --cleanenv then
+    hides every SLURM_* from the trainer, whose own Slurm section is empty: it must not blank the job's."""
+    from bench.contract.record import SLURM_VARS
+    from bench.launch import jobrecord
+
+    job = {key: f"{key}-value" for key in SLURM_VARS}
+    for key, var in SLURM_VARS.items():
+        monkeypatch.setenv(var, job[key])
+    update_run_json(tmp_path, run_id="r1", sweep_id="s1", workload=WORKLOAD, runtime="apptainer", status="pending")
+    jobrecord.start(str(tmp_path), "apptainer version 1.3.4")
+    for var in [v for v in os.environ if v.startswith("SLURM_")]:
+        monkeypatch.delenv(var)
+    RunRecord(rank=0, run_dir=str(tmp_path)).start({"depth": 2}, world_size=4, nodes=1, gpus_per_node=4,
+                                                   peak_flops_per_gpu=None)
+    run = read_run_json(tmp_path)
+    assert run["slurm"] == job and run["status"] == "running"
 
 
 def test_trainer_alone_fills_every_field(tmp_path, monkeypatch):

@@ -91,7 +91,7 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
                         f"huggingface_hub refuses every request; run this command with {switch} unset (the stages "
                         "read the staged data offline)")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
-    download.check_reachable(f"{url}/api/datasets/{s.repo}", (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+    download.check_reachable(f"{url}/api/datasets/{s.repo}", download.timeouts(timeout_s),
                              "nothing more was staged; check the network, or point --url (or HF_ENDPOINT) at a "
                              "Hugging Face mirror", retry_any=True)
     wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries, HUB_HINT)
@@ -159,7 +159,7 @@ def _stage_file(name: str, url: str, env: str, retries: int, timeout_s: float, o
     except DataError:
         pass
     tmp = path.with_name(path.name + ".tmp")  # a fixed name: a later try resumes it
-    timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
+    timeout = download.timeouts(timeout_s)
     _with_retries(url, lambda: download._fetch_once(url, tmp, timeout), retries, f"set {env} to another copy")
     os.replace(tmp, path)
     return check_file(name)

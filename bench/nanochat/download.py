@@ -100,6 +100,12 @@ def _causes(e: BaseException):
         todo += [x for x in linked if isinstance(x, BaseException)]
 
 
+def timeouts(timeout_s: float) -> tuple[float, float]:
+    """requests' (connect, read) timeouts for a `timeout_s` budget: a dead host is told in CONNECT_TIMEOUT_S, unless
+    the budget is shorter still."""
+    return min(CONNECT_TIMEOUT_S, timeout_s), timeout_s
+
+
 def check_reachable(url: str, timeout: tuple[float, float], fix: str, tries: int = 3, retry_any: bool = False,
                     pause_s: float = 0.5) -> None:
     """One HEAD request at `url` before a download and its retries: DataError in one line (`fix` after the
@@ -232,7 +238,7 @@ def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: f
         path.unlink()
     tmp = path.with_name(path.name + ".tmp")  # a fixed name, unlike atomic_target's: a later try resumes it
     shard_url = f"{url}/{shard_name(index)}"
-    timeout = (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s)
+    timeout = timeouts(timeout_s)
 
     def attempt() -> Path:
         if breaker.open.is_set():
@@ -359,7 +365,7 @@ def download_shards(num_shards: int, workers: int = 4, url: str | None = None, o
     if generated:
         print(f"replacing {file_names(generated)} (made by `data generate`; --overwrite) by the downloads")
     url = (url or os.environ.get(ENV_DATA_URL) or DEFAULT_BASE_URL).rstrip("/")
-    check_reachable(f"{url}/{shard_name(0)}", (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+    check_reachable(f"{url}/{shard_name(0)}", timeouts(timeout_s),
                     f"nothing was downloaded; {FIX_URL}")
     try:
         out.mkdir(parents=True, exist_ok=True)

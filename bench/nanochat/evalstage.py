@@ -46,7 +46,7 @@ def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: f
 def _fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float, chunk_bytes: int,
                bar: tqdm) -> None:
     tmp = dest.with_name(dest.name + ".tmp")  # a fixed name: a later try resumes it
-    timeout = (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s)
+    timeout = download.timeouts(timeout_s)
     for attempt in range(1, retries + 1):
         try:
             download._fetch_once(url, tmp, timeout, chunk_bytes, bar)
@@ -118,7 +118,7 @@ def stage(url: str | None = None, sha256: str | None = None, retries: int = 5,
         url = url or os.environ.get(ENV_URL) or EVAL_BUNDLE_URL
         zip_path = get_base_dir() / ZIP_NAME
         if not zip_path.is_file():
-            download.check_reachable(url, (min(download.CONNECT_TIMEOUT_S, timeout_s), timeout_s),
+            download.check_reachable(url, download.timeouts(timeout_s),
                                      f"nothing was downloaded; {FIX_URL}")
             fetch_zip(url, zip_path, retries, timeout_s, backoff_s, chunk_bytes)
         digest = sha256_of(zip_path)

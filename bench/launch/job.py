@@ -339,19 +339,21 @@ def image_archive(opts: LaunchOptions, runtime: str, image: str | None = None) -
     if archive is None:
         return None
     expanded = os.path.expanduser(os.path.expandvars(archive))
+    if not opts.check_images:  # the images live elsewhere: this machine cannot tell what the archive holds
+        return expanded
     given = f"{archive!r}, " if expanded != archive else ""  # the path looked for, then the profile's template
     what = (f"site {opts.site.name}: the {runtime} image archive {expanded!r} ({given}[images.{runtime}] archive in "
             f"{opts.site.source})")
     # as an image is checked (Runtime.resolve_image): a missing file names the variables it left unset
-    if opts.check_images and not os.path.isfile(expanded) and (unset := unset_variables(expanded)):
+    if not os.path.isfile(expanded) and (unset := unset_variables(expanded)):
         raise ConfigError(f"{what} names the unset variable(s) {', '.join(unset)}; set them or change the profile")
-    if opts.check_images and not os.path.isfile(expanded):
+    if not os.path.isfile(expanded):
         raise ConfigError(f"{what} does not exist; make it with `podman save -o FILE IMAGE` (containers/README.md) "
                           f"or change the profile")
-    if opts.check_images and os.path.getsize(expanded) == 0:  # as an empty .sqsh or .sif is refused
+    if os.path.getsize(expanded) == 0:  # as an empty .sqsh or .sif is refused
         raise ConfigError(f"{what} is empty (0 bytes), as an interrupted `podman save` leaves it; make it again with "
                           f"`podman save -o FILE IMAGE` (containers/README.md)")
-    if opts.check_images and image and archive_holds(expanded, image) is False:
+    if image and archive_holds(expanded, image) is False:
         _note_once(f"note: {what} does not hold {image}: the nodes load nothing from it, and a node without "
                    f"{image} in its {runtime} storage stops the run at once, naming it")
         return None

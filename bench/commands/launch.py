@@ -188,14 +188,15 @@ def check_staged_data(args, stages: tuple[flowmod.Stage, ...], settings: tuple =
 
 
 def sweep_and_stages(args) -> tuple:
-    """The --flow sweep or the sweep of one workload, and the stages its jobs run (a workload's: itself as the one
-    stage, for what is asked of a flow's stages)."""
+    """The --flow sweep or the sweep of one workload; the sweep its nodes and GPUs are read from (a flow's first
+    stage's: every stage has the same axes; a workload's own); and the stages its jobs run (a workload's: itself as
+    the one stage, for what is asked of a flow's stages)."""
     if args.flow:
         fs = flow_from_args(args)
-        return fs, fs.stages
+        return fs, fs.first, fs.stages
     refuse_flow_flags(args)
     sweep = planmod.Sweep(train=train_from_args(args), **sweep_axes(args))
-    return sweep, (flowmod.Stage(args.workload, args.workload),)
+    return sweep, sweep, (flowmod.Stage(args.workload, args.workload),)
 
 
 def stage_settings(sweep) -> tuple:
@@ -334,11 +335,11 @@ def print_written(job, kind: str) -> None:
 # -- handlers --------------------------------------------------------------------------------------
 
 def cmd_plan(args) -> int:
-    sweep, stages = sweep_and_stages(args)
+    sweep, first, stages = sweep_and_stages(args)
     print((flowmod if args.flow else planmod).format_table(sweep))
     note_staged_data(args, stages, stage_settings(sweep))
-    note_unseen_base_dir(args, sweep.first if args.flow else sweep, stages)
-    note_shared_cpus(args, sweep.first if args.flow else sweep)
+    note_unseen_base_dir(args, first, stages)
+    note_shared_cpus(args, first)
     return 0
 
 
@@ -362,11 +363,11 @@ def note_shared_cpus(args, sweep: planmod.Sweep) -> None:
 
 
 def cmd_submit(args) -> int:
-    sweep, stages = sweep_and_stages(args)
+    sweep, first, stages = sweep_and_stages(args)
     if args.flow and args.compare:
         raise ConfigError("--compare and --flow: a flow runs one point per job (its stages in turn); "
                           "leave out --compare")
-    opts = options_from_args(args, (sweep.first if args.flow else sweep).gpus_used)
+    opts = options_from_args(args, first.gpus_used)
     sweep_dir = out_dir(args)
     backend = None if args.dry_run else slurm.SlurmCLI()
     known = backend.partitions() if backend and args.partition else None
@@ -381,7 +382,7 @@ def cmd_submit(args) -> int:
     if args.flow:  # its flags first, then its data: refused before the plan is printed
         tokenizer = tokenizer_args(args)
     check_staged_data(args, stages, stage_settings(sweep))
-    note_unseen_base_dir(args, sweep.first if args.flow else sweep, stages)
+    note_unseen_base_dir(args, first, stages)
     print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer,
@@ -546,7 +547,7 @@ def cmd_render(args) -> int:
     refuse_bad_download(args)
     if args.flow:
         return cmd_render_flow(args)
-    sweep, stages = sweep_and_stages(args)
+    sweep, _, stages = sweep_and_stages(args)  # no flow: it is rendered by cmd_render_flow
     opts = options_from_args(args, sweep.gpus_used)
     out = out_dir(args).absolute()
     if args.kind != "compare" and len(sweep.points()) > 1:

@@ -413,6 +413,11 @@ def submit_command(args, sweep_dir: Path) -> str:
     return f"cd {shlex.quote(os.getcwd())} && nanochat-bench {argv}"
 
 
+def nodes_of(partition: str | None) -> str:
+    """The nodes sinfo was asked about, as a message names them: --partition's, else the whole cluster's."""
+    return f"partition {partition}" if partition else "the cluster"
+
+
 def check_constraint(backend, partition: str | None, constraint: str) -> None:
     """A --constraint that no node of the partition (sinfo) satisfies is refused before the sweep is written: sbatch
     would refuse every job ("Requested node configuration is not available"), and --resubmit-failed sends the same
@@ -422,9 +427,8 @@ def check_constraint(backend, partition: str | None, constraint: str) -> None:
     if not nodes or any(match(features) for _, features in nodes):
         return
     have = sorted(set().union(*(features for _, features in nodes)))
-    where = f"partition {partition}" if partition else "the cluster"
-    raise ConfigError(f"--constraint {constraint}: no node of {where} has the features it asks for, so sbatch would "
-                      f"refuse every job; its nodes have: {', '.join(have) or 'no features'} (sinfo)")
+    raise ConfigError(f"--constraint {constraint}: no node of {nodes_of(partition)} has the features it asks for, so "
+                      f"sbatch would refuse every job; its nodes have: {', '.join(have) or 'no features'} (sinfo)")
 
 
 def check_node_cpus(backend, partition: str | None, constraint: str | None, share: int, gpus_per_node: int) -> None:
@@ -434,7 +438,7 @@ def check_node_cpus(backend, partition: str | None, constraint: str | None, shar
     node = backend.node_cpus(partition, constraint)
     if node is None:
         return
-    where = f"partition {partition}" if partition else "the cluster"
+    where = nodes_of(partition)
     sinfo = "sinfo"
     if constraint and slurm.features_match(constraint):
         where += f" with --constraint {constraint}"

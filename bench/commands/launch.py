@@ -100,6 +100,15 @@ def add_flow_options(p: argparse.ArgumentParser, local: bool = False) -> None:
                         + " when $NANOCHAT_BASE_DIR has none (e.g. vocab_size=4096)")
 
 
+def add_out_options(p: argparse.ArgumentParser) -> None:
+    """Where submit and render write (out_dir): the directory's name is the sweep's, and its jobs' names begin
+    with it."""
+    p.add_argument("--name", default=None, type=nonempty("--name", "a sweep name"),
+                   help="sweep name, its directory runs/<name> (default: sweep-<date>-<time>; not with --out)")
+    p.add_argument("--out", default=None,
+                   help="sweep directory, whose name is the sweep's and begins its jobs' names (default: runs/<name>)")
+
+
 def add_launch_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launch")
     g.add_argument("--image", action="append", default=[], metavar="RUNTIME=REF",
@@ -628,10 +637,7 @@ def register(subparsers) -> None:
                               description="Render each job's script into the sweep directory and submit it.")
     add_sweep_options(p)
     add_launch_options(p)
-    p.add_argument("--name", default=None, type=nonempty("--name", "a sweep name"),
-                   help="sweep name, its directory runs/<name> (default: "
-                        "sweep-<date>-<time>; not with --out)")
-    p.add_argument("--out", default=None, help="sweep directory, whose name is the sweep's (default: runs/<name>)")
+    add_out_options(p)
     p.add_argument("--compare", action="store_true",
                    help="one job per node count running every runtime in turn (same nodes for all)")
     p.add_argument("--dry-run", action="store_true", help="render the scripts, print what would be submitted")
@@ -651,10 +657,7 @@ def register(subparsers) -> None:
     p.add_argument("kind", choices=("sbatch", "interactive", "compare"))
     add_sweep_options(p, single_nodes=True)
     add_launch_options(p)
-    p.add_argument("--name", default=None, type=nonempty("--name", "a sweep name"),
-                   help="name, its directory runs/<name> (default: sweep-<date>-<time>; "
-                        "not with --out)")
-    p.add_argument("--out", default=None, help="directory, whose name names the jobs (default: runs/<name>)")
+    add_out_options(p)
     p.add_argument("--download", type=int, default=None, metavar="N",
                    help="interactive: shards the data step downloads, -1 for all (default: what the plan needs, "
                         "else 8)")

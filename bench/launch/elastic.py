@@ -43,13 +43,13 @@ from bench.processes import children_of
 SHUTDOWN_TIMEOUT_S = 10
 
 
-def bound_shutdown(timeout_s: int = SHUTDOWN_TIMEOUT_S) -> None:
+def bound_shutdown() -> None:
     """Cap the SIGTERM-to-SIGKILL wait of every way torchrun stops its workers."""
-    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(timeout_s))
+    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_TIMEOUT_S))
     close = processes.PContext.close
 
     def close_soon(self, death_sig=None, timeout: int = 30):
-        return close(self, death_sig, min(timeout, timeout_s))
+        return close(self, death_sig, min(timeout, SHUTDOWN_TIMEOUT_S))
 
     processes.PContext.close = close_soon
     handler_close = SubprocessHandler.close
@@ -64,14 +64,14 @@ def bound_shutdown(timeout_s: int = SHUTDOWN_TIMEOUT_S) -> None:
     SubprocessHandler.close = close_and_continue
 
 
-def stop_leftovers(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+def stop_leftovers() -> None:
     """Stop the workers (this process's children) still running once torchrun has returned: SIGTERM and SIGCONT
-    to each one's session, SIGKILL after timeout_s."""
+    to each one's session, SIGKILL after SHUTDOWN_TIMEOUT_S."""
     running = children_of(os.getpid())
     for pid in running:
         _signal_group(pid, signal.SIGTERM)
         _signal_group(pid, signal.SIGCONT)
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
     while running and time.monotonic() < deadline:
         running = [pid for pid in running if not _reaped(pid)]
         time.sleep(0.1)

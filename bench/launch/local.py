@@ -34,10 +34,10 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
 
 
-def default_run_dir(sweep_id: str = "local", root: str | os.PathLike = "runs") -> Path:
+def default_run_dir(sweep_id: str = "local") -> Path:
     """./runs/<sweep_id>/<run_id>, the run id a timestamp (with a suffix if that one exists)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / sweep_id
+    base = Path("runs") / sweep_id
     path = base / stamp
     n = 1
     while path.exists():

@@ -20,6 +20,7 @@ ENV_IDENTITY_URL = "NANOCHAT_IDENTITY_URL"
 ENV_WORDS_URL = "NANOCHAT_WORDS_URL"
 SOURCES = data_origin.SOURCES_JSON
 HUB_HINT = "point --url (or HF_ENDPOINT) at a Hugging Face mirror that holds the dataset"
+BACKOFF_S = 2.0  # the wait after a failed try, doubled after each: 5 tries wait 30 s in all
 # a file-system error here (read-only, full, over quota, no permission), as opposed to a socket's
 LOCAL_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
 
@@ -52,7 +53,7 @@ def _refused(e: Exception) -> int | None:
     return status if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429) else None
 
 
-def _with_retries(what: str, fetch, retries: int, hint: str, backoff_s: float = 2.0):
+def _with_retries(what: str, fetch, retries: int, hint: str):
     for attempt in range(1, retries + 1):
         try:
             return fetch()
@@ -69,7 +70,7 @@ def _with_retries(what: str, fetch, retries: int, hint: str, backoff_s: float = 
             if attempt == retries:
                 raise DataError(f"{what}: {retries} attempt(s) failed, the last with {type(e).__name__}: "
                                 f"{first_line(e, '')}; check the network, or {hint}") from None
-            time.sleep(backoff_s * 2 ** (attempt - 1))
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
 
 
 def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float, overwrite: bool) -> int:

@@ -133,12 +133,12 @@ def row_group_counts(files: list[Path]) -> list[int]:
     return [len(rows) for rows in row_group_rows(files)]
 
 
-def parquets_iter_batched(split: str, start: int = 0, step: int = 1, val_files_k: int | None = None):
+def parquets_iter_batched(split: str, start: int = 0, step: int = 1):
     """Yield the `text` list of row groups start, start+step, … of every file of the split, file by file.
 
     As upstream: used by tokenizer training and evaluation, where per-file striding is what is wanted.
     """
-    for path in split_files(split, val_files_k):
+    for path in split_files(split):
         pf = open_shard(path)
         for rg in range(start, pf.num_row_groups, step):
             yield read_texts(pf, path, rg)

@@ -50,6 +50,7 @@ PERMANENT_HTTP = (400, 401, 403, 404, 410)  # answers no retry can change
 CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the rest resumes
 CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
 READ_TIMEOUT_S = 30.0  # the longest silence accepted from a server that took the connection
+REACH_TRIES, REACH_PAUSE_S = 3, 0.5  # a host that refuses may be restarting: tried this often, this far apart
 MIN_RATE_B_S = 1024  # slower than this over a read timeout's span is a stall: a 100 MB shard would take a day
 FIX_URL = f"check the network, or point --url (or {ENV_DATA_URL}) at a mirror that serves the shards"
 
@@ -106,13 +107,12 @@ def timeouts(timeout_s: float) -> tuple[float, float]:
     return min(CONNECT_TIMEOUT_S, timeout_s), timeout_s
 
 
-def check_reachable(url: str, timeout: tuple[float, float], fix: str, tries: int = 3, retry_any: bool = False,
-                    pause_s: float = 0.5) -> None:
+def check_reachable(url: str, timeout: tuple[float, float], fix: str, retry_any: bool = False) -> None:
     """One HEAD request at `url` before a download and its retries: DataError in one line (`fix` after the
     reason) when the host does not resolve or never answers (at once, unless `retry_any`) or refuses (after
-    `tries` quick tries: it may be restarting). Any HTTP answer, even an error, means a server is there: the
+    REACH_TRIES quick tries: it may be restarting). Any HTTP answer, even an error, means a server is there: the
     downloads then say what is wrong."""
-    for attempt in range(1, tries + 1):
+    for attempt in range(1, REACH_TRIES + 1):
         try:
             requests.head(url, timeout=timeout, allow_redirects=True)
             return
@@ -124,9 +124,9 @@ def check_reachable(url: str, timeout: tuple[float, float], fix: str, tries: int
             if why is None:
                 return
             refused = any(isinstance(c, ConnectionRefusedError) for c in _causes(e))
-            if attempt == tries or not (retry_any or refused):
+            if attempt == REACH_TRIES or not (retry_any or refused):
                 raise DataError(f"cannot reach {url}: {why}; {fix}") from None
-        threading.Event().wait(pause_s)
+        threading.Event().wait(REACH_PAUSE_S)
 
 
 class _Breaker:

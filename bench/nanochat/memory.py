@@ -223,10 +223,11 @@ def fits(est: Estimate, device_bytes: int | None, host_bytes: int | None = None)
 
 
 def fit_warning(depth: int, device_batch_size: int, max_seq_len: int, world_size: int, gpu: str,
-                strategy: str = "zero2", vocab_size: int = 65536, aspect_ratio: int = 64, grad_accum: int = 1,
-                compiled: bool = True) -> str | None:
+                strategy: str = "zero2", aspect_ratio: int = 64, grad_accum: int = 1) -> str | None:
     """For the planner: a one-line warning when the point will not fit into `gpu`'s memory, else None."""
-    est = estimate(MemoryPoint(depth, aspect_ratio, vocab_size, max_seq_len, device_batch_size, world_size,
-                               strategy, "cuda", compiled, grad_accum))
+    # the recipe's vocabulary (MemoryPoint's default); compiled, as the trainer compiles on CUDA (train.py)
+    est = estimate(MemoryPoint(depth, aspect_ratio, max_seq_len=max_seq_len, device_batch_size=device_batch_size,
+                               world_size=world_size, strategy=strategy, device_type="cuda", compiled=True,
+                               grad_accum=grad_accum))
     ok, reason = fits(est, device_memory_bytes(gpu))
     return None if ok else f"depth {depth} at device batch {device_batch_size} will not fit on {gpu}: {reason}"

@@ -48,7 +48,7 @@ from bench.reframe_checks.references import reframe_reference
 from bench.workloads.base import EVALUATION
 
 ENV_REFERENCES = "NANOCHAT_BENCH_REFERENCES"
-ENVIRON_FEATURE = "nanochat-bench"  # programming environments the checks may use declare this feature
+ENVIRON_FEATURE = "nanochat_bench"  # programming environments the checks may use declare this feature
 
 
 def run_problem(row: dict, kind: str) -> str | None:

@@ -72,6 +72,6 @@ site_configuration = {
     ],
     "environments": [
         # Modules or environment variables every case needs go here (e.g. "modules": [...]).
-        {"name": "nanochat-bench", "features": ["nanochat-bench"], "target_systems": ["alps-example"]},
+        {"name": "nanochat-bench", "features": ["nanochat_bench"], "target_systems": ["alps-example"]},
     ],
 }

@@ -41,6 +41,6 @@ site_configuration = {
         }
     ],
     "environments": [
-        {"name": "nanochat-bench", "features": ["nanochat-bench"]},
+        {"name": "nanochat-bench", "features": ["nanochat_bench"]},
     ],
 }

@@ -3,6 +3,9 @@
     python -m pytest tests/unit/reframe_checks/test_reframe_checks.py -q
 """
 
+import re
+import runpy
+
 import pytest
 from reframe.core.exceptions import ConfigError as ReframeConfigError
 from reframe.core.exceptions import is_severe
@@ -10,8 +13,31 @@ from reframe.core.exceptions import is_severe
 from bench.errors import ConfigError
 from bench.analysis import why
 from bench.analysis.columns import perf_units
-from bench.reframe_checks.checks import nccl_net_problem, one_line
+from bench.reframe_checks import CONFIG_DIR
+from bench.reframe_checks.checks import ENVIRON_FEATURE, nccl_net_problem, one_line
 from bench.workloads.base import EVALUATION, TRAINING
+
+# ReFrame's configuration schema (reframe/schemas/config.json): `alphanum_string` for the features of partitions
+# and environments in every 4.x release but 4.10.4, which allows `-` as well; `alphanum_ext_string` (anchored
+# since 4.10.1) for the names of systems, partitions and environments. The stricter patterns, so that a config
+# that loads with 4.10.4 loads with the others too.
+ALPHANUM_STRING = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+ALPHANUM_EXT_STRING = re.compile(r"^[a-zA-Z_](?:[a-zA-Z0-9_-])*$")
+
+
+@pytest.mark.parametrize("name", ["test_cluster.py", "alps_example.py"])
+def test_the_shipped_configs_names_are_valid_in_every_reframe_4_schema(name, monkeypatch):
+    """The environment's feature was nanochat-bench, which ReFrame 4.10.1 and 4.11 refuse as a feature: their
+    reframe -C refused the shipped configs before it ran anything."""
+    monkeypatch.setenv("SCRATCH", "/scratch")
+    config = runpy.run_path(str(CONFIG_DIR / name))["site_configuration"]
+    partitions = [p for system in config["systems"] for p in system["partitions"]]
+    features = [f for item in partitions + config["environments"] for f in item.get("features", [])]
+    names = [s["name"] for s in config["systems"]] + [item["name"] for item in partitions + config["environments"]]
+    assert ENVIRON_FEATURE in features
+    assert [f for f in features if not ALPHANUM_STRING.match(f)] == []
+    assert [n for n in names if not ALPHANUM_EXT_STRING.match(n)] == []
+    assert {e for p in partitions for e in p["environs"]} <= {e["name"] for e in config["environments"]}
 
 
 def test_preflight_busbw_is_a_performance_variable_read_from_the_row():

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from bench.commands.reframe import reframe_command
+from bench.reframe_checks.checks import ENVIRON_FEATURE
 from tests.support.stubs import write_stubs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -28,7 +29,7 @@ def local_config(path: Path, base_dir: Path, **partition) -> Path:
     part = {"name": "cpu", "scheduler": "local", "launcher": "local", "environs": ["nanochat-bench"],
             "features": ["bare"], "extras": {"nanochat_bench": extras}, **partition}
     config = {"systems": [{"name": "here", "hostnames": [".*"], "partitions": [part]}],
-              "environments": [{"name": "nanochat-bench", "features": ["nanochat-bench"]}]}
+              "environments": [{"name": "nanochat-bench", "features": [ENVIRON_FEATURE]}]}
     path.write_text(f"site_configuration = {config!r}\n")
     return path
 

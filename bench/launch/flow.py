@@ -288,9 +288,12 @@ def missing_checkpoints(fs: "FlowSweep", base_dir: str, ok: set[str], tag: str) 
         phase = workloads.get(stage.workload).checkpoint_read(sweep.settings)
         folder = Path(base_dir, paths.PHASE_DIRS.get(phase, ""), tag)
         if phase and phase not in made and stage.name not in ok and not paths.saved_steps(folder):
-            saver = next((s.name for s in FLOWS[fs.flow] if s.saves == phase), None)
-            missing.append(f"{stage.name} loads the {phase} checkpoint, which {folder} does not hold"
-                           + (f" ({saver} saves it: add it to --stages)" if saver else ""))
+            saver = next((s for s in FLOWS[fs.flow] if s.saves == phase), None)
+            advice = "" if saver is None else f" ({saver.name} saves it: add it to --stages)"
+            if saver is not None and saver.workload not in workloads.names():  # --stages would refuse it (select)
+                advice = (f" ({saver.name} saves it, but needs the workload {saver.workload!r}, which this "
+                          f"installation does not register)")
+            missing.append(f"{stage.name} loads the {phase} checkpoint, which {folder} does not hold{advice}")
         made.add(stage.saves)
     return missing
 

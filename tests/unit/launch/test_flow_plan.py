@@ -7,6 +7,7 @@ flags of each point (its own model tag; pre-training saving at its end), and the
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,19 @@ def test_a_stage_arg_of_an_unknown_or_unregistered_stage_names_the_valid_ones_no
                                           r"'no_such_stage_workload', which this installation does not register; "
                                           r"valid: base_train$"):
         sweep("partial", None, stage_args=["later:num_iterations=2"])
+
+
+def test_a_missing_checkpoint_whose_saving_stage_is_not_registered_is_not_sent_to_stages(monkeypatch, tmp_path):
+    """The advice was to add the saving stage to --stages, which refuses a stage whose workload is not registered."""
+    saver = Stage("base_train", "no_such_stage_workload", saves="base")
+    monkeypatch.setitem(FLOWS, "partial", (saver, Stage("base_loss", "base_loss", (("model_tag", "{tag}"),))))
+    fs = sweep("partial", "base_loss")
+    assert flow.missing_checkpoints(fs, str(tmp_path), set(), "t") == [
+        f"base_loss loads the base checkpoint, which {tmp_path}/base_checkpoints/t does not hold (base_train saves "
+        f"it, but needs the workload 'no_such_stage_workload', which this installation does not register)"]
+    monkeypatch.setitem(FLOWS, "partial", (replace(saver, workload="nanochat"), FLOWS["partial"][1]))
+    assert flow.missing_checkpoints(fs, str(tmp_path), set(), "t")[0].endswith(
+        "(base_train saves it: add it to --stages)")
 
 
 def test_every_registered_speedrun_stage_can_be_planned():

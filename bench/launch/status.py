@@ -86,6 +86,18 @@ def _read(run_dir: Path) -> tuple[dict, str]:
         return {}, f"run.json {e.reason}; it is left as it is"
 
 
+def _finished(manifest: dict) -> bool:
+    """The batch script recorded the run's end (bench/launch/jobrecord.py finish): it outlived the run."""
+    launch = manifest.get("launch")
+    return isinstance(launch, dict) and launch.get("finished_at") is not None
+
+
+def _stopped_by_signal(manifest: dict) -> bool:
+    """The batch script received Slurm's SIGTERM while the run went on."""
+    return any(isinstance(e, dict) and e.get("source") == "batch_script" and e.get("kind") == "stopped"
+               for e in manifest.get("evidence") or [])
+
+
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
     """The run's status and message; what Slurm says of an ended job is recorded as evidence first, once.
     A run.json that cannot be read is left as it is, for its owner to look at."""
@@ -105,6 +117,12 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         # before it, diverged or failed on its own, with no stop seen)
         evidence = contract.Evidence(source="status", kind="time_limit",
                                    message=f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}")
+    elif FROM_SLURM.get(job.state) == "node_lost" and status in contract.FINAL_STATUSES and status != "ok" \
+            and not seen & {"node_lost", "not_run"} and (_stopped_by_signal(manifest) or not _finished(manifest)):
+        # the ranks that survived the node recorded its echo (peer_lost, an error); the cause outranks them. A run
+        # the batch script saw end on its own (an earlier one of the job), with no stop, was not cut by the loss.
+        evidence = contract.Evidence(source="status", kind="node_lost",
+                                   message=f"Slurm job {job.job_id} lost a node ({job.state}); {message}")
     elif status not in contract.FINAL_STATUSES and (job.terminal or job.state == "UNKNOWN"):
         # UNKNOWN: a responsive slurmctld forgot the job, so it ended
         evidence = contract.Evidence(source="status", kind=FROM_SLURM.get(job.state, "exit"),

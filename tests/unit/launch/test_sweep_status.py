@@ -145,3 +145,31 @@ def test_a_node_lost_or_a_preemption_before_any_record_is_said_so(tmp_path):
         status, message = _derive(tmp_path / state, JobState("9", state, exit_code="0:0"))
         assert status == want and message.startswith(f"Slurm job 9 ended {state}")
         assert [e.kind for e in contract.load_manifest(tmp_path / state).evidence] == [kind]
+
+
+
+def test_a_lost_node_is_the_cause_of_the_run_it_cut_not_the_peers_the_survivors_lost(tmp_path):
+    """The ranks on the nodes that survived recorded peer_lost or an error before Slurm ended the job NODE_FAIL, so
+    status added nothing and the run read as failed through a peer, not the lost node that outranks them."""
+    def run(name: str, *kinds: str, finished: bool = False):
+        run_dir = tmp_path / name
+        contract.update_run_json(run_dir, status="running", launch={"kind": "slurm", "started_at": 1.0})
+        for rank, kind in enumerate(kinds):
+            source = "batch_script" if kind == "stopped" else "trainer"
+            contract.record_evidence(run_dir, contract.Evidence(source=source, kind=kind, rank=rank, message=kind))
+        if finished:  # the batch script saw the run end (jobrecord.finish)
+            contract.update_run_json(run_dir, launch={"exit_code": 1, "finished_at": 2.0})
+        return run_dir
+
+    job = JobState("9", "NODE_FAIL", exit_code="0:0")
+    # the batch script lost with its node (it never finished the run), or stopped by Slurm while the run went on
+    for run_dir, echo in ((run("peer", "peer_lost"), "peer_lost"), (run("error", "peer_lost", "error"), "error"),
+                          (run("stopped", "peer_lost", "stopped", finished=True), "peer_lost")):
+        assert _derive(run_dir, job) == ("failed", f"Slurm job 9 lost a node (NODE_FAIL); {echo}")
+        assert _derive(run_dir, job) == ("failed", f"Slurm job 9 lost a node (NODE_FAIL); {echo}")
+        assert [e.kind for e in contract.load_manifest(run_dir).evidence].count("node_lost") == 1
+    # an earlier run of the job that the batch script saw end on its own; a flow's stage that never started
+    for run_dir in (run("own", "diverged", "peer_lost", finished=True), run("later", "not_run")):
+        before = contract.load_manifest(run_dir)
+        assert _derive(run_dir, job) == (before.status, before.message)
+        assert "node_lost" not in [e.kind for e in contract.load_manifest(run_dir).evidence]

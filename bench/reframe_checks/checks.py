@@ -5,13 +5,13 @@ container runtime, judged from its run directory.
     reframe -C site.py -c bench/reframe_checks/checks.py -P num_nodes=1,2,4,8 -S depth=20 -r
     reframe -C site.py -c bench/reframe_checks/checks.py -P workload=mid_train,chat_sft -r
 
-Parameters: `runtime` (every nanochat-bench runtime; a case runs only on partitions that list the
-runtime's name among their features) and `scaling` (weak, strong). Variables, set with -S or turned
-into parameters with ReFrame's -P: `workload` (a workload of bench/workloads: nanochat, the default, is
-pre-training; base_loss, base_eval, mid_train, chat_sft, chat_eval the later stages, each reading the
-checkpoint the stage before left in the partition's base_dir), `num_nodes`, `depth` (for a workload that
-takes it: pre-training), `train_args` (KEY=VALUE trainer flags of the workload) and `references` (a
-nanochat-bench references file; default $NANOCHAT_BENCH_REFERENCES).
+Parameters: `runtime` (every nanochat-bench runtime; a case runs only on partitions that list the runtime's
+feature, its name with `_` for `-` (runtime_feature), among their features) and `scaling` (weak, strong).
+Variables, set with -S or turned into parameters with ReFrame's -P: `workload` (a workload of
+bench/workloads: nanochat, the default, is pre-training; base_loss, base_eval, mid_train, chat_sft,
+chat_eval the later stages, each reading the checkpoint the stage before left in the partition's base_dir),
+`num_nodes`, `depth` (for a workload that takes it: pre-training), `train_args` (KEY=VALUE trainer flags of
+the workload) and `references` (a nanochat-bench references file; default $NANOCHAT_BENCH_REFERENCES).
 
 Each case is one nanochat-bench run. Setup plans and renders its job.sbatch through bench/launch (see
 case.py) into the stage directory; ReFrame's job (launcher `local`, one task per node) runs it with
@@ -49,6 +49,12 @@ from bench.workloads.base import EVALUATION
 
 ENV_REFERENCES = "NANOCHAT_BENCH_REFERENCES"
 ENVIRON_FEATURE = "nanochat_bench"  # programming environments the checks may use declare this feature
+
+
+def runtime_feature(runtime: str) -> str:
+    """The partition feature that lets a runtime's cases run there: its name with `_` for `-` (podman_hpc,
+    sarus_suite), as every ReFrame 4 schema but 4.10.4's refuses a `-` in a feature."""
+    return runtime.replace("-", "_")
 
 
 def run_problem(row: dict, kind: str) -> str | None:
@@ -140,7 +146,7 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
 
     @run_after("init")
     def select_partitions(self):
-        self.valid_systems = [f"+{self.runtime}"]
+        self.valid_systems = [f"+{runtime_feature(self.runtime)}"]
 
     @run_after("setup")
     def render_job(self):

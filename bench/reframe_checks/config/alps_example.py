@@ -6,7 +6,9 @@
 #       --system alps-example -P num_nodes=1,2,4,8 -S depth=20 -r
 #
 # Copy it, set the account, images and base directory, and drop the features (runtimes) the site does
-# not offer. A check case runs on the partitions whose `features` name its runtime; the partition's
+# not offer. A check case runs on the partitions whose `features` name its runtime's feature, the runtime's
+# name with `_` for `-` (checks.py runtime_feature: podman_hpc, sarus_suite), as every ReFrame 4 schema but
+# 4.10.4's refuses a `-` in a feature; `images` and `-n %runtime=` keep its name. The partition's
 # `extras['nanochat_bench']` says how nanochat-bench runs there (bench/reframe_checks/case.py, Site):
 # gpus_per_node, base_dir, python, images, mounts, env, train, time, exclusive, cpus_per_gpu, ofi_hook,
 # numa_binding, nccl_net, references, site.

@@ -9,7 +9,8 @@
 # Scheduler `squeue`: ReFrame's `slurm` backend polls sacct, which a Slurm without accounting lacks;
 # `squeue` polls squeue instead (and takes a job gone from the queue as completed: the sanity stage
 # then reads the run's own run.json). Launcher `local`: the job runs nanochat-bench's batch script once,
-# and that script's srun starts one task per node.
+# and that script's srun starts one task per node. A case runs on the partition whose `features` name its
+# runtime's feature: the runtime's name with `_` for `-` (checks.py runtime_feature: podman_hpc, sarus_suite).
 
 site_configuration = {
     "systems": [

@@ -7,14 +7,16 @@ import re
 import runpy
 
 import pytest
+import reframe.core.runtime as rt
 from reframe.core.exceptions import ConfigError as ReframeConfigError
 from reframe.core.exceptions import is_severe
 
+from bench import runtimes
 from bench.errors import ConfigError
 from bench.analysis import why
 from bench.analysis.columns import perf_units
 from bench.reframe_checks import CONFIG_DIR
-from bench.reframe_checks.checks import ENVIRON_FEATURE, nccl_net_problem, one_line
+from bench.reframe_checks.checks import ENVIRON_FEATURE, nanochat_bench, nccl_net_problem, one_line, runtime_feature
 from bench.workloads.base import EVALUATION, TRAINING
 
 # ReFrame's configuration schema (reframe/schemas/config.json): `alphanum_string` for the features of partitions
@@ -25,19 +27,49 @@ ALPHANUM_STRING = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 ALPHANUM_EXT_STRING = re.compile(r"^[a-zA-Z_](?:[a-zA-Z0-9_-])*$")
 
 
+def schema_problems(config: dict) -> list[str]:
+    """What of a site configuration one of ReFrame's 4.x schemas refuses, or no case of the checks would select:
+    a partition's feature that is no runtime's feature."""
+    partitions = [p for system in config["systems"] for p in system["partitions"]]
+    features = [f for item in partitions + config["environments"] for f in item.get("features", [])]
+    names = [s["name"] for s in config["systems"]] + [item["name"] for item in partitions + config["environments"]]
+    known = {runtime_feature(r) for r in runtimes.names()}
+    return ([f"feature {f}" for f in features if not ALPHANUM_STRING.match(f)]
+            + [f"name {n}" for n in names if not ALPHANUM_EXT_STRING.match(n)]
+            + [f"runtime feature {f}" for p in partitions for f in p.get("features", []) if f not in known]
+            + [f"environ {e}" for p in partitions for e in p["environs"]
+               if e not in {env["name"] for env in config["environments"]}])
+
+
 @pytest.mark.parametrize("name", ["test_cluster.py", "alps_example.py"])
 def test_the_shipped_configs_names_are_valid_in_every_reframe_4_schema(name, monkeypatch):
     """The environment's feature was nanochat-bench, which ReFrame 4.10.1 and 4.11 refuse as a feature: their
     reframe -C refused the shipped configs before it ran anything."""
     monkeypatch.setenv("SCRATCH", "/scratch")
     config = runpy.run_path(str(CONFIG_DIR / name))["site_configuration"]
-    partitions = [p for system in config["systems"] for p in system["partitions"]]
-    features = [f for item in partitions + config["environments"] for f in item.get("features", [])]
-    names = [s["name"] for s in config["systems"]] + [item["name"] for item in partitions + config["environments"]]
-    assert ENVIRON_FEATURE in features
-    assert [f for f in features if not ALPHANUM_STRING.match(f)] == []
-    assert [n for n in names if not ALPHANUM_EXT_STRING.match(n)] == []
-    assert {e for p in partitions for e in p["environs"]} <= {e["name"] for e in config["environments"]}
+    assert ENVIRON_FEATURE in [f for env in config["environments"] for f in env["features"]]
+    assert schema_problems(config) == []
+
+
+def test_every_runtimes_feature_is_valid_in_every_reframe_4_schema():
+    """A case selected the partitions with the feature podman-hpc or sarus-suite, which no partition can declare
+    but with ReFrame 4.10.4: those cases never ran. A partition that declares its runtime's name fails too."""
+    assert [r for r in runtimes.names() if not ALPHANUM_STRING.match(runtime_feature(r))] == []
+    part = {"name": "gh200", "environs": ["nanochat-bench"], "features": ["bare", runtime_feature("podman-hpc")]}
+    config = {"systems": [{"name": "site", "partitions": [part]}],
+              "environments": [{"name": "nanochat-bench", "features": [ENVIRON_FEATURE]}]}
+    assert schema_problems(config) == []
+    part["features"] += ["podman-hpc", "sarus-suite"]
+    assert schema_problems(config) == ["feature podman-hpc", "feature sarus-suite", "runtime feature podman-hpc",
+                                       "runtime feature sarus-suite"]
+
+
+def test_a_runtimes_case_selects_the_partitions_with_its_feature():
+    """The check asked for +podman-hpc, a feature no partition could declare."""
+    with rt.temp_runtime(str(CONFIG_DIR / "test_cluster.py"), "nbtest"):
+        variant = nanochat_bench.get_variant_nums(runtime=lambda r: r == "podman-hpc")[0]
+        check = nanochat_bench(variant_num=variant)
+    assert check.runtime == "podman-hpc" and check.valid_systems == ["+podman_hpc"]
 
 
 def test_preflight_busbw_is_a_performance_variable_read_from_the_row():

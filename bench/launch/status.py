@@ -111,10 +111,12 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         return status, message
     seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
     if job.state in ("TIMEOUT", "DEADLINE") and status in contract.FINAL_STATUSES and status != "ok" \
-            and (seen & STOPPED or not seen and status == "cancelled") and not seen & {"time_limit", "not_run"}:
+            and (seen & STOPPED or not seen and status == "cancelled") and not seen & {"time_limit", "not_run"} \
+            and (_stopped_by_signal(manifest) or not _finished(manifest)):
         # Slurm's time limit sent the SIGTERM the ranks may have recorded as a cancel: the cause is the limit (a
         # flow's stage that never started was not cut by it: it stays not run; nor was a run of the job that ended
-        # before it, diverged or failed on its own, with no stop seen)
+        # before it, diverged or failed on its own, with no stop seen, or with the cancels of the ranks torchrun
+        # stopped after one failed, which the batch script saw end without a stop)
         evidence = contract.Evidence(source="status", kind="time_limit",
                                    message=f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}")
     elif FROM_SLURM.get(job.state) == "node_lost" and status in contract.FINAL_STATUSES and status != "ok" \

@@ -173,3 +173,27 @@ def test_a_lost_node_is_the_cause_of_the_run_it_cut_not_the_peers_the_survivors_
         before = contract.load_manifest(run_dir)
         assert _derive(run_dir, job) == (before.status, before.message)
         assert "node_lost" not in [e.kind for e in contract.load_manifest(run_dir).evidence]
+
+
+def test_a_time_limit_is_not_the_cause_of_an_earlier_run_whose_ranks_torchrun_stopped(tmp_path):
+    """A run of a runtime comparison's job failed on its own: torchrun stopped its other ranks, which recorded a
+    cancel. A later run of the job reached the time limit, and status called the failed run a timeout too."""
+    def run(name: str, *evidence: tuple[str, str], finished: bool = False):
+        run_dir = tmp_path / name
+        contract.update_run_json(run_dir, status="running", launch={"kind": "slurm", "started_at": 1.0})
+        for rank, (source, kind) in enumerate(evidence):
+            contract.record_evidence(run_dir, contract.Evidence(source=source, kind=kind, rank=rank, message=kind))
+        if finished:  # the batch script saw the run end (jobrecord.finish)
+            contract.update_run_json(run_dir, launch={"exit_code": 1, "finished_at": 2.0})
+        return run_dir
+
+    job = JobState("42", "TIMEOUT")
+    own = run("own", ("trainer", "error"), ("trainer", "cancelled"), ("trainer", "cancelled"), finished=True)
+    before = contract.load_manifest(own)
+    assert before.status == "failed" and _derive(own, job) == ("failed", before.message)
+    assert "time_limit" not in [e.kind for e in contract.load_manifest(own).evidence]
+    # the run the limit cut: the batch script died with the job, or received SIGTERM while the run went on
+    for cut in (run("cut", ("trainer", "cancelled"), ("trainer", "cancelled")),
+                run("stopped", ("trainer", "cancelled"), ("batch_script", "stopped"), finished=True)):
+        assert _derive(cut, job)[0] == "timeout"
+        assert [e.kind for e in contract.load_manifest(cut).evidence].count("time_limit") == 1

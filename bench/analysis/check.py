@@ -26,7 +26,7 @@ import pandas as pd
 
 from bench.analysis.columns import BY_NAME, FIGURES, TYPES as COLUMNS
 from bench.analysis.figures import finite
-from bench.analysis.scaling import GROUP_KEYS, with_config, with_legacy
+from bench.analysis.scaling import GROUP_KEYS, settings, with_config, with_legacy
 from bench.errors import ConfigError
 from bench.nanochat.config import bool_word
 
@@ -215,9 +215,8 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
 def _pooled(rows: pd.DataFrame) -> tuple[str, ...]:
     """The columns of a report's point (its config, runtime and ranks, and the device batch, which a strong curve's
     key leaves out: scaling.mixed_batches) on which the selected runs differ: a median over them is no figure of
-    one setting, as the report never pools them."""
+    one setting, as the report never pools them; one not recorded is a setting of its own (scaling.settings)."""
     if len(rows) < 2:
         return ()
     keyed = with_config(rows)
-    return tuple(c for c in (*GROUP_KEYS, "runtime", "world_size", "device_batch_size")
-                 if keyed[c].astype(str).nunique() > 1)
+    return tuple(c for c in (*GROUP_KEYS, "runtime", "world_size", "device_batch_size") if settings(keyed[c]) > 1)

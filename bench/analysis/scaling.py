@@ -285,9 +285,17 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
 def mixed_batches(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs of points (config, runtime, rank count) whose runs differ in device batch. A strong curve keeps only
     its total (the device batch is no key), so each is another gradient accumulation, not a repeat of the others:
-    scaling_table leaves the point out rather than take a median across them."""
-    batches = runs.groupby(["config", "runtime", "world_size"], dropna=False)["device_batch_size"].transform("nunique")
+    scaling_table leaves the point out rather than take a median across them; a run that recorded none is one more
+    setting (settings)."""
+    batches = runs.groupby(["config", "runtime", "world_size"], dropna=False)["device_batch_size"].transform(settings)
     return runs[batches > 1]
+
+
+def settings(values: pd.Series) -> int:
+    """How many settings a column's values name, a value not recorded counting as one of its own: a run that recorded
+    no device batch may have run another, so it is never taken as a repeat of one that did (mixed_batches, and
+    check's pooled columns). Not astype(str), whose NaN is "nan" under pandas 2 and NaN, so dropped, under 3."""
+    return values.map(lambda v: None if _missing(v) else str(v)).nunique(dropna=False)
 
 
 def ratio_ci(x, base, level: float = CI_LEVEL) -> tuple[float, float, float]:
@@ -322,9 +330,10 @@ def compared(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return df[(df["runtime"] != UNKNOWN_RUNTIME) | (df["runtime"] == baseline)]
 
 
-def batch_sizes(runs: pd.DataFrame) -> list[int]:
-    """The device batch sizes the runs recorded, sorted, once each."""
-    return sorted(set(runs["device_batch_size"].dropna().astype(int)))
+def batch_sizes(runs: pd.DataFrame) -> list:
+    """The device batch sizes the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
+    known = runs["device_batch_size"].dropna()
+    return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
 
 
 def device_batches(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[list, list] | None:

@@ -510,15 +510,16 @@ def test_runs_that_name_no_runtime_get_no_note_of_a_missing_baseline(tmp_path):
     assert "No bare run at 1 GPU" not in md and "No bare run at 1 rank: no ratio there" in md
 
 
-def test_the_mixed_batch_note_names_the_batches_recorded_and_skips_a_run_without_one():
-    """A run of a mixed point that recorded no device batch (NaN) made the note's int conversion raise."""
+def test_the_mixed_batch_note_names_the_batches_recorded_and_a_run_without_one_as_unknown():
+    """A run of a mixed point that recorded no device batch (NaN) made the note's int conversion raise; it is named as
+    unknown, one more setting (scaling.settings)."""
     import pandas as pd
 
     from bench.analysis.report import mixed_batch_note
 
     runs = pd.DataFrame({"config": ["c"] * 3, "runtime": ["bare"] * 3, "world_size": [8] * 3,
                          "device_batch_size": [16, 32, float("nan")]})
-    assert mixed_batch_note(runs, "GPUs").startswith(" bare at 8 GPUs ran device batch 16, 32: not repeats")
+    assert mixed_batch_note(runs, "GPUs").startswith(" bare at 8 GPUs ran device batch 16, 32, unknown: not repeats")
 
 
 def test_a_config_whose_every_point_mixes_device_batches_keeps_its_section_and_note(make_run, tmp_path):

@@ -196,6 +196,22 @@ def test_runs_of_one_runtime_at_one_point_with_another_device_batch_are_no_repea
     assert report.mixed_batch_note(runs[runs["world_size"] == 4], "GPUs") == ""
 
 
+def test_a_run_without_a_device_batch_beside_one_with_is_no_repeat_in_the_table_nor_in_check():
+    """A point of a run at device batch 32 and one that recorded none was averaged as two repeats by the table, while
+    check's pooled columns (astype(str): NaN is "nan" under pandas 2) failed a reference over the same runs. One rule
+    (scaling.settings) now decides both: an unknown device batch may be another, so the point is left out and named."""
+    from bench.analysis import check, report
+
+    strong = dict(scaling="strong", strategy="zero2")
+    table = to_frame([row("bare", 8, 1000, device_batch_size=32, **strong), row("bare", 8, 700, **strong),
+                      row("bare", 4, 520, **strong), row("bare", 4, 530, **strong)])
+    assert scaling.scaling_table(table)[["world_size", "runs"]].values.tolist() == [[4, 2]]
+    runs = scaling.with_config(scaling.usable(table))
+    assert report.mixed_batch_note(runs, "GPUs").startswith(" bare at 8 GPUs ran device batch 32, unknown: not repeats")
+    assert check._pooled(runs[runs["world_size"] == 8]) == ("device_batch_size",)
+    assert check._pooled(runs[runs["world_size"] == 4]) == ()  # both unknown: one setting
+
+
 def weak(runtime, world, tps, dbs=32, **kw):
     """A weak-scaling row: the total batch is device batch x seq x ranks, as the planner sets it."""
     return row(runtime, world, tps, scaling="weak", device_batch_size=dbs, total_batch_size=dbs * 2048 * world,

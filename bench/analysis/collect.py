@@ -67,7 +67,8 @@ TABLE_CSV = "runs.csv"
 # 25: net_tuning, rank 0's NCCL/libfabric settings, so runtimes that ran different tuning are named in findings.
 # 26: a run.json cut short is skipped as "not valid JSON (<json's message>: line n)"; it read "... at at line n".
 # 27: net_tuning is left empty for a run that recorded no network_env (it read as every variable unset).
-ROW_VERSION = 27
+# 28: a run whose run.json cannot be read and whose events say no end has no status; it was `running` (not finished).
+ROW_VERSION = 28
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 # The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).

@@ -46,7 +46,7 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     except UnicodeDecodeError:
         return {}, "run.json is not UTF-8 text (a damaged or foreign file)"
     if not text.strip():
-        return {}, "run.json is empty (being written, or the writer died)"
+        return {}, "run.json is empty (its writer died or its disk filled)"
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as e:
@@ -279,24 +279,28 @@ def score_rates(scored: list[dict]) -> dict:
     return row
 
 
-def resolve_status(manifest: dict, ev: dict, notes: list[str], unread: str | None = None) -> tuple[str, str | None]:
+def resolve_status(manifest: dict, ev: dict, notes: list[str],
+                   unread: str | None = None) -> tuple[str | None, str | None]:
     """The run's status and message: run.json's word first, then the events' (error, end); `unread`: why a
-    run.json that is there could not be read."""
+    run.json that is there could not be read. With neither, the status is None (unknown): run.json is replaced
+    whole, never seen half written, so an unreadable one says nothing of a live run, however long ago its writer
+    died, and the run is reported as unreadable, not as not finished."""
     status, message = manifest.get("status"), manifest.get("message")
     if status is None:
         if ev.get("error_kind"):
             status = ev["error_kind"] if ev["error_kind"] in contract.FINAL_STATUSES else "failed"
         elif ev.get("has_end"):
             status = "ok"
-        else:
+        elif not unread:
             status = "running"
-        notes.append(f"run.json has no status; '{status}' inferred from events" if manifest
-                     else f"{unread or 'no run.json'}; status '{status}' inferred from events")
+        inferred = f"'{status}' inferred from events" if status else "unknown (no end or error event)"
+        notes.append(f"run.json has no status; {inferred}" if manifest
+                     else f"{unread or 'no run.json'}; status {inferred}")
     if message is None and ev.get("error_message"):
         message = f"{ev.get('error_kind')}: {ev['error_message']}"
     if status == "ok" and ev.get("error_kind"):
         notes.append(f"status ok but an error event was recorded ({ev['error_kind']})")
-    return str(status), (str(message) if message is not None else None)
+    return (str(status) if status is not None else None), (str(message) if message is not None else None)
 
 
 def read_run_dir(run_dir: Path, names: set[str] | None = None) -> dict:

@@ -179,3 +179,23 @@ def test_a_failed_run_found_twice_is_one_failure(tmp_path, make_run):
     failures = md.split("## Failed runs")[1].split("##")[0]
     assert failures.count("NCCL timeout") == 1
     assert "/output/sweep/n8-ce-r1 (a copy of its directory)" in md.split("## Runs skipped")[1]
+
+
+def test_a_run_whose_run_json_is_empty_and_has_no_events_is_unreadable_not_unfinished(tmp_path, make_run):
+    """An empty run.json beside no events read as status `running`, so the report listed the run under "Runs not
+    finished" however long ago its writer died. run.json is replaced whole, so it says nothing of a live run: the
+    run's status is unknown and the report lists it as skipped, naming run.json."""
+    from bench.analysis.collect import collect
+    from bench.analysis.report import write_report
+    from bench.analysis.rundir import read_run_dir
+
+    make_run("n8-bare-r1", root=tmp_path / "runs", tok_s=1000.0)
+    broken = make_run("n8-ce-r1", root=tmp_path / "runs")
+    (broken / contract.RUN_JSON).write_text("")
+    (broken / contract.METRICS_JSONL).unlink()
+    row = read_run_dir(broken)
+    assert (row["status"], row["skip_reason"]) == (None, "run.json is empty (its writer died or its disk filled)")
+    write_report(collect([tmp_path / "runs"]).table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "2 run(s), 1 in the figures, 0 failed, 0 not finished, 1 skipped" in md
+    assert "run.json is empty" in md.split("## Runs skipped")[1]

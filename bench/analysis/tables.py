@@ -159,17 +159,20 @@ def transports_text(value) -> str:
 
 
 def network_table(runs: pd.DataFrame, unit: str) -> Table:
-    """The path each run's collectives took: NCCL's network, provider, transports, and the proof of TCP."""
-    cols = ["run", "runtime", "nodes", unit, "network", "provider", "transports", "inter-node over sockets"]
+    """The path each run's collectives took: NCCL's network, provider, transports, and the proof of TCP; each run
+    named with its directory, as in runs_table (one run id recurs in every sweep)."""
+    cols = ["run", "directory", "runtime", "nodes", unit, "network", "provider", "transports",
+            "inter-node over sockets"]
     rows = []
     for r in runs.head(MAX_TABLE_ROWS).to_dict("records"):
         multi = not pd.isna(r["nodes"]) and int(r["nodes"]) > 1
         sockets = fmt(r["net_over_sockets"]) if multi else "one node" if not pd.isna(r["nodes"]) else NOT_MEASURED
         if multi and pd.isna(r["net_over_sockets"]) and not pd.isna(r["net_unverified"]):
             sockets = f"not verified: {r['net_unverified']}"
-        rows.append([fmt(r["run_id"]), fmt(r["runtime"]), fmt(r["nodes"], "int"), fmt(r["world_size"], "int"),
-                     fmt(r["net"]), fmt(r["net_provider"]), transports_text(r["nccl_transports"]), sockets])
-    return Table(cols, rows, more=max(0, len(runs) - MAX_TABLE_ROWS), text_cols=(0, 1, 4, 5, 6, 7))
+        rows.append([fmt(r["run_id"]), fmt(r["source"]), fmt(r["runtime"]), fmt(r["nodes"], "int"),
+                     fmt(r["world_size"], "int"), fmt(r["net"]), fmt(r["net_provider"]),
+                     transports_text(r["nccl_transports"]), sockets])
+    return Table(cols, rows, more=max(0, len(runs) - MAX_TABLE_ROWS), text_cols=(0, 1, 2, 5, 6, 7, 8))
 
 
 def md_table(t: Table) -> str:

@@ -148,8 +148,23 @@ def test_a_multi_node_run_forced_onto_sockets_is_a_finding_with_ncclS_line(repor
     # one node, or no NCCL facts
     assert "ce at 1 nodes" not in findings_md and "bare at 2 nodes: inter" not in findings_md
     network = cells(strong_md[strong_md.index("### Network path of each run"):])
-    assert f"| ce-n16-r0 | ce | 2 | 16 | Socket | – | – | {line} |" in network
-    assert "| ce-n8-r0 | ce | 1 | 8 | Socket | – | – | one node |" in network
+    assert f"| ce-n16-r0 | strong/ce-n16-r0 | ce | 2 | 16 | Socket | – | – | {line} |" in network
+    assert "| ce-n8-r0 | strong/ce-n8-r0 | ce | 1 | 8 | Socket | – | – | one node |" in network
+
+
+def test_the_network_table_names_each_run_with_its_directory():
+    """One run id recurs in every sweep (n1-bare-r1 in each of results/cpu-slurm-breakdown's eight), so the network
+    table's rows, named by run id alone, could not be told apart; they carry the directory, as the runs tables do."""
+    import pandas as pd
+
+    from bench.analysis.tables import network_table
+
+    runs = pd.DataFrame([{"run_id": "n1-bare-r1", "source": f"{sweep}/n1-bare-r1", "runtime": "bare", "nodes": 1,
+                          "world_size": 2, "net": "gloo", "net_provider": None, "nccl_transports": None,
+                          "net_over_sockets": None, "net_unverified": None} for sweep in ("off-1", "on-1")])
+    table = network_table(runs, "ranks")
+    assert table.columns[:2] == ["run", "directory"]
+    assert [row[:2] for row in table.rows] == [["n1-bare-r1", "off-1/n1-bare-r1"], ["n1-bare-r1", "on-1/n1-bare-r1"]]
 
 
 def test_findings_in_words_with_their_evidence(report):

@@ -89,8 +89,9 @@ def startup_phases(points: pd.DataFrame, config: str, unit: str):
     texts = [f"{end:.1f} s" + (" from its first milestone (no launch time)" if late else "")
              for end, late in zip(ends, no_launch)]
     _rows(ax, p_all, ends, texts, unit, 1.8 if no_launch.any() else 1.18)
-    ax.set_xlabel("seconds from launch (median over repeats)" if not no_launch.any() else
-                  "seconds from launch, or from the first milestone (medians)")
+    # each phase's median, stacked: their sum is not the median of each run's launch to 1st step (the table's)
+    ax.set_xlabel(("seconds from launch" if not no_launch.any() else "seconds from launch, or from the first "
+                   "milestone") + "\nthe phases' medians stacked: their sum, not the median launch to 1st step")
     # a phase some run measured is a box; one no run measured is its cross, so every cross has its name
     handles = [Patch(color=colors[c], label=phase_label(c)) if p_all[c].notna().any() else
                Line2D([], [], marker="X", ls="", ms=10, color=colors[c], mec="black", mew=0.6,

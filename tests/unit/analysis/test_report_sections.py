@@ -120,6 +120,20 @@ def test_start_up_phases_with_missing_ones_shown_as_missing(report):
     assert "runtime start-up" in text and "runtime start-up: not measured" not in text
 
 
+def test_the_start_up_figure_says_its_bars_are_sums_of_the_phases_medians():
+    """Each bar ends at the sum of its phases' medians (18 s here), which the table's launch to 1st step (the median
+    of each run's sum, 15 s) need not equal, and the axis read "median over repeats" as if they were one figure."""
+    import pandas as pd
+
+    from bench.analysis.plots_why import startup_phases
+
+    point = {c: 2.0 for c in scaling.STARTUP_PHASES}
+    point.update(runtime="bare", world_size=8, nodes=1, startup_overhead_s=6.0, launch_to_first_step_s=15.0)
+    fig = startup_phases(pd.DataFrame([point]), "a config", "GPUs")
+    assert fig.axes[0].get_xlabel() == ("seconds from launch\nthe phases' medians stacked: their sum, not the median "
+                                        "launch to 1st step")
+
+
 def test_the_methods_say_what_each_start_up_figure_of_the_summary_measures(report):
     """The summary's `1st step s` (imports to the first step) sat beside the phase table's much smaller `first
     step (compile)` with nothing saying they measure different spans."""

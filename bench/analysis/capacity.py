@@ -220,8 +220,10 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
                      ("speed", "Throughput and MFU vs size", speed_figure(probes, colors)))
             figures = [save(fig, fig_dir, f"capacity-{name}", title) for name, title, fig in drawn if fig is not None]
     m = machines[0]
+    # a CPU sweep on a host without /proc/meminfo records no device memory
+    device = f"{m['device_bytes'] / GIB:.1f} GiB per device" if m.get("device_bytes") else "memory not recorded"
     lines = ["# Capacity: the largest model each memory strategy trains", "",
-             f"Machine: {m.get('gpu_name') or m['device_type']}, {m['device_bytes'] / GIB:.1f} GiB per device, host "
+             f"Machine: {m.get('gpu_name') or m['device_type']}, {device}, host "
              f"{(m['host_bytes'] or 0) / GIB:.0f} GiB. Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
              "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "

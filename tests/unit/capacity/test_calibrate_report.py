@@ -186,3 +186,14 @@ def test_each_search_is_a_bar_of_its_own_where_its_label_is():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["fsdp a32 (1 GPU)", "fsdp (1 GPU)"]
     bars = [b.get_y() + b.get_height() / 2 for b in ax.patches]
     assert bars == [t.get_position()[1] for t in ax.texts] == [0, 1]
+
+
+def test_a_machine_that_recorded_no_device_memory_is_reported_not_a_type_error(tmp_path):
+    """A CPU sweep on a host without /proc/meminfo records device_bytes None; the report stopped on a TypeError
+    (None / int) where the memory figure already drew without it. The machine line says the memory is not recorded."""
+    s = summary()
+    s["machine"] = {**MACHINE, "device_type": "cpu", "gpu_name": None, "device_bytes": None}
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
+    assert "Machine: cpu, memory not recorded, host 125 GiB." in md

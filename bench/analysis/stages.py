@@ -76,13 +76,13 @@ def _by_point(rows: pd.DataFrame, models: bool):
         yield [*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")], g
 
 
-def _point_table(head: list[str], rows: list[list[str]], models: bool) -> Table:
+def _point_table(head: list[str], rows: list[list[str]], models: bool, unit: str) -> Table:
     """A Table whose rows start with their point's cells; the model's (if shown) and the runtime's are text."""
-    return Table([*["model", "runtime", "ranks", "nodes"][0 if models else 1:], *head], rows,
+    return Table([*["model", "runtime", unit, "nodes"][0 if models else 1:], *head], rows,
                  text_cols=tuple(range(2 if models else 1)))
 
 
-def stage_table(rows: pd.DataFrame, models: bool = False) -> Table:
+def stage_table(rows: pd.DataFrame, models: bool = False, unit: str = "ranks") -> Table:
     """One stage: per runtime x ranks x nodes (and model, with `models`), its runs, throughput, MFU, time, peak
     memory and every score it recorded; headers as the stage's workload names its figures."""
     score_cols = [c for c in rows.columns if c.startswith("score:") and rows[c].notna().any()]
@@ -94,11 +94,11 @@ def stage_table(rows: pd.DataFrame, models: bool = False) -> Table:
                    for c in figures + score_cols}
         out.append([*cells, str(len(g)),
                     *(fmt(summary[c], cell(c)[2]) for c in figures), *(fmt(summary[c], "3") for c in score_cols)])
-    head = ["runs", *(cell(c, "rank", workload)[0] for c in figures), *(c.split(":", 1)[1] for c in score_cols)]
-    return _point_table(head, out, models)
+    head = ["runs", *(cell(c, unit[:-1], workload)[0] for c in figures), *(c.split(":", 1)[1] for c in score_cols)]
+    return _point_table(head, out, models, unit)
 
 
-def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False) -> Table:
+def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False, unit: str = "ranks") -> Table:
     """Per runtime x ranks x nodes (and model, with `models`): each stage's median time and their sum; a stage
     with no ok run there is '–' and the total says how many stages it adds up."""
     out = []
@@ -107,7 +107,7 @@ def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False) ->
         known = [v for v in per.values() if pd.notna(v)]
         total = f"{fmt(sum(known), '1')}" + ("" if len(known) == len(stages) else f" ({len(known)} of {len(stages)})")
         out.append([*cells, *(fmt(per[s], "1") for s in stages), total if known else fmt(None)])
-    return _point_table([*(f"{s} s" for s in stages), "total s"], out, models)
+    return _point_table([*(f"{s} s" for s in stages), "total s"], out, models, unit)
 
 
 def stage_sections(table: pd.DataFrame) -> dict | None:
@@ -119,6 +119,10 @@ def stage_sections(table: pd.DataFrame) -> dict | None:
         return None
     stages = sorted(dict.fromkeys(rows["stage"]), key=_stage_order)  # those that ran, in the flows' order
     models = rows["model"].astype(str).nunique() > 1  # one model: the column would say nothing
+    # a rank is a GPU where every stage's runs ran on GPUs, by the other tables' rule; one word for the whole part
+    units = {scaling.rank_unit(scaling.device_name(*d)) for d in zip(rows["gpu_name"], rows["gpus_per_node"],
+                                                                      rows["device_type"])}
+    unit = units.pop() if len(units) == 1 else "ranks"
     sections = [{"name": s, "workload": ", ".join(sorted(set(rows.loc[rows["stage"] == s, "workload"].dropna()))),
-                 "table": stage_table(rows[rows["stage"] == s], models)} for s in stages]
-    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages, models)}
+                 "table": stage_table(rows[rows["stage"] == s], models, unit)} for s in stages]
+    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages, models, unit)}

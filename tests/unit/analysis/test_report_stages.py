@@ -225,3 +225,14 @@ def test_the_stages_of_flows_that_trained_different_models_are_never_pooled(tmp_
     assert [r[-1] for r in part["time_to_chat"].rows] == ["55.0", "220.0"]
     assert section(flow_part := stage_sections(collect([tmp_path / "runs" / "d12"]).table), "base_train").columns[0] \
         == "runtime" and flow_part["time_to_chat"].columns[0] == "runtime"  # one model: no column for it
+
+
+def test_the_stage_tables_count_gpus_where_the_runs_ran_on_gpus(tmp_path):
+    """The stage tables' header said "ranks" for runs on GPUs, where every other table of the report says "GPUs"; they
+    now follow the same rule (scaling.rank_unit), and runs without a GPU keep "ranks"."""
+    flow_runs(tmp_path / "runs")
+    table = collect([tmp_path / "runs"]).table
+    on_gpus = stage_sections(table.assign(gpu_name="NVIDIA H200"))
+    assert section(on_gpus, "base_loss").columns[:3] == ["runtime", "GPUs", "nodes"]
+    assert on_gpus["time_to_chat"].columns[:3] == ["runtime", "GPUs", "nodes"]
+    assert section(stage_sections(table), "base_loss").columns[:3] == ["runtime", "ranks", "nodes"]

@@ -119,10 +119,11 @@ def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[lis
 
 
 def _finish_panel(ax, limit_gib: float, limit: str, ylabel: str, title: str) -> None:
-    """The memory limit drawn, the size axis, labels and legend of one memory panel."""
-    ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.0f} GiB")
+    """The memory limit drawn (where the machine recorded it), the size axis, labels and legend of one panel."""
+    if limit_gib > 0:  # a limit of 0 would be a line at the axis and an axis of no height
+        ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.0f} GiB")
+        ax.set_ylim(0, limit_gib * 1.5)
     _params_axis(ax)
-    ax.set_ylim(0, limit_gib * 1.5)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=12)
     ax.legend(loc="upper left", fontsize=9)
@@ -220,11 +221,12 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
                      ("speed", "Throughput and MFU vs size", speed_figure(probes, colors)))
             figures = [save(fig, fig_dir, f"capacity-{name}", title) for name, title, fig in drawn if fig is not None]
     m = machines[0]
-    # a CPU sweep on a host without /proc/meminfo records no device memory
+    # a CPU sweep on a host without /proc/meminfo records neither memory
     device = f"{m['device_bytes'] / GIB:.1f} GiB per device" if m.get("device_bytes") else "memory not recorded"
+    host = f"{m['host_bytes'] / GIB:.0f} GiB" if m.get("host_bytes") else "not recorded"
     lines = ["# Capacity: the largest model each memory strategy trains", "",
-             f"Machine: {m.get('gpu_name') or m['device_type']}, {device}, host "
-             f"{(m['host_bytes'] or 0) / GIB:.0f} GiB. Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
+             f"Machine: {m.get('gpu_name') or m['device_type']}, {device}, host {host}. "
+             f"Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
              "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
              "batch 1 (a search stopped or `not finished` gives a lower bound; one stopped by `GiB held by others` ran "

@@ -197,3 +197,18 @@ def test_a_machine_that_recorded_no_device_memory_is_reported_not_a_type_error(t
     (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
     md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
     assert "Machine: cpu, memory not recorded, host 125 GiB." in md
+
+
+def test_a_machine_that_recorded_no_memory_draws_no_limit_line_and_says_so(tmp_path):
+    """Without device or host memory the memory figure drew a limit line of 0 GiB on an axis of no height (matplotlib
+    warned) and the machine line read "host 0 GiB"; now no limit is drawn and the line says it was not recorded."""
+    import warnings
+
+    s = summary()
+    s["machine"] = {**MACHINE, "device_type": "cpu", "gpu_name": None, "device_bytes": None, "host_bytes": None}
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(s))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
+    assert "Machine: cpu, memory not recorded, host not recorded." in md

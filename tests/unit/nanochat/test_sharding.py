@@ -122,3 +122,15 @@ def test_counts_and_rows_agree_when_no_row_group_is_empty():
     for counts in ([52], [52, 52], [3, 0, 5], [1]):
         for w in (1, 2, 3, 52, 64, 104):
             assert workable_val_files_k(counts, w) == workable_val_files_k_rows([[1] * c for c in counts], w)
+
+
+def test_more_ranks_than_row_groups_are_refused_without_a_pass_over_every_rank(monkeypatch):
+    """`plan --nodes 1000000` asked every K of 40 shards about each of 4,000,000 ranks: minutes, then nothing fits.
+    A split of fewer row groups than ranks starves some, which the counts alone say."""
+    import bench.nanochat.sharding as sharding
+
+    def every_rank(rows, world_size):
+        raise AssertionError(f"a pass over {world_size} ranks")
+
+    monkeypatch.setattr(sharding, "starved_ranks", every_rank)
+    assert workable_val_files_k([32] * 40, 4_000_000) is None

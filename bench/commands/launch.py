@@ -345,6 +345,8 @@ def print_written(job, kind: str) -> None:
 
 def cmd_plan(args) -> int:
     sweep, first, stages = sweep_and_stages(args)
+    if args.flow:  # what submit refuses: a plan that passed them would be no preview of it
+        tokenizer_args(args)
     print((flowmod if args.flow else planmod).format_table(sweep))
     note_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, first, stages)

@@ -259,6 +259,14 @@ def test_a_flows_bad_tokenizer_arg_is_refused_before_anything_is_written(arg, me
     assert not (tmp_path / "s").exists()
 
 
+def test_plan_refuses_the_tokenizer_arg_that_submit_refuses(capsys, tmp_path):
+    """plan --flow printed its table over a --tokenizer-arg that submit of the same flags then refused."""
+    code, out, err = run_cli(["plan", "--flow=speedrun", "--nodes=1", *TINY, f"--base-dir={tmp_path}",
+                              "--tokenizer-arg=vocab_size=abc"], capsys)
+    assert code == 1 and not out
+    assert err.startswith("error: --tokenizer-arg") and "invalid int value: 'abc'" in err
+
+
 @pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--site=test-cluster"]])
 def test_the_interactive_guides_python_check_does_not_exit_the_pasted_shell(flow, capsys, tmp_path):
     """The guide promises that nothing in it exits the salloc shell it is pasted into; its Python check did

@@ -20,6 +20,9 @@ def config_path(name: str) -> Path:
     """A shipped configuration by name, or a site's own file."""
     if name in CONFIGS:
         return CONFIG_DIR / CONFIGS[name]
+    if not name.strip():  # Path('') is the current directory, which was then named as the configuration given
+        raise ConfigError(f"--config {name!r}: an empty value (an unset shell variable?); give a shipped "
+                          f"configuration ({', '.join(CONFIGS)}) or a file")
     path = Path(name)
     if not path.is_file():
         what = "a directory, not a ReFrame configuration file" if path.is_dir() else "no such file"

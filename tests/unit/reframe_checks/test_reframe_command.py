@@ -47,3 +47,10 @@ def test_a_configuration_that_is_a_directory_is_named_so(capsys, tmp_path):
     assert cli.main(["reframe", "--config", str(tmp_path), "--print-command"]) == 1
     assert capsys.readouterr().err.startswith(f"error: --config '{tmp_path}': a directory, not a ReFrame "
                                               "configuration file; shipped configurations: ")
+
+
+def test_an_empty_configuration_is_named_empty_not_a_directory(capsys):
+    """`--config "$CONFIG"` with CONFIG unset was read as the current directory: "a directory, not a ... file"."""
+    assert cli.main(["reframe", "--config", "", "--print-command"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --config '': an empty value") and "directory" not in err

@@ -13,12 +13,13 @@
 from bench.errors import ConfigError
 
 
-def nonempty(flag: str, what: str):
+def nonempty(flag: str, what: str, required: bool = False):
     """An argparse type= for a flag whose empty value is no value: `--name "$NAME"` with NAME unset was taken for
-    the flag left out, its default used unsaid. A ConfigError, not argparse's own error: one line, no usage."""
+    the flag left out, its default used unsaid, and an empty path is the current directory (`report --out ""`
+    wrote there). A ConfigError, not argparse's own error: one line, no usage. `required`: no default to offer."""
     def check(value: str) -> str:
         if not value.strip():
-            raise ConfigError(f"{flag} {value!r}: an empty value (an unset shell variable?); give {what}, "
-                              f"or leave {flag} out for its default")
+            raise ConfigError(f"{flag} {value!r}: an empty value (an unset shell variable?); give {what}"
+                              + ("" if required else f", or leave {flag} out for its default"))
         return value
     return check

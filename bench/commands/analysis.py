@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from bench.analysis import DEFAULT_WORKERS, MAX_WORKERS
+from bench.commands import nonempty
 from bench.errors import AnalysisError, ConfigError
 
 # What collect looks for, said when a root holds none of it (a path one level off, runs not written yet).
@@ -11,8 +12,9 @@ RUNS_LOOKED_FOR = "one holds run.json or metrics.jsonl; upstream base_train logs
 
 def register(subparsers) -> None:
     c = subparsers.add_parser("collect", help="collect run directories (and upstream nanochat logs) into a table")
-    c.add_argument("roots", nargs="+", metavar="ROOT", help="results root(s), sweep or run directories")
-    c.add_argument("--out", default="results/table",
+    c.add_argument("roots", nargs="+", metavar="ROOT", type=nonempty("ROOT", "a directory", required=True),
+                   help="results root(s), sweep or run directories")
+    c.add_argument("--out", default="results/table", type=nonempty("--out", "the table's directory"),
                    help="directory of the table: runs.parquet and runs.csv, updated incrementally "
                         "(default: results/table)")
     c.add_argument("--workers", type=int, default=None, help=f"processes reading runs, 1 to {MAX_WORKERS}, never more "
@@ -21,16 +23,20 @@ def register(subparsers) -> None:
 
     r = subparsers.add_parser("report", help="Markdown + self-contained HTML report with scaling figures")
     r.add_argument("source", metavar="TABLE_OR_ROOT",
+                   type=nonempty("TABLE_OR_ROOT", "a table or a directory", required=True),
                    help="a table from collect (runs.parquet/.csv or its directory), or a directory of runs")
-    r.add_argument("--out", required=True, help="directory for report.md, report.html and figures/")
+    r.add_argument("--out", required=True, type=nonempty("--out", "the report's directory", required=True),
+                   help="directory for report.md, report.html and figures/")
     r.add_argument("--baseline", default=None, help="runtime the others are compared with (default: bare)")
     r.add_argument("--title", default="nanochat-bench report", help="report title")
     r.set_defaults(func=cmd_report)
 
     k = subparsers.add_parser("check", help="compare figures with stored references; exit 1 on a regression "
                                             "or a missing one")
-    k.add_argument("table", metavar="TABLE", help="a table from collect (runs.parquet/.csv or its directory)")
+    k.add_argument("table", metavar="TABLE", type=nonempty("TABLE", "a table", required=True),
+                   help="a table from collect (runs.parquet/.csv or its directory)")
     k.add_argument("--references", required=True, metavar="FILE",
+                   type=nonempty("--references", "a TOML file", required=True),
                    help="references TOML (see results/references.example.toml)")
     k.add_argument("--allow-missing", action="store_true",
                    help="a reference that no usable run matches is reported but does not fail")

@@ -8,6 +8,7 @@
 import re
 from pathlib import Path
 
+from bench.commands import nonempty
 from bench.errors import ConfigError
 
 DEFAULT_STRATEGIES = "zero2,fsdp,fsdp+ac,fsdp+ac+offload"
@@ -65,7 +66,8 @@ def register(subparsers) -> None:
                    help="CPU stand-in for a smaller machine: address space each rank may add after start-up "
                         "(RLIMIT_AS), e.g. 760M")
     p.add_argument("--device-type", default="", choices=["", "cuda", "cpu"], help="default: cuda if a GPU is visible")
-    p.add_argument("--out", default="runs/capacity", help="sweep directory; an existing one is resumed "
+    p.add_argument("--out", default="runs/capacity", type=nonempty("--out", "a directory"),
+                   help="sweep directory; an existing one is resumed "
                    "(default: runs/capacity)")
     p.add_argument("--report", action="store_true", help="write <out>/report/capacity.md and figures; alone: "
                    "only the report of what <out> holds")

@@ -10,6 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from bench.commands import nonempty
 from bench.errors import ConfigError, os_reason
 from bench.pairs import parse_pairs
 from bench.runtimes import edf
@@ -52,7 +53,8 @@ def register(subparsers) -> None:
     p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE",
                    help="extra annotation, repeatable (e.g. com.hooks.cxi.enabled=true)")
     p.add_argument("--read-only", action="store_true", help="writable = false (SSH and MPS hooks need writable)")
-    p.add_argument("--output", "-o", help="write here (atomically) instead of stdout")
+    p.add_argument("--output", "-o", type=nonempty("--output", "a file"),
+                   help="write here (atomically) instead of stdout")
     p.add_argument("--regenerate", nargs="+", metavar="EDF", help="rewrite these files from the command in "
                                                                    "their header; other flags are not allowed")
     p.set_defaults(func=run)

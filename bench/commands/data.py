@@ -57,7 +57,8 @@ def register(subparsers) -> None:
     b.add_argument("--tokenizer", default="nanochat", choices=("nanochat", "gpt2"),
                    help="nanochat: ours ($NANOCHAT_BASE_DIR/tokenizer); gpt2: GPT-2's BPE via tiktoken, only if its "
                         "files are cached offline (default: nanochat)")
-    b.add_argument("--out", default=None, help="directory (default: $NANOCHAT_BASE_DIR/base_data_bin)")
+    b.add_argument("--out", default=None, type=nonempty("--out", "a directory"),
+                   help="directory (default: $NANOCHAT_BASE_DIR/base_data_bin)")
     b.add_argument("--max-tokens", type=int, default=None, help="at most this many tokens per split (default: all)")
     b.set_defaults(func=cmd_bin)
 

@@ -44,17 +44,19 @@ def add_sweep_options(p: argparse.ArgumentParser, single_nodes: bool = False) ->
     g.add_argument("--scaling", choices=planmod.SCALING_MODES, default="weak",
                    help="weak: each rank keeps device batch x sequence, total batch grows with the ranks; "
                         "strong: --total_batch_size fixed, gradient accumulation makes up the rest (default: weak)")
-    g.add_argument("--data-dir", default=None, help="the shards, to choose the validation files K of each point "
+    g.add_argument("--data-dir", default=None, type=nonempty("--data-dir", "a directory"),
+                   help="the shards, to choose the validation files K of each point "
                    "(default: base_data/ under --base-dir or $NANOCHAT_BASE_DIR, when it holds shards)")
     g.add_argument("--row-groups", type=int, default=None, metavar="N",
                    help="row groups per shard, when the data is not on this host (with --shards)")
     g.add_argument("--shards", type=int, default=None, metavar="M", help="shard files there (with --row-groups)")
-    g.add_argument("--base-dir", default=None, help="NANOCHAT_BASE_DIR on the nodes (default: $NANOCHAT_BASE_DIR "
+    g.add_argument("--base-dir", default=None, type=nonempty("--base-dir", "a directory"),
+                   help="NANOCHAT_BASE_DIR on the nodes (default: $NANOCHAT_BASE_DIR "
                    "or ~/.cache/nanochat); must be on a shared filesystem (a stage after pre-training refuses a "
                    "multi-node point otherwise)")
     g.add_argument("--time", default=None, help="time limit of each run, Slurm's HH:MM:SS (default: from the "
                    "estimate with a quarter and 10 min to spare; 30 min where nothing can be estimated)")
-    g.add_argument("--site", default=None, metavar="NAME|FILE",
+    g.add_argument("--site", default=None, metavar="NAME|FILE", type=nonempty("--site", "a site profile"),
                    help=f"site profile: its fast network's set-up for every runtime, the network NCCL must choose "
                         f"(a run on another stops as wrong_network), partitions, the nodes' GPU and its memory; "
                         f"shipped: {', '.join(sites.names())} (default: ${ENV_SITE}, else none)")
@@ -105,7 +107,7 @@ def add_out_options(p: argparse.ArgumentParser) -> None:
     with it."""
     p.add_argument("--name", default=None, type=nonempty("--name", "a sweep name"),
                    help="sweep name, its directory runs/<name> (default: sweep-<date>-<time>; not with --out)")
-    p.add_argument("--out", default=None,
+    p.add_argument("--out", default=None, type=nonempty("--out", "a directory"),
                    help="sweep directory, whose name is the sweep's and begins its jobs' names (default: runs/<name>)")
 
 
@@ -614,12 +616,14 @@ def register_speedrun(subparsers) -> None:
     add_train_flags(p.add_argument_group("pre-training's flags (base_train; nanochat's names)"),
                     "any other pre-training flag, repeatable")
     p.add_argument("--nproc", type=int, default=None, help="ranks of every stage (default: number of GPUs, else 1)")
-    p.add_argument("--run-dir", default=None, help="the point's directory; each stage below it (default: "
+    p.add_argument("--run-dir", default=None, type=nonempty("--run-dir", "a directory"),
+                   help="the point's directory; each stage below it (default: "
                    "./runs/speedrun/<timestamp>; an existing one continues, keeping the stages ok)")
     p.add_argument("--python", default=None, type=nonempty("--python", "an interpreter"),
                    help="the stages' interpreter (default: this one)")
     p.add_argument("--scaling", choices=planmod.SCALING_MODES, default="weak", help="as for plan (default: weak)")
-    p.add_argument("--data-dir", default=None, help="the shards, for the validation files K (default: base_data/ "
+    p.add_argument("--data-dir", default=None, type=nonempty("--data-dir", "a directory"),
+                   help="the shards, for the validation files K (default: base_data/ "
                    "under $NANOCHAT_BASE_DIR)")
     p.set_defaults(func=cmd_speedrun, repeats=1, gpu=None, assume_mfu=0.40,
                    assume_decode_tok_s=planmod.DECODE_TOK_PER_S, workload=workloads.DEFAULT,

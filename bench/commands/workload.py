@@ -54,7 +54,8 @@ def register(subparsers) -> None:
                    help="the workload's interpreter (default: this one for nanochat; for nntile "
                         "$NANOCHAT_BENCH_NNTILE_PYTHON, else the environment bench/workloads/nntile/env.sh builds)")
     t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1; nntile: 1)")
-    t.add_argument("--run-dir", default=None, help="run directory (default: ./runs/local/<timestamp>)")
+    t.add_argument("--run-dir", default=None, type=nonempty("--run-dir", "a directory"),
+                   help="run directory (default: ./runs/local/<timestamp>)")
     t.add_argument("--overwrite", action="store_true", help="delete the run --run-dir already holds and train "
                    "afresh there (without it such a directory is refused, unless --resume_from_step continues it)")
     t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train "
@@ -65,15 +66,16 @@ def register(subparsers) -> None:
                               "machine's ranks (torchrun; in a job: -m bench.nanochat.preflight)")
     p.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
     p.add_argument("--max-mib", type=int, default=None, help="largest buffer (default: 1024 on GPU, 4 on CPU)")
-    p.add_argument("--json", default=None, help="write the records there")
+    p.add_argument("--json", default=None, type=nonempty("--json", "a file"), help="write the records there")
     p.set_defaults(func=cmd_preflight)
 
     s = subparsers.add_parser("smoke", help="generate data, train a tokenizer and a tiny model (2 ranks); seconds, "
                               "no GPU needed")
-    s.add_argument("--base-dir", default="runs/smoke/base",
+    s.add_argument("--base-dir", default="runs/smoke/base", type=nonempty("--base-dir", "a directory"),
                    help="NANOCHAT_BASE_DIR for the smoke data and tokenizer; reused when present "
                         "(default: runs/smoke/base)")
-    s.add_argument("--run-dir", default=None, help="run directory (default: ./runs/smoke/<timestamp>)")
+    s.add_argument("--run-dir", default=None, type=nonempty("--run-dir", "a directory"),
+                   help="run directory (default: ./runs/smoke/<timestamp>)")
     s.add_argument("--overwrite", action="store_true",
                    help="delete the run --run-dir already holds and train afresh there")
     s.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")

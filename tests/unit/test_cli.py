@@ -148,3 +148,25 @@ def test_an_unknown_flag_of_another_command_is_refused_as_before(capsys):
     with pytest.raises(SystemExit):
         cli.main(["plan", "--depht=3"])
     assert capsys.readouterr().err.splitlines()[-1] == "nanochat-bench: error: unrecognized arguments: --depht=3"
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["collect", "", "--out", "t"], "ROOT"), (["collect", "runs", "--out", ""], "--out"),
+    (["report", "", "--out", "r"], "TABLE_OR_ROOT"), (["report", "t", "--out", ""], "--out"),
+    (["check", "", "--references", "r.toml"], "TABLE"), (["check", "t", "--references", ""], "--references"),
+    (["capacity", "--report", "--out", ""], "--out"), (["edf", "--image", "x", "--output", ""], "--output"),
+    (["data", "bin", "--out", ""], "--out"), (["plan", "--data-dir", ""], "--data-dir"),
+    (["plan", "--base-dir", ""], "--base-dir"), (["plan", "--site", ""], "--site"),
+    (["submit", "--dry-run", "--out", ""], "--out"), (["render", "sbatch", "--out", ""], "--out"),
+    (["speedrun", "--run-dir", ""], "--run-dir"), (["speedrun", "--data-dir", ""], "--data-dir"),
+    (["train", "--run-dir", "", "--", "--depth=2"], "--run-dir"), (["preflight", "--json", ""], "--json"),
+    (["smoke", "--base-dir", ""], "--base-dir"), (["smoke", "--run-dir", ""], "--run-dir")])
+def test_an_empty_path_is_refused_naming_its_flag_not_read_as_here_or_the_default(argv, flag, capsys, tmp_path,
+                                                                                  monkeypatch):
+    """`report t --out "$OUT"` with OUT unset wrote the report into the current directory, `smoke --base-dir ""` its
+    shards and tokenizer; others took the default unsaid (`preflight --json ""` wrote no records)."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag} '': an empty value") and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())

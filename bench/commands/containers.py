@@ -139,10 +139,18 @@ def header_argv(path: str | Path) -> list[str]:
                       "only files written by `nanochat-bench edf` can be regenerated")
 
 
+class _Refusing(argparse.ArgumentParser):
+    """The `edf` parser of a header: exit_on_error=False does not reach a sub-parser, so a flag there without its
+    value (`--image` last) printed edf's usage and exited 2, naming no file."""
+
+    def error(self, message: str):
+        raise argparse.ArgumentError(None, message)
+
+
 def parse_edf_args(argv: list[str]) -> argparse.Namespace:
     """Parse `edf` flags alone (for --regenerate and the tests)."""
     parser = argparse.ArgumentParser(prog="nanochat-bench", exit_on_error=False)
-    register(parser.add_subparsers())
+    register(parser.add_subparsers(parser_class=_Refusing))
     try:
         args, unknown = parser.parse_known_args(["edf", *argv])
     except argparse.ArgumentError as e:
@@ -174,7 +182,12 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--regenerate takes only file names, not {', '.join(given)}; the flags come from each "
                               "file's header (write a file anew with `nanochat-bench edf FLAGS -o FILE`)")
         for path in args.regenerate:
-            _write(path, render(parse_edf_args(header_argv(path))))
+            argv = header_argv(path)
+            try:
+                text = render(parse_edf_args(argv))
+            except ConfigError as e:  # of several files, the one whose header is at fault
+                raise ConfigError(f"{path}: {e}") from None
+            _write(path, text)
             print(f"regenerated {path}", file=sys.stderr)
         return 0
     text = render(args)

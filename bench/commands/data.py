@@ -5,6 +5,10 @@ from bench.commands import nonempty
 from bench.errors import ConfigError
 from bench.nanochat import chatstage, data_origin, dataset, download, evalstage
 
+# Defaults of the shards' flags, applied by the commands: the parser leaves them None, so that one given beside
+# --chat or --eval-bundle (which write no shards) can be told from one left out
+WORKERS, SHARDS, DOCS_PER_SHARD, ROW_GROUP_SIZE = 4, 4, 8192, 256
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("data", help="get the data: download FineWeb-Edu shards (or the chat data, the eval "
@@ -22,7 +26,7 @@ def register(subparsers) -> None:
     d.add_argument("-n", "--num-shards", type=int, default=None,
                    help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240; required "
                         "unless --chat or --eval-bundle")
-    d.add_argument("-w", "--workers", type=int, default=4, help="parallel downloads (default: 4)")
+    d.add_argument("-w", "--workers", type=int, default=None, help=f"parallel downloads (default: {WORKERS})")
     d.add_argument("--url", default=None, type=nonempty("--url", "a mirror's base URL"),
                    help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
     d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
@@ -38,10 +42,12 @@ def register(subparsers) -> None:
     g.add_argument("--chat", action="store_true", help="write offline stand-ins of the staged chat data instead")
     g.add_argument("--eval-bundle", action="store_true",
                    help="write a small CORE eval bundle in the real format instead (for tests and CI)")
-    g.add_argument("--shards", type=int, default=4, help="number of shard files; the last K are validation (default: 4)")
-    g.add_argument("--docs-per-shard", type=int, default=8192, help="documents per shard, ~3 KB each (default: 8192)")
-    g.add_argument("--row-group-size", type=int, default=256,
-                   help="documents per row group, the unit dealt to ranks (default: 256, so the default "
+    g.add_argument("--shards", type=int, default=None,
+                   help=f"number of shard files; the last K are validation (default: {SHARDS})")
+    g.add_argument("--docs-per-shard", type=int, default=None,
+                   help=f"documents per shard, ~3 KB each (default: {DOCS_PER_SHARD})")
+    g.add_argument("--row-group-size", type=int, default=None,
+                   help=f"documents per row group, the unit dealt to ranks (default: {ROW_GROUP_SIZE}, so the default "
                         "validation shard serves 32 ranks; upstream's shards use 1024)")
     g.add_argument("--overwrite", action="store_true",
                    help="replace shard files already there (downloaded, or generated with other settings); "
@@ -63,6 +69,15 @@ def register(subparsers) -> None:
     b.set_defaults(func=cmd_bin)
 
 
+def refuse_shard_flags(args, command: str, flags: dict[str, str], verb: str) -> None:
+    """--chat and --eval-bundle stage or write their files whole: a shards' flag beside them went silently unread."""
+    given = [flag for flag, dest in flags.items() if getattr(args, dest) is not None]
+    if given and (args.chat or args.eval_bundle):
+        raise ConfigError(f"data {command}: {', '.join(given)} {'is' if len(given) == 1 else 'are'} for the "
+                          f"pre-training shards; {'--chat' if args.chat else '--eval-bundle'} {verb} its files whole: "
+                          f"leave out {', '.join(given)}, or {command} the shards in a command of their own")
+
+
 def cmd_download(args) -> int:
     if args.chat and args.eval_bundle:
         raise ConfigError("data download: --chat and --eval-bundle stage different things; give one at a time")
@@ -71,6 +86,7 @@ def cmd_download(args) -> int:
     if args.num_shards is not None and (args.chat or args.eval_bundle):  # else staged whole, -n silently unread
         raise ConfigError(f"data download: -n counts FineWeb-Edu shards; {'--chat' if args.chat else '--eval-bundle'} "
                           f"stages its files whole: leave out -n, or download the shards in a command of their own")
+    refuse_shard_flags(args, "download", {"-w": "workers"}, "stages")
     if args.chat:
         return chatstage.cli_download(args)
     if args.eval_bundle:
@@ -78,7 +94,8 @@ def cmd_download(args) -> int:
     if args.num_shards is None:
         raise ConfigError("data download: -n/--num-shards N is required (or --chat for the chat data, "
                           "--eval-bundle for CORE's eval bundle)")
-    paths = download.download_shards(args.num_shards, workers=args.workers, url=args.url, retries=args.retries,
+    workers = WORKERS if args.workers is None else args.workers
+    paths = download.download_shards(args.num_shards, workers=workers, url=args.url, retries=args.retries,
                                      timeout_s=args.timeout, overwrite=args.overwrite)
     print(f"{len(paths)} shard(s) in {dataset.data_dir()}")
     return 0
@@ -99,13 +116,18 @@ def _refuse_a_set_training_cannot_split(num_shards: int) -> None:
 def cmd_generate(args) -> int:
     if args.chat and args.eval_bundle:
         raise ConfigError("data generate: --chat and --eval-bundle write different things; give one at a time")
+    refuse_shard_flags(args, "generate", {"--shards": "shards", "--docs-per-shard": "docs_per_shard",
+                                          "--row-group-size": "row_group_size"}, "writes")
     if args.chat:
         return chatstage.cli_generate(args)
     if args.eval_bundle:
         return evalstage.cli_generate(args)
-    _refuse_a_set_training_cannot_split(args.shards)
-    paths = dataset.generate_shards(args.shards, args.docs_per_shard, args.row_group_size, overwrite=args.overwrite)
-    print(f"{len(paths)} generated shard(s) of {args.docs_per_shard} documents in {dataset.data_dir()}")
+    shards = SHARDS if args.shards is None else args.shards
+    docs = DOCS_PER_SHARD if args.docs_per_shard is None else args.docs_per_shard
+    rows = ROW_GROUP_SIZE if args.row_group_size is None else args.row_group_size
+    _refuse_a_set_training_cannot_split(shards)
+    paths = dataset.generate_shards(shards, docs, rows, overwrite=args.overwrite)
+    print(f"{len(paths)} generated shard(s) of {docs} documents in {dataset.data_dir()}")
     others = len(dataset.list_parquet_files()) - len(paths)
     if others > 0:
         print(f"note: {others} other shard file(s) are in that directory too; the last K files are validation")

@@ -98,6 +98,21 @@ def test_a_shard_count_beside_chat_or_the_eval_bundle_is_refused_before_any_down
     assert "--eval-bundle for CORE's eval bundle" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["data", "generate", "--chat", "--shards", "3"],
+                                  ["data", "generate", "--eval-bundle", "--docs-per-shard", "64"],
+                                  ["data", "generate", "--chat", "--row-group-size", "8"],
+                                  ["data", "download", "--chat", "-w", "8", "--url", "http://127.0.0.1:9"],
+                                  ["data", "download", "--eval-bundle", "-w", "8", "--url", "http://127.0.0.1:9"]])
+def test_a_shards_flag_beside_chat_or_the_eval_bundle_is_refused_not_left_unread(argv, tmp_path, monkeypatch, capsys):
+    """`data generate --chat --shards 3` wrote the chat stand-ins and never read --shards."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    flag = argv[3]
+    assert err.startswith(f"error: data {argv[1]}: {flag} is for the pre-training shards; {argv[2]} ")
+    assert f"leave out {flag}" in err and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("what", [[], ["--chat"], ["--eval-bundle"]])
 @pytest.mark.parametrize("flag, value, says", [("--retries", "0", "--retries 0: must be >= 1"),
                                                ("--timeout", "0", "--timeout 0.0: must be a positive number"),

@@ -11,6 +11,7 @@ base checkpoint on one node. The runtimes that cannot run here are rendered by
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -162,7 +163,8 @@ def test_dry_run_renders_every_other_runtime_and_the_scripts_pass_shellcheck(tmp
     scripts = {}
     for job in stage.glob("*/*/*/rfm_job.sh"):
         inner = job.read_text().splitlines()[-1].split()[-1]
-        runtime = Path(inner).parent.name.split("-")[1]
+        # the run id is n{nodes}-{runtime}-r{repeat} (bench/launch/plan.py), and a runtime's name may hold a `-`
+        runtime = re.fullmatch(r"n\d+-(.+)-r\d+", Path(inner).parent.name)[1]
         scripts[runtime] = (job, Path(inner))
     assert sorted(scripts) == ["apptainer", "ce", "podman", "pyxis", "sarus"]
     for runtime, (job, inner) in scripts.items():

@@ -14,6 +14,7 @@ from bench.launch.job import job_minutes
 from bench.launch.plan import slurm_time
 from bench.reframe_checks import CONFIG_DIR
 from bench.reframe_checks.case import Case, Site, build
+from bench.reframe_checks.checks import feature_runtime
 
 CPU = {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False, "numa_binding": "none"}
 
@@ -218,7 +219,8 @@ def test_every_partition_of_the_alps_example_keeps_nccls_info_lines(tmp_path, mo
     config = runpy.run_path(str(CONFIG_DIR / "alps_example.py"))["site_configuration"]
     for partition in config["systems"][0]["partitions"]:
         site = Site.from_extras(partition["extras"], partition["name"])
-        for runtime in partition["features"]:
+        for feature in partition["features"]:
+            runtime = feature_runtime(feature)
             c = Case(runtime, 2, "weak", 2, [], site, f"example_{partition['name']}_{runtime}")
             spec = build(c, tmp_path / "stage", dry_run=True).job.runs[0].spec
             assert spec.env["NCCL_DEBUG"] == "INFO", (partition["name"], runtime)

@@ -112,7 +112,7 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     """Sizes of the GPT at `depth`, counted from its shape (GPTConfig, held equal to the built model: no model is
     built, which took minutes at a depth of 100000), and per memory strategy the predicted peak memory per rank on
     CUDA (bench/nanochat/memory.py); the trainer's default, zero2, gives the totals."""
-    from bench.nanochat.config import check_depth_limit, shape_problem
+    from bench.nanochat.config import check_depth_limit, grad_accum_steps, shape_problem
     from bench.nanochat.gptconfig import GPTConfig
     from bench.nanochat.memory import GIB, MemoryPoint, estimate
 
@@ -132,7 +132,7 @@ def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, 
     weights = 4 * (num_params - n_wte) + 2 * n_wte  # fp32 master weights, bf16 embedding on CUDA
     adam = (2 * 4 * n_lm_head + 2 * 2 * n_wte) / world_size  # exp_avg + exp_avg_sq, sharded when W > 1
     muon = 4 * n_matrix / world_size  # momentum, kept by each matrix's owner rank
-    grad_accum = max(1, total_batch_size // (device_batch_size * max_seq_len * world_size))
+    grad_accum = grad_accum_steps(total_batch_size, device_batch_size, max_seq_len, world_size)  # the trainer's rule
     by_strategy = {}
     for name in STRATEGIES:
         e = estimate(MemoryPoint(depth, aspect_ratio, vocab_size, max_seq_len, device_batch_size, world_size, name,

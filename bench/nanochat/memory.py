@@ -108,6 +108,7 @@ def _dist_muon_extra(groups: list[tuple[int, int]], world: int, ns_bytes: float)
     sizes = []
     for k, m in groups:
         block = -(-k // world)
+        # padded to W blocks as DistMuon's reduce_scatter takes them: past k ranks each rank stacks W matrices
         stack, own = 4 * block * world * m, 4 * block * m
         live += stack + own + (4 * m if block * world > k else 0)
         sizes.append((stack, own, block * m))

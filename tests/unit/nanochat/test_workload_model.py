@@ -11,7 +11,7 @@ import pytest
 from bench.cli import main
 from bench.commands.workload import model_summary, smoke_train_args
 from bench.errors import ConfigError
-from bench.nanochat.config import MAX_DEPTH
+from bench.nanochat.config import MAX_DEPTH, grad_accum_steps
 from bench.nanochat.gptconfig import GPTConfig
 
 
@@ -65,6 +65,18 @@ def test_model_table(capsys):
 def test_sharded_optimizer_state_shrinks_with_world_size():
     one, eight = model_summary(20, world_size=1), model_summary(20, world_size=8)
     assert eight["memory_gib"]["optimizer"] == pytest.approx(one["memory_gib"]["optimizer"] / 8)
+
+
+def test_a_world_size_the_trainers_total_batch_does_not_divide_is_refused_as_the_trainer_refuses_it(capsys):
+    """model --world_size 100000000 estimated 1 micro-step where the trainer refuses the run, and zero2's peak
+    there (7.9M GiB: DistMuon stacks W matrices per group on each rank) read as if the trainer could run it."""
+    with pytest.raises(ConfigError) as refused:
+        grad_accum_steps(524288, 32, 2048, 3)
+    assert main(["model", "--depth", "2", "--world_size", "3"]) == 1
+    assert capsys.readouterr().err == f"error: {refused.value}\n"
+    assert main(["model", "--depth", "20", "--world_size", "100000000"]) == 1
+    assert "is not a multiple of device_batch_size x max_seq_len x world_size" in capsys.readouterr().err
+    assert model_summary(20, world_size=4)["memory_assumes"]["grad_accum"] == 2
 
 
 def test_bad_depth():

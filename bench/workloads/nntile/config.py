@@ -184,8 +184,9 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
 def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
     """(ncpu, ncuda) for init_context. An explicit ncpu overrides STARPU_NCPU in torch-nntile, so the
     variables are read here: STARPU_NCPU, else every core this process may use; STARPU_NCUDA, else all
-    (-1); --restrict=cpu asks for no CUDA worker. ConfigError for a count that is no integer, or for no
-    worker at all (StarPU would only fail to start, with a traceback)."""
+    (-1); --restrict=cpu asks for no CUDA worker. ConfigError for a count that is no integer, for no
+    worker at all, or for no CPU worker without --restrict=cuda (StarPU would only fail to start, with a
+    traceback)."""
     env = os.environ if env is None else env
     counts = {}
     for name, unset in (("STARPU_NCPU", len(os.sched_getaffinity(0))), ("STARPU_NCUDA", -1)):
@@ -198,6 +199,9 @@ def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
     if ncpu == 0 and ncuda == 0:
         raise ConfigError(f"STARPU_NCPU=0 with {'--restrict=cpu' if restrict == 'cpu' else 'STARPU_NCUDA=0'}: "
                           "no StarPU worker would run a task; give STARPU_NCPU at least 1")
+    if ncpu == 0 and restrict != "cuda":  # without a GPU StarPU fails to start, and a task may want a CPU worker
+        raise ConfigError("STARPU_NCPU=0 without --restrict=cuda: StarPU may have no worker for a task (none at all "
+                          "without a GPU); give STARPU_NCPU at least 1, or run on GPUs only with --restrict=cuda")
     return ncpu, ncuda
 
 

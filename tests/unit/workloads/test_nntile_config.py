@@ -151,7 +151,7 @@ def test_starpu_worker_counts_are_checked_before_starpu_starts():
     'RuntimeError: Error in starpu_initialize()' after StarPU had started."""
     assert nconfig.workers("", {"STARPU_NCPU": "3", "STARPU_NCUDA": "1"}) == (3, 1)
     assert nconfig.workers("cpu", {"STARPU_NCPU": "2", "STARPU_NCUDA": "4"}) == (2, 0)
-    assert nconfig.workers("", {"STARPU_NCPU": "0"}) == (0, -1)  # GPU workers only
+    assert nconfig.workers("cuda", {"STARPU_NCPU": "0"}) == (0, -1)  # GPU workers only
     with pytest.raises(ConfigError, match=r"^STARPU_NCPU=abc: give a number of workers"):
         nconfig.workers("", {"STARPU_NCPU": "abc"})
     with pytest.raises(ConfigError, match=r"^STARPU_NCUDA=1.5: give a number of workers"):
@@ -160,6 +160,14 @@ def test_starpu_worker_counts_are_checked_before_starpu_starts():
         nconfig.workers("cpu", {"STARPU_NCPU": "0"})
     with pytest.raises(ConfigError, match=r"^STARPU_NCPU=0 with STARPU_NCUDA=0: no StarPU worker"):
         nconfig.workers("", {"STARPU_NCPU": "0", "STARPU_NCUDA": "0"})
+
+
+def test_no_cpu_worker_needs_restrict_cuda():
+    """STARPU_NCPU=0 without --restrict on a machine with no GPU passed the check, then ended in
+    'RuntimeError: Error in starpu_initialize()' after StarPU had started."""
+    with pytest.raises(ConfigError, match=r"^STARPU_NCPU=0 without --restrict=cuda: .* give STARPU_NCPU at least 1, "
+                                          r"or run on GPUs only with --restrict=cuda$"):
+        nconfig.workers("", {"STARPU_NCPU": "0"})
 
 
 def test_the_workload_check_refuses_a_bad_worker_count_before_the_run(cfg, tmp_path, monkeypatch):

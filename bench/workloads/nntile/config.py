@@ -158,6 +158,8 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
                           "adds untimed epochs before them; --nforward/--nbackward passes run before both)")
     if config.num_batches == 0 or config.num_batches < -1:
         raise ConfigError(f"--num-batches={config.num_batches}: give a positive number, or -1 for all")
+    if not -2**63 <= config.seed < 2**64:  # torch.manual_seed's range; it would fail only after StarPU started
+        raise ConfigError(f"--seed={config.seed}: must be from -2**63 to 2**64-1")
     if config.full_lr_iter < 1:
         raise ConfigError(f"--full-lr-iter={config.full_lr_iter}: must be >= 1")
     for name, positive in (("lr", False), ("start_lr", False), ("weight_decay", False), ("optimizer_eps", True)):

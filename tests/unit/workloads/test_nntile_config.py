@@ -139,6 +139,15 @@ def test_dataset_checks(cfg, tmp_path):
         nconfig.check_dataset(config, shape)
 
 
+@pytest.mark.parametrize("seed", [-2**63 - 1, 2**64])
+def test_a_seed_torch_refuses_is_refused_before_starpu_starts(cfg, seed):
+    """A seed outside torch.manual_seed's range failed ('ValueError: Overflow when unpacking long long') only
+    after StarPU had started."""
+    with pytest.raises(ConfigError, match=rf"^--seed={seed}: must be from -2\*\*63 to 2\*\*64-1$"):
+        parse(cfg, f"--seed={seed}")
+    assert parse(cfg, f"--seed={-2**63}")[0].seed == -2**63 and parse(cfg, f"--seed={2**64 - 1}")[0].seed == 2**64 - 1
+
+
 def test_the_record_carries_the_analysis_keys(cfg):
     record = nconfig.as_record(*parse(cfg, "--batch=8", "--minibatch=2"))
     assert (record["depth"], record["max_seq_len"], record["total_batch_size"], record["device_batch_size"]) == \

@@ -113,6 +113,16 @@ def gpt2_shape(path: str | os.PathLike) -> dict:
     return shape
 
 
+def inner_note(config_path: str, shape: dict) -> str:
+    """A note line when --config-path gives an n_inner other than the 4 x n_embd the run trains with ('' otherwise):
+    NNTile's example overrides it so, and a figure read as the file's shape would mislead."""
+    given = json.loads(Path(config_path).read_text()).get("n_inner") if config_path else None
+    if given is None or given == shape["n_inner"]:  # null is GPT2Config's own 4 x n_embd
+        return ""
+    return (f"note: --config-path {config_path}: n_inner={given!r} is not used; the MLP is 4 x n_embd = "
+            f"{shape['n_inner']} wide, as NNTile's gpt2_custom_training.py sets it")
+
+
 def flops_per_token(shape: dict, flashattention: bool = False) -> float:
     """Training FLOPs per token of the matrix products, forward and backward, as NNTile's example counts
     them: per layer MLP 4·E·I, Q/K/V/O 8·E², attention 4·T·E (forward; backward twice that), and the

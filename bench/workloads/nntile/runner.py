@@ -38,7 +38,8 @@ from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
 from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.runrecord import RunRecord, open_record
 from bench.workloads.nntile import WORKLOAD_NAME
-from bench.workloads.nntile.config import TILES, as_record, check_dataset, flops_per_token, parse_args, workers
+from bench.workloads.nntile.config import (TILES, as_record, check_dataset, flops_per_token, inner_note, parse_args,
+                                           workers)
 
 
 def log(text: str) -> None:
@@ -114,6 +115,8 @@ def train(argv: list[str], record: RunRecord) -> dict:
     record.update(workload=WORKLOAD_NAME)  # before record.start, whose default is nanochat's
     config, shape = parse_args(argv)
     data = check_dataset(config, shape)  # every check before StarPU starts
+    if note := inner_note(config.config_path, shape):
+        log(note)
 
     try:
         import numpy as np

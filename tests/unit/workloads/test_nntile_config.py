@@ -31,6 +31,20 @@ def test_defaults_resolve_to_untiled_sizes(cfg):
     assert config.num_minibatch == 1 and config.optimizer == "fusedadamw"
 
 
+@pytest.mark.parametrize("n_inner, noted", [(100, True), (256, False), (None, False)])
+def test_an_n_inner_the_run_replaces_is_noted(tmp_path, n_inner, noted):
+    """An n_inner in --config-path was silently replaced by 4 x n_embd, as NNTile's example does."""
+    path = tmp_path / "gpt2.json"
+    path.write_text(json.dumps({"n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32, "vocab_size": 512,
+                                "n_inner": n_inner}))
+    config, shape = nconfig.parse_args([f"--config-path={path}"])
+    assert shape["n_inner"] == 256
+    note = nconfig.inner_note(config.config_path, shape)
+    assert note == (f"note: --config-path {path}: n_inner=100 is not used; the MLP is 4 x n_embd = 256 wide, as "
+                    "NNTile's gpt2_custom_training.py sets it" if noted else "")
+    assert nconfig.inner_note("", shape) == ""  # the default config (GPT-2 small) gives none
+
+
 def test_the_default_shape_is_gpt2_small():
     config, shape = nconfig.parse_args([])
     assert (shape["n_layer"], shape["n_embd"], shape["n_head"], shape["n_positions"], shape["vocab_size"]) == \

@@ -109,14 +109,19 @@ def cmd_capacity(args) -> int:
 
 
 def _gpus() -> int:
-    from bench.capacity.sweep import _gpu
+    from bench.capacity.sweep import SMI_TIMEOUT_S, _gpu
 
     import os
     import subprocess
 
     if _gpu()[0] is None:
         return 1
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:  # a GPU torch sees without nvidia-smi, or a wedged driver
+        why = f"did not answer in {SMI_TIMEOUT_S} s" if isinstance(e, subprocess.TimeoutExpired) else "could not run"
+        print(f"note: nvidia-smi -L {why}, so the GPUs were not counted: probing with 1; give --gpus N for more")
+        return 1
     count = max(1, out.stdout.count("GPU ")) if out.returncode == 0 else 1
     # nvidia-smi lists the node's GPUs; the ranks see those CUDA_VISIBLE_DEVICES names (a job's share of a node)
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]

@@ -446,6 +446,28 @@ def test_the_default_gpus_are_those_the_ranks_see(tmp_path, monkeypatch):
     assert _gpus() == 8
 
 
+@pytest.mark.parametrize("script, why", [("exec sleep 30", "did not answer in 1 s"), (None, "could not run")])
+def test_the_default_gpus_are_one_when_nvidia_smi_hangs_or_is_missing(tmp_path, monkeypatch, capsys, script, why):
+    """`nvidia-smi -L` ran without a timeout (a wedged driver hung `capacity`), and a GPU torch saw without
+    nvidia-smi ended it in a FileNotFoundError traceback."""
+    import time
+
+    from bench.capacity import sweep as sweepmod
+    from bench.commands.capacity import _gpus
+
+    if script:
+        (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\n{script}\n")
+        (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}" if script else str(tmp_path))
+    monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))
+    monkeypatch.setattr(sweepmod, "SMI_TIMEOUT_S", 1)
+    t0 = time.monotonic()
+    assert _gpus() == 1
+    assert time.monotonic() - t0 < 10
+    assert capsys.readouterr().out == (f"note: nvidia-smi -L {why}, so the GPUs were not counted: probing with 1; "
+                                       "give --gpus N for more\n")
+
+
 @pytest.mark.parametrize("script, free", [
     ("echo 81000; echo 80000", 80000 * 2 ** 20),  # the least of the probe's GPUs
     ("echo '[N/A]'", None),  # a GPU that does not report it

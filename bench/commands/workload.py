@@ -287,6 +287,7 @@ def smoke_train_args(steps: int, nproc: int) -> list[str]:
 
 def cmd_smoke(args) -> int:
     from bench.launch.local import default_run_dir, run_local
+    from bench.nanochat.runclaim import refuse_early
 
     nproc = _nproc(args.nproc, 2)
     if args.steps < 1:
@@ -297,8 +298,9 @@ def cmd_smoke(args) -> int:
     except OSError as e:
         raise ConfigError(f"--base-dir {args.base_dir}: cannot be made: {os_reason(e)}; give smoke a directory "
                           f"it can write (default: runs/smoke/base)") from None
-    prepare_smoke_data(base_dir)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("smoke")
+    refuse_early(run_dir, overwrite=args.overwrite, resumable=False)  # the run would refuse it after the data
+    prepare_smoke_data(base_dir)
     env = dict(os.environ, **{ENV_BASE_DIR: str(base_dir)})
     print(f"training a tiny model with {nproc} rank(s); run directory: {run_dir}")
     rc = run_local(smoke_train_args(args.steps, nproc), nproc, run_dir, env=env, overwrite=args.overwrite,

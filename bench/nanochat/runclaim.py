@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import socket
+from pathlib import Path
 
 from bench.errors import RunDirError, run_dir_error
 from bench.nanochat import heartbeat
@@ -75,12 +76,28 @@ def _claim(path: str, refuse_finished: bool, resume: bool, overwrite: bool, resu
         _empty_run_dir(path)
     elif refuse_finished and not resume and holds_a_run(path):
         release(path)
-        resume_it = ", or continue that run with `train -- --resume_from_step=<a saved step>`" if resumable else ""
-        raise RunDirBusy(f"{path} already holds a run (its {METRICS_JSONL} has events); give a new "
-                         f"--run-dir or start it afresh with --overwrite (the old run's files are deleted){resume_it}")
+        raise _finished(path, resumable)
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": _run_id()}).encode(), 0)
     heartbeat.clear_earlier(path)  # an earlier run's ranks
+
+
+def _finished(path: str, resumable: bool) -> RunDirBusy:
+    resume_it = ", or continue that run with `train -- --resume_from_step=<a saved step>`" if resumable else ""
+    return RunDirBusy(f"{path} already holds a run (its {METRICS_JSONL} has events); give a new "
+                      f"--run-dir or start it afresh with --overwrite (the old run's files are deleted){resume_it}")
+
+
+def refuse_early(run_dir: "str | os.PathLike", overwrite: bool = False, resumable: bool = True) -> None:
+    """What claim(refuse_finished=True) would refuse for lack of a directory (a file in the way) or for a finished
+    run in it, told before a command's long preparation (smoke's data) and without making or taking anything:
+    a preparation that fails then leaves no run directory."""
+    path = os.path.abspath(os.fspath(run_dir))
+    nearest = next(p for p in (path, *map(os.fspath, Path(path).parents)) if os.path.lexists(p))
+    if not os.path.isdir(nearest):
+        raise run_dir_error(run_dir, FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(run_dir)))
+    if not overwrite and holds_a_run(path):
+        raise _finished(path, resumable)
 
 
 def ours(run_dir: "str | os.PathLike") -> bool:

@@ -87,6 +87,30 @@ def test_smokes_errors_advise_what_smoke_takes(tmp_path):
     assert "already holds a run" in line and "--overwrite" in line and "resume_from_step" not in line, line
 
 
+def test_a_smoke_run_dir_the_run_would_refuse_is_refused_before_the_data_is_made(tmp_path, monkeypatch, capsys):
+    """A --run-dir that was a file (or below one), or that held a run, without --overwrite, was refused only once
+    smoke had generated its shards and trained its tokenizer."""
+    from bench.commands import workload
+
+    monkeypatch.setattr(workload, "prepare_smoke_data", lambda base: pytest.fail("smoke data generated"))
+    (tmp_path / "file").write_text("kept")
+    (tmp_path / "ran").mkdir()
+    (tmp_path / "ran" / "metrics.jsonl").write_text('{"event": "start"}\n')
+    for run_dir, expected in (
+            (tmp_path / "file", f"the run directory {tmp_path / 'file'} cannot be written: a file of that name is in "
+                                "the way, not a directory"),
+            (tmp_path / "file" / "run", f"the run directory {tmp_path / 'file' / 'run'} cannot be written: "
+                                        f"{tmp_path / 'file'} is a file in the way, not a directory"),
+            (tmp_path / "ran", f"{tmp_path / 'ran'} already holds a run (its metrics.jsonl has events); give a new "
+                               "--run-dir or start it afresh with --overwrite (the old run's files are deleted)")):
+        assert cli.main(["smoke", "--base-dir", str(tmp_path / "base"), "--run-dir", str(run_dir)]) == 1
+        assert capsys.readouterr().err == f"error: {expected}\n"
+    assert (tmp_path / "file").read_text() == "kept" and sorted(p.name for p in (tmp_path / "ran").iterdir()) == \
+        ["metrics.jsonl"]
+    with pytest.raises(pytest.fail.Exception, match="smoke data generated"):  # --overwrite: the run empties it
+        cli.main(["smoke", "--base-dir", str(tmp_path / "base"), "--run-dir", str(tmp_path / "ran"), "--overwrite"])
+
+
 def test_a_preflight_json_that_cannot_be_written_is_refused_before_any_rank_starts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("torchrun started"))
     (tmp_path / "file").write_text("kept")

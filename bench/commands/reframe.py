@@ -5,11 +5,13 @@ installed nanochat-bench knows their paths; this command only puts them on ReFra
 """
 
 import argparse
+import functools
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
+from bench.commands.workload import trainer_flags_hint
 from bench.errors import ConfigError
 from bench.reframe_checks import CHECKS, CONFIG_DIR
 
@@ -61,4 +63,5 @@ def register(subparsers) -> None:
                    help=f"a ReFrame site configuration: {', '.join(CONFIGS)} (shipped) or a file")
     p.add_argument("--print-command", action="store_true", help="print the reframe command instead of running it")
     p.add_argument("reframe_args", nargs=argparse.REMAINDER, help="arguments for reframe, after --")
-    p.set_defaults(func=cmd_reframe)
+    p.set_defaults(func=cmd_reframe,
+                   unrecognized_hint=functools.partial(trainer_flags_hint, p, whose="ReFrame's flags"))

@@ -83,9 +83,11 @@ def register(subparsers) -> None:
     s.set_defaults(func=cmd_smoke)
 
 
-def trainer_flags_hint(parser: argparse.ArgumentParser, given: list[str], extra: list[str], args) -> str:
+def trainer_flags_hint(parser: argparse.ArgumentParser, given: list[str], extra: list[str], args,
+                       whose: str = "trainer flags") -> str:
     """`train --nproc 2 --depth=2`: only what follows `--` is the trainer's, so argparse refused --depth=2 as
-    train's; the command as it should be written: train's own flags (`parser`'s) before `--`, the rest after."""
+    train's; the command as it should be written: train's own flags (`parser`'s) before `--`, the rest after.
+    `whose`: what goes after `--` (`reframe` passes ReFrame's flags there)."""
     takes_value = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}  # no public accessor
     tokens, own, trainer, i = given[given.index(args.command) + 1:], [], [], 0
     while i < len(tokens):
@@ -96,7 +98,7 @@ def trainer_flags_hint(parser: argparse.ArgumentParser, given: list[str], extra:
         n = 1 + (takes_value.get(name, False) and "=" not in tokens[i])
         (own if name in takes_value else trainer).extend(tokens[i:i + n])
         i += n
-    return f"trainer flags go after --: {shlex.join(['nanochat-bench', args.command, *own, '--', *trainer])}"
+    return f"{whose} go after --: {shlex.join(['nanochat-bench', args.command, *own, '--', *trainer])}"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ import os
 import shlex
 from pathlib import Path
 
+import pytest
+
 from bench import cli
 from bench.reframe_checks import CHECKS, CONFIG_DIR
 
@@ -18,6 +20,16 @@ def test_print_command_names_the_shipped_files(capsys):
     assert argv == ["reframe", "-C", str(CONFIG_DIR / "alps_example.py"), "-c", str(CHECKS), "--timestamp",
                     "--system", "alps-example", "-r"]
     assert CHECKS.is_file() and (CONFIG_DIR / "alps_example.py").is_file()
+
+
+def test_reframe_flags_before_the_dashes_are_refused_with_the_command_as_it_should_be(capsys):
+    """argparse said only "unrecognized arguments: -r", with no word that ReFrame's flags follow --, as train's do."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["reframe", "--config", "alps-example", "--print-command", "-r"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == ("nanochat-bench: error: unrecognized arguments: -r; ReFrame's "
+                                                        "flags go after --: nanochat-bench reframe --config "
+                                                        "alps-example --print-command -- -r")
 
 
 def test_a_timestamp_the_user_gives_is_kept_and_not_doubled(capsys):

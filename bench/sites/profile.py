@@ -341,6 +341,8 @@ def _image_archives(table: Any, where: str) -> dict[str, str]:
     out = {}
     for runtime, entry in table.items():
         iw = f"{where}: images.{runtime}"
+        if runtime not in registry.names():  # a misspelt name is named so, as in [runtimes.NAME]
+            raise ConfigError(f"{iw} is not a runtime; valid: {', '.join(registry.names())}")
         if runtime not in ARCHIVE_RUNTIMES:
             raise ConfigError(f"{iw}: only {', '.join(ARCHIVE_RUNTIMES)} load an image archive on their nodes (the "
                               f"others make their image once per sweep, or read it from the shared filesystem)")

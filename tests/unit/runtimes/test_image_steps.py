@@ -220,6 +220,9 @@ def test_site_image_archive(tmp_path):
     site.write_text('name = "s"\nnetwork = "ethernet"\n[images.pyxis]\narchive = "/none/nb.tar"\n')
     with pytest.raises(ConfigError, match="images.pyxis: only podman load an image archive"):
         sites.load(str(site))
+    site.write_text('name = "s"\nnetwork = "ethernet"\n[images.nope]\narchive = "/none/nb.tar"\n')
+    with pytest.raises(ConfigError, match=rf"images.nope is not a runtime; valid: {', '.join(runtimes.names())}$"):
+        sites.load(str(site))  # not "only podman load an image archive", as if nope were a runtime that does not
     archive = tmp_path / "nb.tar"
     archive.write_bytes(b"")  # an interrupted `podman save`: every node's load would fail inside the job
     site.write_text(f'name = "s"\nnetwork = "ethernet"\n[images.podman]\narchive = "{archive}"\n')

@@ -8,8 +8,8 @@
     flowrender.py a flow's job -> shell text (slurm/flow.sh.j2, flow_interactive.sh.j2)
     jobrecord.py the batch script's own run.json step (standard library only, shipped in <sweep>/.lib)
     rdzvport.py  the rendezvous port checked free on the first node (standard library only, in .lib too)
-    numabind.py  torchrun's --numa-binding only where numactl is there and every NUMA node has CPUs, else each
-                 worker binds itself
+    numabind.py  torchrun's --numa-binding only where numactl is there, every NUMA node has CPUs and, among
+                 several, every GPU names its node; else each worker binds itself
     elastic.py   torchrun, ending in one line that says how the ranks ended
     local.py     a run on this machine, without Slurm
     slurm.py     sbatch --parsable, squeue --json, scontrol show job -o

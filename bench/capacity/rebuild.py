@@ -8,22 +8,27 @@ failure the smallest larger one that did not fit. The search is marked incomplet
 sweep would have probed next is not known.
 """
 
+import sys
 from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
 from bench.capacity.search import Shape, num_params
 from bench.capacity.sweep import MACHINE_KEYS, SUMMARY_JSON, _shape_dict, save_summary, summarize
 from bench.errors import ConfigError
-from bench.contract import RUN_JSON, read_run_json
+from bench.contract import RUN_JSON, RunJsonError, read_run_json
 
 
 def finished_probes(out: Path) -> list[ProbeResult]:
-    """Every probe under <out>/runs/ with a recorded outcome, smallest model first."""
+    """Every probe under <out>/runs/ with a recorded outcome, smallest model first; a probe whose run.json is
+    damaged (cut short by the kill that ended the sweep) is left out with a note, so the others are reported."""
     found = []
     for run_json in sorted((out / "runs").glob("*/*/run.json")):
-        cap = read_run_json(run_json.parent).get("capacity")
         try:
+            cap = read_run_json(run_json.parent).get("capacity")
             spec = ProbeSpec(**cap["probe"])
+        except RunJsonError as e:
+            print(f"note: {e.path} {e.reason}; that probe is left out of the rebuilt summary", file=sys.stderr)
+            continue
         except (TypeError, KeyError):
             continue  # not a finished probe (cancelled, or written by another release)
         if (result := read_probe(spec, run_json.parent)) is not None:

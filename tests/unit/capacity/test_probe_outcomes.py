@@ -498,3 +498,29 @@ def test_a_budget_under_what_a_probe_needs_is_refused(tmp_path):
                                           r"give at least 20$"):
         SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=10)
     SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=20)
+
+
+@pytest.mark.parametrize("damage", ['{"capacity": {"pro', "[]"])
+def test_report_after_a_killed_sweep_skips_a_damaged_probe_naming_it(tmp_path, capsys, damage):
+    """A probe's run.json cut short by the kill (or not an object) stopped the rebuild on one error line, so the
+    probes that finished went unreported."""
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.sweep import load_summary
+    from bench.cli import main
+
+    for depth, outcome in ((2, "ok"), (4, "oom"), (6, None)):
+        spec = ProbeSpec("fsdp", depth, device_type="cpu")
+        run_dir = tmp_path / "runs" / "fsdp" / spec.name
+        run_dir.mkdir(parents=True)
+        extra = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
+                 "predicted_need_bytes": depth << 28}  # as the sweep records them
+        if outcome:
+            update_run_json(run_dir, capacity=ProbeResult(spec, outcome, num_params=depth * 10, tok_per_sec=99.0,
+                                                          extra=extra).record())
+        else:
+            (run_dir / "run.json").write_text(damage)
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0
+    [search] = load_summary(tmp_path)["searches"]
+    assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
+    [note] = [line for line in capsys.readouterr().err.splitlines() if "run.json" in line]
+    assert note.startswith(f"note: {run_dir / 'run.json'} ") and "left out" in note

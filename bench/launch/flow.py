@@ -594,7 +594,7 @@ def point_tag(flow: str, point_dir: Path, out: Callable[[str], None]) -> str:
 def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:
     """What a kept stage ran with that this command would not give it (its run.json's command, after `--`): a
     rerun with, say, another --depth keeps the model trained before, and says so."""
-    command = contract.read_run_json(run_dir).get("launch", {}).get("command") or []
+    command = (contract.read_run_json(run_dir).get("launch") or {}).get("command") or []
     if "--" not in command:
         return ""
     before = command[command.index("--") + 1:]

@@ -454,6 +454,17 @@ def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypat
     assert lines[-2].endswith("kept")  # the same flags: nothing to say
 
 
+def test_a_stage_kept_from_a_run_json_whose_launch_is_null_is_kept_without_a_word(tmp_path, monkeypatch):
+    """A run.json whose launch section is null (the record admits one; written by hand or by another tool) stopped
+    the rerun on an AttributeError."""
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    fs, point, lines = sweep(), tmp_path / "point", []
+    (point / "base_train").mkdir(parents=True)
+    (point / "base_train" / "run.json").write_text(json.dumps({"status": "ok", "launch": None}))
+    assert flow.run_local_flow(fs, 2, point, out=lines.append).statuses == {"base_train": "ok"}
+    assert lines[-1].endswith("base_train ok in an earlier run of this flow, kept")
+
+
 def test_a_training_stage_run_again_sets_aside_the_checkpoints_of_its_earlier_attempt(tmp_path, monkeypatch):
     """base_train run again with fewer steps saved step 4 beside an earlier attempt's step 6, and base_loss, loading
     the largest step, measured the old model without a word."""

@@ -76,14 +76,24 @@ def finish(run_dir: str, exit_code: str, signal: str = "") -> None:
     contract.close_unfinished(run_dir, code, "srun", source="batch_script")
 
 
+def _read(run_dir: str) -> dict:
+    """run.json, or {} after one line naming it on stderr where it is damaged: the job's log gets no traceback,
+    and a run whose record cannot be read is neither kept nor resumed, as one without a record."""
+    try:
+        return contract.read_run_json(run_dir)
+    except contract.RunJsonError as e:
+        print(e, file=sys.stderr)
+        return {}
+
+
 def kept(run_dir: str) -> int:
     """Exit 0 when the run already ended `ok` (an earlier attempt of a resubmitted job): the script skips it."""
-    return 0 if contract.read_run_json(run_dir).get("status") == "ok" else 1
+    return 0 if _read(run_dir).get("status") == "ok" else 1
 
 
 def resume_step(run_dir: str) -> None:
     """Print the step a resubmitted run continues from (its checkpoint), or nothing."""
-    step = (contract.read_run_json(run_dir).get("launch") or {}).get("resume_from_step")
+    step = (_read(run_dir).get("launch") or {}).get("resume_from_step")
     if step is not None:
         print(int(step))
 

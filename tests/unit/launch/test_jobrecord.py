@@ -115,3 +115,15 @@ def test_a_stop_after_the_trainers_own_end_keeps_it(tmp_path):
     contract.update_run_json(tmp_path, status="oom", message="CUDA out of memory")
     jobrecord.finish(str(tmp_path), "143", "SIGTERM")
     assert contract.read_run_json(tmp_path)["status"] == "oom"
+
+
+@pytest.mark.parametrize("damage", ['{"status": "o', '"ok"'])
+@pytest.mark.parametrize("step, rc", [("kept", 1), ("resume-step", 0)])
+def test_a_damaged_run_json_is_one_line_naming_it_not_a_traceback_in_the_jobs_log(lib, tmp_path, damage, step, rc):
+    """`kept` exits as for a run not kept, `resume-step` prints no step, as where run.json says nothing."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(damage)
+    r = run(sys.executable, lib, [step, str(run_dir)], tmp_path)
+    assert (r.returncode, r.stdout) == (rc, "")
+    assert r.stderr.startswith(f"{run_dir / 'run.json'} ") and r.stderr.count("\n") == 1, r.stderr

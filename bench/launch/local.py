@@ -169,9 +169,11 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
             raise run_dir_error(run_dir, e) from None
         t0 = time.time()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        rc = -received[0] if received else 0  # stopped before it started: as if the signal had killed it
         try:
-            if not received:
+            # rc decided with the start: a signal between the two would leave a run not started with exit code 0
+            if received:  # stopped before it started: as if the signal had killed it
+                rc = -received[0]
+            else:
                 started.append(subprocess.Popen(cmd, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                 preexec_fn=_own_session_dying_with_parent))
                 if received:  # came while it started, before `forward` could reach it

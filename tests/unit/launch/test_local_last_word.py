@@ -75,6 +75,45 @@ def test_a_ctrl_c_before_the_workload_started_records_the_run_stopped(tmp_path, 
                                                                          "the workload was not started")
 
 
+def test_a_ctrl_c_at_any_line_before_the_start_records_the_run_stopped(tmp_path):
+    """A Ctrl-C that came after the launcher had set its exit status to 0 but before it checked for a signal
+    skipped the start, yet run.json's launch said exit code 0 beside `cancelled`, and the launcher exited 0."""
+    import inspect
+    import signal
+    import sys
+
+    from bench.launch import local
+
+    lines, first = inspect.getsourcelines(run_local)
+    begin = first + next(i for i, line in enumerate(lines) if "prepare_local(" in line) + 1
+    end = first + next(i for i, line in enumerate(lines) if "subprocess.Popen(" in line)
+    for target in range(begin, end):  # the signal comes just before line `target` runs
+        fired = []
+
+        def on_line(frame, event, _arg, target=target, fired=fired):
+            if event == "line" and frame.f_lineno == target and not fired:
+                fired.append(target)
+                os.kill(os.getpid(), signal.SIGINT)  # its handler runs before os.kill returns
+            return on_line
+
+        started = tmp_path / f"started-{target}"
+        stand_in = tmp_path / f"python-{target}"
+        stand_in.write_text(f"#!/bin/sh\ntouch {started}\n")
+        stand_in.chmod(0o755)
+        run_dir = tmp_path / f"run-{target}"
+        sys.settrace(lambda frame, event, arg: on_line if frame.f_code is local.run_local.__code__ else None)
+        try:
+            rc = run_local([], 2, run_dir, env=dict(os.environ), python=str(stand_in))
+        finally:
+            sys.settrace(None)
+        if not fired:  # no code on that line (a comment, a blank line)
+            continue
+        manifest = json.loads((run_dir / "run.json").read_text())
+        assert not started.exists(), target
+        assert (rc, manifest["launch"]["exit_code"], manifest["status"]) == (130, -2, "cancelled"), target
+        assert manifest["message"] == "nanochat-bench train received SIGINT; the workload was not started", target
+
+
 def test_a_ctrl_c_during_the_last_writes_still_records_the_stop(tmp_path, monkeypatch):
     """The launcher put the default handlers back before its last writes to run.json: a Ctrl-C there ended it with a
     traceback and without its evidence."""

@@ -158,8 +158,9 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
             if started:
                 started[0].send_signal(signum)
 
-    # From run.json's `pending` to its last write a signal is the run's stop, recorded: the default handlers
-    # would end the launcher there with a traceback, the run left pending or without the launcher's word.
+    # From run.json's `pending` to its last write a signal is taken, the run's stop (recorded) until the workload
+    # ended: the default handlers would end the launcher there with a traceback, the run left pending or without
+    # the launcher's word.
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
         cmd, child_env = prepare_local(train_args, nproc, run_dir, env, workload, python)
@@ -184,6 +185,8 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
                     while thread.is_alive():
                         thread.join(0.5)  # in slices: the main thread stays free to run the signal handler
                 rc = proc.wait()
+            # one after this came once the workload had ended on its own: absorbed, the run is its own exit's
+            stop = received[:1]
         finally:
             output.close()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -191,8 +194,8 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
         try:
             contract.update_run_json(run_dir, launch={"exit_code": rc, "finished_at": time.time(),
                                                     "wall_time_s": time.time() - t0, "cpu_time_s": cpu})
-            if received:
-                name = signal.Signals(received[0]).name
+            if stop:
+                name = signal.Signals(stop[0]).name
                 contract.record_evidence(run_dir, contract.Evidence(
                     source="launcher", kind="stopped", signal=name, exit_code=rc,
                     message=f"nanochat-bench train received {name}; the workload was "

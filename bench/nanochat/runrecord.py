@@ -49,6 +49,8 @@ from bench.contract import (
     WORKLOAD,
     Evidence,
     EventWriter,
+    RunJsonError,
+    SchemaError,
     event_writer,
     load_manifest,
     record_evidence,
@@ -188,9 +190,16 @@ class RunRecord:
                     say(f"[rank {self.rank}] could not record the failure: {run_dir_error(self.run_dir, e)}")
                 return
             except (ValueError, RecursionError) as e:  # a newer major's run.json (SchemaError), a corrupt one
-                # not this release's to rewrite: the rank still ends with its status, saying why nothing was recorded
-                say(f"[rank {self.rank}] could not record the failure: "
-                    f"{os.path.join(self.run_dir, RUN_JSON)} cannot be read ({first_line(e, 'unreadable')})")
+                # not this release's to rewrite: the rank still ends with its status, saying why nothing was recorded;
+                # RunJsonError's advice to delete the run directory is not for a rank still running in it
+                path = os.path.join(self.run_dir, RUN_JSON)
+                if isinstance(e, RunJsonError):
+                    why = f"{e.path} {e.reason}"
+                elif isinstance(e, SchemaError):  # its message starts with the path
+                    why = f"{path} is not of this release's contract: {first_line(e).removeprefix(path + ': ')}"
+                else:
+                    why = f"{path} is not a run's record ({first_line(e, type(e).__name__)})"
+                say(f"[rank {self.rank}] could not record the failure: {why}")
                 return
 
     def cancel_on_signals(self) -> None:

@@ -226,3 +226,20 @@ def test_a_failing_rank_exits_even_when_run_json_cannot_be_read(tmp_path, monkey
         assert ended.value.args == (1,)
         said = capsys.readouterr().err
         assert "[rank 1] could not record the failure" in said and "[rank 1] error (failed): bad flag" in said
+
+
+def test_a_failure_not_recorded_is_said_in_one_accurate_line(tmp_path, capsys):
+    """The line named run.json twice, said a newer major's run.json (read, only not this release's) could not be
+    read, and passed on the advice to delete the run directory to a rank still running in it."""
+    path = tmp_path / "run.json"
+    cases = [
+        (json.dumps({"schema_version": "99.0", "status": "running"}),
+         f"{path} is not of this release's contract: schema_version '99.0' is of major 99"),
+        ('{"status": "runn', f"{path} is not valid JSON"),
+    ]
+    for text, why in cases:
+        path.write_text(text)
+        RunRecord(1, str(tmp_path)).fail("failed", "bad flag")
+        said = [line for line in capsys.readouterr().err.splitlines() if "could not record the failure" in line]
+        assert len(said) == 1 and said[0].startswith(f"[rank 1] could not record the failure: {why}"), said
+        assert said[0].count(str(path)) == 1 and "delete" not in said[0] and "cannot be read" not in said[0]

@@ -29,6 +29,10 @@ def finished_probes(out: Path) -> list[ProbeResult]:
         except RunJsonError as e:
             print(f"note: {e.path} {e.reason}; that probe is left out of the rebuilt summary", file=sys.stderr)
             continue
+        except OSError as e:
+            print(f"note: {run_json} cannot be read: {e.strerror or e}; that probe is left out of the rebuilt "
+                  f"summary", file=sys.stderr)
+            continue
         except (TypeError, KeyError):
             continue  # not a finished probe (cancelled, or written by another release)
         if (result := read_probe(spec, run_json.parent)) is not None:

@@ -147,7 +147,7 @@ def _holder_stopped(fd: int) -> bool:
 
 
 class RunJsonError(ValueError):
-    """run.json is there but is not a run's record (not JSON, not an object, not readable): the message names the
+    """run.json is there but is not a run's record (not JSON, not UTF-8, not an object): the message names the
     file and what to do, `reason` says what is wrong after "run.json". The CLI prints it in one line as it prints a
     BenchError (this package imports nothing of bench: it is shipped beside the jobs); a ValueError, as json's own
     error was, for the readers that get by without the record."""
@@ -160,15 +160,14 @@ class RunJsonError(ValueError):
 
 def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
     """The manifest of a run directory as plain data, or {} when there is none yet; RunJsonError when it is
-    there but is not a JSON object."""
+    there but is not a JSON object. A failure to read it (a directory named run.json, EACCES, EIO, ESTALE) stays an
+    OSError, as for any file of the run directory: it may pass, and the file itself may be sound."""
     path = os.path.join(os.fspath(run_dir), RUN_JSON)
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (FileNotFoundError, NotADirectoryError):  # none yet, or no run directory
         return {}
-    except OSError as e:
-        raise RunJsonError(path, f"cannot be read: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise RunJsonError(path, f"is not valid JSON ({e.msg}: line {e.lineno})") from None
     except UnicodeDecodeError:

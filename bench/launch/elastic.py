@@ -156,7 +156,7 @@ def _signal_name(signum: int) -> str:
 def _record(run_dir: str, evidence) -> None:
     try:
         contract.record_evidence(run_dir, evidence)
-    except (OSError, contract.SchemaError) as e:
+    except (OSError, contract.SchemaError, contract.RunJsonError) as e:
         say(f"torchrun: could not record the outcome in {run_dir}: {e}")
 
 

@@ -84,6 +84,9 @@ def _read(run_dir: str) -> dict:
     except contract.RunJsonError as e:
         print(e, file=sys.stderr)
         return {}
+    except OSError as e:
+        print(f"{os.path.join(run_dir, contract.RUN_JSON)} cannot be read: {e.strerror or e}", file=sys.stderr)
+        return {}
 
 
 def kept(run_dir: str) -> int:

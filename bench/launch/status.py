@@ -84,6 +84,8 @@ def _read(run_dir: Path) -> tuple[dict, str]:
         return contract.read_run_json(run_dir), ""
     except contract.RunJsonError as e:
         return {}, f"run.json {e.reason}; it is left as it is"
+    except OSError as e:
+        return {}, f"run.json cannot be read: {e.strerror or e}; it is left as it is"
 
 
 def _finished(manifest: dict) -> bool:

@@ -500,7 +500,7 @@ def test_a_budget_under_what_a_probe_needs_is_refused(tmp_path):
     SweepConfig(out=tmp_path, strategies=["fsdp"], budget_s=20)
 
 
-@pytest.mark.parametrize("damage", ['{"capacity": {"pro', "[]"])
+@pytest.mark.parametrize("damage", ['{"capacity": {"pro', "[]", None])
 def test_report_after_a_killed_sweep_skips_a_damaged_probe_naming_it(tmp_path, capsys, damage):
     """A probe's run.json cut short by the kill (or not an object) stopped the rebuild on one error line, so the
     probes that finished went unreported."""
@@ -517,6 +517,8 @@ def test_report_after_a_killed_sweep_skips_a_damaged_probe_naming_it(tmp_path, c
         if outcome:
             update_run_json(run_dir, capacity=ProbeResult(spec, outcome, num_params=depth * 10, tok_per_sec=99.0,
                                                           extra=extra).record())
+        elif damage is None:  # as a read that fails (EACCES, EIO)
+            (run_dir / "run.json").mkdir()
         else:
             (run_dir / "run.json").write_text(damage)
     assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0

@@ -156,3 +156,15 @@ def test_a_signal_to_torchrun_is_recorded_though_its_terminal_is_gone(tmp_path, 
     monkeypatch.setattr(sys, "stderr", GoneTerminal())
     assert elastic.main(["--standalone", "train.py"]) == 128 + signal.SIGTERM
     assert contract.read_run_json(tmp_path)["message"] == "torchrun received SIGTERM; the workers were stopped"
+
+
+def test_a_run_json_that_cannot_be_recorded_in_is_one_line_not_a_traceback(tmp_path, capsys):
+    """A directory named run.json (or one cut short) made torchrun's wrapper end in a traceback while recording a
+    signal or a failed worker."""
+    for name, make in (("dir", lambda p: p.mkdir()), ("cut", lambda p: p.write_text('{"status": "o'))):
+        (tmp_path / name).mkdir()
+        make(tmp_path / name / "run.json")
+        record_signal(str(tmp_path / name), "SIGTERM")
+        err = capsys.readouterr().err
+        assert err.startswith(f"torchrun: could not record the outcome in {tmp_path / name}: ") and \
+            err.count("\n") == 1, err

@@ -117,13 +117,16 @@ def test_a_stop_after_the_trainers_own_end_keeps_it(tmp_path):
     assert contract.read_run_json(tmp_path)["status"] == "oom"
 
 
-@pytest.mark.parametrize("damage", ['{"status": "o', '"ok"'])
+@pytest.mark.parametrize("damage", ['{"status": "o', '"ok"', None])
 @pytest.mark.parametrize("step, rc", [("kept", 1), ("resume-step", 0)])
 def test_a_damaged_run_json_is_one_line_naming_it_not_a_traceback_in_the_jobs_log(lib, tmp_path, damage, step, rc):
     """`kept` exits as for a run not kept, `resume-step` prints no step, as where run.json says nothing."""
     run_dir = tmp_path / "r"
     run_dir.mkdir()
-    (run_dir / "run.json").write_text(damage)
+    if damage is None:  # as a read that fails (EACCES, EIO)
+        (run_dir / "run.json").mkdir()
+    else:
+        (run_dir / "run.json").write_text(damage)
     r = run(sys.executable, lib, [step, str(run_dir)], tmp_path)
     assert (r.returncode, r.stdout) == (rc, "")
     assert r.stderr.startswith(f"{run_dir / 'run.json'} ") and r.stderr.count("\n") == 1, r.stderr

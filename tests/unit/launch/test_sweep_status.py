@@ -115,6 +115,9 @@ def test_a_damaged_run_json_is_one_unreadable_row_and_left_as_it_is(tmp_path):
         assert (tmp_path / name / "run.json").read_text() == text  # left for its owner to look at
         row = RunState(name, "3", "COMPLETED", status, message)
         assert row.done and row.settled and not row.resubmittable  # a wait ends; its plan is not rewritten
+    (tmp_path / "dir" / "run.json").mkdir(parents=True)  # as a read that fails (EACCES, EIO)
+    assert _derive(tmp_path / "dir", JobState("3", "COMPLETED")) == (
+        "unreadable", "run.json cannot be read: Is a directory; it is left as it is")
     (tmp_path / "future").mkdir()
     (tmp_path / "future" / "run.json").write_text(json.dumps({"schema_version": "3.0", "status": "pending"}))
     status, message = _derive(tmp_path / "future", JobState("4", "CANCELLED"))

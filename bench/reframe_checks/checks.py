@@ -66,8 +66,11 @@ def run_problem(row: dict, kind: str) -> str | None:
     """Why a run's row cannot be judged (None when it can): run.json status ok; a training run recorded steps
     with steady figures; an evaluation, which takes no step, recorded its scores (run.json `scores`)."""
     run_id, skip = row.get("run_id"), row.get("skip_reason")
-    if row["status"] != "ok":
-        return f"run.json status is {row['status']!r}: {row.get('message') or 'no message'}"
+    status = row.get("status")
+    if (status is None or isinstance(status, float) and math.isnan(status)) and skip:  # NaN: a table's None
+        return f"run {run_id} has no status: {skip}"
+    if status != "ok":
+        return f"run.json status is {status!r}: {row.get('message') or 'no message'}"
     if kind != EVALUATION and not row.get("steps_recorded"):
         return f"run {run_id} recorded no step events ({row.get('source')}/{contract.METRICS_JSONL})"
     if skip:

@@ -17,7 +17,7 @@ from bench.analysis import why
 from bench.analysis.columns import perf_units
 from bench.reframe_checks import CONFIG_DIR
 from bench.reframe_checks.checks import (ENVIRON_FEATURE, feature_runtime, nanochat_bench, nccl_net_problem, one_line,
-                                         runtime_feature)
+                                         run_problem, runtime_feature)
 from bench.workloads.base import EVALUATION, TRAINING
 
 # ReFrame's configuration schema (reframe/schemas/config.json): `alphanum_string` for the features of partitions
@@ -120,3 +120,17 @@ def test_expected_failures_reach_reframe_as_its_own_soft_errors():
     with pytest.raises(KeyError):  # a bug stays a bug
         with one_line(ReframeConfigError):
             raise KeyError("x")
+
+
+def test_a_run_without_a_status_is_judged_by_why_its_run_json_was_not_read(tmp_path):
+    """collect gives a run whose run.json cannot be read no status; the check said 'run.json status is None: no
+    message', never the reason its row carries."""
+    from bench.analysis.rundir import read_run_dir
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.json").write_text("")
+    row = read_run_dir(tmp_path / "r")
+    assert row["status"] is None and row["skip_reason"].startswith("run.json is empty")
+    assert run_problem(row, TRAINING) == f"run {row['run_id']} has no status: {row['skip_reason']}"
+    assert run_problem({**row, "status": float("nan")}, TRAINING) == run_problem(row, TRAINING)  # from a table
+    assert run_problem({**row, "skip_reason": None}, TRAINING) == "run.json status is None: no message"

@@ -46,7 +46,7 @@ def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     except UnicodeDecodeError:
         return {}, "run.json is not UTF-8 text (a damaged or foreign file)"
     if not text.strip():
-        return {}, "run.json is empty (its writer died or its disk filled)"
+        return {}, "run.json is empty (nanochat-bench replaces it whole: a copy or another tool emptied it)"
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as e:

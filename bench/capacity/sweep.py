@@ -141,19 +141,34 @@ def _gpu() -> tuple[str | None, int | None]:
     return None, None
 
 
+def visible_gpus() -> list[str] | None:
+    """The GPUs CUDA_VISIBLE_DEVICES shows the ranks (on a shared node, the job's own); None when it is unset (all
+    of the node's). CUDA reads it up to the first name that is no GPU's, so set but empty, -1 or Slurm's NoDevFiles
+    show none."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    visible = []
+    for name in (d.strip() for d in value.split(",") if d.strip()):
+        if not (name.isdigit() or name.startswith(("GPU-", "MIG-"))):
+            break
+        visible.append(name)
+    return visible
+
+
 def _gpu_ids(nproc: int) -> str:
     """The GPUs of a probe's ranks as nvidia-smi's -i takes them: the first `nproc` of CUDA_VISIBLE_DEVICES
-    (the ranks' cuda:0, cuda:1, ...; on a shared node, the job's own GPUs), else 0..nproc-1."""
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return ",".join(visible[:nproc] if visible else map(str, range(nproc)))
+    (the ranks' cuda:0, cuda:1, ...), else 0..nproc-1; "" where it shows none."""
+    visible = visible_gpus()
+    return ",".join(visible[:nproc] if visible is not None else map(str, range(nproc)))
 
 
 def _smi(fields: str, nproc: int) -> list[str]:
     """nvidia-smi's CSV lines of `fields` for the GPUs of `nproc` ranks; none where it is missing, fails or hangs
     (a wedged driver: the sweep goes on without the figure)."""
-    if not shutil.which("nvidia-smi"):
+    if not shutil.which("nvidia-smi") or not (ids := _gpu_ids(nproc)):  # none: the ranks see no GPU to ask of
         return []
-    query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", _gpu_ids(nproc)]
+    query = ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", ids]
     try:
         out = subprocess.run(query, capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -109,12 +109,12 @@ def cmd_capacity(args) -> int:
 
 
 def _gpus() -> int:
-    from bench.capacity.sweep import SMI_TIMEOUT_S, _gpu
+    from bench.capacity.sweep import SMI_TIMEOUT_S, _gpu, visible_gpus
 
-    import os
     import subprocess
 
-    if _gpu()[0] is None:
+    visible = visible_gpus()  # nvidia-smi lists the node's GPUs; the ranks see these (a job's share of a node)
+    if visible == [] or _gpu()[0] is None:
         return 1
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
@@ -122,7 +122,7 @@ def _gpus() -> int:
         why = f"did not answer in {SMI_TIMEOUT_S} s" if isinstance(e, subprocess.TimeoutExpired) else "could not run"
         print(f"note: nvidia-smi -L {why}, so the GPUs were not counted: probing with 1; give --gpus N for more")
         return 1
-    count = max(1, out.stdout.count("GPU ")) if out.returncode == 0 else 1
-    # nvidia-smi lists the node's GPUs; the ranks see those CUDA_VISIBLE_DEVICES names (a job's share of a node)
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return min(count, len(visible)) if visible else count
+    # one line per GPU; "No devices were found" is none
+    listed = sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+    count = max(1, listed)
+    return min(count, len(visible)) if visible is not None else count

@@ -446,6 +446,40 @@ def test_the_default_gpus_are_those_the_ranks_see(tmp_path, monkeypatch):
     assert _gpus() == 8
 
 
+@pytest.mark.parametrize("visible", ["", "-1", "NoDevFiles"])
+def test_a_job_shown_no_gpu_probes_on_one_rank_not_every_gpu_of_the_node(tmp_path, monkeypatch, visible):
+    """CUDA_VISIBLE_DEVICES set to show the ranks no GPU (empty, -1, Slurm's NoDevFiles) was read as unset, or as
+    one GPU: `capacity` without --gpus started its probes on nvidia-smi's count of the node, and the sweep read
+    the memory of GPUs its ranks could not use."""
+    from bench.capacity import sweep as sweepmod
+    from bench.commands.capacity import _gpus
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + 'case "$1" in -L) for i in 0 1 2 3; do echo "GPU $i: NVIDIA H100"; done;; '
+                   '*) echo "NVIDIA H100, 81559";; esac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert sweepmod.visible_gpus() == [] and sweepmod._gpu_ids(2) == "" and sweepmod._smi("memory.free", 2) == []
+    assert _gpus() == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"1,{visible},2")  # CUDA reads no further than a name of no GPU
+    assert sweepmod.visible_gpus() == (["1"] if visible else ["1", "2"])
+
+
+def test_nvidia_smi_finding_no_device_counts_no_gpu(tmp_path, monkeypatch):
+    """Its one line, "No devices were found", is no GPU's: the probes run on one rank, the least there is."""
+    from bench.capacity import sweep as sweepmod
+    from bench.commands.capacity import _gpus
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))  # torch sees one
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert _gpus() == 1
+
+
 @pytest.mark.parametrize("script, why", [("exec sleep 30", "did not answer in 1 s"), (None, "could not run")])
 def test_the_default_gpus_are_one_when_nvidia_smi_hangs_or_is_missing(tmp_path, monkeypatch, capsys, script, why):
     """`nvidia-smi -L` ran without a timeout (a wedged driver hung `capacity`), and a GPU torch saw without

@@ -7,7 +7,7 @@ from bench.nanochat import chatstage, data_origin, dataset, download, evalstage
 
 # Defaults of the shards' flags, applied by the commands: the parser leaves them None, so that one given beside
 # --chat or --eval-bundle (which write no shards) can be told from one left out
-WORKERS, SHARDS, DOCS_PER_SHARD, ROW_GROUP_SIZE = 4, 4, 8192, 256
+SHARDS, DOCS_PER_SHARD, ROW_GROUP_SIZE = 4, 8192, 256
 
 
 def register(subparsers) -> None:
@@ -26,7 +26,7 @@ def register(subparsers) -> None:
     d.add_argument("-n", "--num-shards", type=int, default=None,
                    help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240; required "
                         "unless --chat or --eval-bundle")
-    d.add_argument("-w", "--workers", type=int, default=None, help=f"parallel downloads (default: {WORKERS})")
+    d.add_argument("-w", "--workers", type=int, default=None, help=f"parallel downloads (default: {download.WORKERS})")
     d.add_argument("--url", default=None, type=nonempty("--url", "a mirror's base URL"),
                    help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
     d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
@@ -94,7 +94,7 @@ def cmd_download(args) -> int:
     if args.num_shards is None:
         raise ConfigError("data download: -n/--num-shards N is required (or --chat for the chat data, "
                           "--eval-bundle for CORE's eval bundle)")
-    workers = WORKERS if args.workers is None else args.workers
+    workers = download.WORKERS if args.workers is None else args.workers
     paths = download.download_shards(args.num_shards, workers=workers, url=args.url, retries=args.retries,
                                      timeout_s=args.timeout, overwrite=args.overwrite)
     print(f"{len(paths)} shard(s) in {dataset.data_dir()}")

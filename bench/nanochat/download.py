@@ -47,6 +47,7 @@ ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"
 MAX_SHARD = 1822  # shards 0..1822 exist upstream
 PERMANENT_HTTP = (400, 401, 403, 404, 410)  # answers no retry can change
+WORKERS = 4  # parallel downloads: `data download`'s default too
 CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the rest resumes
 CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
 READ_TIMEOUT_S = 30.0  # the longest silence accepted from a server that took the connection
@@ -342,7 +343,8 @@ def one_download_at_a_time(directory: Path):
         os.close(fd)
 
 
-def download_shards(num_shards: int, workers: int = 4, url: str | None = None, out_dir: str | os.PathLike | None = None,
+def download_shards(num_shards: int, workers: int = WORKERS, url: str | None = None,
+                    out_dir: str | os.PathLike | None = None,
                     retries: int = 5, backoff_s: float = 2.0, timeout_s: float = READ_TIMEOUT_S,
                     progress: bool = True, chunk_bytes: int = CHUNK_BYTES, overwrite: bool = False) -> list[Path]:
     """Shards 0..num_shards-1 (-1 = all 1823) into out_dir (default base_data/); DataError listing failures,

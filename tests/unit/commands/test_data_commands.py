@@ -126,3 +126,18 @@ def test_download_refuses_retries_and_timeouts_that_make_no_sense_in_every_mode(
     n = [] if what else ["-n", "1"]
     assert main(["data", "download", *what, *n, "--url", "http://127.0.0.1:9", flag, value]) == 1
     assert capsys.readouterr().err == f"error: {says}" + (" of seconds\n" if flag == "--timeout" else "\n")
+
+
+def test_download_without_w_uses_the_downloaders_own_default(tmp_path, monkeypatch, capsys):
+    """The command and download_shards each held a default of 4 workers, free to drift apart."""
+    import inspect
+
+    from bench.nanochat import download
+
+    asked = {}
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    monkeypatch.setattr(download, "download_shards", lambda n, **kw: asked.update(kw) or [])
+    assert main(["data", "download", "-n", "1", "--url", "http://127.0.0.1:9"]) == 0
+    assert asked["workers"] == download.WORKERS
+    monkeypatch.undo()
+    assert inspect.signature(download.download_shards).parameters["workers"].default == download.WORKERS

@@ -40,7 +40,7 @@ SMI_TIMEOUT_S = 30  # nvidia-smi answers in well under a second; a wedged driver
 DEVICE_KEYS = MACHINE_KEYS[:3]  # a probe measured on another device (an --out on a shared file system) runs again
 # The deepest shape the search lists: d1024 at aspect ratio 64 has 5.3e13 parameters, beyond any node's memory, while
 # listing and predicting every even depth up to --max-depth grows with its square (100000 took minutes, no probe ran)
-MAX_DEPTH = 1024
+SEARCH_MAX_DEPTH = 1024  # not config.MAX_DEPTH, the deepest GPT any command takes
 
 
 @dataclass
@@ -82,9 +82,9 @@ class SweepConfig:
                               f"the budget left; give at least {self.min_probe_s:g}")
         if self.search and self.max_depth < 2:  # the search's shapes are the even depths 2..--max-depth
             raise ConfigError(f"--max-depth={self.max_depth}: the search needs at least 2 (its shapes are even depths)")
-        if self.search and self.max_depth > MAX_DEPTH:
-            raise ConfigError(f"--max-depth={self.max_depth}: at most {MAX_DEPTH} (d{MAX_DEPTH} has 5.3e13 parameters "
-                              "at aspect ratio 64, more than any node holds)")
+        if self.search and self.max_depth > SEARCH_MAX_DEPTH:
+            raise ConfigError(f"--max-depth={self.max_depth}: at most {SEARCH_MAX_DEPTH} (d{SEARCH_MAX_DEPTH} has "
+                              "5.3e13 parameters at aspect ratio 64, more than any node holds)")
         from bench.nanochat.config import check_depth_limit
 
         for depth in self.depths:

@@ -198,11 +198,12 @@ def test_a_negative_budget_or_a_search_without_shapes_is_refused_naming_the_flag
 
 def test_a_max_depth_beyond_any_node_is_refused_not_listed_for_minutes(tmp_path):
     """Regression: --max-depth 100000 listed and predicted 50,000 shapes per strategy, minutes before any probe."""
-    from bench.capacity.sweep import MAX_DEPTH, SweepConfig
+    from bench.capacity.sweep import SEARCH_MAX_DEPTH, SweepConfig
 
-    with pytest.raises(ConfigError, match=rf"^--max-depth=100000: at most {MAX_DEPTH} \(d{MAX_DEPTH} has 5.3e13"):
+    deepest = SEARCH_MAX_DEPTH
+    with pytest.raises(ConfigError, match=rf"^--max-depth=100000: at most {deepest} \(d{deepest} has 5.3e13"):
         SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=100000)
-    SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=MAX_DEPTH)
+    SweepConfig(out=tmp_path, strategies=["fsdp"], max_depth=SEARCH_MAX_DEPTH)
     SweepConfig(out=tmp_path, strategies=["fsdp"], search=False, depths=[2], max_depth=100000)  # no search: not read
 
 

@@ -88,16 +88,16 @@ def _read(run_dir: Path) -> tuple[dict, str]:
         return {}, f"run.json cannot be read: {e.strerror or e}; it is left as it is"
 
 
-def _finished(manifest: dict) -> bool:
-    """The batch script recorded the run's end (bench/launch/jobrecord.py finish): it outlived the run."""
+def _cut_by_the_job(manifest: dict, status: str) -> bool:
+    """A run that ended other than ok while the job's end (a time limit, a lost node) could have cut it: the batch
+    script never recorded its end (bench/launch/jobrecord.py finish; gone with its node), or received Slurm's SIGTERM
+    while it went on. An earlier run of the job that the batch script saw end on its own was not cut."""
+    if status not in contract.FINAL_STATUSES or status == "ok":
+        return False
     launch = manifest.get("launch")
-    return isinstance(launch, dict) and launch.get("finished_at") is not None
-
-
-def _stopped_by_signal(manifest: dict) -> bool:
-    """The batch script received Slurm's SIGTERM while the run went on."""
-    return any(isinstance(e, dict) and e.get("source") == "batch_script" and e.get("kind") == "stopped"
-               for e in manifest.get("evidence") or [])
+    finished = isinstance(launch, dict) and launch.get("finished_at") is not None
+    return not finished or any(isinstance(e, dict) and e.get("source") == "batch_script" and e.get("kind") == "stopped"
+                               for e in manifest.get("evidence") or [])
 
 
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
@@ -112,17 +112,16 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
     if job is None:
         return status, message
     seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
-    if job.state in ("TIMEOUT", "DEADLINE") and status in contract.FINAL_STATUSES and status != "ok" \
-            and (seen & STOPPED or not seen and status == "cancelled") and not seen & {"time_limit", "not_run"} \
-            and (_stopped_by_signal(manifest) or not _finished(manifest)):
+    cut = _cut_by_the_job(manifest, status)
+    if job.state in ("TIMEOUT", "DEADLINE") and cut and (seen & STOPPED or not seen and status == "cancelled") \
+            and not seen & {"time_limit", "not_run"}:
         # Slurm's time limit sent the SIGTERM the ranks may have recorded as a cancel: the cause is the limit (a
         # flow's stage that never started was not cut by it: it stays not run; nor was a run of the job that ended
         # before it, diverged or failed on its own, with no stop seen, or with the cancels of the ranks torchrun
         # stopped after one failed, which the batch script saw end without a stop)
         evidence = contract.Evidence(source="status", kind="time_limit",
                                    message=f"Slurm job {job.job_id} reached its time limit ({job.state}); {message}")
-    elif FROM_SLURM.get(job.state) == "node_lost" and status in contract.FINAL_STATUSES and status != "ok" \
-            and not seen & {"node_lost", "not_run"} and (_stopped_by_signal(manifest) or not _finished(manifest)):
+    elif FROM_SLURM.get(job.state) == "node_lost" and cut and not seen & {"node_lost", "not_run"}:
         # the ranks that survived the node recorded its echo (peer_lost, an error); the cause outranks them. A run
         # the batch script saw end on its own (an earlier one of the job), with no stop, was not cut by the loss.
         evidence = contract.Evidence(source="status", kind="node_lost",

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
-from bench.nanochat.numanode import parse_cpulist
+from bench.nanochat.numanode import cpus_by_node
 
 FLAG = "--numa-binding"
 
@@ -48,21 +48,11 @@ def usable(argv: list[str], which: Callable[[str], Optional[str]] = shutil.which
 
 def cpuless_nodes(sys_root: Path = Path("/sys")) -> list[int]:
     """The NUMA nodes of this machine without CPUs (memory alone)."""
-    return sorted(n for n, cpus in _nodes(sys_root) if not cpus)
+    return sorted(n for n, cpus in cpus_by_node(sys_root).items() if not cpus)
 
 
 def nodes_with_cpus(sys_root: Path = Path("/sys")) -> list[int]:
-    return sorted(n for n, cpus in _nodes(sys_root) if cpus)
-
-
-def _nodes(sys_root: Path) -> list[tuple[int, set[int]]]:
-    nodes = []
-    for cpulist in (sys_root / "devices/system/node").glob("node[0-9]*/cpulist"):
-        try:
-            nodes.append((int(cpulist.parent.name[len("node"):]), parse_cpulist(cpulist.read_text())))
-        except (OSError, ValueError):
-            continue  # a node gone offline since it was listed
-    return nodes
+    return sorted(n for n, cpus in cpus_by_node(sys_root).items() if cpus)
 
 
 def gpus_without_node(sys_root: Path = Path("/sys")) -> list[str]:

@@ -47,10 +47,21 @@ def nearest_with_cpus(node: int, sys_root: Path = Path("/sys")) -> int | None:
     distances = [int(d) for d in (base / f"node{node}/distance").read_text().split()]
     if len(online) != len(distances):
         return None
-    with_cpus = {n: d for n, d in zip(online, distances)
-                 if parse_cpulist((base / f"node{n}/cpulist").read_text())}
+    cpus = cpus_by_node(sys_root)
+    with_cpus = {n: d for n, d in zip(online, distances) if cpus.get(n)}
     nearest = [n for n, d in with_cpus.items() if d == min(with_cpus.values())]
     return nearest[0] if len(nearest) == 1 else None
+
+
+def cpus_by_node(sys_root: Path = Path("/sys")) -> dict[int, set[int]]:
+    """Each NUMA node of this machine and its CPUs (none for a node of memory alone, a GH200's HBM)."""
+    nodes = {}
+    for cpulist in (sys_root / "devices/system/node").glob("node[0-9]*/cpulist"):
+        try:
+            nodes[int(cpulist.parent.name[len("node"):])] = parse_cpulist(cpulist.read_text())
+        except (OSError, ValueError):
+            continue  # a node gone offline since it was listed
+    return nodes
 
 
 def gpu_pci_address(device_index: int) -> str | None:

@@ -174,15 +174,22 @@ def parse_event(value: Any, notes: Optional[List[str]] = None) -> Dict[str, Any]
 
 class EventWriter:
     """Appends events to metrics.jsonl, one line each, written at once so a crash loses nothing. A write
-    that fails (a full disk) is cut back to the last whole line where no other process appended after it."""
+    that fails (a full disk) is cut back to the last whole line where no other process appended after it;
+    a half line left where one did starts no joined line: the next event begins on a line of its own."""
 
     def __init__(self, run_dir: "str | os.PathLike"):
         os.makedirs(os.fspath(run_dir), exist_ok=True)
         self.path = os.path.join(os.fspath(run_dir), METRICS_JSONL)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
 
     def emit(self, event: str, **fields: Any) -> None:
         line = (json.dumps(make_event(event, **fields)) + "\n").encode()
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            # another writer's half line (its disk filled, and this rank's line came before it could cut it
+            # back): joined to it, this event would be lost to every reader; a lock is no answer where the
+            # parallel file system ignores it
+            line = b"\n" + line
         written = os.write(self._fd, line)  # a write that raises wrote nothing
         if written != len(line):
             # Other ranks append to this file too (their error events): only a half line that is still the file's

@@ -58,3 +58,20 @@ def test_a_short_write_alone_is_cut_back_to_the_last_whole_line(tmp_path, monkey
     with pytest.raises(OSError):
         writer.emit("imports_done", t=3.0)
     assert (tmp_path / METRICS_JSONL).read_bytes() == whole
+
+
+def test_a_half_line_left_by_another_writer_does_not_take_the_next_event_with_it(tmp_path):
+    """A rank's short write that could not be cut back (another rank appended first, or it died): the next event
+    starts its own line, so a reader loses only the half line, with a note, not the event joined to it."""
+    from bench.analysis.rundir import read_events
+
+    EventWriter(tmp_path).emit("start", t=1.0)
+    with open(tmp_path / METRICS_JSONL, "ab") as f:
+        f.write(THEIRS[:len(THEIRS) // 2])
+    writer = EventWriter(tmp_path)
+    writer.emit("imports_done", t=3.0)
+    writer.emit("first_step", t=4.0)
+    notes = []
+    events = read_events(tmp_path / METRICS_JSONL, notes)
+    assert [e["event"] for e in events] == ["start", "imports_done", "first_step"]
+    assert notes == ["metrics.jsonl: 1 malformed line(s) left out"]

@@ -5,8 +5,8 @@ run.json is rewritten whole (temp file + rename), so a reader sees the old file 
 writers are several processes (the ranks, torchrun's wrapper, the batch script): each read-merge-write
 holds an advisory lock on the run directory. A writer waits for it as long as any rewrite could take
 (a slow holder keeps its update, and so does the waiter), counted from the last rewrite that landed, so a
-long queue of writers keeps every update; except behind a holder on this node that is stopped (SIGSTOP),
-which would hold every other writer: then, as after the bound, it goes ahead unlocked.
+long queue of writers keeps every update, up to LOCK_WAIT_MAX_S in all; except behind a holder on this node
+that is stopped (SIGSTOP), which would hold every other writer: then, as after the bound, it goes ahead unlocked.
 Where the file system has no locks the lock is skipped.
 """
 
@@ -25,6 +25,9 @@ from .record import RUN_JSON, SLURM_VARS, TRAIN_LOG, RunManifest
 from .versions import SCHEMA_VERSION, newer
 
 LOCK_WAIT_S = 10.0  # far longer than any rewrite of run.json takes, on a loaded shared file system too
+# A waiter that gives up behind a holder stuck on another node rewrites run.json unlocked, which the others take
+# for the holder's progress: without a cap every rank of a large job would wait LOCK_WAIT_S more for each before it.
+LOCK_WAIT_MAX_S = 60.0
 _holding = threading.local()  # the run directory this thread holds: a signal handler's write inside a write goes on
 
 
@@ -87,7 +90,8 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
         fd = os.open(os.fspath(run_dir), os.O_RDONLY)
     except OSError:
         fd = -1  # no directory yet: the first write creates it, nobody else is writing
-    deadline = time.time() + LOCK_WAIT_S
+    began = time.time()
+    deadline = began + LOCK_WAIT_S
     next_look = time.time() + 0.2
     last_write = _written(run_dir)
     try:
@@ -106,7 +110,7 @@ def _locked(run_dir: "str | os.PathLike") -> Iterator[None]:
                     # and each rewrite that lands shows the turns go on
                     written = _written(run_dir)
                     if written != last_write:
-                        last_write, deadline = written, time.time() + LOCK_WAIT_S
+                        last_write, deadline = written, min(time.time() + LOCK_WAIT_S, began + LOCK_WAIT_MAX_S)
                 time.sleep(0.01)
         _holding.run_dir = key
         yield

@@ -1,12 +1,14 @@
 """run.json's writers take turns: a slow writer keeps its update and so does the one that waited for it;
-a writer stopped while it holds the lock does not hold the others.
+a writer stopped while it holds the lock does not hold the others, and no writer waits longer than the cap.
 
     python -m pytest tests/unit/contract/test_run_json_lock.py -q
 """
 
+import fcntl
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 from bench.contract import Evidence, record_evidence
@@ -104,3 +106,30 @@ def test_writers_queued_longer_than_the_bound_all_keep_their_updates(tmp_path, m
     for proc in procs:
         proc.join(60)
     assert sorted(e.rank for e in load_manifest(tmp_path).evidence) == list(range(8))
+
+
+def test_writers_behind_a_stuck_holder_never_wait_longer_than_the_cap(tmp_path, monkeypatch):
+    """A holder that makes no progress where /proc/locks cannot show it stopped (another node): each waiter that
+    gives up rewrites run.json unlocked, which the later ones took for the holder's progress and waited the bound
+    again, so the ranks of a large job arriving one after another waited about LOCK_WAIT_S more for each before it."""
+    monkeypatch.setattr("bench.contract.files.LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr("bench.contract.files.LOCK_WAIT_MAX_S", 1.5)
+    holder = os.open(tmp_path, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # held by this running process: waited for, as a holder on another node
+    waits = {}
+
+    def waiter(rank):
+        began = time.time()
+        record_evidence(tmp_path, Evidence(source="trainer", kind="cancelled", rank=rank, message=f"rank {rank}"))
+        waits[rank] = time.time() - began
+
+    threads = [threading.Thread(target=waiter, args=(rank,)) for rank in range(20)]
+    try:
+        for thread in threads:
+            thread.start()
+            time.sleep(0.15)
+        for thread in threads:
+            thread.join(60)
+    finally:
+        os.close(holder)
+    assert len(waits) == 20 and max(waits.values()) < 2.0, f"waited up to {max(waits.values()):.1f} s (cap 1.5 s)"

@@ -27,7 +27,8 @@ from .versions import SCHEMA_VERSION, newer
 LOCK_WAIT_S = 10.0  # far longer than any rewrite of run.json takes, on a loaded shared file system too
 # A waiter that gives up behind a holder stuck on another node rewrites run.json unlocked, which the others take
 # for the holder's progress: without a cap every rank of a large job would wait LOCK_WAIT_S more for each before it.
-LOCK_WAIT_MAX_S = 60.0
+# Under Slurm's default KillWait (30 s), so a rank recording its SIGTERM writes before the SIGKILL comes.
+LOCK_WAIT_MAX_S = 25.0
 _holding = threading.local()  # the run directory this thread holds: a signal handler's write inside a write goes on
 
 

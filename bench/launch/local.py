@@ -206,4 +206,9 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    caller = previous[received[0]] if received else None
+    if callable(caller) and caller is not signal.default_int_handler:
+        # a caller's own handler (a local flow's, which starts no stage after one) is told of the signal, also of one
+        # absorbed after the workload ended; the default ones would end the launcher before it returned the status
+        caller(received[0], None)
     return rc if rc >= 0 else 128 - rc  # killed by signal N: 128+N, as a shell says it (an exit status of -9 is 247)

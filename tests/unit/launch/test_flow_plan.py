@@ -646,3 +646,33 @@ def test_a_podman_flows_job_time_covers_the_image_step_before_its_tokenizer(twic
     [fj] = flow.assemble(fs, opts, tmp_path / "sw", note=lambda _: None)
     minutes = IMAGE_STEP_MINUTES + fs.tokenizer_minutes + job_minutes(fj.job.runs)
     assert f"--time={slurm_time(minutes)}" in fj.job.directives
+
+
+def test_a_ctrl_c_as_a_stage_ends_ok_stops_the_flow_before_the_next_stage(twice, tmp_path, monkeypatch):
+    """A Ctrl-C that came after a stage's workload had ended, while its launcher wrote run.json's last fields, was
+    absorbed by the stage's launcher, so the flow never heard of it and went on to train the next stage."""
+    import os
+    import signal
+    import sys
+
+    from bench import contract
+
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    ran = tmp_path / "ran"
+    stand_in = tmp_path / "python"  # a stage that ends ok, as its trainer records it
+    stand_in.write_text(f"#!/bin/sh\necho x >> {ran}\nexec {sys.executable} -c 'import os; from bench import "
+                        f"contract; contract.record_evidence(os.environ[\"NANOCHAT_BENCH_RUN_DIR\"], "
+                        f"contract.Evidence(source=\"trainer\", kind=\"completed\"))'\n")
+    stand_in.chmod(0o755)
+    real = contract.update_run_json
+
+    def then_ctrl_c(run_dir, **fields):
+        result = real(run_dir, **fields)
+        if "exit_code" in (fields.get("launch") or {}):  # the stage's launcher's first write of the end
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(contract, "update_run_json", then_ctrl_c)
+    result = flow.run_local_flow(sweep(twice, None), 2, tmp_path / "point", python=str(stand_in))
+    assert ran.read_text() == "x\n", "the stage after the Ctrl-C was run"
+    assert result.statuses == {"base_train": "ok", "again": "cancelled"} and result.rc == 130

@@ -276,7 +276,14 @@ def check_staged(stages: tuple[Stage, ...], base_dir: str, settings: tuple = ())
 
 def ok_stages(stages: tuple[Stage, ...], point_dir: Path) -> set[str]:
     """The stages whose run.json under point_dir says ok: a rerun of the point keeps them."""
-    return {s.name for s in stages if contract.read_run_json(point_dir / s.name).get("status") == "ok"}
+    ok = set()
+    for s in stages:
+        try:
+            if contract.read_run_json(point_dir / s.name).get("status") == "ok":
+                ok.add(s.name)
+        except OSError as e:  # a directory, EACCES, EIO: the stage could not be run there either
+            raise run_dir_error(point_dir / s.name, e) from None
+    return ok
 
 
 def missing_checkpoints(fs: "FlowSweep", base_dir: str, ok: set[str], tag: str) -> list[str]:

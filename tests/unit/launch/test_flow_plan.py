@@ -591,6 +591,24 @@ def test_a_stage_whose_run_json_is_damaged_is_one_line_naming_it_not_a_traceback
         assert (stage / "base_train" / "run.json").read_text() == text
 
 
+def test_a_stage_whose_run_json_cannot_be_read_is_one_line_naming_it_not_a_traceback(tmp_path, monkeypatch, capsys,
+                                                                                     no_tokenizer):
+    """A stage's run.json that could not be read (a directory, EACCES, EIO) ended `speedrun` and a flow's render and
+    submit in an OSError traceback while they asked which stages were ok before."""
+    base = tmp_path / "base"
+    base.mkdir()
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    tiny = ["--device_type", "cpu", "--depth", "2", "--stages", "base_train"]
+    for command, stage in ((["speedrun", "--nproc", "1", "--run-dir", str(tmp_path / "point")], tmp_path / "point"),
+                           (["render", "sbatch", "--flow", "speedrun", "--base-dir", str(base), "--out",
+                             str(tmp_path / "sw")], tmp_path / "sw" / "n1-bare-r1")):
+        (stage / "base_train" / "run.json").mkdir(parents=True)
+        assert cli.main([*command, *tiny]) == 1
+        err = capsys.readouterr().err
+        assert err == (f"error: the run directory {stage / 'base_train'} cannot be written: Is a directory "
+                       f"({stage / 'base_train' / 'run.json'})\n"), err
+
+
 def test_the_readmes_speedrun_limit_on_one_alps_node_is_the_plans(tmp_path, monkeypatch, capsys):
     """README and results/h200-d20/decode/ quote the job limit this plan gives; it changed without them once."""
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))

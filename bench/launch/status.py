@@ -16,6 +16,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import contract
+from bench.errors import run_dir_error
 from bench.launch.slurm import JobState
 from bench.launch.submit import read_sweep
 
@@ -140,6 +141,10 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         settled = contract.record_evidence(run_dir, evidence)
     except contract.SchemaError as e:  # a newer major's run.json: not this release's to rewrite
         return status, f"{evidence.message} (not recorded: {e})"
+    except OSError as e:  # a sweep this user may read but not write: shown as it would be settled, or a wait never ends
+        settled_status, settled_message = contract.settle(
+            [*(x for x in manifest.get("evidence") or [] if isinstance(x, dict)), evidence])
+        return settled_status, f"{settled_message} (not recorded: {run_dir_error(run_dir, e)})"
     return settled.status, settled.message or ""
 
 

@@ -200,3 +200,22 @@ def test_a_time_limit_is_not_the_cause_of_an_earlier_run_whose_ranks_torchrun_st
                 run("stopped", ("trainer", "cancelled"), ("batch_script", "stopped"), finished=True)):
         assert _derive(cut, job)[0] == "timeout"
         assert [e.kind for e in contract.load_manifest(cut).evidence].count("time_limit") == 1
+
+
+def test_an_ended_job_of_a_run_directory_that_cannot_be_written_is_shown_not_a_traceback(tmp_path, monkeypatch):
+    """status on a sweep it may read but not write (another user's, a read-only mount) ended in a PermissionError
+    traceback where it would record what Slurm said of an ended job; it is shown as it would be settled, so that
+    `status --wait` ends."""
+    import errno
+
+    contract.update_run_json(tmp_path, status="running")
+
+    def read_only(run_dir, evidence, **fields):
+        raise PermissionError(errno.EACCES, "Permission denied", str(run_dir / "run.json"))
+
+    monkeypatch.setattr(contract, "record_evidence", read_only)
+    status, message = _derive(tmp_path, JobState("4", "CANCELLED", exit_code="0:15"))
+    assert status == "cancelled"
+    assert message.startswith("Slurm job 4 ended CANCELLED (exit 0:15) before the run recorded a final status")
+    assert message.endswith(f"(not recorded: the run directory {tmp_path} cannot be written: Permission denied "
+                            f"({tmp_path / 'run.json'}))")

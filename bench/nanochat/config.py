@@ -334,7 +334,9 @@ def grad_accum_steps(total_batch_size: int, device_batch_size: int, max_seq_len:
         return fit.grad_accum
     world_tokens = device_batch_size * max_seq_len * world_size
     per_b = max_seq_len * world_size
-    batch_sizes = [b for b in range(device_batch_size, 0, -1) if total_batch_size % (b * per_b) == 0]
+    # no larger batch divides the total: a walk down from a device batch of 1e10 took minutes
+    batch_sizes = [b for b in range(min(device_batch_size, total_batch_size // per_b), 0, -1)
+                   if total_batch_size % (b * per_b) == 0]
     lower = (total_batch_size // world_tokens) * world_tokens
     totals = [t for t in (lower, lower + world_tokens, lower + 2 * world_tokens) if t > 0]
     options = []

@@ -135,3 +135,12 @@ def test_smoke_batch_divides_for_any_rank_count():
 def test_a_shape_the_gpt_cannot_build_is_one_line_not_an_assertion():
     with pytest.raises(ConfigError, match=r"^--depth=1 --aspect_ratio=129: width 129 does not split into 2 heads"):
         model_summary(1, aspect_ratio=129)
+
+
+@pytest.mark.timeout(20)
+def test_a_device_batch_far_beyond_the_total_is_refused_at_once(capsys):
+    """model --device_batch_size 10000000000 walked every smaller batch for one that divides the total (minutes,
+    a hang to the user) before it named the sizes that work."""
+    assert main(["model", "--depth", "2", "--device_batch_size", "10000000000"]) == 1
+    err = capsys.readouterr().err
+    assert "--device_batch_size=256 | 128 | 64 | 32 | 16 | 8 with --total_batch_size=524288" in err

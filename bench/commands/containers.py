@@ -55,8 +55,9 @@ def register(subparsers) -> None:
     p.add_argument("--read-only", action="store_true", help="writable = false (SSH and MPS hooks need writable)")
     p.add_argument("--output", "-o", type=nonempty("--output", "a file"),
                    help="write here (atomically) instead of stdout")
-    p.add_argument("--regenerate", nargs="+", metavar="EDF", help="rewrite these files from the command in "
-                                                                   "their header; other flags are not allowed")
+    p.add_argument("--regenerate", nargs="+", metavar="EDF",
+                   type=nonempty("--regenerate", "an EDF file", required=True),
+                   help="rewrite these files from the command in their header; other flags are not allowed")
     p.set_defaults(func=run)
 
 

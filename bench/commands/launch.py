@@ -650,7 +650,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_submit)
 
     p = subparsers.add_parser("status", help="job states and run statuses of a sweep; resubmit failed runs")
-    p.add_argument("sweep", type=Path, help="sweep directory (holds sweep.json)")
+    sweep_dir = nonempty("SWEEP", "a sweep directory", required=True)  # Path("") is the current directory
+    p.add_argument("sweep", metavar="SWEEP", type=lambda v: Path(sweep_dir(v)),
+                   help="sweep directory (holds sweep.json)")
     p.add_argument("--wait", action="store_true", help="poll until every run has a final status")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between polls with --wait (default: 10)")
     p.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds")

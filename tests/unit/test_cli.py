@@ -184,7 +184,9 @@ def test_an_unknown_flag_of_another_command_is_refused_as_before(capsys):
     (["submit", "--dry-run", "--out", ""], "--out"), (["render", "sbatch", "--out", ""], "--out"),
     (["speedrun", "--run-dir", ""], "--run-dir"), (["speedrun", "--data-dir", ""], "--data-dir"),
     (["train", "--run-dir", "", "--", "--depth=2"], "--run-dir"), (["preflight", "--json", ""], "--json"),
-    (["smoke", "--base-dir", ""], "--base-dir"), (["smoke", "--run-dir", ""], "--run-dir")])
+    (["smoke", "--base-dir", ""], "--base-dir"), (["smoke", "--run-dir", ""], "--run-dir"),
+    (["status", ""], "SWEEP"), (["status", "", "--resubmit-failed"], "SWEEP"),
+    (["edf", "--regenerate", ""], "--regenerate")])
 def test_an_empty_path_is_refused_naming_its_flag_not_read_as_here_or_the_default(argv, flag, capsys, tmp_path,
                                                                                   monkeypatch):
     """`report t --out "$OUT"` with OUT unset wrote the report into the current directory, `smoke --base-dir ""` its

@@ -233,8 +233,10 @@ def shape_problem(depth: int, aspect_ratio: int) -> str | None:
     shape = GPTConfig.from_depth(depth, 1, 1, aspect_ratio)
     if splits(shape):
         return None
-    near = min((r for r in range(1, 2 * aspect_ratio + 256) if splits(GPTConfig.from_depth(depth, 1, 1, r))),
-               key=lambda r: abs(r - aspect_ratio))
+    # outward from the one given, the lower first on a tie: every multiple of 256 splits, so one is < 256 away (a
+    # pass over every ratio up to twice the given took minutes at --aspect_ratio 10000001)
+    near = next(r for d in range(256) for r in (aspect_ratio - d, aspect_ratio + d)
+                if r >= 1 and splits(GPTConfig.from_depth(depth, 1, 1, r)))
     return (f"width {shape.n_embd} does not split into {shape.n_head} heads of one even size (heads of at most "
             f"128, rotary embeddings turn pairs of channels); at depth {depth} e.g. aspect ratio {near}")
 

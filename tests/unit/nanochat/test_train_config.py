@@ -264,3 +264,13 @@ def test_a_derived_horizon_of_no_steps_is_refused(argv, how):
     assert (steps, why) == (0, how)
     with pytest.raises(ConfigError, match=rf"^the horizon \({how}\) comes to 0 iterations: nothing would be trained"):
         check_horizon(-1, steps, why)
+
+
+@pytest.mark.timeout(20)
+def test_a_very_wide_ratio_that_does_not_split_is_refused_at_once():
+    """--aspect_ratio 10000001 tried every ratio up to twice it for the nearest that splits (minutes, a hang to the
+    user, of model, plan and capacity alike) before the one-line error."""
+    from bench.nanochat.config import shape_problem
+
+    assert shape_problem(1, 10**9 + 1).endswith("at depth 1 e.g. aspect ratio 1000000000")
+    assert shape_problem(3, 7).endswith("e.g. aspect ratio 6")  # of 6 and 8, the smaller, as before

@@ -18,25 +18,22 @@ from .events import EVENTS, EventWriter, NullEventWriter, event_writer, make_eve
 from .files import (RunJsonError, atomic_target, close_unfinished, load_manifest, log_tail, read_run_json,
                     record_evidence, release_space, reserve_space, slurm_facts, update_run_json, write_json_atomic,
                     write_manifest, write_synced, write_text_atomic)
-from .generate import json_schemas, main
-from .outcome import FINAL_STATUSES, KINDS, PRECEDENCE, SOURCES, STATUSES, Evidence, settle, status_of
+from .generate import json_schemas
+from .outcome import FINAL_STATUSES, KINDS, PRECEDENCE, STATUSES, Evidence, settle, status_of
 from .record import (ENV_BASE_DIR, ENV_FORCE_FLASH_SDPA, ENV_RUN_DIR, ENV_T0, ENV_VAL_FILES_K, METRICS_JSONL,
-                     NNTILE_WORKLOAD, RUN_JSON, TRAIN_LOG, WORKLOAD, Attempt, Image, Launch, Network, RunManifest,
-                     Slurm)
+                     NNTILE_WORKLOAD, RUN_JSON, TRAIN_LOG, WORKLOAD, Attempt, Launch, RunManifest)
 from .validate import SchemaError, field
-from .versions import SCHEMA_VERSION, migrate, parse_version
+from .versions import SCHEMA_VERSION
 
 MODULES = ("__init__", "validate", "versions", "outcome", "record", "events", "files", "generate")
 
 __all__ = ['EVENTS', 'EventWriter', 'NullEventWriter', 'event_writer', 'make_event', 'parse_event', 'atomic_target',
            'close_unfinished', 'load_manifest', 'log_tail', 'read_run_json', 'record_evidence', 'release_space',
            'reserve_space', 'slurm_facts', 'update_run_json', 'write_json_atomic', 'write_manifest',
-           'write_synced', 'write_text_atomic', 'json_schemas', 'main', 'FINAL_STATUSES', 'KINDS', 'PRECEDENCE',
-           'SOURCES', 'STATUSES',
+           'write_synced', 'write_text_atomic', 'json_schemas', 'FINAL_STATUSES', 'KINDS', 'PRECEDENCE', 'STATUSES',
            'Evidence', 'settle', 'status_of', 'ENV_BASE_DIR', 'ENV_FORCE_FLASH_SDPA', 'ENV_RUN_DIR', 'ENV_T0',
            'ENV_VAL_FILES_K', 'METRICS_JSONL', 'NNTILE_WORKLOAD', 'RUN_JSON', 'TRAIN_LOG', 'WORKLOAD', 'Attempt',
-           'Image', 'Launch', 'Network', 'RunManifest', 'Slurm', 'SchemaError', 'field', 'SCHEMA_VERSION', 'migrate',
-           'parse_version', 'ship', 'MODULES', 'RunJsonError']
+           'Launch', 'RunManifest', 'SchemaError', 'field', 'SCHEMA_VERSION', 'ship', 'MODULES', 'RunJsonError']
 
 
 def ship(lib_dir: "str | os.PathLike") -> str:

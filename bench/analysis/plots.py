@@ -199,7 +199,7 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, u
     return fig
 
 
-def speedup(points: pd.DataFrame, colors: dict, baseline: str, config: str, unit: str):
+def speedup(points: pd.DataFrame, colors: dict, config: str, unit: str):
     """Strong scaling: speedup over the smallest point against ranks, with the ideal (linear) speedup; each
     point carries its efficiency, the part of the ideal it reached (a runtime not run there has no curve)."""
     if points.empty or points["world_size"].nunique() < 2:
@@ -326,7 +326,7 @@ def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dic
         first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling; {bars})",
                   per_gpu(points, colors, baseline, config, unit))]
     else:
-        first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, baseline, config, unit)),
+        first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, config, unit)),
                  ("throughput", f"Throughput (strong scaling; {bars})",
                   throughput(points, colors, baseline, config, unit))]
     return [*first,

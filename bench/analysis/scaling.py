@@ -344,20 +344,20 @@ def device_batches(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[lis
     return (mine, theirs) if len({*mine, *theirs}) > 1 else None
 
 
-def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME, metric: str = "tok_per_sec") -> pd.DataFrame:
-    """Each runtime's steady-state metric relative to the baseline runtime, per config and rank count (runs that
+def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME) -> pd.DataFrame:
+    """Each runtime's steady-state tok/s relative to the baseline runtime, per config and rank count (runs that
     name no runtime only where they are the baseline: compared; none where device batches differ: device_batches)."""
     ok = compared(with_config(usable(df)), baseline)
     rows = []
     for (config, world), g in ok.groupby(["config", "world_size"]):
-        base = g.loc[g["runtime"] == baseline, metric].dropna()
+        base = g.loc[g["runtime"] == baseline, "tok_per_sec"].dropna()
         base = base[base > 0]
         if base.empty:
             continue
         for runtime, r in g[g["runtime"] != baseline].groupby("runtime"):
             if device_batches(r, g[g["runtime"] == baseline]):
                 continue
-            x = r[metric].dropna()
+            x = r["tok_per_sec"].dropna()
             x = x[x > 0]
             if x.empty:
                 continue

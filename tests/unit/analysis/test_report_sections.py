@@ -325,7 +325,7 @@ def test_rising_curves_keep_every_runtime_at_its_rank_count():
             for rt in ("bare", "podman", "sarus") for n in (4, 8, 16)]
     points = pd.DataFrame(rows)
     colors = {"bare": "C0", "podman": "C1", "sarus": "C2"}
-    for fig in (plots.speedup(points, colors, "bare", "c", "GPUs"),
+    for fig in (plots.speedup(points, colors, "c", "GPUs"),
                 plots.throughput(points, colors, "bare", "c", "GPUs")):
         handles, labels = fig.axes[0].get_legend_handles_labels()
         lines = [getattr(h, "lines", [h])[0] for h, label in zip(handles, labels) if label in colors]  # errorbar's
@@ -359,7 +359,7 @@ def test_every_scaling_figure_says_what_its_bars_are_or_that_it_has_none():
              "tok_per_sec_per_gpu_min": 890.0, "tok_per_sec_per_gpu_max": 910.0, "speedup": n / 4 * 0.9,
              "efficiency": 0.9, "mfu": 40.0} for rt in ("bare", "podman") for n in (4, 8)]
     points, colors = pd.DataFrame(rows), {"bare": "C0", "podman": "C1"}
-    figures = {"speedup": plots.speedup(points, colors, "bare", "c", "GPUs"),
+    figures = {"speedup": plots.speedup(points, colors, "c", "GPUs"),
                "efficiency": plots.efficiency(points, colors, "c", "GPUs", "strong"),
                "mfu": plots.mfu(points, colors, "c", "GPUs"),
                "throughput": plots.throughput(points, colors, "bare", "c", "GPUs")}

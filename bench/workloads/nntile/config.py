@@ -123,13 +123,12 @@ def inner_note(config_path: str, shape: dict) -> str:
             f"{shape['n_inner']} wide, as NNTile's gpt2_custom_training.py sets it")
 
 
-def flops_per_token(shape: dict, flashattention: bool = False) -> float:
+def flops_per_token(shape: dict) -> float:
     """Training FLOPs per token of the matrix products, forward and backward, as NNTile's example counts
     them: per layer MLP 4·E·I, Q/K/V/O 8·E², attention 4·T·E (forward; backward twice that), and the
     lm_head 2·E·V. It equals nanochat's 6·N + 12·L·E·T for the same shape, so MFU compares."""
     E, I, T, V, L = shape["n_embd"], shape["n_inner"], shape["n_positions"], shape["vocab_size"], shape["n_layer"]
-    attention = (6 + 14) * T * E if flashattention else (4 + 8) * T * E  # forward + backward
-    per_layer = 3 * (4 * E * I + 8 * E * E) + attention
+    per_layer = 3 * (4 * E * I + 8 * E * E) + (4 + 8) * T * E  # attention: forward + backward
     return float(L * per_layer + 3 * 2 * E * V)
 
 

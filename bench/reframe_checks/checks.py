@@ -57,11 +57,6 @@ def runtime_feature(runtime: str) -> str:
     return runtime.replace("-", "_")
 
 
-def feature_runtime(feature: str) -> str | None:
-    """The runtime whose partition feature `feature` is (podman_hpc: podman-hpc); None for any other feature."""
-    return next((r for r in runtimes.names() if runtime_feature(r) == feature), None)
-
-
 def run_problem(row: dict, kind: str) -> str | None:
     """Why a run's row cannot be judged (None when it can): run.json status ok; a training run recorded steps
     with steady figures; an evaluation, which takes no step, recorded its scores (run.json `scores`)."""

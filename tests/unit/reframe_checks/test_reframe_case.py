@@ -8,13 +8,13 @@ import runpy
 
 import pytest
 
-from bench import cli
+from bench import cli, runtimes
 from bench.errors import ConfigError, RuntimeConfigError
 from bench.launch.job import job_minutes
 from bench.launch.plan import slurm_time
 from bench.reframe_checks import CONFIG_DIR
 from bench.reframe_checks.case import Case, Site, build
-from bench.reframe_checks.checks import feature_runtime
+from bench.reframe_checks.checks import runtime_feature
 
 CPU = {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False, "numa_binding": "none"}
 
@@ -220,7 +220,8 @@ def test_every_partition_of_the_alps_example_keeps_nccls_info_lines(tmp_path, mo
     for partition in config["systems"][0]["partitions"]:
         site = Site.from_extras(partition["extras"], partition["name"])
         for feature in partition["features"]:
-            runtime = feature_runtime(feature)
+            # a partition's features name runtimes as ReFrame allows (podman_hpc for podman-hpc)
+            runtime = {runtime_feature(r): r for r in runtimes.names()}[feature]
             c = Case(runtime, 2, "weak", 2, [], site, f"example_{partition['name']}_{runtime}")
             spec = build(c, tmp_path / "stage", dry_run=True).job.runs[0].spec
             assert spec.env["NCCL_DEBUG"] == "INFO", (partition["name"], runtime)

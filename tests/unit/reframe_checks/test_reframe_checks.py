@@ -16,7 +16,7 @@ from bench.errors import ConfigError
 from bench.analysis import why
 from bench.analysis.columns import perf_units
 from bench.reframe_checks import CONFIG_DIR
-from bench.reframe_checks.checks import (ENVIRON_FEATURE, feature_runtime, nanochat_bench, nccl_net_problem, one_line,
+from bench.reframe_checks.checks import (ENVIRON_FEATURE, nanochat_bench, nccl_net_problem, one_line,
                                          run_problem, runtime_feature)
 from bench.workloads.base import EVALUATION, TRAINING
 
@@ -63,13 +63,6 @@ def test_every_runtimes_feature_is_valid_in_every_reframe_4_schema():
     part["features"] += ["podman-hpc", "sarus-suite"]
     assert schema_problems(config) == ["feature podman-hpc", "feature sarus-suite", "runtime feature podman-hpc",
                                        "runtime feature sarus-suite"]
-
-
-def test_a_partitions_feature_names_the_runtime_it_offers():
-    """A test that read each feature as a runtime's name failed on podman_hpc and sarus_suite."""
-    assert {f: feature_runtime(f) for f in ("podman_hpc", "sarus_suite", "bare", "podman-hpc", "gpu")} == \
-        {"podman_hpc": "podman-hpc", "sarus_suite": "sarus-suite", "bare": "bare", "podman-hpc": None, "gpu": None}
-    assert [feature_runtime(runtime_feature(r)) for r in runtimes.names()] == runtimes.names()
 
 
 def test_a_runtimes_case_selects_the_partitions_with_its_feature():

@@ -78,12 +78,10 @@ def sockets(runs: pd.DataFrame) -> list[Finding]:
 def unverified(runs: pd.DataFrame) -> list[Finding]:
     """Multi-node runs whose site expects a network but whose NCCL named none: their network is unknown."""
     multi = runs[(runs["nodes"].fillna(1) > 1) & runs["net_unverified"].notna()]
-    out = []
-    for (runtime, nodes), g in multi.groupby(["runtime", "nodes"], sort=True):
-        out.append(Finding(f"{runtime} at {int(nodes)} nodes: the network between nodes of {len(g)} run(s) was not "
-                           f"verified, so their throughput may measure another network than the site's "
-                           f"(run {g['run_id'].iloc[0]})", str(g["net_unverified"].iloc[0])))
-    return _capped(out, "unverified networks")
+    return _capped([Finding(f"{runtime} at {int(nodes)} nodes: the network between nodes of {len(g)} run(s) was not "
+                            f"verified, so their throughput may measure another network than the site's "
+                            f"(run {g['run_id'].iloc[0]})", str(g["net_unverified"].iloc[0]))
+                    for (runtime, nodes), g in multi.groupby(["runtime", "nodes"], sort=True)], "unverified networks")
 
 
 def tuning(runs: pd.DataFrame) -> list[Finding]:
@@ -208,12 +206,11 @@ def _unmeasured_before(phase: str, a: pd.DataFrame, b: pd.DataFrame) -> list[str
 
 def exposed_comm(points: pd.DataFrame, unit: str) -> list[Finding]:
     share = points["step_comm_ms"] / points["step_time_ms"]
-    out = []
-    for r, s in zip(points[share >= COMM_SHARE].to_dict("records"), share[share >= COMM_SHARE]):
-        out.append(Finding(f"{_where(r['runtime'], r['world_size'], r['nodes'], unit)} spends {100 * s:.0f}% of its "
-                           f"steady step waiting on communication",
-                           f"exposed comm {r['step_comm_ms']:,.1f} ms of a {r['step_time_ms']:,.1f} ms step"))
-    return _capped(out, "points with exposed communication")
+    return _capped([Finding(f"{_where(r['runtime'], r['world_size'], r['nodes'], unit)} spends {100 * s:.0f}% of its "
+                            f"steady step waiting on communication",
+                            f"exposed comm {r['step_comm_ms']:,.1f} ms of a {r['step_time_ms']:,.1f} ms step")
+                    for r, s in zip(points[share >= COMM_SHARE].to_dict("records"), share[share >= COMM_SHARE])],
+                   "points with exposed communication")
 
 
 def stragglers(runs: pd.DataFrame, unit: str) -> list[Finding]:

@@ -139,12 +139,13 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         return status, message
     try:
         settled = contract.record_evidence(run_dir, evidence)
-    except contract.SchemaError as e:  # a newer major's run.json: not this release's to rewrite
-        return status, f"{evidence.message} (not recorded: {e})"
-    except OSError as e:  # a sweep this user may read but not write: shown as it would be settled, or a wait never ends
+    except (contract.SchemaError, OSError) as e:
+        # a newer major's run.json (not this release's to rewrite), a sweep this user may read but not write: shown as
+        # it would be settled, or a wait never ends
+        why = run_dir_error(run_dir, e) if isinstance(e, OSError) else e
         settled_status, settled_message = contract.settle(
             [*(x for x in manifest.get("evidence") or [] if isinstance(x, dict)), evidence])
-        return settled_status, f"{settled_message} (not recorded: {run_dir_error(run_dir, e)})"
+        return settled_status, f"{settled_message} (not recorded: {why})"
     return settled.status, settled.message or ""
 
 

@@ -121,7 +121,7 @@ def test_a_damaged_run_json_is_one_unreadable_row_and_left_as_it_is(tmp_path):
     (tmp_path / "future").mkdir()
     (tmp_path / "future" / "run.json").write_text(json.dumps({"schema_version": "3.0", "status": "pending"}))
     status, message = _derive(tmp_path / "future", JobState("4", "CANCELLED"))
-    assert status == "pending" and "Slurm job 4 ended CANCELLED" in message and "major 3" in message
+    assert status == "cancelled" and "Slurm job 4 ended CANCELLED" in message and "major 3" in message
 
 
 def test_a_time_limit_is_not_the_cause_of_a_run_that_ended_before_it_on_its_own(tmp_path):
@@ -219,3 +219,16 @@ def test_an_ended_job_of_a_run_directory_that_cannot_be_written_is_shown_not_a_t
     assert message.startswith("Slurm job 4 ended CANCELLED (exit 0:15) before the run recorded a final status")
     assert message.endswith(f"(not recorded: the run directory {tmp_path} cannot be written: Permission denied "
                             f"({tmp_path / 'run.json'}))")
+
+
+def test_an_ended_job_of_a_newer_majors_run_json_is_shown_as_settled_so_a_wait_ends(tmp_path):
+    """A newer major's run.json that still said pending or running when Slurm ended its job was shown pending or
+    running (record_evidence will not rewrite it): the run never counted as done, and `status --wait` without
+    --timeout polled for ever. It is shown as Slurm's word settles it, the file left as it is."""
+    text = json.dumps({"schema_version": "3.0", "status": "running"})
+    (tmp_path / "run.json").write_text(text)
+    status, message = _derive(tmp_path, JobState("4", "CANCELLED", exit_code="0:15"))
+    assert status == "cancelled" and message.startswith("Slurm job 4 ended CANCELLED (exit 0:15) before the run")
+    assert "(not recorded: " in message and "major 3" in message
+    assert (tmp_path / "run.json").read_text() == text
+    assert RunState("r", "4", "CANCELLED", status, message).settled

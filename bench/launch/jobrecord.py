@@ -76,16 +76,20 @@ def finish(run_dir: str, exit_code: str, signal: str = "") -> None:
     contract.close_unfinished(run_dir, code, "srun", source="batch_script")
 
 
+def _damaged(run_dir: str, e: Exception, what: str = "read") -> None:
+    """One line on stderr naming run.json and what is wrong with it: the job's log gets no traceback."""
+    if isinstance(e, OSError):
+        e = f"{os.path.join(run_dir, contract.RUN_JSON)} cannot be {what}: {e.strerror or e}"
+    print(e, file=sys.stderr)
+
+
 def _read(run_dir: str) -> dict:
-    """run.json, or {} after one line naming it on stderr where it is damaged: the job's log gets no traceback,
-    and a run whose record cannot be read is neither kept nor resumed, as one without a record."""
+    """run.json, or {} after one line naming it on stderr where it is damaged: a run whose record cannot be read
+    is neither kept nor resumed, as one without a record."""
     try:
         return contract.read_run_json(run_dir)
-    except contract.RunJsonError as e:
-        print(e, file=sys.stderr)
-        return {}
-    except OSError as e:
-        print(f"{os.path.join(run_dir, contract.RUN_JSON)} cannot be read: {e.strerror or e}", file=sys.stderr)
+    except (contract.RunJsonError, OSError) as e:
+        _damaged(run_dir, e)
         return {}
 
 
@@ -172,7 +176,13 @@ def main(argv) -> int:
     if len(argv) < 2 or argv[0] not in COMMANDS:
         print(__doc__, file=sys.stderr)
         return 2
-    return COMMANDS[argv[0]](*argv[1:]) or 0
+    try:
+        return COMMANDS[argv[0]](*argv[1:]) or 0
+    except (contract.RunJsonError, contract.SchemaError, OSError) as e:
+        # a damaged record (not JSON, a field of the wrong shape, a newer major's) or one that cannot be read or
+        # written: bookkeeping never ends the batch script (set -e would), the run goes on unrecorded
+        _damaged(argv[1], e, "read or written")
+        return 0
 
 
 if __name__ == "__main__":

@@ -130,3 +130,25 @@ def test_a_damaged_run_json_is_one_line_naming_it_not_a_traceback_in_the_jobs_lo
     r = run(sys.executable, lib, [step, str(run_dir)], tmp_path)
     assert (r.returncode, r.stdout) == (rc, "")
     assert r.stderr.startswith(f"{run_dir / 'run.json'} ") and r.stderr.count("\n") == 1, r.stderr
+
+
+@pytest.mark.parametrize("damage", ['{"status": "o', '"ok"', '{"schema_version": "2.0", "launch": [1]}',
+                                    '{"schema_version": "99.0"}', None])
+@pytest.mark.parametrize("step", [["start", "enroot 3.5"], ["finish", "1"], ["image", "--ready", "--step", "pull"],
+                                  ["not-run", "base_train"]])
+def test_a_damaged_run_json_is_one_line_and_exit_0_for_the_steps_that_write_it(lib, tmp_path, damage, step):
+    """start, finish, image and not-run wrote a traceback into the job's log and exited 1, which ended the batch
+    script (set -e) before its other runs or stages; they print one line naming the file and exit 0, the file left
+    as it is."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    if damage is None:  # as a read that fails (EACCES, EIO)
+        (run_dir / "run.json").mkdir()
+    else:
+        (run_dir / "run.json").write_text(damage)
+    r = run(sys.executable, lib, [step[0], str(run_dir), *step[1:]], tmp_path)
+    assert (r.returncode, r.stdout) == (0, "")
+    assert r.stderr.startswith(f"{run_dir / 'run.json'}") and r.stderr.count("\n") == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    if damage is not None:
+        assert (run_dir / "run.json").read_text() == damage

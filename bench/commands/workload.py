@@ -20,7 +20,7 @@ from pathlib import Path
 from bench import paths, workloads
 from bench.commands import nonempty
 from bench.errors import ConfigError, os_reason
-from bench.contract import ENV_BASE_DIR, read_run_json
+from bench.contract import ENV_BASE_DIR, RunJsonError, read_run_json
 
 # The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
 SMOKE_DATA = dict(num_shards=4, docs_per_shard=512, row_group_size=32)
@@ -219,6 +219,8 @@ def cmd_train(args) -> int:
     try:
         print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
     except OSError:  # the terminal went away (the run itself is recorded)
+        pass
+    except RunJsonError:  # damaged as the run went: run_local said so in one line, and the workload's status stands
         pass
     return rc
 

@@ -203,6 +203,11 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
             contract.close_unfinished(run_dir, rc, workloads.get(workload).local_launcher)
         except OSError as e:
             output.note(f"error: {run_dir_error(run_dir, e)}; its run.json keeps the last status written")
+        except (contract.RunJsonError, contract.SchemaError) as e:
+            # run.json damaged while the workload ran, or rewritten by a newer release: left as it is, and the exit
+            # status is still the workload's
+            why = f"{e.path} {e.reason}" if isinstance(e, contract.RunJsonError) else e
+            output.note(f"error: {why}; the workload's end (exit code {rc}) is not recorded in it")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -134,3 +134,24 @@ def test_a_ctrl_c_during_the_last_writes_leaves_the_run_recorded_by_its_own_exit
     assert rc == 3 and manifest["status"] == "failed" and manifest["launch"]["exit_code"] == 3
     assert [e["kind"] for e in manifest["evidence"] if e["kind"] in ("stopped", "cancelled")] == []
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["{", '{"schema_version": "99.0", "status": "running"}'])
+def test_a_run_json_damaged_by_the_workload_keeps_its_exit_status_in_one_line(tmp_path, damage, capfd):
+    """A run.json the workload left not JSON, or of a newer major, ended the launcher's last writes in a RunJsonError
+    or SchemaError: the workload's exit status was lost (the CLI exited 1). It is kept, with one line saying why
+    run.json was not given the workload's end, and the file is left as it is."""
+    stand_in = tmp_path / "python"
+    stand_in.write_text(f"#!/bin/sh\nprintf '%s' '{damage}' > \"$NANOCHAT_BENCH_RUN_DIR/run.json\"\nexit 3\n")
+    stand_in.chmod(0o755)
+    run_dir = tmp_path / "run"
+    assert run_local([], 2, run_dir, env=dict(os.environ), python=str(stand_in)) == 3
+    assert (run_dir / "run.json").read_text() == damage
+    err = [line for line in capfd.readouterr().err.splitlines() if line]
+    assert len(err) == 1 and err[0].startswith(f"error: {run_dir / 'run.json'}"), err
+    assert err[0].endswith("the workload's end (exit code 3) is not recorded in it"), err
+    from bench.cli import main  # `train` too: it read run.json again for its last line
+
+    assert main(["train", "--python", str(stand_in), "--nproc", "1", "--run-dir", str(tmp_path / "cli")]) == 3
+    assert [line for line in capfd.readouterr().err.splitlines() if line.startswith("error: ")] == [
+        err[0].replace(str(run_dir), str(tmp_path / "cli"))]

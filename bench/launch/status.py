@@ -89,6 +89,12 @@ def _read(run_dir: Path) -> tuple[dict, str]:
         return {}, f"run.json cannot be read: {e.strerror or e}; it is left as it is"
 
 
+def _evidence(manifest: dict) -> list[dict]:
+    """run.json's evidence entries; a section of another shape (a damaged file) counts as none."""
+    evidence = manifest.get("evidence")
+    return [e for e in evidence if isinstance(e, dict)] if isinstance(evidence, list) else []
+
+
 def _cut_by_the_job(manifest: dict, status: str) -> bool:
     """A run that ended other than ok while the job's end (a time limit, a lost node) could have cut it: the batch
     script never recorded its end (bench/launch/jobrecord.py finish; gone with its node), or received Slurm's SIGTERM
@@ -97,8 +103,8 @@ def _cut_by_the_job(manifest: dict, status: str) -> bool:
         return False
     launch = manifest.get("launch")
     finished = isinstance(launch, dict) and launch.get("finished_at") is not None
-    return not finished or any(isinstance(e, dict) and e.get("source") == "batch_script" and e.get("kind") == "stopped"
-                               for e in manifest.get("evidence") or [])
+    return not finished or any(e.get("source") == "batch_script" and e.get("kind") == "stopped"
+                               for e in _evidence(manifest))
 
 
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
@@ -112,7 +118,7 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         message = _progress(run_dir, manifest.get("num_iterations"))
     if job is None:
         return status, message
-    seen = {e.get("kind") for e in manifest.get("evidence") or [] if isinstance(e, dict)}
+    seen = {e.get("kind") for e in _evidence(manifest)}
     cut = _cut_by_the_job(manifest, status)
     if job.state in ("TIMEOUT", "DEADLINE") and cut and (seen & STOPPED or not seen and status == "cancelled") \
             and not seen & {"time_limit", "not_run"}:
@@ -143,8 +149,7 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         # a newer major's run.json (not this release's to rewrite), a sweep this user may read but not write: shown as
         # it would be settled, or a wait never ends
         why = run_dir_error(run_dir, e) if isinstance(e, OSError) else e
-        settled_status, settled_message = contract.settle(
-            [*(x for x in manifest.get("evidence") or [] if isinstance(x, dict)), evidence])
+        settled_status, settled_message = contract.settle([*_evidence(manifest), evidence])
         return settled_status, f"{settled_message} (not recorded: {why})"
     return settled.status, settled.message or ""
 

@@ -575,11 +575,16 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
         if stage.saves:
             _set_aside_checkpoints(stage.saves, tag, out)
         rc = run_local(argv, nproc, run_dir, workload=stage.workload, python=python)
-        manifest = contract.update_run_json(run_dir, **ids, stage=stage.name)
-        result.statuses[stage.name] = manifest.status
-        if rc != 0 or manifest.status != "ok":
+        try:
+            manifest = contract.update_run_json(run_dir, **ids, stage=stage.name)
+            status, message = manifest.status, manifest.message or ""
+        except (contract.RunJsonError, contract.SchemaError) as e:
+            # left damaged, or rewritten by a newer release: not this one's to settle, and no later stage can trust it
+            status, message = "unreadable", str(e)
+        result.statuses[stage.name] = status
+        if rc != 0 or status != "ok":
             result.rc, result.failed = rc or 1, stage.name
-            out(f"== {fs.flow}: stopped at {stage.name}: {manifest.status}: {manifest.message or ''}".rstrip(": "))
+            out(f"== {fs.flow}: stopped at {stage.name}: {status}: {message}".rstrip(": "))
         at = f"the end of stage {stage.name}"
     return result
 

@@ -694,3 +694,19 @@ def test_a_ctrl_c_as_a_stage_ends_ok_stops_the_flow_before_the_next_stage(twice,
     result = flow.run_local_flow(sweep(twice, None), 2, tmp_path / "point", python=str(stand_in))
     assert ran.read_text() == "x\n", "the stage after the Ctrl-C was run"
     assert result.statuses == {"base_train": "ok", "again": "cancelled"} and result.rc == 130
+
+
+def test_a_stage_that_leaves_a_newer_majors_run_json_stops_the_flow_in_one_line(tmp_path, monkeypatch):
+    """A stage whose run.json was rewritten by a newer release (schema major 3) as it ran ended `speedrun` in a
+    SchemaError traceback when the flow recorded the stage's ids in it: the flow stops there, the file as it is."""
+    def newer(argv, nproc, run_dir, **kw):
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text(json.dumps({"schema_version": "3.0", "status": "ok"}))
+        return 0
+
+    stand_in_stages(monkeypatch, newer)
+    lines = []
+    result = flow.run_local_flow(sweep(stages="base_train,base_loss"), 2, tmp_path / "point", out=lines.append)
+    assert result.rc == 1 and result.failed == "base_train" and result.statuses["base_train"] == "unreadable"
+    assert "stopped at base_train: unreadable: " in lines[-1] and "major 3" in lines[-1]
+    assert json.loads((tmp_path / "point" / "base_train" / "run.json").read_text())["schema_version"] == "3.0"

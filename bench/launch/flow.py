@@ -118,6 +118,9 @@ def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...], flow: str) -> 
     for text in pairs:
         stage, colon, rest = text.partition(":")
         key, eq, value = rest.partition("=")
+        if "=" in stage or (colon and not stage):  # `key=a:b` would otherwise name 'key=a' an unknown stage
+            raise ConfigError(f"--stage-arg {text!r}: no stage name before the key; give STAGE:KEY=VALUE with STAGE "
+                              f"one of {', '.join(out)}, e.g. {next(iter(out), 'base_train')}:{text.lstrip(':')}")
         if stage and colon and stage not in out:  # --stages takes only a stage of the flow this installation runs
             if stage not in every:
                 raise ConfigError(f"--stage-arg {text!r}: unknown stage {stage!r}, not one of the flow {flow}; "

@@ -164,6 +164,16 @@ def test_a_stage_arg_of_a_stage_left_out_of_stages_says_so_and_one_without_a_key
             sweep(stage_args=[given])
 
 
+def test_a_stage_arg_without_its_stage_name_says_the_name_is_missing_not_that_a_stage_is_unknown():
+    # 'key=a:b' was read as the stage 'key=a', unknown to the flow
+    for given, example in (("num_iterations=a:b", "num_iterations=a:b"), (":num_iterations=2", "num_iterations=2"),
+                           ("num_iterations=2", "num_iterations=2")):
+        with pytest.raises(ConfigError, match=rf"^--stage-arg '{given}': no stage name before the key; give "
+                                              rf"STAGE:KEY=VALUE with STAGE one of base_train, e.g. "
+                                              rf"base_train:{example}$"):
+            sweep(stage_args=[given])
+
+
 def test_a_stage_arg_value_its_stage_cannot_read_is_named_as_written(twice, tmp_path, capsys):
     # the stage's parser named only its own flag ("bench.nanochat.base_loss: argument --split_tokens: invalid int
     # value"), not the --stage-arg given; refused before the tokenizer or the point's directory

@@ -10,6 +10,7 @@ that is stopped (SIGSTOP), which would hold every other writer: then, as after t
 Where the file system has no locks the lock is skipped.
 """
 
+import dataclasses
 import errno
 import fcntl
 import json
@@ -18,7 +19,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, get_args, get_origin
 
 from .outcome import FINAL_STATUSES, Evidence, legacy, settle
 from .record import RUN_JSON, SLURM_VARS, TRAIN_LOG, RunManifest
@@ -152,10 +153,10 @@ def _holder_stopped(fd: int) -> bool:
 
 
 class RunJsonError(ValueError):
-    """run.json is there but is not a run's record (not JSON, not UTF-8, not an object): the message names the
-    file and what to do, `reason` says what is wrong after "run.json". The CLI prints it in one line as it prints a
-    BenchError (this package imports nothing of bench: it is shipped beside the jobs); a ValueError, as json's own
-    error was, for the readers that get by without the record."""
+    """run.json is there but is not a run's record (not JSON, not UTF-8, not an object, a section of another
+    shape): the message names the file and what to do, `reason` says what is wrong after "run.json". The CLI prints
+    it in one line as it prints a BenchError (this package imports nothing of bench: it is shipped beside the
+    jobs); a ValueError, as json's own error was, for the readers that get by without the record."""
 
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path} {reason}; move it aside, or delete its directory {os.path.dirname(path)}, for the "
@@ -165,8 +166,9 @@ class RunJsonError(ValueError):
 
 def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
     """The manifest of a run directory as plain data, or {} when there is none yet; RunJsonError when it is
-    there but is not a JSON object. A failure to read it (a directory named run.json, EACCES, EIO, ESTALE) stays an
-    OSError, as for any file of the run directory: it may pass, and the file itself may be sound."""
+    there but is not a JSON object, or a section of it is not an object (an array: evidence, attempts). A failure to
+    read it (a directory named run.json, EACCES, EIO, ESTALE) stays an OSError, as for any file of the run
+    directory: it may pass, and the file itself may be sound."""
     path = os.path.join(os.fspath(run_dir), RUN_JSON)
     try:
         with open(path, encoding="utf-8") as f:
@@ -180,9 +182,34 @@ def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
     except RecursionError:  # json's parser recurses once per nesting level
         raise RunJsonError(path, "is not a run's record (arrays or objects nested too deep to read)") from None
     if not isinstance(data, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
-        raise RunJsonError(path, f"holds {kind}, not a run's record (a JSON object)")
+        raise RunJsonError(path, f"holds {_json_kind(data)}, not a run's record (a JSON object)")
+    for name, value in data.items():
+        # the readers of plain data take a section's .get or iterate a list: another shape would be a traceback
+        shape, nullable = _SHAPES.get(name, (object, True))
+        if not isinstance(value, shape) and not (value is None and nullable):
+            want = "an object" if shape is dict else "an array"
+            raise RunJsonError(path, f"has {_json_kind(value)} for its {name!r} section, not {want}"
+                                     + (" or null" if nullable else ""))
     return data
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "an array", dict: "an object", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+def _shape(annotation: Any) -> "Optional[tuple]":
+    """(dict or list, whether null stands for it) of a manifest field that is an object or an array, else None."""
+    nullable = type(None) in get_args(annotation)
+    if nullable:
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if dataclasses.is_dataclass(annotation):
+        return dict, True  # a null section is an empty one
+    origin = get_origin(annotation)
+    return (origin, nullable) if origin in (dict, list) else None
+
+
+_SHAPES = {f.name: shape for f in dataclasses.fields(RunManifest) if (shape := _shape(f.type))}
 
 
 def load_manifest(run_dir: "str | os.PathLike") -> RunManifest:

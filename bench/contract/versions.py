@@ -52,11 +52,13 @@ def newer(a: str, b: str) -> str:
 def _from_v1(data: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
     """Release 7031fbf's run.json as major 2: launch facts into `launch`, renamed fields, null sections out."""
     data = dict(data)
-    launch = dict(data.get("launch") or {})
-    for old, new in (("launch_t0", "t0"), ("launcher", "kind"), ("command", "command")):
-        if old in data:
-            launch.setdefault(new, data.pop(old))
-    data["launch"] = launch
+    launch = data.get("launch")
+    if launch is None or isinstance(launch, dict):  # another shape is left for the reader to name
+        launch = dict(launch or {})
+        for old, new in (("launch_t0", "t0"), ("launcher", "kind"), ("command", "command")):
+            if old in data:
+                launch.setdefault(new, data.pop(old))
+        data["launch"] = launch
     if "grad_accum_steps" in data:
         data.setdefault("grad_accum", data.pop("grad_accum_steps"))
     result = data.get("result")

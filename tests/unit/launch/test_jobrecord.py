@@ -117,7 +117,7 @@ def test_a_stop_after_the_trainers_own_end_keeps_it(tmp_path):
     assert contract.read_run_json(tmp_path)["status"] == "oom"
 
 
-@pytest.mark.parametrize("damage", ['{"status": "o', '"ok"', None])
+@pytest.mark.parametrize("damage", ['{"status": "o', '"ok"', '{"launch": [1]}', None])
 @pytest.mark.parametrize("step, rc", [("kept", 1), ("resume-step", 0)])
 def test_a_damaged_run_json_is_one_line_naming_it_not_a_traceback_in_the_jobs_log(lib, tmp_path, damage, step, rc):
     """`kept` exits as for a run not kept, `resume-step` prints no step, as where run.json says nothing."""

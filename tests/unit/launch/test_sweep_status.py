@@ -107,7 +107,8 @@ def test_a_run_never_submitted_ends_the_wait_and_is_resubmittable(tmp_path, monk
 def test_a_damaged_run_json_is_one_unreadable_row_and_left_as_it_is(tmp_path):
     """status read each run.json with json.load: one empty, cut or non-object file ended the whole command in a
     traceback, and a newer major's pending run.json of an ended job in a SchemaError."""
-    for name, text in (("empty", ""), ("cut", '{"status": "ok", "me'), ("list", "[1]")):
+    for name, text in (("empty", ""), ("cut", '{"status": "ok", "me'), ("list", "[1]"),
+                       ("evidence", '{"status": "failed", "evidence": 3}')):
         (tmp_path / name).mkdir()
         (tmp_path / name / "run.json").write_text(text)
         status, message = _derive(tmp_path / name, JobState("3", "COMPLETED"))

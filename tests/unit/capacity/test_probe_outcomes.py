@@ -6,10 +6,12 @@ The run directories here are written as the trainer writes them (run.json + metr
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from bench.capacity import probe
+from bench.capacity import capped, probe
 from bench.capacity.probe import ProbeSpec, bytes_asked, classify, read_probe
 from bench.errors import ConfigError
 from bench.contract import update_run_json
@@ -561,3 +563,32 @@ def test_report_after_a_killed_sweep_skips_a_damaged_probe_naming_it(tmp_path, c
     assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
     [note] = [line for line in capsys.readouterr().err.splitlines() if "run.json" in line]
     assert note.startswith(f"note: {run_dir / 'run.json'} ") and "left out" in note
+
+
+def test_a_small_cap_leaves_the_trainers_own_imports_room(tmp_path):
+    """The cap was set before train() imported its data loader, whose pyarrow maps ~180 MiB: under a smaller cap
+    the import failed, and the probe was recorded as failed, not as the model's out-of-memory."""
+    past_imports = """
+import sys
+from bench.capacity import capped
+from bench.nanochat import train
+
+class PastImports(Exception):
+    pass
+
+class Config:
+    def __getattr__(self, name):  # train() reads its config once its imports are done
+        raise PastImports
+
+def through_the_imports():
+    try:
+        train.train(Config(), None)
+    except PastImports:
+        return 0
+
+train.main = through_the_imports
+sys.exit(capped.main())
+"""
+    env = {**os.environ, **capped.MALLOC_ENV, capped.ENV_CAP: str(64 << 20)}
+    r = subprocess.run([sys.executable, "-c", past_imports], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -40,6 +40,7 @@ OUTCOMES = ("ok", "oom", "timeout", "failed")
 POLL_S = 0.25
 GRACE_S = 10.0  # between SIGTERM and SIGKILL
 _NOT_RECORDED = ("spec", "reused", "run_dir", "extra")  # ProbeResult fields that run.json's record leaves out
+KILLED_BY_KERNEL = "a rank was killed by SIGKILL (most likely the kernel's out-of-memory killer: host memory)"
 
 
 @dataclass(frozen=True)
@@ -251,9 +252,12 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
                 if avail < host_floor:
                     stopped = ("oom", f"host out of memory: available memory fell to {avail / 2**30:.1f} GiB "
                                       f"({host_peak / 2**30:.1f} GiB taken by the probe); stopped it")
-            if time.time() - t0 > timeout_s:
-                stopped = ("budget", "the sweep's time budget ran out") if deadline_cut else \
-                    ("timeout", f"no end after {timeout_s:.0f} s: stopped (a hang or too slow)")
+            if not stopped and time.time() - t0 > timeout_s:
+                # out of memory already seen (a rank the kernel killed, one that recorded it) while torchrun takes
+                # the others down is the probe's outcome: the time ran out on a teardown, not on a hang
+                stopped = _oom_seen(run_dir) or (("budget", "the sweep's time budget ran out") if deadline_cut else
+                                                 ("timeout", f"no end after {timeout_s:.0f} s: stopped (a hang or "
+                                                             f"too slow)"))
             if stopped:
                 record_evidence(run_dir, Evidence(source="probe", kind="oom" if stopped[0] == "oom" else "time_limit",
                                                   message=stopped[1]))
@@ -304,6 +308,7 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
     r = ProbeResult(spec, "failed", message, str(run_dir), num_params=ready.get("num_params"))
     if stopped:
         r.outcome, r.message = stopped
+        r.oom_bytes = bytes_asked(r.message) if r.outcome == "oom" else None
     elif status == "ok":
         losses = [e.get("loss") for e in steps]
         if len(steps) < spec.steps or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in losses):
@@ -326,9 +331,20 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
         r.outcome = "cancelled"
     elif rc == -signal.SIGKILL or _killed_by_sigkill(run_dir):
         r.outcome = "oom"
-        r.message = "a rank was killed by SIGKILL (most likely the kernel's out-of-memory killer: host memory)"
+        r.message = KILLED_BY_KERNEL
         record_evidence(run_dir, Evidence(source="probe", kind="oom", signal="SIGKILL", message=r.message))
     return r
+
+
+def _oom_seen(run_dir: Path) -> tuple[str, str] | None:
+    """("oom", why) where the probe's run already shows it ran out of memory, before it was stopped."""
+    with suppress(OSError, ValueError):
+        run = read_run_json(run_dir)
+        if run.get("status") == "oom":
+            return "oom", run.get("message") or "out of memory"
+    if _killed_by_sigkill(run_dir):
+        return "oom", KILLED_BY_KERNEL
+    return None
 
 
 def _killed_by_sigkill(run_dir: Path) -> bool:

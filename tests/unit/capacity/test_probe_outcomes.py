@@ -65,6 +65,30 @@ def test_a_rank_killed_by_the_kernel_is_host_oom(tmp_path):
     assert classify(SPEC, tmp_path).outcome == "failed"
 
 
+@pytest.mark.parametrize("seen", ["host", "kernel", "rank"])
+def test_out_of_memory_seen_when_the_time_runs_out_is_the_probes_outcome_not_a_timeout(tmp_path, monkeypatch, seen):
+    """The host's memory falling under its floor at the poll that found the time out, a rank the kernel killed or
+    one that recorded its out-of-memory while torchrun took the others down: each was stored as a timeout."""
+    run_dir = tmp_path / "run"
+    said = {"host": "", "kernel": "  exitcode  : -9 (pid: 123)",
+            "rank": "rank 0: out of memory at --device_batch_size=1: Tried to allocate 2.00 GiB"}[seen]
+
+    def backend(spec, run_dir, data):  # a probe whose run shows it, then hangs as torchrun's teardown can
+        run_dir.mkdir(parents=True)
+        (run_dir / "train.log").write_text(said + "\n" if seen == "kernel" else "")
+        if seen == "rank":
+            update_run_json(run_dir, status="oom", message=said)
+        return [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ)
+
+    monkeypatch.setattr(probe, "pytorch_backend", backend)
+    monkeypatch.setattr(probe, "host_memory", lambda: (8 << 30, (1 << 30) if seen == "host" else None))
+    r = probe.run_probe(SPEC, run_dir, {}, timeout_s=0)
+    assert r.outcome == "oom", r.message
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "oom"
+    if seen == "rank":
+        assert r.oom_bytes == 2 << 30
+
+
 def test_a_probe_cancelled_from_outside_the_sweep_runs_again_on_resume(tmp_path, monkeypatch):
     """Regression: a SIGTERM to the probe's trainer alone (the sweep ran on) was stored as `failed`, read back
     so on every resume and the search stopped there, while a cancelled probe is to run again."""

@@ -100,19 +100,14 @@ def kept(run_dir: str) -> int:
 
 def resume_step(run_dir: str) -> None:
     """Print the step a resubmitted run continues from (its checkpoint), or nothing."""
-    launch = _read(run_dir).get("launch")
-    step = launch.get("resume_from_step") if isinstance(launch, dict) else None
-    if launch is not None and not isinstance(launch, dict):
-        wrong = f"launch is {json.dumps(launch)[:80]}, not an object or null"
-    elif step is not None and type(step) is not int:  # a bool is no step either
-        wrong = f"launch.resume_from_step is {json.dumps(step)[:80]}, not an integer (a checkpoint's step) or null"
-    else:
+    step = (_read(run_dir).get("launch") or {}).get("resume_from_step")  # launch: an object or null, as read
+    if step is None or type(step) is int:  # a bool is no step
         if step is not None:
             print(step)
         return
     # a damaged record resumes nothing, as one that cannot be read
-    print(f"{os.path.join(run_dir, contract.RUN_JSON)}: {wrong}; the run is not resumed from a checkpoint",
-          file=sys.stderr)
+    print(f"{os.path.join(run_dir, contract.RUN_JSON)}: launch.resume_from_step is {json.dumps(step)[:80]}, not an "
+          "integer (a checkpoint's step) or null; the run is not resumed from a checkpoint", file=sys.stderr)
 
 
 def image(run_dir: str, *options: str) -> None:

@@ -90,9 +90,8 @@ def _read(run_dir: Path) -> tuple[dict, str]:
 
 
 def _evidence(manifest: dict) -> list[dict]:
-    """run.json's evidence entries; a section of another shape (a damaged file) counts as none."""
-    evidence = manifest.get("evidence")
-    return [e for e in evidence if isinstance(e, dict)] if isinstance(evidence, list) else []
+    """run.json's evidence entries (a list, as read_run_json lets through), those that are objects."""
+    return [e for e in manifest.get("evidence") or [] if isinstance(e, dict)]
 
 
 def _cut_by_the_job(manifest: dict, status: str) -> bool:

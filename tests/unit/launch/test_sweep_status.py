@@ -235,12 +235,14 @@ def test_an_ended_job_of_a_newer_majors_run_json_is_shown_as_settled_so_a_wait_e
     assert RunState("r", "4", "CANCELLED", status, message).settled
 
 
-def test_a_run_json_whose_evidence_is_not_a_list_is_shown_not_a_traceback(tmp_path):
-    """A damaged run.json whose evidence section is a number or an object ended `status` in a TypeError (the
-    section was iterated as it stood): it counts as no evidence, and the run is settled from Slurm's word."""
+def test_a_run_json_whose_evidence_is_not_a_list_is_an_unreadable_row_not_a_traceback(tmp_path):
+    """A damaged run.json whose evidence section is a number, an object or a string ended `status` in a TypeError
+    (the section was iterated as it stood): it is one unreadable row, the file left as it is."""
     for name, evidence in (("number", 5), ("object", {"kind": "stopped"}), ("text", "stopped")):
         run_dir = tmp_path / name
         run_dir.mkdir()
-        (run_dir / "run.json").write_text(json.dumps({"status": "running", "evidence": evidence}))
+        text = json.dumps({"status": "running", "evidence": evidence})
+        (run_dir / "run.json").write_text(text)
         status, message = _derive(run_dir, JobState("4", "CANCELLED", exit_code="0:15"))
-        assert status == "cancelled" and message.startswith("Slurm job 4 ended CANCELLED"), (name, message)
+        assert status == "unreadable" and "'evidence'" in message and message.endswith("left as it is"), message
+        assert (run_dir / "run.json").read_text() == text

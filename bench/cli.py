@@ -11,7 +11,7 @@ import os
 import sys
 
 from bench import __version__
-from bench.contract import RunJsonError
+from bench.contract import RunJsonError, SchemaError
 from bench.errors import BenchError
 
 # Command groups in the order `--help` lists them: the workflow from data to report.
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                          + (f"; {hint(given, extra, args)}" if hint else ""))
         args.argv = given  # as given (a dry run records its submit command)
         result = args.func(args)
-    except (BenchError, RunJsonError) as e:
+    except (BenchError, RunJsonError, SchemaError) as e:  # the last two name the file
         if args is not None and args.verbose:  # None: refused while parsing (a flag's type=), one line too
             raise
         print(f"error: {e}", file=sys.stderr)

@@ -196,3 +196,11 @@ def test_an_empty_path_is_refused_naming_its_flag_not_read_as_here_or_the_defaul
     err = capsys.readouterr().err
     assert err.startswith(f"error: {flag} '': an empty value") and len(err.splitlines()) == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_a_run_json_that_breaks_the_contract_is_one_line_naming_it(tmp_path, capsys):
+    """`train --run-dir` over a run.json with a field of the wrong type (`"nodes": "x"`) ended in a SchemaError
+    traceback: the contract's error names the file and the field, in one line."""
+    (tmp_path / "run.json").write_text('{"schema_version": "2.0", "nodes": "x"}')
+    assert cli.main(["train", "--run-dir", str(tmp_path), "--", "--depth=2"]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'run.json'}: nodes: expected an integer, got 'x'\n"

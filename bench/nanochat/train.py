@@ -79,7 +79,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     facts = {"vocabulary": {"vocab_size": vocab_size, "source": vocab_source, "bpb": token_bytes is not None},
              "data": data_identity_of(config) if master_process else None}  # reads every shard's footer
     if not config.data_bin_dir:  # the K this run validates on, whatever the planner meant to pass
-        from bench.nanochat.dataset import resolve_val_files_k  # pyarrow: not imported by a run on .bin files
+        from bench.nanochat.dataset import resolve_val_files_k
 
         facts["val_files_k"] = resolve_val_files_k()
     record.update(**facts)  # one rewrite of run.json

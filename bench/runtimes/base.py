@@ -266,9 +266,13 @@ def check_registry_ref(runtime: str, image: str) -> str:
     """Enroot-style `[USER@][REGISTRY#]IMAGE[:TAG]`: a registry host before a '/' would be read as Docker Hub."""
     if any(c.isspace() for c in image) or not image:
         raise RuntimeConfigError(f"runtime {runtime}: image reference {image!r} holds whitespace")
-    first = image.split("/", 1)[0]
-    if "#" not in image and "/" in image and ("." in first or ":" in first):
-        fixed = image.replace("/", "#", 1)
+    scheme, _, ref = image.partition("://") if "://" in image else ("", "", image)
+    first = ref.split("/", 1)[0]
+    fixed = ref.replace("/", "#", 1) if "#" not in ref and "/" in ref and ("." in first or ":" in first) else ref
+    if scheme:  # enroot is handed docker:// by the runtime (pyxis, CE, image-once.sh): a second one fails
+        raise RuntimeConfigError(f"runtime {runtime}: give the image without its scheme, as in {fixed!r} (enroot's "
+                                 f"docker:// is added to it)")
+    if fixed != ref:
         raise RuntimeConfigError(
             f"runtime {runtime}: write the registry with '#', as in {fixed!r} (enroot reads {image!r} as a "
             f"Docker Hub image)")

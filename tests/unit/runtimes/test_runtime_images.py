@@ -39,6 +39,17 @@ def test_registry_slash_form_is_refused_with_the_hash_form(name):
     assert runtimes.get(name).resolve_image("nvcr.io#nvidia/pytorch:25.10-py3") == "nvcr.io#nvidia/pytorch:25.10-py3"
 
 
+@pytest.mark.parametrize("name", ["ce", "pyxis"])
+@pytest.mark.parametrize("image", ["docker://nvcr.io/nvidia/pytorch:25.10-py3",
+                                   "docker://nvcr.io#nvidia/pytorch:25.10-py3"])
+def test_enroot_registry_reference_with_a_scheme_is_refused_with_the_form_to_use(name, image):
+    # enroot is given docker:// by the runtime itself: 'docker://docker://...' failed on the nodes, and the advice
+    # for the slash form was 'docker:#/nvcr.io/...', the scheme taken for a registry host
+    with pytest.raises(RuntimeConfigError) as e:
+        runtimes.get(name).resolve_image(image)
+    assert "'nvcr.io#nvidia/pytorch:25.10-py3'" in str(e.value) and "docker:#" not in str(e.value)
+
+
 def test_apptainer_takes_registry_schemes():
     assert runtimes.get("apptainer").resolve_image("docker://nvcr.io/nvidia/pytorch:25.10-py3").startswith("docker://")
 

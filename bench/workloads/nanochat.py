@@ -65,7 +65,8 @@ def lower_device_batch(dbs: int, accum: int, cap: int, why: str) -> tuple[int, i
         return dbs, accum, ""
     sequences = dbs * accum
     new = max(b for b in range(1, cap + 1) if sequences % b == 0)
-    return new, sequences // new, f"device batch {dbs} -> {new} x accumulation {sequences // new} ({why})"
+    was = f"{dbs} x accumulation {accum}" if accum > 1 else dbs  # both sides of the arrow are the same sequences
+    return new, sequences // new, f"device batch {was} -> {new} x accumulation {sequences // new} ({why})"
 
 
 def val_files_k(config, data, ranks: int) -> tuple[int | None, str]:

@@ -22,6 +22,15 @@ def test_alps_at_128_gpus_takes_device_batch_16_with_accumulation_2():
     assert "device batch 32 -> 16 x accumulation 2" in format_table(Sweep([8, 32], 4, ["bare"], site=alps, data=DATA))
 
 
+def test_a_lowered_batch_that_already_accumulated_says_so():
+    # strong scaling at 128 ranks: 48 sequences a rank, 24 x 2, then the site's 16 x 3; the note read '24 -> 16 x
+    # accumulation 3', which is 48 sequences, not 24
+    point = plan_of(32, site=sites.load("alps"), data=DATA, scaling="strong",
+                    train={"total_batch_size": 48 * 2048 * 128})
+    assert (point.device_batch_size, point.grad_accum) == (16, 3)
+    assert "device batch 24 x accumulation 2 -> 16 x accumulation 3" in point.note
+
+
 def test_the_memory_model_lowers_the_batch_on_a_small_gpu(tmp_path):
     path = tmp_path / "small.toml"
     path.write_text('name = "small"\nnetwork = "infiniband"\ngpu_memory_gib = 40\n')

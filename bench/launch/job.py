@@ -291,9 +291,10 @@ def check_allow_network(opts: LaunchOptions, runs: list[Run]) -> None:
     """--allow-network where the network gate judges none of `runs` is refused, as --cpus-per-gpu on CPU ranks is: it
     would let nothing through, and nothing would say so. The gate judges a GPU run across nodes whose job expects a
     network (bench/netgate.py check), so the runs as built, the site's set-up and --env applied, decide."""
-    if not opts.allow_network:
-        return
     judged = [r for r in runs if r.spec.gpus and r.nodes > 1 and r.spec.env.get(netgate.ENV_EXPECT)]
+    if not opts.allow_network:
+        check_network_forced_away(opts, judged)
+        return
     if judged:
         check_forced_network(opts, judged)
         return
@@ -308,6 +309,19 @@ def check_allow_network(opts: LaunchOptions, runs: list[Run]) -> None:
     else:
         why = f"--env {netgate.ENV_EXPECT}= unsets the network site {opts.site.name} expects, so the gate is off"
     raise ConfigError(f"--allow-network {opts.allow_network}: it has no effect here: {why}; leave it out")
+
+
+def check_network_forced_away(opts: LaunchOptions, judged: list[Run]) -> None:
+    """NCCL_NET naming another network than the one the gate expects, without --allow-network: NCCL takes that
+    network or fails, and the gate stops each of the `judged` runs as wrong_network once its nodes are allocated."""
+    for run in judged:
+        net, expected = run.spec.env.get("NCCL_NET"), run.spec.env[netgate.ENV_EXPECT]
+        if net and not netgate.same_network(net, expected):
+            source = f"--env NCCL_NET={net}" if "NCCL_NET" in opts.env or opts.site is None else \
+                f"NCCL_NET={net!r} (the set-up of site {opts.site.name})"
+            raise ConfigError(f"{source}: NCCL takes {net} between nodes, where {expected} is expected, so "
+                              f"{run.run_id} would stop as wrong_network; to measure {net}, add --allow-network "
+                              f"{shlex.quote(net.strip())}, or leave NCCL_NET out")
 
 
 def check_forced_network(opts: LaunchOptions, judged: list[Run]) -> None:

@@ -824,6 +824,22 @@ def test_allow_network_against_the_network_nccl_net_forces_is_refused(capsys, tm
         assert "NANOCHAT_BENCH_ALLOW_NET=Socket\n" in script
 
 
+def test_nccl_net_forced_away_from_the_expected_network_without_allow_network_is_refused(capsys, tmp_path,
+                                                                                         monkeypatch):
+    """--env NCCL_NET=Socket on alps made NCCL take sockets between nodes while the gate expected AWS Libfabric, so
+    every multi-node run stopped as wrong_network once its nodes were allocated; now it is refused naming the flag
+    that lets the network through. With --allow-network, on one node, or with the expected network, it passes."""
+    monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)
+    argv = ["render", "sbatch", "--site=alps", "--row-groups=100", "--shards=100", "--no-data-check"]
+    code, _, err = run_cli([*argv, "--nodes=2", "--env=NCCL_NET=Socket", "--out", str(tmp_path / "a")], capsys)
+    assert code == 1 and err.count("\n") == 1 and "--env NCCL_NET=Socket" in err and "wrong_network" in err, err
+    assert "--allow-network Socket" in err and not (tmp_path / "a").exists()
+    for i, extra in enumerate((["--nodes=2", "--allow-network=Socket"], ["--nodes=1"], ["--nodes=2"])):
+        net = "AWS Libfabric" if i == 2 else "Socket"
+        code, _, err = run_cli([*argv, *extra, f"--env=NCCL_NET={net}", "--out", str(tmp_path / f"ok{i}")], capsys)
+        assert code == 0, err
+
+
 def test_allow_network_passes_where_env_alone_sets_the_gate(capsys, tmp_path, monkeypatch):
     """Without a site, --env NANOCHAT_BENCH_EXPECT_NET=IB turns the gate on, and --allow-network goes with it."""
     monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)

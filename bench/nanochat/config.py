@@ -11,6 +11,7 @@ out of scope for a throughput benchmark, is refused with a clear message unless 
 """
 
 import argparse
+import functools
 import math
 import re
 from dataclasses import MISSING, dataclass, fields
@@ -37,6 +38,9 @@ FUSED_NONE = ("none", "", *FALSE_WORDS)
 # The deepest GPT anything here plans, sizes or trains (~5e16 parameters; d20 has 5.6e8): the memory model walks
 # every layer's matrices, which at a million layers takes seconds an estimate, and the planner makes dozens a point
 MAX_DEPTH = 10_000
+# sequences per rank per optimizer step (2^32 times the d20 recipe's): the device batches dividing them are then
+# found in a fraction of a second (_divisors)
+MAX_STEP_SEQUENCES = 2**40
 
 
 def fused_kernel_names(value: str) -> tuple[str, ...]:
@@ -334,11 +338,12 @@ def grad_accum_steps(total_batch_size: int, device_batch_size: int, max_seq_len:
     fit = fit_batch(total_batch_size, device_batch_size, max_seq_len, world_size)
     if fit.possible and fit.device_batch_size == device_batch_size:
         return fit.grad_accum
+    if too_many := _sequences_problem(total_batch_size, max_seq_len, world_size):
+        raise ConfigError(f"--{too_many}")
     world_tokens = device_batch_size * max_seq_len * world_size
     per_b = max_seq_len * world_size
-    # no larger batch divides the total: a walk down from a device batch of 1e10 took minutes
-    batch_sizes = [b for b in range(min(device_batch_size, total_batch_size // per_b), 0, -1)
-                   if total_batch_size % (b * per_b) == 0]
+    batch_sizes = (_divisors(total_batch_size // per_b, min(device_batch_size, total_batch_size // per_b))
+                   if total_batch_size % per_b == 0 else ())
     lower = (total_batch_size // world_tokens) * world_tokens
     totals = [t for t in (lower, lower + world_tokens, lower + 2 * world_tokens) if t > 0]
     options = []
@@ -378,10 +383,31 @@ def fit_batch(total_batch_size: int, device_batch_size: int, max_seq_len: int, r
             f"total_batch_size {total_batch_size:,} is not a multiple of max_seq_len x ranks = "
             f"{max_seq_len} x {ranks} = {per_rank_seq:,}; totals that work: "
             + " or ".join(f"{t:,}" for t in options)))
+    if too_many := _sequences_problem(total_batch_size, max_seq_len, ranks):
+        return BatchFit(0, 0, reason=too_many)
     sequences = total_batch_size // per_rank_seq  # sequences per rank per optimizer step
-    dbs = max(b for b in range(1, min(device_batch_size, sequences) + 1) if sequences % b == 0)
+    dbs = _divisors(sequences, min(device_batch_size, sequences))[0]
     note = "" if dbs == device_batch_size else f"device batch lowered from {device_batch_size} to {dbs}"
     return BatchFit(dbs, sequences // dbs, note)
+
+
+def _sequences_problem(total_batch_size: int, max_seq_len: int, ranks: int) -> str | None:
+    sequences = total_batch_size // (max_seq_len * ranks)
+    if sequences > MAX_STEP_SEQUENCES:
+        return (f"total_batch_size={total_batch_size:,} is {sequences:,} sequences per rank (max_seq_len x ranks = "
+                f"{max_seq_len} x {ranks} tokens each); at most {MAX_STEP_SEQUENCES:,} (2^40) per optimizer step")
+    return None
+
+
+@functools.lru_cache(maxsize=8)  # grad_accum_steps asks again for what fit_batch just found
+def _divisors(n: int, limit: int) -> tuple[int, ...]:
+    """The divisors of n no larger than limit, largest first. Each divisor above sqrt(n) is n // e for one below
+    it, so the trials stop at sqrt(n) (a million for n = 2^40): walking every batch up to a device batch of 1e9
+    took minutes."""
+    root = math.isqrt(n)
+    small = [d for d in range(1, min(limit, root) + 1) if n % d == 0]
+    large = [n // e for e in range(-(-n // limit), root + 1) if n % e == 0 and n // e > root]
+    return tuple(sorted(small + large, reverse=True))
 
 
 def scaled_batch(scaling: str, total_batch_size: int, device_batch_size: int, max_seq_len: int,

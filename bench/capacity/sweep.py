@@ -30,7 +30,7 @@ from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError, os_reason
 from bench.nanochat import memory
 from bench.nanochat.tokenizer import SPECIAL_TOKENS
-from bench.contract import atomic_target, update_run_json, write_json_atomic
+from bench.contract import RUN_JSON, RunJsonError, atomic_target, update_run_json, write_json_atomic
 
 SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
@@ -234,7 +234,14 @@ class Sweep:
         spec = ProbeSpec(strategy, shape.depth, shape.aspect_ratio, batch, c.max_seq_len, c.nproc, c.steps,
                          c.device_type, c.vocab_size, c.memory_limit)
         run_dir = c.out / "runs" / strategy / spec.name
-        result = read_probe(spec, run_dir)
+        try:
+            result = read_probe(spec, run_dir)
+        except RunJsonError as e:  # cut short by the kill that ended the sweep: run_probe starts it anew
+            print(f"note: {e.path} {e.reason}; that probe runs again", file=sys.stderr)
+            result = None
+        except OSError as e:
+            print(f"note: {run_dir / RUN_JSON} cannot be read: {os_reason(e)}; that probe runs again", file=sys.stderr)
+            result = None
         if result is not None and any(result.extra.get(k) not in (None, self.machine[k]) for k in DEVICE_KEYS):
             result = None  # an H100's oom says nothing of an H200 (and would be recorded under the H200's name)
         if result is not None and result.outcome == "timeout" and (result.time_limit_s or math.inf) < c.time_per_point:

@@ -6,6 +6,7 @@ The run directories here are written as the trainer writes them (run.json + metr
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -616,3 +617,39 @@ sys.exit(capped.main())
     env = {**os.environ, **capped.MALLOC_ENV, capped.ENV_CAP: str(64 << 20)}
     r = subprocess.run([sys.executable, "-c", past_imports], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+@pytest.mark.parametrize("damage", ['{"capacity": {"pro', "[]", '{"capacity": 3}', None])
+def test_a_resumed_sweep_runs_a_damaged_probe_again_naming_it(tmp_path, monkeypatch, capsys, damage):
+    """A probe's run.json cut short by the kill that ended the sweep stopped the resumed sweep on one error line,
+    though the rebuilt report said to resume it and the probe's directory is emptied before it runs anyway."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    cpu = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
+           "host_available_bytes": 8 << 30}
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4], device_type="cpu")
+    spec = ProbeSpec("fsdp", 4, device_type="cpu")
+    run_dir = tmp_path / "runs" / "fsdp" / spec.name
+    run_dir.mkdir(parents=True)
+    if damage is None:  # as a read that fails (EACCES, EIO)
+        (run_dir / "run.json").mkdir()
+    else:
+        (run_dir / "run.json").write_text(damage)
+    ran = []
+
+    def run_probe(spec, run_dir, *a, **k):
+        ran.append(spec)
+        shutil.rmtree(run_dir)  # as run_probe does
+        run_dir.mkdir()
+        return ProbeResult(spec, "ok", tok_per_sec=1.0)
+
+    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
+    sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
+    sweep.__dict__.update(cfg=cfg, log=lambda line: None, results=[], t0=0, out_of_time=False, machine=cpu, data={},
+                          host_floor=0)
+    result = sweep.probe("fsdp", Shape(123, 4), 1)
+    assert ran == [spec] and result.outcome == "ok" and not result.reused
+    [note] = capsys.readouterr().err.splitlines()
+    assert note.startswith(f"note: {run_dir / 'run.json'} ") and note.endswith("; that probe runs again")
+    assert sweep.probe("fsdp", Shape(123, 4), 1).reused and len(ran) == 1  # recorded anew: read back

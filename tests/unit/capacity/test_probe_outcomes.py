@@ -526,8 +526,43 @@ def test_the_default_gpus_are_one_when_nvidia_smi_hangs_or_is_missing(tmp_path, 
     t0 = time.monotonic()
     assert _gpus() == 1
     assert time.monotonic() - t0 < 10
-    assert capsys.readouterr().out == (f"note: nvidia-smi -L {why}, so the GPUs were not counted: probing with 1; "
-                                       "give --gpus N for more\n")
+    assert capsys.readouterr().err == (f"note: nvidia-smi -L {why}, so the GPUs were not counted: probing with 1; "
+                                       "give --gpus N for another count\n")
+
+
+@pytest.mark.parametrize("script, why", [("exec sleep 30", "did not answer in 1 s"),
+                                         ("exit 9", "failed (exit status 9)"), (None, "could not run")])
+def test_the_default_gpus_are_those_the_ranks_see_when_nvidia_smi_cannot_count_them(tmp_path, monkeypatch, capsys,
+                                                                                    script, why):
+    """A job shown 4 GPUs (CUDA_VISIBLE_DEVICES=0,1,2,3) whose nvidia-smi -L hung or failed probed on 1 GPU, the
+    hang's note on stdout among the sweep's lines and a failure's with none. No GPU runs here: a fake nvidia-smi
+    stands in, and torch's view of the first GPU is set."""
+    from bench.capacity import sweep as sweepmod
+    from bench.commands.capacity import _gpus
+
+    if script:
+        (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\n[ \"$1\" = -L ] || exit 6\n{script}\n")
+        (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}" if script else str(tmp_path))
+    monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))
+    monkeypatch.setattr(sweepmod, "SMI_TIMEOUT_S", 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert _gpus() == 4
+    out, err = capsys.readouterr()
+    assert out == "" and err == (f"note: nvidia-smi -L {why}, so the GPUs were counted from CUDA_VISIBLE_DEVICES: "
+                                 "probing with 4; give --gpus N for another count\n")
+
+
+def test_nvidia_smi_finding_no_device_and_exiting_so_counts_no_gpu(tmp_path, monkeypatch, capsys):
+    from bench.capacity import sweep as sweepmod
+    from bench.commands.capacity import _gpus
+
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert _gpus() == 1 and capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("script, free", [

@@ -14,13 +14,14 @@ import functools
 import json
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 
 from bench import paths, workloads
 from bench.commands import nonempty
 from bench.errors import ConfigError, os_reason
-from bench.contract import ENV_BASE_DIR, RunJsonError, read_run_json
+from bench.contract import ENV_BASE_DIR, RUN_JSON, RunJsonError, read_run_json
 
 # The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
 SMOKE_DATA = dict(num_shards=4, docs_per_shard=512, row_group_size=32)
@@ -216,18 +217,25 @@ def cmd_train(args) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("local")
     print(f"run directory: {run_dir}")
     rc = run_local(train_args, nproc, run_dir, workload=args.workload, python=args.python, overwrite=args.overwrite)
+    # the run's exit status stands whatever its record says: a run.json that cannot be read is a note beside it
     try:
-        print(f"run directory: {run_dir} (status: {read_run_json(run_dir).get('status')})")
+        status, unread = read_run_json(run_dir).get("status"), None
+    except RunJsonError as e:
+        status, unread = None, f"{e.path} {e.reason}"
+    except OSError as e:
+        status, unread = None, f"{run_dir / RUN_JSON} cannot be read: {os_reason(e)}"
+    try:
+        if unread:
+            print(f"note: the run ended with exit status {rc}; its status is not known: {unread}", file=sys.stderr)
+        else:
+            print(f"run directory: {run_dir} (status: {status})")
     except OSError:  # the terminal went away (the run itself is recorded)
-        pass
-    except RunJsonError:  # damaged as the run went: run_local said so in one line, and the workload's status stands
         pass
     return rc
 
 
 def cmd_preflight(args) -> int:
     import subprocess
-    import sys
 
     from bench.workloads.torchrun import torchrun_command
 

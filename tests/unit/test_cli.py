@@ -204,3 +204,27 @@ def test_a_run_json_that_breaks_the_contract_is_one_line_naming_it(tmp_path, cap
     (tmp_path / "run.json").write_text('{"schema_version": "2.0", "nodes": "x"}')
     assert cli.main(["train", "--run-dir", str(tmp_path), "--", "--depth=2"]) == 1
     assert capsys.readouterr().err == f"error: {tmp_path / 'run.json'}: nodes: expected an integer, got 'x'\n"
+
+
+@pytest.mark.parametrize("damage, why", [('{"status": "o', "is not valid JSON"),
+                                         (None, "cannot be read: Is a directory")])
+def test_train_whose_run_json_cannot_be_read_keeps_the_runs_exit_status(tmp_path, monkeypatch, capsys, damage, why):
+    """After the run, train reads run.json to print its status: a damaged one ended in the reader's error and exit
+    status 1 instead of the run's, and one that could not be read (a directory, EACCES) was passed over in silence."""
+    from bench.launch import local
+
+    def run_local(train_args, nproc, run_dir, **kwargs):
+        run_dir.mkdir(parents=True)
+        if damage is None:
+            (run_dir / "run.json").mkdir()
+        else:
+            (run_dir / "run.json").write_text(damage)
+        return 3
+
+    monkeypatch.setattr(local, "run_local", run_local)
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--nproc", "1", "--run-dir", str(run_dir), "--", "--depth=2", "--device_type=cpu",
+                     "--num_iterations=1"]) == 3
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"note: the run ended with exit status 3; its status is not known: {run_dir / 'run.json'} "
+                           f"{why}")

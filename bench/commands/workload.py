@@ -304,14 +304,15 @@ def cmd_smoke(args) -> int:
     nproc = _nproc(args.nproc, 2)
     if args.steps < 1:
         raise ConfigError(f"--steps={args.steps}: must be >= 1")
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("smoke")
+    # the run would refuse it after the data; before --base-dir is made, so that a refusal leaves nothing behind
+    refuse_early(run_dir, overwrite=args.overwrite, resumable=False)
     base_dir = Path(args.base_dir).resolve()
     try:
         base_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--base-dir {args.base_dir}: cannot be made: {os_reason(e)}; give smoke a directory "
                           f"it can write (default: runs/smoke/base)") from None
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir("smoke")
-    refuse_early(run_dir, overwrite=args.overwrite, resumable=False)  # the run would refuse it after the data
     prepare_smoke_data(base_dir)
     env = dict(os.environ, **{ENV_BASE_DIR: str(base_dir)})
     print(f"training a tiny model with {nproc} rank(s); run directory: {run_dir}")

@@ -89,7 +89,7 @@ def test_smokes_errors_advise_what_smoke_takes(tmp_path):
 
 def test_a_smoke_run_dir_the_run_would_refuse_is_refused_before_the_data_is_made(tmp_path, monkeypatch, capsys):
     """A --run-dir that was a file (or below one), or that held a run, without --overwrite, was refused only once
-    smoke had generated its shards and trained its tokenizer."""
+    smoke had generated its shards and trained its tokenizer; then only after it had made --base-dir."""
     from bench.commands import workload
 
     monkeypatch.setattr(workload, "prepare_smoke_data", lambda base: pytest.fail("smoke data generated"))
@@ -107,6 +107,7 @@ def test_a_smoke_run_dir_the_run_would_refuse_is_refused_before_the_data_is_made
         assert capsys.readouterr().err == f"error: {expected}\n"
     assert (tmp_path / "file").read_text() == "kept" and sorted(p.name for p in (tmp_path / "ran").iterdir()) == \
         ["metrics.jsonl"]
+    assert not (tmp_path / "base").exists()
     with pytest.raises(pytest.fail.Exception, match="smoke data generated"):  # --overwrite: the run empties it
         cli.main(["smoke", "--base-dir", str(tmp_path / "base"), "--run-dir", str(tmp_path / "ran"), "--overwrite"])
 

@@ -396,7 +396,7 @@ def cmd_submit(args) -> int:
         tokenizer = tokenizer_args(args)
     check_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, first, stages)
-    print((flowmod if args.flow else planmod).format_table(sweep), end="\n\n")
+    print((flowmod if args.flow else planmod).format_table(sweep, args.partition), end="\n\n")
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer,
                             command=submit_command(args, sweep_dir))

@@ -314,12 +314,13 @@ FLOW_TOO_LONG = ("run part of its stages per sweep (--stages), shorten the longe
                  "(--assume-decode-tok-s), or choose another --partition")
 
 
-def format_table(fs: FlowSweep) -> str:
+def format_table(fs: FlowSweep, partition: str | None = None) -> str:
     """The plan: per node count and runtime, a row per stage (its batch arithmetic, time limit and estimate)
-    and the job's time limit covering them all, checked against the site's default partition."""
+    and the job's time limit covering them all, checked against the partition (--partition, else the site's
+    default one)."""
     head = ("nodes", "runtime", "repeats", "ranks", "stage", "batch", "time", "est_h", "note")
     rows, jobs, too_long = [], 0, False
-    limit = site_partition(fs.first.site)
+    limit = site_partition(fs.first.site, partition)
     for (n, rt), group in itertools.groupby(fs.points(), key=lambda pp: (pp[0].nodes, pp[0].runtime)):
         group = list(group)
         point, stage_points = group[0]

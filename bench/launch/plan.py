@@ -322,14 +322,15 @@ def memory_warning(sweep: Sweep, p: Point) -> str | None:
     return sweep.workload_impl.memory_warning(sweep.settings, p.plan, sweep.context(p.nodes), sweep.gpu)
 
 
-def format_table(sweep: Sweep) -> str:
+def format_table(sweep: Sweep, partition: str | None = None) -> str:
     """The plan as a text table, one row per node count and runtime (repeats folded), then totals. A run whose job
-    the site's default partition would refuse is shown as submit refuses it, its image step's time included."""
+    the partition (--partition, else the site's default) would refuse is shown as submit refuses it, its image
+    step's time included."""
     # job.py imports this module
     from bench.launch.job import IMAGE_STEP_MINUTES, default_image_step, partition_refusal, run_job_minutes, \
         site_partition
 
-    limit = site_partition(sweep.site)
+    limit = site_partition(sweep.site, partition)
     columns = sweep.workload_impl.PLAN_COLUMNS
     head = ("nodes", "runtime", "repeats", "ranks", *(c[0] for c in columns), "val_K", "time", "est_node_h", "note")
     rows, jobs, node_hours, unknown = [], 0, 0.0, False

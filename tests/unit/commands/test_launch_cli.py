@@ -211,6 +211,16 @@ def test_an_unknown_partition_is_refused_before_the_plan_is_printed(capsys, tmp_
     assert not (tmp_path / "s").exists()
 
 
+def test_submit_checks_its_table_against_the_partition_it_submits_to(capsys, tmp_path):
+    """submit --partition xfer printed its 13-hour run as 'not submitted' for partition normal's 12 hours (the site's
+    default), then submitted it to xfer."""
+    code, out, err = run_cli(["submit", "--dry-run", "--no-data-check", "--site", "alps", "--partition", "xfer",
+                              "--time", "13:00:00", "--nodes", "1", *TINY, f"--base-dir={tmp_path}",
+                              "--out", str(tmp_path / "s")], capsys)
+    assert code == 0 and "not submitted" not in out and "\n1 runs, " in out, err
+    assert "#SBATCH --partition=xfer" in (tmp_path / "s" / "n1-bare-r1" / "job.sbatch").read_text()
+
+
 @pytest.mark.parametrize("flags,message", [(["--poll=-1"], "--poll -1: "), (["--poll=nan"], "--poll nan: "),
                                            (["--poll=0"], "--poll 0: "), (["--timeout=-5"], "--timeout -5: "),
                                            (["--timeout=nan"], "--timeout nan: ")])

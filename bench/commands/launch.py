@@ -349,7 +349,7 @@ def cmd_plan(args) -> int:
     sweep, first, stages = sweep_and_stages(args)
     if args.flow:  # what submit refuses: a plan that passed them would be no preview of it
         tokenizer_args(args)
-    print((flowmod if args.flow else planmod).format_table(sweep))
+    print((flowmod if args.flow else planmod).format_table(sweep, args.partition))
     note_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, first, stages)
     note_shared_cpus(args, first)
@@ -637,6 +637,9 @@ def register(subparsers) -> None:
                               description="Points (nodes x runtimes x repeats): weak scaling keeps each rank's "
                                           "device batch x sequence, strong keeps total_batch_size.")
     add_sweep_options(p)
+    # the table marks the runs this partition would refuse, and its advice for them names --partition
+    p.add_argument("--partition", default=None, help="Slurm partition whose limits the runs are checked against, as "
+                   "for submit (default: the site's default_partition)")
     p.set_defaults(func=cmd_plan)
 
     p = subparsers.add_parser("submit", help="render every job of a sweep and submit it with sbatch",

@@ -211,6 +211,17 @@ def test_an_unknown_partition_is_refused_before_the_plan_is_printed(capsys, tmp_
     assert not (tmp_path / "s").exists()
 
 
+def test_plan_takes_the_partition_its_advice_names(capsys):
+    """plan's run over partition normal's time limit said 'or another --partition', and plan refused --partition."""
+    argv = ["plan", "--site", "alps", "--time", "13:00:00", "--nodes", "1"]
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0 and "not submitted" in out and out.splitlines()[1].endswith("or another --partition")
+    code, out, _ = run_cli([*argv, "--partition", "xfer"], capsys)
+    assert code == 0 and "not submitted" not in out and "\n1 runs, " in out
+    code, out, err = run_cli([*argv, "--partition", "nope"], capsys)
+    assert code == 1 and out == "" and err.startswith("error: site alps: no partition 'nope' (the profile knows: debug")
+
+
 def test_submit_checks_its_table_against_the_partition_it_submits_to(capsys, tmp_path):
     """submit --partition xfer printed its 13-hour run as 'not submitted' for partition normal's 12 hours (the site's
     default), then submitted it to xfer."""

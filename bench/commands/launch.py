@@ -353,7 +353,17 @@ def cmd_plan(args) -> int:
     note_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, first, stages)
     note_shared_cpus(args, first)
+    note_workload_images(args)
     return 0
+
+
+def note_workload_images(args) -> None:
+    """plan: the runtimes whose default image cannot run the workload, which render and submit refuse without
+    --image (a flag plan does not take), said as a note by the check they refuse them with."""
+    try:
+        check_workload_images(args.workload, {}, args.runtimes)
+    except ConfigError as e:
+        print(f"note: render and submit refuse this sweep without --image: {e}")
 
 
 def note_shared_cpus(args, sweep: planmod.Sweep) -> None:

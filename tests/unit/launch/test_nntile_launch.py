@@ -215,6 +215,20 @@ def test_a_container_runtime_without_an_nntile_image_is_refused_before_anything_
     assert "nanochat-bench-nntile:latest" in "".join(p.read_text() for p in out.rglob("job.sbatch"))
 
 
+def test_plan_notes_the_container_runtimes_render_and_submit_refuse_without_an_nntile_image(train, capsys):
+    """`plan --workload nntile --runtimes ce` listed the CE runs without a word, which render and submit refuse."""
+    from bench import cli
+
+    flags = ["plan", "--site", "alps", "--workload", "nntile", "--nodes", "1", "--train-arg", "batch=32",
+             "--train-arg", f"config-path={train['config-path']}"]
+    assert cli.main([*flags, "--runtimes", "bare,ce"]) == 0
+    note = "note: render and submit refuse this sweep without --image: --workload nntile under --runtimes 'bare,ce': " \
+           "nanochat-bench's default images cannot run it (ce: "
+    assert note in capsys.readouterr().out
+    assert cli.main([*flags, "--runtimes", "bare"]) == 0
+    assert "default images" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"]])
 def test_a_missing_token_file_is_refused_before_anything_is_written(command, train, tmp_path, capsys):
     """No train.bin under --base-dir (or at --dataset-path) was found only on the node, each run ending no_data;

@@ -61,6 +61,8 @@ DEFAULT_ENV: dict[str, str] = {**BENCH_ENV, **TORCH_ENV}
 OFI_NCCL_VARIANTS = ("cuda-dl", "cuda13", "cuda12", "rocm6", "rocm5")
 DEFAULT_OFI_NCCL_VARIANT = "cuda-dl"
 OFI_HOOK_ENABLED = "com.hooks.aws_ofi_nccl.enabled"
+# CE's documentation gives a hook's com.hooks.<hook>.enabled the strings "true" and "false" only
+HOOK_ENABLED_VALUES = ("true", "false")
 
 
 def ofi_nccl_annotations(variant: str = DEFAULT_OFI_NCCL_VARIANT) -> dict[str, str]:
@@ -171,6 +173,9 @@ def check_annotations(annotations: Mapping[str, str]) -> None:
         if not _check_text("annotation name", key) or "" in key.split("."):
             raise RuntimeConfigError(f"EDF annotation name {key!r} must be dotted words, e.g. com.hooks.cxi.enabled")
         _check_text(f"annotation {key} (use \"true\", not true)", value)
+        if key.startswith("com.hooks.") and key.endswith(".enabled") and value not in HOOK_ENABLED_VALUES:
+            raise RuntimeConfigError(f"EDF annotation {key} = {value!r}: a hook's enabled annotation is "
+                                     + " or ".join(f'"{v}"' for v in HOOK_ENABLED_VALUES))
         # TOML dotted keys build nested tables, so a key cannot also be the prefix of another one.
         clash = next((k for k in keys if k.startswith(key + ".")), None)
         if clash:

@@ -107,6 +107,10 @@ def test_header_lines_become_comments():
     (dict(env={"N": 1}), "[env] value of N must be a string, got int"),
     (dict(annotations={"com.hooks.cxi.enabled": True}), 'use "true", not true'),
     (dict(annotations={"com..x": "1"}), "must be dotted words"),
+    # CE reads only the strings "true" and "false"; its hook would be left as it was, unsaid
+    (dict(annotations={"com.hooks.cxi.enabled": "yes"}),
+     "EDF annotation com.hooks.cxi.enabled = 'yes': a hook's enabled annotation is \"true\" or \"false\""),
+    (dict(annotations={"com.hooks.aws_ofi_nccl.enabled": "True"}), "com.hooks.aws_ofi_nccl.enabled = 'True'"),
     (dict(annotations={"com.hooks.a": "1", "com.hooks.a.b": "2"}), "clash"),
 ])
 def test_bad_input_is_named(kwargs, fragment):

@@ -342,8 +342,10 @@ def _console_logs(table: pd.DataFrame, copies: dict) -> dict:
 
 
 def _copies(table: pd.DataFrame) -> dict:
-    """Each copy's index -> the index of the row that keeps the run (usable first, then finished, then by root
-    and source): a copy taken while the run went on says `running` of a run that has since failed or ended."""
+    """Each copy's index -> the index of the row that keeps the run (usable first, then finished, then of this
+    row version, then by root and source): a copy taken while the run went on says `running` of a run that has
+    since failed or ended, and a row of an older version, kept in the table from a root since moved, lacks the
+    columns added since that the run's row read again has."""
     instance = table["slurm_job_id"].astype(object).where(table["slurm_job_id"].notna(), table["t_start"])
     keys = table[["sweep_id", "run_id", "stage"]].assign(instance=instance)  # sweep_id, stage: None outside them
     candidates = (table["source_kind"] == "run_dir").fillna(False) & keys[["run_id", "instance"]].notna().all(axis=1)
@@ -351,7 +353,8 @@ def _copies(table: pd.DataFrame) -> dict:
     if not dup.any():
         return {}
     copies = table[candidates][dup].assign(_unusable=lambda t: t["skip_reason"].notna(),
-                                           _live=lambda t: t["status"].isin(LIVE_STATUSES))
-    groups = copies.sort_values(["_unusable", "_live", "root", "source"], kind="stable").groupby(
+                                           _live=lambda t: t["status"].isin(LIVE_STATUSES),
+                                           _older=lambda t: (t["row_version"] != ROW_VERSION).fillna(True))
+    groups = copies.sort_values(["_unusable", "_live", "_older", "root", "source"], kind="stable").groupby(
         [keys[c] for c in keys], sort=False, dropna=False)
     return {i: group.index[0] for _, group in groups for i in group.index[1:]}

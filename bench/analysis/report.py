@@ -262,8 +262,9 @@ def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, 
 
 
 def row_versions(table: pd.DataFrame) -> str:
-    """Which row version the table's rows are, and what an older one means for the report."""
-    versions = table["row_version"].dropna().astype(int)
+    """Which row version the table's rows are, and what an older one means for the report; a copy of a run's row
+    is not counted, as the report does not use it."""
+    versions = table.loc[~is_copy(table), "row_version"].dropna().astype(int)
     older = versions[versions < ROW_VERSION]
     text = f"Table rows of row version {ROW_VERSION} (bench/analysis/collect.py ROW_VERSION)"
     if older.empty:

@@ -293,6 +293,22 @@ def test_a_copy_taken_while_the_run_went_on_does_not_hide_its_failure(make_run, 
     assert table.at[copy, "skip_reason"].startswith("the same run as ") and kept in table.at[copy, "skip_reason"]
 
 
+def test_a_run_collected_again_from_a_moved_folder_keeps_its_new_row_not_the_older_ones(make_run, tmp_path):
+    """A results folder moved (a/ -> b/) and collected again into the table that held its rows of an older row
+    version: the stale rows sorted first and kept the run, the fresh ones left out as their copies, and the
+    report still said to collect again to recompute them."""
+    from bench.analysis.report import row_versions
+    make_run("n1-bare-r1", root=tmp_path / "a", slurm={"job_id": "42"})
+    collect([tmp_path / "a"], tmp_path / "table")
+    old = load_table(tmp_path / "table").assign(row_version=collect_mod.ROW_VERSION - 1)
+    collect_mod.write_table(old, tmp_path / "table")
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    table = collect([tmp_path / "b"], tmp_path / "table").table
+    kept = table[table["skip_reason"].isna()]
+    assert kept["root"].tolist() == [str(tmp_path / "b")] and kept["row_version"].tolist() == [collect_mod.ROW_VERSION]
+    assert "older one" not in row_versions(table)
+
+
 def test_a_copied_run_outside_slurm_is_one_run_and_two_runs_of_one_name_are_two(make_run, tmp_path):
     """Regression: copies of a run made outside Slurm (no job id) each counted as a repeat, narrowing its CI.
     Outside Slurm a run is the same run when its id and its start time are."""

@@ -101,7 +101,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     sections = [{"title": None, "note": tables.summary_note(p, unit, mode) + mixed,
                  "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
-    notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit)) if n]
+    notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit),
+                         no_ci_note(r, baseline, unit)) if n]
     unpaired = " ".join(notes) or None
     if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
         sections.append({"title": f"Steady-state throughput relative to {baseline}",
@@ -143,6 +144,18 @@ def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str) -> str | No
     at = scaling.count(missing[0], unit) if len(missing) == 1 else f"{', '.join(map(str, missing))} {unit}"
     return (f"No {baseline} run at {at}: no ratio there "
             f"(--baseline names another runtime to compare with).")
+
+
+def no_ci_note(ratios: pd.DataFrame, baseline: str, unit: str) -> str | None:
+    """Where a runtime's ratio to the baseline is a gap findings would weigh (RATIO_GAP or more) but has no CI:
+    no finding can be drawn from it, and the note says so, lest Findings read as the runtimes found alike."""
+    gaps = ratios[(ratios["ratio"] - 1).abs() >= findings.RATIO_GAP]
+    why = [scaling.no_ci(r["runs"], r["baseline_runs"], r["ci_low"]) for r in gaps.to_dict("records")]
+    said = [f"{runtime} at {', '.join(map(str, g['world_size']))} {unit} is {100 * findings.RATIO_GAP:g}% or more "
+            f"from {baseline} with no 95% CI ({reason})"
+            for (runtime, reason), g in gaps.assign(_why=why).dropna(subset=["_why"]).groupby(
+                ["runtime", "_why"], sort=False)]
+    return f"{'; '.join(said)}: no finding is drawn from that gap." if said else None
 
 
 def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | None:

@@ -564,3 +564,17 @@ def test_a_config_whose_every_point_mixes_device_batches_keeps_its_section_and_n
             "so that point is left out of the table and figures.") in strong
     assert "No run has usable figures yet" not in md
     assert "Not recorded by these runs: the steady step split" in strong  # the start-up phases they did record
+
+
+def test_a_gap_to_the_baseline_without_a_ci_is_not_called_no_gap(tmp_path):
+    """pyxis 10% slower than bare in one run each: its ratio had no CI, so no finding could be drawn from it, yet
+    Findings said "None: no gap in these runs passes its threshold", as if the runtimes had been found alike."""
+    spec = SweepSpec(world_sizes=(8, 16), repeats=1, steps=14, runtimes={"bare": 1.0, "pyxis": 0.9, "ce": 1.0},
+                     startup_s={"bare": 5.0, "pyxis": 5.0, "ce": 5.0}, noise=0.0, efficiency_per_doubling=1.0)
+    generate_sweep(tmp_path / "runs", spec)
+    md = write_report(collect([tmp_path / "runs"]).table, tmp_path / "rep").with_name("report.md").read_text()
+    assert "no gap in these runs" not in md
+    assert "**Findings.** None among the comparisons made; some were not made, as the notes below say." in md
+    assert ("### Steady-state throughput relative to bare\n\npyxis at 8, 16 GPUs is 1% or more from bare with no "
+            "95% CI (under 2 runs a side): no finding is drawn from that gap.") in md
+

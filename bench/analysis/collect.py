@@ -218,6 +218,11 @@ def _read_table(path: str | os.PathLike) -> pd.DataFrame:
     missing = [c for c in ("root", "source", "status", "skip_reason", "tok_per_sec") if c not in df.columns]
     if missing:
         raise AnalysisError(f"{path}: not a table written by collect (no column {', '.join(missing)})")
+    # A newer release's rows may hold columns this one would drop on rewriting the table, or mean others otherwise.
+    newest = pd.to_numeric(df["row_version"], errors="coerce").max() if "row_version" in df.columns else None
+    if newest is not None and newest > ROW_VERSION:
+        raise AnalysisError(f"{path}: rows of row version {newest:.0f}, newer than this release's {ROW_VERSION}: "
+                            "a newer nanochat-bench wrote it; read it with that release, or collect into another --out")
     return normalise(df)
 
 

@@ -320,6 +320,23 @@ def test_a_copied_run_outside_slurm_is_one_run_and_two_runs_of_one_name_are_two(
     assert table[table["skip_reason"].notna()].iloc[0]["skip_reason"].endswith("(a copy of its directory)")
 
 
+def test_a_table_of_a_newer_row_version_is_refused_not_rewritten_without_its_columns(make_run, tmp_path):
+    """A table written by a newer release (a later row version, a column this one lacks): report said its rows
+    were of this release's version, and collect into it dropped the newer columns when it rewrote the table."""
+    make_run("n1-bare-r1", root=tmp_path / "a")
+    collect([tmp_path / "a"], tmp_path / "table")
+    newer = pd.read_csv(tmp_path / "table" / TABLE_CSV).assign(row_version=collect_mod.ROW_VERSION + 1, later=1)
+    (tmp_path / "table" / TABLE_PARQUET).unlink()
+    newer.to_csv(tmp_path / "table" / TABLE_CSV, index=False)
+    before = (tmp_path / "table" / TABLE_CSV).read_bytes()
+    make_run("n1-bare-r2", root=tmp_path / "b")
+    for read in (lambda: load_table(tmp_path / "table"), lambda: collect([tmp_path / "b"], tmp_path / "table")):
+        with pytest.raises(AnalysisError, match=f"row version {collect_mod.ROW_VERSION + 1}, newer than this "
+                                                f"release's {collect_mod.ROW_VERSION}"):
+            read()
+    assert (tmp_path / "table" / TABLE_CSV).read_bytes() == before
+
+
 def test_the_readme_names_the_current_row_version():
     """README said row_version 16 three versions after it was 19: a user comparing tables read the wrong one."""
     assert f"`row_version` ({collect_mod.ROW_VERSION} now)" in (REPO / "README.md").read_text()

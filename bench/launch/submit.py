@@ -32,6 +32,10 @@ PLANNED_FIELDS = ("run_id", "sweep_id", "workload", "runtime", "image", "nodes",
 
 def read_sweep(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / SWEEP_JSON
+    if Path(sweep_dir).is_file():  # the sweep's record itself, or another file: else named as "<it>/sweep.json"
+        held = f" ({Path(sweep_dir).parent} holds this one)" if Path(sweep_dir).name == SWEEP_JSON else ""
+        raise ConfigError(f"{sweep_dir}: a file, not a sweep directory; give the directory that holds {SWEEP_JSON}"
+                          + held)
     if not path.is_file() and (dry := dry_run_command(sweep_dir)):
         raise ConfigError(f"{path} does not exist: {sweep_dir} holds the jobs of `submit --dry-run`, and nothing was "
                           f"submitted; submit them with: {dry}")

@@ -589,6 +589,16 @@ def test_status_of_a_dry_run_says_nothing_was_submitted(capsys, tmp_path):
     assert code == 1 and "not a sweep directory made by `nanochat-bench submit`" in err
 
 
+def test_status_of_a_sweeps_record_names_the_directory_to_give(capsys, tmp_path):
+    """`status SWEEP/sweep.json` said "SWEEP/sweep.json/sweep.json does not exist: not a sweep directory", of a
+    file that is the sweep's own record."""
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.json").write_text('{"jobs": []}')
+    code, _, err = run_cli(["status", str(tmp_path / "s" / "sweep.json")], capsys)
+    assert code == 1 and err == f"error: {tmp_path / 's' / 'sweep.json'}: a file, not a sweep directory; give the " \
+                                f"directory that holds sweep.json ({tmp_path / 's'} holds this one)\n"
+
+
 @pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--no-data-check"]])
 def test_status_of_a_dry_run_says_so_and_gives_the_command_that_submits_it(flow, capsys, tmp_path, monkeypatch):
     """A flow's `submit --dry-run` directory was "not a sweep directory made by `nanochat-bench submit`" (its jobs'

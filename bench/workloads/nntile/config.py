@@ -195,7 +195,7 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
 def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
     """(ncpu, ncuda) for init_context. An explicit ncpu overrides STARPU_NCPU in torch-nntile, so the
     variables are read here: STARPU_NCPU, else every core this process may use; STARPU_NCUDA, else all
-    (-1); --restrict=cpu asks for no CUDA worker. ConfigError for a count that is no integer, for no
+    (-1); --restrict=cpu asks for no CUDA worker. ConfigError for a count that is no integer or negative, for no
     worker at all, or for no CPU worker without --restrict=cuda (StarPU would only fail to start, with a
     traceback)."""
     env = os.environ if env is None else env
@@ -205,7 +205,9 @@ def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
         try:
             counts[name] = int(text)
         except ValueError:
-            raise ConfigError(f"{name}={text}: give a number of workers (-1 = every one)") from None
+            counts[name] = -1  # refused below: only a set variable can be no integer
+        if counts[name] < 0 and env.get(name):  # StarPU reads the variable itself and aborts on a negative count
+            raise ConfigError(f"{name}={text}: give a number of workers >= 0 (leave it unset for every one)")
     ncpu, ncuda = counts["STARPU_NCPU"], 0 if restrict == "cpu" else counts["STARPU_NCUDA"]
     if ncpu == 0 and ncuda == 0:
         raise ConfigError(f"STARPU_NCPU=0 with {'--restrict=cpu' if restrict == 'cpu' else 'STARPU_NCUDA=0'}: "

@@ -175,7 +175,7 @@ def test_starpu_worker_counts_are_checked_before_starpu_starts():
     assert nconfig.workers("", {"STARPU_NCPU": "3", "STARPU_NCUDA": "1"}) == (3, 1)
     assert nconfig.workers("cpu", {"STARPU_NCPU": "2", "STARPU_NCUDA": "4"}) == (2, 0)
     assert nconfig.workers("cuda", {"STARPU_NCPU": "0"}) == (0, -1)  # GPU workers only
-    with pytest.raises(ConfigError, match=r"^STARPU_NCPU=abc: give a number of workers"):
+    with pytest.raises(ConfigError, match=r"^STARPU_NCPU=abc: give a number of workers >= 0"):
         nconfig.workers("", {"STARPU_NCPU": "abc"})
     with pytest.raises(ConfigError, match=r"^STARPU_NCUDA=1.5: give a number of workers"):
         nconfig.workers("", {"STARPU_NCUDA": "1.5"})
@@ -183,6 +183,14 @@ def test_starpu_worker_counts_are_checked_before_starpu_starts():
         nconfig.workers("cpu", {"STARPU_NCPU": "0"})
     with pytest.raises(ConfigError, match=r"^STARPU_NCPU=0 with STARPU_NCUDA=0: no StarPU worker"):
         nconfig.workers("", {"STARPU_NCPU": "0", "STARPU_NCUDA": "0"})
+
+
+@pytest.mark.parametrize("name,value", [("STARPU_NCPU", "-1"), ("STARPU_NCPU", "-5"), ("STARPU_NCUDA", "-1")])
+def test_a_negative_worker_count_is_refused(name, value):
+    """STARPU_NCPU=-1, which the error for a non-number offered as 'every one', passed the check, then StarPU
+    (which reads the variable itself) aborted on an assertion with a native backtrace."""
+    with pytest.raises(ConfigError, match=rf"^{name}={value}: give a number of workers >= 0 \(leave it unset"):
+        nconfig.workers("", {name: value})
 
 
 def test_no_cpu_worker_needs_restrict_cuda():

@@ -222,7 +222,8 @@ def train_bin(config: NNTileConfig, base_dir: str | None = None) -> Path:
     """The train.bin the run reads: --dataset-path as a file, or train.bin inside it as a directory; without it,
     `data bin`'s directory under `base_dir` (default: the run's NANOCHAT_BASE_DIR)."""
     path = Path(config.dataset_path or Path(paths.base_dir(base_dir)) / paths.BIN_DIR)
-    return path / "train.bin" if path.is_dir() or not path.suffix else path
+    # a path not there (a node's, at render time) is a directory unless it is named like a file; a file is a file
+    return path / "train.bin" if path.is_dir() or (not path.suffix and not path.is_file()) else path
 
 
 def check_dataset(config: NNTileConfig, shape: dict) -> dict:

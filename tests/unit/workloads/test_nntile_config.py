@@ -153,6 +153,15 @@ def test_dataset_checks(cfg, tmp_path):
         nconfig.check_dataset(config, shape)
 
 
+def test_a_token_file_named_without_a_suffix_is_read(cfg, tmp_path):
+    """--dataset-path=/data/tokens, a token file without a suffix, was taken for a directory: the run stopped with
+    'no token file at /data/tokens/train.bin'."""
+    (tmp_path / "tokens").write_bytes(b"\0\0" * (4 * 33 * 2))
+    config, shape = parse(cfg, "--batch=4", f"--dataset-path={tmp_path / 'tokens'}")
+    assert nconfig.check_dataset(config, shape)["path"] == str(tmp_path / "tokens")
+    assert nconfig.train_bin(nconfig.NNTileConfig(dataset_path="/not/here")) == nconfig.Path("/not/here/train.bin")
+
+
 @pytest.mark.parametrize("seed", [-2**63 - 1, 2**64])
 def test_a_seed_torch_refuses_is_refused_before_starpu_starts(cfg, seed):
     """A seed outside torch.manual_seed's range failed ('ValueError: Overflow when unpacking long long') only

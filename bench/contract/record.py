@@ -119,7 +119,7 @@ class NNTileRun:
 
     starpu: Optional[Dict[str, Any]] = field(None, "StarPU workers: ncpu, ncuda, restrict, home")
     dataset: Optional[Dict[str, Any]] = field(None, "the train.bin: path, tokens, batches_per_epoch, tokenizer")
-    tiling: Optional[Dict[str, int]] = field(None, "axis groups tiled of all in a step's graph")
+    tiling: Optional[Dict[str, int]] = field(None, "axis groups tiled of all in the first graph compiled")
     passes: Optional[Dict[str, Dict[str, Any]]] = field(None, "the seed's timed forward / forward+backward passes")
     training: Optional[Dict[str, Any]] = field(None, "the seed's timed-epoch figures: tokens, time_s, cpu_s, tok/s")
 

@@ -68,8 +68,9 @@ def software_versions(torch, torch_nntile) -> dict:
     return info
 
 
-def timed_passes(model, torch, torch_nntile, config, shape, backward: bool) -> dict | None:
-    """NNTile's throughput passes on random tokens: warm-up passes, then timed ones (no optimizer step)."""
+def timed_passes(model, torch, torch_nntile, config, shape, backward: bool, tile) -> dict | None:
+    """NNTile's throughput passes on random tokens: warm-up passes, then timed ones (no optimizer step), each
+    graph cut by `tile` as the training steps' are (the first compiled graph fixes the weights' tiles)."""
     n, warm = (config.nbackward, config.nbackward_warmup) if backward else (config.nforward, config.nforward_warmup)
     if n <= 0:
         return None
@@ -87,6 +88,7 @@ def timed_passes(model, torch, torch_nntile, config, shape, backward: bool) -> d
         else:
             with torch.no_grad():
                 model(tokens)  # the output is not kept: only the pass is timed
+        tile(tokens)
         torch_nntile.compile_graph()
         torch_nntile.run()
 
@@ -173,8 +175,23 @@ def train(argv: list[str], record: RunRecord) -> dict:
     extents = {flag: axes[field] for flag, field in TILES}
     tiled = any(tiles[f] < extents[f] for f in tiles)
 
+    def tile_graph(tokens) -> None:
+        if tiled:
+            nmodel.name_axes(model, tokens)
+            nmodel.apply_tiling(tiles, extents)
+            record_tiling()
+
+    tiling_recorded = False
+
+    def record_tiling() -> None:
+        # what NNTile made of the tile flags: axis groups tiled of all in the first graph, which fixes the weights'
+        nonlocal tiling_recorded
+        if not tiling_recorded:
+            record.update(nntile={"tiling": nmodel.tiling_summary()})
+            tiling_recorded = True
+
     passes = {k: v for k, backward in (("forward", False), ("forward_backward", True))
-              if (v := timed_passes(model, torch, torch_nntile, config, shape, backward)) is not None}
+              if (v := timed_passes(model, torch, torch_nntile, config, shape, backward, tile_graph)) is not None}
     if passes:
         record.update(nntile={"passes": passes})
 
@@ -238,8 +255,7 @@ def train(argv: list[str], record: RunRecord) -> dict:
         optimizer.zero_grad(set_to_none=True)
         if tiled:
             nmodel.apply_tiling(tiles, extents)
-            if step == 0:  # what NNTile made of the tile flags: axis groups tiled of all in a step's graph
-                record.update(nntile={"tiling": nmodel.tiling_summary()})
+            record_tiling()
         torch_nntile.compile_graph()
         torch_nntile.run()
         train_loss = step_loss.to("cpu").item() / config.num_minibatch  # waits for the step to finish

@@ -101,6 +101,47 @@ def test_starpu_home_is_pinned_beside_the_data():
     assert env["STARPU_NCUDA"] == "4"
 
 
+@pytest.mark.parametrize("backward", [False, True])
+def test_the_timed_passes_are_tiled_as_the_training_steps(backward, monkeypatch):
+    """--nforward or --nbackward with a tile flag (--seq-tile=64 --nbackward=1) ended the run at its first training
+    step ('GEMM lowering: no tile ... matches', 'coord OOB'): the passes compiled untiled graphs, which fixed the
+    weights' tiles, and the steps then asked for others."""
+    import contextlib
+    import types
+
+    from bench.workloads.nntile import config as nconfig
+    from bench.workloads.nntile.runner import timed_passes
+
+    calls = []
+
+    class Tokens:
+        def to(self, device):
+            return self
+
+    class Loss:
+        def backward(self):
+            calls.append("backward")
+
+    class Model:
+        def __call__(self, tokens):
+            calls.append("forward")
+
+        def parameters(self):
+            return []
+
+    fake_nntile = types.SimpleNamespace(compile_graph=lambda: calls.append("compile"), run=lambda: None,
+                                        wait=lambda: None)
+    fake_torch = types.SimpleNamespace(randint=lambda high, size: Tokens(), no_grad=contextlib.nullcontext)
+    monkeypatch.setitem(sys.modules, "torch_nntile", fake_nntile)
+    monkeypatch.setitem(sys.modules, "torch_nntile.training",
+                        types.SimpleNamespace(cross_entropy=lambda logits, tokens: Loss()))
+    config = nconfig.NNTileConfig(nforward=2, nforward_warmup=1, nbackward=2, nbackward_warmup=1, minibatch=2)
+    timed_passes(Model(), fake_torch, fake_nntile, config, {"vocab_size": 16, "n_positions": 8}, backward,
+                 tile=lambda tokens: calls.append("tile"))
+    per_pass = ["forward", "backward", "tile", "compile"] if backward else ["forward", "tile", "compile"]
+    assert calls == per_pass * 3
+
+
 def _imports(path: Path) -> set[str]:
     """Top-level packages a module imports when it is imported (imports inside functions are lazy)."""
     names = set()

@@ -10,6 +10,7 @@ communication pre-flight, the smoke test.
 """
 
 import argparse
+import difflib
 import functools
 import json
 import os
@@ -90,6 +91,11 @@ def trainer_flags_hint(parser: argparse.ArgumentParser, given: list[str], extra:
     train's; the command as it should be written: train's own flags (`parser`'s) before `--`, the rest after.
     `whose`: what goes after `--` (`reframe` passes ReFrame's flags there)."""
     takes_value = {s: a.nargs != 0 for a in parser._actions for s in a.option_strings}  # no public accessor
+    for name in (e.split("=", 1)[0] for e in extra if e.startswith("--")):
+        # --run_dir is a typo of --run-dir, not a trainer flag: moved after --, the trainer would refuse it too
+        close = difflib.get_close_matches(name, [s for s in takes_value if s.startswith("--")], n=1, cutoff=0.8)
+        if close:
+            return f"{name} is not a flag of {args.command} (did you mean {close[0]}?)"
     tokens, own, trainer, i = given[given.index(args.command) + 1:], [], [], 0
     while i < len(tokens):
         name = tokens[i].split("=", 1)[0]

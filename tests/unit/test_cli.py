@@ -169,6 +169,17 @@ def test_trainer_flags_before_the_dashes_are_refused_with_the_command_as_it_shou
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"; trainer flags go after --: {fixed}")
 
 
+@pytest.mark.parametrize("argv, close", [
+    (["train", "--run_dir", "r", "--", "--depth=2"], "--run-dir"), (["train", "--nprc", "2"], "--nproc"),
+    (["train", "--ovewrite", "--", "--depth=2"], "--overwrite")])
+def test_a_misspelt_flag_of_train_itself_is_named_not_moved_after_the_dashes(argv, close, capsys):
+    # the hint moved --run_dir after --, where the trainer refuses it too, instead of naming --run-dir
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.endswith(f"(did you mean {close}?)") and "go after --" not in last
+
+
 def test_an_unknown_flag_of_another_command_is_refused_as_before(capsys):
     with pytest.raises(SystemExit):
         cli.main(["plan", "--depht=3"])

@@ -189,7 +189,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     smooth_train_loss = loop_state.get("smooth_train_loss", 0.0)
     total_training_time = loop_state.get("total_training_time", 0.0)
     val_bpb = resume_meta.get("val_bpb")
-    mfu = None
+    mfu = debiased_smooth_loss = None  # None: no step ran (a run resumed from its last step)
     step = max(0, resume_step)
     dt = 0.0  # the last step's time, for the deadline
 
@@ -290,7 +290,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
     ranks = gather_rank_figures(step_ms, ddp_rank, ddp)
     record.write_breakdown(ranks, network_facts(backend, nccl_log.own_facts(), topology()[0]))
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
-               "final_val_bpb": val_bpb, "final_mfu": mfu}
+               "final_val_bpb": val_bpb, "final_mfu": mfu, "final_loss": debiased_smooth_loss}
     if stopped_early:
         message = (f"stopped at step {step} of {num_iterations} to end before the time limit (--deadline); "
                    f"checkpoint of step {step} in {checkpoint_dir}: continue with --resume_from_step={step}"

@@ -3,6 +3,7 @@
 python -m pytest tests/unit/analysis/test_analysis_real_run.py -q      (~40 s: a real torchrun)
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,12 @@ def test_two_rank_cpu_run_is_collected_and_reported(tmp_path, base_dir_env):
         proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=240)
     log_text = (run_dir / "train.log").read_text()
     assert proc.returncode == 0, f"the trainer failed:\n{log_text[-3000:]}"
+
+    # run.json's final_loss is the last step line's loss, as mid-training and SFT record theirs (it stayed null)
+    result = contract.read_run_json(run_dir)["result"]
+    last = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if '"event": "step"' in line][-1]
+    assert last["step"] == 15 and result["final_loss"] == pytest.approx(last["loss"])
 
     html = summarize_runs(run_dir, tmp_path / "report")
     row = load_table(tmp_path / "report").iloc[0]

@@ -12,6 +12,7 @@ negative one); a bound outside that is refused with its name rather than silentl
 
 from bench.analysis.check import Bound, Reference, checkable, select
 from bench.analysis.collect import to_frame
+from bench.analysis.columns import BY_NAME
 from bench.errors import ConfigError
 
 RefTuple = tuple[float, float | None, float | None, str]
@@ -24,14 +25,16 @@ def matching(row: dict, references: list[Reference]) -> list[Reference]:
 
 
 def as_tuple(ref_name: str, figure: str, bound: Bound) -> RefTuple:
-    """One bound as ReFrame's reference tuple, after checking that ReFrame accepts its tolerances."""
+    """One bound as ReFrame's reference tuple (in the figure's own unit where the file gives none), after checking
+    that ReFrame accepts its tolerances."""
     if bound.value > 0 and bound.lower is not None and bound.lower < -1:
         raise ConfigError(f"{ref_name}: figures.{figure}: lower = {bound.lower} is below -1, which ReFrame "
                           f"refuses for a positive value; use -1 (a bound of 0)")
     if bound.value < 0 and bound.upper is not None and bound.upper > 1:
         raise ConfigError(f"{ref_name}: figures.{figure}: upper = {bound.upper} is above 1, which ReFrame "
                           f"refuses for a negative value; use 1 (a bound of 0)")
-    return (bound.value, bound.lower, bound.upper, bound.unit)
+    # a file may leave a unit out: ReFrame would warn that "" does not match the performance variable's unit
+    return (bound.value, bound.lower, bound.upper, bound.unit or BY_NAME[figure].unit)
 
 
 def figures_for(row: dict, references: list[Reference]) -> tuple[dict[str, RefTuple], list[str]]:

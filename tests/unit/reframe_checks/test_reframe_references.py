@@ -95,3 +95,13 @@ def test_tolerances_mean_the_same_to_reframe_and_check(value, lower, upper):
     # the value's absolute precision, so compare to within that
     for a, b in zip(ours, theirs):
         assert a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12 * max(1.0, abs(value)))
+
+
+def test_a_bound_without_a_unit_takes_the_figures_own(make_run, refs):
+    """A file may leave `unit` out; the reference tuple's "" then differed from the performance variable's
+    unit, and ReFrame warned of a mismatch for every such figure of every case."""
+    refs.write_text('[[reference]]\nname = "no units"\nwhere = { world_size = 8 }\n'
+                    'figures.tok_per_sec = { value = 10, lower = -0.5 }\n'
+                    'figures.step_time_cv = { value = 0, upper = 1 }\n')
+    figures, _ = figures_for(read_run_dir(make_run("r8", world_size=8)), load_references(refs))
+    assert figures == {"tok_per_sec": (10.0, -0.5, None, "tok/s"), "step_time_cv": (0.0, None, 1, "")}

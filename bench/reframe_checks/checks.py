@@ -183,12 +183,16 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         if getattr(self, "_row", None) is None:
             run_dir = Path(self.run_dir)
             self._row = {}
+            self._manifest = {}
             if (run_dir / contract.RUN_JSON).exists():
-                # ReFrame's job has ended: a run it left pending (the batch script stopped before the run began)
-                # or running never ends, so it is settled here as the batch script settles a run it started
-                contract.close_unfinished(run_dir, self.job.exitcode, "ReFrame's job", source="launcher")
+                try:
+                    # ReFrame's job has ended: a run it left pending (the batch script stopped before the run
+                    # began) or running never ends, so it is settled here as the batch script settles a run it started
+                    contract.close_unfinished(run_dir, self.job.exitcode, "ReFrame's job", source="launcher")
+                    self._manifest = contract.read_run_json(run_dir)
+                except (contract.RunJsonError, contract.SchemaError):
+                    pass  # no run's record to settle: sanity fails the run with the reason its row gives
                 self._row = read_run_dir(run_dir)
-            self._manifest = contract.read_run_json(run_dir)
             self.run_status = str(self._row.get("status") or "")
             self.gpu_name = str(self._row.get("gpu_name") or "")
         return self._row
@@ -200,6 +204,8 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         row = self.row()
         if not row:
             raise SanityError(f"no run.json in {self.run_dir}: the batch script never ran (see {self.job.stdout})")
+        if not self._manifest:  # no run's record: the status the reader inferred from the events is not run.json's
+            raise SanityError(f"run {row.get('run_id')} has no status: {row.get('skip_reason')}")
         problem = run_problem(row, self._kind) or nccl_net_problem(self._manifest, self._site.nccl_net, self.num_nodes)
         if problem:
             raise SanityError(problem)

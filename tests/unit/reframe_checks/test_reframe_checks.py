@@ -127,3 +127,25 @@ def test_a_run_without_a_status_is_judged_by_why_its_run_json_was_not_read(tmp_p
     assert run_problem(row, TRAINING) == f"run {row['run_id']} has no status: {row['skip_reason']}"
     assert run_problem({**row, "status": float("nan")}, TRAINING) == run_problem(row, TRAINING)  # from a table
     assert run_problem({**row, "skip_reason": None}, TRAINING) == "run.json status is None: no message"
+
+
+
+@pytest.mark.parametrize("text, why", [("garbage\n", "run.json is not valid JSON (Expecting value: line 1)"),
+                                       ("", "run.json is empty (nanochat-bench replaces it whole: a copy or "
+                                             "another tool emptied it)")])
+def test_a_damaged_run_json_fails_sanity_with_its_reason(make_run, text, why):
+    """Settling the run raised the reader's error, whose advice is the launcher's ('move it aside ... for the run
+    to start anew'), and ReFrame printed it with a traceback; a run whose events end well gave no reason at all."""
+    from types import SimpleNamespace
+
+    import reframe.utility.sanity as sn
+    from reframe.core.exceptions import SanityError
+
+    run_dir = make_run("r1")
+    (run_dir / "run.json").write_text(text)
+    check = SimpleNamespace(run_dir=str(run_dir), job=SimpleNamespace(exitcode=0), _kind=TRAINING, num_nodes=1)
+    check.row = lambda: nanochat_bench.row(check)
+    with pytest.raises(SanityError) as info:
+        sn.evaluate(nanochat_bench.run_finished_ok(check))
+    assert str(info.value) == f"run r1 has no status: {why}"
+    assert (run_dir / "run.json").read_text() == text  # left as it was found

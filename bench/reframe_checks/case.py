@@ -97,8 +97,9 @@ class Site:
         return cls(**data)
 
     def references_file(self, variable: str) -> str:
-        """The check's `references` (-S references=FILE, $NANOCHAT_BENCH_REFERENCES), else the partition's."""
-        return variable or self.references
+        """The check's `references` (-S references=FILE, $NANOCHAT_BENCH_REFERENCES), else the partition's (its
+        $VARIABLES expanded, as the partition's other paths)."""
+        return variable or (expanded(self.references, "references") if self.references else "")
 
 
 @dataclass

@@ -45,6 +45,17 @@ def test_the_checks_references_win_over_the_partitions_and_the_partitions_are_us
     assert Site(gpus_per_node=4).references_file("") == ""
 
 
+def test_the_partitions_references_path_has_its_variables_expanded(monkeypatch):
+    """base_dir, images and mounts expand $SCRATCH; references was read as the literal '$SCRATCH/refs.toml', and
+    setup failed saying there was no such file."""
+    monkeypatch.setenv("SCRATCH", "/scratch/me")
+    site = Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, "references": "$SCRATCH/refs.toml"}}, "s:p")
+    assert site.references_file("") == "/scratch/me/refs.toml"
+    monkeypatch.delenv("SCRATCH")
+    with pytest.raises(ConfigError, match=r"references '\$SCRATCH/refs.toml' names the unset variable\(s\) SCRATCH"):
+        site.references_file("")
+
+
 def test_the_job_is_the_one_render_sbatch_writes(tiny_base_dir, tmp_path):
     """Same sweep point, same options: ReFrame's job.sbatch and `nanochat-bench render sbatch`'s differ only
     in names and paths, so the srun/torchrun line has one source."""

@@ -203,7 +203,9 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
         names one (extras' `nccl_net`, e.g. "AWS Libfabric" on Slingshot), NCCL took that network."""
         row = self.row()
         if not row:
-            raise SanityError(f"no run.json in {self.run_dir}: the batch script never ran (see {self.job.stdout})")
+            # setup wrote it (pending), and the batch script replaces it, never removes it
+            raise SanityError(f"no run.json in {self.run_dir}: setup wrote one, so the run directory was removed or "
+                              f"moved while ReFrame's job ran (see {self.job.stdout})")
         if not self._manifest:  # no run's record: the status the reader inferred from the events is not run.json's
             raise SanityError(f"run {row.get('run_id')} has no status: {row.get('skip_reason')}")
         problem = run_problem(row, self._kind) or nccl_net_problem(self._manifest, self._site.nccl_net, self.num_nodes)

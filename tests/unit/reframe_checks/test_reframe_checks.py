@@ -5,10 +5,13 @@
 
 import re
 import runpy
+from types import SimpleNamespace
 
 import pytest
 import reframe.core.runtime as rt
+import reframe.utility.sanity as sn
 from reframe.core.exceptions import ConfigError as ReframeConfigError
+from reframe.core.exceptions import SanityError
 from reframe.core.exceptions import is_severe
 
 from bench import runtimes
@@ -129,18 +132,12 @@ def test_a_run_without_a_status_is_judged_by_why_its_run_json_was_not_read(tmp_p
     assert run_problem({**row, "skip_reason": None}, TRAINING) == "run.json status is None: no message"
 
 
-
 @pytest.mark.parametrize("text, why", [("garbage\n", "run.json is not valid JSON (Expecting value: line 1)"),
                                        ("", "run.json is empty (nanochat-bench replaces it whole: a copy or "
                                              "another tool emptied it)")])
 def test_a_damaged_run_json_fails_sanity_with_its_reason(make_run, text, why):
     """Settling the run raised the reader's error, whose advice is the launcher's ('move it aside ... for the run
     to start anew'), and ReFrame printed it with a traceback; a run whose events end well gave no reason at all."""
-    from types import SimpleNamespace
-
-    import reframe.utility.sanity as sn
-    from reframe.core.exceptions import SanityError
-
     run_dir = make_run("r1")
     (run_dir / "run.json").write_text(text)
     check = SimpleNamespace(run_dir=str(run_dir), job=SimpleNamespace(exitcode=0), _kind=TRAINING, num_nodes=1)
@@ -149,3 +146,14 @@ def test_a_damaged_run_json_fails_sanity_with_its_reason(make_run, text, why):
         sn.evaluate(nanochat_bench.run_finished_ok(check))
     assert str(info.value) == f"run r1 has no status: {why}"
     assert (run_dir / "run.json").read_text() == text  # left as it was found
+
+
+def test_a_run_directory_removed_during_the_job_fails_sanity_saying_so(tmp_path):
+    """Setup writes run.json before ReFrame's job starts: its absence said 'the batch script never ran' of a batch
+    script that ran, when something removed the run directory."""
+    check = SimpleNamespace(run_dir=str(tmp_path / "gone"), job=SimpleNamespace(exitcode=0, stdout="rfm_job.out"))
+    check.row = lambda: nanochat_bench.row(check)
+    with pytest.raises(SanityError) as info:
+        sn.evaluate(nanochat_bench.run_finished_ok(check))
+    assert str(info.value) == (f"no run.json in {tmp_path / 'gone'}: setup wrote one, so the run directory was "
+                               f"removed or moved while ReFrame's job ran (see rfm_job.out)")

@@ -50,13 +50,17 @@ def list_parquet_files(directory: str | os.PathLike | None = None) -> list[Path]
 
 
 def resolve_val_files_k(val_files_k: int | None = None) -> int:
-    """K, the number of last files used for validation: the argument, else NANOCHAT_VAL_FILES_K, else 1."""
+    """K, the number of last files used for validation: the argument, else NANOCHAT_VAL_FILES_K, else 1.
+    A bad NANOCHAT_VAL_FILES_K is a DataError: in a rank it ends the run no_data, as a K the shards cannot give."""
     if val_files_k is None:
         raw = os.environ.get(ENV_VAL_FILES_K, "1")
         try:
             val_files_k = int(raw)
         except ValueError:
-            raise ConfigError(f"{ENV_VAL_FILES_K}={raw!r} is not an integer; use a whole number >= 1") from None
+            val_files_k = 0
+        if val_files_k < 1:
+            raise DataError(f"{ENV_VAL_FILES_K}={raw!r} is not a number of validation files; use a whole number "
+                            f">= 1 and below the number of shard files (unset: 1)")
     if val_files_k < 1:
         raise ConfigError(f"{ENV_VAL_FILES_K}={val_files_k}: the validation split needs at least 1 file")
     return val_files_k

@@ -128,6 +128,7 @@ class Workload:
     # it loads a checkpoint a stage before wrote, on every node: the planner refuses a multi-node point whose nodes
     # do not share the base directory (bench/launch/plan.py Sweep._plan)
     reads_checkpoint = False
+    reads_val_files_k = False  # its runs split the shards by NANOCHAT_VAL_FILES_K (a flow checks it before any)
     kind = TRAINING  # TRAINING or EVALUATION
     # The report's headers of the table columns whose meaning is this workload's own (bench/analysis/columns.py
     # names -> header; "{per}" becomes GPU or rank), e.g. what an evaluation's problems/s counts.

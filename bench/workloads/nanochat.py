@@ -92,6 +92,7 @@ class Nanochat(TorchrunStage):
     deadline_flag = "--deadline="
     resume_flag = "--resume_from_step="
     takes_depth = True
+    reads_val_files_k = True  # unless --data_bin_dir
     module = "bench.nanochat.train"
     parser = "bench.nanochat.config:parse_args"
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
@@ -104,6 +105,10 @@ class Nanochat(TorchrunStage):
         if config.data_bin_dir and not (Path(config.data_bin_dir) / "train.bin").is_file():  # before torchrun
             raise DataError(f"--data_bin_dir={config.data_bin_dir}: no train.bin there; `nanochat-bench data bin` "
                             "writes one (default: $NANOCHAT_BASE_DIR/base_data_bin, ~/.cache/nanochat/base_data_bin)")
+        if not config.data_bin_dir:
+            from bench.nanochat.dataset import resolve_val_files_k
+
+            resolve_val_files_k()  # a bad NANOCHAT_VAL_FILES_K here, before torchrun starts (each rank checks again)
 
     # -- planning -------------------------------------------------------------------------------------
     def settings(self, train: dict, scaling: str) -> Settings:

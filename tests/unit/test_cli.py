@@ -210,6 +210,20 @@ def test_an_empty_path_is_refused_naming_its_flag_not_read_as_here_or_the_defaul
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("argv", [["--depth=2"], ["--workload", "base_loss"]])
+def test_train_refuses_a_bad_val_files_k_before_torchrun_starts(tmp_path, monkeypatch, capsys, argv):
+    """NANOCHAT_VAL_FILES_K=0 was refused only by the ranks, after torchrun had started them."""
+    from bench.launch import local
+
+    monkeypatch.setattr(local, "run_local", lambda *a, **kw: pytest.fail("the run was started"))
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "0")
+    workload, flags = (argv[:2], []) if argv[0] == "--workload" else ([], argv)
+    assert cli.main(["train", *workload, "--nproc", "1", "--run-dir", str(tmp_path / "run"), "--", *flags]) == 1
+    assert capsys.readouterr().err == ("error: NANOCHAT_VAL_FILES_K='0' is not a number of validation files; use a "
+                                       "whole number >= 1 and below the number of shard files (unset: 1)\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_json_that_breaks_the_contract_is_one_line_naming_it(tmp_path, capsys):
     """`train --run-dir` over a run.json with a field of the wrong type (`"nodes": "x"`) ended in a SchemaError
     traceback: the contract's error names the file and the field, in one line."""

@@ -310,6 +310,18 @@ def test_a_run_dir_that_cannot_be_made_is_refused_in_one_line_before_the_tokeniz
     assert not trained and (tmp_path / "file").read_text() == "kept"  # no tokenizer trained for a flow refused
 
 
+@pytest.mark.parametrize("value", ["0", "-2", "abc"])
+def test_a_bad_val_files_k_is_refused_before_the_tokenizer_or_a_point_directory(tmp_path, monkeypatch, value):
+    """`speedrun` with NANOCHAT_VAL_FILES_K=0 trained the tokenizer and started base_train's ranks, which refused
+    it, the run ending `failed`: it is now refused before anything starts, in the ranks' words."""
+    trained = []
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: trained.append(a))
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", value)
+    with pytest.raises(DataError, match=rf"^NANOCHAT_VAL_FILES_K={value!r} is not a number of validation files"):
+        flow.run_local_flow(sweep(), 2, tmp_path / "point")
+    assert not trained and not (tmp_path / "point").exists()
+
+
 def test_a_python_that_is_not_there_is_refused_before_the_tokenizer_or_a_point_directory(tmp_path, monkeypatch):
     trained = []
     monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: trained.append(a))

@@ -120,12 +120,26 @@ def test_split_needs_a_training_file(five_files):
 
 def test_split_rejects_bad_k_and_split(five_files, monkeypatch):
     monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "two")
-    with pytest.raises(ConfigError, match="NANOCHAT_VAL_FILES_K='two'"):
+    with pytest.raises(DataError, match="NANOCHAT_VAL_FILES_K='two'"):
         dataset.split_files("val")
     with pytest.raises(ConfigError, match="at least 1"):
         dataset.split_files("val", 0)
     with pytest.raises(ConfigError, match="valid: train, val"):
         dataset.split_files("test", 1)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "abc"])
+def test_a_bad_val_files_k_in_a_rank_ends_the_run_no_data_as_a_k_too_large(five_files, monkeypatch, value):
+    """NANOCHAT_VAL_FILES_K=0, -2 or abc in a rank was a ConfigError, so the run ended `failed` where a K too large
+    for the shards ends `no_data`; the one line names the variable, the value and what is valid."""
+    from bench.nanochat.runrecord import classify_failure
+
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", value)
+    with pytest.raises(DataError) as e:
+        dataset.resolve_val_files_k()
+    assert str(e.value) == (f"NANOCHAT_VAL_FILES_K={value!r} is not a number of validation files; use a whole "
+                            f"number >= 1 and below the number of shard files (unset: 1)")
+    assert classify_failure(e.value).kind == "no_data"
 
 
 def test_parquets_iter_batched_strides_row_groups(base_dir_env):

@@ -70,10 +70,12 @@ def split_files(split: str, val_files_k: int | None = None) -> list[Path]:
     """Files of a split: val = the last K files, train = all the others (both non-empty or DataError)."""
     k = resolve_val_files_k(val_files_k)
     files = list_parquet_files()
-    if len(files) < k + 1:
-        lower = f", or lower {ENV_VAL_FILES_K}" if k > 1 else ""
+    n = len(files)
+    if n < k + 1:
+        valid = "1" if n == 2 else f"1 to {n - 1}"  # K leaves 1 training file at least: with fewer than 2, none does
+        lower = f", or set {ENV_VAL_FILES_K} to {valid} for these {n}" if n > 1 else ""
         raise DataError(
-            f"{len(files)} shard file(s) in {data_dir()}, but {ENV_VAL_FILES_K}={k} validation file(s) "
+            f"{n} shard file(s) in {data_dir()}, but {ENV_VAL_FILES_K}={k} validation file(s) "
             f"plus at least 1 training file are needed; {FIX_DATA} with N >= {k + 1}{lower}"
         )
     return split_of(files, split, k)

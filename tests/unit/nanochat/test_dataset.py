@@ -118,6 +118,17 @@ def test_split_needs_a_training_file(five_files):
         dataset.split_files("train", 5)
 
 
+def test_a_k_too_large_names_the_values_that_would_do(five_files):
+    """'or lower NANOCHAT_VAL_FILES_K' said nothing of the values the shards there allow (1 to their count - 1)."""
+    for k, shards, valid in ((5, 5, "set NANOCHAT_VAL_FILES_K to 1 to 4 for these 5"),
+                             (3, 2, "set NANOCHAT_VAL_FILES_K to 1 for these 2"), (1, 1, None)):
+        for extra in sorted((five_files / "base_data").iterdir())[shards:]:
+            extra.unlink()
+        with pytest.raises(DataError) as e:
+            dataset.split_files("train", k)
+        assert str(e.value).endswith(f"with N >= {k + 1}" + (f", or {valid}" if valid else ""))
+
+
 def test_split_rejects_bad_k_and_split(five_files, monkeypatch):
     monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "two")
     with pytest.raises(DataError, match="NANOCHAT_VAL_FILES_K='two'"):

@@ -617,12 +617,27 @@ def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:
     command = (contract.read_run_json(run_dir).get("launch") or {}).get("command") or []
     if "--" not in command:
         return ""
-    before = command[command.index("--") + 1:]
-    then, now = [a for a in before if a not in argv], [a for a in argv if a not in before]
-    if not then and not now:
+    then, now = _flag_values(command[command.index("--") + 1:]), _flag_values(argv)
+    shown = {None: "given", "": "''"}  # a bare switch; an empty value
+    changed = [f"--{key} {shown.get(then[key], then[key]) if key in then else 'not given'} -> "
+               f"{shown.get(now[key], now[key]) if key in now else 'not given'}"
+               for key in sorted(then.keys() | now.keys()) if then.get(key, ...) != now.get(key, ...)]
+    if not changed:
         return ""
-    return (f" (it ran with {' '.join(then) or 'no other flags'} where this command gives {' '.join(now) or 'none'}"
-            f"; a new --run-dir runs it with these)")
+    return (f" (it ran with other flags, that run's -> this command's: {', '.join(changed)}; a new --run-dir runs "
+            f"it with this command's)")
+
+
+def _flag_values(argv) -> dict[str, str | None]:
+    """{flag: value} of `--flag=value` and `--flag value` tokens; None for a bare switch (`--fp8`)."""
+    values, open_key = {}, None
+    for token in argv:
+        if token.startswith("--"):
+            key, eq, value = token[2:].partition("=")
+            values[key], open_key = (value, None) if eq else (None, key)
+        elif open_key is not None:
+            values[open_key], open_key = token, None
+    return values
 
 
 def _set_aside(run_dir: Path) -> Path:

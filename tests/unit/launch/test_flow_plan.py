@@ -467,13 +467,32 @@ def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypat
     [(_, [planned])] = fs.points()
     argv = list(fs.stage_argv(fs.stages[0], planned, flow.model_tag(point.resolve())))
     for ran, note in ((argv, ""), ([a.replace("--depth=2", "--depth=4") for a in argv],
-                                   " (it ran with --depth=4 where this command gives --depth=2; a new --run-dir")):
+                                   " (it ran with other flags, that run's -> this command's: --depth 4 -> 2; a new "
+                                   "--run-dir runs it with this command's)")):
         (point / "base_train").mkdir(parents=True, exist_ok=True)
         (point / "base_train" / "run.json").write_text(json.dumps({"status": "ok", "launch": {
             "command": ["python", "-m", "bench.launch.elastic", "--", *ran]}}))
         assert flow.run_local_flow(fs, 2, point, out=lines.append).statuses == {"base_train": "ok"}
         assert lines[-1].startswith("== speedrun: base_train ok in an earlier run of this flow, kept" + note)
     assert lines[-2].endswith("kept")  # the same flags: nothing to say
+
+
+def test_a_stage_kept_from_a_run_with_other_flags_names_both_values_of_each(tmp_path, monkeypatch):
+    """The note listed the earlier run's flags, then 'this command gives' others: a flag only the earlier run had
+    (--eval_every) got no value of this command's, and the planner's device batch read as given by the user."""
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    fs, point, lines = sweep(), tmp_path / "point", []
+    [(_, [planned])] = fs.points()
+    argv = list(fs.stage_argv(fs.stages[0], planned, flow.model_tag(point.resolve())))
+    ran = [a.replace("--device_batch_size=2", "--device_batch_size=4") for a in argv if a != "--sample_every=-1"]
+    (point / "base_train").mkdir(parents=True)
+    (point / "base_train" / "run.json").write_text(json.dumps({"status": "ok", "launch": {
+        "command": ["python", "-m", "bench.launch.elastic", "--", *ran, "--eval_every", "-1", "--fp8"]}}))
+    assert flow.run_local_flow(fs, 2, point, out=lines.append).statuses == {"base_train": "ok"}
+    assert lines[-1] == ("== speedrun: base_train ok in an earlier run of this flow, kept (it ran with other flags, "
+                         "that run's -> this command's: --device_batch_size 4 -> 2, --eval_every -1 -> not given, "
+                         "--fp8 given -> not given, --sample_every not given -> -1; a new --run-dir runs it with "
+                         "this command's)")
 
 
 def test_a_stage_kept_from_a_run_json_whose_launch_is_null_is_kept_without_a_word(tmp_path, monkeypatch):

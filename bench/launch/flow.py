@@ -599,12 +599,23 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
 
 def point_tag(flow: str, point_dir: Path, out: Callable[[str], None]) -> str:
     """The model tag of a local flow's point: the one its flow.json recorded when a run of it began (its training
-    stages' checkpoints are there, also when an older release named it without the hash), else model_tag's."""
+    stages' checkpoints are there, also when an older release named it without the hash), else model_tag's. A
+    flow.json that cannot be read as a record is refused (ConfigError), as a stage's damaged run.json is."""
     new = model_tag(point_dir.resolve())  # resolved: a rerun through another link to the point keeps its tag
+    path = point_dir / FLOW_JSON
     try:
-        recorded = json.loads((point_dir / FLOW_JSON).read_text()).get("model_tag")
-    except (OSError, ValueError, AttributeError):  # none yet, or unreadable: it is written anew below
+        record = json.loads(path.read_text(encoding="utf-8"))
+        why = "" if isinstance(record, dict) else "does not hold a JSON object"
+    except OSError:  # none yet, or unreadable: it is written anew below (or the run directory refused there)
         return new
+    except json.JSONDecodeError as e:
+        why = f"is not valid JSON ({e.msg}: line {e.lineno})"
+    except UnicodeDecodeError:
+        why = "is not UTF-8 text"
+    if why:  # cut off or empty: rewriting it would lose the tag the stages kept ok trained under
+        raise ConfigError(f"{path} {why}; it records the model tag of the point's checkpoints: mend it (its stages' "
+                          f"run.json give it after --model_tag=), or delete it for this flow to use {new}")
+    recorded = record.get("model_tag")
     if not isinstance(recorded, str) or not recorded or recorded == new:
         return new
     out(f"== {flow}: model tag {recorded}, as its flow.json recorded (a new --run-dir would use {new})")

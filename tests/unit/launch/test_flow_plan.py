@@ -681,6 +681,25 @@ def test_a_rerun_of_a_point_started_by_an_older_release_keeps_the_tag_its_flow_j
     assert "model tag sw-point, as its flow.json recorded" in "\n".join(lines)
 
 
+@pytest.mark.parametrize("damage, why", [(b"", "is not valid JSON (Expecting value: line 1)"),
+                                         (b'{"flow": "twice", "model_tag": "sw-po', "is not valid JSON (Unterminated "
+                                                                                   "string starting at: line 1)"),
+                                         (b"\xff\xfe", "is not UTF-8 text"), (b"[]", "does not hold a JSON object")])
+def test_a_damaged_flow_json_is_refused_not_overwritten_with_another_tag(twice, tmp_path, monkeypatch, damage, why):
+    """An empty or cut-off flow.json was rewritten with the tag of a new point, the one it recorded lost: the
+    stages kept ok had trained under it, and those after them looked for its checkpoints in vain."""
+    stand_in_stages(monkeypatch)
+    point = tmp_path / "sw" / "point"
+    completed(point / "base_train")
+    (point / flow.FLOW_JSON).write_bytes(damage)
+    with pytest.raises(ConfigError) as e:
+        flow.run_local_flow(sweep(twice, None), 2, point)
+    assert str(e.value) == (f"{point / flow.FLOW_JSON} {why}; it records the model tag of the point's checkpoints: "
+                            f"mend it (its stages' run.json give it after --model_tag=), or delete it for this flow "
+                            f"to use {flow.model_tag(point)}")
+    assert (point / flow.FLOW_JSON).read_bytes() == damage and not (point / "again").exists()
+
+
 def test_plan_flow_gives_a_podman_flows_job_the_time_submit_asks_for(twice, tmp_path, capsys):
     """plan --flow left out each stage's image step, which the submitted job's time limit counts: the plan showed
     a shorter job, and checked that one against the partition."""

@@ -17,12 +17,13 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from bench.errors import CheckpointError, ConfigError
+from bench.errors import CheckpointError, ConfigError, os_reason
 from bench.contract import atomic_target, write_json_atomic
 from bench.paths import PHASE_DIRS, SET_ASIDE, saved_steps
 
@@ -63,6 +64,26 @@ def _save_atomic(obj, path: Path) -> None:
             torch.save(obj, tmp)
     except (OSError, RuntimeError) as e:
         raise checkpoint_error(path, e, _payload_bytes(obj)) from None
+
+
+def check_writable(checkpoint_dir: str | os.PathLike) -> None:
+    """CheckpointError naming `checkpoint_dir` when it could not be made or written into: at start-up, not after
+    the steps before the first save. Nothing is made: an empty folder would pass for a model's tag (find_model_tag)
+    and be set aside as an earlier attempt's."""
+    checkpoint_dir = Path(checkpoint_dir)
+    try:
+        nearest = next(p for p in (checkpoint_dir, *checkpoint_dir.parents) if p.exists() or p == p.parent)
+        if not nearest.is_dir():
+            reason = ("a file of that name is in the way" if nearest == checkpoint_dir else
+                      f"{nearest} is a file in the way") + ", not a directory"
+        else:  # what making the directory, then a file in it, needs: a file written where it would be made
+            with tempfile.TemporaryFile(dir=nearest):
+                reason = ""
+    except OSError as e:  # EACCES on a parent, a read-only filesystem, a full disk
+        reason = os_reason(e)
+    if reason:
+        raise CheckpointError(f"the checkpoint directory {checkpoint_dir} cannot be written: {reason}; give a "
+                              f"NANOCHAT_BASE_DIR that can be, or leave out --save_every")
 
 
 def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: dict, optimizer_states: list | None,

@@ -31,7 +31,8 @@ from bench.errors import BenchError, ConfigError, first_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
                                       restrict_sdpa_backends)
-from bench.nanochat.checkpoint import load_model_state, load_optimizer_states, phase_dir, save_checkpoint
+from bench.nanochat.checkpoint import (check_writable, load_model_state, load_optimizer_states, phase_dir,
+                                      save_checkpoint)
 from bench.nanochat.common import print0
 from bench.nanochat.compute import topology
 from bench.nanochat.config import TrainConfig, check_horizon, grad_accum_steps, parse_args, training_horizon
@@ -110,6 +111,8 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
         print0(f"Attention: SDPA kernels restricted to {config.sdpa_backends}")
     orig_model = build_model(model_config, device)
     checkpoint_dir = phase_dir("base") / (config.model_tag or default_model_tag(config, record))
+    if config.save_every > 0:  # every rank writes its optimizer state there: each finds out now, not at the save
+        check_writable(checkpoint_dir)
     resume_step = config.resume_from_step
     resume_meta: dict = {}
     if resume_step >= 0:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bench.errors import CheckpointError
-from bench.nanochat.checkpoint import checkpoint_error, load_model_state, save_checkpoint
+from bench.nanochat.checkpoint import check_writable, checkpoint_error, load_model_state, save_checkpoint
 
 
 def test_save_then_load_round_trips(tmp_path):
@@ -142,3 +142,41 @@ def test_a_save_below_an_earlier_runs_later_steps_is_said(tmp_path):
         f"note: {tmp_path / 'd2'} also holds step(s) 3, 5 from an earlier run; a stage reading it without a step "
         "loads step 5, not 2: give it the step, or remove the later files")
     assert later_steps_note(tmp_path / "d2", 5) == ""
+
+
+def test_a_checkpoint_directory_that_cannot_be_made_is_named_and_nothing_is_made(tmp_path):
+    """The trainer checks it at start-up (tests run as root: a file in the way stands for a read-only directory)."""
+    (tmp_path / "base_checkpoints").write_text("kept")
+    for tag, why in (("d2", f"{tmp_path / 'base_checkpoints'} is a file in the way"),
+                     ("", "a file of that name is in the way")):
+        folder = tmp_path / "base_checkpoints" / tag if tag else tmp_path / "base_checkpoints"
+        with pytest.raises(CheckpointError) as e:
+            check_writable(folder)
+        assert str(e.value) == (f"the checkpoint directory {folder} cannot be written: {why}, not a directory; "
+                                f"give a NANOCHAT_BASE_DIR that can be, or leave out --save_every")
+    check_writable(tmp_path / "base" / "base_checkpoints" / "d2")
+    check_writable(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base_checkpoints"]  # nothing made to find that out
+
+
+@pytest.mark.slow
+def test_train_with_save_every_and_a_checkpoint_directory_it_cannot_make_stops_before_its_first_step(
+        tmp_path, tiny_base_dir, monkeypatch, capsys):
+    """With --save_every and a base directory whose checkpoints could not be written, every step up to the first
+    save ran before the run failed there."""
+    from bench import cli, contract
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base_dir, base)
+    (base / "base_checkpoints").write_text("in the way")
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
+    monkeypatch.delenv("NANOCHAT_VAL_FILES_K", raising=False)
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--nproc", "1", "--run-dir", str(run_dir), "--", "--device_type=cpu", "--depth=2",
+                     "--max_seq_len=64", "--device_batch_size=2", "--total_batch_size=128", "--num_iterations=4",
+                     "--save_every=2", "--eval_every=-1", "--sample_every=-1", "--model_tag=d2"]) == 1
+    record = contract.read_run_json(run_dir)
+    assert record["status"] == "failed" and record["message"].startswith(
+        f"rank 0: the checkpoint directory {base / 'base_checkpoints' / 'd2'} cannot be written: "
+        f"{base / 'base_checkpoints'} is a file in the way, not a directory")
+    assert '"event": "step"' not in (run_dir / contract.METRICS_JSONL).read_text()

@@ -213,10 +213,12 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
 
 
 def _pooled(rows: pd.DataFrame) -> tuple[str, ...]:
-    """The columns of a report's point (its config, runtime and ranks, and the device batch, which a strong curve's
-    key leaves out: scaling.mixed_batches) on which the selected runs differ: a median over them is no figure of
-    one setting, as the report never pools them; one not recorded is a setting of its own (scaling.settings)."""
+    """The columns of a report's point (its config, runtime, ranks and nodes, and the device batch, which a strong
+    curve's key leaves out: scaling.mixed_batches, mixed_nodes) on which the selected runs differ: a median over them
+    is no figure of one setting, as the report never pools them; one not recorded is a setting of its own
+    (scaling.settings)."""
     if len(rows) < 2:
         return ()
     keyed = with_config(rows)
-    return tuple(c for c in (*GROUP_KEYS, "runtime", "world_size", "device_batch_size") if settings(keyed[c]) > 1)
+    point = (*GROUP_KEYS, "runtime", "world_size", "nodes", "device_batch_size")
+    return tuple(c for c in point if settings(keyed[c]) > 1)

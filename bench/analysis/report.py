@@ -97,12 +97,12 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
                 "network": has(runs, ["net", "nccl_transports", "net_over_sockets", "net_unverified"])}
     # "Not recorded" means by no run: what only a left-out point (mixed_batch_note) recorded has no section, yet was
     recorded = {**measured, **{name: has(runs, cols) for name, cols in wants.items()}}
-    mixed = mixed_batch_note(runs, unit)
+    mixed = mixed_batch_note(runs, unit) + mixed_nodes_note(runs, unit)
     sections = [{"title": None, "note": tables.summary_note(p, unit, mode) + mixed,
                  "table": tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit),
-                         no_ci_note(r, baseline, unit)) if n]
+                         unlike_nodes_note(runs, baseline, unit), no_ci_note(r, baseline, unit)) if n]
     unpaired = " ".join(notes) or None
     if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
         sections.append({"title": f"Steady-state throughput relative to {baseline}",
@@ -172,6 +172,37 @@ def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | Non
             said.append(f"{runtime} at {scaling.count(world, unit)} ran device batch {mine}, {baseline} {theirs}")
     return (f"{'; '.join(said)}: no ratio there (another gradient accumulation, so a ratio would time that, "
             "not the runtime).") if said else None
+
+
+def _nodes(counts: list) -> str:
+    """'1 node', '2 nodes', '1, 2 nodes', '2, unknown nodes': the node counts of scaling.node_counts."""
+    one = len(counts) == 1 and counts != ["unknown"]
+    return scaling.count(counts[0], "nodes") if one else f"{', '.join(map(str, counts))} nodes"
+
+
+def unlike_nodes_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | None:
+    """Where a runtime's runs or the baseline's at one rank count ran on other node counts: no ratio is taken there
+    (scaling.unlike_nodes), and the note says so (None where every such point agrees)."""
+    named = scaling.compared(runs, baseline)
+    base = named[named["runtime"] == baseline]
+    said = []
+    for (world, runtime), r in named[named["runtime"] != baseline].groupby(["world_size", "runtime"]):
+        at = base[base["world_size"] == world]
+        differ = None if at.empty else scaling.unlike_nodes(r, at)
+        if differ:
+            mine, theirs = (_nodes(n) for n in differ)
+            said.append(f"{runtime} at {scaling.count(world, unit)} ran on {mine}, {baseline} on {theirs}")
+    return (f"{'; '.join(said)}: no ratio there (within a node against across nodes, so a ratio would time the "
+            "network between them, not the runtime).") if said else None
+
+
+def mixed_nodes_note(runs: pd.DataFrame, unit: str) -> str:
+    """Where one runtime's runs at one rank count ran on different node counts: that point is left out of the table
+    and figures (scaling.mixed_nodes), and the note says so ("" where there is none)."""
+    said = [f"{runtime} at {scaling.count(world, unit)} ran on {_nodes(scaling.node_counts(r))}"
+            for (runtime, world), r in scaling.mixed_nodes(runs).groupby(["runtime", "world_size"])]
+    return (f" {'; '.join(said)}: not repeats of one point (within a node and across nodes), so that point is left "
+            "out of the table and figures.") if said else ""
 
 
 def mixed_batch_note(runs: pd.DataFrame, unit: str) -> str:

@@ -94,8 +94,8 @@ def count(n, unit: str) -> str:
 
 
 def nodes_text(nodes) -> str:
-    """'1 node', '2 nodes', or 'nodes 1,2' when the runs of one point differ in layout (an upstream log
-    records no node count: 'nodes not recorded')."""
+    """'1 node', '2 nodes', or 'nodes 1,2' for runs of several node counts (an upstream log records no node
+    count: 'nodes not recorded')."""
     if _missing(nodes):
         return "nodes not recorded"
     return count(nodes, "nodes") if str(nodes).isdigit() else f"nodes {nodes}"
@@ -241,8 +241,8 @@ def phase_label(column: str) -> str:
 
 
 def _node_counts(nodes: pd.Series) -> str | None:
-    """The node counts behind one point, e.g. "2" (or "1,2" when runs of one GPU count differ in layout); None
-    when no run recorded one (a table's '–')."""
+    """The node count of one point, e.g. "2" (its runs ran on one: mixed_nodes); None when no run recorded one (a
+    table's '–')."""
     return ",".join(map(str, sorted(nodes.dropna().unique()))) or None
 
 
@@ -258,10 +258,10 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     n0 the smallest rank count measured for the config; ideal T(n) = T(n0) * n / n0. In weak scaling E(n) is
     the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat. A runtime without a
     run at n0 has none of the three: from its own smallest point it would read 100% there, however slow.
-    A point whose runs differ in device batch is left out (mixed_batches).
+    A point whose runs differ in device batch (mixed_batches) or node count (mixed_nodes) is left out.
     """
     ok = with_config(usable(df))
-    ok = ok.drop(mixed_batches(ok).index)
+    ok = ok.drop(mixed_batches(ok).index.union(mixed_nodes(ok).index))
     if ok.empty:
         return pd.DataFrame(columns=POINT_COLUMNS)
     agg = {col: (col, how) for col, how in POINT_FIGURES.items()}
@@ -289,6 +289,14 @@ def mixed_batches(runs: pd.DataFrame) -> pd.DataFrame:
     setting (settings)."""
     batches = runs.groupby(["config", "runtime", "world_size"], dropna=False)["device_batch_size"].transform(settings)
     return runs[batches > 1]
+
+
+def mixed_nodes(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of points (config, runtime, rank count) whose runs ran on different node counts: 2 ranks on one node
+    talk within it, on two over the network between them, so neither is a repeat of the other and scaling_table leaves
+    the point out rather than take a median across them; a run that recorded none is one more setting (settings)."""
+    nodes = runs.groupby(["config", "runtime", "world_size"], dropna=False)["nodes"].transform(settings)
+    return runs[nodes > 1]
 
 
 def settings(values: pd.Series) -> int:
@@ -336,6 +344,19 @@ def batch_sizes(runs: pd.DataFrame) -> list:
     return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
 
 
+def node_counts(runs: pd.DataFrame) -> list:
+    """The node counts the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
+    known = runs["nodes"].dropna()
+    return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
+
+
+def unlike_nodes(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[list, list] | None:
+    """The node counts of a runtime's runs and of the baseline's at one point where they are not all one, else None:
+    a ratio of runs within one node to runs across nodes would time the network between them, not the runtime."""
+    mine, theirs = node_counts(runs), node_counts(baseline_runs)
+    return (mine, theirs) if len({*mine, *theirs}) > 1 else None
+
+
 def device_batches(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[list, list] | None:
     """The device batch sizes of a runtime's runs and of the baseline's at one point where they are not all one, else
     None. A strong curve keeps only its total (the device batch is no key), so at one rank count another device
@@ -346,7 +367,8 @@ def device_batches(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[lis
 
 def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME) -> pd.DataFrame:
     """Each runtime's steady-state tok/s relative to the baseline runtime, per config and rank count (runs that
-    name no runtime only where they are the baseline: compared; none where device batches differ: device_batches)."""
+    name no runtime only where they are the baseline: compared; none where device batches or node counts differ:
+    device_batches, unlike_nodes)."""
     ok = compared(with_config(usable(df)), baseline)
     rows = []
     for (config, world), g in ok.groupby(["config", "world_size"]):
@@ -355,7 +377,7 @@ def runtime_ratios(df: pd.DataFrame, baseline: str = BASELINE_RUNTIME) -> pd.Dat
         if base.empty:
             continue
         for runtime, r in g[g["runtime"] != baseline].groupby("runtime"):
-            if device_batches(r, g[g["runtime"] == baseline]):
+            if device_batches(r, g[g["runtime"] == baseline]) or unlike_nodes(r, g[g["runtime"] == baseline]):
                 continue
             x = r["tok_per_sec"].dropna()
             x = x[x > 0]

@@ -196,6 +196,32 @@ def test_runs_of_one_runtime_at_one_point_with_another_device_batch_are_no_repea
     assert report.mixed_batch_note(runs[runs["world_size"] == 4], "GPUs") == ""
 
 
+def test_runs_of_one_rank_count_on_other_node_counts_are_no_repeats_nor_ratioed():
+    """2 ranks on one node and 2 ranks on two were pooled as one point's repeats, shown as 'nodes 1,2', their median
+    mixing throughput within a node and across nodes; and a runtime across nodes was ratioed against the baseline
+    within one. That point is left out with a note, no ratio is taken there, and check calls such runs pooled."""
+    from bench.analysis import check, report
+
+    rows = ([row("bare", 1, 100, nodes=1)] + [row("bare", 2, t, nodes=1) for t in (190, 192)]
+            + [row("bare", 2, 120, nodes=2)] + [row("ce", 2, t, nodes=2) for t in (118, 119)]
+            + [row("ce", 1, 99, nodes=1)])
+    table = to_frame(rows)
+    pts = scaling.scaling_table(table)
+    assert pts[["runtime", "world_size", "nodes"]].values.tolist() == [["bare", 1, "1"], ["ce", 1, "1"],
+                                                                       ["ce", 2, "2"]]
+    assert scaling.runtime_ratios(table)["world_size"].tolist() == [1]
+    runs = scaling.with_config(scaling.usable(table))
+    assert report.mixed_nodes_note(runs, "GPUs") == (
+        " bare at 2 GPUs ran on 1, 2 nodes: not repeats of one point (within a node and across nodes), so that point "
+        "is left out of the table and figures.")
+    assert report.unlike_nodes_note(runs, "bare", "GPUs") == (
+        "ce at 2 GPUs ran on 2 nodes, bare on 1, 2 nodes: no ratio there (within a node against across nodes, so a "
+        "ratio would time the network between them, not the runtime).")
+    assert check._pooled(runs[runs["world_size"] == 2]) == ("runtime", "nodes")
+    one_node = runs[(runs["world_size"] == 2) & (runs["nodes"] == 1)]
+    assert check._pooled(one_node) == () and report.mixed_nodes_note(one_node, "GPUs") == ""
+
+
 def test_a_run_without_a_device_batch_beside_one_with_is_no_repeat_in_the_table_nor_in_check():
     """A point of a run at device batch 32 and one that recorded none was averaged as two repeats by the table, while
     check's pooled columns (astype(str): NaN is "nan" under pandas 2) failed a reference over the same runs. One rule

@@ -284,16 +284,17 @@ def resolve_status(manifest: dict, ev: dict, notes: list[str],
     """The run's status and message: run.json's word first, then the events' (error, end); `unread`: why a
     run.json that is there could not be read. With neither, the status is None (unknown): run.json is replaced
     whole, never seen half written, so an unreadable one says nothing of a live run, however long ago its writer
-    died, and the run is reported as unreadable, not as not finished."""
+    died, and the run is reported as unreadable, not as not finished. Nor is such a run ok for its end event: its
+    figures are not used, so collect's count of ok runs would disagree with the report's runs skipped."""
     status, message = manifest.get("status"), manifest.get("message")
     if status is None:
         if ev.get("error_kind"):
             status = ev["error_kind"] if ev["error_kind"] in contract.FINAL_STATUSES else "failed"
-        elif ev.get("has_end"):
-            status = "ok"
         elif not unread:
-            status = "running"
-        inferred = f"'{status}' inferred from events" if status else "unknown (no end or error event)"
+            status = "ok" if ev.get("has_end") else "running"
+        inferred = (f"'{status}' inferred from events" if status else
+                    "unknown (an end event, yet only run.json says a run succeeded)" if ev.get("has_end") else
+                    "unknown (no end or error event)")
         notes.append(f"run.json has no status; {inferred}" if manifest
                      else f"{unread or 'no run.json'}; status {inferred}")
     if message is None and ev.get("error_message"):

@@ -56,7 +56,8 @@ def cmd_collect(args) -> int:
     print(f"{len(t)} run(s) in the table ({result.read} read, {result.reused} unchanged, "
           f"{result.removed} removed); {usable} usable, {len(t) - usable} left out of figures")
     copy = is_copy(t)  # a run read twice is one run: its copy or log is no second failure (as the report)
-    for status, n in t.loc[~copy, "status"].value_counts().sort_index().items():
+    # a run whose run.json cannot be read has no status (the report's skipped): counted as unknown, never left out
+    for status, n in t.loc[~copy, "status"].fillna("unknown").value_counts().sort_index().items():
         print(f"  {status:12s} {n}")
     if copy.any():
         print(f"  {'copy':12s} {int(copy.sum())} (a run directory found twice, or a run's console log, counted once)")

@@ -6,6 +6,7 @@ python -m pytest tests/unit/analysis/test_report_files.py -q
 import json
 import re
 
+import pandas as pd
 import pytest
 
 from bench import contract
@@ -135,6 +136,20 @@ def test_report_of_a_root_without_runs_into_a_new_out_leaves_it_absent(tmp_path,
     assert not (tmp_path / "new").exists()
     assert main(["collect", str(tmp_path / "empty"), "--out", str(tmp_path / "table")]) == 0  # nor a table of none
     assert "wrote" not in capsys.readouterr().out and not (tmp_path / "table").exists()
+
+
+def test_a_run_whose_run_json_cannot_be_read_is_not_counted_ok_by_collect(tmp_path, capsys):
+    """A run.json cut short beside events that end: collect counted the run under ok (the status taken from the end
+    event) while the report listed it as skipped, unreadable. It has no status now: collect counts it as unknown."""
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
+    manifest = sorted((tmp_path / "runs").rglob(contract.RUN_JSON))[0]
+    manifest.write_text('{"schema_version": 1, "sta')
+    assert main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
+    out = capsys.readouterr().out
+    assert "5 usable, 1 left out of figures" in out and re.search(r"^  ok +5$", out, re.M), out
+    assert re.search(r"^  unknown +1$", out, re.M), out  # as the report's one run skipped
+    row = load_table(tmp_path / "table").set_index("source").loc[str(manifest.parent.relative_to(tmp_path / "runs"))]
+    assert pd.isna(row["status"]) and "status unknown (an end event" in row["notes"]
 
 
 @pytest.mark.parametrize("workers", ["0", "-3", "65", "100000"])

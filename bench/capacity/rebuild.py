@@ -4,15 +4,16 @@ So too when the summary there is older than a probe: an earlier sweep's, left by
 
 Each finished probe's run.json holds its settings and outcome under `capacity` (bench/capacity/probe.py);
 per strategy and width, the capacity is the largest model that trained at device batch 1 and the first
-failure the smallest larger one that did not fit. The search is marked incomplete, since what the
-sweep would have probed next is not known.
+failure the smallest larger one that did not fit. The search is complete where those two settle it, as the
+sweep's own search ends (no shape of the family it searches between them, nor below a first failure without a
+capacity), else incomplete, since what the sweep would have probed next is not known.
 """
 
 import sys
 from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
-from bench.capacity.search import Shape, num_params
+from bench.capacity.search import Shape, family, num_params
 from bench.capacity.sweep import MACHINE_KEYS, SUMMARY_JSON, _shape_dict, save_summary, summarize
 from bench.errors import ConfigError
 from bench.contract import RUN_JSON, RunJsonError, read_run_json
@@ -51,7 +52,7 @@ def _settings(spec: ProbeSpec) -> dict:
 
 
 def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResult]) -> dict:
-    """A strategy's search state from its probes at device batch 1 (not a finished search: `complete` False)."""
+    """A strategy's search state from its probes at device batch 1, complete where they settle its border."""
     at_b1 = [r for r in results if r.spec.strategy == strategy and r.spec.aspect_ratio == aspect_ratio
              and r.spec.device_batch_size == 1 and r.num_params]
     shape = lambda r: Shape(r.num_params, r.spec.depth, r.spec.aspect_ratio)  # noqa: E731
@@ -60,8 +61,13 @@ def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResu
     fail = min((r for r in at_b1 if r.outcome == "oom" and r.num_params > bound), key=lambda r: r.num_params,
                default=None)
     stop = next((r for r in at_b1 if r.outcome in ("failed", "timeout")), None)
+    # the shapes the sweep's search steps over (family: a larger --max-depth adds none below the first failure)
+    fits_depth = fits.spec.depth if fits else 0
+    between = fail and [c for c in family(fail.spec.depth, aspect_ratio, fail.spec.vocab_size)
+                        if fits_depth < c.depth < fail.spec.depth]
     return {"strategy": strategy, "aspect_ratio": aspect_ratio, "capacity": _shape_dict(fits and shape(fits)),
-            "first_failure": _shape_dict(fail and shape(fail)), "probes": len(at_b1), "complete": False,
+            "first_failure": _shape_dict(fail and shape(fail)), "probes": len(at_b1),
+            "complete": stop is None and fail is not None and not between,
             "stopped": stop and stop.stop_record()}
 
 

@@ -281,6 +281,32 @@ def test_a_rebuilt_summary_keeps_to_the_probes_of_the_sweep_that_ended(tmp_path)
     assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["interrupted"]
 
 
+def test_a_rebuilt_summary_marks_a_search_complete_where_its_probes_settle_it(tmp_path):
+    """`capacity --report` after a sweep killed in its batch probes marked every search incomplete, so the report said
+    'not finished' (and took no ratio to fsdp) where the largest model that fits and the next that does not were both
+    recorded. Such a search is complete; one with a shape of its family left between them, or stopped, is not."""
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.rebuild import rebuild_summary, search_from_probes
+    from bench.capacity.search import num_params
+
+    def probe(strategy, depth, outcome):
+        spec = ProbeSpec(strategy, depth, device_type="cpu", vocab_size=1024)
+        run_dir = tmp_path / "runs" / strategy / spec.name
+        run_dir.mkdir(parents=True)
+        update_run_json(run_dir, capacity=ProbeResult(spec, outcome, num_params=num_params(depth, 64, 1024)).record())
+
+    probe("fsdp", 4, "ok"), probe("fsdp", 6, "oom")  # neighbours: settled
+    probe("zero2", 2, "ok"), probe("zero2", 8, "oom")  # d4, d6 between: what the search would probe next
+    probe("ddp", 2, "oom")  # the smallest shape does not fit: settled, no capacity
+    searches = {s["strategy"]: s for s in rebuild_summary(tmp_path)["searches"]}
+    assert (searches["fsdp"]["complete"], searches["zero2"]["complete"], searches["ddp"]["complete"]) == (
+        True, False, True)
+    stopped = [ProbeResult(ProbeSpec("fsdp", d, device_type="cpu"), outcome, num_params=num_params(d))
+               for d, outcome in ((4, "ok"), (6, "oom"), (8, "timeout"))]
+    assert search_from_probes("fsdp", 64, stopped)["complete"] is False
+    assert search_from_probes("fsdp", 64, stopped[:2])["complete"] is True
+
+
 def test_a_rebuilt_summary_keeps_the_probes_that_ended_before_their_model_was_built(tmp_path, monkeypatch):
     """An out of memory while the model is built comes before the trainer reports its parameter count: the sweep
     recorded such a probe without one, and `capacity --report` after a killed sweep left it out (no first failure,

@@ -13,6 +13,9 @@ from bench.errors import ConfigError
 
 DEFAULT_STRATEGIES = "zero2,fsdp,fsdp+ac,fsdp+ac+offload"
 _SIZE = re.compile(r"^\s*(\d+\.?\d*|\.\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)  # one number: not 1.5.5
+# Below this a probe cannot start its threads (each maps its stack), so every probe failed with "can't start new
+# thread" rather than a model's out-of-memory: a bare `--memory-limit 875`, bytes where 875M was meant.
+MIN_MEMORY_LIMIT_MIB = 64
 
 
 def parse_size(text: str) -> int:
@@ -23,6 +26,10 @@ def parse_size(text: str) -> int:
     size = int(float(m[1]) * 1024 ** " kmgt".index((m[2] or " ").lower()))
     if size < 1:  # 0.1 bytes: named as given, not as the 0 it rounds to
         raise ConfigError(f"--memory-limit {text!r}: less than a byte; give a size such as 760M, 2G, 1.5GiB")
+    if size < MIN_MEMORY_LIMIT_MIB << 20:
+        give = f"a unit forgotten? give e.g. {m[1]}M or {m[1]}G" if not m[2] else "give e.g. 760M, 2G, 1.5GiB"
+        raise ConfigError(f"--memory-limit {text!r}: {size:,} bytes, too little for a probe to start (at least "
+                          f"{MIN_MEMORY_LIMIT_MIB}M); {give}")
     return size
 
 

@@ -333,12 +333,27 @@ def test_a_rebuilt_summary_keeps_the_probes_that_ended_before_their_model_was_bu
 def test_a_memory_limit_that_is_no_number_is_refused_naming_the_flag():
     from bench.commands.capacity import parse_size
 
-    assert parse_size("1.5GiB") == 3 << 29 and parse_size("760M") == 760 << 20 and parse_size(".5k") == 512
+    assert parse_size("1.5GiB") == 3 << 29 and parse_size("760M") == 760 << 20 and parse_size(".5G") == 1 << 29
     for text in ("1.5.5G", ".", "..M"):  # digits and dots, but no number: not a ValueError's traceback
         with pytest.raises(ConfigError, match=rf"^--memory-limit '{text}': give bytes or a size such as 760M"):
             parse_size(text)
     with pytest.raises(ConfigError, match=r"^--memory-limit '0.1': less than a byte"):  # not '--memory-limit=0'
         parse_size("0.1")
+
+
+def test_a_memory_limit_too_small_to_start_a_probe_is_refused_suggesting_a_unit(tmp_path, capsys):
+    """A bare `--memory-limit 875` (bytes, its unit forgotten) was taken, and every probe then failed with "can't start
+    new thread": a limit below what a probe needs to start is refused, naming the value and the unit it may lack."""
+    from bench.cli import main
+    from bench.commands.capacity import parse_size
+
+    assert main(["capacity", "--device-type", "cpu", "--memory-limit", "875", "--out", str(tmp_path / "c")]) == 1
+    assert capsys.readouterr().err.strip() == ("error: --memory-limit '875': 875 bytes, too little for a probe to "
+                                               "start (at least 64M); a unit forgotten? give e.g. 875M or 875G")
+    assert not (tmp_path / "c").exists()
+    with pytest.raises(ConfigError, match=r"^--memory-limit '1k': 1,024 bytes, too little .* give e.g. 760M, 2G"):
+        parse_size("1k")
+    assert parse_size("64M") == 64 << 20
 
 
 def test_an_out_that_cannot_be_a_directory_is_refused_naming_the_flag(tmp_path):

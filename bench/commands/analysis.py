@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     r.add_argument("--out", required=True, type=nonempty("--out", "the report's directory", required=True),
                    help="directory for report.md, report.html and figures/")
     r.add_argument("--baseline", default=None, help="runtime the others are compared with (default: bare)")
-    r.add_argument("--title", default="nanochat-bench report", help="report title")
+    r.add_argument("--title", default="nanochat-bench report", type=nonempty("--title", "the report's heading"),
+                   help="report title")
     r.set_defaults(func=cmd_report)
 
     k = subparsers.add_parser("check", help="compare figures with stored references; exit 1 on a regression "

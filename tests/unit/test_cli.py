@@ -189,6 +189,7 @@ def test_an_unknown_flag_of_another_command_is_refused_as_before(capsys):
 @pytest.mark.parametrize("argv,flag", [
     (["collect", "", "--out", "t"], "ROOT"), (["collect", "runs", "--out", ""], "--out"),
     (["report", "", "--out", "r"], "TABLE_OR_ROOT"), (["report", "t", "--out", ""], "--out"),
+    (["report", "t", "--out", "r", "--title", ""], "--title"),
     (["check", "", "--references", "r.toml"], "TABLE"), (["check", "t", "--references", ""], "--references"),
     (["capacity", "--report", "--out", ""], "--out"), (["edf", "--image", "x", "--output", ""], "--output"),
     (["data", "bin", "--out", ""], "--out"), (["plan", "--data-dir", ""], "--data-dir"),

@@ -107,7 +107,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
         sections.append({"title": f"Steady-state throughput relative to {baseline}",
                          "note": tables.ratio_note(unpaired) if not r.empty else unpaired,
-                         "table": tables.ratio_table(r, unit), "figures": pick("ratio")})
+                         # no ratio at all: the note says why, and a "None." under it would say it again
+                         "table": tables.ratio_table(r, unit) if not r.empty else None, "figures": pick("ratio")})
     if measured["startup"]:
         sections.append({"title": "Start-up phases (seconds, median over repeats)",
                          "note": f"{tables.NOT_MEASURED}: not measured; its time is in the next measured phase."

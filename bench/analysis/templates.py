@@ -37,9 +37,9 @@ Generated {{ generated }}{% if source %} from `{{ source }}`{% endif %}: {{ coun
 {% if s.title %}### {{ s.title }}
 
 {% endif %}{% if s.note %}{{ s.note }}
-
-{% endif %}{{ s.table | md_table }}
-{% for f in s.figures %}
+{% if s.table %}
+{% endif %}{% endif %}{% if s.table %}{{ s.table | md_table }}
+{% endif %}{% for f in s.figures %}
 ![{{ f.title }}]({{ f.png }})
 {% endfor %}{% endfor %}{% if g.not_recorded %}
 _Not recorded by these runs: {{ g.not_recorded | join("; ") }}._
@@ -124,7 +124,7 @@ HTML = """\
 {% for s in g.sections %}
 {% if s.title %}<h3>{{ s.title }}</h3>{% endif %}
 {% if s.note %}<p>{{ s.note }}</p>{% endif %}
-{{ table(s.table) }}
+{% if s.table %}{{ table(s.table) }}{% endif %}
 {% for f in s.figures %}
 <figure><img src="{{ f.data_uri }}" alt="{{ f.title }}"><figcaption>{{ f.title }}
 (<a href="{{ f.svg }}">SVG</a>)</figcaption></figure>

@@ -427,6 +427,9 @@ def test_runtimes_without_the_baseline_beside_them_say_so_instead_of_finding_no_
     generate_sweep(tmp_path / "runs", spec)
     md = write_report(collect([tmp_path / "runs"]).table, tmp_path / "rep").with_name("report.md").read_text()
     assert "### Steady-state throughput relative to bare\n\nNo bare run at 8 GPUs: no ratio there" in md
+    assert "(--baseline names another runtime to compare with).\n\n### " in md  # no "None." under the note
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert re.search(r"another runtime to compare with\)\.</p>\s*<h3>", html)
     assert "no gap in these runs" not in md  # no ratio was taken: Findings says so instead
     assert "**Findings.** None among the comparisons made; some were not made, as the notes below say." in md
     points = pd.DataFrame({"runtime": ["bare", "ce", "ce", "podman"], "world_size": [8, 8, 16, 32]})

@@ -105,8 +105,8 @@ def read_events(path: Path, notes: list[str]) -> list[dict]:
     for ev in values:
         try:
             events.append(contract.parse_event(ev, notes))
-        except contract.SchemaError as e:
-            violations.append(str(e))
+        except contract.SchemaError as e:  # named without its file: the note below says metrics.jsonl once
+            violations.append(str(e).removeprefix(f"{contract.METRICS_JSONL}: "))
     if bad:
         notes.append(f"metrics.jsonl: {bad} malformed line(s) left out")
     if violations:

@@ -85,6 +85,7 @@ def test_malformed_and_unknown_lines_counted(make_run):
     row = read_run_dir(d)
     assert "2 malformed line(s)" in row["notes"] and "2 line(s) not in the run contract" in row["notes"]
     assert "missing field 'step'" in row["notes"]  # the first violation, named
+    assert "not in the run contract left out (first: step event: missing field 'step')" in row["notes"]  # file once
     assert row["skip_reason"] is None
 
 

@@ -612,6 +612,8 @@ def point_tag(flow: str, point_dir: Path, out: Callable[[str], None]) -> str:
         why = f"is not valid JSON ({e.msg}: line {e.lineno})"
     except UnicodeDecodeError:
         why = "is not UTF-8 text"
+    except RecursionError:  # json's parser recurses once per nesting level
+        why = "is not a record (arrays or objects nested too deep to read)"
     if why:  # cut off or empty: rewriting it would lose the tag the stages kept ok trained under
         raise ConfigError(f"{path} {why}; it records the model tag of the point's checkpoints: mend it (its stages' "
                           f"run.json give it after --model_tag=), or delete it for this flow to use {new}")

@@ -684,7 +684,9 @@ def test_a_rerun_of_a_point_started_by_an_older_release_keeps_the_tag_its_flow_j
 @pytest.mark.parametrize("damage, why", [(b"", "is not valid JSON (Expecting value: line 1)"),
                                          (b'{"flow": "twice", "model_tag": "sw-po', "is not valid JSON (Unterminated "
                                                                                    "string starting at: line 1)"),
-                                         (b"\xff\xfe", "is not UTF-8 text"), (b"[]", "does not hold a JSON object")])
+                                         (b"\xff\xfe", "is not UTF-8 text"), (b"[]", "does not hold a JSON object"),
+                                         pytest.param(b"[" * 100_000, "is not a record (arrays or objects nested too "
+                                                      "deep to read)", id="nested-too-deep")])
 def test_a_damaged_flow_json_is_refused_not_overwritten_with_another_tag(twice, tmp_path, monkeypatch, damage, why):
     """An empty or cut-off flow.json was rewritten with the tag of a new point, the one it recorded lost: the
     stages kept ok had trained under it, and those after them looked for its checkpoints in vain."""

@@ -23,7 +23,8 @@ from typing import Any, Dict, Iterator, Optional, get_args, get_origin
 
 from .outcome import FINAL_STATUSES, Evidence, legacy, settle
 from .record import RUN_JSON, SLURM_VARS, TRAIN_LOG, RunManifest
-from .versions import SCHEMA_VERSION, newer
+from .validate import SchemaError
+from .versions import MAJOR, SCHEMA_VERSION, newer, parse_version
 
 LOCK_WAIT_S = 10.0  # far longer than any rewrite of run.json takes, on a loaded shared file system too
 # A waiter that gives up behind a holder stuck on another node rewrites run.json unlocked, which the others take
@@ -183,14 +184,22 @@ def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
         raise RunJsonError(path, "is not a run's record (arrays or objects nested too deep to read)") from None
     if not isinstance(data, dict):
         raise RunJsonError(path, f"holds {_json_kind(data)}, not a run's record (a JSON object)")
-    for name, value in data.items():
-        # the readers of plain data take a section's .get or iterate a list: another shape would be a traceback
+    for name, value in data.items() if not _of_a_newer_major(data) else ():
+        # the readers of plain data take a section's .get or iterate a list: another shape would be a traceback (a
+        # newer major's may have other shapes: its readers say whose file it is, not that it is damaged)
         shape, nullable = _SHAPES.get(name, (object, True))
         if not isinstance(value, shape) and not (value is None and nullable):
             want = "an object" if shape is dict else "an array"
             raise RunJsonError(path, f"has {_json_kind(value)} for its {name!r} section, not {want}"
                                      + (" or null" if nullable else ""))
     return data
+
+
+def _of_a_newer_major(data: Dict[str, Any]) -> bool:
+    try:
+        return parse_version(data.get("schema_version", SCHEMA_VERSION))[0] > MAJOR
+    except SchemaError:  # not a version: the record's own validation names it
+        return False
 
 
 def _json_kind(value: Any) -> str:

@@ -60,3 +60,12 @@ def test_a_major_1_launch_of_another_shape_is_named_by_the_contract_not_a_type_e
     """collect reads run.json as text and builds the manifest itself."""
     with pytest.raises(SchemaError, match=r"^run.json: launch: expected an object, got list$"):
         RunManifest.from_dict({"schema_version": 1, "launch": [1], "launch_t0": 5.0})
+
+
+def test_a_newer_majors_run_json_of_other_shapes_is_said_to_be_a_newer_releases_not_damaged(tmp_path):
+    """The shape check called a newer major's run.json whose launch section had become a list damaged, with the
+    advice to delete its directory: it is read as plain data, and the record's reader says whose file it is."""
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": "3.0", "launch": [1], "evidence": {}}))
+    assert read_run_json(tmp_path)["launch"] == [1]
+    with pytest.raises(SchemaError, match="is of major 3; .*a newer release of nanochat-bench reads it"):
+        load_manifest(tmp_path)

@@ -6,7 +6,8 @@ container runtime, judged from its run directory.
     reframe -C site.py -c bench/reframe_checks/checks.py -P workload=mid_train,chat_sft -r
 
 Parameters: `runtime` (every nanochat-bench runtime; a case runs only on partitions that list the runtime's
-feature, its name with `_` for `-` (runtime_feature), among their features) and `scaling` (weak, strong).
+feature among their features: its name with `_` for `-` (runtime_feature), or, with ReFrame 4.10.4, its name)
+and `scaling` (weak, strong).
 Variables, set with -S or turned into parameters with ReFrame's -P: `workload` (a workload of
 bench/workloads: nanochat, the default, is pre-training; base_loss, base_eval, mid_train, chat_sft,
 chat_eval the later stages, each reading the checkpoint the stage before left in the partition's base_dir),
@@ -55,6 +56,12 @@ def runtime_feature(runtime: str) -> str:
     """The partition feature that lets a runtime's cases run there: its name with `_` for `-` (podman_hpc,
     sarus_suite), as every ReFrame 4 schema but 4.10.4's refuses a `-` in a feature."""
     return runtime.replace("-", "_")
+
+
+def feature_specs(feature: str) -> list[str]:
+    """ReFrame's valid_systems or valid_prog_environs for a feature in either spelling, any one selecting: ReFrame
+    4.10.4 takes a `-` in a feature, so a site may declare podman-hpc or nanochat-bench, as it names them."""
+    return [f"+{f}" for f in dict.fromkeys((feature.replace("-", "_"), feature.replace("_", "-")))]
 
 
 def run_problem(row: dict, kind: str) -> str | None:
@@ -122,7 +129,7 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     """The check without its parameters: subclass it to fix other runtimes or scaling modes for a site."""
 
     descr = "a nanochat speedrun stage (nanochat-bench): throughput, time and start-up under a runtime"
-    valid_prog_environs = [f"+{ENVIRON_FEATURE}"]
+    valid_prog_environs = feature_specs(ENVIRON_FEATURE)
     sourcesdir = None
     executable = "bash"
     num_tasks_per_node = 1  # the rendered script's srun starts one task per node itself
@@ -149,7 +156,7 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
 
     @run_after("init")
     def select_partitions(self):
-        self.valid_systems = [f"+{runtime_feature(self.runtime)}"]
+        self.valid_systems = feature_specs(runtime_feature(self.runtime))
 
     @run_after("setup")
     def render_job(self):

@@ -191,14 +191,20 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
             run_dir = Path(self.run_dir)
             self._row = {}
             self._manifest = {}
+            self._unsettled = None
             if (run_dir / contract.RUN_JSON).exists():
                 try:
-                    # ReFrame's job has ended: a run it left pending (the batch script stopped before the run
-                    # began) or running never ends, so it is settled here as the batch script settles a run it started
-                    contract.close_unfinished(run_dir, self.job.exitcode, "ReFrame's job", source="launcher")
+                    try:
+                        # ReFrame's job has ended: a run it left pending (the batch script stopped before the run
+                        # began) or running never ends, so it is settled here as the batch script settles a run
+                        contract.close_unfinished(run_dir, self.job.exitcode, "ReFrame's job", source="launcher")
+                    except OSError as e:  # not written (ENOSPC, a read-only filesystem), or not opened: read below
+                        self._unsettled = f"{e.strerror} ({e.filename})"
                     self._manifest = contract.read_run_json(run_dir)
-                except (contract.RunJsonError, contract.SchemaError):
-                    pass  # no run's record to settle: sanity fails the run with the reason its row gives
+                except (contract.RunJsonError, contract.SchemaError, OSError):
+                    # no run's record, or none that opens (a directory of that name, EACCES, EIO): sanity fails
+                    # the run with the reason its row gives
+                    pass
                 self._row = read_run_dir(run_dir)
             self.run_status = str(self._row.get("status") or "")
             self.gpu_name = str(self._row.get("gpu_name") or "")
@@ -215,6 +221,9 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
                               f"moved while ReFrame's job ran (see {self.job.stdout})")
         if not self._manifest:  # no run's record: the status the reader inferred from the events is not run.json's
             raise SanityError(f"run {row.get('run_id')} has no status: {row.get('skip_reason')}")
+        if self._unsettled:  # read, but ReFrame's job's end could not be recorded in it
+            raise SanityError(f"run {row.get('run_id')} ({self._manifest.get('status')}) could not be settled: "
+                              f"{self._unsettled}")
         problem = run_problem(row, self._kind) or nccl_net_problem(self._manifest, self._site.nccl_net, self.num_nodes)
         if problem:
             raise SanityError(problem)

@@ -174,3 +174,35 @@ def test_a_run_directory_removed_during_the_job_fails_sanity_saying_so(tmp_path)
         sn.evaluate(nanochat_bench.run_finished_ok(check))
     assert str(info.value) == (f"no run.json in {tmp_path / 'gone'}: setup wrote one, so the run directory was "
                                f"removed or moved while ReFrame's job ran (see rfm_job.out)")
+
+
+def test_a_run_json_that_cannot_be_opened_fails_sanity_with_its_reason(make_run):
+    """A run.json that cannot be opened at all (here a directory of that name; EACCES, EIO alike) raised the
+    OSError of settling the run out of sanity, and ReFrame printed it with a traceback."""
+    run_dir = make_run("r1")
+    (run_dir / "run.json").unlink()
+    (run_dir / "run.json").mkdir()
+    check = SimpleNamespace(run_dir=str(run_dir), job=SimpleNamespace(exitcode=0), _kind=TRAINING, num_nodes=1)
+    check.row = lambda: nanochat_bench.row(check)
+    with pytest.raises(SanityError) as info:
+        sn.evaluate(nanochat_bench.run_finished_ok(check))
+    assert str(info.value) == "run r1 has no status: run.json is a directory, not a regular file (not read)"
+    assert (run_dir / "run.json").is_dir()  # left as it was found
+
+
+def test_a_run_json_that_cannot_be_settled_fails_sanity_with_its_reason(make_run, monkeypatch):
+    """A run left running whose run.json reads but cannot be rewritten (ENOSPC, a read-only filesystem) raised the
+    OSError out of sanity too."""
+    import errno
+    from bench import contract
+
+    run_dir = make_run("r1", status="running")
+
+    def full(*_, **__):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "run.json.tmp"))
+    monkeypatch.setattr(contract, "close_unfinished", full)
+    check = SimpleNamespace(run_dir=str(run_dir), job=SimpleNamespace(exitcode=0), _kind=TRAINING, num_nodes=1)
+    check.row = lambda: nanochat_bench.row(check)
+    with pytest.raises(SanityError) as info:
+        sn.evaluate(nanochat_bench.run_finished_ok(check))
+    assert str(info.value) == f"run r1 (running) could not be settled: No space left on device ({run_dir}/run.json.tmp)"

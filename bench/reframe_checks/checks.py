@@ -73,10 +73,10 @@ def run_problem(row: dict, kind: str) -> str | None:
         return f"run {run_id} has no status: {skip}"
     if status != "ok":
         return f"run.json status is {status!r}: {row.get('message') or 'no message'}"
+    if skip:  # first: a run whose figures the reader refused has no step count, however many steps it recorded
+        return f"run {run_id} cannot be measured: {skip}"
     if kind != EVALUATION and not row.get("steps_recorded"):
         return f"run {run_id} recorded no step events ({row.get('source')}/{contract.METRICS_JSONL})"
-    if skip:
-        return f"run {run_id} cannot be measured: {skip}"
     if kind == EVALUATION and not row.get("scores"):
         return f"run {run_id} recorded no scores (run.json scores)"
     return None

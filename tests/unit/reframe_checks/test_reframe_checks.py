@@ -206,3 +206,17 @@ def test_a_run_json_that_cannot_be_settled_fails_sanity_with_its_reason(make_run
     with pytest.raises(SanityError) as info:
         sn.evaluate(nanochat_bench.run_finished_ok(check))
     assert str(info.value) == f"run r1 (running) could not be settled: No space left on device ({run_dir}/run.json.tmp)"
+
+
+def test_a_run_whose_figures_the_reader_refused_is_judged_by_the_readers_reason(make_run):
+    """A run.json that breaks the run contract but says status ok: its figures are not computed, so its row has no
+    step count, and the check said 'recorded no step events' of a metrics.jsonl full of steps."""
+    import json
+    from bench.analysis.rundir import read_run_dir
+
+    run_dir = make_run("r1")
+    manifest = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**manifest, "nodes": "one"}))
+    row = read_run_dir(run_dir)
+    assert row["status"] == "ok" and row["skip_reason"].startswith("run.json does not follow the run contract")
+    assert run_problem(row, TRAINING) == f"run r1 cannot be measured: {row['skip_reason']}"

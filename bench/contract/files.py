@@ -159,9 +159,9 @@ class RunJsonError(ValueError):
     it in one line as it prints a BenchError (this package imports nothing of bench: it is shipped beside the
     jobs); a ValueError, as json's own error was, for the readers that get by without the record."""
 
-    def __init__(self, path: str, reason: str):
-        super().__init__(f"{path} {reason}; move it aside, or delete its directory {os.path.dirname(path)}, for the "
-                         f"run to start anew")
+    def __init__(self, path: str, reason: str, fix: str = ""):
+        super().__init__(f"{path} {reason}; " + (fix or f"move it aside, or delete its directory "
+                                                         f"{os.path.dirname(path)}, for the run to start anew"))
         self.path, self.reason = path, reason
 
 
@@ -184,11 +184,14 @@ def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
         raise RunJsonError(path, "is not a run's record (arrays or objects nested too deep to read)") from None
     if not isinstance(data, dict):
         raise RunJsonError(path, f"holds {_json_kind(data)}, not a run's record (a JSON object)")
-    for name, value in data.items() if not _of_a_newer_major(data) else ():
-        # the readers of plain data take a section's .get or iterate a list: another shape would be a traceback (a
-        # newer major's may have other shapes: its readers say whose file it is, not that it is damaged)
+    for name, value in data.items():
+        # the readers of plain data take a section's .get or iterate a list: another shape would be a traceback
         shape, nullable = _SHAPES.get(name, (object, True))
         if not isinstance(value, shape) and not (value is None and nullable):
+            if _of_a_newer_major(data):  # not damaged: a newer release's, whose sections may have other shapes
+                raise RunJsonError(path, f"is of schema_version {data['schema_version']!r}, a newer release's record "
+                                         f"(its {name!r} section is {_json_kind(value)})",
+                                   fix="read it with that release of nanochat-bench")
             want = "an object" if shape is dict else "an array"
             raise RunJsonError(path, f"has {_json_kind(value)} for its {name!r} section, not {want}"
                                      + (" or null" if nullable else ""))

@@ -64,8 +64,20 @@ def test_a_major_1_launch_of_another_shape_is_named_by_the_contract_not_a_type_e
 
 def test_a_newer_majors_run_json_of_other_shapes_is_said_to_be_a_newer_releases_not_damaged(tmp_path):
     """The shape check called a newer major's run.json whose launch section had become a list damaged, with the
-    advice to delete its directory: it is read as plain data, and the record's reader says whose file it is."""
-    (tmp_path / "run.json").write_text(json.dumps({"schema_version": "3.0", "launch": [1], "evidence": {}}))
-    assert read_run_json(tmp_path)["launch"] == [1]
+    advice to delete its directory. Handed on as plain data, its readers of plain data (a flow's kept stage, a
+    capacity probe read back) raised AttributeError tracebacks: it is refused, as a newer release's record."""
+    from bench.capacity.probe import ProbeSpec, read_probe
+    from bench.launch import flow
+
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": "3.0", "status": "ok", "launch": [1],
+                                                   "capacity": [2]}))
+    why = (f"^{tmp_path / 'run.json'} is of schema_version '3.0', a newer release's record \\(its 'launch' section "
+           "is an array\\); read it with that release of nanochat-bench$")
+    for read in (read_run_json, load_manifest, lambda d: flow._other_flags(d, ()),
+                 lambda d: read_probe(ProbeSpec("fsdp", 4), d)):
+        with pytest.raises(RunJsonError, match=why):
+            read(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": "3.0", "status": "ok"}))
+    assert read_run_json(tmp_path)["status"] == "ok"  # of this major's shapes: read as plain data
     with pytest.raises(SchemaError, match="is of major 3; .*a newer release of nanochat-bench reads it"):
         load_manifest(tmp_path)

@@ -159,18 +159,25 @@ def no_ci_note(ratios: pd.DataFrame, baseline: str, unit: str) -> str | None:
     return f"{'; '.join(said)}: no finding is drawn from that gap." if said else None
 
 
-def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | None:
-    """Where a runtime ran another device batch than the baseline at one rank count: no ratio is taken there
-    (scaling.device_batches), and the note says so (None where every such point agrees)."""
+def _unlike(runs: pd.DataFrame, baseline: str, differ, said_of) -> list[str]:
+    """`said_of(world, runtime, mine, theirs)` for each runtime's point where `differ` finds its runs and the
+    baseline's at that rank count unlike (no ratio is taken there)."""
     named = scaling.compared(runs, baseline)
     base = named[named["runtime"] == baseline]
     said = []
     for (world, runtime), r in named[named["runtime"] != baseline].groupby(["world_size", "runtime"]):
         at = base[base["world_size"] == world]
-        differ = None if at.empty else scaling.device_batches(r, at)
-        if differ:
-            mine, theirs = (", ".join(map(str, b)) for b in differ)
-            said.append(f"{runtime} at {scaling.count(world, unit)} ran device batch {mine}, {baseline} {theirs}")
+        if not at.empty and (unlike := differ(r, at)):
+            said.append(said_of(world, runtime, *unlike))
+    return said
+
+
+def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | None:
+    """Where a runtime ran another device batch than the baseline at one rank count: no ratio is taken there
+    (scaling.device_batches), and the note says so (None where every such point agrees)."""
+    said = _unlike(runs, baseline, scaling.device_batches, lambda world, runtime, mine, theirs: (
+        f"{runtime} at {scaling.count(world, unit)} ran device batch {', '.join(map(str, mine))}, "
+        f"{baseline} {', '.join(map(str, theirs))}"))
     return (f"{'; '.join(said)}: no ratio there (another gradient accumulation, so a ratio would time that, "
             "not the runtime).") if said else None
 
@@ -184,15 +191,8 @@ def _nodes(counts: list) -> str:
 def unlike_nodes_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | None:
     """Where a runtime's runs or the baseline's at one rank count ran on other node counts: no ratio is taken there
     (scaling.unlike_nodes), and the note says so (None where every such point agrees)."""
-    named = scaling.compared(runs, baseline)
-    base = named[named["runtime"] == baseline]
-    said = []
-    for (world, runtime), r in named[named["runtime"] != baseline].groupby(["world_size", "runtime"]):
-        at = base[base["world_size"] == world]
-        differ = None if at.empty else scaling.unlike_nodes(r, at)
-        if differ:
-            mine, theirs = (_nodes(n) for n in differ)
-            said.append(f"{runtime} at {scaling.count(world, unit)} ran on {mine}, {baseline} on {theirs}")
+    said = _unlike(runs, baseline, scaling.unlike_nodes, lambda world, runtime, mine, theirs: (
+        f"{runtime} at {scaling.count(world, unit)} ran on {_nodes(mine)}, {baseline} on {_nodes(theirs)}"))
     return (f"{'; '.join(said)}: no ratio there (within a node against across nodes, so a ratio would time the "
             "network between them, not the runtime).") if said else None
 

@@ -13,6 +13,8 @@
 # not its tee's, which would hide a failed tokenizer or training step
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; else set -o pipefail; fi
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
+# a container runtime refuses to bind a host folder that does not exist, as on a first use
+mkdir -p "$NANOCHAT_BASE_DIR"
 # CPUs of a node for the one task there (torchrun and its workers, a tokenizer's threads), which every srun
 # asks for: Slurm 22.05 to 23.02 gives a step's task one CPU unless srun says -c. The fewest any node of the job
 # has, so that no step asks a smaller node for more than it has (the batch host's own SLURM_CPUS_ON_NODE could):

@@ -30,9 +30,9 @@ OPTS = LaunchOptions(base_dir="/scratch/nb/cache", python="/opt/nanochat-bench/v
 STAGES = ",".join(s.name for s in flow.FLOWS["speedrun"] if s.workload in workloads.names())
 
 
-def flow_job():
+def flow_job(runtime: str = "bare"):
     fs = flow.FlowSweep.build("speedrun", STAGES, {"num_iterations": 100}, [], nodes=[2], gpus_per_node=4,
-                              runtimes=["bare"], data=DataShape.from_counts(52, 250), site=SITE,
+                              runtimes=[runtime], data=DataShape.from_counts(52, 250), site=SITE,
                               base_dir=OPTS.base_dir)
     [fj] = flow.assemble(fs, OPTS, Path("/scratch/nb/sweeps/golden"), ("--vocab_size=65536",), note=lambda _: None)
     return fj
@@ -119,3 +119,16 @@ def test_every_one_task_step_asks_for_the_nodes_cpus_after_setting_them(name):
     assert steps and all(line.count("srun ") == line.count('--cpus-per-task="${cpus_per_node}"') for line in steps)
     assert script.index("cpus_per_node=") < script.index(steps[0])
     assert script.count("\ncpus_per_node=") == 1
+
+
+def test_the_guides_data_step_finds_the_base_directory_its_container_mounts(tmp_path):
+    """On a first use NANOCHAT_BASE_DIR does not exist yet: the flow guide's data step bound it into the
+    container unmade (the flow makes it only before its tokenizer), and the container runtime refused to start."""
+    from tests.unit.launch.test_golden_scripts import guide_until_data_step_runs
+
+    base = tmp_path / "fresh" / "nanochat"
+    fj = flow_job("ce")
+    fj.job.script_name = "interactive.sh"
+    r = guide_until_data_step_runs(render_flow_interactive(fj, str(base), 8), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert base.is_dir()

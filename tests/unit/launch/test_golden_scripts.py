@@ -182,3 +182,28 @@ def test_the_bookkeeping_files_a_script_names_are_the_ones_shipped(tmp_path):
     ship_bookkeeping(tmp_path / ".lib")
     named = set(re.findall(r"/scratch/nb/sweeps/golden/\.lib/([\w./-]+)", SCRIPTS["bare-n2.sbatch"]))
     assert named and all((tmp_path / ".lib" / name.rstrip("/.")).exists() for name in named), named
+
+
+def guide_until_data_step_runs(guide: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The guide as a script up to its data step, under an srun that refuses a missing mount source, as CE,
+    podman and Apptainer refuse to bind a host folder that does not exist."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text('#!/bin/sh\n[ -d "$NANOCHAT_BASE_DIR" ] || '
+                               '{ echo "mount source missing: $NANOCHAT_BASE_DIR" >&2; exit 1; }\n')
+    (fake / "srun").chmod(0o755)
+    script = tmp_path / "guide.sh"
+    script.write_text(guide[:guide.index("\n", guide.index("bench.cli data download")) + 1])
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, cwd=tmp_path,
+                          env={"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_CPUS_PER_NODE": "8"})
+
+
+def test_the_guides_data_step_finds_the_base_directory_its_container_mounts(tmp_path):
+    """On a first use NANOCHAT_BASE_DIR does not exist yet: the guide's data step bound it into the container
+    unmade, and the container runtime refused to start, so the guide failed at its first step."""
+    base = tmp_path / "fresh" / "nanochat"
+    job = job_for(["ce"], 2)
+    job.script_name = "interactive.sh"
+    r = guide_until_data_step_runs(render_interactive(job, str(base), 8), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert base.is_dir()

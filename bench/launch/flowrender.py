@@ -57,5 +57,5 @@ def render_flow_interactive(fj: FlowJob, base_dir: str, shards: int, shards_why:
                base_dir=shlex.quote(base_dir), shards=shards, shards_why=shards_why,
                data_srun=one_task(first, python, "-m", "bench.cli", "data", "download", "-n", str(shards)),
                staging=staging, shell_srun=render.comment_safe(one_task(first, "bash", tty=True)),
-               shell_where=render.shell_where(first))
+               shell_where=render.shell_where(first), collect_hint=render.collect_hint(job))
     return render.environment().get_template(FLOW_INTERACTIVE_TEMPLATE).render(ctx)

@@ -165,8 +165,16 @@ def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "
                staging=[{"what": what, "srun": one_task(bench, python, "-m", "bench.cli", *command, outside_run=True)}
                         for what, command in job.staging],
                shell_srun=comment_safe(one_task(run, "bash", tty=True, outside_run=True)),
-               shell_where=shell_where(run))
+               shell_where=shell_where(run), collect_hint=collect_hint(job))
     return environment().get_template(INTERACTIVE_TEMPLATE).render(ctx)
+
+
+def collect_hint(job: Job) -> str:
+    """The guide's last line, quoted for echo: the commands that turn its sweep's run directories into figures."""
+    sweep = job.job_dir.parent
+    table, report = (shlex.quote(str(sweep / name)) for name in ("table", "report"))
+    return shlex.quote(f"then: nanochat-bench collect {shlex.quote(str(sweep))} --out {table} && "
+                       f"nanochat-bench report {table} --out {report}")
 
 
 def shell_where(run: Run) -> str:

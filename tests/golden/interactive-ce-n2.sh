@@ -132,4 +132,5 @@ if [ -n "$stopping" ] && [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit $((128 + $
 fi
 
 echo "training ended with status $job_rc; run.json in each run directory says how"
+echo 'then: nanochat-bench collect /scratch/nb/sweeps/golden --out /scratch/nb/sweeps/golden/table && nanochat-bench report /scratch/nb/sweeps/golden/table --out /scratch/nb/sweeps/golden/report'
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then exit "$job_rc"; fi  # run as a script, its status; pasted, the shell stays

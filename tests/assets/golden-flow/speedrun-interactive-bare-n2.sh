@@ -441,6 +441,7 @@ fi
 
 
 echo "flow speedrun ended with status $job_rc; run.json in each stage's directory says how"
+echo 'then: nanochat-bench collect /scratch/nb/sweeps/golden --out /scratch/nb/sweeps/golden/table && nanochat-bench report /scratch/nb/sweeps/golden/table --out /scratch/nb/sweeps/golden/report'
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then  # run as a script, it ends as the batch script does; pasted, the shell stays
     if [ -n "$stopping" ]; then exit $((128 + $(kill -l "$stopping"))); fi  # stopped: 130 by Ctrl-C, 143 by SIGTERM
     exit "$job_rc"

@@ -132,3 +132,11 @@ def test_the_guides_data_step_finds_the_base_directory_its_container_mounts(tmp_
     r = guide_until_data_step_runs(render_flow_interactive(fj, str(base), 8), tmp_path)
     assert r.returncode == 0, r.stderr
     assert base.is_dir()
+
+
+def test_the_guide_ends_with_the_commands_that_collect_and_report_its_stages():
+    """The flow's guide ended at 'flow speedrun ended with status N' without a word on how to see the figures."""
+    guide = SCRIPTS["speedrun-interactive-bare-n2.sh"]
+    assert ("echo 'then: nanochat-bench collect /scratch/nb/sweeps/golden --out /scratch/nb/sweeps/golden/table"
+            " && nanochat-bench report /scratch/nb/sweeps/golden/table --out /scratch/nb/sweeps/golden/report'\n"
+            in guide)

@@ -207,3 +207,11 @@ def test_the_guides_data_step_finds_the_base_directory_its_container_mounts(tmp_
     r = guide_until_data_step_runs(render_interactive(job, str(base), 8), tmp_path)
     assert r.returncode == 0, r.stderr
     assert base.is_dir()
+
+
+def test_the_guide_ends_with_the_commands_that_collect_and_report_its_runs():
+    """The guide ended at 'training ended with status N' without a word on how to see the figures: its last line
+    now gives the collect and report commands for its sweep directory, to paste as they are."""
+    last = SCRIPTS["interactive-ce-n2.sh"].rstrip("\n").splitlines()[-2]
+    assert last == ("echo 'then: nanochat-bench collect /scratch/nb/sweeps/golden --out /scratch/nb/sweeps/golden/table"
+                    " && nanochat-bench report /scratch/nb/sweeps/golden/table --out /scratch/nb/sweeps/golden/report'")

@@ -45,7 +45,7 @@ def _run_once(collective: str, buf: torch.Tensor, part: torch.Tensor) -> None:
 
 def measure(device: torch.device, sizes=None) -> list[dict]:
     """One record per (collective, size): bytes, time_us (mean of the timed runs), algbw_gbps, busbw_gbps.
-    A collective the backend lacks (gloo has no reduce_scatter) is left out."""
+    A collective the backend lacks (gloo's reduce_scatter in some torch versions) is left out."""
     n = dist.get_world_size()
     cuda = device.type == "cuda"
     sizes = sizes or (GPU_SIZES if cuda else CPU_SIZES)
@@ -60,7 +60,7 @@ def measure(device: torch.device, sizes=None) -> list[dict]:
             try:
                 for _ in range(warmup):
                     _run_once(collective, buf, part)
-            except (RuntimeError, NotImplementedError):  # e.g. gloo's missing reduce_scatter
+            except (RuntimeError, NotImplementedError):  # e.g. gloo's reduce_scatter in some torch versions
                 continue
             sync()
             dist.barrier()
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = None
     if args.max_mib:
         base = GPU_SIZES if device_type == "cuda" else CPU_SIZES
-        sizes = [s for s in base if s <= args.max_mib << 20] or [args.max_mib << 20]
+        # the built-in sizes below it, then the buffer asked for: the largest measured, as --help says
+        sizes = [s for s in base if s < args.max_mib << 20] + [args.max_mib << 20]
     records = measure(device, sizes)
     if rank == 0:
         print(f"pre-flight: {world} rank(s), backend {dist.get_backend()}")

@@ -5,6 +5,7 @@ bad counts are refused by name.
 """
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -255,3 +256,17 @@ def test_train_whose_run_json_cannot_be_read_keeps_the_runs_exit_status(tmp_path
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"note: the run ended with exit status 3; its status is not known: {run_dir / 'run.json'} "
                            f"{why}")
+
+
+@pytest.mark.parametrize("mib, sizes", [("2", [64 << 10, 1 << 20, 2 << 20]),
+                                        ("8", [64 << 10, 1 << 20, 4 << 20, 8 << 20])])
+def test_preflight_max_mib_is_the_largest_buffer_measured(mib, sizes, tmp_path):
+    """--max-mib only capped the built-in sizes: 8 on CPU measured at most 4 MiB (1 GiB on GPU for 2048) and 2 at
+    most 1 MiB, without a word, though --help calls it the largest buffer."""
+    out = tmp_path / "pre.json"
+    r = subprocess.run([sys.executable, "-m", "bench.nanochat.preflight", "--device_type", "cpu", "--max-mib", mib,
+                        "--json", str(out)], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr[-2000:]
+    measured = sorted({rec["bytes"] for rec in json.loads(out.read_text())["records"]})
+    assert measured == sizes

@@ -26,6 +26,7 @@ time from it (bench/workloads/stage.py model_estimate).
 
 import itertools
 import json
+import os
 import re
 import shlex
 import signal
@@ -582,7 +583,9 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
             _set_aside(run_dir)
         if stage.saves:
             _set_aside_checkpoints(stage.saves, tag, out)
-        rc = run_local(argv, nproc, run_dir, workload=stage.workload, python=python)
+        # the planned variables (K for these ranks) over this environment, as the job's script exports them
+        rc = run_local(argv, nproc, run_dir, env={**os.environ, **dict(sp.env)}, workload=stage.workload,
+                       python=python)
         try:
             manifest = contract.update_run_json(run_dir, **ids, stage=stage.name)
             status, message = manifest.status, manifest.message or ""

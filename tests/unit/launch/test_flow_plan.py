@@ -772,3 +772,25 @@ def test_a_stage_that_leaves_a_newer_majors_run_json_stops_the_flow_in_one_line(
     assert result.rc == 1 and result.failed == "base_train" and result.statuses["base_train"] == "unreadable"
     assert "stopped at base_train: unreadable: " in lines[-1] and "major 3" in lines[-1]
     assert json.loads((tmp_path / "point" / "base_train" / "run.json").read_text())["schema_version"] == "3.0"
+
+
+def test_each_local_stage_gets_the_environment_its_job_would_get(tmp_path, monkeypatch):
+    """`speedrun --data-dir` planned NANOCHAT_VAL_FILES_K for the ranks, as a job exports it, but the stages ran with
+    the user's (or the trainer's 1): a validation split the plan did not choose, or a rank with no row group."""
+    from bench.launch.plan import DataShape
+
+    envs = {}
+
+    def run(argv, nproc, run_dir, env=None, **kw):
+        envs[run_dir.name] = env
+        return completed(run_dir)
+
+    stand_in_stages(monkeypatch, run)
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "1")
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
+    fs = sweep(stages="base_train", data=DataShape.from_counts(1, 8))
+    [(_, [planned])] = fs.points()
+    assert dict(planned.env)["NANOCHAT_VAL_FILES_K"] == "2"  # a row group for each of 2 ranks
+    assert flow.run_local_flow(fs, 2, tmp_path / "point").statuses == {"base_train": "ok"}
+    assert envs["base_train"]["NANOCHAT_VAL_FILES_K"] == "2"
+    assert envs["base_train"]["NANOCHAT_BASE_DIR"] == str(tmp_path / "base")  # the rest of this environment

@@ -525,7 +525,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     # the stages a rerun keeps (ok before) read nothing more; checked before a directory, the tokenizer or a stage
     ok = ok_stages(fs.stages, point_dir)
     check_staged(tuple(s for s in fs.stages if s.name not in ok), str(Path(paths.base_dir()).absolute()))
-    if any(workloads.get(s.workload).reads_val_files_k for s in fs.stages if s.name not in ok):
+    # a stage whose point has a planned K runs with that one (_run_stages), not with this environment's
+    if any(workloads.get(s.workload).reads_val_files(sw.settings) and contract.ENV_VAL_FILES_K not in dict(sp.env)
+           for s, sw, sp in zip(fs.stages, fs.sweeps, stage_points) if s.name not in ok):
         from bench.nanochat.dataset import resolve_val_files_k
 
         resolve_val_files_k()  # a bad NANOCHAT_VAL_FILES_K: refused here, not by the ranks of the first stage

@@ -198,6 +198,10 @@ class Workload:
         --source where it takes one (chat_sft, chat_eval), else the base model's."""
         return getattr(settings.config, "source", "base") if self.reads_checkpoint else None
 
+    def reads_val_files(self, settings: Settings) -> bool:
+        """Whether its runs with these flags split the shards by NANOCHAT_VAL_FILES_K."""
+        return self.reads_val_files_k
+
     def uses_gpus(self, settings: Settings) -> bool:
         """Whether the runs use the nodes' GPUs (a CPU run asks Slurm for none)."""
         return True

@@ -110,6 +110,9 @@ class Nanochat(TorchrunStage):
 
             resolve_val_files_k()  # a bad NANOCHAT_VAL_FILES_K here, before torchrun starts (each rank checks again)
 
+    def reads_val_files(self, settings: Settings) -> bool:
+        return not settings.config.data_bin_dir  # a .bin directory holds its own validation split
+
     # -- planning -------------------------------------------------------------------------------------
     def settings(self, train: dict, scaling: str) -> Settings:
         self.refuse_weak_scaled(train, scaling)

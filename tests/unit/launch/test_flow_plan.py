@@ -794,3 +794,20 @@ def test_each_local_stage_gets_the_environment_its_job_would_get(tmp_path, monke
     assert flow.run_local_flow(fs, 2, tmp_path / "point").statuses == {"base_train": "ok"}
     assert envs["base_train"]["NANOCHAT_VAL_FILES_K"] == "2"
     assert envs["base_train"]["NANOCHAT_BASE_DIR"] == str(tmp_path / "base")  # the rest of this environment
+
+
+@pytest.mark.parametrize("given", [{"train": {"data_bin_dir": "bins"}},
+                                   {"stage_args": ["base_train:data_bin_dir=bins"]}, {"data": "planned"}])
+def test_a_bad_val_files_k_no_stage_reads_is_not_refused(tmp_path, monkeypatch, no_tokenizer, given):
+    """`speedrun --stages base_train` reading a .bin directory was refused for the user's NANOCHAT_VAL_FILES_K,
+    which it never reads; so was a flow whose K the plan chose (the stages run with the planned one)."""
+    from bench.launch.plan import DataShape
+
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "abc")
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
+    train = {**TINY, **given.get("train", {})}
+    data = DataShape.from_counts(1, 8) if given.get("data") else None
+    fs = FlowSweep.build("speedrun", "base_train", train, given.get("stage_args", []), nodes=[1], gpus_per_node=2,
+                         runtimes=["bare"], data=data)
+    with pytest.raises(Reached):
+        flow.run_local_flow(fs, 2, tmp_path / "point")

@@ -633,7 +633,8 @@ def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:
     """What a kept stage ran with that this command would not give it (its run.json's command, after `--`): a
     rerun with, say, another --depth keeps the model trained before, and says so."""
     command = (contract.read_run_json(run_dir).get("launch") or {}).get("command") or []
-    if "--" not in command:
+    # a damaged run.json's command (a string, a number among the words): what that run was given is not known
+    if not isinstance(command, list) or not all(isinstance(word, str) for word in command) or "--" not in command:
         return ""
     then, now = _flag_values(command[command.index("--") + 1:]), _flag_values(argv)
     shown = {None: "given", "": "''"}  # a bare switch; an empty value

@@ -811,3 +811,16 @@ def test_a_bad_val_files_k_no_stage_reads_is_not_refused(tmp_path, monkeypatch, 
                          runtimes=["bare"], data=data)
     with pytest.raises(Reached):
         flow.run_local_flow(fs, 2, tmp_path / "point")
+
+
+@pytest.mark.parametrize("command", ["python -m bench.launch.elastic -- --depth=4", ["python", "--", 4, None]])
+def test_a_stage_kept_from_a_run_json_whose_command_is_not_a_list_of_words_gets_no_flags_note(tmp_path, monkeypatch,
+                                                                                             command):
+    """A damaged run.json with its launch command as one string had its characters read as flags (a garbled note of
+    'other flags'); one holding a number stopped the rerun on an AttributeError."""
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: None)
+    fs, point, lines = sweep(), tmp_path / "point", []
+    (point / "base_train").mkdir(parents=True)
+    (point / "base_train" / "run.json").write_text(json.dumps({"status": "ok", "launch": {"command": command}}))
+    assert flow.run_local_flow(fs, 2, point, out=lines.append).statuses == {"base_train": "ok"}
+    assert lines[-1].endswith("base_train ok in an earlier run of this flow, kept")

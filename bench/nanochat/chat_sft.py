@@ -33,7 +33,7 @@ from bench.errors import ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat import stagerun, steptimer
 from bench.nanochat.chat_format import MAX_TOKENS
-from bench.nanochat.checkpoint import PHASE_DIRS, later_steps_note, load_model, save_checkpoint
+from bench.nanochat.checkpoint import PHASE_DIRS, check_writable, later_steps_note, load_model, save_checkpoint
 from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.guard import DivergenceGuard, check_finite
 from bench.nanochat.runrecord import RunRecord, say
@@ -73,6 +73,8 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
                           f"positions, SFT's rows up to {MAX_TOKENS - 1}; train it with --max_seq_len >= "
                           f"{-(-(MAX_TOKENS - 1) // (model.rotary_seq_len // model.config.sequence_len))}")
     print0(f"Loaded the {config.source} checkpoint of step {meta['step']} from {meta['checkpoint_dir']}")
+    checkpoint_dir = get_base_dir() / PHASE_DIRS["sft"] / (config.model_tag or f"d{model.config.n_layer}")
+    check_writable(checkpoint_dir)  # it saves after the last step, always: found out now, not after every step
     num_params, flops_per_token = model.num_params(), model.estimate_flops()
     print0(f"Number of parameters: {num_params:,}")
     record.emit("model_ready", num_params=num_params, flops_per_token=flops_per_token)
@@ -170,7 +172,6 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
 
     # ----------------------------------------------------------------------------------------------
     # The sft checkpoint: model and meta, no optimizer; the directory made before any rank writes
-    checkpoint_dir = get_base_dir() / PHASE_DIRS["sft"] / (config.model_tag or f"d{model.config.n_layer}")
     with session.watchdog.relaxed():
         save_checkpoint(checkpoint_dir, step, model.state_dict(), None,
                         {"step": step, "val_loss": val_loss, **metrics, "model_config": asdict(model.config),

@@ -66,10 +66,10 @@ def _save_atomic(obj, path: Path) -> None:
         raise checkpoint_error(path, e, _payload_bytes(obj)) from None
 
 
-def check_writable(checkpoint_dir: str | os.PathLike) -> None:
+def check_writable(checkpoint_dir: str | os.PathLike, or_else: str = "") -> None:
     """CheckpointError naming `checkpoint_dir` when it could not be made or written into: at start-up, not after
     the steps before the first save. Nothing is made: an empty folder would pass for a model's tag (find_model_tag)
-    and be set aside as an earlier attempt's."""
+    and be set aside as an earlier attempt's. `or_else`: the caller's other way out (its flags that save one)."""
     checkpoint_dir = Path(checkpoint_dir)
     try:
         nearest = next(p for p in (checkpoint_dir, *checkpoint_dir.parents) if p.exists() or p == p.parent)
@@ -83,7 +83,7 @@ def check_writable(checkpoint_dir: str | os.PathLike) -> None:
         reason = os_reason(e)
     if reason:
         raise CheckpointError(f"the checkpoint directory {checkpoint_dir} cannot be written: {reason}; give a "
-                              f"NANOCHAT_BASE_DIR that can be, or leave out --save_every")
+                              f"NANOCHAT_BASE_DIR that can be" + (f", or {or_else}" if or_else else ""))
 
 
 def save_checkpoint(checkpoint_dir: str | os.PathLike, step: int, model_state: dict, optimizer_states: list | None,

@@ -92,7 +92,7 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
     import torch
 
     from bench.nanochat import stagerun, steptimer
-    from bench.nanochat.checkpoint import later_steps_note, load_model, phase_dir, save_checkpoint
+    from bench.nanochat.checkpoint import check_writable, later_steps_note, load_model, phase_dir, save_checkpoint
     from bench.nanochat.midloader import MidLoader
     from bench.nanochat.tasks import mixtures
     from bench.nanochat.tokenizer import get_token_bytes, get_tokenizer
@@ -115,6 +115,9 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
         raise ConfigError(f"--max_seq_len={T} is longer than the base model's rotary cache ({model.cos.size(1)} "
                           f"positions, 10 x its sequence length {model.config.sequence_len}); give at most that")
     print0(f"Loaded the base model of step {meta['step']} from {meta['checkpoint_dir']}")
+    checkpoint_dir = phase_dir("mid") / (config.model_tag or f"d{model.config.n_layer}")
+    if not config.dry_run:  # its one save comes after every step: found out now
+        check_writable(checkpoint_dir, "pass --dry_run=1 to save nothing")
     pretrain_batch_size = meta.get("device_batch_size")
     if pretrain_batch_size is not None and B > pretrain_batch_size:
         print0(f"FOOTGUN WARNING: base model training used device_batch_size {pretrain_batch_size}, did you pass "
@@ -155,7 +158,6 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
     # Training loop: the pass after the last step evaluates, saves, then stops
     if session.device_type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    checkpoint_dir = phase_dir("mid") / (config.model_tag or f"d{orig_model.config.n_layer}")
     min_val_bpb, val_bpb = float("inf"), None
     smooth_train_loss, ema_beta = 0.0, 0.9
     total_training_time, progress, step, dt = 0.0, 0.0, 0, 0.0

@@ -111,8 +111,12 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
         print0(f"Attention: SDPA kernels restricted to {config.sdpa_backends}")
     orig_model = build_model(model_config, device)
     checkpoint_dir = phase_dir("base") / (config.model_tag or default_model_tag(config, record))
-    if config.save_every > 0:  # every rank writes its optimizer state there: each finds out now, not at the save
-        check_writable(checkpoint_dir)
+    strategy = Strategy.parse(config.strategy)  # zero2, or FSDP2 sharding, checkpointing, offload
+    # every rank writes its optimizer state there: each finds out now, not at the save (a deadline stop saves one)
+    saving = [flag for flag, saves in (("--save_every", config.save_every > 0),
+                                       ("--deadline", config.deadline > 0 and not strategy.fsdp)) if saves]
+    if saving:
+        check_writable(checkpoint_dir, f"leave out {' and '.join(saving)}")
     resume_step = config.resume_from_step
     resume_meta: dict = {}
     if resume_step >= 0:
@@ -126,7 +130,6 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
         print0(f"Resuming from step {resume_step} of {checkpoint_dir}")
     apply_fp8(orig_model, config.fp8, config.fp8_lm_head, device, log=print0)  # before compile and sharding
     apply_fused_kernels(orig_model, config.fused_kernels, device, log=print0)
-    strategy = Strategy.parse(config.strategy)  # zero2, or FSDP2 sharding, checkpointing, offload
     model = parallelize(orig_model, strategy, device, compile=device_type == "cuda")
     print0(f"Memory strategy: {strategy.name}")
     num_params = orig_model.num_params()

@@ -121,3 +121,25 @@ def test_a_deadline_saves_the_model_and_ends_as_timeout(sft_base, tmp_path):
     assert record["status"] == "timeout" and "stopped at step 1 of 10" in record["message"]
     assert record["checkpoint"] == {"step": 1, "dir": str(sft_base / "chatsft_checkpoints" / "d1")}
     assert (sft_base / "chatsft_checkpoints" / "d1" / "model_000001.pt").is_file()
+
+
+@pytest.mark.parametrize("workload, folder, flags, advice", [
+    ("chat_sft", "chatsft_checkpoints", SFT_FLAGS, "give a NANOCHAT_BASE_DIR that can be"),
+    ("mid_train", "mid_checkpoints", ["--device_type=cpu", "--device_batch_size=2", "--max_seq_len=64",
+                                      "--total_batch_size=128", "--eval_every=-1", "--preflight=0"],
+     "give a NANOCHAT_BASE_DIR that can be, or pass --dry_run=1 to save nothing")])
+def test_a_checkpoint_directory_that_cannot_be_written_stops_the_stage_before_its_first_step(
+        sft_base, tmp_path, workload, folder, flags, advice):
+    """SFT found out at its very end, after every step, and mid-training at its one save, after all its steps, that
+    its checkpoint directory could not be written (tests run as root: a file in the way stands for a read-only one)."""
+    base = tmp_path / "base"
+    shutil.copytree(sft_base, base)
+    shutil.rmtree(base / folder, ignore_errors=True)  # what the tests before saved there
+    (base / folder).write_text("in the way")
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "bench.cli", "train", "--workload", workload, "--nproc", "1",
+                          "--run-dir", str(tmp_path / "run"), "--", *flags, "--num_iterations=3"], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert (f"the checkpoint directory {base / folder / 'd1'} cannot be written: {base / folder} is a file in the "
+            f"way, not a directory; {advice}") in error_line(out)
+    assert '"event": "step"' not in (tmp_path / "run" / "metrics.jsonl").read_text()

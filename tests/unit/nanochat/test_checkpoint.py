@@ -151,19 +151,24 @@ def test_a_checkpoint_directory_that_cannot_be_made_is_named_and_nothing_is_made
                      ("", "a file of that name is in the way")):
         folder = tmp_path / "base_checkpoints" / tag if tag else tmp_path / "base_checkpoints"
         with pytest.raises(CheckpointError) as e:
-            check_writable(folder)
+            check_writable(folder, "leave out --save_every")
         assert str(e.value) == (f"the checkpoint directory {folder} cannot be written: {why}, not a directory; "
                                 f"give a NANOCHAT_BASE_DIR that can be, or leave out --save_every")
+        with pytest.raises(CheckpointError) as e:  # a stage that always saves (SFT) has no flag to leave out
+            check_writable(folder)
+        assert str(e.value).endswith("not a directory; give a NANOCHAT_BASE_DIR that can be")
     check_writable(tmp_path / "base" / "base_checkpoints" / "d2")
     check_writable(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base_checkpoints"]  # nothing made to find that out
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("saving, flag", [("--save_every=2", "--save_every"), ("--deadline=1", "--deadline")])
 def test_train_with_save_every_and_a_checkpoint_directory_it_cannot_make_stops_before_its_first_step(
-        tmp_path, tiny_base_dir, monkeypatch, capsys):
+        tmp_path, tiny_base_dir, monkeypatch, capsys, saving, flag):
     """With --save_every and a base directory whose checkpoints could not be written, every step up to the first
-    save ran before the run failed there."""
+    save ran before the run failed there; with --deadline (which saves when it stops the run early), the steps up
+    to the deadline."""
     from bench import cli, contract
 
     base = tmp_path / "base"
@@ -174,9 +179,10 @@ def test_train_with_save_every_and_a_checkpoint_directory_it_cannot_make_stops_b
     run_dir = tmp_path / "run"
     assert cli.main(["train", "--nproc", "1", "--run-dir", str(run_dir), "--", "--device_type=cpu", "--depth=2",
                      "--max_seq_len=64", "--device_batch_size=2", "--total_batch_size=128", "--num_iterations=4",
-                     "--save_every=2", "--eval_every=-1", "--sample_every=-1", "--model_tag=d2"]) == 1
+                     saving, "--eval_every=-1", "--sample_every=-1", "--model_tag=d2"]) == 1
     record = contract.read_run_json(run_dir)
     assert record["status"] == "failed" and record["message"].startswith(
         f"rank 0: the checkpoint directory {base / 'base_checkpoints' / 'd2'} cannot be written: "
-        f"{base / 'base_checkpoints'} is a file in the way, not a directory")
+        f"{base / 'base_checkpoints'} is a file in the way, not a directory; give a NANOCHAT_BASE_DIR that can be, "
+        f"or leave out {flag}")
     assert '"event": "step"' not in (run_dir / contract.METRICS_JSONL).read_text()

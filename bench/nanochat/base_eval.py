@@ -76,7 +76,7 @@ def run(config: BaseEvalConfig, record) -> tuple[dict, str, str | None]:
         print0(text)
         print0(f"CORE: {examples:,} examples in {total_s:.2f}s ({examples / total_s:,.1f} examples/sec)")
     record.update(scores={**{r.label: r.accuracy for r in results}, "CORE": core})
-    peak = stagerun.end(session, record, total_s)
+    peak = stagerun.end(session, record, total_s, training=False)
     return {"peak_mem_mib": peak, "total_training_time_s": total_s}, "ok", None
 
 

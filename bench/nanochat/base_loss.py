@@ -112,7 +112,7 @@ def run(config: BaseLossConfig, record) -> tuple[dict, str, str | None]:
         with session.watchdog.relaxed():
             print_samples(model, tokenizer, session.autocast())
     record.update(scores=scores)
-    peak = stagerun.end(session, record, total_s, scores["val_bpb"])
+    peak = stagerun.end(session, record, total_s, scores["val_bpb"], training=False)
     return {"peak_mem_mib": peak, "total_training_time_s": total_s, "min_val_bpb": scores["val_bpb"],
             "final_val_bpb": scores["val_bpb"]}, "ok", None
 

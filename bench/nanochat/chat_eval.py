@@ -246,7 +246,7 @@ def run(config: ChatEvalConfig, record):
     if score is not None:
         record.emit("score", name="ChatCORE", value=score, seconds=seconds)
     record.update(scores={**accuracies, **({"ChatCORE": score} if score is not None else {})})
-    peak_mem_mib = stagerun.end(session, record, seconds)
+    peak_mem_mib = stagerun.end(session, record, seconds, training=False)
     return {"peak_mem_mib": peak_mem_mib, "total_training_time_s": seconds}, "ok", None
 
 

@@ -164,15 +164,18 @@ def optimizer_step(model, optimizers, lrm: float, timer, muon=None, momentum: fl
 
 
 def end(session: Session, record: RunRecord, total_training_time_s: float, min_val_bpb: float | None = None,
-        **fields) -> float:
-    """The stage's last lines and its `end` event; returns the peak memory (MiB, 0 off CUDA)."""
+        training: bool = True, **fields) -> float:
+    """The stage's last lines and its `end` event; returns the peak memory (MiB, 0 off CUDA). An evaluation stage
+    (`training` False) ends as nanochat's evaluation scripts do, without the training time and minimum bpb lines
+    (a log reader would take them for a training run's), which its `end` event still records."""
     gcfreeze.release()
     cuda = session.device_type == "cuda"
     peak_mem_mib = torch.cuda.max_memory_allocated() / 1024 / 1024 if cuda else 0.0  # 0: the contract's "not measured"
     print0(f"Peak memory usage: {peak_mem_mib:.2f}MiB" if cuda else
            f"Peak memory usage: not measured on {session.device_type}")
-    print0(f"Total training time: {total_training_time_s / 60:.2f}m")
-    if min_val_bpb is not None:
+    if training:
+        print0(f"Total training time: {total_training_time_s / 60:.2f}m")
+    if training and min_val_bpb is not None:
         print0(f"Minimum validation bpb: {min_val_bpb:.4f}")
     record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time_s,
                 min_val_bpb=min_val_bpb, **fields)

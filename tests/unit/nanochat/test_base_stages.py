@@ -59,6 +59,9 @@ def test_base_loss_two_ranks(stage_base, tmp_path):
     assert [e["val_bpb"] for e in events if e["event"] == "val"] == [manifest["scores"]["val_bpb"]]
     assert f"val bpb: {manifest['scores']['val_bpb']:.4f}" in log
     assert log.count("<|bos|>The capital of France is") == 1  # rank 0 alone samples
+    # an evaluation ends as nanochat's base_loss does: no training time or minimum bpb a log reader would misread
+    assert "Peak memory usage: not measured on cpu" in log
+    assert "Total training time" not in log and "Minimum validation bpb" not in log
 
 
 def test_base_eval_two_ranks_and_its_csv(stage_base, tmp_path):
@@ -74,6 +77,7 @@ def test_base_eval_two_ranks_and_its_csv(stage_base, tmp_path):
     assert csv == (stage_base / "base_eval" / "base_model_000005.csv").read_text()
     assert csv.splitlines()[-1].startswith("CORE") and csv in log and "Model: base_model (step 5)" in log
     assert "Evaluating: jeopardy (10-shot, type: language_modeling)... accuracy: " in log
+    assert "Total training time" not in log and "Minimum validation bpb" not in log
 
 
 def _error_lines(log: str) -> list[str]:

@@ -115,7 +115,8 @@ def test_a_chat_evaluation_records_the_sandbox_layers_it_ran_model_code_under(tm
     session = SimpleNamespace(device="cpu", autocast=nullcontext, synchronize=lambda: None,
                               watchdog=SimpleNamespace(relaxed=nullcontext))
     monkeypatch.setattr(chat_eval.stagerun, "begin", lambda *a: session)
-    monkeypatch.setattr(chat_eval.stagerun, "end", lambda *a: 0.0)
+    ends = []
+    monkeypatch.setattr(chat_eval.stagerun, "end", lambda *a, **k: ends.append(k) or 0.0)
     monkeypatch.setattr(chat_eval, "load_for_eval", lambda *a: (model, None, {"checkpoint_dir": "d", "step": 1}))
     monkeypatch.setattr(chat_eval, "evaluate", lambda *a: ({"ARC-Easy": 0.5}, None))
     monkeypatch.setattr(sandbox, "isolation", lambda: ("userns+netns+pidns", "landlock-7", "seccomp"))
@@ -124,3 +125,4 @@ def test_a_chat_evaluation_records_the_sandbox_layers_it_ran_model_code_under(tm
     written = json.loads((tmp_path / contract.RUN_JSON).read_text())
     assert written["sandbox"] == ["userns+netns+pidns", "landlock-7", "seccomp"]
     assert contract.load_manifest(tmp_path).notes == []
+    assert ends == [{"training": False}]  # an evaluation prints no "Total training time" line

@@ -98,7 +98,10 @@ def rebuild_summary(out: str | Path) -> dict:
     searches = [search_from_probes(strategy, ar, results) for strategy, ar in pairs]
     summary = summarize({"out": str(out)}, machine, results, searches)
     differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r.spec).items() if v != kept[k]})
-    summary["interrupted"] = "an end without a summary (rebuilt from the finished probes" + (
-        f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)})" if others else ")")
+    summary["rebuilt"] = "the sweep wrote no summary" + (
+        f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)}" if others else "")
+    # whether the sweep was stopped is not recorded: only a search its probes leave unsettled shows it was
+    if not all(s["complete"] for s in searches):
+        summary["interrupted"] = "an end without a summary, before every search was settled"
     save_summary(out, summary)
     return summary

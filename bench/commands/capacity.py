@@ -105,8 +105,8 @@ def cmd_capacity(args) -> int:
 
         # a sweep that was killed before it could write one, or after an earlier sweep had written its own
         if not (out / SUMMARY_JSON).is_file() or summary_is_stale(out):
-            rebuild_summary(out)
-            print(f"{out / SUMMARY_JSON}: rebuilt from the finished probes under {out / 'runs'}")
+            rebuilt = rebuild_summary(out)["rebuilt"]
+            print(f"{out / SUMMARY_JSON}: rebuilt from the finished probes under {out / 'runs'} ({rebuilt})")
         path = write_capacity_report([out], out / "report")
         print(f"report: {path}")
         if stopped := load_summary(out).get("interrupted"):

@@ -278,7 +278,7 @@ def test_a_rebuilt_summary_keeps_to_the_probes_of_the_sweep_that_ended(tmp_path)
     assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4"
     assert [p["probe"]["depth"] for p in summary["probes"]] == [2, 4]
     assert summary["machine"]["memory_limit"] == 1 << 30
-    assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["interrupted"]
+    assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["rebuilt"]
 
 
 def test_a_rebuilt_summary_marks_a_search_complete_where_its_probes_settle_it(tmp_path):
@@ -305,6 +305,29 @@ def test_a_rebuilt_summary_marks_a_search_complete_where_its_probes_settle_it(tm
                for d, outcome in ((4, "ok"), (6, "oom"), (8, "timeout"))]
     assert search_from_probes("fsdp", 64, stopped)["complete"] is False
     assert search_from_probes("fsdp", 64, stopped[:2])["complete"] is True
+
+
+def test_a_report_rebuilt_from_settled_searches_does_not_say_the_sweep_did_not_finish(tmp_path, monkeypatch, capsys):
+    """`capacity --report` of a sweep that wrote no summary printed 'the sweep did not finish' even where every
+    search its probes show was settled; it says the summary was rebuilt, and 'did not finish' only where a search is
+    left unsettled."""
+    from bench.capacity.search import Shape, num_params
+    from bench.cli import main
+
+    sweep, _ = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    sweep.probe("fsdp", Shape(num_params(2), 2), 1)
+    sweep.probe("fsdp", Shape(num_params(4), 4), 1)  # d2 fits, d4 does not: the search is settled
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "rebuilt from the finished probes under" in out and "(the sweep wrote no summary)" in out
+    assert "did not finish" not in out
+    assert "interrupted" not in json.loads((tmp_path / "summary.json").read_text())
+    shutil.rmtree(tmp_path / "runs" / "fsdp" / ProbeSpec("fsdp", 4, device_type="cuda").name)
+    sweep.probe("fsdp", Shape(num_params(6), 6), 1)  # d4 left between d2 and d6: what the sweep would probe next
+    (tmp_path / "summary.json").unlink()
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0
+    assert "note: the sweep did not finish (an end without a summary, before every search was settled)" in (
+        capsys.readouterr().out)
 
 
 def test_a_rebuilt_summary_keeps_the_probes_that_ended_before_their_model_was_built(tmp_path, monkeypatch):

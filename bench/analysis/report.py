@@ -98,8 +98,9 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     # "Not recorded" means by no run: what only a left-out point (mixed_batch_note) recorded has no section, yet was
     recorded = {**measured, **{name: has(runs, cols) for name, cols in wants.items()}}
     mixed = mixed_batch_note(runs, unit) + mixed_nodes_note(runs, unit)
-    sections = [{"title": None, "note": tables.summary_note(p, unit, mode) + mixed,
-                 "table": tables.summary_table(p, unit, mode),
+    # no point left: the note says why, and neither what a table's cells are nor a "None." in its place
+    sections = [{"title": None, "note": mixed.strip() if p.empty else tables.summary_note(p, unit, mode) + mixed,
+                 "table": None if p.empty else tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit),
                          unlike_nodes_note(runs, baseline, unit), no_ci_note(r, baseline, unit)) if n]

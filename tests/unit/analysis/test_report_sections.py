@@ -557,7 +557,8 @@ def test_the_mixed_batch_note_names_the_batches_recorded_and_a_run_without_one_a
 def test_a_config_whose_every_point_mixes_device_batches_keeps_its_section_and_note(make_run, tmp_path):
     """Regression: runs of one rank count at device batch 16 and 32 are no repeats, so their point is left out of the
     table; where that was the config's only point, the whole config vanished from the report, its note and findings
-    with it, and nothing said so. Now its section stays, with the note and an empty table."""
+    with it, and nothing said so. Now its section stays, with the note and no table (a "None." under the note, and
+    the note of what the table's cells are, spoke of a table that has no point)."""
     base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288}
     for i, dbs in enumerate((16, 32)):
         make_run(f"r{i}", config={**base, "device_batch_size": dbs})
@@ -565,6 +566,7 @@ def test_a_config_whose_every_point_mixes_device_batches_keeps_its_section_and_n
     strong = section(md, STRONG_LABEL.replace("NVIDIA H200", ""))
     assert ("bare at 8 GPUs ran device batch 16, 32: not repeats of one point (another gradient accumulation each), "
             "so that point is left out of the table and figures.") in strong
+    assert "None." not in strong and "Each measure is the median" not in strong
     assert "No run has usable figures yet" not in md
     assert "Not recorded by these runs: the steady step split" in strong  # the start-up phases they did record
 

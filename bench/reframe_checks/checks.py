@@ -192,7 +192,11 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
             self._row = {}
             self._manifest = {}
             self._unsettled = None
-            if (run_dir / contract.RUN_JSON).exists():
+            try:
+                present = (run_dir / contract.RUN_JSON).exists()
+            except OSError:  # a stat that fails other than with ENOENT (EACCES, EIO): the read below says why
+                present = True
+            if present:
                 try:
                     try:
                         # ReFrame's job has ended: a run it left pending (the batch script stopped before the run

@@ -220,3 +220,26 @@ def test_a_run_whose_figures_the_reader_refused_is_judged_by_the_readers_reason(
     row = read_run_dir(run_dir)
     assert row["status"] == "ok" and row["skip_reason"].startswith("run.json does not follow the run contract")
     assert run_problem(row, TRAINING) == f"run r1 cannot be measured: {row['skip_reason']}"
+
+
+def test_a_run_json_whose_stat_fails_fails_sanity_with_its_reason(make_run, monkeypatch):
+    """On Python 3.11, Path.exists() raises the OSError of a stat that fails other than with ENOENT (EACCES, EIO),
+    and it escaped sanity with a traceback. The stat is made to fail here (EIO), as root passes a mode of 000."""
+    import errno
+    import os
+
+    run_dir = make_run("r1")
+
+    def failing(real):
+        def stat(path, *args, **kwargs):
+            if os.fspath(path).endswith("run.json"):
+                raise OSError(errno.EIO, "Input/output error", os.fspath(path))
+            return real(path, *args, **kwargs)
+        return stat
+    monkeypatch.setattr(os, "stat", failing(os.stat))
+    monkeypatch.setattr(os, "lstat", failing(os.lstat))
+    check = SimpleNamespace(run_dir=str(run_dir), job=SimpleNamespace(exitcode=0), _kind=TRAINING, num_nodes=1)
+    check.row = lambda: nanochat_bench.row(check)
+    with pytest.raises(SanityError) as info:
+        sn.evaluate(nanochat_bench.run_finished_ok(check))
+    assert str(info.value) == "run r1 has no status: run.json unreadable: Input/output error"

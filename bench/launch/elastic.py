@@ -17,7 +17,8 @@ the job for long, and ours end within a second of SIGTERM. The closing signal is
 a stopped worker (the hung rank itself) takes its SIGTERM at once instead of waiting for the SIGKILL.
 A signal that reaches torchrun while it starts its workers ends it before it has noted the ones already
 started (each in a session of its own, so no signal to torchrun's group reaches them): a worker still
-running when torchrun returns is stopped the same way, so none trains on as an orphan.
+running when torchrun returns is stopped the same way, so none trains on as an orphan. torchrun's own log lines
+that say what the one line says (ECHOES) are left out.
 """
 
 import math
@@ -27,6 +28,7 @@ import socket
 import sys
 import time
 
+from torch.distributed.elastic.agent.server import api as agent
 from torch.distributed.elastic.multiprocessing import api as processes
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -62,6 +64,18 @@ def bound_shutdown() -> None:
             pass  # already gone
 
     SubprocessHandler.close = close_and_continue
+
+
+# torchrun's own log lines of a failure that main's one line says (the worker that failed, the SIGTERM it sends the
+# others, its own signal); what it logs of a worker that would not stop stays
+ECHOES = ("failed (exitcode: %s) local_rank: %s (pid: %s) of binary: %s", "Sending process %s closing signal %s",
+          "Closing process %s via signal %s", "Received %s death signal, shutting down workers")
+
+
+def quiet_echoes() -> None:
+    """Leave out torchrun's log lines that main's one line replaces (ECHOES)."""
+    for logger in (processes.logger, agent.logger):
+        logger.addFilter(lambda record: record.msg not in ECHOES)
 
 
 def stop_leftovers() -> None:
@@ -169,6 +183,7 @@ def record_signal(run_dir: str, name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     bound_shutdown()
+    quiet_echoes()
     run_dir = os.environ.get(contract.ENV_RUN_DIR)
     try:
         torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)

@@ -168,3 +168,26 @@ def test_a_run_json_that_cannot_be_recorded_in_is_one_line_not_a_traceback(tmp_p
         err = capsys.readouterr().err
         assert err.startswith(f"torchrun: could not record the outcome in {tmp_path / name}: ") and \
             err.count("\n") == 1, err
+
+
+ONE_FAILS = textwrap.dedent("""
+    import os, signal, sys, time
+    if os.environ["RANK"] == "1":
+        sys.exit(1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # as the trainer's ranks end on torchrun's SIGTERM
+    time.sleep(60)
+""")
+
+
+def test_a_failed_worker_ends_in_the_one_line_without_torchrun_s_own_log_lines(tmp_path):
+    """Beside its one line, torchrun's log said the same again: 'Sending process ... closing signal SIGTERM' for
+    the worker it stopped and 'failed (exitcode: 1) local_rank: 1 ...' for the one that failed."""
+    script = tmp_path / "one_fails.py"
+    script.write_text(ONE_FAILS)
+    env = {k: v for k, v in os.environ.items() if k != "NANOCHAT_BENCH_RUN_DIR"}
+    env["OMP_NUM_THREADS"] = "1"  # as the launchers set it: torchrun's warning of its own default stays out
+    proc = subprocess.run([sys.executable, "-m", "bench.launch.elastic", "--standalone", "--nproc_per_node=2",
+                           str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [f"torchrun: rank 1 on {socket.gethostname()} exited with status 1 (first of 1 "
+                                        "failed worker(s))"], proc.stderr

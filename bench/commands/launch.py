@@ -557,6 +557,10 @@ def guide_shards(args, opts, job, needed: int | None) -> tuple[int, str]:
         shards = MAX_SHARD + 1, "every one (--download -1)"
     elif args.download:
         shards = args.download, "as --download asks"
+        if needed and args.download < needed:  # a choice (a short look at throughput), not a mistake: the train
+            # stream wraps around, so the runs read their shards again rather than stop
+            print(f"note: --download {args.download} is below the {needed} shard(s) the plan needs (training "
+                  f"tokens + K validation): the runs' training repeats its shards; leave --download out for {needed}")
     else:
         shards = (needed, "what the plan needs") if needed else (8, "a default (the plan counts none it needs)")
     over = over_partition(site_partition(opts.site, opts.partition), interactive_minutes(job, shards[0]))

@@ -370,6 +370,19 @@ def test_the_guides_download_of_every_shard_is_counted_in_its_salloc_time(capsys
 
 
 @pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])
+def test_a_download_below_what_the_plan_needs_is_noted(flow, capsys, tmp_path):
+    """--download 2 where the plan needs 4 was taken without a word: the runs then train on fewer shards than
+    their steps consume (the stream wraps around and repeats them)."""
+    argv = ["render", "interactive", *flow, "--nodes=2", "--gpus-per-node=4", "--runtimes=bare",
+            f"--base-dir={tmp_path}"]
+    code, out, err = run_cli([*argv, "--download=2", "--out", str(tmp_path / "few")], capsys)
+    assert code == 0, err
+    assert "note: --download 2 is below the 4 shard(s) the plan needs" in out
+    code, out, err = run_cli([*argv, "--download=4", "--out", str(tmp_path / "enough")], capsys)
+    assert code == 0 and "--download" not in out, err
+
+
+@pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])
 def test_a_guide_whose_salloc_is_over_its_partition_is_refused_before_anything_is_written(flow, capsys, tmp_path):
     """On alps' 30-minute debug partition the batch job fit, so the guide was written with a salloc of
     over 30 minutes that Slurm refuses: the download and tokenizer steps count against the partition too."""

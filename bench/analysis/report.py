@@ -102,7 +102,7 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     sections = [{"title": None, "note": mixed.strip() if p.empty else tables.summary_note(p, unit, mode) + mixed,
                  "table": None if p.empty else tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
-    notes = [n for n in (no_baseline_note(p, baseline, unit), unlike_batch_note(runs, baseline, unit),
+    notes = [n for n in (no_baseline_note(p, baseline, unit, runs), unlike_batch_note(runs, baseline, unit),
                          unlike_nodes_note(runs, baseline, unit), no_ci_note(r, baseline, unit)) if n]
     unpaired = " ".join(notes) or None
     if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
@@ -134,13 +134,17 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
             "not_compared": bool(unpaired or mixed)}  # so "no gap" is never said of comparisons not made
 
 
-def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str) -> str | None:
+def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str,
+                     runs: pd.DataFrame | None = None) -> str | None:
     """Where other runtimes ran at rank counts the baseline did not: no ratio is taken there, and the note says so
     (None where every other runtime's point has the baseline's beside it). Runs that name no runtime are left out,
-    as from the ratios (scaling.compared): they were run under none that --baseline could name."""
+    as from the ratios (scaling.compared): they were run under none that --baseline could name. `runs`: the
+    config's runs, where a baseline point left out of `points` (mixed_batch_note, mixed_nodes_note) still ran."""
     named = scaling.compared(points, baseline)
-    ran = lambda base: set(named.loc[(named["runtime"] == baseline) == base, "world_size"])  # noqa: E731
-    missing = sorted(ran(False) - ran(True))
+    # a left-out baseline point did run: "no run" would contradict the unlike notes, which say why no ratio is taken
+    base = named if runs is None else scaling.compared(runs, baseline)
+    ran = lambda frame, is_base: set(frame.loc[(frame["runtime"] == baseline) == is_base, "world_size"])  # noqa: E731
+    missing = sorted(ran(named, False) - ran(base, True))
     if not missing:
         return None
     at = scaling.count(missing[0], unit) if len(missing) == 1 else f"{', '.join(map(str, missing))} {unit}"

@@ -222,6 +222,23 @@ def test_runs_of_one_rank_count_on_other_node_counts_are_no_repeats_nor_ratioed(
     assert check._pooled(one_node) == () and report.mixed_nodes_note(one_node, "GPUs") == ""
 
 
+def test_a_baseline_point_left_out_is_not_called_a_point_the_baseline_never_ran():
+    """bare ran at 2 GPUs on 1 and 2 nodes, so its point there was left out; the ratio section's notes then said
+    both "No bare run at 2 GPUs" and "bare on 1, 2 nodes". The notes of the left-out point say why no ratio is
+    taken there; a rank count bare never ran at is still named."""
+    from bench.analysis import report
+
+    rows = ([row("bare", 2, t, nodes=n) for t, n in ((190, 1), (120, 2))] + [row("ce", 2, 118, nodes=2)]
+            + [row("ce", 4, 230, nodes=2)])
+    table = to_frame(rows)
+    pts, runs = scaling.scaling_table(table), scaling.with_config(scaling.usable(table))
+    assert report.no_baseline_note(pts, "bare", "GPUs", runs) == (
+        "No bare run at 4 GPUs: no ratio there (--baseline names another runtime to compare with).")
+    left_out = runs[runs["world_size"] == 2]
+    assert report.no_baseline_note(pts[pts["world_size"] == 2], "bare", "GPUs", left_out) is None
+    assert report.unlike_nodes_note(left_out, "bare", "GPUs").startswith("ce at 2 GPUs ran on 2 nodes, bare on 1, 2")
+
+
 def test_a_run_without_a_device_batch_beside_one_with_is_no_repeat_in_the_table_nor_in_check():
     """A point of a run at device batch 32 and one that recorded none was averaged as two repeats by the table, while
     check's pooled columns (astype(str): NaN is "nan" under pandas 2) failed a reference over the same runs. One rule

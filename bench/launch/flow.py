@@ -343,6 +343,9 @@ def format_table(fs: FlowSweep, partition: str | None = None) -> str:
                      "", "not submitted: a stage cannot run" if not possible else
                      f"not submitted: {over} (below)" if over else ""))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
+    batch = planmod.column_legend(h for sw in fs.sweeps for h, _, _ in sw.workload_impl.PLAN_COLUMNS)
+    lines.append("; ".join(["time: each stage's limit, the whole job's on its job row",
+                            "est_h: a stage's estimated wall-clock hours in one job (not node-hours)", *batch]))
     stepped = [rt for rt in fs.first.runtimes if default_image_step(rt)]  # the job's time as job_minutes gives it
     lines += ["", f"flow: {fs.flow}, stages {' -> '.join(s.name for s in fs.stages)}; each stage's run directory "
                   f"<sweep>/<point>/<stage>; the tokenizer trained once per sweep, before the first stage (each job's "

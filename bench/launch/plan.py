@@ -322,6 +322,15 @@ def memory_warning(sweep: Sweep, p: Point) -> str | None:
     return sweep.workload_impl.memory_warning(sweep.settings, p.plan, sweep.context(p.nodes), sweep.gpu)
 
 
+# Units a workload's plan column leaves unsaid (its header is short, and tests and scripts read the headers).
+COLUMN_UNITS = {"total_batch": "tokens per optimizer step, over all ranks"}
+
+
+def column_legend(headers) -> list[str]:
+    """What the workloads' columns among `headers` count, where their names do not say it."""
+    return [f"{h}: {COLUMN_UNITS[h]}" for h in dict.fromkeys(headers) if h in COLUMN_UNITS]
+
+
 def format_table(sweep: Sweep, partition: str | None = None) -> str:
     """The plan as a text table, one row per node count and runtime (repeats folded), then totals. A run whose job
     the partition (--partition, else the site's default) would refuse is shown as submit refuses it, its image
@@ -352,7 +361,8 @@ def format_table(sweep: Sweep, partition: str | None = None) -> str:
                      f"not submitted: {refusal}" if refusal else
                      "; ".join(filter(None, [p.note, memory_warning(sweep, p)]))))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
-    s, lines = sweep, lines + ["", *sweep.workload_impl.describe(sweep)]
+    legend = ["time: each run's limit", "est_node_h: estimated node-hours of all its repeats", *column_legend(head)]
+    s, lines = sweep, lines + ["; ".join(legend), "", *sweep.workload_impl.describe(sweep)]
     total = "?" if unknown and node_hours == 0 else f"{node_hours:.2f}"
     why = "" if not unknown else "; no estimate on CPU" if not s.gpus_used else f"; no estimate for {s.workload}"
     lines.append(f"{jobs} runs, {total} node-hours estimated "

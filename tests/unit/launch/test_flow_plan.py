@@ -231,6 +231,9 @@ def test_the_plan_table_has_each_stage_and_a_job_limit_covering_them_all(twice, 
     assert [r[-1] for r in jobs] == ["01:22:00", "01:22:00"]
     assert "(each job's time has 20 min for it: one job trains it, the others wait for it)" in out
     assert "2 job(s), one per point" in out
+    # est_h is a stage's hours in one job, not node-hours as the plan's est_node_h; total_batch is in tokens
+    assert ("time: each stage's limit, the whole job's on its job row; est_h: a stage's estimated wall-clock hours in "
+            "one job (not node-hours); total_batch: tokens per optimizer step, over all ranks") in out.splitlines()
 
 
 def test_the_flow_plan_names_the_image_steps_minutes_its_job_limit_holds(twice, capsys):

@@ -104,6 +104,14 @@ def test_table_shows_batches_impossible_points_and_node_hours():
     assert "27 runs" in text and "node-hours estimated" in text
 
 
+def test_the_table_says_what_its_time_and_batch_columns_count():
+    """total_batch is in tokens, time is one run's limit while est_node_h covers all repeats; the headers (read as
+    they are by scripts) said none of it, so a line under the table does."""
+    lines = format_table(Sweep(parse_nodes("1"), 4, parse_names("bare"), repeats=3)).splitlines()
+    assert lines[2] == ("time: each run's limit; est_node_h: estimated node-hours of all its repeats; "
+                        "total_batch: tokens per optimizer step, over all ranks")
+
+
 def test_node_hours_grow_with_nodes_and_are_unknown_on_cpu():
     s = Sweep([1, 2], 4, ["bare"], scaling="strong")
     one, two = (p.node_hours for p in s.points())

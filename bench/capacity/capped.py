@@ -28,9 +28,6 @@ def vm_size() -> int:
 
 def main() -> int:
     from bench.nanochat import train  # torch and the trainer's imports: the start-up footprint
-    # and those its train() makes first: pyarrow's (through the data loader) maps ~180 MiB, and a smaller cap set
-    # before it failed the import, a probe recorded as failed rather than as the model's out-of-memory
-    from bench.nanochat import dataloader, fp8, fused, tokbin  # noqa: F401
 
     limit = vm_size() + int(os.environ[ENV_CAP])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

@@ -7,12 +7,11 @@ The run directories here are written as the trainer writes them (run.json + metr
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 
-from bench.capacity import capped, probe
+from bench.capacity import probe
 from bench.capacity.probe import ProbeSpec, bytes_asked, classify, read_probe
 from bench.errors import ConfigError
 from bench.contract import update_run_json
@@ -689,33 +688,6 @@ def test_report_after_a_killed_sweep_skips_a_damaged_probe_naming_it(tmp_path, c
     assert note.startswith(f"note: {run_dir / 'run.json'} ") and "left out" in note
 
 
-def test_a_small_cap_leaves_the_trainers_own_imports_room(tmp_path):
-    """The cap was set before train() imported its data loader, whose pyarrow maps ~180 MiB: under a smaller cap
-    the import failed, and the probe was recorded as failed, not as the model's out-of-memory."""
-    past_imports = """
-import sys
-from bench.capacity import capped
-from bench.nanochat import train
-
-class PastImports(Exception):
-    pass
-
-class Config:
-    def __getattr__(self, name):  # train() reads its config once its imports are done
-        raise PastImports
-
-def through_the_imports():
-    try:
-        train.train(Config(), None)
-    except PastImports:
-        return 0
-
-train.main = through_the_imports
-sys.exit(capped.main())
-"""
-    env = {**os.environ, **capped.MALLOC_ENV, capped.ENV_CAP: str(64 << 20)}
-    r = subprocess.run([sys.executable, "-c", past_imports], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
 @pytest.mark.parametrize("damage", ['{"capacity": {"pro', "[]", '{"capacity": 3}', None])
 def test_a_resumed_sweep_runs_a_damaged_probe_again_naming_it(tmp_path, monkeypatch, capsys, damage):
     """A probe's run.json cut short by the kill that ended the sweep stopped the resumed sweep on one error line,

@@ -128,7 +128,6 @@ class Workload:
     # it loads a checkpoint a stage before wrote, on every node: the planner refuses a multi-node point whose nodes
     # do not share the base directory (bench/launch/plan.py Sweep._plan)
     reads_checkpoint = False
-    reads_val_files_k = False  # its runs split the shards by NANOCHAT_VAL_FILES_K (a flow checks it before any)
     kind = TRAINING  # TRAINING or EVALUATION
     # The report's headers of the table columns whose meaning is this workload's own (bench/analysis/columns.py
     # names -> header; "{per}" becomes GPU or rank), e.g. what an evaluation's problems/s counts.
@@ -199,8 +198,8 @@ class Workload:
         return getattr(settings.config, "source", "base") if self.reads_checkpoint else None
 
     def reads_val_files(self, settings: Settings) -> bool:
-        """Whether its runs with these flags split the shards by NANOCHAT_VAL_FILES_K."""
-        return self.reads_val_files_k
+        """Whether its runs with these flags split the shards by NANOCHAT_VAL_FILES_K (a flow checks it before any)."""
+        return False
 
     def uses_gpus(self, settings: Settings) -> bool:
         """Whether the runs use the nodes' GPUs (a CPU run asks Slurm for none)."""

@@ -34,7 +34,6 @@ class BaseLoss(TorchrunStage):
     parser = "bench.nanochat.base_loss_config:parse"
     kind = EVALUATION
     reads_checkpoint = True  # the base checkpoint
-    reads_val_files_k = True
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("split_tokens", "split_tokens", "{:,}"),
                     ("steps", "eval_steps", "{}"))
     headers = {"problems_per_sec": "sequences/s", "eval_tok_per_sec": "tok/s (forward)"}  # its scores count rows
@@ -44,6 +43,9 @@ class BaseLoss(TorchrunStage):
 
         super().check(argv, nproc)
         resolve_val_files_k()  # a bad NANOCHAT_VAL_FILES_K here, before torchrun starts (each rank checks again)
+
+    def reads_val_files(self, settings: Settings) -> bool:
+        return True
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         config, ranks = settings.config, point.ranks

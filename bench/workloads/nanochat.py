@@ -92,7 +92,6 @@ class Nanochat(TorchrunStage):
     deadline_flag = "--deadline="
     resume_flag = "--resume_from_step="
     takes_depth = True
-    reads_val_files_k = True  # unless --data_bin_dir
     module = "bench.nanochat.train"
     parser = "bench.nanochat.config:parse_args"
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")

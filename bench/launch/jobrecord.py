@@ -101,13 +101,11 @@ def kept(run_dir: str) -> int:
 def resume_step(run_dir: str) -> None:
     """Print the step a resubmitted run continues from (its checkpoint), or nothing."""
     step = (_read(run_dir).get("launch") or {}).get("resume_from_step")  # launch: an object or null, as read
-    if step is None or type(step) is int:  # a bool is no step
-        if step is not None:
-            print(step)
-        return
-    # a damaged record resumes nothing, as one that cannot be read
-    print(f"{os.path.join(run_dir, contract.RUN_JSON)}: launch.resume_from_step is {json.dumps(step)[:80]}, not an "
-          "integer (a checkpoint's step) or null; the run is not resumed from a checkpoint", file=sys.stderr)
+    if type(step) is int:  # a bool is no step
+        print(step)
+    elif step is not None:  # a damaged record resumes nothing, as one that cannot be read
+        print(f"{os.path.join(run_dir, contract.RUN_JSON)}: launch.resume_from_step is {json.dumps(step)[:80]}, "
+              "not an integer (a checkpoint's step) or null; the run is not resumed from a checkpoint", file=sys.stderr)
 
 
 def image(run_dir: str, *options: str) -> None:

@@ -190,7 +190,15 @@ class _CharCounter:
 
 
 def token_byte_lengths(encoding) -> list[int]:
-    """UTF-8 bytes of every token (raw token bytes, so partial UTF-8 tokens count exactly); 0 for specials."""
+    """UTF-8 bytes of every token as upstream's scripts/tok_train.py counts them, bpb's denominator: the token
+    decoded alone (errors replaced), so a token that is part of a character counts the 3 bytes of its U+FFFD,
+    not its raw bytes, which would make every bpb differ from upstream's; 0 for specials."""
+    special_ids = set(encoding._special_tokens.values())
+    return [0 if i in special_ids else len(encoding.decode([i]).encode("utf-8")) for i in range(encoding.n_vocab)]
+
+
+def raw_byte_lengths(encoding) -> list[int]:
+    """Each token's raw bytes (0 for specials): what token_bytes.pt held before it counted as upstream does."""
     special_ids = set(encoding._special_tokens.values())
     return [0 if i in special_ids else len(encoding.decode_single_token_bytes(i)) for i in range(encoding.n_vocab)]
 
@@ -307,6 +315,10 @@ def check_pair(encoding, token_bytes, directory: Path) -> None:
     have = token_bytes.tolist()
     if have == expected:
         return
+    if have == raw_byte_lengths(encoding):
+        raise DataError(f"{directory / TOKEN_BYTES_PT} counts each token's raw bytes, as an earlier nanochat-bench "
+                        f"wrote it, not its bytes decoded alone as upstream's, so its bpb would not be upstream's; "
+                        f"run `nanochat-bench tokenizer train` again")
     if len(have) != len(expected):
         where = f"tokenizer.pkl has {len(expected):,} tokens but token_bytes.pt {len(have):,} entries"
     else:

@@ -39,12 +39,19 @@ def test_merges_compress_training_like_text(base_dir_env):
     assert len(text.encode()) / len(tok.encode(text)) > 1.8  # bytes/token well above 1 (raw bytes)
 
 
-def test_token_bytes_match_token_lengths(base_dir_env):
+def test_token_bytes_are_upstream_tok_trains(base_dir_env):
+    """bpb's denominator as upstream 5c93a56's scripts/tok_train.py writes it: each token decoded alone (tiktoken's
+    errors="replace"), its UTF-8 length, 0 for the special tokens; a byte that is no whole character alone counts
+    as the 3 bytes of its U+FFFD, not 1."""
     tb = tokenizer.get_token_bytes()
     enc = tokenizer.get_tokenizer().enc
+    special_set = set(tokenizer.SPECIAL_TOKENS)
+    token_strings = [enc.decode([token_id]) for token_id in range(enc.n_vocab)]  # upstream's loop, verbatim
+    upstream = [0 if s in special_set else len(s.encode("utf-8")) for s in token_strings]
     assert tb.dtype == torch.int32 and tb.shape == (512,)
-    assert tb[:256].eq(1).all() and tb[503:].eq(0).all()
-    assert all(tb[i] == len(enc.decode_single_token_bytes(i)) for i in range(256, 503))
+    assert tb.tolist() == upstream
+    assert tb[:128].eq(1).all() and tb[128:256].eq(3).all() and tb[503:].eq(0).all()
+
 
 
 def test_missing_tokenizer_names_path_and_command(tmp_path, monkeypatch):
@@ -129,6 +136,18 @@ def test_same_size_but_other_tokens_is_refused(trained):
     lengths[260] += 1
     torch.save(lengths, trained / "token_bytes.pt")
     with pytest.raises(DataError, match="their byte lengths differ from token 260"):
+        tokenizer.get_token_bytes()
+
+
+def test_raw_byte_token_bytes_are_refused_with_the_command(trained):
+    """A token_bytes.pt of raw token bytes (what `tokenizer train` wrote before) is named as such, not as a pair
+    cut between two renames."""
+    enc = tokenizer.get_tokenizer().enc
+    special_ids = set(enc._special_tokens.values())
+    raw = [0 if i in special_ids else len(enc.decode_single_token_bytes(i)) for i in range(enc.n_vocab)]
+    torch.save(torch.tensor(raw, dtype=torch.int32), trained / "token_bytes.pt")
+    with pytest.raises(DataError, match=r"token_bytes.pt counts each token's raw bytes.*run `nanochat-bench "
+                                        r"tokenizer train` again"):
         tokenizer.get_token_bytes()
 
 

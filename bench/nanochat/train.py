@@ -224,12 +224,11 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
             sampler = master_process or strategy.fsdp  # a sharded model computes on every rank
             if sampler and tokenizer is not None and config.sample_every > 0 and not stopped_early and \
                     (last_step or (step > 0 and step % config.sample_every == 0)):
+                # upstream's Engine lines: <|bos|> and the prompt, cut before a sampled BOS or assistant_end
+                from bench.nanochat.base_loss import print_samples
+
                 orig_model.eval()
-                for prompt in SAMPLE_PROMPTS:
-                    tokens = tokenizer.encode(prompt, prepend=tokenizer.get_bos_token_id())
-                    with autocast_ctx:
-                        sample = orig_model.generate_greedy(tokens, max_tokens=16)
-                    print0(prompt + tokenizer.decode(sample))
+                print_samples(orig_model, tokenizer, autocast_ctx)
                 orig_model.train()
 
             # checkpoint: every save_every steps and at the end when asked, and always when stopped by the deadline

@@ -136,3 +136,20 @@ def test_base_loss_refuses_a_sequence_length_of_0_or_below_minus_1(value):
     with pytest.raises(ConfigError, match=rf"^--max_seq_len={value}: give the checkpoint's sequence length, or -1"):
         base_loss.parse([f"--max_seq_len={value}"])
     assert base_loss.parse(["--max_seq_len=-1"]).max_seq_len == -1
+
+
+def test_training_samples_are_upstream_engine_lines(tiny_base_dir, tmp_path):
+    """base_train prints its samples as upstream's Engine.generate_batch returns them, decoded whole: <|bos|>, the
+    prompt, the greedy tokens up to a sampled BOS or assistant_end (the ones base_loss prints)."""
+    base = tmp_path / "base"
+    for name in ("base_data", "tokenizer"):
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / name).symlink_to(tiny_base_dir / name)
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), PYTHONPATH=os.getcwd())
+    env.pop("NANOCHAT_VAL_FILES_K", None)
+    run_local(["--device_type=cpu", "--depth=1", "--max_seq_len=64", "--device_batch_size=2",
+               "--total_batch_size=128", "--num_iterations=2", "--eval_every=-1", "--sample_every=1"],
+              1, tmp_path / "run", env=env, workload="nanochat")
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "ok", log[-2000:]
+    assert log.count("<|bos|>The capital of France is") == 2  # step 1 and the last

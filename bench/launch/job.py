@@ -75,6 +75,8 @@ class LaunchOptions:
     def __post_init__(self):
         for name in ("partition", "account", "constraint"):
             value = getattr(self, name)
+            if value == "":  # an unset shell variable, as in --partition "$PART": no character of it is at fault
+                raise ConfigError(f"--{name} '' is empty: give a value, or leave the flag out")
             if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
                 raise ConfigError(f"--{name} {value!r} holds characters Slurm directives cannot take: use letters, "
                                   f"digits and {DIRECTIVE_CHARS} only")

@@ -1019,3 +1019,14 @@ def test_render_compare_split_by_the_partition_writes_every_part(capsys, tmp_pat
     for i in (1, 2, 3):
         script = out_dir / "jobs" / f"compare-n2-part{i}" / "job.sbatch"
         assert script.is_file() and f"submit with: cd {script.parent} && sbatch job.sbatch" in out
+
+
+@pytest.mark.parametrize("flag", ["partition", "account", "constraint"])
+def test_an_empty_slurm_directive_value_is_called_empty(flag, capsys, tmp_path):
+    """--partition "" (an unset shell variable) was refused as holding "characters Slurm directives cannot take",
+    naming no character; now the line says the value is empty and that the flag can be left out."""
+    argv = ["render", "sbatch", "--nodes=1", "--row-groups=100", "--shards=100", "--no-data-check"]
+    code, out, err = run_cli([*argv, f"--{flag}=", "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and out == ""
+    assert err == f"error: --{flag} '' is empty: give a value, or leave the flag out\n"
+    assert not (tmp_path / "x").exists()

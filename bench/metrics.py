@@ -9,6 +9,7 @@ and record the value used in run.json). Unknown GPUs and CPUs have no peak: MFU 
 # Order matters: the first pattern found in the device name wins, so specific names come first.
 PEAK_BF16_FLOPS: list[tuple[str, float]] = [
     ("GH200", 989e12),
+    ("H200 NVL", 835e12),  # the PCIe card: the H100 NVL's peak, not the SXM H200's
     ("H200", 989e12),
     ("H100 NVL", 835e12),
     ("H100 PCIe", 756e12),

@@ -15,6 +15,7 @@ PEAK_BF16_FLOPS: list[tuple[str, float]] = [
     ("H100 PCIe", 756e12),
     ("H100", 989e12),  # SXM
     ("H800", 989e12),
+    ("GB200", 2.5e15),  # its Blackwell runs faster than an HGX B200's (180 PFLOP/s dense per NVL72)
     ("B200", 2.25e15),
     ("B100", 1.75e15),
     ("A100", 312e12),

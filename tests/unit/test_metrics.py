@@ -22,3 +22,9 @@ def test_hopper_peaks_are_half_the_datasheets_sparse_bf16(name, sparse_tflops):
 def test_mfu_of_one_h200_nvl_step():
     # d20: 3.491758e9 FLOPs per token; 120,000 tok/s on one H200 NVL of 835.5 TFLOP/s dense bf16
     assert mfu_percent(3.491758e9, 120_000, 1, peak_flops("NVIDIA H200 NVL")) == pytest.approx(50.15, abs=0.05)
+
+
+def test_a_gb200_is_no_hgx_b200():
+    # GB200 NVL72: 180 PFLOP/s dense bf16 over 72 GPUs; HGX B200: 18 PFLOP/s over 8. 'GB200' holds 'B200'
+    assert peak_flops("NVIDIA GB200") == pytest.approx(180e15 / 72)
+    assert peak_flops("NVIDIA B200") == pytest.approx(18e15 / 8)

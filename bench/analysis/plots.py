@@ -225,8 +225,9 @@ def speedup(points: pd.DataFrame, colors: dict, config: str, unit: str):
 
 
 def _relative_label(runtime: str, p: pd.DataFrame, n0: int, unit: str) -> str:
-    """A runtime's legend entry on a figure relative to the smallest point, saying why it has no curve there."""
-    return runtime if p["efficiency"].notna().any() else f"{runtime}: not run at {count(n0, unit)}"
+    """A runtime's legend entry on a figure relative to the smallest point, saying why it has no curve there: no run
+    of it there ended ok (it may have run there and failed: the report's notes and Failed runs say which)."""
+    return runtime if p["efficiency"].notna().any() else f"{runtime}: no run ended ok at {count(n0, unit)}"
 
 
 def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scaling: str):

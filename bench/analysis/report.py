@@ -79,9 +79,10 @@ def _save_all(drawn, fig_dir: Path, prefix: str) -> dict[str, dict]:
 
 
 def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFrame, baseline: str,
-                 fig_dir: Path, prefix: str) -> dict:
+                 fig_dir: Path, prefix: str, failed: pd.DataFrame | None = None) -> dict:
     """Everything the templates show of one config: findings, then sections of tables and figures. A config whose
-    every point was left out (mixed_batch_note) has no point: its section still says why, its findings with it."""
+    every point was left out (mixed_batch_note) has no point: its section still says why, its findings with it.
+    `failed`: the config's runs that ended without figures (failed_of_config)."""
     device, mode = runs["device"].iloc[0], runs["scaling"].iloc[0]  # keys of the config: one value over its runs
     unit = scaling.rank_unit(device)
     mode = mode if isinstance(mode, str) else "strong"  # one point of a run without a mode: drawn as strong
@@ -102,7 +103,7 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     sections = [{"title": None, "note": mixed.strip() if p.empty else tables.summary_note(p, unit, mode) + mixed,
                  "table": None if p.empty else tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
-    notes = [n for n in (no_baseline_note(p, baseline, unit, runs), unlike_batch_note(runs, baseline, unit),
+    notes = [n for n in (no_baseline_note(p, baseline, unit, runs, failed), unlike_batch_note(runs, baseline, unit),
                          unlike_nodes_note(runs, baseline, unit), no_ci_note(r, baseline, unit)) if n]
     unpaired = " ".join(notes) or None
     if not r.empty or unpaired:  # runtimes with no baseline beside them say so, never a silent lack of ratios
@@ -135,11 +136,13 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
 
 
 def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str,
-                     runs: pd.DataFrame | None = None) -> str | None:
+                     runs: pd.DataFrame | None = None, failed: pd.DataFrame | None = None) -> str | None:
     """Where other runtimes ran at rank counts the baseline did not: no ratio is taken there, and the note says so
     (None where every other runtime's point has the baseline's beside it). Runs that name no runtime are left out,
     as from the ratios (scaling.compared): they were run under none that --baseline could name. `runs`: the
-    config's runs, where a baseline point left out of `points` (mixed_batch_note, mixed_nodes_note) still ran."""
+    config's runs, where a baseline point left out of `points` (mixed_batch_note, mixed_nodes_note) still ran;
+    `failed`: its runs that ended without figures (failed_of_config), so a baseline that ran there and failed is
+    said to have failed, not to have no run."""
     named = scaling.compared(points, baseline)
     # a left-out baseline point did run: "no run" would contradict the unlike notes, which say why no ratio is taken
     base = named if runs is None else scaling.compared(runs, baseline)
@@ -147,9 +150,25 @@ def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str,
     missing = sorted(ran(named, False) - ran(base, True))
     if not missing:
         return None
-    at = scaling.count(missing[0], unit) if len(missing) == 1 else f"{', '.join(map(str, missing))} {unit}"
-    return (f"No {baseline} run at {at}: no ratio there "
-            f"(--baseline names another runtime to compare with).")
+    tried = failed[failed["runtime"] == baseline] if failed is not None else points.iloc[:0]
+    said = []
+    if never := [n for n in missing if n not in set(tried["world_size"])]:
+        at = scaling.count(never[0], unit) if len(never) == 1 else f"{', '.join(map(str, never))} {unit}"
+        said.append(f"No {baseline} run at {at}: no ratio there (--baseline names another runtime to compare with).")
+    for n in [n for n in missing if n not in never]:
+        ended = tried.loc[tried["world_size"] == n, "status"].value_counts().sort_index()
+        said.append(f"{baseline} ran at {scaling.count(n, unit)}, but none of its runs there ended ok "
+                    f"({', '.join(f'{k} {status}' for status, k in ended.items())}; see Failed runs): no ratio there.")
+    return " ".join(said)
+
+
+def failed_of_config(failed: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of `failed` (with_config's rows of runs that ended without figures) of the config of `runs`: those of
+    one of its comparison keys, compared as with_config compares them, not by label (labels depend on the rows)."""
+    keys = lambda df: [tuple(k) for k in df[list(scaling.GROUP_KEYS)].astype(object)  # noqa: E731
+                       .where(df[list(scaling.GROUP_KEYS)].notna(), None).itertuples(index=False)]
+    mine = set(keys(runs))
+    return failed[pd.Series([k in mine for k in keys(failed)], index=failed.index, dtype=bool)]
 
 
 def no_ci_note(ratios: pd.DataFrame, baseline: str, unit: str) -> str | None:
@@ -285,17 +304,18 @@ def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, 
     ratios = scaling.runtime_ratios(table, baseline).sort_values(["config", "runtime", "world_size"])
     runs = scaling.with_config(scaling.usable(table)).sort_values(["config", "runtime", "world_size", "run_id"],
                                                                    key=order)
-    # Per config of the usable runs, not of the points: a config whose every point mixes device batches has none.
-    groups = [config_group(config, points[points["config"] == config], ratios[ratios["config"] == config], g,
-                           baseline, fig_dir, f"{i + 1:02d}-{_slug(config)}")
-              for i, (config, g) in enumerate(runs.groupby("config", sort=True))]
-    pairs = sidebyside.side_by_side(table)
-    kept = scaling.kept_apart(table)
-
     used = table["skip_reason"].isna()
     copy = is_copy(table)  # a second directory of one run: skipped as a copy, never a second failure
     live = table["status"].isin(LIVE_STATUSES) & ~copy
     failed = ~used & ~live & ~copy & table["status"].isin([s for s in FINAL_STATUSES if s != "ok"])
+    ended = scaling.with_config(table[failed])  # a baseline that failed at a rank count did run there
+    # Per config of the usable runs, not of the points: a config whose every point mixes device batches has none.
+    groups = [config_group(config, points[points["config"] == config], ratios[ratios["config"] == config], g,
+                           baseline, fig_dir, f"{i + 1:02d}-{_slug(config)}", failed_of_config(ended, g))
+              for i, (config, g) in enumerate(runs.groupby("config", sort=True))]
+    pairs = sidebyside.side_by_side(table)
+    kept = scaling.kept_apart(table)
+
     skipped = ~used & ~live & ~failed
     run_tables = [{"title": "Failed runs", "table": runs_table(table[failed], "message")},
                   {"title": "Runs not finished", "table": runs_table(table[live], "skip_reason")},

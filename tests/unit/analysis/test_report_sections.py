@@ -583,3 +583,22 @@ def test_a_gap_to_the_baseline_without_a_ci_is_not_called_no_gap(tmp_path):
     assert ("### Steady-state throughput relative to bare\n\npyxis at 8, 16 GPUs is 1% or more from bare with no "
             "95% CI (under 2 runs a side): no finding is drawn from that gap.") in md
 
+
+
+def test_a_baseline_that_failed_at_a_rank_count_is_not_said_never_to_have_run_there(tmp_path):
+    """bare's two runs at 8 GPUs ran out of memory while ce's ended ok: the ratio section said 'No bare run at 8 GPUs'
+    and the figures' legends 'bare: not run at 8 GPUs', as if bare had never been tried there, hiding that it failed
+    where ce did not. The note now says that bare ran there and how its runs ended."""
+    paths = generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8, 16), repeats=2, steps=14,
+                                                        runtimes={"bare": 1.0, "ce": 0.97}))
+    for run_dir in paths:
+        manifest = json.loads((run_dir / "run.json").read_text())
+        if manifest["runtime"] == "bare" and manifest["world_size"] == 8:
+            manifest.update(status="oom", message="oom: CUDA out of memory")
+            (run_dir / "run.json").write_text(json.dumps(manifest))
+    out = write_report(collect([tmp_path / "runs"]).table, tmp_path / "rep")
+    md = out.with_name("report.md").read_text()
+    assert "No bare run at 8 GPUs" not in md
+    assert "bare ran at 8 GPUs, but none of its runs there ended ok (2 oom; see Failed runs): no ratio there." in md
+    svgs = " ".join(p.read_text() for p in (tmp_path / "rep" / "figures").glob("*.svg"))
+    assert "not run at 8 GPUs" not in svgs and "bare: no run ended ok at 8 GPUs" in svgs

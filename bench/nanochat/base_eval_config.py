@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from bench.contract import field as _f
 from bench.errors import ConfigError
-from bench.nanochat.config import RunSettings, check_model_tag, parse_config
+from bench.nanochat.config import RunSettings, argparse_spellings, check_model_tag, parse_config
 
 
 @dataclass
@@ -23,5 +23,7 @@ class BaseEvalConfig(RunSettings):
 
 
 def parse(argv: list[str]) -> BaseEvalConfig:
-    return parse_config(BaseEvalConfig, argv, "bench.nanochat.base_eval",
-                        "nanochat base_eval: the CORE metric of a base checkpoint (--key=value)")
+    """BaseEvalConfig from upstream's argparse flag (`--max-per-task 16`) or nanochat's `--key=value`."""
+    return parse_config(BaseEvalConfig, argparse_spellings(BaseEvalConfig, argv), "bench.nanochat.base_eval",
+                        "nanochat base_eval: the CORE metric of a base checkpoint (--key=value; upstream's "
+                        "--max-per-task too)")

@@ -2,11 +2,11 @@
 of the same fields. Torch-free, so the planner parses a sweep's flags on a login node."""
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from bench.contract import field as _f
 from bench.errors import ConfigError
-from bench.nanochat.config import RunSettings, check_model_tag, parse_config
+from bench.nanochat.config import RunSettings, argparse_spellings, check_model_tag, parse_config
 
 # upstream's task list, in its order, and the accuracy of chance on each (ChatCORE's zero)
 BASELINES = {"ARC-Easy": 0.25, "ARC-Challenge": 0.25, "MMLU": 0.25, "GSM8K": 0.0, "HumanEval": 0.0, "SpellingBee": 0.0}
@@ -66,36 +66,9 @@ SHORT_FLAGS = {"-i": "source", "-a": "task_name", "-d": "dtype", "-t": "temperat
                "-x": "max_problems"}
 
 
-def _field_flag(token: str) -> str | None:
-    """The field an upstream flag spelling names (`-x`, `--max-problems`), or None for any other token."""
-    if token in SHORT_FLAGS:
-        return SHORT_FLAGS[token]
-    if token.startswith("--") and "-" in token[2:]:
-        name = token[2:].replace("-", "_")
-        if name in {f.name for f in fields(ChatEvalConfig)}:
-            return name
-    return None
-
-
 def parse(argv: list[str]) -> ChatEvalConfig:
     """ChatEvalConfig from upstream's flags (`-i sft -a 'ARC-Easy|GSM8K' -x 100`, `--task-name=...`) or nanochat's
     `--key=value`; unknown flags fail with the closest names."""
-    argv, out, i = list(argv), [], 0
-    while i < len(argv):
-        token = argv[i]
-        flag, eq, value = token.partition("=")
-        name = _field_flag(flag)
-        if name is None and flag[:2] in SHORT_FLAGS and len(flag) > 2 and not eq:  # -x100
-            name, eq, value = SHORT_FLAGS[flag[:2]], "=", flag[2:]
-        if name is None:
-            out.append(token)
-        elif eq:
-            out.append(f"--{name}={value}")
-        elif i + 1 < len(argv):
-            out.append(f"--{name}={argv[i + 1]}")
-            i += 1
-        else:
-            raise ConfigError(f"{token}: expects a value (see --help)")
-        i += 1
-    return parse_config(ChatEvalConfig, out, "bench.nanochat.chat_eval", "nanochat chat evaluation "
+    argv = argparse_spellings(ChatEvalConfig, argv, SHORT_FLAGS)
+    return parse_config(ChatEvalConfig, argv, "bench.nanochat.chat_eval", "nanochat chat evaluation "
                         "(upstream's chat_eval flags: -i, -a, -d, -t, -m, -n, -k, -b, -g, -s, -x)")

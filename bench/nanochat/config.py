@@ -327,6 +327,40 @@ def parse_config(cls, argv: list[str], prog: str, description: str = ""):
     return config
 
 
+def argparse_spellings(cls, argv: list[str], short: dict[str, str] | None = None) -> list[str]:
+    """argv with the spellings of an upstream argparse script (`-x 100`, `--max-problems 100`, `--max-problems=100`,
+    `-x100`) for the fields of cls, in `short` for the one-letter ones, rewritten as `--key=value`; other tokens as
+    given, for parse_config to read or to refuse."""
+    short = short or {}
+    names = {f.name for f in fields(cls)}
+
+    def field_flag(token: str) -> str | None:
+        if token in short:
+            return short[token]
+        if token.startswith("--") and "-" in token[2:] and token[2:].replace("-", "_") in names:
+            return token[2:].replace("-", "_")
+        return None
+
+    argv, out, i = list(argv), [], 0
+    while i < len(argv):
+        token = argv[i]
+        flag, eq, value = token.partition("=")
+        name = field_flag(flag)
+        if name is None and flag[:2] in short and len(flag) > 2 and not eq:  # -x100
+            name, eq, value = short[flag[:2]], "=", flag[2:]
+        if name is None:
+            out.append(token)
+        elif eq:
+            out.append(f"--{name}={value}")
+        elif i + 1 < len(argv):
+            out.append(f"--{name}={argv[i + 1]}")
+            i += 1
+        else:
+            raise ConfigError(f"{token}: expects a value (see --help)")
+        i += 1
+    return out
+
+
 def parse_args(argv: list[str]) -> TrainConfig:
     """TrainConfig from command-line flags (base pretraining's)."""
     return parse_config(TrainConfig, argv, "bench.nanochat.train")

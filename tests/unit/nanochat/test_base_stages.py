@@ -153,3 +153,19 @@ def test_training_samples_are_upstream_engine_lines(tiny_base_dir, tmp_path):
     log = (tmp_path / "run" / "train.log").read_text()
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "ok", log[-2000:]
     assert log.count("<|bos|>The capital of France is") == 2  # step 1 and the last
+
+
+@pytest.mark.parametrize("argv", [["--max-per-task=16"], ["--max-per-task", "16"], ["--max_per_task=16"]])
+def test_base_eval_takes_upstream_argparse_spelling_of_max_per_task(argv):
+    """Upstream base_eval's argparse flag is --max-per-task; it was refused as an unknown argument."""
+    from bench.nanochat import base_eval_config
+
+    assert base_eval_config.parse(argv).max_per_task == 16
+
+
+def test_base_eval_max_per_task_without_its_value_is_one_line():
+    from bench.errors import ConfigError
+    from bench.nanochat import base_eval_config
+
+    with pytest.raises(ConfigError, match=r"^--max-per-task: expects a value \(see --help\)$"):
+        base_eval_config.parse(["--max-per-task"])

@@ -126,3 +126,12 @@ def test_a_chat_evaluation_records_the_sandbox_layers_it_ran_model_code_under(tm
     assert written["sandbox"] == ["userns+netns+pidns", "landlock-7", "seccomp"]
     assert contract.load_manifest(tmp_path).notes == []
     assert ends == [{"training": False}]  # an evaluation prints no "Total training time" line
+
+
+def test_upstream_spellings_dashed_short_and_joined_read_as_the_fields():
+    from bench.nanochat.chat_eval_config import parse
+
+    c = parse(["-i", "sft", "--task-name", "GSM8K", "--max-problems=3", "-k5", "--device-type=cpu", "--top_k=7"])
+    assert (c.source, c.task_name, c.max_problems, c.top_k, c.device_type) == ("sft", "GSM8K", 3, 7, "cpu")
+    with pytest.raises(ConfigError, match=r"^-x: expects a value \(see --help\)$"):
+        parse(["-i", "sft", "-x"])

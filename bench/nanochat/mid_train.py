@@ -41,6 +41,8 @@ class MidConfig(RunSettings):
     model_tag: str = _f("", "base checkpoint to load, and the mid checkpoint's folder (default: the largest "
                             "d<depth> to load, saved as d<depth>)")
     step: int = _f(-1, "base checkpoint step to load (-1 = the last saved)")
+    dtype: str = _f("bfloat16", "bfloat16 | float32, accepted for compatibility: upstream's mid_train has the flag "
+                                "but autocasts to bfloat16 on CUDA whatever it says, and so does this one")
     # horizon and batch
     num_iterations: int = _f(-1, "stop after this many batches (N-1 optimizer steps, as upstream; -1 = one epoch "
                                  "of the mixture)")
@@ -76,6 +78,9 @@ class MidConfig(RunSettings):
         if self.num_iterations in (0, 1):  # one batch is the prefetch: no step would be trained
             raise ConfigError(f"--num_iterations={self.num_iterations}: counts batches, the first one included, "
                               "so give at least 2 (1 optimizer step), or -1 for one epoch")
+        if self.dtype not in ("bfloat16", "float32"):
+            raise ConfigError(f"--dtype={self.dtype!r}: valid values are bfloat16, float32 (either trains in bfloat16, "
+                              "as upstream's mid_train)")
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
         if self.dry_run not in (0, 1):

@@ -95,6 +95,14 @@ def test_flags_and_defaults_are_upstreams():
             parse_args([bad])
 
 
+def test_upstreams_dtype_flag_is_taken_and_changes_nothing():
+    """Upstream mid_train has dtype = "bfloat16" among its flags (its autocast is bfloat16 whatever it says);
+    --dtype=bfloat16 was refused as an unknown argument."""
+    assert parse_args(["--dtype=bfloat16"]).dtype == "bfloat16" and parse_args(["--dtype=float32"]).dtype == "float32"
+    with pytest.raises(ConfigError, match=r"^--dtype='fp16': valid values are bfloat16, float32"):
+        parse_args(["--dtype=fp16"])
+
+
 def test_the_step_line_is_upstreams_and_parses():
     from bench.logline import format_progress_step_line, parse_step_line
 

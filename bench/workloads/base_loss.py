@@ -38,12 +38,6 @@ class BaseLoss(TorchrunStage):
                     ("steps", "eval_steps", "{}"))
     headers = {"problems_per_sec": "sequences/s", "eval_tok_per_sec": "tok/s (forward)"}  # its scores count rows
 
-    def check(self, argv: list[str], nproc: int) -> None:
-        from bench.nanochat.dataset import resolve_val_files_k
-
-        super().check(argv, nproc)
-        resolve_val_files_k()  # a bad NANOCHAT_VAL_FILES_K here, before torchrun starts (each rank checks again)
-
     def reads_val_files(self, settings: Settings) -> bool:
         return True
 

@@ -104,10 +104,7 @@ class Nanochat(TorchrunStage):
         if config.data_bin_dir and not (Path(config.data_bin_dir) / "train.bin").is_file():  # before torchrun
             raise DataError(f"--data_bin_dir={config.data_bin_dir}: no train.bin there; `nanochat-bench data bin` "
                             "writes one (default: $NANOCHAT_BASE_DIR/base_data_bin, ~/.cache/nanochat/base_data_bin)")
-        if not config.data_bin_dir:
-            from bench.nanochat.dataset import resolve_val_files_k
-
-            resolve_val_files_k()  # a bad NANOCHAT_VAL_FILES_K here, before torchrun starts (each rank checks again)
+        super().check(argv, nproc)  # then NANOCHAT_VAL_FILES_K, unless --data_bin_dir (reads_val_files)
 
     def reads_val_files(self, settings: Settings) -> bool:
         return not settings.config.data_bin_dir  # a .bin directory holds its own validation split

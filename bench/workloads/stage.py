@@ -67,7 +67,11 @@ class TorchrunStage(Workload):
         return getattr(importlib.import_module(module), function)(argv)
 
     def check(self, argv: list[str], nproc: int) -> None:
-        self.parse(argv)
+        config = self.parse(argv)
+        if self.reads_val_files(Settings(config, argv=tuple(argv))):
+            from bench.nanochat.dataset import resolve_val_files_k
+
+            resolve_val_files_k()  # a bad NANOCHAT_VAL_FILES_K here, before torchrun starts (each rank checks again)
 
     def local_command(self, argv: list[str], nproc: int, python: str | None = None) -> list[str]:
         return list(torchrun_command(interpreter(python), nproc, argv, module=self.module))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import workloads
-from bench.errors import ConfigError
+from bench.errors import ConfigError, DataError
 from bench.workloads import nntile
 
 REPO = Path(__file__).resolve().parents[3]
@@ -93,6 +93,22 @@ def test_an_interpreter_without_torch_nntile_fails_in_one_line(cfg_and_data, tmp
 def test_nntile_is_one_process():
     with pytest.raises(ConfigError, match="--nproc=2"):
         workloads.get("nntile").check([], 2)
+
+
+def test_only_the_stages_that_read_the_validation_shards_check_val_files_k_before_starting(tmp_path, monkeypatch):
+    """A .bin directory holds its own validation split, and the chat stages and CORE read no shards: a
+    NANOCHAT_VAL_FILES_K they never use does not stop them."""
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "0")
+    (tmp_path / "train.bin").write_bytes(b"")
+    small = ["--device_batch_size=1", "--max_seq_len=64", "--total_batch_size=64"]
+    workloads.get("nanochat").check([f"--data_bin_dir={tmp_path}", *small], 1)
+    for name in ("base_eval", "mid_train"):
+        workloads.get(name).check([], 1)
+    for name, argv in (("nanochat", small), ("base_loss", [])):
+        with pytest.raises(DataError, match="^NANOCHAT_VAL_FILES_K='0' is not a number of validation files"):
+            workloads.get(name).check(argv, 1)
+    with pytest.raises(ConfigError, match="^--total_batch_size=63 is not a multiple"):  # the flags' error first
+        workloads.get("nanochat").check([*small, "--total_batch_size=63"], 1)
 
 
 def test_starpu_home_is_pinned_beside_the_data():

@@ -28,7 +28,7 @@ def finished_probes(out: Path) -> list[ProbeResult]:
             cap = read_run_json(run_json.parent).get("capacity")
             spec = ProbeSpec(**cap["probe"])
         except RunJsonError as e:
-            print(f"note: {e.path} {e.reason}; that probe is left out of the rebuilt summary", file=sys.stderr)
+            print(f"note: {e.problem}; that probe is left out of the rebuilt summary", file=sys.stderr)
             continue
         except OSError as e:
             print(f"note: {run_json} cannot be read: {e.strerror or e}; that probe is left out of the rebuilt "

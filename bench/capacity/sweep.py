@@ -237,7 +237,7 @@ class Sweep:
         try:
             result = read_probe(spec, run_dir)
         except RunJsonError as e:  # cut short by the kill that ended the sweep: run_probe starts it anew
-            print(f"note: {e.path} {e.reason}; that probe runs again", file=sys.stderr)
+            print(f"note: {e.problem}; that probe runs again", file=sys.stderr)
             result = None
         except OSError as e:
             print(f"note: {run_dir / RUN_JSON} cannot be read: {os_reason(e)}; that probe runs again", file=sys.stderr)

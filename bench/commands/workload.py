@@ -227,7 +227,7 @@ def cmd_train(args) -> int:
     try:
         status, unread = read_run_json(run_dir).get("status"), None
     except RunJsonError as e:
-        status, unread = None, f"{e.path} {e.reason}"
+        status, unread = None, e.problem
     except OSError as e:
         status, unread = None, f"{run_dir / RUN_JSON} cannot be read: {os_reason(e)}"
     try:

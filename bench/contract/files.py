@@ -164,6 +164,11 @@ class RunJsonError(ValueError):
                                                          f"{os.path.dirname(path)}, for the run to start anew"))
         self.path, self.reason = path, reason
 
+    @property
+    def problem(self) -> str:
+        """The file and what is wrong with it, without the advice: for a reader that goes on without the record."""
+        return f"{self.path} {self.reason}"
+
 
 def read_run_json(run_dir: "str | os.PathLike") -> Dict[str, Any]:
     """The manifest of a run directory as plain data, or {} when there is none yet; RunJsonError when it is

@@ -206,7 +206,7 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
         except (contract.RunJsonError, contract.SchemaError) as e:
             # run.json damaged while the workload ran, or rewritten by a newer release: left as it is, and the exit
             # status is still the workload's
-            why = f"{e.path} {e.reason}" if isinstance(e, contract.RunJsonError) else e
+            why = e.problem if isinstance(e, contract.RunJsonError) else e
             output.note(f"error: {why}; the workload's end (exit code {rc}) is not recorded in it")
     finally:
         for sig, handler in previous.items():

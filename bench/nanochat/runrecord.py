@@ -194,7 +194,7 @@ class RunRecord:
                 # RunJsonError's advice to delete the run directory is not for a rank still running in it
                 path = os.path.join(self.run_dir, RUN_JSON)
                 if isinstance(e, RunJsonError):
-                    why = f"{e.path} {e.reason}"
+                    why = e.problem
                 elif isinstance(e, SchemaError):  # its message starts with the path
                     why = f"{path} is not of this release's contract: {first_line(e).removeprefix(path + ': ')}"
                 else:

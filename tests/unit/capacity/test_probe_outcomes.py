@@ -280,6 +280,21 @@ def test_a_rebuilt_summary_keeps_to_the_probes_of_the_sweep_that_ended(tmp_path)
     assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["rebuilt"]
 
 
+def test_a_probe_whose_run_json_was_cut_is_left_out_of_the_rebuilt_summary_in_one_note(tmp_path, capsys):
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.rebuild import finished_probes
+
+    for depth in (2, 4):
+        spec = ProbeSpec("fsdp", depth, device_type="cpu")
+        run_dir = tmp_path / "runs" / "fsdp" / spec.name
+        run_dir.mkdir(parents=True)
+        update_run_json(run_dir, capacity=ProbeResult(spec, "ok").record())
+    (run_dir / "run.json").write_text('{"capacity": ')  # the kill that ended the sweep cut it
+    assert [p.spec.depth for p in finished_probes(tmp_path)] == [2]
+    assert capsys.readouterr().err == (f"note: {run_dir / 'run.json'} is not valid JSON (Expecting value: line 1); "
+                                       "that probe is left out of the rebuilt summary\n")
+
+
 def test_a_rebuilt_summary_marks_a_search_complete_where_its_probes_settle_it(tmp_path):
     """`capacity --report` after a sweep killed in its batch probes marked every search incomplete, so the report said
     'not finished' (and took no ratio to fsdp) where the largest model that fits and the next that does not were both

@@ -149,7 +149,8 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         # it would be settled, or a wait never ends
         why = run_dir_error(run_dir, e) if isinstance(e, OSError) else e
         settled_status, settled_message = contract.settle([*_evidence(manifest), evidence])
-        return settled_status, f"{settled_message} (not recorded: {why})"
+        # the entry that wins may be an earlier one that has no message
+        return settled_status, f"{settled_message} (not recorded: {why})" if settled_message else f"not recorded: {why}"
     return settled.status, settled.message or ""
 
 

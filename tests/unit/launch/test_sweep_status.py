@@ -235,6 +235,17 @@ def test_an_ended_job_of_a_newer_majors_run_json_is_shown_as_settled_so_a_wait_e
     assert RunState("r", "4", "CANCELLED", status, message).settled
 
 
+def test_a_settled_entry_without_a_message_is_not_shown_as_none_where_it_cannot_be_recorded(tmp_path):
+    """Where run.json cannot be rewritten, the row's message was the winning entry's followed by why it was not
+    recorded; an entry without a message (the contract lets it have none) showed 'None (not recorded: ...)'."""
+    text = json.dumps({"schema_version": "3.0", "status": "running",  # resumed: its earlier attempt's evidence kept
+                       "evidence": [{"source": "trainer", "kind": "hung", "rank": 1}]})
+    (tmp_path / "run.json").write_text(text)
+    status, message = _derive(tmp_path, JobState("4", "CANCELLED", exit_code="0:15"))
+    assert status == "hung" and message.startswith("not recorded: ") and "major 3" in message, message
+    assert "None" not in message and (tmp_path / "run.json").read_text() == text
+
+
 def test_a_run_json_whose_evidence_is_not_a_list_is_an_unreadable_row_not_a_traceback(tmp_path):
     """A damaged run.json whose evidence section is a number, an object or a string ended `status` in a TypeError
     (the section was iterated as it stood): it is one unreadable row, the file left as it is."""

@@ -105,6 +105,9 @@ CATALOGUE: tuple[Column, ...] = (
     Column("steps_digest", "str", "events"),
     # a stage's own figures (run.json scores, JSON text by name) and what its time and throughput were
     Column("scores", "str", "derived"),
+    # the flags it ran with (run.json config, JSON) less those naming its checkpoint or bounding its waits: a flow's
+    # stages are repeats only where these agree (stages.py)
+    Column("settings", "str", "derived"),
     Column("stage_time_s", "float", "derived", "median", "time s", "s", "1", perf=EVAL),  # launch to the final status
     Column("problems", "float", "events", "median", "problems", fmt="int"),  # examples its score events scored
     Column("problems_per_sec", "float", "events", "median", "problems/s", "problems/s", "2", perf=EVAL),

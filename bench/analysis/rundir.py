@@ -137,6 +137,7 @@ def manifest_fields(manifest: dict, notes: list[str]) -> dict:
     row["fused_kernels"] = fused_kernels(config)
     row["tiling"] = tiling(config, why.section(manifest, "nntile"))
     row["scores"] = scores_text(manifest.get("scores"))
+    row["settings"] = settings_text(config)
     row["stage_time_s"] = stage_time(manifest)
     return row
 
@@ -147,6 +148,21 @@ def scores_text(scores) -> str | None:
         return None
     kept = {str(k): float(v) for k, v in scores.items() if finite(v) is not None and not isinstance(v, bool)}
     return json.dumps(kept, sort_keys=True) if kept else None
+
+
+# Flags that change neither what a stage computes nor how: its name, its checkpoint's folder (a point's own tag),
+# when a batch job must stop (its clock time), the bounds of its waits, and the step a later attempt resumed from
+NOT_SETTINGS = ("run", "model_tag", "deadline", "watchdog_s", "heartbeat_timeout_s", "join_timeout_s",
+                "resume_from_step")
+
+
+def settings_text(config: dict) -> str | None:
+    """run.json `config` as one cell: JSON of the flags a run ran with, less NOT_SETTINGS and where base_eval's
+    bundle was staged (its origin, rows and seed stay); None where none was recorded."""
+    kept = {k: v for k, v in config.items() if k not in NOT_SETTINGS}
+    if isinstance(kept.get("eval_bundle"), dict):
+        kept["eval_bundle"] = {k: v for k, v in kept["eval_bundle"].items() if k != "path"}
+    return json.dumps(kept, sort_keys=True, default=str) if kept else None
 
 
 def stage_time(manifest: dict) -> float | None:

@@ -5,12 +5,15 @@ chat model), so a runtime that changes a result, not only a speed, shows.
 Only usable runs enter (they ended ok, their figures could be read). A stage's runs are compared only with the
 same stage's (run.json `stage`, part of the comparison key with `workload`), and within a stage only runs of
 one model and point shape (runtime, ranks, nodes) are summarised together, as the column catalogue says (the
-median; peak memory the largest). An evaluation records no model of its own, so a run's model is its flow's:
-the config of the flow's training stage (the same sweep and point run id), and a `model` column tells them
-apart where the runs trained more than one. Training stages have tok/s and MFU from their steady steps (bench/analysis/
-figures.py); evaluation stages record no steps, so their throughput is what their `score` events counted
-(problems, tokens) over the seconds those scores took. A figure's header is the stage's own where its
-workload says what it counts (bench/workloads `headers`: base_loss's sequences/s, SFT's supervised tok/s).
+median; peak memory the largest), and only where they ran their stage, and each stage before it whose checkpoint
+they took, with the same flags (run.json config, the catalogue's `settings`): a point whose runs differ there is
+left out, and a note says in what, as the scaling sections leave out a point of mixed device batches. An
+evaluation records no model of its own, so a run's model is its flow's: the config of the flow's training
+stage (the same sweep and point run id), and a `model` column tells them apart where the runs trained more
+than one. Training stages have tok/s and MFU from their steady steps (bench/analysis/figures.py); evaluation
+stages record no steps, so their throughput is what their `score` events counted (problems, tokens) over the
+seconds those scores took. A figure's header is the stage's own where its workload says what it counts
+(bench/workloads `headers`: base_loss's sequences/s, SFT's supervised tok/s).
 """
 
 import json
@@ -34,7 +37,11 @@ STAGES_NOTE = ("Medians over the runs of each point that ended ok (peak memory: 
                "sequences and tokens, forward only; base_eval examples; chat_eval problems, and the tokens its "
                "generative tasks generated) over the seconds those scores took. peak mem MiB: the stage's peak "
                "allocated GPU memory. time s: from the launch to the stage's end, start-up included. Scores as "
-               "run.json records them (val/train bpb, CORE, ChatCORE, each task's accuracy).")
+               "run.json records them (val/train bpb, CORE, ChatCORE, each task's accuracy). Runs are repeats of "
+               "a point only where they ran the stage, and every stage before it whose checkpoint they took, with "
+               "the same flags (run.json config, less the checkpoint's folder and the bounds of waits): a point "
+               "whose runs differ there is left out of the stage's table and of the time to a chat model, the note "
+               "under it saying in what.")
 
 
 def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +51,48 @@ def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
     for name in sorted({name for s in scores for name in s}):
         rows[f"score:{name}"] = [s.get(name) for s in scores]
     rows["model"] = _models(rows)
+    rows["lineage"] = _lineage(rows)
     return rows
+
+
+def _flow_keys(df: pd.DataFrame) -> list[tuple]:
+    return [tuple(map(str, k)) for k in zip(*(df[c] for c in FLOW))]
+
+
+def _lineage(rows: pd.DataFrame) -> list[str]:
+    """Per run, JSON of the flags (run.json config, the `settings` column) of its stage and of every stage before it
+    in its flow that saved a checkpoint: another mid-training is another model for chat_eval_mid to score, whatever
+    chat_eval's own flags. A stage of the flow with no ok run is null, a setting of its own (scaling.settings)."""
+    from bench.launch.flow import FLOWS  # standard library and the launch side only: no torch
+
+    saves = {s.name for stages in FLOWS.values() for s in stages if s.saves}
+    texts = rows["settings"] if "settings" in rows.columns else pd.Series(None, index=rows.index, dtype=object)
+    flags = {(key, stage): text if isinstance(text, str) else None
+             for key, stage, text in zip(_flow_keys(rows), rows["stage"], texts)}
+    out = []
+    for key, stage in zip(_flow_keys(rows), rows["stage"]):
+        before = sorted((s for s in saves if _stage_order(s) < _stage_order(stage)), key=_stage_order)
+        out.append(json.dumps({s: flags.get((key, s)) for s in [*before, stage]}))
+    return out
+
+
+def _differ(runs: pd.DataFrame) -> list[str]:
+    """The flags one stage's runs at a point differ in ('mid_train num_iterations 40, 80'), its own and those of the
+    stages before it (_lineage); [] where they are repeats."""
+    flows = [json.loads(text) for text in runs["lineage"]]
+    said = []
+    for stage in sorted({s for f in flows for s in f}, key=_stage_order):
+        ran = [json.loads(f[stage]) if isinstance(f.get(stage), str) else None for f in flows]
+        if len({json.dumps(r, sort_keys=True) for r in ran}) < 2:
+            continue
+        if None in ran:
+            said.append(f"{stage} flags recorded by some runs only")
+            continue
+        for flag in sorted({k for r in ran for k in r}):
+            values = dict.fromkeys(json.dumps(r[flag]) if flag in r else "not recorded" for r in ran)
+            if len(values) > 1:
+                said.append(f"{stage} {flag} {', '.join(values)}")
+    return said
 
 
 def _models(rows: pd.DataFrame) -> list:
@@ -53,11 +101,10 @@ def _models(rows: pd.DataFrame) -> list:
     trained = rows[rows["depth"].notna()]
     trained = scaling.with_config(trained.sort_values("stage", key=lambda col: col.map(lambda st: _stage_order(st)[0]),
                                                       kind="stable"))
-    flow = lambda df: [tuple(map(str, k)) for k in zip(*(df[c] for c in FLOW))]  # noqa: E731
     label = {}
-    for key, config in zip(flow(trained), trained["config"]):
+    for key, config in zip(_flow_keys(trained), trained["config"]):
         label.setdefault(key, config)
-    return [label.get(key) for key in flow(rows)]
+    return [label.get(key) for key in _flow_keys(rows)]
 
 
 def _stage_order(stage: str) -> tuple[int, str]:
@@ -68,12 +115,24 @@ def _stage_order(stage: str) -> tuple[int, str]:
     return order.index(stage) if stage in order else len(order), stage
 
 
-def _by_point(rows: pd.DataFrame, models: bool):
-    """(cells, runs) of each point: a point shape, of one model where the runs trained several (`models`)."""
+def _by_point(rows: pd.DataFrame, models: bool, unit: str = "ranks"):
+    """(cells, runs, differ) of each point: a point shape, of one model where the runs trained several (`models`);
+    `differ`: '<the point>: <flags>' where a stage's runs there differ in their flags (_differ), else None."""
     for key, g in rows.groupby(["model", *POINT] if models else POINT, sort=True, dropna=False):
         model = [fmt(key[0])] if models else []
         runtime, ranks, nodes = key[len(model):]
-        yield [*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")], g
+        flags = list(dict.fromkeys(f for _, s in g.groupby("stage", sort=False) for f in _differ(s)))
+        at = scaling.count(ranks, unit) if pd.notna(ranks) else f"{unit} not recorded"
+        point = (f"{runtime} at {at}, {scaling.nodes_text(nodes)}"
+                 + (f" (model {key[0]})" if models else ""))
+        yield [*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")], g, \
+            f"{point} ran {'; '.join(flags)}" if flags else None
+
+
+def _left_out(said: list[str], where: str) -> str | None:
+    """The note under a table of the points left out of it (None where none was)."""
+    return (f"{'; '.join(said)}: not repeats of one point (another way of running the stage or one before it), so "
+            f"that point is left out of {where}.") if said else None
 
 
 def _point_table(head: list[str], rows: list[list[str]], models: bool, unit: str) -> Table:
@@ -84,12 +143,15 @@ def _point_table(head: list[str], rows: list[list[str]], models: bool, unit: str
 
 def stage_table(rows: pd.DataFrame, models: bool = False, unit: str = "ranks") -> Table:
     """One stage: per runtime x ranks x nodes (and model, with `models`), its runs, throughput, MFU, time, peak
-    memory and every score it recorded; headers as the stage's workload names its figures."""
+    memory and every score it recorded; headers as the stage's workload names its figures. A point whose runs ran
+    other flags is left out (left_out says it)."""
     score_cols = [c for c in rows.columns if c.startswith("score:") and rows[c].notna().any()]
     figures = [c for c in FIGURES if rows[c].notna().any()]
     workload = next(iter(rows["workload"].dropna()), None)
     out = []
-    for cells, g in _by_point(rows, models):
+    for cells, g, differ in _by_point(rows, models, unit):
+        if differ:
+            continue
         summary = {c: pd.to_numeric(g[c], errors="coerce").agg(AGGREGATES.get(c, "median"))
                    for c in figures + score_cols}
         out.append([*cells, str(len(g)),
@@ -102,12 +164,19 @@ def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False, un
     """Per runtime x ranks x nodes (and model, with `models`): each stage's median time and their sum; a stage
     with no ok run there is '–' and the total says how many stages it adds up."""
     out = []
-    for cells, g in _by_point(rows, models):
+    for cells, g, differ in _by_point(rows, models, unit):
+        if differ:  # a sum of medians over other ways of running a stage is no one flow's time
+            continue
         per = {s: pd.to_numeric(g.loc[g["stage"] == s, "stage_time_s"], errors="coerce").median() for s in stages}
         known = [v for v in per.values() if pd.notna(v)]
         total = f"{fmt(sum(known), '1')}" + ("" if len(known) == len(stages) else f" ({len(known)} of {len(stages)})")
         out.append([*cells, *(fmt(per[s], "1") for s in stages), total if known else fmt(None)])
     return _point_table([*(f"{s} s" for s in stages), "total s"], out, models, unit)
+
+
+def left_out(rows: pd.DataFrame, where: str, models: bool = False, unit: str = "ranks") -> str | None:
+    """The note of the points stage_table or time_to_chat leaves out of `where`, their runs having run other flags."""
+    return _left_out([differ for _, _, differ in _by_point(rows, models, unit) if differ], where)
 
 
 def stage_sections(table: pd.DataFrame) -> dict | None:
@@ -124,5 +193,7 @@ def stage_sections(table: pd.DataFrame) -> dict | None:
                                                                       rows["device_type"])}
     unit = units.pop() if len(units) == 1 else "ranks"
     sections = [{"name": s, "workload": ", ".join(sorted(set(rows.loc[rows["stage"] == s, "workload"].dropna()))),
-                 "table": stage_table(rows[rows["stage"] == s], models, unit)} for s in stages]
-    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages, models, unit)}
+                 "table": stage_table(rows[rows["stage"] == s], models, unit),
+                 "note": left_out(rows[rows["stage"] == s], "this table", models, unit)} for s in stages]
+    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages, models, unit),
+            "time_note": left_out(rows, "the time to a chat model", models, unit)}

@@ -52,11 +52,15 @@ No run has usable figures yet (see the tables below for why).
 {% for s in stages.sections %}
 ### Stage {{ s.name }} ({{ s.workload }})
 
-{{ s.table | md_table }}
+{% if s.note %}{{ s.note }}
+
+{% endif %}{{ s.table | md_table }}
 {% endfor %}
 ### Time to a chat model (seconds per stage, median over runs)
 
-{{ stages.time_to_chat | md_table }}
+{% if stages.time_note %}{{ stages.time_note }}
+
+{% endif %}{{ stages.time_to_chat | md_table }}
 {% endif %}{% if side_by_side %}
 ## nanochat and NNTile side by side
 
@@ -139,9 +143,11 @@ HTML = """\
 <p>{{ stages.note }}</p>
 {% for s in stages.sections %}
 <h3>Stage {{ s.name }} ({{ s.workload }})</h3>
+{% if s.note %}<p>{{ s.note }}</p>{% endif %}
 {{ table(s.table) }}
 {% endfor %}
 <h3>Time to a chat model (seconds per stage, median over runs)</h3>
+{% if stages.time_note %}<p>{{ stages.time_note }}</p>{% endif %}
 {{ table(stages.time_to_chat) }}
 {% endif %}
 {% if side_by_side %}

@@ -25,11 +25,12 @@ T0 = 1_700_000_000.0
 
 
 def stage_run(root, runtime, ranks, stage, workload, *, time_s, scores=None, steps=False, status="ok",
-              problems=None, tokens=None, peak=None, config=None):
+              problems=None, tokens=None, peak=None, config=None, repeat=1, val_files_k=None):
     """A stage's run: training steps (at `peak`, recorded in run.json), or a score event per score, each with
     `problems` and `tokens` (a dict by score name) over 2 s when given."""
-    run_dir = root / f"n{ranks}-{runtime}-r1" / stage
-    manifest = {"run_id": f"n{ranks}-{runtime}-r1", "sweep_id": "flow", "workload": workload, "stage": stage,
+    run_dir = root / f"n{ranks}-{runtime}-r{repeat}" / stage
+    manifest = {"run_id": f"n{ranks}-{runtime}-r{repeat}", "sweep_id": "flow", "repeat": repeat,
+                "val_files_k": val_files_k, "workload": workload, "stage": stage,
                 "runtime": runtime, "nodes": 1, "gpus_per_node": ranks, "world_size": ranks, "status": status,
                 "scores": scores or {}, "launch": {"t0": T0, "finished_at": T0 + time_s},
                 "peak_flops_per_gpu": peak, "config": config or {}}
@@ -236,3 +237,57 @@ def test_the_stage_tables_count_gpus_where_the_runs_ran_on_gpus(tmp_path):
     assert section(on_gpus, "base_loss").columns[:3] == ["runtime", "GPUs", "nodes"]
     assert on_gpus["time_to_chat"].columns[:3] == ["runtime", "GPUs", "nodes"]
     assert section(stage_sections(table), "base_loss").columns[:3] == ["runtime", "ranks", "nodes"]
+
+
+def two_flows(root, stage_flags: dict, other: dict):
+    """Two repeats of a flow at bare x 2 whose stages ran `stage_flags`, the second's `other` stage otherwise (its
+    dict of flags), beside two ce x 2 repeats run alike. The point's tag and a batch job's deadline differ in each
+    repeat, as in a sweep: no setting."""
+    for runtime in ("bare", "ce"):
+        for repeat in (1, 2):
+            for stage, (workload, flags) in stage_flags.items():
+                changed = other.get(stage, {}) if runtime == "bare" and repeat == 2 else {}
+                config = {**flags, **changed, "model_tag": f"flow-{runtime}-{repeat}", "deadline": T0 + repeat}
+                training = stage in ("base_train", "mid_train", "chat_sft")
+                stage_run(root, runtime, 2, stage, workload, time_s=10.0 * repeat, steps=training, repeat=repeat,
+                          problems=None if training else 8, scores=None if training else {"ARC-Easy": 0.1 * repeat},
+                          config=config)
+
+
+SPEEDRUN = {"base_train": ("nanochat-base", {"depth": 4, "device_batch_size": 32, "total_batch_size": 65536}),
+            "mid_train": ("nanochat-mid", {"num_iterations": 40, "max_seq_len": 2048, "device_batch_size": 32}),
+            "chat_eval_mid": ("nanochat-chat-eval", {"max_problems": 8, "source": "mid"}),
+            "chat_eval_sft": ("nanochat-chat-eval", {"max_problems": 8, "source": "sft"})}
+
+
+@pytest.mark.parametrize("other, left_out, said", [
+    # another mid-training: its own throughput, and another model for the chat evaluations to score
+    ({"mid_train": {"num_iterations": 80}}, ["mid_train", "chat_eval_mid", "chat_eval_sft"],
+     "mid_train num_iterations 40, 80"),
+    ({"mid_train": {"max_seq_len": 1024}}, ["mid_train", "chat_eval_mid", "chat_eval_sft"],
+     "mid_train max_seq_len 2048, 1024"),
+    # an evaluation of other problems: its scores alone, the stages before it still repeats
+    ({"chat_eval_mid": {"max_problems": 16}}, ["chat_eval_mid"], "chat_eval_mid max_problems 8, 16"),
+    # the same total batch in another gradient accumulation: pre-training's tok/s, and every stage after it
+    ({"base_train": {"device_batch_size": 16}}, ["base_train", "mid_train", "chat_eval_mid", "chat_eval_sft"],
+     "base_train device_batch_size 32, 16"),
+])
+def test_a_flows_stages_run_with_other_flags_are_no_repeats(tmp_path, other, left_out, said):
+    """Regression: the stage tables pooled a stage's runs by runtime, ranks and nodes alone, so repeats whose stage
+    (or a training stage before it) ran other flags were averaged as one point in tok/s, scores and time."""
+    two_flows(tmp_path / "runs", SPEEDRUN, other)
+    table = collect([tmp_path / "runs"]).table
+    part = stage_sections(table)
+    for s in part["sections"]:
+        kept = [(r[0], r[3]) for r in s["table"].rows]  # (runtime, runs)
+        if s["name"] in left_out:
+            assert kept == [("ce", "2")], s["name"]
+            assert s["note"] == (f"bare at 2 ranks, 1 node ran {said}: not repeats of one point (another way of "
+                                 "running the stage or one before it), so that point is left out of this table.")
+        else:
+            assert kept == [("bare", "2"), ("ce", "2")] and s["note"] is None, s["name"]
+    assert [r[0] for r in part["time_to_chat"].rows] == ["ce"] and said in part["time_note"]
+    write_report(table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert f"bare at 2 ranks, 1 node ran {said}" in md.split(f"### Stage {left_out[0]} ")[1].split("###")[0]
+    assert "left out of the time to a chat model" in md.split("### Time to a chat model")[1]

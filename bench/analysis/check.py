@@ -206,19 +206,20 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
                 continue
             measured = float(values.median())
             lo, hi = bound.limits()
-            pooled = _pooled(rows.loc[values.index])
+            pooled = _pooled(rows.loc[values.index], fig)
             verdict = "pass" if lo <= measured <= hi and not pooled else "fail"
             outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values), pooled))
     return outcomes
 
 
-def _pooled(rows: pd.DataFrame) -> tuple[str, ...]:
+def _pooled(rows: pd.DataFrame, fig: str = "") -> tuple[str, ...]:
     """The columns of a report's point (its config, runtime, ranks and nodes, and the device batch, which a strong
-    curve's key leaves out: scaling.mixed_batches, mixed_nodes) on which the selected runs differ: a median over them
-    is no figure of one setting, as the report never pools them; one not recorded is a setting of its own
-    (scaling.settings)."""
+    curve's key leaves out: scaling.mixed_batches, mixed_nodes; for val bpb the validation shards, mixed_val_files) on
+    which the selected runs differ: a median over them is no figure of one setting, as the report never pools them;
+    one not recorded is a setting of its own (scaling.settings)."""
     if len(rows) < 2:
         return ()
     keyed = with_config(rows)
-    point = (*GROUP_KEYS, "runtime", "world_size", "nodes", "device_batch_size")
+    point = (*GROUP_KEYS, "runtime", "world_size", "nodes", "device_batch_size",
+             *(("val_files_k",) if fig == "min_val_bpb" else ()))
     return tuple(c for c in point if settings(keyed[c]) > 1)

@@ -100,7 +100,9 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     recorded = {**measured, **{name: has(runs, cols) for name, cols in wants.items()}}
     mixed = mixed_batch_note(runs, unit) + mixed_nodes_note(runs, unit)
     # no point left: the note says why, and neither what a table's cells are nor a "None." in its place
-    sections = [{"title": None, "note": mixed.strip() if p.empty else tables.summary_note(p, unit, mode) + mixed,
+    shown = runs.drop(scaling.mixed_batches(runs).index.union(scaling.mixed_nodes(runs).index))
+    summary = tables.summary_note(p, unit, mode) + mixed + mixed_val_files_note(shown, unit)
+    sections = [{"title": None, "note": mixed.strip() if p.empty else summary,
                  "table": None if p.empty else tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
     notes = [n for n in (no_baseline_note(p, baseline, unit, runs, failed), unlike_batch_note(runs, baseline, unit),
@@ -237,6 +239,16 @@ def mixed_batch_note(runs: pd.DataFrame, unit: str) -> str:
             for (runtime, world), r in scaling.mixed_batches(runs).groupby(["runtime", "world_size"])]
     return (f" {'; '.join(said)}: not repeats of one point (another gradient accumulation each), so that point is "
             "left out of the table and figures.") if said else ""
+
+
+def mixed_val_files_note(runs: pd.DataFrame, unit: str) -> str:
+    """Where one runtime's runs at one rank count validated on different NANOCHAT_VAL_FILES_K: that point has no min
+    val bpb (scaling.mixed_val_files), and the note says so ("" where there is none)."""
+    said = [f"{runtime} at {scaling.count(world, unit)} validated on NANOCHAT_VAL_FILES_K "
+            f"{', '.join(map(str, scaling.val_file_counts(r)))}"
+            for (runtime, world), r in scaling.mixed_val_files(runs).groupby(["runtime", "world_size"])]
+    return (f" {'; '.join(said)}: val bpb of other validation shards, so that point has no min val bpb."
+            if said else "")
 
 
 def skew_note(runs: pd.DataFrame) -> str:

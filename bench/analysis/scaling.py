@@ -258,7 +258,8 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     n0 the smallest rank count measured for the config; ideal T(n) = T(n0) * n / n0. In weak scaling E(n) is
     the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat. A runtime without a
     run at n0 has none of the three: from its own smallest point it would read 100% there, however slow.
-    A point whose runs differ in device batch (mixed_batches) or node count (mixed_nodes) is left out.
+    A point whose runs differ in device batch (mixed_batches) or node count (mixed_nodes) is left out; one whose runs
+    validated on different shards (mixed_val_files) has no min val bpb.
     """
     ok = with_config(usable(df))
     ok = ok.drop(mixed_batches(ok).index.union(mixed_nodes(ok).index))
@@ -269,8 +270,10 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     points = (ok.groupby(["config", "runtime", "world_size"], observed=True, dropna=False)
               .agg(runs=("source", "size"), tok_per_sec_min=("tok_per_sec", "min"),
                    tok_per_sec_max=("tok_per_sec", "max"), nodes=("nodes", _node_counts),
-                   total_batch_size=("total_batch_size", columns.AGGREGATES["total_batch_size"]), **first, **agg)
+                   total_batch_size=("total_batch_size", columns.AGGREGATES["total_batch_size"]), **first, **agg,
+                   val_sets=("val_files_k", settings))
               .reset_index())
+    points["min_val_bpb"] = points["min_val_bpb"].where(points["val_sets"] < 2)
     points["world_size"] = points["world_size"].astype(int)
     points = points.sort_values(["config", "runtime", "world_size"]).reset_index(drop=True)
     base = points.groupby("config")["world_size"].transform("min")
@@ -297,6 +300,15 @@ def mixed_nodes(runs: pd.DataFrame) -> pd.DataFrame:
     the point out rather than take a median across them; a run that recorded none is one more setting (settings)."""
     nodes = runs.groupby(["config", "runtime", "world_size"], dropna=False)["nodes"].transform(settings)
     return runs[nodes > 1]
+
+
+def mixed_val_files(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of points (config, runtime, rank count) whose runs validated on different NANOCHAT_VAL_FILES_K: the
+    last K shards are the validation split, so their val bpb are of other data and a minimum over them is of none;
+    scaling_table gives such a point no min val bpb (its steps' speed is still of repeats). K is no key: the planner
+    picks it for each rank count (bench/workloads/nanochat.py val_files_k), so one curve's points may differ in it."""
+    ks = runs.groupby(["config", "runtime", "world_size"], dropna=False)["val_files_k"].transform(settings)
+    return runs[ks > 1]
 
 
 def settings(values: pd.Series) -> int:
@@ -347,6 +359,12 @@ def batch_sizes(runs: pd.DataFrame) -> list:
 def node_counts(runs: pd.DataFrame) -> list:
     """The node counts the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
     known = runs["nodes"].dropna()
+    return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
+
+
+def val_file_counts(runs: pd.DataFrame) -> list:
+    """The NANOCHAT_VAL_FILES_K the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
+    known = runs["val_files_k"].dropna()
     return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
 
 

@@ -25,6 +25,7 @@ from bench.analysis.columns import AGGREGATES, cell
 from bench.analysis.tables import Table, fmt
 
 POINT = ["runtime", "world_size", "nodes"]
+VAL_FILES_K = "NANOCHAT_VAL_FILES_K"  # run.json val_files_k, among a stage's flags (_with_k)
 FLOW = ["root", "sweep_id", "run_id"]  # the stages of one flow point share these (bench/launch/flow.py)
 # The figures a stage section shows, where its runs recorded them, in this order.
 FIGURES = ("tok_per_sec", "mfu", "problems_per_sec", "eval_tok_per_sec", "stage_time_s", "peak_mem_mib",
@@ -39,7 +40,8 @@ STAGES_NOTE = ("Medians over the runs of each point that ended ok (peak memory: 
                "allocated GPU memory. time s: from the launch to the stage's end, start-up included. Scores as "
                "run.json records them (val/train bpb, CORE, ChatCORE, each task's accuracy). Runs are repeats of "
                "a point only where they ran the stage, and every stage before it whose checkpoint they took, with "
-               "the same flags (run.json config, less the checkpoint's folder and the bounds of waits): a point "
+               "the same flags (run.json config, less the checkpoint's folder and the bounds of waits, and "
+               "NANOCHAT_VAL_FILES_K, which picks the validation and training shards): a point "
                "whose runs differ there is left out of the stage's table and of the time to a chat model, the note "
                "under it saying in what.")
 
@@ -67,13 +69,22 @@ def _lineage(rows: pd.DataFrame) -> list[str]:
 
     saves = {s.name for stages in FLOWS.values() for s in stages if s.saves}
     texts = rows["settings"] if "settings" in rows.columns else pd.Series(None, index=rows.index, dtype=object)
-    flags = {(key, stage): text if isinstance(text, str) else None
-             for key, stage, text in zip(_flow_keys(rows), rows["stage"], texts)}
+    flags = {(key, stage): _with_k(text, k)
+             for key, stage, text, k in zip(_flow_keys(rows), rows["stage"], texts, rows["val_files_k"])}
     out = []
     for key, stage in zip(_flow_keys(rows), rows["stage"]):
         before = sorted((s for s in saves if _stage_order(s) < _stage_order(stage)), key=_stage_order)
         out.append(json.dumps({s: flags.get((key, s)) for s in [*before, stage]}))
     return out
+
+
+def _with_k(text, k) -> str | None:
+    """A run's flags with its NANOCHAT_VAL_FILES_K: the last K shards are the validation split and the others the
+    training one, so another K is another val bpb and, for pre-training, other training data."""
+    flags = json.loads(text) if isinstance(text, str) else None
+    if pd.notna(k):
+        flags = {**(flags or {}), VAL_FILES_K: int(k)}
+    return None if flags is None else json.dumps(flags, sort_keys=True)
 
 
 def _differ(runs: pd.DataFrame) -> list[str]:

@@ -246,12 +246,13 @@ def two_flows(root, stage_flags: dict, other: dict):
     for runtime in ("bare", "ce"):
         for repeat in (1, 2):
             for stage, (workload, flags) in stage_flags.items():
-                changed = other.get(stage, {}) if runtime == "bare" and repeat == 2 else {}
+                changed = dict(other.get(stage, {}) if runtime == "bare" and repeat == 2 else {})
+                k = changed.pop("NANOCHAT_VAL_FILES_K", 1)
                 config = {**flags, **changed, "model_tag": f"flow-{runtime}-{repeat}", "deadline": T0 + repeat}
                 training = stage in ("base_train", "mid_train", "chat_sft")
                 stage_run(root, runtime, 2, stage, workload, time_s=10.0 * repeat, steps=training, repeat=repeat,
                           problems=None if training else 8, scores=None if training else {"ARC-Easy": 0.1 * repeat},
-                          config=config)
+                          config=config, val_files_k=k)
 
 
 SPEEDRUN = {"base_train": ("nanochat-base", {"depth": 4, "device_batch_size": 32, "total_batch_size": 65536}),
@@ -271,6 +272,9 @@ SPEEDRUN = {"base_train": ("nanochat-base", {"depth": 4, "device_batch_size": 32
     # the same total batch in another gradient accumulation: pre-training's tok/s, and every stage after it
     ({"base_train": {"device_batch_size": 16}}, ["base_train", "mid_train", "chat_eval_mid", "chat_eval_sft"],
      "base_train device_batch_size 32, 16"),
+    # other validation shards: another val bpb, and other training shards for every stage after it
+    ({"base_train": {"NANOCHAT_VAL_FILES_K": 2}}, ["base_train", "mid_train", "chat_eval_mid", "chat_eval_sft"],
+     "base_train NANOCHAT_VAL_FILES_K 1, 2"),
 ])
 def test_a_flows_stages_run_with_other_flags_are_no_repeats(tmp_path, other, left_out, said):
     """Regression: the stage tables pooled a stage's runs by runtime, ranks and nodes alone, so repeats whose stage

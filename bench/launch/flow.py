@@ -537,6 +537,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     tag = point_tag(fs.flow, point_dir, out)
     if missing := missing_checkpoints(fs, paths.base_dir(), ok, tag):
         raise ConfigError(f"this flow cannot run: {'; '.join(missing)}")
+    note_planned_k(fs, stage_points, ok, nproc, out)
     # one flow per point at a time: a second would set the first's running stage aside and train beside it
     claim(point_dir)
     try:  # before the tokenizer: a run directory that cannot be made must not cost its training first
@@ -550,6 +551,20 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def note_planned_k(fs: FlowSweep, stage_points: list, ok: set, nproc: int, out: Callable[[str], None]) -> None:
+    """One line where this environment's NANOCHAT_VAL_FILES_K differs from the K the plan chose: the stages run
+    with the plan's, as a Slurm job of the flow exports it over the one sbatch carries from the user's shell."""
+    given = os.environ.get(contract.ENV_VAL_FILES_K)
+    planned = {dict(sp.env)[contract.ENV_VAL_FILES_K]: sw.data.source
+               for s, sw, sp in zip(fs.stages, fs.sweeps, stage_points)
+               if s.name not in ok and contract.ENV_VAL_FILES_K in dict(sp.env)}
+    if given is not None and planned and set(planned) != {given}:
+        ks = "/".join(sorted(planned, key=int))
+        out(f"note: {contract.ENV_VAL_FILES_K}={given} of this environment is not used: the stages run with the "
+            f"plan's {contract.ENV_VAL_FILES_K}={ks}, chosen for {nproc} rank(s) from {next(iter(planned.values()))}, "
+            f"as a Slurm job of this flow exports it")
 
 
 def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, tag: str,

@@ -799,6 +799,34 @@ def test_each_local_stage_gets_the_environment_its_job_would_get(tmp_path, monke
     assert envs["base_train"]["NANOCHAT_BASE_DIR"] == str(tmp_path / "base")  # the rest of this environment
 
 
+@pytest.mark.parametrize("exported", ["1", "abc"])
+def test_an_exported_val_files_k_the_plan_overrides_is_noted_in_one_line(tmp_path, monkeypatch, exported):
+    """`speedrun --data-dir` ran its stages with the plan's NANOCHAT_VAL_FILES_K over the one the user exported,
+    unsaid; a Slurm job's script exports the plan's too, so the stages keep it and one line names both."""
+    from bench.launch.plan import DataShape
+
+    envs, lines = {}, []
+
+    def run(argv, nproc, run_dir, env=None, **kw):
+        envs[run_dir.name] = env
+        return completed(run_dir)
+
+    stand_in_stages(monkeypatch, run)
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", exported)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
+    fs = sweep(stages="base_train", data=DataShape.from_counts(1, 8))
+    flow.run_local_flow(fs, 2, tmp_path / "point", out=lines.append)
+    assert envs["base_train"]["NANOCHAT_VAL_FILES_K"] == "2"
+    assert [line for line in lines if "NANOCHAT_VAL_FILES_K" in line] == [
+        f"note: NANOCHAT_VAL_FILES_K={exported} of this environment is not used: the stages run with the plan's "
+        f"NANOCHAT_VAL_FILES_K=2, chosen for 2 rank(s) from 8 shard(s) of 1 row groups (given), as a Slurm job of "
+        f"this flow exports it"]
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "2")  # the plan's own: nothing to say
+    lines.clear()
+    flow.run_local_flow(fs, 2, tmp_path / "again", out=lines.append)
+    assert not [line for line in lines if "NANOCHAT_VAL_FILES_K" in line]
+
+
 @pytest.mark.parametrize("given", [{"train": {"data_bin_dir": "bins"}},
                                    {"stage_args": ["base_train:data_bin_dir=bins"]}, {"data": "planned"}])
 def test_a_bad_val_files_k_no_stage_reads_is_not_refused(tmp_path, monkeypatch, no_tokenizer, given):

@@ -545,6 +545,20 @@ def refuse_bad_download(args) -> None:
         raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
 
 
+def refuse_no_training_shard(download: int, job) -> None:
+    """The last K shards are validation: a download of K or fewer leaves training none, and the runs would stop at
+    start-up inside the allocation. K is what the runs export (the plan's, or --env's), else the shell's, else 1."""
+    from bench import contract
+
+    given = [run.spec.env.get(contract.ENV_VAL_FILES_K, "") for run in job.runs]
+    given = [int(v) for v in given if v.isdigit()] or \
+        [int(v) for v in [os.environ.get(contract.ENV_VAL_FILES_K, "")] if v.isdigit()]
+    k = max(given, default=1)
+    if download <= k:
+        raise ConfigError(f"--download {download}: the runs keep the last {contract.ENV_VAL_FILES_K}={k} shard(s) "
+                          f"for validation, which leaves no training shard; give --download {k + 1} or more")
+
+
 def guide_shards(args, opts, job, needed: int | None) -> tuple[int, str]:
     """`job` made the interactive guide, and the shards its data step downloads, and why that many: --download (-1:
     every one, counted so that the salloc's time covers them), else what the plan needs, else 8. The guide's salloc
@@ -556,6 +570,7 @@ def guide_shards(args, opts, job, needed: int | None) -> tuple[int, str]:
     if args.download == -1:
         shards = MAX_SHARD + 1, "every one (--download -1)"
     elif args.download:
+        refuse_no_training_shard(args.download, job)
         shards = args.download, "as --download asks"
         if needed and args.download < needed:  # a choice (a short look at throughput), not a mistake: the train
             # stream wraps around, so the runs read their shards again rather than stop

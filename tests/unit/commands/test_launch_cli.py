@@ -383,6 +383,22 @@ def test_a_download_below_what_the_plan_needs_is_noted(flow, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])
+@pytest.mark.parametrize("data,k", [(["--row-groups=1", "--shards=8"], 4), ([], 1)])
+def test_a_download_that_leaves_no_training_shard_is_refused_before_anything_is_written(flow, data, k, capsys,
+                                                                                        tmp_path):
+    """--download 4 where the runs keep the last K=4 shards for validation wrote the guide, whose runs then stopped
+    at start-up with no training file; it is refused in one line naming K and the smallest count that works."""
+    argv = ["render", "interactive", *flow, "--nodes=1", "--gpus-per-node=4", "--runtimes=bare", *data,
+            f"--base-dir={tmp_path}"]
+    code, out, err = run_cli([*argv, f"--download={k}", "--out", str(tmp_path / "few")], capsys)
+    assert code == 1 and not (tmp_path / "few").exists()
+    assert err == (f"error: --download {k}: the runs keep the last NANOCHAT_VAL_FILES_K={k} shard(s) for validation, "
+                   f"which leaves no training shard; give --download {k + 1} or more\n")
+    code, out, err = run_cli([*argv, f"--download={k + 1}", "--out", str(tmp_path / "enough")], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])
 def test_a_guide_whose_salloc_is_over_its_partition_is_refused_before_anything_is_written(flow, capsys, tmp_path):
     """On alps' 30-minute debug partition the batch job fit, so the guide was written with a salloc of
     over 30 minutes that Slurm refuses: the download and tokenizer steps count against the partition too."""

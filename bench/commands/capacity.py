@@ -13,9 +13,12 @@ from bench.errors import ConfigError
 
 DEFAULT_STRATEGIES = "zero2,fsdp,fsdp+ac,fsdp+ac+offload"
 _SIZE = re.compile(r"^\s*(\d+\.?\d*|\.\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)  # one number: not 1.5.5
-# Below this a probe cannot start its threads (each maps its stack), so every probe failed with "can't start new
-# thread" rather than a model's out-of-memory: a bare `--memory-limit 875`, bytes where 875M was meant.
-MIN_MEMORY_LIMIT_MIB = 64
+# Under ~256M a rank fails in its start-up, not in the model: pyarrow's import (~200M), gloo's threads, the token
+# files' mapping, all after the cap is set (bench/capacity/capped.py); the probe was recorded failed, not oom. The
+# smallest probe (d2-a32-b1, --seq 64, 1 and 2 ranks) reached its model from 256M; this floor keeps a margin.
+MIN_MEMORY_LIMIT_MIB = 320
+WHY_MIN = ("under ~256M a rank fails in its start-up, importing pyarrow, starting gloo's threads or mapping the token "
+           "files, not in the model")
 
 
 def parse_size(text: str) -> int:
@@ -27,9 +30,11 @@ def parse_size(text: str) -> int:
     if size < 1:  # 0.1 bytes: named as given, not as the 0 it rounds to
         raise ConfigError(f"--memory-limit {text!r}: less than a byte; give a size such as 760M, 2G, 1.5GiB")
     if size < MIN_MEMORY_LIMIT_MIB << 20:
-        give = f"a unit forgotten? give e.g. {m[1]}M or {m[1]}G" if not m[2] else "give e.g. 760M, 2G, 1.5GiB"
+        units = [u for u in "MG" if float(m[1]) * 1024 ** " kmgt".index(u.lower()) >= MIN_MEMORY_LIMIT_MIB << 20]
+        give = f"a unit forgotten? give e.g. {' or '.join(m[1] + u for u in units)}" if not m[2] and units else \
+            "give e.g. 760M, 2G, 1.5GiB"
         raise ConfigError(f"--memory-limit {text!r}: {size:,} bytes, too little for a probe to start (at least "
-                          f"{MIN_MEMORY_LIMIT_MIB}M); {give}")
+                          f"{MIN_MEMORY_LIMIT_MIB}M: {WHY_MIN}); {give}")
     return size
 
 

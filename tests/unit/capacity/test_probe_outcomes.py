@@ -385,12 +385,19 @@ def test_a_memory_limit_too_small_to_start_a_probe_is_refused_suggesting_a_unit(
     from bench.commands.capacity import parse_size
 
     assert main(["capacity", "--device-type", "cpu", "--memory-limit", "875", "--out", str(tmp_path / "c")]) == 1
-    assert capsys.readouterr().err.strip() == ("error: --memory-limit '875': 875 bytes, too little for a probe to "
-                                               "start (at least 64M); a unit forgotten? give e.g. 875M or 875G")
+    assert capsys.readouterr().err.strip() == (
+        "error: --memory-limit '875': 875 bytes, too little for a probe to start (at least 320M: under ~256M a rank "
+        "fails in its start-up, importing pyarrow, starting gloo's threads or mapping the token files, not in the "
+        "model); a unit forgotten? give e.g. 875M or 875G")
     assert not (tmp_path / "c").exists()
     with pytest.raises(ConfigError, match=r"^--memory-limit '1k': 1,024 bytes, too little .* give e.g. 760M, 2G"):
         parse_size("1k")
-    assert parse_size("64M") == 64 << 20
+    # 64M to ~200M passed, and the probe of the smallest model was then recorded as failed, importing pyarrow
+    with pytest.raises(ConfigError, match=r"^--memory-limit '200M': 209,715,200 bytes, too little .*at least 320M"):
+        parse_size("200M")
+    with pytest.raises(ConfigError, match=r"a unit forgotten\? give e.g. 100G$"):  # 100M would be too little too
+        parse_size("100")
+    assert parse_size("320M") == 320 << 20
 
 
 def test_an_out_that_cannot_be_a_directory_is_refused_naming_the_flag(tmp_path):

@@ -71,29 +71,56 @@ class LogRun:
     restarts: int = 0  # times the step counter went back: several runs written into one log
 
 
+# The lines a stage ends with: what follows them is another stage's (or run's) section of a combined log
+CLOSING = ("peak_mem_mib", "total_training_time_m", "min_val_bpb")
+
+
 def parse_log(path: Path) -> LogRun:
-    """Every nanochat line of a log; other lines (warnings, banners, Slurm noise) are skipped."""
+    """Every nanochat line of a log; other lines (warnings, banners, Slurm noise) are skipped. A log of several
+    stages (a flow's output in one file) is read in sections, each a stage's start-up to its closing lines; the
+    facts are those of the sections with step lines, not an evaluation stage's after them (its world size, peak
+    memory and banner taken for the training run's)."""
     run = LogRun()
+    section, stepped, closed = {}, False, False
+
+    def end_section() -> None:
+        if stepped:
+            run.facts.update(section)
+
     try:
         with io.TextIOWrapper(open_regular(path), errors="replace") as f:  # no link, FIFO or device
             for line in f:
                 line = line.rstrip("\n")
                 if line.startswith("step "):
                     if rec := parse_step_line(line):
+                        if closed:
+                            end_section()
+                            section, stepped, closed = {}, False, False
                         if run.steps and rec["step"] < run.steps[-1]["step"]:
                             run.restarts += 1
                         run.steps.append(rec)
+                        stepped = True
                 elif line.startswith("Step "):
                     if rec := parse_val_line(line):
                         run.vals.append(rec)
                 else:
-                    _header(line.strip(), run.facts)
+                    facts = {}
+                    key = _header(line.strip(), facts)
+                    # a stage's banner, a start-up line after closing lines, or a closing line again: a new section
+                    if key and ((key == "ours" and (section or stepped)) or (closed and key not in CLOSING)
+                                or (key in CLOSING and facts.keys() & section.keys())):
+                        end_section()
+                        section, stepped, closed = {}, False, False
+                    section.update(facts)
+                    closed = closed or key in CLOSING
     except OSError:
         return LogRun()
+    end_section()
     return run
 
 
-def _header(line: str, facts: dict) -> None:
+def _header(line: str, facts: dict) -> str | None:
+    """The fact a start-up or closing line gives, into `facts`; its key in HEADER_RES (None: no such line)."""
     for key, rx in HEADER_RES.items():
         m = rx.search(line)  # each pattern anchors itself (^) where it must start the line
         if not m:
@@ -124,7 +151,8 @@ def _header(line: str, facts: dict) -> None:
             facts[key] = int(_f(m[1]))
         else:
             facts[key] = _f(m[1])
-        return
+        return key
+    return None
 
 
 def read_upstream_log(path: Path) -> dict | None:

@@ -102,6 +102,24 @@ def test_unfinished_and_concatenated_logs_are_not_used(tmp_path):
     assert "several runs" in row["skip_reason"]
 
 
+def test_a_flows_combined_log_takes_its_facts_from_the_training_stages_section(tmp_path):
+    """A speedrun's output in one file (base_train's lines, then base_loss's and base_eval's on fewer ranks) was
+    read with the last stage's start-up and closing lines winning: pre-training's row had base_eval's world size
+    (its tok/s per GPU and MFU 8 times too high), peak memory and banner (runtime unknown, not upstream)."""
+    def evaluation(title, ranks, mib):
+        return (f"nanochat-bench: {title}\nAutodetected device type: cuda\nDistributed world size: {ranks}\n"
+                f"Peak FLOPs per GPU for MFU: 989000000000000.0 (NVIDIA H200)\nval bpb: 0.9100\n"
+                f"Peak memory usage: {mib}MiB\n")
+    log = write_log(tmp_path / "speedrun.log")
+    alone = read_upstream_log(log)
+    log.write_text(log.read_text() + evaluation("base model loss (nanochat-faithful)", 1, "1000.00")
+                   + evaluation("base model evaluation, CORE (nanochat-faithful)", 2, "2000.00"))
+    row = read_upstream_log(log)
+    assert (row["world_size"], row["peak_mem_mib"], row["runtime"], row["min_val_bpb"]) == (8, 75422.02, "upstream",
+                                                                                             1.4012)
+    assert row["mfu"] == pytest.approx(alone["mfu"]) and pd.isna(row.get("gpu_name")) and row["skip_reason"] is None
+
+
 def test_logs_without_step_lines_are_not_runs(tmp_path):
     (tmp_path / "notes.txt").write_text("hello\nstep 1 of the plan\n")
     assert read_upstream_log(tmp_path / "notes.txt") is None

@@ -214,12 +214,12 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
 
 def _pooled(rows: pd.DataFrame, fig: str = "") -> tuple[str, ...]:
     """The columns of a report's point (its config, runtime, ranks and nodes, and the device batch, which a strong
-    curve's key leaves out: scaling.mixed_batches, mixed_nodes; for val bpb the validation shards, mixed_val_files) on
-    which the selected runs differ: a median over them is no figure of one setting, as the report never pools them;
-    one not recorded is a setting of its own (scaling.settings)."""
+    curve's key leaves out: scaling.mixed_batches, mixed_nodes; for val bpb the validation shards and the training
+    horizon, mixed_val_files, mixed_horizons) on which the selected runs differ: a median over them is no figure of
+    one setting, as the report never pools them; one not recorded is a setting of its own (scaling.settings)."""
     if len(rows) < 2:
         return ()
     keyed = with_config(rows)
     point = (*GROUP_KEYS, "runtime", "world_size", "nodes", "device_batch_size",
-             *(("val_files_k",) if fig == "min_val_bpb" else ()))
+             *(("val_files_k", "num_iterations") if fig == "min_val_bpb" else ()))
     return tuple(c for c in point if settings(keyed[c]) > 1)

@@ -101,7 +101,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     mixed = mixed_batch_note(runs, unit) + mixed_nodes_note(runs, unit)
     # no point left: the note says why, and neither what a table's cells are nor a "None." in its place
     shown = runs.drop(scaling.mixed_batches(runs).index.union(scaling.mixed_nodes(runs).index))
-    summary = tables.summary_note(p, unit, mode) + mixed + mixed_val_files_note(shown, unit)
+    summary = (tables.summary_note(p, unit, mode) + mixed + mixed_val_files_note(shown, unit)
+               + mixed_horizons_note(shown, unit))
     sections = [{"title": None, "note": mixed.strip() if p.empty else summary,
                  "table": None if p.empty else tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
@@ -248,6 +249,16 @@ def mixed_val_files_note(runs: pd.DataFrame, unit: str) -> str:
             f"{', '.join(map(str, scaling.val_file_counts(r)))}"
             for (runtime, world), r in scaling.mixed_val_files(runs).groupby(["runtime", "world_size"])]
     return (f" {'; '.join(said)}: val bpb of other validation shards, so that point has no min val bpb."
+            if said else "")
+
+
+def mixed_horizons_note(runs: pd.DataFrame, unit: str) -> str:
+    """Where one runtime's runs at one rank count were set to train for different step counts: that point has no min
+    val bpb (scaling.mixed_horizons), and the note says so ("" where there is none)."""
+    said = [f"{runtime} at {scaling.count(world, unit)} trained for num_iterations "
+            f"{', '.join(map(str, scaling.horizons(r)))}"
+            for (runtime, world), r in scaling.mixed_horizons(runs).groupby(["runtime", "world_size"])]
+    return (f" {'; '.join(said)}: val bpb after other training horizons, so that point has no min val bpb."
             if said else "")
 
 

@@ -259,7 +259,8 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat. A runtime without a
     run at n0 has none of the three: from its own smallest point it would read 100% there, however slow.
     A point whose runs differ in device batch (mixed_batches) or node count (mixed_nodes) is left out; one whose runs
-    validated on different shards (mixed_val_files) has no min val bpb.
+    validated on different shards (mixed_val_files) or trained for different step counts (mixed_horizons) has no min
+    val bpb.
     """
     ok = with_config(usable(df))
     ok = ok.drop(mixed_batches(ok).index.union(mixed_nodes(ok).index))
@@ -271,9 +272,9 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
               .agg(runs=("source", "size"), tok_per_sec_min=("tok_per_sec", "min"),
                    tok_per_sec_max=("tok_per_sec", "max"), nodes=("nodes", _node_counts),
                    total_batch_size=("total_batch_size", columns.AGGREGATES["total_batch_size"]), **first, **agg,
-                   val_sets=("val_files_k", settings))
+                   val_sets=("val_files_k", settings), horizons=("num_iterations", settings))
               .reset_index())
-    points["min_val_bpb"] = points["min_val_bpb"].where(points["val_sets"] < 2)
+    points["min_val_bpb"] = points["min_val_bpb"].where((points["val_sets"] < 2) & (points["horizons"] < 2))
     points["world_size"] = points["world_size"].astype(int)
     points = points.sort_values(["config", "runtime", "world_size"]).reset_index(drop=True)
     base = points.groupby("config")["world_size"].transform("min")
@@ -309,6 +310,15 @@ def mixed_val_files(runs: pd.DataFrame) -> pd.DataFrame:
     picks it for each rank count (bench/workloads/nanochat.py val_files_k), so one curve's points may differ in it."""
     ks = runs.groupby(["config", "runtime", "world_size"], dropna=False)["val_files_k"].transform(settings)
     return runs[ks > 1]
+
+
+def mixed_horizons(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs of points (config, runtime, rank count) whose runs were set to train for different step counts
+    (num_iterations): the learning rate decays over the horizon, so a val bpb after 30 steps and one after 300 are of
+    other trainings and a minimum over them is of none; scaling_table gives such a point no min val bpb (its steady
+    steps' speed is still of repeats, whatever their number past the warm-up)."""
+    steps = runs.groupby(["config", "runtime", "world_size"], dropna=False)["num_iterations"].transform(settings)
+    return runs[steps > 1]
 
 
 def settings(values: pd.Series) -> int:
@@ -365,6 +375,12 @@ def node_counts(runs: pd.DataFrame) -> list:
 def val_file_counts(runs: pd.DataFrame) -> list:
     """The NANOCHAT_VAL_FILES_K the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
     known = runs["val_files_k"].dropna()
+    return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
+
+
+def horizons(runs: pd.DataFrame) -> list:
+    """The num_iterations the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
+    known = runs["num_iterations"].dropna()
     return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
 
 

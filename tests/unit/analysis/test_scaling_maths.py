@@ -337,8 +337,9 @@ def test_a_slurm_cpu_run_is_a_cpu_run_though_it_has_ranks_per_node():
     assert pts["device"].tolist() == ["CPU"] and pts["config"].iloc[0].endswith("· CPU")
 
 
-def k_runs(root, ks_and_bpb):
-    """Pre-training runs of bare at 2 GPUs, each validated on NANOCHAT_VAL_FILES_K shards with that min val bpb."""
+def k_runs(root, ks_and_bpb, iterations=()):
+    """Pre-training runs of bare at 2 GPUs, each validated on NANOCHAT_VAL_FILES_K shards with that min val bpb (and
+    trained for that many of `iterations` steps, where given)."""
     import random
 
     from tests.support.synthetic import run_events, write_run
@@ -346,10 +347,12 @@ def k_runs(root, ks_and_bpb):
     for i, (k, bpb) in enumerate(ks_and_bpb):
         events = run_events(2000.0, 30, 65536, 2, 1e9, 5.0, random.Random(i))
         events[-1]["min_val_bpb"] = events[-2]["val_bpb"] = bpb
+        horizon = {"num_iterations": iterations[i]} if iterations else {}
         write_run(root / f"r{i}", {"run_id": f"r{i}", "sweep_id": "s", "workload": "nanochat-base", "runtime": "bare",
                                    "nodes": 1, "gpus_per_node": 2, "world_size": 2, "status": "ok", "val_files_k": k,
                                    "gpu_name": "NVIDIA H200", "config": {"depth": 20, "total_batch_size": 65536,
-                                                                         "device_batch_size": 16, "max_seq_len": 2048}},
+                                                                         "device_batch_size": 16, "max_seq_len": 2048,
+                                                                         **horizon}},
                   events)
 
 
@@ -374,3 +377,26 @@ def test_repeats_validated_on_other_shards_have_no_min_val_bpb(tmp_path):
     table = collect([tmp_path / "one"], tmp_path / "t2").table
     assert scaling.scaling_table(table)["min_val_bpb"].tolist() == [0.9]
     assert report.mixed_val_files_note(scaling.with_config(scaling.usable(table)), "GPUs") == ""
+
+
+def test_repeats_trained_for_other_step_counts_have_no_min_val_bpb(tmp_path):
+    """Regression: num_iterations (the training horizon) was in no key, so a point's repeats trained for 30 and for
+    300 steps were pooled and its min val bpb was the longer run's loss beside the shorter's. Such a point keeps its
+    throughput (the steady steps' speed does not depend on how many there are) but has no min val bpb, the note
+    naming each horizon; check calls a reference on min val bpb over such runs pooled."""
+    from bench.analysis import check, report
+    from bench.analysis.collect import collect
+
+    k_runs(tmp_path / "mixed", [(1, 1.2), (1, 0.9), (1, 1.1)], iterations=(30, 300, 30))
+    table = collect([tmp_path / "mixed"], tmp_path / "t1").table
+    pts = scaling.scaling_table(table)
+    assert pts["runs"].tolist() == [3] and pts["tok_per_sec"].notna().all() and pts["min_val_bpb"].isna().all()
+    runs = scaling.with_config(scaling.usable(table))
+    assert report.mixed_horizons_note(runs, "GPUs") == (
+        " bare at 2 GPUs trained for num_iterations 30, 300: val bpb after other training horizons, so that point "
+        "has no min val bpb.")
+    assert check._pooled(runs, "min_val_bpb") == ("num_iterations",) and check._pooled(runs, "tok_per_sec") == ()
+    k_runs(tmp_path / "one", [(1, 1.2), (1, 0.9)], iterations=(300, 300))
+    table = collect([tmp_path / "one"], tmp_path / "t2").table
+    assert scaling.scaling_table(table)["min_val_bpb"].tolist() == [0.9]
+    assert report.mixed_horizons_note(scaling.with_config(scaling.usable(table)), "GPUs") == ""

@@ -12,8 +12,9 @@ value*(1+upper); a bound left out is unbounded; with value 0 the tolerances are 
 Only usable rows count (status ok and read whole: a training run with steady-state figures, or an
 evaluation, whose figures are its time and problems/s); a reference that selects none fails as missing,
 so a broken sweep cannot pass by producing nothing. A reference whose runs differ in what the report keeps
-apart (workload config, runtime, ranks, device batch) fails too, naming those columns: their median is no one
-setup's figure.
+apart (workload config, runtime, ranks, device batch; for a flow's stage its flags and those of the stages before
+it whose checkpoint it took, as the stage tables do) fails too, naming those columns or flags: their median is no
+one setup's figure.
 """
 
 import fnmatch
@@ -27,6 +28,7 @@ import pandas as pd
 from bench.analysis.columns import BY_NAME, FIGURES, TYPES as COLUMNS
 from bench.analysis.figures import finite
 from bench.analysis.scaling import GROUP_KEYS, settings, with_config, with_legacy
+from bench.analysis.stages import lineage, unlike_flags
 from bench.errors import ConfigError
 from bench.nanochat.config import bool_word
 
@@ -196,6 +198,9 @@ def checkable(table: pd.DataFrame) -> pd.DataFrame:
 def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
     """One outcome per (reference, figure): the median over the usable rows the reference selects."""
     ok = checkable(table)
+    # over the whole table, not a reference's rows: an evaluation's lineage holds the flags of the training before it
+    staged = ok["stage"].notna()
+    ok = ok.assign(lineage=pd.Series(lineage(ok[staged]), index=ok.index[staged], dtype=object))
     outcomes = []
     for ref in references:
         rows = select(ok, ref.where)
@@ -216,10 +221,15 @@ def _pooled(rows: pd.DataFrame, fig: str = "") -> tuple[str, ...]:
     """The columns of a report's point (its config, runtime, ranks and nodes, and the device batch, which a strong
     curve's key leaves out: scaling.mixed_batches, mixed_nodes; for val bpb the validation shards and the training
     horizon, mixed_val_files, mixed_horizons) on which the selected runs differ: a median over them is no figure of
-    one setting, as the report never pools them; one not recorded is a setting of its own (scaling.settings)."""
+    one setting, as the report never pools them; one not recorded is a setting of its own (scaling.settings). Runs
+    of one flow stage (with check's `lineage`) also name the flags they differ in (stages.unlike_flags): the stage
+    tables take no median over other --max_problems, nor over evaluations of another mid-training."""
     if len(rows) < 2:
         return ()
     keyed = with_config(rows)
     point = (*GROUP_KEYS, "runtime", "world_size", "nodes", "device_batch_size",
              *(("val_files_k", "num_iterations") if fig == "min_val_bpb" else ()))
-    return tuple(c for c in point if settings(keyed[c]) > 1)
+    differ = tuple(c for c in point if settings(keyed[c]) > 1)
+    if "lineage" in rows and "stage" not in differ and rows["stage"].notna().all():
+        differ += tuple(unlike_flags(rows))
+    return differ

@@ -53,7 +53,7 @@ def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
     for name in sorted({name for s in scores for name in s}):
         rows[f"score:{name}"] = [s.get(name) for s in scores]
     rows["model"] = _models(rows)
-    rows["lineage"] = _lineage(rows)
+    rows["lineage"] = lineage(rows)
     return rows
 
 
@@ -61,7 +61,7 @@ def _flow_keys(df: pd.DataFrame) -> list[tuple]:
     return [tuple(map(str, k)) for k in zip(*(df[c] for c in FLOW))]
 
 
-def _lineage(rows: pd.DataFrame) -> list[str]:
+def lineage(rows: pd.DataFrame) -> list[str]:
     """Per run, JSON of the flags (run.json config, the `settings` column) of its stage and of every stage before it
     in its flow that saved a checkpoint: another mid-training is another model for chat_eval_mid to score, whatever
     chat_eval's own flags. A stage of the flow with no ok run is null, a setting of its own (scaling.settings)."""
@@ -87,9 +87,9 @@ def _with_k(text, k) -> str | None:
     return None if flags is None else json.dumps(flags, sort_keys=True)
 
 
-def _differ(runs: pd.DataFrame) -> list[str]:
+def unlike_flags(runs: pd.DataFrame) -> list[str]:
     """The flags one stage's runs at a point differ in ('mid_train num_iterations 40, 80'), its own and those of the
-    stages before it (_lineage); [] where they are repeats."""
+    stages before it (lineage); [] where they are repeats."""
     flows = [json.loads(text) for text in runs["lineage"]]
     said = []
     for stage in sorted({s for f in flows for s in f}, key=_stage_order):
@@ -128,11 +128,11 @@ def _stage_order(stage: str) -> tuple[int, str]:
 
 def _by_point(rows: pd.DataFrame, models: bool, unit: str = "ranks"):
     """(cells, runs, differ) of each point: a point shape, of one model where the runs trained several (`models`);
-    `differ`: '<the point>: <flags>' where a stage's runs there differ in their flags (_differ), else None."""
+    `differ`: '<the point>: <flags>' where a stage's runs there differ in their flags (unlike_flags), else None."""
     for key, g in rows.groupby(["model", *POINT] if models else POINT, sort=True, dropna=False):
         model = [fmt(key[0])] if models else []
         runtime, ranks, nodes = key[len(model):]
-        flags = list(dict.fromkeys(f for _, s in g.groupby("stage", sort=False) for f in _differ(s)))
+        flags = list(dict.fromkeys(f for _, s in g.groupby("stage", sort=False) for f in unlike_flags(s)))
         at = scaling.count(ranks, unit) if pd.notna(ranks) else f"{unit} not recorded"
         point = (f"{runtime} at {at}, {scaling.nodes_text(nodes)}"
                  + (f" (model {key[0]})" if models else ""))

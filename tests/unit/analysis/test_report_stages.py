@@ -295,3 +295,27 @@ def test_a_flows_stages_run_with_other_flags_are_no_repeats(tmp_path, other, lef
     md = (tmp_path / "report" / "report.md").read_text()
     assert f"bare at 2 ranks, 1 node ran {said}" in md.split(f"### Stage {left_out[0]} ")[1].split("###")[0]
     assert "left out of the time to a chat model" in md.split("### Time to a chat model")[1]
+
+
+@pytest.mark.parametrize("other, stage, said", [
+    ({"chat_eval_mid": {"max_problems": 16}}, "chat_eval_mid", "chat_eval_mid max_problems 8, 16"),
+    # the evaluation's own flags agree, but it scored another mid-training
+    ({"mid_train": {"num_iterations": 80}}, "chat_eval_mid", "mid_train num_iterations 40, 80"),
+])
+def test_check_fails_a_reference_over_evaluations_run_with_other_flags(tmp_path, other, stage, said):
+    """Regression: check pooled a stage's runs by the report's point alone (config, runtime, ranks, nodes, device
+    batch), so a reference on chat_eval runs of --max_problems 8 and 16 passed on the median of their times, where
+    the stage table leaves that point out. It fails now as pooled, naming the flags as the stage table's note does."""
+    from bench.analysis.check import Bound, Reference, check
+
+    two_flows(tmp_path / "runs", SPEEDRUN, other)
+    table = collect([tmp_path / "runs"]).table
+    bounds = {"stage_time_s": Bound(15.0, -0.5, 0.5), "problems_per_sec": Bound(4.0, -0.5, 0.5)}
+    refs = [Reference(runtime, {"stage": stage, "runtime": runtime}, bounds) for runtime in ("bare", "ce")]
+    out = {(o.reference, o.figure): o for o in check(table, refs)}
+    for fig in bounds:
+        bare, ce = out[("bare", fig)], out[("ce", fig)]
+        assert (bare.verdict, bare.pooled, bare.runs) == ("fail", (said,), 2), fig
+        assert (ce.verdict, ce.pooled, ce.runs) == ("pass", (), 2), fig  # its repeats ran alike: 10 s and 20 s
+    assert out[("ce", "stage_time_s")].measured == statistics.median([10.0, 20.0])
+    assert out[("ce", "problems_per_sec")].measured == 8 / 2.0

@@ -101,8 +101,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     mixed = mixed_batch_note(runs, unit) + mixed_nodes_note(runs, unit)
     # no point left: the note says why, and neither what a table's cells are nor a "None." in its place
     shown = runs.drop(scaling.mixed_batches(runs).index.union(scaling.mixed_nodes(runs).index))
-    summary = (tables.summary_note(p, unit, mode) + mixed + mixed_val_files_note(shown, unit)
-               + mixed_horizons_note(shown, unit))
+    summary = (tables.summary_note(p, unit, mode) + rebased_note(p, runs, failed, unit, mode) + mixed
+               + mixed_val_files_note(shown, unit) + mixed_horizons_note(shown, unit))
     sections = [{"title": None, "note": mixed.strip() if p.empty else summary,
                  "table": None if p.empty else tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
@@ -163,6 +163,28 @@ def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str,
         said.append(f"{baseline} ran at {scaling.count(n, unit)}, but none of its runs there ended ok "
                     f"({', '.join(f'{k} {status}' for status, k in ended.items())}; see Failed runs): no ratio there.")
     return " ".join(said)
+
+
+def rebased_note(points: pd.DataFrame, runs: pd.DataFrame, failed: pd.DataFrame | None, unit: str,
+                 mode: str) -> str:
+    """Where every run at the config's smallest rank counts failed: speedup and efficiency are relative to the next
+    count (scaling_table's n0), whose efficiency then reads 100%, and the note says so, naming how those runs ended
+    ("" where none failed below n0). `runs`: the config's usable runs, so a count of a left-out point is not said to
+    have no run that ended ok."""
+    if points.empty or failed is None:
+        return ""
+    n0 = points["world_size"].min()
+    below = failed[(failed["world_size"] < n0) & ~failed["world_size"].isin(set(runs["world_size"]))]
+    if below.empty:
+        return ""
+    said = []
+    for n, at in below.groupby("world_size"):
+        by = [(runtime, r["status"].value_counts().sort_index()) for runtime, r in at.groupby("runtime")]
+        ended = "; ".join(f"{runtime} " + ", ".join(f"{k} {status}" for status, k in c.items()) for runtime, c in by)
+        said.append(f"{scaling.count(n, unit)} ({ended})")
+    what = "Efficiency is" if mode == "weak" else "Speedup and efficiency are"
+    return (f" {what} relative to {scaling.count(n0, unit)}, the smallest count with a run that ended ok: no run at "
+            f"{' or '.join(said)} did; see Failed runs.")
 
 
 def failed_of_config(failed: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -257,7 +257,8 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     Speedup S(n) = T(n) / T(n0) and parallel efficiency E(n) = S(n) * n0 / n, with T the median tok/s and
     n0 the smallest rank count measured for the config; ideal T(n) = T(n0) * n / n0. In weak scaling E(n) is
     the per-rank tok/s over the smallest point's, and the ideal per-rank tok/s is flat. A runtime without a
-    run at n0 has none of the three: from its own smallest point it would read 100% there, however slow.
+    run at n0 has none of the three: from its own smallest point it would read 100% there, however slow. A count
+    whose runs all failed is no n0 (report.rebased_note says so beside the table).
     A point whose runs differ in device batch (mixed_batches) or node count (mixed_nodes) is left out; one whose runs
     validated on different shards (mixed_val_files) or trained for different step counts (mixed_horizons) has no min
     val bpb.

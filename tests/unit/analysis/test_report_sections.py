@@ -602,3 +602,27 @@ def test_a_baseline_that_failed_at_a_rank_count_is_not_said_never_to_have_run_th
     assert "bare ran at 8 GPUs, but none of its runs there ended ok (2 oom; see Failed runs): no ratio there." in md
     svgs = " ".join(p.read_text() for p in (tmp_path / "rep" / "figures").glob("*.svg"))
     assert "not run at 8 GPUs" not in svgs and "bare: no run ended ok at 8 GPUs" in svgs
+
+
+def test_speedup_relative_to_the_next_count_where_every_run_at_the_smallest_failed(tmp_path):
+    """Every run at 8 GPUs failed (bare's out of memory, ce's timed out): speedup and efficiency were taken relative
+    to 16 GPUs, where efficiency then read 100%, and nothing said that the curve's first point was not its first
+    count. The summary now says so, naming the count and how its runs ended."""
+    paths = generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8, 16, 32), repeats=2, steps=14,
+                                                        runtimes={"bare": 1.0, "ce": 0.97}))
+    for run_dir in paths:
+        manifest = json.loads((run_dir / "run.json").read_text())
+        if manifest["world_size"] == 8:
+            status = "oom" if manifest["runtime"] == "bare" else "timeout"
+            manifest.update(status=status, message=f"{status}: at 8 GPUs")
+            (run_dir / "run.json").write_text(json.dumps(manifest))
+    table = collect([tmp_path / "runs"]).table
+    pts = scaling.scaling_table(table).set_index(["runtime", "world_size"])
+    assert pts.loc[("bare", 16), "efficiency"] == 1.0  # the next count is the base: said beside the table
+    strong = section(write_report(table, tmp_path / "rep").with_name("report.md").read_text(), STRONG_LABEL)
+    note = ("Speedup and efficiency are relative to 16 GPUs, the smallest count with a run that ended ok: no run at "
+            "8 GPUs (bare 2 oom; ce 2 timeout) did; see Failed runs.")
+    assert note in strong.split("|")[0]  # the summary's note, above its table
+    generate_sweep(tmp_path / "ok", SweepSpec(world_sizes=(8, 16), repeats=1, steps=14, runtimes={"bare": 1.0}))
+    md = write_report(collect([tmp_path / "ok"]).table, tmp_path / "rep-ok").with_name("report.md").read_text()
+    assert "the smallest count with a run that ended ok" not in md

@@ -2,7 +2,8 @@
 
 A references file (TOML) lists references; each selects rows of the table (`where`, exact values, or
 shell-style patterns for strings such as gpu_name = "*H200*"; a flag as true/false, 1/0, yes/no or on/off)
-and bounds figures of their median:
+and bounds figures of them, each aggregated as the report aggregates it (the column catalogue's: the median; peak
+memory the largest, min val bpb the lowest):
   [[reference]]
   name = "d20 bare 1x8 H200"
   where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "*H200*" }
@@ -13,7 +14,7 @@ Only usable rows count (status ok and read whole: a training run with steady-sta
 evaluation, whose figures are its time and problems/s); a reference that selects none fails as missing,
 so a broken sweep cannot pass by producing nothing. A reference whose runs differ in what the report keeps
 apart (workload config, runtime, ranks, device batch; for a flow's stage its flags and those of the stages before
-it whose checkpoint it took, as the stage tables do) fails too, naming those columns or flags: their median is no
+it whose checkpoint it took, as the stage tables do) fails too, naming those columns or flags: theirs is no
 one setup's figure.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.analysis.columns import BY_NAME, FIGURES, TYPES as COLUMNS
+from bench.analysis.columns import AGGREGATES, BY_NAME, FIGURES, TYPES as COLUMNS
 from bench.analysis.figures import finite
 from bench.analysis.scaling import GROUP_KEYS, settings, with_config, with_legacy
 from bench.analysis.stages import lineage, unlike_flags
@@ -64,8 +65,9 @@ class Outcome:
     verdict: str  # "pass", "fail" (out of range, or runs of different setups: pooled) or "missing"
     measured: float | None
     bound: Bound
-    runs: int  # the runs of the median; of a missing figure, the runs selected (none of which recorded it)
+    runs: int  # the runs aggregated; of a missing figure, the runs selected (none of which recorded it)
     pooled: tuple[str, ...] = ()  # columns that differ among the runs selected: no one setup's figure, a fail
+    agg: str = "median"  # how the runs were aggregated (aggregate)
 
     def line(self) -> str:
         lo, hi = self.bound.limits()
@@ -74,13 +76,13 @@ class Outcome:
         if self.verdict == "missing":  # no run to select, or runs that never measured it (MFU on CPU): two fixes
             why = (f"{self.runs} usable run(s) match but none recorded it" if self.runs else "no usable run matches")
             return f"MISSING {self.reference}: {self.figure}: {why} (ref {_g(self.bound.value)}{unit})"
-        if self.pooled:  # a median over setups the report keeps apart is no figure of the reference's setup
+        if self.pooled:  # a figure over setups the report keeps apart is no figure of the reference's setup
             return (f"FAIL    {self.reference}: {self.figure}: the {self.runs} run(s) matched differ in "
                     f"{', '.join(self.pooled)}, so no one setup is checked (narrow `where` to one of each; "
                     f"ref {_g(self.bound.value)}{unit})")
         word = "ok" if self.verdict == "pass" else ("below" if self.measured < lo else "above") + " the allowed range"
         return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {_g(self.measured)}{unit} "
-                f"({word}; ref {_g(self.bound.value)}, allowed {span}, median of {self.runs} run(s))")
+                f"({word}; ref {_g(self.bound.value)}, allowed {span}, {self.agg} of {self.runs} run(s))")
 
 
 def _g(v: float) -> str:
@@ -196,7 +198,7 @@ def checkable(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
-    """One outcome per (reference, figure): the median over the usable rows the reference selects."""
+    """One outcome per (reference, figure): the figure over the usable rows the reference selects (aggregate)."""
     ok = checkable(table)
     # over the whole table, not a reference's rows: an evaluation's lineage holds the flags of the training before it
     staged = ok["stage"].notna()
@@ -209,18 +211,26 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
             if values.empty:
                 outcomes.append(Outcome(ref.name, fig, "missing", None, bound, len(rows)))
                 continue
-            measured = float(values.median())
+            how = aggregate(fig)
+            measured = float(values.agg(how))
             lo, hi = bound.limits()
             pooled = _pooled(rows.loc[values.index], fig)
             verdict = "pass" if lo <= measured <= hi and not pooled else "fail"
-            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values), pooled))
+            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values), pooled, how))
     return outcomes
+
+
+def aggregate(fig: str) -> str:
+    """How repeats of a figure are aggregated, as the report's tables do (the catalogue's agg: the largest peak memory,
+    the lowest min val bpb), so a reference bounds the figure the report shows; a figure the catalogue does not
+    summarise, the median."""
+    return AGGREGATES.get(fig, "median")
 
 
 def _pooled(rows: pd.DataFrame, fig: str = "") -> tuple[str, ...]:
     """The columns of a report's point (its config, runtime, ranks and nodes, and the device batch, which a strong
     curve's key leaves out: scaling.mixed_batches, mixed_nodes; for val bpb the validation shards and the training
-    horizon, mixed_val_files, mixed_horizons) on which the selected runs differ: a median over them is no figure of
+    horizon, mixed_val_files, mixed_horizons) on which the selected runs differ: a figure over them is no figure of
     one setting, as the report never pools them; one not recorded is a setting of its own (scaling.settings). Runs
     of one flow stage (with check's `lineage`) also name the flags they differ in (stages.unlike_flags): the stage
     tables take no median over other --max_problems, nor over evaluations of another mid-training."""

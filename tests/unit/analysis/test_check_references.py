@@ -248,3 +248,33 @@ figures.tok_per_sec = { value = 147000, lower = -0.05 }
     assert "PASS    base_eval: stage_time_s = 41.11 s" in out and "PASS    base_eval: problems_per_sec = 21.35" in out
     assert [r.name for r in matching(read_run_dir(speedrun / "runs" / "base_eval"), load_references(path))] == \
         ["base_eval"]
+
+
+def test_each_figure_is_aggregated_as_the_report_aggregates_it(tmp_path, make_run, capsys):
+    """check took the median of every figure, where the report shows a point's peak memory as the largest of its
+    repeats and its min val bpb as the lowest (the column catalogue's aggregation): a reference bounding peak memory
+    passed on the median while the report's figure was above the bound. Each figure is now the catalogue's."""
+    import json
+
+    from bench.analysis import scaling
+
+    for name, peak, bpb in (("a", 70_000.0, 1.10), ("b", 72_000.0, 0.90), ("c", 76_000.0, 1.00)):
+        run_dir = make_run(name, tok_s=1000.0)
+        events = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        for e in events:
+            e.update({"peak_mem_mib": peak, "min_val_bpb": bpb} if e["event"] == "end" else
+                     {"val_bpb": bpb} if e["event"] == "val" else {})
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    collect([tmp_path / "runs"], tmp_path / "table")
+    path = refs(tmp_path, '[[reference]]\nname = "bare"\nwhere = { runtime = "bare" }\n'
+                          'figures.peak_mem_mib = { value = 73000, upper = 0.02, unit = "MiB" }\n'
+                          'figures.min_val_bpb = { value = 0.9, lower = -0.01, upper = 0.01 }\n'
+                          'figures.tok_per_sec = { value = 1000, lower = -0.02, upper = 0.02 }\n')
+    assert main(["check", str(tmp_path / "table"), "--references", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("FAIL    bare: peak_mem_mib = 76,000 MiB (above the allowed range; ref 73,000, allowed "
+                        "[-inf, 74,460], max of 3 run(s))")
+    assert lines[1] == "PASS    bare: min_val_bpb = 0.9 (ok; ref 0.9, allowed [0.891, 0.909], min of 3 run(s))"
+    assert lines[2].startswith("PASS    bare: tok_per_sec") and lines[2].endswith("median of 3 run(s))")
+    [point] = scaling.scaling_table(collect([tmp_path / "runs"]).table).to_dict("records")
+    assert (point["peak_mem_mib"], point["min_val_bpb"]) == (76_000.0, 0.9)  # the report's figures: the same

@@ -235,6 +235,24 @@ def note_unseen_base_dir(args, sweep: planmod.Sweep, stages: tuple[flowmod.Stage
               f"(each reads the checkpoint the stage before wrote) was not checked")
 
 
+def note_planned_k(sweep, opts: LaunchOptions) -> None:
+    """submit, render sbatch|compare: the job's script exports each run's planned NANOCHAT_VAL_FILES_K over the one
+    sbatch carries from this shell, so a different one exported here is not used (--env's is the user's own)."""
+    from bench import contract
+
+    if contract.ENV_VAL_FILES_K in opts.env:
+        return
+    sweeps = sweep.sweeps if isinstance(sweep, flowmod.FlowSweep) else (sweep,)
+    points = [(p, sw.data.source) for sw in sweeps for p in sw.points()
+              if sw.data is not None and contract.ENV_VAL_FILES_K in dict(p.env)]
+    planned = {dict(p.env)[contract.ENV_VAL_FILES_K]: source for p, source in points}
+    ranks = "/".join(map(str, sorted({p.ranks for p, _ in points})))
+    who = "the stages run" if sweep is not sweeps[0] else "the runs start"
+    if note := planmod.val_files_k_note(os.environ.get(contract.ENV_VAL_FILES_K), planned, ranks, who,
+                                        "the job's script exports it over the one sbatch carries from this shell"):
+        print(note)
+
+
 def site_of(args):
     """The site profile of --site, else $NANOCHAT_BENCH_SITE (a shipped name or a TOML file), read once per
     command; an error names where the name came from."""
@@ -406,6 +424,7 @@ def cmd_submit(args) -> int:
         tokenizer = tokenizer_args(args)
     check_staged_data(args, stages, stage_settings(sweep))
     note_unseen_base_dir(args, first, stages)
+    note_planned_k(sweep, opts)
     print((flowmod if args.flow else planmod).format_table(sweep, args.partition), end="\n\n")
     if args.flow:
         flowmod.submit_flow(sweep, opts, sweep_dir, backend, dry_run=args.dry_run, tokenizer_args=tokenizer,
@@ -521,6 +540,7 @@ def cmd_render_flow(args) -> int:
     tokenizer = tokenizer_args(args)
     if args.kind != "interactive":  # the guide has its own staging steps, run in the allocation before the stages
         check_staged_data(args, fs.stages, stage_settings(fs))
+        note_planned_k(fs, opts)
     note_unseen_base_dir(args, fs.first, fs.stages)
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
@@ -603,6 +623,7 @@ def cmd_render(args) -> int:
                     compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
     if args.kind != "interactive":
         check_staged_data(args, stages, stage_settings(sweep))
+        note_planned_k(sweep, opts)
     note_unseen_base_dir(args, sweep, stages)
     # one job, or a comparison the partition's time limit splits into parts (as submit --compare splits it)
     jobs = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)

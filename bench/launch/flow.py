@@ -560,11 +560,9 @@ def note_planned_k(fs: FlowSweep, stage_points: list, ok: set, nproc: int, out: 
     planned = {dict(sp.env)[contract.ENV_VAL_FILES_K]: sw.data.source
                for s, sw, sp in zip(fs.stages, fs.sweeps, stage_points)
                if s.name not in ok and contract.ENV_VAL_FILES_K in dict(sp.env)}
-    if given is not None and planned and set(planned) != {given}:
-        ks = "/".join(sorted(planned, key=int))
-        out(f"note: {contract.ENV_VAL_FILES_K}={given} of this environment is not used: the stages run with the "
-            f"plan's {contract.ENV_VAL_FILES_K}={ks}, chosen for {nproc} rank(s) from {next(iter(planned.values()))}, "
-            f"as a Slurm job of this flow exports it")
+    if note := planmod.val_files_k_note(given, planned, str(nproc), "the stages run",
+                                        "a Slurm job of this flow exports it"):
+        out(note)
 
 
 def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, tag: str,

@@ -16,7 +16,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from bench import metrics, workloads
+from bench import contract, metrics, workloads
 from bench.errors import ConfigError, FlagValueError, UnknownFlags, close_hint
 from bench.pairs import parse_pairs
 from bench.workloads.base import Estimate, ModelShape, PointContext, PointPlan, Settings
@@ -122,6 +122,17 @@ class DataShape:
         from bench.nanochat.sharding import workable_val_files_k
 
         return workable_val_files_k(list(self.row_groups), ranks)
+
+
+def val_files_k_note(given: str | None, planned: dict[str, str], ranks: str, who: str, how: str) -> str | None:
+    """The note where the environment's NANOCHAT_VAL_FILES_K (`given`) is not the plan's K, which the runs keep:
+    `planned` maps each K to where the plan learnt the shards; None when there is nothing to say."""
+    if given is None or not planned or set(planned) == {given}:
+        return None
+    ks = "/".join(sorted(planned, key=int))
+    return (f"note: {contract.ENV_VAL_FILES_K}={given} of this environment is not used: {who} with the "
+            f"plan's {contract.ENV_VAL_FILES_K}={ks}, chosen for {ranks} rank(s) from {next(iter(planned.values()))}, "
+            f"as {how}")
 
 
 @dataclass(frozen=True)

@@ -544,7 +544,7 @@ def cmd_render_flow(args) -> int:
     note_unseen_base_dir(args, fs.first, fs.stages)
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
-        shards = guide_shards(args, opts, fj.job, fs.first.shards_needed())
+        shards = guide_shards(args, opts, fj.job, fs.first.shards_needed(), fs.first.data)
         text = render_flow_interactive(fj, opts.base_dir, *shards)
     else:
         text = render_flow(fj, rendered_by="render sbatch --flow")
@@ -565,21 +565,36 @@ def refuse_bad_download(args) -> None:
         raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
 
 
-def refuse_no_training_shard(download: int, job) -> None:
+def refuse_no_training_shard(download: int, job, data: planmod.DataShape | None) -> None:
     """The last K shards are validation: a download of K or fewer leaves training none, and the runs would stop at
-    start-up inside the allocation. K is what the runs export (the plan's, or --env's), else the shell's, else 1."""
+    start-up inside the allocation. K is what the runs export (the plan's, or --env's), else the shell's, else 1.
+    K was planned for the plan's shards (`data`): fewer of them can leave a split fewer row groups than ranks, which
+    stops the runs alike; the smallest download that serves every run is then named."""
     from bench import contract
 
     given = [run.spec.env.get(contract.ENV_VAL_FILES_K, "") for run in job.runs]
     given = [int(v) for v in given if v.isdigit()] or \
         [int(v) for v in [os.environ.get(contract.ENV_VAL_FILES_K, "")] if v.isdigit()]
     k = max(given, default=1)
+    ranks = max(run.nodes * run.nproc_per_node for run in job.runs)
+
+    def serves(n: int) -> bool:  # the download is the first n shards: train = the first n-K, val = the K after
+        counts = data.row_groups[:n]
+        return min(sum(counts[:n - k]), sum(counts[n - k:])) >= ranks
+
+    shapes = range(k + 1, len(data.row_groups) + 1) if data is not None else ()
+    fix = next((n for n in shapes if serves(n)), k + 1)
     if download <= k:
         raise ConfigError(f"--download {download}: the runs keep the last {contract.ENV_VAL_FILES_K}={k} shard(s) "
-                          f"for validation, which leaves no training shard; give --download {k + 1} or more")
+                          f"for validation, which leaves no training shard; give --download {fix} or more")
+    if download < fix:
+        train = sum(data.row_groups[:download - k])
+        raise ConfigError(f"--download {download}: with the last {contract.ENV_VAL_FILES_K}={k} for validation, "
+                          f"training gets {download - k} shard(s) of {train} row group(s) (from {data.source}), "
+                          f"fewer than the {ranks} ranks need; give --download {fix} or more")
 
 
-def guide_shards(args, opts, job, needed: int | None) -> tuple[int, str]:
+def guide_shards(args, opts, job, needed: int | None, data: planmod.DataShape | None) -> tuple[int, str]:
     """`job` made the interactive guide, and the shards its data step downloads, and why that many: --download (-1:
     every one, counted so that the salloc's time covers them), else what the plan needs, else 8. The guide's salloc
     holds its download and tokenizer steps as well as the runs, so it can be over a partition the batch job fits:
@@ -590,7 +605,7 @@ def guide_shards(args, opts, job, needed: int | None) -> tuple[int, str]:
     if args.download == -1:
         shards = MAX_SHARD + 1, "every one (--download -1)"
     elif args.download:
-        refuse_no_training_shard(args.download, job)
+        refuse_no_training_shard(args.download, job, data)
         shards = args.download, "as --download asks"
         if needed and args.download < needed:  # a choice (a short look at throughput), not a mistake: the train
             # stream wraps around, so the runs read their shards again rather than stop
@@ -630,7 +645,7 @@ def cmd_render(args) -> int:
     texts = []
     for job in jobs:
         if args.kind == "interactive":
-            shards = guide_shards(args, opts, job, sweep.shards_needed())
+            shards = guide_shards(args, opts, job, sweep.shards_needed(), sweep.data)
             texts.append(render.render_interactive(job, opts.base_dir, *shards))
         else:
             texts.append(render.render_sbatch(job, rendered_by=f"render {args.kind}"))

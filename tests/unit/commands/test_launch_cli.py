@@ -383,19 +383,35 @@ def test_a_download_below_what_the_plan_needs_is_noted(flow, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])
-@pytest.mark.parametrize("data,k", [(["--row-groups=1", "--shards=8"], 4), ([], 1)])
-def test_a_download_that_leaves_no_training_shard_is_refused_before_anything_is_written(flow, data, k, capsys,
+@pytest.mark.parametrize("data,k,fix", [(["--row-groups=1", "--shards=8"], 4, 8), ([], 1, 2)])
+def test_a_download_that_leaves_no_training_shard_is_refused_before_anything_is_written(flow, data, k, fix, capsys,
                                                                                         tmp_path):
     """--download 4 where the runs keep the last K=4 shards for validation wrote the guide, whose runs then stopped
-    at start-up with no training file; it is refused in one line naming K and the smallest count that works."""
+    at start-up with no training file; it is refused in one line naming K and the smallest count that works (K+1
+    where a shard holds a row group for every rank; 8 here, where 4 single-row-group shards train the 4 ranks)."""
     argv = ["render", "interactive", *flow, "--nodes=1", "--gpus-per-node=4", "--runtimes=bare", *data,
             f"--base-dir={tmp_path}"]
     code, out, err = run_cli([*argv, f"--download={k}", "--out", str(tmp_path / "few")], capsys)
     assert code == 1 and not (tmp_path / "few").exists()
     assert err == (f"error: --download {k}: the runs keep the last NANOCHAT_VAL_FILES_K={k} shard(s) for validation, "
-                   f"which leaves no training shard; give --download {k + 1} or more\n")
-    code, out, err = run_cli([*argv, f"--download={k + 1}", "--out", str(tmp_path / "enough")], capsys)
+                   f"which leaves no training shard; give --download {fix} or more\n")
+    code, out, err = run_cli([*argv, f"--download={fix}", "--out", str(tmp_path / "enough")], capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])
+def test_a_download_whose_training_split_cannot_serve_every_rank_is_refused(flow, capsys, tmp_path):
+    """K=2 was planned for 8 shards of 2 row groups at 4 ranks: --download 3 (above K, below the 14 the plan needs)
+    got only a note, and the guide's runs stopped at start-up with 2 training row groups for 4 ranks."""
+    argv = ["render", "interactive", *flow, "--nodes=1", "--gpus-per-node=4", "--runtimes=bare", "--row-groups=2",
+            "--shards=8", "--num_iterations=2000", f"--base-dir={tmp_path}"]
+    code, out, err = run_cli([*argv, "--download=3", "--out", str(tmp_path / "few")], capsys)
+    assert code == 1 and not (tmp_path / "few").exists()
+    assert err == ("error: --download 3: with the last NANOCHAT_VAL_FILES_K=2 for validation, training gets 1 "
+                   "shard(s) of 2 row group(s) (from 8 shard(s) of 2 row groups (given)), fewer than the 4 ranks "
+                   "need; give --download 4 or more\n")
+    code, out, err = run_cli([*argv, "--download=4", "--out", str(tmp_path / "enough")], capsys)
+    assert code == 0 and "note: --download 4 is below the 14 shard(s) the plan needs" in out, err
 
 
 @pytest.mark.parametrize("flow", [[], ["--flow=speedrun", "--stages=base_train"]])

@@ -20,7 +20,8 @@ from bench.launch import jobrecord, rdzvport
 from bench.launch.plan import TOKENS_PER_SHARD, Point, Sweep, allowance_minutes, slurm_time
 from bench.provenance import ENV_IMAGE, ENV_RUNTIME
 from bench.runtimes import LaunchSpec, Mount, Runtime, Token, Var, get
-from bench.runtimes.base import ENV_NAME, IMAGES_DIR, ImageStep, OptVar, exportable, quote_token, unset_variables
+from bench.runtimes.base import (ENV_NAME, IMAGES_DIR, ImageStep, OptVar, expand_variables, exportable, quote_token,
+                                 unset_variables)
 from bench.runtimes import edf
 from bench.runtimes.edf import WORKDIR
 from bench.runtimes.podman import archive_holds
@@ -354,7 +355,7 @@ def image_archive(opts: LaunchOptions, runtime: str, image: str | None = None) -
     archive = opts.site.image_archives.get(runtime) if opts.site is not None else None
     if archive is None:
         return None
-    expanded = os.path.expanduser(os.path.expandvars(archive))
+    expanded = os.path.expanduser(expand_variables(archive))
     if not opts.check_images:  # the images live elsewhere: this machine cannot tell what the archive holds
         return expanded
     given = f"{archive!r}, " if expanded != archive else ""  # the path looked for, then the profile's template

@@ -159,7 +159,7 @@ class Runtime(ABC):
         image = image or self.default_image
         if not image:
             raise RuntimeConfigError(f"runtime {self.name} needs an image: pass --image {self.name}=REF")
-        expanded = os.path.expandvars(image)
+        expanded = expand_variables(image)
         unset = unset_variables(expanded)
         # a file whose name holds a literal `$NAME` is taken as it is; only a missing one names a variable
         if must_exist and unset and not Path(expanded).expanduser().exists():
@@ -238,6 +238,12 @@ def unset_variables(text: str) -> list[str]:
 
 
 _VARIABLE = re.compile(r"\$(?:([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
+
+
+def expand_variables(text: str) -> str:
+    """os.path.expandvars, but a variable set to nothing is left as an unset one is: `${SCRATCH}/x` with an empty
+    SCRATCH would name `/x`, a path nobody meant, and the error would then not name the variable."""
+    return _VARIABLE.sub(lambda m: os.environ.get(m[1] or m[2]) or m[0], text)
 
 
 def looks_like_path(image: str) -> bool:

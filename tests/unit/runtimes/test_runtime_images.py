@@ -67,8 +67,14 @@ def test_bare_takes_no_image():
         runtimes.get("bare").resolve_image("/img/x.sqsh")
 
 
-def test_default_image_with_unset_variable_names_it(monkeypatch):
-    monkeypatch.delenv("SCRATCH", raising=False)
+@pytest.mark.parametrize("unset", [True, False])
+def test_default_image_with_unset_variable_names_it(monkeypatch, unset):
+    """An empty $SCRATCH made the default image /ce-images/..., and the error said that file does not exist
+    without naming the variable: set but empty is taken as unset."""
+    if unset:
+        monkeypatch.delenv("SCRATCH", raising=False)
+    else:
+        monkeypatch.setenv("SCRATCH", "")
     with pytest.raises(RuntimeConfigError, match=r"names the unset variable\(s\) SCRATCH;"):
         runtimes.get("ce").resolve_image(None)
 

@@ -304,7 +304,10 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         # torch's advice on the allocator dropped: whole sentences kept, the hint after the last full stop
         first = first_line(exc, "out of memory").split(" If reserved but unallocated")[0].rstrip(" .")
         return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: {first}{hint}")
-    if isinstance(exc, MemoryError) or ALLOC_FAILED.search(str(exc)):  # outside torch's CUDA caching allocator
+    # outside torch's CUDA caching allocator; ENOMEM as well (numpy's memmap of the token files under an
+    # address-space cap), but not EAGAIN, which a thread limit raises too
+    if isinstance(exc, MemoryError) or ALLOC_FAILED.search(str(exc)) or \
+            (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
         return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: "
                               f"{first_line(exc, 'out of memory')}")
     if isinstance(exc, KeyboardInterrupt):

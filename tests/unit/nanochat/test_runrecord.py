@@ -40,6 +40,19 @@ def test_an_oom_message_keeps_whole_sentences():
     assert cpu.kind == "oom" and cpu.message.endswith("(Cannot allocate memory)"), cpu.message
 
 
+def test_enomem_outside_torch_is_oom_but_eagain_is_not():
+    """Under the CPU stand-in's address-space cap, numpy's memmap of the token files raised ENOMEM after the model
+    was built, and the probe was recorded failed; EAGAIN (a thread that could not start) may be a thread limit."""
+    import errno
+    import os
+
+    enomem = classify_failure(OSError(errno.ENOMEM, os.strerror(errno.ENOMEM)), 1)
+    assert enomem.kind == "oom" and enomem.message == "out of memory at --device_batch_size=1: " \
+        "[Errno 12] Cannot allocate memory"
+    assert classify_failure(OSError(errno.EAGAIN, os.strerror(errno.EAGAIN)), 1).status == "failed"
+    assert classify_failure(RuntimeError("Resource temporarily unavailable"), 1).status == "failed"
+
+
 def test_other_statuses():
     assert classify_failure(DataError("no shards in /x")).status == "no_data"
     assert classify_failure(ConfigError("bad flag")) == ("error", "bad flag", False)

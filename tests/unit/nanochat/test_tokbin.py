@@ -171,3 +171,15 @@ def test_each_split_shows_its_row_groups_as_they_are_tokenized(base_dir_env, tmp
     for split in dataset.SPLITS:
         groups = sum(dataset.row_group_counts(dataset.split_files(split)))
         assert any(line.startswith(f"{split}.bin:") and f"/{groups} [" in line for line in err.splitlines()), err
+
+
+def test_bins_whose_token_bytes_count_raw_bytes_are_refused(bins):
+    """.bin files made before token_bytes counted as upstream does (each token decoded alone) were read as they were,
+    so their bpb counted raw token bytes where the parquet shards' counted upstream's; refused in one line."""
+    from bench.errors import DataError
+    from bench.nanochat.tokenizer import raw_byte_lengths
+
+    np.save(bins / tokbin.TOKEN_BYTES_NPY, np.asarray(raw_byte_lengths(get_tokenizer().enc), dtype=np.int32))
+    with pytest.raises(DataError, match=r"^\S+/token_bytes\.npy counts each token's raw bytes.*"
+                                        r"`nanochat-bench data bin` again$"):
+        tokbin.vocabulary(str(bins))

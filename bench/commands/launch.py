@@ -577,13 +577,7 @@ def refuse_no_training_shard(download: int, job, data: planmod.DataShape | None)
         [int(v) for v in [os.environ.get(contract.ENV_VAL_FILES_K, "")] if v.isdigit()]
     k = max(given, default=1)
     ranks = max(run.nodes * run.nproc_per_node for run in job.runs)
-
-    def serves(n: int) -> bool:  # the download is the first n shards: train = the first n-K, val = the K after
-        counts = data.row_groups[:n]
-        return min(sum(counts[:n - k]), sum(counts[n - k:])) >= ranks
-
-    shapes = range(k + 1, len(data.row_groups) + 1) if data is not None else ()
-    fix = next((n for n in shapes if serves(n)), k + 1)
+    fix = (data.shards_serving(k, ranks) if data is not None else None) or k + 1
     if download <= k:
         raise ConfigError(f"--download {download}: the runs keep the last {contract.ENV_VAL_FILES_K}={k} shard(s) "
                           f"for validation, which leaves no training shard; give --download {fix} or more")

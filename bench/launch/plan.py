@@ -123,6 +123,13 @@ class DataShape:
 
         return workable_val_files_k(list(self.row_groups), ranks)
 
+    def shards_serving(self, k: int, ranks: int) -> int | None:
+        """The fewest shards, counted from the first as a download takes them, whose last K give every rank a row
+        group and whose others do too, as the loader requires of both splits (None: not even all of them)."""
+        counts = self.row_groups
+        return next((n for n in range(k + 1, len(counts) + 1)
+                     if min(sum(counts[:n - k]), sum(counts[n - k:n])) >= ranks), None)
+
 
 def val_files_k_note(given: str | None, planned: dict[str, str], ranks: str, who: str, how: str) -> str | None:
     """The note where the environment's NANOCHAT_VAL_FILES_K (`given`) is not the plan's K, which the runs keep:
@@ -311,13 +318,17 @@ class Sweep:
 
     def shards_needed(self) -> int | None:
         """Shards to download for the largest point: its training tokens (upstream's 52M a shard, with
-        10% to spare) plus its K validation files; None when it cannot be said."""
+        10% to spare) plus its K validation files, and no fewer than give each point's ranks a row group of
+        either split (a few tokens can fit one shard of fewer row groups than ranks, and the runs would stop at
+        start-up); None when it cannot be said."""
         points = [p for p in self._points if p.possible and p.plan.tokens]
         if not points:
             return None
         tokens = max(p.plan.tokens for p in points)
         k = max((p.val_files_k or 1) for p in points)
-        return math.ceil(tokens / TOKENS_PER_SHARD * 1.1) + k
+        serving = [self.data.shards_serving(p.val_files_k, p.ranks) or 0
+                   for p in points if self.data is not None and p.val_files_k]
+        return max([math.ceil(tokens / TOKENS_PER_SHARD * 1.1) + k, *serving])
 
     def describe(self) -> dict:
         """The sweep as JSON-ready data (recorded in sweep.json)."""

@@ -181,8 +181,8 @@ class Nanochat(TorchrunStage):
 def data_line(sweep) -> str:
     """What the plan knows of the data: where K came from, and how many shards to download."""
     shards = sweep.shards_needed()
-    need = f"; download {shards} shard(s) (training tokens at ~52M a shard, +10%, + K validation)" \
-        if shards else ""
+    need = f"; download {shards} shard(s) (training tokens at ~52M a shard, +10%, + K validation, and a row group " \
+        "a rank in each split)" if shards else ""
     if sweep.data is None:
         return ("K not planned: no shards found and no --row-groups given (the trainer uses "
                 f"{contract.ENV_VAL_FILES_K} or 1; give --data-dir or --row-groups N --shards M){need}")

@@ -128,3 +128,24 @@ def test_node_hours_count_the_image_step_the_jobs_time_limit_gives_it():
     assert podman.node_hours - bare.node_hours == pytest.approx(2 * IMAGE_STEP_MINUTES / 60)
     assert f"+ {IMAGE_STEP_MINUTES} min image step" in format_table(Sweep([2], 4, ["podman"]))
     assert "image step" not in format_table(Sweep([2], 4, ["bare"]))
+
+
+@pytest.mark.parametrize("row_groups,nodes", [((2,) * 8, [1]), ((2,) * 8, [1, 2]), ((1,) * 4 + (4,) * 4, [1])])
+def test_the_shards_a_small_run_needs_give_every_rank_a_row_group_of_each_split(row_groups, nodes):
+    """A few steps' tokens fit one shard, so the plan asked for it plus K: 8 shards of 2 row groups at 4 ranks (K=2)
+    got `data download -n 3`, whose 2 training row groups could not serve the 4 ranks and the runs stopped at
+    start-up. Now the count holds enough row groups for the largest point in both splits, as the loader requires."""
+    from bench.launch.plan import DataShape
+    from bench.nanochat.dataset import split_of
+
+    sweep = Sweep(nodes, 4, ["bare"], data=DataShape(row_groups, "given"),
+                  train={"depth": 2, "max_seq_len": 64, "device_batch_size": 1, "num_iterations": 5})
+    point = max(sweep.points(), key=lambda p: p.ranks)
+
+    def loader_starts(n: int) -> bool:  # the first n shards downloaded, split by the loader's rule, K = the plan's
+        shards = list(range(n))
+        return all(sum(row_groups[i] for i in split_of(shards, split, point.val_files_k)) >= point.ranks
+                   for split in ("train", "val"))
+
+    expected = next(n for n in range(point.val_files_k + 1, len(row_groups) + 1) if loader_starts(n))
+    assert sweep.shards_needed() == expected > point.val_files_k + 1

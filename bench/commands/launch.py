@@ -235,9 +235,14 @@ def note_unseen_base_dir(args, sweep: planmod.Sweep, stages: tuple[flowmod.Stage
               f"(each reads the checkpoint the stage before wrote) was not checked")
 
 
-def note_planned_k(sweep, opts: LaunchOptions) -> None:
-    """submit, render sbatch|compare: the job's script exports each run's planned NANOCHAT_VAL_FILES_K over the one
-    sbatch carries from this shell, so a different one exported here is not used (--env's is the user's own)."""
+SBATCH_EXPORTS_K = "the job's script exports it over the one sbatch carries from this shell"
+GUIDE_EXPORTS_K = "the guide exports it over the one its salloc shell takes from this shell"
+
+
+def note_planned_k(sweep, opts: LaunchOptions, how: str = SBATCH_EXPORTS_K) -> None:
+    """submit, render: the job's script (the guide) exports each run's planned NANOCHAT_VAL_FILES_K over the one
+    sbatch (salloc) carries from this shell, so a different one exported here is not used (--env's is the user's
+    own)."""
     from bench import contract
 
     if contract.ENV_VAL_FILES_K in opts.env:
@@ -248,8 +253,7 @@ def note_planned_k(sweep, opts: LaunchOptions) -> None:
     planned = {dict(p.env)[contract.ENV_VAL_FILES_K]: source for p, source in points}
     ranks = "/".join(map(str, sorted({p.ranks for p, _ in points})))
     who = "the stages run" if sweep is not sweeps[0] else "the runs start"
-    if note := planmod.val_files_k_note(os.environ.get(contract.ENV_VAL_FILES_K), planned, ranks, who,
-                                        "the job's script exports it over the one sbatch carries from this shell"):
+    if note := planmod.val_files_k_note(os.environ.get(contract.ENV_VAL_FILES_K), planned, ranks, who, how):
         print(note)
 
 
@@ -540,7 +544,7 @@ def cmd_render_flow(args) -> int:
     tokenizer = tokenizer_args(args)
     if args.kind != "interactive":  # the guide has its own staging steps, run in the allocation before the stages
         check_staged_data(args, fs.stages, stage_settings(fs))
-        note_planned_k(fs, opts)
+    note_planned_k(fs, opts, GUIDE_EXPORTS_K if args.kind == "interactive" else SBATCH_EXPORTS_K)
     note_unseen_base_dir(args, fs.first, fs.stages)
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
@@ -632,7 +636,7 @@ def cmd_render(args) -> int:
                     compare_name="{sweep_id}-compare", compare_title="runtimes compared in one allocation: {runs}")
     if args.kind != "interactive":
         check_staged_data(args, stages, stage_settings(sweep))
-        note_planned_k(sweep, opts)
+    note_planned_k(sweep, opts, GUIDE_EXPORTS_K if args.kind == "interactive" else SBATCH_EXPORTS_K)
     note_unseen_base_dir(args, sweep, stages)
     # one job, or a comparison the partition's time limit splits into parts (as submit --compare splits it)
     jobs = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)

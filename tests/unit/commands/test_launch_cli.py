@@ -1065,20 +1065,25 @@ def test_an_empty_slurm_directive_value_is_called_empty(flag, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"], ["render", "compare"],
-                                     ["submit", "--dry-run", "--flow=speedrun", "--stages=base_train"]])
+                                     ["submit", "--dry-run", "--flow=speedrun", "--stages=base_train"],
+                                     ["render", "interactive"],
+                                     ["render", "interactive", "--flow=speedrun", "--stages=base_train"]])
 def test_a_shells_val_files_k_the_job_exports_over_is_noted(command, capsys, tmp_path, monkeypatch):
     """The job's script exports the plan's NANOCHAT_VAL_FILES_K over the one sbatch carries from the submitting
-    shell: a different one exported there was dropped without a word, as speedrun's note now says for its stages."""
+    shell: a different one exported there was dropped without a word, as speedrun's note now says for its stages.
+    The interactive guide's runs export it over the one its salloc shell has from this shell alike."""
     argv = [*command, "--nodes=1", "--gpus-per-node=2", "--runtimes=bare", "--row-groups=1", "--shards=8",
             f"--base-dir={tmp_path}", "--no-data-check"]
     monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "5")
     code, out, err = run_cli([*argv, "--out", str(tmp_path / "other")], capsys)
     assert code == 0, err
     who = "the stages run" if "--flow=speedrun" in command else "the runs start"
+    how = "the guide exports it over the one its salloc shell takes" if "interactive" in command else \
+        "the job's script exports it over the one sbatch carries"
     assert [line for line in out.splitlines() if "NANOCHAT_VAL_FILES_K" in line] == [
         f"note: NANOCHAT_VAL_FILES_K=5 of this environment is not used: {who} with the plan's "
-        f"NANOCHAT_VAL_FILES_K=2, chosen for 2 rank(s) from 8 shard(s) of 1 row groups (given), as the job's script "
-        f"exports it over the one sbatch carries from this shell"]
+        f"NANOCHAT_VAL_FILES_K=2, chosen for 2 rank(s) from 8 shard(s) of 1 row groups (given), as {how} "
+        f"from this shell"]
     monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "2")  # the plan's own: nothing to say
     code, out, err = run_cli([*argv, "--out", str(tmp_path / "same")], capsys)
     assert code == 0 and "NANOCHAT_VAL_FILES_K" not in out, err

@@ -14,7 +14,6 @@ checks stays readable:
                                   'images': {'ce': '$SCRATCH/ce-images/nanochat-bench+latest.sqsh'}}}
 """
 
-import os
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -27,7 +26,7 @@ from bench.launch.plan import DataShape, Point, Sweep, parse_minutes, parse_trai
 from bench.launch.render import render_sbatch
 from bench.nanochat.config import check_depth_limit
 from bench.runtimes import Mount
-from bench.runtimes.base import unset_variables
+from bench.runtimes.base import expand_variables, unset_variables
 
 EXTRAS_KEY = "nanochat_bench"
 # #SBATCH lines of the rendered job that ReFrame's job must ask for too (a shared node's CPUs: its GPUs' share);
@@ -156,11 +155,13 @@ def renamed(error: ConfigError, names=AS_THE_CHECK_SETS) -> ConfigError:
 
 
 def expanded(value: str, key: str) -> str:
-    """A path of the partition's settings with $VARIABLES expanded on the host that renders the job."""
-    out = os.path.expandvars(value)
+    """A path of the partition's settings with $VARIABLES expanded on the host that renders the job; an empty one
+    is refused as an unset one is, or `$SCRATCH/x` would become `/x`."""
+    out = expand_variables(value)
     unset = unset_variables(out)
     if unset:
-        raise ConfigError(f"extras['{EXTRAS_KEY}'].{key} {value!r} names the unset variable(s) {', '.join(unset)}")
+        raise ConfigError(f"extras['{EXTRAS_KEY}'].{key} {value!r} names the unset or empty variable(s) "
+                          f"{', '.join(unset)}; set them where reframe runs")
     return out
 
 

@@ -51,8 +51,12 @@ def test_the_partitions_references_path_has_its_variables_expanded(monkeypatch):
     monkeypatch.setenv("SCRATCH", "/scratch/me")
     site = Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, "references": "$SCRATCH/refs.toml"}}, "s:p")
     assert site.references_file("") == "/scratch/me/refs.toml"
+    unset = r"references '\$SCRATCH/refs.toml' names the unset or empty variable\(s\) SCRATCH; set them where"
+    monkeypatch.setenv("SCRATCH", "")  # was read as /refs.toml, a path nobody meant, not naming the variable
+    with pytest.raises(ConfigError, match=unset):
+        site.references_file("")
     monkeypatch.delenv("SCRATCH")
-    with pytest.raises(ConfigError, match=r"references '\$SCRATCH/refs.toml' names the unset variable\(s\) SCRATCH"):
+    with pytest.raises(ConfigError, match=unset):
         site.references_file("")
 
 
@@ -120,7 +124,7 @@ def test_case_mistakes_fail_before_anything_is_written(tmp_path):
         build(dataclasses.replace(case(CPU), depth=1_000_000), tmp_path)  # -S depth=1000000, named as the check's
     with pytest.raises(ConfigError, match="total_batch_size 500 is not a multiple"):
         build(case(CPU, scaling="strong", train_args=["total_batch_size=500"]), tmp_path)
-    unset = r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names the unset variable\(s\) NANOCHAT_BENCH_UNSET_VAR"
+    unset = r"base_dir '\$NANOCHAT_BENCH_UNSET_VAR/x' names the unset or empty variable\(s\) NANOCHAT_BENCH_UNSET_VAR"
     with pytest.raises(ConfigError, match=unset):
         build(case({**CPU, "base_dir": "$NANOCHAT_BENCH_UNSET_VAR/x"}), tmp_path)
     with pytest.raises(ConfigError, match=r"^num_nodes=0: must be at least 1"):

@@ -70,7 +70,8 @@ def test_an_unknown_gpu_is_refused_naming_the_known_ones(capsys, tmp_path):
     """plan --gpu FOO printed "?" node-hours and each run got the default time limit; a site's gpu was refused."""
     code, out, err = run_cli(["plan", "--gpu", "FOO"], capsys)
     assert code == 1 and not out and err.count("\n") == 1, err
-    assert err.startswith("error: --gpu 'FOO': no peak FLOPs known for it") and "name one of GH200, H200 NVL, H200," in err
+    assert err.startswith("error: --gpu 'FOO': no peak FLOPs known for it")
+    assert "name one of GH200, H200 NVL, H200," in err
     code, _, err = run_cli(["submit", "--dry-run", "--gpu", "FOO", "--out", str(tmp_path / "s")], capsys)
     assert code == 1 and "--gpu 'FOO'" in err and not (tmp_path / "s").exists()
     code, out, _ = run_cli(["plan", "--gpu", "NVIDIA H100 80GB HBM3"], capsys)  # torch's name for it

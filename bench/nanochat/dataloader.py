@@ -99,10 +99,9 @@ def _documents(files: list[Path], assignment: list[tuple[int, int]], start: int 
         start = 0
 
 
-def tokenizing_distributed_data_loader(B: int, T: int, split: str, files: list[Path],
-                                       assignment: list[tuple[int, int]], tokenizer_threads: int = 4,
-                                       tokenizer_batch_size: int = 128, device="cpu", rank: int = 0,
-                                       world_size: int = 1, state: dict | None = None):
+def tokenizing_distributed_data_loader(B: int, T: int, files: list[Path], assignment: list[tuple[int, int]],
+                                       tokenizer_threads: int, tokenizer_batch_size: int, device, rank: int,
+                                       world_size: int, state: dict | None):
     """Yield (x, y) int64 (B, T) batches from this rank's row groups (already checked non-empty)."""
     from bench.nanochat.tokenizer import get_tokenizer
 
@@ -182,5 +181,5 @@ def build_loader(B: int, T: int, split: str, device="cpu", rank: int = 0, world_
     if starved_ranks(rows, world_size):  # read every footer only to suggest a K that works
         check_shares(split, files, rows, world_size, dataset.row_group_rows(dataset.list_parquet_files()), k)
     assignment = assign_row_groups([len(r) for r in rows], rank, world_size)
-    return tokenizing_distributed_data_loader(B, T, split, files, assignment, tokenizer_threads,
+    return tokenizing_distributed_data_loader(B, T, files, assignment, tokenizer_threads,
                                               tokenizer_batch_size, device, rank, world_size, state)

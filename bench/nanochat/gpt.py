@@ -224,18 +224,6 @@ class GPT(nn.Module):
             return softcap_logits(logits)
         return self.softcap_loss(logits, targets, loss_reduction)
 
-    @torch.inference_mode()
-    def generate_greedy(self, tokens: list[int], max_tokens: int) -> list[int]:
-        """Greedy continuation without a KV cache: enough for the few samples printed in training."""
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.get_device())
-        out = []
-        for _ in range(max_tokens):
-            logits = self.forward(ids[:, -self.config.sequence_len:])
-            next_id = logits[:, -1, :].argmax(dim=-1, keepdim=True)
-            ids = torch.cat([ids, next_id], dim=1)
-            out.append(int(next_id.item()))
-        return out
-
 
 def build_model(config: GPTConfig, device: torch.device | str) -> GPT:
     """Build on the meta device (no memory, no init cost), materialise on `device`, then init."""

@@ -39,32 +39,27 @@ def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: f
               chunk_bytes: int = download.CHUNK_BYTES) -> None:
     """The zip into dest, through dest.tmp, resumed across tries and runs, its bytes counted on a bar at a terminal
     (162 MB take minutes on a slow link; a job's log gets no bar); DataError after the last try."""
-    with tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name, leave=False, disable=None) as bar:
-        _fetch_zip(url, dest, retries, timeout_s, backoff_s, chunk_bytes, bar)
-
-
-def _fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: float, chunk_bytes: int,
-               bar: tqdm) -> None:
     tmp = dest.with_name(dest.name + ".tmp")  # a fixed name: a later try resumes it
     timeout = download.timeouts(timeout_s)
-    for attempt in range(1, retries + 1):
-        try:
-            download._fetch_once(url, tmp, timeout, chunk_bytes, bar)
-            os.replace(tmp, dest)
-            return
-        except requests.HTTPError as e:
-            code = e.response.status_code if e.response is not None else None
-            if code in download.PERMANENT_HTTP or attempt == retries:
-                raise DataError(f"{url}: HTTP {code}; nothing was staged; {FIX_URL}") from None
-        except requests.RequestException as e:
-            if attempt == retries:
-                why = download.no_answer(e) or f"{type(e).__name__}"
-                raise DataError(f"{url}: {retries} attempt(s) failed, the last: {why}; run again to resume "
-                                f"{tmp}; {FIX_URL}") from None
-        except OSError as e:
-            raise DataError(f"cannot write {tmp}: {os_reason_and_remedy(e, ELSEWHERE)}, then run again to resume"
-                            ) from None
-        time.sleep(backoff_s * 2 ** (attempt - 1))
+    with tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name, leave=False, disable=None) as bar:
+        for attempt in range(1, retries + 1):
+            try:
+                download._fetch_once(url, tmp, timeout, chunk_bytes, bar)
+                os.replace(tmp, dest)
+                return
+            except requests.HTTPError as e:
+                code = e.response.status_code if e.response is not None else None
+                if code in download.PERMANENT_HTTP or attempt == retries:
+                    raise DataError(f"{url}: HTTP {code}; nothing was staged; {FIX_URL}") from None
+            except requests.RequestException as e:
+                if attempt == retries:
+                    why = download.no_answer(e) or type(e).__name__
+                    raise DataError(f"{url}: {retries} attempt(s) failed, the last: {why}; run again to resume "
+                                    f"{tmp}; {FIX_URL}") from None
+            except OSError as e:
+                raise DataError(f"cannot write {tmp}: {os_reason_and_remedy(e, ELSEWHERE)}, then run again to resume"
+                                ) from None
+            time.sleep(backoff_s * 2 ** (attempt - 1))
 
 
 def sha256_of(path: Path) -> str:

@@ -46,7 +46,7 @@ def log(text: str) -> None:
     print(text, flush=True)
 
 
-def software_versions(torch, torch_nntile) -> dict:
+def software_versions(torch_nntile) -> dict:
     """torch-nntile's, StarPU's (from the library bundled in the wheel) and transformers' versions."""
     import ctypes
     import glob
@@ -148,7 +148,7 @@ def train(argv: list[str], record: RunRecord) -> dict:
     gpu_name = torch.cuda.get_device_name(0) if gpus else None
     peak = peak_flops(gpu_name)
     record.start(as_record(config, shape), world_size, 1, gpus, peak)
-    record.update(software=software_versions(torch, torch_nntile),
+    record.update(software=software_versions(torch_nntile),
                   nntile={"starpu": {"ncpu": ncpu, "ncuda": gpus, "restrict": config.restrict or None,
                                      "home": os.environ.get("STARPU_HOME")}, "dataset": data})
     log(f"StarPU workers: {ncpu} CPU, {gpus} CUDA{f' ({gpu_name})' if gpu_name else ''}; restrict: "

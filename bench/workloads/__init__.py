@@ -53,6 +53,8 @@ def get(name: str):
 def by_run_workload(run_workload) -> object | None:
     """The workload whose runs record this run.json `workload`, now or in an older release (None for a name no
     registered one records: a newer release's workload, or no name at all)."""
+    if not isinstance(run_workload, str):  # a table's null (None, NaN, pd.NA): no name
+        return None
     return next((w for w in map(get, _MODULES)
                  if run_workload in (w.run_workload, *w.former_run_workloads)), None)
 

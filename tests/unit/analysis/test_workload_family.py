@@ -57,3 +57,12 @@ def test_a_registered_nanochat_workload_stands_beside_nntile(speedrun_registered
     pairs = side_by_side(collect([tmp_path / "runs"]).table)
     assert list(pairs["workload"]) == ["speedrun-base", "nntile-gpt2"]
     assert list(pairs["vs_nanochat"].round(3)) == [1.0, round(500 / 17_000, 3)]
+
+
+def test_a_row_with_no_workload_has_no_family_whatever_null_the_table_holds():
+    """Regression: a run whose run.json could not be read has pd.NA as its workload in the table, and the report's
+    note on a baseline whose runs all failed took the family of every row: 'boolean value of NA is ambiguous'."""
+    assert [workloads.family(null) for null in (None, float("nan"), pd.NA)] == [None, None, None]
+    rows = with_legacy(pd.DataFrame({"workload": pd.array(["nanochat-base", pd.NA], dtype="string"),
+                                     **{col: [None, None] for col in LEGACY}}))
+    assert rows[next(iter(LEGACY))].tolist()[1] is None

@@ -232,7 +232,7 @@ def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | Non
 
 
 def _nodes(counts: list) -> str:
-    """'1 node', '2 nodes', '1, 2 nodes', '2, unknown nodes': the node counts of scaling.node_counts."""
+    """'1 node', '2 nodes', '1, 2 nodes', '2, unknown nodes': the node counts of scaling.recorded(runs, "nodes")."""
     one = len(counts) == 1 and counts != ["unknown"]
     return scaling.count(counts[0], "nodes") if one else f"{', '.join(map(str, counts))} nodes"
 
@@ -246,42 +246,46 @@ def unlike_nodes_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | Non
             "network between them, not the runtime).") if said else None
 
 
+def _mixed_note(runs: pd.DataFrame, unit: str, column: str, ran, consequence: str) -> str:
+    """' bare at 8 GPUs ran device batch 16, 32: <consequence>' for each runtime and rank count whose runs differ in
+    `column` (scaling.mixed), `ran` saying the values of one; "" where there is none."""
+    said = [f"{runtime} at {scaling.count(world, unit)} {ran(scaling.recorded(r, column))}"
+            for (runtime, world), r in scaling.mixed(runs, column).groupby(["runtime", "world_size"])]
+    return f" {'; '.join(said)}: {consequence}" if said else ""
+
+
+def _listed(what: str):
+    return lambda values: f"{what} {', '.join(map(str, values))}"
+
+
 def mixed_nodes_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count ran on different node counts: that point is left out of the table
     and figures (scaling.mixed_nodes), and the note says so ("" where there is none)."""
-    said = [f"{runtime} at {scaling.count(world, unit)} ran on {_nodes(scaling.node_counts(r))}"
-            for (runtime, world), r in scaling.mixed_nodes(runs).groupby(["runtime", "world_size"])]
-    return (f" {'; '.join(said)}: not repeats of one point (within a node and across nodes), so that point is left "
-            "out of the table and figures.") if said else ""
+    return _mixed_note(runs, unit, "nodes", lambda counts: f"ran on {_nodes(counts)}",
+                       "not repeats of one point (within a node and across nodes), so that point is left out of the "
+                       "table and figures.")
 
 
 def mixed_batch_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count ran different device batches: that point is left out of the table
     and figures (scaling.mixed_batches), and the note says so ("" where there is none)."""
-    said = [f"{runtime} at {scaling.count(world, unit)} ran device batch {', '.join(map(str, scaling.batch_sizes(r)))}"
-            for (runtime, world), r in scaling.mixed_batches(runs).groupby(["runtime", "world_size"])]
-    return (f" {'; '.join(said)}: not repeats of one point (another gradient accumulation each), so that point is "
-            "left out of the table and figures.") if said else ""
+    return _mixed_note(runs, unit, "device_batch_size", _listed("ran device batch"),
+                       "not repeats of one point (another gradient accumulation each), so that point is left out of "
+                       "the table and figures.")
 
 
 def mixed_val_files_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count validated on different NANOCHAT_VAL_FILES_K: that point has no min
     val bpb (scaling.mixed_val_files), and the note says so ("" where there is none)."""
-    said = [f"{runtime} at {scaling.count(world, unit)} validated on NANOCHAT_VAL_FILES_K "
-            f"{', '.join(map(str, scaling.val_file_counts(r)))}"
-            for (runtime, world), r in scaling.mixed_val_files(runs).groupby(["runtime", "world_size"])]
-    return (f" {'; '.join(said)}: val bpb of other validation shards, so that point has no min val bpb."
-            if said else "")
+    return _mixed_note(runs, unit, "val_files_k", _listed("validated on NANOCHAT_VAL_FILES_K"),
+                       "val bpb of other validation shards, so that point has no min val bpb.")
 
 
 def mixed_horizons_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count were set to train for different step counts: that point has no min
     val bpb (scaling.mixed_horizons), and the note says so ("" where there is none)."""
-    said = [f"{runtime} at {scaling.count(world, unit)} trained for num_iterations "
-            f"{', '.join(map(str, scaling.horizons(r)))}"
-            for (runtime, world), r in scaling.mixed_horizons(runs).groupby(["runtime", "world_size"])]
-    return (f" {'; '.join(said)}: val bpb after other training horizons, so that point has no min val bpb."
-            if said else "")
+    return _mixed_note(runs, unit, "num_iterations", _listed("trained for num_iterations"),
+                       "val bpb after other training horizons, so that point has no min val bpb.")
 
 
 def skew_note(runs: pd.DataFrame) -> str:

@@ -292,16 +292,14 @@ def mixed_batches(runs: pd.DataFrame) -> pd.DataFrame:
     its total (the device batch is no key), so each is another gradient accumulation, not a repeat of the others:
     scaling_table leaves the point out rather than take a median across them; a run that recorded none is one more
     setting (settings)."""
-    batches = runs.groupby(["config", "runtime", "world_size"], dropna=False)["device_batch_size"].transform(settings)
-    return runs[batches > 1]
+    return mixed(runs, "device_batch_size")
 
 
 def mixed_nodes(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs of points (config, runtime, rank count) whose runs ran on different node counts: 2 ranks on one node
     talk within it, on two over the network between them, so neither is a repeat of the other and scaling_table leaves
     the point out rather than take a median across them; a run that recorded none is one more setting (settings)."""
-    nodes = runs.groupby(["config", "runtime", "world_size"], dropna=False)["nodes"].transform(settings)
-    return runs[nodes > 1]
+    return mixed(runs, "nodes")
 
 
 def mixed_val_files(runs: pd.DataFrame) -> pd.DataFrame:
@@ -309,8 +307,7 @@ def mixed_val_files(runs: pd.DataFrame) -> pd.DataFrame:
     last K shards are the validation split, so their val bpb are of other data and a minimum over them is of none;
     scaling_table gives such a point no min val bpb (its steps' speed is still of repeats). K is no key: the planner
     picks it for each rank count (bench/workloads/nanochat.py val_files_k), so one curve's points may differ in it."""
-    ks = runs.groupby(["config", "runtime", "world_size"], dropna=False)["val_files_k"].transform(settings)
-    return runs[ks > 1]
+    return mixed(runs, "val_files_k")
 
 
 def mixed_horizons(runs: pd.DataFrame) -> pd.DataFrame:
@@ -318,8 +315,12 @@ def mixed_horizons(runs: pd.DataFrame) -> pd.DataFrame:
     (num_iterations): the learning rate decays over the horizon, so a val bpb after 30 steps and one after 300 are of
     other trainings and a minimum over them is of none; scaling_table gives such a point no min val bpb (its steady
     steps' speed is still of repeats, whatever their number past the warm-up)."""
-    steps = runs.groupby(["config", "runtime", "world_size"], dropna=False)["num_iterations"].transform(settings)
-    return runs[steps > 1]
+    return mixed(runs, "num_iterations")
+
+
+def mixed(runs: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The runs of points (config, runtime, rank count) whose runs differ in `column` (settings)."""
+    return runs[runs.groupby(["config", "runtime", "world_size"], dropna=False)[column].transform(settings) > 1]
 
 
 def settings(values: pd.Series) -> int:
@@ -361,34 +362,17 @@ def compared(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return df[(df["runtime"] != UNKNOWN_RUNTIME) | (df["runtime"] == baseline)]
 
 
-def batch_sizes(runs: pd.DataFrame) -> list:
-    """The device batch sizes the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
-    known = runs["device_batch_size"].dropna()
-    return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
-
-
-def node_counts(runs: pd.DataFrame) -> list:
-    """The node counts the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
-    known = runs["nodes"].dropna()
-    return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
-
-
-def val_file_counts(runs: pd.DataFrame) -> list:
-    """The NANOCHAT_VAL_FILES_K the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
-    known = runs["val_files_k"].dropna()
-    return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
-
-
-def horizons(runs: pd.DataFrame) -> list:
-    """The num_iterations the runs recorded, sorted, once each, then "unknown" where a run recorded none."""
-    known = runs["num_iterations"].dropna()
+def recorded(runs: pd.DataFrame, column: str) -> list:
+    """The whole-number values of `column` the runs recorded (device batch, nodes, K, num_iterations), sorted, once
+    each, then "unknown" where a run recorded none."""
+    known = runs[column].dropna()
     return sorted(set(known.astype(int))) + (["unknown"] if len(known) < len(runs) else [])
 
 
 def unlike_nodes(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[list, list] | None:
     """The node counts of a runtime's runs and of the baseline's at one point where they are not all one, else None:
     a ratio of runs within one node to runs across nodes would time the network between them, not the runtime."""
-    mine, theirs = node_counts(runs), node_counts(baseline_runs)
+    mine, theirs = recorded(runs, "nodes"), recorded(baseline_runs, "nodes")
     return (mine, theirs) if len({*mine, *theirs}) > 1 else None
 
 
@@ -396,7 +380,7 @@ def device_batches(runs: pd.DataFrame, baseline_runs: pd.DataFrame) -> tuple[lis
     """The device batch sizes of a runtime's runs and of the baseline's at one point where they are not all one, else
     None. A strong curve keeps only its total (the device batch is no key), so at one rank count another device
     batch is another gradient accumulation: a ratio would time that, not the runtime. No ratio is taken there."""
-    mine, theirs = batch_sizes(runs), batch_sizes(baseline_runs)
+    mine, theirs = recorded(runs, "device_batch_size"), recorded(baseline_runs, "device_batch_size")
     return (mine, theirs) if len({*mine, *theirs}) > 1 else None
 
 

@@ -173,14 +173,10 @@ def vocabulary(data_bin_dir: str, device="cpu"):
         else:
             note = f"; made by another nanochat tokenizer than {tokenizer_dir()}'s: no samples"
     if ours is not None and lengths is not None:
-        from bench.nanochat.tokenizer import raw_byte_lengths, token_byte_lengths
+        from bench.nanochat.tokenizer import refuse_raw_byte_counts
 
         # written before `data bin` counted as upstream: their bpb would not be the parquet shards' (check_pair)
-        have = lengths.tolist()
-        if have != token_byte_lengths(ours.enc) and have == raw_byte_lengths(ours.enc):
-            raise DataError(f"{Path(data_bin_dir) / TOKEN_BYTES_NPY} counts each token's raw bytes, as an earlier "
-                            f"nanochat-bench wrote it, not its bytes decoded alone as upstream's, so its bpb would "
-                            f"not be upstream's; run `nanochat-bench data bin` again")
+        refuse_raw_byte_counts(ours.enc, lengths.tolist(), Path(data_bin_dir) / TOKEN_BYTES_NPY, "data bin")
     tb = torch.from_numpy(lengths).to(device) if lengths is not None else None
     return ours, tb, int(meta["vocab_size"]), \
         f"{meta.get('tokenizer')} tokenizer (from {data_bin_dir}/{META_JSON}){note}"

@@ -307,6 +307,16 @@ def get_tokenizer() -> Tokenizer:
     return Tokenizer(_encoding())
 
 
+def refuse_raw_byte_counts(encoding, have: list[int], path: Path, command: str) -> None:
+    """DataError where `have`, the byte counts read from `path`, are each token's raw bytes, as earlier releases
+    wrote them (token_bytes.pt, `data bin`'s token_bytes.npy), not upstream's (token_byte_lengths): `command` writes
+    them again."""
+    if have == raw_byte_lengths(encoding) != token_byte_lengths(encoding):
+        raise DataError(f"{path} counts each token's raw bytes, as an earlier nanochat-bench wrote it, not its bytes "
+                        f"decoded alone as upstream's, so its bpb would not be upstream's; run `nanochat-bench "
+                        f"{command}` again")
+
+
 def check_pair(encoding, token_bytes, directory: Path) -> None:
     """DataError unless token_bytes.pt is the one written with tokenizer.pkl: one entry per token, each the
     token's byte length. Two `tokenizer train` runs, or one cut between its two renames, leave a pair
@@ -315,10 +325,7 @@ def check_pair(encoding, token_bytes, directory: Path) -> None:
     have = token_bytes.tolist()
     if have == expected:
         return
-    if have == raw_byte_lengths(encoding):
-        raise DataError(f"{directory / TOKEN_BYTES_PT} counts each token's raw bytes, as an earlier nanochat-bench "
-                        f"wrote it, not its bytes decoded alone as upstream's, so its bpb would not be upstream's; "
-                        f"run `nanochat-bench tokenizer train` again")
+    refuse_raw_byte_counts(encoding, have, directory / TOKEN_BYTES_PT, "tokenizer train")
     if len(have) != len(expected):
         where = f"tokenizer.pkl has {len(expected):,} tokens but token_bytes.pt {len(have):,} entries"
     else:

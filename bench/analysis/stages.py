@@ -140,12 +140,6 @@ def _by_point(rows: pd.DataFrame, models: bool, unit: str = "ranks"):
             f"{point} ran {'; '.join(flags)}" if flags else None
 
 
-def _left_out(said: list[str], where: str) -> str | None:
-    """The note under a table of the points left out of it (None where none was)."""
-    return (f"{'; '.join(said)}: not repeats of one point (another way of running the stage or one before it), so "
-            f"that point is left out of {where}.") if said else None
-
-
 def _point_table(head: list[str], rows: list[list[str]], models: bool, unit: str) -> Table:
     """A Table whose rows start with their point's cells; the model's (if shown) and the runtime's are text."""
     return Table([*["model", "runtime", unit, "nodes"][0 if models else 1:], *head], rows,
@@ -187,7 +181,9 @@ def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False, un
 
 def left_out(rows: pd.DataFrame, where: str, models: bool = False, unit: str = "ranks") -> str | None:
     """The note of the points stage_table or time_to_chat leaves out of `where`, their runs having run other flags."""
-    return _left_out([differ for _, _, differ in _by_point(rows, models, unit) if differ], where)
+    said = [differ for _, _, differ in _by_point(rows, models, unit) if differ]
+    return (f"{'; '.join(said)}: not repeats of one point (another way of running the stage or one before it), so "
+            f"that point is left out of {where}.") if said else None
 
 
 def stage_sections(table: pd.DataFrame) -> dict | None:

@@ -157,6 +157,8 @@ def render_interactive(job: Job, base_dir: str, shards: int, shards_why: str = "
     # interactive: pasted into the salloc shell, a failed check must not `exit` that shell
     ctx.update(interactive=True, salloc=salloc_line(job, minutes), base_dir=shlex.quote(base_dir), shards=shards,
                shards_why=shards_why, salloc_minutes=minutes,
+               data_exports=[(name, shlex.quote(value)) for name, value in run.spec.env.items()
+                             if name == contract.ENV_VAL_FILES_K],
                bench_on_host=job.bench_on_host and run.runtime.python is not None,
                image_srun=multiline(run.image_lines()) if run.image_step else None,
                data_srun=one_task(bench, python, "-m", "bench.cli", "data", "download", "-n", str(shards),

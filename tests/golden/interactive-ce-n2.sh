@@ -13,6 +13,9 @@
 # not its tee's, which would hide a failed tokenizer or training step
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then set -euo pipefail; else set -o pipefail; fi
 export NANOCHAT_BASE_DIR=/scratch/nb/cache
+# the plan's validation files K for the steps below that read the shards, not only the runs: a larger one the
+# salloc shell takes from the user's shell leaves training no shard of the download, and the tokenizer would stop
+export NANOCHAT_VAL_FILES_K=1
 # a container runtime refuses to bind a host folder that does not exist, as on a first use
 mkdir -p "$NANOCHAT_BASE_DIR"
 # CPUs of a node for the one task there (torchrun and its workers, a tokenizer's threads), which every srun

@@ -559,6 +559,26 @@ def test_a_mount_not_visible_here_is_noted(capsys, tmp_path):
     assert code == 0 and "--mount" not in out, err
 
 
+def test_the_interactive_guides_data_and_tokenizer_steps_read_the_plans_val_files_k(capsys, tmp_path, monkeypatch):
+    """The guide exported the plan's NANOCHAT_VAL_FILES_K only in its runs' block: its tokenizer step took the salloc
+    shell's, and one larger than its download leaves for validation (8 of 4 shards) stopped it, as the flow's
+    guide, which exports K before its tokenizer, does not. The steps before training run here, srun a stub."""
+    monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "8")
+    code, out, err = run_cli(["render", "interactive", "--nodes=1", "--runtimes=bare", *TINY, "--row-groups=1",
+                              "--shards=8", f"--base-dir={tmp_path}", "--out", str(tmp_path / "g")], capsys)
+    assert code == 0, err
+    guide = (tmp_path / "g" / "n1-bare-r1" / "interactive.sh").read_text()
+    assert "data download -n 4" in guide  # shards of 1 row group at 2 ranks: K=2, and 2 for training
+    stub = tmp_path / "bin" / "srun"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\nargs="$*"\necho "K=$NANOCHAT_VAL_FILES_K: ${args#* -m bench.cli }"\n')
+    stub.chmod(0o755)
+    steps = subprocess.run(["bash", "-s"], input=guide[:guide.index("# -- a shell")], capture_output=True,
+                           text=True, env={**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}"})
+    assert steps.returncode == 0, steps.stderr
+    assert steps.stdout.splitlines() == ["K=2: data download -n 4", "K=2: tokenizer train"]
+
+
 def test_a_base_dir_not_visible_here_is_not_checked_and_says_so(capsys, tmp_path):
     """A login node that does not see the nodes' filesystem: nothing to check, the job is written with a note."""
     code, out, _ = run_cli(["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY,

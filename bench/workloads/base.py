@@ -86,7 +86,7 @@ class PointPlan:
     columns: tuple[tuple[str, Any], ...] = ()
     manifest: tuple[tuple[str, Any], ...] = ()
     val_files_k: int | None = None  # None: not planned
-    tokens: int | None = None  # training tokens of the run (for the shards to download); None: unknown
+    tokens: int | None = None  # tokens the run reads of the training split (for the shards to download); None: unknown
     est_hours: float | None = None  # wall hours of the run; None: no estimate can be made
     note: str = ""
     reason: str = ""

@@ -56,10 +56,16 @@ class BaseLoss(TorchrunStage):
                                       f"{len(SPLITS)} splits x {split_tokens:,} tokens forward", FORWARD_SHARE)
         flags = {**settings.train, "split_tokens": split_tokens}
         env = ((contract.ENV_VAL_FILES_K, str(k)),) if k is not None else ()
-        return PointPlan(train_argv=tuple(argv_of(flags)), env=env, val_files_k=k,
+        # the download must hold the train split's split_tokens, as it holds a training run's tokens
+        return PointPlan(train_argv=tuple(argv_of(flags)), env=env, val_files_k=k, tokens=split_tokens,
                          note="; ".join(filter(None, [note, assumed])), est_hours=est,
                          columns=(("device_batch_size", config.device_batch_size), ("split_tokens", split_tokens),
                                   ("eval_steps", split_tokens // per_step)))
+
+    def describe(self, sweep) -> list[str]:
+        from bench.workloads.nanochat import data_line
+
+        return [*super().describe(sweep), "validation files: " + data_line(sweep, "the train split's split_tokens")]
 
     def read_events(self, events: list[dict], config: dict) -> list[dict]:
         """Before its score events carried `tokens` (contract 2.3 and before), each split's score evaluated

@@ -178,13 +178,14 @@ class Nanochat(TorchrunStage):
                 f"validation files: {data_line(sweep)}"]
 
 
-def data_line(sweep) -> str:
-    """What the plan knows of the data: where K came from, and how many shards to download."""
+def data_line(sweep, tokens: str = "training tokens") -> str:
+    """What the plan knows of the data: where K came from, and how many shards to download (`tokens`: what the runs
+    read of the training split)."""
     shards = sweep.shards_needed()
-    need = f"; download {shards} shard(s) (training tokens at ~52M a shard, +10%, + K validation, and a row group " \
+    need = f"; download {shards} shard(s) ({tokens} at ~52M a shard, +10%, + K validation, and a row group " \
         "a rank in each split)" if shards else ""
     if sweep.data is None:
-        return ("K not planned: no shards found and no --row-groups given (the trainer uses "
+        return ("K not planned: no shards found and no --row-groups given (the runs use "
                 f"{contract.ENV_VAL_FILES_K} or 1; give --data-dir or --row-groups N --shards M){need}")
     return f"K chosen per point from {sweep.data.source}{need}"
 

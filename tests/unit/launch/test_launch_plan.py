@@ -149,3 +149,20 @@ def test_the_shards_a_small_run_needs_give_every_rank_a_row_group_of_each_split(
 
     expected = next(n for n in range(point.val_files_k + 1, len(row_groups) + 1) if loader_starts(n))
     assert sweep.shards_needed() == expected > point.val_files_k + 1
+
+
+@pytest.mark.parametrize("data,split_tokens,expected", [
+    (((1,) * 16), 1_048_576, 16),  # 8 ranks: K=8, and 8 training shards of 1 row group
+    (((52,) * 250), 1_048_576, 2),  # FineWeb-Edu's: K=1, and a training shard
+    (None, 1_048_576_000, 24)])  # ~1e9 tokens: 23 training shards (52M a shard, +10%), + K=1
+def test_the_shards_base_loss_needs_hold_its_train_split_tokens_and_serve_every_rank(data, split_tokens, expected):
+    """base_loss trains no tokens, so the plan counted no shards it needs and the interactive guide downloaded 8:
+    at 8 ranks of shards of 1 row group (K=8) none was left for its train split, and the run stopped at start-up.
+    It reads the train split's first split_tokens and needs a row group a rank in both splits, as training does."""
+    from bench.launch.plan import DataShape
+
+    sweep = Sweep([1], 8, ["bare"], workload="base_loss", data=data and DataShape(data, "given"),
+                  train={"split_tokens": split_tokens, "device_batch_size": 1, "max_seq_len": 128})
+    [point] = sweep.points()
+    assert point.possible, point.reason
+    assert sweep.shards_needed() == expected

@@ -12,7 +12,7 @@ import textwrap
 import time
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ErrorHandler, ProcessFailure
 
 from bench import contract
 from bench.launch import elastic
@@ -44,6 +44,39 @@ def test_the_first_rank_to_record_its_failure_is_the_cause_not_rank_0_of_torchru
     e = ChildFailedError("train", {0: failure(0, 1, 100), 1: failure(1, 1, 100)})
     assert first_failure(e, str(tmp_path))[0] == 1
     assert first_failure(e)[0] == 0  # nothing recorded: torchrun's own choice
+
+
+def raised(tmp_path, monkeypatch, rank: int, exc: BaseException) -> ProcessFailure:
+    """The failure torchrun reads of a rank that exited 1 on `exc`, from the error file @record writes for it."""
+    error_file = tmp_path / f"error_{rank}.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    ErrorHandler().record_exception(exc)
+    return ProcessFailure(local_rank=rank, pid=4000 + rank, exitcode=1, error_file=str(error_file))
+
+
+def test_a_rank_torchrun_stopped_is_not_the_cause_of_the_one_that_raised(tmp_path, monkeypatch):
+    """torchrun counts the ranks it stops among its failures: rank 0, which it SIGTERMed (or SIGKILLed after the
+    shutdown wait) once rank 1 raised, was named the first failed worker, killed by a signal, and recorded so."""
+    raised_1 = raised(tmp_path, monkeypatch, 1, RuntimeError("CUDA error: an illegal memory access was encountered"))
+    monkeypatch.setattr(elastic, "STOPPED", {4000})
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for when in (raised_1.timestamp, raised_1.timestamp - 1):  # torchrun's whole seconds: a tie, or earlier
+            e = ChildFailedError("train", {0: failure(0, -signum, when), 1: raised_1})
+            rank, f = first_failure(e, str(tmp_path))
+            assert (rank, describe(rank, f)) == (1, f"rank 1 on {HOST} exited with status 1")
+    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    assert contract.read_run_json(tmp_path)["message"] == f"rank 1 on {HOST} exited with status 1"
+    # the kernel's OOM killer is no teardown of torchrun's: the rank it killed is the cause
+    monkeypatch.setattr(elastic, "STOPPED", set())
+    assert first_failure(ChildFailedError("train", {0: failure(0, -signal.SIGKILL, 1), 1: raised_1}))[0] == 0
+
+
+def test_ranks_that_raised_in_the_same_second_name_the_lower_rank_whatever_torchrun_s_order(tmp_path, monkeypatch):
+    raised_0 = raised(tmp_path, monkeypatch, 0, RuntimeError("CUDA error: uncorrectable ECC error encountered"))
+    raised_1 = raised(tmp_path, monkeypatch, 1, RuntimeError("CUDA error: uncorrectable ECC error encountered"))
+    raised_1.timestamp = raised_0.timestamp
+    for failures in ({0: raised_0, 1: raised_1}, {1: raised_1, 0: raised_0}):
+        assert first_failure(ChildFailedError("train", failures), str(tmp_path))[0] == 0
 
 
 def test_the_echo_gives_way_but_a_rank_s_own_reason_stays(tmp_path):
@@ -168,6 +201,35 @@ def test_a_run_json_that_cannot_be_recorded_in_is_one_line_not_a_traceback(tmp_p
         err = capsys.readouterr().err
         assert err.startswith(f"torchrun: could not record the outcome in {tmp_path / name}: ") and \
             err.count("\n") == 1, err
+
+
+# rank 1 raises under torch's @record (its error file); rank 0, still starting, has no handler of SIGTERM yet
+ONE_RAISES = textwrap.dedent("""
+    import os, sys, time
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def main():
+        if os.environ["RANK"] == "1":
+            time.sleep(0.5)
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        time.sleep(60)
+
+    main()
+""")
+
+
+def test_the_rank_that_raised_is_recorded_not_the_one_torchrun_then_stopped(tmp_path):
+    script, run_dir = tmp_path / "one_raises.py", tmp_path / "run"
+    script.write_text(ONE_RAISES)
+    run_dir.mkdir()
+    env = {**os.environ, "NANOCHAT_BENCH_RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "bench.launch.elastic", "--standalone", "--nproc_per_node=2",
+                           str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[-1].startswith(f"torchrun: rank 1 on {HOST} exited with status 1 "), proc.stderr
+    data = contract.read_run_json(run_dir)
+    assert (data["status"], data["message"]) == ("failed", f"rank 1 on {HOST} exited with status 1")
 
 
 ONE_FAILS = textwrap.dedent("""

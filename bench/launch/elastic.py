@@ -6,9 +6,10 @@ got SIGTERM/SIGINT/SIGHUP), and Python prints them as tracebacks into the job's 
 becomes one line naming the cause, and what torchrun saw is recorded as evidence (bench/contract/outcome.py
 settles the status): of the workers torchrun did not stop itself (SIGTERM, SIGKILL after the shutdown wait),
 the one that failed first, killed by a signal (kill -9, the kernel's OOM killer: it cannot say so itself) before
-one that exited with an error, and among those the rank that recorded its own failure first in run.json
-(torchrun's exit times are whole seconds: a tie goes to rank 0), so the ranks torchrun then stops, or that lost
-their peer, do not leave the echo as the run's status. A worker
+one that exited with an error, and among those the rank that recorded its own failure first in run.json, an
+error before a lost peer or a SIGTERM as in the precedence table (torchrun's exit times are whole seconds: a tie
+goes to rank 0), so the ranks torchrun then stops, or that lost their peer, do not leave the echo as the run's
+status. A worker
 aborted (SIGABRT, as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats show another
 rank stopped is evidence of `hung`, naming that rank. A signal to torchrun itself is evidence of a cancel.
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path
@@ -126,22 +127,30 @@ def describe(rank: int, failure) -> str:
 
 def first_failure(e: ChildFailedError, run_dir: str | None = None) -> tuple[int, object]:
     """The cause among the failed workers that torchrun did not stop itself (STOPPED): the first killed by a signal,
-    else the first to record its own failure in run_dir, else torchrun's first (module docstring). torchrun's times
-    are whole seconds, when it saw each exit: a rank that failed and the ones that lost it a moment later tie there,
-    and rank 0 would win the tie."""
+    else the one whose record in run_dir ranks highest in the contract's precedence table (its own error before a
+    lost peer or a SIGTERM), the first of those, else torchrun's first (module docstring). torchrun's times are whole
+    seconds, when it saw each exit: a rank that failed and the ones that lost it a moment later tie there, and rank 0
+    would win the tie."""
     failures = {rank: f for rank, f in e.failures.items() if f.pid not in STOPPED} or e.failures
     killed = sorted((f.timestamp, rank, f) for rank, f in failures.items()
                     if f.exitcode is not None and f.exitcode < 0)
     if killed:
         _, rank, failure = killed[0]
         return rank, failure
-    recorded = sorted((entry.get("t") or math.inf, entry["rank"]) for entry in _evidence(run_dir)
+    recorded = sorted((_row(entry.get("kind")), entry.get("t") or math.inf, entry["rank"])
+                      for entry in _evidence(run_dir)
                       if entry.get("source") == "trainer" and entry.get("rank") in failures)
     if recorded:
-        rank = recorded[0][1]
+        rank = recorded[0][2]
         return rank, failures[rank]
     rank = min(failures, key=lambda r: (failures[r].timestamp, r))
     return rank, failures[rank]
+
+
+def _row(kind) -> int:
+    """The kind's row in the contract's precedence table (a kind this release does not know: after them all)."""
+    rows = contract.PRECEDENCE
+    return next((row for row, (kinds, _, _) in enumerate(rows) if kind in kinds), len(rows))
 
 
 def _evidence(run_dir: str | None) -> list[dict]:

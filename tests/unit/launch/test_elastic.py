@@ -46,6 +46,19 @@ def test_the_first_rank_to_record_its_failure_is_the_cause_not_rank_0_of_torchru
     assert first_failure(e)[0] == 0  # nothing recorded: torchrun's own choice
 
 
+def test_a_rank_s_own_error_recorded_a_moment_later_is_the_cause_not_the_peer_that_lost_it_first(tmp_path):
+    """rank 1's NCCL communicator went down as it raised: rank 0 recorded the lost peer 30 ms before rank 1 its own
+    error, and the closing line named rank 0 while run.json's status and message were rank 1's."""
+    for rank, kind, t in ((0, "peer_lost", 100.05), (1, "oom", 100.08), (2, "cancelled", 100.02)):
+        contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind=kind, rank=rank, t=t,
+                                                             message=f"rank {rank}: {kind}"))
+    e = ChildFailedError("train", {0: failure(0, 1, 100), 1: failure(1, 1, 100), 2: failure(2, 143, 100)})
+    rank, f = first_failure(e, str(tmp_path))
+    assert rank == 1
+    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    assert contract.read_run_json(tmp_path)["message"] == "rank 1: oom"
+
+
 def raised(tmp_path, monkeypatch, rank: int, exc: BaseException) -> ProcessFailure:
     """The failure torchrun reads of a rank that exited 1 on `exc`, from the error file @record writes for it."""
     error_file = tmp_path / f"error_{rank}.json"

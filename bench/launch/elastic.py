@@ -125,13 +125,18 @@ def describe(rank: int, failure) -> str:
     return f"{who} exited with status {failure.exitcode}"
 
 
+def failed(e: ChildFailedError) -> dict:
+    """torchrun's failures (rank -> ProcessFailure) less the workers it stopped itself (STOPPED)."""
+    return {rank: f for rank, f in e.failures.items() if f.pid not in STOPPED} or e.failures
+
+
 def first_failure(e: ChildFailedError, run_dir: str | None = None) -> tuple[int, object]:
     """The cause among the failed workers that torchrun did not stop itself (STOPPED): the first killed by a signal,
     else the one whose record in run_dir ranks highest in the contract's precedence table (its own error before a
     lost peer or a SIGTERM), the first of those, else torchrun's first (module docstring). torchrun's times are whole
     seconds, when it saw each exit: a rank that failed and the ones that lost it a moment later tie there, and rank 0
     would win the tie."""
-    failures = {rank: f for rank, f in e.failures.items() if f.pid not in STOPPED} or e.failures
+    failures = failed(e)
     killed = sorted((f.timestamp, rank, f) for rank, f in failures.items()
                     if f.exitcode is not None and f.exitcode < 0)
     if killed:
@@ -213,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         cause = describe(rank, failure)
         if run_dir:  # recorded before anything is printed: the terminal may be gone (the launcher killed)
             record_root_cause(run_dir, rank, failure, cause)
-        say(f"torchrun: {cause} (first of {len(e.failures)} failed worker(s))")
+        say(f"torchrun: {cause} (first of {len(failed(e))} failed worker(s))")
         return 1
     except SignalException as e:
         if run_dir:

@@ -240,7 +240,8 @@ def test_the_rank_that_raised_is_recorded_not_the_one_torchrun_then_stopped(tmp_
     proc = subprocess.run([sys.executable, "-m", "bench.launch.elastic", "--standalone", "--nproc_per_node=2",
                            str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert proc.stderr.splitlines()[-1].startswith(f"torchrun: rank 1 on {HOST} exited with status 1 "), proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"torchrun: rank 1 on {HOST} exited with status 1 (first of 1 failed " \
+                                           "worker(s))", proc.stderr
     data = contract.read_run_json(run_dir)
     assert (data["status"], data["message"]) == ("failed", f"rank 1 on {HOST} exited with status 1")
 

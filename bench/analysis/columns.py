@@ -65,7 +65,9 @@ CATALOGUE: tuple[Column, ...] = (
     _rj("depth", "int", "config.depth", key="config"), _rj("max_seq_len", "int", "config.max_seq_len", key="config"),
     _rj("device_batch_size", "int", "config.device_batch_size"),
     _rj("total_batch_size", "int", "config.total_batch_size", agg="median", label="total batch", fmt="int"),
-    _rj("device_type", "str", "config.device_type"), _rj("num_iterations", "int", "config.num_iterations"),
+    _rj("device_type", "str", "config.device_type"),
+    # the training horizon: --num_iterations, else (-1) the steps the trainer derived and recorded (rundir.py horizon)
+    Column("num_iterations", "int", "derived"),
     _rj("force_flash_sdpa", "str", "config.force_flash_sdpa", key="config"),
     _rj("sdpa_backends", "str", "config.sdpa_backends", key="config"),
     _rj("gpu_name", "str", "software.gpu_name"), _rj("image", "str", "image.reference"),

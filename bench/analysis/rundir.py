@@ -125,6 +125,8 @@ def _scalar(value):
 def manifest_fields(manifest: dict, notes: list[str]) -> dict:
     """The columns run.json fills (bench/analysis/columns.py FLAT, by their paths) and the derived ones."""
     row = {name: _scalar(_at(manifest, path)) for name, path in FLAT.items()}
+    config = why.section(manifest, "config")
+    row["num_iterations"] = horizon(config, manifest)
     non_finite = [k for k, v in row.items() if (isinstance(v, float) and not math.isfinite(v))
                   or (type(v) is int and not -2 ** 63 <= v < 2 ** 63)]
     for k in non_finite:
@@ -132,7 +134,6 @@ def manifest_fields(manifest: dict, notes: list[str]) -> dict:
     if non_finite:
         notes.append(f"run.json: non-finite or out-of-range {', '.join(non_finite)} treated as unknown")
     row["t0"] = finite(row["t0"])  # NANOCHAT_BENCH_T0, taken before srun
-    config = why.section(manifest, "config")
     row["precision"] = precision(config, manifest.get("workload")) if manifest else None
     row["fused_kernels"] = fused_kernels(config)
     row["tiling"] = tiling(config, why.section(manifest, "nntile"))
@@ -163,6 +164,17 @@ def settings_text(config: dict) -> str | None:
     if isinstance(kept.get("eval_bundle"), dict):
         kept["eval_bundle"] = {k: v for k, v in kept["eval_bundle"].items() if k != "path"}
     return json.dumps(kept, sort_keys=True, default=str) if kept else None
+
+
+def horizon(config: dict, manifest: dict):
+    """The steps a run was set to train: --num_iterations where it gave them; where it left them to the trainer (-1:
+    from --target_flops or --target_param_data_ratio, or an epoch of the data) the steps the trainer recorded (run.json
+    num_iterations), as runs given -1 and other targets trained other horizons; the flag where none was recorded (an
+    older release, a run that stopped before it knew its horizon)."""
+    flag, steps = _scalar(config.get("num_iterations")), manifest.get("num_iterations")
+    if type(flag) is int and flag <= 0 and type(steps) is int and 0 < steps < 2 ** 63:
+        return steps
+    return flag
 
 
 def stage_time(manifest: dict) -> float | None:

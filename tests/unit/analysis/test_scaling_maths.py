@@ -337,9 +337,10 @@ def test_a_slurm_cpu_run_is_a_cpu_run_though_it_has_ranks_per_node():
     assert pts["device"].tolist() == ["CPU"] and pts["config"].iloc[0].endswith("· CPU")
 
 
-def k_runs(root, ks_and_bpb, iterations=()):
+def k_runs(root, ks_and_bpb, iterations=(), resolved=()):
     """Pre-training runs of bare at 2 GPUs, each validated on NANOCHAT_VAL_FILES_K shards with that min val bpb (and
-    trained for that many of `iterations` steps, where given)."""
+    trained for that many of `iterations` steps, where given: --num_iterations; `resolved`: the steps the trainer
+    recorded in run.json, where given)."""
     import random
 
     from tests.support.synthetic import run_events, write_run
@@ -348,7 +349,9 @@ def k_runs(root, ks_and_bpb, iterations=()):
         events = run_events(2000.0, 30, 65536, 2, 1e9, 5.0, random.Random(i))
         events[-1]["min_val_bpb"] = events[-2]["val_bpb"] = bpb
         horizon = {"num_iterations": iterations[i]} if iterations else {}
-        write_run(root / f"r{i}", {"run_id": f"r{i}", "sweep_id": "s", "workload": "nanochat-base", "runtime": "bare",
+        steps = {"num_iterations": resolved[i]} if resolved and resolved[i] is not None else {}
+        write_run(root / f"r{i}", {**steps, "run_id": f"r{i}", "sweep_id": "s", "workload": "nanochat-base",
+                                   "runtime": "bare",
                                    "nodes": 1, "gpus_per_node": 2, "world_size": 2, "status": "ok", "val_files_k": k,
                                    "gpu_name": "NVIDIA H200", "config": {"depth": 20, "total_batch_size": 65536,
                                                                          "device_batch_size": 16, "max_seq_len": 2048,
@@ -400,3 +403,31 @@ def test_repeats_trained_for_other_step_counts_have_no_min_val_bpb(tmp_path):
     table = collect([tmp_path / "one"], tmp_path / "t2").table
     assert scaling.scaling_table(table)["min_val_bpb"].tolist() == [0.9]
     assert report.mixed_horizons_note(scaling.with_config(scaling.usable(table)), "GPUs") == ""
+
+
+def test_repeats_whose_horizon_the_trainer_derived_are_told_apart_by_the_steps_it_recorded(tmp_path):
+    """Regression: the horizon was read from --num_iterations alone, so runs given -1 (the horizon from
+    --target_param_data_ratio or --target_flops) all read -1 and a point's repeats that trained 30 and 300 steps were
+    pooled, their min val bpb the longer run's beside the shorter's, without the note. The horizon of such a run is
+    the steps the trainer recorded (run.json num_iterations); an explicit flag is the horizon asked for, and a run of
+    an older release that recorded no steps keeps its flag."""
+    from bench.analysis import check, report
+    from bench.analysis.collect import collect
+
+    k_runs(tmp_path / "mixed", [(1, 1.2), (1, 0.9), (1, 1.1)], iterations=(-1, -1, -1), resolved=(30, 300, 30))
+    table = collect([tmp_path / "mixed"], tmp_path / "t1").table
+    assert sorted(table["num_iterations"]) == [30, 30, 300]
+    assert scaling.scaling_table(table)["min_val_bpb"].isna().all()
+    runs = scaling.with_config(scaling.usable(table))
+    assert report.mixed_horizons_note(runs, "GPUs") == (
+        " bare at 2 GPUs trained for num_iterations 30, 300: val bpb after other training horizons, so that point "
+        "has no min val bpb.")
+    assert check._pooled(runs, "min_val_bpb") == ("num_iterations",)
+    # the same derived horizon is one: repeats; an explicit flag is read as given (mid_train records its steps, N - 1)
+    k_runs(tmp_path / "one", [(1, 1.2), (1, 0.9), (1, 1.0)], iterations=(-1, -1, 300), resolved=(300, 300, 299))
+    table = collect([tmp_path / "one"], tmp_path / "t2").table
+    assert scaling.scaling_table(table)["min_val_bpb"].tolist() == [0.9]
+    # a run that recorded no steps (an older release, or one that stopped before its horizon was known) keeps -1
+    k_runs(tmp_path / "old", [(1, 1.2), (1, 0.9)], iterations=(-1, -1), resolved=(None, 300))
+    table = collect([tmp_path / "old"], tmp_path / "t3").table
+    assert sorted(table["num_iterations"]) == [-1, 300] and scaling.scaling_table(table)["min_val_bpb"].isna().all()

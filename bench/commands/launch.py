@@ -248,12 +248,9 @@ def note_planned_k(sweep, opts: LaunchOptions, how: str = SBATCH_EXPORTS_K) -> N
     if contract.ENV_VAL_FILES_K in opts.env:
         return
     sweeps = sweep.sweeps if isinstance(sweep, flowmod.FlowSweep) else (sweep,)
-    points = [(p, sw.data.source) for sw in sweeps for p in sw.points()
-              if sw.data is not None and contract.ENV_VAL_FILES_K in dict(p.env)]
-    planned = {dict(p.env)[contract.ENV_VAL_FILES_K]: source for p, source in points}
-    ranks = "/".join(map(str, sorted({p.ranks for p, _ in points})))
     who = "the stages run" if sweep is not sweeps[0] else "the runs start"
-    if note := planmod.val_files_k_note(os.environ.get(contract.ENV_VAL_FILES_K), planned, ranks, who, how):
+    if note := planmod.val_files_k_note(os.environ.get(contract.ENV_VAL_FILES_K),
+                                        [(sw, p) for sw in sweeps for p in sw.points()], who, how):
         print(note)
 
 

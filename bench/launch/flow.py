@@ -556,12 +556,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
 def note_planned_k(fs: FlowSweep, stage_points: list, ok: set, nproc: int, out: Callable[[str], None]) -> None:
     """One line where this environment's NANOCHAT_VAL_FILES_K differs from the K the plan chose: the stages run
     with the plan's, as a Slurm job of the flow exports it over the one sbatch carries from the user's shell."""
-    given = os.environ.get(contract.ENV_VAL_FILES_K)
-    planned = {dict(sp.env)[contract.ENV_VAL_FILES_K]: sw.data.source
-               for s, sw, sp in zip(fs.stages, fs.sweeps, stage_points)
-               if s.name not in ok and contract.ENV_VAL_FILES_K in dict(sp.env)}
-    if note := planmod.val_files_k_note(given, planned, str(nproc), "the stages run",
-                                        "a Slurm job of this flow exports it"):
+    runs = [(sw, sp) for s, sw, sp in zip(fs.stages, fs.sweeps, stage_points) if s.name not in ok]
+    if note := planmod.val_files_k_note(os.environ.get(contract.ENV_VAL_FILES_K), runs, "the stages run",
+                                        "a Slurm job of this flow exports it", str(nproc)):
         out(note)
 
 

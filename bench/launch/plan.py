@@ -131,11 +131,15 @@ class DataShape:
                      if min(sum(counts[:n - k]), sum(counts[n - k:n])) >= ranks), None)
 
 
-def val_files_k_note(given: str | None, planned: dict[str, str], ranks: str, who: str, how: str) -> str | None:
-    """The note where the environment's NANOCHAT_VAL_FILES_K (`given`) is not the plan's K, which the runs keep:
-    `planned` maps each K to where the plan learnt the shards; None when there is nothing to say."""
+def val_files_k_note(given: str | None, runs, who: str, how: str, ranks: str | None = None) -> str | None:
+    """The note where the environment's NANOCHAT_VAL_FILES_K (`given`) is not the K the plan chose for `runs`
+    ((sweep, point) pairs), which they keep; `ranks`: those they run with, if not their points' own; None when there
+    is nothing to say."""
+    chosen = [(p, sw.data.source) for sw, p in runs if sw.data is not None and contract.ENV_VAL_FILES_K in dict(p.env)]
+    planned = {dict(p.env)[contract.ENV_VAL_FILES_K]: source for p, source in chosen}
     if given is None or not planned or set(planned) == {given}:
         return None
+    ranks = ranks or "/".join(map(str, sorted({p.ranks for p, _ in chosen})))
     ks = "/".join(sorted(planned, key=int))
     return (f"note: {contract.ENV_VAL_FILES_K}={given} of this environment is not used: {who} with the "
             f"plan's {contract.ENV_VAL_FILES_K}={ks}, chosen for {ranks} rank(s) from {next(iter(planned.values()))}, "

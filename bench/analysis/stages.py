@@ -126,18 +126,24 @@ def _stage_order(stage: str) -> tuple[int, str]:
     return order.index(stage) if stage in order else len(order), stage
 
 
-def _by_point(rows: pd.DataFrame, models: bool, unit: str = "ranks"):
-    """(cells, runs, differ) of each point: a point shape, of one model where the runs trained several (`models`);
-    `differ`: '<the point>: <flags>' where a stage's runs there differ in their flags (unlike_flags), else None."""
+def _by_point(rows: pd.DataFrame, models: bool, unit: str, where: str) -> tuple[list, str | None]:
+    """(cells, runs) of each point, a point shape of one model where the runs trained several (`models`), whose
+    runs are repeats; and the note of the points left out of `where` (None where none was), a stage's runs there
+    differing in their flags (unlike_flags)."""
+    kept, said = [], []
     for key, g in rows.groupby(["model", *POINT] if models else POINT, sort=True, dropna=False):
         model = [fmt(key[0])] if models else []
         runtime, ranks, nodes = key[len(model):]
         flags = list(dict.fromkeys(f for _, s in g.groupby("stage", sort=False) for f in unlike_flags(s)))
+        if not flags:
+            kept.append(([*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")], g))
+            continue
         at = scaling.count(ranks, unit) if pd.notna(ranks) else f"{unit} not recorded"
         point = (f"{runtime} at {at}, {scaling.nodes_text(nodes)}"
                  + (f" (model {key[0]})" if models else ""))
-        yield [*model, str(runtime), fmt(ranks, "int"), fmt(nodes, "int")], g, \
-            f"{point} ran {'; '.join(flags)}" if flags else None
+        said.append(f"{point} ran {'; '.join(flags)}")
+    return kept, (f"{'; '.join(said)}: not repeats of one point (another way of running the stage or one before "
+                  f"it), so that point is left out of {where}.") if said else None
 
 
 def _point_table(head: list[str], rows: list[list[str]], models: bool, unit: str) -> Table:
@@ -146,44 +152,37 @@ def _point_table(head: list[str], rows: list[list[str]], models: bool, unit: str
                  text_cols=tuple(range(2 if models else 1)))
 
 
-def stage_table(rows: pd.DataFrame, models: bool = False, unit: str = "ranks") -> Table:
+def stage_table(rows: pd.DataFrame, models: bool = False, unit: str = "ranks") -> tuple[Table, str | None]:
     """One stage: per runtime x ranks x nodes (and model, with `models`), its runs, throughput, MFU, time, peak
     memory and every score it recorded; headers as the stage's workload names its figures. A point whose runs ran
-    other flags is left out (left_out says it)."""
+    other flags is left out, the note returned with the table saying so."""
     score_cols = [c for c in rows.columns if c.startswith("score:") and rows[c].notna().any()]
     figures = [c for c in FIGURES if rows[c].notna().any()]
     workload = next(iter(rows["workload"].dropna()), None)
     out = []
-    for cells, g, differ in _by_point(rows, models, unit):
-        if differ:
-            continue
+    points, note = _by_point(rows, models, unit, "this table")
+    for cells, g in points:
         summary = {c: pd.to_numeric(g[c], errors="coerce").agg(AGGREGATES.get(c, "median"))
                    for c in figures + score_cols}
         out.append([*cells, str(len(g)),
                     *(fmt(summary[c], cell(c)[2]) for c in figures), *(fmt(summary[c], "3") for c in score_cols)])
     head = ["runs", *(cell(c, unit[:-1], workload)[0] for c in figures), *(c.split(":", 1)[1] for c in score_cols)]
-    return _point_table(head, out, models, unit)
+    return _point_table(head, out, models, unit), note
 
 
-def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False, unit: str = "ranks") -> Table:
+def time_to_chat(rows: pd.DataFrame, stages: list[str], models: bool = False,
+                 unit: str = "ranks") -> tuple[Table, str | None]:
     """Per runtime x ranks x nodes (and model, with `models`): each stage's median time and their sum; a stage
-    with no ok run there is '–' and the total says how many stages it adds up."""
+    with no ok run there is '–' and the total says how many stages it adds up. The note returned with the table
+    names the points left out, a sum of medians over other ways of running a stage being no one flow's time."""
     out = []
-    for cells, g, differ in _by_point(rows, models, unit):
-        if differ:  # a sum of medians over other ways of running a stage is no one flow's time
-            continue
+    points, note = _by_point(rows, models, unit, "the time to a chat model")
+    for cells, g in points:
         per = {s: pd.to_numeric(g.loc[g["stage"] == s, "stage_time_s"], errors="coerce").median() for s in stages}
         known = [v for v in per.values() if pd.notna(v)]
         total = f"{fmt(sum(known), '1')}" + ("" if len(known) == len(stages) else f" ({len(known)} of {len(stages)})")
         out.append([*cells, *(fmt(per[s], "1") for s in stages), total if known else fmt(None)])
-    return _point_table([*(f"{s} s" for s in stages), "total s"], out, models, unit)
-
-
-def left_out(rows: pd.DataFrame, where: str, models: bool = False, unit: str = "ranks") -> str | None:
-    """The note of the points stage_table or time_to_chat leaves out of `where`, their runs having run other flags."""
-    said = [differ for _, _, differ in _by_point(rows, models, unit) if differ]
-    return (f"{'; '.join(said)}: not repeats of one point (another way of running the stage or one before it), so "
-            f"that point is left out of {where}.") if said else None
+    return _point_table([*(f"{s} s" for s in stages), "total s"], out, models, unit), note
 
 
 def stage_sections(table: pd.DataFrame) -> dict | None:
@@ -199,8 +198,11 @@ def stage_sections(table: pd.DataFrame) -> dict | None:
     units = {scaling.rank_unit(scaling.device_name(*d)) for d in zip(rows["gpu_name"], rows["gpus_per_node"],
                                                                       rows["device_type"])}
     unit = units.pop() if len(units) == 1 else "ranks"
-    sections = [{"name": s, "workload": ", ".join(sorted(set(rows.loc[rows["stage"] == s, "workload"].dropna()))),
-                 "table": stage_table(rows[rows["stage"] == s], models, unit),
-                 "note": left_out(rows[rows["stage"] == s], "this table", models, unit)} for s in stages]
-    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_to_chat(rows, stages, models, unit),
-            "time_note": left_out(rows, "the time to a chat model", models, unit)}
+    sections = []
+    for s in stages:
+        ran = rows[rows["stage"] == s]
+        table, note = stage_table(ran, models, unit)
+        sections.append({"name": s, "workload": ", ".join(sorted(set(ran["workload"].dropna()))), "table": table,
+                         "note": note})
+    time_table, time_note = time_to_chat(rows, stages, models, unit)
+    return {"note": STAGES_NOTE, "sections": sections, "time_to_chat": time_table, "time_note": time_note}

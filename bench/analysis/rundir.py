@@ -194,12 +194,17 @@ def _at(manifest: dict, path: tuple[str, ...]):
     return value
 
 
+# upstream's --dtype spelling of the bf16 that runs without the flag record by default: one precision, one key
+DTYPE_SPELLINGS = {"bfloat16": "bf16"}
+
+
 def precision(config: dict, workload=None) -> str:
     """fp8 when the run trained in FP8 (`--fp8`), else its dtype; a run that records neither trained in its
     workload's precision (bf16 for nanochat, the only one before `--fp8` existed; float32 for NNTile).
     `--fp8_lm_head` (lm_head's matmul in FP8 too, or alone) is another program, so it is part of the
     precision: " + fp8 lm_head"."""
     dtype = config.get("dtype")
+    dtype = DTYPE_SPELLINGS.get(dtype, dtype) if isinstance(dtype, str) else dtype
     default = getattr(workloads.by_run_workload(workload), "precision", "bf16")
     base = "fp8" if config.get("fp8") is True else str(dtype) if isinstance(dtype, str) and dtype else default
     return base + " + fp8 lm_head" if config.get("fp8_lm_head") is True else base

@@ -70,6 +70,19 @@ def test_fp8_lm_head_is_another_precision_never_pooled_with_fp8_or_bf16(make_run
     assert len(points) == 4 and list(points["runs"]) == [2, 2, 2, 2]
 
 
+def test_a_recorded_dtype_bfloat16_is_the_bf16_of_a_run_that_recorded_none(make_run, tmp_path):
+    """Regression: mid_train recorded upstream's --dtype=bfloat16 from the release that took the flag on, and its
+    runs read precision "bfloat16" beside the "bf16" of earlier runs without it: one precision spelled two ways,
+    kept apart as runs that "differ in precision" and never pooled as repeats."""
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "device_batch_size": 32}
+    for i in range(2):
+        make_run(f"new{i}", tok_s=17_000.0 + i, workload="nanochat-mid", config={**base, "dtype": "bfloat16"})
+        make_run(f"old{i}", tok_s=17_000.0 + i, workload="nanochat-mid", config=base)
+    table = collect([tmp_path / "runs"]).table
+    assert table["precision"].unique().tolist() == ["bf16"]
+    assert scaling.kept_apart(table).empty and scaling.scaling_table(table)["runs"].tolist() == [4]
+
+
 def test_data_identity_and_nntile_tiles_are_flattened_and_keys():
     """run.json's `data` section (origin, tokenizer) read tolerantly: absent is unknown, never an error."""
     row = manifest_fields({"data": {"origin": "generated", "tokenizer_sha256": "ab" * 32}, "config": {}}, [])
@@ -168,7 +181,7 @@ def test_an_nntile_run_trained_in_float32_not_in_nanochats_bf16():
         return manifest_fields({"workload": workload, "config": config or {"seq_tile": 64}}, [])["precision"]
 
     assert read("nntile-gpt2") == "float32" and read("nanochat-base") == "bf16"
-    assert read("nntile-gpt2", {"dtype": "bfloat16"}) == "bfloat16"  # a dtype it records wins
+    assert read("nntile-gpt2", {"dtype": "bfloat16"}) == "bf16"  # a dtype it records wins
 
 
 def test_models_whose_short_labels_round_alike_are_never_pooled(tmp_path):

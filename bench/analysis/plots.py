@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, Locator, MaxNLocator, NullLocator  # noqa: E402
 
 from bench.analysis.scaling import CI_STAT, RATIO_STAT, count, no_ci  # noqa: E402
 
@@ -132,6 +132,25 @@ def _human(v, _=None) -> str:
     return f"{v:g}"
 
 
+class RoundLogLocator(Locator):
+    """Ticks of a log axis at round numbers (1-2-5 a decade; every decade or every digit where that gives too many
+    or too few; evenly spaced ones in a span under a digit): a log2 axis's own ticks, powers of two, read
+    '524.288k' or '1.04858M', and the tok/s of no point can be read off them."""
+
+    def __call__(self):
+        return self.tick_values(*self.axis.get_view_interval())
+
+    def tick_values(self, vmin, vmax):
+        vmin, vmax = sorted((max(float(vmin), 1e-300), float(vmax)))
+        decades = range(int(np.floor(np.log10(vmin))), int(np.ceil(np.log10(vmax))) + 1)
+        ticks = []
+        for subs in ((1, 2, 5), (1,), range(1, 10)):
+            ticks = [s * 10.0 ** k for k in decades for s in subs if vmin <= s * 10.0 ** k <= vmax]
+            if 2 <= len(ticks) <= 8 or (len(ticks) > 8 and subs == (1,)):
+                return ticks
+        return MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax)
+
+
 def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """The points of the runtime the ideal is drawn from: one run at the config's smallest rank count, as speedup
     and efficiency are (a runtime not run there has no ideal), the baseline where it was."""
@@ -192,6 +211,8 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, u
             label=f"ideal: {src['runtime'].iloc[0]}'s {count(src['world_size'].iloc[0], unit)} x {unit}")
     rank_axis(ax, points["world_size"], unit)
     ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_locator(RoundLogLocator())
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(_human))
     ax.set_ylabel("tokens/s (log2)")
     title(ax, f"Strong scaling: throughput vs {unit}", config)

@@ -285,6 +285,30 @@ def test_a_throughput_point_of_one_run_is_drawn_hollow_and_says_so():
     assert captions["throughput"] == f"Throughput (strong scaling; {plots.SPREAD_BARS}; hollow: {plots.ONE_RUN})"
 
 
+@pytest.mark.parametrize("lo, hi, counts", [(303_753, 603_732, (2, 4)), (150_000, 77_000_000, (1, 512)),
+                                           (1_000, 1_900, (1, 2)), (100, 110, (1, 2))])
+def test_the_strong_throughput_axis_is_labelled_in_round_numbers(lo, hi, counts):
+    """Regression: the log2 tokens/s axis was labelled at powers of two, so H200's 303,753 and 603,732 tok/s had one
+    tick, '524.288k' (the batch size to the eye), and a wider sweep read '1.04858M', '16.7772M': no figure could be
+    read off the axis. Its ticks are now round numbers, at least two in view."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from bench.analysis import plots
+
+    rows = [{"runtime": "bare", "world_size": n, "runs": 1, "tok_per_sec": v, "tok_per_sec_min": v,
+             "tok_per_sec_max": v, "ideal_tok_per_sec": lo * n / counts[0]} for n, v in zip(counts, (lo, hi))]
+    fig = plots.throughput(pd.DataFrame(rows), {"bare": "C0"}, "bare", "c", "GPUs")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    y0, y1 = ax.get_ylim()
+    shown = [t.get_text() for t in ax.get_yticklabels() if y0 <= t.get_position()[1] <= y1 and t.get_text()]
+    minor = [t.get_text() for t in ax.get_yticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
+    assert len(shown) >= 2 and not minor
+    assert all(re.fullmatch(r"\d{1,3}(\.\d)?[kMG]?", text) for text in shown), shown
+
+
 def test_a_report_that_cannot_be_written_in_full_keeps_the_older_one_whole(tmp_path, monkeypatch):
     """A disk that fills while the new report is written: report.md, report.html and figures/ stay the older
     report's (figures/ was replaced before the reports were written, leaving new figures beside old reports),

@@ -231,6 +231,15 @@ def unlike_batch_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | Non
             "not the runtime).") if said else None
 
 
+def _not_ok(ended: pd.DataFrame) -> str:
+    """'3 failed', or '3 not ok (2 cancelled, 1 failed)' where a cancelled, hung or timed-out run is among them: a
+    run stopped by scancel or the time limit did not fail."""
+    by = ended["status"].value_counts().sort_index()
+    if set(by.index) <= {"failed"}:
+        return f"{len(ended)} failed"
+    return f"{len(ended)} not ok ({', '.join(f'{n} {status}' for status, n in by.items())})"
+
+
 def _nodes(counts: list) -> str:
     """'1 node', '2 nodes', '1, 2 nodes', '2, unknown nodes': the node counts of scaling.recorded(runs, "nodes")."""
     one = len(counts) == 1 and counts != ["unknown"]
@@ -370,7 +379,7 @@ def report_context(table: pd.DataFrame, baseline: str, title: str, source: str, 
                   {"title": "Runs not finished", "table": runs_table(table[live], "skip_reason")},
                   {"title": "Runs skipped (unreadable or incomplete)",
                    "table": runs_table(table[skipped], "skip_reason")}]
-    counts = {"total": len(table), "usable": int(used.sum()), "failed": int(failed.sum()), "live": int(live.sum()),
+    counts = {"total": len(table), "usable": int(used.sum()), "failed": _not_ok(table[failed]), "live": int(live.sum()),
               "skipped": int(skipped.sum())}
     return {"title": title, "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "source": source, "counts": counts, "methods": [*METHODS, row_versions(table)], "groups": groups,

@@ -17,7 +17,7 @@ def md_code(text: str) -> str:
 MARKDOWN = """\
 # {{ title }}
 
-Generated {{ generated }}{% if source %} from `{{ source }}`{% endif %}: {{ counts.total }} run(s), {{ counts.usable }} in the figures, {{ counts.failed }} failed, {{ counts.live }} not finished, {{ counts.skipped }} skipped (unreadable or incomplete). {{ not_measured }} in a table: not measured.
+Generated {{ generated }}{% if source %} from `{{ source }}`{% endif %}: {{ counts.total }} run(s), {{ counts.usable }} in the figures, {{ counts.failed }}, {{ counts.live }} not finished, {{ counts.skipped }} skipped (unreadable or incomplete). {{ not_measured }} in a table: not measured.
 
 {% for line in methods %}- {{ line }}
 {% endfor %}{% if kept_apart %}
@@ -103,7 +103,7 @@ HTML = """\
 <body>
 <h1>{{ title }}</h1>
 <p class="meta">Generated {{ generated }}{% if source %} from <code>{{ source }}</code>{% endif %}: {{ counts.total }} run(s),
-{{ counts.usable }} in the figures, {{ counts.failed }} failed, {{ counts.live }} not finished,
+{{ counts.usable }} in the figures, {{ counts.failed }}, {{ counts.live }} not finished,
 {{ counts.skipped }} skipped (unreadable or incomplete). {{ not_measured }} in a table: not measured.</p>
 <ul class="methods">{% for line in methods %}<li>{{ line }}</li>{% endfor %}</ul>
 {% macro table(t) %}

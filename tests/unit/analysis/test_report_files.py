@@ -34,7 +34,7 @@ def test_sweep_report(tmp_path, make_run):
     assert all(p.with_suffix(".svg").stat().st_size > 1000 for p in pngs)
 
     md = (out / "report.md").read_text()
-    assert "15 run(s), 12 in the figures, 1 failed, 1 not finished, 1 skipped" in md
+    assert "15 run(s), 12 in the figures, 1 not ok (1 oom), 1 not finished, 1 skipped" in md
     assert "## nanochat-base d20 · seq 2048 · strong scaling, batch 524,288 · zero2 · NVIDIA H200" in md
     for section in ("### Steady-state throughput relative to bare", "### Start-up phases",
                     "### Steady step split", "### Pre-flight bus bandwidth beside throughput"):
@@ -215,3 +215,19 @@ def test_a_run_whose_run_json_is_empty_and_has_no_events_is_unreadable_not_unfin
     md = (tmp_path / "report" / "report.md").read_text()
     assert "2 run(s), 1 in the figures, 0 failed, 0 not finished, 1 skipped" in md
     assert "run.json is empty" in md.split("## Runs skipped")[1]
+
+
+def test_the_header_names_runs_stopped_by_scancel_apart_from_failed_ones(tmp_path, make_run):
+    """Regression: the report's header counted every run that did not end ok as failed, so a sweep with two
+    runs cancelled by scancel and one error read '3 failed'; it reads '3 not ok (2 cancelled, 1 failed)' now."""
+    from bench.analysis.collect import collect
+    from bench.analysis.report import write_report
+
+    make_run("n8-bare-r1", root=tmp_path / "runs", tok_s=1000.0)
+    make_run("n8-ce-r1", root=tmp_path / "runs", status="failed", message="NCCL error")
+    for name in ("n8-ce-r2", "n8-ce-r3"):
+        make_run(name, root=tmp_path / "runs", status="cancelled", message="cancelled by SIGTERM")
+    write_report(collect([tmp_path / "runs"]).table, tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "4 run(s), 1 in the figures, 3 not ok (2 cancelled, 1 failed), 0 not finished" in md
+    assert "3 not ok (2 cancelled, 1 failed)" in (tmp_path / "report" / "report.html").read_text()

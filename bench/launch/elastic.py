@@ -9,13 +9,13 @@ the one that failed first, killed by a signal (kill -9, the kernel's OOM killer:
 one that exited with an error, and among those the rank that recorded its own failure first in run.json, an
 error before a lost peer or a SIGTERM as in the precedence table (torchrun's exit times are whole seconds: a tie
 goes to rank 0), so the ranks torchrun then stops, or that lost their peer, do not leave the echo as the run's
-status. A worker
-aborted (SIGABRT, as NCCL's watchdog ends a rank whose collective timed out) while the heartbeats show another
-rank stopped is evidence of `hung`, naming that rank. A signal to torchrun itself is evidence of a cancel.
-Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path
-where one worker failed and torchrun stops the others (there its 30 s are fixed, not the
-TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not hold
-the job for long, and ours end within a second of SIGTERM. The closing signal is followed by SIGCONT, so
+status. A worker aborted (SIGABRT, as NCCL's watchdog ends a rank whose collective timed out or whose peer died)
+gives way to a rank that recorded its own failure (an error, an OOM: above a kill in that table), and comes before
+the rest; aborted while the heartbeats show another rank stopped, it is evidence of `hung`, naming that rank.
+A signal to torchrun itself is evidence of a cancel. Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL
+instead of torchrun's 30 s, also on the path where one worker failed and torchrun stops the others (there its 30 s
+are fixed, not the TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not
+hold the job for long, and ours end within a second of SIGTERM. The closing signal is followed by SIGCONT, so
 a stopped worker (the hung rank itself) takes its SIGTERM at once instead of waiting for the SIGKILL.
 A signal that reaches torchrun while it starts its workers ends it before it has noted the ones already
 started (each in a session of its own, so no signal to torchrun's group reaches them): a worker still
@@ -131,23 +131,30 @@ def failed(e: ChildFailedError) -> dict:
 
 
 def first_failure(e: ChildFailedError, run_dir: str | None = None) -> tuple[int, object]:
-    """The cause among the failed workers that torchrun did not stop itself (STOPPED): the first killed by a signal,
-    else the one whose record in run_dir ranks highest in the contract's precedence table (its own error before a
-    lost peer or a SIGTERM), the first of those, else torchrun's first (module docstring). torchrun's times are whole
-    seconds, when it saw each exit: a rank that failed and the ones that lost it a moment later tie there, and rank 0
-    would win the tie."""
+    """The cause among the failed workers that torchrun did not stop itself (STOPPED): the first killed by a signal
+    other than SIGABRT, else the one whose record in run_dir ranks highest in the contract's precedence table, the
+    first of those, where its own failure (an error, an OOM, hung) outranks a kill, else the first aborted (SIGABRT),
+    else the first other record (a lost peer before a SIGTERM), else torchrun's first (module docstring). torchrun's
+    times are whole seconds, when it saw each exit: a rank that failed and the ones that lost it a moment later tie
+    there, and rank 0 would win the tie."""
     failures = failed(e)
     killed = sorted((f.timestamp, rank, f) for rank, f in failures.items()
                     if f.exitcode is not None and f.exitcode < 0)
-    if killed:
-        _, rank, failure = killed[0]
+    # NCCL's watchdog aborts a rank whose peer failed too: the peer's own record, if any, is the cause
+    signalled = [k for k in killed if k[2].exitcode != -signal.SIGABRT]
+    aborted = [k for k in killed if k[2].exitcode == -signal.SIGABRT]
+    if signalled:
+        _, rank, failure = signalled[0]
         return rank, failure
     recorded = sorted((_row(entry.get("kind")), entry.get("t") or math.inf, entry["rank"])
                       for entry in _evidence(run_dir)
                       if entry.get("source") == "trainer" and entry.get("rank") in failures)
-    if recorded:
+    if recorded and (recorded[0][0] < _row("rank_killed") or not aborted):
         rank = recorded[0][2]
         return rank, failures[rank]
+    if aborted:
+        _, rank, failure = aborted[0]
+        return rank, failure
     rank = min(failures, key=lambda r: (failures[r].timestamp, r))
     return rank, failures[rank]
 

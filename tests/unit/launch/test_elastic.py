@@ -92,6 +92,45 @@ def test_ranks_that_raised_in_the_same_second_name_the_lower_rank_whatever_torch
         assert first_failure(ChildFailedError("train", failures), str(tmp_path))[0] == 0
 
 
+def test_a_rank_s_own_error_is_the_cause_not_the_peer_its_watchdog_then_aborted(tmp_path):
+    """rank 1 raised; NCCL's watchdog then aborted rank 0 (SIGABRT), its communicator gone: the closing line named
+    rank 0, killed by SIGABRT, while run.json's status and message were rank 1's error."""
+    contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="error", rank=1, t=100.08,
+                                                         message="rank 1: RuntimeError: boom"))
+    e = ChildFailedError("train", {0: failure(0, -signal.SIGABRT, 100), 1: failure(1, 1, 100)})
+    rank, f = first_failure(e, str(tmp_path))
+    assert (rank, describe(rank, f)) == (1, f"rank 1 on {HOST} exited with status 1")
+    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    data = contract.read_run_json(tmp_path)
+    assert (data["status"], data["message"]) == ("failed", "rank 1: RuntimeError: boom")
+    assert first_failure(e)[0] == 0  # nothing recorded: the abort is all there is to tell
+
+
+def test_an_aborted_rank_is_still_the_cause_when_its_stopped_peer_recorded_nothing_of_its_own(tmp_path):
+    now = time.time()
+    write_beat(tmp_path, 0, now, 7)
+    write_beat(tmp_path, 1, now - STOPPED_AFTER_S - 20, 7, host="nid2")
+    # rank 1, stopped, takes torchrun's SIGTERM once it runs again: a cancel, no error of its own
+    contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="cancelled", rank=1, t=now,
+                                                         message="rank 1: received SIGTERM (signal 15)"))
+    e = ChildFailedError("train", {0: failure(0, -signal.SIGABRT, 100), 1: failure(1, 143, 100)})
+    rank, f = first_failure(e, str(tmp_path))
+    assert rank == 0
+    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    data = contract.read_run_json(tmp_path)
+    assert data["status"] == "hung" and data["message"].startswith("rank 1 on nid2 (pid 101) stopped")
+
+
+def test_a_rank_the_oom_killer_killed_is_the_cause_before_the_peer_that_lost_it(tmp_path):
+    contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="peer_lost", rank=1, t=99.5,
+                                                         message="rank 1: lost contact with another rank"))
+    e = ChildFailedError("train", {0: failure(0, -signal.SIGKILL, 100), 1: failure(1, 1, 100)})
+    rank, f = first_failure(e, str(tmp_path))
+    assert (rank, describe(rank, f)) == (0, f"rank 0 on {HOST} died: killed by SIGKILL")
+    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    assert contract.read_run_json(tmp_path)["message"] == f"rank 0 on {HOST} died: killed by SIGKILL"
+
+
 def test_the_echo_gives_way_but_a_rank_s_own_reason_stays(tmp_path):
     contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="peer_lost", rank=0, message=(
         "rank 0: lost contact with another rank: Connection closed by peer")))

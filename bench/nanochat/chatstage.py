@@ -95,7 +95,8 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
     download.check_reachable(f"{url}/api/datasets/{s.repo}", download.timeouts(timeout_s),
                              "nothing more was staged; check the network, or point --url (or HF_ENDPOINT) at a "
                              "Hugging Face mirror", retry_any=True)
-    wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url), retries, HUB_HINT)
+    wanted = _with_retries(f"{url}/datasets/{s.repo} {s.pattern}", lambda: _hub_files(s, url, timeout_s), retries,
+                           HUB_HINT)
     folder = chatdata.chat_dir() / s.repo
     for stale in set(chatdata.split_files(s)) - {folder / name for name in wanted}:
         stale.unlink()  # from another revision of the dataset: it would be read with the others
@@ -117,13 +118,16 @@ def _offline_switch() -> str | None:
     return "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
 
 
-def _hub_files(s: chatdata.HubSplit, url: str) -> list[str]:
-    """The split's files as the hub lists them now (asked first, so a partial download is never taken as whole)."""
+def _hub_files(s: chatdata.HubSplit, url: str, timeout_s: float) -> list[str]:
+    """The split's files as the hub lists them now (asked first, so a partial download is never taken as whole).
+    From the dataset's info, as list_repo_files has no timeout (and retries on its own): a mirror that took the
+    request and never answered held the command for good."""
     from fnmatch import fnmatch
 
     from huggingface_hub import HfApi
 
-    names = [f for f in HfApi(endpoint=url).list_repo_files(s.repo, repo_type="dataset") if fnmatch(f, s.pattern)]
+    info = HfApi(endpoint=url).dataset_info(s.repo, timeout=timeout_s)
+    names = [f.rfilename for f in info.siblings or () if fnmatch(f.rfilename, s.pattern)]
     if not names:
         raise DataError(f"{url}/datasets/{s.repo}: no file matches {s.pattern}; is it a mirror of that dataset?")
     return sorted(names)

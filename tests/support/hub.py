@@ -1,16 +1,15 @@
 """A local stand-in of the Hugging Face Hub for `nanochat-bench data download --chat` (bench/nanochat/chatstage.py):
-a real HTTP server on 127.0.0.1 answering the requests huggingface_hub makes for HfApi.list_repo_files and
+a real HTTP server on 127.0.0.1 answering the requests huggingface_hub makes for HfApi.dataset_info and
 hf_hub_download, serving the files `data generate --chat` writes, as the hub would serve the real ones.
 
-What it answers (huggingface_hub/hf_api.py `_iter_repo_tree_pages`, file_download.py `get_hf_file_metadata` and
-`http_get`):
-- GET  /api/datasets/<repo>/tree/<rev>[/<folder>]?recursive=…  the files and folders (list_repo_files);
-- HEAD /api/datasets/<repo>[/revision/<rev>]                   the dataset's info (chatstage's reachability probe);
-- HEAD /datasets/<repo>/resolve/<rev>/<path>                   a parquet file is an LFS file there, as on the hub:
+What it answers (huggingface_hub/hf_api.py `dataset_info`, file_download.py `get_hf_file_metadata` and `http_get`):
+- GET, HEAD /api/datasets/<repo>[/revision/<rev>]  the dataset's info, its files among it (chatstage's listing;
+  HEAD: its reachability probe);
+- HEAD /datasets/<repo>/resolve/<rev>/<path>       a parquet file is an LFS file there, as on the hub:
   a 302 to its blob on the "CDN", with X-Repo-Commit, X-Linked-Etag (its sha256) and X-Linked-Size; the CDN is
   this same server under the name `localhost`, another origin to the client, as the hub's CDN is; a small file
   (the dataset card) is answered in place with its ETag;
-- GET  /cdn/<sha256>, /files/<name>                            the bodies, `Range: bytes=N-` answered with a 206.
+- GET  /cdn/<sha256>, /files/<name>                the bodies, `Range: bytes=N-` answered with a 206.
 Not served: Xet storage (the client takes it only when the hub names a Xet hash), tokens, pagination.
 
 `Hub.cut_once` makes one transfer of a file stop after N bytes (the connection closes mid-body), and
@@ -27,7 +26,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -149,24 +148,17 @@ class _Handler(BaseHTTPRequestHandler):
                 repo = next((r for r in self.server.repos if (path[len(prefix):] + "/").startswith(r + "/")), None)
                 if repo is None:
                     return self._error(404, "RepoNotFound", "Repository not found")
-                return route(repo, path[len(prefix) + len(repo):], parse_qs(url.query))
+                return route(repo, path[len(prefix) + len(repo):])
         self._error(404, None, "Not found")
 
-    def _api(self, repo: str, tail: str, query: dict):
+    def _api(self, repo: str, tail: str):
         files = self.server.repos[repo]
-        tree = re.fullmatch(r"/tree/([^/]+)(?:/(.*))?", tail)
         if tail == "" or re.fullmatch(r"/revision/[^/]+", tail):
             return self._json({"id": repo, "sha": self.server.commit(repo),
                                "siblings": [{"rfilename": p} for p in sorted(files)]})
-        if tree is None:
-            return self._error(404, None, f"Not found: {tail}")
-        if not self._revision(repo, tree.group(1)):
-            return
-        folder = (tree.group(2) or "").strip("/")
-        recursive = query.get("recursive", ["false"])[0].lower() == "true"
-        self._json(_tree(files, folder, recursive))
+        self._error(404, None, f"Not found: {tail}")
 
-    def _resolve(self, repo: str, tail: str, _query: dict):
+    def _resolve(self, repo: str, tail: str):
         found = re.fullmatch(r"/resolve/([^/]+)/(.+)", tail)
         if found is None:
             return self._error(404, None, f"Not found: {tail}")
@@ -240,26 +232,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _git_blob_id(body: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
-
-
-def _tree(files: dict[str, bytes], folder: str, recursive: bool) -> list[dict]:
-    """The hub's tree listing: files (with size, blob id and LFS facts) and folders, under `folder`."""
-    prefix = f"{folder}/" if folder else ""
-    entries, folders = [], set()
-    for path, body in sorted(files.items()):
-        if not path.startswith(prefix):
-            continue
-        parts = path[len(prefix):].split("/")
-        for depth in range(1, len(parts)):
-            folders.add(prefix + "/".join(parts[:depth]))
-        if len(parts) > 1 and not recursive:
-            continue
-        entry = {"type": "file", "oid": _git_blob_id(body), "size": len(body), "path": path}
-        if _is_lfs(path):
-            entry["lfs"] = {"oid": sha256(body), "size": len(body), "pointerSize": 134}
-        entries.append(entry)
-    shown = folders if recursive else {f for f in folders if "/" not in f[len(prefix):]}
-    return [{"type": "directory", "oid": _git_blob_id(f.encode()), "path": f} for f in sorted(shown)] + entries
 
 
 @contextlib.contextmanager

@@ -171,8 +171,7 @@ def test_what_the_server_says_it_lacks_is_not_retried(local_hub, tmp_path):
     missing = download(local_hub, tmp_path / "base", "--retries", "4")
     assert "the server answered HTTP 404 (RepositoryNotFoundError)" in one_line_error(missing)
     assert "--url (or HF_ENDPOINT)" in missing.stderr
-    assert [p for m, p, _ in local_hub.requests if "/tree/" in p and "gsm8k" in p] == ["/api/datasets/openai/gsm8k"
-                                                                                        "/tree/main"]
+    assert [p for m, p, _ in local_hub.requests if m == "GET" and "gsm8k" in p] == ["/api/datasets/openai/gsm8k"]
     local_hub.repos["openai/gsm8k"] = gsm8k
     local_hub.plain.pop(chatdata.WORDS_FILE)
     no_words = download(local_hub, tmp_path / "base", "--retries", "4")
@@ -195,7 +194,7 @@ def test_hub_offline_mode_is_named_at_once_and_staged_splits_still_pass(download
     error = one_line_error(fresh)
     assert f"smol-smoltalk/data/train-*.parquet: not staged yet, and {switch} is set here" in error
     assert f"with {switch} unset" in error
-    assert not [p for _, p, _ in local_hub.requests if "/tree/" in p]  # not asked, let alone five times
+    assert not [p for m, p, _ in local_hub.requests if m == "GET" and p.startswith("/api/")]  # not asked at all
     env["NANOCHAT_BASE_DIR"] = str(base)  # everything staged: offline mode changes nothing
     again = subprocess.run([sys.executable, "-m", "bench.cli", "data", "download", "--chat"], capture_output=True,
                            text=True, env=env, timeout=60)
@@ -209,4 +208,4 @@ def test_a_read_only_base_directory_is_named_at_once_not_retried_as_network_trou
     error = one_line_error(out)
     assert f"cannot write {mnt / chatdata.CHAT_DIR}: Read-only file system" in error and "NANOCHAT_BASE_DIR" in error
     assert "check the network" not in error
-    assert len([p for _, p, _ in local_hub.requests if "/tree/" in p]) == 1  # tried once, not five times
+    assert len([p for m, p, _ in local_hub.requests if m == "GET" and p.startswith("/api/")]) == 1  # once, not 5

@@ -156,7 +156,7 @@ def test_a_record_cut_short_is_taken_as_empty_and_written_whole_again(tmp_path, 
     record = chatdata.chat_dir() / chatstage.SOURCES
     record.write_text(record.read_text()[:40])
     monkeypatch.setattr(download, "check_reachable", lambda *a, **k: None)
-    monkeypatch.setattr(chatstage, "_hub_files", lambda s, url: sources[f"{s.repo}/{s.pattern}"]["files"])
+    monkeypatch.setattr(chatstage, "_hub_files", lambda s, url, timeout_s: sources[f"{s.repo}/{s.pattern}"]["files"])
     monkeypatch.setattr(chatstage, "_hub_file", lambda *a: None)  # the files are there already
     chatstage.stage(url="http://127.0.0.1:9", retries=1)
     assert json.loads(record.read_text()).keys() == sources.keys()
@@ -179,7 +179,7 @@ def test_a_second_staging_into_the_base_directory_waits_for_the_first_and_keeps_
     unfinished = sources.pop(cut)  # the second staging fetches this split again and records it
     (chatdata.chat_dir() / chatstage.SOURCES).write_text(json.dumps(sources))
     monkeypatch.setattr(download, "check_reachable", lambda *a, **k: None)
-    monkeypatch.setattr(chatstage, "_hub_files", lambda s, url: unfinished["files"])
+    monkeypatch.setattr(chatstage, "_hub_files", lambda s, url, timeout_s: unfinished["files"])
     monkeypatch.setattr(chatstage, "_hub_file", lambda *a: None)  # the file is there already
     held = os.open(tmp_path / download.DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)  # the first staging is still running
@@ -243,3 +243,51 @@ def test_missing_staged_looks_up_every_staged_item_by_name(tmp_path, monkeypatch
     assert chatdata.missing_staged(tmp_path) == (
         f"{tmp_path / chatdata.CHAT_DIR / 'openai/gsm8k/main/test-*.parquet'}: missing staged chat data (and 1 more); "
         f"{chatdata.FIX_MISSING}")
+
+
+def test_a_hub_that_answers_the_probe_but_never_the_listing_fails_within_the_timeout(tmp_path, monkeypatch):
+    """huggingface_hub lists a repo's files with no timeout, and retries that 5 times itself: `--retries 1 --timeout
+    1` against a mirror that took the request and never answered waited as long as the mirror stalled."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    release = threading.Event()
+
+    class Quiet(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_HEAD(self):  # the reachability probe gets its answer
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self):
+            release.wait(60)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    url, errors = f"http://127.0.0.1:{server.server_address[1]}", []
+    staging = threading.Thread(target=lambda: errors.append(_error_of(chatstage.stage, url=url, retries=1,
+                                                                      timeout_s=1)), daemon=True)
+    try:
+        staging.start()
+        staging.join(timeout=15)
+        assert not staging.is_alive(), "still waiting for the listing"
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert isinstance(errors[0], DataError) and "\n" not in str(errors[0]), errors
+    assert str(errors[0]).startswith(f"{url}/datasets/") and "1 attempt(s) failed" in str(errors[0])
+
+
+def _error_of(call, **kwargs):
+    try:
+        call(**kwargs)
+    except Exception as e:
+        return e

@@ -46,13 +46,6 @@ def check_file(name: str) -> int:
     return sum(1 for w in chatdata.staged_words() if w)
 
 
-def _refused(e: Exception) -> int | None:
-    """The HTTP status of an answer no retry changes (4xx but 408 and 429, which ask to come back); else None.
-    requests' and huggingface_hub's HTTP errors both carry the response."""
-    status = getattr(getattr(e, "response", None), "status_code", None)
-    return status if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429) else None
-
-
 def _with_retries(what: str, fetch, retries: int, hint: str):
     for attempt in range(1, retries + 1):
         try:
@@ -64,7 +57,7 @@ def _with_retries(what: str, fetch, retries: int, hint: str):
                 raise DataError(f"{what}: cannot write {e.filename or get_base_dir()}: "
                                 f"{os_reason_and_remedy(e, ELSEWHERE)}, then run "
                                 "again to resume") from None
-            status = _refused(e)
+            status = download.refused(e)
             if status is not None:
                 raise DataError(f"{what}: the server answered HTTP {status} ({type(e).__name__}); {hint}") from None
             if attempt == retries:

@@ -46,7 +46,6 @@ from bench.nanochat.runclaim import NO_LOCKS
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"
 MAX_SHARD = 1822  # shards 0..1822 exist upstream
-PERMANENT_HTTP = (400, 401, 403, 404, 410)  # answers no retry can change
 WORKERS = 4  # parallel downloads: `data download`'s default too
 CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the rest resumes
 CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
@@ -64,6 +63,13 @@ def verify_shard(path: Path) -> None:
         raise ValueError(f"not a readable parquet file ({e})") from None
     if problem := text_column_problem(pf.schema_arrow):
         raise ValueError(f"the parquet file{problem}")
+
+
+def refused(e: BaseException) -> int | None:
+    """The HTTP status of an answer no retry changes (a 4xx but 408 and 429, which ask to come back); else None.
+    requests' and huggingface_hub's HTTP errors both carry the response."""
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    return status if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429) else None
 
 
 def no_answer(e: BaseException) -> str | None:
@@ -287,11 +293,8 @@ def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: f
 
 def _worth_retrying(e: BaseException) -> bool:
     """Network trouble and bad files are retried; an answer like 404 that no retry can change is not."""
-    if isinstance(e, requests.HTTPError) and e.response is not None:
-        return e.response.status_code not in PERMANENT_HTTP
-    if isinstance(e, NotFineWeb):
-        return False
-    return isinstance(e, (requests.RequestException, ValueError))
+    return isinstance(e, (requests.RequestException, ValueError)) and not isinstance(e, NotFineWeb) \
+        and refused(e) is None
 
 
 def check_tries(retries: int, timeout_s: float) -> None:

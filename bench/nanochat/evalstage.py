@@ -49,7 +49,7 @@ def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: f
                 return
             except requests.HTTPError as e:
                 code = e.response.status_code if e.response is not None else None
-                if code in download.PERMANENT_HTTP or attempt == retries:
+                if download.refused(e) or attempt == retries:
                     raise DataError(f"{url}: HTTP {code}; nothing was staged; {FIX_URL}") from None
             except requests.RequestException as e:
                 if attempt == retries:

@@ -31,7 +31,7 @@ class ShardServer(ThreadingHTTPServer):
     def __init__(self, files: dict[str, bytes]):
         super().__init__(("127.0.0.1", 0), Handler)
         self.files = dict(files)  # a test may change what this server serves, not what the next one does
-        self.behaviour: dict[str, str] = {}  # shard name -> "500", "500-once", "cut-once", "slow-once", "corrupt",
+        self.behaviour: dict[str, str] = {}  # shard name -> an HTTP status ("500"), "500-once", "cut-once", "slow-once", "corrupt",
         # "trickle"
         self.requests: list[tuple[str, str | None]] = []  # (name, Range header)
         self.release = threading.Event()  # ends the waits of "hang" and "trickle"
@@ -74,8 +74,8 @@ class Handler(BaseHTTPRequestHandler):
         how = srv.behaviour.get(name, "")
         if name not in srv.files:
             return self.send_error(404)
-        if how == "500" or (how == "500-once" and seen == 0):
-            return self.send_error(500, "upstream trouble")
+        if how.isdigit() or (how == "500-once" and seen == 0):
+            return self.send_error(int(how[:3]), "upstream trouble")
         if how == "slow-once" and seen == 0:
             time.sleep(1.0)
         body = b"PAR1 this is not parquet PAR1" if how == "corrupt" else srv.files[name]
@@ -202,6 +202,16 @@ def test_persistent_failures_name_each_shard(server, tmp_path):
 def test_missing_shard_fails_fast(server, tmp_path):
     with pytest.raises(DataError, match=r"shard_00004.parquet from http://127.0.0.1:\d+/shard_00004.parquet: 1 attempt"):
         download.download_shards(5, url=server.url, out_dir=tmp_path, retries=5, backoff_s=10, progress=False)
+
+
+@pytest.mark.parametrize("status, attempts", [(405, 1), (451, 1), (429, 3), (503, 3)])
+def test_a_refusal_no_retry_changes_is_not_retried_and_a_request_to_come_back_is(server, tmp_path, status, attempts):
+    """A 4xx other than 400, 401, 403, 404 and 410 (405, 451 Unavailable For Legal Reasons) was retried with backoff,
+    where `data download --chat` stopped at once: every 4xx but 408 and 429 (which ask to come back) is final."""
+    server.behaviour["shard_00000.parquet"] = str(status)
+    with pytest.raises(DataError, match=rf"{attempts} attempt\(s\) failed.*{status}"):
+        download.download_shards(1, url=server.url, out_dir=tmp_path, retries=3, **FAST)
+    assert [n for n, _ in server.requests] == ["shard_00000.parquet"] * attempts
 
 
 def test_url_from_environment_and_cli(server, tmp_path, monkeypatch, capsys):

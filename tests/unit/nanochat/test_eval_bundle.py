@@ -47,7 +47,7 @@ class Mirror(ThreadingHTTPServer):
 
     def __init__(self, body: bytes):
         super().__init__(("127.0.0.1", 0), Handler)
-        self.body, self.cut_first, self.ranges = body, False, []
+        self.body, self.cut_first, self.ranges, self.status = body, False, [], None  # status: every GET's error
         self.trickle = threading.Event()  # set: a byte every 0.1 s, for at most 10 s (cleared: stop at once)
 
     @property
@@ -66,6 +66,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         srv, rng = self.server, self.headers.get("Range")
         srv.ranges.append(rng)
+        if srv.status:
+            return self.send_error(srv.status)
         start = int(rng.split("=")[1].rstrip("-")) if rng else 0
         self.send_response(206 if rng else 200)
         self.send_header("Content-Length", str(len(srv.body) - start))
@@ -162,6 +164,17 @@ def test_a_trickling_mirror_is_stopped_as_stalled(mirror, tmp_path, monkeypatch)
     assert time.monotonic() - t0 < 4  # two tries of at most 2 x 0.5 s
     assert str(e.value).startswith(f"{mirror.url}: 2 attempt(s) failed, the last: the server sent ")
     assert "(a stalled transfer); run again to resume" in str(e.value) and "NANOCHAT_EVAL_BUNDLE_URL" in str(e.value)
+
+
+@pytest.mark.parametrize("status, attempts", [(405, 1), (451, 1), (429, 3), (503, 3)])
+def test_a_refusal_no_retry_changes_is_not_retried_and_a_request_to_come_back_is(mirror, tmp_path, monkeypatch,
+                                                                                  status, attempts):
+    """A 4xx other than 400, 401, 403, 404 and 410 was retried with backoff, as `data download --chat` never did."""
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    mirror.status = status
+    with pytest.raises(DataError, match=f"HTTP {status}"):
+        evalstage.stage(url=mirror.url, retries=3, timeout_s=5, backoff_s=0.01)
+    assert len(mirror.ranges) == attempts
 
 
 def test_generate_refuses_to_replace_and_download_refuses_to_mix(mirror, tmp_path, monkeypatch):

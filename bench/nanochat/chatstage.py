@@ -5,12 +5,10 @@ test_chat_hub.py shows against a local stand-in of the hub); the identity conver
 through the shard downloader's resuming fetch. Each file is checked after it lands; a staged file that passes
 is not fetched again. A refusal from the server (an HTTP 4xx: no such dataset or file there) is not retried."""
 
-import errno
 import os
-import time
 from pathlib import Path
 
-from bench.errors import DataError, first_line, os_reason_and_remedy
+from bench.errors import DataError, os_reason_and_remedy
 from bench.nanochat import chatdata, data_origin, download
 from bench.nanochat.common import ELSEWHERE, get_base_dir
 from bench.contract import write_json_atomic
@@ -21,8 +19,6 @@ ENV_WORDS_URL = "NANOCHAT_WORDS_URL"
 SOURCES = data_origin.SOURCES_JSON
 HUB_HINT = "point --url (or HF_ENDPOINT) at a Hugging Face mirror that holds the dataset"
 BACKOFF_S = 2.0  # the wait after a failed try, doubled after each: 5 tries wait 30 s in all
-# a file-system error here (read-only, full, over quota, no permission), as opposed to a socket's
-LOCAL_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
 
 
 def endpoint(url: str | None) -> str:
@@ -47,23 +43,11 @@ def check_file(name: str) -> int:
 
 
 def _with_retries(what: str, fetch, retries: int, hint: str):
-    for attempt in range(1, retries + 1):
-        try:
-            return fetch()
-        except DataError:
-            raise
-        except Exception as e:  # network and hub errors alike: the next try resumes what has landed
-            if isinstance(e, OSError) and e.errno in LOCAL_ERRNOS:  # our disk, not the network: no retry changes it
-                raise DataError(f"{what}: cannot write {e.filename or get_base_dir()}: "
-                                f"{os_reason_and_remedy(e, ELSEWHERE)}, then run "
-                                "again to resume") from None
-            status = download.refused(e)
-            if status is not None:
-                raise DataError(f"{what}: the server answered HTTP {status} ({type(e).__name__}); {hint}") from None
-            if attempt == retries:
-                raise DataError(f"{what}: {retries} attempt(s) failed, the last with {type(e).__name__}: "
-                                f"{first_line(e, '')}; check the network, or {hint}") from None
-            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+    try:  # network and hub errors alike: the next try resumes what has landed
+        return download.retrying(what, fetch, retries, BACKOFF_S, f"check the network, or {hint}")
+    except OSError as e:  # our disk, not the network
+        raise DataError(f"{what}: cannot write {e.filename or get_base_dir()}: {os_reason_and_remedy(e, ELSEWHERE)}, "
+                        "then run again to resume") from None
 
 
 def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float, overwrite: bool) -> int:

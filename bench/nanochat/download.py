@@ -1,10 +1,10 @@
 """Fetch FineWeb-Edu shards: parallel, resumable, retried, each file verified before it counts.
 
 Upstream's downloader (nanochat/dataset.py) streams each shard to `<name>.tmp`, renames it when done and
-retries 5 times with 2^attempt s backoff (here through tenacity). This one also resumes a partial `.tmp`
-with an HTTP Range request, verifies every finished file as parquet with a `text` column (a truncated or
-corrupt file is deleted and fetched again), runs in threads (the work is network I/O) and names each
-shard it could not get. The base URL comes from the argument, else NANOCHAT_DATA_URL (a mirror), else Hugging Face.
+retries 5 times with 2^attempt s backoff (here `retrying`, which the other downloads share). This one also
+resumes a partial `.tmp` with an HTTP Range request, verifies every finished file as parquet with a `text` column
+(a truncated or corrupt file is deleted and fetched again), runs in threads (the work is network I/O) and names
+each shard it could not get. The base URL comes from the argument, else NANOCHAT_DATA_URL (a mirror), else Hugging Face.
 
 Waits are bounded. One request before the pool starts finds a host that does not resolve, refuses
 connections or never answers, and stops the command in seconds with one line; each request has a connect
@@ -21,6 +21,7 @@ directory at a time (its DOWNLOAD_LOCK); a second one waits for it, then keeps t
 """
 
 import contextlib
+import errno
 import fcntl
 import math
 import os
@@ -33,7 +34,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import requests
-import tenacity
 import urllib3
 from tqdm import tqdm
 
@@ -51,6 +51,9 @@ CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the
 CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
 READ_TIMEOUT_S = 30.0  # the longest silence accepted from a server that took the connection
 REACH_TRIES, REACH_PAUSE_S = 3, 0.5  # a host that refuses may be restarting: tried this often, this far apart
+# a file-system error here (read-only, full, over quota, no permission), as opposed to a socket's
+LOCAL_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
+MAX_WAIT_S = 60.0  # the longest wait between two attempts, however many --retries
 MIN_RATE_B_S = 1024  # slower than this over a read timeout's span is a stall: a 100 MB shard would take a day
 FIX_URL = f"check the network, or point --url (or {ENV_DATA_URL}) at a mirror that serves the shards"
 
@@ -165,8 +168,8 @@ class _Breaker:
 
 
 def retry_waits_s(retries: int, backoff_s: float) -> float:
-    """Seconds one shard's retries wait in all (tenacity's exponential backoff, each wait at most 60 s)."""
-    return sum(min(60.0, backoff_s * 2 ** k) for k in range(retries - 1))
+    """Seconds one shard's retries wait in all (`retrying`'s waits)."""
+    return sum(min(MAX_WAIT_S, backoff_s * 2 ** k) for k in range(retries - 1))
 
 
 class NotFineWeb(ValueError):
@@ -179,6 +182,34 @@ class _Stopped(Exception):
 
 class Stalled(requests.exceptions.ReadTimeout):
     """A body that kept coming, but slower than MIN_RATE_B_S over a read timeout's span."""
+
+
+class GaveUp(DataError):
+    """A download's attempts all failed, or one got an answer no retry changes."""
+
+
+def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", wait=time.sleep):
+    """fetch() until it returns, at most `retries` attempts, waiting backoff_s, then twice that, ... (at most
+    MAX_WAIT_S) between them, as upstream's download_single_file (5 attempts, 2^attempt s). GaveUp in one line
+    naming `what`, the attempts and the last error, then `then`: after the last attempt, or at once on an answer no
+    retry changes (refused) or a shard `data generate` made. A write our disk refused is raised as it is (no retry
+    changes it; the caller names the file)."""
+    for attempt in range(1, retries + 1):
+        try:
+            return fetch()
+        except (DataError, _Stopped):
+            raise
+        except Exception as e:
+            if isinstance(e, OSError) and e.errno in LOCAL_ERRNOS:
+                raise
+            if attempt == retries or refused(e) or isinstance(e, NotFineWeb):
+                status = getattr(getattr(e, "response", None), "status_code", None)
+                why = (f"the server answered HTTP {status} ({type(e).__name__})" if isinstance(status, int) else
+                       no_answer(e) or (first_line(e) if isinstance(e, ValueError) else
+                                        f"{type(e).__name__}: {first_line(e, '')}"))
+                raise GaveUp(f"{what}: {attempt} attempt(s) failed, the last: {why}" + (then and f"; {then}")) \
+                    from None
+        wait(min(MAX_WAIT_S, backoff_s * 2 ** (attempt - 1)))
 
 
 def _pieces(r: requests.Response, size: int):
@@ -233,7 +264,7 @@ def _fetch_once(url: str, tmp: Path, timeout: tuple[float, float], chunk_bytes: 
 def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: float, timeout_s: float,
                  chunk_bytes: int, replace: bool, breaker: _Breaker) -> Path:
     """Fetch shard `index` into out_dir unless a valid copy is there (or `replace`: a generated shard in the
-    way); ValueError naming it if all tries fail, DataError in one line when out_dir cannot be written."""
+    way); GaveUp naming it if all tries fail, DataError in one line when out_dir cannot be written."""
     path = out_dir / shard_name(index)
     if path.exists():
         try:
@@ -269,32 +300,16 @@ def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: f
         data_origin.record_downloaded(path, shard_url)
         return path
 
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(retries) | (lambda _: breaker.open.is_set()), reraise=False,
-        wait=tenacity.wait_exponential(multiplier=backoff_s, max=60),
-        sleep=lambda seconds: breaker.open.wait(seconds),  # a backoff ends at once when the mirror is given up
-        retry=tenacity.retry_if_exception(_worth_retrying))
-    try:
-        return retrying(attempt)
-    except tenacity.RetryError as e:
-        tries, last = e.last_attempt.attempt_number, e.last_attempt.exception()
-    except (requests.RequestException, ValueError) as e:  # not worth retrying: the mirror does not have it
-        tries, last = retrying.statistics.get("attempt_number", 1), e
-    except OSError as e:  # our side: a full disk, a read-only directory (requests' own errors are caught above)
+    try:  # a backoff ends at once when the mirror is given up (breaker.open), and the next attempt is not made
+        return retrying(f"{shard_name(index)} from {shard_url}", attempt, retries, backoff_s, wait=breaker.open.wait)
+    except GaveUp:
+        if breaker.open.is_set():
+            raise _Stopped() from None
+        raise
+    except OSError as e:  # our side: a full disk, a read-only directory
         raise DataError(f"data download: cannot write {tmp}: "
                         f"{os_reason_and_remedy(e, ELSEWHERE)}, then run again "
                         "to resume") from None
-    if breaker.open.is_set():
-        raise _Stopped()
-    why = no_answer(last) or (f"{type(last).__name__}: {last}" if isinstance(last, requests.RequestException)
-                              else str(last))
-    raise ValueError(f"{shard_name(index)} from {shard_url}: {tries} attempt(s) failed, last: {why}")
-
-
-def _worth_retrying(e: BaseException) -> bool:
-    """Network trouble and bad files are retried; an answer like 404 that no retry can change is not."""
-    return isinstance(e, (requests.RequestException, ValueError)) and not isinstance(e, NotFineWeb) \
-        and refused(e) is None
 
 
 def check_tries(retries: int, timeout_s: float) -> None:
@@ -389,7 +404,7 @@ def download_shards(num_shards: int, workers: int = WORKERS, url: str | None = N
                 bar.update(1)  # the bar counts shards that arrived; failures are counted beside it
             except (_Stopped, CancelledError):
                 pass  # not tried: the breaker's message below says why
-            except ValueError as e:
+            except GaveUp as e:
                 failed.append(str(e))
                 bar.set_postfix_str(f"{len(failed)} failed", refresh=True)
             except DataError as e:

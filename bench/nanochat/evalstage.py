@@ -11,11 +11,9 @@ is moved into place. A bundle already staged that reads is not fetched again.
 
 import hashlib
 import os
-import time
 import zipfile
 from pathlib import Path
 
-import requests
 from tqdm import tqdm
 
 from bench.contract import write_json_atomic
@@ -42,24 +40,13 @@ def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: f
     tmp = dest.with_name(dest.name + ".tmp")  # a fixed name: a later try resumes it
     timeout = download.timeouts(timeout_s)
     with tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name, leave=False, disable=None) as bar:
-        for attempt in range(1, retries + 1):
-            try:
-                download._fetch_once(url, tmp, timeout, chunk_bytes, bar)
-                os.replace(tmp, dest)
-                return
-            except requests.HTTPError as e:
-                code = e.response.status_code if e.response is not None else None
-                if download.refused(e) or attempt == retries:
-                    raise DataError(f"{url}: HTTP {code}; nothing was staged; {FIX_URL}") from None
-            except requests.RequestException as e:
-                if attempt == retries:
-                    why = download.no_answer(e) or type(e).__name__
-                    raise DataError(f"{url}: {retries} attempt(s) failed, the last: {why}; run again to resume "
-                                    f"{tmp}; {FIX_URL}") from None
-            except OSError as e:
-                raise DataError(f"cannot write {tmp}: {os_reason_and_remedy(e, ELSEWHERE)}, then run again to resume"
-                                ) from None
-            time.sleep(backoff_s * 2 ** (attempt - 1))
+        try:
+            download.retrying(url, lambda: download._fetch_once(url, tmp, timeout, chunk_bytes, bar), retries,
+                              backoff_s, f"run again to resume {tmp}; {FIX_URL}")
+            os.replace(tmp, dest)
+        except OSError as e:
+            raise DataError(f"cannot write {tmp}: {os_reason_and_remedy(e, ELSEWHERE)}, then run again to resume"
+                            ) from None
 
 
 def sha256_of(path: Path) -> str:

@@ -175,7 +175,8 @@ def test_what_the_server_says_it_lacks_is_not_retried(local_hub, tmp_path):
     local_hub.repos["openai/gsm8k"] = gsm8k
     local_hub.plain.pop(chatdata.WORDS_FILE)
     no_words = download(local_hub, tmp_path / "base", "--retries", "4")
-    assert f"{local_hub.plain_url(chatdata.WORDS_FILE)}: the server answered HTTP 404" in one_line_error(no_words)
+    assert f"{local_hub.plain_url(chatdata.WORDS_FILE)}: 1 attempt(s) failed, the last: the server answered HTTP 404" \
+        in one_line_error(no_words)
     assert f"set {chatstage.ENV_WORDS_URL} to another copy" in no_words.stderr
     assert (tmp_path / "base" / chatdata.IDENTITY_FILE).is_file()  # what came before it is staged
 

@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 from bench.nanochat.download import READ_TIMEOUT_S
 from bench.nanochat.heartbeat import SILENT_AFTER_S
 from harness import (FOREVER, TINY, TRACEBACK, Command, Expect, Outcome, Unavailable, cli, ext4_image, fill,
-                     is_rank, is_torchrun, outcome_of, python, repo_env, run_env, steps_recorded, tmpfs, wait_steps,
-                     wrapper_argv)
+                     is_rank, is_torchrun, outcome_of, python, repo_env, run_env, starting, steps_recorded, tmpfs,
+                     wait_steps, wrapper_argv)
 
 LOCAL_BOUND_S = 20.0  # after the fault; a tiny CPU run that fails fast ends in a few seconds
 START_BOUND_S = 60.0  # from launch, for faults that hit at start (start-up of 2 ranks is ~15 s on 2 cores)
@@ -54,6 +54,7 @@ class Case:
     run: Callable[[Ctx], Outcome]
     expect: Expect
     slurm: bool = False
+    waits: bool = False  # most of its time waits (a stopped rank, a silent mirror): run beside the others (test_faults)
 
     def cap(self, ctx: Ctx) -> float:
         return max(self.expect.bound_s, ctx.cap_s or 0)
@@ -62,9 +63,9 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(title: str, expect: Expect, slurm: bool = False):
+def case(title: str, expect: Expect, slurm: bool = False, waits: bool = False):
     def register(fn):
-        CASES.append(Case(fn.__name__, title, fn, expect, slurm))
+        CASES.append(Case(fn.__name__, title, fn, expect, slurm, waits))
         return fn
     return register
 
@@ -86,18 +87,29 @@ def train_fault(ctx: Ctx, name: str, inject: Callable[[Command], None] | None, t
                 run_dir: Path | None = None, analyse: bool = True) -> Outcome:
     """Start the wrapper; with `inject`, hit the run once it has `steps` steps, else time from launch."""
     run_dir = run_dir or ctx.work / "runs" / "faults" / name
-    cmd = Command(wrapper_argv(run_dir, train_args, nproc), ctx.work / "cmd",
-                  env=run_env(base_dir or ctx.base_dir), cwd=ctx.work, tty=tty)
+    with starting():
+        cmd = Command(wrapper_argv(run_dir, train_args, nproc), ctx.work / "cmd",
+                      env=run_env(base_dir or ctx.base_dir), cwd=ctx.work, tty=tty)
+        if inject is not None:
+            _started(cmd, lambda: wait_steps(cmd, run_dir, steps))
     try:
         since = cmd.t_start
         if inject is not None:
-            wait_steps(cmd, run_dir, steps)
             since = time.time()
             inject(cmd)
         seconds, left = cmd.wait_gone(_cap(name, ctx), since)
         return outcome_of(name, cmd, run_dir, seconds, left, ctx.work, analyse=analyse)
     finally:
         cmd.cleanup()
+
+
+def _started(cmd: Command, wait: Callable[[], None]) -> None:
+    """Wait for the run to reach the fault's moment; a run that never does is ended here, not left behind."""
+    try:
+        wait()
+    except BaseException:
+        cmd.cleanup()
+        raise
 
 
 def _signal_rank(rank: int, sig: int):
@@ -132,7 +144,8 @@ def kill9_rank1(ctx):
     return train_fault(ctx, "kill9_rank1", _signal_rank(1, signal.SIGKILL), [*TINY, FOREVER])
 
 
-@case("SIGSTOP rank 1 (hung rank; default flags)", Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"))
+@case("SIGSTOP rank 1 (hung rank; default flags)", Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"),
+      waits=True)
 def sigstop_rank1(ctx):
     return train_fault(ctx, "sigstop_rank1", _signal_rank(1, signal.SIGSTOP), [*TINY, FOREVER])
 
@@ -206,12 +219,14 @@ def _no_step_before_stop(o: Outcome) -> list[str]:
 
 
 @case("SIGSTOP rank 1 before the first step (default flags)",
-      Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b", extra=_no_step_before_stop))
+      Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b", extra=_no_step_before_stop), waits=True)
 def sigstop_rank1_before_first_step(ctx):
     run_dir = ctx.work / "runs" / "faults" / "sigstop_rank1_before_first_step"
-    cmd = Command(wrapper_argv(run_dir, [*TINY, FOREVER]), ctx.work / "cmd", env=run_env(ctx.base_dir), cwd=ctx.work)
+    with starting():
+        cmd = Command(wrapper_argv(run_dir, [*TINY, FOREVER]), ctx.work / "cmd", env=run_env(ctx.base_dir),
+                      cwd=ctx.work)
+        _started(cmd, lambda: _stop_rank_once_in_the_group(1)(cmd, run_dir))
     try:
-        _stop_rank_once_in_the_group(1)(cmd, run_dir)
         steps = steps_recorded(run_dir)
         seconds, left = cmd.wait_gone(_cap("sigstop_rank1_before_first_step", ctx), time.time())
         o = outcome_of("sigstop_rank1_before_first_step", cmd, run_dir, seconds, left, ctx.work)
@@ -236,12 +251,15 @@ def _ended_soon_after_rank0_waited(o: Outcome) -> list[str]:
 
 @case("SIGSTOP rank 1 before it joins the process group (default flags)",
       Expect(START_BOUND_S + JOIN_S, ("hung",), r"rank 1\b.*(join|process group)",
-             extra=_ended_soon_after_rank0_waited))
+             extra=_ended_soon_after_rank0_waited), waits=True)
 def sigstop_rank1_before_join(ctx):
     run_dir = ctx.work / "runs" / "faults" / "sigstop_rank1_before_join"
-    cmd = Command(wrapper_argv(run_dir, [*TINY, FOREVER]), ctx.work / "cmd", env=run_env(ctx.base_dir), cwd=ctx.work)
-    try:  # stopped as soon as its process exists: before its imports, its first event and its first beat
-        os.kill(cmd.tracker.find(is_rank(1), timeout=START_BOUND_S).pid, signal.SIGSTOP)
+    with starting():
+        cmd = Command(wrapper_argv(run_dir, [*TINY, FOREVER]), ctx.work / "cmd", env=run_env(ctx.base_dir),
+                      cwd=ctx.work)
+        # stopped as soon as its process exists: before its imports, its first event and its first beat
+        _started(cmd, lambda: os.kill(cmd.tracker.find(is_rank(1), timeout=START_BOUND_S).pid, signal.SIGSTOP))
+    try:
         since = time.time()
         seconds, left = cmd.wait_gone(_cap("sigstop_rank1_before_join", ctx), since)
         o = outcome_of("sigstop_rank1_before_join", cmd, run_dir, seconds, left, ctx.work)
@@ -261,7 +279,7 @@ def _events(run_dir: Path) -> list[dict]:
 
 
 @case("SIGSTOP rank 1 during validation (default flags)",
-      Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"))
+      Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"), waits=True)
 def sigstop_rank1_in_validation(ctx):
     # every step validates over 400 passes: nearly all of the run's time is validation
     args = [a for a in TINY if not a.startswith("--eval_every")] + ["--eval_every=1", "--eval_tokens=51200", FOREVER]
@@ -269,7 +287,7 @@ def sigstop_rank1_in_validation(ctx):
 
 
 @case("a re-run into the directory of a former 4-rank run, rank 1 stopped",
-      Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"))
+      Expect(SILENT_AFTER_S + LOCAL_BOUND_S, ("hung",), r"rank 1\b"), waits=True)
 def rerun_former_4rank_dir(ctx):
     from tests.support.synthetic import write_heartbeat
 
@@ -302,7 +320,7 @@ def _collected_ok(o: Outcome) -> list[str]:
 
 # an ok run is a row of the report's results, not of its failures table: collect's row is what is checked
 @case(f"the wrapper paused for {PAUSE_S:.0f} s (Ctrl-Z): the ranks' stdout pipe full",
-      Expect(PAUSE_S + 120, ("ok",), exit_zero=True, listed=False, extra=_collected_ok))
+      Expect(PAUSE_S + 120, ("ok",), exit_zero=True, listed=False, extra=_collected_ok), waits=True)
 def wrapper_paused(ctx):
     return train_fault(ctx, "wrapper_paused", _pause_wrapper, [*TINY, "--num_iterations=1500"])
 
@@ -763,7 +781,7 @@ def download_refusing_mirror(ctx):
 @case("`data download -n 240 -w 8` from a mirror that takes connections and never answers",
       Expect(COMMAND_START_S + READ_TIMEOUT_S, refused=True,
              message=r"cannot reach \S*/mirror/shard_00000\.parquet: .*sent nothing within the read timeout",
-             extra=_all(one_error_line(r"--url"), _nothing_downloaded)))
+             extra=_all(one_error_line(r"--url"), _nothing_downloaded)), waits=True)
 def download_silent_mirror(ctx):
     return download_fault(ctx, "download_silent_mirror", listen=True)
 

@@ -337,6 +337,18 @@ def default_signal_dispositions() -> None:
             signal.signal(sig, signal.SIG_DFL)
 
 
+# Cases run side by side (test_faults.py) start their runs one at a time: a start-up is CPU-bound (2 ranks
+# importing torch), and six at once on 2 cores would stretch each past the bounds measured from it.
+STARTING = threading.Lock()
+
+
+@contextlib.contextmanager
+def starting():
+    """Hold while a run starts and until its fault hits; the waits that follow overlap with the other cases'."""
+    with STARTING:
+        yield
+
+
 class Command:
     """One command of a run, started in a session of its own with the run's tag in its environment.
 

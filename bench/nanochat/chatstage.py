@@ -68,7 +68,6 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
         raise DataError(f"{chatdata.chat_dir() / s.repo / s.pattern}: not staged yet, and {switch} is set here, so "
                         f"huggingface_hub refuses every request; run this command with {switch} unset (the stages "
                         "read the staged data offline)")
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(int(timeout_s)))
     download.check_reachable(f"{url}/api/datasets/{s.repo}", download.timeouts(timeout_s),
                              "nothing more was staged; check the network, or point --url (or HF_ENDPOINT) at a "
                              "Hugging Face mirror", retry_any=True)
@@ -78,7 +77,7 @@ def _stage_split(s: chatdata.HubSplit, url: str, retries: int, timeout_s: float,
     for stale in set(chatdata.split_files(s)) - {folder / name for name in wanted}:
         stale.unlink()  # from another revision of the dataset: it would be read with the others
     for name in wanted:
-        _with_retries(f"{url}/datasets/{s.repo} {name}", lambda: _hub_file(s, name, url), retries, HUB_HINT)
+        _with_retries(f"{url}/datasets/{s.repo} {name}", lambda: _hub_file(s, name, url, timeout_s), retries, HUB_HINT)
     rows = check_split(s, fix=f"refused as {url}/datasets/{s.repo} serves it (is that a mirror of the dataset?); "
                               "nothing more was staged")
     files = [str(f.relative_to(chatdata.chat_dir() / s.repo)) for f in chatdata.split_files(s)]
@@ -110,12 +109,17 @@ def _hub_files(s: chatdata.HubSplit, url: str, timeout_s: float) -> list[str]:
     return sorted(names)
 
 
-def _hub_file(s: chatdata.HubSplit, name: str, url: str) -> None:
+def _hub_file(s: chatdata.HubSplit, name: str, url: str, timeout_s: float) -> None:
     """One file, into the split's folder (its path in the repo kept); a file already there with the hub's ETag is
     not fetched again (huggingface_hub keeps its metadata under the folder's .cache/huggingface/)."""
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, hf_hub_download
 
-    hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url)
+    # The library reads HF_HUB_DOWNLOAD_TIMEOUT once, when imported, so setting the variable now would change nothing;
+    # one the user exported is kept, as HF_HUB_ETAG_TIMEOUT is by hf_hub_download over etag_timeout.
+    if not os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT"):
+        constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout_s
+    hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url,
+                    etag_timeout=timeout_s)
 
 
 def _sources() -> dict:

@@ -12,7 +12,8 @@ What it answers (huggingface_hub/hf_api.py `dataset_info`, file_download.py `get
 - GET  /cdn/<sha256>, /files/<name>                the bodies, `Range: bytes=N-` answered with a 206.
 Not served: Xet storage (the client takes it only when the hub names a Xet hash), tokens, pagination.
 
-`Hub.cut_once` makes one transfer of a file stop after N bytes (the connection closes mid-body), and
+`Hub.cut_once` makes one transfer of a file stop after N bytes (the connection closes mid-body), `Hub.stall_once`
+makes one request for it wait before its answer (a CDN or hub that took the request and went quiet), and
 `Hub.requests` records what was asked, so a test can tell a resumed transfer and a download that never happened.
 """
 
@@ -24,6 +25,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -82,8 +84,13 @@ class Hub(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.repos, self.plain = repos, plain
         self.cuts: dict[str, int] = {}  # served path -> bytes sent before the connection closes, once
+        self.stalls: dict[tuple[str, str], float] = {}  # (method, served path) -> seconds before the answer, once
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self.lock = threading.Lock()
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up on a stalled answer
+            super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
@@ -107,6 +114,12 @@ class Hub(ThreadingHTTPServer):
     def cut_once(self, name: str, after: int, repo: str | None = None) -> None:
         """The next transfer of this file (a repo's path, or a plain file's name) stops after `after` bytes."""
         self.cuts[f"/cdn/{sha256(self.repos[repo][name])}" if repo else f"/files/{name}"] = after
+
+    def stall_once(self, name: str, seconds: float, repo: str, head: bool = False) -> None:
+        """The next GET of this file's bytes (with `head`: the HEAD asking its metadata) is answered after `seconds`
+        of silence."""
+        path = f"/datasets/{repo}/resolve/main/{name}" if head else f"/cdn/{sha256(self.repos[repo][name])}"
+        self.stalls["HEAD" if head else "GET", path] = seconds
 
     def bodies(self) -> list[tuple[str, str | None]]:
         """(path, Range) of each GET that asked for a file's bytes."""
@@ -138,6 +151,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         with self.server.lock:
             self.server.requests.append((self.command, path, self.headers.get("Range")))
+            stall = self.server.stalls.pop((self.command, path), None)
+        if stall is not None:
+            time.sleep(stall)
         if path.startswith("/cdn/"):
             blobs = {sha256(b): b for files in self.server.repos.values() for b in files.values()}
             return self._body(path, blobs.get(path[len("/cdn/"):]))

@@ -210,3 +210,18 @@ def test_a_read_only_base_directory_is_named_at_once_not_retried_as_network_trou
     assert f"cannot write {mnt / chatdata.CHAT_DIR}: Read-only file system" in error and "NANOCHAT_BASE_DIR" in error
     assert "check the network" not in error
     assert len([p for m, p, _ in local_hub.requests if m == "GET" and p.startswith("/api/")]) == 1  # once, not 5
+
+
+@pytest.mark.parametrize("head", [False, True], ids=["body", "metadata"])
+def test_a_stalled_request_is_asked_again_after_timeout_not_after_the_hubs_10_s(local_hub, tmp_path, head):
+    """--timeout reached the listing but not huggingface_hub's file downloads, which waited on a silent CDN (or hub)
+    for the library's 10 s: HF_HUB_DOWNLOAD_TIMEOUT is read when the library is imported, before the command set it,
+    and the metadata HEAD has a timeout of its own."""
+    repo, name = "openai/gsm8k", "main/train-00000-of-00001.parquet"
+    local_hub.stall_once(name, 6, repo=repo, head=head)
+    out = download(local_hub, tmp_path / "base", "--timeout", "1")
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "base" / chatdata.CHAT_DIR / repo / name).read_bytes() == local_hub.repos[repo][name]
+    method, path = ("HEAD", f"/datasets/{repo}/resolve/main/{name}") if head else \
+        ("GET", f"/cdn/{hub.sha256(local_hub.repos[repo][name])}")
+    assert [p for m, p, _ in local_hub.requests if m == method and p == path] == [path, path]  # again after 1 s

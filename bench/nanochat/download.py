@@ -188,12 +188,14 @@ class GaveUp(DataError):
     """A download's attempts all failed, or one got an answer no retry changes."""
 
 
-def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", wait=time.sleep):
+def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", wait=time.sleep,
+             then_refused: str | None = None):
     """fetch() until it returns, at most `retries` attempts, waiting backoff_s, then twice that, ... (at most
     MAX_WAIT_S) between them, as upstream's download_single_file (5 attempts, 2^attempt s). GaveUp in one line
     naming `what`, the attempts and the last error, then `then`: after the last attempt, or at once on an answer no
-    retry changes (refused) or a shard `data generate` made. A write our disk refused is raised as it is (no retry
-    changes it; the caller names the file)."""
+    retry changes (refused) or a shard `data generate` made; `then_refused`, when given, replaces `then` after a
+    refusal, where running again changes nothing. A write our disk refused is raised as it is (no retry changes it;
+    the caller names the file)."""
     for attempt in range(1, retries + 1):
         try:
             return fetch()
@@ -207,6 +209,7 @@ def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", w
                 why = (f"the server answered HTTP {status} ({type(e).__name__})" if isinstance(status, int) else
                        no_answer(e) or (first_line(e) if isinstance(e, ValueError) else
                                         f"{type(e).__name__}: {first_line(e, '')}"))
+                then = then_refused if refused(e) and then_refused is not None else then
                 raise GaveUp(f"{what}: {attempt} attempt(s) failed, the last: {why}" + (then and f"; {then}")) \
                     from None
         wait(min(MAX_WAIT_S, backoff_s * 2 ** (attempt - 1)))

@@ -42,7 +42,9 @@ def fetch_zip(url: str, dest: Path, retries: int, timeout_s: float, backoff_s: f
     with tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name, leave=False, disable=None) as bar:
         try:
             download.retrying(url, lambda: download._fetch_once(url, tmp, timeout, chunk_bytes, bar), retries,
-                              backoff_s, f"run again to resume {tmp}; {FIX_URL}")
+                              backoff_s, f"run again to resume {tmp}; {FIX_URL}",
+                              then_refused=f"running again changes nothing; check the URL, or point --url "
+                                           f"(or {ENV_URL}) at a mirror of {EVAL_BUNDLE_URL}")
             os.replace(tmp, dest)
         except OSError as e:
             raise DataError(f"cannot write {tmp}: {os_reason_and_remedy(e, ELSEWHERE)}, then run again to resume"

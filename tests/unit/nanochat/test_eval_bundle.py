@@ -166,10 +166,17 @@ def test_a_trickling_mirror_is_stopped_as_stalled(mirror, tmp_path, monkeypatch)
     assert "(a stalled transfer); run again to resume" in str(e.value) and "NANOCHAT_EVAL_BUNDLE_URL" in str(e.value)
 
 
-@pytest.mark.parametrize("status, attempts", [(405, 1), (451, 1), (429, 3), (503, 3)])
+RESUME = "run again to resume "
+REFUSED = "running again changes nothing; check the URL, or point --url (or NANOCHAT_EVAL_BUNDLE_URL) at a mirror of "
+
+
+@pytest.mark.parametrize("status, attempts, then", [(404, 1, REFUSED), (405, 1, REFUSED), (451, 1, REFUSED),
+                                                    (429, 3, RESUME), (503, 3, RESUME)],
+                         ids=["404", "405", "451", "429", "503"])
 def test_a_refusal_no_retry_changes_is_not_retried_and_a_request_to_come_back_is(mirror, tmp_path, monkeypatch,
-                                                                                  status, attempts):
-    """A 4xx other than 400, 401, 403, 404 and 410 was retried with backoff, as `data download --chat` never did."""
+                                                                                  status, attempts, then):
+    """A 4xx other than 400, 401, 403, 404 and 410 was retried with backoff, as `data download --chat` never did;
+    a refusal said 'run again to resume' too, though a run again gets the same answer from the same --url."""
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
     mirror.status = status
     with pytest.raises(DataError) as e:
@@ -177,7 +184,8 @@ def test_a_refusal_no_retry_changes_is_not_retried_and_a_request_to_come_back_is
     assert len(mirror.ranges) == attempts
     # the downloads' one shape: the address, the attempts, the last answer, what to do next
     assert str(e.value).startswith(f"{mirror.url}: {attempts} attempt(s) failed, the last: the server answered HTTP "
-                                   f"{status} (HTTPError); run again to resume "), e.value
+                                   f"{status} (HTTPError); {then}"), e.value
+    assert "\n" not in str(e.value)
 
 
 def test_generate_refuses_to_replace_and_download_refuses_to_mix(mirror, tmp_path, monkeypatch):

@@ -185,7 +185,11 @@ class Stalled(requests.exceptions.ReadTimeout):
 
 
 class GaveUp(DataError):
-    """A download's attempts all failed, or one got an answer no retry changes."""
+    """A download's attempts all failed, or one got an answer no retry changes (`refused`: its HTTP status)."""
+
+    def __init__(self, message: str, refused: int | None = None):
+        super().__init__(message)
+        self.refused = refused
 
 
 def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", wait=time.sleep,
@@ -210,8 +214,8 @@ def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", w
                        no_answer(e) or (first_line(e) if isinstance(e, ValueError) else
                                         f"{type(e).__name__}: {first_line(e, '')}"))
                 then = then_refused if refused(e) and then_refused is not None else then
-                raise GaveUp(f"{what}: {attempt} attempt(s) failed, the last: {why}" + (then and f"; {then}")) \
-                    from None
+                raise GaveUp(f"{what}: {attempt} attempt(s) failed, the last: {why}" + (then and f"; {then}"),
+                             refused(e)) from None
         wait(min(MAX_WAIT_S, backoff_s * 2 ** (attempt - 1)))
 
 
@@ -396,7 +400,7 @@ def download_shards(num_shards: int, workers: int = WORKERS, url: str | None = N
         raise DataError(f"data download: cannot write into {out}: {os_reason(e)}; set NANOCHAT_BASE_DIR to a "
                         f"writable directory") from None
     breaker = _Breaker(limit=max(retries, 2 * workers), quiet_s=retry_waits_s(retries, backoff_s))
-    done, failed, local = [], [], None
+    done, failed, local, all_refused = [], [], None, True
     with one_download_at_a_time(out), ThreadPoolExecutor(max_workers=workers) as pool, \
             tqdm(total=num_shards, unit="shard", desc="download", disable=not progress) as bar:
         futures = [pool.submit(download_one, i, out, url, retries, backoff_s, timeout_s, chunk_bytes,
@@ -409,6 +413,7 @@ def download_shards(num_shards: int, workers: int = WORKERS, url: str | None = N
                 pass  # not tried: the breaker's message below says why
             except GaveUp as e:
                 failed.append(str(e))
+                all_refused = all_refused and e.refused is not None
                 bar.set_postfix_str(f"{len(failed)} failed", refresh=True)
             except DataError as e:
                 local = local or e
@@ -422,7 +427,8 @@ def download_shards(num_shards: int, workers: int = WORKERS, url: str | None = N
         raise DataError(f"data download stopped: {breaker.in_a_row} attempt(s) in a row to reach {url} got no "
                         f"answer for {breaker.quiet_when_opened:.1f} s (last: {breaker.last}); {len(done)} of "
                         f"{num_shards} shard(s) are in {out} (run again to resume); {FIX_URL}")
-    if failed:
+    if failed:  # where the mirror refused every one (a 404 of a wrong --url), running again changes nothing
+        then = f"the mirror refused them: {FIX_URL}" if all_refused else "run again to resume"
         raise DataError(f"{len(failed)} of {num_shards} shard(s) could not be downloaded into {out} "
-                        f"(run again to resume):\n  " + "\n  ".join(sorted(failed)))
+                        f"({then}):\n  " + "\n  ".join(sorted(failed)))
     return sorted(done)

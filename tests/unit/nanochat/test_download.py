@@ -404,3 +404,16 @@ def test_shards_of_an_older_generate_without_a_mark_are_recognised(server, tmp_p
     # the mirror's own files (other text under the same names) are not mistaken for them
     fetched = download.download_shards(2, url=server.url, out_dir=tmp_path / "fresh", **FAST)
     assert not any(data_origin.unmarked_generated(p) for p in fetched)
+
+
+def test_shards_the_mirror_refused_are_not_said_to_resume_on_a_second_run(server, tmp_path):
+    """Regression: shards a mirror refused (a 404 of a wrong --url path) ended with '(run again to resume)', which
+    changes nothing; such a summary names the refusal and what to point --url at, and a 5xx still says resume."""
+    server.behaviour["shard_00001.parquet"] = "404"
+    with pytest.raises(DataError) as e:
+        download.download_shards(2, url=server.url, out_dir=tmp_path, retries=3, **FAST)
+    assert "1 of 2 shard(s) could not be downloaded" in str(e.value) and "run again" not in str(e.value)
+    assert "the mirror refused them: check the network, or point --url" in str(e.value)
+    server.behaviour["shard_00001.parquet"] = "503"
+    with pytest.raises(DataError, match=r"\(run again to resume\)"):
+        download.download_shards(2, url=server.url, out_dir=tmp_path, retries=2, **FAST)

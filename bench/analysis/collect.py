@@ -72,6 +72,7 @@ TABLE_CSV = "runs.csv"
 # 30: settings, the flags a run ran with (run.json config), so that a flow's stages run otherwise are no repeats.
 # 31: num_iterations of a run given -1 is the horizon its trainer derived and recorded (every such run read -1);
 #     and a recorded dtype bfloat16 (upstream's --dtype) is precision bf16, as without one (it was a key apart).
+#     and mid_train's --dtype, which it accepts and autocasts to bfloat16 whatever it says, is no precision.
 ROW_VERSION = 31
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"

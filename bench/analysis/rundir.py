@@ -203,9 +203,10 @@ def precision(config: dict, workload=None) -> str:
     workload's precision (bf16 for nanochat, the only one before `--fp8` existed; float32 for NNTile).
     `--fp8_lm_head` (lm_head's matmul in FP8 too, or alone) is another program, so it is part of the
     precision: " + fp8 lm_head"."""
-    dtype = config.get("dtype")
+    known = workloads.by_run_workload(workload)
+    dtype = config.get("dtype") if getattr(known, "dtype_sets_precision", True) else None
     dtype = DTYPE_SPELLINGS.get(dtype, dtype) if isinstance(dtype, str) else dtype
-    default = getattr(workloads.by_run_workload(workload), "precision", "bf16")
+    default = getattr(known, "precision", "bf16")
     base = "fp8" if config.get("fp8") is True else str(dtype) if isinstance(dtype, str) and dtype else default
     return base + " + fp8 lm_head" if config.get("fp8_lm_head") is True else base
 

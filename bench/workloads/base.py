@@ -137,6 +137,7 @@ class Workload:
     step_tokens = "positions"
     # What its runs compute in when run.json's config names no dtype (the table's `precision`, a key)
     precision = "bf16"
+    dtype_sets_precision = True  # its config's `dtype` is what its runs compute in (else a flag it only accepts)
     # The recipe of the image its runs need under a container runtime, where the runtimes' default images
     # (nanochat-bench's) cannot run it: submit and render then want an --image for each such runtime
     image_recipe: str | None = None

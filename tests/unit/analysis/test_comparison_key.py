@@ -184,6 +184,17 @@ def test_an_nntile_run_trained_in_float32_not_in_nanochats_bf16():
     assert read("nntile-gpt2", {"dtype": "bfloat16"}) == "bf16"  # a dtype it records wins
 
 
+def test_mid_train_s_dtype_flag_is_not_its_precision():
+    """Regression: mid_train takes upstream's --dtype and, as upstream, autocasts to bfloat16 whatever it says, but a
+    run given --dtype=float32 read precision float32, a key apart from its identical bf16 runs; chat_sft, whose
+    --dtype sets its autocast, keeps it."""
+    def read(workload: str, dtype: str):
+        return manifest_fields({"workload": workload, "config": {"dtype": dtype}}, [])["precision"]
+
+    assert read("nanochat-mid", "float32") == "bf16" and read("nanochat-mid", "bfloat16") == "bf16"
+    assert read("nanochat-sft", "float32") == "float32"
+
+
 def test_models_whose_short_labels_round_alike_are_never_pooled(tmp_path):
     """Regression: 17.21M and 17.24M parameters both read "17.2M params", so the two models shared one config label
     and the report pooled them as repeats of one point (a median over both models, a ratio across them) and

@@ -153,12 +153,13 @@ class SlurmCLI:
         found: dict[str, JobState] = {}
         if not want:
             return found
-        sq = _run(["squeue", "--json"])
+        # --all: without it a job of a hidden partition (one the user may still submit to) is left out, as if forgotten
+        sq = _run(["squeue", "--json", "--all"])
         if sq.returncode == 0:
             found.update({k: v for k, v in parse_squeue_json(sq.stdout).items() if k in want})
         missing = want - set(found)
         if missing:
-            sc = _run(["scontrol", "show", "job", "-o"])
+            sc = _run(["scontrol", "--all", "show", "job", "-o"])
             if sc.returncode == 0:
                 found.update({k: v for k, v in parse_scontrol_oneliners(sc.stdout).items() if k in missing})
             elif sq.returncode != 0:  # neither answered: the controller is down, not the jobs forgotten

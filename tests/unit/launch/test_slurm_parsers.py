@@ -90,3 +90,20 @@ def test_nodes_gives_each_nodes_cpus_and_features(monkeypatch):
     assert slurm.SlurmCLI().nodes("gpu") == [("288", {"x86", "a100"}), ("72", set())]
     monkeypatch.setattr(slurm, "_run", lambda argv, cwd=None: subprocess.CompletedProcess(argv, 1, stdout=sinfo))
     assert slurm.SlurmCLI().nodes("gpu") is None
+
+
+def test_a_job_in_a_hidden_partition_is_found_not_taken_for_a_forgotten_one(monkeypatch):
+    """squeue and scontrol leave out the jobs of a hidden partition (one the site configures Hidden=YES, which its
+    users may still submit to) unless asked for --all: such a running job read UNKNOWN, status recorded its run
+    failed, and --resubmit-failed submitted it again beside the live one."""
+    squeue = json.dumps({"jobs": [{"job_id": 41, "job_state": ["RUNNING"], "nodes": "nid[001-032]"}]})
+
+    def cluster(argv, cwd=None):
+        shown = "--all" in argv or "-a" in argv  # Slurm's rule for a hidden partition's jobs
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, stdout=squeue if shown else '{"jobs": []}')
+        return subprocess.CompletedProcess(argv, 0, stdout="JobId=41 JobState=RUNNING NodeList=nid[001-032]\n"
+                                           if shown else "No jobs in the system\n")
+
+    monkeypatch.setattr(slurm, "_run", cluster)
+    assert slurm.SlurmCLI().states(["41"])["41"].state == "RUNNING"

@@ -118,9 +118,10 @@ class SlurmCLI:
         return parse_parsable(r.stdout)
 
     def partitions(self) -> list[str] | None:
-        """The cluster's partition names (sinfo), or None when sinfo cannot say."""
+        """The cluster's partition names (sinfo), or None when sinfo cannot say. --all: hidden ones too, which its
+        users may still submit to."""
         try:
-            r = _run(["sinfo", "-h", "-o", "%R"])
+            r = _run(["sinfo", "--all", "-h", "-o", "%R"])
         except SubmitError:
             return None
         names = sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})

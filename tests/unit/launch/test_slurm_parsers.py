@@ -107,3 +107,14 @@ def test_a_job_in_a_hidden_partition_is_found_not_taken_for_a_forgotten_one(monk
 
     monkeypatch.setattr(slurm, "_run", cluster)
     assert slurm.SlurmCLI().states(["41"])["41"].state == "RUNNING"
+
+
+def test_a_hidden_partition_is_one_slurm_has(monkeypatch):
+    """sinfo lists a hidden partition (Hidden=YES) only when asked for --all, so `submit --partition` of one its users
+    may submit to was refused as one Slurm does not have."""
+    def sinfo(argv, cwd=None):
+        shown = "--all" in argv or "-a" in argv
+        return subprocess.CompletedProcess(argv, 0, stdout="normal\ndebug\n" + ("hero\n" if shown else ""))
+
+    monkeypatch.setattr(slurm, "_run", sinfo)
+    assert slurm.SlurmCLI().partitions() == ["debug", "hero", "normal"]

@@ -621,6 +621,9 @@ def cmd_render(args) -> int:
     if len(planmod.parse_nodes(args.nodes)) > 1:  # a bad value is named first (`1,x`: x is no node count)
         raise ConfigError(f"render takes one node count, got --nodes {args.nodes!r}")
     refuse_bad_download(args)
+    # its pending jobs run the scripts sbatch took: new ones (and run.json) would describe other runs, which
+    # --resubmit-failed would then send
+    submit.refuse_existing(out_dir(args).absolute(), "stages" if args.flow else "runs")
     if args.flow:
         return cmd_render_flow(args)
     sweep, _, stages = sweep_and_stages(args)  # no flow: it is rendered by cmd_render_flow

@@ -322,6 +322,29 @@ def test_rendering_over_a_run_that_ran_is_refused_and_keeps_its_record(command, 
     assert json.loads(record.read_text()) == ran
 
 
+@pytest.mark.parametrize("command", [["render", "sbatch"], ["render", "interactive"],
+                                     ["render", "sbatch", "--flow=speedrun", "--stages=base_train"]])
+def test_rendering_into_a_submitted_sweep_is_refused_and_keeps_its_jobs(command, capsys, tmp_path, monkeypatch):
+    """`render --out` over a sweep whose job was still pending in Slurm rewrote its script and run.json with the
+    flags changed (--num_iterations=9): run.json said 9 steps of a job that would train 6, and --resubmit-failed would
+    send the new script as if it were the sweep's."""
+    from bench.launch import slurm
+
+    class Cluster:
+        def submit(self, script, exclude=()):
+            return "7"
+
+    monkeypatch.setattr(slurm, "SlurmCLI", Cluster)
+    sweep = tmp_path / "s"
+    argv = ["--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}", "--no-data-check", "--out", str(sweep)]
+    assert run_cli(["submit", *argv], capsys)[0] == 0
+    kept = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    code, _, err = run_cli([*command, *argv, "--num_iterations=9"], capsys)
+    assert code == 1 and err.startswith(f"error: {sweep} already holds a sweep; choose another --out") \
+        and len(err.strip().splitlines()) == 1, err
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == kept
+
+
 def test_submit_refuses_a_partition_slurm_does_not_have_before_writing_the_sweep(capsys, tmp_path, monkeypatch):
     """Without a site profile an unknown --partition was found by sbatch only after sweep.json was written, and
     the advice it printed (`status --resubmit-failed`) resubmits the same script with the same partition."""

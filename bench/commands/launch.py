@@ -520,7 +520,13 @@ def cmd_status(args) -> int:
         print(f"{run_id}: not resubmitted in place, since its job would also run again {others}; submit its point "
               f"as a new sweep")
     unfinished = [r.run_id for r in rows if not r.done and not r.unsubmitted]
-    if args.wait and unfinished:
+    stuck = status.never_start(rows) if args.wait else []
+    if stuck:
+        why = ", ".join(sorted({r.message.removeprefix(status.QUEUED) for r in stuck}))
+        print(f"stopped waiting: Slurm will never start the job(s) of {', '.join(r.run_id for r in stuck)} ({why}); "
+              f"scancel them and submit those points again with a time limit, partition, constraint or account "
+              f"that Slurm accepts")
+    elif args.wait and unfinished:
         print(f"gave up waiting after --timeout {args.timeout:g} s: {len(unfinished)} run(s) not finished")
     # any final status but ok fails the wait: diverged and wrong_network are not resubmitted, yet not results
     not_ok = [r.run_id for r in rows if (r.done and r.status != "ok") or r.unsubmitted]
@@ -721,7 +727,7 @@ def register(subparsers) -> None:
                    help="sweep directory (holds sweep.json)")
     p.add_argument("--wait", action="store_true", help="poll until every run has a final status")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between polls with --wait (default: 10)")
-    p.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds")
+    p.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds (default: no limit)")
     p.add_argument("--resubmit-failed", action="store_true", help="submit the jobs of failed runs again")
     p.set_defaults(func=cmd_status)
 

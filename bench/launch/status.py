@@ -31,6 +31,10 @@ STOPPED = {"stopped", "cancelled"}
 PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
 PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with the running runs' steps
 QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
+# Pending reasons Slurm never clears by itself (squeue(1), JOB REASON CODES): a job held for one never starts, so
+# `status --wait` stops when every run it waits for is held so, instead of waiting for ever
+NEVER_STARTS = frozenset({"AssocMaxWallDurationPerJobLimit", "BadConstraints", "DependencyNeverSatisfied",
+                          "InvalidAccount", "InvalidQOS", "PartitionTimeLimit", "QOSMaxWallDurationPerJobLimit"})
 AT_STEP = "at step "  # a running run's message, followed by its last step
 RESUBMITTABLE = ("failed", "timeout", "nccl_timeout", "hung", "cancelled", "oom", "no_data")
 NOT_SUBMITTED = "not submitted: sweep.json holds no Slurm job for it (submit stopped before sbatch took it)"
@@ -179,9 +183,18 @@ def format_status(rows: list[RunState]) -> str:
     return "\n".join(lines)
 
 
+def never_start(rows: list[RunState]) -> list[RunState]:
+    """The runs not settled, where Slurm holds every one of them for a reason it never clears (NEVER_STARTS);
+    else none."""
+    waiting = [r for r in rows if not r.settled]
+    stuck = [r for r in waiting if r.message.startswith(QUEUED) and r.message.removeprefix(QUEUED) in NEVER_STARTS]
+    return stuck if waiting and len(stuck) == len(waiting) else []
+
+
 def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None = None,
          out: Callable[[str], None] = print) -> list[RunState]:
-    """Poll until every run has a final status (or the timeout passes); return the last states."""
+    """Poll until every run has a final status, or every other one's job can never start (never_start), or the
+    timeout passes; return the last states."""
     deadline = None if timeout_s is None else time.time() + timeout_s
     last, printed = "", 0.0
     while True:
@@ -196,6 +209,6 @@ def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None
                      if r.status == "running" and r.message.startswith(AT_STEP)]
             out(f"[{time.strftime('%H:%M:%S')}] {summary}" + (f" ({', '.join(steps)})" if steps else ""))
             last, printed = summary, time.time()
-        if all(r.settled for r in rows) or (deadline is not None and time.time() > deadline):
+        if all(r.settled for r in rows) or never_start(rows) or (deadline is not None and time.time() > deadline):
             return rows
         time.sleep(poll_s)

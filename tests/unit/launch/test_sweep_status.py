@@ -257,3 +257,31 @@ def test_a_run_json_whose_evidence_is_not_a_list_is_an_unreadable_row_not_a_trac
         status, message = _derive(run_dir, JobState("4", "CANCELLED", exit_code="0:15"))
         assert status == "unreadable" and "'evidence'" in message and message.endswith("left as it is"), message
         assert (run_dir / "run.json").read_text() == text
+
+
+def test_a_wait_on_jobs_slurm_never_starts_ends_with_what_to_do(tmp_path, monkeypatch, capsys):
+    """Regression: `status --wait` (no --timeout: wait for ever) on a job pending for PartitionTimeLimit, which Slurm
+    never clears, polled until Ctrl-C; it stops once every run it waits for is held so, naming them, exit 1. A
+    reason that clears (Resources, or a mix) is still waited for."""
+    from bench import cli
+    from bench.launch import slurm
+
+    for run in ("n1-bare-r1", "n2-bare-r1"):
+        contract.update_run_json(tmp_path / run, status="pending")
+    write_sweep(tmp_path, {"jobs": [{"name": "a", "job_id": "10", "runs": ["n1-bare-r1"]},
+                                    {"name": "b", "job_id": "11", "runs": ["n2-bare-r1"]}]})
+    reasons = {"10": "PartitionTimeLimit", "11": "Resources"}
+
+    class Backend:
+        def states(self, job_ids):
+            return {j: JobState(j, "PENDING", reason=reasons[j]) for j in job_ids}
+
+    assert len(wait(tmp_path, Backend(), poll_s=0.01, timeout_s=0.2, out=lambda line: None)) == 2  # to the timeout
+    reasons["11"] = "BadConstraints"
+    rows = wait(tmp_path, Backend(), poll_s=0.01, timeout_s=None, out=lambda line: None)
+    assert [r.run_id for r in status.never_start(rows)] == ["n1-bare-r1", "n2-bare-r1"]
+    monkeypatch.setattr(slurm, "SlurmCLI", Backend)
+    assert cli.main(["status", str(tmp_path), "--wait", "--poll=0.01"]) == 1
+    out = capsys.readouterr().out
+    assert ("stopped waiting: Slurm will never start the job(s) of n1-bare-r1, n2-bare-r1 (BadConstraints, "
+            "PartitionTimeLimit)") in out and "gave up" not in out

@@ -10,8 +10,11 @@ Everything is built and checked before anything is written or submitted, so a ba
 leaves no half-submitted sweep. sweep.json is rewritten (atomically) after each submission.
 """
 
+import contextlib
 import json
 import shlex
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +78,29 @@ def write_sweep(sweep_dir: Path, record: dict) -> None:
     contract.write_json_atomic(Path(sweep_dir) / SWEEP_JSON, record)
 
 
+@contextlib.contextmanager
+def recorded_before_stop():
+    """Ctrl-C and SIGTERM held back (sbatch inherits the block, so it ends its submission) until the block ends: a
+    job Slurm took is in sweep.json before the command stops, never left for a resubmission to submit twice. The
+    wait is sbatch's, at most slurm._run's timeout."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    caught: list[int] = []
+    # the handlers catch what another thread of this process took; the mask is what sbatch inherits
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in stopping}
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile reaches the handlers now
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])  # as it would have been handled: KeyboardInterrupt, or the end
+
+
 def submit_sweep(sweep: Sweep, opts: LaunchOptions, sweep_dir: Path, backend, *, compare: bool = False,
                  dry_run: bool = False, command: str | None = None, out: Callable[[str], None] = print) -> dict:
     """Render, write and submit every job; return the sweep record (also in sweep.json). `command`: the one
@@ -116,8 +142,9 @@ def submit_written(sweep_dir: Path, jobs: list[Job], backend, dry_run: bool, out
     (sweep_dir / DRY_RUN_JSON).unlink(missing_ok=True)  # a dry run's record no longer says what the directory is
     refused = 0
     for job, entry in zip(jobs, record["jobs"]):
-        refused += not submit_job(backend, job.script, [run.run_dir for run in job.runs], entry, out)
-        write_sweep(sweep_dir, record)
+        with recorded_before_stop():
+            refused += not submit_job(backend, job.script, [run.run_dir for run in job.runs], entry, out)
+            write_sweep(sweep_dir, record)
     if refused:
         raise SubmitError(f"sbatch refused {refused} of {len(jobs)} job(s) (their {what} are marked failed); fix the "
                           f"cause and submit them with `nanochat-bench status {sweep_dir} --resubmit-failed`")
@@ -172,10 +199,11 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
             out(f"{entry['name']}: kept {', '.join(kept)} (ok already); running again {', '.join(again)}")
         entry["previous_job_ids"] = entry.get("previous_job_ids", []) + ([old] if old else [])
         entry["excluded_nodes"] = sorted(set(entry.get("excluded_nodes", [])) | lost)
-        if submit_job(backend, Path(entry["script"]), [sweep_dir / r for r in again], entry, out,
-                      exclude=entry["excluded_nodes"]):
-            new_ids.append(entry["job_id"])
-        write_sweep(sweep_dir, record)
+        with recorded_before_stop():
+            if submit_job(backend, Path(entry["script"]), [sweep_dir / r for r in again], entry, out,
+                          exclude=entry["excluded_nodes"]):
+                new_ids.append(entry["job_id"])
+            write_sweep(sweep_dir, record)
     if len(new_ids) < asked:  # as submit: a refusal must fail the command, not end it with exit 0
         raise SubmitError(f"sbatch refused {asked - len(new_ids)} of {asked} job(s) (their runs are marked failed); "
                           f"fix the cause and run `nanochat-bench status {sweep_dir} --resubmit-failed` again")

@@ -167,3 +167,29 @@ def test_a_resubmitted_run_keeps_its_earlier_attempts_nccl_logs(tmp_path):
     kept = run / "attempts" / "7"
     assert (kept / "nccl" / "rank0.log").read_text().startswith("n1:1:1 [0] NCCL INFO")
     assert (kept / contract.TRAIN_LOG).exists() and not (run / "nccl").exists()
+
+
+def test_ctrl_c_while_sbatch_submits_stops_the_command_after_the_job_is_recorded(tmp_path):
+    """Regression: a Ctrl-C that came while sbatch was handing a job to Slurm (or before sweep.json was rewritten)
+    left the job running with `job_id: null` in sweep.json: status read it as never submitted and --resubmit-failed
+    submitted it a second time into the same run directory. The interrupt now lands once the job id is recorded."""
+    import os
+    import signal
+
+    run = tmp_path / "n1-bare-r1"
+    run.mkdir()
+    (run / "job.sbatch").write_text("#!/bin/bash\n")
+    contract.record_evidence(run, contract.Evidence(source="batch_script", kind="node_lost", node="n1",
+                                                    message="a node of the job was lost"))
+    submit.write_sweep(tmp_path, {"jobs": [{"name": "j", "job_id": "7", "runs": ["n1-bare-r1"],
+                                            "script": str(run / "job.sbatch")}]})
+
+    class CtrlCWhileSubmitting(Backend):
+        def submit(self, script, exclude=()):
+            os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, while sbatch is at work
+            return super().submit(script, exclude)
+
+    with pytest.raises(KeyboardInterrupt):
+        submit.resubmit(tmp_path, {"n1-bare-r1"}, CtrlCWhileSubmitting(), out=lambda _: None)
+    assert submit.read_sweep(tmp_path)["jobs"][0]["job_id"] == "101"
+    assert contract.read_run_json(run)["slurm"]["job_id"] == "101"

@@ -35,7 +35,8 @@ PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=", "--cpus-per-task=")
 RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
 CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # submit's --ofi-hook, --numa-binding
 # submit's flags, as the shared planner's errors name them -> how a check's case is given the same
-AS_THE_CHECK_SETS = (("--train-arg ", "-S train_args="), ("--scaling ", "-n %scaling="))
+AS_THE_CHECK_SETS = (("--train-arg ", "-S train_args="), ("--scaling ", "-n %scaling="),
+                     ("--env ", f"extras['{EXTRAS_KEY}'].env "))
 
 
 @dataclass
@@ -214,7 +215,10 @@ def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:
         sweep = sweep_of(case, base_dir, profile)
     except ConfigError as e:
         raise renamed(e) from None
-    opts = options_of(case.site, base_dir, dry_run, sweep.gpus_used, profile)
+    try:  # the launch options check the partition's env as they check submit's --env, and name that flag
+        opts = options_of(case.site, base_dir, dry_run, sweep.gpus_used, profile)
+    except ConfigError as e:
+        raise renamed(e) from None
     naming = Naming(one_title="ReFrame check {sweep_id}, run {run_id}")
     try:
         [job] = assemble(sweep, opts, Path(stage_dir) / case.sweep_id, naming=naming, note=lambda _: None)

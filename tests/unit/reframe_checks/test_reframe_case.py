@@ -193,6 +193,18 @@ def test_partition_settings_of_the_wrong_kind_inside_are_one_line_not_a_tracebac
         Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, key: value}}, "sys:part")
 
 
+@pytest.mark.parametrize("env, message", [
+    ({"BAD NAME": "x"}, r"env BAD NAME='x': 'BAD NAME' is no variable name"),
+    ({"X": "a\nb"}, r"env X='a\\nb': a value of one line"),
+])
+def test_a_partitions_env_refused_by_the_launch_layer_is_named_as_the_partitions_key(env, message, tmp_path):
+    """A variable name or value the job cannot export was blamed on submit's --env, a flag a ReFrame user never
+    gave; it is the partition's extras' env."""
+    with pytest.raises(ConfigError, match=rf"^extras\['nanochat_bench'\]\.{message}"):
+        build(case({**CPU, "base_dir": str(tmp_path / "base"), "env": env}, nodes=1), tmp_path / "stage", dry_run=True)
+    assert not (tmp_path / "stage").exists()
+
+
 def test_a_partitions_site_profile_gives_its_runs_the_sites_network_set_up(tmp_path, monkeypatch):
     """A partition had no way to name its site profile: a multi-node pyxis case on Alps got neither NCCL_NET nor the
     netstack bind, so NCCL fell back to TCP sockets unseen, where `submit --site alps` sets both and arms the gate."""

@@ -10,10 +10,21 @@ which it chooses when it is imported: so before any test imports it.
 """
 
 import os
+import signal
 
 import pytest
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_configure(config):
+    """SIGTERM (a CI job's timeout, `kill`) ends the suite as Ctrl-C does, through its fixtures' teardown: killed
+    outright, it left the test Slurm clusters' slurmctld, slurmd and munged running, and their jobs."""
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum, _frame):
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
 
 TINY_SHARDS = 3
 TINY_DOCS_PER_SHARD = 256

@@ -12,6 +12,7 @@ and that interpreter (another Python, with torch-nntile) imports it too.
 """
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -96,7 +97,13 @@ def gpt2_shape(path: str | os.PathLike) -> dict:
              "vocab_size": ("vocab_size",)}
     shape = {}
     for key, spellings in names.items():
-        value = next((raw[s] for s in spellings if s in raw), None)
+        if not any(s in raw for s in spellings):  # not null: a misspelt key, which "got None" would hide
+            close = difflib.get_close_matches(key, [k for k in raw if isinstance(k, str)], n=3, cutoff=0.7)
+            read = f"read as {', '.join(spellings[:-1])} or {spellings[-1]}" if len(spellings) > 1 else ""
+            has = f"the file has {', '.join(close)}: misspelt?" if close else ""
+            why = f" ({'; '.join(filter(None, (read, has)))})" if read or has else ""
+            raise ConfigError(f"--config-path {path}: {key} is missing{why}; give it as a positive integer")
+        value = next(raw[s] for s in spellings if s in raw)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"--config-path {path}: {key} must be a positive integer, got {value!r}")
         shape[key] = value

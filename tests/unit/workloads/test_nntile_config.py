@@ -91,7 +91,7 @@ def test_aliases_of_the_newer_example(cfg):
 def test_a_config_without_a_shape_field_is_refused(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps({"n_embd": 64, "n_layer": 2}))
-    with pytest.raises(ConfigError, match="n_head must be a positive integer"):
+    with pytest.raises(ConfigError, match="n_head is missing"):
         nconfig.parse_args([f"--config-path={path}"])
     path.write_text("{not json")
     with pytest.raises(ConfigError, match="not JSON"):
@@ -108,6 +108,17 @@ def test_a_config_cut_mid_string_is_read_plainly(tmp_path):
 
 
 SHAPE = {"n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 32, "vocab_size": 512}
+
+
+def test_a_misspelt_shape_field_is_named_as_missing_with_the_files_close_name(tmp_path):
+    """A config with n_heads for n_head read 'n_head must be a positive integer, got None', as if it were given
+    as null, and named neither the spellings read nor the file's misspelt key."""
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps({**{k: v for k, v in SHAPE.items() if k != "n_head"}, "n_heads": 4}))
+    with pytest.raises(ConfigError) as e:
+        nconfig.parse_args([f"--config-path={path}"])
+    assert str(e.value) == (f"--config-path {path}: n_head is missing (read as n_head, num_heads or "
+                            "num_attention_heads; the file has n_heads: misspelt?); give it as a positive integer")
 
 
 @pytest.mark.parametrize("body, named", [

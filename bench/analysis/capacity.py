@@ -121,7 +121,7 @@ def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[lis
 def _finish_panel(ax, limit_gib: float, limit: str, ylabel: str, title: str) -> None:
     """The memory limit drawn (where the machine recorded it), the size axis, labels and legend of one panel."""
     if limit_gib > 0:  # a limit of 0 would be a line at the axis and an axis of no height
-        ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.0f} GiB")
+        ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.3g} GiB")
         ax.set_ylim(0, limit_gib * 1.5)
     _params_axis(ax)
     ax.set_ylabel(ylabel)

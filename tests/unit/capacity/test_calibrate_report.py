@@ -212,3 +212,30 @@ def test_a_machine_that_recorded_no_memory_draws_no_limit_line_and_says_so(tmp_p
         warnings.simplefilter("error", UserWarning)
         md = write_capacity_report([tmp_path / "sweep"], tmp_path / "report").read_text()
     assert "Machine: cpu, memory not recorded, host not recorded." in md
+
+
+def cpu_sweep(tmp_path):
+    """A capped CPU sweep's summary as the README's tiny search leaves it: 875M a rank, models of 17.6M-39.8M."""
+    machine = {**MACHINE, "device_type": "cpu", "gpu_name": None, "device_bytes": 875 * 2 ** 20}
+    probes = []
+    for depth, params, outcome, batch, tps in ((4, 17_563_648, "ok", 1, 59.0), (6, 27_820_032, "ok", 1, 52.0),
+                                               (8, 39_845_888, "oom", 1, None), (4, 17_563_648, "ok", 2, 127.0)):
+        r = ProbeResult(ProbeSpec("fsdp", depth, 32, batch, max_seq_len=64, device_type="cpu"), outcome,
+                        num_params=params, tok_per_sec=tps, extra={"predicted_need_bytes": depth * 2 ** 28})
+        probes.append({**r.record(), "run_dir": "runs/x", "reused": False})
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps({"machine": machine, "config": {}, "searches": [],
+                                                                 "probes": probes}))
+    return tmp_path / "sweep"
+
+
+def test_the_memory_limit_line_is_labelled_with_its_own_size(tmp_path):
+    """The line of a CPU rank's 875M cap, at 0.85 GiB, was labelled 'device memory 1 GiB' (GiB to no decimal), while
+    the report's machine line read 0.9 GiB: the figure's limit did not read as the limit it drew."""
+    from bench.analysis.capacity import load, memory_figure
+
+    probes, _, machines = load([cpu_sweep(tmp_path)])
+    ax = memory_figure(probes, machines, {"fsdp": "C0"}).axes[0]
+    limit = next(line for line in ax.lines if line.get_label().startswith("device memory"))
+    assert limit.get_label() == "device memory 0.854 GiB" and limit.get_ydata()[0] == pytest.approx(875 / 1024)
+

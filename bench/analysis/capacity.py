@@ -17,10 +17,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
 
 from bench.analysis.columns import cell, header  # noqa: E402
-from bench.analysis.plots import STYLE, _human, save  # noqa: E402
+from bench.analysis.plots import STYLE, RoundLogLocator, _human, save  # noqa: E402
 from bench.analysis.tables import frame_table, md_table  # noqa: E402
 from bench.contract import write_text_atomic  # noqa: E402
 
@@ -70,10 +70,18 @@ def _colors(strategies) -> dict:
     return {s: cycle[i % len(cycle)] for i, s in enumerate(dict.fromkeys(strategies))}
 
 
+def _round_log(ax, which: str) -> None:
+    """A log axis ticked at round numbers: matplotlib's are powers of ten, none of them in a sweep's span of sizes
+    (17.6M-39.8M) or of tok/s, whose minor ticks went unlabelled or read '6 x 10^1'."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(RoundLogLocator())
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(_human))
+
+
 def _params_axis(ax) -> None:
-    ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(_human))
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    _round_log(ax, "x")
     ax.set_xlabel("parameters (log scale)")
 
 
@@ -121,7 +129,7 @@ def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[lis
 def _finish_panel(ax, limit_gib: float, limit: str, ylabel: str, title: str) -> None:
     """The memory limit drawn (where the machine recorded it), the size axis, labels and legend of one panel."""
     if limit_gib > 0:  # a limit of 0 would be a line at the axis and an axis of no height
-        ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.3g} GiB")
+        ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.3g} GiB")  # a CPU cap of 875M is 0.854
         ax.set_ylim(0, limit_gib * 1.5)
     _params_axis(ax)
     ax.set_ylabel(ylabel)
@@ -174,8 +182,10 @@ def speed_figure(probes: pd.DataFrame, colors: dict):
             ax.plot(b1["num_params"], b1[key], "o-", color=colors[strategy])
             ax.plot(best["num_params"], best[key], "s:", mfc="none", color=colors[strategy])
         _params_axis(ax)
-        ax.set_yscale("log" if key == "tok_per_sec" else "linear")
-        ax.yaxis.set_major_formatter(FuncFormatter(_human))
+        if key == "tok_per_sec":
+            _round_log(ax, "y")
+        else:
+            ax.yaxis.set_major_formatter(FuncFormatter(_human))
         ax.set_ylabel(label)
         ax.set_title(("Throughput" if col == 0 else "MFU") + " vs size")
         if col == 0:

@@ -239,3 +239,21 @@ def test_the_memory_limit_line_is_labelled_with_its_own_size(tmp_path):
     limit = next(line for line in ax.lines if line.get_label().startswith("device memory"))
     assert limit.get_label() == "device memory 0.854 GiB" and limit.get_ydata()[0] == pytest.approx(875 / 1024)
 
+
+def test_the_size_and_throughput_axes_are_labelled_at_round_numbers_in_view(tmp_path):
+    """Models of 17.6M-39.8M parameters had no labelled tick on the parameters axis (matplotlib's log ticks are
+    powers of ten, none in view, their minor ones unlabelled), and tok/s of 52-127 read '100' and '6 x 10^1':
+    no point's size or speed could be read off the axes. Both take ticks at round numbers now."""
+    from bench.analysis.capacity import load, memory_figure, speed_figure
+
+    probes, _, machines = load([cpu_sweep(tmp_path)])
+    colors = {"fsdp": "C0"}
+    for fig in (memory_figure(probes, machines, colors), speed_figure(probes, colors)):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        lo, hi = ax.get_xlim()
+        shown = [t.get_text() for t in ax.get_xticklabels() if lo <= t.get_position()[0] <= hi and t.get_text()]
+        assert len(shown) >= 2 and all(re.fullmatch(r"[\d.]+[kMB]?", t) for t in shown), shown
+    lo, hi = ax.get_ylim()
+    shown = [t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi and t.get_text()]
+    assert len(shown) >= 2 and all(re.fullmatch(r"[\d.]+[kMB]?", t) for t in shown), shown

@@ -148,13 +148,15 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
     ax = axes[0][0]
     for strategy, p in b1.groupby("strategy", sort=False):
         ok, oom = p[p["outcome"] == "ok"], p[p["outcome"] == "oom"]  # a hang or a failure is not drawn as one
-        ax.plot(ok["num_params"], ok["peak_mem_mib"] * 2 ** 20 / GIB, "o", color=colors[strategy], ms=8,
-                label=f"{strategy} measured")
+        if ok["peak_mem_mib"].notna().any():  # a CPU probe measures no peak: no legend entry for points never drawn
+            ax.plot(ok["num_params"], ok["peak_mem_mib"] * 2 ** 20 / GIB, "o", color=colors[strategy], ms=8,
+                    label=f"{strategy} measured")
         if oom["predicted_need_bytes"].notna().any():
             ax.plot(oom["num_params"], oom["predicted_need_bytes"] / GIB, "x", color=colors[strategy], ms=10, mew=2)
         xs, ys = _predicted_curve(strategy, p, "need")
         ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2)
-    _finish_panel(ax, max(m["device_bytes"] or 0 for m in machines) / GIB, "device memory", "peak memory per GPU (GiB)",
+    _finish_panel(ax, max(m["device_bytes"] or 0 for m in machines) / GIB, "device memory",
+                  f"peak memory per {'GPU' if cuda else 'rank'} (GiB)",
                   "Peak memory vs size, device batch 1\n(o measured, x out of memory, -- predicted)")
     if not offload.empty:
         ax = axes[0][1]
@@ -168,13 +170,13 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
     return fig
 
 
-def speed_figure(probes: pd.DataFrame, colors: dict):
+def speed_figure(probes: pd.DataFrame, colors: dict, ranks: str = "GPUs"):
     ok = probes[probes["outcome"] == "ok"]
     if ok.empty:
         return None
     has_mfu = ok["mfu"].notna().any()
     fig, axes = plt.subplots(1, 2 if has_mfu else 1, squeeze=False)
-    labels = ("tokens/s (all GPUs)", header("mfu"))
+    labels = (f"tokens/s (all {ranks})", header("mfu"))
     for col, (ax, key, label) in enumerate(zip(axes[0], ("tok_per_sec", "mfu"), labels)):
         for strategy, p in ok.groupby("strategy", sort=False):
             b1 = p[p["device_batch_size"] == 1].sort_values("num_params")
@@ -217,9 +219,16 @@ PROBE_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("depth", 
               ("OOM asked MiB", "oom_bytes", "mib"), ("s", "wall_s", "int")]  # often a few MiB: 0.0 in GiB
 
 
+def _per(cols: list, ranks: str) -> list:
+    """The columns with the count of ranks headed as what they ran on (GPUs, or a CPU sweep's ranks)."""
+    return [(ranks if h == "GPUs" else h, c, k) for h, c, k in cols]
+
+
 def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """capacity.md and figures/ under out_dir; returns the Markdown file's path."""
     probes, searches, machines = load(sweep_dirs)
+    cuda = any(m["device_type"] == "cuda" for m in machines)
+    ranks = "GPUs" if cuda else "ranks"  # a CPU sweep's probes run on ranks of the host, no GPU
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"
     colors = _colors(list(searches.get("strategy", [])) + list(probes.get("strategy", [])))
@@ -228,7 +237,7 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
         if not probes.empty:
             drawn = (("capacity", "Capacity per strategy", capacity_bars(searches, colors)),
                      ("memory", "Peak memory vs size", memory_figure(probes, machines, colors)),
-                     ("speed", "Throughput and MFU vs size", speed_figure(probes, colors)))
+                     ("speed", "Throughput and MFU vs size", speed_figure(probes, colors, ranks)))
             figures = [save(fig, fig_dir, f"capacity-{name}", title) for name, title, fig in drawn if fig is not None]
     m = machines[0]
     # a CPU sweep on a host without /proc/meminfo records neither memory
@@ -243,11 +252,13 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
              "out of memory while other processes held that much of the GPU, so it found the capacity of what they "
              "left, not the node's); `x fsdp` is its parameter count over fsdp's, when both searches finished with "
              "no memory held by others. "
-             "Peak memory is torch's max_memory_allocated over the steps; host memory is how far the host's "
-             "available memory fell during the probe.", "",
-             _md_table(searches, SEARCH_COLS) if not searches.empty else "No capacity search in these sweeps.", ""]
+             "Peak memory is torch's max_memory_allocated over the steps" + ("" if cuda else
+                                                                             " (on a GPU: these CPU probes have none)")
+             + "; host memory is how far the host's available memory fell during the probe.", "",
+             _md_table(searches, _per(SEARCH_COLS, ranks)) if not searches.empty else
+             "No capacity search in these sweeps.", ""]
     for f in figures:
         lines += [f"![{f.title}](figures/{f.png.name})", ""]
-    lines += ["## Every probe", "", _md_table(probes, PROBE_COLS) if not probes.empty else "None.", ""]
+    lines += ["## Every probe", "", _md_table(probes, _per(PROBE_COLS, ranks)) if not probes.empty else "None.", ""]
     write_text_atomic(out_dir / REPORT_MD, "\n".join(lines))
     return out_dir / REPORT_MD

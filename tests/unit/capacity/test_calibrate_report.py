@@ -257,3 +257,20 @@ def test_the_size_and_throughput_axes_are_labelled_at_round_numbers_in_view(tmp_
     lo, hi = ax.get_ylim()
     shown = [t.get_text() for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi and t.get_text()]
     assert len(shown) >= 2 and all(re.fullmatch(r"[\d.]+[kMB]?", t) for t in shown), shown
+
+
+def test_a_cpu_sweep_s_report_speaks_of_ranks_and_says_peak_memory_is_a_gpu_figure(tmp_path):
+    """A CPU sweep's report headed its rank counts 'GPUs', labelled its speed 'tokens/s (all GPUs)' and its memory
+    figure's legend showed a 'measured' marker for points never drawn (a CPU probe has no peak memory), beside an
+    empty 'peak MiB' column the text did not explain."""
+    from bench.analysis.capacity import load, memory_figure, speed_figure
+
+    sweep = cpu_sweep(tmp_path)
+    probes, _, machines = load([sweep])
+    memory = memory_figure(probes, machines, {"fsdp": "C0"}).axes[0]
+    assert not [line for line in memory.lines if "measured" in line.get_label()]
+    assert memory.get_ylabel() == "peak memory per rank (GiB)"
+    assert speed_figure(probes, {"fsdp": "C0"}, "ranks").axes[0].get_ylabel() == "tokens/s (all ranks)"
+    md = write_capacity_report([sweep], tmp_path / "report").read_text()
+    assert md.split("## Every probe")[1].split("|")[2].strip() == "ranks"
+    assert "GPUs" not in md and "(on a GPU: these CPU probes have none)" in md

@@ -36,7 +36,8 @@ RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-ben
 CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # submit's --ofi-hook, --numa-binding
 # submit's flags, as the shared planner's errors name them -> how a check's case is given the same
 AS_THE_CHECK_SETS = (("--train-arg ", "-S train_args="), ("--scaling ", "-n %scaling="),
-                     ("--env ", f"extras['{EXTRAS_KEY}'].env "))
+                     ("--env ", f"extras['{EXTRAS_KEY}'].env "),
+                     ("--allow-network ", f"extras['{EXTRAS_KEY}'].allow_network "))
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Site:
     nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
     references: str = ""  # a references file for this partition's checks (the check's own variable wins)
     site: str = ""  # a site profile (bench/sites: alps, FILE.toml): the fast network's set-up, as submit's --site
+    allow_network: str = ""  # a network the site's gate lets through on purpose (NCCL_NET=Socket), as --allow-network
 
     @classmethod
     def from_extras(cls, extras: dict, partition: str) -> "Site":
@@ -203,7 +205,8 @@ def options_of(site: Site, base_dir: str, dry_run: bool, gpus: bool, profile: si
     return LaunchOptions(base_dir=base_dir, python=python, images=dict(site.images),
                          mounts=tuple(Mount.parse(expanded(m, "mounts")) for m in site.mounts), env=dict(site.env),
                          ofi_hook=site.ofi_hook, numa_binding=binding,
-                         exclusive=site.exclusive, cpus_per_gpu=share, check_images=not dry_run, site=profile)
+                         exclusive=site.exclusive, cpus_per_gpu=share, check_images=not dry_run, site=profile,
+                         allow_network=site.allow_network or None)
 
 
 def build(case: Case, stage_dir: Path, dry_run: bool = False) -> Built:

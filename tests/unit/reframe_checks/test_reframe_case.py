@@ -219,6 +219,20 @@ def test_a_partitions_site_profile_gives_its_runs_the_sites_network_set_up(tmp_p
         build(case({**site, "site": "alsp"}), tmp_path / "stage2", dry_run=True)
 
 
+def test_a_partition_can_let_the_site_gate_through_a_network_on_purpose(tmp_path, monkeypatch):
+    """A partition of site alps that sets NCCL_NET=Socket (to measure TCP against Slingshot) was refused with advice
+    to add submit's --allow-network, which a partition had no way to give; it is the extras' allow_network now."""
+    from bench import netgate
+
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
+    site = {"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat", "site": "alps", "env": {"NCCL_NET": "Socket"}}
+    with pytest.raises(ConfigError, match=r"add extras\['nanochat_bench'\]\.allow_network Socket"):
+        build(case(site, nodes=2, runtime="pyxis"), tmp_path / "stage", dry_run=True)
+    built = build(case({**site, "allow_network": "Socket"}, nodes=2, runtime="pyxis"), tmp_path / "stage2",
+                  dry_run=True)
+    assert built.job.runs[0].spec.env[netgate.ENV_ALLOW] == "Socket"
+
+
 def test_a_partitions_site_profile_plans_its_points_as_submit_does(tmp_path, monkeypatch):
     """The site profile reached the launch options but not the plan: a d24 case on Alps was planned for an H200's
     141 GiB at device batch 32 (~99 GiB, over a GH200's 96) with an H200's time limit, where `submit --site alps`

@@ -112,12 +112,14 @@ def _hub_files(s: chatdata.HubSplit, url: str, timeout_s: float) -> list[str]:
 def _hub_file(s: chatdata.HubSplit, name: str, url: str, timeout_s: float) -> None:
     """One file, into the split's folder (its path in the repo kept); a file already there with the hub's ETag is
     not fetched again (huggingface_hub keeps its metadata under the folder's .cache/huggingface/)."""
-    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub import constants, file_download, hf_hub_download
 
     # The library reads HF_HUB_DOWNLOAD_TIMEOUT once, when imported, so setting the variable now would change nothing;
     # one the user exported is kept, as HF_HUB_ETAG_TIMEOUT is by hf_hub_download over etag_timeout.
     if not os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT"):
         constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout_s
+        if hasattr(file_download, "HF_HUB_DOWNLOAD_TIMEOUT"):  # before 0.25 its downloads read a copy of their own
+            file_download.HF_HUB_DOWNLOAD_TIMEOUT = timeout_s
     hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url,
                     etag_timeout=timeout_s)
 

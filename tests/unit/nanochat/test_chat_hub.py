@@ -225,3 +225,20 @@ def test_a_stalled_request_is_asked_again_after_timeout_not_after_the_hubs_10_s(
     method, path = ("HEAD", f"/datasets/{repo}/resolve/main/{name}") if head else \
         ("GET", f"/cdn/{hub.sha256(local_hub.repos[repo][name])}")
     assert [p for m, p, _ in local_hub.requests if m == method and p == path] == [path, path]  # again after 1 s
+
+
+def test_timeout_reaches_the_file_download_of_a_huggingface_hub_before_0_25(monkeypatch, tmp_path):
+    """huggingface_hub 0.24 (pyproject's floor) bound HF_HUB_DOWNLOAD_TIMEOUT into file_download when imported, and
+    its downloads read that copy: setting constants' alone left them the library's 10 s whatever --timeout said."""
+    from huggingface_hub import constants, file_download
+
+    monkeypatch.delenv("HF_HUB_DOWNLOAD_TIMEOUT", raising=False)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", constants.HF_HUB_DOWNLOAD_TIMEOUT)
+    monkeypatch.setattr(file_download, "HF_HUB_DOWNLOAD_TIMEOUT", 10, raising=False)  # as 0.24 had it
+    seen = []
+    monkeypatch.setattr("huggingface_hub.hf_hub_download",
+                        lambda *a, **kw: seen.append((file_download.HF_HUB_DOWNLOAD_TIMEOUT, kw["etag_timeout"])))
+    split = chatdata.HubSplit("openai/gsm8k", "main", "train", "main/train-*.parquet", ("question",))
+    chatstage._hub_file(split, "main/train-00000-of-00001.parquet", "http://127.0.0.1:9", 1.5)
+    assert seen == [(1.5, 1.5)]

@@ -44,7 +44,7 @@ def check_file(name: str) -> int:
 
 def _with_retries(what: str, fetch, retries: int, hint: str):
     try:  # network and hub errors alike: the next try resumes what has landed
-        return download.retrying(what, fetch, retries, BACKOFF_S, f"check the network, or {hint}")
+        return download.retrying(what, fetch, retries, BACKOFF_S, f"check the network, or {hint}", then_refused=hint)
     except OSError as e:  # our disk, not the network
         raise DataError(f"{what}: cannot write {e.filename or get_base_dir()}: {os_reason_and_remedy(e, ELSEWHERE)}, "
                         "then run again to resume") from None

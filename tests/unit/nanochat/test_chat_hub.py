@@ -170,6 +170,7 @@ def test_what_the_server_says_it_lacks_is_not_retried(local_hub, tmp_path):
     gsm8k = local_hub.repos.pop("openai/gsm8k")
     missing = download(local_hub, tmp_path / "base", "--retries", "4")
     assert "the server answered HTTP 404 (RepositoryNotFoundError)" in one_line_error(missing)
+    assert "check the network" not in missing.stderr  # it answered: the network is not what a try would change
     assert "--url (or HF_ENDPOINT)" in missing.stderr
     assert [p for m, p, _ in local_hub.requests if m == "GET" and "gsm8k" in p] == ["/api/datasets/openai/gsm8k"]
     local_hub.repos["openai/gsm8k"] = gsm8k
@@ -178,6 +179,7 @@ def test_what_the_server_says_it_lacks_is_not_retried(local_hub, tmp_path):
     assert f"{local_hub.plain_url(chatdata.WORDS_FILE)}: 1 attempt(s) failed, the last: the server answered HTTP 404" \
         in one_line_error(no_words)
     assert f"set {chatstage.ENV_WORDS_URL} to another copy" in no_words.stderr
+    assert "check the network" not in no_words.stderr
     assert (tmp_path / "base" / chatdata.IDENTITY_FILE).is_file()  # what came before it is staged
 
 

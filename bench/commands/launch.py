@@ -727,7 +727,8 @@ def register(subparsers) -> None:
                    help="sweep directory (holds sweep.json)")
     p.add_argument("--wait", action="store_true", help="poll until every run has a final status")
     p.add_argument("--poll", type=float, default=10.0, help="seconds between polls with --wait (default: 10)")
-    p.add_argument("--timeout", type=float, default=None, help="stop waiting after this many seconds (default: no limit)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="stop waiting after this many seconds (default: no limit)")
     p.add_argument("--resubmit-failed", action="store_true", help="submit the jobs of failed runs again")
     p.set_defaults(func=cmd_status)
 

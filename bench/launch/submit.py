@@ -95,8 +95,8 @@ def recorded_before_stop():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one that came meanwhile reaches the handlers now
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, handler in previous.items():  # None: one set outside Python, which Python cannot set back
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         if caught:
             signal.raise_signal(caught[0])  # as it would have been handled: KeyboardInterrupt, or the end
 

@@ -249,7 +249,6 @@ def test_a_hub_that_answers_the_probe_but_never_the_listing_fails_within_the_tim
     """huggingface_hub lists a repo's files with no timeout, and retries that 5 times itself: `--retries 1 --timeout
     1` against a mirror that took the request and never answered waited as long as the mirror stalled."""
     import threading
-    import time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     release = threading.Event()

@@ -46,6 +46,15 @@ def test_the_first_rank_to_record_its_failure_is_the_cause_not_rank_0_of_torchru
     assert first_failure(e)[0] == 0  # nothing recorded: torchrun's own choice
 
 
+def closing(e: ChildFailedError, run_dir) -> tuple[int, str]:
+    """What the wrapper does with torchrun's failures as it ends (elastic.main): the first failure and its line,
+    recorded as evidence in run_dir."""
+    rank, f = first_failure(e, str(run_dir))
+    cause = describe(rank, f)
+    record_root_cause(str(run_dir), rank, f, cause)
+    return rank, cause
+
+
 def test_a_rank_s_own_error_recorded_a_moment_later_is_the_cause_not_the_peer_that_lost_it_first(tmp_path):
     """rank 1's NCCL communicator went down as it raised: rank 0 recorded the lost peer 30 ms before rank 1 its own
     error, and the closing line named rank 0 while run.json's status and message were rank 1's."""
@@ -53,9 +62,7 @@ def test_a_rank_s_own_error_recorded_a_moment_later_is_the_cause_not_the_peer_th
         contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind=kind, rank=rank, t=t,
                                                              message=f"rank {rank}: {kind}"))
     e = ChildFailedError("train", {0: failure(0, 1, 100), 1: failure(1, 1, 100), 2: failure(2, 143, 100)})
-    rank, f = first_failure(e, str(tmp_path))
-    assert rank == 1
-    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    assert closing(e, tmp_path)[0] == 1
     assert contract.read_run_json(tmp_path)["message"] == "rank 1: oom"
 
 
@@ -98,9 +105,7 @@ def test_a_rank_s_own_error_is_the_cause_not_the_peer_its_watchdog_then_aborted(
     contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="error", rank=1, t=100.08,
                                                          message="rank 1: RuntimeError: boom"))
     e = ChildFailedError("train", {0: failure(0, -signal.SIGABRT, 100), 1: failure(1, 1, 100)})
-    rank, f = first_failure(e, str(tmp_path))
-    assert (rank, describe(rank, f)) == (1, f"rank 1 on {HOST} exited with status 1")
-    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    assert closing(e, tmp_path) == (1, f"rank 1 on {HOST} exited with status 1")
     data = contract.read_run_json(tmp_path)
     assert (data["status"], data["message"]) == ("failed", "rank 1: RuntimeError: boom")
     assert first_failure(e)[0] == 0  # nothing recorded: the abort is all there is to tell
@@ -114,9 +119,7 @@ def test_an_aborted_rank_is_still_the_cause_when_its_stopped_peer_recorded_nothi
     contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="cancelled", rank=1, t=now,
                                                          message="rank 1: received SIGTERM (signal 15)"))
     e = ChildFailedError("train", {0: failure(0, -signal.SIGABRT, 100), 1: failure(1, 143, 100)})
-    rank, f = first_failure(e, str(tmp_path))
-    assert rank == 0
-    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    assert closing(e, tmp_path)[0] == 0
     data = contract.read_run_json(tmp_path)
     assert data["status"] == "hung" and data["message"].startswith("rank 1 on nid2 (pid 101) stopped")
 
@@ -125,9 +128,7 @@ def test_a_rank_the_oom_killer_killed_is_the_cause_before_the_peer_that_lost_it(
     contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="peer_lost", rank=1, t=99.5,
                                                          message="rank 1: lost contact with another rank"))
     e = ChildFailedError("train", {0: failure(0, -signal.SIGKILL, 100), 1: failure(1, 1, 100)})
-    rank, f = first_failure(e, str(tmp_path))
-    assert (rank, describe(rank, f)) == (0, f"rank 0 on {HOST} died: killed by SIGKILL")
-    record_root_cause(str(tmp_path), rank, f, describe(rank, f))
+    assert closing(e, tmp_path) == (0, f"rank 0 on {HOST} died: killed by SIGKILL")
     assert contract.read_run_json(tmp_path)["message"] == f"rank 0 on {HOST} died: killed by SIGKILL"
 
 

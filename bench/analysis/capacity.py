@@ -17,10 +17,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from bench.analysis.columns import cell, header  # noqa: E402
-from bench.analysis.plots import STYLE, RoundLogLocator, _human, save  # noqa: E402
+from bench.analysis.plots import STYLE, _human, round_log_axis, save  # noqa: E402
 from bench.analysis.tables import frame_table, md_table  # noqa: E402
 from bench.contract import write_text_atomic  # noqa: E402
 
@@ -70,18 +70,9 @@ def _colors(strategies) -> dict:
     return {s: cycle[i % len(cycle)] for i, s in enumerate(dict.fromkeys(strategies))}
 
 
-def _round_log(ax, which: str) -> None:
-    """A log axis ticked at round numbers: matplotlib's are powers of ten, none of them in a sweep's span of sizes
-    (17.6M-39.8M) or of tok/s, whose minor ticks went unlabelled or read '6 x 10^1'."""
-    getattr(ax, f"set_{which}scale")("log")
-    axis = getattr(ax, f"{which}axis")
-    axis.set_major_locator(RoundLogLocator())
-    axis.set_minor_locator(NullLocator())
-    axis.set_major_formatter(FuncFormatter(_human))
-
-
 def _params_axis(ax) -> None:
-    _round_log(ax, "x")
+    # round numbers: matplotlib's log ticks are powers of ten, none in a sweep's span of sizes (17.6M-39.8M)
+    round_log_axis(ax, "x")
     ax.set_xlabel("parameters (log scale)")
 
 
@@ -185,7 +176,7 @@ def speed_figure(probes: pd.DataFrame, colors: dict, ranks: str = "GPUs"):
             ax.plot(best["num_params"], best[key], "s:", mfc="none", color=colors[strategy])
         _params_axis(ax)
         if key == "tok_per_sec":
-            _round_log(ax, "y")
+            round_log_axis(ax, "y")
         else:
             ax.yaxis.set_major_formatter(FuncFormatter(_human))
         ax.set_ylabel(label)

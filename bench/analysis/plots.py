@@ -151,6 +151,15 @@ class RoundLogLocator(Locator):
         return MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax)
 
 
+def round_log_axis(ax, which: str, base: float = 10) -> None:
+    """A log axis of `ax` ("x" or "y") ticked at round numbers (RoundLogLocator), without minor ticks."""
+    getattr(ax, f"set_{which}scale")("log", base=base)
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(RoundLogLocator())
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(_human))
+
+
 def _ideal_source(points: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """The points of the runtime the ideal is drawn from: one run at the config's smallest rank count, as speedup
     and efficiency are (a runtime not run there has no ideal), the baseline where it was."""
@@ -210,10 +219,7 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, u
     ax.plot(src["world_size"], src["ideal_tok_per_sec"], ls="--", color="grey", lw=1.5,
             label=f"ideal: {src['runtime'].iloc[0]}'s {count(src['world_size'].iloc[0], unit)} x {unit}")
     rank_axis(ax, points["world_size"], unit)
-    ax.set_yscale("log", base=2)
-    ax.yaxis.set_major_locator(RoundLogLocator())
-    ax.yaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_major_formatter(FuncFormatter(_human))
+    round_log_axis(ax, "y", base=2)
     ax.set_ylabel("tokens/s (log2)")
     title(ax, f"Strong scaling: throughput vs {unit}", config)
     ax.legend(loc="upper left", title=SPREAD_BARS)

@@ -208,14 +208,15 @@ def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", w
         except Exception as e:
             if isinstance(e, OSError) and e.errno in LOCAL_ERRNOS:
                 raise
-            if attempt == retries or refused(e) or isinstance(e, NotFineWeb):
+            final = refused(e)
+            if attempt == retries or final or isinstance(e, NotFineWeb):
                 status = getattr(getattr(e, "response", None), "status_code", None)
                 why = (f"the server answered HTTP {status} ({type(e).__name__})" if isinstance(status, int) else
                        no_answer(e) or (first_line(e) if isinstance(e, ValueError) else
                                         f"{type(e).__name__}: {first_line(e, '')}"))
-                then = then_refused if refused(e) and then_refused is not None else then
+                then = then_refused if final and then_refused is not None else then
                 raise GaveUp(f"{what}: {attempt} attempt(s) failed, the last: {why}" + (then and f"; {then}"),
-                             refused(e)) from None
+                             final) from None
         wait(min(MAX_WAIT_S, backoff_s * 2 ** (attempt - 1)))
 
 

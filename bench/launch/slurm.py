@@ -1,7 +1,7 @@
 """Slurm through its command line (submitit's way): `sbatch --parsable`, `squeue --json`, `scontrol show job -o`.
 
 No sacct: it needs slurmdbd, which sites (and CI) may lack. squeue knows pending, running and recently
-finished jobs (for MinJobAge, 300 s by default); scontrol fills in what squeue's JSON lacks. Answers we
+finished jobs (for MinJobAge, 300 s by default); scontrol answers where squeue --json cannot. Answers we
 cannot parse raise SubmitError quoting them. JSON layouts differ between Slurm releases (openapi
 v0.0.38 in 22.05: strings and ints; v0.0.40+: lists and {"set", "number"} objects), so fields are
 read tolerantly. pyslurm is not used: it must be built for the exact Slurm release of each site.
@@ -18,6 +18,12 @@ from bench.errors import SubmitError
 # Slurm job states after which nothing will change (squeue/scontrol spelling).
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT")
+
+# Job ids per squeue call: one --jobs argument of a sweep's thousands would pass Linux's 128 KiB an argument may have,
+# and before 24.05 squeue --json answers with every job whatever --jobs asks (23.x honours one id), so calls are few.
+SQUEUE_JOBS_PER_CALL = 1000
+# squeue's (and scontrol's) answer when asked for one job that slurmctld no longer knows (MinJobAge passed)
+FORGOTTEN = "Invalid job id specified"
 
 
 @dataclass(frozen=True)
@@ -149,21 +155,27 @@ class SlurmCLI:
         return max(counts, default=None)
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        """States of the given jobs with one squeue and, if needed, one scontrol call."""
+        """States of the given jobs with squeue (one call per SQUEUE_JOBS_PER_CALL of them) and, only where squeue
+        did not answer, one scontrol call."""
         want = set(job_ids)
         found: dict[str, JobState] = {}
         if not want:
             return found
-        # --all: without it a job of a hidden partition (one the user may still submit to) is left out, as if forgotten
-        sq = _run(["squeue", "--json", "--all"])
-        if sq.returncode == 0:
-            found.update({k: v for k, v in parse_squeue_json(sq.stdout).items() if k in want})
-        missing = want - set(found)
-        if missing:
+        ids = sorted(map(str, want), key=lambda j: (len(j), j))
+        failed = []
+        for start in range(0, len(ids), SQUEUE_JOBS_PER_CALL):
+            # --jobs: a site's squeue --json lists every user's jobs, tens of thousands, each poll. --all: without it
+            # a job of a hidden partition (one the user may still submit to) is left out, as if forgotten
+            sq = _run(["squeue", "--json", "--all", f"--jobs={','.join(ids[start:start + SQUEUE_JOBS_PER_CALL])}"])
+            if sq.returncode == 0:
+                found.update({k: v for k, v in parse_squeue_json(sq.stdout).items() if k in want})
+            elif FORGOTTEN not in sq.stderr:  # asked for one job, squeue fails so when slurmctld no longer knows it
+                failed.append(sq)
+        # a job squeue answered without has been forgotten: scontrol, asking the same slurmctld, knows no more
+        if failed:
             sc = _run(["scontrol", "--all", "show", "job", "-o"])
-            if sc.returncode == 0:
-                found.update({k: v for k, v in parse_scontrol_oneliners(sc.stdout).items() if k in missing})
-            elif sq.returncode != 0:  # neither answered: the controller is down, not the jobs forgotten
-                raise SubmitError(f"Slurm did not answer: squeue: {sq.stderr.strip()!r}; "
+            if sc.returncode != 0:  # neither answered: the controller is down, not the jobs forgotten
+                raise SubmitError(f"Slurm did not answer: squeue: {failed[0].stderr.strip()!r}; "
                                   f"scontrol: {sc.stderr.strip()!r}")
+            found.update({k: v for k, v in parse_scontrol_oneliners(sc.stdout).items() if k in want - set(found)})
         return {j: found.get(j, JobState(j, "UNKNOWN")) for j in job_ids}

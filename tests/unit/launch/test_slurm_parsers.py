@@ -118,3 +118,59 @@ def test_a_hidden_partition_is_one_slurm_has(monkeypatch):
 
     monkeypatch.setattr(slurm, "_run", sinfo)
     assert slurm.SlurmCLI().partitions() == ["debug", "hero", "normal"]
+
+
+def fake_slurm(tmp_path, monkeypatch, **answers):
+    """squeue and scontrol on PATH that answer (exit status, stdout, stderr); returns what reads their argvs."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir(parents=True)
+    for name, (rc, out, err) in answers.items():
+        (tmp_path / f"{name}.out").write_text(out)
+        (tmp_path / f"{name}.err").write_text(err)
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> {log}\ncat {tmp_path}/{name}.out\n'
+                          f'cat {tmp_path}/{name}.err >&2\nexit {rc}\n')
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return lambda: [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def squeue_json(*jobs: tuple[int, str]) -> str:
+    return json.dumps({"jobs": [{"job_id": job_id, "job_state": [state], "nodes": "n1"} for job_id, state in jobs]})
+
+
+def test_status_asks_squeue_for_the_sweeps_jobs_not_the_whole_machines(tmp_path, monkeypatch):
+    """status polled `squeue --json --all`, every job of every user of a production machine (tens of thousands),
+    and scontrol's list of them all besides once one of the sweep's jobs had left the queue."""
+    machine = squeue_json(*((j, "RUNNING") for j in range(900, 960)), (101, "RUNNING"))  # Slurm < 24.05: all
+    calls = fake_slurm(tmp_path, monkeypatch, squeue=(0, machine, ""), scontrol=(0, "", ""))
+    states = slurm.SlurmCLI().states(["101", "102"])
+    assert states["101"].state == "RUNNING" and states["102"].state == "UNKNOWN"  # 102: forgotten
+    assert calls() == [["squeue", "--json", "--all", "--jobs=101,102"]]  # no scontrol: squeue answered
+
+
+def test_a_sweep_of_many_jobs_asks_squeue_in_a_few_calls(tmp_path, monkeypatch):
+    calls = fake_slurm(tmp_path, monkeypatch, squeue=(0, squeue_json((8, "PENDING"), (12, "RUNNING")), ""))
+    monkeypatch.setattr(slurm, "SQUEUE_JOBS_PER_CALL", 2)
+    states = slurm.SlurmCLI().states(["12", "8", "9", "10", "11"])
+    assert [s.state for s in states.values()] == ["RUNNING", "PENDING", "UNKNOWN", "UNKNOWN", "UNKNOWN"]
+    assert [argv[-1] for argv in calls()] == ["--jobs=8,9", "--jobs=10,11", "--jobs=12"]
+
+
+def test_one_forgotten_job_is_not_taken_for_a_silent_slurm(tmp_path, monkeypatch):
+    """squeue asked for one job fails when slurmctld no longer knows it: the job ended, Slurm answered."""
+    calls = fake_slurm(tmp_path, monkeypatch, squeue=(1, "", "slurm_load_jobs error: Invalid job id specified\n"),
+               scontrol=(1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"))
+    assert slurm.SlurmCLI().states(["7"])["7"].state == "UNKNOWN"
+    assert [argv[0] for argv in calls()] == ["squeue"]
+
+
+def test_scontrol_answers_where_squeue_cannot(tmp_path, monkeypatch):
+    fake_slurm(tmp_path, monkeypatch, squeue=(1, "", "squeue: error: unable to load openapi plugins\n"),
+               scontrol=(0, "JobId=7 JobState=RUNNING NodeList=n1\nJobId=99 JobState=PENDING\n", ""))
+    states = slurm.SlurmCLI().states(["7", "8"])
+    assert states["7"].state == "RUNNING" and states["8"].state == "UNKNOWN" and "99" not in states
+    fake_slurm(tmp_path / "down", monkeypatch, squeue=(1, "", "Unable to contact slurm controller\n"),
+               scontrol=(1, "", "Unable to contact slurm controller\n"))
+    with pytest.raises(SubmitError, match="Slurm did not answer: squeue: 'Unable to contact slurm controller'"):
+        slurm.SlurmCLI().states(["7"])

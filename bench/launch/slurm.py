@@ -65,11 +65,19 @@ def _first(value):
     return value
 
 
+class SlurmDidNotAnswer(SubmitError):
+    """slurmctld was not reached (or refused the query): no job's state is known, none is forgotten."""
+
+
 def parse_squeue_json(text: str) -> dict[str, JobState]:
     try:
-        jobs = json.loads(text).get("jobs", [])
+        answer = json.loads(text)
+        jobs, errors = answer.get("jobs", []), answer.get("errors") or []
     except (json.JSONDecodeError, AttributeError):
         raise SubmitError(f"squeue --json answered something that is not its JSON: {text[:200]!r}") from None
+    if errors:  # Slurm 22.05 exits 0 with an empty job list and these when slurmctld is down
+        raise SlurmDidNotAnswer("; ".join(f"{e.get('source', '')}: {e.get('description', '')} ({e.get('error', '')})"
+                                          if isinstance(e, dict) else str(e) for e in errors))
     out = {}
     for job in jobs:
         exit_code = job.get("exit_code", "")
@@ -162,20 +170,23 @@ class SlurmCLI:
         if not want:
             return found
         ids = sorted(map(str, want), key=lambda j: (len(j), j))
-        failed = []
+        failed = []  # why squeue did not answer
         for start in range(0, len(ids), SQUEUE_JOBS_PER_CALL):
             # --jobs: a site's squeue --json lists every user's jobs, tens of thousands, each poll. --all: without it
             # a job of a hidden partition (one the user may still submit to) is left out, as if forgotten
             sq = _run(["squeue", "--json", "--all", f"--jobs={','.join(ids[start:start + SQUEUE_JOBS_PER_CALL])}"])
             if sq.returncode == 0:
-                found.update({k: v for k, v in parse_squeue_json(sq.stdout).items() if k in want})
+                try:
+                    found.update({k: v for k, v in parse_squeue_json(sq.stdout).items() if k in want})
+                except SlurmDidNotAnswer as e:
+                    failed.append(str(e))
             elif FORGOTTEN not in sq.stderr:  # asked for one job, squeue fails so when slurmctld no longer knows it
-                failed.append(sq)
+                failed.append(sq.stderr.strip())
         # a job squeue answered without has been forgotten: scontrol, asking the same slurmctld, knows no more
         if failed:
             sc = _run(["scontrol", "--all", "show", "job", "-o"])
             if sc.returncode != 0:  # neither answered: the controller is down, not the jobs forgotten
-                raise SubmitError(f"Slurm did not answer: squeue: {failed[0].stderr.strip()!r}; "
+                raise SubmitError(f"Slurm did not answer: squeue: {failed[0]!r}; "
                                   f"scontrol: {sc.stderr.strip()!r}")
             found.update({k: v for k, v in parse_scontrol_oneliners(sc.stdout).items() if k in want - set(found)})
         return {j: found.get(j, JobState(j, "UNKNOWN")) for j in job_ids}

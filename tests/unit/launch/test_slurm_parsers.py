@@ -174,3 +174,18 @@ def test_scontrol_answers_where_squeue_cannot(tmp_path, monkeypatch):
                scontrol=(1, "", "Unable to contact slurm controller\n"))
     with pytest.raises(SubmitError, match="Slurm did not answer: squeue: 'Unable to contact slurm controller'"):
         slurm.SlurmCLI().states(["7"])
+
+
+def test_slurm_2205_squeue_json_with_slurmctld_down_is_no_answer(tmp_path, monkeypatch):
+    """Slurm 22.05's squeue --json exits 0 when slurmctld is down, its errors beside an empty job list: every job read
+    UNKNOWN (forgotten), so status recorded each running job's run as ended and --resubmit-failed sent it again."""
+    down = json.dumps({"meta": {"plugin": {"type": "openapi/v0.0.38"}, "Slurm": {"release": "22.05.8"}},
+                       "errors": [{"description": "Failed while looking for jobs", "error_number": -1,
+                                   "error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []})
+    fake_slurm(tmp_path, monkeypatch, squeue=(0, down, ""),
+               scontrol=(1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"))
+    with pytest.raises(SubmitError, match=r"Slurm did not answer: squeue: 'slurm_load_jobs: Failed while looking for "
+                                          r"jobs \(Unspecified error\)'; scontrol: .*connect failure"):
+        slurm.SlurmCLI().states(["7"])
+    fake_slurm(tmp_path / "back", monkeypatch, squeue=(0, down, ""), scontrol=(0, "JobId=7 JobState=RUNNING\n", ""))
+    assert slurm.SlurmCLI().states(["7"])["7"].state == "RUNNING"

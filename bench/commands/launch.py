@@ -492,9 +492,10 @@ def check_node_cpus(backend, partition: str | None, constraint: str | None, shar
 
 
 def cmd_status(args) -> int:
-    # time.sleep refuses a negative or NaN poll with a traceback, and 0 would query Slurm without pause
-    if not (math.isfinite(args.poll) and args.poll > 0):
-        raise ConfigError(f"--poll {args.poll:g}: give the seconds between polls as a number above 0")
+    # time.sleep refuses a negative or NaN poll with a traceback, and 0.01 would query Slurm a hundred times a second
+    if not (math.isfinite(args.poll) and args.poll >= status.MIN_POLL_S):
+        raise ConfigError(f"--poll {args.poll:g}: give the seconds between polls as a number of at least "
+                          f"{status.MIN_POLL_S:g} (each poll queries slurmctld)")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout >= 0):
         raise ConfigError(f"--timeout {args.timeout:g}: give the seconds to wait as a number of 0 or more")
     backend = slurm.SlurmCLI()
@@ -726,7 +727,8 @@ def register(subparsers) -> None:
     p.add_argument("sweep", metavar="SWEEP", type=lambda v: Path(sweep_dir(v)),
                    help="sweep directory (holds sweep.json)")
     p.add_argument("--wait", action="store_true", help="poll until every run has a final status")
-    p.add_argument("--poll", type=float, default=10.0, help="seconds between polls with --wait (default: 10)")
+    p.add_argument("--poll", type=float, default=10.0,
+                   help="seconds between polls with --wait (default: 10; at least 1)")
     p.add_argument("--timeout", type=float, default=None,
                    help="stop waiting after this many seconds (default: no limit)")
     p.add_argument("--resubmit-failed", action="store_true", help="submit the jobs of failed runs again")

@@ -30,6 +30,7 @@ STOPPED = {"stopped", "cancelled"}
 # no_data too: data staged after the failure (a flow's eval bundle, its chat data) is a reason to run it again
 PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
 PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with the running runs' steps
+MIN_POLL_S = 1.0  # --wait's shortest --poll: each poll queries slurmctld, which every user of the machine shares
 QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
 # Pending reasons Slurm never clears by itself (squeue(1), JOB REASON CODES): a job held for one never starts, so
 # `status --wait` stops when every run it waits for is held so, instead of waiting for ever

@@ -235,9 +235,12 @@ def test_submit_checks_its_table_against_the_partition_it_submits_to(capsys, tmp
 
 @pytest.mark.parametrize("flags,message", [(["--poll=-1"], "--poll -1: "), (["--poll=nan"], "--poll nan: "),
                                            (["--poll=0"], "--poll 0: "), (["--timeout=-5"], "--timeout -5: "),
+                                           (["--poll=0.01"], "--poll 0.01: give the seconds between polls as a "
+                                                             "number of at least 1 (each poll queries slurmctld)"),
                                            (["--timeout=nan"], "--timeout nan: ")])
 def test_status_wait_refuses_a_poll_or_timeout_that_is_no_duration(flags, message, capsys, tmp_path):
-    """A negative or NaN --poll once ended `status --wait` in time.sleep's traceback after the first poll."""
+    """A negative or NaN --poll once ended `status --wait` in time.sleep's traceback after the first poll; a
+    --poll of 0.01 queried slurmctld, which the machine's users share, a hundred times a second."""
     code, _, err = run_cli(["status", str(tmp_path), "--wait", *flags], capsys)
     assert code == 1 and err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1
 

@@ -11,7 +11,8 @@ error before a lost peer or a SIGTERM as in the precedence table (torchrun's exi
 goes to rank 0), so the ranks torchrun then stops, or that lost their peer, do not leave the echo as the run's
 status. A worker aborted (SIGABRT, as NCCL's watchdog ends a rank whose collective timed out or whose peer died)
 gives way to a rank that recorded its own failure (an error, an OOM: above a kill in that table), and comes before
-the rest; aborted while the heartbeats show another rank stopped, it is evidence of `hung`, naming that rank.
+the rest; aborted while the heartbeats show another rank stopped, it is evidence of `hung`, naming that rank, unless
+a rank's own end is recorded (then the abort is its echo).
 A signal to torchrun itself is evidence of a cancel. Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL
 instead of torchrun's 30 s, also on the path where one worker failed and torchrun stops the others (there its 30 s
 are fixed, not the TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not
@@ -40,7 +41,7 @@ from torch.distributed.run import main as torchrun_main
 from bench import contract
 from bench.launch import numabind
 from bench.nanochat import numanode
-from bench.nanochat.heartbeat import waited_for
+from bench.nanochat.heartbeat import ended_peer, waited_for
 from bench.nanochat.runrecord import say
 from bench.processes import children_of
 
@@ -181,7 +182,8 @@ def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
     settled by the contract."""
     killed = failure.exitcode is not None and failure.exitcode < 0
     kind, message = ("rank_killed" if killed else "rank_exited"), cause
-    culprit = waited_for(run_dir) if failure.exitcode == -signal.SIGABRT else None
+    aborted = failure.exitcode == -signal.SIGABRT and not ended_peer(run_dir, rank)  # a peer that ended did not stop
+    culprit = waited_for(run_dir) if aborted else None
     if culprit and culprit[1]:  # one rank stopped: the others' collective timed out waiting for it
         kind, message = "hung", f"{culprit[0]}; {cause} (a collective timed out)"
     _record(run_dir, contract.Evidence(source="wrapper", kind=kind, rank=rank, node=socket.gethostname(),

@@ -37,7 +37,7 @@ from bench.nanochat import runclaim
 from bench.nanochat.common import drain_output
 from bench.nanochat.guard import Diverged, json_safe
 from bench.netgate import WrongNetwork
-from bench.nanochat.heartbeat import Heartbeat, waited_for
+from bench.nanochat.heartbeat import Heartbeat, ended_peer, waited_for
 from bench.nanochat.join import NotJoined
 from bench.nanochat.parentwatch import watch_parent
 from bench.contract import (
@@ -87,7 +87,7 @@ class RunRecord:
         self.events = self._writing(lambda: event_writer(self.run_dir, rank == 0))
         runclaim.remember_launcher()  # while it is still our ancestor: an orphaned rank still records its end
         self.heartbeat = Heartbeat(self.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")),
-                                   on_silent=lambda verdict: self.end("hung", verdict))
+                                   on_silent=self._silent)
         self.closed = False
         # The signal thread records a cancellation while the main thread may still be logging a step:
         # after a failure is recorded, the error event stays the last line and the status stays put.
@@ -212,6 +212,13 @@ class RunRecord:
 
         install_signal_thread(on_signal)
 
+    def _silent(self, verdict: str) -> NoReturn:
+        """A watched rank's beat went silent: `hung`, naming it, unless a rank's own end is recorded already."""
+        gone = ended_peer(self.run_dir, self.rank)
+        if gone:
+            self.end("peer_lost", f"lost contact with another rank, which ended first ({gone}): {verdict}")
+        self.end("hung", verdict)
+
     def end(self, status: str, message: str) -> NoReturn:
         """End the process from a watching thread (a silent peer, a lost parent): the status, one line,
         os._exit, whatever recording it raised (the thread would end there, and the process live on); torchrun then
@@ -221,7 +228,7 @@ class RunRecord:
                 self.fail(status, message)
             except Exception:  # noqa: BLE001 - a record that cannot be written must not keep the rank running
                 say(traceback.format_exc().rstrip())
-            say(f"[rank {self.rank}] error ({status}): {message}")
+            say(f"[rank {self.rank}] error ({status_of(status) if status in KINDS else status}): {message}")
             flush_streams()
         finally:
             os._exit(1)
@@ -232,8 +239,11 @@ class RunRecord:
         so torchrun stops the others at once."""
         kind, message, bug = classify_failure(exc, device_batch_size)
         if kind == "nccl_timeout":
-            culprit = waited_for(self.run_dir)
-            if culprit:
+            gone = ended_peer(self.run_dir, self.rank)
+            culprit = None if gone else waited_for(self.run_dir)
+            if gone:  # the rank it waited for did not stop: it ended, and recorded why
+                kind, message = "peer_lost", f"lost contact with another rank, which ended first ({gone}): {message}"
+            elif culprit:
                 kind, message = "hung", f"{culprit[0]}; the others timed out waiting for it ({message})"
         self.fail(kind, message)
         say(f"[rank {self.rank}] error ({status_of(kind)}): {message}")

@@ -307,3 +307,18 @@ def test_a_failed_worker_ends_in_the_one_line_without_torchrun_s_own_log_lines(t
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [f"torchrun: rank 1 on {socket.gethostname()} exited with status 1 (first of 1 "
                                         "failed worker(s))"], proc.stderr
+
+
+def test_an_aborted_rank_whose_peer_ended_with_its_own_failure_is_not_hung(tmp_path):
+    """rank 1 on nid2 ran out of memory and ended; NCCL's watchdog then aborted rank 0 (SIGABRT) here, and since
+    rank 1's heartbeat had stopped with it, torchrun's word on rank 0 was `hung` naming rank 1, over rank 1's own
+    `oom`."""
+    now = time.time()
+    write_beat(tmp_path, 0, now, 7)
+    write_beat(tmp_path, 1, now - STOPPED_AFTER_S - 20, 7, host="nid2")
+    contract.record_evidence(tmp_path, contract.Evidence(source="trainer", kind="oom", rank=1, t=now - 20,
+                                                         message="rank 1: out of memory at --device_batch_size=32"))
+    e = ChildFailedError("train", {0: failure(0, -signal.SIGABRT, 100)})
+    assert closing(e, tmp_path) == (0, f"rank 0 on {HOST} died: killed by SIGABRT")
+    data = contract.read_run_json(tmp_path)
+    assert (data["status"], data["message"]) == ("oom", "rank 1: out of memory at --device_batch_size=32")

@@ -256,3 +256,49 @@ def test_a_failure_not_recorded_is_said_in_one_accurate_line(tmp_path, capsys):
         said = [line for line in capsys.readouterr().err.splitlines() if "could not record the failure" in line]
         assert len(said) == 1 and said[0].startswith(f"[rank 1] could not record the failure: {why}"), said
         assert said[0].count(str(path)) == 1 and "delete" not in said[0] and "cannot be read" not in said[0]
+
+
+NCCL_WATCHDOG = ("[PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught collective operation timeout: "
+                 "WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=60000) ran for 60007 "
+                 "milliseconds before timing out.")
+
+
+def test_a_peer_s_timeout_or_silence_after_a_rank_ended_with_its_own_failure_is_its_echo(tmp_path, monkeypatch):
+    """rank 1 (on nid2) ran out of memory, or the kernel's OOM killer killed it (torchrun's word on it); rank 0's
+    collective then timed out, or its heartbeat watcher found rank 1's beat silent: the run settled as `hung` (or
+    `nccl_timeout` where the beats did not tell), rank 0's symptom, over the rank that failed first."""
+    import time
+
+    import pytest
+
+    from bench.contract import Evidence, record_evidence
+    from tests.support.synthetic import write_heartbeat as write_beat
+
+    class Exited(Exception):
+        pass
+
+    def exit_(code):
+        raise Exited(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    monkeypatch.delenv("NANOCHAT_BENCH_T0", raising=False)
+    oom = "out of memory at --device_batch_size=32: CUDA out of memory. Tried to allocate 8.00 GiB"
+    killed = Evidence(source="wrapper", kind="rank_killed", rank=1, node="nid2", signal="SIGKILL", exit_code=-9,
+                      message="rank 1 on nid2 died: killed by SIGKILL")
+    ends = (lambda d: RunRecord(1, str(d)).fail("oom", oom), lambda d: record_evidence(d, killed))
+    peers = (lambda r: r.die(RuntimeError(NCCL_WATCHDOG)),
+             lambda r: r.heartbeat.on_silent("rank 1 on nid2 (pid 101) stopped: no heartbeat for 31 s"))
+    for case, (end, expected) in enumerate(zip(ends, (("oom", f"rank 1: {oom}"),
+                                                      ("failed", "rank 1 on nid2 died: killed by SIGKILL")))):
+        for way, peer in enumerate(peers):
+            for beating in (True, False):
+                run_dir = tmp_path / f"{case}-{way}-{beating}"
+                run_dir.mkdir()
+                if beating:
+                    write_beat(run_dir, 0, time.time(), 7)
+                    write_beat(run_dir, 1, time.time() - 60, 7, host="nid2")  # gone a minute ago
+                end(run_dir)
+                with pytest.raises(Exited):
+                    peer(RunRecord(0, str(run_dir)))
+                run = read_run_json(run_dir)
+                assert (run["status"], run["message"]) == expected, (case, way, beating)

@@ -293,9 +293,11 @@ class Failure(NamedTuple):
 
 
 # A peer that died or left: the echo of another rank's failure, which torchrun (bench/launch/elastic.py)
-# or that rank itself records as the cause; recorded as `peer_lost`, below them in the precedence table.
+# or that rank itself records as the cause; recorded as `peer_lost`, below them in the precedence table. The store's
+# words (its host gone) are capitalised in torch 2.x and lower case before.
 PEER_LOST = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote process exited|ncclRemoteError|"
-                       r"failed to recv, got 0 bytes|NCCL communicator was aborted")
+                       r"failed to recv, got 0 bytes|failed to send, sent 0 bytes|NCCL communicator was aborted",
+                       re.IGNORECASE)
 TIMED_OUT = re.compile(r"timed out|timeout caused|Watchdog caught collective operation timeout", re.IGNORECASE)
 
 

@@ -302,3 +302,20 @@ def test_a_peer_s_timeout_or_silence_after_a_rank_ended_with_its_own_failure_is_
                     peer(RunRecord(0, str(run_dir)))
                 run = read_run_json(run_dir)
                 assert (run["status"], run["message"]) == expected, (case, way, beating)
+
+
+def test_a_store_closed_under_a_rank_is_a_lost_peer_not_a_bug_of_its_own():
+    """The TCPStore's host (rank 0, torchrun's agent) ended: a rank waiting on the store read torch's 'Failed to recv,
+    got 0 bytes' (capitalised since torch 2.x), which was no lost peer, so the rank recorded a bug of its own with a
+    traceback, and that `error` outranked torchrun's word on the rank that was killed (the OOM killer's SIGKILL)."""
+    from torch.distributed import DistNetworkError
+
+    from bench.contract import Evidence, settle
+
+    closed = "Connection was likely closed. Did the remote server shutdown or crash?"
+    killed = Evidence(source="wrapper", kind="rank_killed", rank=0, message="rank 0 on nid1 died: killed by SIGKILL")
+    for said in (f"Failed to recv, got 0 bytes. {closed}", f"Failed to send, sent 0 bytes. {closed}"):
+        lost = classify_failure(DistNetworkError(said))
+        assert (lost.kind, lost.message, lost.bug) == ("peer_lost", f"lost contact with another rank: {said}", False)
+        assert settle([killed, Evidence(source="trainer", kind=lost.kind, rank=1, message=lost.message)]) == \
+            ("failed", "rank 0 on nid1 died: killed by SIGKILL")

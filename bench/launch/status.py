@@ -111,6 +111,12 @@ def _cut_by_the_job(manifest: dict, status: str) -> bool:
                                for e in _evidence(manifest))
 
 
+def _sigkill(manifest: dict) -> dict | None:
+    """torchrun's word on the first rank killed by SIGKILL that it did not stop itself, if any."""
+    return next((e for e in _evidence(manifest) if e.get("kind") == "rank_killed" and e.get("signal") == "SIGKILL"),
+                None)
+
+
 def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
     """The run's status and message; what Slurm says of an ended job is recorded as evidence first, once.
     A run.json that cannot be read is left as it is, for its owner to look at."""
@@ -137,6 +143,12 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         # the batch script saw end on its own (an earlier one of the job), with no stop, was not cut by the loss.
         evidence = contract.Evidence(source="status", kind="node_lost",
                                    message=f"Slurm job {job.job_id} lost a node ({job.state}); {message}")
+    elif job.state == "OUT_OF_MEMORY" and "oom" not in seen and (kill := _sigkill(manifest)):
+        # the cgroup's OOM kill Slurm counted is the SIGKILL torchrun saw, which the rank could not say itself; its
+        # echoes (the peers that lost it, timed out) settled the run below it
+        evidence = contract.Evidence(source="status", kind="oom", rank=kill.get("rank"), node=kill.get("node"),
+                                   signal="SIGKILL", message=f"Slurm job {job.job_id} ran out of memory ({job.state}): "
+                                                             f"{kill.get('message') or message}")
     elif status not in contract.FINAL_STATUSES and (job.terminal or job.state == "UNKNOWN"):
         # UNKNOWN: a responsive slurmctld forgot the job, so it ended
         evidence = contract.Evidence(source="status", kind=FROM_SLURM.get(job.state, "exit"),

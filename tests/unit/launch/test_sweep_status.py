@@ -285,3 +285,24 @@ def test_a_wait_on_jobs_slurm_never_starts_ends_with_what_to_do(tmp_path, monkey
     out = capsys.readouterr().out
     assert ("stopped waiting: Slurm will never start the job(s) of n1-bare-r1, n2-bare-r1 (BadConstraints, "
             "PartitionTimeLimit)") in out and "gave up" not in out
+
+
+def test_a_rank_the_oom_killer_killed_is_the_run_s_oom_once_slurm_says_so(tmp_path):
+    """The kernel's OOM killer SIGKILLed rank 1 on nid2; torchrun's word on it (killed by SIGKILL) and rank 0's lost
+    peer settled the run `failed`, and Slurm's OUT_OF_MEMORY, the one witness that the kill was for memory, was read
+    only for a run without a final status."""
+    killed = "rank 1 on nid2 died: killed by SIGKILL"
+    for entry in (contract.Evidence(source="wrapper", kind="rank_killed", rank=1, node="nid2", signal="SIGKILL",
+                                    exit_code=-9, message=killed),
+                  contract.Evidence(source="trainer", kind="peer_lost", rank=0, node="nid1",
+                                    message=f"rank 0: lost contact with another rank, which ended first ({killed})")):
+        contract.record_evidence(tmp_path, entry)
+    contract.update_run_json(tmp_path, launch={"finished_at": 1000.0})  # the batch script saw srun end
+    assert _derive(tmp_path, JobState("42", "FAILED")) == ("failed", killed)
+    expected = ("oom", f"Slurm job 42 ran out of memory (OUT_OF_MEMORY): {killed}")
+    assert _derive(tmp_path, JobState("42", "OUT_OF_MEMORY")) == expected
+    assert _derive(tmp_path, JobState("42", "OUT_OF_MEMORY")) == expected
+    assert [e.kind for e in contract.load_manifest(tmp_path).evidence] == ["rank_killed", "peer_lost", "oom"]  # once
+    stopped = tmp_path / "stopped"  # torchrun stopped the rank itself: no kill of the OOM killer's
+    contract.record_evidence(stopped, contract.Evidence(source="trainer", kind="error", rank=0, message="rank 0: boom"))
+    assert _derive(stopped, JobState("43", "OUT_OF_MEMORY")) == ("failed", "rank 0: boom")

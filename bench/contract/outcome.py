@@ -43,6 +43,9 @@ PRECEDENCE: Tuple[Tuple[Tuple[str, ...], str, str], ...] = (
 _RANK = {kind: (row, status or (kind if kind in FINAL_STATUSES else "failed"))
          for row, (kinds, status, _) in enumerate(PRECEDENCE) for kind in kinds}
 KINDS = tuple(_RANK)
+# How one rank itself ended (its own failure, or torchrun's word on it): the rows from `hung` to `rank_exited` but a
+# peer's lost contact, which is the echo of such an end
+RANK_ENDS = tuple(k for k in KINDS if _RANK["hung"][0] <= _RANK[k][0] <= _RANK["rank_exited"][0] and k != "peer_lost")
 SOURCES = ("trainer", "wrapper", "launcher", "batch_script", "status", "probe", "submit", "record")
 # What a final status recorded without evidence (an older release, or a writer of run.json's `status`)
 # counts as: the kind that gives that status.

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.contract import ENV_T0, atomic_target, read_run_json
+from bench.contract import ENV_T0, atomic_target, outcome, read_run_json
 
 DIR = ".heartbeat"
 INTERVAL_S = 5.0  # at 1024 ranks, ~200 small renames a second in one directory
@@ -201,19 +201,16 @@ def waited_for(run_dir: str | None, now: float | None = None, host: str | None =
     return None
 
 
-# What a rank's own end leaves in run.json: its failure, or torchrun's word on it. A rank whose end is recorded did not
-# stop: the others' timed-out collective, or its beat gone silent, is the echo of that end, not a hang
-ENDED = ("hung", "wrong_network", "diverged", "oom", "no_data", "error", "nccl_timeout", "rank_killed", "rank_exited")
-
-
 def ended_peer(run_dir: str | None, rank: int) -> str | None:
-    """The message of the first recorded end of a rank other than `rank` (ENDED), or None."""
+    """The message of the first recorded end of a rank other than `rank` (outcome.RANK_ENDS), or None. A rank whose
+    end is recorded did not stop: the others' timed-out collective, or its beat gone silent, is the echo of that end,
+    not a hang."""
     try:
         evidence = (read_run_json(run_dir).get("evidence") or []) if run_dir else []
     except (OSError, ValueError):
         return None
     for e in evidence:
-        if isinstance(e, dict) and e.get("kind") in ENDED and e.get("source") in ("trainer", "wrapper") and \
+        if isinstance(e, dict) and e.get("kind") in outcome.RANK_ENDS and e.get("source") in ("trainer", "wrapper") and \
                 isinstance(e.get("rank"), int) and e["rank"] != rank:
             return e.get("message") or f"rank {e['rank']} ended ({e['kind']})"
     return None

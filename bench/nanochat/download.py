@@ -23,9 +23,12 @@ directory at a time (its DOWNLOAD_LOCK); a second one waits for it, then keeps t
 import contextlib
 import errno
 import fcntl
+import http.client
 import math
 import os
 import socket
+import ssl
+import sys
 import threading
 import time
 from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
@@ -37,7 +40,7 @@ import requests
 import urllib3
 from tqdm import tqdm
 
-from bench.errors import ConfigError, DataError, first_line, os_reason, os_reason_and_remedy
+from bench.errors import ConfigError, DataError, disk_full, first_line, os_reason, os_reason_and_remedy
 from bench.nanochat import data_origin
 from bench.nanochat.common import ELSEWHERE
 from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
@@ -51,8 +54,8 @@ CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the
 CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
 READ_TIMEOUT_S = 30.0  # the longest silence accepted from a server that took the connection
 REACH_TRIES, REACH_PAUSE_S = 3, 0.5  # a host that refuses may be restarting: tried this often, this far apart
-# a file-system error here (read-only, full, over quota, no permission), as opposed to a socket's
-LOCAL_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
+# a socket's errnos that OSError does not make a ConnectionError or TimeoutError of
+NET_ERRNOS = (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.ENETRESET, errno.EHOSTDOWN)
 MAX_WAIT_S = 60.0  # the longest wait between two attempts, however many --retries
 MIN_RATE_B_S = 1024  # slower than this over a read timeout's span is a stall: a 100 MB shard would take a day
 FIX_URL = f"check the network, or point --url (or {ENV_DATA_URL}) at a mirror that serves the shards"
@@ -73,6 +76,27 @@ def refused(e: BaseException) -> int | None:
     requests' and huggingface_hub's HTTP errors both carry the response."""
     status = getattr(getattr(e, "response", None), "status_code", None)
     return status if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429) else None
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """What a request that went wrong on the way raises: requests', urllib3's and the socket's errors, and those of
+    the httpx that huggingface_hub >= 1.0 requests through (httpx2 from 2.x), once the hub has imported it."""
+    found = [requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, ConnectionError,
+             TimeoutError, socket.gaierror, socket.herror, ssl.SSLError]
+    return (*found, *(mod.HTTPError for name in ("httpx", "httpx2") if (mod := sys.modules.get(name))))
+
+
+def retried(e: BaseException) -> bool:
+    """Whether another attempt may fare otherwise: a network error, an HTTP error (refused() tells the final ones),
+    a file the server sent that did not verify (ValueError), or an OSError without errno (huggingface_hub's for a
+    body cut short, or for metadata it could not get, from the network error). Not an OSError of a system call of
+    this machine (its errno: EIO, ENOSPC, EACCES, EROFS, EMFILE, ...), nor a programming error (TypeError, ...).
+    RuntimeError is hf_xet's for every failure before 1.x, a network's included."""
+    if isinstance(e, _network_errors()):
+        return True
+    if isinstance(e, OSError):
+        return (e.errno is None or e.errno in NET_ERRNOS) and not disk_full(e)
+    return isinstance(e, (ValueError, RuntimeError))
 
 
 def no_answer(e: BaseException) -> str | None:
@@ -198,15 +222,15 @@ def retrying(what: str, fetch, retries: int, backoff_s: float, then: str = "", w
     MAX_WAIT_S) between them, as upstream's download_single_file (5 attempts, 2^attempt s). GaveUp in one line
     naming `what`, the attempts and the last error, then `then`: after the last attempt, or at once on an answer no
     retry changes (refused) or a shard `data generate` made; `then_refused`, when given, replaces `then` after a
-    refusal, where running again changes nothing. A write our disk refused is raised as it is (no retry changes it;
-    the caller names the file)."""
+    refusal, where running again changes nothing. An error of this machine (an OSError of our disk: the caller
+    names the file) or of the code is raised as it is, at once: no retry changes it (retried())."""
     for attempt in range(1, retries + 1):
         try:
             return fetch()
         except (DataError, _Stopped):
             raise
         except Exception as e:
-            if isinstance(e, OSError) and e.errno in LOCAL_ERRNOS:
+            if not retried(e):
                 raise
             final = refused(e)
             if attempt == retries or final or isinstance(e, NotFineWeb):

@@ -9,14 +9,19 @@ that never answers; only a host name that does not resolve is staged by replacin
 DNS), since a real lookup would leave this machine.
 """
 
+import errno
+import http.client
+import importlib.util
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import requests
 
 from bench.cli import main
 from bench.errors import DataError
@@ -417,3 +422,90 @@ def test_shards_the_mirror_refused_are_not_said_to_resume_on_a_second_run(server
     server.behaviour["shard_00001.parquet"] = "503"
     with pytest.raises(DataError, match=r"\(run again to resume\)"):
         download.download_shards(2, url=server.url, out_dir=tmp_path, retries=2, **FAST)
+
+
+def _response(status: int) -> requests.Response:
+    r = requests.Response()
+    r.status_code = status
+    return r
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.EIO, "Input/output error"), OSError(errno.EMFILE, "Too many open files"),
+    OSError(errno.ENOSPC, "No space left on device"), PermissionError(errno.EACCES, "Permission denied"),
+    OSError(errno.EROFS, "Read-only file system"), TypeError("a bug"), AttributeError("a bug"), KeyboardInterrupt(),
+], ids=lambda e: type(e).__name__ + (f"-{errno.errorcode[e.errno]}" if getattr(e, "errno", None) else ""))
+def test_an_error_of_this_machine_is_raised_at_once_not_retried(error):
+    """retrying retried every exception but a few errnos of a full or read-only disk: a failing disk (EIO), too many
+    open files or a programming error waited through every backoff before the real error showed, as a GaveUp that
+    said to check the network."""
+    calls, waits = [], []
+
+    def fetch():
+        calls.append(1)
+        raise error
+
+    with pytest.raises(type(error)):
+        download.retrying("shard", fetch, 5, 2.0, wait=waits.append)
+    assert (len(calls), waits) == (1, [])
+
+
+@pytest.mark.parametrize("error", [
+    requests.ConnectionError("reset"), requests.ConnectTimeout("slow"), requests.exceptions.ChunkedEncodingError("cut"),
+    requests.HTTPError("503", response=_response(503)), requests.HTTPError("429", response=_response(429)),
+    ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), OSError(errno.ENETUNREACH, "unreachable"),
+    TimeoutError("timed out"), socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+    ssl.SSLError(1, "bad record mac"), http.client.IncompleteRead(b"x", 10),
+    OSError("Consistency check failed: file should be of size 10 but has size 5"),  # huggingface_hub's cut body
+    ValueError("not a readable parquet file"), RuntimeError("reqwest error"),  # hf_xet before 1.x: its errors all
+], ids=lambda e: type(e).__name__)
+def test_a_network_error_is_retried(error):
+    calls, waits = [], []
+
+    def fetch():
+        calls.append(1)
+        raise error
+
+    with pytest.raises(download.GaveUp, match="3 attempt"):
+        download.retrying("shard", fetch, 3, 2.0, wait=waits.append)
+    assert (len(calls), waits) == (3, [2.0, 4.0])
+
+
+def test_a_network_error_of_huggingface_hubs_http_client_is_retried():
+    """huggingface_hub >= 1.0 requests through httpx (httpx2 from 2.x): its network errors are no requests errors,
+    and a metadata request that got no answer comes as LocalEntryNotFoundError (a FileNotFoundError) from one."""
+    hub_http = pytest.importorskip("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    for cause in (hub_http.ConnectError("refused"), hub_http.ReadTimeout("silent"),
+                  hub_http.RemoteProtocolError("cut")):
+        def fetch(cause=cause):
+            try:
+                raise cause
+            except hub_http.HTTPError as e:
+                raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub") from e
+
+        for f in (fetch, lambda cause=cause: (_ for _ in ()).throw(cause)):
+            waits = []
+            with pytest.raises(download.GaveUp, match="2 attempt"):
+                download.retrying("hub file", f, 2, 1.0, wait=waits.append)
+            assert waits == [1.0]
+
+
+def test_a_failing_disk_under_a_download_is_one_line_naming_the_file_at_once(server, tmp_path, monkeypatch, capsys):
+    """EIO while writing a shard was retried --retries times with backoff and then reported as a download that
+    failed, 'run again to resume', as if the network were at fault."""
+    tried = []
+
+    def failing_disk(url, tmp, *a, **k):
+        tried.append(url)
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(tmp))
+
+    monkeypatch.setattr(download, "_fetch_once", failing_disk)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path))
+    assert main(["data", "download", "-n", "1", "--url", server.url, "--retries", "5"]) == 1
+    err = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    lines = [ln for ln in err if ln.strip() and not ln.startswith("download:")]
+    assert len(lines) == 1 and len(tried) == 1, (lines, tried)
+    assert lines[0].startswith(f"error: data download: cannot write {tmp_path}/base_data/shard_00000.parquet.tmp: "
+                               "Input/output error"), lines[0]

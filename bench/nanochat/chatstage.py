@@ -120,6 +120,10 @@ def _hub_file(s: chatdata.HubSplit, name: str, url: str, timeout_s: float) -> No
         constants.HF_HUB_DOWNLOAD_TIMEOUT = timeout_s
         if hasattr(file_download, "HF_HUB_DOWNLOAD_TIMEOUT"):  # before 0.25 its downloads read a copy of their own
             file_download.HF_HUB_DOWNLOAD_TIMEOUT = timeout_s
+    # a metadata request that got no answer is asked again by the library itself, with this timeout (60 s), not
+    # etag_timeout: each of our tries waited a minute on a silent hub
+    if hasattr(file_download, "_ETAG_RETRY_TIMEOUT"):
+        file_download._ETAG_RETRY_TIMEOUT = timeout_s
     hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url,
                     etag_timeout=timeout_s)
 

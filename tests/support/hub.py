@@ -84,7 +84,7 @@ class Hub(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.repos, self.plain = repos, plain
         self.cuts: dict[str, int] = {}  # served path -> bytes sent before the connection closes, once
-        self.stalls: dict[tuple[str, str], float] = {}  # (method, served path) -> seconds before the answer, once
+        self.stalls: dict[tuple[str, str], list[float]] = {}  # (method, served path) -> seconds before each answer
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self.lock = threading.Lock()
 
@@ -115,11 +115,11 @@ class Hub(ThreadingHTTPServer):
         """The next transfer of this file (a repo's path, or a plain file's name) stops after `after` bytes."""
         self.cuts[f"/cdn/{sha256(self.repos[repo][name])}" if repo else f"/files/{name}"] = after
 
-    def stall_once(self, name: str, seconds: float, repo: str, head: bool = False) -> None:
+    def stall_once(self, name: str, seconds: float, repo: str, head: bool = False, times: int = 1) -> None:
         """The next GET of this file's bytes (with `head`: the HEAD asking its metadata) is answered after `seconds`
-        of silence."""
+        of silence; so are as many as `times` of them."""
         path = f"/datasets/{repo}/resolve/main/{name}" if head else f"/cdn/{sha256(self.repos[repo][name])}"
-        self.stalls["HEAD" if head else "GET", path] = seconds
+        self.stalls["HEAD" if head else "GET", path] = [seconds] * times
 
     def bodies(self) -> list[tuple[str, str | None]]:
         """(path, Range) of each GET that asked for a file's bytes."""
@@ -151,7 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         with self.server.lock:
             self.server.requests.append((self.command, path, self.headers.get("Range")))
-            stall = self.server.stalls.pop((self.command, path), None)
+            stalls = self.server.stalls.get((self.command, path))
+            stall = stalls.pop() if stalls else None
         if stall is not None:
             time.sleep(stall)
         if path.startswith("/cdn/"):

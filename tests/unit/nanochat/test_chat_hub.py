@@ -229,6 +229,17 @@ def test_a_stalled_request_is_asked_again_after_timeout_not_after_the_hubs_10_s(
     assert [p for m, p, _ in local_hub.requests if m == method and p == path] == [path, path]  # again after 1 s
 
 
+def test_the_hubs_own_retry_of_the_metadata_request_waits_no_longer_than_timeout(local_hub, tmp_path):
+    """huggingface_hub asks a file's metadata again on its own when the first HEAD got no answer, with a timeout of
+    its own (60 s in 1.x and 2.x, whatever etag_timeout said): with --timeout 1 a silent hub held each try a minute."""
+    repo, name = "openai/gsm8k", "main/train-00000-of-00001.parquet"
+    local_hub.stall_once(name, 5, repo=repo, head=True, times=2)
+    out = download(local_hub, tmp_path / "base", "--timeout", "1", "--retries", "1")
+    assert out.returncode == 0, out.stderr
+    path = f"/datasets/{repo}/resolve/main/{name}"
+    assert [p for m, p, _ in local_hub.requests if m == "HEAD" and p == path] == [path] * 3  # not waited out
+
+
 def test_timeout_reaches_the_file_download_of_a_huggingface_hub_before_0_25(monkeypatch, tmp_path):
     """huggingface_hub 0.24 (pyproject's floor) bound HF_HUB_DOWNLOAD_TIMEOUT into file_download when imported, and
     its downloads read that copy: setting constants' alone left them the library's 10 s whatever --timeout said."""

@@ -338,8 +338,8 @@ def download_one(index: int, out_dir: Path, url: str, retries: int, backoff_s: f
         if breaker.open.is_set():
             raise _Stopped() from None
         raise
-    except OSError as e:  # our side: a full disk, a read-only directory
-        raise DataError(f"data download: cannot write {tmp}: "
+    except OSError as e:  # our side: a full disk, a read-only directory, sources.json or its lock
+        raise DataError(f"data download: cannot write {e.filename or tmp}: "
                         f"{os_reason_and_remedy(e, ELSEWHERE)}, then run again "
                         "to resume") from None
 

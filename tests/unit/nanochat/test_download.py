@@ -509,3 +509,17 @@ def test_a_failing_disk_under_a_download_is_one_line_naming_the_file_at_once(ser
     assert len(lines) == 1 and len(tried) == 1, (lines, tried)
     assert lines[0].startswith(f"error: data download: cannot write {tmp_path}/base_data/shard_00000.parquet.tmp: "
                                "Input/output error"), lines[0]
+
+
+def test_a_record_that_cannot_be_written_is_named_not_the_shard(server, tmp_path, monkeypatch):
+    """sources.json's lock, left by another user of a shared base directory, could not be opened: the error named the
+    shard's .tmp, which had been written and renamed already."""
+    lock = tmp_path / ".sources.json.lock"
+
+    def refused_lock(path, url):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(lock))
+
+    monkeypatch.setattr(download.data_origin, "record_downloaded", refused_lock)
+    with pytest.raises(DataError) as e:
+        download.download_shards(1, url=server.url, out_dir=tmp_path, **FAST)
+    assert str(e.value).startswith(f"data download: cannot write {lock}: Permission denied"), e.value

@@ -245,8 +245,8 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
     peak_mem_mib = stagerun.end(session, record, total_training_time, min_val)
     if val_bpb is not None:
         record.emit("score", name="val_bpb", value=val_bpb)
-        record.update(scores={"val_bpb": val_bpb}, num_iterations=step)
-    else:
+        record.update(scores={"val_bpb": val_bpb})
+    if not stopped_early:  # the steps until the data ended (or the batches given); a stopped run never saw that end
         record.update(num_iterations=step)
     summary = {"peak_mem_mib": peak_mem_mib, "total_training_time_s": total_training_time, "min_val_bpb": min_val,
                "final_val_bpb": val_bpb, "final_mfu": mfu, "final_loss": debiased_smooth_loss}

@@ -1,5 +1,6 @@
 """chat_sft for real: a base checkpoint fine-tuned by 2 CPU ranks through `nanochat-bench train --workload chat_sft`
 on generated chat data, run.json ok and the sft checkpoint readable by load_model; bad input ends with one line.
+mid_train on the same base checkpoint and data, for what its run directory records of its horizon.
 python -m pytest tests/unit/nanochat/test_chat_sft_run.py -q"""
 
 import json
@@ -143,3 +144,28 @@ def test_a_checkpoint_directory_that_cannot_be_written_stops_the_stage_before_it
     assert (f"the checkpoint directory {base / folder / 'd1'} cannot be written: {base / folder} is a file in the "
             f"way, not a directory; {advice}") in error_line(out)
     assert '"event": "step"' not in (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+MID_FLAGS = ["--device_type=cpu", "--device_batch_size=2", "--max_seq_len=64", "--total_batch_size=128",
+             "--eval_every=-1", "--preflight=0", "--dry_run=1"]
+
+
+def mid_train(base: Path, run_dir: Path, *flags: str) -> dict:
+    """run.json of a 1-rank mid_train run."""
+    env = dict(os.environ, NANOCHAT_BASE_DIR=str(base), PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "bench.cli", "train", "--workload", "mid_train", "--nproc", "1",
+                          "--run-dir", str(run_dir), "--", *MID_FLAGS, *flags], env=env, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert (run_dir / "run.json").is_file(), out.stdout[-3000:] + out.stderr[-3000:]
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def test_a_mid_train_its_deadline_stopped_records_no_horizon_of_the_steps_it_took(sft_base, tmp_path):
+    """Given no --num_iterations, mid_train trains until its data ends; stopped by --deadline after its first step, it
+    recorded that step as its num_iterations, and collect's num_iterations column read 1 as the horizon it was set to
+    train (an epoch of the mixture, which it never reached)."""
+    from bench.analysis.rundir import horizon
+
+    record = mid_train(sft_base, tmp_path / "run", "--deadline=1")  # already passed: stops after the first step
+    assert record["status"] == "timeout" and "stopped at step 1 " in record["message"]
+    assert record.get("num_iterations") is None and horizon(record["config"], record) == -1

@@ -19,6 +19,7 @@ from bench import contract
 from bench.errors import run_dir_error
 from bench.launch.slurm import JobState
 from bench.launch.submit import read_sweep
+from bench.workloads.mid_train import WORKLOAD as MID_TRAIN
 
 # What Slurm's end of a job is evidence of, when run.json has no final status (a state not here: a plain exit).
 # BOOT_FAIL: a node of the job could not be started; PREEMPTED: Slurm stopped the job for another one.
@@ -71,15 +72,24 @@ class RunState:
         return self.status in RESUBMITTABLE or self.unsubmitted
 
 
-def _progress(run_dir: Path, steps) -> str:
-    """`at step N of M`: the last step line of a running run's metrics.jsonl (its tail only), else ''."""
+def _progress(run_dir: Path, manifest: dict) -> str:
+    """`at step N of M`: the last step line of a running run's metrics.jsonl (its tail only), else ''. A mid_train
+    given no --num_iterations trains until its data ends, a count it learns only there: `at step N (until data
+    ends)`."""
+    steps, config = manifest.get("num_iterations"), manifest.get("config")
+    if type(steps) is int and steps > 0:
+        of = f" of {steps}"
+    elif manifest.get("workload") == MID_TRAIN.run_workload and isinstance(config, dict) \
+            and type(config.get("num_iterations")) is int and config["num_iterations"] <= 0:
+        of = " (until data ends)"
+    else:
+        of = ""
     for line in reversed(contract.log_tail(run_dir / contract.METRICS_JSONL, PROGRESS_TAIL_BYTES).splitlines()):
         try:
             event = json.loads(line)
         except ValueError:
             continue  # the first line of the tail is usually cut, the last may be half written
         if isinstance(event, dict) and event.get("event") == "step" and isinstance(event.get("step"), int):
-            of = f" of {steps}" if isinstance(steps, int) and steps > 0 else ""
             return f"{AT_STEP}{event['step']}{of}"
     return ""
 
@@ -125,7 +135,7 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
         return UNREADABLE, unread
     status, message = manifest.get("status", "pending"), manifest.get("message") or ""
     if status == "running" and not message:
-        message = _progress(run_dir, manifest.get("num_iterations"))
+        message = _progress(run_dir, manifest)
     if job is None:
         return status, message
     seen = {e.get("kind") for e in _evidence(manifest)}

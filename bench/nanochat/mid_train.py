@@ -134,9 +134,12 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
     print0(f"Tokens / micro-batch: {B * T * world_size:,}")
     print0(f"Total batch size {config.total_batch_size:,} => gradient accumulation steps: {grad_accum}")
     record.emit("model_ready", num_params=num_params, flops_per_token=num_flops_per_token)
+    # the steps of --num_iterations batches (the first is the prefetch) before the first, for status's `step N of M`;
+    # an epoch of the mixture is known only at its end
+    horizon = {"num_iterations": config.num_iterations - 1} if config.num_iterations > 0 else {}
     record.update(num_params=num_params, flops_per_token=num_flops_per_token, grad_accum=grad_accum,
                   vocabulary={"vocab_size": tokenizer.get_vocab_size(), "source": "tokenizer", "bpb": True},
-                  data=chat_data_identity() if session.master else None)
+                  data=chat_data_identity() if session.master else None, **horizon)
 
     # ----------------------------------------------------------------------------------------------
     # Fresh optimizers at the base LRs x init_lr_frac (Muon for the matrices, AdamW for the rest)

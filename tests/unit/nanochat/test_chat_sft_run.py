@@ -169,3 +169,22 @@ def test_a_mid_train_its_deadline_stopped_records_no_horizon_of_the_steps_it_too
     record = mid_train(sft_base, tmp_path / "run", "--deadline=1")  # already passed: stops after the first step
     assert record["status"] == "timeout" and "stopped at step 1 " in record["message"]
     assert record.get("num_iterations") is None and horizon(record["config"], record) == -1
+
+
+def test_status_shows_a_running_mid_train_its_step_of_the_steps_it_takes(sft_base, tmp_path):
+    """mid_train recorded its horizon only as it ended, so `status` showed a running one `at step 1` with no total, even
+    given --num_iterations; given none, nothing said that it runs until its data ends."""
+    from bench.analysis.rundir import horizon
+    from bench.launch.status import _derive
+
+    shown, records = {}, {}
+    for name, flags in (("given", ["--num_iterations=4"]), ("epoch", [])):
+        run = tmp_path / name
+        records[name] = mid_train(sft_base, run, "--deadline=1", *flags)  # stops after its first step
+        # the run directory as status read it during that step: running, no end recorded
+        (run / "run.json").write_text(json.dumps({**records[name], "status": "running", "message": None,
+                                                  "evidence": []}))
+        shown[name] = _derive(run, None)
+    assert shown == {"given": ("running", "at step 1 of 3"), "epoch": ("running", "at step 1 (until data ends)")}
+    given = records["given"]  # 4 batches, the first the prefetch: 3 steps; collect's column keeps the flag
+    assert given["num_iterations"] == 3 and horizon(given["config"], given) == 4

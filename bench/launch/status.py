@@ -15,11 +15,10 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bench import contract
+from bench import contract, workloads
 from bench.errors import run_dir_error
 from bench.launch.slurm import JobState
 from bench.launch.submit import read_sweep
-from bench.workloads.mid_train import WORKLOAD as MID_TRAIN
 
 # What Slurm's end of a job is evidence of, when run.json has no final status (a state not here: a plain exit).
 # BOOT_FAIL: a node of the job could not be started; PREEMPTED: Slurm stopped the job for another one.
@@ -73,14 +72,15 @@ class RunState:
 
 
 def _progress(run_dir: Path, manifest: dict) -> str:
-    """`at step N of M`: the last step line of a running run's metrics.jsonl (its tail only), else ''. A mid_train
-    given no --num_iterations trains until its data ends, a count it learns only there: `at step N (until data
-    ends)`."""
+    """`at step N of M`: the last step line of a running run's metrics.jsonl (its tail only), else ''. A workload
+    given no --num_iterations that trains until its data ends (mid_train) learns the count only there: `at step N
+    (until data ends)`."""
     steps, config = manifest.get("num_iterations"), manifest.get("config")
+    flag = config.get("num_iterations") if isinstance(config, dict) else None
     if type(steps) is int and steps > 0:
         of = f" of {steps}"
-    elif manifest.get("workload") == MID_TRAIN.run_workload and isinstance(config, dict) \
-            and type(config.get("num_iterations")) is int and config["num_iterations"] <= 0:
+    elif getattr(workloads.by_run_workload(manifest.get("workload")), "until_data_ends", False) \
+            and type(flag) is int and flag <= 0:
         of = " (until data ends)"
     else:
         of = ""

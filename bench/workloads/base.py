@@ -138,6 +138,7 @@ class Workload:
     # What its runs compute in when run.json's config names no dtype (the table's `precision`, a key)
     precision = "bf16"
     dtype_sets_precision = True  # its config's `dtype` is what its runs compute in (else a flag it only accepts)
+    until_data_ends = False  # given no --num_iterations (<= 0) it trains an epoch of its data, a count known at its end
     # The recipe of the image its runs need under a container runtime, where the runtimes' default images
     # (nanochat-bench's) cannot run it: submit and render then want an --image for each such runtime
     image_recipe: str | None = None

@@ -3,8 +3,9 @@
 Two workloads are never one config (they are different programs), so their scaling curves stay
 apart; this table puts their points next to each other where the shape matches: the same depth
 (n_layer for NNTile), sequence length, total batch (tokens per optimizer step), device and ranks.
-Per point: runs, median steady tok/s, MFU, peak memory, parameters, and tok/s relative to the
-nanochat point of the same runtime (or, when nanochat ran under another runtime only, its first).
+Per point (a node count each: ranks within one node and across nodes are no repeats): runs, median steady tok/s,
+MFU, peak memory, parameters, and tok/s relative to the nanochat point of the same runtime and node count (or,
+when nanochat ran under another runtime only, its first).
 Runs of one shape that differ in any other part of the comparison key (NNTile's tiles, nanochat's
 precision or memory strategy, ...) or in device batch are points of their own, never pooled into one median, and the
 `variant` column names what sets them apart; where several nanochat points could be the reference,
@@ -33,7 +34,7 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     ok = ok[both]
     if ok.empty:
         return pd.DataFrame()
-    keys = [*MATCH_KEYS, "family", "workload", "runtime", *VARIANT_KEYS]
+    keys = [*MATCH_KEYS, "nodes", "family", "workload", "runtime", *VARIANT_KEYS]
     points = (ok.groupby(keys, sort=True, dropna=False)
               .agg(runs=("source", "size"),
                    **{c: (c, AGGREGATES[c]) for c in ("tok_per_sec", "mfu", "peak_mem_mib")})  # num_params: a key
@@ -42,12 +43,14 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     refs = []
     for r in points.to_dict("records"):
         nano = points[(points[list(MATCH_KEYS)] == pd.Series({k: r[k] for k in MATCH_KEYS})).all(axis=1)
-                      & (points["family"] == "nanochat")]
+                      & (points["family"] == "nanochat")
+                      # the same ranks over other nodes talk over the network between them: another point
+                      & (points["nodes"].astype(object).map(str) == str(r["nodes"]))]
         same = nano[nano["runtime"] == r["runtime"]]
-        ref = same if not same.empty else nano[nano["runtime"] == nano["runtime"].iloc[0]]
+        ref = same if not same.empty or nano.empty else nano[nano["runtime"] == nano["runtime"].iloc[0]]
         refs.append(r["tok_per_sec"] / ref["tok_per_sec"].iloc[0] if len(ref) == 1 else float("nan"))
     points["vs_nanochat"] = refs
-    return points.sort_values([*MATCH_KEYS, "family", "runtime", "variant"]).reset_index(drop=True)
+    return points.sort_values([*MATCH_KEYS, "nodes", "family", "runtime", "variant"]).reset_index(drop=True)
 
 
 def _variants(points: pd.DataFrame) -> list[str]:
@@ -61,7 +64,8 @@ def _variants(points: pd.DataFrame) -> list[str]:
 
 def side_by_side_table(points: pd.DataFrame) -> Table:
     cols = [("depth", "depth", "int"), ("seq", "max_seq_len", "int"), cell("total_batch_size"),
-            ("device", "device", "s"), ("ranks", "world_size", "int"), ("workload", "workload", "s"),
+            ("device", "device", "s"), ("ranks", "world_size", "int"), ("nodes", "nodes", "int"),
+            ("workload", "workload", "s"),
             ("runtime", "runtime", "s"), ("variant", "variant", "s"), ("runs", "runs", "int"), cell("num_params"),
             cell("tok_per_sec"), ("tok/s vs nanochat", "vs_nanochat", "2"), cell("mfu"), cell("peak_mem_mib")]
-    return frame_table(points, cols, text_cols=(3, 5, 6, 7))
+    return frame_table(points, cols, text_cols=(3, 6, 7, 8))

@@ -65,8 +65,9 @@ No run has usable figures yet (see the tables below for why).
 ## nanochat and NNTile side by side
 
 Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats);
-runs that differ in another part of their key or in device batch are rows of their own, the variant column
-naming it, and tok/s vs nanochat is left out (–) where more than one nanochat point could be the reference.
+runs on another node count, or that differ in another part of their key or in device batch, are rows of their own
+(the variant column naming the latter), and tok/s vs nanochat is left out (–) where no nanochat point or more than
+one on the same nodes could be the reference.
 
 {{ side_by_side | md_table }}
 {% endif %}
@@ -153,8 +154,9 @@ HTML = """\
 {% if side_by_side %}
 <h2>nanochat and NNTile side by side</h2>
 <p>Runs of both workloads with the same depth, sequence, total batch, device and ranks (medians over repeats);
-runs that differ in another part of their key or in device batch are rows of their own, the variant column
-naming it, and tok/s vs nanochat is left out (–) where more than one nanochat point could be the reference.</p>
+runs on another node count, or that differ in another part of their key or in device batch, are rows of their own
+(the variant column naming the latter), and tok/s vs nanochat is left out (–) where no nanochat point or more than
+one on the same nodes could be the reference.</p>
 {{ table(side_by_side) }}
 {% endif %}
 {% for t in run_tables %}

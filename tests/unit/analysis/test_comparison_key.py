@@ -174,6 +174,28 @@ def test_the_side_by_side_table_keeps_device_batches_apart(make_run, tmp_path):
     assert pairs["vs_nanochat"].isna().all()  # two nanochat points of that shape: neither is the reference
 
 
+def test_the_side_by_side_table_keeps_node_counts_apart(make_run, tmp_path):
+    """Regression: the node count was no part of a side-by-side point, so nanochat's 8 ranks on one node (18,000 tok/s)
+    and on two nodes of 4 (12,000, over the network) were pooled into one median of 15,000, NNTile's one-node run
+    compared with it. Now each node count is a row of its own, and NNTile's ratio is to the one-node point alone."""
+    from bench.analysis.sidebyside import side_by_side, side_by_side_table
+
+    base = {"depth": 20, "max_seq_len": 2048, "total_batch_size": 524_288, "device_batch_size": 32}
+    make_run("nn", tok_s=500.0, workload="nntile-gpt2", config={**base, "seq_tile": 64})
+    make_run("one", tok_s=18_000.0, config=base)
+    make_run("two", tok_s=12_000.0, nodes=2, gpus_per_node=4, config=base)
+    pairs = side_by_side(collect([tmp_path / "runs"]).table)
+    nano = pairs[pairs["family"] == "nanochat"]
+    assert sorted(zip(nano["nodes"], nano["runs"], nano["tok_per_sec"].round(-2))) == [(1, 1, 18_000), (2, 1, 12_000)]
+    nntile = pairs[pairs["family"] == "nntile"].iloc[0]
+    assert nntile["vs_nanochat"] == pytest.approx(nntile["tok_per_sec"] / nano["tok_per_sec"].max())
+    table = side_by_side_table(pairs)
+    assert [row[table.columns.index("nodes")] for row in table.rows] == ["1", "1", "2"]
+    make_run("nn2", tok_s=400.0, workload="nntile-gpt2", nodes=4, gpus_per_node=2, config={**base, "seq_tile": 64})
+    pairs = side_by_side(collect([tmp_path / "runs"]).table)  # nanochat never ran on 4 nodes: no reference there
+    assert pairs.loc[pairs["nodes"] == 4, "vs_nanochat"].isna().all()
+
+
 def test_an_nntile_run_trained_in_float32_not_in_nanochats_bf16():
     """Regression: a run.json without a dtype was read as bf16 whatever trained it, so NNTile's float32 runs
     were labelled (and keyed) bf16 in the table and the report."""

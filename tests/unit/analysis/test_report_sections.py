@@ -203,8 +203,8 @@ def test_findings_in_words_with_their_evidence(report):
 def test_nanochat_and_nntile_side_by_side(report):
     table, _, md, _ = report
     side = cells(md[md.index("## nanochat and NNTile side by side"):md.index("## Failed runs")])
-    rows = [line for line in side.splitlines() if line.startswith("| 20 | 2,048 | 524,288 | NVIDIA H200 | 8 |")]
-    assert [r.split(" | ")[5] for r in rows] == ["nanochat-base", "nanochat-base", "nanochat-base", "nanochat-base",
+    rows = [line for line in side.splitlines() if line.startswith("| 20 | 2,048 | 524,288 | NVIDIA H200 | 8 | 1 |")]
+    assert [r.split(" | ")[6] for r in rows] == ["nanochat-base", "nanochat-base", "nanochat-base", "nanochat-base",
                                                  "nntile-gpt2"]
     nntile = table.loc[table["workload"] == "nntile-gpt2", "tok_per_sec"].iloc[0]
     # the weak sweep's 8-GPU point has the same shape (32 x 2048 x 8 = 524,288): it is compared too

@@ -33,7 +33,7 @@ def test_the_step_split_takes_its_headers_from_the_catalogue(relabelled):
 
 
 def test_the_side_by_side_table_takes_its_headers_from_the_catalogue(relabelled):
-    point = {"depth": 2, "max_seq_len": 64, "total_batch_size": 512, "device": "CPU", "world_size": 2,
+    point = {"depth": 2, "max_seq_len": 64, "total_batch_size": 512, "device": "CPU", "world_size": 2, "nodes": 1,
              "workload": "nntile-gpt2", "runtime": "bare", "variant": "", "runs": 2, "num_params": 1.5e6,
              "tok_per_sec": 1234.5, "vs_nanochat": 0.5, "mfu": None, "peak_mem_mib": 10.0}
     table = side_by_side_table(pd.DataFrame([point]))

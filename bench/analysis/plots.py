@@ -226,16 +226,17 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, u
     return fig
 
 
-def speedup(points: pd.DataFrame, colors: dict, config: str, unit: str):
+def speedup(points: pd.DataFrame, colors: dict, config: str, unit: str, left_out=()):
     """Strong scaling: speedup over the smallest point against ranks, with the ideal (linear) speedup; each
-    point carries its efficiency, the part of the ideal it reached (a runtime not run there has no curve)."""
+    point carries its efficiency, the part of the ideal it reached (a runtime not run there has no curve; `left_out`:
+    the runtimes whose point there was left out, _relative_label)."""
     if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
     labels, n0 = [], points["world_size"].min()
     for runtime, p, x, marker in rising(points):
         ax.plot(x, p["speedup"], marker=marker, mfc="none", ms=8, mew=2, lw=2, color=colors[runtime],
-                label=_relative_label(runtime, p, n0, unit))
+                label=_relative_label(runtime, p, n0, unit, left_out))
         labels += [(n, xi, s, f"{s:.2f}x ({100 * e:.1f}%)", colors[runtime])  # 1x at n0 by definition
                    for n, xi, s, e in zip(p["world_size"], x, p["speedup"], p["efficiency"]) if pd.notna(s) and n != n0]
     counts = np.array(sorted(points["world_size"].unique()), float)
@@ -251,21 +252,27 @@ def speedup(points: pd.DataFrame, colors: dict, config: str, unit: str):
     return fig
 
 
-def _relative_label(runtime: str, p: pd.DataFrame, n0: int, unit: str) -> str:
-    """A runtime's legend entry on a figure relative to the smallest point, saying why it has no curve there: no run
-    of it there ended ok (it may have run there and failed: the report's notes and Failed runs say which)."""
-    return runtime if p["efficiency"].notna().any() else f"{runtime}: no run ended ok at {count(n0, unit)}"
+def _relative_label(runtime: str, p: pd.DataFrame, n0: int, unit: str, left_out=()) -> str:
+    """A runtime's legend entry on a figure relative to the smallest point, saying why it has no curve there: its
+    point there was left out (`left_out`: its runs there ran on other node counts or device batches, as the report's
+    note says), else no run of it there ended ok (it may have run there and failed: the notes and Failed runs say)."""
+    if p["efficiency"].notna().any():
+        return runtime
+    if runtime in left_out:
+        return f"{runtime}: its {count(n0, unit)} point left out (see the note)"
+    return f"{runtime}: no run ended ok at {count(n0, unit)}"
 
 
-def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scaling: str):
-    """Parallel efficiency in percent against ranks, on an axis zoomed to the data so a 1% gap shows."""
+def efficiency(points: pd.DataFrame, colors: dict, config: str, unit: str, scaling: str, left_out=()):
+    """Parallel efficiency in percent against ranks, on an axis zoomed to the data so a 1% gap shows (`left_out`:
+    as speedup's)."""
     if points.empty or points["world_size"].nunique() < 2:
         return None
     fig, ax = plt.subplots()
     labels, n0 = [], points["world_size"].min()
     for runtime, p, x in by_runtime(points):
         y = 100 * p["efficiency"].to_numpy(float)
-        ax.plot(x, y, marker="o", lw=2, color=colors[runtime], label=_relative_label(runtime, p, n0, unit))
+        ax.plot(x, y, marker="o", lw=2, color=colors[runtime], label=_relative_label(runtime, p, n0, unit, left_out))
         labels += [(n, xi, yi, f"{yi:.1f}%", colors[runtime])  # 100% at n0 by definition
                    for n, xi, yi in zip(p["world_size"], x, y) if pd.notna(yi) and n != n0]
     ax.axhline(100, ls="--", color="grey", lw=1.5, label="ideal (100%)")
@@ -347,18 +354,19 @@ def save(fig, out_dir: Path, name: str, title: str) -> SavedFigure:
 
 
 def scaling_figures(points: pd.DataFrame, ratio_table: pd.DataFrame, colors: dict, baseline: str,
-                    config: str, unit: str, scaling: str) -> list[tuple[str, str, object]]:
-    """(name, caption, figure) of one config's scaling figures, None where there is nothing to draw."""
+                    config: str, unit: str, scaling: str, left_out=()) -> list[tuple[str, str, object]]:
+    """(name, caption, figure) of one config's scaling figures, None where there is nothing to draw; `left_out`: the
+    runtimes whose point at the smallest rank count was left out (speedup)."""
     bars = SPREAD_BARS + (f"; hollow: {ONE_RUN}" if (points["runs"] < 2).any() else "")
     if scaling == "weak":
         first = [("per_gpu", f"Throughput per {unit[:-1]} (weak scaling; {bars})",
                   per_gpu(points, colors, baseline, config, unit))]
     else:
-        first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, config, unit)),
+        first = [("speedup", "Speedup (strong scaling)", speedup(points, colors, config, unit, left_out)),
                  ("throughput", f"Throughput (strong scaling; {bars})",
                   throughput(points, colors, baseline, config, unit))]
     return [*first,
-            ("efficiency", "Parallel efficiency", efficiency(points, colors, config, unit, scaling)),
+            ("efficiency", "Parallel efficiency", efficiency(points, colors, config, unit, scaling, left_out)),
             ("mfu", "MFU", mfu(points, colors, config, unit)),
             ("ratio", f"Ratio to {baseline} of {RATIO_STAT}, not of the tables' medians ({CI_BARS}, {CI_STAT})",
              ratios(ratio_table, colors, baseline, config, unit))]

@@ -87,8 +87,13 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     unit = scaling.rank_unit(device)
     mode = mode if isinstance(mode, str) else "strong"  # one point of a run without a mode: drawn as strong
     colors = plots.runtime_colors(list(p["runtime"]) + list(r["runtime"]), baseline)
+    # a runtime whose point at the smallest count was left out (mixed_batch_note, mixed_nodes_note) ran there, ok
+    shown = runs.drop(scaling.mixed_batches(runs).index.union(scaling.mixed_nodes(runs).index))
+    dropped = runs.drop(shown.index)
+    left_out = set(dropped.loc[dropped["world_size"] == p["world_size"].min(), "runtime"]) if not p.empty else set()
     with plt.rc_context(plots.STYLE):
-        figs = {} if p.empty else _save_all(plots.scaling_figures(p, r, colors, baseline, config, unit, mode) +
+        figs = {} if p.empty else _save_all(plots.scaling_figures(p, r, colors, baseline, config, unit, mode,
+                                                                  left_out) +
                                             plots_why.why_figures(p, colors, config, unit), fig_dir, prefix)
     pick = lambda *names: [figs[n] for n in names if n in figs]  # noqa: E731
     has = lambda frame, cols: frame[list(cols)].notna().any().any()  # noqa: E731
@@ -100,7 +105,6 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     recorded = {**measured, **{name: has(runs, cols) for name, cols in wants.items()}}
     mixed = mixed_batch_note(runs, unit) + mixed_nodes_note(runs, unit)
     # no point left: the note says why, and neither what a table's cells are nor a "None." in its place
-    shown = runs.drop(scaling.mixed_batches(runs).index.union(scaling.mixed_nodes(runs).index))
     summary = (tables.summary_note(p, unit, mode) + rebased_note(p, runs, failed, unit, mode) + mixed
                + mixed_val_files_note(shown, unit) + mixed_horizons_note(shown, unit))
     sections = [{"title": None, "note": mixed.strip() if p.empty else summary,

@@ -650,3 +650,22 @@ def test_speedup_relative_to_the_next_count_where_every_run_at_the_smallest_fail
     generate_sweep(tmp_path / "ok", SweepSpec(world_sizes=(8, 16), repeats=1, steps=14, runtimes={"bare": 1.0}))
     md = write_report(collect([tmp_path / "ok"]).table, tmp_path / "rep-ok").with_name("report.md").read_text()
     assert "the smallest count with a run that ended ok" not in md
+
+
+def test_a_runtime_whose_smallest_point_was_left_out_is_not_said_to_have_failed_there(tmp_path):
+    """ce's two runs at 8 GPUs ended ok, one on one node and one on two, so that point was left out (the note said so);
+    the speedup and efficiency figures' legends then read 'ce: no run ended ok at 8 GPUs', as if they had failed. The
+    legends now say that ce's point there was left out."""
+    paths = generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8, 16), repeats=2, steps=14,
+                                                        runtimes={"bare": 1.0, "ce": 0.97}))
+    for run_dir in paths:
+        manifest = json.loads((run_dir / "run.json").read_text())
+        if manifest["runtime"] == "ce" and manifest["world_size"] == 8 and manifest["repeat"] == 1:
+            manifest.update(nodes=2, gpus_per_node=4)
+            (run_dir / "run.json").write_text(json.dumps(manifest))
+    md = write_report(collect([tmp_path / "runs"]).table, tmp_path / "rep").with_name("report.md").read_text()
+    assert "ce at 8 GPUs ran on 1, 2 nodes: not repeats of one point" in md
+    figures = tmp_path / "rep" / "figures"
+    for name in ("speedup", "efficiency"):
+        svg = next(figures.glob(f"*-{name}.svg")).read_text()
+        assert "ce: no run ended ok" not in svg and "ce: its 8 GPUs point left out (see the note)" in svg

@@ -217,7 +217,7 @@ def throughput(points: pd.DataFrame, colors: dict, baseline: str, config: str, u
     fig, ax = _throughput_bars(points, colors, per_rank=False)
     src = _ideal_source(points, baseline)
     ax.plot(src["world_size"], src["ideal_tok_per_sec"], ls="--", color="grey", lw=1.5,
-            label=f"ideal: {src['runtime'].iloc[0]}'s {count(src['world_size'].iloc[0], unit)} x {unit}")
+            label=f"ideal: linear from {src['runtime'].iloc[0]}'s {count(src['world_size'].iloc[0], unit)}")
     rank_axis(ax, points["world_size"], unit)
     round_log_axis(ax, "y", base=2)
     ax.set_ylabel("tokens/s (log2)")

@@ -4,6 +4,7 @@ if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an
     echo "run n2-apptainer-r1: ok in an earlier attempt of this job, kept"
 else
 export NCCL_NET='AWS Libfabric'
+export FI_PROVIDER=cxi
 export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1
 export NCCL_PROTO='^LL128'

@@ -4,6 +4,7 @@ if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an
     echo "run n2-pyxis-r1: ok in an earlier attempt of this job, kept"
 else
 export NCCL_NET='AWS Libfabric'
+export FI_PROVIDER=cxi
 export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1
 export NCCL_PROTO='^LL128'
@@ -38,7 +39,7 @@ if [ "$rc" -eq 0 ]; then runjson image "$run_dir" --file /scratch/nb/images/nano
 run_deadline=$(( $(date +%s) + 1080 ))
 resume_step=$(runjson resume-step "$run_dir")  # a resubmitted timeout continues from its checkpoint
 if [ "$rc" -eq 0 ]; then
-env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" --container-image=/scratch/nb/images/nanochat-bench+latest.sqsh --container-mounts=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden,/scratch/nb/cache:/scratch/nb/cache,/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default:/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default:ro --container-workdir=/workspace/nanochat-bench --container-env=CUDA_CACHE_DISABLE,FI_CXI_DEFAULT_CQ_SIZE,FI_CXI_DEFAULT_TX_SIZE,FI_CXI_DISABLE_HOST_REGISTER,FI_CXI_RX_MATCH_MODE,FI_MR_CACHE_MONITOR,MPICH_GPU_SUPPORT_ENABLED,NANOCHAT_BASE_DIR,NANOCHAT_BENCH_EXPECT_NET,NANOCHAT_BENCH_IMAGE,NANOCHAT_BENCH_NET_SETUP,NANOCHAT_BENCH_RUNTIME,NANOCHAT_BENCH_RUN_DIR,NANOCHAT_VAL_FILES_K,NCCL_CROSS_NIC,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,NCCL_NET,NCCL_NET_GDR_LEVEL,NCCL_NET_PLUGIN,NCCL_PROTO,TORCH_NCCL_ASYNC_ERROR_HANDLING --no-container-mount-home --container-writable \
+env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV srun -l -u --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --time=20 --cpus-per-task="${cpus_per_node}" --container-image=/scratch/nb/images/nanochat-bench+latest.sqsh --container-mounts=/scratch/nb/sweeps/golden:/scratch/nb/sweeps/golden,/scratch/nb/cache:/scratch/nb/cache,/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default:/capstor/store/cscs/cscs/public/containers/netstack/aarch64/latest/default:ro --container-workdir=/workspace/nanochat-bench --container-env=CUDA_CACHE_DISABLE,FI_CXI_DEFAULT_CQ_SIZE,FI_CXI_DEFAULT_TX_SIZE,FI_CXI_DISABLE_HOST_REGISTER,FI_CXI_RX_MATCH_MODE,FI_MR_CACHE_MONITOR,FI_PROVIDER,MPICH_GPU_SUPPORT_ENABLED,NANOCHAT_BASE_DIR,NANOCHAT_BENCH_EXPECT_NET,NANOCHAT_BENCH_IMAGE,NANOCHAT_BENCH_NET_SETUP,NANOCHAT_BENCH_RUNTIME,NANOCHAT_BENCH_RUN_DIR,NANOCHAT_VAL_FILES_K,NCCL_CROSS_NIC,NCCL_DEBUG,NCCL_DEBUG_SUBSYS,NCCL_NET,NCCL_NET_GDR_LEVEL,NCCL_NET_PLUGIN,NCCL_PROTO,TORCH_NCCL_ASYNC_ERROR_HANDLING --no-container-mount-home --container-writable \
     python -m bench.launch.elastic --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint="${rdzv_endpoint}" --rdzv_id="${SLURM_JOB_ID}" --rdzv_conf=join_timeout=900 --numa-binding=node -m bench.nanochat.train -- --core_metric_every=-1 --device_batch_size=32 --num_iterations=200 --sample_every=-1 --total_batch_size=524288 --deadline="${run_deadline}" ${resume_step:+--resume_from_step="${resume_step}"} \
     2>&1 | run_log "$run_dir/train.log" || rc=$?
 fi

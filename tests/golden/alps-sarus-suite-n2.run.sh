@@ -4,6 +4,7 @@ if runjson kept "$run_dir"; then  # a resubmitted job: a run that ended ok in an
     echo "run n2-sarus-suite-r1: ok in an earlier attempt of this job, kept"
 else
 export NCCL_NET='AWS Libfabric'
+export FI_PROVIDER=cxi
 export MPICH_GPU_SUPPORT_ENABLED=0
 export NANOCHAT_BENCH_RUN_DIR=/scratch/nb/sweeps/golden/n2-sarus-suite-r1
 export NANOCHAT_BASE_DIR=/scratch/nb/cache

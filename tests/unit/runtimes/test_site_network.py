@@ -126,3 +126,19 @@ def test_podman_passes_the_steps_slingshot_variables(runtime, tmp_path):
     wrapped = runtimes.get(runtime).wrap(spec_for(runtime, tmp_path))
     assert "--env=SLINGSHOT_*" in wrapped
     assert wrapped.index("--env=SLINGSHOT_*") < wrapped.index(spec_for(runtime, tmp_path).image)
+
+
+@pytest.mark.parametrize("ofi_hook", ["default", "off"])
+@pytest.mark.parametrize("runtime", [name for name in runtimes.names() if name != "bare"])
+def test_every_container_is_held_to_the_cxi_provider(runtime, ofi_hook, tmp_path):
+    """Regression: without FI_PROVIDER, aws-ofi-nccl in a container that lacks the CXI devices or the step's
+    SLINGSHOT_* took libfabric's tcp provider: NCCL still said "Using network AWS Libfabric", the gate let the run
+    through, and it trained over TCP, read as the runtime's overhead. Held to cxi, such a run fails to start."""
+    spec = spec_for(runtime, tmp_path, ofi_hook=ofi_hook)
+    text = rendered(runtime, spec)
+    assert spec.env["FI_PROVIDER"] == "cxi"
+    assert any(piece in text for piece in ("FI_PROVIDER=cxi", 'FI_PROVIDER = "cxi"', "FI_PROVIDER,")), runtime
+
+
+def test_bare_is_held_to_the_cxi_provider(tmp_path):
+    assert spec_for("bare", tmp_path).env["FI_PROVIDER"] == "cxi"  # exported by the batch script

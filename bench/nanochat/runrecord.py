@@ -36,6 +36,7 @@ from bench.errors import BenchError, DataError, first_line, run_dir_error
 from bench.nanochat import runclaim
 from bench.nanochat.common import drain_output
 from bench.nanochat.guard import Diverged, json_safe
+from bench import netgate
 from bench.netgate import WrongNetwork
 from bench.nanochat.heartbeat import Heartbeat, ended_peer, waited_for
 from bench.nanochat.join import NotJoined
@@ -299,6 +300,9 @@ PEER_LOST = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote pr
                        r"failed to recv, got 0 bytes|failed to send, sent 0 bytes|NCCL communicator was aborted",
                        re.IGNORECASE)
 TIMED_OUT = re.compile(r"timed out|timeout caused|Watchdog caught collective operation timeout", re.IGNORECASE)
+# NCCL's last error when NCCL_NET names a network it cannot open (its plugin, or the plugin's provider, missing where
+# the rank runs): with NCCL_NET forced, the form a container without the site's network stack fails in
+NO_NETWORK = re.compile(r"Error: network (.+?) not found")
 
 
 def classify_failure(exc: BaseException, device_batch_size: int | None = None) -> Failure:
@@ -331,6 +335,11 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
             return Failure(kind, str(exc))
     text = str(exc)
     if isinstance(exc, RuntimeError):  # gloo's, NCCL's and the store's errors (torch's DistError kinds)
+        if missing := NO_NETWORK.search(text):
+            setup = os.environ.get(netgate.ENV_SETUP)
+            return Failure("wrong_network", f"NCCL found no network {missing[1]!r} (NCCL_NET): its plugin or the "
+                                            f"plugin's provider is missing where the rank runs"
+                                            + (f"; the runtime's network set-up: {setup}" if setup else ""))
         if TIMED_OUT.search(text):
             return Failure("nccl_timeout", f"a collective timed out: {first_line(exc, 'timeout')}")
         if PEER_LOST.search(text):

@@ -74,6 +74,23 @@ def test_a_lost_peer_and_a_timeout_are_named_without_a_traceback():
     assert classify_failure(BrokenPipeError(32, "Broken pipe")).bug  # our own stdout, not a peer
 
 
+# torch's DistBackendError when the communicator's NCCL found no network named NCCL_NET (torch 2.x wording)
+NCCL_NO_NETWORK = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, invalid usage (run "
+                   "with NCCL_DEBUG=WARN for details), NCCL version 2.27.7\nncclInvalidUsage: This usually reflects "
+                   "invalid usage of NCCL library.\nLast error:\nError: network AWS Libfabric not found.")
+
+
+def test_a_network_nccl_did_not_find_is_the_wrong_network(monkeypatch):
+    """Regression: NCCL_NET forced (every GPU run on alps) and its plugin or libfabric's CXI provider missing in the
+    container, NCCL fails to set its communicator up: the run ended `failed` as a bug, with a traceback and a first
+    line that did not say which network was missing, where the network gate names the runtime's set-up."""
+    monkeypatch.setenv("NANOCHAT_BENCH_NET_SETUP", "alps/pyxis: CSCS's netstack")
+    failure = classify_failure(torch.distributed.DistBackendError(NCCL_NO_NETWORK))
+    assert (failure.kind, failure.status, failure.bug) == ("wrong_network", "wrong_network", False)
+    assert "\n" not in failure.message and "'AWS Libfabric'" in failure.message
+    assert "alps/pyxis: CSCS's netstack" in failure.message
+
+
 def test_record_keeps_launcher_fields_and_first_failure_wins(tmp_path):
     update_run_json(tmp_path, run_id="r7", sweep_id="s", runtime="ce")
     rank0, rank1 = RunRecord(0, str(tmp_path)), RunRecord(1, str(tmp_path))

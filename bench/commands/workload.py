@@ -44,7 +44,8 @@ def register(subparsers) -> None:
     m.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m.set_defaults(func=cmd_model)
 
-    t = subparsers.add_parser("train", help="train on this machine with torchrun (no Slurm)",
+    # no abbreviations: the trainer's --run (a run's name) would be taken for --run-dir and name the run directory
+    t = subparsers.add_parser("train", help="train on this machine with torchrun (no Slurm)", allow_abbrev=False,
                               description="Example: nanochat-bench train --nproc 2 -- --depth=4 --num_iterations=50\n"
                                           "         nanochat-bench train --workload nntile -- --config-path=cfg.json "
                                           "--batch=8 --seq-tile=64",

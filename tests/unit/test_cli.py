@@ -181,6 +181,18 @@ def test_a_misspelt_flag_of_train_itself_is_named_not_moved_after_the_dashes(arg
     assert last.endswith(f"(did you mean {close}?)") and "go after --" not in last
 
 
+@pytest.mark.parametrize("argv", [["train", "--run=d20", "--", "--depth=2"], ["speedrun", "--run=d20"]])
+def test_the_trainers_run_name_is_not_taken_for_run_dir(argv, capsys, monkeypatch):
+    # argparse took nanochat's --run=d20 for an abbreviation of --run-dir: the run directory was ./d20, unsaid
+    from bench.commands import launch, workload
+
+    for module, name in ((workload, "cmd_train"), (launch, "cmd_speedrun")):  # nothing trains if it were taken
+        monkeypatch.setattr(module, name, lambda args: pytest.fail(f"run directory {args.run_dir}"))
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and "unrecognized arguments: --run=d20" in capsys.readouterr().err
+
+
 def test_an_unknown_flag_of_another_command_is_refused_as_before(capsys):
     with pytest.raises(SystemExit):
         cli.main(["plan", "--depht=3"])

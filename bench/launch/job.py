@@ -51,6 +51,16 @@ NODE_CPUS = Var("cpus_per_node", "--cpus-per-task=")
 MAX_NODE_CPUS = 1024
 
 
+# What the launch exports to each run of its own; --env may not set these
+SET_BY_LAUNCH = {
+    contract.ENV_RUN_DIR: "each run's own directory, which its job sets (all runs would write into one); leave it out",
+    contract.ENV_BASE_DIR: "the runs' NANOCHAT_BASE_DIR is the one whose staged data is checked; give --base-dir ",
+    ENV_RUNTIME: "the runtime each run records, set from --runtimes; leave it out",
+    ENV_IMAGE: "the image each run records, set from --image; leave it out",
+    contract.ENV_T0: "the launch time each run measures its start-up from, which the launch records; leave it out",
+}
+
+
 @dataclass
 class LaunchOptions:
     """How every job of a sweep is launched (the part of `submit` that is not the plan)."""
@@ -92,6 +102,9 @@ class LaunchOptions:
             raise ConfigError(f"--allow-network {allowed!r}: give one network's name, as NCCL's \"Using network\" "
                               f"line has it (e.g. Socket, IB)")
         for name, value in self.env.items():
+            if name in SET_BY_LAUNCH:  # exported after the launch's own value, it would replace it in every run
+                why = SET_BY_LAUNCH[name] + (f"{shlex.quote(value)} instead" if name == contract.ENV_BASE_DIR else "")
+                raise ConfigError(f"--env {name}={value!r}: {why}")
             if not exportable(name, value):
                 why = "a value of one line" if ENV_NAME.fullmatch(name) else \
                     f"{name!r} is no variable name: give letters, digits and _, not starting with a digit"

@@ -37,7 +37,8 @@ CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # sub
 # submit's flags, as the shared planner's errors name them -> how a check's case is given the same
 AS_THE_CHECK_SETS = (("--train-arg ", "-S train_args="), ("--scaling ", "-n %scaling="),
                      ("--env ", f"extras['{EXTRAS_KEY}'].env "),
-                     ("--allow-network ", f"extras['{EXTRAS_KEY}'].allow_network "))
+                     ("--allow-network ", f"extras['{EXTRAS_KEY}'].allow_network "),
+                     ("--base-dir ", f"extras['{EXTRAS_KEY}'].base_dir "))
 
 
 @dataclass

@@ -963,6 +963,22 @@ def test_nccl_net_forced_away_from_the_expected_network_without_allow_network_is
         assert code == 0, err
 
 
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["render", "sbatch"]])
+@pytest.mark.parametrize("env, why", [
+    ("NANOCHAT_BENCH_RUN_DIR=/shared", "each run's own directory, which its job sets (all runs would write into one)"),
+    ("NANOCHAT_BASE_DIR=/data", "is the one whose staged data is checked; give --base-dir /data instead"),
+    ("NANOCHAT_BENCH_RUNTIME=ce", "the runtime each run records, set from --runtimes"),
+    ("NANOCHAT_BENCH_T0=0", "the launch time each run measures its start-up from")])
+def test_env_may_not_replace_what_the_launch_sets_for_each_run(command, env, why, capsys, tmp_path):
+    """--env is exported after the launch's own variables: NANOCHAT_BENCH_RUN_DIR sent every run of the sweep into
+    one directory (their run directories stayed empty for status and collect), NANOCHAT_BASE_DIR had the runs read
+    another directory than the --base-dir whose data was checked, and the runtime and T0 were recorded wrong."""
+    code, _, err = run_cli([*command, *TINY, "--no-data-check", "--row-groups=8", "--shards=4", "--env", env,
+                            "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and err.startswith(f"error: --env {env.split('=')[0]}=") and why in err
+    assert not (tmp_path / "s").exists()
+
+
 def test_allow_network_passes_where_env_alone_sets_the_gate(capsys, tmp_path, monkeypatch):
     """Without a site, --env NANOCHAT_BENCH_EXPECT_NET=IB turns the gate on, and --allow-network goes with it."""
     monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)

@@ -196,6 +196,7 @@ def test_partition_settings_of_the_wrong_kind_inside_are_one_line_not_a_tracebac
 @pytest.mark.parametrize("env, message", [
     ({"BAD NAME": "x"}, r"env BAD NAME='x': 'BAD NAME' is no variable name"),
     ({"X": "a\nb"}, r"env X='a\\nb': a value of one line"),
+    ({"NANOCHAT_BASE_DIR": "/x"}, r"env NANOCHAT_BASE_DIR='/x': .*; give extras\['nanochat_bench'\]\.base_dir /x "),
 ])
 def test_a_partitions_env_refused_by_the_launch_layer_is_named_as_the_partitions_key(env, message, tmp_path):
     """A variable name or value the job cannot export was blamed on submit's --env, a flag a ReFrame user never

@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench.errors import ConfigError
 from bench.contract import ENV_FORCE_FLASH_SDPA
-from bench.nanochat.config import SDPA_BACKEND_NAMES, TRUE_WORDS
+from bench.nanochat.config import FALSE_WORDS, SDPA_BACKEND_NAMES, TRUE_WORDS, bool_word
 
 # The kernels a forced run may use, as --sdpa_backends names them; the math kernel is deliberately absent.
 FORCED = "cudnn,flash,efficient"
@@ -85,8 +85,14 @@ def force_flash_attention() -> list[str]:
 
 
 def force_flash_from_env(environ=os.environ) -> bool:
-    """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (a boolean flag's true words: 1/true/yes/on)."""
-    return environ.get(ENV_FORCE_FLASH_SDPA, "0").strip().lower() in TRUE_WORDS
+    """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (a boolean flag's true words: 1/true/yes/on).
+    Another word is a ConfigError: read as off, a misspelt `=ture` let attention fall back to the math kernel."""
+    raw = environ.get(ENV_FORCE_FLASH_SDPA, "")
+    forced = bool_word(raw) if raw.strip() else False  # set empty: off, as unset
+    if forced is None:
+        raise ConfigError(f"{ENV_FORCE_FLASH_SDPA}={raw!r}: give {'/'.join(TRUE_WORDS)} to force flash SDPA, "
+                          f"{'/'.join(FALSE_WORDS)} (or leave it unset) not to")
+    return forced
 
 
 def _describe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:

@@ -97,9 +97,11 @@ class Nanochat(TorchrunStage):
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
 
     def check(self, argv: list[str], nproc: int) -> None:
+        from bench.nanochat.attention import force_flash_from_env
         from bench.nanochat.config import grad_accum_steps
 
         config = self.parse(argv)
+        force_flash_from_env()  # a word it cannot read, here before torchrun starts (each rank reads it again)
         grad_accum_steps(config.total_batch_size, config.device_batch_size, config.max_seq_len, nproc)
         if config.data_bin_dir and not (Path(config.data_bin_dir) / "train.bin").is_file():  # before torchrun
             raise DataError(f"--data_bin_dir={config.data_bin_dir}: no train.bin there; `nanochat-bench data bin` "

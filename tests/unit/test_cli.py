@@ -238,6 +238,16 @@ def test_train_refuses_a_bad_val_files_k_before_torchrun_starts(tmp_path, monkey
     assert not (tmp_path / "run").exists()
 
 
+def test_train_refuses_a_force_flash_sdpa_it_cannot_read_before_torchrun_starts(tmp_path, monkeypatch, capsys):
+    from bench.launch import local
+
+    monkeypatch.setattr(local, "run_local", lambda *a, **kw: pytest.fail("the run was started"))
+    monkeypatch.setenv("NANOCHAT_FORCE_FLASH_SDPA", "ture")
+    assert cli.main(["train", "--nproc", "1", "--run-dir", str(tmp_path / "run"), "--", "--depth=2"]) == 1
+    assert capsys.readouterr().err.startswith("error: NANOCHAT_FORCE_FLASH_SDPA='ture': give 1/true/yes/on")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_json_that_breaks_the_contract_is_one_line_naming_it(tmp_path, capsys):
     """`train --run-dir` over a run.json with a field of the wrong type (`"nodes": "x"`) ended in a SchemaError
     traceback: the contract's error names the file and the field, in one line."""

@@ -74,10 +74,18 @@ def test_forced_model_trains_on_cpu(restore_sdpa_switches):
     assert model.transformer.h[0].attn.c_q.weight.grad is not None
 
 
-@pytest.mark.parametrize("value,expected", [("1", True), ("true", True), ("0", False), ("", False), ("no", False)])
+@pytest.mark.parametrize("value,expected", [("1", True), ("true", True), ("0", False), ("", False), ("no", False),
+                                            (" ON ", True)])
 def test_env_switch(value, expected):
     assert force_flash_from_env({"NANOCHAT_FORCE_FLASH_SDPA": value}) is expected
     assert force_flash_from_env({}) is False
+
+
+@pytest.mark.parametrize("value", ["ture", "2", "enabled"])
+def test_an_env_switch_of_another_word_is_refused_not_read_as_off(value):
+    # read as off, a misspelt NANOCHAT_FORCE_FLASH_SDPA=ture let attention fall back to the math kernel unsaid
+    with pytest.raises(ConfigError, match=rf"^NANOCHAT_FORCE_FLASH_SDPA='{value}': give 1/true/yes/on to force"):
+        force_flash_from_env({"NANOCHAT_FORCE_FLASH_SDPA": value})
 
 
 def test_sdpa_backends_restrict_the_kernels_and_compile_afresh(restore_sdpa_switches):

@@ -61,6 +61,17 @@ SET_BY_LAUNCH = {
 }
 
 
+def run_env_problem(name: str, value: str) -> str | None:
+    """Why the runs cannot read `value` of a variable of theirs, else None (empty: `--env NAME=` unsets it)."""
+    from bench.nanochat.config import FALSE_WORDS, TRUE_WORDS, bool_word
+
+    if name == contract.ENV_VAL_FILES_K and value and not (value.isdigit() and int(value) >= 1):
+        return "the last shard files kept for validation, a whole number >= 1 (leave it out: the plan chooses it)"
+    if name == contract.ENV_FORCE_FLASH_SDPA and value.strip() and bool_word(value) is None:
+        return f"give {'/'.join(TRUE_WORDS)} to force flash SDPA, {'/'.join(FALSE_WORDS)} not to"
+    return None
+
+
 @dataclass
 class LaunchOptions:
     """How every job of a sweep is launched (the part of `submit` that is not the plan)."""
@@ -105,6 +116,8 @@ class LaunchOptions:
             if name in SET_BY_LAUNCH:  # exported after the launch's own value, it would replace it in every run
                 why = SET_BY_LAUNCH[name] + (f"{shlex.quote(value)} instead" if name == contract.ENV_BASE_DIR else "")
                 raise ConfigError(f"--env {name}={value!r}: {why}")
+            if problem := run_env_problem(name, value):  # each run would stop on it at its start, on its node
+                raise ConfigError(f"--env {name}={value!r}: {problem}")
             if not exportable(name, value):
                 why = "a value of one line" if ENV_NAME.fullmatch(name) else \
                     f"{name!r} is no variable name: give letters, digits and _, not starting with a digit"

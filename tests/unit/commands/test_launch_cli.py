@@ -979,6 +979,24 @@ def test_env_may_not_replace_what_the_launch_sets_for_each_run(command, env, why
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("env, why", [
+    ("NANOCHAT_VAL_FILES_K=abc", "the last shard files kept for validation, a whole number >= 1"),
+    ("NANOCHAT_VAL_FILES_K=0", "the last shard files kept for validation, a whole number >= 1"),
+    ("NANOCHAT_FORCE_FLASH_SDPA=ture", "give 1/true/yes/on to force flash SDPA, 0/false/no/off not to")])
+def test_env_of_a_value_the_runs_cannot_read_is_refused_before_anything_is_written(env, why, capsys, tmp_path):
+    # each job was submitted, to stop at its start on its node (no_data; or a run's failure once read there)
+    code, _, err = run_cli(["submit", "--dry-run", *TINY, "--no-data-check", "--row-groups=8", "--shards=4",
+                            "--env", env, "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and err.startswith(f"error: --env {env.split('=')[0]}=") and why in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_env_may_unset_or_give_a_readable_val_files_k_and_force_flash(capsys, tmp_path):
+    argv = ["submit", "--dry-run", *TINY, "--no-data-check", "--row-groups=8", "--shards=4"]
+    for n, env in enumerate(["NANOCHAT_VAL_FILES_K=2", "NANOCHAT_FORCE_FLASH_SDPA=on", "NANOCHAT_VAL_FILES_K="]):
+        assert run_cli([*argv, "--env", env, "--out", str(tmp_path / f"s{n}")], capsys)[0] == 0
+
+
 def test_allow_network_passes_where_env_alone_sets_the_gate(capsys, tmp_path, monkeypatch):
     """Without a site, --env NANOCHAT_BENCH_EXPECT_NET=IB turns the gate on, and --allow-network goes with it."""
     monkeypatch.delenv("NANOCHAT_BENCH_SITE", raising=False)

@@ -14,6 +14,7 @@ from bench.commands import nonempty
 from bench.errors import ConfigError, os_reason
 from bench.pairs import parse_pairs
 from bench.runtimes import edf
+from bench.runtimes.base import looks_like_path
 from bench import runtimes
 from bench.contract import write_text_atomic
 
@@ -105,6 +106,11 @@ def render(args: argparse.Namespace) -> str:
     # the file is CE's (enroot underneath): a registry written with '/' (nvcr.io/nvidia/...) is pulled from
     # Docker Hub and fails at the first srun, so it is refused as the ce runtime refuses it
     runtimes.get("ce").check_image(args.image, must_exist=False)
+    if looks_like_path(args.image) and not args.image.startswith(("/", "./", "$")):
+        # CE, as enroot, reads it as a registry reference (rel/x.sqsh: Docker Hub's), and expands no '~'
+        raise ConfigError(f"--image {args.image!r} is not an absolute path: CE reads an image not starting with "
+                          f"'/' or './' as a registry reference; give the SquashFS file's absolute path or one "
+                          f"from a ${{VAR}} (e.g. {edf.SQSH_IMAGE})")
     mounts = ([] if args.no_default_mounts else list(edf.DEFAULT_MOUNTS)) + args.mount
     env = {} if args.no_default_env else dict(edf.DEFAULT_ENV)
     env.update(parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"))

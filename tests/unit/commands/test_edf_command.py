@@ -31,6 +31,13 @@ def test_checked_in_edf_equals_the_command_output(path, capsys):
         f"{path.name} is stale: run `nanochat-bench edf --regenerate edf/*.toml`"
 
 
+@pytest.mark.parametrize("image", ["/s/img.sqsh", "./img.sqsh", "${SCRATCH}/img.sqsh", "img", "nvcr.io#nvidia/x:1"])
+def test_an_absolute_variable_or_dot_relative_image_path_and_a_registry_reference_are_written(image, tmp_path):
+    out = tmp_path / "x.toml"
+    assert main(["edf", "--image", image, "-o", str(out)]) == 0
+    assert tomllib.loads(out.read_text())["image"] == image
+
+
 def test_flags_reach_the_file(tmp_path):
     out = tmp_path / "x.toml"
     assert main(["edf", "--image", "/s/img.sqsh", "--no-default-mounts", "--mount", "/a:/b:ro",
@@ -66,6 +73,11 @@ def test_regenerate_rewrites_from_the_header(tmp_path):
     # enroot reads a registry before '/' as a Docker Hub image: the EDF would fail at the first srun
     (["edf", "--image", "nvcr.io/nvidia/pytorch:25.10-py3"], "write the registry with '#', as in 'nvcr.io#nvidia"),
     (["edf", "--image", "my image:1"], "holds whitespace"),
+    # CE, as enroot, reads an image not starting with '/' or './' as a registry reference: Docker Hub's images/...
+    (["edf", "--image", "images/nanochat-bench.sqsh"], "--image 'images/nanochat-bench.sqsh' is not an absolute path"),
+    (["edf", "--image", "nanochat-bench.sqsh"], "--image 'nanochat-bench.sqsh' is not an absolute path"),
+    (["edf", "--image", "../nanochat-bench.sqsh"], "--image '../nanochat-bench.sqsh' is not an absolute path"),
+    (["edf", "--image", "~/nanochat-bench.sqsh"], "--image '~/nanochat-bench.sqsh' is not an absolute path"),
     # the variant of a hook left off went nowhere, without a word
     (["edf", "--image", "img", "--no-ofi-hook", "--ofi-variant", "cuda12"], "--ofi-variant cuda12 with --no-ofi-hook"),
 ])

@@ -45,7 +45,7 @@ from bench.analysis.rundir import read_run_dir
 from bench.errors import BenchError
 from bench.launch.plan import SCALING_MODES
 from bench.reframe_checks import case as casemod
-from bench.reframe_checks.references import reframe_reference
+from bench.reframe_checks.references import check_bounds, reframe_reference
 from bench.workloads.base import EVALUATION
 
 ENV_REFERENCES = "NANOCHAT_BENCH_REFERENCES"
@@ -169,8 +169,8 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
             self._kind = workloads.get(self.workload).kind
             # read now: a mistake in the file (or its path) is met before the run, not after hours of it
             self._references_path = site.references_file(self.references)
-            self._references = load_references(self._references_path, references_given_by(self.references)) \
-                if self._references_path else None
+            self._references = check_bounds(self._references_path, load_references(
+                self._references_path, references_given_by(self.references))) if self._references_path else None
         p = built.point
         self.run_id, self.run_dir = p.run_id, str(built.run_dir)
         self.world_size, self.gpus_per_node = p.ranks, site.gpus_per_node

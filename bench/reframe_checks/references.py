@@ -37,6 +37,18 @@ def as_tuple(ref_name: str, figure: str, bound: Bound) -> RefTuple:
     return (bound.value, bound.lower, bound.upper, bound.unit or BY_NAME[figure].unit)
 
 
+def check_bounds(path: str, references: list[Reference]) -> list[Reference]:
+    """The references, once every bound is one ReFrame accepts: checked at setup with the file, as a bound
+    checked only for the run it selects was refused after that run, hours after the file was read."""
+    for ref in references:
+        for figure, bound in ref.figures.items():
+            try:
+                as_tuple(ref.name, figure, bound)
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {e}") from None
+    return references
+
+
 def figures_for(row: dict, references: list[Reference]) -> tuple[dict[str, RefTuple], list[str]]:
     """figure -> reference tuple for this row, and the names of the references used. One reference per
     figure: ReFrame holds one per partition, so two that select the same run and bound the same figure

@@ -3,7 +3,12 @@
     python -m pytest tests/unit/reframe_checks/test_reframe_references.py -q
 """
 
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import reframe.utility.sanity as sn
@@ -13,7 +18,9 @@ from hypothesis import strategies as st
 from bench.analysis.check import Bound, check, load_references
 from bench.analysis.collect import to_frame
 from bench.analysis.rundir import read_run_dir
+from bench.commands.reframe import reframe_command
 from bench.errors import ConfigError
+from bench.reframe_checks.checks import ENVIRON_FEATURE
 from bench.reframe_checks.references import figures_for, reframe_reference
 
 REFS = """
@@ -105,3 +112,28 @@ def test_a_bound_without_a_unit_takes_the_figures_own(make_run, refs):
                     'figures.step_time_cv = { value = 0, upper = 1 }\n')
     figures, _ = figures_for(read_run_dir(make_run("r8", world_size=8)), load_references(refs))
     assert figures == {"tok_per_sec": (10.0, -0.5, None, "tok/s"), "step_time_cv": (0.0, None, 1, "")}
+
+
+def test_a_tolerance_reframe_cannot_hold_stops_the_case_at_setup_though_no_run_matches_it(tmp_path):
+    """The file was read at setup, but a bound ReFrame refuses was met only in the performance stage of a run its
+    reference selected, after that run; a dry run (setup and performance, no job) passed."""
+    refs = tmp_path / "refs.toml"
+    refs.write_text('[[reference]]\nname = "loose"\nwhere = { world_size = 64 }\n'
+                    'figures.tok_per_sec = { value = 10, lower = -2 }\n')
+    part = {"name": "cpu", "scheduler": "local", "launcher": "local", "environs": ["nb"], "features": ["bare"],
+            "extras": {"nanochat_bench": {"gpus_per_node": 2, "train": ["device_type=cpu"], "exclusive": False,
+                                          "numa_binding": "none", "base_dir": str(tmp_path / "base")}}}
+    config = {"systems": [{"name": "here", "hostnames": [".*"], "partitions": [part]}],
+              "environments": [{"name": "nb", "features": [ENVIRON_FEATURE]}]}
+    (tmp_path / "site.py").write_text(f"site_configuration = {config!r}\n")
+    repo = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    _, *args = reframe_command(str(tmp_path / "site.py"), ["-n", "%scaling=weak", "-S", "depth=2", "-S",
+                                                           f"references={refs}", "--report-file=report.json",
+                                                           "--dry-run"])
+    reframe = Path(sys.executable).with_name("reframe")
+    r = subprocess.run([str(reframe), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    [case] = [c for run in json.loads((tmp_path / "report.json").read_text())["runs"] for c in run["testcases"]]
+    assert (case["result"], case["fail_phase"]) == ("fail", "setup"), r.stdout[-4000:]
+    assert case["fail_reason"] == (f"config error: {refs}: loose: figures.tok_per_sec: lower = -2 is below -1, "
+                                   "which ReFrame refuses for a positive value; use -1 (a bound of 0)")

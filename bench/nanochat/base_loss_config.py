@@ -21,9 +21,7 @@ class BaseLossConfig(RunSettings):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("device_batch_size", "split_tokens"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+        self.check_positive("device_batch_size", "split_tokens")
         if self.model_step < -1:
             raise ConfigError(f"--model_step={self.model_step}: give a saved step, or -1 for the last")
         check_model_tag(self.model_tag, "--model_tag", "base_checkpoints/")

@@ -97,6 +97,20 @@ class RunSettings:
         if self.device_type not in ("", "cuda", "cpu", "mps"):
             raise ConfigError(f"--device_type={self.device_type!r}: valid values are cuda, cpu, mps or empty")
 
+    def check_positive(self, *names: str) -> None:
+        """Each named count must be > 0."""
+        for name in names:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+
+    def check_rates(self, *names: str) -> None:
+        """Each named learning rate (or fraction of one) must be finite and > 0."""
+        for name in names:
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"--{name}={value!r}: must be a finite number > 0 "
+                                  f"(default {type(self).__dataclass_fields__[name].default})")
+
 
 def check_model_tag(tag: str, flag: str, phases: str) -> None:
     """A tag is a path of folder names below a phase's checkpoint folder (a sweep's runs save under
@@ -208,9 +222,7 @@ class TrainConfig(RunSettings):
         if strategy.fsdp and (self.save_every > 0 or self.resume_from_step >= 0):
             raise ConfigError(f"--strategy={self.strategy}: checkpoints of FSDP-sharded models are not written "
                               f"or read yet; leave out --save_every and --resume_from_step, or use zero2")
-        for name in ("depth", "aspect_ratio", "max_seq_len", "device_batch_size", "total_batch_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+        self.check_positive("depth", "aspect_ratio", "max_seq_len", "device_batch_size", "total_batch_size")
         check_depth_limit(self.depth)
         if problem := shape_problem(self.depth, self.aspect_ratio):
             raise ConfigError(f"--depth={self.depth} --aspect_ratio={self.aspect_ratio}: {problem}")

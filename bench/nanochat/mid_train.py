@@ -63,14 +63,8 @@ class MidConfig(RunSettings):
     def validate(self) -> None:
         super().validate()
         check_weight_decay(self.weight_decay)
-        for name in (*LEARNING_RATES, "init_lr_frac"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"--{name}={value!r}: must be a finite number > 0 "
-                                  f"(default {MidConfig.__dataclass_fields__[name].default})")
-        for name in ("max_seq_len", "device_batch_size", "total_batch_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+        self.check_rates(*LEARNING_RATES, "init_lr_frac")
+        self.check_positive("max_seq_len", "device_batch_size", "total_batch_size")
         if self.step < -1:
             raise ConfigError(f"--step={self.step}: give a saved step >= 0, or -1 for the last saved")
         if self.num_iterations < -1:

@@ -7,7 +7,6 @@ whole number (upstream asserts it). `-1` turns a periodic evaluation off, final 
 validation at every step for a negative `eval_every`; bench/nanochat/config.py fixes the same trap).
 """
 
-import math
 from dataclasses import dataclass
 
 from bench.contract import field as _f
@@ -16,7 +15,6 @@ from bench.nanochat.config import RunSettings, check_model_tag, check_weight_dec
 
 SOURCES = ("base", "mid")  # the checkpoints SFT may start from (upstream: base|mid)
 DTYPES = ("bfloat16", "float32")
-LEARNING_RATES = ("unembedding_lr", "embedding_lr", "matrix_lr")
 
 
 @dataclass
@@ -53,10 +51,8 @@ class SFTConfig(RunSettings):
         if self.dtype not in DTYPES:
             raise ConfigError(f"--dtype={self.dtype!r}: valid values are {', '.join(DTYPES)}")
         check_model_tag(self.model_tag, "--model_tag", f"{self.source}'s checkpoint folder and chatsft_checkpoints/")
-        for name in ("device_batch_size", "target_examples_per_step", "num_epochs", "eval_steps",
-                     "eval_metrics_max_problems"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
+        self.check_positive("device_batch_size", "target_examples_per_step", "num_epochs", "eval_steps",
+                            "eval_metrics_max_problems")
         for name in ("num_iterations", "eval_every", "eval_metrics_every", "step"):
             if getattr(self, name) < -1 or getattr(self, name) == 0 and name != "step":
                 raise ConfigError(f"--{name}={getattr(self, name)}: give a count > 0, or -1 (the default's meaning: "
@@ -65,11 +61,7 @@ class SFTConfig(RunSettings):
             raise ConfigError("--num_iterations=1: counts the last pass, which only evaluates, so 1 makes no update; "
                               "give at least 2 (1 update), or -1 for one epoch")
         check_weight_decay(self.weight_decay)
-        for name in LEARNING_RATES + ("init_lr_frac",):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"--{name}={value!r}: must be a finite number > 0 "
-                                  f"(default {SFTConfig.__dataclass_fields__[name].default})")
+        self.check_rates("unembedding_lr", "embedding_lr", "matrix_lr", "init_lr_frac")
 
 
 def parse_sft_args(argv: list[str]) -> SFTConfig:

@@ -33,10 +33,10 @@ from bench.errors import ConfigError
 from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat import stagerun, steptimer
 from bench.nanochat.chat_format import MAX_TOKENS
-from bench.nanochat.checkpoint import PHASE_DIRS, check_writable, later_steps_note, load_model, save_checkpoint
+from bench.nanochat.checkpoint import check_writable, later_steps_note, load_model, phase_dir, save_checkpoint
 from bench.nanochat.common import get_base_dir, print0
 from bench.nanochat.guard import DivergenceGuard, check_finite
-from bench.nanochat.runrecord import RunRecord, say
+from bench.nanochat.runrecord import RunRecord
 from bench.nanochat.sftconfig import SFTConfig, parse_sft_args, sft_grad_accum
 from bench.nanochat.sftloader import sft_batches
 from bench.workloads.chat_sft import RUN_WORKLOAD
@@ -73,7 +73,7 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
                           f"positions, SFT's rows up to {MAX_TOKENS - 1}; train it with --max_seq_len >= "
                           f"{-(-(MAX_TOKENS - 1) // (model.rotary_seq_len // model.config.sequence_len))}")
     print0(f"Loaded the {config.source} checkpoint of step {meta['step']} from {meta['checkpoint_dir']}")
-    checkpoint_dir = get_base_dir() / PHASE_DIRS["sft"] / (config.model_tag or f"d{model.config.n_layer}")
+    checkpoint_dir = phase_dir("sft") / (config.model_tag or f"d{model.config.n_layer}")
     check_writable(checkpoint_dir)  # it saves after the last step, always: found out now, not after every step
     num_params, flops_per_token = model.num_params(), model.estimate_flops()
     print0(f"Number of parameters: {num_params:,}")
@@ -192,9 +192,7 @@ def sft(config: SFTConfig, record: RunRecord) -> tuple[dict, str, str | None]:
     if stopped_early:
         message = (f"stopped at step {step} of {num_iterations} to end before the time limit (--deadline); the sft "
                    f"checkpoint of step {step} is in {checkpoint_dir}")
-        if session.master:
-            say(message)
-        return summary, "timeout", message
+        return stagerun.stopped(session, summary, message)
     return summary, "ok", None
 
 

@@ -32,7 +32,7 @@ from bench.nanochat.config import (LEARNING_RATES, RunSettings, check_model_tag,
                                    parse_config)
 from bench.nanochat.common import print0
 from bench.nanochat.guard import DivergenceGuard
-from bench.nanochat.runrecord import RunRecord, say
+from bench.nanochat.runrecord import RunRecord
 
 
 @dataclass
@@ -251,9 +251,7 @@ def mid_train(config: MidConfig, record: RunRecord) -> tuple[dict, str, str | No
         message = (f"stopped at step {step} to end before the time limit (--deadline); the checkpoint of step "
                    f"{step} is in {checkpoint_dir}" if not config.dry_run else
                    f"stopped at step {step} to end before the time limit (--deadline)")
-        if session.master:
-            say(message)
-        return summary, "timeout", message
+        return stagerun.stopped(session, summary, message)
     return summary, "ok", None
 
 

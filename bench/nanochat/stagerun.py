@@ -27,7 +27,7 @@ from bench.nanochat.compute import autodetect_device_type, compute_cleanup, comp
 from bench.nanochat.guard import check_finite
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.network_gate import stop_on_wrong_network
-from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time
+from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time, say
 from bench.nanochat.watchdog import Watchdog
 
 
@@ -180,6 +180,13 @@ def end(session: Session, record: RunRecord, total_training_time_s: float, min_v
     record.emit("end", peak_mem_mib=peak_mem_mib, total_training_time_s=total_training_time_s,
                 min_val_bpb=min_val_bpb, **fields)
     return peak_mem_mib
+
+
+def stopped(session: Session, summary: dict, message: str) -> tuple[dict, str, str]:
+    """A stage's result when --deadline stopped it: the reason on stderr (rank 0), as every other cause's."""
+    if session.master:
+        say(message)
+    return summary, "timeout", message
 
 
 def main(run: Callable, parse: Callable, argv: list[str] | None = None) -> int:

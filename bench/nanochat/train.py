@@ -41,7 +41,7 @@ from bench.nanochat.guard import DivergenceGuard
 from bench.nanochat.network_gate import network_facts
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.runrecord import RunRecord, say
+from bench.nanochat.runrecord import RunRecord
 from bench.nanochat import stagerun, steptimer
 from bench.paths import folder_tag
 
@@ -301,9 +301,7 @@ def train(config: TrainConfig, record: RunRecord) -> tuple[dict, str, str | None
                    f"checkpoint of step {step} in {checkpoint_dir}: continue with --resume_from_step={step}"
                    + (f" --model_tag={checkpoint_dir.relative_to(phase_dir('base'))}"
                       if not config.model_tag else ""))
-        if master_process:
-            say(message)  # the reason the run ends, on stderr as every other cause
-        return summary, "timeout", message
+        return stagerun.stopped(session, summary, message)
     return summary, "ok", None
 
 

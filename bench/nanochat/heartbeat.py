@@ -140,9 +140,7 @@ def silent_rank(run_dir: str, ranks: set[int], silent_after_s: float, now: float
                 seen[b["rank"]] = (b["t"], now)
             age = min(age, now - seen[b["rank"]][1])
         if age > silent_after_s:
-            at = f" at step {b['step']}" if b.get("step") is not None else ""
-            return (f"{_who(b)} stopped: no heartbeat for {age:.0f} s (--heartbeat_timeout_s="
-                    f"{silent_after_s:g}), last event `{b.get('event')}`{at}")
+            return _stopped(b, age, f" (--heartbeat_timeout_s={silent_after_s:g})")
     return None
 
 

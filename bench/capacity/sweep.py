@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.capacity import data as capdata, lifetime
 from bench.capacity.cpuhost import check_cpu_host
-from bench.capacity.probe import ProbeResult, ProbeSpec, host_memory, read_probe, run_probe
+from bench.capacity.probe import OUTCOMES, ProbeResult, ProbeSpec, host_memory, read_probe, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, shapes
 from bench.errors import ConfigError, os_reason
 from bench.nanochat import memory
@@ -234,6 +234,9 @@ class Sweep:
         spec = ProbeSpec(strategy, shape.depth, shape.aspect_ratio, batch, c.max_seq_len, c.nproc, c.steps,
                          c.device_type, c.vocab_size, c.memory_limit)
         run_dir = c.out / "runs" / strategy / spec.name
+        # a --depths point the search reaches again: one probe, recorded once
+        if done := next((r for r in self.results if r.spec == spec and r.outcome in OUTCOMES), None):
+            return done
         try:
             result = read_probe(spec, run_dir)
         except RunJsonError as e:  # cut short by the kill that ended the sweep: run_probe starts it anew

@@ -437,6 +437,7 @@ def test_a_probe_measured_on_another_gpu_runs_again(tmp_path, monkeypatch):
                           host_floor=0)
     result = sweep.probe("fsdp", Shape(123, 4), 1)
     assert ran == [spec] and result.outcome == "ok" and not result.reused
+    sweep.results = []  # as a resumed sweep
     assert sweep.probe("fsdp", Shape(123, 4), 1).reused and len(ran) == 1  # now recorded on this GPU: read back
 
 
@@ -745,4 +746,22 @@ def test_a_resumed_sweep_runs_a_damaged_probe_again_naming_it(tmp_path, monkeypa
     assert ran == [spec] and result.outcome == "ok" and not result.reused
     [note] = capsys.readouterr().err.splitlines()
     assert note.startswith(f"note: {run_dir / 'run.json'} ") and note.endswith("; that probe runs again")
+    sweep.results = []  # as a resumed sweep
     assert sweep.probe("fsdp", Shape(123, 4), 1).reused and len(ran) == 1  # recorded anew: read back
+
+
+def test_a_depth_the_search_probes_again_is_one_probe_in_the_summary(tmp_path, monkeypatch):
+    """Regression: --depths 2 with the search (benchmarks/capacity_bench.py's depth-24 point) probed d2 as a point,
+    then the search read it back and recorded it again, so summary.json, probes.csv and the report's every-probe
+    table held d2-b1 twice."""
+    from bench.capacity.search import family
+
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweep.cfg, "depths", [2])
+    sweep.probe("fsdp", family(2)[0], 1)
+    sweep._search("fsdp", 64)
+    summary = sweep.write_summary()
+    assert sorted(p["probe"]["depth"] for p in summary["probes"]) == [2, 4, 6]
+    assert sum(" d2-b1 " in line and "->" in line for line in lines) == 1
+    [search] = summary["searches"]
+    assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4" and search["complete"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
 from bench.capacity.search import Shape, family, num_params
-from bench.capacity.sweep import MACHINE_KEYS, SUMMARY_JSON, _shape_dict, save_summary, summarize
+from bench.capacity.sweep import DEVICE_KEYS, MACHINE_KEYS, SUMMARY_JSON, _shape_dict, save_summary, summarize
 from bench.errors import ConfigError
 from bench.contract import RUN_JSON, RunJsonError, read_run_json
 
@@ -47,8 +47,15 @@ def finished_probes(out: Path) -> list[ProbeResult]:
 SETTINGS = ("max_seq_len", "nproc", "steps", "device_type", "vocab_size", "memory_limit")
 
 
-def _settings(spec: ProbeSpec) -> dict:
-    return {k: getattr(spec, k) for k in SETTINGS}
+def _settings(probe: ProbeResult) -> dict:
+    """Its settings, and the device it ran on: another GPU's probes of an --out on a shared file system are another
+    sweep's, which a resumed sweep runs again (a probe recorded without its device is of any)."""
+    device = {k: probe.extra[k] for k in DEVICE_KEYS if probe.extra.get(k) is not None}
+    return {**{k: getattr(probe.spec, k) for k in SETTINGS}, **device}
+
+
+def _same(probe: ProbeResult, kept: dict) -> bool:
+    return all(kept.get(k, v) == v for k, v in _settings(probe).items())
 
 
 def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResult]) -> dict:
@@ -88,16 +95,16 @@ def rebuild_summary(out: str | Path) -> dict:
                           f"`nanochat-bench capacity --out {out}` first)")
     # An --out that held an earlier sweep of other settings: its probes are not this search's; the newest probe's
     # settings are the sweep's that ended.
-    kept = _settings(max(results, key=lambda r: (Path(r.run_dir) / RUN_JSON).stat().st_mtime).spec)
-    others = [r for r in results if _settings(r.spec) != kept]
-    results = [r for r in results if _settings(r.spec) == kept]
+    kept = _settings(max(results, key=lambda r: (Path(r.run_dir) / RUN_JSON).stat().st_mtime))
+    others = [r for r in results if not _same(r, kept)]
+    results = [r for r in results if _same(r, kept)]
     first = results[0]
     machine = {k: first.extra.get(k) for k in MACHINE_KEYS}
     machine.update(nproc=first.spec.nproc, memory_limit=first.spec.memory_limit, host_available_bytes=None)
     pairs = dict.fromkeys((r.spec.strategy, r.spec.aspect_ratio) for r in results)
     searches = [search_from_probes(strategy, ar, results) for strategy, ar in pairs]
     summary = summarize({"out": str(out)}, machine, results, searches)
-    differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r.spec).items() if v != kept[k]})
+    differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r).items() if kept.get(k, v) != v})
     summary["rebuilt"] = "the sweep wrote no summary" + (
         f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)}" if others else "")
     # whether the sweep was stopped is not recorded: only a search its probes leave unsettled shows it was

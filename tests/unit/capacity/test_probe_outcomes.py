@@ -280,6 +280,38 @@ def test_a_rebuilt_summary_keeps_to_the_probes_of_the_sweep_that_ended(tmp_path)
     assert f"1 probe(s) of an earlier sweep left out: memory_limit={2 << 30}" in summary["rebuilt"]
 
 
+def test_a_rebuilt_summary_keeps_to_the_probes_of_the_gpu_that_ended(tmp_path):
+    """An --out on a shared file system, swept on an H100 node, then resumed on an H200 node and killed after it
+    probed d2 and d6 again: `capacity --report` rebuilt a summary of both nodes' probes (the H100's oom at d4 the
+    H200's first failure) under the H100's name, where a resumed sweep runs another GPU's probes again."""
+    import os
+
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.rebuild import rebuild_summary
+
+    h100 = {"device_type": "cuda", "gpu_name": "NVIDIA H100", "device_bytes": 80 << 30, "host_bytes": 1 << 40}
+    h200 = dict(h100, gpu_name="NVIDIA H200", device_bytes=141 << 30)
+
+    def probe(depth, outcome, gpu, mtime):
+        spec = ProbeSpec("fsdp", depth, device_type="cuda")
+        run_dir = tmp_path / "runs" / "fsdp" / spec.name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        update_run_json(run_dir, capacity=ProbeResult(spec, outcome, num_params=depth * 10, extra=gpu).record())
+        os.utime(run_dir / "run.json", (mtime, mtime))
+
+    probe(2, "ok", h100, 100)
+    probe(4, "oom", h100, 110)
+    probe(2, "ok", h200, 200)
+    probe(6, "ok", h200, 210)
+    summary = rebuild_summary(tmp_path)
+    [search] = summary["searches"]
+    assert search["capacity"]["name"] == "d6" and search["first_failure"] is None
+    assert [p["probe"]["depth"] for p in summary["probes"]] == [2, 6]
+    assert summary["machine"]["gpu_name"] == "NVIDIA H200"
+    assert "1 probe(s) of an earlier sweep left out: device_bytes=85899345920, gpu_name=NVIDIA H100" \
+        in summary["rebuilt"]
+
+
 def test_a_probe_whose_run_json_was_cut_is_left_out_of_the_rebuilt_summary_in_one_note(tmp_path, capsys):
     from bench.capacity.probe import ProbeResult
     from bench.capacity.rebuild import finished_probes

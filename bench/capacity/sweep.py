@@ -119,6 +119,11 @@ class SweepConfig:
         for depth, ar in ((d, a) for d in self.depths for a in self.aspect_ratios):
             if problem := shape_problem(depth, ar):  # its probe would only fail, and stop the search
                 raise ConfigError(f"--depths {depth} at --aspect-ratios {ar}: {problem}")
+        for ar in self.aspect_ratios if self.search else []:  # else the search stops the sweep, after other probes
+            deepest = self.max_depth - self.max_depth % 2
+            if all(shape_problem(d, ar) for d in range(2, deepest + 1, 2)):
+                raise ConfigError(f"--aspect-ratios {ar} with --max-depth {self.max_depth}: no shape to search; at "
+                                  f"depth {deepest}, {shape_problem(deepest, ar)}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -76,3 +76,15 @@ def test_shapes_the_gpt_cannot_build_are_not_searched_and_not_taken_as_points(tm
     assert [s.depth for s in family(20, 32)] == [2, 4, 6, 8, 12, 14, 16, 20]
     with pytest.raises(ConfigError, match=r"^--depths 10 at --aspect-ratios 32: width 320 does not split"):
         SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[8, 10], aspect_ratios=[64, 32])
+
+
+def test_an_aspect_ratio_without_a_shape_to_search_is_refused_naming_the_flags(tmp_path):
+    """Regression: --aspect-ratios 65 --max-depth 2 made the probes' data, then stopped on 'no model shapes to
+    search', naming neither flag (after the --depths points of the strategies before, had there been any)."""
+    from bench.capacity.sweep import SweepConfig
+
+    with pytest.raises(ConfigError, match=r"^--aspect-ratios 65 with --max-depth 3: no shape to search; at depth 2, "
+                                          r"width 130 does not split .* e.g. aspect ratio 64$"):
+        SweepConfig(out=tmp_path, strategies=["fsdp"], aspect_ratios=[64, 65], max_depth=3)
+    SweepConfig(out=tmp_path, strategies=["fsdp"], aspect_ratios=[65], max_depth=8)  # d8: 520 in 5 heads of 104
+    SweepConfig(out=tmp_path, strategies=["fsdp"], aspect_ratios=[65], max_depth=2, search=False, depths=[8])

@@ -38,6 +38,8 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
         s = load_summary(d)
         m = s["machine"]
         machines.append(m)
+        # a capacity holds at its sequence length only (one --seq a sweep): two sweeps read as one without it
+        seq = {p["probe"]["strategy"]: p["probe"].get("max_seq_len") for p in s["probes"]}
         for p in s["probes"]:
             probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"]})
         for c, ratio in zip(s["searches"], ratios_to_fsdp(s["searches"])):  # not the stored one: see there
@@ -45,12 +47,13 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
             searches.append({"strategy": c["strategy"], "aspect_ratio": c["aspect_ratio"], "gpus": m["nproc"],
                              "gpu_name": m.get("gpu_name") or m["device_type"], "capacity": cap.get("name"),
                              "capacity_params": cap.get("num_params"), "ratio_to_fsdp": ratio,
+                             "seq": seq.get(c["strategy"], (s.get("config") or {}).get("max_seq_len")),
                              "tok_per_sec": c.get("tok_per_sec_at_capacity"), "batch": c.get("batch_at_capacity"),
                              "first_failure": fail.get("name"), "failure_params": fail.get("num_params"),
                              "stopped": _bound(c), "probes": c.get("probes")})
     # the columns even when no search was recorded (probes only), so the report shows the probes alone
-    search_columns = ["strategy", "aspect_ratio", "gpus", "gpu_name", "capacity", "capacity_params", "ratio_to_fsdp",
-                      "tok_per_sec", "batch", "first_failure", "failure_params", "stopped", "probes"]
+    search_columns = ["strategy", "aspect_ratio", "gpus", "gpu_name", "capacity", "capacity_params", "seq",
+                      "ratio_to_fsdp", "tok_per_sec", "batch", "first_failure", "failure_params", "stopped", "probes"]
     return pd.DataFrame(probes), pd.DataFrame(searches, columns=search_columns), machines
 
 
@@ -199,7 +202,7 @@ def _md_table(df: pd.DataFrame, cols: list[tuple[str, str, str]]) -> str:
 
 
 SEARCH_COLS = [("strategy", "strategy", "s"), ("GPUs", "gpus", "int"), ("largest that trained", "capacity", "s"),
-               ("parameters", "capacity_params", "int"), ("x fsdp", "ratio_to_fsdp", "2"),
+               ("parameters", "capacity_params", "int"), ("seq", "seq", "int"), ("x fsdp", "ratio_to_fsdp", "2"),
                ("tok/s there", "tok_per_sec", "int"), ("at batch", "batch", "int"),
                ("smallest that did not", "first_failure", "s"), ("its parameters", "failure_params", "int"),
                ("search stopped by", "stopped", "s"), ("probes", "probes", "int")]

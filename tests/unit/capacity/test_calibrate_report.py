@@ -76,6 +76,21 @@ def test_report_of_a_gpu_sweep(tmp_path):
         assert (tmp_path / "report" / "figures" / f"capacity-{name}.png").stat().st_size > 10_000
 
 
+def test_each_capacity_is_reported_with_the_sequence_length_it_was_found_at(tmp_path):
+    """Regression: sweeps at --seq 2048 and --seq 512 reported together read as two fsdp capacities of one GPU, d60
+    and d62, the report naming the sequence length nowhere though the capacity depends on it."""
+    short = summary()
+    for p in short["probes"]:
+        p["probe"]["max_seq_len"] = 512
+    short["searches"][0]["capacity"] = short["searches"][0]["first_failure"]
+    for name, s in (("long", summary()), ("short", short)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    md = write_capacity_report([tmp_path / "long", tmp_path / "short"], tmp_path / "report").read_text()
+    assert re.search(r"\| *largest that trained *\| *parameters *\| *seq *\|", md)
+    assert re.search(r"\| *d60 *\| *[\d,]+ *\| *2,048 *\|", md) and re.search(r"\| *d62 *\| *[\d,]+ *\| *512 *\|", md)
+
+
 def test_only_probes_out_of_memory_are_drawn_as_out_of_memory(tmp_path):
     """Regression: the memory figure drew every probe that did not train (a timeout, a failure, a cancel) as an
     'x out of memory' at its predicted need, so a hang below the device's memory read as a model that did not fit

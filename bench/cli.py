@@ -18,8 +18,16 @@ from bench.errors import BenchError
 COMMAND_GROUPS = ["data", "tokenizer", "workload", "capacity", "launch", "analysis", "containers", "reframe"]
 
 
+class _WholeFlags(argparse.ArgumentParser):
+    """A command's flags by their whole names only: an abbreviation could stand for another flag than meant (nanochat's
+    --run d20, a run's name, read as --runtimes d20 or --run-dir d20)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _WholeFlags(
         prog="nanochat-bench",
         description=(
             "LLM-training benchmark for HPC: nanochat's d20 GPT pretraining, measured under each "
@@ -31,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of expected errors too")
-    subparsers = parser.add_subparsers(dest="command", metavar="<command>", required=True)
+    subparsers = parser.add_subparsers(dest="command", metavar="<command>", required=True, parser_class=_WholeFlags)
     for group in COMMAND_GROUPS:
         importlib.import_module(f"bench.commands.{group}").register(subparsers)
     describe_commands(parser)

@@ -678,7 +678,7 @@ def cmd_speedrun(args) -> int:
 def register_speedrun(subparsers) -> None:
     # no abbreviations: pre-training's --run (a run's name) would be taken for --run-dir, naming the directory
     p = subparsers.add_parser("speedrun", help="a flow's stages in turn on this machine, no Slurm (upstream's "
-                              "speedrun.sh)", allow_abbrev=False,
+                              "speedrun.sh)",
                               description="Each stage in <run-dir>/<stage>/ with the flags a one-node job of --nproc "
                               "ranks gives it; the tokenizer first when there is none. Example: "
                               "nanochat-bench speedrun --nproc 2 --device_type cpu --depth 2 --max_seq_len 256 "

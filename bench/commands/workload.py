@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     m.set_defaults(func=cmd_model)
 
     # no abbreviations: the trainer's --run (a run's name) would be taken for --run-dir and name the run directory
-    t = subparsers.add_parser("train", help="train on this machine with torchrun (no Slurm)", allow_abbrev=False,
+    t = subparsers.add_parser("train", help="train on this machine with torchrun (no Slurm)",
                               description="Example: nanochat-bench train --nproc 2 -- --depth=4 --num_iterations=50\n"
                                           "         nanochat-bench train --workload nntile -- --config-path=cfg.json "
                                           "--batch=8 --seq-tile=64",

@@ -193,6 +193,16 @@ def test_the_trainers_run_name_is_not_taken_for_run_dir(argv, capsys, monkeypatc
     assert e.value.code == 2 and "unrecognized arguments: --run=d20" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["plan", "--run", "d20"], ["submit", "--dry-run", "--run=d20"],
+                                  ["data", "generate", "--cha"]])
+def test_no_command_takes_an_abbreviated_flag(argv, capsys):
+    # plan took nanochat's --run d20 for --runtimes d20 and blamed --runtimes, a flag never typed
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and f"unrecognized arguments: {' '.join(argv[-2 if argv[-1] == 'd20' else -1:])}" \
+        in capsys.readouterr().err
+
+
 def test_an_unknown_flag_of_another_command_is_refused_as_before(capsys):
     with pytest.raises(SystemExit):
         cli.main(["plan", "--depht=3"])

@@ -705,7 +705,7 @@ def test_status_of_a_dry_run_says_so_and_gives_the_command_that_submits_it(flow,
     monkeypatch.setattr(slurm, "SlurmCLI", Cluster)
     sweep = tmp_path / "s"
     argv = ["submit", *flow, "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}"]
-    assert run_cli([*argv, "--dry", "--out", str(sweep)], capsys)[0] == 0
+    assert run_cli([*argv, "--dry-run", "--out", str(sweep)], capsys)[0] == 0
     code, _, err = run_cli(["status", str(sweep)], capsys)
     assert code == 1 and f"{sweep} holds the jobs of `submit --dry-run`, and nothing was submitted" in err
     command = err.split("submit them with: ", 1)[1].strip()

@@ -81,6 +81,11 @@ class Mount:
         parts = text.split(":")
         if not 1 <= len(parts) <= 3 or not parts[0] or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
             raise RuntimeConfigError(f"mount {text!r} is not SRC[:DST[:ro|rw]] (e.g. /scratch/me or /data:/data:ro)")
+        # an empty DST would silently mean SRC's own path, and a relative one is refused by every container runtime
+        # only when the job starts on its node
+        if len(parts) > 1 and not parts[1].startswith("/"):
+            raise RuntimeConfigError(f"mount {text!r}: DST {parts[1]!r} is not an absolute path in the container "
+                                     f"(e.g. {parts[0]}:/data, or {parts[0]} alone for the same path)")
         return cls(parts[0], parts[1] if len(parts) > 1 else "", len(parts) == 3 and parts[2] == "ro")
 
 

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from bench import cli
+from bench.runtimes.base import Mount
 
 TINY = ["--gpus-per-node=2", "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--total_batch_size=512",
         "--num_iterations=6", "--device_type=cpu", "--scaling=strong"]
@@ -583,6 +584,22 @@ def test_a_mount_not_visible_here_is_noted(capsys, tmp_path):
     assert code == 0 and f"note: --mount {tmp_path / 'gone'} is not visible here" in out, err
     code, out, err = run_cli([*argv, f"--mount={tmp_path}:/data", "--out", str(tmp_path / "s2")], capsys)
     assert code == 0 and "--mount" not in out, err
+
+
+@pytest.mark.parametrize("mount", ["/tmp:", "/tmp::ro", "/tmp:relative", "/tmp:relative:ro"])
+def test_a_mount_with_an_empty_or_relative_destination_is_refused(mount, capsys, tmp_path):
+    """`/tmp:` was read as /tmp:/tmp, and a relative DST was written into the job for the runtime to refuse on its
+    node; both are refused before anything is written, naming the mount."""
+    argv = ["render", "sbatch", "--nodes=1", "--runtimes=podman,bare", *TINY, f"--base-dir={tmp_path}",
+            "--out", str(tmp_path / "s"), f"--mount={mount}"]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 1 and f"error: mount {mount!r}: DST" in err and "is not an absolute path" in err, (out, err)
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
+def test_the_mount_forms_are_read_as_documented():
+    assert [Mount.parse(t) for t in ("/s", "/s:/d", "/s:/d:ro", "/s:/d:rw")] == [
+        Mount("/s"), Mount("/s", "/d"), Mount("/s", "/d", readonly=True), Mount("/s", "/d")]
 
 
 def test_the_interactive_guides_data_and_tokenizer_steps_read_the_plans_val_files_k(capsys, tmp_path, monkeypatch):

@@ -18,6 +18,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/nanochat-bench-sif.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 command -v apptainer >/dev/null || { echo "apptainer-build.sh: apptainer is not installed" >&2; exit 2; }
+engine=${CONTAINER_ENGINE:-podman}
+command -v "${engine%% *}" >/dev/null ||
+    { echo "apptainer-build.sh: ${engine%% *} is not installed (CONTAINER_ENGINE: podman or docker)" >&2; exit 2; }
 mkdir -p "$image_dir"
 image_dir=$(CDPATH="" cd -- "$image_dir" && pwd)  # absolute: apptainer builds from inside $work
 sif="$image_dir/${name%%:*}.sif"

@@ -38,6 +38,10 @@ args=(-f "$repo/Containerfile" --target "$target" -t "$tag"
       --build-arg IMAGE_REF="$tag"
       --build-arg GIT_REVISION="$(git -C "$repo" describe --always --dirty --abbrev=12 2>/dev/null || true)")
 [[ -n $base ]] && args+=(--build-arg BASE_IMAGE="$base")
+engine=${CONTAINER_ENGINE:-podman}
+if ((local)); then engine=podman; fi  # podman-local.sh runs podman whatever CONTAINER_ENGINE says
+command -v "${engine%% *}" >/dev/null ||
+    { echo "build.sh: ${engine%% *} is not installed (CONTAINER_ENGINE: podman, docker or podman-hpc)" >&2; exit 2; }
 
 if ((local)); then
     # shellcheck source=containers/podman-local.sh

@@ -14,6 +14,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/nanochat-bench-sarus.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 command -v sarus >/dev/null || { echo "sarus-load.sh: sarus is not installed" >&2; exit 2; }
+engine=${CONTAINER_ENGINE:-podman}
+command -v "${engine%% *}" >/dev/null ||
+    { echo "sarus-load.sh: ${engine%% *} is not installed (CONTAINER_ENGINE: podman or docker)" >&2; exit 2; }
 case ${CONTAINER_ENGINE:-podman} in
     docker | */docker) "$CONTAINER_ENGINE" save -o "$work/image.tar" "$image" ;;  # no --format: a docker archive
     *) ${CONTAINER_ENGINE:-podman} save --format docker-archive -o "$work/image.tar" "$image" ;;

@@ -115,3 +115,24 @@ def test_apptainer_build_into_a_relative_image_dir_writes_the_sif_there(run, tmp
     assert out.returncode == 0, out.stderr
     sif = tmp_path / "my images" / "nanochat-bench.sif"
     assert out.stdout == f"{sif}\n" and sif.read_text() == "sif\n"
+
+
+@pytest.mark.parametrize("script, args, engine", [
+    ("build.sh", [], None), ("build.sh", ["--local"], "docker"), ("build.sh", [], "podman-hpc"),
+    ("apptainer-build.sh", [], None), ("sarus-load.sh", [], None), ("sarus-load.sh", [], "docker")])
+def test_a_missing_engine_is_one_line_as_another_missing_tool(run, tmp_path, script, args, engine):
+    """Regression: without podman, build.sh stopped with bash's 'line 47: podman: command not found' (exit 127), and
+    apptainer-build.sh and sarus-load.sh alike at their `podman save`; --local runs podman whatever the engine."""
+    missing = "podman" if engine is None or "--local" in args else engine
+    (tmp_path / "bin" / missing).unlink()
+    system = tmp_path / "system"  # the host's tools but the stubbed ones: a real podman must not be found there
+    system.mkdir()
+    for folder in (Path("/usr/bin"), Path("/bin")):
+        for tool in folder.iterdir():
+            if tool.name not in TOOLS and not (system / tool.name).exists():
+                (system / tool.name).symlink_to(tool)
+    out, calls = run(script, *args, PATH=f"{tmp_path / 'bin'}:{system}",
+                     **({"CONTAINER_ENGINE": engine} if engine else {}))
+    assert out.returncode == 2 and calls == "", (out.stderr, calls)
+    assert out.stderr.startswith(f"{script}: {missing} is not installed ("), out.stderr
+    assert out.stderr.count("\n") == 1 and "CONTAINER_ENGINE" in out.stderr

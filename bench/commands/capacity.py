@@ -108,6 +108,8 @@ def cmd_capacity(args) -> int:
         from bench.capacity.rebuild import rebuild_summary, summary_is_stale
         from bench.capacity.sweep import SUMMARY_JSON, load_summary
 
+        if out.exists() and not out.is_dir():  # else read as a sweep without a summary or a probe
+            raise ConfigError(f"--out {out} is a file, not a directory; give the directory a capacity sweep wrote")
         # a sweep that was killed before it could write one, or after an earlier sweep had written its own
         if not (out / SUMMARY_JSON).is_file() or summary_is_stale(out):
             rebuilt = rebuild_summary(out)["rebuilt"]

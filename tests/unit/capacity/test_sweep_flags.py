@@ -64,3 +64,14 @@ def test_an_aspect_ratio_given_twice_is_refused(tmp_path):
                                           r"once$"):
         SweepConfig(out=tmp_path, strategies=["zero2"], aspect_ratios=[32, 64, 32], depths=[2], search=False)
     assert SweepConfig(out=tmp_path, strategies=["zero2"], aspect_ratios=[32, 64]).aspect_ratios == [32, 64]
+
+
+def test_a_report_of_an_out_that_is_a_file_says_so(tmp_path, capsys):
+    """It said 'no capacity summary and no finished probe under FILE/runs', as of an empty sweep directory."""
+    from bench import cli
+
+    (tmp_path / "notes.txt").write_text("x")
+    assert cli.main(["capacity", "--report", "--out", str(tmp_path / "notes.txt")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: --out {tmp_path / 'notes.txt'} is a file, not a directory; give the directory a " \
+                  "capacity sweep wrote\n", err

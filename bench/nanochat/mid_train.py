@@ -75,6 +75,8 @@ class MidConfig(RunSettings):
         if self.dtype not in ("bfloat16", "float32"):
             raise ConfigError(f"--dtype={self.dtype!r}: valid values are bfloat16, float32 (either trains in bfloat16, "
                               "as upstream's mid_train)")
+        if self.eval_every < -1:  # as train and chat_sft: -1 is the documented off, below it a typo
+            raise ConfigError(f"--eval_every={self.eval_every}: give a count >= 0, or -1 to turn validation off")
         if self.eval_tokens < 0:
             raise ConfigError(f"--eval_tokens={self.eval_tokens}: must be >= 0")
         if self.dry_run not in (0, 1):

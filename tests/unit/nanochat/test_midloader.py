@@ -90,7 +90,8 @@ def test_flags_and_defaults_are_upstreams():
     assert isinstance(c, MidConfig) and parse_args(["--model_tag=sweep/run-1", "--step=5"]).step == 5
     for bad, says in (("--init_lr_frac=0", "init_lr_frac=0.0: must be a finite number > 0"),
                       ("--num_iterations=1", "give at least 2"), ("--dry_run=2", "--dry_run=2"),
-                      ("--model_tag=../x", "none '.' or '..'"), ("--device_batch_sise=2", "did you mean")):
+                      ("--model_tag=../x", "none '.' or '..'"), ("--device_batch_sise=2", "did you mean"),
+                      ("--eval_every=-5", r"^--eval_every=-5: give a count >= 0, or -1 to turn validation off$")):
         with pytest.raises(ConfigError, match=says):
             parse_args([bad])
 

@@ -150,7 +150,19 @@ def add_launch_options(p: argparse.ArgumentParser) -> None:
 
 def train_from_args(args) -> dict:
     """The trainer flags: TRAIN_FLAGS' (None where not given), then each --train-arg."""
-    return {**{name: getattr(args, name) for name, _ in TRAIN_FLAGS}, **planmod.parse_train_args(args.train_arg)}
+    extra = planmod.parse_train_args(args.train_arg)
+    for name, typ in TRAIN_FLAGS:  # the --train-arg would win with no word said: refused unless it says the same
+        value, text = getattr(args, name), extra.get(name)
+        if value is not None and text is not None and not _same(typ, value, text):
+            raise ConfigError(f"--{name} {value} and --train-arg {name}={text} disagree; give {name} once")
+    return {**{name: getattr(args, name) for name, _ in TRAIN_FLAGS}, **extra}
+
+
+def _same(typ, value, text: str) -> bool:
+    try:
+        return typ(text) == value
+    except ValueError:
+        return False
 
 
 def sweep_axes(args, nodes: str | None = None, gpus_per_node: int | None = None, runtimes: str | None = None) -> dict:

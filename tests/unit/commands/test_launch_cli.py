@@ -602,6 +602,16 @@ def test_the_mount_forms_are_read_as_documented():
         Mount("/s"), Mount("/s", "/d"), Mount("/s", "/d", readonly=True), Mount("/s", "/d")]
 
 
+def test_a_train_flag_and_a_train_arg_that_disagree_are_refused(capsys, tmp_path):
+    """--depth=2 --train-arg depth=3 trained depth 3 with no word said; the same value given twice is taken."""
+    argv = ["submit", "--dry-run", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={tmp_path}", "--no-data-check"]
+    code, out, err = run_cli([*argv, "--train-arg", "depth=3", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and err == "error: --depth 2 and --train-arg depth=3 disagree; give depth once\n", (out, err)
+    assert not (tmp_path / "s").exists()
+    code, out, err = run_cli([*argv, "--train-arg=--depth=2", "--out", str(tmp_path / "s2")], capsys)
+    assert code == 0 and (tmp_path / "s2").is_dir(), err
+
+
 def test_the_interactive_guides_data_and_tokenizer_steps_read_the_plans_val_files_k(capsys, tmp_path, monkeypatch):
     """The guide exported the plan's NANOCHAT_VAL_FILES_K only in its runs' block: its tokenizer step took the salloc
     shell's, and one larger than its download leaves for validation (8 of 4 shards) stopped it, as the flow's

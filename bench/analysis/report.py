@@ -171,24 +171,36 @@ def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str,
 
 def rebased_note(points: pd.DataFrame, runs: pd.DataFrame, failed: pd.DataFrame | None, unit: str,
                  mode: str) -> str:
-    """Where every run at the config's smallest rank counts failed: speedup and efficiency are relative to the next
-    count (scaling_table's n0), whose efficiency then reads 100%, and the note says so, naming how those runs ended
-    ("" where none failed below n0). `runs`: the config's usable runs, so a count of a left-out point is not said to
-    have no run that ended ok."""
-    if points.empty or failed is None:
+    """Where no point is left at the config's smallest rank counts, every run there failed or its point was left out
+    (mixed_batch_note, mixed_nodes_note): speedup and efficiency are relative to the next count (scaling_table's n0),
+    whose efficiency then reads 100%, and the note says so, naming how those runs ended or whose points were left out
+    ("" where no count below n0 ran). `runs`: the config's usable runs, those below n0 being of left-out points."""
+    if points.empty:
         return ""
+    failed = runs.iloc[:0] if failed is None else failed
     n0 = points["world_size"].min()
-    below = failed[(failed["world_size"] < n0) & ~failed["world_size"].isin(set(runs["world_size"]))]
-    if below.empty:
+    below = lambda frame: set(frame.loc[frame["world_size"] < n0, "world_size"])  # noqa: E731
+    counts = sorted(below(failed) | below(runs))
+    if not counts:
         return ""
-    said = []
-    for n, at in below.groupby("world_size"):
+    failed_only, said = [], []
+    for n in counts:
+        left = sorted(set(runs.loc[runs["world_size"] == n, "runtime"]))
+        at = failed[(failed["world_size"] == n) & ~failed["runtime"].isin(left)]  # a left-out point's runtime ran ok
         by = [(runtime, r["status"].value_counts().sort_index()) for runtime, r in at.groupby("runtime")]
         ended = "; ".join(f"{runtime} " + ", ".join(f"{k} {status}" for status, k in c.items()) for runtime, c in by)
-        said.append(f"{scaling.count(n, unit)} ({ended})")
+        failed_only.append(f"{scaling.count(n, unit)} ({ended})")
+        parts = [f"the points of {', '.join(left)} are left out (below)" if len(left) > 1 else
+                 f"the point of {left[0]} is left out (below)"] if left else []
+        if by:
+            parts.append(f"no run of {', '.join(runtime for runtime, _ in by)} ended ok ({ended}; see Failed runs)")
+        said.append(f"at {scaling.count(n, unit)} {' and '.join(parts)}")
     what = "Efficiency is" if mode == "weak" else "Speedup and efficiency are"
+    if runs["world_size"].lt(n0).any():  # a left-out point's runs ended ok: n0 is the smallest count with a point
+        return f" {what} relative to {scaling.count(n0, unit)}, the smallest count with a point in the table: " \
+               f"{'; '.join(said)}."
     return (f" {what} relative to {scaling.count(n0, unit)}, the smallest count with a run that ended ok: no run at "
-            f"{' or '.join(said)} did; see Failed runs.")
+            f"{' or '.join(failed_only)} did; see Failed runs.")
 
 
 def failed_of_config(failed: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -670,3 +670,33 @@ def test_a_runtime_whose_smallest_point_was_left_out_is_not_said_to_have_failed_
     for name in ("speedup", "efficiency"):
         svg = next(figures.glob(f"*-{name}.svg")).read_text()
         assert "ce: no run ended ok" not in svg and "ce: its 8 GPUs point left out (see the note)" in svg
+
+
+def test_speedup_relative_to_the_next_count_where_the_smallest_points_were_left_out(tmp_path):
+    """bare's and ce's runs at 8 GPUs ended ok, each point's on one node and on two, so both points were left out and
+    speedup and efficiency were taken relative to 16 GPUs, where efficiency then read 100%; only the figures' ideal
+    line said so, and a reader took that 100% as measured against 8 GPUs. The summary now says it, as where every run
+    at the smallest count failed; where bare's failed there instead, it says both."""
+    paths = generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8, 16, 32), repeats=2, steps=14,
+                                                        runtimes={"bare": 1.0, "ce": 0.97}))
+    for run_dir in paths:
+        manifest = json.loads((run_dir / "run.json").read_text())
+        if manifest["world_size"] == 8 and manifest["repeat"] == 1:
+            manifest.update(nodes=2, gpus_per_node=4)
+            (run_dir / "run.json").write_text(json.dumps(manifest))
+    table = collect([tmp_path / "runs"]).table
+    assert scaling.scaling_table(table).set_index(["runtime", "world_size"]).loc[("bare", 16), "efficiency"] == 1.0
+    strong = section(write_report(table, tmp_path / "rep").with_name("report.md").read_text(), STRONG_LABEL)
+    note = ("Speedup and efficiency are relative to 16 GPUs, the smallest count with a point in the table: at 8 GPUs "
+            "the points of bare, ce are left out (below).")
+    assert note in strong.split("|")[0]
+    for run_dir in paths:  # bare's runs at 8 GPUs fail instead: its point there is no left-out one
+        manifest = json.loads((run_dir / "run.json").read_text())
+        if manifest["world_size"] == 8 and manifest["runtime"] == "bare":
+            manifest.update(status="oom", message="oom: at 8 GPUs", nodes=1, gpus_per_node=8)
+            (run_dir / "run.json").write_text(json.dumps(manifest))
+    table = collect([tmp_path / "runs"]).table
+    strong = section(write_report(table, tmp_path / "rep").with_name("report.md").read_text(), STRONG_LABEL)
+    note = ("Speedup and efficiency are relative to 16 GPUs, the smallest count with a point in the table: at 8 GPUs "
+            "the point of ce is left out (below) and no run of bare ended ok (bare 2 oom; see Failed runs).")
+    assert note in strong.split("|")[0]

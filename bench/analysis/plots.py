@@ -133,9 +133,10 @@ def _human(v, _=None) -> str:
 
 
 class RoundLogLocator(Locator):
-    """Ticks of a log axis at round numbers (1-2-5 a decade; every decade or every digit where that gives too many
-    or too few; evenly spaced ones in a span under a digit): a log2 axis's own ticks, powers of two, read
-    '524.288k' or '1.04858M', and the tok/s of no point can be read off them."""
+    """Ticks of a log axis at round numbers, 3 to 8 in view where a span allows (1-2-5 a decade; every decade where
+    that gives too many; 1-2-3-5, every digit or every half digit where too few; evenly spaced ones in a span under a
+    digit): a log2 axis's own ticks, powers of two, read '524.288k' or '1.04858M', and the tok/s of no point can be
+    read off them; 500k and 1M alone over 230k to 1M left the smallest points as far from a label as that."""
 
     def __call__(self):
         return self.tick_values(*self.axis.get_view_interval())
@@ -143,12 +144,14 @@ class RoundLogLocator(Locator):
     def tick_values(self, vmin, vmax):
         vmin, vmax = sorted((max(float(vmin), 1e-300), float(vmax)))
         decades = range(int(np.floor(np.log10(vmin))), int(np.ceil(np.log10(vmax))) + 1)
-        ticks = []
-        for subs in ((1, 2, 5), (1,), range(1, 10)):
-            ticks = [s * 10.0 ** k for k in decades for s in subs if vmin <= s * 10.0 ** k <= vmax]
-            if 2 <= len(ticks) <= 8 or (len(ticks) > 8 and subs == (1,)):
+        at = lambda subs: [s * 10.0 ** k for k in decades for s in subs if vmin <= s * 10.0 ** k <= vmax]  # noqa: E731
+        if len(at((1, 2, 5))) > 8:
+            return at((1,))
+        # where 1-2-3-5 gives under 3, nine digits cannot be in view, so every digit gives 8 at most, halves 5 at most
+        for subs in ((1, 2, 5), (1, 2, 3, 5), range(1, 10), [h / 2 for h in range(2, 20)]):
+            if len(ticks := at(subs)) >= 3:
                 return ticks
-        return MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax)
+        return ticks if len(ticks) >= 2 else MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]).tick_values(vmin, vmax)
 
 
 def round_log_axis(ax, which: str, base: float = 10) -> None:

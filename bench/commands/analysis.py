@@ -71,7 +71,7 @@ def cmd_collect(args) -> int:
 
 def cmd_report(args) -> int:
     from bench.analysis.report import load_or_collect, write_report
-    from bench.analysis.scaling import BASELINE_RUNTIME
+    from bench.analysis.scaling import BASELINE_RUNTIME, UNKNOWN_RUNTIME
 
     source = Path(args.source)
     if not source.exists():
@@ -81,6 +81,10 @@ def cmd_report(args) -> int:
         raise AnalysisError(f"{source}: no run directory in it ({RUNS_LOOKED_FOR}); no report written, "
                             f"what {args.out} holds is kept")
     runtimes = sorted(set(table.loc[table["skip_reason"].isna(), "runtime"].dropna()))
+    if args.baseline == UNKNOWN_RUNTIME:  # the runtime of such runs is not known: a ratio to it compares with nothing
+        raise AnalysisError(f"--baseline {UNKNOWN_RUNTIME}: the report's name for runs that name no runtime (this "
+                            f"trainer's console log), so no ratio is taken to them; runtimes there: "
+                            f"{', '.join(runtimes) or 'none'}")
     if args.baseline is not None and args.baseline not in runtimes:  # a typo would drop every ratio unsaid
         raise AnalysisError(f"--baseline {args.baseline}: no usable run of that runtime in {source}; "
                             f"runtimes there: {', '.join(runtimes) or 'none'}")

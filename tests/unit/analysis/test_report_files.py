@@ -231,3 +231,22 @@ def test_the_header_names_runs_stopped_by_scancel_apart_from_failed_ones(tmp_pat
     md = (tmp_path / "report" / "report.md").read_text()
     assert "4 run(s), 1 in the figures, 3 not ok (2 cancelled, 1 failed), 0 not finished" in md
     assert "3 not ok (2 cancelled, 1 failed)" in (tmp_path / "report" / "report.html").read_text()
+
+
+def test_a_baseline_of_runs_that_name_no_runtime_is_refused_saying_why(tmp_path, capsys):
+    """Runs that name no runtime (this trainer's console log) are 'unknown' in the report, so --baseline unknown was
+    tried, and refused as 'no usable run of that runtime', though the report showed such runs; the runtime is not
+    recorded, so a ratio to it compares with nothing known: it is refused saying so, and no ratio is taken to it."""
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=2, steps=12, runtimes={"bare": 1.0}))
+    assert main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
+    table = load_table(tmp_path / "table")
+    table.loc[table["run_id"] == table["run_id"].iloc[0], "runtime"] = None
+    (tmp_path / "unnamed").mkdir()
+    table.to_parquet(tmp_path / "unnamed" / "runs.parquet")
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "unnamed"), "--out", str(tmp_path / "rep"), "--baseline", "unknown"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no usable run of that runtime" not in err
+    assert ("--baseline unknown: the report's name for runs that name no runtime (this trainer's console log), so no "
+            "ratio is taken to them; runtimes there: bare") in err
+    assert not (tmp_path / "rep" / "report.md").exists()

@@ -5,6 +5,7 @@ gap beyond a threshold, and the thresholds are named here with the reason for th
 without any gap that large has no findings, and the report says so.
   - a multi-node run whose NCCL took TCP sockets between nodes (the line of NCCL's log that proves it);
   - runtimes compared at one node count whose NCCL/libfabric settings differed (CE's hook sets its own);
+  - runtimes compared in a ratio whose runs recorded other software (torch, CUDA, NCCL, driver, this project);
   - a runtime's throughput relative to the baseline, where its confidence interval excludes 1;
   - parallel efficiency below a floor, with the pre-flight busbw of the same points beside it, or above ideal;
   - a runtime's start-up longer or shorter than the baseline's, and the phase the difference is in;
@@ -107,6 +108,36 @@ def tuning(runs: pd.DataFrame) -> list[Finding]:
                            f"({len(differ)} variable(s)), so their gap may be that tuning, not the runtime",
                            "; ".join(shown).replace("`", "'")))
     return _capped(out, "tuning differences")
+
+
+# run.json's software versions and the project's revision, as a finding names them
+SOFTWARE = {"torch_version": "torch", "cuda_version": "CUDA", "nccl_version": "NCCL", "driver_version": "driver",
+            "git_revision": "nanochat-bench"}
+
+
+def software(runs: pd.DataFrame, ratios: pd.DataFrame, baseline: str, unit: str) -> list[Finding]:
+    """Runtimes whose runs at the rank counts of their ratios to the baseline and the baseline's recorded other
+    software versions (a version no run recorded is no difference): the ratio measures those too. A container's own
+    NCCL may be the point of the comparison, but the report says so rather than credit the runtime alone."""
+    out = []
+    for runtime, r in ratios.groupby("runtime", sort=True):
+        worlds = sorted(set(r["world_size"]))
+        at = runs[runs["world_size"].isin(worlds)]
+        sides = {rt: at[at["runtime"] == rt] for rt in (baseline, runtime)}
+        names, shown = [], []
+        for col, name in SOFTWARE.items():
+            if col not in runs:
+                continue
+            values = {rt: sorted(set(g[col].dropna().astype(str))) for rt, g in sides.items()}
+            if len({v for vs in values.values() for v in vs}) > 1:
+                names.append(name)
+                shown.append(f"{name}: " + ", ".join(f"{rt} {' or '.join(vs) or 'not recorded'}"
+                                                     for rt, vs in values.items()))
+        if names:
+            out.append(Finding(f"{runtime} and {baseline}, compared at {', '.join(map(str, worlds))} {unit}, ran other "
+                               f"software ({', '.join(names)}), so the ratio measures that too, not the runtime alone",
+                               "; ".join(shown).replace("`", "'")))
+    return _capped(out, "software differences")
 
 
 def throughput_ratios(ratios: pd.DataFrame, baseline: str, unit: str) -> list[Finding]:
@@ -234,7 +265,8 @@ def stragglers(runs: pd.DataFrame, unit: str) -> list[Finding]:
 def config_findings(runs: pd.DataFrame, points: pd.DataFrame, ratios: pd.DataFrame, baseline: str, unit: str,
                     scaling: str) -> list[Finding]:
     """The findings of one config: its usable runs, its points and its ratios to the baseline."""
-    return [*sockets(runs), *unverified(runs), *tuning(runs), *throughput_ratios(ratios, baseline, unit),
+    return [*sockets(runs), *unverified(runs), *tuning(runs), *software(runs, ratios, baseline, unit),
+            *throughput_ratios(ratios, baseline, unit),
             *low_efficiency(points, unit, scaling), *above_ideal(points, unit),
             *startup_gaps(points, baseline, unit), *exposed_comm(points, unit), *stragglers(runs, unit)]
 

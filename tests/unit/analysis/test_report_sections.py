@@ -534,6 +534,40 @@ def test_tuning_compares_every_repeat_and_leaves_out_runs_that_recorded_none():
     assert "net_tuning" not in why.section_fields({"network": {"backend": "nccl"}})
 
 
+def test_runtimes_compared_in_a_ratio_that_ran_other_software_say_so():
+    """ce's ratio to bare compared runs of another torch, NCCL and nanochat-bench revision (a container's own NCCL is
+    sometimes the point), and nothing said so: the gap read as the runtime's alone. A finding names each runtime's
+    versions, of the runs its ratios compare only; a version no run recorded, or one alike on both sides, is none."""
+    import pandas as pd
+
+    runs = pd.DataFrame({"runtime": ["bare", "bare", "ce", "ce", "pyxis", "ce"], "world_size": [8, 8, 8, 8, 8, 16],
+                         "torch_version": ["2.9.0", "2.9.0", "2.8.0", "2.8.0", "2.9.0", "2.7.0"],
+                         "cuda_version": ["12.8", "12.8", "12.8", None, "12.8", "12.8"],
+                         "nccl_version": ["2.27.3", "2.27.3", "2.21.5", "2.21.5", "2.27.3", "2.27.3"],
+                         "driver_version": [None] * 6, "git_revision": ["abc", "abc", "abc-dirty", "abc-dirty",
+                                                                        "abc", "abc"]})
+    ratios = pd.DataFrame({"runtime": ["ce", "pyxis"], "world_size": [8, 8]})  # no bare run at 16: no ratio there
+    [finding] = findings.software(runs, ratios, "bare", "GPUs")
+    assert finding.text == ("ce and bare, compared at 8 GPUs, ran other software (torch, NCCL, nanochat-bench), so "
+                            "the ratio measures that too, not the runtime alone")
+    assert finding.evidence == ("torch: bare 2.9.0, ce 2.8.0; NCCL: bare 2.27.3, ce 2.21.5; nanochat-bench: bare abc, "
+                                "ce abc-dirty")
+
+
+
+def test_the_report_says_when_runtimes_compared_ran_other_software(tmp_path):
+    """The finding above, in the report's findings of the config whose ratio compared them."""
+    paths = generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=2, steps=14,
+                                                        runtimes={"bare": 1.0, "ce": 1.0}))
+    for run_dir in paths:
+        manifest = json.loads((run_dir / "run.json").read_text())
+        manifest["software"]["nccl"] = "2.21.5" if manifest["runtime"] == "ce" else "2.27.3"
+        (run_dir / "run.json").write_text(json.dumps(manifest))
+    md = write_report(collect([tmp_path / "runs"]).table, tmp_path / "rep").with_name("report.md").read_text()
+    assert ("- ce and bare, compared at 8 GPUs, ran other software (NCCL), so the ratio measures that too, not the "
+            "runtime alone: `NCCL: bare 2.27.3, ce 2.21.5`") in md
+
+
 def test_the_ratio_table_and_figure_say_they_are_of_geometric_means_and_the_point_table_of_medians(report):
     """Regression: a ratio is of geometric means over repeats while the table above it shows each point's median,
     and neither said so: two tok/s cells divided gave another number than the ratio column, with nothing saying

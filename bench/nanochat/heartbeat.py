@@ -208,8 +208,8 @@ def ended_peer(run_dir: str | None, rank: int) -> str | None:
     except (OSError, ValueError):
         return None
     for e in evidence:
-        if isinstance(e, dict) and e.get("kind") in outcome.RANK_ENDS and e.get("source") in ("trainer", "wrapper") and \
-                isinstance(e.get("rank"), int) and e["rank"] != rank:
+        if isinstance(e, dict) and e.get("kind") in outcome.RANK_ENDS and \
+                e.get("source") in ("trainer", "wrapper") and isinstance(e.get("rank"), int) and e["rank"] != rank:
             return e.get("message") or f"rank {e['rank']} ended ({e['kind']})"
     return None
 

@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 from bench.analysis.columns import cell, header  # noqa: E402
 from bench.analysis.plots import STYLE, _human, round_log_axis, save  # noqa: E402
 from bench.analysis.tables import frame_table, md_table  # noqa: E402
+from bench.capacity.search import params_text  # noqa: E402
 from bench.contract import write_text_atomic  # noqa: E402
 
 REPORT_MD = "capacity.md"
@@ -91,7 +92,7 @@ def capacity_bars(searches: pd.DataFrame, colors: dict):
     for i, r in enumerate(s.itertuples()):
         ratio = f", {r.ratio_to_fsdp:.2f}x fsdp" if pd.notna(r.ratio_to_fsdp) else ""
         stopped = f" ({r.stopped})" if isinstance(r.stopped, str) else ""  # a search that did not find its border
-        ax.text(r.capacity_params, i, f" {r.capacity} {_human(r.capacity_params)}{ratio}{stopped}", va="center")
+        ax.text(r.capacity_params, i, f" {r.capacity} {params_text(r.capacity_params)}{ratio}{stopped}", va="center")
     ax.xaxis.set_major_formatter(FuncFormatter(_human))
     ax.set_xlim(0, float(s["capacity_params"].max()) * 1.45)
     ax.invert_yaxis()

@@ -35,6 +35,11 @@ def num_params(depth: int, aspect_ratio: int = 64, vocab_size: int = 65536) -> i
     return c.n_layer * block + 2 * vocab_size * c.n_embd
 
 
+def params_text(n: float) -> str:
+    """A parameter count as the sweep's log and the report's capacity bars write it: 5.17B, 82.9M."""
+    return f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.1f}M"
+
+
 def shapes(depths: list[int], aspect_ratio: int = 64, vocab_size: int = 65536) -> list[Shape]:
     if any(d < 1 for d in depths) or aspect_ratio < 1:
         raise ConfigError(f"depths {depths} and aspect ratio {aspect_ratio} must be positive integers")

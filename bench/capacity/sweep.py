@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.capacity import data as capdata, lifetime
 from bench.capacity.cpuhost import check_cpu_host
 from bench.capacity.probe import OUTCOMES, ProbeResult, ProbeSpec, host_memory, read_probe, run_probe
-from bench.capacity.search import CapacitySearch, Shape, family, shapes
+from bench.capacity.search import CapacitySearch, Shape, family, params_text, shapes
 from bench.errors import ConfigError, os_reason
 from bench.nanochat import memory
 from bench.nanochat.tokenizer import SPECIAL_TOKENS
@@ -286,7 +286,7 @@ class Sweep:
 
     def _progress(self, r: ProbeResult) -> None:
         s, n = r.spec, len(self.results)
-        size = f"{r.num_params / 1e9:.2f}B" if r.num_params >= 1e8 else f"{r.num_params / 1e6:.1f}M"
+        size = params_text(r.num_params)
         pred = r.extra.get("predicted_need_bytes")
         line = f"[{n:3d} {time.time() - self.t0:6.0f}s] {s.strategy:<16} {s.name:<12} {size:>8}"
         line += f" predicted {pred / 2**30:6.1f} GiB" if pred else ""

@@ -203,6 +203,18 @@ def test_each_search_is_a_bar_of_its_own_where_its_label_is():
     assert bars == [t.get_position()[1] for t in ax.texts] == [0, 1]
 
 
+def test_a_bars_parameters_read_as_the_sweeps_log_writes_them():
+    """The bars read ' d60 11.1201G, 1.00x fsdp' (six digits, G) where the sweep's log wrote 11.12B."""
+    import pandas as pd
+
+    from bench.analysis.capacity import _colors, capacity_bars
+
+    searches = pd.DataFrame([dict(strategy="fsdp", aspect_ratio=64, gpus=1, gpu_name="NVIDIA H200", capacity="d60",
+                                  capacity_params=11_120_148_480, ratio_to_fsdp=1.0, stopped=None)])
+    ax = capacity_bars(searches, _colors(searches["strategy"])).axes[0]
+    assert [t.get_text() for t in ax.texts] == [" d60 11.12B, 1.00x fsdp"]
+
+
 def test_a_machine_that_recorded_no_device_memory_is_reported_not_a_type_error(tmp_path):
     """A CPU sweep on a host without /proc/meminfo records device_bytes None; the report stopped on a TypeError
     (None / int) where the memory figure already drew without it. The machine line says the memory is not recorded."""

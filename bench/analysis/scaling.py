@@ -101,13 +101,19 @@ def nodes_text(nodes) -> str:
     return count(nodes, "nodes") if str(nodes).isdigit() else f"nodes {nodes}"
 
 
-def batch_key(scaling, total_batch_size, device_batch_size, max_seq_len) -> str | None:
-    """The batch that stays fixed along a curve: per rank in weak scaling ('32x2048': device batch x
-    sequence), in total otherwise ('524288')."""
+def batch_key(scaling, total_batch_size, device_batch_size, max_seq_len, world_size=None) -> str | None:
+    """The batch that stays fixed along a curve: per rank and optimizer step in weak scaling ('32x2048':
+    sequences x sequence length), in total otherwise ('524288')."""
     if scaling == "weak":
         if _missing(device_batch_size) or _missing(max_seq_len):
             return None
-        return f"{int(device_batch_size)}x{int(max_seq_len)}"
+        sequences = int(device_batch_size)
+        if not (_missing(total_batch_size) or _missing(world_size)):
+            per_rank, left = divmod(int(total_batch_size), int(world_size) * int(max_seq_len))
+            # the plan may lower a weak point's device batch with accumulation making up the rest (a site's limit,
+            # the memory model): the rank's work per step is the same, so the point stays on its curve
+            sequences = per_rank if per_rank and not left else sequences
+        return f"{sequences}x{int(max_seq_len)}"
     return None if _missing(total_batch_size) else str(int(total_batch_size))
 
 
@@ -210,7 +216,7 @@ def with_config(df: pd.DataFrame) -> pd.DataFrame:
     df = with_legacy(df)
     df["device"] = [device_name(g, p, d) for g, p, d in zip(df["gpu_name"], df["gpus_per_node"], df["device_type"])]
     df["batch"] = [batch_key(*k) for k in zip(df["scaling"], df["total_batch_size"], df["device_batch_size"],
-                                             df["max_seq_len"])]
+                                             df["max_seq_len"], df["world_size"])]
     keys = df[list(GROUP_KEYS)].astype(object).where(df[list(GROUP_KEYS)].notna(), None)
     rows = [tuple(k) for k in keys.itertuples(index=False)]
     labels = _labels(set(rows))

@@ -277,6 +277,18 @@ def test_weak_curves_of_another_device_batch_are_another_config():
     assert sorted(pts.groupby("config")["world_size"].apply(list).tolist()) == [[8], [8, 16]]
 
 
+def test_weak_point_with_accumulation_for_a_site_limit_stays_on_its_curve():
+    """The plan lowers a weak point's device batch where the site's limit or the memory model says so (Alps: 16 x
+    accumulation 2 from 128 ranks on), keeping the tokens per rank and step; the report drew that point as a curve of
+    its own, 100% efficient at 128 GPUs against itself. The weak curve's key is the sequences per rank and step."""
+    rows = [weak("bare", n, 1000 * n) for n in (8, 16, 32)]
+    rows.append(row("bare", 128, 1000 * 128 * 0.9, scaling="weak", device_batch_size=16,
+                    total_batch_size=16 * 2 * 2048 * 128, strategy="zero2"))
+    pts = scaling.scaling_table(to_frame(rows))
+    assert pts["config"].nunique() == 1 and "32 x 2,048 tokens per rank" in pts["config"].iloc[0]
+    assert pts["efficiency"].tolist() == pytest.approx([1.0, 1.0, 1.0, 0.9])
+
+
 def test_strong_curves_of_another_total_are_another_config_and_device_batch_is_no_key():
     rows = [row("bare", 8, 1000, scaling="strong", device_batch_size=32),
             row("bare", 16, 1900, scaling="strong", device_batch_size=16),  # fit_batch lowered it: same curve

@@ -607,14 +607,28 @@ def partition_refusal(limit, nodes: int, minutes: int, hint: str = RUN_TOO_LONG)
 
 
 def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:
-    """A comparison's runs in consecutive jobs, each within the partition's time limit (one job without one)."""
+    """A comparison's runs (interleaved) in consecutive jobs, each within the partition's time limit (one job without
+    one). A job holds whole rounds, every runtime's run of one repeat, where a round fits one: the runtimes it
+    compares then ran on the same nodes; a round over the limit alone is split run by run."""
     if limit is None:
         return [runs]
-    parts: list[list[Run]] = [[]]
+    rounds: list[list[Run]] = []
     for r in runs:
-        if parts[-1] and over_partition(limit, job_minutes(parts[-1] + [r])):
-            parts.append([])
-        parts[-1].append(r)
+        if rounds and rounds[-1][0].manifest["repeat"] == r.manifest["repeat"]:
+            rounds[-1].append(r)
+        else:
+            rounds.append([r])
+    parts: list[list[Run]] = [[]]
+    for whole in rounds:
+        if not over_partition(limit, job_minutes(whole)):
+            if parts[-1] and over_partition(limit, job_minutes(parts[-1] + whole)):
+                parts.append([])
+            parts[-1].extend(whole)
+            continue
+        for r in whole:
+            if parts[-1] and over_partition(limit, job_minutes(parts[-1] + [r])):
+                parts.append([])
+            parts[-1].append(r)
     for part in parts:
         check_partition(limit, part)
     return parts

@@ -51,6 +51,21 @@ def test_an_unplanned_k_is_refused_beyond_32_ranks():
     assert plan_of(16, data=DATA).possible
 
 
+def test_a_split_comparison_keeps_each_round_of_runtimes_in_one_allocation(tmp_path):
+    """bare and ce, 3 repeats of 9 minutes in a 30-minute partition were packed run by run, bare r1, ce r1, bare r2 in
+    one job and ce r2 with repeat 3 in the next: repeat 2 of the two runtimes ran on other nodes. A part holds whole
+    rounds (every runtime once) where a round fits one job."""
+    from bench.launch.job import LaunchOptions, assemble
+
+    alps = sites.load("alps")
+    opts = LaunchOptions(base_dir="/scratch/cache", images={"ce": "/img/x.sqsh"}, site=alps, partition="debug",
+                         check_images=False)
+    sweep = Sweep([2], 4, ["bare", "ce"], repeats=3, data=DATA, time="00:08:00", site=alps)
+    jobs = assemble(sweep, opts, tmp_path / "s", compare=True, note=lambda line: None)
+    assert [[r.run_id for r in j.runs] for j in jobs] == [
+        ["n2-bare-r1", "n2-ce-r1"], ["n2-bare-r2", "n2-ce-r2"], ["n2-bare-r3", "n2-ce-r3"]]
+
+
 def test_a_comparison_is_split_to_fit_the_partition_and_an_oversized_job_refused(tmp_path):
     from dataclasses import replace
 

@@ -56,7 +56,7 @@ class MidConfig(RunSettings):
     init_lr_frac: float = _f(1.0, "the initial LR as this fraction of the base LRs")
     weight_decay: float = _f(0.0, "AdamW weight decay")
     # evaluation and output
-    eval_every: int = _f(150, "validation bpb every this many steps, and at the last (<= 0 = off)")
+    eval_every: int = _f(150, "validation bpb every this many steps, and at the last (0 or -1 = off)")
     eval_tokens: int = _f(20 * 524288, "tokens per validation, over all ranks")
     dry_run: int = _f(0, "1 = write no checkpoint")
 

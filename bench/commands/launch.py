@@ -1,4 +1,5 @@
-"""`nanochat-bench plan | submit | status | render`: sweeps under Slurm, thin wrappers over bench.launch."""
+"""`nanochat-bench plan | submit | status | render | speedrun`: sweeps under Slurm, and a flow's stages on this
+machine (speedrun), thin wrappers over bench.launch."""
 
 import argparse
 import math

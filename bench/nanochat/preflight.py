@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     """Alone under torchrun (any runtime): the table on rank 0, and --json for the records."""
     from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init
 
-    ap = argparse.ArgumentParser(prog="python -m bench.nanochat.preflight", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.nanochat.preflight", description=__doc__.split("\n\n")[0],
+                                 allow_abbrev=False)  # whole flag names, as every nanochat-bench command
     ap.add_argument("--device_type", default="", help="cuda | cpu (default: autodetect)")
     ap.add_argument("--max-mib", type=int, default=None, help="largest buffer in MiB (default: 1024 on GPU, 4 on CPU)")
     ap.add_argument("--json", default=None, help="write the records there (rank 0)")

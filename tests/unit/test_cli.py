@@ -138,6 +138,15 @@ def test_a_preflight_buffer_of_no_size_is_refused_not_read_as_the_default(mib, m
     assert "--max-mib: must be >= 1" in capsys.readouterr().err
 
 
+def test_the_preflight_module_alone_takes_no_abbreviated_flag(capsys):
+    # python -m bench.nanochat.preflight --max 0 was read as --max-mib 0, as no nanochat-bench command reads it
+    from bench.nanochat import preflight
+
+    with pytest.raises(SystemExit) as e:
+        preflight.main(["--max", "0"])
+    assert e.value.code == 2 and "unrecognized arguments: --max 0" in capsys.readouterr().err
+
+
 def test_a_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
     def interrupted():
         raise KeyboardInterrupt  # as a Ctrl-C during the seconds torch takes to import

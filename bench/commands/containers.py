@@ -150,6 +150,9 @@ class _Refusing(argparse.ArgumentParser):
     """The `edf` parser of a header: exit_on_error=False does not reach a sub-parser, so a flag there without its
     value (`--image` last) printed edf's usage and exited 2, naming no file."""
 
+    def __init__(self, *args, **kwargs):  # whole flag names, as `nanochat-bench edf` itself takes them (bench/cli.py)
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
     def error(self, message: str):
         raise argparse.ArgumentError(None, message)
 

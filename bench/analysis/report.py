@@ -106,7 +106,8 @@ def config_group(config: str, p: pd.DataFrame, r: pd.DataFrame, runs: pd.DataFra
     mixed = mixed_batch_note(runs, unit) + mixed_nodes_note(runs, unit)
     # no point left: the note says why, and neither what a table's cells are nor a "None." in its place
     summary = (tables.summary_note(p, unit, mode) + rebased_note(p, runs, failed, unit, mode) + mixed
-               + mixed_val_files_note(shown, unit) + mixed_horizons_note(shown, unit))
+               + mixed_val_files_note(shown, unit) + mixed_horizons_note(shown, unit)
+               + weak_accumulation_note(shown, unit, mode))
     sections = [{"title": None, "note": mixed.strip() if p.empty else summary,
                  "table": None if p.empty else tables.summary_table(p, unit, mode),
                  "figures": pick("per_gpu", "speedup", "throughput", "efficiency", "mfu")}]
@@ -311,6 +312,36 @@ def mixed_horizons_note(runs: pd.DataFrame, unit: str) -> str:
     val bpb (scaling.mixed_horizons), and the note says so ("" where there is none)."""
     return _mixed_note(runs, unit, "num_iterations", _listed("trained for num_iterations"),
                        "val bpb after other training horizons, so that point has no min val bpb.")
+
+
+def weak_accumulation_note(runs: pd.DataFrame, unit: str, mode: str) -> str:
+    """Where a weak curve's points ran another device batch x gradient accumulation than most of its rank counts (the
+    plan lowers the device batch for a site's limit or the memory model, scaling.batch_key keeps the point on its
+    curve): the note names them against the usual split ("" where there is none, or in strong scaling)."""
+    if mode != "weak" or runs.empty:
+        return ""
+    per_step = runs["device_batch_size"] * runs["max_seq_len"] * runs["world_size"]
+    accum = runs["total_batch_size"] / per_step
+    known = accum.notna() & (accum == accum.round()) & (accum > 0)
+    splits = pd.DataFrame({"world_size": runs["world_size"], "batch": runs["device_batch_size"], "accum": accum})[known]
+    splits = splits.astype(int).drop_duplicates()
+    if splits.empty:
+        return ""
+    # the split of the most rank counts; at a tie the larger device batch, the one the plan lowers from
+    usual = max(splits.groupby(["batch", "accum"]).size().items(), key=lambda kv: (kv[1], kv[0]))[0]
+    other = splits[[(b, a) != usual for b, a in zip(splits["batch"], splits["accum"])]]
+    said = []
+    for (batch, acc), g in sorted(other.groupby(["batch", "accum"]), key=lambda kv: kv[1]["world_size"].min()):
+        worlds = sorted(g["world_size"])
+        at = scaling.count(worlds[0], unit) if len(worlds) == 1 else f"{', '.join(map(str, worlds))} {unit}"
+        said.append(f"at {at} the device batch was {batch} x accumulation {acc}")
+    if not said:
+        return ""
+    why = ("smaller micro-batches can cost throughput, so part of an efficiency drop there may be that"
+           if (other["batch"] < usual[0]).all() else "a micro-batch of another size changes throughput, so part of "
+                                                      "an efficiency change there may be that")
+    return (f" A{'; '.join(said)[1:]}, elsewhere {usual[0]} x {usual[1]} (the same sequences per rank and step): "
+            f"{why}, not the network or the runtime.")
 
 
 def skew_note(runs: pd.DataFrame) -> str:

@@ -289,6 +289,26 @@ def test_weak_point_with_accumulation_for_a_site_limit_stays_on_its_curve():
     assert pts["efficiency"].tolist() == pytest.approx([1.0, 1.0, 1.0, 0.9])
 
 
+def test_weak_point_with_accumulation_is_named_beside_the_table(tmp_path):
+    """A weak point whose device batch the plan lowered stays on its curve, but nothing said that its micro-batches
+    were smaller: part of an efficiency drop there may be that, not the network or the runtime. The summary's note
+    names the counts and their device batch x accumulation against the curve's usual one."""
+    from bench.analysis import report
+
+    rows = [weak(rt, n, 1000 * n) for rt in ("bare", "ce") for n in (8, 16, 32)]
+    rows += [row(rt, n, 1000 * n * 0.9, scaling="weak", device_batch_size=16, total_batch_size=16 * 2 * 2048 * n,
+                 strategy="zero2") for rt in ("bare", "ce") for n in (128, 256)]
+    runs = scaling.with_config(scaling.usable(to_frame(rows)))
+    assert report.weak_accumulation_note(runs, "GPUs", "weak") == (
+        " At 128, 256 GPUs the device batch was 16 x accumulation 2, elsewhere 32 x 1 (the same sequences per rank "
+        "and step): smaller micro-batches can cost throughput, so part of an efficiency drop there may be that, not "
+        "the network or the runtime.")
+    assert report.weak_accumulation_note(runs[runs["world_size"] < 128], "GPUs", "weak") == ""
+    report.write_report(to_frame(rows), tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("At 128, 256 GPUs the device batch was 16 x accumulation 2, elsewhere 32 x 1") == 1
+
+
 def test_strong_curves_of_another_total_are_another_config_and_device_batch_is_no_key():
     rows = [row("bare", 8, 1000, scaling="strong", device_batch_size=32),
             row("bare", 16, 1900, scaling="strong", device_batch_size=16),  # fit_batch lowered it: same curve

@@ -2,7 +2,7 @@
 
 Per strategy, in the order given:
 1. points: the depths a user lists (a memory-vs-size curve), at device batch 1; cheap, and a strategy
-   that fails or hangs there (not out of memory) is not searched;
+   that fails or hangs there (not out of memory) is not searched at that point's aspect ratio;
 2. capacity: per aspect ratio, the search of search.py at device batch 1, started where the memory
    model (bench/nanochat/memory.py) puts the border.
 Then, for every model that trained at batch 1, the largest power-of-two batch the memory model
@@ -332,20 +332,22 @@ class Sweep:
                  f"{', '.join(c.strategies)}; seq {c.max_seq_len}, {c.steps} steps a probe; data ready in "
                  f"{time.time() - t:.1f} s; run directories under {c.out / 'runs'}")
         for strategy in c.strategies:
-            broken = None
+            # per width: a point that crashed or hung at one aspect ratio says nothing of another's shapes
+            broken: dict[int, ProbeResult] = {}
             for ar in c.aspect_ratios:
                 for shape in shapes(c.depths, ar, c.vocab_size) if c.depths else []:
                     r = None if self.out_of_time else self.probe(strategy, shape, 1)
-                    broken = broken or (r if r and r.outcome in ("failed", "timeout") else None)
+                    if r and r.outcome in ("failed", "timeout"):
+                        broken.setdefault(ar, r)
             for ar in c.aspect_ratios if c.search else []:
-                self._search(strategy, ar, broken)
+                self._search(strategy, ar, broken.get(ar))
         if c.batch_search:
             for strategy in c.strategies:
                 self._batches(strategy)
 
     def _search(self, strategy: str, aspect_ratio: int, broken: ProbeResult | None = None) -> None:
-        """The capacity search of one strategy; not started when a smaller point already failed or hung
-        (its big probes would fail the same way, at a higher price)."""
+        """The capacity search of one strategy at one aspect ratio; not started when a smaller point of that width
+        already failed or hung (its big probes would fail the same way, at a higher price)."""
         c = self.cfg
         candidates = family(c.max_depth, aspect_ratio, c.vocab_size)
         fitting = [i for i, s in enumerate(candidates) if self.predicted_fit(strategy, s)]

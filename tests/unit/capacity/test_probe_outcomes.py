@@ -797,3 +797,33 @@ def test_a_depth_the_search_probes_again_is_one_probe_in_the_summary(tmp_path, m
     assert sum(" d2-b1 " in line and "->" in line for line in lines) == 1
     [search] = summary["searches"]
     assert search["capacity"]["name"] == "d2" and search["first_failure"]["name"] == "d4" and search["complete"]
+
+
+def test_a_depths_point_that_fails_at_one_aspect_ratio_stops_that_aspect_ratios_search_alone(tmp_path, monkeypatch):
+    """Regression: --depths 2 --aspect-ratios 64,128 whose d2-a128 point crashed stopped the search at every aspect
+    ratio, a64's too (its d2 had trained), each row saying `failed at d2-a128`; a point's failure or hang stops only
+    the search of its own width, and that search still names it."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweep.cfg, "depths", [2])
+    monkeypatch.setattr(sweep.cfg, "aspect_ratios", [64, 128])
+    monkeypatch.setattr(sweepmod.capdata, "prepare", lambda base_dir, vocab_size: base_dir)
+
+    def run_probe(spec, *a, **k):
+        if spec.aspect_ratio == 128:
+            return ProbeResult(spec, "failed", "rank 0 crashed")
+        return ProbeResult(spec, "ok" if spec.depth <= 2 else "oom", tok_per_sec=1.0 if spec.depth <= 2 else None)
+
+    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
+    sweep._passes()
+    a64, a128 = (sweep.searches[("fsdp", ar)] for ar in (64, 128))
+    assert a64["stopped"] is None and a64["complete"] and a64["probes"] > 0
+    assert a64["capacity"]["name"] == "d2" and a64["first_failure"]["name"] == "d4"
+    assert a128["stopped"]["outcome"] == "failed" and a128["stopped"]["shape"] == "d2-a128-b1"
+    assert a128["stopped"]["message"] == "rank 0 crashed" and not a128["complete"] and a128["probes"] == 0
+    sweep.write_summary()
+    rows = [line for line in lines if line.startswith("fsdp")]
+    assert rows[0].endswith("d4 (" + format(a64["first_failure"]["num_params"], ",") + ")")
+    assert rows[1].endswith("failed at d2-a128-b1")

@@ -10,7 +10,8 @@ started in a session of its own so that nothing it does can take the sweep down:
   machine (the tests use it);
 - a probe that runs past its time limit is killed and recorded as `timeout`: a hang is a result.
 The outcome and the probe's facts go into run.json under `capacity`. A probe whose run directory
-already holds an outcome for the same settings is read back instead of run again (resumable sweeps).
+already holds an outcome for the same settings is read back instead of run again (resumable sweeps; a
+`failed` one the sweep runs again).
 """
 
 import math
@@ -34,8 +35,10 @@ from bench.launch.local import prepare_local
 from bench.contract import TRAIN_LOG, Evidence, close_unfinished, log_tail, record_evidence
 from bench.contract import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
 
-# What a resumed sweep reads back. "budget" (not run for lack of time) is never stored; "cancelled" (the trainer
-# stopped by a signal from outside the sweep: a kill, not a result of the model's size) is, but runs again.
+# What a finished probe's record holds. "budget" (not run for lack of time) is never stored; "cancelled" (the trainer
+# stopped by a signal from outside the sweep: a kill, not a result of the model's size) is, but runs again; so does
+# "failed" (a crash may be the node's, not the size's), read back here for a rebuilt summary, but the sweep moves its
+# run directory aside and runs it again (bench/capacity/sweep.py).
 OUTCOMES = ("ok", "oom", "timeout", "failed")
 POLL_S = 0.25
 GRACE_S = 10.0  # between SIGTERM and SIGKILL

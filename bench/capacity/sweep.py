@@ -9,7 +9,8 @@ Then, for every model that trained at batch 1, the largest power-of-two batch th
 (corrected by the measured batch-1 peak) says fits, halved once if it does not: tok/s at the batch that
 maximises it. A time budget stops the sweep between probes (and cuts a running one).
 Every probe's run directory is `<out>/runs/<strategy>/<shape>-b<batch>/`; done ones are read back, so
-running the same command again resumes. `<out>/summary.json` and `<out>/probes.csv` hold the results.
+running the same command again resumes (a `failed` one runs again, its attempt moved to `<out>/failed/`).
+`<out>/summary.json` and `<out>/probes.csv` hold the results.
 """
 
 import csv
@@ -34,6 +35,7 @@ from bench.contract import RUN_JSON, RunJsonError, atomic_target, update_run_jso
 
 SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
+FAILED_DIR = "failed"  # <out>/failed/<strategy>/<probe>-<n>: the earlier attempts of a failed probe run again
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
 SMI_TIMEOUT_S = 30  # nvidia-smi answers in well under a second; a wedged driver may never answer
@@ -254,6 +256,12 @@ class Sweep:
             result = None  # an H100's oom says nothing of an H200 (and would be recorded under the H200's name)
         if result is not None and result.outcome == "timeout" and (result.time_limit_s or math.inf) < c.time_per_point:
             result = None  # a hang at --time-per-point 60 says nothing of 600 (a limit recorded before: read back)
+        if result is not None and result.outcome == "failed" and (kept := self._set_aside(run_dir)):
+            # a crash may be the node's (a hiccup, a lost rank), not the size's: stored for good, it stopped the
+            # search on every resume until the sweep's directory was deleted; the attempt is kept, not emptied
+            self.log(f"{strategy} {spec.name} failed in an earlier sweep ({result.message or 'no message'}): "
+                     f"it runs again, that attempt kept in {kept}")
+            result = None
         if result is None:
             left = None if c.budget_s is None else c.budget_s - (time.time() - self.t0)
             if left is not None and left < c.min_probe_s:  # counted and shown: the summary says the sweep is cut
@@ -277,6 +285,22 @@ class Sweep:
         self.results.append(result)
         self._progress(result)
         return result
+
+    def _set_aside(self, run_dir: Path) -> Path | None:
+        """Moves a failed probe's run directory to <out>/failed/<strategy>/<probe>-<n> (out of runs/, whose probes
+        a rebuilt summary reads), where its new attempt leaves it be; None, the probe read back, if it cannot."""
+        parent = self.cfg.out / FAILED_DIR / run_dir.parent.name
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            n = 1
+            while (kept := parent / f"{run_dir.name}-{n}").exists():
+                n += 1
+            run_dir.rename(kept)
+        except OSError as e:
+            print(f"note: {run_dir} cannot be moved to {parent} to run that failed probe again: {os_reason(e)}; "
+                  f"its failure is read back", file=sys.stderr)
+            return None
+        return kept
 
     def _prediction(self, strategy: str, shape: Shape, batch: int) -> dict:
         est = self.estimate(strategy, shape, batch)

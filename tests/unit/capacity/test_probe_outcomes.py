@@ -827,3 +827,48 @@ def test_a_depths_point_that_fails_at_one_aspect_ratio_stops_that_aspect_ratios_
     rows = [line for line in lines if line.startswith("fsdp")]
     assert rows[0].endswith("d4 (" + format(a64["first_failure"]["num_params"], ",") + ")")
     assert rows[1].endswith("failed at d2-a128-b1")
+
+
+def test_a_resumed_sweep_runs_a_failed_probe_again_keeping_the_failed_attempt(tmp_path, monkeypatch):
+    """Regression: a probe that crashed (`failed`: a node's hiccup as likely as the model) was read back on every
+    resume, so its strategy's search stayed stopped there until the sweep's directory was deleted by hand; a
+    resumed sweep runs it again and says so, the failed attempt's run directory moved aside, not deleted."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    cpu = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
+           "host_available_bytes": 8 << 30}
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4], device_type="cpu")
+    spec = ProbeSpec("fsdp", 4, device_type="cpu")
+    run_dir = tmp_path / "runs" / "fsdp" / spec.name
+    outcomes = ["failed", "failed", "ok"]
+
+    def run_probe(spec, run_dir, *a, **k):
+        shutil.rmtree(run_dir, ignore_errors=True)  # as run_probe does
+        run_dir.mkdir(parents=True)
+        outcome = outcomes.pop(0)
+        (run_dir / "train.log").write_text(f"attempt {3 - len(outcomes)}: {outcome}\n")
+        return ProbeResult(spec, outcome, "rank 0 crashed" if outcome == "failed" else None, tok_per_sec=1.0)
+
+    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
+    lines: list[str] = []
+    sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
+    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], t0=0, out_of_time=False, machine=cpu, data={},
+                          host_floor=0)
+    assert sweep.probe("fsdp", Shape(123, 4), 1).outcome == "failed"
+    assert sweep.probe("fsdp", Shape(123, 4), 1).outcome == "failed" and len(outcomes) == 2  # once a sweep
+    kept = []
+    for left in (1, 0):
+        sweep.results, lines[:] = [], []  # as a resumed sweep
+        result = sweep.probe("fsdp", Shape(123, 4), 1)
+        assert len(outcomes) == left and not result.reused
+        [moved] = [line for line in lines if "runs again" in line]
+        kept.append(tmp_path / "failed" / "fsdp" / f"{spec.name}-{2 - left}")
+        assert str(kept[-1]) in moved and "rank 0 crashed" in moved
+    assert [(k / "train.log").read_text() for k in kept] == ["attempt 1: failed\n", "attempt 2: failed\n"]
+    assert read_probe(spec, kept[0]).outcome == "failed"  # its record kept with it
+    assert (run_dir / "train.log").read_text() == "attempt 3: ok\n" and result.outcome == "ok"
+    sweep.results = []
+    assert sweep.probe("fsdp", Shape(123, 4), 1).reused  # ok is a fact of the size: read back

@@ -82,8 +82,8 @@ def test_deps_stage_runs_a_bind_mounted_checkout(image, standin):
                               "--tag", DEPS_TAG])
     out = run_step("deps stage run", podman(
         "run", "--rm", "-v", f"{REPO}:/workspace/nanochat-bench:ro", DEPS_TAG,
-        "python", "-m", "bench.cli", "edf", "--image", "img.sqsh", "--no-default-env"))
-    assert 'image = "img.sqsh"' in out.stdout.splitlines()
+        "python", "-m", "bench.cli", "edf", "--image", "/images/img.sqsh", "--no-default-env"))
+    assert 'image = "/images/img.sqsh"' in out.stdout.splitlines()
     missing = subprocess.run(podman("run", "--rm", DEPS_TAG, "nanochat-bench", "--version"),
                              capture_output=True, text=True)
     assert missing.returncode != 0  # the deps stage has the prerequisites only, not the project

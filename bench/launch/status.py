@@ -183,10 +183,17 @@ def _derive(run_dir: Path, job: JobState | None) -> tuple[str, str]:
 
 def sweep_status(sweep_dir: Path, backend) -> list[RunState]:
     """One RunState per run of the sweep, from one round of Slurm queries."""
+    return _poll(sweep_dir, backend, {})[0]
+
+
+def _poll(sweep_dir: Path, backend, known: dict[str, JobState]) -> tuple[list[RunState], dict[str, JobState]]:
+    """sweep_status's rows and the states of the sweep's jobs they were derived from; `known`: the last states of
+    jobs whose runs have all settled (settled_jobs), taken as they are instead of asking Slurm again."""
     sweep_dir = Path(sweep_dir).absolute()
     record = read_sweep(sweep_dir)
     job_ids = [j["job_id"] for j in record["jobs"] if j.get("job_id")]
-    states = backend.states(job_ids)
+    ask = [j for j in job_ids if j not in known]
+    states = {**{j: known[j] for j in job_ids if j in known}, **(backend.states(ask) if ask else {})}
     rows = []
     for entry in record["jobs"]:
         job = states.get(entry.get("job_id"))
@@ -195,7 +202,13 @@ def sweep_status(sweep_dir: Path, backend) -> list[RunState]:
             active = job is not None and not job.terminal and job.state != "UNKNOWN"
             state = RunState(run_id, entry.get("job_id"), job.state if job else "-", status, message, active)
             rows.append(replace(state, message=NOT_SUBMITTED) if state.unsubmitted and not message else state)
-    return rows
+    return rows, states
+
+
+def settled_jobs(rows: list[RunState], states: dict[str, JobState]) -> dict[str, JobState]:
+    """The states of the jobs every run of which has settled: nothing will change them, so a wait asks no more."""
+    open_jobs = {r.job_id for r in rows if not r.settled}
+    return {j: state for j, state in states.items() if j not in open_jobs}
 
 
 def format_status(rows: list[RunState]) -> str:
@@ -220,8 +233,11 @@ def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None
     timeout passes; return the last states."""
     deadline = None if timeout_s is None else time.time() + timeout_s
     last, printed = "", 0.0
+    known: dict[str, JobState] = {}
     while True:
-        rows = sweep_status(sweep_dir, backend)
+        # a sweep of hundreds of ended runs and one running asks slurmctld, which every user shares, of that one
+        rows, states = _poll(sweep_dir, backend, known)
+        known = settled_jobs(rows, states)
         summary = format_status(rows).splitlines()[-1]
         held = Counter(r.message.removeprefix(QUEUED) for r in rows if r.message.startswith(QUEUED))
         if held:  # a wait on a job Slurm never starts says why, instead of printing nothing until --timeout

@@ -306,3 +306,26 @@ def test_a_rank_the_oom_killer_killed_is_the_run_s_oom_once_slurm_says_so(tmp_pa
     stopped = tmp_path / "stopped"  # torchrun stopped the rank itself: no kill of the OOM killer's
     contract.record_evidence(stopped, contract.Evidence(source="trainer", kind="error", rank=0, message="rank 0: boom"))
     assert _derive(stopped, JobState("43", "OUT_OF_MEMORY")) == ("failed", "rank 0: boom")
+
+
+def test_a_wait_asks_slurm_only_of_the_jobs_whose_runs_have_not_settled(tmp_path, monkeypatch):
+    """`status --wait` queried squeue for every job of the sweep on every poll, those whose runs had long ended too,
+    so a sweep of hundreds of finished runs and one running asked slurmctld about them all for hours."""
+    contract.record_evidence(tmp_path / "a", contract.Evidence(source="trainer", kind="completed", rank=0))
+    contract.update_run_json(tmp_path / "a", launch={"finished_at": 1000.0})
+    contract.update_run_json(tmp_path / "b", status="running")
+    write_sweep(tmp_path, {"jobs": [{"name": "a", "job_id": "10", "runs": ["a"]},
+                                    {"name": "b", "job_id": "11", "runs": ["b"]}]})
+    asked = []
+
+    class Backend:
+        def states(self, job_ids):
+            asked.append(sorted(job_ids))
+            if len(asked) == 3:  # b's job ends at the third poll
+                contract.record_evidence(tmp_path / "b", contract.Evidence(source="trainer", kind="completed", rank=0))
+            return {j: JobState(j, "COMPLETED" if j == "10" or len(asked) == 3 else "RUNNING") for j in job_ids}
+
+    monkeypatch.setattr(status.time, "sleep", lambda s: None)
+    rows = wait(tmp_path, Backend(), poll_s=1, out=lambda line: None)
+    assert asked == [["10", "11"], ["11"], ["11"]]
+    assert [(r.run_id, r.slurm_state, r.status) for r in rows] == [("a", "COMPLETED", "ok"), ("b", "COMPLETED", "ok")]

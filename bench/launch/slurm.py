@@ -45,7 +45,7 @@ def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProces
     except FileNotFoundError:
         raise SubmitError(f"{argv[0]} not found: run this on a Slurm login node (or install slurm-client)") from None
     except subprocess.TimeoutExpired:
-        raise SubmitError(f"{' '.join(argv)} did not answer within 120 s; is slurmctld up?") from None
+        raise SlurmDidNotAnswer(f"{' '.join(argv)} did not answer within 120 s; is slurmctld up?") from None
 
 
 def parse_parsable(stdout: str) -> str:
@@ -186,7 +186,7 @@ class SlurmCLI:
         if failed:
             sc = _run(["scontrol", "--all", "show", "job", "-o"])
             if sc.returncode != 0:  # neither answered: the controller is down, not the jobs forgotten
-                raise SubmitError(f"Slurm did not answer: squeue: {failed[0]!r}; "
-                                  f"scontrol: {sc.stderr.strip()!r}")
+                raise SlurmDidNotAnswer(f"Slurm did not answer: squeue: {failed[0]!r}; "
+                                        f"scontrol: {sc.stderr.strip()!r}")
             found.update({k: v for k, v in parse_scontrol_oneliners(sc.stdout).items() if k in want - set(found)})
         return {j: found.get(j, JobState(j, "UNKNOWN")) for j in job_ids}

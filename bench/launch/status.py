@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from bench import contract, workloads
 from bench.errors import run_dir_error
-from bench.launch.slurm import JobState
+from bench.launch.slurm import JobState, SlurmDidNotAnswer
 from bench.launch.submit import read_sweep
 
 # What Slurm's end of a job is evidence of, when run.json has no final status (a state not here: a plain exit).
@@ -31,6 +31,10 @@ STOPPED = {"stopped", "cancelled"}
 PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
 PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with the running runs' steps
 MIN_POLL_S = 1.0  # --wait's shortest --poll: each poll queries slurmctld, which every user of the machine shares
+# --wait outlasts a slurmctld that restarts or fails over (SlurmctldTimeout, 120 s by default): it gives up only after
+# this many polls in a row that Slurm did not answer, over at least this many seconds since its last answer
+MISSED_POLLS_MAX = 5
+SILENCE_MAX_S = 600.0
 QUEUED = "held by Slurm: "  # a pending job's message, followed by its reason
 # Pending reasons Slurm never clears by itself (squeue(1), JOB REASON CODES): a job held for one never starts, so
 # `status --wait` stops when every run it waits for is held so, instead of waiting for ever
@@ -230,13 +234,29 @@ def never_start(rows: list[RunState]) -> list[RunState]:
 def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None = None,
          out: Callable[[str], None] = print) -> list[RunState]:
     """Poll until every run has a final status, or every other one's job can never start (never_start), or the
-    timeout passes; return the last states."""
+    timeout passes; return the last states. A poll Slurm does not answer is said and asked again at the next; after
+    MISSED_POLLS_MAX such polls in a row over SILENCE_MAX_S, or past the timeout, SlurmDidNotAnswer."""
     deadline = None if timeout_s is None else time.time() + timeout_s
     last, printed = "", 0.0
     known: dict[str, JobState] = {}
+    missed, answered = 0, time.time()
     while True:
-        # a sweep of hundreds of ended runs and one running asks slurmctld, which every user shares, of that one
-        rows, states = _poll(sweep_dir, backend, known)
+        try:
+            # a sweep of hundreds of ended runs and one running asks slurmctld, which every user shares, of that one
+            rows, states = _poll(sweep_dir, backend, known)
+        except SlurmDidNotAnswer as e:
+            missed, now, why = missed + 1, time.time(), str(e).removeprefix("Slurm did not answer: ")
+            timed_out = deadline is not None and now > deadline
+            if timed_out or (missed >= MISSED_POLLS_MAX and now - answered >= SILENCE_MAX_S):
+                raise SlurmDidNotAnswer(
+                    f"stopped waiting: Slurm did not answer {missed} poll(s) in a row over {now - answered:.0f} s"
+                    f"{' (--timeout passed)' if timed_out else ''}: {why}; run nanochat-bench status {sweep_dir} "
+                    f"--wait again once slurmctld answers") from None
+            out(f"[{time.strftime('%H:%M:%S')}] Slurm did not answer ({why}); asking again at the next poll, in "
+                f"{poll_s:g} s")
+            time.sleep(poll_s)
+            continue
+        missed, answered = 0, time.time()
         known = settled_jobs(rows, states)
         summary = format_status(rows).splitlines()[-1]
         held = Counter(r.message.removeprefix(QUEUED) for r in rows if r.message.startswith(QUEUED))

@@ -329,3 +329,40 @@ def test_a_wait_asks_slurm_only_of_the_jobs_whose_runs_have_not_settled(tmp_path
     rows = wait(tmp_path, Backend(), poll_s=1, out=lambda line: None)
     assert asked == [["10", "11"], ["11"], ["11"]]
     assert [(r.run_id, r.slurm_state, r.status) for r in rows] == [("a", "COMPLETED", "ok"), ("b", "COMPLETED", "ok")]
+
+
+def test_a_wait_outlasts_a_poll_slurm_does_not_answer_and_gives_up_only_after_several(tmp_path, monkeypatch, capsys):
+    """One poll that squeue and scontrol did not answer (slurmctld restarting, failing over) ended `status --wait`
+    with an error, though the next poll would have been answered; it says so in one line and asks again at the next
+    poll, and gives up, saying so, only once Slurm has not answered several polls in a row over some minutes."""
+    from bench import cli
+    from bench.launch import slurm
+
+    contract.update_run_json(tmp_path / "a", status="running")
+    write_sweep(tmp_path, {"jobs": [{"name": "a", "job_id": "10", "runs": ["a"]}]})
+    answers = iter(["RUNNING", None, "COMPLETED"])  # None: slurmctld does not answer
+
+    class Backend:
+        def states(self, job_ids):
+            state = next(answers)
+            if state is None:
+                raise slurm.SlurmDidNotAnswer("squeue: 'Unable to contact slurm controller (connect failure)'")
+            if state == "COMPLETED":
+                contract.record_evidence(tmp_path / "a", contract.Evidence(source="trainer", kind="completed", rank=0))
+            return {j: JobState(j, state) for j in job_ids}
+
+    clock = iter(range(0, 100_000, 60))  # each look at the clock a minute later
+    monkeypatch.setattr(status.time, "time", lambda: float(next(clock)))
+    monkeypatch.setattr(status.time, "sleep", lambda s: None)
+    lines = []
+    rows = wait(tmp_path, Backend(), poll_s=10, out=lines.append)
+    assert [(r.run_id, r.status) for r in rows] == [("a", "ok")]
+    missed = [ln for ln in lines if "did not answer" in ln]
+    assert len(missed) == 1 and "asking again at the next poll" in missed[0], lines
+
+    answers = iter([None] * 1000)
+    monkeypatch.setattr(slurm, "SlurmCLI", Backend)
+    assert cli.main(["status", str(tmp_path), "--wait"]) == 1
+    out, err = capsys.readouterr()
+    assert out.count("did not answer") >= status.MISSED_POLLS_MAX - 1
+    assert err.startswith("error: stopped waiting: Slurm did not answer") and err.count("\n") == 1, err

@@ -76,15 +76,17 @@ class RunState:
 
 
 def _progress(run_dir: Path, manifest: dict) -> str:
-    """`at step N of M`: the last step line of a running run's metrics.jsonl (its tail only), else ''. A workload
-    given no --num_iterations that trains until its data ends (mid_train) learns the count only there: `at step N
-    (until data ends)`."""
+    """`at step N of M`: the steps done by the last step line of a running run's metrics.jsonl (its tail only) of
+    the steps it takes, else ''. A workload given no --num_iterations that trains until its data ends (mid_train)
+    learns the count only there: `at step N (until data ends)`."""
     steps, config = manifest.get("num_iterations"), manifest.get("config")
     flag = config.get("num_iterations") if isinstance(config, dict) else None
-    if type(steps) is int and steps > 0:
-        of = f" of {steps}"
-    elif getattr(workloads.by_run_workload(manifest.get("workload")), "until_data_ends", False) \
-            and type(flag) is int and flag <= 0:
+    workload = workloads.by_run_workload(manifest.get("workload"))
+    # steps done of the steps to take; a workload this release does not know is shown as its events number them
+    first, idle = (workload.first_step_event, workload.passes_without_step) if workload else (1, 0)
+    if type(steps) is int and steps > idle:
+        of = f" of {steps - idle}"
+    elif getattr(workload, "until_data_ends", False) and type(flag) is int and flag <= 0:
         of = " (until data ends)"
     else:
         of = ""
@@ -94,7 +96,7 @@ def _progress(run_dir: Path, manifest: dict) -> str:
         except ValueError:
             continue  # the first line of the tail is usually cut, the last may be half written
         if isinstance(event, dict) and event.get("event") == "step" and isinstance(event.get("step"), int):
-            return f"{AT_STEP}{event['step']}{of}"
+            return f"{AT_STEP}{event['step'] + 1 - first}{of}"
     return ""
 
 

@@ -139,6 +139,11 @@ class Workload:
     precision = "bf16"
     dtype_sets_precision = True  # its config's `dtype` is what its runs compute in (else a flag it only accepts)
     until_data_ends = False  # given no --num_iterations (<= 0) it trains an epoch of its data, a count known at its end
+    # What status's `at step N of M` reads: its step events number the optimizer steps from this (0 as its step line
+    # and upstream's; mid_train counts those done, from 1), and this many passes of run.json's num_iterations make
+    # no step (chat_sft's last only evaluates, as upstream's), so N and M count the steps done and to take
+    first_step_event = 0
+    passes_without_step = 0
     # The recipe of the image its runs need under a container runtime, where the runtimes' default images
     # (nanochat-bench's) cannot run it: submit and render then want an --image for each such runtime
     image_recipe: str | None = None

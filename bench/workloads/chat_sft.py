@@ -36,6 +36,7 @@ class ChatSFT(ChatStage):
                     ("examples/step", "target_examples_per_step", "{}"), ("steps", "num_iterations", "{}"))
     # tok/s counts the supervised tokens (upstream's num_tokens); MFU every position run, padding included
     step_tokens = "supervised"
+    passes_without_step = 1  # num_iterations - 1 updates: the last pass only evaluates
     headers = {"tok_per_sec": "supervised tok/s", "tok_per_sec_per_gpu": "supervised tok/s/{per}",
                "mfu": "MFU % (all positions)"}
 

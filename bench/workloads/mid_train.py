@@ -36,6 +36,7 @@ class MidTrain(ChatStage):
     sweep_defaults = {"num_iterations": SWEEP_NUM_ITERATIONS}
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
     until_data_ends = True
+    first_step_event = 1  # its step events count the steps done
     dtype_sets_precision = False  # upstream's --dtype, accepted: mid_train autocasts to bfloat16 whatever it says
 
     def check(self, argv: list[str], nproc: int) -> None:

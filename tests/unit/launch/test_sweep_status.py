@@ -366,3 +366,19 @@ def test_a_wait_outlasts_a_poll_slurm_does_not_answer_and_gives_up_only_after_se
     out, err = capsys.readouterr()
     assert out.count("did not answer") >= status.MISSED_POLLS_MAX - 1
     assert err.startswith("error: stopped waiting: Slurm did not answer") and err.count("\n") == 1, err
+
+
+def test_a_running_run_s_step_counts_the_steps_done_of_the_steps_it_takes_in_every_stage(tmp_path):
+    """base_train and chat_sft number their step events from 0, and chat_sft's last pass of num_iterations only
+    evaluates, while mid_train counts its steps done: at its last step status showed base_train `at step 19 of 20`,
+    chat_sft `at step 18 of 20` (19 updates) and mid_train `at step 19 of 19`, so only mid_train reached its end."""
+    shown = {}
+    for workload, last_event, num_iterations in (("nanochat-base", 19, 20), ("nanochat-sft", 18, 20),
+                                                 ("nanochat-mid", 19, 19)):
+        run = tmp_path / workload
+        contract.update_run_json(run, status="running", workload=workload, num_iterations=num_iterations)
+        events = [{"event": "step", "step": s} for s in range(last_event + 1)]
+        (run / contract.METRICS_JSONL).write_text("".join(json.dumps(e) + "\n" for e in events))
+        shown[workload] = _derive(run, JobState("3", "RUNNING"))[1]
+    assert shown == {"nanochat-base": "at step 20 of 20", "nanochat-sft": "at step 19 of 19",
+                     "nanochat-mid": "at step 19 of 19"}

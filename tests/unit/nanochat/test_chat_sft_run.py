@@ -188,3 +188,17 @@ def test_status_shows_a_running_mid_train_its_step_of_the_steps_it_takes(sft_bas
     assert shown == {"given": ("running", "at step 1 of 3"), "epoch": ("running", "at step 1 (until data ends)")}
     given = records["given"]  # 4 batches, the first the prefetch: 3 steps; collect's column keeps the flag
     assert given["num_iterations"] == 3 and horizon(given["config"], given) == 4
+
+
+def test_status_shows_a_running_chat_sft_its_updates_done_of_the_updates_it_makes(sft_base, tmp_path):
+    """chat_sft numbers its steps from 0 and its last pass of --num_iterations only evaluates, so `status` showed a
+    run given --num_iterations=4 (3 updates) `at step 2 of 4` at its last update, never reaching its end."""
+    from bench.launch.status import _derive
+
+    out = train(sft_base, tmp_path / "run", 1, "--num_iterations=4", "--eval_every=-1")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run = tmp_path / "run"
+    record = json.loads((run / "run.json").read_text())
+    # the run directory as status read it during its last update: running, no end recorded
+    (run / "run.json").write_text(json.dumps({**record, "status": "running", "message": None, "evidence": []}))
+    assert _derive(run, None) == ("running", "at step 3 of 3")

@@ -32,7 +32,7 @@ class MidTrain(ChatStage):
     parser = "bench.nanochat.mid_train:parse_args"
     deadline_flag = "--deadline="
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
-                    ("total_batch", "total_batch_size", "{:,}"), ("batches", "num_iterations", "{}"))
+                    ("total_batch", "total_batch_size", "{:,}"), ("steps", "steps", "{}"))
     sweep_defaults = {"num_iterations": SWEEP_NUM_ITERATIONS}
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
     until_data_ends = True
@@ -65,7 +65,9 @@ class MidTrain(ChatStage):
             model_estimate(point, config, steps * total, dbs, f"{steps} steps x {total:,} tokens")
         return PointPlan(train_argv=tuple(argv_of(flags)),
                          columns=(("device_batch_size", dbs), ("grad_accum", accum), ("total_batch_size", total),
-                                  ("num_iterations", config.num_iterations)),
+                                  # optimizer steps, as status counts them, not --num_iterations' batches
+                                  ("num_iterations", config.num_iterations),
+                                  ("steps", steps if steps > 0 else "epoch")),
                          manifest=(("grad_accum", accum),), note="; ".join(filter(None, [note, assumed])),
                          est_hours=est)
 

@@ -24,8 +24,18 @@ def test_weak_scaling_grows_the_total_with_the_ranks(tmp_path):
     assert two.train_argv == ("--device_batch_size=4", "--device_type=cpu", "--max_seq_len=64",
                               "--num_iterations=200", "--total_batch_size=1024")  # the sweep's short horizon
     text = format_table(s)
-    assert text.splitlines()[0].split()[4:8] == ["device_bs", "grad_accum", "total_batch", "batches"]
+    assert text.splitlines()[0].split()[4:8] == ["device_bs", "grad_accum", "total_batch", "steps"]
     assert "200 batches (199 steps)" in text
+
+
+def test_the_plan_counts_the_horizon_in_the_steps_status_counts(tmp_path):
+    """The plan's mid_train column read `batches` 200 (--num_iterations counts batches, the first the prefetch)
+    while `status` read the same run `at step 12 of 199`: two numbers for one horizon, in two units. Both count
+    optimizer steps; one epoch of the mixture, whose steps are known only at its end, reads so."""
+    [row] = format_table(sweep(tmp_path, [1])).splitlines()[1:2]
+    assert row.split()[4:8] == ["4", "1", "512", "199"]
+    [row] = format_table(sweep(tmp_path, [1], num_iterations=-1)).splitlines()[1:2]
+    assert row.split()[7] == "epoch"
 
 
 def test_strong_scaling_keeps_the_total_or_says_why_not(tmp_path):

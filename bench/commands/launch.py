@@ -236,6 +236,12 @@ def note_staged_data(args, stages: tuple[flowmod.Stage, ...], settings: tuple = 
         print(f"note: not staged under {base} (submit refuses the jobs until it is): {'; and '.join(missing)}")
 
 
+def note_short_time(notes) -> None:
+    """render prints no plan table, whose note column says where --time is under an estimate: one line each."""
+    for note in dict.fromkeys(filter(None, notes)):  # every runtime and repeat of the node count says the same
+        print(f"note: {note}")
+
+
 def note_unseen_base_dir(args, sweep: planmod.Sweep, stages: tuple[flowmod.Stage, ...]) -> None:
     """A --base-dir this host does not see is not judged shared (sharedfs.check_shared lets its multi-node points
     pass): say so where such a point has a stage reading a checkpoint, as the data check says what it skipped."""
@@ -563,6 +569,8 @@ def cmd_render_flow(args) -> int:
         check_staged_data(args, fs.stages, stage_settings(fs))
     note_planned_k(fs, opts, GUIDE_EXPORTS_K if args.kind == "interactive" else SBATCH_EXPORTS_K)
     note_unseen_base_dir(args, fs.first, fs.stages)
+    note_short_time(f"{stage.name}: {note}" for stage, sp in zip(fs.stages, fs.points()[0][1])
+                    if (note := sp.short_time_note("stage")))
     [fj] = flowmod.assemble(fs, opts, out_dir(args).absolute(), tokenizer)
     if args.kind == "interactive":
         shards = guide_shards(args, opts, fj.job, fs.first.shards_needed(), fs.first.data)
@@ -658,6 +666,7 @@ def cmd_render(args) -> int:
         check_staged_data(args, stages, stage_settings(sweep))
     note_planned_k(sweep, opts, GUIDE_EXPORTS_K if args.kind == "interactive" else SBATCH_EXPORTS_K)
     note_unseen_base_dir(args, sweep, stages)
+    note_short_time(p.short_time_note() for p in sweep.points() if p.possible)
     # one job, or a comparison the partition's time limit splits into parts (as submit --compare splits it)
     jobs = assemble(sweep, opts, out, compare=args.kind == "compare", naming=naming)
     texts = []

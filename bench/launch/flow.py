@@ -325,7 +325,10 @@ def format_table(fs: FlowSweep, partition: str | None = None) -> str:
     for (n, rt), group in itertools.groupby(fs.points(), key=lambda pp: (pp[0].nodes, pp[0].runtime)):
         group = list(group)
         point, stage_points = group[0]
-        for stage, sw, sp in zip(fs.stages, fs.sweeps, stage_points):
+        for i, (stage, sw, sp) in enumerate(zip(fs.stages, fs.sweeps, stage_points)):
+            short = sp.short_time_note("stage")
+            if short and i < len(fs.stages) - 1:  # a stage that does not end ok ends its point's flow
+                short += ", and the stages after it do not run"
             if not sp.possible:
                 rows.append((n, rt, len(group), point.ranks, stage.name, "-", "-", "-", "impossible: " + sp.reason))
                 continue
@@ -333,7 +336,7 @@ def format_table(fs: FlowSweep, partition: str | None = None) -> str:
                              for h, key, fmt in sw.workload_impl.PLAN_COLUMNS)
             est = "?" if sp.est_hours is None else f"{sp.est_hours:.2f}"
             rows.append((n, rt, len(group), point.ranks, stage.name, batch or "-", sp.time_limit, est,
-                         "; ".join(filter(None, [sp.note, planmod.memory_warning(sw, sp)]))))
+                         "; ".join(filter(None, [sp.note, planmod.memory_warning(sw, sp), short]))))
         possible = all(sp.possible for sp in stage_points)
         over = over_partition(limit, fs.job_minutes(stage_points)) if possible else ""
         too_long = too_long or bool(over)

@@ -191,6 +191,14 @@ class Point:
     def time_limit(self) -> str:
         return slurm_time(self.time_minutes)
 
+    def short_time_note(self, what: str = "run") -> str | None:
+        """Why a --time under the estimate matters (the default limit is the estimate with time to spare, so only
+        --time can be under it): the trainer's deadline comes before its last step, and the run ends as timeout."""
+        if self.est_hours is None or self.est_hours * 60 <= self.time_minutes:
+            return None
+        return (f"--time {self.time_limit} is under the {what}'s estimate of {math.ceil(self.est_hours * 60)} min: "
+                f"it ends as timeout before its last step")
+
 
 def unknown_train_keys(workload: str, e: UnknownFlags, train: dict, how: str = "--train-arg ") -> UnknownFlags:
     """Trainer flags a workload does not take, named as the sweep holds them (KEY=VALUE, from --train-arg or a named
@@ -385,7 +393,7 @@ def format_table(sweep: Sweep, partition: str | None = None) -> str:
         rows.append((n, rt, len(group), p.ranks, *figures, p.val_files_k or "-", p.time_limit,
                      "?" if p.node_hours is None else f"{nh:.2f}",
                      f"not submitted: {refusal}" if refusal else
-                     "; ".join(filter(None, [p.note, memory_warning(sweep, p)]))))
+                     "; ".join(filter(None, [p.note, memory_warning(sweep, p), p.short_time_note()]))))
     lines = tabulate(rows, headers=head, tablefmt="plain", disable_numparse=True).splitlines()
     legend = ["time: each run's limit", "est_node_h: estimated node-hours of all its repeats", *column_legend(head)]
     s, lines = sweep, lines + ["; ".join(legend), "", *sweep.workload_impl.describe(sweep)]

@@ -179,6 +179,17 @@ def test_render_writes_script_and_pending_run_json(kind, capsys, tmp_path):
     assert r.returncode == 0, r.stdout
 
 
+@pytest.mark.parametrize("flow", [[], ["--flow", "speedrun", "--stages", "base_train", "--no-data-check"]])
+def test_render_says_where_time_is_under_the_estimate(flow, capsys, tmp_path):
+    """render prints no plan table, so --time 00:01:00 for a run estimated at minutes was written without a word,
+    and the run ended as timeout before it trained."""
+    code, out, _ = run_cli(["render", "sbatch", "--nodes", "1", "--gpus-per-node", "4", "--row-groups", "2",
+                            "--shards", "9", "--time", "00:01:00", *flow, "--out", str(tmp_path / "r")], capsys)
+    assert code == 0
+    what = "base_train: --time 00:01:00 is under the stage's" if flow else "--time 00:01:00 is under the run's"
+    assert f"note: {what} estimate of " in out and "it ends as timeout before its last step" in out
+
+
 def test_status_of_a_directory_that_is_no_sweep(capsys, tmp_path):
     code, _, err = run_cli(["status", str(tmp_path)], capsys)
     assert code == 1 and "sweep.json" in err and "does not exist" in err

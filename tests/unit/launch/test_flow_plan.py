@@ -855,3 +855,13 @@ def test_a_stage_kept_from_a_run_json_whose_command_is_not_a_list_of_words_gets_
     (point / "base_train" / "run.json").write_text(json.dumps({"status": "ok", "launch": {"command": command}}))
     assert flow.run_local_flow(fs, 2, point, out=lines.append).statuses == {"base_train": "ok"}
     assert lines[-1].endswith("base_train ok in an earlier run of this flow, kept")
+
+
+def test_a_stage_time_limit_under_its_estimate_is_said_with_the_stages_it_stops():
+    """--time 00:05:00 for the speedrun gave every stage five minutes, chat_eval's estimated hour among them, and the
+    plan said nothing: a stage that ends as timeout ends its point's flow."""
+    fs = FlowSweep.build("speedrun", "base_train,base_loss", {}, [], nodes=[1], gpus_per_node=4, runtimes=["bare"],
+                         time="00:01:00")
+    text = flow.format_table(fs)
+    assert "--time 00:01:00 is under the stage's estimate of" in text
+    assert "it ends as timeout before its last step, and the stages after it do not run" in text

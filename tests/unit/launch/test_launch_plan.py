@@ -87,6 +87,17 @@ def test_time_limit_covers_the_estimate_with_margin():
     assert p.time_minutes >= p.est_hours * 60 * 1.25 and p.time_minutes % 5 == 0
 
 
+def test_a_time_limit_under_the_estimate_is_said_in_the_plan():
+    """--time 00:01:00 for a run estimated at minutes was shown like any limit, and the run ended as timeout before
+    its training started; the row's note says so. The default limit, the estimate with time to spare, says nothing."""
+    short = Sweep([1], 4, ["bare"], time="00:01:00")
+    minutes = -(-short.points()[0].est_hours * 60 // 1)
+    assert f"--time 00:01:00 is under the run's estimate of {minutes:.0f} min: it ends as timeout before its last " \
+           f"step" in format_table(short)
+    assert "under the run's estimate" not in format_table(Sweep([1], 4, ["bare"]))
+    assert "under the run's estimate" not in format_table(Sweep([1], 4, ["bare"], time="12:00:00"))
+
+
 def test_train_arg_pairs():
     assert parse_train_args(["warmdown_ratio=0.1", "--run=x"]) == {"warmdown_ratio": "0.1", "run": "x"}
     with pytest.raises(ConfigError, match="KEY=VALUE"):

@@ -15,9 +15,9 @@ from bench.errors import ConfigError
 from bench.launch import flow as flowmod
 from bench.launch import plan as planmod
 from bench.launch import render, slurm, status, submit
-from bench.launch.job import (MAX_NODE_CPUS, NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble, cpu_share,
-                              interactive_minutes, numa_binding, over_partition, refuse_over_node, shared_node_cpus,
-                              site_partition, write_job)
+from bench.launch.job import (MAX_NODE_CPUS, NUMA_BINDING, OFI_HOOK, LaunchOptions, Naming, assemble,
+                              check_directive, cpu_share, interactive_minutes, numa_binding, over_partition,
+                              refuse_over_node, shared_node_cpus, site_partition, write_job)
 from bench.pairs import parse_pairs
 from bench.runtimes import Mount, parse_names
 from bench.workloads.nanochat import SWEEP_NUM_ITERATIONS
@@ -384,6 +384,7 @@ def print_written(job, kind: str) -> None:
 # -- handlers --------------------------------------------------------------------------------------
 
 def cmd_plan(args) -> int:
+    check_directive("partition", args.partition)  # what submit refuses: a plan that took it would preview nothing
     sweep, first, stages = sweep_and_stages(args)
     if args.flow:  # what submit refuses: a plan that passed them would be no preview of it
         tokenizer_args(args)

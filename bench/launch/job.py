@@ -72,6 +72,15 @@ def run_env_problem(name: str, value: str) -> str | None:
     return None
 
 
+def check_directive(name: str, value: str | None) -> None:
+    """A value for `#SBATCH --NAME=`: sbatch would refuse every job of the sweep after it was written."""
+    if value == "":  # an unset shell variable, as in --partition "$PART": no character of it is at fault
+        raise ConfigError(f"--{name} '' is empty: give a value, or leave the flag out")
+    if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
+        raise ConfigError(f"--{name} {value!r} holds characters Slurm directives cannot take: use letters, "
+                          f"digits and {DIRECTIVE_CHARS} only")
+
+
 @dataclass
 class LaunchOptions:
     """How every job of a sweep is launched (the part of `submit` that is not the plan)."""
@@ -96,12 +105,7 @@ class LaunchOptions:
 
     def __post_init__(self):
         for name in ("partition", "account", "constraint"):
-            value = getattr(self, name)
-            if value == "":  # an unset shell variable, as in --partition "$PART": no character of it is at fault
-                raise ConfigError(f"--{name} '' is empty: give a value, or leave the flag out")
-            if value is not None and not _DIRECTIVE_VALUE.fullmatch(value):
-                raise ConfigError(f"--{name} {value!r} holds characters Slurm directives cannot take: use letters, "
-                                  f"digits and {DIRECTIVE_CHARS} only")
+            check_directive(name, getattr(self, name))
         if self.ofi_hook not in OFI_HOOK:
             raise ConfigError(f"--ofi-hook {self.ofi_hook!r}: valid values are {', '.join(OFI_HOOK)}")
         if self.numa_binding is not None and self.numa_binding not in NUMA_BINDING:

@@ -217,6 +217,17 @@ def test_a_name_beside_out_is_refused_not_dropped(command, tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("site", [[], ["--site", "alps"]])
+@pytest.mark.parametrize("partition, message", [
+    ("", "--partition '' is empty: give a value, or leave the flag out"),
+    ("my part", "--partition 'my part' holds characters Slurm directives cannot take")])
+def test_plan_refuses_a_partition_submit_refuses(site, partition, message, capsys):
+    """plan --partition "$PART" with PART unset printed the default partition's plan (alps: normal's), and without
+    --site a name with a space was planned, though submit and render refuse both."""
+    code, out, err = run_cli(["plan", *site, "--nodes", "2", "--partition", partition], capsys)
+    assert code == 1 and out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
 def test_an_unknown_partition_is_refused_before_the_plan_is_printed(capsys, tmp_path):
     code, out, err = run_cli(["submit", "--dry-run", "--site", "alps", "--partition", "nope", "--nodes", "2",
                               "--out", str(tmp_path / "s")], capsys)

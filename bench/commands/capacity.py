@@ -12,7 +12,7 @@ from bench.commands import nonempty
 from bench.errors import ConfigError
 
 DEFAULT_STRATEGIES = "zero2,fsdp,fsdp+ac,fsdp+ac+offload"
-_SIZE = re.compile(r"^\s*(\d+\.?\d*|\.\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)  # one number: not 1.5.5
+_SIZE = re.compile(r"^\s*(\d+\.?\d*|\.\d+)\s*(?:([kmgt])(ib|b)?|b)?\s*$", re.IGNORECASE)  # one number: not 1.5.5
 # Under ~256M a rank fails in its start-up, not in the model: pyarrow's import (~200M), gloo's threads, the token
 # files' mapping, all after the cap is set (bench/capacity/capped.py); the probe was recorded failed, not oom. The
 # smallest probe (d2-a32-b1, --seq 64, 1 and 2 ranks) reached its model from 256M; this floor keeps a margin.
@@ -22,11 +22,14 @@ WHY_MIN = ("under ~256M a rank fails in its start-up, importing pyarrow, startin
 
 
 def parse_size(text: str) -> int:
-    """`760M`, `2G`, `1.5GiB`, `123456` -> bytes (powers of 1024)."""
+    """`760M`, `2G`, `1.5GiB`, `123456` -> bytes: K, M, G, T and KiB ... TiB are powers of 1024, KB ... TB of 1000."""
     m = _SIZE.match(str(text))
     if not m:
-        raise ConfigError(f"--memory-limit {text!r}: give bytes or a size such as 760M, 2G, 1.5GiB")
-    size = int(float(m[1]) * 1024 ** " kmgt".index((m[2] or " ").lower()))
+        raise ConfigError(f"--memory-limit {text!r}: give bytes or a size such as 760M, 2G, 1.5GiB (K, M, G: powers "
+                          "of 1024, as KiB, MiB, GiB; KB, MB, GB: of 1000)")
+    # 2GB is 2e9 bytes, as a vendor's GB is; README's 875M and the floor's 320M are MiB, as Slurm's --mem 875M is
+    base = 1000 if (m[3] or "").lower() == "b" else 1024
+    size = int(float(m[1]) * base ** " kmgt".index((m[2] or " ").lower()))
     if size < 1:  # 0.1 bytes: named as given, not as the 0 it rounds to
         raise ConfigError(f"--memory-limit {text!r}: less than a byte; give a size such as 760M, 2G, 1.5GiB")
     if size < MIN_MEMORY_LIMIT_MIB << 20:
@@ -76,7 +79,7 @@ def register(subparsers) -> None:
     p.add_argument("--vocab-size", type=int, default=65536, help="vocabulary of the probes' tokenizer (default: 65536)")
     p.add_argument("--memory-limit", default=None,
                    help="CPU stand-in for a smaller machine: address space each rank may add after start-up "
-                        "(RLIMIT_AS), e.g. 760M")
+                        "(RLIMIT_AS), e.g. 760M (M, G: MiB, GiB; MB, GB: 10^6, 10^9 bytes)")
     p.add_argument("--device-type", default="", choices=["", "cuda", "cpu"], help="default: cuda if a GPU is visible")
     p.add_argument("--out", default="runs/capacity", type=nonempty("--out", "a directory"),
                    help="sweep directory; an existing one is resumed "

@@ -410,6 +410,23 @@ def test_a_memory_limit_that_is_no_number_is_refused_naming_the_flag():
         parse_size("0.1")
 
 
+def test_a_memory_limit_in_decimal_units_means_them_and_binary_ones_too():
+    """`--memory-limit 2GB` was read as 2 GiB (2,147,483,648 bytes), 7% over the 2e9 bytes asked: KB, MB, GB are
+    powers of 1000, KiB, MiB, GiB and README's bare K, M, G (875M) of 1024, and a unit of neither is refused."""
+    from bench.commands.capacity import parse_size
+
+    assert parse_size("2GB") == 2 * 10 ** 9 and parse_size("1.5 gb") == 15 * 10 ** 8
+    assert parse_size("875MB") == 875 * 10 ** 6 and parse_size("1000000KB") == 10 ** 9
+    assert parse_size("2G") == parse_size("2GiB") == 2 << 30 and parse_size("875M") == parse_size("875MiB") == 875 << 20
+    assert parse_size("400000000B") == 4 * 10 ** 8
+    with pytest.raises(ConfigError, match=r"^--memory-limit '320MB': 320,000,000 bytes, too little .*at least 320M"):
+        parse_size("320MB")
+    units = r"\(K, M, G: powers of 1024, as KiB, MiB, GiB; KB, MB, GB: of 1000\)$"
+    for text in ("2iB", "2e9", "GB"):
+        with pytest.raises(ConfigError, match=rf"^--memory-limit '{text}': give bytes or a size such as .* {units}"):
+            parse_size(text)
+
+
 def test_a_memory_limit_too_small_to_start_a_probe_is_refused_suggesting_a_unit(tmp_path, capsys):
     """A bare `--memory-limit 875` (bytes, its unit forgotten) was taken, and every probe then failed with "can't start
     new thread": a limit below what a probe needs to start is refused, naming the value and the unit it may lack."""

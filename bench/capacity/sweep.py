@@ -163,6 +163,27 @@ def visible_gpus() -> list[str] | None:
     return visible
 
 
+def gpu_count() -> tuple[int | None, str | None]:
+    """(the GPUs the ranks see, why nvidia-smi could not count them): nvidia-smi -L's GPUs of the node, no more than
+    CUDA_VISIBLE_DEVICES names (a job's share of a node); where nvidia-smi fails, hangs or is missing, the count
+    CUDA_VISIBLE_DEVICES names, else None."""
+    visible = visible_gpus()
+    if visible == []:
+        return 0, None
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+        # with no GPU it says so and exits nonzero (6): an answer, read below
+        failed = out.returncode and "No devices were found" not in out.stdout
+        why = f"failed (exit status {out.returncode})" if failed else None
+    except (OSError, subprocess.TimeoutExpired) as e:  # a GPU torch sees without nvidia-smi, or a wedged driver
+        why = f"did not answer in {SMI_TIMEOUT_S} s" if isinstance(e, subprocess.TimeoutExpired) else "could not run"
+    if why:
+        return (len(visible) if visible else None), why
+    # one line per GPU; "No devices were found" is none
+    listed = sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+    return (min(listed, len(visible)) if visible is not None else listed), None
+
+
 def _gpu_ids(nproc: int) -> str:
     """The GPUs of a probe's ranks as nvidia-smi's -i takes them: the first `nproc` of CUDA_VISIBLE_DEVICES
     (the ranks' cuda:0, cuda:1, ...), else 0..nproc-1; "" where it shows none."""
@@ -198,6 +219,11 @@ def machine(cfg: SweepConfig) -> dict:
     device_type = cfg.device_type or ("cuda" if gpu_bytes else "cpu")
     if device_type == "cuda" and not gpu_bytes:
         raise ConfigError("--device-type cuda but no GPU is visible (nvidia-smi, torch.cuda)")
+    # on cpu --gpus is the ranks per probe, processes the host's memory check bounds (bench/capacity/cpuhost.py)
+    if device_type == "cuda" and cfg.nproc > 1 and (count := gpu_count()[0]) and cfg.nproc > count:
+        # the ranks past the last GPU would find none of their own: every probe failed, each search stopped there
+        raise ConfigError(f"--gpus {cfg.nproc}: only {count} GPU(s) visible here (nvidia-smi -L, "
+                          f"CUDA_VISIBLE_DEVICES); give --gpus {count} or fewer")
     if device_type == "cuda" and cfg.memory_limit:  # the cap would bound the CUDA driver's address space too
         raise ConfigError(f"--memory-limit {cfg.memory_limit >> 20}M caps a CPU rank's address space (a CPU stand-in "
                           "for a smaller machine); on cuda it would bound the CUDA driver's address-space "

@@ -126,28 +126,15 @@ def cmd_capacity(args) -> int:
 
 
 def _gpus() -> int:
-    from bench.capacity.sweep import SMI_TIMEOUT_S, _gpu, visible_gpus
-
-    import subprocess
     import sys
 
-    visible = visible_gpus()  # nvidia-smi lists the node's GPUs; the ranks see these (a job's share of a node)
-    if visible == [] or _gpu()[0] is None:
+    from bench.capacity.sweep import _gpu, gpu_count, visible_gpus
+
+    if visible_gpus() == [] or _gpu()[0] is None:
         return 1
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
-        # with no GPU it says so and exits nonzero (6): an answer, read below
-        failed = out.returncode and "No devices were found" not in out.stdout
-        why = f"failed (exit status {out.returncode})" if failed else None
-    except (OSError, subprocess.TimeoutExpired) as e:  # a GPU torch sees without nvidia-smi, or a wedged driver
-        why = f"did not answer in {SMI_TIMEOUT_S} s" if isinstance(e, subprocess.TimeoutExpired) else "could not run"
+    count, why = gpu_count()
     if why:  # the ranks' own list is the best count left; without one, the least there is
-        counted = f"counted from CUDA_VISIBLE_DEVICES: probing with {len(visible)}" if visible else \
-            "not counted: probing with 1"
+        counted = f"counted from CUDA_VISIBLE_DEVICES: probing with {count}" if count else "not counted: probing with 1"
         print(f"note: nvidia-smi -L {why}, so the GPUs were {counted}; give --gpus N for another count",
               file=sys.stderr)
-        return len(visible) if visible else 1
-    # one line per GPU; "No devices were found" is none
-    listed = sum(line.startswith("GPU ") for line in out.stdout.splitlines())
-    count = max(1, listed)
-    return min(count, len(visible)) if visible is not None else count
+    return max(1, count or 0)

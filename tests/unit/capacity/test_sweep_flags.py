@@ -75,3 +75,39 @@ def test_a_report_of_an_out_that_is_a_file_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"error: --out {tmp_path / 'notes.txt'} is a file, not a directory; give the directory a " \
                   "capacity sweep wrote\n", err
+
+
+def _fake_smi(tmp_path, monkeypatch, gpus):
+    import os
+
+    smi = tmp_path / "nvidia-smi"
+    listing = "".join(f'echo "GPU {i}: NVIDIA H100"; ' for i in range(gpus))
+    smi.write_text(f'#!/bin/sh\ncase "$1" in -L) {listing};; *) echo "NVIDIA H100, 81559";; esac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(sweep, "_gpu", lambda: ("NVIDIA H100", 80 << 30))
+
+
+def test_more_gpus_than_visible_are_refused_naming_the_flag_and_the_count(tmp_path, monkeypatch):
+    """Regression: --gpus 8 on a node of 2 GPUs (or a job shown 2 of 8) was taken: every probe started 8 ranks, those
+    past the second found no GPU, and each strategy's search stopped at its first probe as `failed`. No GPU runs
+    here: a fake nvidia-smi stands in."""
+    _fake_smi(tmp_path, monkeypatch, 8)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    for device_type in ("cuda", ""):
+        cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], nproc=8, device_type=device_type)
+        with pytest.raises(ConfigError, match=r"^--gpus 8: only 2 GPU\(s\) visible here \(nvidia-smi -L, "
+                                              r"CUDA_VISIBLE_DEVICES\); give --gpus 2 or fewer$"):
+            sweep.machine(cfg)
+    assert sweep.machine(SweepConfig(out=tmp_path, strategies=["fsdp"], nproc=2))["nproc"] == 2
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert sweep.machine(SweepConfig(out=tmp_path, strategies=["fsdp"], nproc=8))["nproc"] == 8
+    with pytest.raises(ConfigError, match=r"^--gpus 9: only 8 GPU\(s\) visible"):
+        sweep.machine(SweepConfig(out=tmp_path, strategies=["fsdp"], nproc=9))
+
+
+def test_ranks_on_cpu_are_not_bounded_by_the_gpus_of_the_host(tmp_path, monkeypatch):
+    """--device-type cpu: --gpus is the ranks of a probe, processes on the host's cores, whatever GPUs it has."""
+    _fake_smi(tmp_path, monkeypatch, 1)
+    machine = sweep.machine(SweepConfig(out=tmp_path, strategies=["fsdp"], nproc=4, device_type="cpu"))
+    assert machine["device_type"] == "cpu" and machine["nproc"] == 4

@@ -2,7 +2,8 @@
 
 Per strategy, in the order given:
 1. points: the depths a user lists (a memory-vs-size curve), at device batch 1; cheap, and a strategy
-   that fails or hangs there (not out of memory) is not searched at that point's aspect ratio;
+   that fails or hangs there (not out of memory) is not searched at that point's aspect ratio, nor probed at
+   its larger points there;
 2. capacity: per aspect ratio, the search of search.py at device batch 1, started where the memory
    model (bench/nanochat/memory.py) puts the border.
 Then, for every model that trained at batch 1, the largest power-of-two batch the memory model
@@ -386,6 +387,11 @@ class Sweep:
             broken: dict[int, ProbeResult] = {}
             for ar in c.aspect_ratios:
                 for shape in shapes(c.depths, ar, c.vocab_size) if c.depths else []:
+                    if (first := broken.get(ar)) and not self.out_of_time:
+                        # a larger point of that width would crash or hang the same way, as its search would
+                        self.log(f"{strategy} {shape.name}-b1 not probed: {first.spec.name}, smaller, at this "
+                                 f"aspect ratio ended {first.outcome} ({first.message or 'no message'})")
+                        continue
                     r = None if self.out_of_time else self.probe(strategy, shape, 1)
                     if r and r.outcome in ("failed", "timeout"):
                         broken.setdefault(ar, r)

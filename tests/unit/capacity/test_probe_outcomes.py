@@ -846,6 +846,37 @@ def test_a_depths_point_that_fails_at_one_aspect_ratio_stops_that_aspect_ratios_
     assert rows[1].endswith("failed at d2-a128-b1")
 
 
+@pytest.mark.parametrize("outcome", ["failed", "timeout"])
+def test_depths_points_after_a_failure_at_their_aspect_ratio_are_not_probed(tmp_path, monkeypatch, outcome):
+    """Regression: --depths 2,4,6 --aspect-ratios 64,128 whose d2-a128 point crashed (or hung) still probed d4-a128
+    and d6-a128, each as likely to crash and a hang up to --time-per-point, though that width's search was already
+    not started for it; they are skipped for that reason, and said so, and a64's points are probed."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweep.cfg, "depths", [2, 4, 6])
+    monkeypatch.setattr(sweep.cfg, "aspect_ratios", [64, 128])
+    monkeypatch.setattr(sweep.cfg, "search", False)
+    monkeypatch.setattr(sweepmod.capdata, "prepare", lambda base_dir, vocab_size: base_dir)
+    ran = []
+
+    def run_probe(spec, *a, **k):
+        ran.append(spec.name)
+        if spec.aspect_ratio == 128:
+            return ProbeResult(spec, outcome, "rank 0 crashed")
+        return ProbeResult(spec, "ok" if spec.depth <= 2 else "oom", tok_per_sec=1.0 if spec.depth <= 2 else None)
+
+    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
+    sweep._passes()
+    assert ran == ["d2-b1", "d4-b1", "d6-b1", "d2-a128-b1"]
+    skips = [line for line in lines if "not probed" in line]
+    assert skips == [f"fsdp d{d}-a128-b1 not probed: d2-a128-b1, smaller, at this aspect ratio ended {outcome} "
+                     "(rank 0 crashed)" for d in (4, 6)]
+    [a128] = [s for s in sweep.write_summary()["searches"] if s["aspect_ratio"] == 128]
+    assert a128["stopped"]["shape"] == "d2-a128-b1" and a128["probes"] == 1
+
+
 def test_a_resumed_sweep_runs_a_failed_probe_again_keeping_the_failed_attempt(tmp_path, monkeypatch):
     """Regression: a probe that crashed (`failed`: a node's hiccup as likely as the model) was read back on every
     resume, so its strategy's search stayed stopped there until the sweep's directory was deleted by hand; a

@@ -219,6 +219,13 @@ def _per(cols: list, ranks: str) -> list:
     return [(ranks if h == "GPUs" else h, c, k) for h, c, k in cols]
 
 
+def _machine_text(m: dict) -> str:
+    # a CPU sweep on a host without /proc/meminfo records neither memory
+    device = f"{m['device_bytes'] / GIB:.1f} GiB per device" if m.get("device_bytes") else "memory not recorded"
+    host = f"{m['host_bytes'] / GIB:.0f} GiB" if m.get("host_bytes") else "not recorded"
+    return f"{m.get('gpu_name') or m['device_type']}, {device}, host {host}"
+
+
 def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os.PathLike) -> Path:
     """capacity.md and figures/ under out_dir; returns the Markdown file's path."""
     probes, searches, machines = load(sweep_dirs)
@@ -234,13 +241,17 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
                      ("memory", "Peak memory vs size", memory_figure(probes, machines, colors)),
                      ("speed", "Throughput and MFU vs size", speed_figure(probes, colors, ranks)))
             figures = [save(fig, fig_dir, f"capacity-{name}", title) for name, title, fig in drawn if fig is not None]
-    m = machines[0]
-    # a CPU sweep on a host without /proc/meminfo records neither memory
-    device = f"{m['device_bytes'] / GIB:.1f} GiB per device" if m.get("device_bytes") else "memory not recorded"
-    host = f"{m['host_bytes'] / GIB:.0f} GiB" if m.get("host_bytes") else "not recorded"
-    lines = ["# Capacity: the largest model each memory strategy trains", "",
-             f"Machine: {m.get('gpu_name') or m['device_type']}, {device}, host {host}. "
-             f"Sweeps: {', '.join(str(d) for d in sweep_dirs)}.", "",
+    sweeps_of: dict[str, list[str]] = {}  # each machine, with its sweeps: one H100's and one H200's are two
+    for d, m in zip(sweep_dirs, machines):
+        sweeps_of.setdefault(_machine_text(m), []).append(str(d))
+    if len(sweeps_of) == 1:
+        machine_line = f"Machine: {next(iter(sweeps_of))}. Sweeps: {', '.join(str(d) for d in sweep_dirs)}."
+    else:
+        machine_line = "Machines: " + "; ".join(f"{m} ({', '.join(ds)})" for m, ds in sweeps_of.items()) + "."
+    # two sweeps' rows of one strategy on as many GPUs would read alike: their GPU tells them apart, as seq does
+    search_cols = SEARCH_COLS if searches["gpu_name"].nunique() < 2 else \
+        SEARCH_COLS[:1] + [("machine", "gpu_name", "s")] + SEARCH_COLS[1:]
+    lines = ["# Capacity: the largest model each memory strategy trains", "", machine_line, "",
              "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
              "batch 1 (a search stopped or `not finished` gives a lower bound; one stopped by `GiB held by others` ran "
@@ -250,7 +261,7 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
              "Peak memory is torch's max_memory_allocated over the steps" + ("" if cuda else
                                                                              " (on a GPU: these CPU probes have none)")
              + "; host memory is how far the host's available memory fell during the probe.", "",
-             _md_table(searches, _per(SEARCH_COLS, ranks)) if not searches.empty else
+             _md_table(searches, _per(search_cols, ranks)) if not searches.empty else
              "No capacity search in these sweeps.", ""]
     for f in figures:
         lines += [f"![{f.title}](figures/{f.png.name})", ""]

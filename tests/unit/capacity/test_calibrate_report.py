@@ -91,6 +91,27 @@ def test_each_capacity_is_reported_with_the_sequence_length_it_was_found_at(tmp_
     assert re.search(r"\| *d60 *\| *[\d,]+ *\| *2,048 *\|", md) and re.search(r"\| *d62 *\| *[\d,]+ *\| *512 *\|", md)
 
 
+def test_sweeps_of_other_machines_reported_together_each_name_their_machine(tmp_path):
+    """Regression: an H100's sweep and an H200's reported together read 'Machine: NVIDIA H100, 80.0 GiB per device'
+    alone, the H200's capacity under the H100's name, and their rows told apart by nothing; each machine is named
+    with its sweeps, and the capacity table gains a machine column where they differ."""
+    h100 = summary()
+    h100["machine"] = {**MACHINE, "gpu_name": "NVIDIA H100", "device_bytes": 80 * GIB, "host_bytes": 1024 * GIB}
+    h100["searches"][0]["capacity"] = h100["searches"][0]["first_failure"]
+    for name, s in (("h100", h100), ("h200", summary()), ("h200-again", summary())):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    dirs = [tmp_path / d for d in ("h100", "h200", "h200-again")]
+    md = write_capacity_report(dirs, tmp_path / "report").read_text()
+    assert (f"Machines: NVIDIA H100, 80.0 GiB per device, host 1024 GiB ({dirs[0]}); NVIDIA H200, 140.0 GiB per "
+            f"device, host 125 GiB ({dirs[1]}, {dirs[2]}).") in md and "Machine:" not in md
+    assert re.search(r"\| *fsdp *\| *NVIDIA H100 *\| *1 *\| *d62 *\|", md)
+    assert re.search(r"\| *fsdp *\| *NVIDIA H200 *\| *1 *\| *d60 *\|", md)
+    md = write_capacity_report(dirs[1:], tmp_path / "report").read_text()
+    assert f"Machine: NVIDIA H200, 140.0 GiB per device, host 125 GiB. Sweeps: {dirs[1]}, {dirs[2]}." in md
+    assert "NVIDIA H200 |" not in md
+
+
 def test_only_probes_out_of_memory_are_drawn_as_out_of_memory(tmp_path):
     """Regression: the memory figure drew every probe that did not train (a timeout, a failure, a cancel) as an
     'x out of memory' at its predicted need, so a hang below the device's memory read as a model that did not fit

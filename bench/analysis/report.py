@@ -320,11 +320,13 @@ def weak_accumulation_note(runs: pd.DataFrame, unit: str, mode: str) -> str:
     curve): the note names them against the usual split ("" where there is none, or in strong scaling)."""
     if mode != "weak" or runs.empty:
         return ""
-    per_step = runs["device_batch_size"] * runs["max_seq_len"] * runs["world_size"]
-    accum = runs["total_batch_size"] / per_step
-    known = accum.notna() & (accum == accum.round()) & (accum > 0)
-    splits = pd.DataFrame({"world_size": runs["world_size"], "batch": runs["device_batch_size"], "accum": accum})[known]
-    splits = splits.astype(int).drop_duplicates()
+    rows = []
+    for world, batch, total, seq in zip(runs["world_size"], runs["device_batch_size"], runs["total_batch_size"],
+                                        runs["max_seq_len"]):
+        sequences = scaling.rank_step_sequences(total, seq, world)  # what batch_key keeps the point's curve by
+        if sequences and pd.notna(batch) and int(batch) > 0 and sequences % int(batch) == 0:
+            rows.append((int(world), int(batch), sequences // int(batch)))
+    splits = pd.DataFrame(rows, columns=["world_size", "batch", "accum"]).drop_duplicates()
     if splits.empty:
         return ""
     # the split of the most rank counts; at a tie the larger device batch, the one the plan lowers from

@@ -101,18 +101,24 @@ def nodes_text(nodes) -> str:
     return count(nodes, "nodes") if str(nodes).isdigit() else f"nodes {nodes}"
 
 
+def rank_step_sequences(total_batch_size, max_seq_len, world_size) -> int | None:
+    """The sequences each rank trains on per optimizer step (device batch x gradient accumulation), from the total
+    batch; None where a field is not recorded or the total is no whole number of sequences per rank."""
+    if _missing(total_batch_size) or _missing(max_seq_len) or _missing(world_size):
+        return None
+    per_rank, left = divmod(int(total_batch_size), int(world_size) * int(max_seq_len))
+    return per_rank if per_rank and not left else None
+
+
 def batch_key(scaling, total_batch_size, device_batch_size, max_seq_len, world_size=None) -> str | None:
     """The batch that stays fixed along a curve: per rank and optimizer step in weak scaling ('32x2048':
     sequences x sequence length), in total otherwise ('524288')."""
     if scaling == "weak":
         if _missing(device_batch_size) or _missing(max_seq_len):
             return None
-        sequences = int(device_batch_size)
-        if not (_missing(total_batch_size) or _missing(world_size)):
-            per_rank, left = divmod(int(total_batch_size), int(world_size) * int(max_seq_len))
-            # the plan may lower a weak point's device batch with accumulation making up the rest (a site's limit,
-            # the memory model): the rank's work per step is the same, so the point stays on its curve
-            sequences = per_rank if per_rank and not left else sequences
+        # the plan may lower a weak point's device batch with accumulation making up the rest (a site's limit,
+        # the memory model): the rank's work per step is the same, so the point stays on its curve
+        sequences = rank_step_sequences(total_batch_size, max_seq_len, world_size) or int(device_batch_size)
         return f"{sequences}x{int(max_seq_len)}"
     return None if _missing(total_batch_size) else str(int(total_batch_size))
 

@@ -17,6 +17,7 @@ returns a matplotlib Figure, or None when there is nothing to draw; `save` write
 a run's time (start-up phases, step split, pre-flight bandwidth) are in plots_why.py.
 """
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,9 +135,10 @@ def _human(v, _=None) -> str:
 
 class RoundLogLocator(Locator):
     """Ticks of a log axis at round numbers, 3 to 8 in view where a span allows (1-2-5 a decade; every decade where
-    that gives too many; 1-2-3-5, every digit or every half digit where too few; evenly spaced ones in a span under a
-    digit): a log2 axis's own ticks, powers of two, read '524.288k' or '1.04858M', and the tok/s of no point can be
-    read off them; 500k and 1M alone over 230k to 1M left the smallest points as far from a label as that."""
+    that gives too many, every n-th past eight decades; 1-2-3-5, every digit or every half digit where too few; evenly
+    spaced ones in a span under a digit): a log2 axis's own ticks, powers of two, read '524.288k' or '1.04858M', and
+    the tok/s of no point can be read off them; 500k and 1M alone over 230k to 1M left the smallest points as far
+    from a label as that."""
 
     def __call__(self):
         return self.tick_values(*self.axis.get_view_interval())
@@ -146,7 +148,10 @@ class RoundLogLocator(Locator):
         decades = range(int(np.floor(np.log10(vmin))), int(np.ceil(np.log10(vmax))) + 1)
         at = lambda subs: [s * 10.0 ** k for k in decades for s in subs if vmin <= s * 10.0 ** k <= vmax]  # noqa: E731
         if len(at((1, 2, 5))) > 8:
-            return at((1,))
+            # past eight decades every one crowds the axis: every n-th, on multiples of n so that they stay evenly apart
+            powers = [k for k in decades if vmin <= 10.0 ** k <= vmax]
+            step = next(n for n in itertools.count(1) if sum(k % n == 0 for k in powers) <= 8)
+            return [10.0 ** k for k in powers if k % step == 0]
         # where 1-2-3-5 gives under 3, nine digits cannot be in view, so every digit gives 8 at most, halves 5 at most
         for subs in ((1, 2, 5), (1, 2, 3, 5), range(1, 10), [h / 2 for h in range(2, 20)]):
             if len(ticks := at(subs)) >= 3:

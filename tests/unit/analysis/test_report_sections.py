@@ -311,6 +311,20 @@ def test_the_strong_throughput_axis_is_labelled_in_round_numbers(lo, hi, counts)
     assert all(re.fullmatch(r"\d{1,3}(\.\d)?[kMG]?", text) for text in shown), shown
 
 
+
+@pytest.mark.parametrize("lo, hi", [(1e-3, 1e6), (1.0, 1e8), (1e-10, 1e10), (3e-4, 2e9)])
+def test_a_log_axis_over_many_decades_keeps_to_eight_labels(lo, hi):
+    """Regression: a log axis spanning more than eight decades (tok/s from 1e-3 to 1e6) was labelled at every decade,
+    10 to 21 labels crowded into one another; it is labelled every n-th decade, evenly, eight labels at most."""
+    import numpy as np
+
+    from bench.analysis import plots
+
+    ticks = [t for t in plots.RoundLogLocator().tick_values(lo, hi) if lo <= t <= hi]
+    powers = np.log10(ticks)
+    assert 3 <= len(ticks) <= 8, ticks
+    assert np.allclose(powers, np.round(powers)) and len(set(np.round(np.diff(powers)))) == 1, ticks
+
 def test_a_report_that_cannot_be_written_in_full_keeps_the_older_one_whole(tmp_path, monkeypatch):
     """A disk that fills while the new report is written: report.md, report.html and figures/ stay the older
     report's (figures/ was replaced before the reports were written, leaving new figures beside old reports),

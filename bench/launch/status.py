@@ -93,7 +93,7 @@ def _progress(run_dir: Path, manifest: dict) -> str:
     for line in reversed(contract.log_tail(run_dir / contract.METRICS_JSONL, PROGRESS_TAIL_BYTES).splitlines()):
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested too deep for json's parser
             continue  # the first line of the tail is usually cut, the last may be half written
         if isinstance(event, dict) and event.get("event") == "step" and isinstance(event.get("step"), int):
             return f"{AT_STEP}{event['step'] + 1 - first}{of}"

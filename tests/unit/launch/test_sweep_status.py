@@ -382,3 +382,14 @@ def test_a_running_run_s_step_counts_the_steps_done_of_the_steps_it_takes_in_eve
         shown[workload] = _derive(run, JobState("3", "RUNNING"))[1]
     assert shown == {"nanochat-base": "at step 20 of 20", "nanochat-sft": "at step 19 of 19",
                      "nanochat-mid": "at step 19 of 19"}
+
+
+def test_a_running_runs_half_written_last_line_leaves_its_last_whole_step(tmp_path):
+    """status reads a running run's metrics.jsonl while the trainer appends to it: a last line cut mid-JSON is
+    skipped for the step before it, but one cut inside deep nesting ('[[[...' from a damaged or foreign writer) made
+    json's parser recurse too deep, and the whole command ended in a RecursionError traceback."""
+    contract.update_run_json(tmp_path, status="running", num_iterations=10)
+    whole = json.dumps({"event": "step", "step": 4}) + "\n"
+    for half in (json.dumps({"event": "step", "step": 5})[:-3], "[" * 50_000):
+        (tmp_path / contract.METRICS_JSONL).write_text(whole + half)
+        assert _derive(tmp_path, JobState("6", "RUNNING")) == ("running", f"{status.AT_STEP}4 of 10")

@@ -5,6 +5,7 @@ Decisions live here; bench/launch/render.py only turns them into text through th
 """
 
 import functools
+import itertools
 import os
 import re
 import shlex
@@ -616,23 +617,13 @@ def split_for_partition(limit, runs: list[Run]) -> list[list[Run]]:
     compares then ran on the same nodes; a round over the limit alone is split run by run."""
     if limit is None:
         return [runs]
-    rounds: list[list[Run]] = []
-    for r in runs:
-        if rounds and rounds[-1][0].manifest["repeat"] == r.manifest["repeat"]:
-            rounds[-1].append(r)
-        else:
-            rounds.append([r])
     parts: list[list[Run]] = [[]]
-    for whole in rounds:
-        if not over_partition(limit, job_minutes(whole)):
-            if parts[-1] and over_partition(limit, job_minutes(parts[-1] + whole)):
+    for _, whole in itertools.groupby(runs, key=lambda r: r.manifest["repeat"]):
+        whole = list(whole)
+        for piece in [whole] if not over_partition(limit, job_minutes(whole)) else [[r] for r in whole]:
+            if parts[-1] and over_partition(limit, job_minutes(parts[-1] + piece)):
                 parts.append([])
-            parts[-1].extend(whole)
-            continue
-        for r in whole:
-            if parts[-1] and over_partition(limit, job_minutes(parts[-1] + [r])):
-                parts.append([])
-            parts[-1].append(r)
+            parts[-1].extend(piece)
     for part in parts:
         check_partition(limit, part)
     return parts

@@ -161,8 +161,8 @@ def no_baseline_note(points: pd.DataFrame, baseline: str, unit: str,
     tried = failed[failed["runtime"] == baseline] if failed is not None else points.iloc[:0]
     said = []
     if never := [n for n in missing if n not in set(tried["world_size"])]:
-        at = scaling.count(never[0], unit) if len(never) == 1 else f"{', '.join(map(str, never))} {unit}"
-        said.append(f"No {baseline} run at {at}: no ratio there (--baseline names another runtime to compare with).")
+        said.append(f"No {baseline} run at {_counts(never, unit)}: no ratio there (--baseline names another runtime to "
+                    "compare with).")
     for n in [n for n in missing if n not in never]:
         ended = tried.loc[tried["world_size"] == n, "status"].value_counts().sort_index()
         said.append(f"{baseline} ran at {scaling.count(n, unit)}, but none of its runs there ended ok "
@@ -257,17 +257,19 @@ def _not_ok(ended: pd.DataFrame) -> str:
     return f"{len(ended)} not ok ({', '.join(f'{n} {status}' for status, n in by.items())})"
 
 
-def _nodes(counts: list) -> str:
-    """'1 node', '2 nodes', '1, 2 nodes', '2, unknown nodes': the node counts of scaling.recorded(runs, "nodes")."""
+def _counts(counts: list, unit: str) -> str:
+    """'1 node', '2 nodes', '1, 2 nodes', '2, unknown nodes', '8, 16 GPUs': counts in `unit` (given in the plural),
+    e.g. the node counts of scaling.recorded(runs, "nodes")."""
     one = len(counts) == 1 and counts != ["unknown"]
-    return scaling.count(counts[0], "nodes") if one else f"{', '.join(map(str, counts))} nodes"
+    return scaling.count(counts[0], unit) if one else f"{', '.join(map(str, counts))} {unit}"
 
 
 def unlike_nodes_note(runs: pd.DataFrame, baseline: str, unit: str) -> str | None:
     """Where a runtime's runs or the baseline's at one rank count ran on other node counts: no ratio is taken there
     (scaling.unlike_nodes), and the note says so (None where every such point agrees)."""
     said = _unlike(runs, baseline, scaling.unlike_nodes, lambda world, runtime, mine, theirs: (
-        f"{runtime} at {scaling.count(world, unit)} ran on {_nodes(mine)}, {baseline} on {_nodes(theirs)}"))
+        f"{runtime} at {scaling.count(world, unit)} ran on {_counts(mine, 'nodes')}, "
+        f"{baseline} on {_counts(theirs, 'nodes')}"))
     return (f"{'; '.join(said)}: no ratio there (within a node against across nodes, so a ratio would time the "
             "network between them, not the runtime).") if said else None
 
@@ -287,7 +289,7 @@ def _listed(what: str):
 def mixed_nodes_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count ran on different node counts: that point is left out of the table
     and figures (scaling.mixed_nodes), and the note says so ("" where there is none)."""
-    return _mixed_note(runs, unit, "nodes", lambda counts: f"ran on {_nodes(counts)}",
+    return _mixed_note(runs, unit, "nodes", lambda counts: f"ran on {_counts(counts, 'nodes')}",
                        "not repeats of one point (within a node and across nodes), so that point is left out of the "
                        "table and figures.")
 
@@ -334,9 +336,7 @@ def weak_accumulation_note(runs: pd.DataFrame, unit: str, mode: str) -> str:
     other = splits[[(b, a) != usual for b, a in zip(splits["batch"], splits["accum"])]]
     said = []
     for (batch, acc), g in sorted(other.groupby(["batch", "accum"]), key=lambda kv: kv[1]["world_size"].min()):
-        worlds = sorted(g["world_size"])
-        at = scaling.count(worlds[0], unit) if len(worlds) == 1 else f"{', '.join(map(str, worlds))} {unit}"
-        said.append(f"at {at} the device batch was {batch} x accumulation {acc}")
+        said.append(f"at {_counts(sorted(g['world_size']), unit)} the device batch was {batch} x accumulation {acc}")
     if not said:
         return ""
     why = ("smaller micro-batches can cost throughput, so part of an efficiency drop there may be that"

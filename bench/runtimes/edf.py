@@ -48,10 +48,12 @@ TORCH_ENV: dict[str, str] = {
     "MPICH_GPU_SUPPORT_ENABLED": "0",  # GPU-aware MPI next to NCCL can deadlock
 }
 
-# The benchmark's own variables (README, "Contracts"); ${SCRATCH} expands on the host.
+# The benchmark's own variables (README, "Contracts"); ${SCRATCH} expands on the host. NANOCHAT_VAL_FILES_K is
+# not among them: CE's [env] wins over the host's environment, so a K here would silently override the one a user
+# exports (the plan's for the ranks); unset, the trainer takes 1 and a rank left without a validation row group
+# stops at start-up naming the K to export. A run's own EDF gets the plan's K from the run's env.
 BENCH_ENV: dict[str, str] = {
     "NANOCHAT_BASE_DIR": "${SCRATCH}/nanochat-bench/cache",
-    "NANOCHAT_VAL_FILES_K": "1",
 }
 
 DEFAULT_ENV: dict[str, str] = {**BENCH_ENV, **TORCH_ENV}

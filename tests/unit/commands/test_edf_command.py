@@ -52,6 +52,16 @@ def test_flags_reach_the_file(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temp file
 
 
+def test_a_hand_use_edf_leaves_val_files_k_to_the_users_environment(tmp_path, monkeypatch):
+    """The EDF pinned NANOCHAT_VAL_FILES_K=1, and CE's [env] wins over the host's, so the K a user exported for
+    more ranks (the plan's) never reached the trainer; `--env` still sets one on purpose."""
+    out = tmp_path / "x.toml"
+    assert main(["edf", "--image", edf.SQSH_IMAGE, "-o", str(out)]) == 0
+    assert "NANOCHAT_VAL_FILES_K" not in tomllib.loads(out.read_text())["env"]
+    assert main(["edf", "--image", edf.SQSH_IMAGE, "--env", "NANOCHAT_VAL_FILES_K=4", "-o", str(out)]) == 0
+    assert tomllib.loads(out.read_text())["env"]["NANOCHAT_VAL_FILES_K"] == "4"
+
+
 def test_regenerate_rewrites_from_the_header(tmp_path):
     path = tmp_path / "a.toml"
     assert main(["edf", "--image", "img", "--no-default-env", "--no-ofi-hook", "-o", str(path)]) == 0

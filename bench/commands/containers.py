@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from bench.commands import nonempty
-from bench.errors import ConfigError, os_reason
+from bench.errors import ConfigError, RuntimeConfigError, os_reason
 from bench.pairs import parse_pairs
 from bench.runtimes import edf
 from bench.runtimes.base import looks_like_path
@@ -111,6 +111,11 @@ def render(args: argparse.Namespace) -> str:
         raise ConfigError(f"--image {args.image!r} is not an absolute path: CE reads an image not starting with "
                           f"'/' or './' as a registry reference; give the SquashFS file's absolute path or one "
                           f"from a ${{VAR}} (e.g. {edf.SQSH_IMAGE})")
+    for mount in args.mount:  # here, so the error names the flag rather than the EDF's mounts
+        try:
+            edf.check_mount(mount, "--mount")
+        except RuntimeConfigError as e:
+            raise ConfigError(str(e)) from None
     mounts = ([] if args.no_default_mounts else list(edf.DEFAULT_MOUNTS)) + args.mount
     env = {} if args.no_default_env else dict(edf.DEFAULT_ENV)
     env.update(parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"))

@@ -148,17 +148,24 @@ def line_breaker(text: str) -> str | None:
     return None if ch is None else f"U+{ord(ch):04X}"
 
 
-def check_mount(mount: str) -> str:
-    """A mount must be `SRC:DST[:FLAGS]`; SRC absolute, `./relative` or `${VAR}...`; DST absolute or `${VAR}...`."""
+def check_mount(mount: str, what: str = "EDF mount") -> str:
+    """A mount must be `SRC:DST[:FLAGS]`; SRC absolute, `./relative` or `${VAR}...`; DST absolute or `${VAR}...`.
+    `what` names the value in the error (`--mount` for a flag's)."""
     _check_text("mount", mount)
     parts = mount.split(":")
-    ok = len(parts) in (2, 3) and parts[0].startswith(("/", "./", "$")) and parts[1].startswith(("/", "$"))
-    if ok and len(parts) == 3:
-        ok = all(re.fullmatch(r"[a-z]+", flag) for flag in parts[2].split("+"))
-    if not ok:
-        raise RuntimeConfigError(
-            f"EDF mount {mount!r} is not SRC:DST[:FLAGS] (SRC absolute, ./relative or ${{VAR}}; "
-            "DST absolute; flags joined by +, e.g. /scratch/me:/scratch/me:ro or ./img.sqsh:/data:sqsh)")
+    problem = None
+    if len(parts) not in (2, 3):
+        problem = f"has {len(parts)} ':'-separated part(s)"
+    elif not parts[0].startswith(("/", "./", "$")):
+        problem = f"has the relative SRC {parts[0]!r}" if parts[0] else "has no SRC"
+    elif not parts[1].startswith(("/", "$")):
+        problem = f"has the relative DST {parts[1]!r}" if parts[1] else "has no DST"
+    elif len(parts) == 3 and not all(re.fullmatch(r"[a-z]+", flag) for flag in parts[2].split("+")):
+        problem = f"has the flags {parts[2]!r}, not lowercase words"
+    if problem:
+        raise RuntimeConfigError(f"{what} {mount!r} {problem}; a mount is SRC:DST[:FLAGS] with SRC absolute, "
+                                 "./relative or from a ${VAR}, DST absolute or from a ${VAR}, flags joined by + "
+                                 "(e.g. /scratch/me:/scratch/me:ro or ./img.sqsh:/data:sqsh)")
     return mount
 
 

@@ -99,9 +99,9 @@ def test_header_lines_become_comments():
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
-    (dict(mounts=["scratch:/scratch"]), "'scratch:/scratch' is not SRC:DST"),
-    (dict(mounts=["/a"]), "'/a' is not SRC:DST"),
-    (dict(mounts=["/a:relative"]), "is not SRC:DST"),
+    (dict(mounts=["scratch:/scratch"]), "EDF mount 'scratch:/scratch' has the relative SRC 'scratch'; a mount is"),
+    (dict(mounts=["/a"]), "'/a' has 1 ':'-separated part(s); a mount is SRC:DST"),
+    (dict(mounts=["/a:relative"]), "has the relative DST 'relative'"),
     (dict(mounts=["/a:/b:RO"]), "flags joined by +"),
     (dict(mounts="/a:/b"), "list of SRC:DST strings"),
     (dict(env={"1BAD": "x"}), "'1BAD' is not a valid environment variable name"),

@@ -1,10 +1,14 @@
 """`nanochat-bench data download --chat`: stage every dataset the later stages read, for compute nodes without
 internet. Hub datasets come through huggingface_hub (a mirror with --url or HF_ENDPOINT; a transfer cut off
-mid-file is taken up again by the client from the last whole chunk it wrote, as tests/unit/nanochat/
+mid-file is taken up again by the next try from the last whole chunk the client wrote, as tests/unit/nanochat/
 test_chat_hub.py shows against a local stand-in of the hub); the identity conversations and the word list
 through the shard downloader's resuming fetch. Each file is checked after it lands; a staged file that passes
 is not fetched again. A refusal from the server (an HTTP 4xx: no such dataset or file there) is not retried."""
 
+import contextlib
+import functools
+import inspect
+import logging
 import os
 from pathlib import Path
 
@@ -124,8 +128,40 @@ def _hub_file(s: chatdata.HubSplit, name: str, url: str, timeout_s: float) -> No
     # etag_timeout: each of our tries waited a minute on a silent hub
     if hasattr(file_download, "_ETAG_RETRY_TIMEOUT"):
         file_download._ETAG_RETRY_TIMEOUT = timeout_s
-    hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url,
-                    etag_timeout=timeout_s)
+    with _one_request_a_try(file_download):
+        hf_hub_download(s.repo, name, repo_type="dataset", local_dir=chatdata.chat_dir() / s.repo, endpoint=url,
+                        etag_timeout=timeout_s)
+
+
+@contextlib.contextmanager
+def _one_request_a_try(file_download):
+    """huggingface_hub's own retries of a request that got no answer taken off for one hf_hub_download: it asked a
+    file's metadata again up to 5 more times (with waits of 23 s) and its body 5 more times, each for --timeout,
+    so with the defaults one of our tries of a silent hub took 4 minutes and --retries 5 of them 20. Our retries
+    remain (--retries, BACKOFF_S), and each resumes what has landed as the library's own did."""
+    patched = {}
+    get_metadata = getattr(file_download, "_get_metadata_or_catch_error", None)
+    if get_metadata is not None and "retry_on_errors" in inspect.signature(get_metadata).parameters:
+        patched["_get_metadata_or_catch_error"] = functools.partial(_without_retries, get_metadata)
+    http_get = getattr(file_download, "http_get", None)
+    if http_get is not None and "_nb_retries" in inspect.signature(http_get).parameters:
+        patched["http_get"] = functools.partial(http_get, _nb_retries=0)
+    originals = {attr: getattr(file_download, attr) for attr in patched}
+    for attr, value in patched.items():
+        setattr(file_download, attr, value)
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its lines on a timed-out request: our one-line error says it
+    try:
+        yield
+    finally:
+        hub_log.setLevel(level)
+        for attr, value in originals.items():
+            setattr(file_download, attr, value)
+
+
+def _without_retries(get_metadata, *args, **kwargs):
+    return get_metadata(*args, **{**kwargs, "retry_on_errors": False})
 
 
 def _sources() -> dict:

@@ -108,6 +108,13 @@ def no_answer(e: BaseException) -> str | None:
         return str(e)
     if isinstance(e, requests.ReadTimeout):
         return "the server took the connection but sent nothing within the read timeout"
+    # huggingface_hub >= 1.0 requests through httpx (httpx2 from 2.x), and wraps a metadata request's timeout in
+    # LocalEntryNotFoundError ("... cannot find the requested files in the local cache"), which says nothing of it
+    for mod in filter(None, map(sys.modules.get, ("httpx", "httpx2"))):
+        if any(isinstance(c, mod.ConnectTimeout) for c in _causes(e)):
+            return "no connection within the connect timeout"
+        if any(isinstance(c, mod.TimeoutException) for c in _causes(e)):
+            return "the server took the connection but sent nothing within the read timeout"
     if not isinstance(e, requests.ConnectionError):
         return None
     if isinstance(e, requests.exceptions.ProxyError):

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from fnmatch import fnmatch
 
 import numpy as np
@@ -234,10 +235,30 @@ def test_the_hubs_own_retry_of_the_metadata_request_waits_no_longer_than_timeout
     its own (60 s in 1.x and 2.x, whatever etag_timeout said): with --timeout 1 a silent hub held each try a minute."""
     repo, name = "openai/gsm8k", "main/train-00000-of-00001.parquet"
     local_hub.stall_once(name, 5, repo=repo, head=True, times=2)
-    out = download(local_hub, tmp_path / "base", "--timeout", "1", "--retries", "1")
+    out = download(local_hub, tmp_path / "base", "--timeout", "1", "--retries", "2")
     assert out.returncode == 0, out.stderr
     path = f"/datasets/{repo}/resolve/main/{name}"
     assert [p for m, p, _ in local_hub.requests if m == "HEAD" and p == path] == [path] * 3  # not waited out
+
+
+@pytest.mark.parametrize("head", [False, True], ids=["body", "metadata"])
+def test_a_hub_gone_silent_for_good_fails_in_one_line_after_retries_tries_of_timeout(local_hub, tmp_path, head):
+    """huggingface_hub retried a request that got no answer on its own, within each of our tries: a file's metadata
+    5 more times (waiting 23 s besides), its body 5 more times, each for --timeout, and printed lines of its own;
+    with the defaults (5 tries of 30 s) a hub that went quiet after the listing held the command 20 minutes."""
+    repo, name = "openai/gsm8k", "main/train-00000-of-00001.parquet"
+    local_hub.stall_once(name, 30, repo=repo, head=head, times=100)
+    t0 = time.monotonic()
+    out = download(local_hub, tmp_path / "base", "--timeout", "1", "--retries", "2")
+    took = time.monotonic() - t0
+    error = one_line_error(out)
+    assert error.startswith(f"error: {local_hub.url}/datasets/{repo} {name}: 2 attempt(s) failed, the last: the "
+                            "server took the connection but sent nothing within the read timeout; check the network")
+    method, path = ("HEAD", f"/datasets/{repo}/resolve/main/{name}") if head else \
+        ("GET", f"/cdn/{hub.sha256(local_hub.repos[repo][name])}")
+    asked = [p for m, p, _ in local_hub.requests if m == method and p == path]
+    assert asked == [path] * (4 if head else 2)  # metadata: once, and once more by the library, a try
+    assert took < 30
 
 
 def test_timeout_reaches_the_file_download_of_a_huggingface_hub_before_0_25(monkeypatch, tmp_path):

@@ -29,7 +29,9 @@ FROM_SLURM = {"CANCELLED": "stopped", "PREEMPTED": "stopped", "TIMEOUT": "time_l
 STOPPED = {"stopped", "cancelled"}
 # no_data too: data staged after the failure (a flow's eval bundle, its chat data) is a reason to run it again
 PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
-PROGRESS_EVERY_S = 300.0  # --wait repeats an unchanged line this often, with the running runs' steps
+# --wait repeats an unchanged line this often, with the running runs' steps, and recalls a Slurm that still does not
+# answer (a note at every poll was hundreds of lines at --poll 1 before it gave up)
+PROGRESS_EVERY_S = 300.0
 MIN_POLL_S = 1.0  # --wait's shortest --poll: each poll queries slurmctld, which every user of the machine shares
 # --wait outlasts a slurmctld that restarts or fails over (SlurmctldTimeout, 120 s by default): it gives up only after
 # this many polls in a row that Slurm did not answer, over at least this many seconds since its last answer
@@ -236,12 +238,13 @@ def never_start(rows: list[RunState]) -> list[RunState]:
 def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None = None,
          out: Callable[[str], None] = print) -> list[RunState]:
     """Poll until every run has a final status, or every other one's job can never start (never_start), or the
-    timeout passes; return the last states. A poll Slurm does not answer is said and asked again at the next; after
-    MISSED_POLLS_MAX such polls in a row over SILENCE_MAX_S, or past the timeout, SlurmDidNotAnswer."""
+    timeout passes; return the last states. Polls Slurm does not answer are asked again at the next: the outage is
+    said when it starts, every PROGRESS_EVERY_S while it lasts and when it ends; after MISSED_POLLS_MAX such polls in a
+    row over SILENCE_MAX_S, or past the timeout, SlurmDidNotAnswer."""
     deadline = None if timeout_s is None else time.time() + timeout_s
     last, printed = "", 0.0
     known: dict[str, JobState] = {}
-    missed, answered = 0, time.time()
+    missed, answered, said = 0, time.time(), 0.0
     while True:
         try:
             # a sweep of hundreds of ended runs and one running asks slurmctld, which every user shares, of that one
@@ -254,10 +257,18 @@ def wait(sweep_dir: Path, backend, poll_s: float = 10.0, timeout_s: float | None
                     f"stopped waiting: Slurm did not answer {missed} poll(s) in a row over {now - answered:.0f} s"
                     f"{' (--timeout passed)' if timed_out else ''}: {why}; run nanochat-bench status {sweep_dir} "
                     f"--wait again once slurmctld answers") from None
-            out(f"[{time.strftime('%H:%M:%S')}] Slurm did not answer ({why}); asking again at the next poll, in "
-                f"{poll_s:g} s")
+            if missed == 1:
+                out(f"[{time.strftime('%H:%M:%S')}] Slurm did not answer ({why}); asking again every {poll_s:g} s")
+                said = now
+            elif now - said >= PROGRESS_EVERY_S:
+                out(f"[{time.strftime('%H:%M:%S')}] Slurm has not answered for {now - answered:.0f} s ({missed} polls "
+                    f"in a row): {why}")
+                said = now
             time.sleep(poll_s)
             continue
+        if missed:
+            out(f"[{time.strftime('%H:%M:%S')}] Slurm answers again, after {time.time() - answered:.0f} s and "
+                f"{missed} unanswered poll(s)")
         missed, answered = 0, time.time()
         known = settled_jobs(rows, states)
         summary = format_status(rows).splitlines()[-1]

@@ -29,6 +29,8 @@ FROM_SLURM = {"CANCELLED": "stopped", "PREEMPTED": "stopped", "TIMEOUT": "time_l
 STOPPED = {"stopped", "cancelled"}
 # no_data too: data staged after the failure (a flow's eval bundle, its chat data) is a reason to run it again
 PROGRESS_TAIL_BYTES = 64 * 1024  # of metrics.jsonl, read for a running run's last step
+# a tail holding no whole step line (a last event longer than it) is read again four times as long, up to this
+PROGRESS_SCAN_BYTES = 4 * 1024 * 1024
 # --wait repeats an unchanged line this often, with the running runs' steps, and recalls a Slurm that still does not
 # answer (a note at every poll was hundreds of lines at --poll 1 before it gave up)
 PROGRESS_EVERY_S = 300.0
@@ -78,9 +80,9 @@ class RunState:
 
 
 def _progress(run_dir: Path, manifest: dict) -> str:
-    """`at step N of M`: the steps done by the last step line of a running run's metrics.jsonl (its tail only) of
-    the steps it takes, else ''. A workload given no --num_iterations that trains until its data ends (mid_train)
-    learns the count only there: `at step N (until data ends)`."""
+    """`at step N of M`: the steps done by the last step line of a running run's metrics.jsonl (its tail, up to
+    PROGRESS_SCAN_BYTES) of the steps it takes, else ''. A workload given no --num_iterations that trains until its
+    data ends (mid_train) learns the count only there: `at step N (until data ends)`."""
     steps, config = manifest.get("num_iterations"), manifest.get("config")
     flag = config.get("num_iterations") if isinstance(config, dict) else None
     workload = workloads.by_run_workload(manifest.get("workload"))
@@ -92,14 +94,22 @@ def _progress(run_dir: Path, manifest: dict) -> str:
         of = " (until data ends)"
     else:
         of = ""
-    for line in reversed(contract.log_tail(run_dir / contract.METRICS_JSONL, PROGRESS_TAIL_BYTES).splitlines()):
+    path, size = run_dir / contract.METRICS_JSONL, PROGRESS_TAIL_BYTES
+    while True:
+        for line in reversed(contract.log_tail(path, size).splitlines()):
+            try:
+                event = json.loads(line)
+            except (ValueError, RecursionError):  # RecursionError: a line nested too deep for json's parser
+                continue  # the first line of the tail is usually cut, the last may be half written
+            if isinstance(event, dict) and event.get("event") == "step" and isinstance(event.get("step"), int):
+                return f"{AT_STEP}{event['step'] + 1 - first}{of}"
         try:
-            event = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: a line nested too deep for json's parser
-            continue  # the first line of the tail is usually cut, the last may be half written
-        if isinstance(event, dict) and event.get("event") == "step" and isinstance(event.get("step"), int):
-            return f"{AT_STEP}{event['step'] + 1 - first}{of}"
-    return ""
+            whole = path.stat().st_size <= size
+        except OSError:
+            whole = True
+        if whole or size >= PROGRESS_SCAN_BYTES:
+            return ""
+        size *= 4
 
 
 def _read(run_dir: Path) -> tuple[dict, str]:

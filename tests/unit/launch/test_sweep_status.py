@@ -429,3 +429,13 @@ def test_a_slurm_outage_is_said_once_with_a_reminder_every_few_minutes_not_at_ev
                                                        r"row over 600 s"):
         wait(tmp_path, Backend(), poll_s=1, out=lines.append)
     assert len(lines) == 2 and "has not answered for 300 s" in lines[1], lines
+
+
+def test_a_running_runs_last_line_longer_than_the_tail_read_leaves_its_last_whole_step(tmp_path):
+    """status read the last PROGRESS_TAIL_BYTES of a running run's metrics.jsonl: a last line longer than that (an
+    event with a long message) left no whole step line in the tail, and the row's progress was blank."""
+    contract.update_run_json(tmp_path, status="running", num_iterations=10)
+    steps = "".join(json.dumps({"event": "step", "step": s}) + "\n" for s in range(5))
+    long = json.dumps({"event": "error", "rank": 0, "message": "x" * (3 * status.PROGRESS_TAIL_BYTES)}) + "\n"
+    (tmp_path / contract.METRICS_JSONL).write_text(steps + long)
+    assert _derive(tmp_path, JobState("6", "RUNNING")) == ("running", f"{status.AT_STEP}4 of 10")

@@ -33,7 +33,7 @@ class ChatSFT(ChatStage):
     deadline_flag = "--deadline="
     weak_scaled = ("target_examples_per_step", "device batch x ranks")
     PLAN_COLUMNS = (("device_bs", "device_batch_size", "{}"), ("grad_accum", "grad_accum", "{}"),
-                    ("examples/step", "target_examples_per_step", "{}"), ("steps", "num_iterations", "{}"))
+                    ("examples/step", "target_examples_per_step", "{}"), ("steps", "steps", "{}"))
     # tok/s counts the supervised tokens (upstream's num_tokens); MFU every position run, padding included
     step_tokens = "supervised"
     passes_without_step = 1  # num_iterations - 1 updates: the last pass only evaluates
@@ -72,7 +72,9 @@ class ChatSFT(ChatStage):
         flags = {**settings.train, "device_batch_size": dbs, "target_examples_per_step": target}
         return PointPlan(train_argv=tuple(argv_of(flags)),
                          columns=(("device_batch_size", dbs), ("grad_accum", accum),
-                                  ("target_examples_per_step", target), ("num_iterations", steps)),
+                                  ("target_examples_per_step", target), ("num_iterations", steps),
+                                  # the updates it makes, as its estimate and status count them
+                                  ("steps", steps - self.passes_without_step)),
                          manifest=(("grad_accum", accum),), note="; ".join(filter(None, [note, assumed])),
                          est_hours=est)
 

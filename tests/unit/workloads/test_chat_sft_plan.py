@@ -69,3 +69,19 @@ def test_two_nodes_render_the_sft_module_with_the_planned_batch(tmp_path):
     assert "--deadline=" in text  # a batch job stops SFT before its time limit
     assert job.runs[0].manifest["workload"] == "nanochat-sft"
     assert job.runs[0].manifest["config"]["target_examples_per_step"] == 32
+
+
+def test_the_steps_column_counts_the_updates_the_run_makes_as_status_does():
+    """The plan's steps column showed num_iterations (701 at 2 ranks), while the run makes num_iterations - 1
+    updates, its last pass only evaluating: its estimate's note and status said 700."""
+    from bench.launch import flow
+
+    sweep = Sweep([2], 4, ["bare"], workload="chat_sft", site=SHARED)
+    head, row = (line.split() for line in format_table(sweep).splitlines()[:2])
+    assert sweep.points()[0].plan.column("num_iterations") == 701 and row[head.index("steps")] == "700"
+    fs = flow.FlowSweep.build("speedrun", "base_train,chat_sft", {}, [], nodes=[1], gpus_per_node=8,
+                              runtimes=["bare"])
+    assert "examples/step=32 steps=700 " in flow.format_table(fs) and "est: 700 updates x 32" in flow.format_table(fs)
+    given = Sweep([1], 4, ["bare"], workload="chat_sft", site=SHARED, train={"num_iterations": 4}).points()[0]
+    assert given.plan.column("steps") == 3 == given.plan.column("num_iterations") - workloads.get("chat_sft") \
+        .passes_without_step

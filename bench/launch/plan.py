@@ -158,6 +158,7 @@ class Point:
     scaling: str
     plan: PointPlan = PointPlan()
     time_minutes: int = DEFAULT_RUN_MINUTES
+    deadline: bool = False  # its trainer takes the batch script's deadline, its margin before time_minutes
 
     possible = property(lambda self: self.plan.possible)
     reason = property(lambda self: self.plan.reason)  # why the point cannot run
@@ -193,11 +194,19 @@ class Point:
 
     def short_time_note(self, what: str = "run") -> str | None:
         """Why a --time under the estimate matters (the default limit is the estimate with time to spare, so only
-        --time can be under it): the trainer's deadline comes before its last step, and the run ends as timeout."""
-        if self.est_hours is None or self.est_hours * 60 <= self.time_minutes:
+        --time can be under it): the trainer's deadline comes before its last step, and the run ends as timeout.
+        A trainer that takes the deadline stops its margin before the limit, so a limit just above is short too."""
+        from bench.launch.job import deadline_margin_s  # job.py imports this module
+
+        margin = deadline_margin_s(self.time_minutes) if self.deadline else 0
+        if self.est_hours is None or self.est_hours * 3600 <= self.time_minutes * 60 - margin:
             return None
-        return (f"--time {self.time_limit} is under the {what}'s estimate of {math.ceil(self.est_hours * 60)} min: "
-                f"it ends as timeout before its last step")
+        estimate = f"the {what}'s estimate of {math.ceil(self.est_hours * 60)} min"
+        if self.est_hours * 60 <= self.time_minutes:
+            return (f"--time {self.time_limit} gives the trainer {(self.time_minutes * 60 - margin) / 60:.1f} min, "
+                    f"under {estimate}: it stops {margin} s before the limit to save its checkpoint, and ends as "
+                    f"timeout before its last step")
+        return f"--time {self.time_limit} is under {estimate}: it ends as timeout before its last step"
 
 
 def unknown_train_keys(workload: str, e: UnknownFlags, train: dict, how: str = "--train-arg ") -> UnknownFlags:
@@ -302,7 +311,7 @@ class Sweep:
         """Every point, resolved once: the workload plans each node count once, repeats and runtimes share it."""
         plans = {n: self._plan(self.context(n)) for n in self.nodes}
         return tuple(Point(n, runtime, r, n * self.gpus_per_node, self.scaling, plans[n],
-                           self.run_minutes(plans[n].est_hours))
+                           self.run_minutes(plans[n].est_hours), bool(self.workload_impl.deadline_flag))
                      for n, runtime, r in itertools.product(self.nodes, self.runtimes, range(1, self.repeats + 1)))
 
     def _plan(self, point: PointContext) -> PointPlan:

@@ -865,3 +865,13 @@ def test_a_stage_time_limit_under_its_estimate_is_said_with_the_stages_it_stops(
     text = flow.format_table(fs)
     assert "--time 00:01:00 is under the stage's estimate of" in text
     assert "it ends as timeout before its last step, and the stages after it do not run" in text
+
+
+def test_a_stage_without_a_deadline_has_its_whole_time_limit_for_its_estimate():
+    """base_loss takes no --deadline: Slurm's limit, not a trainer's margin before it, is what its estimate must fit,
+    while base_train stops its margin before the limit to save a checkpoint."""
+    fs = FlowSweep.build("speedrun", "base_train,base_loss", {}, [], nodes=[1], gpus_per_node=2, runtimes=["bare"],
+                         time="00:06:00")
+    train, loss = fs.points()[0][1]
+    assert 6 * 60 - 36 < loss.est_hours * 3600 <= 6 * 60 and loss.short_time_note("stage") is None
+    assert train.short_time_note("stage").startswith("--time 00:06:00 is under the stage's estimate of ")

@@ -98,6 +98,20 @@ def test_a_time_limit_under_the_estimate_is_said_in_the_plan():
     assert "under the run's estimate" not in format_table(Sweep([1], 4, ["bare"], time="12:00:00"))
 
 
+def test_a_time_limit_whose_deadline_margin_leaves_less_than_the_estimate_is_said_in_the_plan():
+    """The trainer stops its deadline margin before the limit to save a checkpoint: --time 00:28:00 for a run
+    estimated at 27 minutes got no note, yet the trainer had 25.2 of them and the run ended as timeout."""
+    sweep = Sweep([1], 4, ["bare"], train={"num_iterations": 2000}, time="00:28:00")
+    p = sweep.points()[0]
+    assert 26 < p.est_hours * 60 <= 27
+    assert p.short_time_note() == ("--time 00:28:00 gives the trainer 25.2 min, under the run's estimate of 27 min: "
+                                   "it stops 168 s before the limit to save its checkpoint, and ends as timeout "
+                                   "before its last step")
+    assert "--time 00:28:00 gives the trainer 25.2 min" in format_table(sweep)
+    assert Sweep([1], 4, ["bare"], train={"num_iterations": 2000}, time="00:30:00").points()[0].short_time_note() \
+        is None
+
+
 def test_train_arg_pairs():
     assert parse_train_args(["warmdown_ratio=0.1", "--run=x"]) == {"warmdown_ratio": "0.1", "run": "x"}
     with pytest.raises(ConfigError, match="KEY=VALUE"):

@@ -199,12 +199,13 @@ def resolve(config: NNTileConfig, shape: dict) -> NNTileConfig:
     return config
 
 
-def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
+def workers(restrict: str, env: dict | None = None, gpus: int | None = None) -> tuple[int, int]:
     """(ncpu, ncuda) for init_context. An explicit ncpu overrides STARPU_NCPU in torch-nntile, so the
     variables are read here: STARPU_NCPU, else every core this process may use; STARPU_NCUDA, else all
     (-1); --restrict=cpu asks for no CUDA worker. ConfigError for a count that is no integer or negative, for no
-    worker at all, or for no CPU worker without --restrict=cuda (StarPU would only fail to start, with a
-    traceback)."""
+    worker at all, for no CPU worker without --restrict=cuda (StarPU would only fail to start, with a
+    traceback), or for --restrict=cuda with no CUDA worker: none asked for, or `gpus` (the GPUs this process
+    sees; None where not known, as on a login node) 0."""
     env = os.environ if env is None else env
     counts = {}
     for name, unset in (("STARPU_NCPU", len(os.sched_getaffinity(0))), ("STARPU_NCUDA", -1)):
@@ -222,6 +223,10 @@ def workers(restrict: str, env: dict | None = None) -> tuple[int, int]:
     if ncpu == 0 and restrict != "cuda":  # without a GPU StarPU fails to start, and a task may want a CPU worker
         raise ConfigError("STARPU_NCPU=0 without --restrict=cuda: StarPU may have no worker for a task (none at all "
                           "without a GPU); give STARPU_NCPU at least 1, or run on GPUs only with --restrict=cuda")
+    if restrict == "cuda" and (ncuda == 0 or gpus == 0):  # StarPU starts, then its first task fails with ENODEV
+        why = "STARPU_NCUDA=0" if ncuda == 0 else "no GPU visible here"
+        raise ConfigError(f"--restrict=cuda with {why}: StarPU would have no worker for any task; leave --restrict "
+                          "out (or give --restrict=cpu) to train on the CPU workers, or run where a GPU is")
     return ncpu, ncuda
 
 

@@ -135,7 +135,8 @@ def train(argv: list[str], record: RunRecord) -> dict:
 
     # ----------------------------------------------------------------------------------------------
     # StarPU
-    ncpu, ncuda = workers(config.restrict)
+    # counted only for --restrict=cuda: device_count is 0 without a GPU, where StarPU would fail at the first task
+    ncpu, ncuda = workers(config.restrict, gpus=torch.cuda.device_count() if config.restrict == "cuda" else None)
     torch_nntile.init_context(ncpu=ncpu, ncuda=ncuda, cpu_fallback=False)
     if config.restrict == "cuda":
         torch_nntile.restrict_cuda()

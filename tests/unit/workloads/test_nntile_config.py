@@ -221,6 +221,18 @@ def test_no_cpu_worker_needs_restrict_cuda():
         nconfig.workers("", {"STARPU_NCPU": "0"})
 
 
+def test_restrict_cuda_without_a_cuda_worker_is_refused_before_starpu_starts():
+    """--restrict=cuda on a machine without a GPU (or with STARPU_NCUDA=0) passed the check, StarPU started with
+    CPU workers only, and the first step ended the run in 'RuntimeError: Error in copy task submission' (ENODEV)."""
+    with pytest.raises(ConfigError, match=r"^--restrict=cuda with STARPU_NCUDA=0: StarPU would have no worker for "
+                                          r"any task; leave --restrict out"):
+        nconfig.workers("cuda", {"STARPU_NCPU": "2", "STARPU_NCUDA": "0"})
+    with pytest.raises(ConfigError, match=r"^--restrict=cuda with no GPU visible here: StarPU would have no worker"):
+        nconfig.workers("cuda", {"STARPU_NCPU": "2"}, gpus=0)
+    assert nconfig.workers("cuda", {"STARPU_NCPU": "2"}, gpus=1) == (2, -1)
+    assert nconfig.workers("", {"STARPU_NCPU": "2"}, gpus=0) == (2, -1)  # StarPU runs on the CPU workers
+
+
 def test_the_workload_check_refuses_a_bad_worker_count_before_the_run(cfg, tmp_path, monkeypatch):
     from bench.workloads.nntile import WORKLOAD
 

@@ -297,7 +297,9 @@ def parse_args(argv: list[str]) -> tuple[NNTileConfig, dict]:
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
         names, flags = [f.name for f in fields(NNTileConfig)], [token.split("=", 1)[0] for token in unknown]
-        hints = [f"{token!r}{close_hint(flag, [_flag(n) for n in names])}" for token, flag in zip(unknown, flags)]
+        # compared without the '--' every flag shares, which made any name look close to any other
+        known = [_flag(n)[2:] for n in names]
+        hints = [f"{token!r}{close_hint(flag.lstrip('-'), known, '--')}" for token, flag in zip(unknown, flags)]
         raise UnknownFlags(f"nntile: unknown argument(s): {'; '.join(hints)}; see --help for the valid flags",
                            [flag.lstrip("-").replace("-", "_") for flag in flags], names)
     config = NNTileConfig(**vars(args))

@@ -74,6 +74,15 @@ def test_bad_sizes_and_flags_fail_with_the_flag_named(cfg, flags, named):
         parse(cfg, "--batch=8", *flags)
 
 
+@pytest.mark.parametrize("flag", ["--bogus=1", "--foo", "--xyz=2"])
+def test_an_unknown_flag_is_not_matched_to_an_unrelated_one(cfg, flag):
+    """'--bogus=1' was answered '(did you mean --nepochs?)': the names were compared with their leading '--',
+    which every flag shares, so an unrelated flag passed as close; nanochat's flags compare without it."""
+    with pytest.raises(ConfigError, match=r"unknown argument") as e:
+        parse(cfg, flag)
+    assert "did you mean" not in str(e.value)
+
+
 def test_a_zero_learning_rate_is_kept_for_timing_runs(cfg):
     assert parse(cfg, "--lr=0", "--nbackward=2")[0].lr == 0.0
 

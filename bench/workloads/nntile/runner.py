@@ -126,10 +126,14 @@ def train(argv: list[str], record: RunRecord) -> dict:
 
         import torch_nntile
         from torch_nntile.training import SGD, Adam, AdamW, cross_entropy
-    except ImportError as e:  # a --python or NANOCHAT_BENCH_NNTILE_PYTHON that is not the NNTile environment
+    except ModuleNotFoundError as e:  # a --python or NANOCHAT_BENCH_NNTILE_PYTHON that is not the NNTile environment
         raise ConfigError(f"{sys.executable} cannot import {e.name or e}: the nntile workload needs the NNTile "
                           "environment (bench/workloads/nntile/env.sh builds it); pass its interpreter as --python "
                           "or NANOCHAT_BENCH_NNTILE_PYTHON") from None
+    except ImportError as e:  # found but not loadable: a library missing on the node, or one a memory cap cannot map
+        raise ConfigError(f"{sys.executable} cannot load torch_nntile (or the torch it links): {e}; check the "
+                          "node's CUDA libraries and memory limit (ulimit -v), or rebuild the environment with "
+                          "bench/workloads/nntile/env.sh") from None
 
     from bench.workloads.nntile import model as nmodel
 

@@ -90,6 +90,26 @@ def test_an_interpreter_without_torch_nntile_fails_in_one_line(cfg_and_data, tmp
     assert run["status"] == "failed" and "cannot import torch" in run["message"]
 
 
+def test_an_nntile_environment_that_fails_to_load_says_why(cfg_and_data, tmp_path):
+    """torch-nntile found but not loadable (a shared library that does not map under a memory cap, or one missing
+    on the node) was reported as '... cannot import _C: the nntile workload needs the NNTile environment', as if
+    the interpreter were the wrong one; the line keeps the loader's reason."""
+    fake = tmp_path / "site" / "torch_nntile"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('libcublasLt.so.12: failed to map segment from shared "
+                                      "object', name='_C')\n")
+    code = ("import runpy, sys; "
+            f"sys.argv = [{str(nntile.RUNNER)!r}, *sys.argv[1:]]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    env = dict(os.environ, NANOCHAT_BENCH_RUN_DIR=str(tmp_path / "run"), PYTHONPATH=str(tmp_path / "site"))
+    out = subprocess.run([sys.executable, "-c", code, *cfg_and_data], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr + out.stdout, out.stderr
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "failed"
+    assert "torch_nntile" in run["message"] and "libcublasLt.so.12: failed to map segment" in run["message"]
+    assert "pass its interpreter" not in run["message"]
+
+
 def test_nntile_is_one_process():
     with pytest.raises(ConfigError, match="--nproc=2"):
         workloads.get("nntile").check([], 2)

@@ -311,6 +311,8 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
         import torch
     except ImportError:  # an interpreter without torch (the wrong one given for NNTile): still one line
         torch = None
+    # NNTile's runner passes none: it has no --device_batch_size to name
+    at = "" if device_batch_size is None else f" at --device_batch_size={device_batch_size}"
 
     if torch is not None and isinstance(exc, torch.OutOfMemoryError):
         hint = ""
@@ -319,13 +321,12 @@ def classify_failure(exc: BaseException, device_batch_size: int | None = None) -
                     f"--total_batch_size the same)")
         # torch's advice on the allocator dropped: whole sentences kept, the hint after the last full stop
         first = first_line(exc, "out of memory").split(" If reserved but unallocated")[0].rstrip(" .")
-        return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: {first}{hint}")
+        return Failure("oom", f"out of memory{at}: {first}{hint}")
     # outside torch's CUDA caching allocator; ENOMEM as well (numpy's memmap of the token files under an
     # address-space cap), but not EAGAIN, which a thread limit raises too
     if isinstance(exc, MemoryError) or ALLOC_FAILED.search(str(exc)) or \
             (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
-        return Failure("oom", f"out of memory at --device_batch_size={device_batch_size}: "
-                              f"{first_line(exc, 'out of memory')}")
+        return Failure("oom", f"out of memory{at}: {first_line(exc, 'out of memory')}")
     if isinstance(exc, KeyboardInterrupt):
         return Failure("cancelled", "interrupted")
     # the project's own errors, their message as it is: the first class that matches decides

@@ -53,6 +53,17 @@ def test_enomem_outside_torch_is_oom_but_eagain_is_not():
     assert classify_failure(RuntimeError("Resource temporarily unavailable"), 1).status == "failed"
 
 
+def test_an_oom_without_a_device_batch_size_names_none():
+    """NNTile's runner has no --device_batch_size, and its out-of-memory runs read 'out of memory at
+    --device_batch_size=None: ... DefaultCPUAllocator: can't allocate memory', a flag it does not take."""
+    try:
+        torch.empty(2 ** 62, dtype=torch.uint8)
+    except RuntimeError as e:
+        cpu = classify_failure(e)
+    assert cpu.kind == "oom" and cpu.message.startswith("out of memory: ") and "device_batch_size" not in cpu.message
+    assert classify_failure(MemoryError()).message == "out of memory: out of memory"
+
+
 def test_other_statuses():
     assert classify_failure(DataError("no shards in /x")).status == "no_data"
     assert classify_failure(ConfigError("bad flag")) == ("error", "bad flag", False)

@@ -9,7 +9,7 @@
   netgate.py       the network gate: a multi-node run on the wrong network stops as wrong_network
   pairs.py         `NAME=VALUE` items of a repeatable flag (`--env`, `--image`, `--train-arg`) as one dict
   paths.py         NANOCHAT_BASE_DIR, else ~/.cache/nanochat
-  processes.py     processes by their parent ids (/proc): a launcher's workers, a rank's launcher
+  processes.py     processes by their parent ids (/proc): a launcher's workers, a rank's launcher; OOM kills (cgroup)
   provenance.py    software versions, GPU, git revision, Slurm job, image, network env
   analysis/        run directories -> table -> scaling maths -> figures -> report
   capacity/        the largest model a node trains, per memory strategy

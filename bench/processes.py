@@ -1,8 +1,10 @@
 """Processes by their parent ids, from Linux /proc (none elsewhere): who started whom, for the launchers that
-must find the workers torchrun starts in sessions of their own, and the ranks that must find their launcher."""
+must find the workers torchrun starts in sessions of their own, and the ranks that must find their launcher.
+And the kernel's out-of-memory kills counted in this process's cgroup: a process it kills gets SIGKILL, as from
+kill -9, and cannot say why itself."""
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 
 def parent_of(pid: int) -> int | None:
@@ -42,3 +44,38 @@ def ancestors_of(pid: int) -> set[int]:
         found.add(pid)
         pid = parent_of(pid)
     return found
+
+
+def oom_kills(root: str | os.PathLike = "/") -> int | None:
+    """The kernel's out-of-memory kills counted in this process's cgroup and in its ancestors that are readable
+    (cgroup v2 memory.events, `oom_kill`), summed: a kill is counted where the victim was and above, and an
+    ancestor counts a victim in a sibling cgroup too (the workers put elsewhere). None where no memory.events is
+    readable (cgroup v1, a container without it): the kills cannot be told from another SIGKILL there.
+    `root`: the file system's root, under which proc/self/cgroup and sys/fs/cgroup are read."""
+    root = Path(root)
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    own = next((line[3:] for line in lines if line.startswith("0::")), None)  # v2's line: `0::<path>`
+    if own is None:
+        return None
+    group = PurePosixPath("/", own.split(" (deleted)")[0]).relative_to("/")
+    counts = []
+    for cgroup in (group, *group.parents):
+        if ".." in cgroup.parts:  # above a cgroup namespace's root: not under this mount
+            continue
+        try:
+            events = (root / "sys/fs/cgroup" / cgroup / "memory.events").read_text().splitlines()
+        except OSError:
+            continue
+        counts += [int(v) for k, v in (line.split() for line in events if len(line.split()) == 2)
+                   if k == "oom_kill" and v.isdigit()]
+    return sum(counts) if counts else None
+
+
+def oom_killed_since(before: int | None, root: str | os.PathLike = "/") -> bool | None:
+    """Whether the kernel's out-of-memory killer ended a process here since `oom_kills` said `before`; None where
+    it cannot tell (no count then or now)."""
+    now = oom_kills(root)
+    return None if before is None or now is None else now > before

@@ -5,7 +5,8 @@ torchrun ends a failed run by raising ChildFailedError (a worker died) or Signal
 got SIGTERM/SIGINT/SIGHUP), and Python prints them as tracebacks into the job's output. Here either
 becomes one line naming the cause, and what torchrun saw is recorded as evidence (bench/contract/outcome.py
 settles the status): of the workers torchrun did not stop itself (SIGTERM, SIGKILL after the shutdown wait),
-the one that failed first, killed by a signal (kill -9, the kernel's OOM killer: it cannot say so itself) before
+the one that failed first, killed by a signal (kill -9, the kernel's OOM killer: it cannot say so itself, but a
+cgroup v2's count of OOM kills that grew since torchrun started says it for it: `oom`) before
 one that exited with an error, and among those the rank that recorded its own failure first in run.json, an
 error before a lost peer or a SIGTERM as in the precedence table (torchrun's exit times are whole seconds: a tie
 goes to rank 0), so the ranks torchrun then stops, or that lost their peer, do not leave the echo as the run's
@@ -43,7 +44,7 @@ from bench.launch import numabind
 from bench.nanochat import numanode
 from bench.nanochat.heartbeat import ended_peer, waited_for
 from bench.nanochat.runrecord import say
-from bench.processes import children_of
+from bench.processes import children_of, oom_kills, oom_killed_since
 
 SHUTDOWN_TIMEOUT_S = 10
 # The workers torchrun signalled to stop once one had failed (SIGTERM, SIGKILL after the shutdown wait): torchrun
@@ -176,12 +177,16 @@ def _evidence(run_dir: str | None) -> list[dict]:
         return []
 
 
-def record_root_cause(run_dir: str, rank: int, failure, cause: str) -> None:
+def record_root_cause(run_dir: str, rank: int, failure, cause: str, oom_kills_before: int | None = None) -> None:
     """What torchrun saw of the worker that failed first, as evidence (rank_killed, rank_exited, or hung: see the
-    module docstring). Whether that is the run's cause or a rank's own reason stays (an OOM, a data error) is
+    module docstring; oom: a SIGKILL while the cgroup's count of out-of-memory kills, `oom_kills_before` as the
+    workers started, grew). Whether that is the run's cause or a rank's own reason stays (an OOM, a data error) is
     settled by the contract."""
     killed = failure.exitcode is not None and failure.exitcode < 0
     kind, message = ("rank_killed" if killed else "rank_exited"), cause
+    if failure.exitcode == -signal.SIGKILL and oom_killed_since(oom_kills_before):
+        kind = "oom"
+        message = f"the kernel's out-of-memory killer ended rank {rank} on {socket.gethostname()} (host memory)"
     aborted = failure.exitcode == -signal.SIGABRT and not ended_peer(run_dir, rank)  # a peer that ended did not stop
     culprit = waited_for(run_dir) if aborted else None
     if culprit and culprit[1]:  # one rank stopped: the others' collective timed out waiting for it
@@ -216,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     bound_shutdown()
     quiet_echoes()
     run_dir = os.environ.get(contract.ENV_RUN_DIR)
+    oom_kills_before = oom_kills()
     try:
         torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
         if warning:
@@ -226,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         rank, failure = first_failure(e, run_dir)
         cause = describe(rank, failure)
         if run_dir:  # recorded before anything is printed: the terminal may be gone (the launcher killed)
-            record_root_cause(run_dir, rank, failure, cause)
+            record_root_cause(run_dir, rank, failure, cause, oom_kills_before)
         say(f"torchrun: {cause} (first of {len(failed(e))} failed worker(s))")
         return 1
     except SignalException as e:

@@ -11,10 +11,11 @@ import sys
 import textwrap
 import time
 
+import pytest
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ErrorHandler, ProcessFailure
 
-from bench import contract
+from bench import contract, processes
 from bench.launch import elastic
 from bench.launch.elastic import SHUTDOWN_TIMEOUT_S, describe, first_failure, record_root_cause, record_signal
 from bench.nanochat.heartbeat import STOPPED_AFTER_S
@@ -130,6 +131,37 @@ def test_a_rank_the_oom_killer_killed_is_the_cause_before_the_peer_that_lost_it(
     e = ChildFailedError("train", {0: failure(0, -signal.SIGKILL, 100), 1: failure(1, 1, 100)})
     assert closing(e, tmp_path) == (0, f"rank 0 on {HOST} died: killed by SIGKILL")
     assert contract.read_run_json(tmp_path)["message"] == f"rank 0 on {HOST} died: killed by SIGKILL"
+
+
+@pytest.mark.parametrize("killed_by_oom", [True, False])
+def test_a_sigkill_while_the_cgroup_counted_an_oom_kill_is_oom_and_another_stays_failed(tmp_path, monkeypatch,
+                                                                                       killed_by_oom):
+    """Outside Slurm a rank the kernel's OOM killer ended was `failed` (rank_killed): nothing there said OOM the way
+    Slurm's OUT_OF_MEMORY does; cgroup v2's memory.events counts the kill."""
+    root, run_dir = tmp_path / "fs", tmp_path / "run"
+    events = root / "sys/fs/cgroup/user.slice/memory.events"
+    events.parent.mkdir(parents=True)
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text("0::/user.slice\n")
+    events.write_text("oom 0\noom_kill 0\n")
+    monkeypatch.setattr(elastic, "oom_kills", lambda: processes.oom_kills(root))
+    monkeypatch.setattr(elastic, "oom_killed_since", lambda before: processes.oom_killed_since(before, root))
+
+    def workers_fail(argv):
+        if killed_by_oom:
+            events.write_text("oom 1\noom_kill 1\n")
+        raise ChildFailedError("train", {0: failure(0, -signal.SIGKILL, 100), 1: failure(1, 1, 100)})
+    monkeypatch.setattr(elastic, "torchrun_main", workers_fail)
+    monkeypatch.setattr(elastic, "bound_shutdown", lambda: None)  # torch is left as it is in this process
+    monkeypatch.setattr(elastic, "stop_leftovers", lambda: None)
+    monkeypatch.setenv(contract.ENV_RUN_DIR, str(run_dir))
+    assert elastic.main(["--standalone", "train.py"]) == 1
+    data = contract.read_run_json(run_dir)
+    if killed_by_oom:
+        assert data["status"] == "oom" and data["evidence"][-1]["signal"] == "SIGKILL"
+        assert data["message"] == f"the kernel's out-of-memory killer ended rank 0 on {HOST} (host memory)"
+    else:
+        assert (data["status"], data["message"]) == ("failed", f"rank 0 on {HOST} died: killed by SIGKILL")
 
 
 def test_the_echo_gives_way_but_a_rank_s_own_reason_stays(tmp_path):

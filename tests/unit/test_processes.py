@@ -1,0 +1,51 @@
+"""The kernel's out-of-memory kills counted in this process's cgroup (bench/processes.py), read from a cgroup tree
+written under tmp_path as the kernel shows it.
+
+    python -m pytest tests/unit/test_processes.py -q
+"""
+
+import pytest
+
+from bench.processes import oom_kills, oom_killed_since
+
+EVENTS = "low 0\nhigh 0\nmax 3\noom 1\noom_kill {}\noom_group_kill 0\n"
+
+
+def tree(root, own="/user.slice/user-1000.slice/session-3.scope", counts=None, proc="0::{}\n"):
+    """/proc/self/cgroup naming `own`, and memory.events with `oom_kill` counts by cgroup (`None`: not readable)."""
+    (root / "proc/self").mkdir(parents=True, exist_ok=True)
+    (root / "proc/self/cgroup").write_text(proc.format(own))
+    for cgroup, count in (counts or {}).items():
+        (root / "sys/fs/cgroup" / cgroup).mkdir(parents=True, exist_ok=True)
+        (root / "sys/fs/cgroup" / cgroup / "memory.events").write_text(EVENTS.format(count))
+    return root
+
+
+def test_a_kill_counted_in_the_process_s_cgroup_or_an_ancestor_with_the_limit_grows_the_count(tmp_path):
+    own, parent = "user.slice/user-1000.slice/session-3.scope", "user.slice/user-1000.slice"
+    tree(tmp_path, counts={own: 0, parent: 2})
+    before = oom_kills(tmp_path)
+    assert before == 2 and oom_killed_since(before, tmp_path) is False
+    tree(tmp_path, counts={own: 0, parent: 3})  # only the ancestor (the workers in a sibling cgroup) counted it
+    assert oom_killed_since(before, tmp_path) is True
+    tree(tmp_path, counts={own: 1, parent: 4})
+    assert oom_killed_since(before, tmp_path) is True
+
+
+def test_unreadable_cgroups_are_skipped_and_a_container_s_own_root_counts(tmp_path):
+    tree(tmp_path, own="/", counts={".": 5})  # a cgroup namespace: its root is the container's cgroup
+    assert oom_kills(tmp_path) == 5
+    tree(tmp_path / "deep", own="/a/b/c", counts={"a": 1})  # a/b/c and a/b not readable: a still counts
+    assert oom_kills(tmp_path / "deep") == 1
+
+
+@pytest.mark.parametrize("proc", [
+    "4:memory:/user.slice\n1:name=systemd:/user.slice\n",  # cgroup v1: no `0::` line
+    "0::{}\n",  # v2 without memory.events (the memory controller not enabled, a container without it)
+    None,  # no /proc
+])
+def test_no_readable_count_cannot_tell(tmp_path, proc):
+    if proc is not None:
+        tree(tmp_path, proc=proc)
+    assert oom_kills(tmp_path) is None
+    assert oom_killed_since(None, tmp_path) is None and oom_killed_since(0, tmp_path) is None

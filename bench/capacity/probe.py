@@ -5,7 +5,8 @@ started in a session of its own so that nothing it does can take the sweep down:
 - a CUDA out-of-memory ends the run as `oom` (the trainer records it; the bytes asked are read back);
 - host memory is watched: when the machine's available memory falls below a floor the whole tree is
   killed and the probe is `oom` (host), before the kernel's OOM killer picks a victim; a rank that the
-  kernel killed anyway (SIGKILL) counts as host OOM too;
+  kernel killed anyway (SIGKILL) counts as host OOM too, unless the cgroup's count of OOM kills (cgroup v2,
+  bench/processes.py) shows it was another SIGKILL: then the probe `failed` and runs again;
 - on CPU an address-space cap (RLIMIT_AS, bench/capacity/capped.py) can stand in for a smaller
   machine (the tests use it);
 - a probe that runs past its time limit is killed and recorded as `timeout`: a hang is a result.
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from bench.analysis.figures import steady_mask
 from bench.capacity import capped, lifetime
-from bench.processes import tree_of
+from bench.processes import oom_killed_since, oom_kills, tree_of
 from bench.launch.local import prepare_local
 from bench.contract import TRAIN_LOG, Evidence, close_unfinished, log_tail, record_evidence
 from bench.contract import ENV_BASE_DIR, METRICS_JSONL, read_run_json, update_run_json
@@ -44,6 +45,9 @@ POLL_S = 0.25
 GRACE_S = 10.0  # between SIGTERM and SIGKILL
 _NOT_RECORDED = ("spec", "reused", "run_dir", "extra")  # ProbeResult fields that run.json's record leaves out
 KILLED_BY_KERNEL = "a rank was killed by SIGKILL (most likely the kernel's out-of-memory killer: host memory)"
+KILLED_BY_OOM_KILLER = "a rank was killed by the kernel's out-of-memory killer (SIGKILL): host memory"
+KILLED_FROM_OUTSIDE = ("a rank was killed by SIGKILL, not by the kernel's out-of-memory killer (its cgroup counted "
+                       "no OOM kill)")
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,7 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
     cmd, env = pytorch_backend(spec, run_dir, data)
     t0 = time.time()
     base_avail = host_memory()[1]
+    oom_kills_before = oom_kills()
     host_peak, vm_peak, stopped = 0, 0, None
     with open(run_dir / TRAIN_LOG, "ab") as log, _Reaper(run_dir) as reaper:
         proc = reaper.start(cmd, env, log)
@@ -258,9 +263,9 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
             if not stopped and time.time() - t0 > timeout_s:
                 # out of memory already seen (a rank the kernel killed, one that recorded it) while torchrun takes
                 # the others down is the probe's outcome: the time ran out on a teardown, not on a hang
-                stopped = _oom_seen(run_dir) or (("budget", "the sweep's time budget ran out") if deadline_cut else
-                                                 ("timeout", f"no end after {timeout_s:.0f} s: stopped (a hang or "
-                                                             f"too slow)"))
+                stopped = _oom_seen(run_dir, oom_kills_before) or (
+                    ("budget", "the sweep's time budget ran out") if deadline_cut else
+                    ("timeout", f"no end after {timeout_s:.0f} s: stopped (a hang or too slow)"))
             if stopped:
                 record_evidence(run_dir, Evidence(source="probe", kind="oom" if stopped[0] == "oom" else "time_limit",
                                                   message=stopped[1]))
@@ -268,7 +273,7 @@ def run_probe(spec: ProbeSpec, run_dir: Path, data: dict, timeout_s: float, host
                 break
     rc = proc.wait()
     close_unfinished(run_dir, rc, "the probe", source="probe")
-    result = classify(spec, run_dir, stopped, rc)
+    result = classify(spec, run_dir, stopped, rc, oom_kills_before)
     result.host_peak_bytes = host_peak or None
     result.vm_peak_bytes = vm_peak or None
     result.wall_s = time.time() - t0
@@ -297,9 +302,10 @@ def bytes_asked(message: str | None) -> int | None:
     return None
 
 
-def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = None, rc: int | None = None
-             ) -> ProbeResult:
-    """The probe's outcome from what its run directory holds (and the exit status of its process)."""
+def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = None, rc: int | None = None,
+             oom_kills_before: int | None = None) -> ProbeResult:
+    """The probe's outcome from what its run directory holds (and the exit status of its process, and the cgroup's
+    count of OOM kills as it started: None where unreadable)."""
     from bench.analysis.rundir import read_events
 
     run = read_run_json(run_dir)
@@ -333,20 +339,23 @@ def classify(spec: ProbeSpec, run_dir: Path, stopped: tuple[str, str] | None = N
     elif status == "cancelled":  # a SIGTERM to the probe alone (kill, a job's teardown): it runs again on resume
         r.outcome = "cancelled"
     elif rc == -signal.SIGKILL or _killed_by_sigkill(run_dir):
-        r.outcome = "oom"
-        r.message = KILLED_BY_KERNEL
-        record_evidence(run_dir, Evidence(source="probe", kind="oom", signal="SIGKILL", message=r.message))
+        if (by_oom_killer := oom_killed_since(oom_kills_before)) is False:  # a kill -9: not the model's size
+            r.message = KILLED_FROM_OUTSIDE
+        else:
+            r.outcome = "oom"
+            r.message = KILLED_BY_KERNEL if by_oom_killer is None else KILLED_BY_OOM_KILLER
+            record_evidence(run_dir, Evidence(source="probe", kind="oom", signal="SIGKILL", message=r.message))
     return r
 
 
-def _oom_seen(run_dir: Path) -> tuple[str, str] | None:
+def _oom_seen(run_dir: Path, oom_kills_before: int | None = None) -> tuple[str, str] | None:
     """("oom", why) where the probe's run already shows it ran out of memory, before it was stopped."""
     with suppress(OSError, ValueError):
         run = read_run_json(run_dir)
         if run.get("status") == "oom":
             return "oom", run.get("message") or "out of memory"
-    if _killed_by_sigkill(run_dir):
-        return "oom", KILLED_BY_KERNEL
+    if _killed_by_sigkill(run_dir) and (by_oom_killer := oom_killed_since(oom_kills_before)) is not False:
+        return "oom", KILLED_BY_KERNEL if by_oom_killer is None else KILLED_BY_OOM_KILLER
     return None
 
 

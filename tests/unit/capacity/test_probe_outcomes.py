@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from bench import processes
 from bench.capacity import probe
 from bench.capacity.probe import ProbeSpec, bytes_asked, classify, read_probe
 from bench.errors import ConfigError
@@ -63,6 +64,36 @@ def test_a_rank_killed_by_the_kernel_is_host_oom(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "oom"
     write_run(tmp_path, "failed", "a bug", ())
     assert classify(SPEC, tmp_path).outcome == "failed"
+
+
+@pytest.mark.parametrize("oom_kill", [True, False])
+def test_a_rank_killed_by_sigkill_is_host_oom_only_where_the_cgroup_counted_an_oom_kill(tmp_path, monkeypatch,
+                                                                                       oom_kill):
+    """Any SIGKILL was taken for the kernel's OOM killer ("most likely"), so a kill -9 from outside marked the
+    model's size as not fitting; where cgroup v2 counts OOM kills the count says which it was."""
+    root, run_dir = tmp_path / "fs", tmp_path / "run"
+    events = root / "sys/fs/cgroup/user.slice/memory.events"
+    events.parent.mkdir(parents=True)
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text("0::/user.slice\n")
+    events.write_text("oom 0\noom_kill 0\n")
+    monkeypatch.setattr(probe, "oom_kills", lambda: processes.oom_kills(root))
+    monkeypatch.setattr(probe, "oom_killed_since", lambda before: processes.oom_killed_since(before, root))
+    counted = f"open({str(events)!r}, 'w').write('oom 1\\noom_kill 1\\n'); " if oom_kill else ""
+
+    def backend(spec, run_dir, data):  # the probe's one rank, SIGKILLed
+        run_dir.mkdir(parents=True)
+        return [sys.executable, "-c", f"import os, signal; {counted}os.kill(os.getpid(), signal.SIGKILL)"], \
+            dict(os.environ)
+
+    monkeypatch.setattr(probe, "pytorch_backend", backend)
+    r = probe.run_probe(SPEC, run_dir, {}, timeout_s=60)
+    if oom_kill:
+        assert (r.outcome, r.message) == ("oom", probe.KILLED_BY_OOM_KILLER)
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "oom"
+    else:
+        assert (r.outcome, r.message) == ("failed", probe.KILLED_FROM_OUTSIDE)
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
 
 
 @pytest.mark.parametrize("seen", ["host", "kernel", "rank"])

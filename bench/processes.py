@@ -47,10 +47,10 @@ def ancestors_of(pid: int) -> set[int]:
 
 
 def oom_kills(root: str | os.PathLike = "/") -> int | None:
-    """The kernel's out-of-memory kills counted in this process's cgroup and in its ancestors that are readable
-    (cgroup v2 memory.events, `oom_kill`), summed: a kill is counted where the victim was and above, and an
-    ancestor counts a victim in a sibling cgroup too (the workers put elsewhere). None where no memory.events is
-    readable (cgroup v1, a container without it): the kills cannot be told from another SIGKILL there.
+    """The kernel's out-of-memory kills counted in this process's cgroup (cgroup v2 memory.events, `oom_kill`: the
+    kills of its processes and its descendants' wherever the limit was hit), else in its nearest readable ancestor.
+    Not a sum over the ancestors: theirs count kills in sibling cgroups too, another user's included. None where no
+    memory.events is readable (cgroup v1, a container without it): a kill cannot be told from another SIGKILL there.
     `root`: the file system's root, under which proc/self/cgroup and sys/fs/cgroup are read."""
     root = Path(root)
     try:
@@ -61,7 +61,6 @@ def oom_kills(root: str | os.PathLike = "/") -> int | None:
     if own is None:
         return None
     group = PurePosixPath("/", own.split(" (deleted)")[0]).relative_to("/")
-    counts = []
     for cgroup in (group, *group.parents):
         if ".." in cgroup.parts:  # above a cgroup namespace's root: not under this mount
             continue
@@ -69,9 +68,11 @@ def oom_kills(root: str | os.PathLike = "/") -> int | None:
             events = (root / "sys/fs/cgroup" / cgroup / "memory.events").read_text().splitlines()
         except OSError:
             continue
-        counts += [int(v) for k, v in (line.split() for line in events if len(line.split()) == 2)
-                   if k == "oom_kill" and v.isdigit()]
-    return sum(counts) if counts else None
+        counts = [int(v) for k, v in (line.split() for line in events if len(line.split()) == 2)
+                  if k == "oom_kill" and v.isdigit()]
+        if counts:
+            return counts[0]
+    return None
 
 
 def oom_killed_since(before: int | None, root: str | os.PathLike = "/") -> bool | None:

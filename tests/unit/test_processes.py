@@ -21,13 +21,16 @@ def tree(root, own="/user.slice/user-1000.slice/session-3.scope", counts=None, p
     return root
 
 
-def test_a_kill_counted_in_the_process_s_cgroup_or_an_ancestor_with_the_limit_grows_the_count(tmp_path):
+def test_a_kill_counts_in_the_process_s_own_cgroup_not_in_a_sibling_s(tmp_path):
+    """Regression: the counts of the ancestors were summed, so another user's OOM kill under the same user.slice made
+    a `kill -9` of a rank read as `oom`; the process's own memory.events counts its processes' kills wherever the
+    limit was hit (the kernel counts a kill in the victim's cgroup and each above it)."""
     own, parent = "user.slice/user-1000.slice/session-3.scope", "user.slice/user-1000.slice"
     tree(tmp_path, counts={own: 0, parent: 2})
     before = oom_kills(tmp_path)
-    assert before == 2 and oom_killed_since(before, tmp_path) is False
-    tree(tmp_path, counts={own: 0, parent: 3})  # only the ancestor (the workers in a sibling cgroup) counted it
-    assert oom_killed_since(before, tmp_path) is True
+    assert before == 0 and oom_killed_since(before, tmp_path) is False
+    tree(tmp_path, counts={own: 0, parent: 3})  # a kill in a sibling cgroup: not this run's
+    assert oom_killed_since(before, tmp_path) is False
     tree(tmp_path, counts={own: 1, parent: 4})
     assert oom_killed_since(before, tmp_path) is True
 
@@ -35,7 +38,7 @@ def test_a_kill_counted_in_the_process_s_cgroup_or_an_ancestor_with_the_limit_gr
 def test_unreadable_cgroups_are_skipped_and_a_container_s_own_root_counts(tmp_path):
     tree(tmp_path, own="/", counts={".": 5})  # a cgroup namespace: its root is the container's cgroup
     assert oom_kills(tmp_path) == 5
-    tree(tmp_path / "deep", own="/a/b/c", counts={"a": 1})  # a/b/c and a/b not readable: a still counts
+    tree(tmp_path / "deep", own="/a/b/c", counts={"a": 1})  # a/b/c and a/b not readable: the nearest, a, counts
     assert oom_kills(tmp_path / "deep") == 1
 
 

@@ -43,6 +43,10 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
         seq = {p["probe"]["strategy"]: p["probe"].get("max_seq_len") for p in s["probes"]}
         for p in s["probes"]:
             probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"]})
+        for p in s.get("not_probed", []):  # summaries before it was recorded have none
+            after = p.get("after") or {}
+            probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"],
+                           "outcome": f"{p['outcome']}: {after.get('shape')} {after.get('outcome')}"})
         for c, ratio in zip(s["searches"], ratios_to_fsdp(s["searches"])):  # not the stored one: see there
             cap, fail = c.get("capacity") or {}, c.get("first_failure") or {}
             searches.append({"strategy": c["strategy"], "aspect_ratio": c["aspect_ratio"], "gpus": m["nproc"],

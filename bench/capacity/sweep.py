@@ -11,7 +11,7 @@ Then, for every model that trained at batch 1, the largest power-of-two batch th
 maximises it. A time budget stops the sweep between probes (and cuts a running one).
 Every probe's run directory is `<out>/runs/<strategy>/<shape>-b<batch>/`; done ones are read back, so
 running the same command again resumes (a `failed` one runs again, its attempt moved to `<out>/failed/`).
-`<out>/summary.json` and `<out>/probes.csv` hold the results.
+`<out>/summary.json` and `<out>/probes.csv` hold the results, and the --depths points not probed, with why.
 """
 
 import csv
@@ -36,6 +36,7 @@ from bench.contract import RUN_JSON, RunJsonError, atomic_target, update_run_jso
 
 SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
+NOT_PROBED = "not probed"  # the outcome of a --depths point skipped after a smaller one of its width failed or hung
 FAILED_DIR = "failed"  # <out>/failed/<strategy>/<probe>-<n>: the earlier attempts of a failed probe run again
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
@@ -246,6 +247,7 @@ class Sweep:
         check_cpu_host(cfg, self.machine, self.host_floor)
         self.results: list[ProbeResult] = []
         self.searches: dict[tuple[str, int], dict] = {}
+        self.not_probed: list[ProbeResult] = []  # --depths points skipped after a smaller one failed or hung
         self.t0 = time.time()
         self.out_of_time = False
         self.interrupted: str | None = None  # the signal (or error) that stopped the sweep
@@ -263,10 +265,14 @@ class Sweep:
     # --------------------------------------------------------------------------------------------
     # probes
 
+    def _spec(self, strategy: str, shape: Shape, batch: int) -> ProbeSpec:
+        c = self.cfg
+        return ProbeSpec(strategy, shape.depth, shape.aspect_ratio, batch, c.max_seq_len, c.nproc, c.steps,
+                         c.device_type, c.vocab_size, c.memory_limit)
+
     def probe(self, strategy: str, shape: Shape, batch: int) -> ProbeResult:
         c = self.cfg
-        spec = ProbeSpec(strategy, shape.depth, shape.aspect_ratio, batch, c.max_seq_len, c.nproc, c.steps,
-                         c.device_type, c.vocab_size, c.memory_limit)
+        spec = self._spec(strategy, shape, batch)
         run_dir = c.out / "runs" / strategy / spec.name
         # a --depths point the search reaches again: one probe, recorded once
         if done := next((r for r in self.results if r.spec == spec and r.outcome in OUTCOMES), None):
@@ -389,8 +395,13 @@ class Sweep:
                 for shape in shapes(c.depths, ar, c.vocab_size) if c.depths else []:
                     if (first := broken.get(ar)) and not self.out_of_time:
                         # a larger point of that width would crash or hang the same way, as its search would
-                        self.log(f"{strategy} {shape.name}-b1 not probed: {first.spec.name}, smaller, at this "
-                                 f"aspect ratio ended {first.outcome} ({first.message or 'no message'})")
+                        why = (f"{first.spec.name}, smaller, at this aspect ratio ended {first.outcome} "
+                               f"({first.message or 'no message'})")
+                        # kept for the summary: else the report reads the point as never asked for
+                        self.not_probed.append(ProbeResult(self._spec(strategy, shape, 1), NOT_PROBED, why,
+                                                           num_params=shape.num_params,
+                                                           extra={"after": first.stop_record()}))
+                        self.log(f"{strategy} {shape.name}-b1 not probed: {why}")
                         continue
                     r = None if self.out_of_time else self.probe(strategy, shape, 1)
                     if r and r.outcome in ("failed", "timeout"):
@@ -453,7 +464,8 @@ class Sweep:
             for ar in self.cfg.aspect_ratios:
                 if (strategy, ar) not in self.searches and any(r.spec.strategy == strategy for r in self.results):
                     searches.append(search_from_probes(strategy, ar, self.results))
-        summary = summarize(dict(asdict(self.cfg), out=str(self.cfg.out)), self.machine, self.results, searches)
+        summary = summarize(dict(asdict(self.cfg), out=str(self.cfg.out)), self.machine, self.results, searches,
+                            self.not_probed)
         summary["interrupted"] = self.interrupted
         save_summary(self.cfg.out, summary)
         for line in format_table(summary):
@@ -504,8 +516,10 @@ def _probes_of(results: list[ProbeResult], strategy: str, shape: dict | None) ->
             and r.spec.aspect_ratio == shape["aspect_ratio"]]
 
 
-def summarize(config: dict, machine_info: dict, results: list[ProbeResult], searches: list[dict]) -> dict:
-    """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe."""
+def summarize(config: dict, machine_info: dict, results: list[ProbeResult], searches: list[dict],
+              not_probed: list[ProbeResult] = ()) -> dict:
+    """summary.json: the machine, the settings, per strategy its capacity and best speeds, every probe, and the
+    --depths points not probed after a smaller one of their aspect ratio failed or hung (`after`: that one)."""
     probes = [dict(r.record(), run_dir=r.run_dir, reused=r.reused) for r in results if r.outcome != "budget"]
     for s in searches:
         at_cap = [r for r in _probes_of(results, s["strategy"], s.get("capacity")) if r.fits]
@@ -520,7 +534,7 @@ def summarize(config: dict, machine_info: dict, results: list[ProbeResult], sear
         s["ratio_to_fsdp"] = ratio
     skipped = sum(r.outcome == "budget" for r in results)
     return {"machine": machine_info, "config": config, "searches": searches, "probes": probes,
-            "not_run_for_budget": skipped, "written_at": time.time()}
+            "not_probed": [r.record() for r in not_probed], "not_run_for_budget": skipped, "written_at": time.time()}
 
 
 CSV_FIELDS = ["strategy", "depth", "aspect_ratio", "device_batch_size", "num_params", "outcome", "peak_mem_mib",
@@ -535,7 +549,7 @@ def save_summary(out: Path, summary: dict) -> None:
     with atomic_target(out / PROBES_CSV) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
-        for p in summary["probes"]:
+        for p in summary["probes"] + summary.get("not_probed", []):
             w.writerow({**p, **{k: p["probe"][k] for k in ("strategy", "depth", "aspect_ratio", "device_batch_size")}})
 
 

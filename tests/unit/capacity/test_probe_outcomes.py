@@ -6,6 +6,7 @@ The run directories here are written as the trainer writes them (run.json + metr
 
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -568,7 +569,7 @@ def gh200_sweep(tmp_path, monkeypatch, strategies: list[str]):
         spec, "ok" if spec.depth <= 2 else "oom", tok_per_sec=1.0 if spec.depth <= 2 else None))
     lines: list[str] = []
     sweep = Sweep.__new__(Sweep)
-    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, t0=0, out_of_time=False,
+    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, not_probed=[], t0=0, out_of_time=False,
                           interrupted=None, machine=gh200, data={}, host_floor=0)
     return sweep, lines
 
@@ -951,3 +952,38 @@ def test_a_resumed_sweep_runs_a_failed_probe_again_keeping_the_failed_attempt(tm
     assert (run_dir / "train.log").read_text() == "attempt 3: ok\n" and result.outcome == "ok"
     sweep.results = []
     assert sweep.probe("fsdp", Shape(123, 4), 1).reused  # ok is a fact of the size: read back
+
+
+def test_depths_points_not_probed_after_a_failure_are_in_the_summary_the_csv_and_the_report(tmp_path, monkeypatch):
+    """Regression: --depths 2,4,6 at an aspect ratio whose d2 point crashed skipped d4 and d6, said so in the log
+    alone: summary.json, probes.csv and the report listed d2 only, as if d4 and d6 had never been asked for."""
+    import csv
+
+    from bench.analysis.capacity import write_capacity_report
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweep.cfg, "depths", [2, 4, 6])
+    monkeypatch.setattr(sweep.cfg, "search", False)
+    monkeypatch.setattr(sweepmod.capdata, "prepare", lambda base_dir, vocab_size: base_dir)
+    monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(spec, "failed", "rank 0 crashed"))
+    sweep.machine["nproc"] = 1  # as machine() records it, for the report
+    sweep._passes()
+    summary = sweep.write_summary()
+    assert [p["probe"]["depth"] for p in summary["probes"]] == [2]
+    skipped = summary["not_probed"]
+    assert [(p["probe"]["depth"], p["outcome"]) for p in skipped] == [(4, "not probed"), (6, "not probed")]
+    assert all(p["after"] == {"shape": "d2-b1", "num_params": summary["probes"][0]["num_params"],
+                              "outcome": "failed", "message": "rank 0 crashed"} for p in skipped)
+    assert all(p["num_params"] > summary["probes"][0]["num_params"] for p in skipped)
+    with open(tmp_path / "probes.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["depth"], r["outcome"]) for r in rows] == [("2", "failed"), ("4", "not probed"), ("6", "not probed")]
+    assert rows[1]["message"] == "d2-b1, smaller, at this aspect ratio ended failed (rank 0 crashed)"
+    md = write_capacity_report([tmp_path], tmp_path / "report").read_text()
+    for depth in (4, 6):
+        assert re.search(rf"\| *fsdp *\| *1 *\| *{depth} *\| *1 *\| *[\d,]+ *\| *not probed: d2-b1 failed *\|", md)
+    summary.pop("not_probed")  # a summary of an earlier release: read as before
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert "not probed" not in write_capacity_report([tmp_path], tmp_path / "report").read_text()

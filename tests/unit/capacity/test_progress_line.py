@@ -48,7 +48,7 @@ def test_a_sweep_cut_by_its_budget_says_so_and_claims_no_capacity(tmp_path):
     cfg = SweepConfig(out=tmp_path, strategies=["fsdp", "zero2"], budget_s=30, max_depth=4, device_type="cpu")
     lines: list[str] = []
     sweep = Sweep.__new__(Sweep)  # the sweep's own passes and summary, without its machine (no probe runs)
-    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, t0=time.time() - 29,
+    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], searches={}, not_probed=[], t0=time.time() - 29,
                           out_of_time=False, interrupted=None,
                           machine={"device_type": "cpu", "device_bytes": 2 << 30, "host_available_bytes": 8 << 30})
     for strategy in cfg.strategies:

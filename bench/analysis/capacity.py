@@ -125,11 +125,18 @@ def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[lis
     return xs, ys
 
 
-def _finish_panel(ax, limit_gib: float, limit: str, ylabel: str, title: str) -> None:
-    """The memory limit drawn (where the machine recorded it), the size axis, labels and legend of one panel."""
-    if limit_gib > 0:  # a limit of 0 would be a line at the axis and an axis of no height
-        ax.axhline(limit_gib, color="black", lw=1.5, label=f"{limit} {limit_gib:.3g} GiB")  # a CPU cap of 875M is 0.854
-        ax.set_ylim(0, limit_gib * 1.5)
+def _finish_panel(ax, machines: list[dict], key: str, limit: str, ylabel: str, title: str) -> None:
+    """Each machine's memory limit drawn (where it recorded one), the size axis, labels and legend of one panel."""
+    names = {}  # limit in GiB -> the machines of it: sweeps of an H100 and an H200 each drawn against its own
+    for m in machines:
+        if m.get(key):  # a limit of 0 would be a line at the axis and an axis of no height
+            names.setdefault(m[key] / GIB, {}).setdefault(m.get("gpu_name") or m["device_type"])
+    for i, (limit_gib, of) in enumerate(sorted(names.items())):
+        machine = f"{', '.join(of)} " if len(names) > 1 else ""
+        ax.axhline(limit_gib, color="black", lw=1.5, ls=("-", "--", "-.", ":")[i % 4],
+                   label=f"{machine}{limit} {limit_gib:.3g} GiB")  # a CPU cap of 875M is 0.854
+    if names:
+        ax.set_ylim(0, max(names) * 1.5)
     _params_axis(ax)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=12)
@@ -154,7 +161,7 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
             ax.plot(oom["num_params"], oom["predicted_need_bytes"] / GIB, "x", color=colors[strategy], ms=10, mew=2)
         xs, ys = _predicted_curve(strategy, p, "need")
         ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2)
-    _finish_panel(ax, max(m["device_bytes"] or 0 for m in machines) / GIB, "device memory",
+    _finish_panel(ax, machines, "device_bytes", "device memory",
                   f"peak memory per {'GPU' if cuda else 'rank'} (GiB)",
                   "Peak memory vs size, device batch 1\n(o measured, x out of memory, -- predicted)")
     if not offload.empty:
@@ -164,7 +171,7 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
                     label=f"{strategy} taken from the host")
             xs, ys = _predicted_curve(strategy, p, "host")
             ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2, label="predicted")
-        _finish_panel(ax, max(m["host_bytes"] or 0 for m in machines) / GIB, "host memory", "host memory (GiB)",
+        _finish_panel(ax, machines, "host_bytes", "host memory", "host memory (GiB)",
                       "Host memory of offloading strategies")
     return fig
 

@@ -288,6 +288,26 @@ def test_the_memory_limit_line_is_labelled_with_its_own_size(tmp_path):
     assert limit.get_label() == "device memory 0.854 GiB" and limit.get_ydata()[0] == pytest.approx(875 / 1024)
 
 
+def test_sweeps_of_machines_with_other_memory_draw_each_machines_limit_labelled(tmp_path):
+    """Regression: an H100's sweep and an H200's reported together drew one device memory line, the H200's 140 GiB
+    (and one host line, the larger host's), so the H100's points read against a limit 60 GiB above its own."""
+    from bench.analysis.capacity import load, memory_figure
+
+    h100, h200 = summary(), summary()
+    h100["machine"] = {**MACHINE, "gpu_name": "NVIDIA H100", "device_bytes": 80 * GIB, "host_bytes": 500 * GIB}
+    for s in (h100, h200):  # an offloading probe at batch 1: the host panel
+        next(p for p in s["probes"] if "offload" in p["probe"]["strategy"])["probe"]["device_batch_size"] = 1
+    for name, s in (("h100", h100), ("h200", h200), ("h200-again", h200)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    probes, _, machines = load([tmp_path / d for d in ("h100", "h200", "h200-again")])
+    device, host = memory_figure(probes, machines, {k: "C0" for k in probes["strategy"]}).axes
+    limits = lambda ax: {line.get_label(): line.get_ydata()[0] for line in ax.lines  # noqa: E731
+                         if "memory" in line.get_label()}
+    assert limits(device) == {"NVIDIA H100 device memory 80 GiB": 80, "NVIDIA H200 device memory 140 GiB": 140}
+    assert limits(host) == {"NVIDIA H100 host memory 500 GiB": 500, "NVIDIA H200 host memory 125 GiB": 125}
+
+
 def test_the_size_and_throughput_axes_are_labelled_at_round_numbers_in_view(tmp_path):
     """Models of 17.6M-39.8M parameters had no labelled tick on the parameters axis (matplotlib's log ticks are
     powers of ten, none in view, their minor ones unlabelled), and tok/s of 52-127 read '100' and '6 x 10^1':

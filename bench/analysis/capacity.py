@@ -39,18 +39,19 @@ def load(sweep_dirs: list[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFram
         s = load_summary(d)
         m = s["machine"]
         machines.append(m)
+        machine = {"gpus": m["nproc"], "gpu_name": m.get("gpu_name") or m["device_type"]}
         # a capacity holds at its sequence length only (one --seq a sweep): two sweeps read as one without it
         seq = {p["probe"]["strategy"]: p["probe"].get("max_seq_len") for p in s["probes"]}
         for p in s["probes"]:
-            probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"]})
+            probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], **machine})
         for p in s.get("not_probed", []):  # summaries before it was recorded have none
             after = p.get("after") or {}
-            probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], "gpus": m["nproc"],
+            probes.append({**{k: v for k, v in p.items() if k != "probe"}, **p["probe"], **machine,
                            "outcome": f"{p['outcome']}: {after.get('shape')} {after.get('outcome')}"})
         for c, ratio in zip(s["searches"], ratios_to_fsdp(s["searches"])):  # not the stored one: see there
             cap, fail = c.get("capacity") or {}, c.get("first_failure") or {}
-            searches.append({"strategy": c["strategy"], "aspect_ratio": c["aspect_ratio"], "gpus": m["nproc"],
-                             "gpu_name": m.get("gpu_name") or m["device_type"], "capacity": cap.get("name"),
+            searches.append({"strategy": c["strategy"], "aspect_ratio": c["aspect_ratio"], **machine,
+                             "capacity": cap.get("name"),
                              "capacity_params": cap.get("num_params"), "ratio_to_fsdp": ratio,
                              "seq": seq.get(c["strategy"], (s.get("config") or {}).get("max_seq_len")),
                              "tok_per_sec": c.get("tok_per_sec_at_capacity"), "batch": c.get("batch_at_capacity"),
@@ -260,8 +261,9 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
     else:
         machine_line = "Machines: " + "; ".join(f"{m} ({', '.join(ds)})" for m, ds in sweeps_of.items()) + "."
     # two sweeps' rows of one strategy on as many GPUs would read alike: their GPU tells them apart, as seq does
-    search_cols = SEARCH_COLS if searches["gpu_name"].nunique() < 2 else \
-        SEARCH_COLS[:1] + [("machine", "gpu_name", "s")] + SEARCH_COLS[1:]
+    search_cols, probe_cols = (cols if len(set(rows.get("gpu_name", ()))) < 2 else
+                               cols[:1] + [("machine", "gpu_name", "s")] + cols[1:]
+                               for rows, cols in ((searches, SEARCH_COLS), (probes, PROBE_COLS)))
     lines = ["# Capacity: the largest model each memory strategy trains", "", machine_line, "",
              "A probe trains a few optimizer steps of one model (random tokens, no torch.compile) in its own process; "
              "it fits when every step ends with a finite loss. Capacity is the largest model that fits at device "
@@ -276,6 +278,6 @@ def write_capacity_report(sweep_dirs: list[str | os.PathLike], out_dir: str | os
              "No capacity search in these sweeps.", ""]
     for f in figures:
         lines += [f"![{f.title}](figures/{f.png.name})", ""]
-    lines += ["## Every probe", "", _md_table(probes, _per(PROBE_COLS, ranks)) if not probes.empty else "None.", ""]
+    lines += ["## Every probe", "", _md_table(probes, _per(probe_cols, ranks)) if not probes.empty else "None.", ""]
     write_text_atomic(out_dir / REPORT_MD, "\n".join(lines))
     return out_dir / REPORT_MD

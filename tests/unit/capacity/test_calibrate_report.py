@@ -112,6 +112,22 @@ def test_sweeps_of_other_machines_reported_together_each_name_their_machine(tmp_
     assert "NVIDIA H200 |" not in md
 
 
+def test_probes_of_sweeps_on_other_machines_each_name_their_machine(tmp_path):
+    """Regression: the every-probe table of an H100's sweep and an H200's reported together had no machine column,
+    so their probes of one strategy, depth and batch read as two measurements of one GPU."""
+    h100 = summary()
+    h100["machine"] = {**MACHINE, "gpu_name": "NVIDIA H100", "device_bytes": 80 * GIB}
+    for name, s in (("h100", h100), ("h200", summary())):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    every = lambda md: md.split("## Every probe")[1]  # noqa: E731
+    md = every(write_capacity_report([tmp_path / "h100", tmp_path / "h200"], tmp_path / "report").read_text())
+    assert re.search(r"\| *strategy *\| *machine *\| *GPUs *\| *depth *\|", md)
+    for gpu in ("NVIDIA H100", "NVIDIA H200"):
+        assert re.search(rf"\| *fsdp *\| *{gpu} *\| *1 *\| *60 *\| *1 *\| *[\d,]+ *\| *ok *\|", md)
+    assert "machine" not in every(write_capacity_report([tmp_path / "h200"], tmp_path / "report").read_text())
+
+
 def test_only_probes_out_of_memory_are_drawn_as_out_of_memory(tmp_path):
     """Regression: the memory figure drew every probe that did not train (a timeout, a failure, a cancel) as an
     'x out of memory' at its predicted need, so a hang below the device's memory read as a model that did not fit

@@ -73,7 +73,8 @@ def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResu
     between = fail and [c for c in family(fail.spec.depth, aspect_ratio, fail.spec.vocab_size)
                         if fits_depth < c.depth < fail.spec.depth]
     return {"strategy": strategy, "aspect_ratio": aspect_ratio, "capacity": _shape_dict(fits and shape(fits)),
-            "first_failure": _shape_dict(fail and shape(fail)), "probes": len(at_b1),
+            "first_failure": _shape_dict(fail and shape(fail)),
+            "probes": sum(r.outcome != "budget" for r in at_b1),  # a probe the budget left no time for never ran
             "complete": stop is None and fail is not None and not between,
             "stopped": stop and stop.stop_record()}
 

@@ -987,3 +987,28 @@ def test_depths_points_not_probed_after_a_failure_are_in_the_summary_the_csv_and
     summary.pop("not_probed")  # a summary of an earlier release: read as before
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     assert "not probed" not in write_capacity_report([tmp_path], tmp_path / "report").read_text()
+
+
+def test_a_depths_sweep_cut_by_its_budget_counts_the_probes_that_ran(tmp_path, monkeypatch):
+    """Regression: --depths 2,4,6 with a --budget spent after d2 gave its summary row 2 probes, d2 and d4, whose probe
+    was never started for want of time (its parameter count filled in all the same)."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweep.cfg, "depths", [2, 4, 6])
+    monkeypatch.setattr(sweep.cfg, "search", False)
+    monkeypatch.setattr(sweep.cfg, "budget_s", 100.0)
+    sweep.t0 = float("inf")  # the whole budget left for the first probe
+    monkeypatch.setattr(sweepmod.capdata, "prepare", lambda base_dir, vocab_size: base_dir)
+
+    def run_probe(spec, *a, **k):
+        sweep.t0 = 0.0  # and none after it
+        return ProbeResult(spec, "ok", tok_per_sec=1.0)
+
+    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
+    sweep._passes()
+    summary = sweep.write_summary()
+    assert [p["probe"]["depth"] for p in summary["probes"]] == [2] and summary["not_run_for_budget"] == 1
+    [search] = summary["searches"]
+    assert search["probes"] == 1 and search["capacity"]["name"] == "d2" and not search["complete"]

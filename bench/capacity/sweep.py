@@ -215,14 +215,16 @@ def gpu_free(nproc: int) -> int | None:
         return None
 
 
-def machine(cfg: SweepConfig) -> dict:
+def machine(cfg: SweepConfig, gpus_counted: bool = False) -> dict:
+    """The machine the probes run on; `gpus_counted`: --gpus is the count of visible GPUs just taken (its default),
+    so nvidia-smi -L, up to SMI_TIMEOUT_S on a wedged driver, is not asked again."""
     total, available = host_memory()
     name, gpu_bytes = _gpu() if cfg.device_type in ("", "cuda") else (None, None)
     device_type = cfg.device_type or ("cuda" if gpu_bytes else "cpu")
     if device_type == "cuda" and not gpu_bytes:
         raise ConfigError("--device-type cuda but no GPU is visible (nvidia-smi, torch.cuda)")
     # on cpu --gpus is the ranks per probe, processes the host's memory check bounds (bench/capacity/cpuhost.py)
-    if device_type == "cuda" and cfg.nproc > 1 and (count := gpu_count()[0]) and cfg.nproc > count:
+    if device_type == "cuda" and cfg.nproc > 1 and not gpus_counted and (count := gpu_count()[0]) and cfg.nproc > count:
         # the ranks past the last GPU would find none of their own: every probe failed, each search stopped there
         raise ConfigError(f"--gpus {cfg.nproc}: only {count} GPU(s) visible here (nvidia-smi -L, "
                           f"CUDA_VISIBLE_DEVICES); give --gpus {count} or fewer")
@@ -240,9 +242,9 @@ def machine(cfg: SweepConfig) -> dict:
 
 
 class Sweep:
-    def __init__(self, cfg: SweepConfig, log=print):
+    def __init__(self, cfg: SweepConfig, log=print, gpus_counted: bool = False):
         self.cfg, self.log = cfg, log
-        self.machine = machine(cfg)
+        self.machine = machine(cfg, gpus_counted)
         self.host_floor = cfg.host_floor or max(2 << 30, int(0.03 * (self.machine["host_bytes"] or 0)))
         check_cpu_host(cfg, self.machine, self.host_floor)
         self.results: list[ProbeResult] = []

@@ -104,7 +104,7 @@ def cmd_capacity(args) -> int:
                           vocab_size=args.vocab_size,
                           memory_limit=parse_size(args.memory_limit) if args.memory_limit else None,
                           device_type=args.device_type)
-        Sweep(cfg).run()
+        Sweep(cfg, gpus_counted=args.gpus is None).run()
         print(f"summary: {out / 'summary.json'} (every probe: {out / 'probes.csv'})")
     if args.report:
         from bench.analysis.capacity import write_capacity_report

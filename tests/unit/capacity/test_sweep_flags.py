@@ -111,3 +111,26 @@ def test_ranks_on_cpu_are_not_bounded_by_the_gpus_of_the_host(tmp_path, monkeypa
     _fake_smi(tmp_path, monkeypatch, 1)
     machine = sweep.machine(SweepConfig(out=tmp_path, strategies=["fsdp"], nproc=4, device_type="cpu"))
     assert machine["device_type"] == "cpu" and machine["nproc"] == 4
+
+
+def test_nvidia_smi_l_is_asked_once_a_sweep_when_it_hangs(tmp_path, monkeypatch, capsys):
+    """Regression: with a wedged driver and no --gpus, `capacity` waited on `nvidia-smi -L` to count the GPUs, then
+    again (as long) to check that count against the GPUs visible, before its first probe."""
+    import os
+
+    from bench.cli import main
+
+    calls = tmp_path / "calls"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$1" >> {calls}\ncase "$1" in -L) exec sleep 30;; *) echo "NVIDIA H100, 81559";; '
+                   'esac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(sweep, "_gpu", lambda: ("NVIDIA H100", 80 << 30))
+    monkeypatch.setattr(sweep, "SMI_TIMEOUT_S", 1)
+    ran = []
+    monkeypatch.setattr(sweep.Sweep, "run", lambda self: ran.append(self.cfg.nproc))
+    assert main(["capacity", "--strategies", "fsdp", "--out", str(tmp_path / "out")]) == 0
+    assert ran == [2] and calls.read_text().split().count("-L") == 1
+    assert "nvidia-smi -L did not answer in 1 s" in capsys.readouterr().err

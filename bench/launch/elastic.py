@@ -119,9 +119,12 @@ def _signal_group(pid: int, signum: int) -> None:
             continue  # already gone, or not a group's leader
 
 
-def describe(rank: int, failure) -> str:
-    """`rank 1 on node7 died: killed by SIGKILL` / `rank 0 on node7 exited with status 1`."""
+def describe(rank: int, failure, oom: bool = False) -> str:
+    """`rank 1 on node7 died: killed by SIGKILL` / `rank 0 on node7 exited with status 1`; `oom`: the cgroup counted
+    the SIGKILL as the kernel's out-of-memory killer's."""
     who = f"rank {rank} on {socket.gethostname()}"
+    if oom:
+        return f"the kernel's out-of-memory killer ended {who} (host memory)"
     if failure.exitcode is not None and failure.exitcode < 0:
         return f"{who} died: killed by {_signal_name(-failure.exitcode)}"
     return f"{who} exited with status {failure.exitcode}"
@@ -177,16 +180,17 @@ def _evidence(run_dir: str | None) -> list[dict]:
         return []
 
 
-def record_root_cause(run_dir: str, rank: int, failure, cause: str, oom_kills_before: int | None = None) -> None:
+def killed_by_oom(failure, oom_kills_before: int | None) -> bool:
+    """A SIGKILL while the cgroup's count of out-of-memory kills (`oom_kills_before` as the workers started) grew."""
+    return failure.exitcode == -signal.SIGKILL and bool(oom_killed_since(oom_kills_before))
+
+
+def record_root_cause(run_dir: str, rank: int, failure, cause: str, oom: bool = False) -> None:
     """What torchrun saw of the worker that failed first, as evidence (rank_killed, rank_exited, or hung: see the
-    module docstring; oom: a SIGKILL while the cgroup's count of out-of-memory kills, `oom_kills_before` as the
-    workers started, grew). Whether that is the run's cause or a rank's own reason stays (an OOM, a data error) is
-    settled by the contract."""
+    module docstring; oom: killed_by_oom). Whether that is the run's cause or a rank's own reason stays (an OOM, a
+    data error) is settled by the contract."""
     killed = failure.exitcode is not None and failure.exitcode < 0
-    kind, message = ("rank_killed" if killed else "rank_exited"), cause
-    if failure.exitcode == -signal.SIGKILL and oom_killed_since(oom_kills_before):
-        kind = "oom"
-        message = f"the kernel's out-of-memory killer ended rank {rank} on {socket.gethostname()} (host memory)"
+    kind, message = ("oom" if oom else "rank_killed" if killed else "rank_exited"), cause
     aborted = failure.exitcode == -signal.SIGABRT and not ended_peer(run_dir, rank)  # a peer that ended did not stop
     culprit = waited_for(run_dir) if aborted else None
     if culprit and culprit[1]:  # one rank stopped: the others' collective timed out waiting for it
@@ -230,9 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         torchrun_main(torchrun_argv)
     except ChildFailedError as e:
         rank, failure = first_failure(e, run_dir)
-        cause = describe(rank, failure)
+        oom = killed_by_oom(failure, oom_kills_before)
+        cause = describe(rank, failure, oom)
         if run_dir:  # recorded before anything is printed: the terminal may be gone (the launcher killed)
-            record_root_cause(run_dir, rank, failure, cause, oom_kills_before)
+            record_root_cause(run_dir, rank, failure, cause, oom)
         say(f"torchrun: {cause} (first of {len(failed(e))} failed worker(s))")
         return 1
     except SignalException as e:

@@ -134,10 +134,11 @@ def test_a_rank_the_oom_killer_killed_is_the_cause_before_the_peer_that_lost_it(
 
 
 @pytest.mark.parametrize("killed_by_oom", [True, False])
-def test_a_sigkill_while_the_cgroup_counted_an_oom_kill_is_oom_and_another_stays_failed(tmp_path, monkeypatch,
+def test_a_sigkill_while_the_cgroup_counted_an_oom_kill_is_oom_and_another_stays_failed(tmp_path, monkeypatch, capsys,
                                                                                        killed_by_oom):
     """Outside Slurm a rank the kernel's OOM killer ended was `failed` (rank_killed): nothing there said OOM the way
-    Slurm's OUT_OF_MEMORY does; cgroup v2's memory.events counts the kill."""
+    Slurm's OUT_OF_MEMORY does; cgroup v2's memory.events counts the kill. The line torchrun's wrapper prints says
+    what run.json says (it read 'killed by SIGKILL' beside an `oom` run.json)."""
     root, run_dir = tmp_path / "fs", tmp_path / "run"
     events = root / "sys/fs/cgroup/user.slice/memory.events"
     events.parent.mkdir(parents=True)
@@ -157,6 +158,7 @@ def test_a_sigkill_while_the_cgroup_counted_an_oom_kill_is_oom_and_another_stays
     monkeypatch.setenv(contract.ENV_RUN_DIR, str(run_dir))
     assert elastic.main(["--standalone", "train.py"]) == 1
     data = contract.read_run_json(run_dir)
+    assert f"torchrun: {data['message']} (first of 2 failed worker(s))" in capsys.readouterr().err
     if killed_by_oom:
         assert data["status"] == "oom" and data["evidence"][-1]["signal"] == "SIGKILL"
         assert data["message"] == f"the kernel's out-of-memory killer ended rank 0 on {HOST} (host memory)"

@@ -153,6 +153,14 @@ def as_given(e: FlagValueError | UnknownFlags, stage: str, stage_flags: dict, tr
     return e
 
 
+def _agrees(value, text: str) -> bool:
+    """A trainer flag's value (an int from --depth, text from --train-arg) and a --stage-arg's text say the same."""
+    try:
+        return type(value)(text) == value
+    except ValueError:
+        return False
+
+
 def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
     """A flag the flow chains (the model tag, pre-training's save_every, chat_eval's source) would be replaced
     without a word by the chained value, so the stage would load or save elsewhere than asked: refused."""
@@ -206,6 +214,10 @@ class FlowSweep:
         shared = {k: train[k] for k in SHARED_FLAGS if k in train}
         pre = next((s.name for s in chosen if s.workload == workloads.DEFAULT), workloads.DEFAULT)
         pretraining = per_stage.get(pre, {})
+        for key, text in pretraining.items():  # its --stage-arg would win over the trainer flag with no word said
+            if key in train and not _agrees(train[key], text):
+                raise ConfigError(f"--stage-arg {pre}:{key}={text} and the trainer flags' {key}={train[key]} (--{key} "
+                                  f"or --train-arg {key}=) disagree; give {key} once")
         try:
             model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what later stages load
         except (FlagValueError, UnknownFlags) as e:

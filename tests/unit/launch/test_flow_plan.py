@@ -203,6 +203,15 @@ def test_a_stage_arg_value_its_stage_cannot_read_is_named_as_written(twice, tmp_
         assert err.startswith(f"error: {stage}: unknown argument(s): bogus=1; valid keys (--stage-arg {stage}:KEY=")
 
 
+def test_a_pre_training_stage_arg_that_disagrees_with_a_trainer_flag_is_refused_not_taken_without_a_word():
+    # `--depth 2 --stage-arg base_train:depth=3` trained a d3 model, the --depth given left unused unsaid
+    with pytest.raises(ConfigError, match=r"^--stage-arg base_train:depth=3 and the trainer flags' depth=2 \(--depth "
+                                          r"or --train-arg depth=\) disagree; give depth once$"):
+        sweep(stage_args=["base_train:depth=3"])
+    [(_, [point])] = sweep(stage_args=["base_train:depth=2", "base_train:aspect_ratio=32"]).points()
+    assert "--depth=2" in point.train_argv and "--aspect_ratio=32" in point.train_argv
+
+
 def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
     # the flow's own value would replace it: the stage would save or load under a tag other than the one asked
     with pytest.raises(ConfigError, match=r"--stage-arg again:model_tag=mine: the flow sets again's --model_tag "

@@ -222,16 +222,21 @@ class FlowSweep:
             model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what later stages load
         except (FlagValueError, UnknownFlags) as e:
             raise as_given(e, pre, pretraining, train) from None
+        except ConfigError as e:  # a value its checks refuse: named with the stage, as a later stage's is
+            raise ConfigError(f"{pre}: {e}") from None
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \
                 {**shared, **{k: train[k] for k in stage.inherit if k in train}}
             chained = {k: PLAN_TAG if "{tag}" in v else ("1" if "{" in v else v) for k, v in stage.chain}
-            try:
-                sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model,
-                                            train={**own, **per_stage[stage.name], **chained}))
+            flags = {**own, **per_stage[stage.name], **chained}
+            try:  # the stage's flags alone first: the sweep's own checks (--gpus-per-node) are no stage's
+                workloads.get(stage.workload).settings(flags, sweep_kw.get("scaling", "weak"))
             except (FlagValueError, UnknownFlags) as e:
                 raise as_given(e, stage.name, per_stage[stage.name], train) from None
+            except ConfigError as e:  # its checks named the flag alone (--device_batch_size=0), not whose it is
+                raise ConfigError(f"{stage.name}: {e}") from None
+            sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model, train=flags))
         return cls(flow, chosen, tuple(sweeps))
 
     @property

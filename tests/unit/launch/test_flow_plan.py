@@ -212,6 +212,18 @@ def test_a_pre_training_stage_arg_that_disagrees_with_a_trainer_flag_is_refused_
     assert "--depth=2" in point.train_argv and "--aspect_ratio=32" in point.train_argv
 
 
+def test_a_stage_value_its_checks_refuse_is_named_with_its_stage():
+    # 'error: --device_batch_size=0: must be a positive integer' after `--device_batch_size 2`: whose, unsaid
+    with pytest.raises(ConfigError, match=r"^base_loss: --device_batch_size=0: must be a positive integer$"):
+        sweep(stages="base_train,base_loss", stage_args=["base_loss:device_batch_size=0"])
+    with pytest.raises(ConfigError, match=r"^chat_eval_sft: -m/--max-new-tokens=0: must be at least 1$"):
+        sweep(stages="chat_eval_sft", stage_args=["chat_eval_sft:max_new_tokens=0"])
+    with pytest.raises(ConfigError, match=r"^base_train: --total_batch_size=0: must be"):
+        sweep(stage_args=["base_train:total_batch_size=0"])
+    with pytest.raises(ConfigError, match=r"^--gpus-per-node 0 must be"):  # the sweep's, no stage's
+        FlowSweep.build("speedrun", "base_loss", dict(TINY), [], nodes=[1], gpus_per_node=0, runtimes=["bare"])
+
+
 def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
     # the flow's own value would replace it: the stage would save or load under a tag other than the one asked
     with pytest.raises(ConfigError, match=r"--stage-arg again:model_tag=mine: the flow sets again's --model_tag "

@@ -541,6 +541,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
 
     python = interpreter(python)  # the tokenizer's and every stage's: checked before either runs
     point_dir = Path(point_dir).absolute()
+    if (point_dir / contract.RUN_JSON).exists():  # a run's (a stage's): its stages would nest in it, its record mixed
+        raise ConfigError(f"--run-dir {point_dir} holds a run ({contract.RUN_JSON}), not a flow's stages; give a new "
+                          f"directory, or the point directory of a flow (the one above its stages, with {FLOW_JSON})")
     [(_, stage_points)] = fs.points()
     bad = next((sp for sp in stage_points if not sp.possible), None)
     if bad is not None:

@@ -334,6 +334,19 @@ def test_a_run_dir_that_cannot_be_made_is_refused_in_one_line_before_the_tokeniz
     assert not trained and (tmp_path / "file").read_text() == "kept"  # no tokenizer trained for a flow refused
 
 
+def test_a_run_dir_of_a_run_or_a_stage_is_refused_before_the_tokenizer(tmp_path, monkeypatch):
+    # `--run-dir runs/speedrun/x/base_train` (or a `train` run's directory) ran the flow inside it
+    trained = []
+    monkeypatch.setattr(flow, "ensure_tokenizer", lambda *a: trained.append(a))
+    point = tmp_path / "point" / "base_train"
+    point.mkdir(parents=True)
+    (point / "run.json").write_text("{}")
+    with pytest.raises(ConfigError, match=rf"^--run-dir {point} holds a run \(run.json\), not a flow's stages; give a "
+                                          r"new directory, or the point directory of a flow \(the one above"):
+        flow.run_local_flow(sweep(), 2, point)
+    assert not trained and sorted(p.name for p in point.iterdir()) == ["run.json"]
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "abc"])
 def test_a_bad_val_files_k_is_refused_before_the_tokenizer_or_a_point_directory(tmp_path, monkeypatch, value):
     """`speedrun` with NANOCHAT_VAL_FILES_K=0 trained the tokenizer and started base_train's ranks, which refused

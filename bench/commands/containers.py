@@ -118,9 +118,16 @@ def render(args: argparse.Namespace) -> str:
             raise ConfigError(str(e)) from None
     mounts = ([] if args.no_default_mounts else list(edf.DEFAULT_MOUNTS)) + args.mount
     env = {} if args.no_default_env else dict(edf.DEFAULT_ENV)
-    env.update(parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128"))
+    given_env = parse_pairs(args.env, "--env", "NCCL_PROTO=^LL128")
+    env.update(given_env)
     annotations = {} if args.no_ofi_hook else edf.ofi_nccl_annotations(args.ofi_variant)
-    annotations.update(parse_pairs(args.annotation, "--annotation", "com.hooks.cxi.enabled=true"))
+    given = parse_pairs(args.annotation, "--annotation", "com.hooks.cxi.enabled=true")
+    annotations.update(given)
+    try:  # here, so the error names the flag rather than the EDF's [env] or annotations
+        edf.check_env(given_env, "--env")
+        edf.check_annotations(annotations, "--annotation", given)
+    except RuntimeConfigError as e:
+        raise ConfigError(str(e)) from None
     command = shlex.join(["nanochat-bench", "edf", *canonical_argv(args)])
     return edf.render_edf(args.image, mounts=mounts, workdir=args.workdir or None, env=env,
                           annotations=annotations, writable=not args.read_only,

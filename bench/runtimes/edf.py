@@ -16,7 +16,7 @@ none but tab) and text that is not UTF-8 (a surrogate from an undecodable comman
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from bench.errors import RuntimeConfigError
 
@@ -169,26 +169,44 @@ def check_mount(mount: str, what: str = "EDF mount") -> str:
     return mount
 
 
-def _check_env(env: Mapping[str, str]) -> None:
+def _flag_item(flag: str, key: str, value: object) -> str:
+    """A flag's NAME=VALUE item as the user gave it (`--env '1BAD=x'`)."""
+    return f"{flag} {f'{key}={value}'!r}"
+
+
+def check_env(env: Mapping[str, str], flag: str = "") -> None:
+    """`flag` (`--env`) names the flag whose NAME=VALUE items `env` holds, for the error to name it."""
     for key, value in env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", _check_text("[env] name", key)):
-            raise RuntimeConfigError(f"EDF [env] name {key!r} is not a valid environment variable name")
+            where = f"{_flag_item(flag, key, value)}: the name {key!r}" if flag else f"EDF [env] name {key!r}"
+            raise RuntimeConfigError(f"{where} is not a valid environment variable name (letters, digits and '_', "
+                                     "not starting with a digit, e.g. NCCL_DEBUG)")
         _check_text(f"[env] value of {key}", value)
 
 
-def check_annotations(annotations: Mapping[str, str]) -> None:
+def check_annotations(annotations: Mapping[str, str], flag: str = "", given: Collection[str] = ()) -> None:
+    """The annotations named in `given` came from `flag`'s NAME=VALUE items (`--annotation`): an error about one
+    names the flag and the item rather than the EDF's annotation."""
     keys = list(annotations)
     for key, value in annotations.items():
+        item = _flag_item(flag, key, value) if key in given else None
         if not _check_text("annotation name", key) or "" in key.split("."):
-            raise RuntimeConfigError(f"EDF annotation name {key!r} must be dotted words, e.g. com.hooks.cxi.enabled")
+            where = f"{item}: the name {key!r}" if item else f"EDF annotation name {key!r}"
+            raise RuntimeConfigError(f"{where} has an empty part between dots; an annotation name must be dotted "
+                                     "words, e.g. com.hooks.cxi.enabled")
         _check_text(f"annotation {key} (use \"true\", not true)", value)
         if key.startswith("com.hooks.") and key.endswith(".enabled") and value not in HOOK_ENABLED_VALUES:
-            raise RuntimeConfigError(f"EDF annotation {key} = {value!r}: a hook's enabled annotation is "
+            raise RuntimeConfigError(f"{item or f'EDF annotation {key} = {value!r}'}: a hook's enabled annotation is "
                                      + " or ".join(f'"{v}"' for v in HOOK_ENABLED_VALUES))
         # TOML dotted keys build nested tables, so a key cannot also be the prefix of another one.
         clash = next((k for k in keys if k.startswith(key + ".")), None)
-        if clash:
+        if clash and not flag:
             raise RuntimeConfigError(f"EDF annotations {key!r} and {clash!r} clash: one is a prefix of the other")
+        if clash:
+            a, b = (_flag_item(flag, k, annotations[k]) if k in given else f"the annotation {k!r}"
+                    for k in (key, clash))
+            raise RuntimeConfigError(f"{a} and {b} clash: one name is a prefix of the other, which an EDF's "
+                                     "dotted keys cannot hold")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -210,7 +228,7 @@ def render_edf(image: str, *, mounts: Sequence[str] = (), workdir: str | None = 
     mounts = [check_mount(m) for m in mounts]
     env = DEFAULT_ENV if env is None else env
     annotations = DEFAULT_ANNOTATIONS if annotations is None else annotations
-    _check_env(env)
+    check_env(env)
     check_annotations(annotations)
 
     lines = []

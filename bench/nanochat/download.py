@@ -151,9 +151,12 @@ def timeouts(timeout_s: float) -> tuple[float, float]:
 def check_reachable(url: str, timeout: tuple[float, float], fix: str, retry_any: bool = False) -> None:
     """One HEAD request at `url` before a download and its retries: DataError in one line (`fix` after the
     reason) when the host does not resolve or never answers (at once, unless `retry_any`) or refuses (after
-    REACH_TRIES quick tries: it may be restarting). Any HTTP answer, even an error, means a server is there: the
-    downloads then say what is wrong."""
+    REACH_TRIES quick tries: it may be restarting). The tries together wait for answers about one read timeout
+    (--timeout), the pauses between them aside: a server that takes the connection and never answers is not waited
+    out once a try. Any HTTP answer, even an error, means a server is there: the downloads then say what is wrong."""
+    connect_s, left = timeout
     for attempt in range(1, REACH_TRIES + 1):
+        started = time.monotonic()
         try:
             requests.head(url, timeout=timeout, allow_redirects=True)
             return
@@ -165,9 +168,11 @@ def check_reachable(url: str, timeout: tuple[float, float], fix: str, retry_any:
             if why is None:
                 return
             refused = any(isinstance(c, ConnectionRefusedError) for c in _causes(e))
-            if attempt == REACH_TRIES or not (retry_any or refused):
+            left -= time.monotonic() - started
+            if attempt == REACH_TRIES or not (retry_any or refused) or left <= 0:
                 raise DataError(f"cannot reach {url}: {why}; {fix}") from None
         threading.Event().wait(REACH_PAUSE_S)
+        timeout = (min(connect_s, left), left)
 
 
 class _Breaker:

@@ -3,8 +3,10 @@ fetch of the two files), run as a user runs it, against a local stand-in of the 
 of `data generate --chat` (tests/support/hub.py): no site network here.
 python -m pytest tests/unit/nanochat/test_chat_hub.py -q"""
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -239,6 +241,31 @@ def test_the_hubs_own_retry_of_the_metadata_request_waits_no_longer_than_timeout
     assert out.returncode == 0, out.stderr
     path = f"/datasets/{repo}/resolve/main/{name}"
     assert [p for m, p, _ in local_hub.requests if m == "HEAD" and p == path] == [path] * 3  # not waited out
+
+
+def test_a_hub_that_takes_the_connection_and_never_answers_fails_after_one_timeout(tmp_path):
+    """The probe before a split's listing asked a silent hub 3 times, each for --timeout: with the default 30 s the
+    command stopped after about 96 s, where README says a hub that never answers fails after --timeout."""
+    with socket.socket() as silent:  # takes connections (the kernel's backlog), never reads or answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        env = dict(os.environ, NANOCHAT_BASE_DIR=str(tmp_path / "base"), PYTHONPATH=os.getcwd(),
+                   HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="0")
+        env.pop("HF_ENDPOINT", None)
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "bench.cli", "data", "download", "--chat", "--url", url,
+                              "--timeout", "2"], capture_output=True, text=True, env=env, timeout=300)
+        took = time.monotonic() - t0
+        silent.setblocking(False)
+        asked = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                silent.accept()[0].close()
+                asked += 1
+    error = one_line_error(out)
+    assert error.startswith(f"error: cannot reach {url}/api/datasets/") and "sent nothing within the read" in error
+    assert asked == 1 and took < 6  # one probe of --timeout 2 s, not 3 of them
 
 
 @pytest.mark.parametrize("head", [False, True], ids=["body", "metadata"])

@@ -47,7 +47,7 @@ def test_the_flow_knows_the_model_pre_training_trains():
                               runtimes=["bare"], site=SITE)
     assert {(s.model.depth, s.model.sequence_len) for s in fs.sweeps} == {(12, 1024)}
     # pre-training's own --stage-arg sets the model too (regression: the later stages were timed as d20)
-    fs = flow.FlowSweep.build("speedrun", None, {"depth": 20}, ["base_train:depth=32"], nodes=[1], gpus_per_node=8,
+    fs = flow.FlowSweep.build("speedrun", None, {}, ["base_train:depth=32"], nodes=[1], gpus_per_node=8,
                               runtimes=["bare"], site=SITE)
     assert {s.model.depth for s in fs.sweeps} == {32}
 

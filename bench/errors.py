@@ -19,11 +19,12 @@ class ConfigError(BenchError):
 
 
 class UnknownFlags(ConfigError):
-    """Flags a trainer's parser does not take: `names` as the flags spelled them (no dashes), `known` its own."""
+    """Flags a trainer's parser does not take: `names` as the flags spelled them (no dashes), `known` its own, `notes`
+    what to say of a name in place of close names (where the trainer takes that setting otherwise)."""
 
-    def __init__(self, message: str, names: list[str], known: list[str]):
+    def __init__(self, message: str, names: list[str], known: list[str], notes: dict[str, str] | None = None):
         super().__init__(message)
-        self.names, self.known = names, known
+        self.names, self.known, self.notes = names, known, notes or {}
 
 
 class FlagValueError(ConfigError):
@@ -36,7 +37,8 @@ class FlagValueError(ConfigError):
 
 def close_hint(name: str, known: list[str], prefix: str = "") -> str:
     """" (did you mean a, b?)": up to three of the known names close to `name`; "" when none is."""
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    # at 0.5 names that merely share a few letters passed (depth: dataset_path, nepochs); 0.7 still takes a typo
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.7)
     return f" (did you mean {', '.join(prefix + c for c in close)}?)" if close else ""
 
 

@@ -214,7 +214,8 @@ def unknown_train_keys(workload: str, e: UnknownFlags, train: dict, how: str = "
     flag such as --depth) with the keys it takes, given as `how` says (a flow's stage: `--stage-arg STAGE:`): its
     parser named only the flags they became (`'--bogus=1'`) and sent the user to train's --help."""
     given = {key.replace("-", "_"): f"{key}={value}" for key, value in train.items()}
-    hints = [given.get(name, name) + close_hint(name, e.known) for name in e.names]
+    hints = [given.get(name, name) + (f" ({e.notes[name]})" if name in e.notes else close_hint(name, e.known))
+             for name in e.names]
     return UnknownFlags(f"{workload}: unknown argument(s): {'; '.join(hints)}; valid keys ({how}KEY=VALUE): "
                         f"{', '.join(e.known)}", e.names, e.known)
 

@@ -27,6 +27,9 @@ OPTIMIZERS = ("fusedadamw", "fusedadam", "sgd")
 OPTIMIZER_ALIASES = {"adamw": "fusedadamw", "adam": "fusedadam"}  # NNTile's newer examples' names
 RESTRICT = ("", "cpu", "cuda")
 TOKEN_BYTES = 2  # train.bin holds uint16 tokens (NanoGPT's format)
+# nanochat's model-shape flags, which NNTile takes from the GPT-2 JSON of --config-path: the field each is there
+SHAPE_FLAGS = {"depth": "n_layer", "max_seq_len": "n_positions", "aspect_ratio": "n_embd (depth x aspect_ratio)",
+               "head_dim": "n_embd / n_head"}
 # (flag, GPT-2 field its tile cuts): each tile size must divide its extent.
 TILES = (("minibatch_tile", "minibatch"), ("seq_tile", "n_positions"), ("embd_tile", "n_embd"),
          ("inner_tile", "n_inner"), ("head_tile", "n_head"))
@@ -299,14 +302,23 @@ def parse_args(argv: list[str]) -> tuple[NNTileConfig, dict]:
         names, flags = [f.name for f in fields(NNTileConfig)], [token.split("=", 1)[0] for token in unknown]
         # compared without the '--' every flag shares, which made any name look close to any other
         known = [_flag(n)[2:] for n in names]
-        hints = [f"{token!r}{close_hint(flag.lstrip('-'), known, '--')}" for token, flag in zip(unknown, flags)]
+        given = [flag.lstrip("-").replace("-", "_") for flag in flags]
+        hints = [f"{token!r}" + (f" ({shape_note(name, '--config-path')})" if name in SHAPE_FLAGS else
+                                 close_hint(flag.lstrip('-'), known, '--'))
+                 for token, flag, name in zip(unknown, flags, given)]
         raise UnknownFlags(f"nntile: unknown argument(s): {'; '.join(hints)}; see --help for the valid flags",
-                           [flag.lstrip("-").replace("-", "_") for flag in flags], names)
+                           given, names, {n: shape_note(n, "--train-arg config_path=FILE") for n in given
+                                          if n in SHAPE_FLAGS})
     config = NNTileConfig(**vars(args))
     shape = gpt2_shape(config.config_path or DEFAULT_CONFIG)
     if not config.config_path:
         shape["vocab_size"] = data_vocabulary(config) or shape["vocab_size"]
     return resolve(config, shape), shape
+
+
+def shape_note(name: str, config_flag: str) -> str:
+    """Where NNTile takes what nanochat's model-shape flag `name` sets, `config_flag` naming how a JSON is given."""
+    return f"NNTile takes the model's shape from the GPT-2 JSON of {config_flag}: {name} is its {SHAPE_FLAGS[name]}"
 
 
 def data_vocabulary(config: NNTileConfig) -> int | None:

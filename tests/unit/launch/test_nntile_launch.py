@@ -123,13 +123,25 @@ def test_an_unknown_train_arg_key_is_named_as_given_with_the_valid_keys(train, c
 
     assert main(["plan", "--workload", "nntile", "--train-arg", "bogus=1", "--train-arg", "batc=2"]) != 0
     err = capsys.readouterr().err
-    assert "nntile: unknown argument(s): batc=2 (did you mean batch, " in err
+    assert "nntile: unknown argument(s): batc=2 (did you mean batch?); " in err
     assert "; bogus=1; valid keys (--train-arg KEY=VALUE): config_path, batch, minibatch, " in err
     assert "--help" not in err
     Sweep([1], 4, ["bare"], train={**train, "num_batches": "2"}, workload="nntile")  # a known key, either spelling
     assert main(["plan", "--train-arg", "bogus=1", "--train-arg", "num_iteration=3"]) != 0
     assert capsys.readouterr().err.startswith("error: nanochat: unknown argument(s): bogus=1; num_iteration=3 (did you "
-                                              "mean num_iterations, ")
+                                              "mean num_iterations?); ")
+
+
+def test_nanochats_depth_given_to_nntile_says_where_nntile_takes_the_model_shape(capsys):
+    """`plan --workload nntile --depth 4` was answered 'depth=4 (did you mean dataset_path, nepochs?)': names half
+    alike passed as close, and nothing said that NNTile's depth is n_layer in the JSON of config_path."""
+    from bench.cli import main
+
+    assert main(["plan", "--workload", "nntile", "--depth", "4"]) != 0
+    err = capsys.readouterr().err
+    assert "nntile: unknown argument(s): depth=4 (NNTile takes the model's shape from the GPT-2 JSON of " \
+           "--train-arg config_path=FILE: depth is its n_layer); valid keys" in err
+    assert "did you mean" not in err
 
 
 def test_nntile_is_refused_on_two_nodes(train):

@@ -83,6 +83,17 @@ def test_an_unknown_flag_is_not_matched_to_an_unrelated_one(cfg, flag):
     assert "did you mean" not in str(e.value)
 
 
+@pytest.mark.parametrize("flag, field", [("--depth=4", "n_layer"), ("--max_seq_len=256", "n_positions"),
+                                         ("--aspect_ratio=64", "n_embd")])
+def test_a_nanochat_model_shape_flag_says_where_nntile_takes_the_shape(cfg, flag, field):
+    """'--depth=4' was answered '(did you mean --dataset-path, --nepochs?)': names half alike passed as close, and
+    nothing said that NNTile's model shape is the GPT-2 JSON of --config-path."""
+    with pytest.raises(ConfigError, match=r"unknown argument") as e:
+        parse(cfg, flag)
+    assert "did you mean" not in str(e.value)
+    assert f"the GPT-2 JSON of --config-path: {flag[2:].split('=')[0]} is its {field}" in str(e.value)
+
+
 def test_a_zero_learning_rate_is_kept_for_timing_runs(cfg):
     assert parse(cfg, "--lr=0", "--nbackward=2")[0].lr == 0.0
 

@@ -284,7 +284,7 @@ def build_run(sweep: Sweep, point: Point, run_dir: Path, opts: LaunchOptions, sw
     # Literal values, passed by each runtime's own mechanism: a variable the image also sets must not win.
     env = {contract.ENV_RUN_DIR: str(run_dir), contract.ENV_BASE_DIR: opts.base_dir, ENV_RUNTIME: runtime.name,
            ENV_IMAGE: image or "", **(edf.TORCH_ENV if gpus else {}), **dict(point.env),
-           **workload.launch_env(opts.base_dir, sweep.gpus_per_node), **opts.env}
+           **workload.launch_env(opts.base_dir, sweep.gpus_per_node if gpus else 0), **opts.env}
     containerised = runtime.python is not None
     made = runtime.sweep_image(image, run_dir.parent / IMAGES_DIR)  # a registry image made into a file once per sweep
     mounts = (Mount(str(run_dir.parent)), Mount(opts.base_dir), *opts.mounts) if containerised else ()

@@ -311,7 +311,8 @@ class Sweep:
     def _points(self) -> tuple[Point, ...]:
         """Every point, resolved once: the workload plans each node count once, repeats and runtimes share it."""
         plans = {n: self._plan(self.context(n)) for n in self.nodes}
-        return tuple(Point(n, runtime, r, n * self.gpus_per_node, self.scaling, plans[n],
+        per_node = self.workload_impl.ranks_per_node(self.settings, self.gpus_per_node)
+        return tuple(Point(n, runtime, r, n * per_node, self.scaling, plans[n],
                            self.run_minutes(plans[n].est_hours), bool(self.workload_impl.deadline_flag))
                      for n, runtime, r in itertools.product(self.nodes, self.runtimes, range(1, self.repeats + 1)))
 

@@ -186,7 +186,8 @@ class Workload:
         raise NotImplementedError
 
     def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:
-        """Variables a Slurm job exports for this workload (passed into containers like the contract's)."""
+        """Variables a Slurm job exports for this workload (passed into containers like the contract's);
+        `gpus_per_node` the GPUs its job reserves on a node, 0 for a CPU run."""
         return {}
 
     def read_paths(self, settings: Settings) -> tuple[str, ...]:
@@ -211,6 +212,11 @@ class Workload:
     def uses_gpus(self, settings: Settings) -> bool:
         """Whether the runs use the nodes' GPUs (a CPU run asks Slurm for none)."""
         return True
+
+    def ranks_per_node(self, settings: Settings, gpus_per_node: int) -> int:
+        """The ranks (run.json's world_size over nodes) a node of its runs counts: one per GPU, and as many CPU ranks
+        on a CPU run (nanochat's --device_type=cpu starts --gpus-per-node of them)."""
+        return gpus_per_node
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
         """Everything this workload decides for one point (or `reason` saying why it cannot run)."""

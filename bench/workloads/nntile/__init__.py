@@ -117,6 +117,7 @@ class NNTile(Workload):
         return starpu_env()
 
     def launch_env(self, base_dir: str, gpus_per_node: int) -> dict[str, str]:
+        """`gpus_per_node`: the GPUs the job reserves on a node (0 on a CPU run), StarPU's CUDA workers."""
         return {**starpu_env(base_dir), "STARPU_NCUDA": str(gpus_per_node)}
 
     def settings(self, train: dict, scaling: str) -> Settings:
@@ -139,11 +140,17 @@ class NNTile(Workload):
         return tuple(dict.fromkeys(map(str, given)))
 
     def plan(self, settings: Settings, point: PointContext) -> PointPlan:
-        """A point on more nodes is impossible: the plan says so, and submit leaves it out as it does any such."""
-        return PointPlan(train_argv=settings.argv, reason="" if point.nodes == 1 else ONE_NODE)
+        """A point on more nodes is impossible: the plan says so, and submit leaves it out as it does any such. A CPU
+        run records no GPUs, as its runner does (it keeps the launcher's count where it sees none)."""
+        return PointPlan(train_argv=settings.argv, reason="" if point.nodes == 1 else ONE_NODE,
+                         manifest=() if self.uses_gpus(settings) else (("gpus_per_node", 0),))
 
     def uses_gpus(self, settings: Settings) -> bool:
         return settings.train.get("restrict") != "cpu"
+
+    def ranks_per_node(self, settings: Settings, gpus_per_node: int) -> int:
+        """Its GPUs, which the runner counts as its world size; on the CPU its one process."""
+        return gpus_per_node if self.uses_gpus(settings) else 1
 
     def host_python(self, python: str | None) -> str:
         """--python as given (a path on the nodes, not checked here), else the NNTile interpreter as `train`

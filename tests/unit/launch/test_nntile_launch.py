@@ -93,6 +93,23 @@ def test_pyxis_passes_starpus_variables_into_the_container(train):
     assert all(v in env_line for v in ("STARPU_HOME", "STARPU_SILENT", "STARPU_NCUDA", "OPENBLAS_NUM_THREADS"))
 
 
+def test_a_cpu_run_is_planned_as_one_process_without_gpus(train, capsys):
+    """--restrict=cpu with --gpus-per-node 4 was planned as 4 ranks and run with STARPU_NCUDA=4, while the runner used
+    no GPU and recorded world_size 1: plan, script and run.json now agree on one CPU process."""
+    from bench.cli import main
+
+    job = job_for(["bare"], {**train, "restrict": "cpu"})
+    run, text = job.runs[0], render_sbatch(job)
+    assert "export STARPU_NCUDA=0" in text and "--gpus-per-node" not in text
+    assert (run.manifest["world_size"], run.manifest["gpus_per_node"]) == (1, 0)
+    gpu = job_for(["bare"], train)
+    assert "export STARPU_NCUDA=4" in render_sbatch(gpu) and "#SBATCH --gpus-per-node=4" in render_sbatch(gpu)
+    assert (gpu.runs[0].manifest["world_size"], gpu.runs[0].manifest["gpus_per_node"]) == (4, 4)
+    assert main(["plan", "--workload", "nntile", "--gpus-per-node", "4", "--train-arg", "restrict=cpu"]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[:4] == ["1", "bare", "1", "1"]  # nodes, runtime, repeats, ranks
+
+
 def test_compare_and_interactive_render_for_nntile(train, tmp_path):
     job = job_for(["bare", "pyxis"], train)
     assert render_sbatch(job, "submit --compare").count("bench.workloads.nntile.runner") == 1  # pyxis; bare by path

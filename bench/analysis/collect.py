@@ -73,7 +73,9 @@ TABLE_CSV = "runs.csv"
 # 31: num_iterations of a run given -1 is the horizon its trainer derived and recorded (every such run read -1);
 #     and a recorded dtype bfloat16 (upstream's --dtype) is precision bf16, as without one (it was a key apart).
 #     and mid_train's --dtype, which it accepts and autocasts to bfloat16 whatever it says, is no precision.
-ROW_VERSION = 31
+# 32: an NNTile run's tiling names the axes it cut, "untiled" for none: it listed every tile resolved, an untiled
+#     axis's as its extent, so untiled runs at another --minibatch differed in tiling.
+ROW_VERSION = 32
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 # The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).

@@ -25,6 +25,7 @@ from bench.analysis.regular_files import NotRegularFile, read_regular
 from bench.errors import json_reason
 from bench.logline import steps_digest
 from bench.workloads.base import EVALUATION, TRAINING
+from bench.workloads.nntile.config import TILES
 
 LIVE_STATUSES = ("pending", "running")
 
@@ -226,11 +227,16 @@ def fused_kernels(config: dict) -> str | None:
 
 
 def tiling(config: dict, nntile: dict) -> str | None:
-    """NNTile's tile settings ("embd_tile=256,seq_tile=-1", -1 = untiled), else the tiling it recorded;
-    None for a workload without tiles."""
+    """NNTile's tiled axes ("minibatch_tile=4,seq_tile=64"), "untiled" where none is, else the tiling it recorded;
+    None for a workload without tiles. The runner records each tile resolved, an untiled axis's as its extent (the
+    GPT-2 shape's, or --minibatch), and -1 means untiled as the flags take it: either cuts nothing, so runs that
+    differ only in an extent (--minibatch) are not told apart by their tiling."""
+    shape = config.get("gpt2") if isinstance(config.get("gpt2"), dict) else {}
+    extents = {**shape, "minibatch": config.get("minibatch")}
     tiles = {k: v for k, v in sorted(config.items()) if k.endswith("_tile") and isinstance(v, int)}
     if tiles:
-        return ",".join(f"{k}={v}" for k, v in tiles.items())
+        cut = {k: v for k, v in tiles.items() if v != -1 and v != extents.get(dict(TILES).get(k))}
+        return ",".join(f"{k}={v}" for k, v in cut.items()) or "untiled"
     recorded = nntile.get("tiling")
     return json.dumps(recorded, sort_keys=True) if isinstance(recorded, dict) and recorded else None
 

@@ -4,6 +4,8 @@ never repeats of one point, and the report says which runs it kept apart and why
     python -m pytest tests/unit/analysis/test_comparison_key.py -q
 """
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -90,11 +92,34 @@ def test_data_identity_and_nntile_tiles_are_flattened_and_keys():
     row = manifest_fields({"config": {}, "data": None}, [])
     assert row["data_origin"] is None and row["tokenizer_sha256"] is None
     tiled = manifest_fields({"workload": "nntile-gpt2", "config": {"seq_tile": 64, "embd_tile": -1}}, [])
-    assert tiled["tiling"] == "embd_tile=-1,seq_tile=64"
+    assert tiled["tiling"] == "seq_tile=64"  # -1: untiled, as a release that recorded the flags as given meant
     recorded = manifest_fields({"nntile": {"tiling": {"tiled_axis_groups": 3, "axis_groups": 91}}}, [])
     assert recorded["tiling"] == '{"axis_groups": 91, "tiled_axis_groups": 3}'
     assert {"data_origin", "tokenizer_sha256", "tiling", "vocab_size", "num_params", "flops_per_token",
             "precision"} <= set(scaling.GROUP_KEYS)
+
+
+def test_untiled_nntile_runs_read_as_untiled_and_differ_in_their_device_batch(make_run, tmp_path):
+    """The runner records the tile sizes resolved, so an untiled run read as tiled at its full extents
+    ('embd_tile=128,...,minibatch_tile=8,seq_tile=128') and untiled runs at --minibatch 8 and 4 were kept apart as
+    differing in tiling; a tile as large as its axis cuts nothing, and the runs differ in their device batch."""
+    from bench.workloads.nntile.config import as_record, parse_args
+
+    shape = tmp_path / "d2.json"
+    shape.write_text(json.dumps({"n_embd": 128, "n_head": 1, "n_layer": 2, "n_positions": 128, "vocab_size": 1024}))
+
+    def record(*flags):
+        return as_record(*parse_args([f"--config-path={shape}", "--batch=8", *flags]))
+
+    for name, flags in (("mb8", ["--minibatch=8"]), ("mb4", ["--minibatch=4"]),
+                        ("tiled", ["--minibatch=8", "--seq-tile=64", "--minibatch-tile=4"])):
+        make_run(name, tok_s=2_000.0, world_size=1, workload="nntile-gpt2", config=record(*flags))
+    table = collect([tmp_path / "runs"]).table
+    assert table.set_index("run_id")["tiling"].to_dict() == {
+        "mb8": "untiled", "mb4": "untiled", "tiled": "minibatch_tile=4,seq_tile=64"}
+    apart = scaling.kept_apart(table)
+    assert set(apart["values"]) == {"tiling untiled", "tiling minibatch_tile=4,seq_tile=64"}
+    assert not scaling.mixed_batches(scaling.with_config(scaling.usable(table))).empty  # mb8 and mb4: device batch
 
 
 def test_generated_and_downloaded_data_are_kept_apart(make_run, tmp_path):

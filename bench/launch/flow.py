@@ -138,13 +138,16 @@ def parse_stage_args(pairs: list[str], stages: tuple[Stage, ...], flow: str) -> 
     return out
 
 
-def as_given(e: FlagValueError | UnknownFlags, stage: str, stage_flags: dict, train: dict) -> ConfigError:
+def as_given(e: FlagValueError | UnknownFlags, stage: str, stage_flags: dict, train: dict,
+             chained: tuple[str, ...] = ()) -> ConfigError:
     """A stage's flag error named as the user wrote the flags. A value its parser cannot read: named with its flag
-    as given (its parser named only its own flag). Keys it does not take, with the keys it does:
-    `--stage-arg STAGE:KEY=VALUE` where the first came from the stage's own flags, else `--train-arg KEY=VALUE`."""
+    as given (its parser named only its own flag). Keys it does not take, with the keys it does less `chained` (the
+    flow sets them, refuse_chained refuses them given): `--stage-arg STAGE:KEY=VALUE` where the first came from the
+    stage's own flags, else `--train-arg KEY=VALUE`."""
     if isinstance(e, UnknownFlags):
         own = {key.replace("-", "_") for key in stage_flags}
         how = f"--stage-arg {stage}:" if e.names and e.names[0] in own else "--train-arg "
+        e = UnknownFlags(str(e), e.names, [key for key in e.known if key not in chained])
         return planmod.unknown_train_keys(stage, e, {**train, **stage_flags}, how)
     if e.name in stage_flags:
         return planmod.train_arg_value(stage, e, stage_flags, f"--stage-arg {stage}:")
@@ -212,7 +215,9 @@ class FlowSweep:
             if stage.workload == workloads.DEFAULT:
                 refuse_chained(stage, train, "--train-arg ")
         shared = {k: train[k] for k in SHARED_FLAGS if k in train}
-        pre = next((s.name for s in chosen if s.workload == workloads.DEFAULT), workloads.DEFAULT)
+        pre_stage = next((s for s in chosen if s.workload == workloads.DEFAULT), None)
+        pre = pre_stage.name if pre_stage else workloads.DEFAULT
+        pre_chained = tuple(key for key, _ in pre_stage.chain) if pre_stage else ()
         pretraining = per_stage.get(pre, {})
         for key, text in pretraining.items():  # its --stage-arg would win over the trainer flag with no word said
             if key in train and not _agrees(train[key], text):
@@ -221,7 +226,7 @@ class FlowSweep:
         try:
             model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what later stages load
         except (FlagValueError, UnknownFlags) as e:
-            raise as_given(e, pre, pretraining, train) from None
+            raise as_given(e, pre, pretraining, train, pre_chained) from None
         except ConfigError as e:  # a value its checks refuse: named with the stage, as a later stage's is
             raise ConfigError(f"{pre}: {e}") from None
         sweeps = []
@@ -233,7 +238,7 @@ class FlowSweep:
             try:  # the stage's flags alone first: the sweep's own checks (--gpus-per-node) are no stage's
                 workloads.get(stage.workload).settings(flags, sweep_kw.get("scaling", "weak"))
             except (FlagValueError, UnknownFlags) as e:
-                raise as_given(e, stage.name, per_stage[stage.name], train) from None
+                raise as_given(e, stage.name, per_stage[stage.name], train, tuple(k for k, _ in stage.chain)) from None
             except ConfigError as e:  # its checks named the flag alone (--device_batch_size=0), not whose it is
                 raise ConfigError(f"{stage.name}: {e}") from None
             sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model, train=flags))

@@ -203,6 +203,21 @@ def test_a_stage_arg_value_its_stage_cannot_read_is_named_as_written(twice, tmp_
         assert err.startswith(f"error: {stage}: unknown argument(s): bogus=1; valid keys (--stage-arg {stage}:KEY=")
 
 
+def test_the_valid_keys_offered_for_an_unknown_key_leave_out_those_the_flow_sets_itself(capsys):
+    # model_tag was offered, and given, refused: 'the flow sets base_loss's --model_tag itself ...; leave it out'
+    for stage, chained in (("base_train", ("model_tag", "save_every")), ("base_loss", ("model_tag",)),
+                           ("chat_eval_mid", ("model_tag", "source"))):
+        assert cli.main(["plan", "--flow", "speedrun", "--stage-arg", f"{stage}:bogus=1"]) == 1
+        valid = capsys.readouterr().err.strip().partition("KEY=VALUE): ")[2].split(", ")
+        assert "run" in valid and not set(chained) & set(valid), (stage, valid)
+    assert cli.main(["plan", "--flow", "speedrun", "--train-arg", "bogus=1"]) == 1
+    valid = capsys.readouterr().err.strip().partition("KEY=VALUE): ")[2].split(", ")
+    assert "depth" in valid and "model_tag" not in valid and "save_every" not in valid
+    # nor is one of them the hint (it would be refused in turn), a key the stage takes is
+    assert cli.main(["plan", "--flow", "speedrun", "--stage-arg", "base_loss:model_tagg=x"]) == 1
+    assert "(did you mean model_step?)" in capsys.readouterr().err
+
+
 def test_a_pre_training_stage_arg_that_disagrees_with_a_trainer_flag_is_refused_not_taken_without_a_word():
     # `--depth 2 --stage-arg base_train:depth=3` trained a d3 model, the --depth given left unused unsaid
     with pytest.raises(ConfigError, match=r"^--stage-arg base_train:depth=3 and the trainer flags' depth=2 \(--depth "

@@ -600,6 +600,7 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
     result = LocalFlowResult(0)
     ids = {"run_id": point_dir.name, "sweep_id": point_dir.parent.name}
     at, stopped_by = "the tokenizer's training", ""  # where a signal to the flow outside a stage finds it
+    cancelled_by = None  # the signal that cancelled the stage the flow stopped at, as its run.json names it
     for stage, sp in zip(fs.stages, stage_points):
         if stop.signum and result.failed is None:
             result.rc, result.failed, stopped_by = 128 + stop.signum, at, stop.name
@@ -617,7 +618,7 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
             run_dir.mkdir(parents=True, exist_ok=True)
             contract.update_run_json(run_dir, **ids, stage=stage.name, runtime="bare",
                                      workload=workloads.get(stage.workload).run_workload)
-            jobrecord.not_run(run_dir, result.failed, stopped_by, source="launcher")
+            jobrecord.not_run(run_dir, result.failed, stopped_by, source="launcher", cancelled_by=cancelled_by)
             result.statuses[stage.name] = "cancelled"
             continue
         argv = list(fs.stage_argv(stage, sp, tag))
@@ -638,9 +639,20 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
         result.statuses[stage.name] = status
         if rc != 0 or status != "ok":
             result.rc, result.failed = rc or 1, stage.name
+            if status == "cancelled":
+                cancelled_by = _cancelled_by(manifest.evidence)
             out(f"== {fs.flow}: stopped at {stage.name}: {status}: {message}".rstrip(": "))
         at = f"the end of stage {stage.name}"
     return result
+
+
+def _cancelled_by(evidence) -> str:
+    """The signal a cancelled run's evidence names: a launcher's stop before a rank's (PRECEDENCE's order)."""
+    entries = [e if isinstance(e, dict) else vars(e) for e in evidence]  # as settle reads them
+    for kind in ("stopped", "cancelled"):
+        if name := next((e.get("signal") for e in entries if e.get("kind") == kind and e.get("signal")), None):
+            return name
+    return ""
 
 
 def point_tag(flow: str, point_dir: Path, out: Callable[[str], None]) -> str:

@@ -158,11 +158,16 @@ def file_digest(path: str, sweep_dir: str) -> "str | None":
     return digest
 
 
-def not_run(run_dir: str, failed_stage: str, signal: str = "", *, source: str = "batch_script") -> None:
+def not_run(run_dir: str, failed_stage: str, signal: str = "", *, source: str = "batch_script",
+            cancelled_by: "str | None" = None) -> None:
     """A stage of a flow that does not start because an earlier stage of its point did not end ok, or because
-    the batch script received `signal` while at that stage (the local flow records it too, as `launcher`)."""
+    the batch script received `signal` while at that stage (the local flow records it too, as `launcher`).
+    `cancelled_by`: that earlier stage ended cancelled, by this signal ("": its run.json names none)."""
     why = f"stage {failed_stage} of this point did not end ok (its run.json says why)"
-    if signal and source == "launcher":  # `speedrun` stopped outside a stage: failed_stage says where it was
+    if cancelled_by is not None:  # a Ctrl-C in the stage: said as one between stages is, not as a failure
+        why = f"stage {failed_stage} of this point was cancelled" + (f" ({cancelled_by})" if cancelled_by else "")
+        signal = signal or cancelled_by
+    elif signal and source == "launcher":  # `speedrun` stopped outside a stage: failed_stage says where it was
         why = f"nanochat-bench speedrun received {signal} at {failed_stage}, so no later stage started"
     elif signal:
         why = f"the batch script received {signal} ({stopped_by(signal)}) at stage {failed_stage} of this point, " \

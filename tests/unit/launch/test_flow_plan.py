@@ -810,6 +810,28 @@ def test_a_ctrl_c_as_a_stage_ends_ok_stops_the_flow_before_the_next_stage(twice,
     assert result.statuses == {"base_train": "ok", "again": "cancelled"} and result.rc == 130
 
 
+def test_the_stages_after_one_a_ctrl_c_cancelled_name_the_signal(twice, tmp_path, monkeypatch):
+    """A Ctrl-C between stages was named in the stages after it, one in a stage left them 'not run: stage base_train
+    of this point did not end ok', as if it had failed; the stage's run.json says who stopped it."""
+    import signal
+
+    from bench import contract
+
+    def ctrl_c(argv, nproc, run_dir, **kw):
+        run_dir.mkdir(parents=True)  # as run_local records a SIGINT it forwarded, then tells the flow's handler
+        contract.record_evidence(run_dir, contract.Evidence(source="launcher", kind="stopped", signal="SIGINT",
+                                                            exit_code=-2, message="nanochat-bench train received"))
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        return 130
+
+    stand_in_stages(monkeypatch, ctrl_c)
+    result = flow.run_local_flow(sweep(twice, None), 2, tmp_path / "point", out=lambda _: None)
+    assert result.rc == 130 and result.statuses == {"base_train": "cancelled", "again": "cancelled"}
+    record = contract.read_run_json(tmp_path / "point" / "again")
+    assert record["message"] == "not run: stage base_train of this point was cancelled (SIGINT)"
+    assert record["evidence"][-1]["signal"] == "SIGINT"
+
+
 def test_a_stage_that_leaves_a_newer_majors_run_json_stops_the_flow_in_one_line(tmp_path, monkeypatch):
     """A stage whose run.json was rewritten by a newer release (schema major 3) as it ran ended `speedrun` in a
     SchemaError traceback when the flow recorded the stage's ids in it: the flow stops there, the file as it is."""

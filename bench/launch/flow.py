@@ -623,7 +623,10 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
             continue
         argv = list(fs.stage_argv(stage, sp, tag))
         out(f"== {fs.flow}: stage {stage.name} ({stage.workload}) in {run_dir}")
-        if run_dir.exists():  # a stage that failed or was not run: its last attempt makes way for this one
+        if _never_ran(run_dir):  # the not-run mark alone: kept aside, collect would count it a cancelled run
+            (run_dir / contract.RUN_JSON).unlink()
+            run_dir.rmdir()
+        elif run_dir.exists():  # a stage that failed or was stopped: its last attempt makes way for this one
             _set_aside(run_dir)
         if stage.saves:
             _set_aside_checkpoints(stage.saves, tag, out)
@@ -710,6 +713,19 @@ def _flag_values(argv) -> dict[str, str | None]:
         elif open_key is not None:
             values[open_key], open_key = token, None
     return values
+
+
+def _never_ran(run_dir: Path) -> bool:
+    """A stage directory that holds only the mark of a stage the flow did not start (run.json, its evidence all
+    not_run): no attempt of its own, nothing to keep."""
+    try:
+        if [p.name for p in run_dir.iterdir()] != [contract.RUN_JSON]:
+            return False
+        evidence = contract.read_run_json(run_dir).get("evidence")
+    except (OSError, contract.RunJsonError):  # not known to be a mark alone: set aside whole, as an attempt is
+        return False
+    return bool(evidence) and isinstance(evidence, list) and \
+        all(isinstance(e, dict) and e.get("kind") == "not_run" for e in evidence)
 
 
 def _set_aside(run_dir: Path) -> Path:

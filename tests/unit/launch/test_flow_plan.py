@@ -436,6 +436,32 @@ def test_a_stage_failing_leaves_the_earlier_runs_of_the_stages_after_it_as_they_
     assert contract.read_run_json(point / "again")["status"] == "cancelled"
 
 
+def test_a_rerun_keeps_the_stages_that_ran_as_attempts_not_the_not_run_marks_of_those_that_never_started(
+        twice, tmp_path, monkeypatch):
+    """A rerun after a Ctrl-C set aside each later stage's not-run mark as <stage>.attempt-<time> too: 'collect' and
+    the report listed each as a cancelled run, a failed run that never started."""
+    from bench import contract
+
+    def stopped(argv, nproc, run_dir, **kw):
+        run_dir.mkdir(parents=True)
+        (run_dir / contract.TRAIN_LOG).write_text("step 1\n")
+        contract.record_evidence(run_dir, contract.Evidence(source="launcher", kind="stopped", signal="SIGINT"))
+        return 130
+
+    stand_in_stages(monkeypatch, stopped)
+    point = tmp_path / "point"
+    assert flow.run_local_flow(sweep(twice, None), 2, point, out=lambda _: None).statuses == {
+        "base_train": "cancelled", "again": "cancelled"}
+    assert [p.name for p in (point / "again").iterdir()] == ["run.json"]  # the mark alone
+    stand_in_stages(monkeypatch)
+    assert flow.run_local_flow(sweep(twice, None), 2, point, out=lambda _: None).statuses == {
+        "base_train": "ok", "again": "ok"}
+    [earlier] = point.glob("base_train.attempt-*")  # the attempt that ran, kept whole
+    assert (earlier / contract.TRAIN_LOG).read_text() == "step 1\n"
+    assert not list(point.glob("again.attempt-*"))
+    assert contract.read_run_json(point / "again")["status"] == "ok"
+
+
 def test_a_speedrun_killed_while_training_the_tokenizer_leaves_no_tokenizer_training_on(tmp_path):
     """SIGTERM (or the terminal closing) during the tokenizer left `tokenizer train` orphaned, minutes of it."""
     import os

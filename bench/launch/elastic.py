@@ -14,11 +14,13 @@ status. A worker aborted (SIGABRT, as NCCL's watchdog ends a rank whose collecti
 gives way to a rank that recorded its own failure (an error, an OOM: above a kill in that table), and comes before
 the rest; aborted while the heartbeats show another rank stopped, it is evidence of `hung`, naming that rank, unless
 a rank's own end is recorded (then the abort is its echo).
-A signal to torchrun itself is evidence of a cancel. Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL
-instead of torchrun's 30 s, also on the path where one worker failed and torchrun stops the others (there its 30 s
-are fixed, not the TORCH_ELASTIC_SHUTDOWN_TIMEOUT it reads for signals): a stopped (SIGSTOP) or wedged worker must not
-hold the job for long, and ours end within a second of SIGTERM. The closing signal is followed by SIGCONT, so
-a stopped worker (the hung rank itself) takes its SIGTERM at once instead of waiting for the SIGKILL.
+A signal to torchrun itself is evidence of a cancel, also a SIGINT before it has its handlers (while torch is
+imported, or it reads its flags: a Ctrl-C in a run's first seconds), which ends it in the same one line.
+Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path where one
+worker failed and torchrun stops the others (there its 30 s are fixed, not the TORCH_ELASTIC_SHUTDOWN_TIMEOUT it
+reads for signals): a stopped (SIGSTOP) or wedged worker must not hold the job for long, and ours end within a
+second of SIGTERM. The closing signal is followed by SIGCONT, so a stopped worker (the hung rank itself) takes its
+SIGTERM at once instead of waiting for the SIGKILL.
 A signal that reaches torchrun while it starts its workers ends it before it has noted the ones already
 started (each in a session of its own, so no signal to torchrun's group reaches them): a worker still
 running when torchrun returns is stopped the same way, so none trains on as an orphan. torchrun's own log lines
@@ -32,7 +34,19 @@ import socket
 import sys
 import time
 
-from torch.distributed.elastic.agent.server import api as agent
+# `python -m bench.launch.elastic`: a Ctrl-C while torch is imported (seconds of it) would end this module in a
+# KeyboardInterrupt traceback before main could say or record anything; it is noted here and main ends on it
+EARLY: list[int] = []
+
+
+def _note_early(signum, _frame) -> None:
+    EARLY.append(signum)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _note_early)
+
+from torch.distributed.elastic.agent.server import api as agent  # noqa: E402
 from torch.distributed.elastic.multiprocessing import api as processes
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -214,19 +228,24 @@ def _record(run_dir: str, evidence) -> None:
         say(f"torchrun: could not record the outcome in {run_dir}: {e}")
 
 
-def record_signal(run_dir: str, name: str) -> None:
+def record_signal(run_dir: str, name: str, started: bool = True) -> None:
     """torchrun was stopped by a signal: the run is `cancelled` by it (the workers' own `cancelled` names
-    only the SIGTERM torchrun passed on, and ranks lower in the precedence table)."""
+    only the SIGTERM torchrun passed on, and ranks lower in the precedence table). `started`: any worker was."""
     _record(run_dir, contract.Evidence(source="wrapper", kind="stopped", node=socket.gethostname(), signal=name,
-                                     message=f"torchrun received {name}; the workers were stopped"))
+                                     message=f"torchrun received {name}; the workers were "
+                                             + ("stopped" if started else "not started")))
 
 
 def main(argv: list[str] | None = None) -> int:
-    bound_shutdown()
-    quiet_echoes()
     run_dir = os.environ.get(contract.ENV_RUN_DIR)
-    oom_kills_before = oom_kills()
     try:
+        if signal.getsignal(signal.SIGINT) is _note_early:  # from here to torchrun's handlers: KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if EARLY:
+            raise KeyboardInterrupt
+        bound_shutdown()
+        quiet_echoes()
+        oom_kills_before = oom_kills()
         torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
         if warning:
             say(warning)
@@ -245,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
             record_signal(run_dir, e.sigval.name)
         say(f"torchrun: stopped by {e.sigval.name}; the workers were stopped with it")
         return 128 + int(e.sigval)
+    except KeyboardInterrupt:  # SIGINT before torchrun had its handlers (which raise SignalException)
+        if run_dir:
+            record_signal(run_dir, "SIGINT", started=False)
+        say("torchrun: stopped by SIGINT before it started the workers")
+        return 128 + signal.SIGINT
     finally:
         stop_leftovers()
     return 0

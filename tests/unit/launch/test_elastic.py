@@ -278,6 +278,38 @@ def test_a_signal_to_torchrun_is_recorded_though_its_terminal_is_gone(tmp_path, 
     assert contract.read_run_json(tmp_path)["message"] == "torchrun received SIGTERM; the workers were stopped"
 
 
+def test_a_ctrl_c_before_torchrun_has_its_handlers_is_its_cancel_in_one_line(tmp_path, monkeypatch, capsys):
+    """A Ctrl-C in a stage's first seconds reached torchrun while it imported torch, or before it had its signal
+    handlers, and ended it in a KeyboardInterrupt traceback, in the output and train.log, with no word in run.json."""
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(elastic, "torchrun_main", interrupted)
+    monkeypatch.setattr(elastic, "bound_shutdown", lambda: None)  # torch is left as it is in this process
+    monkeypatch.setattr(elastic, "stop_leftovers", lambda: None)
+    monkeypatch.setenv(contract.ENV_RUN_DIR, str(tmp_path))
+    assert elastic.main(["--standalone", "train.py"]) == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "torchrun: stopped by SIGINT before it started the workers\n"
+    record = contract.read_run_json(tmp_path)
+    assert record["status"] == "cancelled" and [(e["source"], e["kind"], e["signal"]) for e in record["evidence"]] \
+        == [("wrapper", "stopped", "SIGINT")]
+
+    run_dir, worker = tmp_path / "run", tmp_path / "worker.py"
+    run_dir.mkdir()
+    worker.write_text(WORKER)
+    proc = subprocess.Popen([sys.executable, "-m", "bench.launch.elastic", "--standalone", "--nproc_per_node=1",
+                             str(worker)], env={**os.environ, contract.ENV_RUN_DIR: str(run_dir)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while "/torch/" not in open(f"/proc/{proc.pid}/maps").read():  # importing torch, seconds of it
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert err == "torchrun: stopped by SIGINT before it started the workers\n"
+    assert contract.read_run_json(run_dir)["evidence"][-1]["signal"] == "SIGINT"
+
+
 def test_a_run_json_that_cannot_be_recorded_in_is_one_line_not_a_traceback(tmp_path, capsys):
     """A directory named run.json (or one cut short) made torchrun's wrapper end in a traceback while recording a
     signal or a failed worker."""

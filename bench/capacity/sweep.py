@@ -41,6 +41,8 @@ FAILED_DIR = "failed"  # <out>/failed/<strategy>/<probe>-<n>: the earlier attemp
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
 SMI_TIMEOUT_S = 30  # nvidia-smi answers in well under a second; a wedged driver may never answer
+# torch's import and CUDA's start-up, from a shared file system on a node of 8 GPUs, take tens of seconds
+TORCH_GPU_TIMEOUT_S = 120
 DEVICE_KEYS = MACHINE_KEYS[:3]  # a probe measured on another device (an --out on a shared file system) runs again
 # The deepest shape the search lists: d1024 at aspect ratio 64 has 5.3e13 parameters, beyond any node's memory, while
 # listing and predicting every even depth up to --max-depth grows with its square (100000 took minutes, no probe ran)
@@ -136,14 +138,21 @@ class SweepConfig:
 
 def _gpu() -> tuple[str | None, int | None]:
     """(name, total bytes) of the ranks' first GPU from nvidia-smi, else from a short torch subprocess (so that
-    this process never holds a CUDA context of its own while the probes need the memory)."""
+    this process never holds a CUDA context of its own while the probes need the memory); ConfigError when neither
+    answers in time (a wedged driver)."""
     lines = _smi("name,memory.total", 1)
     if lines and "," in lines[0]:
         name, mib = lines[0].rsplit(",", 1)
         return name.strip(), int(float(mib)) * 2 ** 20
     code = ("import torch; p = torch.cuda.get_device_properties(0) if torch.cuda.is_available() else None; "
             "print(f'{p.name}|{p.total_memory}' if p else '')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=TORCH_GPU_TIMEOUT_S).stdout.strip()
+    except subprocess.TimeoutExpired:  # no GPU would answer a probe either: not a CPU sweep on a GPU node
+        raise ConfigError(f"the GPU could not be asked: torch.cuda did not answer in {TORCH_GPU_TIMEOUT_S} s (in a "
+                          "subprocess, after nvidia-smi --query-gpu gave no answer); a wedged GPU driver hangs both: "
+                          "check it, or give --device-type cpu") from None
     if "|" in out:
         name, total = out.rsplit("|", 1)
         return name, int(total)

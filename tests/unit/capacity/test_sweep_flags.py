@@ -134,3 +134,30 @@ def test_nvidia_smi_l_is_asked_once_a_sweep_when_it_hangs(tmp_path, monkeypatch,
     assert main(["capacity", "--strategies", "fsdp", "--out", str(tmp_path / "out")]) == 0
     assert ran == [2] and calls.read_text().split().count("-L") == 1
     assert "nvidia-smi -L did not answer in 1 s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gpus", [[], ["--gpus", "1"]])
+def test_a_wedged_driver_ends_capacity_in_one_line_naming_what_did_not_answer(tmp_path, monkeypatch, capsys, gpus):
+    """Regression: where nvidia-smi --query-gpu gave no answer, the GPU was asked of torch in a subprocess without a
+    timeout, so a wedged driver hung `capacity` before its first probe, with or without --gpus."""
+    import os
+    import sys
+    import time
+
+    from bench.cli import main
+
+    for name in ("nvidia-smi", "python"):  # both wedged in the driver
+        (tmp_path / name).write_text("#!/bin/sh\nexec sleep 30\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(sweep, "SMI_TIMEOUT_S", 1)
+    monkeypatch.setattr(sweep, "TORCH_GPU_TIMEOUT_S", 1)
+    monkeypatch.setattr(sweep.Sweep, "run", lambda self: pytest.fail("no sweep runs on a GPU that did not answer"))
+    t0 = time.monotonic()
+    assert main(["capacity", "--strategies", "fsdp", "--out", str(tmp_path / "out"), *gpus]) == 1
+    assert time.monotonic() - t0 < 20
+    assert capsys.readouterr().err == (
+        "error: the GPU could not be asked: torch.cuda did not answer in 1 s (in a subprocess, after nvidia-smi "
+        "--query-gpu gave no answer); a wedged GPU driver hangs both: check it, or give --device-type cpu\n")

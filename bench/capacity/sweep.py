@@ -224,11 +224,12 @@ def gpu_free(nproc: int) -> int | None:
         return None
 
 
-def machine(cfg: SweepConfig, gpus_counted: bool = False) -> dict:
+def machine(cfg: SweepConfig, gpus_counted: bool = False, gpu: tuple[str | None, int | None] | None = None) -> dict:
     """The machine the probes run on; `gpus_counted`: --gpus is the count of visible GPUs just taken (its default),
-    so nvidia-smi -L, up to SMI_TIMEOUT_S on a wedged driver, is not asked again."""
+    so nvidia-smi -L, up to SMI_TIMEOUT_S on a wedged driver, is not asked again; `gpu`: _gpu()'s answer taken with
+    it, for the same reason."""
     total, available = host_memory()
-    name, gpu_bytes = _gpu() if cfg.device_type in ("", "cuda") else (None, None)
+    name, gpu_bytes = (gpu or _gpu()) if cfg.device_type in ("", "cuda") else (None, None)
     device_type = cfg.device_type or ("cuda" if gpu_bytes else "cpu")
     if device_type == "cuda" and not gpu_bytes:
         raise ConfigError("--device-type cuda but no GPU is visible (nvidia-smi, torch.cuda)")
@@ -251,9 +252,10 @@ def machine(cfg: SweepConfig, gpus_counted: bool = False) -> dict:
 
 
 class Sweep:
-    def __init__(self, cfg: SweepConfig, log=print, gpus_counted: bool = False):
+    def __init__(self, cfg: SweepConfig, log=print, gpus_counted: bool = False,
+                 gpu: tuple[str | None, int | None] | None = None):
         self.cfg, self.log = cfg, log
-        self.machine = machine(cfg, gpus_counted)
+        self.machine = machine(cfg, gpus_counted, gpu)
         self.host_floor = cfg.host_floor or max(2 << 30, int(0.03 * (self.machine["host_bytes"] or 0)))
         check_cpu_host(cfg, self.machine, self.host_floor)
         self.results: list[ProbeResult] = []

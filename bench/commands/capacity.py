@@ -95,7 +95,7 @@ def cmd_capacity(args) -> int:
     out = Path(args.out)
     depths = parse_ints(args.depths, "--depths") if args.depths else []
     if not (args.report and not args.search and not depths):
-        nproc = _gpus() if args.gpus is None else args.gpus  # --gpus 0 is refused, not read as unset
+        nproc, gpu = _gpus() if args.gpus is None else (args.gpus, None)  # --gpus 0 is refused, not read as unset
         cfg = SweepConfig(out=out, strategies=parse_strategies(args.strategies),
                           nproc=nproc, search=args.search or not depths, depths=depths,
                           aspect_ratios=parse_ints(args.aspect_ratios, "--aspect-ratios"), max_depth=args.max_depth,
@@ -104,7 +104,7 @@ def cmd_capacity(args) -> int:
                           vocab_size=args.vocab_size,
                           memory_limit=parse_size(args.memory_limit) if args.memory_limit else None,
                           device_type=args.device_type)
-        Sweep(cfg, gpus_counted=args.gpus is None).run()
+        Sweep(cfg, gpus_counted=args.gpus is None, gpu=gpu).run()
         print(f"summary: {out / 'summary.json'} (every probe: {out / 'probes.csv'})")
     if args.report:
         from bench.analysis.capacity import write_capacity_report
@@ -125,16 +125,19 @@ def cmd_capacity(args) -> int:
     return 0
 
 
-def _gpus() -> int:
+def _gpus() -> tuple[int, tuple | None]:
+    """(the default --gpus, the first GPU's (name, bytes) where it was asked: the sweep's machine, not asked again)."""
     import sys
 
     from bench.capacity.sweep import _gpu, gpu_count, visible_gpus
 
-    if visible_gpus() == [] or _gpu()[0] is None:
-        return 1
+    if visible_gpus() == []:
+        return 1, None
+    if (gpu := _gpu())[0] is None:
+        return 1, gpu
     count, why = gpu_count()
     if why:  # the ranks' own list is the best count left; without one, the least there is
         counted = f"counted from CUDA_VISIBLE_DEVICES: probing with {count}" if count else "not counted: probing with 1"
         print(f"note: nvidia-smi -L {why}, so the GPUs were {counted}; give --gpus N for another count",
               file=sys.stderr)
-    return max(1, count or 0)
+    return max(1, count or 0), gpu

@@ -636,9 +636,9 @@ def test_the_default_gpus_are_those_the_ranks_see(tmp_path, monkeypatch):
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
-    assert _gpus() == 2
+    assert _gpus()[0] == 2
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert _gpus() == 8
+    assert _gpus()[0] == 8
 
 
 @pytest.mark.parametrize("visible", ["", "-1", "NoDevFiles"])
@@ -656,7 +656,7 @@ def test_a_job_shown_no_gpu_probes_on_one_rank_not_every_gpu_of_the_node(tmp_pat
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert sweepmod.visible_gpus() == [] and sweepmod._gpu_ids(2) == "" and sweepmod._smi("memory.free", 2) == []
-    assert _gpus() == 1
+    assert _gpus()[0] == 1
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"1,{visible},2")  # CUDA reads no further than a name of no GPU
     assert sweepmod.visible_gpus() == (["1"] if visible else ["1", "2"])
 
@@ -672,7 +672,7 @@ def test_nvidia_smi_finding_no_device_counts_no_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))  # torch sees one
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert _gpus() == 1
+    assert _gpus()[0] == 1
 
 
 @pytest.mark.parametrize("script, why", [("exec sleep 30", "did not answer in 1 s"), (None, "could not run")])
@@ -691,7 +691,7 @@ def test_the_default_gpus_are_one_when_nvidia_smi_hangs_or_is_missing(tmp_path, 
     monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))
     monkeypatch.setattr(sweepmod, "SMI_TIMEOUT_S", 1)
     t0 = time.monotonic()
-    assert _gpus() == 1
+    assert _gpus()[0] == 1
     assert time.monotonic() - t0 < 10
     assert capsys.readouterr().err == (f"note: nvidia-smi -L {why}, so the GPUs were not counted: probing with 1; "
                                        "give --gpus N for another count\n")
@@ -714,7 +714,7 @@ def test_the_default_gpus_are_those_the_ranks_see_when_nvidia_smi_cannot_count_t
     monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))
     monkeypatch.setattr(sweepmod, "SMI_TIMEOUT_S", 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    assert _gpus() == 4
+    assert _gpus()[0] == 4
     out, err = capsys.readouterr()
     assert out == "" and err == (f"note: nvidia-smi -L {why}, so the GPUs were counted from CUDA_VISIBLE_DEVICES: "
                                  "probing with 4; give --gpus N for another count\n")
@@ -729,7 +729,7 @@ def test_nvidia_smi_finding_no_device_and_exiting_so_counts_no_gpu(tmp_path, mon
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setattr(sweepmod, "_gpu", lambda: ("a GPU", 2 ** 30))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert _gpus() == 1 and capsys.readouterr().err == ""
+    assert _gpus()[0] == 1 and capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("script, free", [

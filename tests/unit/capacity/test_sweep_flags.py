@@ -161,3 +161,29 @@ def test_a_wedged_driver_ends_capacity_in_one_line_naming_what_did_not_answer(tm
     assert capsys.readouterr().err == (
         "error: the GPU could not be asked: torch.cuda did not answer in 1 s (in a subprocess, after nvidia-smi "
         "--query-gpu gave no answer); a wedged GPU driver hangs both: check it, or give --device-type cpu\n")
+
+
+def test_the_gpu_is_asked_of_nvidia_smi_once_a_sweep_when_it_hangs(tmp_path, monkeypatch):
+    """Regression: with a wedged driver and no --gpus, `capacity` waited on `nvidia-smi --query-gpu` for the GPU's
+    name and memory to take the default --gpus, then again (as long) for the sweep's machine."""
+    import os
+    import sys
+
+    from bench.cli import main
+
+    calls = tmp_path / "calls"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$1" >> {calls}\ncase "$1" in -L) echo "GPU 0: NVIDIA H100";; *) exec sleep 30;; '
+                   'esac\n')
+    smi.chmod(0o755)
+    (tmp_path / "python").write_text("#!/bin/sh\necho 'NVIDIA H100|85899345920'\n")  # torch's answer
+    (tmp_path / "python").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(sweep, "SMI_TIMEOUT_S", 1)
+    ran = []
+    monkeypatch.setattr(sweep.Sweep, "run", lambda self: ran.append((self.cfg.nproc, self.machine["gpu_name"])))
+    assert main(["capacity", "--strategies", "fsdp", "--out", str(tmp_path / "out")]) == 0
+    assert ran == [(1, "NVIDIA H100")]
+    assert [c for c in calls.read_text().split() if c.startswith("--query-gpu")] == ["--query-gpu=name,memory.total"]

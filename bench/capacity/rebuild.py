@@ -6,15 +6,18 @@ Each finished probe's run.json holds its settings and outcome under `capacity` (
 per strategy and width, the capacity is the largest model that trained at device batch 1 and the first
 failure the smallest larger one that did not fit. The search is complete where those two settle it, as the
 sweep's own search ends (no shape of the family it searches between them, nor below a first failure without a
-capacity), else incomplete, since what the sweep would have probed next is not known.
+capacity), else incomplete, since what the sweep would have probed next is not known. The --depths points a smaller
+one's failure or hang left not probed (no run directory of their own) come from that probe's record.
 """
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
-from bench.capacity.search import Shape, family, num_params
-from bench.capacity.sweep import DEVICE_KEYS, MACHINE_KEYS, SUMMARY_JSON, _shape_dict, save_summary, summarize
+from bench.capacity.search import Shape, family, num_params, shapes
+from bench.capacity.sweep import (DEVICE_KEYS, MACHINE_KEYS, SUMMARY_JSON, _shape_dict, not_probed_after, save_summary,
+                                  summarize)
 from bench.errors import ConfigError
 from bench.contract import RUN_JSON, RunJsonError, read_run_json
 
@@ -79,6 +82,20 @@ def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResu
             "stopped": stop and stop.stop_record()}
 
 
+def not_probed_from(results: list[ProbeResult]) -> list[ProbeResult]:
+    """The --depths points the sweep left not probed after a smaller one of their strategy and width failed or hung,
+    which leave no run directory: from that probe and the --depths its sweep recorded with it, by the sweep's rule."""
+    probed = {(r.spec.strategy, r.spec.aspect_ratio, r.spec.depth) for r in results if r.spec.device_batch_size == 1}
+    first: dict[tuple[str, int], ProbeResult] = {}
+    for r in results:  # smallest first: the point that stopped the larger ones
+        depths = r.extra.get("sweep_depths") or ()  # none recorded by earlier releases
+        if r.spec.device_batch_size == 1 and r.outcome in ("failed", "timeout") and r.spec.depth in depths:
+            first.setdefault((r.spec.strategy, r.spec.aspect_ratio), r)
+    return [not_probed_after(r, replace(r.spec, depth=s.depth), s.num_params) for r in first.values()
+            for s in shapes(r.extra["sweep_depths"], r.spec.aspect_ratio, r.spec.vocab_size)
+            if s.depth > r.spec.depth and (r.spec.strategy, s.aspect_ratio, s.depth) not in probed]
+
+
 def summary_is_stale(out: str | Path) -> bool:
     """True when a probe under <out>/runs/ was written after <out>/summary.json (a sweep writes its summary
     after its last probe, even when stopped by a signal): a later sweep into the same --out ended without
@@ -104,7 +121,7 @@ def rebuild_summary(out: str | Path) -> dict:
     machine.update(nproc=first.spec.nproc, memory_limit=first.spec.memory_limit, host_available_bytes=None)
     pairs = dict.fromkeys((r.spec.strategy, r.spec.aspect_ratio) for r in results)
     searches = [search_from_probes(strategy, ar, results) for strategy, ar in pairs]
-    summary = summarize({"out": str(out)}, machine, results, searches)
+    summary = summarize({"out": str(out)}, machine, results, searches, not_probed_from(results))
     differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r).items() if kept.get(k, v) != v})
     summary["rebuilt"] = "the sweep wrote no summary" + (
         f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)}" if others else "")

@@ -325,7 +325,8 @@ class Sweep:
         # reports no count, and a rebuilt summary leaves out the probes recorded without one
         result.num_params = result.num_params or shape.num_params
         if result.outcome != "budget":
-            result.extra.update(self._prediction(strategy, shape, batch))
+            # --depths: a summary rebuilt after a kill recomputes from it the points a failure here left not probed
+            result.extra.update(self._prediction(strategy, shape, batch), sweep_depths=c.depths)
             if not result.reused:
                 update_run_json(run_dir, capacity=result.record())
         self.results.append(result)
@@ -408,13 +409,10 @@ class Sweep:
                 for shape in shapes(c.depths, ar, c.vocab_size) if c.depths else []:
                     if (first := broken.get(ar)) and not self.out_of_time:
                         # a larger point of that width would crash or hang the same way, as its search would
-                        why = (f"{first.spec.name}, smaller, at this aspect ratio ended {first.outcome} "
-                               f"({first.message or 'no message'})")
+                        skipped = not_probed_after(first, self._spec(strategy, shape, 1), shape.num_params)
                         # kept for the summary: else the report reads the point as never asked for
-                        self.not_probed.append(ProbeResult(self._spec(strategy, shape, 1), NOT_PROBED, why,
-                                                           num_params=shape.num_params,
-                                                           extra={"after": first.stop_record()}))
-                        self.log(f"{strategy} {shape.name}-b1 not probed: {why}")
+                        self.not_probed.append(skipped)
+                        self.log(f"{strategy} {shape.name}-b1 not probed: {skipped.message}")
                         continue
                     r = None if self.out_of_time else self.probe(strategy, shape, 1)
                     if r and r.outcome in ("failed", "timeout"):
@@ -484,6 +482,12 @@ class Sweep:
         for line in format_table(summary):
             self.log(line)
         return summary
+
+
+def not_probed_after(first: ProbeResult, spec: ProbeSpec, num_params: int) -> ProbeResult:
+    """`spec`'s --depths point, not probed since `first`, a smaller one of its strategy and width, failed or hung."""
+    why = f"{first.spec.name}, smaller, at this aspect ratio ended {first.outcome} ({first.message or 'no message'})"
+    return ProbeResult(spec, NOT_PROBED, why, num_params=num_params, extra={"after": first.stop_record()})
 
 
 def _powers_of_two(top: int) -> list[int]:

@@ -989,6 +989,34 @@ def test_depths_points_not_probed_after_a_failure_are_in_the_summary_the_csv_and
     assert "not probed" not in write_capacity_report([tmp_path], tmp_path / "report").read_text()
 
 
+def test_a_sweep_killed_before_its_summary_still_reports_the_depths_points_not_probed(tmp_path, monkeypatch, capsys):
+    """Regression: --depths 2,4,6 --aspect-ratios 64,128 whose d2-a128 point crashed, then killed outright before its
+    summary: the summary `capacity --report` rebuilt from the run directories listed d2-a128 alone, d4-a128 and
+    d6-a128, skipped for it, left no run directory and were lost; the rebuilt summary lists them as the sweep's."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.sweep import load_summary
+    from bench.cli import main
+
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweep.cfg, "depths", [2, 4, 6])
+    monkeypatch.setattr(sweep.cfg, "aspect_ratios", [64, 128])
+    monkeypatch.setattr(sweep.cfg, "search", False)
+    monkeypatch.setattr(sweepmod.capdata, "prepare", lambda base_dir, vocab_size: base_dir)
+    monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(
+        spec, "failed" if spec.aspect_ratio == 128 else "ok", "rank 0 crashed", tok_per_sec=1.0))
+    sweep.machine["nproc"] = 1
+    sweep._passes()
+    expected = sweep.write_summary()["not_probed"]
+    assert [p["probe"]["depth"] for p in expected] == [4, 6]
+    (tmp_path / "summary.json").unlink()  # as a SIGKILL leaves the sweep
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0
+    assert load_summary(tmp_path)["not_probed"] == expected
+    md = (tmp_path / "report" / "capacity.md").read_text()
+    for depth in (4, 6):
+        assert re.search(rf"\| *fsdp *\| *1 *\| *{depth} *\| *1 *\| *[\d,]+ *\| *not probed: d2-a128-b1 failed *\|", md)
+
+
 def test_a_depths_sweep_cut_by_its_budget_counts_the_probes_that_ran(tmp_path, monkeypatch):
     """Regression: --depths 2,4,6 with a --budget spent after d2 gave its summary row 2 probes, d2 and d4, whose probe
     was never started for want of time (its parameter count filled in all the same)."""

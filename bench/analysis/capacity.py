@@ -126,6 +126,18 @@ def _predicted_curve(strategy: str, probes: pd.DataFrame, key: str) -> tuple[lis
     return xs, ys
 
 
+def _per_sweep_setting(strategy: str, p: pd.DataFrame, panel: pd.DataFrame, cuda: bool) -> list[tuple]:
+    """(line style, label, probes) per GPU count and sequence length of a strategy's probes: the prediction depends on
+    both, so sweeps of other --gpus or --seq reported together each get their own curve, labelled where they differ."""
+    settings = list(dict.fromkeys(zip(panel["nproc"], panel["max_seq_len"])))
+    out = []
+    for (n, seq), q in p.groupby(["nproc", "max_seq_len"], sort=False):
+        ranks = f"{n} {'GPU' if cuda else 'rank'}{'s' if n > 1 else ''}"
+        label = f"{strategy} predicted, {ranks}, seq {seq}" if len(settings) > 1 else "_predicted"
+        out.append((("--", "-.", ":")[settings.index((n, seq)) % 3], label, q))
+    return out
+
+
 def _finish_panel(ax, machines: list[dict], key: str, limit: str, ylabel: str, title: str) -> None:
     """Each machine's memory limit drawn (where it recorded one), the size axis, labels and legend of one panel."""
     names = {}  # limit in GiB -> the machines of it: sweeps of an H100 and an H200 each drawn against its own
@@ -160,8 +172,8 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
                     label=f"{strategy} measured")
         if oom["predicted_need_bytes"].notna().any():
             ax.plot(oom["num_params"], oom["predicted_need_bytes"] / GIB, "x", color=colors[strategy], ms=10, mew=2)
-        xs, ys = _predicted_curve(strategy, p, "need")
-        ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2)
+        for style, label, q in _per_sweep_setting(strategy, p, b1, cuda):
+            ax.plot(*_predicted_curve(strategy, q, "need"), style, color=colors[strategy], lw=1.2, label=label)
     _finish_panel(ax, machines, "device_bytes", "device memory",
                   f"peak memory per {'GPU' if cuda else 'rank'} (GiB)",
                   "Peak memory vs size, device batch 1\n(o measured, x out of memory, -- predicted)")
@@ -170,8 +182,9 @@ def memory_figure(probes: pd.DataFrame, machines: list[dict], colors: dict):
         for strategy, p in offload.groupby("strategy", sort=False):
             ax.plot(p["num_params"], p["host_peak_bytes"] / GIB, "o", color=colors[strategy], ms=8,
                     label=f"{strategy} taken from the host")
-            xs, ys = _predicted_curve(strategy, p, "host")
-            ax.plot(xs, ys, "--", color=colors[strategy], lw=1.2, label="predicted")
+            for style, label, q in _per_sweep_setting(strategy, p, offload, cuda):
+                ax.plot(*_predicted_curve(strategy, q, "host"), style, color=colors[strategy], lw=1.2,
+                        label="predicted" if label.startswith("_") else label)
         _finish_panel(ax, machines, "host_bytes", "host memory", "host memory (GiB)",
                       "Host memory of offloading strategies")
     return fig

@@ -358,3 +358,31 @@ def test_a_cpu_sweep_s_report_speaks_of_ranks_and_says_peak_memory_is_a_gpu_figu
     md = write_capacity_report([sweep], tmp_path / "report").read_text()
     assert md.split("## Every probe")[1].split("|")[2].strip() == "ranks"
     assert "GPUs" not in md and "(on a GPU: these CPU probes have none)" in md
+
+
+def test_sweeps_of_other_gpu_counts_or_sequence_lengths_each_draw_their_own_predicted_curve(tmp_path):
+    """Regression: sweeps at --gpus 1 --seq 2048 and --gpus 2 --seq 512 reported together drew one predicted curve
+    per strategy, at the GPU count and sequence length of its first probe, so the other sweep's points read against
+    a prediction made for another sweep; each (strategy, GPUs, seq) present has its own curve, labelled with them,
+    and one sweep's reads as before."""
+    from bench.analysis.capacity import _predicted_curve, load, memory_figure
+
+    other = summary()
+    other["machine"] = {**MACHINE, "nproc": 2}
+    for p in other["probes"]:
+        p["probe"].update(nproc=2, max_seq_len=512, device_batch_size=1)
+    for name, s in (("one", summary()), ("two", other)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(s))
+    colors = {"fsdp": "C0", "fsdp+ac": "C1", "zero2": "C2", "fsdp+ac+offload": "C3"}
+    curves = lambda ax: {(line.get_label(), tuple(line.get_ydata())) for line in ax.lines  # noqa: E731
+                         if line.get_color() == "C0" and line.get_linestyle() != "None"}
+    probes, _, machines = load([tmp_path / "one", tmp_path / "two"])
+    b1 = probes[(probes["device_batch_size"] == 1) & (probes["strategy"] == "fsdp")]
+    drawn = curves(memory_figure(probes, machines, colors).axes[0])
+    assert drawn == {(f"fsdp predicted, {n} GPU{'s' * (n > 1)}, seq {seq}",
+                      tuple(_predicted_curve("fsdp", b1[b1["nproc"] == n], "need")[1]))
+                     for n, seq in ((1, 2048), (2, 512))}
+    probes, _, machines = load([tmp_path / "one"])
+    [(label, _)] = curves(memory_figure(probes, machines, colors).axes[0])
+    assert label.startswith("_")  # one sweep's curve: no legend entry, as before

@@ -29,9 +29,10 @@ from bench.runtimes import Mount
 from bench.runtimes.base import expand_variables, unset_variables
 
 EXTRAS_KEY = "nanochat_bench"
-# #SBATCH lines of the rendered job that ReFrame's job must ask for too (a shared node's CPUs: its GPUs' share);
-# the others (name, output, time, tasks per node, exclusive, partition, account) are ReFrame's own settings.
-PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=", "--cpus-per-task=")
+# #SBATCH lines of the rendered job that ReFrame's job must ask for too (a shared node's CPUs: its GPUs' share; no
+# requeue, which would rerun the script into the same run directory); the others (name, output, time, tasks per
+# node, exclusive, partition, account) are ReFrame's own settings.
+PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=", "--cpus-per-task=", "--no-requeue")
 RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
 CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # submit's --ofi-hook, --numa-binding
 # submit's flags, as the shared planner's errors name them -> how a check's case is given the same

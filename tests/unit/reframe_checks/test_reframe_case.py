@@ -66,7 +66,7 @@ def test_the_job_is_the_one_render_sbatch_writes(tiny_base_dir, tmp_path):
     built = build(case({**CPU, "base_dir": str(tiny_base_dir)}), tmp_path / "stage")
     assert built.job.script == tmp_path / "stage" / "nanochat_bench_1a2b3c4d" / "n2-bare-r1" / "job.sbatch"
     assert (built.run_dir / "run.json").is_file() and (built.sweep_dir / ".lib" / "jobrecord.py").is_file()
-    assert built.directives == ["--nodes=2"]  # CPU: no --gpus-per-node; the rest is ReFrame's own
+    assert built.directives == ["--no-requeue", "--nodes=2"]  # CPU: no --gpus-per-node; the rest is ReFrame's own
     assert built.minutes == built.point.time_minutes + 1
     assert built.point.val_files_k == 1  # planned from the shards of the base directory
 
@@ -150,10 +150,17 @@ def test_a_dry_run_renders_a_container_job_without_its_image(tmp_path, monkeypat
     monkeypatch.setenv("SCRATCH", str(tmp_path / "scratch"))
     site = {"gpus_per_node": 4, "base_dir": "$SCRATCH/nanochat"}
     built = build(case(site, runtime="ce"), tmp_path / "stage", dry_run=True)
-    assert built.directives == ["--gpus-per-node=4", "--nodes=2"]
+    assert built.directives == ["--gpus-per-node=4", "--no-requeue", "--nodes=2"]
     assert (built.run_dir / "environment.toml").is_file() and not (built.run_dir / "run.json").exists()
     with pytest.raises(RuntimeConfigError, match=r"does not exist.*for ReFrame: the partition.s extras"):
         build(case(site, runtime="ce"), tmp_path / "stage2")
+
+
+def test_reframes_job_is_never_requeued_into_the_run_directory(tmp_path):
+    """ReFrame's job runs job.sbatch with bash, so its #SBATCH --no-requeue was not Slurm's to see: a job that lost
+    a node was requeued by Slurm and ran the batch script again into the first attempt's run directory."""
+    built = build(case({**CPU, "base_dir": str(tmp_path / "base")}), tmp_path / "stage", dry_run=True)
+    assert "--no-requeue" in built.job.directives and "--no-requeue" in built.directives
 
 
 def test_reframe_asks_for_the_time_of_the_jobs_image_step_too(tmp_path, monkeypatch):

@@ -1,12 +1,12 @@
 """Figures against stored references with tolerances (ReFrame's `reference` idea), for CI and acceptance.
 
 A references file (TOML) lists references; each selects rows of the table (`where`, exact values, or
-shell-style patterns for strings such as gpu_name = "*H200*"; a flag as true/false, 1/0, yes/no or on/off)
-and bounds figures of them, each aggregated as the report aggregates it (the column catalogue's: the median; peak
-memory the largest, min val bpb the lowest):
+shell-style patterns for strings such as gpu_name = "NVIDIA H200*", not "*H200*", which GH200s match too; a flag
+as true/false, 1/0, yes/no or on/off) and bounds figures of them, each aggregated as the report aggregates it
+(the column catalogue's: the median; peak memory the largest, min val bpb the lowest):
   [[reference]]
   name = "d20 bare 1x8 H200"
-  where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "*H200*" }
+  where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "NVIDIA H200*" }
   figures.tok_per_sec = { value = 3.9e6, lower = -0.05, unit = "tok/s" }
 Tolerances are fractions of the value, as in ReFrame: pass when value*(1+lower) <= measured <=
 value*(1+upper); a bound left out is unbounded; with value 0 the tolerances are absolute.

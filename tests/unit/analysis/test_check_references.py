@@ -224,6 +224,17 @@ def test_committed_h200_references_hold_for_the_committed_runs(capsys):
     assert "9 of 9 check(s) passed" in out and "MISSING" not in out
 
 
+@pytest.mark.parametrize("path", ["h200-d20/references.toml", "references.example.toml"])
+def test_shipped_h200_references_leave_a_gh200_alone(path):
+    """Regression: the shipped references selected gpu_name "*H200*", which "NVIDIA GH200 480GB" (Alps' nodes) matches
+    too, so a GH200 run of the same shape was judged against H200 figures."""
+    from bench.analysis.check import _matches
+
+    for ref in load_references(EXAMPLE.parent / path):
+        pattern = ref.where["gpu_name"]
+        assert _matches("NVIDIA H200", pattern) and not _matches("NVIDIA GH200 480GB", pattern), (ref.name, pattern)
+
+
 def test_an_evaluations_time_and_rate_are_checked(tmp_path, capsys):
     """An evaluation (base_eval, chat_eval) takes no training step, so it has no tok/s, and check and ReFrame's
     references took only runs with one: a reference on its time or problems/s (its performance variables) was

@@ -158,6 +158,15 @@ class NanochatBenchBase(rfm.RunOnlyRegressionTest):
     def select_partitions(self):
         self.valid_systems = feature_specs(runtime_feature(self.runtime))
 
+    @run_before("setup")  # not at init: -P workload=... sets the workload after the init hooks
+    def run_an_evaluation_once(self):
+        """An evaluation trains no batch, so weak and strong scaling plan the same run: it ran twice at full cost
+        (CORE, chat_eval's generation) under -P workload=base_eval. Its weak case is skipped; a workload name that
+        does not exist is left to setup, which says what would be valid."""
+        evaluation = self.workload in workloads.names() and workloads.get(self.workload).kind == EVALUATION
+        self.skip_if(self.scaling == "weak" and evaluation,
+                     f"{self.workload} is an evaluation: its strong case runs it (weak scaling plans the same run)")
+
     @run_after("setup")
     def render_job(self):
         part = self.current_partition

@@ -36,6 +36,13 @@ def local_config(path: Path, base_dir: Path, **partition) -> Path:
 
 def reframe(cwd: Path, config: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """reframe -r in `cwd`; its output and its report's one test case."""
+    r, [case] = reframe_cases(cwd, config, *args)
+    return r, case
+
+
+def reframe_cases(cwd: Path, config: Path, *args: str, action: str = "-r") -> tuple[subprocess.CompletedProcess,
+                                                                                      list[dict]]:
+    """reframe -r (or `action`: --dry-run) in `cwd`; its output and its report's test cases."""
     found = shutil.which("reframe", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     assert found, "reframe is missing: pip install -e '.[test]' installs reframe-hpc"
     stubs = cwd / "stubs" if (cwd / "stubs").is_dir() else write_stubs(cwd / "stubs", STUBS)
@@ -44,10 +51,9 @@ def reframe(cwd: Path, config: Path, *args: str) -> tuple[subprocess.CompletedPr
            "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "localhost", "SLURMD_NODENAME": "localhost",
            "SLURM_CPUS_ON_NODE": "2"}
     env.pop("NANOCHAT_BENCH_REFERENCES", None)
-    _, *command = reframe_command(str(config), [*args, "--report-file=report.json", "-r"])  # as the CLI runs it
+    _, *command = reframe_command(str(config), [*args, "--report-file=report.json", action])  # as the CLI runs it
     r = subprocess.run([found, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    [case] = [c for run in json.loads((cwd / "report.json").read_text())["runs"] for c in run["testcases"]]
-    return r, case
+    return r, [c for run in json.loads((cwd / "report.json").read_text())["runs"] for c in run["testcases"]]
 
 
 def test_the_perflog_and_report_name_the_run_directory_reframe_keeps(tiny_base_dir, tmp_path):
@@ -113,3 +119,13 @@ def test_a_rerun_into_the_same_output_directory_keeps_the_run_directories_the_fi
         kept.append(Path(case["run_dir"]))
     assert kept[0] != kept[1] and all((d / "run.json").is_file() for d in kept)
     assert sorted(p.parent for p in (tmp_path / "out").rglob("run.json")) == sorted(kept)
+
+
+def test_an_evaluation_runs_once_not_under_each_scaling_mode(tiny_base_dir, tmp_path):
+    """An evaluation trains no batch, so its weak and strong cases planned the same run and -P workload=base_eval
+    ran CORE twice at full cost; its weak case is skipped, a training stage's both run."""
+    r, cases = reframe_cases(tmp_path, local_config(tmp_path / "site.py", tiny_base_dir), "-P",
+                             "workload=base_eval,mid_train", action="--dry-run")
+    results = {(c["workload"], c["scaling"]): c["result"] for c in cases}
+    assert results == {("base_eval", "weak"): "skip", ("base_eval", "strong"): "pass",
+                       ("mid_train", "weak"): "pass", ("mid_train", "strong"): "pass"}, r.stdout[-4000:]

@@ -34,7 +34,7 @@ from bench.analysis import DEFAULT_WORKERS, MAX_WORKERS
 from bench.analysis.columns import TYPES as COLUMNS  # the table's columns and their types, in order
 from bench.analysis.figures import finite
 from bench.analysis.regular_files import is_regular
-from bench.analysis.rundir import LIVE_STATUSES, is_run_dir, read_run_dir
+from bench.analysis.rundir import LIVE_STATUSES, is_run_dir, never_ran, read_run_dir
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError, os_reason
 from bench.contract import METRICS_JSONL, RUN_JSON, atomic_target
@@ -75,7 +75,9 @@ TABLE_CSV = "runs.csv"
 #     and mid_train's --dtype, which it accepts and autocasts to bfloat16 whatever it says, is no precision.
 # 32: an NNTile run's tiling names the axes it cut, "untiled" for none: it listed every tile resolved, an untiled
 #     axis's as its extent, so untiled runs at another --minibatch differed in tiling.
-ROW_VERSION = 32
+# 33: a flow's stage that never started (run.json alone, its evidence all not_run) has no row; each was a cancelled
+#     run, and a rerun by an earlier release kept its mark aside as <stage>.attempt-<time>, counted again.
+ROW_VERSION = 33
 # A folder with a ReFrame test's job script is its stage or output folder: rfm_job.out repeats the run's output.
 REFRAME_JOB_SCRIPT = "rfm_job.sh"
 # The way out of a damaged table: collect keeps a table it cannot read (other roots' rows may be in it).
@@ -141,6 +143,8 @@ def _read_one(item: tuple[str, str, str, str, tuple[str, ...]]) -> list[dict]:
     """The rows of one source: a run directory or an upstream log gives one (a log without step lines none)."""
     root, path, kind, fingerprint, names = item
     try:
+        if kind == "run_dir" and never_ran(Path(path), set(names)):
+            return []  # a stage's not-run mark: read by `status`, no run to the table
         row = read_run_dir(Path(path), set(names)) if kind == "run_dir" else read_upstream_log(Path(path))
     except FileNotFoundError:
         return []  # removed between the walk and the read

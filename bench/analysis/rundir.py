@@ -34,6 +34,18 @@ def is_run_dir(names: set[str]) -> bool:
     return contract.RUN_JSON in names or contract.METRICS_JSONL in names
 
 
+def never_ran(run_dir: Path, names: set[str]) -> bool:
+    """A flow's stage that never started: only its run.json, whose evidence is all `not_run`. It is no run (no
+    attempt, no figures), and a rerun of an earlier release set such marks aside as <stage>.attempt-<time>, so
+    each Ctrl-C of a flow was counted again as a cancelled run per stage it never reached."""
+    if names != {contract.RUN_JSON}:
+        return False
+    manifest, skip = read_run_json(run_dir / contract.RUN_JSON, [])
+    evidence = manifest.get("evidence") if skip is None else None
+    return bool(evidence) and isinstance(evidence, list) and \
+        all(isinstance(e, dict) and e.get("kind") == "not_run" for e in evidence)
+
+
 def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:
     """The manifest and a reason to skip the run's figures (None when it can be read as ours)."""
     try:

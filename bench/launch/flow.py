@@ -623,7 +623,7 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
             continue
         argv = list(fs.stage_argv(stage, sp, tag))
         out(f"== {fs.flow}: stage {stage.name} ({stage.workload}) in {run_dir}")
-        if _never_ran(run_dir):  # the not-run mark alone: kept aside, collect would count it a cancelled run
+        if _never_ran(run_dir):  # the not-run mark alone: no attempt of this stage, nothing to keep aside
             (run_dir / contract.RUN_JSON).unlink()
             run_dir.rmdir()
         elif run_dir.exists():  # a stage that failed or was stopped: its last attempt makes way for this one

@@ -357,3 +357,25 @@ def test_a_runs_console_log_beside_its_run_directory_is_one_run(tmp_path):
     assert pd.isna(table.at["gpu_bench-fp8.log", "skip_reason"])
     assert scaling_table(table.reset_index())["runs"].tolist() == [1, 1]  # bf16's directory, fp8's log
     assert load_table(tmp_path / "table")["skip_reason"].isna().sum() == 2
+
+
+def test_a_flow_stage_that_never_started_is_no_run(tmp_path):
+    """An earlier release's rerun of `speedrun` after a Ctrl-C kept each not-run mark aside as
+    <stage>.attempt-<time>, and collect and the report's failed runs listed every one as a cancelled run: one Ctrl-C
+    read as 4 cancelled stages that never started. A mark alone (run.json, its evidence all not_run) is no row, and
+    stays on disk; a stage that ran, or a mark beside a log, is a run as before."""
+    from bench.launch import jobrecord
+
+    point = tmp_path / "runs" / "s0" / "p0"
+    marks = ["base_loss.attempt-20260101-000000", "base_eval.attempt-20260101-000000", "base_loss", "base_eval"]
+    for name in [*marks, "mid_train"]:
+        contract.update_run_json(point / name, run_id="p0", sweep_id="s0", stage=name.split(".")[0], runtime="bare")
+        jobrecord.not_run(str(point / name), "base_train", source="launcher", cancelled_by="SIGINT")
+    (point / "mid_train" / contract.TRAIN_LOG).write_text("an earlier attempt's output\n")
+    contract.update_run_json(point / "base_train", run_id="p0", sweep_id="s0", stage="base_train", runtime="bare")
+    contract.record_evidence(point / "base_train", contract.Evidence(source="launcher", kind="stopped",
+                                                                     signal="SIGINT", message="stopped by SIGINT"))
+    table = collect([tmp_path / "runs"], tmp_path / "table").table
+    assert sorted(zip(table["source"], table["status"])) == [("s0/p0/base_train", "cancelled"),
+                                                             ("s0/p0/mid_train", "cancelled")]
+    assert all((point / name / contract.RUN_JSON).is_file() for name in marks)

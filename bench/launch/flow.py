@@ -538,7 +538,8 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     <point_dir>/<stage>/, with the flags a one-node job of `nproc` ranks would give them. A stage that does
     not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept, also after
     it. SIGINT, SIGTERM or SIGHUP outside a stage (the tokenizer's training, between stages) stops it there, the
-    stages after it recorded as not run naming the signal (exit status 128+N); in a stage, that stage's run gets it."""
+    stages after it recorded as not run naming the signal (exit status 128+N); in a stage, that stage's run gets it,
+    and the stages after it are recorded as not run naming the signal its run.json gives."""
     from bench.launch.local import FORWARDED
     from bench.nanochat.runclaim import claim
 

@@ -856,6 +856,9 @@ def test_the_stages_after_one_a_ctrl_c_cancelled_name_the_signal(twice, tmp_path
     record = contract.read_run_json(tmp_path / "point" / "again")
     assert record["message"] == "not run: stage base_train of this point was cancelled (SIGINT)"
     assert record["evidence"][-1]["signal"] == "SIGINT"
+    # README said the signal was named only for one during the tokenizer's training or between stages
+    readme = " ".join((Path(__file__).resolve().parents[3] / "README.md").read_text().split())
+    assert f"`{record['message']}`" in readme
 
 
 def test_a_stage_that_leaves_a_newer_majors_run_json_stops_the_flow_in_one_line(tmp_path, monkeypatch):

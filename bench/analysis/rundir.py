@@ -41,9 +41,7 @@ def never_ran(run_dir: Path, names: set[str]) -> bool:
     if names != {contract.RUN_JSON}:
         return False
     manifest, skip = read_run_json(run_dir / contract.RUN_JSON, [])
-    evidence = manifest.get("evidence") if skip is None else None
-    return bool(evidence) and isinstance(evidence, list) and \
-        all(isinstance(e, dict) and e.get("kind") == "not_run" for e in evidence)
+    return skip is None and contract.never_started(manifest.get("evidence"))
 
 
 def read_run_json(path: Path, notes: list[str]) -> tuple[dict, str | None]:

@@ -19,7 +19,7 @@ from .files import (RunJsonError, atomic_target, close_unfinished, load_manifest
                     record_evidence, release_space, reserve_space, slurm_facts, update_run_json, write_json_atomic,
                     write_manifest, write_synced, write_text_atomic)
 from .generate import json_schemas
-from .outcome import FINAL_STATUSES, KINDS, PRECEDENCE, STATUSES, Evidence, settle, status_of
+from .outcome import FINAL_STATUSES, KINDS, PRECEDENCE, STATUSES, Evidence, never_started, settle, status_of
 from .record import (ENV_BASE_DIR, ENV_FORCE_FLASH_SDPA, ENV_RUN_DIR, ENV_T0, ENV_VAL_FILES_K, METRICS_JSONL,
                      NNTILE_WORKLOAD, RUN_JSON, TRAIN_LOG, WORKLOAD, Attempt, Launch, RunManifest)
 from .validate import SchemaError, field
@@ -31,8 +31,8 @@ __all__ = ['EVENTS', 'EventWriter', 'NullEventWriter', 'event_writer', 'make_eve
            'close_unfinished', 'load_manifest', 'log_tail', 'read_run_json', 'record_evidence', 'release_space',
            'reserve_space', 'slurm_facts', 'update_run_json', 'write_json_atomic', 'write_manifest',
            'write_synced', 'write_text_atomic', 'json_schemas', 'FINAL_STATUSES', 'KINDS', 'PRECEDENCE', 'STATUSES',
-           'Evidence', 'settle', 'status_of', 'ENV_BASE_DIR', 'ENV_FORCE_FLASH_SDPA', 'ENV_RUN_DIR', 'ENV_T0',
-           'ENV_VAL_FILES_K', 'METRICS_JSONL', 'NNTILE_WORKLOAD', 'RUN_JSON', 'TRAIN_LOG', 'WORKLOAD', 'Attempt',
+           'Evidence', 'never_started', 'settle', 'status_of', 'ENV_BASE_DIR', 'ENV_FORCE_FLASH_SDPA', 'ENV_RUN_DIR',
+           'ENV_T0', 'ENV_VAL_FILES_K', 'METRICS_JSONL', 'NNTILE_WORKLOAD', 'RUN_JSON', 'TRAIN_LOG', 'WORKLOAD', 'Attempt',
            'Launch', 'RunManifest', 'SchemaError', 'field', 'SCHEMA_VERSION', 'ship', 'MODULES', 'RunJsonError']
 
 

@@ -94,6 +94,12 @@ def settle(evidence: Iterable[Any]) -> Optional[Tuple[str, Optional[str]]]:
     return status_of(best[1]["kind"]), best[1].get("message")
 
 
+def never_started(evidence: Any) -> bool:
+    """Evidence of a flow's stage that was not started and nothing else: a mark, no attempt of its own."""
+    return bool(evidence) and isinstance(evidence, list) and \
+        all(isinstance(e, dict) and e.get("kind") == "not_run" for e in evidence)
+
+
 def legacy(status: str, message: Optional[str]) -> List[Evidence]:
     """The evidence a final status stands for when it was written without any (release 7031fbf, a writer
     of run.json's `status` field): one entry, so later evidence is weighed against it."""

@@ -747,11 +747,9 @@ def _never_ran(run_dir: Path) -> bool:
     try:
         if [p.name for p in run_dir.iterdir()] != [contract.RUN_JSON]:
             return False
-        evidence = contract.read_run_json(run_dir).get("evidence")
+        return contract.never_started(contract.read_run_json(run_dir).get("evidence"))
     except (OSError, contract.RunJsonError):  # not known to be a mark alone: set aside whole, as an attempt is
         return False
-    return bool(evidence) and isinstance(evidence, list) and \
-        all(isinstance(e, dict) and e.get("kind") == "not_run" for e in evidence)
 
 
 def _set_aside(run_dir: Path) -> Path:

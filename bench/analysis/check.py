@@ -107,6 +107,10 @@ def load_references(path: str | Path, given_by: str = "--references") -> list[Re
     entries = data.get("reference")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ConfigError(f"{path}: no [[reference]] entries (see results/references.example.toml)")
+    unknown = sorted(set(data) - {"reference"})
+    if unknown:  # a misspelt [[refrence]] is no reference: the gate would pass without checking it
+        raise ConfigError(f"{path}: unknown key(s) {unknown} beside [[reference]]; a references file holds only "
+                          f"[[reference]] entries (see results/references.example.toml)")
     references = [_reference(path, i, e) for i, e in enumerate(entries)]
     names = [r.name for r in references]
     twice = sorted({n for n in names if names.count(n) > 1})

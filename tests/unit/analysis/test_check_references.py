@@ -193,6 +193,9 @@ def test_example_file_is_valid():
      "unit = 'ms', but tok_per_sec_per_gpu is in tok/s"),
     ("[[reference]]\nwhere = 'bare'\nfigures.mfu = { value = 40 }", "where must be a table"),
     ("reference = [1, 2]", "no [[reference]] entries"),
+    # a misspelt second table was dropped unsaid: the gate passed with one reference fewer
+    ("[[reference]]\nfigures.mfu = { value = 40 }\n[[refrence]]\nfigures.mfu = { value = 41 }",
+     "unknown key(s) ['refrence'] beside [[reference]]; a references file holds only [[reference]] entries"),
     # a misspelt `where` would select every run: the median of all of them would be checked
     ("[[reference]]\nwher = { depth = 20 }\nfigures.mfu = { value = 40 }", "unknown key(s) ['wher']"),
     ("[[reference]]\nname = \"d20\"\nfigures.mfu = { value = 40 }\n[[reference]]\nname = \"d20\"\n"

@@ -9,7 +9,8 @@ as true/false, 1/0, yes/no or on/off) and bounds figures of them, each aggregate
   where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "NVIDIA H200*" }
   figures.tok_per_sec = { value = 3.9e6, lower = -0.05, unit = "tok/s" }
 Tolerances are fractions of the value, as in ReFrame: pass when value*(1+lower) <= measured <=
-value*(1+upper); a bound left out is unbounded; with value 0 the tolerances are absolute.
+value*(1+upper), lower from -1 to 0 and upper >= 0; a bound left out is unbounded; with value 0 the tolerances
+are absolute.
 Only usable rows count (status ok and read whole: a training run with steady-state figures, or an
 evaluation, whose figures are its time and problems/s); a reference that selects none fails as missing,
 so a broken sweep cannot pass by producing nothing. A reference whose runs differ in what the report keeps
@@ -165,6 +166,10 @@ def _bound(path: Path, name: str, fig: str, spec) -> Bound:
     if (lower is not None and lower > 0) or (upper is not None and upper < 0):
         raise ConfigError(f"{where}: lower must be <= 0 and upper >= 0 "
                           f"(fractions of the value, ReFrame style); got lower={lower}, upper={upper}")
+    if lower is not None and lower < -1 and float(spec["value"]) > 0:  # as ReFrame: a bound below 0 bounds nothing
+        raise ConfigError(f"{where}: lower = {lower} is below -1, so the allowed range reaches below 0 and no "
+                          f"measurement fails it; lower is a fraction of the value (-0.05 for 5% below; -1, a bound "
+                          f"of 0, the lowest); leave it out for no lower bound")
     if not isinstance(spec.get("unit", ""), str):
         raise ConfigError(f"{where}: unit = {spec['unit']!r} must be a string, e.g. unit = \"tok/s\"")
     unit, own = spec.get("unit", ""), BY_NAME[fig].unit

@@ -159,6 +159,19 @@ def test_allowed_missing_references_are_not_counted_as_passed(tmp_path, table_di
     assert main(["check", str(table_dir), "--references", str(path)]) == 1
 
 
+def test_a_lower_bound_of_zero_or_an_absolute_one_is_taken(tmp_path):
+    """lower = -1 bounds at 0; with value 0 the tolerances are absolute, so a lower below -1 is a bound."""
+    bounds = [r.figures["step_time_cv"] for r in load_references(refs(tmp_path, """
+[[reference]]
+name = "a"
+figures.step_time_cv = { value = 0.5, lower = -1 }
+[[reference]]
+name = "b"
+figures.step_time_cv = { value = 0, lower = -5 }
+"""))]
+    assert [b.limits()[0] for b in bounds] == [0, -5]
+
+
 def test_example_file_is_valid():
     assert len(load_references(EXAMPLE)) >= 1
 
@@ -170,6 +183,9 @@ def test_example_file_is_valid():
     ("[[reference]]\nfigures.speed = { value = 1 }", "unknown figure 'speed'"),
     ("[[reference]]\nfigures.mfu = { value = 'high' }", "needs a numeric value"),
     ("[[reference]]\nfigures.mfu = { value = 40, lower = 0.1 }", "lower must be <= 0"),
+    # -5 for 5%: the range reached -160, so a run of 0 tok/s passed
+    ("[[reference]]\nfigures.tok_per_sec = { value = 40, lower = -5 }",
+     "figures.tok_per_sec: lower = -5 is below -1, so the allowed range reaches below 0 and no measurement fails it"),
     ("[[reference]]\nfigures.mfu = { value = 40, tolerance = 0.1 }", "unknown key(s) ['tolerance']"),
     ("[[reference]]\nwhere = { world_size = 'eight' }\nfigures.mfu = { value = 40 }", "must be number(s)"),
     # a list or table for a text column matched no run: reported missing, a pass under --allow-missing

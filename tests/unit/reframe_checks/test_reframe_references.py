@@ -135,5 +135,7 @@ def test_a_tolerance_reframe_cannot_hold_stops_the_case_at_setup_though_no_run_m
     r = subprocess.run([str(reframe), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     [case] = [c for run in json.loads((tmp_path / "report.json").read_text())["runs"] for c in run["testcases"]]
     assert (case["result"], case["fail_phase"]) == ("fail", "setup"), r.stdout[-4000:]
-    assert case["fail_reason"] == (f"config error: {refs}: loose: figures.tok_per_sec: lower = -2 is below -1, "
-                                   "which ReFrame refuses for a positive value; use -1 (a bound of 0)")
+    assert case["fail_reason"] == (f"config error: {refs}: loose: figures.tok_per_sec: lower = -2 is below -1, so the "
+                                   "allowed range reaches below 0 and no measurement fails it; lower is a fraction of "
+                                   "the value (-0.05 for 5% below; -1, a bound of 0, the lowest); leave it out for no "
+                                   "lower bound")

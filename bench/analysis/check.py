@@ -82,12 +82,24 @@ class Outcome:
                     f"{', '.join(self.pooled)}, so no one setup is checked (narrow `where` to one of each; "
                     f"ref {_g(self.bound.value)}{unit})")
         word = "ok" if self.verdict == "pass" else ("below" if self.measured < lo else "above") + " the allowed range"
-        return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {_g(self.measured)}{unit} "
+        measured = _g(self.measured)
+        if self.verdict == "fail":  # missed by a hair: both printed alike would read as a pass
+            measured, limit = _apart(self.measured, lo if self.measured < lo else hi)
+            span = f"[{limit}, {_g(hi)}]" if self.measured < lo else f"[{_g(lo)}, {limit}]"
+        return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {measured}{unit} "
                 f"({word}; ref {_g(self.bound.value)}, allowed {span}, {self.agg} of {self.runs} run(s))")
 
 
 def _g(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def _apart(measured: float, limit: float) -> tuple[str, str]:
+    """The measured figure and the limit it missed, with as many digits as tell them apart."""
+    a, b, digits = _g(measured), _g(limit), 5
+    while a == b and digits <= 17:
+        a, b, digits = f"{measured:.{digits}g}", f"{limit:.{digits}g}", digits + 1
+    return a, b
 
 
 def load_references(path: str | Path, given_by: str = "--references") -> list[Reference]:

@@ -144,6 +144,19 @@ def test_a_figure_the_matching_runs_did_not_record_is_not_said_to_match_no_run(t
     assert "MISSING cpu: mfu: 2 usable run(s) match but none recorded it (ref 40 %)" in capsys.readouterr().out
 
 
+def test_a_figure_missed_by_a_hair_is_printed_apart_from_its_limit():
+    """A step time a hair above its limit read 'step_time_ms = 468.1 (above the allowed range; ..., allowed [-inf,
+    468.1]' and a tok/s a hair below '140,016 (below ...; allowed [140,016, inf]': the digits that tell them apart
+    are printed; a pass reads as before."""
+    from bench.analysis.check import Outcome
+    above = Outcome("d20", "step_time_ms", "fail", 468.0607, Bound(468.0606 / 1.05, upper=0.05), 1)
+    assert "= 468.0607 (above the allowed range; ref 445.8, allowed [-inf, 468.0606]," in above.line()
+    below = Outcome("d20", "tok_per_sec", "fail", 140016.018, Bound(140016.019 / 0.95, lower=-0.05), 1)
+    assert "= 140016.018 (below the allowed range; ref 147,385, allowed [140016.019, inf]," in below.line()
+    ok = Outcome("d20", "tok_per_sec", "pass", 140016.02, Bound(140016.019 / 0.95, lower=-0.05), 1)
+    assert "= 140,016 (ok; ref 147,385, allowed [140,016, inf]," in ok.line()
+
+
 def test_all_pass_exits_zero(tmp_path, table_dir):
     path = refs(tmp_path, '[[reference]]\nwhere = { runtime = "bare" }\n'
                           'figures.tok_per_sec = { value = 1000, lower = -0.05 }\n'

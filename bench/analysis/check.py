@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.analysis.collect import ROW_VERSION
 from bench.analysis.columns import AGGREGATES, BY_NAME, FIGURES, TYPES as COLUMNS
 from bench.analysis.figures import finite
 from bench.analysis.scaling import GROUP_KEYS, settings, with_config, with_legacy
@@ -69,6 +70,7 @@ class Outcome:
     runs: int  # the runs aggregated; of a missing figure, the runs selected (none of which recorded it)
     pooled: tuple[str, ...] = ()  # columns that differ among the runs selected: no one setup's figure, a fail
     agg: str = "median"  # how the runs were aggregated (aggregate)
+    older: tuple[int, ...] = ()  # the selected runs' row versions older than this release's (new columns empty)
 
     def line(self) -> str:
         lo, hi = self.bound.limits()
@@ -76,11 +78,12 @@ class Outcome:
         span = f"[{_g(lo)}, {_g(hi)}]"
         if self.verdict == "missing":  # no run to select, or runs that never measured it (MFU on CPU): two fixes
             why = (f"{self.runs} usable run(s) match but none recorded it" if self.runs else "no usable run matches")
+            why += self._older()
             return f"MISSING {self.reference}: {self.figure}: {why} (ref {_g(self.bound.value)}{unit})"
         if self.pooled:  # a figure over setups the report keeps apart is no figure of the reference's setup
             return (f"FAIL    {self.reference}: {self.figure}: the {self.runs} run(s) matched differ in "
                     f"{', '.join(self.pooled)}, so no one setup is checked (narrow `where` to one of each; "
-                    f"ref {_g(self.bound.value)}{unit})")
+                    f"ref {_g(self.bound.value)}{unit}){self._older()}")
         word = "ok" if self.verdict == "pass" else ("below" if self.measured < lo else "above") + " the allowed range"
         measured = _g(self.measured)
         if self.verdict == "fail":  # missed by a hair: both printed alike would read as a pass
@@ -88,6 +91,14 @@ class Outcome:
             span = f"[{limit}, {_g(hi)}]" if self.measured < lo else f"[{_g(lo)}, {limit}]"
         return (f"{self.verdict.upper():7s} {self.reference}: {self.figure} = {measured}{unit} "
                 f"({word}; ref {_g(self.bound.value)}, allowed {span}, {self.agg} of {self.runs} run(s))")
+
+
+    def _older(self) -> str:
+        """Why an older table's runs may lack a figure or differ in a column: it was added after they were collected."""
+        if not self.older:
+            return ""
+        return (f"; the runs matched are rows of row version {', '.join(map(str, self.older))}, older than this "
+                f"release's {ROW_VERSION} (columns added since are empty for them): collect them again")
 
 
 def _g(v: float) -> str:
@@ -227,17 +238,19 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
     outcomes = []
     for ref in references:
         rows = select(ok, ref.where)
+        older = tuple(sorted({int(v) for v in rows["row_version"].dropna() if v < ROW_VERSION}))
         for fig, bound in ref.figures.items():
             values = pd.to_numeric(rows[fig], errors="coerce").dropna()
             if values.empty:
-                outcomes.append(Outcome(ref.name, fig, "missing", None, bound, len(rows)))
+                outcomes.append(Outcome(ref.name, fig, "missing", None, bound, len(rows), older=older))
                 continue
             how = aggregate(fig)
             measured = float(values.agg(how))
             lo, hi = bound.limits()
             pooled = _pooled(rows.loc[values.index], fig)
             verdict = "pass" if lo <= measured <= hi and not pooled else "fail"
-            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values), pooled, how))
+            outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values), pooled, how,
+                                    older if pooled else ()))
     return outcomes
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.analysis.check import Bound, check, load_references
-from bench.analysis.collect import collect
+from bench.analysis.collect import ROW_VERSION, collect
 from bench.cli import main
 from bench.errors import ConfigError
 
@@ -155,6 +155,26 @@ def test_a_figure_missed_by_a_hair_is_printed_apart_from_its_limit():
     assert "= 140016.018 (below the allowed range; ref 147,385, allowed [140016.019, inf]," in below.line()
     ok = Outcome("d20", "tok_per_sec", "pass", 140016.02, Bound(140016.019 / 0.95, lower=-0.05), 1)
     assert "= 140,016 (ok; ref 147,385, allowed [140,016, inf]," in ok.line()
+
+
+def test_a_figure_an_older_table_lacks_says_to_collect_again(tmp_path, table_dir, capsys):
+    """A table collected by an older release has the columns added since empty: its runs read 'none recorded it',
+    as if they had not measured it, and rows of two versions 'differ in' such a column, as if in two setups."""
+    import pandas as pd
+    table = pd.read_parquet(table_dir / "runs.parquet")
+    table.loc[table["source"] != "bare0", "row_version"] = 20
+    table.loc[table["source"] != "bare0", "flops_per_token"] = None
+    table.drop(columns=["step_time_p90_ms"]).to_parquet(table_dir / "runs.parquet")
+    path = refs(tmp_path, '[[reference]]\nname = "bare"\nwhere = { runtime = "bare" }\n'
+                          'figures.step_time_p90_ms = { value = 100, upper = 0.1 }\n'
+                          'figures.tok_per_sec = { value = 1000, lower = -0.05 }\n')
+    assert main(["check", str(table_dir), "--references", str(path)]) == 1
+    older = (f"the runs matched are rows of row version 20, older than this release's {ROW_VERSION} (columns added "
+             "since are empty for them): collect them again")
+    out = capsys.readouterr().out
+    assert f"MISSING bare: step_time_p90_ms: 3 usable run(s) match but none recorded it; {older} (ref 100)" in out
+    assert f"differ in flops_per_token, so no one setup is checked (narrow `where` to one of each; ref 1,000); " \
+        f"{older}" in out
 
 
 def test_all_pass_exits_zero(tmp_path, table_dir):

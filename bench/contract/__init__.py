@@ -32,8 +32,9 @@ __all__ = ['EVENTS', 'EventWriter', 'NullEventWriter', 'event_writer', 'make_eve
            'reserve_space', 'slurm_facts', 'update_run_json', 'write_json_atomic', 'write_manifest',
            'write_synced', 'write_text_atomic', 'json_schemas', 'FINAL_STATUSES', 'KINDS', 'PRECEDENCE', 'STATUSES',
            'Evidence', 'never_started', 'settle', 'status_of', 'ENV_BASE_DIR', 'ENV_FORCE_FLASH_SDPA', 'ENV_RUN_DIR',
-           'ENV_T0', 'ENV_VAL_FILES_K', 'METRICS_JSONL', 'NNTILE_WORKLOAD', 'RUN_JSON', 'TRAIN_LOG', 'WORKLOAD', 'Attempt',
-           'Launch', 'RunManifest', 'SchemaError', 'field', 'SCHEMA_VERSION', 'ship', 'MODULES', 'RunJsonError']
+           'ENV_T0', 'ENV_VAL_FILES_K', 'METRICS_JSONL', 'NNTILE_WORKLOAD', 'RUN_JSON', 'TRAIN_LOG', 'WORKLOAD',
+           'Attempt', 'Launch', 'RunManifest', 'SchemaError', 'field', 'SCHEMA_VERSION', 'ship', 'MODULES',
+           'RunJsonError']
 
 
 def ship(lib_dir: "str | os.PathLike") -> str:

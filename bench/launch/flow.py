@@ -203,6 +203,17 @@ def model_tag(point_dir: Path) -> str:
     return paths.folder_tag(re.sub(r"[^A-Za-z0-9_.-]", "_", f"{point_dir.parent.name}-{point_dir.name}"), point_dir)
 
 
+def _of_stage(e: ConfigError, stage: str, check: Callable[[dict], object], given: dict) -> ConfigError:
+    """A value a stage's checks refuse, named with the stage where its --stage-arg gave it (`--device_batch_size=0`
+    alone read as the sweep's flag); one the flags without the stage's own are refused for reads as every command
+    words it (`--depth=1000000: at most 10000`)."""
+    try:
+        check(given)
+    except ConfigError:
+        return e
+    return ConfigError(f"{stage}: {e}")
+
+
 def rechain(argv: tuple[str, ...], values: dict[str, str]) -> tuple[str, ...]:
     """The stage's planned flags with the chained ones set to this point's values (added when missing)."""
     out, seen = [], set()
@@ -250,8 +261,8 @@ class FlowSweep:
             model = workloads.get(workloads.DEFAULT).model_of({**train, **pretraining})  # what later stages load
         except (FlagValueError, UnknownFlags) as e:
             raise as_given(e, pre, pretraining, train, pre_chained) from None
-        except ConfigError as e:  # a value its checks refuse: named with the stage, as a later stage's is
-            raise ConfigError(f"{pre}: {e}") from None
+        except ConfigError as e:
+            raise _of_stage(e, pre, workloads.get(workloads.DEFAULT).model_of, train) from None
         if pre_stage is None:  # later stages take the shared, inherited and model flags: any other went unused unsaid
             refuse_untaken(flow, chosen, train)
         sweeps = []
@@ -264,8 +275,9 @@ class FlowSweep:
                 workloads.get(stage.workload).settings(flags, sweep_kw.get("scaling", "weak"))
             except (FlagValueError, UnknownFlags) as e:
                 raise as_given(e, stage.name, per_stage[stage.name], train, tuple(k for k, _ in stage.chain)) from None
-            except ConfigError as e:  # its checks named the flag alone (--device_batch_size=0), not whose it is
-                raise ConfigError(f"{stage.name}: {e}") from None
+            except ConfigError as e:
+                raise _of_stage(e, stage.name, lambda f, w=stage.workload: workloads.get(w).settings(
+                    f, sweep_kw.get("scaling", "weak")), {**own, **chained}) from None
             sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model, train=flags))
         return cls(flow, chosen, tuple(sweeps))
 

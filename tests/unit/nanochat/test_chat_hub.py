@@ -253,10 +253,8 @@ def test_a_hub_that_takes_the_connection_and_never_answers_fails_after_one_timeo
         env = dict(os.environ, NANOCHAT_BASE_DIR=str(tmp_path / "base"), PYTHONPATH=os.getcwd(),
                    HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="0")
         env.pop("HF_ENDPOINT", None)
-        t0 = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "bench.cli", "data", "download", "--chat", "--url", url,
                               "--timeout", "2"], capture_output=True, text=True, env=env, timeout=300)
-        took = time.monotonic() - t0
         silent.setblocking(False)
         asked = 0
         with contextlib.suppress(BlockingIOError):
@@ -265,7 +263,8 @@ def test_a_hub_that_takes_the_connection_and_never_answers_fails_after_one_timeo
                 asked += 1
     error = one_line_error(out)
     assert error.startswith(f"error: cannot reach {url}/api/datasets/") and "sent nothing within the read" in error
-    assert asked == 1 and took < 6  # one probe of --timeout 2 s, not 3 of them
+    # one probe of --timeout 2 s, not 3 of them: counted in connections, as seconds vary with the machine's load
+    assert asked == 1
 
 
 @pytest.mark.parametrize("head", [False, True], ids=["body", "metadata"])

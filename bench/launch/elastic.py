@@ -100,6 +100,21 @@ def quiet_echoes() -> None:
         logger.addFilter(lambda record: record.msg not in ECHOES)
 
 
+def quiet_timer_finalizer() -> None:
+    """torch's rendezvous keep-alive timer stops its thread in a weakref finalizer, which the collector may run on
+    that very thread as torchrun returns: `thread.join()` raises 'cannot join current thread', and Python prints it
+    as a traceback ("Exception ignored in: <finalize object ...>") after main's one line, though the thread is
+    ending anyway. That one error is left out; any other unraisable error is printed as before."""
+    printed = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        exc = unraisable.exc_value
+        if not (isinstance(exc, RuntimeError) and str(exc) == "cannot join current thread"):
+            printed(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def stop_leftovers() -> None:
     """Stop the workers (this process's children) still running once torchrun has returned: SIGTERM and SIGCONT
     to each one's session, SIGKILL after SHUTDOWN_TIMEOUT_S."""
@@ -245,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             raise KeyboardInterrupt
         bound_shutdown()
         quiet_echoes()
+        quiet_timer_finalizer()
         oom_kills_before = oom_kills()
         torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
         if warning:

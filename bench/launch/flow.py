@@ -82,9 +82,6 @@ FLOWS: dict[str, tuple[Stage, ...]] = {
 }
 # The settings every stage shares (bench.nanochat.config.RunSettings) that a sweep's flag sets for all
 SHARED_FLAGS = ("device_type",)
-# Pre-training's flags that shape the model the later stages load (model_of): without pre-training in --stages they
-# still size the stages' estimates
-MODEL_FLAGS = ("depth", "max_seq_len", "aspect_ratio")
 
 
 def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
@@ -177,26 +174,6 @@ def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
                               f"chaining it to the other stages; leave it out")
 
 
-def refuse_untaken(flow: str, chosen: tuple[Stage, ...], train: dict) -> None:
-    """Trainer flags given to a flow without its pre-training stage that no chosen stage takes: refused."""
-    inherited = dict.fromkeys(k for s in chosen for k in s.inherit if k not in MODEL_FLAGS)
-    unused = [k for k in train if k not in (*SHARED_FLAGS, *MODEL_FLAGS, *inherited)]
-    if not unused:
-        return
-    pre = next((s for s in FLOWS[flow] if s.workload == workloads.DEFAULT), None)
-    name = pre.name if pre else "pre-training"
-    # a flag the flow chains (model_tag) would be refused with pre-training too, and as a --stage-arg
-    chained = [k for k, _ in pre.chain if k in unused] if pre else []
-    ways = f"the flow sets {', '.join(chained)} itself; leave them out" if chained else \
-        f"{f'add {name} to --stages, ' if pre else ''}give a stage its own with --stage-arg STAGE:KEY=VALUE, or " \
-        f"leave them out"
-    taken = ", ".join((*SHARED_FLAGS, *inherited))
-    raise ConfigError(f"--stages {','.join(s.name for s in chosen)}: the trainer flags' "
-                      f"{', '.join(f'{k}={train[k]}' for k in unused)} (--KEY or --train-arg KEY=VALUE) are "
-                      f"{name}'s, and no stage chosen takes them (without {name}: {taken} and the model's "
-                      f"{', '.join(MODEL_FLAGS)}); {ways}")
-
-
 def model_tag(point_dir: Path) -> str:
     """The checkpoint folder of one point's training stages, <sweep>-<point>-<hash>: unique to the point's
     directory (an absolute path), so a sweep folder of the same name elsewhere never shares it (paths.folder_tag)."""
@@ -263,8 +240,6 @@ class FlowSweep:
             raise as_given(e, pre, pretraining, train, pre_chained) from None
         except ConfigError as e:
             raise _of_stage(e, pre, workloads.get(workloads.DEFAULT).model_of, train) from None
-        if pre_stage is None:  # later stages take the shared, inherited and model flags: any other went unused unsaid
-            refuse_untaken(flow, chosen, train)
         sweeps = []
         for stage in chosen:
             own = dict(train) if stage.workload == workloads.DEFAULT else \

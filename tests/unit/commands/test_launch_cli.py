@@ -19,8 +19,6 @@ from bench.runtimes.base import Mount
 
 TINY = ["--gpus-per-node=2", "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--total_batch_size=512",
         "--num_iterations=6", "--device_type=cpu", "--scaling=strong"]
-# TINY for a flow without pre-training: the later stages take none of its other flags, which are refused
-LATER = [a for a in TINY if a.split("=")[0] not in ("--device_batch_size", "--total_batch_size", "--num_iterations")]
 
 
 def run_cli(argv, capsys):
@@ -544,25 +542,25 @@ def test_a_flow_stage_whose_checkpoint_no_chosen_stage_saves_is_refused_until_it
 
     base = tmp_path / "base"
     generate(base, "--chat", monkeypatch=monkeypatch)
-    argv = ["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", f"--base-dir={base}",
+    argv = ["submit", "--dry-run", "--flow=speedrun", "--nodes=1", "--runtimes=bare", *TINY, f"--base-dir={base}",
             "--out", str(tmp_path / "s")]
     tag = model_tag((tmp_path / "s" / "n1-bare-r1").absolute())
-    code, out, err = run_cli([*argv, *LATER, "--stages=chat_sft"], capsys)
+    code, out, err = run_cli([*argv, "--stages=chat_sft"], capsys)
     assert code == 1 and not (tmp_path / "s").exists(), err
     assert f"chat_sft loads the mid checkpoint, which {base}/mid_checkpoints/{tag} does not hold (mid_train saves " \
            f"it: add it to --stages)" in err and "skipping n1-bare-r1: chat_sft loads" in out
-    code, _, err = run_cli([*argv, *TINY, "--stages=base_train,mid_train,chat_sft"], capsys)
+    code, _, err = run_cli([*argv, "--stages=base_train,mid_train,chat_sft"], capsys)
     assert code == 0, err
     for name in ("model_000006.pt", "meta_000006.json"):  # what mid-training leaves
         (base / "mid_checkpoints" / tag / name).parent.mkdir(parents=True, exist_ok=True)
         (base / "mid_checkpoints" / tag / name).write_text("")
-    code, _, err = run_cli([*argv, *LATER, "--stages=chat_sft,chat_eval_sft"], capsys)
+    code, _, err = run_cli([*argv, "--stages=chat_sft,chat_eval_sft"], capsys)
     assert code == 0, err
 
     monkeypatch.setenv("NANOCHAT_BASE_DIR", str(base))
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"{a[0]} started"))
     code, _, err = run_cli(["speedrun", "--stages=chat_sft", "--run-dir", str(tmp_path / "local"), "--nproc=2",
-                            *LATER[1:]], capsys)
+                            *TINY[1:]], capsys)
     assert code == 1 and err.startswith("error: this flow cannot run: chat_sft loads the mid checkpoint, which "), err
     assert not (tmp_path / "local").exists()
 
@@ -586,7 +584,7 @@ def test_a_local_flow_reads_each_stages_run_json_once_before_it_checks_what_the_
         return read(run_dir)
     monkeypatch.setattr(contract, "read_run_json", counted)
     code, _, err = run_cli(["speedrun", "--stages=chat_sft", "--run-dir", str(tmp_path / "local"), "--nproc=2",
-                            *LATER[1:]], capsys)
+                            *TINY[1:]], capsys)
     assert code == 1 and "chat_sft loads the mid checkpoint" in err, err
     assert reads == {"chat_sft": 1}
 

@@ -30,13 +30,8 @@ def twice(monkeypatch):
     return "twice"
 
 
-# TINY for a flow without pre-training: the later stages take none of its other flags, which are refused
-LATER = {k: TINY[k] for k in ("device_type", "depth", "max_seq_len")}
-
-
 def sweep(name="speedrun", stages="base_train", nodes=(1,), **kw) -> FlowSweep:
-    train = TINY if any(s.workload == "nanochat" for s in select(name, stages)) else LATER
-    return FlowSweep.build(name, stages, dict(train), kw.pop("stage_args", []), nodes=list(nodes), gpus_per_node=2,
+    return FlowSweep.build(name, stages, dict(TINY), kw.pop("stage_args", []), nodes=list(nodes), gpus_per_node=2,
                            runtimes=["bare"], **kw)
 
 
@@ -241,7 +236,7 @@ def test_a_stage_value_its_checks_refuse_is_named_with_its_stage():
     with pytest.raises(ConfigError, match=r"^base_train: --total_batch_size=0: must be"):
         sweep(stage_args=["base_train:total_batch_size=0"])
     with pytest.raises(ConfigError, match=r"^--gpus-per-node 0 must be"):  # the sweep's, no stage's
-        FlowSweep.build("speedrun", "base_loss", dict(LATER), [], nodes=[1], gpus_per_node=0, runtimes=["bare"])
+        FlowSweep.build("speedrun", "base_loss", dict(TINY), [], nodes=[1], gpus_per_node=0, runtimes=["bare"])
 
 
 def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
@@ -253,23 +248,6 @@ def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
         FlowSweep.build(twice, None, {**TINY, "save_every": "2"}, [], nodes=[1], gpus_per_node=2, runtimes=["bare"])
     with pytest.raises(ConfigError, match=r"chat_eval_mid's --source itself \(mid\)"):
         flow.refuse_chained(FLOWS["speedrun"][4], {"source": "base"}, "--stage-arg chat_eval_mid:")
-
-
-def test_a_trainer_flag_no_chosen_stage_takes_is_refused_not_dropped_without_a_word():
-    """--stages base_loss,base_eval with --num_iterations 7 or --train-arg model_tag=x planned and ran as if neither
-    had been given: the stages after pre-training take only the shared flags, those they inherit and the model's
-    shape (its estimates)."""
-    def build(train):
-        return FlowSweep.build("speedrun", "base_loss,base_eval", {**LATER, **train}, [], nodes=[1], gpus_per_node=2,
-                               runtimes=["bare"])
-    with pytest.raises(ConfigError, match=r"^--stages base_loss,base_eval: the trainer flags' num_iterations=7, "
-                                          r"matrix_lr=0.05 \(--KEY or --train-arg KEY=VALUE\) are base_train's, and no "
-                                          r"stage chosen takes them .*; add base_train to --stages, give a stage its "
-                                          r"own with --stage-arg STAGE:KEY=VALUE, or leave them out$"):
-        build({"num_iterations": 7, "matrix_lr": "0.05"})
-    with pytest.raises(ConfigError, match=r"' model_tag=x .* the flow sets model_tag itself; leave them out$"):
-        build({"model_tag": "x"})
-    assert "--max_seq_len=64" in build({"aspect_ratio": 64}).sweeps[0].points()[0].train_argv  # base_loss inherits
 
 
 def test_the_plan_table_has_each_stage_and_a_job_limit_covering_them_all(twice, capsys):

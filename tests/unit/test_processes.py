@@ -7,19 +7,7 @@ written under tmp_path as the kernel shows it.
 import pytest
 
 from bench.processes import oom_kills, oom_killed_since
-
-EVENTS = "low 0\nhigh 0\nmax 3\noom 1\noom_kill {}\noom_group_kill 0\n"
-
-
-def tree(root, own="/user.slice/user-1000.slice/session-3.scope", counts=None, proc="0::{}\n"):
-    """/proc/self/cgroup naming `own`, and memory.events with `oom_kill` counts by cgroup (`None`: not readable)."""
-    (root / "proc/self").mkdir(parents=True, exist_ok=True)
-    (root / "proc/self/cgroup").write_text(proc.format(own))
-    for cgroup, count in (counts or {}).items():
-        (root / "sys/fs/cgroup" / cgroup).mkdir(parents=True, exist_ok=True)
-        (root / "sys/fs/cgroup" / cgroup / "memory.events").write_text(EVENTS.format(count))
-    return root
-
+from tests.support.cgroups import tree
 
 def test_a_kill_counts_in_the_process_s_own_cgroup_not_in_a_sibling_s(tmp_path):
     """Regression: the counts of the ancestors were summed, so another user's OOM kill under the same user.slice made

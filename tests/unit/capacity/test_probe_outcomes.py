@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from bench import processes
 from bench.capacity import probe
 from bench.capacity.probe import ProbeSpec, bytes_asked, classify, read_probe
 from bench.errors import ConfigError
 from bench.contract import update_run_json
+from tests.support import cgroups
 
 SPEC = ProbeSpec("fsdp", 4, steps=3, device_type="cpu")
 
@@ -72,15 +72,9 @@ def test_a_rank_killed_by_sigkill_is_host_oom_only_where_the_cgroup_counted_an_o
                                                                                        oom_kill):
     """Any SIGKILL was taken for the kernel's OOM killer ("most likely"), so a kill -9 from outside marked the
     model's size as not fitting; where cgroup v2 counts OOM kills the count says which it was."""
-    root, run_dir = tmp_path / "fs", tmp_path / "run"
-    events = root / "sys/fs/cgroup/user.slice/memory.events"
-    events.parent.mkdir(parents=True)
-    (root / "proc/self").mkdir(parents=True)
-    (root / "proc/self/cgroup").write_text("0::/user.slice\n")
-    events.write_text("oom 0\noom_kill 0\n")
-    monkeypatch.setattr(probe, "oom_kills", lambda: processes.oom_kills(root))
-    monkeypatch.setattr(probe, "oom_killed_since", lambda before: processes.oom_killed_since(before, root))
-    counted = f"open({str(events)!r}, 'w').write('oom 1\\noom_kill 1\\n'); " if oom_kill else ""
+    run_dir = tmp_path / "run"
+    events = cgroups.counted_in(tmp_path / "fs", monkeypatch, probe)
+    counted = f"open({str(events)!r}, 'w').write({cgroups.EVENTS.format(1)!r}); " if oom_kill else ""
 
     def backend(spec, run_dir, data):  # the probe's one rank, SIGKILLed
         run_dir.mkdir(parents=True)

@@ -15,10 +15,11 @@ import pytest
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ErrorHandler, ProcessFailure
 
-from bench import contract, processes
+from bench import contract
 from bench.launch import elastic
 from bench.launch.elastic import SHUTDOWN_TIMEOUT_S, describe, first_failure, record_root_cause, record_signal
 from bench.nanochat.heartbeat import STOPPED_AFTER_S
+from tests.support import cgroups
 from tests.support.synthetic import write_heartbeat as write_beat
 
 HOST = socket.gethostname()
@@ -139,18 +140,12 @@ def test_a_sigkill_while_the_cgroup_counted_an_oom_kill_is_oom_and_another_stays
     """Outside Slurm a rank the kernel's OOM killer ended was `failed` (rank_killed): nothing there said OOM the way
     Slurm's OUT_OF_MEMORY does; cgroup v2's memory.events counts the kill. The line torchrun's wrapper prints says
     what run.json says (it read 'killed by SIGKILL' beside an `oom` run.json)."""
-    root, run_dir = tmp_path / "fs", tmp_path / "run"
-    events = root / "sys/fs/cgroup/user.slice/memory.events"
-    events.parent.mkdir(parents=True)
-    (root / "proc/self").mkdir(parents=True)
-    (root / "proc/self/cgroup").write_text("0::/user.slice\n")
-    events.write_text("oom 0\noom_kill 0\n")
-    monkeypatch.setattr(elastic, "oom_kills", lambda: processes.oom_kills(root))
-    monkeypatch.setattr(elastic, "oom_killed_since", lambda before: processes.oom_killed_since(before, root))
+    run_dir = tmp_path / "run"
+    events = cgroups.counted_in(tmp_path / "fs", monkeypatch, elastic)
 
     def workers_fail(argv):
         if killed_by_oom:
-            events.write_text("oom 1\noom_kill 1\n")
+            events.write_text(cgroups.EVENTS.format(1))
         raise ChildFailedError("train", {0: failure(0, -signal.SIGKILL, 100), 1: failure(1, 1, 100)})
     monkeypatch.setattr(elastic, "torchrun_main", workers_fail)
     monkeypatch.setattr(elastic, "bound_shutdown", lambda: None)  # torch is left as it is in this process

@@ -55,7 +55,7 @@ class Site:
     train: list = field(default_factory=list)  # KEY=VALUE trainer flags of the partition (device_type=cpu)
     time: str = ""  # a fixed time limit per run instead of the planner's estimate
     exclusive: bool = True
-    cpus_per_gpu: int = 0  # exclusive False, on GPUs: each GPU's CPU share, as submit's --cpus-per-gpu (0: the site's)
+    cpus_per_gpu: int = 0  # exclusive False, on GPUs: each GPU's CPU share, as submit's --cpus-per-gpu (0: not given)
     ofi_hook: str = "default"
     numa_binding: str = ""  # "none" leaves CPU binding to the OS; not given: node, none with exclusive False
     nccl_net: str = ""  # the network NCCL must choose between nodes (run.json network.net), checked by sanity
@@ -98,6 +98,9 @@ class Site:
             raise ConfigError(f"{where}: {renamed(e, (('--train-arg ', 'train item '),))}") from None
         if data["gpus_per_node"] < 1:  # 0 would reach the batch arithmetic as a division by zero
             raise ConfigError(f"{where}: gpus_per_node must be at least 1, got {data['gpus_per_node']}")
+        if data.get("cpus_per_gpu", 1) < 1:  # 0 is the field's "not given", so the site's share would replace it
+            raise ConfigError(f"{where}: cpus_per_gpu must be at least 1 (CPUs each GPU's rank gets), got "
+                              f"{data['cpus_per_gpu']}; leave it out for the site profile's")
         return cls(**data)
 
     def references_file(self, variable: str) -> str:

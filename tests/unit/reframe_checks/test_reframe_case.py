@@ -32,6 +32,8 @@ def case(site: dict, nodes: int = 2, scaling: str = "weak", train_args=(), runti
     ({"nanochat_bench": {"gpus_per_node": "4"}}, "gpus_per_node must be a int, got '4'"),
     ({"nanochat_bench": {"gpus_per_node": 4, "exclusive": "no"}}, "exclusive must be a bool"),
     ({"nanochat_bench": {"gpus_per_node": 0}}, "gpus_per_node must be at least 1, got 0"),
+    ({"nanochat_bench": {"gpus_per_node": 4, "exclusive": False, "site": "alps", "cpus_per_gpu": 0}},
+     r"cpus_per_gpu must be at least 1 \(CPUs each GPU's rank gets\), got 0; leave it out for the site profile's"),
 ])
 def test_partition_settings_are_checked_with_one_clear_line(extras, message):
     with pytest.raises(ConfigError, match=message):

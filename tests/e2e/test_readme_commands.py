@@ -75,7 +75,7 @@ NOT_HERE = {
     "nanochat-bench submit --flow speedrun --nodes 1,2,4 --gpus-per-node 4 --runtimes bare,ce --name speedrun":
         "a GPU cluster (tests/integration/slurm/test_slurm_flow.py runs a flow on the test cluster)",
     "reframe -C site.py -c bench/reframe_checks/checks.py --timestamp -P num_nodes=1,2,4,8 -S depth=20 "
-    "-S references=results/h200-d20/references.toml -r":
+    "-S references=results/my-site/references.toml -r":
         "a site's ReFrame configuration and GPU nodes (tests/integration/slurm/test_reframe.py runs the "
         "check on the test cluster)",
     "reframe -C site.py -c bench/reframe_checks/checks.py --timestamp -P workload=mid_train,chat_sft -S num_nodes=1 "

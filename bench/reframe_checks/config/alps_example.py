@@ -1,9 +1,13 @@
 # An example ReFrame site configuration for an Alps-like system (GH200 nodes, 4 GPUs each, Slurm with
 # accounting, Slingshot): one ReFrame partition per way of running, all on the Slurm partition `normal`.
 #
-#   export SCRATCH=/capstor/scratch/cscs/$USER NANOCHAT_BENCH_REFERENCES=$PWD/results/h200-d20/references.toml
+#   export SCRATCH=/capstor/scratch/cscs/$USER NANOCHAT_BENCH_REFERENCES=$HOME/references-gh200.toml
 #   reframe -C bench/reframe_checks/config/alps_example.py -c bench/reframe_checks/checks.py \
 #       --system alps-example -P num_nodes=1,2,4,8 -S depth=20 -r
+#
+# The references hold figures measured on these GH200 nodes: copy results/references.example.toml and put in
+# yours, with gpu_name = "NVIDIA GH200*". The shipped results/h200-d20/references.toml selects "NVIDIA H200*",
+# which no GH200 run matches, so it would bound none.
 #
 # Copy it, set the account, images and base directory, and drop the features (runtimes) the site does
 # not offer. A check case runs on the partitions whose `features` name its runtime's feature, the runtime's

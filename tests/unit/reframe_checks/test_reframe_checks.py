@@ -3,6 +3,7 @@
     python -m pytest tests/unit/reframe_checks/test_reframe_checks.py -q
 """
 
+import fnmatch
 import re
 import runpy
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from reframe.core.exceptions import is_severe
 from bench import runtimes
 from bench.errors import ConfigError
 from bench.analysis import why
+from bench.analysis.check import load_references
 from bench.analysis.columns import perf_units
 from bench.reframe_checks import CONFIG_DIR
 from bench.reframe_checks.checks import (ENVIRON_FEATURE, nanochat_bench, nccl_net_problem, one_line,
@@ -53,6 +55,17 @@ def test_the_shipped_configs_names_are_valid_in_every_reframe_4_schema(name, mon
     config = runpy.run_path(str(CONFIG_DIR / name))["site_configuration"]
     assert ENVIRON_FEATURE in [f for env in config["environments"] for f in env["features"]]
     assert schema_problems(config) == []
+
+
+def test_a_references_file_the_alps_example_names_can_bound_a_run_on_its_gh200s():
+    """The example's command set NANOCHAT_BENCH_REFERENCES to results/h200-d20/references.toml, whose references
+    all select gpu_name "NVIDIA H200*": no run on the example's GH200 nodes matched one, so none was bounded."""
+    text = (CONFIG_DIR / "alps_example.py").read_text()
+    named = re.findall(r"(?:NANOCHAT_BENCH_REFERENCES=|references=)(?:\$PWD/)?(\S+)", text)
+    gpu = "NVIDIA GH200 120GB"  # torch's name for an Alps node's GPU
+    for path in [p for p in named if (CONFIG_DIR.parents[2] / p).is_file()]:  # else the user's own, measured there
+        refs = load_references(CONFIG_DIR.parents[2] / path)
+        assert any(fnmatch.fnmatchcase(gpu, str(r.where.get("gpu_name", "*"))) for r in refs), path
 
 
 def test_every_runtimes_feature_is_valid_in_every_reframe_4_schema():

@@ -14,8 +14,9 @@ status. A worker aborted (SIGABRT, as NCCL's watchdog ends a rank whose collecti
 gives way to a rank that recorded its own failure (an error, an OOM: above a kill in that table), and comes before
 the rest; aborted while the heartbeats show another rank stopped, it is evidence of `hung`, naming that rank, unless
 a rank's own end is recorded (then the abort is its echo).
-A signal to torchrun itself is evidence of a cancel, also a SIGINT before it has its handlers (while torch is
-imported, or it reads its flags: a Ctrl-C in a run's first seconds), which ends it in the same one line.
+A signal to torchrun itself is evidence of a cancel, also a SIGINT, SIGTERM or SIGHUP before it has its handlers
+(while torch is imported, or it reads its flags: a Ctrl-C or scancel in a run's first seconds), which ends it in the
+same one line.
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path where one
 worker failed and torchrun stops the others (there its 30 s are fixed, not the TORCH_ELASTIC_SHUTDOWN_TIMEOUT it
 reads for signals): a stopped (SIGSTOP) or wedged worker must not hold the job for long, and ours end within a
@@ -35,16 +36,24 @@ import sys
 import time
 
 # `python -m bench.launch.elastic`: a Ctrl-C while torch is imported (seconds of it) would end this module in a
-# KeyboardInterrupt traceback before main could say or record anything; it is noted here and main ends on it
+# KeyboardInterrupt traceback, a SIGTERM or SIGHUP without a word, before main could say or record anything; each
+# is noted here and main ends on it
 EARLY: list[int] = []
+EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # those torchrun's handlers take over
 
 
 def _note_early(signum, _frame) -> None:
     EARLY.append(signum)
 
 
+def _stop_early(signum, _frame) -> None:
+    EARLY.append(signum)
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, _note_early)
+    for _signum in EARLY_SIGNALS:
+        signal.signal(_signum, _note_early)
 
 from torch.distributed.elastic.agent.server import api as agent  # noqa: E402
 from torch.distributed.elastic.multiprocessing import api as processes
@@ -254,8 +263,9 @@ def record_signal(run_dir: str, name: str, started: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     run_dir = os.environ.get(contract.ENV_RUN_DIR)
     try:
-        if signal.getsignal(signal.SIGINT) is _note_early:  # from here to torchrun's handlers: KeyboardInterrupt
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in EARLY_SIGNALS:  # from here to torchrun's handlers: KeyboardInterrupt, the signal in EARLY
+            if signal.getsignal(signum) is _note_early:
+                signal.signal(signum, _stop_early)
         if EARLY:
             raise KeyboardInterrupt
         bound_shutdown()
@@ -280,11 +290,12 @@ def main(argv: list[str] | None = None) -> int:
             record_signal(run_dir, e.sigval.name)
         say(f"torchrun: stopped by {e.sigval.name}; the workers were stopped with it")
         return 128 + int(e.sigval)
-    except KeyboardInterrupt:  # SIGINT before torchrun had its handlers (which raise SignalException)
+    except KeyboardInterrupt:  # a signal before torchrun had its handlers (which raise SignalException)
+        name = signal.Signals(EARLY[0]).name if EARLY else "SIGINT"  # Python's own handler notes no SIGINT
         if run_dir:
-            record_signal(run_dir, "SIGINT", started=False)
-        say("torchrun: stopped by SIGINT before it started the workers")
-        return 128 + signal.SIGINT
+            record_signal(run_dir, name, started=False)
+        say(f"torchrun: stopped by {name} before it started the workers")
+        return 128 + signal.Signals[name]
     finally:
         stop_leftovers()
     return 0

@@ -305,6 +305,44 @@ def test_a_ctrl_c_before_torchrun_has_its_handlers_is_its_cancel_in_one_line(tmp
     assert contract.read_run_json(run_dir)["evidence"][-1]["signal"] == "SIGINT"
 
 
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_sigterm_or_sighup_while_torch_is_imported_is_the_runs_cancel_in_one_line(name, tmp_path):
+    """A scancel (SIGTERM) or a closed terminal (SIGHUP) in a stage's first seconds ended torchrun's wrapper while it
+    imported torch, as a SIGINT no longer does: no line said why and run.json kept no evidence of the cancel."""
+    run_dir, worker = tmp_path / "run", tmp_path / "worker.py"
+    run_dir.mkdir()
+    worker.write_text(WORKER)
+    proc = subprocess.Popen([sys.executable, "-m", "bench.launch.elastic", "--standalone", "--nproc_per_node=1",
+                             str(worker)], env={**os.environ, contract.ENV_RUN_DIR: str(run_dir)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while "/torch/" not in open(f"/proc/{proc.pid}/maps").read():  # importing torch, seconds of it
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    proc.send_signal(signal.Signals[name])
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.Signals[name], err
+    assert err == f"torchrun: stopped by {name} before it started the workers\n"
+    record = contract.read_run_json(run_dir)
+    assert record["status"] == "cancelled" and record["evidence"][-1]["signal"] == name
+
+
+def test_a_sigterm_after_torch_is_imported_but_before_torchruns_handlers_is_its_cancel(tmp_path, monkeypatch, capsys):
+    """Between the import and torchrun's own handlers a SIGTERM ends the wrapper as one during the import does."""
+    monkeypatch.setattr(elastic, "torchrun_main", lambda argv: os.kill(os.getpid(), signal.SIGTERM))
+    monkeypatch.setattr(elastic, "bound_shutdown", lambda: None)  # torch is left as it is in this process
+    monkeypatch.setattr(elastic, "stop_leftovers", lambda: None)
+    monkeypatch.setenv(contract.ENV_RUN_DIR, str(tmp_path))
+    before = signal.signal(signal.SIGTERM, elastic._note_early)  # as `python -m bench.launch.elastic` has it
+    try:
+        assert elastic.main(["--standalone", "train.py"]) == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        elastic.EARLY.clear()
+    assert capsys.readouterr().err == "torchrun: stopped by SIGTERM before it started the workers\n"
+    assert contract.read_run_json(tmp_path)["evidence"][-1]["signal"] == "SIGTERM"
+
+
 def test_a_run_json_that_cannot_be_recorded_in_is_one_line_not_a_traceback(tmp_path, capsys):
     """A directory named run.json (or one cut short) made torchrun's wrapper end in a traceback while recording a
     signal or a failed worker."""

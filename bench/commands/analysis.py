@@ -106,7 +106,8 @@ def cmd_check(args) -> int:
     mixed = [f"{o.reference}/{o.figure}" for o in outcomes if o.pooled]  # failed: runs of several setups matched
     missing = [f"{o.reference}/{o.figure}" for o in outcomes if o.verdict == "missing"]
     passed = sum(o.verdict == "pass" for o in outcomes)
-    print(f"{passed} of {len(outcomes)} check(s) passed"
+    # named: the verdicts of two references files run one after the other are told apart by it
+    print(f"{args.references}: {passed} of {len(outcomes)} check(s) passed"
           + (f", {len(missing)} missing" + (" (allowed)" if args.allow_missing else "") if missing else "")
           + (f"; regressions: {', '.join(regressions)}" if regressions else "")
           + (f"; runs of different setups (narrow `where`): {', '.join(mixed)}" if mixed else "")

@@ -116,7 +116,7 @@ def test_a_median_over_runs_of_different_settings_fails_naming_what_differs(tmp_
     assert lines[0] == ("FAIL    loose: tok_per_sec: the 4 run(s) matched differ in runtime, so no one setup is "
                         "checked (narrow `where` to one of each; ref 1,000)")
     assert lines[1].startswith("PASS    bare:") and lines[1].endswith("median of 3 run(s))")  # repeats of one setting
-    assert lines[2] == "1 of 2 check(s) passed; runs of different setups (narrow `where`): loose/tok_per_sec"
+    assert lines[2] == f"{path}: 1 of 2 check(s) passed; runs of different setups (narrow `where`): loose/tok_per_sec"
 
 
 def test_a_median_over_runs_of_different_device_batches_fails(tmp_path, make_run):
@@ -182,6 +182,19 @@ def test_all_pass_exits_zero(tmp_path, table_dir):
                           'figures.tok_per_sec = { value = 1000, lower = -0.05 }\n'
                           'figures.startup_overhead_s = { value = 5, upper = 0.1 }\n')
     assert main(["check", str(table_dir), "--references", str(path)]) == 0
+
+
+def test_the_summary_names_the_references_file(tmp_path, table_dir, capsys):
+    """Two references files checked one after the other printed verdicts alike: none of the lines named the file."""
+    strict, loose = tmp_path / "strict.toml", tmp_path / "loose.toml"
+    for path, value in ((strict, 2000), (loose, 1000)):
+        path.write_text(f'[[reference]]\nwhere = {{ runtime = "bare" }}\n'
+                        f'figures.tok_per_sec = {{ value = {value}, lower = -0.05 }}\n')
+    assert main(["check", str(table_dir), "--references", str(strict)]) == 1
+    assert main(["check", str(table_dir), "--references", str(loose)]) == 0
+    summaries = [line for line in capsys.readouterr().out.splitlines() if "check(s) passed" in line]
+    assert summaries[0].startswith(f"{strict}: 0 of 1 check(s) passed; regressions: ")
+    assert summaries[1] == f"{loose}: 1 of 1 check(s) passed"
 
 
 def test_allowed_missing_references_are_not_counted_as_passed(tmp_path, table_dir, capsys):

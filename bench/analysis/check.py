@@ -9,7 +9,7 @@ as true/false, 1/0, yes/no or on/off) and bounds figures of them, each aggregate
   where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "NVIDIA H200*" }
   figures.tok_per_sec = { value = 3.9e6, lower = -0.05, unit = "tok/s" }
 Tolerances are fractions of the value, as in ReFrame: pass when value*(1+lower) <= measured <=
-value*(1+upper), lower from -1 to 0 and upper >= 0; a bound left out is unbounded; with value 0 the tolerances
+value*(1+upper), lower from -1 to 0 and upper from 0 to 1; a bound left out is unbounded; with value 0 the tolerances
 are absolute.
 Only usable rows count (status ok and read whole: a training run with steady-state figures, or an
 evaluation, whose figures are its time and problems/s); a reference that selects none fails as missing,
@@ -193,6 +193,10 @@ def _bound(path: Path, name: str, fig: str, spec) -> Bound:
         raise ConfigError(f"{where}: lower = {lower} is below -1, so the allowed range reaches below 0 and no "
                           f"measurement fails it; lower is a fraction of the value (-0.05 for 5% below; -1, a bound "
                           f"of 0, the lowest); leave it out for no lower bound")
+    if upper is not None and upper > 1 and float(spec["value"]) != 0:  # 5 for 5%: six times the value passed
+        raise ConfigError(f"{where}: upper = {upper} is above 1, a bound {upper:.0%} above the value; upper is a "
+                          f"fraction of the value (0.05 for 5% above), at most 1 (100% above); for a looser bound "
+                          f"give the limit as the value with upper = 0, or leave upper out")
     if not isinstance(spec.get("unit", ""), str):
         raise ConfigError(f"{where}: unit = {spec['unit']!r} must be a string, e.g. unit = \"tok/s\"")
     unit, own = spec.get("unit", ""), BY_NAME[fig].unit

@@ -206,16 +206,24 @@ def test_allowed_missing_references_are_not_counted_as_passed(tmp_path, table_di
 
 
 def test_a_lower_bound_of_zero_or_an_absolute_one_is_taken(tmp_path):
-    """lower = -1 bounds at 0; with value 0 the tolerances are absolute, so a lower below -1 is a bound."""
-    bounds = [r.figures["step_time_cv"] for r in load_references(refs(tmp_path, """
+    """lower = -1 bounds at 0, upper = 1 at twice the value; with value 0 the tolerances are absolute, so a lower
+    below -1 or an upper above 1 is a bound."""
+    bounds = [b for r in load_references(refs(tmp_path, """
 [[reference]]
 name = "a"
 figures.step_time_cv = { value = 0.5, lower = -1 }
 [[reference]]
 name = "b"
 figures.step_time_cv = { value = 0, lower = -5 }
-"""))]
-    assert [b.limits()[0] for b in bounds] == [0, -5]
+[[reference]]
+name = "c"
+figures.startup_overhead_s = { value = 10, upper = 1 }
+[[reference]]
+name = "d"
+figures.startup_overhead_s = { value = 0, upper = 30 }
+""")) for b in r.figures.values()]
+    assert [b.limits()[0] for b in bounds[:2]] == [0, -5]
+    assert [b.limits()[1] for b in bounds[2:]] == [20, 30]  # upper = 1: twice the value; value 0: absolute
 
 
 def test_example_file_is_valid():
@@ -232,6 +240,10 @@ def test_example_file_is_valid():
     # -5 for 5%: the range reached -160, so a run of 0 tok/s passed
     ("[[reference]]\nfigures.tok_per_sec = { value = 40, lower = -5 }",
      "figures.tok_per_sec: lower = -5 is below -1, so the allowed range reaches below 0 and no measurement fails it"),
+    # 5 for 5%: a step time six times the reference's passed
+    ("[[reference]]\nname = \"d20\"\nfigures.step_time_ms = { value = 400, upper = 5 }",
+     "d20: figures.step_time_ms: upper = 5 is above 1, a bound 500% above the value; upper is a fraction of the "
+     "value (0.05 for 5% above), at most 1 (100% above)"),
     ("[[reference]]\nfigures.mfu = { value = 40, tolerance = 0.1 }", "unknown key(s) ['tolerance']"),
     ("[[reference]]\nwhere = { world_size = 'eight' }\nfigures.mfu = { value = 40 }", "must be number(s)"),
     # a list or table for a text column matched no run: reported missing, a pass under --allow-missing

@@ -71,13 +71,15 @@ class Outcome:
     pooled: tuple[str, ...] = ()  # columns that differ among the runs selected: no one setup's figure, a fail
     agg: str = "median"  # how the runs were aggregated (aggregate)
     older: tuple[int, ...] = ()  # the selected runs' row versions older than this release's (new columns empty)
+    unmatched: str = ""  # of a reference that selects no run: the `where` values no usable run has, and theirs
 
     def line(self) -> str:
         lo, hi = self.bound.limits()
         unit = f" {self.bound.unit}" if self.bound.unit else ""
         span = f"[{_g(lo)}, {_g(hi)}]"
         if self.verdict == "missing":  # no run to select, or runs that never measured it (MFU on CPU): two fixes
-            why = (f"{self.runs} usable run(s) match but none recorded it" if self.runs else "no usable run matches")
+            why = (f"{self.runs} usable run(s) match but none recorded it" if self.runs
+                   else "no usable run matches" + (f" ({self.unmatched})" if self.unmatched else ""))
             why += self._older()
             return f"MISSING {self.reference}: {self.figure}: {why} (ref {_g(self.bound.value)}{unit})"
         if self.pooled:  # a figure over setups the report keeps apart is no figure of the reference's setup
@@ -243,10 +245,12 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
     for ref in references:
         rows = select(ok, ref.where)
         older = tuple(sorted({int(v) for v in rows["row_version"].dropna() if v < ROW_VERSION}))
+        unmatched = "" if len(rows) else _unmatched(ok, ref.where)
         for fig, bound in ref.figures.items():
             values = pd.to_numeric(rows[fig], errors="coerce").dropna()
             if values.empty:
-                outcomes.append(Outcome(ref.name, fig, "missing", None, bound, len(rows), older=older))
+                outcomes.append(Outcome(ref.name, fig, "missing", None, bound, len(rows), older=older,
+                                        unmatched=unmatched))
                 continue
             how = aggregate(fig)
             measured = float(values.agg(how))
@@ -256,6 +260,23 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
             outcomes.append(Outcome(ref.name, fig, verdict, measured, bound, len(values), pooled, how,
                                     older if pooled else ()))
     return outcomes
+
+
+def _unmatched(ok: pd.DataFrame, where: dict, shown: int = 8) -> str:
+    """Of a `where` that selects no usable run, each value no usable run has (stage = "chat_eval", where a flow's
+    are chat_eval_mid and chat_eval_sft) with the values they have, so the fix can be read off the line."""
+    if ok.empty:
+        return "the table has no usable run"
+    ok = with_legacy(ok)
+    out = []
+    for col, want in where.items():
+        if select(ok, {col: want}).empty:
+            have = sorted({f"{v:g}" if isinstance(v, float) else str(v) for v in ok[col].dropna()})
+            listed = ", ".join(have[:shown]) + (f", ... ({len(have)} in all)" if len(have) > shown else "")
+            out.append(f"{col} = {want!r} matches none; the usable runs' {col}: {listed or 'none recorded'}")
+    if where and not out:
+        return "each value of `where` is some usable run's, but no run has them all"
+    return "; ".join(out)
 
 
 def aggregate(fig: str) -> str:

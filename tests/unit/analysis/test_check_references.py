@@ -177,6 +177,28 @@ def test_a_figure_an_older_table_lacks_says_to_collect_again(tmp_path, table_dir
         f"{older}" in out
 
 
+def test_a_where_no_run_matches_names_the_values_the_runs_have(tmp_path, table_dir, capsys):
+    """stage = "chat_eval" (a flow's are chat_eval_mid and chat_eval_sft) read 'no usable run matches' and no more:
+    the values of the table's runs had to be looked up by hand. Each `where` value no usable run has is named with
+    the values they have."""
+    path = refs(tmp_path, '[[reference]]\nname = "chat"\nwhere = { stage = "chat_eval" }\n'
+                          'figures.stage_time_s = { value = 40, lower = -0.05 }\n')
+    assert main(["check", str(EXAMPLE.parent / "h200-d20" / "speedrun" / "table"), "--references", str(path)]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "MISSING chat: stage_time_s: no usable run matches (stage = 'chat_eval' matches none; the usable runs' "
+        "stage: base_eval, base_loss, base_train, chat_eval_mid, chat_eval_sft, chat_sft, mid_train) (ref 40)")
+    path = refs(tmp_path, '[[reference]]\nname = "pyxis"\nwhere = { runtime = "pyxis", world_size = 4 }\n'
+                          'figures.tok_per_sec = { value = 1000 }\n'
+                          '[[reference]]\nname = "both"\nwhere = { runtime = "ce", run_id = "bare0" }\n'
+                          'figures.tok_per_sec = { value = 1000 }\n')
+    assert main(["check", str(table_dir), "--references", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("MISSING pyxis: tok_per_sec: no usable run matches (runtime = 'pyxis' matches none; the "
+                        "usable runs' runtime: bare, ce; world_size = 4 matches none; the usable runs' world_size: 8) "
+                        "(ref 1,000)")
+    assert "(each value of `where` is some usable run's, but no run has them all)" in lines[1]
+
+
 def test_all_pass_exits_zero(tmp_path, table_dir):
     path = refs(tmp_path, '[[reference]]\nwhere = { runtime = "bare" }\n'
                           'figures.tok_per_sec = { value = 1000, lower = -0.05 }\n'

@@ -6,6 +6,7 @@ import math
 import os
 import re
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -177,8 +178,15 @@ def sweep_axes(args, nodes: str | None = None, gpus_per_node: int | None = None,
 
 def flow_from_args(args, **axes) -> flowmod.FlowSweep:
     """The --flow sweep: the same axes and trainer flags as a sweep, one planned sweep per stage."""
-    return flowmod.FlowSweep.build(args.flow, args.stages, train_from_args(args), args.stage_arg,
-                                   **sweep_axes(args, **axes))
+    train = train_from_args(args)
+    fs = flowmod.FlowSweep.build(args.flow, args.stages, train, args.stage_arg, **sweep_axes(args, **axes))
+    pre, unused = flowmod.untaken(fs.flow, fs.stages, train)
+    if unused:  # on stderr: plan's and submit's stdout is the plan
+        flags = ", ".join(f"--{k}={train[k]}" if k in dict(TRAIN_FLAGS) else f"--train-arg {k}={train[k]}"
+                          for k in unused)
+        print(f"note: {flags} unused: {pre or 'pre-training'} is not in --stages, and no stage chosen takes "
+              f"{'it' if len(unused) == 1 else 'them'}", file=sys.stderr)
+    return fs
 
 
 def tokenizer_args(args) -> tuple[str, ...]:

@@ -82,6 +82,9 @@ FLOWS: dict[str, tuple[Stage, ...]] = {
 }
 # The settings every stage shares (bench.nanochat.config.RunSettings) that a sweep's flag sets for all
 SHARED_FLAGS = ("device_type",)
+# Pre-training's flags that shape the model the later stages load (model_of): without pre-training in --stages they
+# still size the stages' estimates
+MODEL_FLAGS = ("depth", "max_seq_len", "aspect_ratio")
 
 
 def select(flow: str, stages: str | None = None) -> tuple[Stage, ...]:
@@ -172,6 +175,16 @@ def refuse_chained(stage: Stage, flags: dict, given: str) -> None:
             value = value.replace("{tag}", TAG_SHOWN).replace("{", "<").replace("}", ">")
             raise ConfigError(f"{given}{key}={flags[key]}: the flow sets {stage.name}'s --{key} itself ({value}), "
                               f"chaining it to the other stages; leave it out")
+
+
+def untaken(flow: str, chosen: tuple[Stage, ...], train: dict) -> tuple[str | None, list[str]]:
+    """(pre-training's stage, the trainer flags given that no chosen stage takes) where pre-training is not chosen:
+    accepted, as a flow resumed by hand is the same command with --stages for the later stages, but said."""
+    if any(s.workload == workloads.DEFAULT for s in chosen):
+        return None, []
+    pre = next((s.name for s in FLOWS[flow] if s.workload == workloads.DEFAULT), None)
+    taken = (*SHARED_FLAGS, *MODEL_FLAGS, *(k for s in chosen for k in s.inherit))
+    return pre, [k for k, v in train.items() if v is not None and k not in taken]
 
 
 def model_tag(point_dir: Path) -> str:

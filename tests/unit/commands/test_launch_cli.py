@@ -561,8 +561,27 @@ def test_a_flow_stage_whose_checkpoint_no_chosen_stage_saves_is_refused_until_it
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail(f"{a[0]} started"))
     code, _, err = run_cli(["speedrun", "--stages=chat_sft", "--run-dir", str(tmp_path / "local"), "--nproc=2",
                             *TINY[1:]], capsys)
-    assert code == 1 and err.startswith("error: this flow cannot run: chat_sft loads the mid checkpoint, which "), err
+    assert code == 1 and err.splitlines()[-1].startswith("error: this flow cannot run: chat_sft loads the mid "
+                                                         "checkpoint, which "), err
     assert not (tmp_path / "local").exists()
+
+
+def test_trainer_flags_beside_stages_without_base_train_are_accepted_with_a_note_naming_them(capsys, tmp_path):
+    """--stages base_loss,base_eval with --num_iterations 7 or --train-arg matrix_lr=0.05 planned and ran as if
+    neither had been given, not a word said: the later stages take only device_type, the flags they inherit and the
+    model's shape (their estimates). Accepted, as a flow is resumed by hand by the same command with --stages."""
+    argv = ["plan", "--flow=speedrun", "--gpus-per-node=2", "--device_type=cpu", "--depth=2", "--max_seq_len=64",
+            "--train-arg=aspect_ratio=64"]
+    code, _, err = run_cli([*argv, "--stages=base_loss,base_eval", "--num_iterations=7",
+                            "--train-arg=matrix_lr=0.05"], capsys)
+    assert code == 0 and err == ("note: --num_iterations=7, --train-arg matrix_lr=0.05 unused: base_train is not in "
+                                 "--stages, and no stage chosen takes them\n")
+    code, _, err = run_cli([*argv, "--stages=base_loss", "--device_batch_size=2"], capsys)
+    assert code == 0 and err == ("note: --device_batch_size=2 unused: base_train is not in --stages, and no stage "
+                                 "chosen takes it\n")
+    for more in (["--stages=base_loss,base_eval"], ["--stages=base_train,base_loss", "--num_iterations=7"]):
+        code, _, err = run_cli([*argv, *more], capsys)
+        assert code == 0 and err == "", err
 
 
 def test_a_local_flow_reads_each_stages_run_json_once_before_it_checks_what_the_stages_need(capsys, tmp_path,

@@ -7,7 +7,8 @@ per strategy and width, the capacity is the largest model that trained at device
 failure the smallest larger one that did not fit. The search is complete where those two settle it, as the
 sweep's own search ends (no shape of the family it searches between them, nor below a first failure without a
 capacity), else incomplete, since what the sweep would have probed next is not known. The --depths points a smaller
-one's failure or hang left not probed (no run directory of their own) come from that probe's record.
+one's failure or hang left not probed (no run directory of their own) come from that probe and the --depths the
+newest probe recorded (the sweep that ended).
 """
 
 import sys
@@ -82,17 +83,16 @@ def search_from_probes(strategy: str, aspect_ratio: int, results: list[ProbeResu
             "stopped": stop and stop.stop_record()}
 
 
-def not_probed_from(results: list[ProbeResult]) -> list[ProbeResult]:
+def not_probed_from(results: list[ProbeResult], depths: list[int]) -> list[ProbeResult]:
     """The --depths points the sweep left not probed after a smaller one of their strategy and width failed or hung,
-    which leave no run directory: from that probe and the --depths its sweep recorded with it, by the sweep's rule."""
+    which leave no run directory: from that probe and the sweep's `depths`, by the sweep's rule."""
     probed = {(r.spec.strategy, r.spec.aspect_ratio, r.spec.depth) for r in results if r.spec.device_batch_size == 1}
     first: dict[tuple[str, int], ProbeResult] = {}
     for r in results:  # smallest first: the point that stopped the larger ones
-        depths = r.extra.get("sweep_depths") or ()  # none recorded by earlier releases
         if r.spec.device_batch_size == 1 and r.outcome in ("failed", "timeout") and r.spec.depth in depths:
             first.setdefault((r.spec.strategy, r.spec.aspect_ratio), r)
     return [not_probed_after(r, replace(r.spec, depth=s.depth), s.num_params) for r in first.values()
-            for s in shapes(r.extra["sweep_depths"], r.spec.aspect_ratio, r.spec.vocab_size)
+            for s in shapes(depths, r.spec.aspect_ratio, r.spec.vocab_size)
             if s.depth > r.spec.depth and (r.spec.strategy, s.aspect_ratio, s.depth) not in probed]
 
 
@@ -113,7 +113,8 @@ def rebuild_summary(out: str | Path) -> dict:
                           f"`nanochat-bench capacity --out {out}` first)")
     # An --out that held an earlier sweep of other settings: its probes are not this search's; the newest probe's
     # settings are the sweep's that ended.
-    kept = _settings(max(results, key=lambda r: (Path(r.run_dir) / RUN_JSON).stat().st_mtime))
+    newest = max(results, key=lambda r: (Path(r.run_dir) / RUN_JSON).stat().st_mtime)
+    kept = _settings(newest)
     others = [r for r in results if not _same(r, kept)]
     results = [r for r in results if _same(r, kept)]
     first = results[0]
@@ -121,7 +122,9 @@ def rebuild_summary(out: str | Path) -> dict:
     machine.update(nproc=first.spec.nproc, memory_limit=first.spec.memory_limit, host_available_bytes=None)
     pairs = dict.fromkeys((r.spec.strategy, r.spec.aspect_ratio) for r in results)
     searches = [search_from_probes(strategy, ar, results) for strategy, ar in pairs]
-    summary = summarize({"out": str(out)}, machine, results, searches, not_probed_from(results))
+    # its --depths too (none recorded by earlier releases): a probe of an earlier sweep holds that sweep's list
+    depths = newest.extra.get("sweep_depths") or []
+    summary = summarize({"out": str(out)}, machine, results, searches, not_probed_from(results, depths))
     differ = sorted({f"{k}={v}" for r in others for k, v in _settings(r).items() if kept.get(k, v) != v})
     summary["rebuilt"] = "the sweep wrote no summary" + (
         f"; {len(others)} probe(s) of an earlier sweep left out: {', '.join(differ)}" if others else "")

@@ -325,9 +325,12 @@ class Sweep:
         # reports no count, and a rebuilt summary leaves out the probes recorded without one
         result.num_params = result.num_params or shape.num_params
         if result.outcome != "budget":
+            recorded = result.extra.get("sweep_depths")
             # --depths: a summary rebuilt after a kill recomputes from it the points a failure here left not probed
             result.extra.update(self._prediction(strategy, shape, batch), sweep_depths=c.depths)
-            if not result.reused:
+            # read back under other --depths: recorded anew, so that summary takes this sweep's points, not the
+            # earlier sweep's, and is rebuilt (this probe newer than that sweep's summary)
+            if not result.reused or recorded != c.depths:
                 update_run_json(run_dir, capacity=result.record())
         self.results.append(result)
         self._progress(result)

@@ -1034,3 +1034,39 @@ def test_a_depths_sweep_cut_by_its_budget_counts_the_probes_that_ran(tmp_path, m
     assert [p["probe"]["depth"] for p in summary["probes"]] == [2] and summary["not_run_for_budget"] == 1
     [search] = summary["searches"]
     assert search["probes"] == 1 and search["capacity"]["name"] == "d2" and not search["complete"]
+
+
+@pytest.mark.parametrize("depths, not_probed", [([4, 8], [8]), ([2, 8], []), ([2], [])])
+def test_a_sweep_resumed_with_other_depths_and_killed_reports_the_points_it_left_not_probed(tmp_path, monkeypatch,
+                                                                                           depths, not_probed):
+    """Regression: --depths 2,4,6 whose d4-a128 point hung left d6-a128 not probed; resumed with --depths 4,8 (2,8 or
+    2) and killed before its summary, `capacity --report` named d6-a128 not probed, from the first sweep's list (its
+    summary, or the probes that sweep recorded), though this sweep did not ask for it, and left out d8-a128, which
+    this sweep did leave not probed after the d4-a128 it read back."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.sweep import load_summary
+    from bench.cli import main
+
+    def sweep(depths):
+        sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+        monkeypatch.setattr(sweep.cfg, "depths", depths)
+        monkeypatch.setattr(sweep.cfg, "aspect_ratios", [64, 128])
+        monkeypatch.setattr(sweep.cfg, "search", False)
+        monkeypatch.setattr(sweepmod, "run_probe", lambda spec, *a, **k: ProbeResult(
+            spec, "timeout", "no end") if (spec.depth, spec.aspect_ratio) == (4, 128) else ProbeResult(
+            spec, "ok", tok_per_sec=1.0))
+        sweep.machine["nproc"] = 1
+        sweep._passes()
+        return sweep
+
+    monkeypatch.setattr(sweepmod.capdata, "prepare", lambda base_dir, vocab_size: base_dir)
+    first = sweep([2, 4, 6]).write_summary()
+    assert [(p["probe"]["depth"], p["probe"]["aspect_ratio"]) for p in first["not_probed"]] == [(6, 128)]
+    for path in [*(tmp_path / "runs").glob("*/*/run.json"), tmp_path / "summary.json"]:  # as written in the past
+        os.utime(path, (100, 100) if path.name == "summary.json" else (50, 50))
+    resumed = sweep(depths)  # killed outright before its summary
+    assert all(r.reused for r in resumed.results if r.spec.depth in (2, 4))
+    assert [r.spec.depth for r in resumed.not_probed] == not_probed  # the resumed sweep's own list
+    assert main(["capacity", "--report", "--out", str(tmp_path)]) == 0
+    assert [p["probe"]["depth"] for p in load_summary(tmp_path)["not_probed"]] == not_probed

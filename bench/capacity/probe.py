@@ -364,11 +364,20 @@ def _killed_by_sigkill(run_dir: Path) -> bool:
     return "Signal 9 (SIGKILL)" in log or re.search(r"exitcode\s*:\s*-9\b", log) is not None
 
 
+def recorded_spec(cap: dict) -> dict:
+    """The settings of a probe's `capacity` record, as ProbeSpec takes them. Earlier releases recorded --device-type
+    as given ("" when left out): the device the sweep resolved, recorded beside it, is the one it ran on."""
+    stored = {"memory_limit": None, **cap["probe"]}  # a probe recorded without a cap had none
+    if not stored.get("device_type") and cap.get("device_type"):
+        stored["device_type"] = cap["device_type"]
+    return stored
+
+
 def read_probe(spec: ProbeSpec, run_dir: Path) -> ProbeResult | None:
     """A finished probe of the same settings, read back from its run directory; None if it must run."""
     cap = read_run_json(run_dir).get("capacity")
-    stored = {"memory_limit": None, **cap["probe"]} if cap and isinstance(cap.get("probe"), dict) else None
-    if stored != asdict(spec) or cap.get("outcome") not in OUTCOMES:  # a probe recorded without a cap had none
+    stored = recorded_spec(cap) if cap and isinstance(cap.get("probe"), dict) else None
+    if stored != asdict(spec) or cap.get("outcome") not in OUTCOMES:
         return None
     fields = {k: cap.get(k) for k in ProbeResult.__dataclass_fields__ if k not in _NOT_RECORDED}
     extra = {k: v for k, v in cap.items() if k not in fields and k != "probe"}

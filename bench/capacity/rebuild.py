@@ -15,7 +15,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe
+from bench.capacity.probe import ProbeResult, ProbeSpec, read_probe, recorded_spec
 from bench.capacity.search import Shape, family, num_params, shapes
 from bench.capacity.sweep import (DEVICE_KEYS, MACHINE_KEYS, SUMMARY_JSON, _shape_dict, not_probed_after, save_summary,
                                   summarize)
@@ -30,7 +30,7 @@ def finished_probes(out: Path) -> list[ProbeResult]:
     for run_json in sorted((out / "runs").glob("*/*/run.json")):
         try:
             cap = read_run_json(run_json.parent).get("capacity")
-            spec = ProbeSpec(**cap["probe"])
+            spec = ProbeSpec(**recorded_spec(cap))
         except RunJsonError as e:
             print(f"note: {e.problem}; that probe is left out of the rebuilt summary", file=sys.stderr)
             continue

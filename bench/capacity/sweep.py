@@ -280,8 +280,10 @@ class Sweep:
 
     def _spec(self, strategy: str, shape: Shape, batch: int) -> ProbeSpec:
         c = self.cfg
+        # the device resolved, not --device-type as given: else a sweep resumed with --device-type cuda, where it
+        # was left out, ran every probe again on the same GPU
         return ProbeSpec(strategy, shape.depth, shape.aspect_ratio, batch, c.max_seq_len, c.nproc, c.steps,
-                         c.device_type, c.vocab_size, c.memory_limit)
+                         self.machine["device_type"], c.vocab_size, c.memory_limit)
 
     def probe(self, strategy: str, shape: Shape, batch: int) -> ProbeResult:
         c = self.cfg

@@ -516,6 +516,40 @@ def test_a_probe_measured_on_another_gpu_runs_again(tmp_path, monkeypatch):
     assert sweep.probe("fsdp", Shape(123, 4), 1).reused and len(ran) == 1  # now recorded on this GPU: read back
 
 
+def test_a_sweep_resumed_with_the_device_type_it_resolved_to_reads_its_probes_back(tmp_path, monkeypatch):
+    """Regression: a sweep run without --device-type (cuda, a GPU being visible) recorded its probes under the flag's
+    "", so the same command resumed with --device-type cuda ran every probe again; the probes record the device
+    the sweep resolved, and those recorded under "" by earlier releases read back as the device they ran on."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.rebuild import finished_probes
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    h100 = {"device_type": "cuda", "gpu_name": "NVIDIA H100", "device_bytes": 80 << 30, "host_bytes": 1 << 40,
+            "host_available_bytes": 1 << 40}
+    ran = []
+    monkeypatch.setattr(sweepmod, "run_probe",
+                        lambda spec, *a, **k: ran.append(spec) or ProbeResult(spec, "ok", tok_per_sec=1.0))
+
+    def sweep(device_type):
+        s = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
+        s.__dict__.update(cfg=SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4], device_type=device_type),
+                          log=lambda line: None, results=[], t0=0, out_of_time=False, machine=h100, data={},
+                          host_floor=0)
+        return s.probe("fsdp", Shape(123, 4), 1)
+
+    assert not sweep("").reused and ran[0].device_type == "cuda"
+    assert sweep("cuda").reused and sweep("").reused and len(ran) == 1
+    # as an earlier release recorded it: the flag's "" beside the device it ran on
+    run_dir = tmp_path / "runs" / "fsdp" / "d4-b1"
+    record = json.loads((run_dir / "run.json").read_text())["capacity"]
+    update_run_json(run_dir, capacity=dict(record, probe=dict(record["probe"], device_type="")))
+    assert sweep("cuda").reused and len(ran) == 1
+    [back] = finished_probes(tmp_path)  # `capacity --report` reads it too
+    assert back.spec.device_type == "cuda" and back.outcome == "ok"
+
+
 def test_report_after_a_killed_sweep_rebuilds_over_an_earlier_sweeps_summary(tmp_path, capsys):
     """A finished sweep left summary.json; a second one into the same --out (another --memory-limit) was killed
     outright after rewriting d2's and d4's probes: `capacity --report` reported the first sweep's summary, its

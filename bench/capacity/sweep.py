@@ -32,7 +32,7 @@ from bench.capacity.search import CapacitySearch, Shape, family, params_text, sh
 from bench.errors import ConfigError, os_reason
 from bench.nanochat import memory
 from bench.nanochat.tokenizer import SPECIAL_TOKENS
-from bench.contract import RUN_JSON, RunJsonError, atomic_target, update_run_json, write_json_atomic
+from bench.contract import RUN_JSON, RunJsonError, atomic_target, read_run_json, update_run_json, write_json_atomic
 
 SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
@@ -304,10 +304,12 @@ class Sweep:
             result = None  # an H100's oom says nothing of an H200 (and would be recorded under the H200's name)
         if result is not None and result.outcome == "timeout" and (result.time_limit_s or math.inf) < c.time_per_point:
             result = None  # a hang at --time-per-point 60 says nothing of 600 (a limit recorded before: read back)
-        if result is not None and result.outcome == "failed" and (kept := self._set_aside(run_dir)):
+        # of other settings too (not read back): the new attempt would delete it, and its log with it
+        failure = _failure_in(run_dir) if result is None or result.outcome == "failed" else None
+        if failure is not None and (kept := self._set_aside(run_dir, read_back=result is not None)):
             # a crash may be the node's (a hiccup, a lost rank), not the size's: stored for good, it stopped the
             # search on every resume until the sweep's directory was deleted; the attempt is kept, not emptied
-            self.log(f"{strategy} {spec.name} failed in an earlier sweep ({result.message or 'no message'}): "
+            self.log(f"{strategy} {spec.name} failed in an earlier sweep ({failure or 'no message'}): "
                      f"it runs again, that attempt kept in {kept}")
             result = None
         if result is None:
@@ -338,9 +340,10 @@ class Sweep:
         self._progress(result)
         return result
 
-    def _set_aside(self, run_dir: Path) -> Path | None:
+    def _set_aside(self, run_dir: Path, read_back: bool = True) -> Path | None:
         """Moves a failed probe's run directory to <out>/failed/<strategy>/<probe>-<n> (out of runs/, whose probes
-        a rebuilt summary reads), where its new attempt leaves it be; None, the probe read back, if it cannot."""
+        a rebuilt summary reads), where its new attempt leaves it be; None, if it cannot: the probe is read back,
+        or, not `read_back` (of other settings), run again over it."""
         parent = self.cfg.out / FAILED_DIR / run_dir.parent.name
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -349,8 +352,9 @@ class Sweep:
                 n += 1
             run_dir.rename(kept)
         except OSError as e:
+            then = "its failure is read back" if read_back else "it runs again over that attempt"
             print(f"note: {run_dir} cannot be moved to {parent} to run that failed probe again: {os_reason(e)}; "
-                  f"its failure is read back", file=sys.stderr)
+                  f"{then}", file=sys.stderr)
             return None
         return kept
 
@@ -493,6 +497,16 @@ def not_probed_after(first: ProbeResult, spec: ProbeSpec, num_params: int) -> Pr
     """`spec`'s --depths point, not probed since `first`, a smaller one of its strategy and width, failed or hung."""
     why = f"{first.spec.name}, smaller, at this aspect ratio ended {first.outcome} ({first.message or 'no message'})"
     return ProbeResult(spec, NOT_PROBED, why, num_params=num_params, extra={"after": first.stop_record()})
+
+
+def _failure_in(run_dir: Path) -> str | None:
+    """The message ("" for none) of a `failed` probe recorded in `run_dir`, whatever its settings; None where none is,
+    or its run.json cannot be read (said already, as the probe was read back)."""
+    try:
+        cap = read_run_json(run_dir).get("capacity")
+    except (RunJsonError, OSError):
+        return None
+    return (cap.get("message") or "") if isinstance(cap, dict) and cap.get("outcome") == "failed" else None
 
 
 def _powers_of_two(top: int) -> list[int]:

@@ -982,6 +982,40 @@ def test_a_resumed_sweep_runs_a_failed_probe_again_keeping_the_failed_attempt(tm
     assert sweep.probe("fsdp", Shape(123, 4), 1).reused  # ok is a fact of the size: read back
 
 
+@pytest.mark.parametrize("earlier", ["steps", "gpu"])
+def test_a_failed_probe_of_other_settings_is_kept_as_a_failed_attempt(tmp_path, monkeypatch, earlier):
+    """Regression: a `failed` probe of another --steps (or measured on another GPU) was not moved to <out>/failed/
+    as a failed probe of the same settings is: the new attempt deleted its run directory, and its log with it."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    cpu = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
+           "host_available_bytes": 8 << 30}
+    spec = ProbeSpec("fsdp", 4, steps=4 if earlier == "steps" else 3, device_type="cpu")
+    run_dir = tmp_path / "runs" / "fsdp" / spec.name
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").write_text("rank 0 crashed\n")
+    extra = dict(cpu, device_bytes=2 << 30) if earlier == "gpu" else cpu
+    update_run_json(run_dir, capacity=ProbeResult(spec, "failed", "rank 0 crashed", extra=extra).record())
+
+    def run_probe(spec, run_dir, *a, **k):
+        shutil.rmtree(run_dir, ignore_errors=True)  # as run_probe does
+        run_dir.mkdir(parents=True)
+        return ProbeResult(spec, "ok", tok_per_sec=1.0)
+
+    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
+    lines: list[str] = []
+    sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
+    sweep.__dict__.update(cfg=SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4]), log=lines.append,
+                          results=[], t0=0, out_of_time=False, machine=cpu, data={}, host_floor=0)
+    assert sweep.probe("fsdp", Shape(123, 4), 1).outcome == "ok"
+    kept = tmp_path / "failed" / "fsdp" / f"{spec.name}-1"
+    assert (kept / "train.log").read_text() == "rank 0 crashed\n"
+    assert any(str(kept) in line and "rank 0 crashed" in line for line in lines)
+
+
 def test_depths_points_not_probed_after_a_failure_are_in_the_summary_the_csv_and_the_report(tmp_path, monkeypatch):
     """Regression: --depths 2,4,6 at an aspect ratio whose d2 point crashed skipped d4 and d6, said so in the log
     alone: summary.json, probes.csv and the report listed d2 only, as if d4 and d6 had never been asked for."""

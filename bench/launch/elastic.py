@@ -263,20 +263,25 @@ def record_signal(run_dir: str, name: str, started: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     run_dir = os.environ.get(contract.ENV_RUN_DIR)
     try:
-        for signum in EARLY_SIGNALS:  # from here to torchrun's handlers: KeyboardInterrupt, the signal in EARLY
-            if signal.getsignal(signum) is _note_early:
-                signal.signal(signum, _stop_early)
-        if EARLY:
-            raise KeyboardInterrupt
-        bound_shutdown()
-        quiet_echoes()
-        quiet_timer_finalizer()
-        oom_kills_before = oom_kills()
-        torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
-        if warning:
-            say(warning)
-            os.environ[numanode.ENV_BIND] = "1"  # the workers inherit it
-        torchrun_main(torchrun_argv)
+        try:
+            for signum in EARLY_SIGNALS:  # from here to torchrun's handlers: KeyboardInterrupt, the signal in EARLY
+                if signal.getsignal(signum) is _note_early:
+                    signal.signal(signum, _stop_early)
+            if EARLY:
+                raise KeyboardInterrupt
+            bound_shutdown()
+            quiet_echoes()
+            quiet_timer_finalizer()
+            oom_kills_before = oom_kills()
+            torchrun_argv, warning = numabind.usable(sys.argv[1:] if argv is None else argv)
+            if warning:
+                say(warning)
+                os.environ[numanode.ENV_BIND] = "1"  # the workers inherit it
+            torchrun_main(torchrun_argv)
+        finally:  # the outcome is said and recorded from here: a later signal is noted, not raised as a traceback
+            for signum in EARLY_SIGNALS:
+                if signal.getsignal(signum) in (_stop_early, processes._terminate_process_handler):
+                    signal.signal(signum, _note_early)
     except ChildFailedError as e:
         rank, failure = first_failure(e, run_dir)
         oom = killed_by_oom(failure, oom_kills_before)

@@ -12,6 +12,7 @@ import textwrap
 import time
 
 import pytest
+from torch.distributed.elastic.multiprocessing import api as processes
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ErrorHandler, ProcessFailure
 
@@ -341,6 +342,40 @@ def test_a_sigterm_after_torch_is_imported_but_before_torchruns_handlers_is_its_
         elastic.EARLY.clear()
     assert capsys.readouterr().err == "torchrun: stopped by SIGTERM before it started the workers\n"
     assert contract.read_run_json(tmp_path)["evidence"][-1]["signal"] == "SIGTERM"
+
+
+def torchrun_fails_early(argv):
+    raise SystemExit(2)  # its flags refused (argparse), before it has its handlers
+
+
+def torchrun_is_stopped(argv):
+    signal.signal(signal.SIGTERM, processes._terminate_process_handler)  # torchrun's, left as it returns
+    raise SignalException("stopped", sigval=signal.SIGINT)
+
+
+@pytest.mark.parametrize("torchrun, code", [(torchrun_fails_early, 2), (torchrun_is_stopped, 128 + signal.SIGINT)])
+def test_a_sigterm_while_the_wrapper_stops_leftover_workers_is_no_traceback(torchrun, code, tmp_path, monkeypatch):
+    """The early handler (or torchrun's) outlived torchrun: a SIGTERM while the wrapper stopped the workers left
+    running (up to SHUTDOWN_TIMEOUT_S) raised KeyboardInterrupt (or SignalException) past its one line."""
+    def sigterm_while_stopping():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)  # the handler runs
+    monkeypatch.setattr(elastic, "torchrun_main", torchrun)
+    monkeypatch.setattr(elastic, "bound_shutdown", lambda: None)  # torch is left as it is in this process
+    monkeypatch.setattr(elastic, "stop_leftovers", sigterm_while_stopping)
+    monkeypatch.setenv(contract.ENV_RUN_DIR, str(tmp_path))
+    before = signal.signal(signal.SIGTERM, elastic._note_early)  # as `python -m bench.launch.elastic` has it
+    try:
+        try:
+            ended = elastic.main(["--standalone", "train.py"])
+        except SystemExit as e:  # torchrun's own ending
+            ended = e.code
+        except (KeyboardInterrupt, SignalException) as e:
+            pytest.fail(f"the SIGTERM raised {e!r} past the wrapper's ending")
+        assert ended == code
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        elastic.EARLY.clear()
 
 
 def test_a_run_json_that_cannot_be_recorded_in_is_one_line_not_a_traceback(tmp_path, capsys):

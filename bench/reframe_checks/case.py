@@ -35,6 +35,11 @@ EXTRAS_KEY = "nanochat_bench"
 PASSED_DIRECTIVES = ("--nodes=", "--gpus-per-node=", "--cpus-per-task=", "--no-requeue")
 RENDERED_BY = "reframe"  # the comment in job.sbatch: "Rendered by `nanochat-bench reframe`"
 CHOICES = {"ofi_hook": OFI_HOOK, "numa_binding": (*NUMA_BINDING, "none")}  # submit's --ofi-hook, --numa-binding
+# keys whose "" is no value, as submit refuses an empty --time, --base-dir or --site (an unset variable's), not the
+# default it would silently stand for -> (what to give, what leaving the key out means)
+NONEMPTY = {"time": ("a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)", "the planner's estimate"),
+            "base_dir": ("a directory", "$NANOCHAT_BASE_DIR, else ~/.cache/nanochat"),
+            "site": (f"a site profile ({', '.join(sites.names())}, or FILE.toml)", "none")}
 # submit's flags, as the shared planner's errors name them -> how a check's case is given the same
 AS_THE_CHECK_SETS = (("--train-arg ", "-S train_args="), ("--scaling ", "-n %scaling="),
                      ("--env ", f"extras['{EXTRAS_KEY}'].env "),
@@ -84,8 +89,12 @@ class Site:
         unknown = sorted(set(data.get("images", {})) - set(known))
         if unknown:  # as submit's --image: an image for no runtime is a typo, not something to leave unused
             raise ConfigError(f"{where}: images names no runtime {', '.join(unknown)}; valid: {', '.join(known)}")
+        for name, (what, default) in NONEMPTY.items():
+            if name in data and not data[name].strip():
+                raise ConfigError(f"{where}: {name} {data[name]!r} is empty (an unset variable?); give {what}, or "
+                                  f"leave it out for {default}")
         try:  # here, or Sweep would name submit's --time
-            parse_minutes(data.get("time") or "1")
+            parse_minutes(data.get("time", "1"))
         except ConfigError:
             raise ConfigError(f"{where}: time {data['time']!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)") \
                 from None

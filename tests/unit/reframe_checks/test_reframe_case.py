@@ -202,6 +202,21 @@ def test_partition_settings_of_the_wrong_kind_inside_are_one_line_not_a_tracebac
         Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, key: value}}, "sys:part")
 
 
+@pytest.mark.parametrize("key, what", [
+    ("time", r"a Slurm time \(MM, HH:MM:SS or D-HH:MM:SS\), or leave it out for the planner's estimate"),
+    ("base_dir", r"a directory, or leave it out for \$NANOCHAT_BASE_DIR, else "),
+    ("site", r"a site profile \(alps, .*, or FILE\.toml\), or leave it out for none"),
+])
+def test_a_partitions_empty_time_base_dir_or_site_is_refused_not_taken_for_left_out(key, what):
+    """time '' (an unset variable's, as os.environ.get('RUN_TIME', '') gives) silently planned the estimate's limit,
+    base_dir '' put the checkpoints under ~/.cache/nanochat, site '' ran without the site's network set-up, where
+    submit refuses an empty --time, --base-dir and --site."""
+    with pytest.raises(ConfigError, match=rf"^partition sys:part: extras\['nanochat_bench'\]: {key} '' is empty "
+                                          rf"\(an unset variable\?\); give {what}"):
+        Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, key: ""}}, "sys:part")
+    assert Site.from_extras({"nanochat_bench": {"gpus_per_node": 4, "references": ""}}, "sys:part").references == ""
+
+
 @pytest.mark.parametrize("env, message", [
     ({"BAD NAME": "x"}, r"env BAD NAME='x': 'BAD NAME' is no variable name"),
     ({"X": "a\nb"}, r"env X='a\\nb': a value of one line"),

@@ -224,6 +224,7 @@ class FlowSweep:
     flow: str
     stages: tuple[Stage, ...]
     sweeps: tuple[planmod.Sweep, ...]
+    shape: tuple[tuple[str, str], ...] = ()  # the MODEL_FLAGS given: a kept pre-training's are compared (_run_stages)
 
     @classmethod
     def build(cls, flow: str, stages: str | None, train: dict, stage_args: list[str], **sweep_kw) -> "FlowSweep":
@@ -267,7 +268,8 @@ class FlowSweep:
                 raise _of_stage(e, stage.name, lambda f, w=stage.workload: workloads.get(w).settings(
                     f, sweep_kw.get("scaling", "weak")), {**own, **chained}) from None
             sweeps.append(planmod.Sweep(**sweep_kw, workload=stage.workload, model=model, train=flags))
-        return cls(flow, chosen, tuple(sweeps))
+        given = {**train, **pretraining}
+        return cls(flow, chosen, tuple(sweeps), tuple((k, str(given[k])) for k in MODEL_FLAGS if k in given))
 
     @property
     def left_out(self) -> list[str]:
@@ -623,6 +625,9 @@ def _run_stages(fs: FlowSweep, nproc: int, point_dir: Path, stage_points: list, 
     from bench.launch.local import run_local
 
     ensure_tokenizer(tokenizer_args, python, out, stop)
+    pre = next((s for s in FLOWS[fs.flow] if s.workload == workloads.DEFAULT), None)
+    if pre is not None and pre not in fs.stages and (note := _other_shape(point_dir / pre.name, fs.shape)):
+        out(f"== {fs.flow}: {pre.name} ok in an earlier run of this flow, kept{note}")
     result = LocalFlowResult(0)
     ids = {"run_id": point_dir.name, "sweep_id": point_dir.parent.name}
     at, stopped_by = "the tokenizer's training", ""  # where a signal to the flow outside a stage finds it
@@ -711,22 +716,42 @@ def point_tag(flow: str, point_dir: Path, out: Callable[[str], None]) -> str:
     return recorded
 
 
-def _other_flags(run_dir: Path, argv: tuple[str, ...]) -> str:
+def _other_flags(run_dir: Path, argv: tuple[str, ...], only: dict | None = None,
+                 then_what: str = "a new --run-dir runs it with this command's") -> str:
     """What a kept stage ran with that this command would not give it (its run.json's command, after `--`): a
-    rerun with, say, another --depth keeps the model trained before, and says so."""
+    rerun with, say, another --depth keeps the model trained before, and says so. `only`: these flags alone,
+    {flag: its value where not given}."""
     command = (contract.read_run_json(run_dir).get("launch") or {}).get("command") or []
     # a damaged run.json's command (a string, a number among the words): what that run was given is not known
     if not isinstance(command, list) or not all(isinstance(word, str) for word in command) or "--" not in command:
         return ""
     then, now = _flag_values(command[command.index("--") + 1:]), _flag_values(argv)
+    if only is not None:
+        then, now = ({key: values.get(key, default) for key, default in only.items()} for values in (then, now))
     shown = {None: "given", "": "''"}  # a bare switch; an empty value
     changed = [f"--{key} {shown.get(then[key], then[key]) if key in then else 'not given'} -> "
                f"{shown.get(now[key], now[key]) if key in now else 'not given'}"
                for key in sorted(then.keys() | now.keys()) if then.get(key, ...) != now.get(key, ...)]
     if not changed:
         return ""
-    return (f" (it ran with other flags, that run's -> this command's: {', '.join(changed)}; a new --run-dir runs "
-            f"it with this command's)")
+    return f" (it ran with other flags, that run's -> this command's: {', '.join(changed)}; {then_what})"
+
+
+def _other_shape(run_dir: Path, shape: tuple[tuple[str, str], ...]) -> str:
+    """The model flags (MODEL_FLAGS) a kept pre-training ran with where `shape`, those given, differs, one left out
+    read as the trainer's default: the later stages load the model it trained, yet are planned by the shape given."""
+    from dataclasses import fields
+
+    from bench.nanochat.config import TrainConfig
+
+    try:
+        if contract.read_run_json(run_dir).get("status") != "ok":
+            return ""
+    except (OSError, contract.RunJsonError):  # what that run was given is not known
+        return ""
+    defaults = {f.name: str(f.default) for f in fields(TrainConfig) if f.name in MODEL_FLAGS}
+    return _other_flags(run_dir, tuple(f"--{key}={value}" for key, value in shape), defaults,
+                        "the stages load its model, their estimates take this command's")
 
 
 def _flag_values(argv) -> dict[str, str | None]:

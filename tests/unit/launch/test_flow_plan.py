@@ -555,6 +555,30 @@ def test_a_stage_kept_from_a_run_with_other_flags_says_which(tmp_path, monkeypat
     assert lines[-2].endswith("kept")  # the same flags: nothing to say
 
 
+def test_a_kept_base_train_of_another_shape_than_given_beside_later_stages_says_which(tmp_path, monkeypatch):
+    """--stages base_loss with --depth 4 beside a base_train kept at --depth 2: base_loss loaded the depth-2 model,
+    planned as a depth-4 one, and nothing said the shapes differ; a flag left out is the trainer's default."""
+    stand_in_stages(monkeypatch)
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", str(tmp_path / "base"))
+    point, lines = tmp_path / "point", []
+    saved = tmp_path / "base" / "base_checkpoints" / flow.model_tag(point.resolve())
+    saved.mkdir(parents=True)
+    for name in ("model_000006.pt", "meta_000006.json"):
+        (saved / name).write_text("the kept base_train's")
+    (point / "base_train").mkdir(parents=True)
+    trained = sweep().stage_argv(FLOWS["speedrun"][0], sweep().points()[0][1][0], "tag")
+    (point / "base_train" / "run.json").write_text(json.dumps({"status": "ok", "launch": {
+        "command": ["python", "-m", "bench.launch.elastic", "--", *trained, "--aspect_ratio=64"]}}))
+    fs = FlowSweep.build("speedrun", "base_loss", {**TINY, "depth": 4}, [], nodes=[1], gpus_per_node=2,
+                         runtimes=["bare"])
+    assert flow.run_local_flow(fs, 2, point, out=lines.append).statuses == {"base_loss": "ok"}
+    assert "== speedrun: base_train ok in an earlier run of this flow, kept (it ran with other flags, that run's -> " \
+           "this command's: --depth 2 -> 4; the stages load its model, their estimates take this command's)" in lines
+    lines.clear()
+    assert flow.run_local_flow(sweep(stages="base_loss"), 2, point, out=lines.append).statuses == {"base_loss": "ok"}
+    assert not any("base_train" in line for line in lines)  # the same shape: nothing to say
+
+
 def test_a_stage_kept_from_a_run_with_other_flags_names_both_values_of_each(tmp_path, monkeypatch):
     """The note listed the earlier run's flags, then 'this command gives' others: a flag only the earlier run had
     (--eval_every) got no value of this command's, and the planner's device batch read as given by the user."""

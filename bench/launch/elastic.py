@@ -17,6 +17,9 @@ a rank's own end is recorded (then the abort is its echo).
 A signal to torchrun itself is evidence of a cancel, also a SIGINT, SIGTERM or SIGHUP before it has its handlers
 (while torch is imported, or it reads its flags: a Ctrl-C or scancel in a run's first seconds), which ends it in the
 same one line.
+A rendezvous that fails before any worker starts (a node that never joins within join_timeout, an endpoint that
+cannot be reached, a rendezvous another node's torchrun closed) ends in one line naming the endpoint, the nodes
+expected and how long it waited, recorded as the wrapper's exit (`failed`) instead of torch's traceback.
 Workers get SHUTDOWN_TIMEOUT_S between SIGTERM and SIGKILL instead of torchrun's 30 s, also on the path where one
 worker failed and torchrun stops the others (there its 30 s are fixed, not the TORCH_ELASTIC_SHUTDOWN_TIMEOUT it
 reads for signals): a stopped (SIGSTOP) or wedged worker must not hold the job for long, and ours end within a
@@ -60,7 +63,10 @@ from torch.distributed.elastic.multiprocessing import api as processes
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler import SubprocessHandler
-from torch.distributed.run import main as torchrun_main
+from torch.distributed.elastic.rendezvous import (RendezvousClosedError, RendezvousConnectionError, RendezvousError,
+                                                 RendezvousTimeoutError)
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
+from torch.distributed.run import main as torchrun_main, parse_args as torchrun_args
 
 from bench import contract
 from bench.launch import numabind
@@ -260,6 +266,23 @@ def record_signal(run_dir: str, name: str, started: bool = True) -> None:
                                              + ("stopped" if started else "not started")))
 
 
+def rendezvous_failure(e: RendezvousError, torchrun_argv: list[str]) -> str:
+    """`the rendezvous at node1:29500 (--nnodes=2) timed out after 900 s: not every node joined`: torch's own
+    exceptions say nothing of the endpoint or the wait (a timeout's has no message at all)."""
+    args = torchrun_args(torchrun_argv)  # torchrun parsed the same flags already: no error here
+    where = f"the rendezvous at {args.rdzv_endpoint} (--nnodes={args.nnodes})" if args.rdzv_endpoint else \
+        f"the rendezvous (--nnodes={args.nnodes})"
+    if isinstance(e, RendezvousTimeoutError):
+        conf = dict(kv.split("=", 1) for kv in (args.rdzv_conf or "").split(",") if "=" in kv)
+        waited = conf.get("join_timeout") or int(RendezvousTimeout().join.total_seconds())
+        return f"{where} timed out after {waited} s (join_timeout): not every node joined"
+    if isinstance(e, RendezvousClosedError):
+        return f"{where} was closed: another node's torchrun ended it"
+    cause = (str(e.__cause__ or e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+    return f"{where} could not be reached: {cause}" if isinstance(e, RendezvousConnectionError) else \
+        f"{where} failed: {cause}"
+
+
 def main(argv: list[str] | None = None) -> int:
     run_dir = os.environ.get(contract.ENV_RUN_DIR)
     try:
@@ -301,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
             record_signal(run_dir, name, started=False)
         say(f"torchrun: stopped by {name} before it started the workers")
         return 128 + signal.Signals[name]
+    except RendezvousError as e:  # before any worker started: no rank and no signal to name
+        cause = rendezvous_failure(e, torchrun_argv)
+        if run_dir:
+            _record(run_dir, contract.Evidence(source="wrapper", kind="exit", node=socket.gethostname(), exit_code=1,
+                                             message=cause))
+        say(f"torchrun: {cause}; the workers were not started")
+        return 1
     finally:
         stop_leftovers()
     return 0

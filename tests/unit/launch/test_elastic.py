@@ -328,6 +328,32 @@ def test_a_sigterm_or_sighup_while_torch_is_imported_is_the_runs_cancel_in_one_l
     assert record["status"] == "cancelled" and record["evidence"][-1]["signal"] == name
 
 
+@pytest.mark.parametrize("conf, why", [
+    ("join_timeout=1", "timed out after 1 s (join_timeout): not every node joined"),
+    ("is_host=false,read_timeout=1", "could not be reached: "),  # then torch's own word on the connection
+])
+def test_a_rendezvous_that_fails_is_one_line_naming_the_endpoint_and_a_failed_run(conf, why, tmp_path):
+    """A second node that never joined (or a first node's endpoint not listening) ended torchrun's wrapper in torch's
+    traceback, its RendezvousTimeoutError saying nothing at all, and run.json kept no word of why the run ended."""
+    run_dir, worker = tmp_path / "run", tmp_path / "worker.py"
+    run_dir.mkdir()
+    worker.write_text(WORKER)
+    with socket.socket() as s:  # nobody listens there: this node is the only one to come
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{s.getsockname()[1]}"
+    proc = subprocess.run([sys.executable, "-m", "bench.launch.elastic", "--nnodes=2", "--nproc_per_node=1",
+                           "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", "--rdzv_id=7", f"--rdzv_conf={conf}",
+                           str(worker)], env={**os.environ, contract.ENV_RUN_DIR: str(run_dir), "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    cause = f"the rendezvous at {endpoint} (--nnodes=2) {why}"
+    assert proc.stderr.splitlines()[-1].startswith(f"torchrun: {cause}"), proc.stderr[-2000:]
+    assert proc.stderr.endswith("; the workers were not started\n")
+    record = contract.read_run_json(run_dir)
+    assert record["status"] == "failed" and record["message"].startswith(cause)
+    assert [(e["source"], e["kind"], e["exit_code"]) for e in record["evidence"]] == [("wrapper", "exit", 1)]
+
+
 def test_a_sigterm_after_torch_is_imported_but_before_torchruns_handlers_is_its_cancel(tmp_path, monkeypatch, capsys):
     """Between the import and torchrun's own handlers a SIGTERM ends the wrapper as one during the import does."""
     monkeypatch.setattr(elastic, "torchrun_main", lambda argv: os.kill(os.getpid(), signal.SIGTERM))

@@ -2,7 +2,7 @@
 `python -m torch.distributed.run`.
 
 torchrun ends a failed run by raising ChildFailedError (a worker died) or SignalException (torchrun itself
-got SIGTERM/SIGINT/SIGHUP), and Python prints them as tracebacks into the job's output. Here either
+got SIGTERM/SIGINT/SIGHUP/SIGQUIT), and Python prints them as tracebacks into the job's output. Here either
 becomes one line naming the cause, and what torchrun saw is recorded as evidence (bench/contract/outcome.py
 settles the status): of the workers torchrun did not stop itself (SIGTERM, SIGKILL after the shutdown wait),
 the one that failed first, killed by a signal (kill -9, the kernel's OOM killer: it cannot say so itself, but a
@@ -14,9 +14,9 @@ status. A worker aborted (SIGABRT, as NCCL's watchdog ends a rank whose collecti
 gives way to a rank that recorded its own failure (an error, an OOM: above a kill in that table), and comes before
 the rest; aborted while the heartbeats show another rank stopped, it is evidence of `hung`, naming that rank, unless
 a rank's own end is recorded (then the abort is its echo).
-A signal to torchrun itself is evidence of a cancel, also a SIGINT, SIGTERM or SIGHUP before it has its handlers
-(while torch is imported, or it reads its flags: a Ctrl-C or scancel in a run's first seconds), which ends it in the
-same one line.
+A signal to torchrun itself is evidence of a cancel, also a SIGINT, SIGTERM, SIGHUP or SIGQUIT before it has its
+handlers (while torch is imported, or it reads its flags: a Ctrl-C or scancel in a run's first seconds), which ends it
+in the same one line.
 A rendezvous that fails before any worker starts (a node that never joins within join_timeout, an endpoint that
 cannot be reached, a rendezvous another node's torchrun closed) ends in one line naming the endpoint, the nodes
 expected and how long it waited, recorded as the wrapper's exit (`failed`) instead of torch's traceback.
@@ -39,10 +39,10 @@ import sys
 import time
 
 # `python -m bench.launch.elastic`: a Ctrl-C while torch is imported (seconds of it) would end this module in a
-# KeyboardInterrupt traceback, a SIGTERM or SIGHUP without a word, before main could say or record anything; each
-# is noted here and main ends on it
+# KeyboardInterrupt traceback, a SIGTERM, SIGHUP or SIGQUIT (Ctrl-\) without a word, before main could say or record
+# anything; each is noted here and main ends on it
 EARLY: list[int] = []
-EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # those torchrun's handlers take over
+EARLY_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # those torchrun's handlers take over
 
 
 def _note_early(signum, _frame) -> None:

@@ -306,10 +306,11 @@ def test_a_ctrl_c_before_torchrun_has_its_handlers_is_its_cancel_in_one_line(tmp
     assert contract.read_run_json(run_dir)["evidence"][-1]["signal"] == "SIGINT"
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
-def test_a_sigterm_or_sighup_while_torch_is_imported_is_the_runs_cancel_in_one_line(name, tmp_path):
-    """A scancel (SIGTERM) or a closed terminal (SIGHUP) in a stage's first seconds ended torchrun's wrapper while it
-    imported torch, as a SIGINT no longer does: no line said why and run.json kept no evidence of the cancel."""
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGQUIT"])
+def test_a_sigterm_sighup_or_sigquit_while_torch_is_imported_is_the_runs_cancel_in_one_line(name, tmp_path):
+    """A scancel (SIGTERM), a closed terminal (SIGHUP) or a SIGQUIT in a stage's first seconds ended torchrun's wrapper
+    while it imported torch, as a SIGINT no longer does: no line said why and run.json kept no evidence of the cancel;
+    torchrun itself takes SIGQUIT as it takes the others."""
     run_dir, worker = tmp_path / "run", tmp_path / "worker.py"
     run_dir.mkdir()
     worker.write_text(WORKER)

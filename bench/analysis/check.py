@@ -8,6 +8,10 @@ as true/false, 1/0, yes/no or on/off) and bounds figures of them, each aggregate
   name = "d20 bare 1x8 H200"
   where = { depth = 20, runtime = "bare", world_size = 8, gpu_name = "NVIDIA H200*" }
   figures.tok_per_sec = { value = 3.9e6, lower = -0.05, unit = "tok/s" }
+A figure is a numeric column, or `score:<name>`, a score a stage recorded in run.json `scores` (the table's JSON
+`scores` cell): score:CORE, score:ChatCORE, score:val_bpb, a task's accuracy (score:ARC-Easy); aggregated as the
+stage tables show scores, the median. Higher is better but for bpb and losses, so a reference gives a score a floor
+(lower) and a bpb or loss a ceiling (upper), as it gives tok/s a floor and step time a ceiling.
 Tolerances are fractions of the value, as in ReFrame: pass when value*(1+lower) <= measured <=
 value*(1+upper), lower from -1 to 0 and upper from 0 to 1; a bound left out is unbounded; with value 0 the tolerances
 are absolute.
@@ -20,6 +24,7 @@ one setup's figure.
 """
 
 import fnmatch
+import json
 import math
 import tomllib
 from dataclasses import dataclass
@@ -37,6 +42,34 @@ from bench.nanochat.config import bool_word
 
 # A flag recorded as a bool is stored as Python spells it; `where` may spell it as the flag takes it (false, 0, no).
 STORED_BOOLS = {"True": True, "False": False}
+SCORE = "score:"  # a figure read from a run's `scores` by name (score:CORE), as the stage tables name their columns
+SCORE_UNIT = "score"  # a score's unit, where a references file or ReFrame wants one: run.json records scores bare
+
+
+def score_name(figure: str) -> str | None:
+    """The score a `score:<name>` figure names; None for a column."""
+    return figure[len(SCORE):] if figure.startswith(SCORE) else None
+
+
+def unit_of(figure: str) -> str:
+    """A figure's unit as references files and ReFrame give it: the column's, or a score's."""
+    return SCORE_UNIT if score_name(figure) is not None else BY_NAME[figure].unit
+
+
+def scores_of(cell) -> dict:
+    """A row's `scores` (JSON text by name, rundir.scores_text; or the dict itself) as a dict; {} where none."""
+    if isinstance(cell, str):
+        try:
+            cell = json.loads(cell)
+        except ValueError:  # a hand-edited CSV: no scores rather than a traceback
+            return {}
+    return cell if isinstance(cell, dict) else {}
+
+
+def row_figure(row: dict, figure: str):
+    """A figure of one run's row (a dict, as rundir.read_run_dir gives it): its column, or its recorded score."""
+    name = score_name(figure)
+    return row.get(figure) if name is None else scores_of(row.get("scores")).get(name)
 
 
 @dataclass
@@ -72,6 +105,7 @@ class Outcome:
     agg: str = "median"  # how the runs were aggregated (aggregate)
     older: tuple[int, ...] = ()  # the selected runs' row versions older than this release's (new columns empty)
     unmatched: str = ""  # of a reference that selects no run: the `where` values no usable run has, and theirs
+    recorded: tuple[str, ...] | None = None  # of a missing score: the score names the runs selected recorded
 
     def line(self) -> str:
         lo, hi = self.bound.limits()
@@ -80,7 +114,10 @@ class Outcome:
         if self.verdict == "missing":  # no run to select, or runs that never measured it (MFU on CPU): two fixes
             why = (f"{self.runs} usable run(s) match but none recorded it" if self.runs
                    else "no usable run matches" + (f" ({self.unmatched})" if self.unmatched else ""))
-            why += self._older()
+            if self.runs and self.recorded:  # score names depend on the bundle and tasks: the ones there are
+                why += f" (the scores they recorded: {', '.join(self.recorded)})"
+            else:  # runs with scores lack this one whatever their row version
+                why += (" (they recorded no scores)" if self.runs and self.recorded is not None else "") + self._older()
             return f"MISSING {self.reference}: {self.figure}: {why} (ref {_g(self.bound.value)}{unit})"
         if self.pooled:  # a figure over setups the report keeps apart is no figure of the reference's setup
             return (f"FAIL    {self.reference}: {self.figure}: the {self.runs} run(s) matched differ in "
@@ -175,8 +212,13 @@ def _reference(path: Path, i: int, entry: dict) -> Reference:
 
 def _bound(path: Path, name: str, fig: str, spec) -> Bound:
     where = f"{path}: {name}: figures.{fig}"
-    if fig not in FIGURES:
-        raise ConfigError(f"{path}: {name}: unknown figure {fig!r}; valid: {', '.join(FIGURES)}")
+    score = score_name(fig)
+    if score is not None and not score.strip():
+        raise ConfigError(f"{where} names no score; give score:<name>, e.g. score:CORE, score:ChatCORE, "
+                          f"score:val_bpb, or a task's accuracy such as score:ARC-Easy")
+    if score is None and fig not in FIGURES:
+        raise ConfigError(f"{path}: {name}: unknown figure {fig!r}; valid: {', '.join(FIGURES)}, "
+                          f"or score:<name> (score:CORE, score:val_bpb, ...)")
     if not isinstance(spec, dict) or finite(spec.get("value")) is None:
         got = f"; got value = {spec.get('value')!r}" if isinstance(spec, dict) and "value" in spec else ""
         raise ConfigError(f"{where} needs a numeric value, e.g. {{ value = 1.0, lower = -0.05 }}{got}")
@@ -201,7 +243,10 @@ def _bound(path: Path, name: str, fig: str, spec) -> Bound:
                           f"give the limit as the value with upper = 0, or leave upper out")
     if not isinstance(spec.get("unit", ""), str):
         raise ConfigError(f"{where}: unit = {spec['unit']!r} must be a string, e.g. unit = \"tok/s\"")
-    unit, own = spec.get("unit", ""), BY_NAME[fig].unit
+    unit, own = spec.get("unit", ""), unit_of(fig)
+    if unit and score is not None and unit != own:  # 25 for a CORE of 0.25 would be compared as 25
+        raise ConfigError(f"{where}: unit = {unit!r}, but scores are as run.json records them (CORE and accuracies "
+                          f"as fractions, bpb in bits per byte); give unit = \"{own}\" or leave unit out")
     if unit and own and unit != own:  # a value written in another unit would be compared as if in this one
         raise ConfigError(f"{where}: unit = {unit!r}, but {fig} is in {own}; give the value in {own} "
                           f"(unit = \"{own}\") or leave unit out")
@@ -247,10 +292,14 @@ def check(table: pd.DataFrame, references: list[Reference]) -> list[Outcome]:
         older = tuple(sorted({int(v) for v in rows["row_version"].dropna() if v < ROW_VERSION}))
         unmatched = "" if len(rows) else _unmatched(ok, ref.where)
         for fig, bound in ref.figures.items():
-            values = pd.to_numeric(rows[fig], errors="coerce").dropna()
+            name = score_name(fig)
+            scores = [] if name is None else [scores_of(text) for text in rows["scores"]]
+            column = rows[fig] if name is None else pd.Series([s.get(name) for s in scores], index=rows.index)
+            values = pd.to_numeric(column, errors="coerce").dropna()
             if values.empty:
+                recorded = None if name is None else tuple(sorted({n for s in scores for n in s}))
                 outcomes.append(Outcome(ref.name, fig, "missing", None, bound, len(rows), older=older,
-                                        unmatched=unmatched))
+                                        unmatched=unmatched, recorded=recorded))
                 continue
             how = aggregate(fig)
             measured = float(values.agg(how))

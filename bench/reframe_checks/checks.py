@@ -39,13 +39,13 @@ from reframe.core.builtins import parameter, run_after, run_before, sanity_funct
 from reframe.core.exceptions import ConfigError, PerformanceError, SanityError
 
 from bench import contract, netgate, runtimes, workloads
-from bench.analysis.check import load_references
+from bench.analysis.check import load_references, row_figure
 from bench.analysis.columns import perf_units
 from bench.analysis.rundir import read_run_dir
 from bench.errors import BenchError
 from bench.launch.plan import SCALING_MODES
 from bench.reframe_checks import case as casemod
-from bench.reframe_checks.references import check_bounds, reframe_reference
+from bench.reframe_checks.references import check_bounds, figure_of, reframe_reference
 from bench.workloads.base import EVALUATION
 
 ENV_REFERENCES = "NANOCHAT_BENCH_REFERENCES"
@@ -84,14 +84,16 @@ def run_problem(row: dict, kind: str) -> str | None:
 
 def performance(row: dict, kind: str, wanted: dict) -> dict[str, tuple[float, str]]:
     """Performance variable -> (value, unit): the figures of the run's kind (bench/analysis/columns.py) that it
-    has, and every figure a reference bounds (`wanted`: ReFrame's reference tuples). A figure the run lacks
-    (MFU without a known peak, on CPU; busbw on one rank) is left out, unless a reference asks for it: it is
-    then NaN, and ReFrame's own check fails it."""
+    has, and every figure a reference bounds (`wanted`: ReFrame's reference tuples by variable; a score's, as
+    score_CORE, from the row's `scores`). A figure the run lacks (MFU without a known peak, on CPU; busbw on one
+    rank; a score of another bundle) is left out, unless a reference asks for it: it is then NaN, and ReFrame's own
+    check fails it."""
     units = perf_units(kind)
     for name, ref in wanted.items():
         units.setdefault(name, ref[3])
-    return {name: (_number(row.get(name)), unit) for name, unit in units.items()
-            if name in wanted or row.get(name) is not None}
+    values = {name: row_figure(row, figure_of(name)) for name in units}
+    return {name: (_number(values[name]), unit) for name, unit in units.items()
+            if name in wanted or values[name] is not None}
 
 
 def nccl_net_problem(manifest: dict, expected: str, nodes: int) -> str | None:

@@ -8,12 +8,17 @@ each bound becomes ReFrame's `(value, lower, upper, unit)` under the test's `sys
 The tolerances mean the same in both: fractions of the value, absolute when the value is 0, mirrored
 for a negative value. ReFrame limits lower to [-1, 0] for a positive value (and upper to [0, 1] for a
 negative one); a bound outside that is refused with its name rather than silently changed.
+
+A score (`score:CORE`) is the performance variable `score_CORE`: ReFrame splits a reference's key at its last
+`:` (system:partition:variable), so under its own name it would be looked up as `CORE` and bound nothing.
 """
 
-from bench.analysis.check import Bound, Reference, checkable, select
+from bench.analysis.check import SCORE, Bound, Reference, checkable, score_name, select, unit_of
 from bench.analysis.collect import to_frame
 from bench.analysis.columns import BY_NAME
 from bench.errors import ConfigError
+
+PERF_SCORE = "score_"  # a score's performance variable: no catalogue column is named so
 
 RefTuple = tuple[float, float | None, float | None, str]
 
@@ -22,6 +27,19 @@ def matching(row: dict, references: list[Reference]) -> list[Reference]:
     """The references whose `where` selects this run's row (none when the row is not usable)."""
     frame = checkable(to_frame([row]))
     return [ref for ref in references if not select(frame, ref.where).empty]
+
+
+def perf_variable(figure: str) -> str:
+    """ReFrame's name of a figure's performance variable (score:CORE -> score_CORE)."""
+    name = score_name(figure)
+    return figure if name is None else PERF_SCORE + name
+
+
+def figure_of(variable: str) -> str:
+    """The figure a performance variable reports (perf_variable's inverse)."""
+    if variable in BY_NAME or not variable.startswith(PERF_SCORE):
+        return variable
+    return SCORE + variable[len(PERF_SCORE):]
 
 
 def as_tuple(ref_name: str, figure: str, bound: Bound) -> RefTuple:
@@ -33,8 +51,11 @@ def as_tuple(ref_name: str, figure: str, bound: Bound) -> RefTuple:
     if bound.value < 0 and bound.upper is not None and bound.upper > 1:
         raise ConfigError(f"{ref_name}: figures.{figure}: upper = {bound.upper} is above 1, which ReFrame "
                           f"refuses for a negative value; use 1 (a bound of 0)")
+    if ":" in (score_name(figure) or ""):  # ReFrame would look it up by what follows its last ':'
+        raise ConfigError(f"{ref_name}: figures.{figure}: a score whose name holds ':' cannot be a ReFrame "
+                          f"reference (ReFrame splits its keys at ':'); `nanochat-bench check` can bound it")
     # a file may leave a unit out: ReFrame would warn that "" does not match the performance variable's unit
-    return (bound.value, bound.lower, bound.upper, bound.unit or BY_NAME[figure].unit)
+    return (bound.value, bound.lower, bound.upper, bound.unit or unit_of(figure))
 
 
 def check_bounds(path: str, references: list[Reference]) -> list[Reference]:
@@ -70,4 +91,4 @@ def reframe_reference(partition: str, row: dict, references: list[Reference]) ->
     """ReFrame's `reference` for this run on `partition` (its `system:partition`) from a references file's entries
     (loaded at setup, so that a mistake in the file is met before the run, not after it)."""
     figures, used = figures_for(row, references)
-    return {partition: figures}, used
+    return {partition: {perf_variable(figure): ref for figure, ref in figures.items()}}, used

@@ -388,3 +388,64 @@ def test_each_figure_is_aggregated_as_the_report_aggregates_it(tmp_path, make_ru
     assert lines[2].startswith("PASS    bare: tok_per_sec") and lines[2].endswith("median of 3 run(s))")
     [point] = scaling.scaling_table(collect([tmp_path / "runs"]).table).to_dict("records")
     assert (point["peak_mem_mib"], point["min_val_bpb"]) == (76_000.0, 0.9)  # the report's figures: the same
+
+
+def test_a_stages_scores_are_checked(tmp_path, capsys):
+    """The evaluations' scores (CORE, ChatCORE, val/train bpb, each task's accuracy) live in the table's JSON `scores`
+    cell, and a reference naming one was refused as an unknown figure: a speedrun's result could not be gated, only its
+    speed. `score:<name>` reads it from the runs' scores, aggregated as the stage tables show them (the median)."""
+    speedrun = EXAMPLE.parent / "h200-d20" / "speedrun"
+    path = refs(tmp_path, """
+[[reference]]
+name = "base_eval"
+where = { stage = "base_eval" }
+figures."score:CORE" = { value = 0.34, lower = -0.05, unit = "score" }
+figures."score:ARC-Easy" = { value = 0.25, lower = -0.1 }
+[[reference]]
+name = "base_loss"
+where = { stage = "base_loss" }
+figures."score:val_bpb" = { value = 1.2, upper = 0.02 }
+figures."score:train_bpb" = { value = 1.2, upper = 0.02 }
+[[reference]]
+name = "chat_eval_sft"
+where = { stage = "chat_eval_sft" }
+figures."score:ChatCORE" = { value = 0.2, lower = -0.1 }
+""")
+    assert main(["check", str(speedrun / "table"), "--references", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("PASS    base_eval: score:CORE = 0.3409 score (ok; ref 0.34, allowed [0.323, inf], "
+                        "median of 1 run(s))")
+    # a task's name is the bundle's (arc_easy in base_eval, ARC-Easy in chat_eval): the line lists those recorded
+    assert lines[1].startswith("MISSING base_eval: score:ARC-Easy: 1 usable run(s) match but none recorded it "
+                               "(the scores they recorded: CORE, agi_eval_lsat_ar, arc_challenge, arc_easy, ")
+    assert lines[1].endswith(", winogrande) (ref 0.25)")
+    # bpb: lower is better, so a ceiling; a val bpb above it fails, a train bpb below the value passes
+    assert lines[2].startswith("FAIL    base_loss: score:val_bpb = 1.241 (above the allowed range; ref 1.2, "
+                               "allowed [-inf, 1.224]")
+    assert lines[3].startswith("PASS    base_loss: score:train_bpb = 1.131 (ok;")
+    assert lines[4].startswith("FAIL    chat_eval_sft: score:ChatCORE = 0.08333 (below the allowed range;")
+    assert "; regressions: base_loss/score:val_bpb, chat_eval_sft/score:ChatCORE;" in lines[5]
+
+
+def test_a_score_no_matching_run_recorded_lists_none(tmp_path, table_dir, capsys):
+    path = refs(tmp_path, '[[reference]]\nname = "bare"\nwhere = { runtime = "bare" }\n'
+                          'figures."score:CORE" = { value = 0.2, lower = -0.05 }\n')
+    assert main(["check", str(table_dir), "--references", str(path)]) == 1
+    assert "MISSING bare: score:CORE: 3 usable run(s) match but none recorded it (they recorded no scores) (ref 0.2)" \
+        in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("figure,unit,message", [
+    ("score:", "", 'figures.score: names no score; give score:<name>, e.g. score:CORE, score:ChatCORE'),
+    ("score: ", "", "figures.score:  names no score"),
+    # a CORE of 0.25 written as 25 % would be compared as 25
+    ("score:CORE", "%", "unit = '%', but scores are as run.json records them (CORE and accuracies as fractions"),
+    ("CORE", "", "unknown figure 'CORE'; valid: .*, or score:<name> (score:CORE, score:val_bpb, ...)"),
+])
+def test_a_bad_score_figure_is_one_clear_line(tmp_path, figure, unit, message):
+    unit_kv = f', unit = "{unit}"' if unit else ""
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")) as e:
+        load_references(refs(tmp_path, f'[[reference]]\nname = "x"\nfigures."{figure}" = {{ value = 0.2{unit_kv} }}\n'))
+    assert "\n" not in str(e.value)
+    # a name no run has is no mistake at load: score names depend on the bundle and the tasks
+    assert load_references(refs(tmp_path, '[[reference]]\nfigures."score:MyTask" = { value = 0.2 }\n'))

@@ -139,3 +139,37 @@ def test_a_tolerance_reframe_cannot_hold_stops_the_case_at_setup_though_no_run_m
                                    "allowed range reaches below 0 and no measurement fails it; lower is a fraction of "
                                    "the value (-0.05 for 5% below; -1, a bound of 0, the lowest); leave it out for no "
                                    "lower bound")
+
+
+def test_a_score_is_a_performance_variable_reframe_bounds(tmp_path):
+    """A reference on a stage's score (`score:CORE`, from run.json `scores`) is bounded by ReFrame as by check: the
+    run's score, decoded from its row's JSON `scores`, is the performance variable score_CORE (ReFrame splits a
+    reference's key at its last ':', so a variable named score:CORE would be looked up as CORE and bound nothing)."""
+    from reframe.utility import ScopedDict
+
+    from bench.reframe_checks.checks import performance
+    from bench.reframe_checks.references import as_tuple
+    from bench.workloads.base import EVALUATION
+
+    assert as_tuple("d20", "score:CORE", Bound(0.2, lower=-0.05)) == (0.2, -0.05, None, "score")
+    assert as_tuple("d20", "score:val_bpb", Bound(0.8, upper=0.02, unit="score")) == (0.8, None, 0.02, "score")
+    with pytest.raises(ConfigError, match="d20: figures.score:a:b: a score whose name holds ':' cannot be a ReFrame"):
+        as_tuple("d20", "score:a:b", Bound(0.2))
+    run_dir = Path(__file__).resolve().parents[3] / "results" / "h200-d20" / "speedrun" / "runs" / "base_eval"
+    row = read_run_dir(run_dir)
+    assert isinstance(row["scores"], str)  # JSON text, as the table holds it
+    path = tmp_path / "refs.toml"
+    path.write_text('[[reference]]\nname = "core"\nwhere = { stage = "base_eval" }\n'
+                    'figures."score:CORE" = { value = 0.34, lower = -0.05 }\n'
+                    'figures."score:ARC-Easy" = { value = 0.25, lower = -0.1 }\n')
+    reference, used = reframe_reference("site:gpu", row, load_references(path))
+    assert used == ["core"] and reference == {"site:gpu": {"score_CORE": (0.34, -0.05, None, "score"),
+                                                           "score_ARC-Easy": (0.25, -0.1, None, "score")}}
+    assert ScopedDict(reference)["site:gpu:score_CORE"] == (0.34, -0.05, None, "score")
+    figures = performance(row, EVALUATION, reference["site:gpu"])
+    assert figures["score_CORE"] == (pytest.approx(0.34090743), "score")
+    assert math.isnan(figures["score_ARC-Easy"][0])  # base_eval's task is arc_easy: ReFrame fails the NaN
+    assert "problems_per_sec" in figures  # the kind's own figures still
+    lo, hi = sn.reference_bounds(0.34, -0.05, None)
+    [outcome] = [o for o in check(to_frame([row]), load_references(path)) if o.figure == "score:CORE"]
+    assert outcome.verdict == "pass" and lo <= figures["score_CORE"][0] <= hi

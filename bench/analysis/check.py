@@ -24,7 +24,6 @@ one setup's figure.
 """
 
 import fnmatch
-import json
 import math
 import tomllib
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from bench.analysis.collect import ROW_VERSION
 from bench.analysis.columns import AGGREGATES, BY_NAME, FIGURES, TYPES as COLUMNS
 from bench.analysis.figures import finite
 from bench.analysis.scaling import GROUP_KEYS, settings, with_config, with_legacy
-from bench.analysis.stages import lineage, unlike_flags
+from bench.analysis.stages import lineage, scores_of, unlike_flags
 from bench.errors import ConfigError
 from bench.nanochat.config import bool_word
 
@@ -54,16 +53,6 @@ def score_name(figure: str) -> str | None:
 def unit_of(figure: str) -> str:
     """A figure's unit as references files and ReFrame give it: the column's, or a score's."""
     return SCORE_UNIT if score_name(figure) is not None else BY_NAME[figure].unit
-
-
-def scores_of(cell) -> dict:
-    """A row's `scores` (JSON text by name, rundir.scores_text; or the dict itself) as a dict; {} where none."""
-    if isinstance(cell, str):
-        try:
-            cell = json.loads(cell)
-        except ValueError:  # a hand-edited CSV: no scores rather than a traceback
-            return {}
-    return cell if isinstance(cell, dict) else {}
 
 
 def row_figure(row: dict, figure: str):

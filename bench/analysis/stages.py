@@ -46,10 +46,20 @@ STAGES_NOTE = ("Medians over the runs of each point that ended ok (peak memory: 
                "under it saying in what.")
 
 
+def scores_of(cell) -> dict:
+    """A row's `scores` (JSON text by name, rundir.scores_text; or the dict itself) as a dict; {} where none."""
+    if isinstance(cell, str):
+        try:
+            cell = json.loads(cell)
+        except ValueError:  # a hand-edited CSV: no scores rather than a traceback
+            return {}
+    return cell if isinstance(cell, dict) else {}
+
+
 def stage_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The usable runs of a flow's stages (ended ok, read whole, not a copy), their scores as `score:<name>`."""
     rows = table[table["stage"].notna() & (table["status"] == "ok") & table["skip_reason"].isna()].copy()
-    scores = [json.loads(text) if isinstance(text, str) else {} for text in rows["scores"]]
+    scores = [scores_of(text) for text in rows["scores"]]
     for name in sorted({name for s in scores for name in s}):
         rows[f"score:{name}"] = [s.get(name) for s in scores]
     rows["model"] = _models(rows)

@@ -107,6 +107,19 @@ def test_the_report_writes_the_stage_sections_and_leaves_out_failed_runs(tmp_pat
     assert "pyxis" not in section and "9.000" not in section  # only runs that ended ok enter
 
 
+def test_a_damaged_scores_cell_of_a_hand_edited_table_is_no_scores_not_a_traceback(tmp_path):
+    """Regression: stage_rows json-decoded each `scores` cell unguarded, so a runs.csv cell cut short by hand ended
+    `report` in a JSONDecodeError; that run's scores are left out, the other runs' shown."""
+    flow_runs(tmp_path / "runs")
+    table = collect([tmp_path / "runs"]).table
+    damaged = table.index[(table["stage"] == "base_loss") & (table["runtime"] == "ce")]
+    table.loc[damaged, "scores"] = '{"val_bpb": 1.2'
+    loss = section(stage_sections(table), "base_loss")
+    val = loss.columns.index("val_bpb")
+    assert {(r[0], r[1]): r[val] for r in loss.rows} == {("bare", "2"): "1.100", ("bare", "4"): "1.100",
+                                                          ("ce", "2"): "–"}
+
+
 def test_no_flow_runs_no_stage_part(tmp_path):
     stage_run(tmp_path / "runs", "bare", 2, "base_train", "nanochat-base", time_s=10, steps=True)
     table = collect([tmp_path / "runs"]).table

@@ -18,6 +18,7 @@
   launch/          sweep planning, one job assembly, rendering, submitting, status, flows, local runs
   nanochat/        the nanochat-faithful workload
   reframe_checks/  the ReFrame checks and site configurations
+  runside/         what a workload's processes record while they run: run record, heartbeat, run claim
   runtimes/        one module per way of running
   schemas/         the JSON Schemas generated from the contract
   sites/           site profiles: network, partitions, per-runtime network set-up

@@ -51,7 +51,7 @@ from bench.launch.local import run_local  # noqa: E402
 from bench.analysis.figures import steady_mask  # noqa: E402
 from bench.capacity.lifetime import Stopped, stop_on_signals  # noqa: E402
 from bench.contract import read_run_json  # noqa: E402
-from bench.nanochat.runclaim import holds_a_run  # noqa: E402
+from bench.runside.runclaim import holds_a_run  # noqa: E402
 from bench.contract import METRICS_JSONL  # noqa: E402
 from bench.errors import os_reason  # noqa: E402
 

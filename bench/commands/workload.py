@@ -211,7 +211,7 @@ def _nproc(given: int | None, cpu_default: int, per_gpu: bool = True) -> int:
 
 def cmd_train(args) -> int:
     from bench.launch.local import default_run_dir, run_local
-    from bench.nanochat.runclaim import resuming
+    from bench.runside.runclaim import resuming
 
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     workload = workloads.get(args.workload)
@@ -306,7 +306,7 @@ def smoke_train_args(steps: int, nproc: int) -> list[str]:
 
 def cmd_smoke(args) -> int:
     from bench.launch.local import default_run_dir, run_local
-    from bench.nanochat.runclaim import refuse_early
+    from bench.runside.runclaim import refuse_early
 
     nproc = _nproc(args.nproc, 2)
     if args.steps < 1:

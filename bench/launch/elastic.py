@@ -71,8 +71,8 @@ from torch.distributed.run import main as torchrun_main, parse_args as torchrun_
 from bench import contract
 from bench.launch import numabind
 from bench.nanochat import numanode
-from bench.nanochat.heartbeat import ended_peer, waited_for
-from bench.nanochat.runrecord import say
+from bench.runside.heartbeat import ended_peer, waited_for
+from bench.runside.runrecord import say
 from bench.processes import children_of, oom_kills, oom_killed_since
 
 SHUTDOWN_TIMEOUT_S = 10

@@ -568,7 +568,7 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     stages after it recorded as not run naming the signal (exit status 128+N); in a stage, that stage's run gets it,
     and the stages after it are recorded as not run naming the signal its run.json gives."""
     from bench.launch.local import FORWARDED
-    from bench.nanochat.runclaim import claim
+    from bench.runside.runclaim import claim
 
     from bench.workloads.stage import interpreter
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from bench import contract, workloads
 from bench.errors import run_dir_error
 from bench.workloads.torchrun import torchrun_command
-from bench.nanochat.runclaim import claim, resuming
+from bench.runside.runclaim import claim, resuming
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
@@ -147,7 +147,7 @@ def run_local(train_args: list[str], nproc: int, run_dir: str | os.PathLike, env
     `overwrite`: a run already in run_dir is deleted first (else it is refused, unless resumed; `resumable`: the
     refusal says how to resume it)."""
     run_dir = Path(run_dir)
-    # one run per directory (nanochat/runclaim.py)
+    # one run per directory (runside/runclaim.py)
     claim(run_dir, refuse_finished=True, resume=resuming(train_args), overwrite=overwrite, resumable=resumable)
     received: list[int] = []
     started: list[subprocess.Popen] = []

@@ -33,9 +33,6 @@
   gcfreeze.py      the garbage collector frozen out of the measured steps
   gpt.py           the GPT of nanochat's base pretraining
   gptconfig.py     the GPT's shape: sizing, parameters, FLOPs per token (no torch: the planner sizes models)
-  guard.py         a diverged run ends as diverged (non-finite or exploding loss)
-  heartbeat.py     each rank's sign of life; a silent rank ends the run as hung
-  join.py          a rank that never joins the process group: bounded, and named
   loss_eval.py     bits per byte
   memory.py        predicted peak memory per rank, per memory strategy
   memory_calibration.json  the memory model's constants (data), each with its source
@@ -45,11 +42,8 @@
   network_gate.py  the trainer's side of the network gate: the ranks agree before the pre-flight
   numanode.py      a GPU worker bound to its GPU's NUMA node's CPUs where numactl is missing
   parallel.py      memory strategies (zero2, fsdp, +ac, +offload) applied from outside the model
-  parentwatch.py   a rank ends when the torchrun agent that started it is gone
   preflight.py     bus bandwidth of the training collectives before the first step
   profile.py       one step under torch.profiler
-  runclaim.py      one run per run directory: a lock, a finished run never written over
-  runrecord.py     what a trainer process records, and how failures and signals become evidence
   sandbox.py       model-written code (HumanEval, the calculator) run fenced off from everything
   sandbox_child.py the sandboxed side: the interpreter fences itself in, then runs the program
   sftconfig.py     SFT's settings and examples-per-step arithmetic (no torch: the planner reads them)

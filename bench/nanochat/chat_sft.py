@@ -35,8 +35,8 @@ from bench.nanochat import stagerun, steptimer
 from bench.nanochat.chat_format import MAX_TOKENS
 from bench.nanochat.checkpoint import check_writable, later_steps_note, load_model, phase_dir, save_checkpoint
 from bench.nanochat.common import get_base_dir, print0
-from bench.nanochat.guard import DivergenceGuard, check_finite
-from bench.nanochat.runrecord import RunRecord
+from bench.runside.guard import DivergenceGuard, check_finite
+from bench.runside.runrecord import RunRecord
 from bench.nanochat.sftconfig import SFTConfig, parse_sft_args, sft_grad_accum
 from bench.nanochat.sftloader import sft_batches
 from bench.workloads.chat_sft import RUN_WORKLOAD

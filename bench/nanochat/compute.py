@@ -14,7 +14,7 @@ import torch.distributed as dist
 from bench.errors import ConfigError
 from bench.nanochat.common import get_dist_info
 from bench.nanochat import numanode
-from bench.nanochat.join import join_bound, join_group
+from bench.runside.join import join_bound, join_group
 
 
 def autodetect_device_type() -> str:
@@ -27,7 +27,7 @@ def autodetect_device_type() -> str:
 
 def compute_init(device_type: str, join_timeout_s: float = -1) -> tuple[bool, int, int, int, torch.device]:
     """(distributed, rank, local_rank, world_size, device), the process group initialised if needed; a rank
-    that has not joined `join_timeout_s` after this one ends the run (bench/nanochat/join.py)."""
+    that has not joined `join_timeout_s` after this one ends the run (bench/runside/join.py)."""
     if device_type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device_type=cuda but torch sees no CUDA device; use --device_type=cpu or leave it empty")
     if device_type == "mps" and not torch.backends.mps.is_available():

@@ -18,8 +18,8 @@ from dataclasses import MISSING, dataclass, fields
 
 from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
 from bench.errors import ConfigError, FlagValueError, UnknownFlags, close_hint
-from bench.nanochat.heartbeat import INTERVAL_S, SILENT_AFTER_S
-from bench.nanochat.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
+from bench.runside.heartbeat import INTERVAL_S, SILENT_AFTER_S
+from bench.runside.join import JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S
 from bench.nanochat.watchdog import AUTO, AUTO_MARGIN_S, PERIODIC_S, START_S
 
 # --fused_kernels: the hand-written Triton kernels (bench/nanochat/fused.py) by name, each with its meaning. The one

@@ -44,7 +44,7 @@ from bench.errors import ConfigError, DataError, disk_full, first_line, os_reaso
 from bench.nanochat import data_origin
 from bench.nanochat.common import ELSEWHERE
 from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
-from bench.nanochat.runclaim import NO_LOCKS
+from bench.runside.runclaim import NO_LOCKS
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"

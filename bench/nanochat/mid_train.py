@@ -31,8 +31,8 @@ from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.config import (LEARNING_RATES, RunSettings, check_model_tag, check_weight_decay, grad_accum_steps,
                                    parse_config)
 from bench.nanochat.common import print0
-from bench.nanochat.guard import DivergenceGuard
-from bench.nanochat.runrecord import RunRecord
+from bench.runside.guard import DivergenceGuard
+from bench.runside.runrecord import RunRecord
 
 
 @dataclass

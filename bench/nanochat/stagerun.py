@@ -22,12 +22,13 @@ from bench import netgate
 from bench.logline import format_step_line, format_val_line
 from bench.metrics import WARMUP_STEPS, peak_flops
 from bench.nanochat import gcfreeze, preflight
-from bench.nanochat.common import detach_output, drain_output, get_dist_info, print0
+from bench.nanochat.common import get_dist_info, print0
+from bench.runside.console import detach_output, drain_output
 from bench.nanochat.compute import autodetect_device_type, compute_cleanup, compute_init, topology
-from bench.nanochat.guard import check_finite
+from bench.runside.guard import check_finite
 from bench.nanochat.loss_eval import evaluate_bpb
 from bench.nanochat.network_gate import stop_on_wrong_network
-from bench.nanochat.runrecord import RunRecord, open_record, process_start_time, runtime_start_time, say
+from bench.runside.runrecord import RunRecord, open_record, process_start_time, runtime_start_time, say
 from bench.nanochat.watchdog import Watchdog
 
 

@@ -7,7 +7,7 @@ Run as:
       --eval_tokens=512 --total_batch_size=512 --num_iterations=20                 # tiny, on a CPU
 
 Flags are nanochat's (see bench/nanochat/config.py). Output: nanochat's human lines on rank 0, and
-with NANOCHAT_BENCH_RUN_DIR set, run.json and metrics.jsonl events (bench/nanochat/runrecord.py).
+with NANOCHAT_BENCH_RUN_DIR set, run.json and metrics.jsonl events (bench/runside/runrecord.py).
 """
 
 import os
@@ -37,11 +37,11 @@ from bench.nanochat.common import print0
 from bench.nanochat.compute import topology
 from bench.nanochat.config import TrainConfig, check_horizon, grad_accum_steps, parse_args, training_horizon
 from bench.nanochat.gpt import GPTConfig, build_model
-from bench.nanochat.guard import DivergenceGuard
+from bench.runside.guard import DivergenceGuard
 from bench.nanochat.network_gate import network_facts
 from bench.nanochat.parallel import Strategy, clip_grad_norm_, parallelize
 from bench.nanochat.profile import maybe_profile
-from bench.nanochat.runrecord import RunRecord
+from bench.runside.runrecord import RunRecord
 from bench.nanochat import stagerun, steptimer
 from bench.paths import folder_tag
 

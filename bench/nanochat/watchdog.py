@@ -1,6 +1,6 @@
 """How long a collective may wait, from the first collective to the last (--watchdog_s).
 
-A stopped rank is found by its silent heartbeat (bench/nanochat/heartbeat.py) within
+A stopped rank is found by its silent heartbeat (bench/runside/heartbeat.py) within
 --heartbeat_timeout_s; this bound catches the other kind of hang, a rank that is alive but busy
 elsewhere (a stuck filesystem read, a different collective), instead of the backend's 10 (NCCL) or
 30 (gloo) minutes. A timed-out collective raises, and the run record turns it into `hung` naming the

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.nanochat.download import READ_TIMEOUT_S
-from bench.nanochat.heartbeat import SILENT_AFTER_S
+from bench.runside.heartbeat import SILENT_AFTER_S
 from harness import (FOREVER, TINY, TRACEBACK, Command, Expect, Outcome, Unavailable, cli, ext4_image, fill,
                      is_rank, is_torchrun, outcome_of, python, repo_env, run_env, starting, steps_recorded, tmpfs,
                      wait_steps, wrapper_argv)
@@ -197,7 +197,7 @@ def kill9_mid_accumulation(ctx):
 def _stop_rank_once_in_the_group(rank: int):
     """SIGSTOP a rank as soon as its heartbeat says it joined the process group: before its first step
     (pre-flight, model, data). Before that it waits inside torch's rendezvous, which has its own timeout."""
-    from bench.nanochat.heartbeat import STARTUP_EVENTS
+    from bench.runside.heartbeat import STARTUP_EVENTS
 
     def joined(beat: Path) -> bool:
         try:
@@ -236,7 +236,7 @@ def sigstop_rank1_before_first_step(ctx):
         cmd.cleanup()
 
 
-JOIN_S = 30.0  # the trainer's default --join_timeout_s on one node (bench/nanochat/join.py)
+JOIN_S = 30.0  # the trainer's default --join_timeout_s on one node (bench/runside/join.py)
 
 
 def _ended_soon_after_rank0_waited(o: Outcome) -> list[str]:

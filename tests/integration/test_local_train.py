@@ -84,7 +84,7 @@ def test_overwrite_with_resume_is_refused(tmp_path, capsys):
 
 
 def test_overwrite_deletes_nothing_where_no_run_is(tmp_path):
-    from bench.nanochat import runclaim
+    from bench.runside import runclaim
 
     keep = tmp_path / "notes.txt"
     keep.write_text("not a run's file")

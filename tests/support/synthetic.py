@@ -200,8 +200,8 @@ def generate_sweep(root: Path, spec: SweepSpec | None = None) -> list[Path]:
 
 def write_heartbeat(run_dir: Path, rank: int, t: float, step: int | None, event: str = "step",
                     event_t: float | None = None, host: str = "nid1") -> None:
-    """One rank's heartbeat file as bench/nanochat/heartbeat.py writes it (pid 100 + rank)."""
-    from bench.nanochat.heartbeat import DIR
+    """One rank's heartbeat file as bench/runside/heartbeat.py writes it (pid 100 + rank)."""
+    from bench.runside.heartbeat import DIR
 
     path = Path(run_dir) / DIR / f"rank{rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

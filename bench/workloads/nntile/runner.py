@@ -35,8 +35,8 @@ import math
 from bench.errors import ConfigError
 from bench.logline import format_step_line
 from bench.metrics import WARMUP_STEPS, mfu_percent, peak_flops
-from bench.nanochat.guard import DivergenceGuard
-from bench.nanochat.runrecord import RunRecord, open_record
+from bench.runside.guard import DivergenceGuard
+from bench.runside.runrecord import RunRecord, open_record
 from bench.workloads.nntile import WORKLOAD_NAME
 from bench.workloads.nntile.config import (TILES, as_record, check_dataset, flops_per_token, inner_note, parse_args,
                                            workers)

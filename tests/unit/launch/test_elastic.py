@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, E
 from bench import contract
 from bench.launch import elastic
 from bench.launch.elastic import SHUTDOWN_TIMEOUT_S, describe, first_failure, record_root_cause, record_signal
-from bench.nanochat.heartbeat import STOPPED_AFTER_S
+from bench.runside.heartbeat import STOPPED_AFTER_S
 from tests.support import cgroups
 from tests.support.synthetic import write_heartbeat as write_beat
 

@@ -388,12 +388,12 @@ def test_a_second_flow_on_a_point_in_use_is_refused_and_leaves_the_running_stage
     import subprocess
     import sys
 
-    from bench.nanochat.runclaim import RunDirBusy
+    from bench.runside.runclaim import RunDirBusy
 
     point = tmp_path / "point"
     (point / "base_train").mkdir(parents=True)
     (point / "base_train" / "run.json").write_text(json.dumps({"status": "running"}))
-    hold = "import sys, time; from bench.nanochat import runclaim; runclaim.claim(sys.argv[1]); print('held', " \
+    hold = "import sys, time; from bench.runside import runclaim; runclaim.claim(sys.argv[1]); print('held', " \
            "flush=True); time.sleep(60)"
     first = subprocess.Popen([sys.executable, "-c", hold, str(point)], stdout=subprocess.PIPE, text=True)
     try:

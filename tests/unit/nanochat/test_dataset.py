@@ -143,7 +143,7 @@ def test_split_rejects_bad_k_and_split(five_files, monkeypatch):
 def test_a_bad_val_files_k_in_a_rank_ends_the_run_no_data_as_a_k_too_large(five_files, monkeypatch, value):
     """NANOCHAT_VAL_FILES_K=0, -2 or abc in a rank was a ConfigError, so the run ended `failed` where a K too large
     for the shards ends `no_data`; the one line names the variable, the value and what is valid."""
-    from bench.nanochat.runrecord import classify_failure
+    from bench.runside.runrecord import classify_failure
 
     monkeypatch.setenv("NANOCHAT_VAL_FILES_K", value)
     with pytest.raises(DataError) as e:

@@ -38,7 +38,7 @@ def test_a_stopped_run_keeps_the_network_it_was_stopped_for(tmp_path, monkeypatc
 
     from bench.contract import read_run_json
     from bench.nanochat.network_gate import stop_on_wrong_network
-    from bench.nanochat.runrecord import RunRecord
+    from bench.runside.runrecord import RunRecord
     from bench.netgate import WrongNetwork
 
     monkeypatch.setenv("NCCL_DEBUG_FILE", str(SOCKET_LOG))

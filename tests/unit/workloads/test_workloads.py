@@ -189,10 +189,12 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["bench/__init__.py", *sorted(str(p.relative_to(REPO)) for p in (REPO / "bench/contract").glob("*.py")),
-                                    "bench/logline.py", "bench/metrics.py",
-                                    "bench/errors.py", "bench/provenance.py", "bench/nanochat/__init__.py",
-                                    "bench/nanochat/runrecord.py",
+def _package(name: str) -> list[str]:
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "bench" / name).glob("*.py"))
+
+
+@pytest.mark.parametrize("module", ["bench/__init__.py", *_package("contract"), *_package("runside"),
+                                    "bench/logline.py", "bench/metrics.py", "bench/errors.py", "bench/provenance.py",
                                     "bench/workloads/__init__.py", "bench/workloads/base.py",
                                     "bench/workloads/nntile/__init__.py", "bench/workloads/nntile/config.py"])
 def test_what_the_nntile_interpreter_imports_is_standard_library(module):

@@ -1,6 +1,6 @@
-"""One run per run directory (bench/nanochat/runclaim.py): the lock, a finished run refused, stale files gone.
+"""One run per run directory (bench/runside/runclaim.py): the lock, a finished run refused, stale files gone.
 
-    python -m pytest tests/unit/nanochat/test_runclaim.py -q
+    python -m pytest tests/unit/runside/test_runclaim.py -q
 """
 
 import json
@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from bench.nanochat import runclaim
-from bench.nanochat.heartbeat import DIR as HEARTBEAT_DIR
+from bench.runside import runclaim
+from bench.runside.heartbeat import DIR as HEARTBEAT_DIR
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from bench.nanochat import runclaim
+    from bench.runside import runclaim
     runclaim.claim(sys.argv[1])
     print("held", flush=True)
     time.sleep(60)

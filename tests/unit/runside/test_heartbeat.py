@@ -1,12 +1,12 @@
-"""Heartbeats: which rank a timed-out collective waited for (bench/nanochat/heartbeat.py).
+"""Heartbeats: which rank a timed-out collective waited for (bench/runside/heartbeat.py).
 
-    python -m pytest tests/unit/nanochat/test_heartbeat.py -q
+    python -m pytest tests/unit/runside/test_heartbeat.py -q
 """
 
 import json
 import time
 
-from bench.nanochat.heartbeat import DIR, INTERVAL_S, STOPPED_AFTER_S, Heartbeat, beats, waited_for
+from bench.runside.heartbeat import DIR, INTERVAL_S, STOPPED_AFTER_S, Heartbeat, beats, waited_for
 from tests.support.synthetic import write_heartbeat as write_beat
 
 
@@ -100,7 +100,7 @@ def test_a_heartbeat_is_written_by_its_thread_with_the_last_event(tmp_path):
 def test_a_beat_that_cannot_be_written_is_skipped_and_the_next_one_written(tmp_path, monkeypatch):
     """A write that fails once (rank 0 clearing an earlier run's beats as this rank renames its own) must not
     end the thread: its beat would stop at that event and rank 0 would end a healthy run as hung."""
-    from bench.nanochat import heartbeat
+    from bench.runside import heartbeat
 
     real, calls = heartbeat._write, []
 
@@ -123,7 +123,7 @@ def test_a_beat_that_cannot_be_written_is_skipped_and_the_next_one_written(tmp_p
 
 
 def test_a_silent_rank_is_named_by_its_watcher(tmp_path):
-    from bench.nanochat.heartbeat import silent_rank
+    from bench.runside.heartbeat import silent_rank
 
     now = 1000.0
     write_beat(tmp_path, 0, now - 1, 7)
@@ -135,7 +135,7 @@ def test_a_silent_rank_is_named_by_its_watcher(tmp_path):
 
 
 def test_a_finished_rank_is_not_a_silent_one(tmp_path):
-    from bench.nanochat.heartbeat import silent_rank
+    from bench.runside.heartbeat import silent_rank
 
     beat = Heartbeat(str(tmp_path), 1, 2)
     beat.beat("step", 3)
@@ -178,7 +178,7 @@ def test_under_slurm_the_launch_time_in_run_json_tells_this_attempts_beats(tmp_p
 def test_a_rank_on_a_node_whose_clock_is_behind_is_not_taken_for_a_silent_one(tmp_path):
     """Rank 1's node runs 60 s behind rank 0's: its fresh beats read 60 s old there, and the watcher ended a healthy
     run as `hung`. A beat that keeps changing is alive whatever its clock says; one that stops is still named."""
-    from bench.nanochat.heartbeat import silent_rank
+    from bench.runside.heartbeat import silent_rank
 
     seen: dict = {}
     skew = 60.0
@@ -194,7 +194,7 @@ def test_a_watcher_that_was_itself_stopped_does_not_take_its_peers_for_silent(tm
     """The whole job stopped a while and continued (Slurm suspending and resuming it, gang scheduling): the watcher
     woke first and read rank 1's beat from before the pause, as old as the pause by both clocks, and ended a healthy
     run as hung. A watcher that was not running itself has not seen its peers meanwhile: it watches them afresh."""
-    from bench.nanochat import heartbeat
+    from bench.runside import heartbeat
 
     monkeypatch.delenv("NANOCHAT_BENCH_T0", raising=False)
     monkeypatch.setattr(heartbeat, "INTERVAL_S", 0.05)

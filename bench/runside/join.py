@@ -19,7 +19,7 @@ from typing import Callable
 
 from bench.contract import ENV_RUN_DIR
 from bench.errors import BenchError
-from bench.nanochat.heartbeat import STOPPED_AFTER_S, beats
+from bench.runside.heartbeat import STOPPED_AFTER_S, beats
 
 JOIN_TIMEOUT_S = 30.0  # default --join_timeout_s on one node: its ranks start together, so a later one is stuck
 # across nodes each node starts its own container and imports from the shared filesystem: they arrive apart

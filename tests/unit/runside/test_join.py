@@ -1,7 +1,7 @@
-"""A rank that never joins the process group (bench/nanochat/join.py): the wait is bounded by
+"""A rank that never joins the process group (bench/runside/join.py): the wait is bounded by
 --join_timeout_s and its error names the missing rank and what its heartbeat says.
 
-    python -m pytest tests/unit/nanochat/test_join.py -q
+    python -m pytest tests/unit/runside/test_join.py -q
 """
 
 import socket
@@ -11,7 +11,7 @@ import pytest
 
 from bench.errors import ConfigError
 from bench.nanochat.config import parse_args
-from bench.nanochat.join import (JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S, NotJoined, join_bound, join_group, missing_ranks,
+from bench.runside.join import (JOIN_TIMEOUT_MULTINODE_S, JOIN_TIMEOUT_S, NotJoined, join_bound, join_group, missing_ranks,
                                  not_joined_message)
 from tests.support.synthetic import write_heartbeat
 

@@ -29,7 +29,7 @@ import socket
 from pathlib import Path
 
 from bench.errors import RunDirError, run_dir_error
-from bench.nanochat import heartbeat
+from bench.runside import heartbeat
 from bench.processes import ancestors_of
 from bench.contract import METRICS_JSONL, RUN_JSON
 

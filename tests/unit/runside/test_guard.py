@@ -1,6 +1,6 @@
-"""A diverged run is not `ok` (bench/nanochat/guard.py): non-finite or runaway losses, NaN never in JSON.
+"""A diverged run is not `ok` (bench/runside/guard.py): non-finite or runaway losses, NaN never in JSON.
 
-    python -m pytest tests/unit/nanochat/test_guard.py -q
+    python -m pytest tests/unit/runside/test_guard.py -q
 """
 
 import json
@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from bench.nanochat.guard import Diverged, DivergenceGuard, check_finite, json_safe
-from bench.nanochat.runrecord import RunRecord, classify_failure
+from bench.runside.guard import Diverged, DivergenceGuard, check_finite, json_safe
+from bench.runside.runrecord import RunRecord, classify_failure
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])

@@ -8,11 +8,11 @@ this module only decides when the trainer writes what:
   other ranks without anyone waiting for a collective timeout;
 - SIGTERM/SIGINT/SIGHUP are taken by a dedicated thread (they are blocked in every other thread), so a
   run is marked `cancelled` even while the main thread waits inside a collective;
-- every event is also a heartbeat (bench/nanochat/heartbeat.py), so a collective that times out can name
+- every event is also a heartbeat (bench/runside/heartbeat.py), so a collective that times out can name
   the rank that stopped, and a rank whose beat goes silent ends the run as `hung` without any timeout;
-- rank 0 claims the run directory first (bench/nanochat/runclaim.py: one run per directory); run.json is
+- rank 0 claims the run directory first (bench/runside/runclaim.py: one run per directory); run.json is
   updated under its lock file, so no rank's update is lost, and nothing NaN goes into run.json or events;
-- a rank whose torchrun agent is gone ends itself, recorded (bench/nanochat/parentwatch.py);
+- a rank whose torchrun agent is gone ends itself, recorded (bench/runside/parentwatch.py);
 - the record is written before anything is printed (the terminal may be gone), and a run directory that
   cannot be written any more ends the run with one line naming it; space held back at start
   (bench.contract.reserve_space) lets a full disk still take the final status.
@@ -33,14 +33,14 @@ from typing import Callable, NamedTuple, NoReturn
 
 from bench import provenance
 from bench.errors import BenchError, DataError, first_line, run_dir_error
-from bench.nanochat import runclaim
-from bench.nanochat.common import drain_output
-from bench.nanochat.guard import Diverged, json_safe
+from bench.runside import runclaim
+from bench.runside.console import drain_output
+from bench.runside.guard import Diverged, json_safe
 from bench import netgate
 from bench.netgate import WrongNetwork
-from bench.nanochat.heartbeat import Heartbeat, ended_peer, waited_for
-from bench.nanochat.join import NotJoined
-from bench.nanochat.parentwatch import watch_parent
+from bench.runside.heartbeat import Heartbeat, ended_peer, waited_for
+from bench.runside.join import NotJoined
+from bench.runside.parentwatch import watch_parent
 from bench.contract import (
     ENV_RUN_DIR,
     ENV_T0,

@@ -1,6 +1,6 @@
-"""A rank ends when the torchrun agent that started it is gone (bench/nanochat/parentwatch.py).
+"""A rank ends when the torchrun agent that started it is gone (bench/runside/parentwatch.py).
 
-    python -m pytest tests/unit/nanochat/test_parentwatch.py -q
+    python -m pytest tests/unit/runside/test_parentwatch.py -q
 """
 
 import os
@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 
-from bench.nanochat.parentwatch import INTERVAL_S
+from bench.runside.parentwatch import INTERVAL_S
 
 # the agent: starts the rank, prints its pid, then waits to be killed
 AGENT = textwrap.dedent("""
@@ -21,7 +21,7 @@ AGENT = textwrap.dedent("""
 """)
 RANK = textwrap.dedent("""
     import os, sys, time
-    from bench.nanochat.parentwatch import watch_parent
+    from bench.runside.parentwatch import watch_parent
     def orphaned(message):
         open(sys.argv[1], "w").write(message)
         os._exit(3)

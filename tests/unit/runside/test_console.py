@@ -1,6 +1,6 @@
-"""A stdout nobody reads never stops training (bench/nanochat/common.py: print0 after detach_output).
+"""A stdout nobody reads never stops training (bench/runside/console.py: print0 after detach_output).
 
-    python -m pytest tests/unit/nanochat/test_console.py -q
+    python -m pytest tests/unit/runside/test_console.py -q
 """
 
 import select
@@ -10,7 +10,8 @@ import textwrap
 
 PRINTER = textwrap.dedent("""
     import sys, time
-    from bench.nanochat.common import detach_output, drain_output, print0
+    from bench.nanochat.common import print0
+    from bench.runside.console import detach_output, drain_output
     detach_output()
     t0 = time.time()
     for i in range(20000):  # ~2 MB: far more than a pipe holds

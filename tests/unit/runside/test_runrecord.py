@@ -1,6 +1,6 @@
-"""Failure statuses and the run record (bench/nanochat/runrecord.py).
+"""Failure statuses and the run record (bench/runside/runrecord.py).
 
-    python -m pytest tests/unit/nanochat/test_runrecord.py -q
+    python -m pytest tests/unit/runside/test_runrecord.py -q
 """
 
 import json
@@ -10,7 +10,7 @@ import sys
 import torch
 
 from bench.errors import ConfigError, DataError
-from bench.nanochat.runrecord import RunRecord, classify_failure
+from bench.runside.runrecord import RunRecord, classify_failure
 from bench.contract import WORKLOAD, read_run_json, update_run_json
 
 
@@ -179,7 +179,7 @@ def test_two_threads_saying_at_once_never_share_a_line(monkeypatch):
     import sys
     import threading
 
-    from bench.nanochat import runrecord
+    from bench.runside import runrecord
 
     class OneWriteAtATime(io.StringIO):
         def write(self, text):  # a thread switch between any two writes, as under load
@@ -224,13 +224,13 @@ def test_a_watching_thread_ends_the_process_even_when_the_record_cannot_be_writt
 def test_a_rank_started_with_its_output_closed_still_says_and_ends(monkeypatch):
     """A rank started with stdout and stderr closed (`>&-`) has them as None: `say`, which may never be a new
     failure, raised AttributeError, and print0's writer thread died, so the rank's exit waited out its drain."""
-    from bench.nanochat import common, runrecord
+    from bench.runside import console as console_module, runrecord
 
     monkeypatch.setattr(sys, "stderr", None)
     monkeypatch.setattr(sys, "stdout", None)
     runrecord.say("a line nobody reads")
     runrecord.flush_streams()
-    console = common._Console()
+    console = console_module.Console()
     for line in ("a step line\n", "the next one\n"):  # the second is written only if the thread lived on
         console.put(line)
     console.drain(5.0)

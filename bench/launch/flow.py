@@ -516,8 +516,9 @@ class LocalFlowResult:
 
 
 class Stop:
-    """SIGINT, SIGTERM or SIGHUP to a local flow outside its stages (a stage's local run passes its own on to its
-    workload): noted once, passed on to the tokenizer's training while it runs; the flow starts no stage after it."""
+    """SIGINT, SIGQUIT, SIGTERM or SIGHUP to a local flow outside its stages (a stage's local run passes its own on
+    to its workload): noted once, passed on to the tokenizer's training while it runs; the flow starts no stage
+    after it."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -564,9 +565,9 @@ def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: t
     """The flow's stages in turn on this machine, each a local run (bench/launch/local.py) in
     <point_dir>/<stage>/, with the flags a one-node job of `nproc` ranks would give them. A stage that does
     not end ok stops the flow; the stages after it are recorded as not run. Stages already ok are kept, also after
-    it. SIGINT, SIGTERM or SIGHUP outside a stage (the tokenizer's training, between stages) stops it there, the
-    stages after it recorded as not run naming the signal (exit status 128+N); in a stage, that stage's run gets it,
-    and the stages after it are recorded as not run naming the signal its run.json gives."""
+    it. SIGINT, SIGQUIT, SIGTERM or SIGHUP outside a stage (the tokenizer's training, between stages) stops it there,
+    the stages after it recorded as not run naming the signal (exit status 128+N); in a stage, that stage's run gets
+    it, and the stages after it are recorded as not run naming the signal its run.json gives."""
     from bench.launch.local import FORWARDED
     from bench.runside.runclaim import claim
 

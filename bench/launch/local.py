@@ -9,8 +9,8 @@ are recorded, and bench.contract.close_unfinished has the last word, as it has f
 returns the exit status (128+N for a workload killed by signal N).
 
 The workload runs in a session of its own, so the wrapper decides what reaches it: SIGINT (Ctrl-C),
-SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to the end, and a
-run its trainer could not mark is marked `cancelled` naming the signal. If the wrapper itself dies, the
+SIGQUIT (Ctrl-\\), SIGTERM and SIGHUP (the terminal closed) are passed on once and the output is drained to
+the end, and a run its trainer could not mark is marked `cancelled` naming the signal. If the wrapper itself dies, the
 kernel sends the workload SIGTERM (PR_SET_PDEATHSIG). A terminal that went away, or a train.log that
 cannot be written any more, costs that copy of the output, never the run.
 """
@@ -30,7 +30,7 @@ from bench.errors import run_dir_error
 from bench.workloads.torchrun import torchrun_command
 from bench.runside.runclaim import claim, resuming
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_PDEATHSIG = 1
 
 

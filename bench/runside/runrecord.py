@@ -6,7 +6,7 @@ this module only decides when the trainer writes what:
 - a rank that fails writes an `error` event (the first failure only) and its evidence (bench/contract/
   outcome.py settles the run's status from it), then ends its process at once, so torchrun stops the
   other ranks without anyone waiting for a collective timeout;
-- SIGTERM/SIGINT/SIGHUP are taken by a dedicated thread (they are blocked in every other thread), so a
+- SIGTERM/SIGINT/SIGHUP/SIGQUIT are taken by a dedicated thread (they are blocked in every other thread), so a
   run is marked `cancelled` even while the main thread waits inside a collective;
 - every event is also a heartbeat (bench/runside/heartbeat.py), so a collective that times out can name
   the rank that stopped, and a rank whose beat goes silent ends the run as `hung` without any timeout;
@@ -62,7 +62,7 @@ from bench.contract import (
 )
 from bench.contract.outcome import KIND_OF_STATUS
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # SIGQUIT: Ctrl-\, passed on by torchrun
 
 
 def say(line: str) -> None:
@@ -204,7 +204,7 @@ class RunRecord:
                 return
 
     def cancel_on_signals(self) -> None:
-        """Take SIGTERM/SIGINT/SIGHUP in a thread of their own: the run is recorded `cancelled`, naming
+        """Take SIGTERM/SIGINT/SIGHUP/SIGQUIT in a thread of their own: the run is recorded `cancelled`, naming
         the signal, then the process ends (install_signal_thread)."""
         def on_signal(signum: int) -> None:
             name = signal.Signals(signum).name

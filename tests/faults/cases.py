@@ -36,7 +36,7 @@ from harness import (FOREVER, TINY, TRACEBACK, Command, Expect, Outcome, Unavail
 LOCAL_BOUND_S = 20.0  # after the fault; a tiny CPU run that fails fast ends in a few seconds
 START_BOUND_S = 60.0  # from launch, for faults that hit at start (start-up of 2 ranks is ~15 s on 2 cores)
 SIGNAL_CANCEL = {signal.SIGTERM: r"SIGTERM|signal 15", signal.SIGINT: r"SIGINT|signal 2\b|interrupt",
-                 signal.SIGHUP: r"SIGHUP|signal 1\b|hang"}
+                 signal.SIGHUP: r"SIGHUP|signal 1\b|hang", signal.SIGQUIT: r"SIGQUIT|signal 3\b"}
 
 
 @dataclass
@@ -160,6 +160,14 @@ def sigterm_wrapper(ctx):
       Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGINT]))
 def sigint_wrapper(ctx):
     return train_fault(ctx, "sigint_wrapper", _signal_wrapper(signal.SIGINT), [*TINY, FOREVER])
+
+
+@case("SIGQUIT (Ctrl-\\) to the `nanochat-bench train` wrapper",
+      Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGQUIT]))
+def sigquit_wrapper(ctx):
+    """Regression: the wrapper did not take SIGQUIT, so it died at once (a core dump where allowed), the run's
+    record without the launcher's exit, wall and CPU time, and torchrun passed SIGQUIT on to ranks that died by it."""
+    return train_fault(ctx, "sigquit_wrapper", _signal_wrapper(signal.SIGQUIT), [*TINY, FOREVER])
 
 
 @case("SIGTERM to torchrun", Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGTERM]))

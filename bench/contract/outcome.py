@@ -35,7 +35,7 @@ PRECEDENCE: Tuple[Tuple[Tuple[str, ...], str, str], ...] = (
     (("peer_lost",), "failed", "a rank lost contact with another: the echo of that one's end"),
     (("rank_exited",), "failed", "a rank exited with an error it did not record"),
     (("stopped",), "cancelled", "a launcher (torchrun, nanochat-bench train, scancel) was stopped by a signal"),
-    (("cancelled",), "cancelled", "a rank received SIGTERM/SIGINT/SIGHUP: a cancel, or a teardown's echo"),
+    (("cancelled",), "cancelled", "a rank received SIGTERM/SIGINT/SIGHUP/SIGQUIT: a cancel, or a teardown's echo"),
     (("not_submitted", "exit"), "failed", "sbatch refused the job; a launcher's exit code, nothing else known"),
     (("not_run",), "cancelled", "a stage of a flow not started: a stage before it in its point failed or was stopped"),
 )

@@ -165,8 +165,9 @@ def sigint_wrapper(ctx):
 @case("SIGQUIT (Ctrl-\\) to the `nanochat-bench train` wrapper",
       Expect(LOCAL_BOUND_S, ("cancelled",), SIGNAL_CANCEL[signal.SIGQUIT]))
 def sigquit_wrapper(ctx):
-    """Regression: the wrapper did not take SIGQUIT, so it died at once (a core dump where allowed), the run's
-    record without the launcher's exit, wall and CPU time, and torchrun passed SIGQUIT on to ranks that died by it."""
+    """Regression: the wrapper did not take SIGQUIT, so it died at once (a core dump where allowed), and torchrun,
+    stopped by the kernel's SIGTERM (PR_SET_PDEATHSIG), recorded the run cancelled by a SIGTERM nobody sent, without
+    the launcher's exit, wall and CPU time."""
     return train_fault(ctx, "sigquit_wrapper", _signal_wrapper(signal.SIGQUIT), [*TINY, FOREVER])
 
 

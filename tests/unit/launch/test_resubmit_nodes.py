@@ -189,7 +189,12 @@ def test_ctrl_c_while_sbatch_submits_stops_the_command_after_the_job_is_recorded
             os.kill(os.getpid(), signal.SIGINT)  # the terminal's Ctrl-C, while sbatch is at work
             return super().submit(script, exclude)
 
-    with pytest.raises(KeyboardInterrupt):
-        submit.resubmit(tmp_path, {"n1-bare-r1"}, CtrlCWhileSubmitting(), out=lambda _: None)
+    # Python's own Ctrl-C handler, as in a terminal: a suite started in the background inherits SIGINT ignored
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            submit.resubmit(tmp_path, {"n1-bare-r1"}, CtrlCWhileSubmitting(), out=lambda _: None)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert submit.read_sweep(tmp_path)["jobs"][0]["job_id"] == "101"
     assert contract.read_run_json(run)["slurm"]["job_id"] == "101"

@@ -325,15 +325,21 @@ def main(argv: list[str] | None = None) -> int:
         say(f"torchrun: stopped by {name} before it started the workers")
         return 128 + signal.Signals[name]
     except RendezvousError as e:  # before any worker started: no rank and no signal to name
-        cause = rendezvous_failure(e, torchrun_argv)
-        if run_dir:
-            _record(run_dir, contract.Evidence(source="wrapper", kind="exit", node=socket.gethostname(), exit_code=1,
-                                             message=cause))
-        say(f"torchrun: {cause}; the workers were not started")
-        return 1
+        return not_started(run_dir, rendezvous_failure(e, torchrun_argv), 1)
+    except ValueError as e:  # torchrun's checks of its flags, before any worker: `--rdzv_conf=join_timeout=abc` by hand
+        return not_started(run_dir, f"its flags: {e}", 2)
     finally:
         stop_leftovers()
     return 0
+
+
+def not_started(run_dir: str | None, cause: str, code: int) -> int:
+    """torchrun ended before it started a worker: the run's outcome, one line, and `code` to exit with."""
+    if run_dir:
+        _record(run_dir, contract.Evidence(source="wrapper", kind="exit", node=socket.gethostname(), exit_code=code,
+                                         message=cause))
+    say(f"torchrun: {cause}; the workers were not started")
+    return code
 
 
 if __name__ == "__main__":

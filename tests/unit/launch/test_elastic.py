@@ -339,6 +339,25 @@ def test_a_rendezvous_that_fails_is_one_line_naming_the_endpoint_and_a_failed_ru
     assert [(e["source"], e["kind"], e["exit_code"]) for e in record["evidence"]] == [("wrapper", "exit", 1)]
 
 
+@pytest.mark.parametrize("conf, torch_says", [
+    ("join_timeout", "The rendezvous configuration option 'join_timeout' must have a value specified."),
+    ("join_timeout=abc", "The rendezvous configuration option 'join_timeout' does not represent a valid integer"),
+])
+def test_a_rendezvous_configuration_typed_wrong_is_one_line_and_a_failed_run(conf, torch_says, tmp_path):
+    """Regression: a --rdzv_conf edited by hand in a job script ended torchrun's wrapper in torch's ValueError
+    traceback, and run.json kept no word of why the run ended."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "bench.launch.elastic", "--nnodes=1", "--nproc_per_node=1",
+                           "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0", f"--rdzv_conf={conf}", "-m", "this"],
+                          env={**os.environ, contract.ENV_RUN_DIR: str(run_dir)}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.splitlines()[-1].startswith(f"torchrun: its flags: {torch_says}"), proc.stderr[-2000:]
+    record = contract.read_run_json(run_dir)
+    assert record["status"] == "failed" and torch_says in record["message"], record
+
+
 def test_a_sigterm_after_torch_is_imported_but_before_torchruns_handlers_is_its_cancel(tmp_path, monkeypatch, capsys):
     """Between the import and torchrun's own handlers a SIGTERM ends the wrapper as one during the import does."""
     monkeypatch.setattr(elastic, "torchrun_main", lambda argv: os.kill(os.getpid(), signal.SIGTERM))

@@ -36,7 +36,4 @@ def get_dist_info() -> tuple[bool, int, int, int]:
 def print0(*args, **kwargs) -> None:
     """print on rank 0 only (nanochat's print0); through the output thread once detach_output() ran."""
     if int(os.environ.get("RANK", 0)) == 0:
-        if console.detached is None:
-            print(*args, **kwargs, flush=True)
-        else:
-            console.detached.put(kwargs.get("sep", " ").join(map(str, args)) + kwargs.get("end", "\n"))
+        console.write(kwargs.get("sep", " ").join(map(str, args)) + kwargs.get("end", "\n"))

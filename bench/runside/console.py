@@ -55,6 +55,14 @@ def detach_output() -> None:
         detached = Console()
 
 
+def write(text: str) -> None:
+    """`text` on stdout: queued for the output thread once detached, else written and flushed now."""
+    if detached is None:
+        print(text, end="", flush=True)
+    else:
+        detached.put(text)
+
+
 def drain_output(timeout_s: float = 2.0) -> None:
     """Wait (at most timeout_s) until the lines print0 queued are written: before the process ends."""
     if detached is not None:

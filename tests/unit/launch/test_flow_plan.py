@@ -19,6 +19,7 @@ from bench.launch.flow import FLOWS, FlowSweep, Stage, rechain, select
 from bench.launch.job import LaunchOptions
 
 TINY = {"device_type": "cpu", "depth": 2, "max_seq_len": 64, "device_batch_size": 2, "num_iterations": 6}
+TINY_FLAGS = [f"--{k}={v}" for k, v in TINY.items()]  # the same on a command line
 # Two pre-training stages chained by the point's tag: a flow whose every stage is registered in any build
 TWICE = (Stage("base_train", "nanochat", (("model_tag", "{tag}"), ("save_every", "{num_iterations}"))),
          Stage("again", "nanochat", (("model_tag", "{tag}-again"),)))
@@ -251,8 +252,7 @@ def test_a_chained_flag_given_is_refused_not_replaced_without_a_word(twice):
 
 
 def test_the_plan_table_has_each_stage_and_a_job_limit_covering_them_all(twice, capsys):
-    assert cli.main(["plan", "--flow", twice, "--nodes=1,2", "--gpus-per-node=2", "--device_type=cpu",
-                     "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6",
+    assert cli.main(["plan", "--flow", twice, "--nodes=1,2", "--gpus-per-node=2", *TINY_FLAGS,
                      "--stage-arg", "again:num_iterations=3"]) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines()]
@@ -277,8 +277,7 @@ def test_the_flow_plan_names_the_image_steps_minutes_its_job_limit_holds(twice, 
     only the tokenizer's minutes: the 20 minutes more in the job's limit went unexplained."""
     from bench.launch.job import IMAGE_STEP_MINUTES
 
-    argv = ["plan", "--flow", twice, "--nodes=1", "--gpus-per-node=2", "--device_type=cpu", "--depth=2",
-            "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6"]
+    argv = ["plan", "--flow", twice, "--nodes=1", "--gpus-per-node=2", *TINY_FLAGS]
     assert cli.main([*argv, "--runtimes=bare"]) == 0
     assert "image step" not in capsys.readouterr().out
     assert cli.main([*argv, "--runtimes=podman"]) == 0
@@ -306,8 +305,8 @@ def test_a_flow_over_the_partitions_limit_is_refused_naming_it(twice, tmp_path):
 
 def test_the_plan_says_which_flow_jobs_the_sites_default_partition_would_refuse(twice, capsys):
     """The plan shows what render and submit then refuse: a job over the default partition's limit."""
-    argv = ["plan", "--flow", twice, "--site", "alps", "--nodes=1,2", "--gpus-per-node=2", "--device_type=cpu",
-            "--depth=2", "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6", "--time", "07:00:00"]
+    argv = ["plan", "--flow", twice, "--site", "alps", "--nodes=1,2", "--gpus-per-node=2", *TINY_FLAGS,
+            "--time", "07:00:00"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     jobs = [line for line in out.splitlines() if "= job" in line]
@@ -807,8 +806,7 @@ def test_a_damaged_flow_json_is_refused_not_overwritten_with_another_tag(twice, 
 def test_plan_flow_gives_a_podman_flows_job_the_time_submit_asks_for(twice, tmp_path, capsys):
     """plan --flow left out each stage's image step, which the submitted job's time limit counts: the plan showed
     a shorter job, and checked that one against the partition."""
-    argv = ["--nodes=1", "--gpus-per-node=2", "--runtimes=podman", "--device_type=cpu", "--depth=2",
-            "--max_seq_len=64", "--device_batch_size=2", "--num_iterations=6"]
+    argv = ["--nodes=1", "--gpus-per-node=2", "--runtimes=podman", *TINY_FLAGS]
     assert cli.main(["plan", "--flow", twice, *argv]) == 0
     [planned] = [line.split()[-1] for line in capsys.readouterr().out.splitlines() if "= job" in line]
     fs = FlowSweep.build(twice, None, dict(TINY), [], nodes=[1], gpus_per_node=2, runtimes=["podman"])

@@ -304,14 +304,14 @@ def mixed_batch_note(runs: pd.DataFrame, unit: str) -> str:
 
 def mixed_val_files_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count validated on different NANOCHAT_VAL_FILES_K: that point has no min
-    val bpb (scaling.mixed_val_files), and the note says so ("" where there is none)."""
+    val bpb (scaling_table's val_sets), and the note says so ("" where there is none)."""
     return _mixed_note(runs, unit, "val_files_k", _listed("validated on NANOCHAT_VAL_FILES_K"),
                        "val bpb of other validation shards, so that point has no min val bpb.")
 
 
 def mixed_horizons_note(runs: pd.DataFrame, unit: str) -> str:
     """Where one runtime's runs at one rank count were set to train for different step counts: that point has no min
-    val bpb (scaling.mixed_horizons), and the note says so ("" where there is none)."""
+    val bpb (scaling_table's horizons), and the note says so ("" where there is none)."""
     return _mixed_note(runs, unit, "num_iterations", _listed("trained for num_iterations"),
                        "val bpb after other training horizons, so that point has no min val bpb.")
 

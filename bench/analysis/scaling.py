@@ -272,8 +272,9 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     run at n0 has none of the three: from its own smallest point it would read 100% there, however slow. A count
     whose runs all failed is no n0 (report.rebased_note says so beside the table).
     A point whose runs differ in device batch (mixed_batches) or node count (mixed_nodes) is left out; one whose runs
-    validated on different shards (mixed_val_files) or trained for different step counts (mixed_horizons) has no min
-    val bpb.
+    validated on different shards (NANOCHAT_VAL_FILES_K: the last K shards are the validation split, and the planner
+    picks K per rank count) or trained for different step counts (num_iterations: the learning rate decays over the
+    horizon) has no min val bpb, a minimum over them being of none (val_sets, horizons); its speed is still of repeats.
     """
     ok = with_config(usable(df))
     ok = ok.drop(mixed_batches(ok).index.union(mixed_nodes(ok).index))
@@ -312,22 +313,6 @@ def mixed_nodes(runs: pd.DataFrame) -> pd.DataFrame:
     talk within it, on two over the network between them, so neither is a repeat of the other and scaling_table leaves
     the point out rather than take a median across them; a run that recorded none is one more setting (settings)."""
     return mixed(runs, "nodes")
-
-
-def mixed_val_files(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs of points (config, runtime, rank count) whose runs validated on different NANOCHAT_VAL_FILES_K: the
-    last K shards are the validation split, so their val bpb are of other data and a minimum over them is of none;
-    scaling_table gives such a point no min val bpb (its steps' speed is still of repeats). K is no key: the planner
-    picks it for each rank count (bench/workloads/nanochat.py val_files_k), so one curve's points may differ in it."""
-    return mixed(runs, "val_files_k")
-
-
-def mixed_horizons(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs of points (config, runtime, rank count) whose runs were set to train for different step counts
-    (num_iterations): the learning rate decays over the horizon, so a val bpb after 30 steps and one after 300 are of
-    other trainings and a minimum over them is of none; scaling_table gives such a point no min val bpb (its steady
-    steps' speed is still of repeats, whatever their number past the warm-up)."""
-    return mixed(runs, "num_iterations")
 
 
 def mixed(runs: pd.DataFrame, column: str) -> pd.DataFrame:

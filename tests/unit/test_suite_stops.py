@@ -68,7 +68,15 @@ def _run_script(tmp_path: Path, codes: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(tmp_path / "log"), "CODES": codes,
            "NANOCHAT_BENCH_NNTILE_PYTHON": "stand-in"}
     return subprocess.Popen([str(REPO / "tests" / "run"), *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=_as_typed_at_a_terminal)
+
+
+def _as_typed_at_a_terminal() -> None:
+    """The script's signal dispositions as a command typed at a terminal has them: a suite started in the background
+    (nohup, a non-interactive shell) passes SIGINT and SIGHUP on ignored, and bash cannot trap what it was started
+    ignoring."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _pytest_calls(tmp_path: Path) -> list[str]:

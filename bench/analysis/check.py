@@ -329,9 +329,9 @@ def _pooled(rows: pd.DataFrame, fig: str = "") -> tuple[str, ...]:
     curve's key leaves out: scaling.mixed_batches, mixed_nodes; for val bpb the validation shards and the training
     horizon, scaling_table's val_sets and horizons) on which the selected runs differ: a figure over them is no
     figure of one setting, as the report never pools them; one not recorded is a setting of its own
-    (scaling.settings). Runs
-    of one flow stage (with check's `lineage`) also name the flags they differ in (stages.unlike_flags): the stage
-    tables take no median over other --max_problems, nor over evaluations of another mid-training."""
+    (scaling.settings). Runs of one flow stage (with check's `lineage`) also name the flags they differ in
+    (stages.unlike_flags): the stage tables take no median over other --max_problems, nor over evaluations of another
+    mid-training."""
     if len(rows) < 2:
         return ()
     keyed = with_config(rows)

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             if warning:
                 say(warning)
                 os.environ[numanode.ENV_BIND] = "1"  # the workers inherit it
-            torchrun_main(torchrun_argv)
+            run_torchrun(torchrun_argv)
         finally:  # the outcome is said and recorded from here: a later signal is noted, not raised as a traceback
             for signum in EARLY_SIGNALS:
                 if signal.getsignal(signum) in (_stop_early, processes._terminate_process_handler):
@@ -326,11 +326,24 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.Signals[name]
     except RendezvousError as e:  # before any worker started: no rank and no signal to name
         return not_started(run_dir, rendezvous_failure(e, torchrun_argv), 1)
-    except ValueError as e:  # torchrun's checks of its flags, before any worker: `--rdzv_conf=join_timeout=abc` by hand
+    except FlagsRefused as e:
         return not_started(run_dir, f"its flags: {e}", 2)
     finally:
         stop_leftovers()
     return 0
+
+
+class FlagsRefused(Exception):
+    """torchrun refused its flags before it started a worker."""
+
+
+def run_torchrun(argv: list[str]) -> None:
+    """torchrun's main; its ValueError is its checks of its flags (`--rdzv_conf=join_timeout=abc` typed by hand),
+    told apart from a ValueError of this wrapper's own code, which is a bug and keeps its traceback."""
+    try:
+        torchrun_main(argv)
+    except ValueError as e:
+        raise FlagsRefused(str(e)) from e
 
 
 def not_started(run_dir: str | None, cause: str, code: int) -> int:

@@ -358,6 +358,20 @@ def test_a_rendezvous_configuration_typed_wrong_is_one_line_and_a_failed_run(con
     assert record["status"] == "failed" and torch_says in record["message"], record
 
 
+def test_a_valueerror_of_the_wrappers_own_code_is_not_called_torchruns_flags(tmp_path, monkeypatch):
+    """Regression: every ValueError inside the wrapper was reported as torchrun refusing its flags, exit 2, a bug of
+    the wrapper's own (here its NUMA check) included; only torchrun's own ValueError is that now."""
+    def broken(argv):
+        raise ValueError("a bug of the wrapper's")
+    monkeypatch.setattr(elastic.numabind, "usable", broken)
+    monkeypatch.setattr(elastic, "bound_shutdown", lambda: None)  # torch is left as it is in this process
+    monkeypatch.setattr(elastic, "stop_leftovers", lambda: None)
+    monkeypatch.setenv(contract.ENV_RUN_DIR, str(tmp_path))
+    with pytest.raises(ValueError, match="a bug of the wrapper's"):
+        elastic.main(["--standalone", "train.py"])
+    assert not (tmp_path / "run.json").exists()
+
+
 def test_a_sigterm_after_torch_is_imported_but_before_torchruns_handlers_is_its_cancel(tmp_path, monkeypatch, capsys):
     """Between the import and torchrun's own handlers a SIGTERM ends the wrapper as one during the import does."""
     monkeypatch.setattr(elastic, "torchrun_main", lambda argv: os.kill(os.getpid(), signal.SIGTERM))

@@ -10,7 +10,8 @@ Then, for every model that trained at batch 1, the largest power-of-two batch th
 (corrected by the measured batch-1 peak) says fits, halved once if it does not: tok/s at the batch that
 maximises it. A time budget stops the sweep between probes (and cuts a running one).
 Every probe's run directory is `<out>/runs/<strategy>/<shape>-b<batch>/`; done ones are read back, so
-running the same command again resumes (a `failed` one runs again, its attempt moved to `<out>/failed/`).
+running the same command again resumes (a `failed` one runs again, its attempt moved to `<out>/failed/`;
+one measured with other settings runs again too, moved to `<out>/earlier/` first).
 `<out>/summary.json` and `<out>/probes.csv` hold the results, and the --depths points not probed, with why.
 """
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from bench.capacity import data as capdata, lifetime
 from bench.capacity.cpuhost import check_cpu_host
-from bench.capacity.probe import OUTCOMES, ProbeResult, ProbeSpec, host_memory, read_probe, run_probe
+from bench.capacity.probe import OUTCOMES, ProbeResult, ProbeSpec, host_memory, read_probe, recorded_spec, run_probe
 from bench.capacity.search import CapacitySearch, Shape, family, params_text, shapes
 from bench.errors import ConfigError, os_reason
 from bench.nanochat import memory
@@ -38,6 +39,7 @@ SUMMARY_JSON = "summary.json"
 PROBES_CSV = "probes.csv"
 NOT_PROBED = "not probed"  # the outcome of a --depths point skipped after a smaller one of its width failed or hung
 FAILED_DIR = "failed"  # <out>/failed/<strategy>/<probe>-<n>: the earlier attempts of a failed probe run again
+EARLIER_DIR = "earlier"  # <out>/earlier/<strategy>/<probe>-<n>: probes of other settings, run again since
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
 SMI_TIMEOUT_S = 30  # nvidia-smi answers in well under a second; a wedged driver may never answer
@@ -304,14 +306,18 @@ class Sweep:
             result = None  # an H100's oom says nothing of an H200 (and would be recorded under the H200's name)
         if result is not None and result.outcome == "timeout" and (result.time_limit_s or math.inf) < c.time_per_point:
             result = None  # a hang at --time-per-point 60 says nothing of 600 (a limit recorded before: read back)
-        # of other settings too (not read back): the new attempt would delete it, and its log with it
-        failure = _failure_in(run_dir) if result is None or result.outcome == "failed" else None
-        if failure is not None and (kept := self._set_aside(run_dir, read_back=result is not None)):
-            # a crash may be the node's (a hiccup, a lost rank), not the size's: stored for good, it stopped the
-            # search on every resume until the sweep's directory was deleted; the attempt is kept, not emptied
-            self.log(f"{strategy} {spec.name} failed in an earlier sweep ({failure or 'no message'}): "
-                     f"it runs again, that attempt kept in {kept}")
-            result = None
+        # a crash may be the node's (a hiccup, a lost rank), not the size's: stored for good, it stopped the search
+        # on every resume until the sweep's directory was deleted; it runs again, the attempt kept, not emptied. So
+        # is a probe of other settings (not read back), whatever its outcome: the new attempt would delete it.
+        earlier = _recorded_in(run_dir) if result is None or result.outcome == "failed" else None
+        if earlier is not None and earlier.get("outcome") == "failed":
+            if kept := self._set_aside(run_dir, FAILED_DIR, read_back=result is not None):
+                self.log(f"{strategy} {spec.name} failed in an earlier sweep ({earlier.get('message') or 'no message'}"
+                         f"): it runs again, that attempt kept in {kept}")
+                result = None
+        elif earlier is not None and (kept := self._set_aside(run_dir, EARLIER_DIR, read_back=False)):
+            self.log(f"{strategy} {spec.name} was measured before ({earlier.get('outcome')}) with other settings "
+                     f"({_other_settings(earlier, spec)}): it runs again, that probe kept in {kept}")
         if result is None:
             left = None if c.budget_s is None else c.budget_s - (time.time() - self.t0)
             if left is not None and left < c.min_probe_s:  # counted and shown: the summary says the sweep is cut
@@ -340,11 +346,11 @@ class Sweep:
         self._progress(result)
         return result
 
-    def _set_aside(self, run_dir: Path, read_back: bool = True) -> Path | None:
-        """Moves a failed probe's run directory to <out>/failed/<strategy>/<probe>-<n> (out of runs/, whose probes
-        a rebuilt summary reads), where its new attempt leaves it be; None, if it cannot: the probe is read back,
-        or, not `read_back` (of other settings), run again over it."""
-        parent = self.cfg.out / FAILED_DIR / run_dir.parent.name
+    def _set_aside(self, run_dir: Path, into: str, read_back: bool = True) -> Path | None:
+        """Moves a probe's run directory to <out>/<into>/<strategy>/<probe>-<n> (out of runs/, whose probes a rebuilt
+        summary reads), where its new attempt leaves it be; None, if it cannot: the probe is read back, or, not
+        `read_back` (of other settings), run again over it."""
+        parent = self.cfg.out / into / run_dir.parent.name
         try:
             parent.mkdir(parents=True, exist_ok=True)
             n = 1
@@ -353,7 +359,7 @@ class Sweep:
             run_dir.rename(kept)
         except OSError as e:
             then = "its failure is read back" if read_back else "it runs again over that attempt"
-            print(f"note: {run_dir} cannot be moved to {parent} to run that failed probe again: {os_reason(e)}; "
+            print(f"note: {run_dir} cannot be moved to {parent} to run that probe again: {os_reason(e)}; "
                   f"{then}", file=sys.stderr)
             return None
         return kept
@@ -499,14 +505,22 @@ def not_probed_after(first: ProbeResult, spec: ProbeSpec, num_params: int) -> Pr
     return ProbeResult(spec, NOT_PROBED, why, num_params=num_params, extra={"after": first.stop_record()})
 
 
-def _failure_in(run_dir: Path) -> str | None:
-    """The message ("" for none) of a `failed` probe recorded in `run_dir`, whatever its settings; None where none is,
+def _recorded_in(run_dir: Path) -> dict | None:
+    """The probe recorded in `run_dir` (run.json's `capacity`), whatever its settings and outcome; None where none is,
     or its run.json cannot be read (said already, as the probe was read back)."""
     try:
         cap = read_run_json(run_dir).get("capacity")
     except (RunJsonError, OSError):
         return None
-    return (cap.get("message") or "") if isinstance(cap, dict) and cap.get("outcome") == "failed" else None
+    return cap if isinstance(cap, dict) and cap.get("outcome") else None
+
+
+def _other_settings(cap: dict, spec: ProbeSpec) -> str:
+    """How a probe recorded before differs from `spec`: `nproc=1, max_seq_len=64`, or the machine or time limit."""
+    stored = recorded_spec(cap) if isinstance(cap.get("probe"), dict) else {}
+    asked = asdict(spec)
+    return ", ".join(f"{k}={stored.get(k)}" for k in asked if stored.get(k) != asked[k]) or \
+        "another device or a shorter --time-per-point"
 
 
 def _powers_of_two(top: int) -> list[int]:

@@ -1016,6 +1016,47 @@ def test_a_failed_probe_of_other_settings_is_kept_as_a_failed_attempt(tmp_path, 
     assert any(str(kept) in line and "rank 0 crashed" in line for line in lines)
 
 
+@pytest.mark.parametrize("earlier, says", [("nproc", "nproc=1"), ("seq", "max_seq_len=64"),
+                                            ("gpu", "another device or a shorter --time-per-point")])
+def test_a_measured_probe_of_other_settings_is_kept_when_it_runs_again(tmp_path, monkeypatch, earlier, says):
+    """Regression: `capacity --gpus 2` into the --out of a `--gpus 1` sweep (or another --seq, or another GPU) ran each
+    probe again over the run directory of the one measured before: its figures and its log were deleted. It is moved
+    to <out>/earlier/ first, and the log says with what it was measured."""
+    from bench.capacity import sweep as sweepmod
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import Sweep, SweepConfig
+
+    cpu = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
+           "host_available_bytes": 8 << 30}
+    now = ProbeSpec("fsdp", 4, max_seq_len=128, nproc=2, device_type="cpu")
+    before = ProbeSpec("fsdp", 4, nproc=1 if earlier == "nproc" else 2, max_seq_len=64 if earlier == "seq" else 128,
+                       device_type="cpu")
+    assert before.name == now.name  # one run directory for both
+    run_dir = tmp_path / "runs" / "fsdp" / now.name
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").write_text("measured before\n")
+    extra = dict(cpu, device_bytes=2 << 30) if earlier == "gpu" else cpu
+    update_run_json(run_dir, capacity=ProbeResult(before, "ok", tok_per_sec=7.0, extra=extra).record())
+
+    def run_probe(spec, run_dir, *a, **k):
+        shutil.rmtree(run_dir, ignore_errors=True)  # as run_probe does
+        run_dir.mkdir(parents=True)
+        return ProbeResult(spec, "ok", tok_per_sec=1.0)
+
+    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
+    lines: list[str] = []
+    sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
+    sweep.__dict__.update(cfg=SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4], nproc=2, max_seq_len=128),
+                          log=lines.append, results=[], t0=0, out_of_time=False, machine=cpu, data={}, host_floor=0)
+    result = sweep.probe("fsdp", Shape(123, 4), 1)
+    assert result.tok_per_sec == 1.0 and not result.reused
+    kept = tmp_path / "earlier" / "fsdp" / f"{now.name}-1"
+    assert (kept / "train.log").read_text() == "measured before\n"
+    assert read_probe(before, kept).tok_per_sec == 7.0  # its record kept with it
+    assert any(str(kept) in line and f"({says})" in line for line in lines), lines
+
+
 def test_depths_points_not_probed_after_a_failure_are_in_the_summary_the_csv_and_the_report(tmp_path, monkeypatch):
     """Regression: --depths 2,4,6 at an aspect ratio whose d2 point crashed skipped d4 and d6, said so in the log
     alone: summary.json, probes.csv and the report listed d2 only, as if d4 and d6 had never been asked for."""

@@ -11,7 +11,7 @@ Then, for every model that trained at batch 1, the largest power-of-two batch th
 maximises it. A time budget stops the sweep between probes (and cuts a running one).
 Every probe's run directory is `<out>/runs/<strategy>/<shape>-b<batch>/`; done ones are read back, so
 running the same command again resumes (a `failed` one runs again, its attempt moved to `<out>/failed/`;
-one measured with other settings runs again too, moved to `<out>/earlier/` first).
+one measured with other settings runs again too, moved to `<out>/earlier/` first, as is a summary of them).
 `<out>/summary.json` and `<out>/probes.csv` hold the results, and the --depths points not probed, with why.
 """
 
@@ -41,6 +41,7 @@ NOT_PROBED = "not probed"  # the outcome of a --depths point skipped after a sma
 FAILED_DIR = "failed"  # <out>/failed/<strategy>/<probe>-<n>: the earlier attempts of a failed probe run again
 EARLIER_DIR = "earlier"  # <out>/earlier/<strategy>/<probe>-<n>: probes of other settings, run again since
 REFERENCE = "fsdp"  # capacities are compared with FSDP's (NNTile's own comparison)
+PROBE_SETTINGS = ("nproc", "max_seq_len", "steps", "vocab_size", "memory_limit")  # the sweep's, in each ProbeSpec
 MACHINE_KEYS = ("device_type", "gpu_name", "device_bytes", "host_bytes")  # recorded with each probe
 SMI_TIMEOUT_S = 30  # nvidia-smi answers in well under a second; a wedged driver may never answer
 # torch's import and CUDA's start-up, from a shared file system on a node of 8 GPUs, take tens of seconds
@@ -493,10 +494,48 @@ class Sweep:
         summary = summarize(dict(asdict(self.cfg), out=str(self.cfg.out)), self.machine, self.results, searches,
                             self.not_probed)
         summary["interrupted"] = self.interrupted
+        self._keep_earlier_summary(summary)
         save_summary(self.cfg.out, summary)
         for line in format_table(summary):
             self.log(line)
         return summary
+
+
+    def _keep_earlier_summary(self, summary: dict) -> None:
+        """An earlier sweep's summary.json of other probe settings or another machine (and its probes.csv), moved to
+        <out>/earlier/summary-<n>.json, not replaced by this sweep's: its probes were moved there too."""
+        out = self.cfg.out
+        try:
+            earlier = json.loads((out / SUMMARY_JSON).read_text())
+        except (OSError, ValueError):  # none yet, or one a kill cut short: nothing to keep
+            return
+        if not isinstance(earlier, dict) or _settings(earlier) == _settings(summary):
+            return
+        n = 1
+        while (out / EARLIER_DIR / f"summary-{n}.json").exists():
+            n += 1
+        try:
+            (out / EARLIER_DIR).mkdir(exist_ok=True)
+            for name, stem in ((SUMMARY_JSON, "summary"), (PROBES_CSV, "probes")):
+                if (out / name).exists():
+                    (out / name).rename(out / EARLIER_DIR / f"{stem}-{n}{Path(name).suffix}")
+        except OSError as e:
+            print(f"note: the summary of an earlier sweep of other settings cannot be moved to {out / EARLIER_DIR}: "
+                  f"{os_reason(e)}; this sweep's replaces it", file=sys.stderr)
+            return
+        self.log(f"the summary of an earlier sweep of other settings ({_other_settings_of(earlier, summary)}) is kept "
+                 f"in {out / EARLIER_DIR / f'summary-{n}.json'}")
+
+
+def _settings(summary: dict) -> dict:
+    """What a sweep's probes were measured with: its probe settings and its machine."""
+    config, machine = summary.get("config") or {}, summary.get("machine") or {}
+    return {**{k: config.get(k) for k in PROBE_SETTINGS}, **{k: machine.get(k) for k in MACHINE_KEYS}}
+
+
+def _other_settings_of(earlier: dict, summary: dict) -> str:
+    was, now = _settings(earlier), _settings(summary)
+    return ", ".join(f"{k}={was[k]}" for k in now if was[k] != now[k])
 
 
 def not_probed_after(first: ProbeResult, spec: ProbeSpec, num_params: int) -> ProbeResult:

@@ -602,6 +602,28 @@ def gh200_sweep(tmp_path, monkeypatch, strategies: list[str]):
     return sweep, lines
 
 
+def test_the_summary_of_a_sweep_of_other_settings_is_kept_beside_its_probes(tmp_path, monkeypatch):
+    """Regression: a sweep into the --out of one with another --gpus replaced its summary.json and probes.csv: the
+    earlier sweep's capacities were lost to `capacity --report`. They move to <out>/earlier/ (where its probes go);
+    a resumed sweep of the same settings, or a second summary of the same sweep, replaces its own."""
+    sweep, lines = gh200_sweep(tmp_path, monkeypatch, ["fsdp"])
+    monkeypatch.setattr(sweep.cfg, "depths", [2])
+    monkeypatch.setattr(sweep.cfg, "search", False)
+    sweep._passes()
+    sweep.write_summary()
+    sweep.write_summary()  # the same sweep, again (a stop after its end): nothing set aside
+    assert not (tmp_path / "earlier").exists()
+    monkeypatch.setattr(sweep.cfg, "nproc", 2)  # the same --out, with --gpus 2
+    sweep.results, lines[:] = [], []
+    sweep._passes()
+    second = sweep.write_summary()
+    kept = tmp_path / "earlier" / "summary-1.json"
+    assert json.loads(kept.read_text())["config"]["nproc"] == 1
+    assert (tmp_path / "earlier" / "probes-1.csv").read_text().count("\n") == 2  # its header and its d2 probe
+    assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(second))
+    assert any(str(kept) in line and "nproc=1" in line for line in lines), lines
+
+
 @pytest.mark.parametrize("free_gib, held", [(60, 35 << 30), (94.8, None)])
 def test_a_capacity_bounded_by_memory_other_processes_held_says_so(tmp_path, monkeypatch, free_gib, held):
     """A shared GPU (--no-exclusive, a workstation): another job held 35 of its 95 GiB, d4 ran out of memory, and

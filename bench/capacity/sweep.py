@@ -500,7 +500,6 @@ class Sweep:
             self.log(line)
         return summary
 
-
     def _keep_earlier_summary(self, summary: dict) -> None:
         """An earlier sweep's summary.json of other probe settings or another machine (and its probes.csv), moved to
         <out>/earlier/summary-<n>.json, not replaced by this sweep's: its probes were moved there too."""
@@ -523,19 +522,15 @@ class Sweep:
             print(f"note: the summary of an earlier sweep of other settings cannot be moved to {out / EARLIER_DIR}: "
                   f"{os_reason(e)}; this sweep's replaces it", file=sys.stderr)
             return
-        self.log(f"the summary of an earlier sweep of other settings ({_other_settings_of(earlier, summary)}) is kept "
-                 f"in {out / EARLIER_DIR / f'summary-{n}.json'}")
+        was = _changed(_settings(earlier), _settings(summary))
+        self.log(f"the summary of an earlier sweep of other settings ({was}) is kept in "
+                 f"{out / EARLIER_DIR / f'summary-{n}.json'}")
 
 
 def _settings(summary: dict) -> dict:
     """What a sweep's probes were measured with: its probe settings and its machine."""
     config, machine = summary.get("config") or {}, summary.get("machine") or {}
     return {**{k: config.get(k) for k in PROBE_SETTINGS}, **{k: machine.get(k) for k in MACHINE_KEYS}}
-
-
-def _other_settings_of(earlier: dict, summary: dict) -> str:
-    was, now = _settings(earlier), _settings(summary)
-    return ", ".join(f"{k}={was[k]}" for k in now if was[k] != now[k])
 
 
 def not_probed_after(first: ProbeResult, spec: ProbeSpec, num_params: int) -> ProbeResult:
@@ -555,11 +550,14 @@ def _recorded_in(run_dir: Path) -> dict | None:
 
 
 def _other_settings(cap: dict, spec: ProbeSpec) -> str:
-    """How a probe recorded before differs from `spec`: `nproc=1, max_seq_len=64`, or the machine or time limit."""
+    """How a probe recorded before differs from `spec`: its settings, or else the machine or time limit."""
     stored = recorded_spec(cap) if isinstance(cap.get("probe"), dict) else {}
-    asked = asdict(spec)
-    return ", ".join(f"{k}={stored.get(k)}" for k in asked if stored.get(k) != asked[k]) or \
-        "another device or a shorter --time-per-point"
+    return _changed(stored, asdict(spec)) or "another device or a shorter --time-per-point"
+
+
+def _changed(was: dict, now: dict) -> str:
+    """`nproc=1, max_seq_len=64`: the values `was` recorded where they differ from `now`'s."""
+    return ", ".join(f"{k}={was.get(k)}" for k in now if was.get(k) != now[k])
 
 
 def _powers_of_two(top: int) -> list[int]:

@@ -1004,34 +1004,45 @@ def test_a_resumed_sweep_runs_a_failed_probe_again_keeping_the_failed_attempt(tm
     assert sweep.probe("fsdp", Shape(123, 4), 1).reused  # ok is a fact of the size: read back
 
 
-@pytest.mark.parametrize("earlier", ["steps", "gpu"])
-def test_a_failed_probe_of_other_settings_is_kept_as_a_failed_attempt(tmp_path, monkeypatch, earlier):
-    """Regression: a `failed` probe of another --steps (or measured on another GPU) was not moved to <out>/failed/
-    as a failed probe of the same settings is: the new attempt deleted its run directory, and its log with it."""
+CPU_HOST = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
+            "host_available_bytes": 8 << 30}
+
+
+def rerunning_cpu_sweep(monkeypatch, cfg) -> tuple:
+    """A sweep of `cfg` on a CPU host whose probes, when run, end ok (their run directory emptied first, as run_probe
+    does), without probing the machine; (sweep, its log)."""
     from bench.capacity import sweep as sweepmod
     from bench.capacity.probe import ProbeResult
-    from bench.capacity.search import Shape
-    from bench.capacity.sweep import Sweep, SweepConfig
-
-    cpu = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
-           "host_available_bytes": 8 << 30}
-    spec = ProbeSpec("fsdp", 4, steps=4 if earlier == "steps" else 3, device_type="cpu")
-    run_dir = tmp_path / "runs" / "fsdp" / spec.name
-    run_dir.mkdir(parents=True)
-    (run_dir / "train.log").write_text("rank 0 crashed\n")
-    extra = dict(cpu, device_bytes=2 << 30) if earlier == "gpu" else cpu
-    update_run_json(run_dir, capacity=ProbeResult(spec, "failed", "rank 0 crashed", extra=extra).record())
+    from bench.capacity.sweep import Sweep
 
     def run_probe(spec, run_dir, *a, **k):
-        shutil.rmtree(run_dir, ignore_errors=True)  # as run_probe does
+        shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
         return ProbeResult(spec, "ok", tok_per_sec=1.0)
 
     monkeypatch.setattr(sweepmod, "run_probe", run_probe)
     lines: list[str] = []
     sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
-    sweep.__dict__.update(cfg=SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4]), log=lines.append,
-                          results=[], t0=0, out_of_time=False, machine=cpu, data={}, host_floor=0)
+    sweep.__dict__.update(cfg=cfg, log=lines.append, results=[], t0=0, out_of_time=False, machine=CPU_HOST, data={},
+                          host_floor=0)
+    return sweep, lines
+
+
+@pytest.mark.parametrize("earlier", ["steps", "gpu"])
+def test_a_failed_probe_of_other_settings_is_kept_as_a_failed_attempt(tmp_path, monkeypatch, earlier):
+    """Regression: a `failed` probe of another --steps (or measured on another GPU) was not moved to <out>/failed/
+    as a failed probe of the same settings is: the new attempt deleted its run directory, and its log with it."""
+    from bench.capacity.probe import ProbeResult
+    from bench.capacity.search import Shape
+    from bench.capacity.sweep import SweepConfig
+
+    spec = ProbeSpec("fsdp", 4, steps=4 if earlier == "steps" else 3, device_type="cpu")
+    run_dir = tmp_path / "runs" / "fsdp" / spec.name
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.log").write_text("rank 0 crashed\n")
+    extra = dict(CPU_HOST, device_bytes=2 << 30) if earlier == "gpu" else CPU_HOST
+    update_run_json(run_dir, capacity=ProbeResult(spec, "failed", "rank 0 crashed", extra=extra).record())
+    sweep, lines = rerunning_cpu_sweep(monkeypatch, SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4]))
     assert sweep.probe("fsdp", Shape(123, 4), 1).outcome == "ok"
     kept = tmp_path / "failed" / "fsdp" / f"{spec.name}-1"
     assert (kept / "train.log").read_text() == "rank 0 crashed\n"
@@ -1044,13 +1055,10 @@ def test_a_measured_probe_of_other_settings_is_kept_when_it_runs_again(tmp_path,
     """Regression: `capacity --gpus 2` into the --out of a `--gpus 1` sweep (or another --seq, or another GPU) ran each
     probe again over the run directory of the one measured before: its figures and its log were deleted. It is moved
     to <out>/earlier/ first, and the log says with what it was measured."""
-    from bench.capacity import sweep as sweepmod
     from bench.capacity.probe import ProbeResult
     from bench.capacity.search import Shape
-    from bench.capacity.sweep import Sweep, SweepConfig
+    from bench.capacity.sweep import SweepConfig
 
-    cpu = {"device_type": "cpu", "gpu_name": None, "device_bytes": 1 << 30, "host_bytes": 8 << 30,
-           "host_available_bytes": 8 << 30}
     now = ProbeSpec("fsdp", 4, max_seq_len=128, nproc=2, device_type="cpu")
     before = ProbeSpec("fsdp", 4, nproc=1 if earlier == "nproc" else 2, max_seq_len=64 if earlier == "seq" else 128,
                        device_type="cpu")
@@ -1058,19 +1066,10 @@ def test_a_measured_probe_of_other_settings_is_kept_when_it_runs_again(tmp_path,
     run_dir = tmp_path / "runs" / "fsdp" / now.name
     run_dir.mkdir(parents=True)
     (run_dir / "train.log").write_text("measured before\n")
-    extra = dict(cpu, device_bytes=2 << 30) if earlier == "gpu" else cpu
+    extra = dict(CPU_HOST, device_bytes=2 << 30) if earlier == "gpu" else CPU_HOST
     update_run_json(run_dir, capacity=ProbeResult(before, "ok", tok_per_sec=7.0, extra=extra).record())
-
-    def run_probe(spec, run_dir, *a, **k):
-        shutil.rmtree(run_dir, ignore_errors=True)  # as run_probe does
-        run_dir.mkdir(parents=True)
-        return ProbeResult(spec, "ok", tok_per_sec=1.0)
-
-    monkeypatch.setattr(sweepmod, "run_probe", run_probe)
-    lines: list[str] = []
-    sweep = Sweep.__new__(Sweep)  # the sweep's own method, without probing the machine
-    sweep.__dict__.update(cfg=SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4], nproc=2, max_seq_len=128),
-                          log=lines.append, results=[], t0=0, out_of_time=False, machine=cpu, data={}, host_floor=0)
+    cfg = SweepConfig(out=tmp_path, strategies=["fsdp"], depths=[4], nproc=2, max_seq_len=128)
+    sweep, lines = rerunning_cpu_sweep(monkeypatch, cfg)
     result = sweep.probe("fsdp", Shape(123, 4), 1)
     assert result.tok_per_sec == 1.0 and not result.reused
     kept = tmp_path / "earlier" / "fsdp" / f"{now.name}-1"

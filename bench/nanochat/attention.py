@@ -14,7 +14,6 @@ PyTorch's flash kernel (benchmarks/step_floor.py). Forcing flash and memory-effi
 d20 step 7% slower on one H200 (3,684 ms against 3,421; results/h200-d20/README.md).
 """
 
-import os
 import warnings
 
 import torch
@@ -23,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bench.errors import ConfigError
 from bench.contract import ENV_FORCE_FLASH_SDPA
-from bench.nanochat.config import FALSE_WORDS, SDPA_BACKEND_NAMES, TRUE_WORDS, bool_word
+from bench.nanochat.config import SDPA_BACKEND_NAMES
 
 # The kernels a forced run may use, as --sdpa_backends names them; the math kernel is deliberately absent.
 FORCED = "cudnn,flash,efficient"
@@ -82,17 +81,6 @@ def force_flash_attention() -> list[str]:
     fails (causal_attention says why) instead of falling back. A switch of the process, like
     --sdpa_backends, not of the model: the model's code and config are the same either way."""
     return restrict_sdpa_backends(FORCED)
-
-
-def force_flash_from_env(environ=os.environ) -> bool:
-    """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (a boolean flag's true words: 1/true/yes/on).
-    Another word is a ConfigError: read as off, a misspelt `=ture` let attention fall back to the math kernel."""
-    raw = environ.get(ENV_FORCE_FLASH_SDPA, "")
-    forced = bool_word(raw) if raw.strip() else False  # set empty: off, as unset
-    if forced is None:
-        raise ConfigError(f"{ENV_FORCE_FLASH_SDPA}={raw!r}: give {'/'.join(TRUE_WORDS)} to force flash SDPA, "
-                          f"{'/'.join(FALSE_WORDS)} (or leave it unset) not to")
-    return forced
 
 
 def _describe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:

@@ -13,9 +13,11 @@ out of scope for a throughput benchmark, is refused with a clear message unless 
 import argparse
 import functools
 import math
+import os
 import re
 from dataclasses import MISSING, dataclass, fields
 
+from bench.contract import ENV_FORCE_FLASH_SDPA
 from bench.contract import field as _f  # a default and its one-line meaning: the contract's own fields too
 from bench.errors import ConfigError, FlagValueError, UnknownFlags, close_hint
 from bench.runside.heartbeat import INTERVAL_S, SILENT_AFTER_S
@@ -280,6 +282,17 @@ def bool_word(text: str) -> bool | None:
     """True or False for a boolean flag's word in any case (TRUE_WORDS, FALSE_WORDS), None for another word."""
     value = text.strip().lower()
     return True if value in TRUE_WORDS else False if value in FALSE_WORDS else None
+
+
+def force_flash_from_env(environ=os.environ) -> bool:
+    """True when NANOCHAT_FORCE_FLASH_SDPA asks for forced kernels (a boolean flag's true words: 1/true/yes/on).
+    Another word is a ConfigError: read as off, a misspelt `=ture` let attention fall back to the math kernel."""
+    raw = environ.get(ENV_FORCE_FLASH_SDPA, "")
+    forced = bool_word(raw) if raw.strip() else False  # set empty: off, as unset
+    if forced is None:
+        raise ConfigError(f"{ENV_FORCE_FLASH_SDPA}={raw!r}: give {'/'.join(TRUE_WORDS)} to force flash SDPA, "
+                          f"{'/'.join(FALSE_WORDS)} (or leave it unset) not to")
+    return forced
 
 
 def _parse_bool(text: str) -> bool:

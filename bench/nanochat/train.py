@@ -29,13 +29,13 @@ import torch
 from bench import nccl_log
 from bench.errors import BenchError, ConfigError, first_line
 from bench.metrics import WARMUP_STEPS, mfu_percent
-from bench.nanochat.attention import (check_forced_attention, force_flash_attention, force_flash_from_env,
-                                      restrict_sdpa_backends)
+from bench.nanochat.attention import check_forced_attention, force_flash_attention, restrict_sdpa_backends
 from bench.nanochat.checkpoint import (check_writable, load_model_state, load_optimizer_states, phase_dir,
                                       save_checkpoint)
 from bench.nanochat.common import print0
 from bench.nanochat.compute import topology
-from bench.nanochat.config import TrainConfig, check_horizon, grad_accum_steps, parse_args, training_horizon
+from bench.nanochat.config import (TrainConfig, check_horizon, force_flash_from_env, grad_accum_steps, parse_args,
+                                   training_horizon)
 from bench.nanochat.gpt import GPTConfig, build_model
 from bench.runside.guard import DivergenceGuard
 from bench.nanochat.network_gate import network_facts

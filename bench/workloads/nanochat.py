@@ -97,8 +97,7 @@ class Nanochat(TorchrunStage):
     weak_scaled = ("total_batch_size", "device batch x sequence x ranks")
 
     def check(self, argv: list[str], nproc: int) -> None:
-        from bench.nanochat.attention import force_flash_from_env
-        from bench.nanochat.config import grad_accum_steps
+        from bench.nanochat.config import force_flash_from_env, grad_accum_steps  # torch-free: no torch here
 
         config = self.parse(argv)
         force_flash_from_env()  # a word it cannot read, here before torchrun starts (each rank reads it again)

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from bench.errors import ConfigError
 from bench.nanochat.attention import (FlashAttentionUnavailable, causal_attention, check_forced_attention,
-                                      force_flash_attention, force_flash_from_env, restrict_sdpa_backends)
-from bench.nanochat.config import parse_args
+                                      force_flash_attention, restrict_sdpa_backends)
+from bench.nanochat.config import force_flash_from_env, parse_args
 from bench.nanochat.gpt import GPTConfig, build_model
 
 

@@ -244,3 +244,17 @@ def test_what_a_workload_stages_is_checked_by_its_own_missing_staged(name, tmp_p
     else:
         assert "\n" not in missing and str(tmp_path) in missing
         assert f"`nanochat-bench {' '.join(workload.staging_command())}`" in missing
+
+
+@pytest.mark.parametrize("name", [n for n in workloads.names() if n != "nntile"])
+def test_the_checks_before_torchrun_leave_torch_to_the_ranks(name, tmp_path):
+    """Regression: `train` checked NANOCHAT_FORCE_FLASH_SDPA through the attention module, which imports torch:
+    2 s of every local pre-training run's start went to a torch the command line never used."""
+    argv = ["-i", "base"] if name == "chat_eval" else []  # the one stage with a flag it cannot do without
+    code = (f"import sys\nfrom bench import workloads\nworkloads.get({name!r}).check({argv!r}, 2)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])")
+    env = {**os.environ, "NANOCHAT_BASE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("NANOCHAT_VAL_FILES_K", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout

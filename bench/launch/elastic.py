@@ -73,7 +73,7 @@ from bench.launch import numabind
 from bench.nanochat import numanode
 from bench.runside.heartbeat import ended_peer, waited_for
 from bench.runside.runrecord import say
-from bench.processes import children_of, oom_kills, oom_killed_since
+from bench.processes import children_of, exit_now, oom_kills, oom_killed_since
 
 SHUTDOWN_TIMEOUT_S = 10
 # The workers torchrun signalled to stop once one had failed (SIGTERM, SIGKILL after the shutdown wait): torchrun
@@ -356,4 +356,4 @@ def not_started(run_dir: str | None, cause: str, code: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without Python's teardown of torch (bench/processes.py)

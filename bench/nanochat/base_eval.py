@@ -10,7 +10,6 @@ another (a sweep's checkpoints live under <sweep>-<hash>/<run> tags). Figures: a
 centred) and one for CORE; run.json `scores` holds each task's accuracy and CORE.
 """
 
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +18,7 @@ from bench.contract import write_text_atomic
 from bench.nanochat import stagerun
 from bench.nanochat.base_eval_config import BaseEvalConfig, parse
 from bench.nanochat.common import get_base_dir, print0
+from bench.processes import exit_now
 from bench.workloads.base_eval import RUN_WORKLOAD
 
 CSV_IN_RUN_DIR = "base_eval.csv"
@@ -85,4 +85,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without Python's teardown of torch (bench/processes.py)

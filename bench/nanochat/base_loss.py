@@ -11,7 +11,6 @@ Figures: `score` events train_bpb and val_bpb (each with the sequences and token
 a `val` event at the checkpoint's step, run.json `scores`.
 """
 
-import sys
 import time
 from dataclasses import asdict
 
@@ -22,6 +21,7 @@ from bench.nanochat import stagerun
 from bench.nanochat.base_loss_config import SPLITS, BaseLossConfig, parse
 from bench.nanochat.common import print0
 from bench.nanochat.train import SAMPLE_PROMPTS as PROMPTS  # base_train's, which base_loss prints completed
+from bench.processes import exit_now
 from bench.workloads.base_loss import RUN_WORKLOAD
 
 SAMPLE_TOKENS = 16
@@ -122,4 +122,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without Python's teardown of torch (bench/processes.py)

@@ -37,6 +37,7 @@ from bench.nanochat.tasks.humaneval import HumanEval
 from bench.nanochat.tasks.mmlu import MMLU
 from bench.nanochat.tasks.spellingbee import SpellingBee
 from bench.nanochat.tokenizer import get_tokenizer
+from bench.processes import exit_now
 
 # the tasks by name, built as upstream's run_chat_eval builds them
 TASKS = {
@@ -255,4 +256,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())  # without Python's teardown of torch (bench/processes.py)

@@ -21,7 +21,6 @@ into run.json `scores` (val_loss, train_loss, mmlu_acc, arc_easy_acc) and the ch
 """
 
 import math
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -39,6 +38,7 @@ from bench.runside.guard import DivergenceGuard, check_finite
 from bench.runside.runrecord import RunRecord
 from bench.nanochat.sftconfig import SFTConfig, parse_sft_args, sft_grad_accum
 from bench.nanochat.sftloader import sft_batches
+from bench.processes import exit_now
 from bench.workloads.chat_sft import RUN_WORKLOAD
 
 STEP_LINE = "Step {:05d}/{:05d} | Training loss: {:.6f}| lrm: {:.6f}| num_tokens: {:,}"  # upstream's, verbatim
@@ -242,4 +242,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without Python's teardown of torch (bench/processes.py)

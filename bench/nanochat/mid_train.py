@@ -20,7 +20,6 @@ import os
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before CUDA initialises
 
 import math  # noqa: E402
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -31,6 +30,7 @@ from bench.metrics import WARMUP_STEPS, mfu_percent
 from bench.nanochat.config import (LEARNING_RATES, RunSettings, check_model_tag, check_weight_decay, grad_accum_steps,
                                    parse_config)
 from bench.nanochat.common import print0
+from bench.processes import exit_now
 from bench.runside.guard import DivergenceGuard
 from bench.runside.runrecord import RunRecord
 
@@ -276,4 +276,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without Python's teardown of torch (bench/processes.py)

@@ -19,7 +19,6 @@ import math
 import pickle
 import socket
 import statistics
-import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -44,6 +43,7 @@ from bench.nanochat.profile import maybe_profile
 from bench.runside.runrecord import RunRecord
 from bench.nanochat import stagerun, steptimer
 from bench.paths import folder_tag
+from bench.processes import exit_now
 
 SAMPLE_PROMPTS = [
     "The capital of France is",
@@ -376,4 +376,4 @@ def main(argv: list[str] | None = None) -> int:
     return stagerun.main(train, parse_args, argv)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without Python's teardown of torch (bench/processes.py)

@@ -1,8 +1,13 @@
 """The kernel's out-of-memory kills counted in this process's cgroup (bench/processes.py), read from a cgroup tree
-written under tmp_path as the kernel shows it.
+written under tmp_path as the kernel shows it; and how a rank or a wrapper ends (exit_now).
 
     python -m pytest tests/unit/test_processes.py -q
 """
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +45,27 @@ def test_no_readable_count_cannot_tell(tmp_path, proc):
         tree(tmp_path, proc=proc)
     assert oom_kills(tmp_path) is None
     assert oom_killed_since(None, tmp_path) is None and oom_killed_since(0, tmp_path) is None
+
+
+def test_exit_now_ends_as_a_normal_exit_would_its_handlers_run_and_its_output_written(tmp_path):
+    """A rank's or a wrapper's end skips Python's teardown of its modules, and nothing else: atexit's handlers run,
+    Python's buffered output and C's (NCCL writes its debug file through C's stdio) reach their files, and the
+    status is the code given."""
+    program = textwrap.dedent(f"""
+        import atexit, ctypes
+        from bench.processes import exit_now
+        atexit.register(lambda: open({str(tmp_path / "handler")!r}, "w").write("ran"))
+        libc = ctypes.CDLL(None)
+        libc.fopen.restype = ctypes.c_void_p
+        c_file = libc.fopen({str(tmp_path / "c.log").encode()!r}, b"w")  # block-buffered, as a file is
+        libc.fputs(b"a line C holds in its buffer", ctypes.c_void_p(c_file))
+        print("a line Python holds in its buffer", end="")
+        exit_now(3)
+        """)
+    with open(tmp_path / "stdout", "w") as out:  # a file, not a terminal: Python buffers it
+        code = subprocess.run([sys.executable, "-c", program], stdout=out, cwd=Path(__file__).parents[2],
+                              timeout=60).returncode
+    assert code == 3
+    assert (tmp_path / "handler").read_text() == "ran"
+    assert (tmp_path / "stdout").read_text() == "a line Python holds in its buffer"
+    assert (tmp_path / "c.log").read_text() == "a line C holds in its buffer"

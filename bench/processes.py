@@ -90,11 +90,13 @@ def oom_killed_since(before: int | None, root: str | os.PathLike = "/") -> bool 
 def exit_now(code: int | None) -> NoReturn:
     """End this process as sys.exit(code) would, less Python's teardown of every module it imported: once torch
     is imported that takes 0.5 s of the process's end, 0.8 s with the trainer's modules, paid by every rank and
-    every wrapper of every run. atexit's handlers still run and buffered output is still written, Python's and
-    C's (NCCL's debug file, which the network gate reads); only the modules are left to the kernel."""
+    every wrapper of every run. atexit's handlers still run and Python's buffered output is written; then C's
+    exit() ends the process as a normal exit does after Python's part: C's atexit handlers (a profiler's, CUDA's),
+    C++'s destructors and a flush of C's streams (NCCL's debug file, which the network gate reads). Called through
+    PyDLL, which keeps the GIL: Python's other threads stay stopped, as in Python's own finalisation."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
-    ctypes.CDLL(None).fflush(None)
-    os._exit(code or 0)
+    ctypes.PyDLL(None).exit(code or 0)
+    os._exit(code or 0)  # not reached: exit() does not return

@@ -32,12 +32,14 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_S = 600
-# glibc's malloc keeps large blocks instead of mapping and unmapping them: the d2 runs on the README's 65,536-token
-# vocabulary allocate logits of hundreds of MB a step, and mapping them afresh took as much CPU time as training
-# (sys 51 s beside user 53 s for the first train command here, 8 s beside 56 s with this); the losses are the same.
+# glibc's malloc keeps large blocks instead of mapping and unmapping them: the d2 runs allocate logits of tens of MB a
+# step (hundreds on a 65,536-token vocabulary, where mapping them afresh took as much CPU time as training); on the
+# tour's 8,192 tokens the first train command takes 13.6 s here with this, 14.6 s without; the losses are the same.
 # Not for capacity's CPU stand-in, whose address-space cap was calibrated with malloc as usual.
 FAST_MALLOC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967295"
 ENV_SH = "bench/workloads/nntile/env.sh"
+_TOUR_TOKENIZER = re.search(r"^nanochat-bench tokenizer train --vocab_size (\d+)$", "\n".join(commands()), re.M)
+TOUR_VOCAB = int(_TOUR_TOKENIZER.group(1)) if _TOUR_TOKENIZER else None  # the tour's tokenizer's vocabulary
 CPU_SWEEP = next((c for c in commands() if c.startswith("nanochat-bench submit") and "--device_type cpu" in c), None)
 # run against a local stand-in of the Hugging Face Hub, in a base directory of their own (the main run stages
 # `data generate --chat` stand-ins there, which a download refuses to mix with), by
@@ -155,6 +157,7 @@ def test_every_readme_command_is_run_here_or_says_why_not():
     assert CPU_SWEEP is not None, "README shows no tiny CPU sweep (submit ... --device_type cpu)"
     assert D2_CONFIG is not None, "README no longer states d2.json as `d2.json` = `{...}`"
     assert len(D2_DATA) == 3, f"README's data for the NNTile comparison: {D2_DATA}"
+    assert TOUR_VOCAB is not None, "README's tour trains no tokenizer as `tokenizer train --vocab_size N`"
     stale = sorted((set(NOT_HERE) | set(EXIT_HERE)) - set(listed))
     assert not stale, f"NOT_HERE or EXIT_HERE name commands README no longer shows: {stale}"
 
@@ -221,13 +224,13 @@ def test_chat_download_runs_as_written_against_a_local_hub(tmp_path):
 
 def _gpt2_small_accepts(env: dict) -> None:
     """The README's GPT-2 small command (hours here, so not run) passes every check on the data the README
-    made: its vocabulary is the 65,536-token tokenizer's, not GPT-2's 50,257."""
+    made: its vocabulary is the tour's tokenizer's (`tokenizer train --vocab_size N`), not GPT-2's 50,257."""
     command = next(c for c in commands() if c.startswith("nanochat-bench train --workload nntile") and "d2" not in c)
     argv = shlex.split(command.split(" -- ", 1)[1])
     mp = pytest.MonkeyPatch()
     mp.setenv("NANOCHAT_BASE_DIR", env["NANOCHAT_BASE_DIR"])
     try:
         nntile.WORKLOAD.check(argv, 1)
-        assert nntile.WORKLOAD.manifest_config(argv)["gpt2"]["vocab_size"] == 65536
+        assert nntile.WORKLOAD.manifest_config(argv)["gpt2"]["vocab_size"] == TOUR_VOCAB
     finally:
         mp.undo()

@@ -20,10 +20,31 @@ COMMAND_GROUPS = ["data", "tokenizer", "workload", "capacity", "launch", "analys
 
 class _WholeFlags(argparse.ArgumentParser):
     """A command's flags by their whole names only: an abbreviation could stand for another flag than meant (nanochat's
-    --run d20, a run's name, read as --runtimes d20 or --run-dir d20)."""
+    --run d20, a run's name, read as --runtimes d20 or --run-dir d20).
 
-    def __init__(self, *args, **kwargs):
+    `flags=add` (a function of the parser) adds a command's flags the first time they are needed, to parse it or show
+    its help: flags that show a heavy module's settings then cost only that command its import, not every command."""
+
+    def __init__(self, *args, flags=None, **kwargs):
+        self._flags_to_add = flags
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def _add_flags(self) -> None:
+        add, self._flags_to_add = self._flags_to_add, None
+        if add is not None:
+            add(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._add_flags()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._add_flags()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._add_flags()
+        return super().format_help()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,6 @@ their pre-tokenized .bin form (bench/nanochat/tokbin.py)."""
 
 from bench.commands import nonempty
 from bench.errors import ConfigError
-from bench.nanochat import chatstage, data_origin, dataset, download, evalstage
 
 # Defaults of the shards' flags, applied by the commands: the parser leaves them None, so that one given beside
 # --chat or --eval-bundle (which write no shards) can be told from one left out
@@ -15,27 +14,8 @@ def register(subparsers) -> None:
                               "bundle) or generate offline ones")
     sub = p.add_subparsers(dest="data_command", metavar="<subcommand>", required=True)
 
-    d = sub.add_parser("download", help="download FineWeb-Edu shards (parallel, resumable, verified)")
-    d.add_argument("--chat", action="store_true", help="stage the chat data of mid-training, SFT and chat "
-                   "evaluation instead (no -n; --url is then a Hugging Face mirror, default $HF_ENDPOINT)")
-    d.add_argument("--eval-bundle", action="store_true",
-                   help="stage the CORE eval bundle of base_eval instead, into $NANOCHAT_BASE_DIR/eval_bundle (--url is "
-                        f"then the zip's URL, default ${evalstage.ENV_URL}, else upstream's)")
-    d.add_argument("--sha256", default=None, help="with --eval-bundle: the zip's expected SHA-256 (default: none "
-                   "published upstream; the digest seen is recorded in eval_bundle/origin.json)")
-    d.add_argument("-n", "--num-shards", type=int, default=None,
-                   help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240; required "
-                        "unless --chat or --eval-bundle")
-    d.add_argument("-w", "--workers", type=int, default=None, help=f"parallel downloads (default: {download.WORKERS})")
-    d.add_argument("--url", default=None, type=nonempty("--url", "a mirror's base URL"),
-                   help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
-    d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
-    d.add_argument("--timeout", type=float, default=download.READ_TIMEOUT_S,
-                   help=f"seconds a server may stay silent, or send under {download.MIN_RATE_B_S:,} bytes/s over "
-                        f"that span, before an attempt counts as failed (default: {download.READ_TIMEOUT_S:g}; "
-                        f"connecting gets at most {download.CONNECT_TIMEOUT_S:g})")
-    d.add_argument("--overwrite", action="store_true",
-                   help="replace shards that `data generate` made by the downloads (default: refuse to mix them)")
+    d = sub.add_parser("download", help="download FineWeb-Edu shards (parallel, resumable, verified)",
+                       flags=_download_flags)
     d.set_defaults(func=cmd_download)
 
     g = sub.add_parser("generate", help="write shards offline from text that ships with Python (no network)")
@@ -69,6 +49,33 @@ def register(subparsers) -> None:
     b.set_defaults(func=cmd_bin)
 
 
+def _download_flags(d) -> None:
+    """`data download`'s flags, whose defaults are the downloader's: added when the command is parsed (or its help
+    shown), so that no other command imports the downloader (requests, pyarrow: 0.3 s of every command's start)."""
+    from bench.nanochat import download, evalstage
+
+    d.add_argument("--chat", action="store_true", help="stage the chat data of mid-training, SFT and chat "
+                   "evaluation instead (no -n; --url is then a Hugging Face mirror, default $HF_ENDPOINT)")
+    d.add_argument("--eval-bundle", action="store_true",
+                   help="stage the CORE eval bundle of base_eval instead, into $NANOCHAT_BASE_DIR/eval_bundle (--url is "
+                        f"then the zip's URL, default ${evalstage.ENV_URL}, else upstream's)")
+    d.add_argument("--sha256", default=None, help="with --eval-bundle: the zip's expected SHA-256 (default: none "
+                   "published upstream; the digest seen is recorded in eval_bundle/origin.json)")
+    d.add_argument("-n", "--num-shards", type=int, default=None,
+                   help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240; required "
+                        "unless --chat or --eval-bundle")
+    d.add_argument("-w", "--workers", type=int, default=None, help=f"parallel downloads (default: {download.WORKERS})")
+    d.add_argument("--url", default=None, type=nonempty("--url", "a mirror's base URL"),
+                   help=f"base URL of a mirror (default: ${download.ENV_DATA_URL}, else {download.DEFAULT_BASE_URL})")
+    d.add_argument("--retries", type=int, default=5, help="attempts per shard (default: 5)")
+    d.add_argument("--timeout", type=float, default=download.READ_TIMEOUT_S,
+                   help=f"seconds a server may stay silent, or send under {download.MIN_RATE_B_S:,} bytes/s over "
+                        f"that span, before an attempt counts as failed (default: {download.READ_TIMEOUT_S:g}; "
+                        f"connecting gets at most {download.CONNECT_TIMEOUT_S:g})")
+    d.add_argument("--overwrite", action="store_true",
+                   help="replace shards that `data generate` made by the downloads (default: refuse to mix them)")
+
+
 def refuse_shard_flags(args, command: str, flags: dict[str, str], verb: str) -> None:
     """--chat and --eval-bundle stage or write their files whole: a shards' flag beside them went silently unread."""
     given = [flag for flag, dest in flags.items() if getattr(args, dest) is not None]
@@ -79,6 +86,8 @@ def refuse_shard_flags(args, command: str, flags: dict[str, str], verb: str) -> 
 
 
 def cmd_download(args) -> int:
+    from bench.nanochat import chatstage, dataset, download, evalstage
+
     if args.chat and args.eval_bundle:
         raise ConfigError("data download: --chat and --eval-bundle stage different things; give one at a time")
     if args.sha256 and not args.eval_bundle:
@@ -104,6 +113,8 @@ def cmd_download(args) -> int:
 def _refuse_a_set_training_cannot_split(num_shards: int) -> None:
     """Before writing: the directory must end up with the K validation files plus one for training, or the
     tokenizer and training refuse the set that was just generated."""
+    from bench.nanochat import dataset
+
     k = dataset.resolve_val_files_k()
     if not 1 <= num_shards <= k:  # more are enough; fewer than 1 is generate_shards' own error
         return
@@ -114,6 +125,8 @@ def _refuse_a_set_training_cannot_split(num_shards: int) -> None:
 
 
 def cmd_generate(args) -> int:
+    from bench.nanochat import chatstage, dataset, evalstage
+
     if args.chat and args.eval_bundle:
         raise ConfigError("data generate: --chat and --eval-bundle write different things; give one at a time")
     refuse_shard_flags(args, "generate", {"--shards": "shards", "--docs-per-shard": "docs_per_shard",
@@ -135,6 +148,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_info(args) -> int:
+    from bench.nanochat import data_origin, dataset
+
     k = dataset.resolve_val_files_k()
     print(f"shards in {dataset.data_dir()}: {len(dataset.list_parquet_files())}  (validation files K = {k})")
     for split in dataset.SPLITS:

@@ -22,7 +22,8 @@ def add_train_arguments(t) -> None:
                    help="characters of training text to use at most (default: 2,000,000,000, as speedrun)")
     t.add_argument("--doc_cap", type=int, default=10_000,
                    help="characters kept of each document (default: 10,000)")
-    t.add_argument("--vocab_size", type=int, default=65536, help="tokens incl. 9 special (default: 65536)")
+    t.add_argument("--vocab_size", type=int, default=tokenizer.DEFAULT_VOCAB_SIZE,
+                   help=f"tokens incl. 9 special (default: {tokenizer.DEFAULT_VOCAB_SIZE})")
     t.add_argument("--trainer", choices=tokenizer.TRAINERS, default="auto",
                    help="rustbpe = upstream's Rust trainer (pip install rustbpe), hf = HF tokenizers; "
                         "auto (default) = rustbpe when installed, else hf")

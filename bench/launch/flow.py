@@ -39,7 +39,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import contract, paths, workloads
-from bench.errors import ConfigError, DataError, FlagValueError, UnknownFlags, run_dir_error
+from bench.errors import BenchError, ConfigError, DataError, FlagValueError, UnknownFlags, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (IMAGE_STEP_MINUTES, Job, LaunchOptions, Run, build_run, check_allow_network,
@@ -543,7 +543,7 @@ def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable
     from bench.nanochat.tokenizer import TOKENIZER_PKL, tokenizer_dir
 
     if (tokenizer_dir() / TOKENIZER_PKL).is_file():
-        out(f"tokenizer: {tokenizer_dir()} exists, kept")
+        out(f"tokenizer: {tokenizer_dir()} exists, kept{_kept_vocabulary(tokenizer_args)}")
         return
     for command in (["tokenizer", "train", *tokenizer_args], ["tokenizer", "eval"]):
         cmd = [python, "-m", "bench.cli", *command]
@@ -558,6 +558,24 @@ def ensure_tokenizer(tokenizer_args: tuple[str, ...], python: str, out: Callable
                 proc.send_signal(stop.signum)
         if proc.wait() != 0 and not (stop is not None and stop.signum):
             raise ConfigError(f"the tokenizer could not be trained ({shlex.join(cmd)} failed); no stage was run")
+
+
+def _kept_vocabulary(tokenizer_args: tuple[str, ...]) -> str:
+    """The kept tokenizer's vocabulary, and the one the flow's `tokenizer train` would make where the two differ: a
+    tokenizer left by another use of the base directory (the README's CPU tour trains 8,192 tokens) is said, not
+    silently trained with."""
+    from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE, get_tokenizer
+
+    try:
+        have = get_tokenizer().get_vocab_size()
+    except BenchError:
+        return ""  # damaged: the first stage's own check names it
+    asked = dict(arg.lstrip("-").split("=", 1) for arg in tokenizer_args)  # --key=value, as --tokenizer-arg gives
+    want = int(asked.get("vocab_size", DEFAULT_VOCAB_SIZE))
+    if have == want:
+        return f" ({have:,} tokens)"
+    return (f" ({have:,} tokens, where this flow's `tokenizer train` would make {want:,}: move it away, or point "
+            f"NANOCHAT_BASE_DIR elsewhere, to train that one)")
 
 
 def run_local_flow(fs: FlowSweep, nproc: int, point_dir: Path, tokenizer_args: tuple[str, ...] = (),

@@ -41,6 +41,7 @@ TOKENIZER_PKL = "tokenizer.pkl"
 TOKEN_BYTES_PT = "token_bytes.pt"
 # Far above any LLM's vocabulary (GPT-4's is ~100k); HF's trainer aborts the process on sizes near 2^30 and
 # rustbpe overflows at 2^32, after all the text was read
+DEFAULT_VOCAB_SIZE = 65536  # upstream's (tok_train's --vocab_size), the speedrun's
 MAX_VOCAB = 1 << 24
 ELSEWHERE = f"{BASE_ELSEWHERE}, then run `nanochat-bench tokenizer train` again"
 FIX_TOKENIZER = "run `nanochat-bench tokenizer train` (after `nanochat-bench data generate` or `data download`)"
@@ -135,7 +136,7 @@ def check_settings(vocab_size: int, max_chars: int, doc_cap: int) -> None:
 
 
 def train_tokenizer(
-    vocab_size: int = 65536, max_chars: int = 10_000_000_000, doc_cap: int = 10_000, trainer: str = "auto",
+    vocab_size: int = DEFAULT_VOCAB_SIZE, max_chars: int = 10_000_000_000, doc_cap: int = 10_000, trainer: str = "auto",
     texts: Iterable[str] | None = None, elsewhere: str = ELSEWHERE,
 ) -> Path:
     """Train on the train split (or `texts`), save tokenizer.pkl and token_bytes.pt; return the directory.

@@ -7,6 +7,7 @@ flags of each point (its own model tag; pre-training saving at its end), and the
 
 import json
 import re
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -385,7 +386,6 @@ def test_a_second_flow_on_a_point_in_use_is_refused_and_leaves_the_running_stage
                                                                                        no_tokenizer):
     """A second `speedrun` on the same --run-dir set the first's running stage aside and trained beside it."""
     import subprocess
-    import sys
 
     from bench.runside.runclaim import RunDirBusy
 
@@ -466,7 +466,6 @@ def test_a_speedrun_killed_while_training_the_tokenizer_leaves_no_tokenizer_trai
     import os
     import signal
     import subprocess
-    import sys
     import time
 
     pid_file, fake = tmp_path / "child.pid", tmp_path / "python"
@@ -504,7 +503,6 @@ def test_a_speedrun_stopped_while_training_the_tokenizer_says_so_and_records_its
     import os
     import signal
     import subprocess
-    import sys
     import time
 
     pid_file, fake = tmp_path / "child.pid", tmp_path / "python"
@@ -833,7 +831,6 @@ def test_a_ctrl_c_as_a_stage_ends_ok_stops_the_flow_before_the_next_stage(twice,
     absorbed by the stage's launcher, so the flow never heard of it and went on to train the next stage."""
     import os
     import signal
-    import sys
 
     from bench import contract
 
@@ -997,3 +994,19 @@ def test_a_stage_without_a_deadline_has_its_whole_time_limit_for_its_estimate():
     train, loss = fs.points()[0][1]
     assert 6 * 60 - 36 < loss.est_hours * 3600 <= 6 * 60 and loss.short_time_note("stage") is None
     assert train.short_time_note("stage").startswith("--time 00:06:00 is under the stage's estimate of ")
+
+
+def test_a_kept_tokenizer_says_its_vocabulary_and_the_one_the_flow_would_train(base_dir_env):
+    """A tokenizer left in the base directory (the README's tour trains 8,192 tokens) was kept in one line that gave
+    no size: a speedrun of upstream's 65,536 ran on it unawares."""
+    from bench.nanochat.tokenizer import get_tokenizer
+
+    have = get_tokenizer().get_vocab_size()
+    said: list[str] = []
+    flow.ensure_tokenizer((), sys.executable, said.append)  # upstream's 65,536, the default
+    assert said == [f"tokenizer: {base_dir_env / 'tokenizer'} exists, kept ({have:,} tokens, where this flow's "
+                    f"`tokenizer train` would make 65,536: move it away, or point NANOCHAT_BASE_DIR elsewhere, to "
+                    f"train that one)"]
+    said.clear()
+    flow.ensure_tokenizer((f"--vocab_size={have}",), sys.executable, said.append)
+    assert said == [f"tokenizer: {base_dir_env / 'tokenizer'} exists, kept ({have:,} tokens)"]

@@ -39,9 +39,9 @@ SPECIAL_TOKENS = [
 TRAINERS = ("auto", "rustbpe", "hf")
 TOKENIZER_PKL = "tokenizer.pkl"
 TOKEN_BYTES_PT = "token_bytes.pt"
+DEFAULT_VOCAB_SIZE = 65536  # upstream's (tok_train's --vocab_size), the speedrun's
 # Far above any LLM's vocabulary (GPT-4's is ~100k); HF's trainer aborts the process on sizes near 2^30 and
 # rustbpe overflows at 2^32, after all the text was read
-DEFAULT_VOCAB_SIZE = 65536  # upstream's (tok_train's --vocab_size), the speedrun's
 MAX_VOCAB = 1 << 24
 ELSEWHERE = f"{BASE_ELSEWHERE}, then run `nanochat-bench tokenizer train` again"
 FIX_TOKENIZER = "run `nanochat-bench tokenizer train` (after `nanochat-bench data generate` or `data download`)"

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from bench import contract
 from bench.errors import DataError
+from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE
 from bench.contract import WORKLOAD as NANOCHAT_WORKLOAD
 from bench.workloads.base import ModelShape, PointContext, PointPlan, Settings
 from bench.workloads.stage import TorchrunStage, argv_of
 
-VOCAB_SIZE = 65536  # the recipe's tokenizer, for estimates made before any tokenizer is read
+VOCAB_SIZE = DEFAULT_VOCAB_SIZE  # the recipe's tokenizer, for estimates made before any tokenizer is read
 SWEEP_NUM_ITERATIONS = 200  # long enough for a steady state after warm-up and compile
 TRAIN_FLAGS_ALWAYS = {"core_metric_every": -1, "sample_every": -1}  # not part of a throughput benchmark
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from bench import paths, workloads
 from bench.commands import nonempty
 from bench.errors import ConfigError, os_reason
+from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE
 from bench.contract import ENV_BASE_DIR, RUN_JSON, RunJsonError, read_run_json
 
 # The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
@@ -33,7 +34,8 @@ SMOKE_TRAIN = dict(depth=2, max_seq_len=128, device_batch_size=4)
 def register(subparsers) -> None:
     m = subparsers.add_parser("model", help="parameters, FLOPs per token, dims and memory of a depth (no training)")
     m.add_argument("--depth", type=int, default=20, help="transformer depth (default: 20)")
-    m.add_argument("--vocab_size", type=int, default=65536, help="vocabulary size (default: 65536)")
+    m.add_argument("--vocab_size", type=int, default=DEFAULT_VOCAB_SIZE,
+                   help=f"vocabulary size (default: {DEFAULT_VOCAB_SIZE})")
     m.add_argument("--max_seq_len", type=int, default=2048, help="context length (default: 2048)")
     m.add_argument("--device_batch_size", type=int, default=32, help="for the memory estimate (default: 32)")
     m.add_argument("--world_size", type=int, default=1, help="ranks sharing optimizer state (default: 1)")
@@ -116,9 +118,9 @@ def trainer_flags_hint(parser: argparse.ArgumentParser, given: list[str], extra:
 STRATEGIES = ("zero2", "fsdp", "fsdp+ac", "fsdp+ac+offload")  # the memory estimate's rows (parallel.py)
 
 
-def model_summary(depth: int, vocab_size: int = 65536, max_seq_len: int = 2048, device_batch_size: int = 32,
-                  world_size: int = 1, total_batch_size: int = 524288, aspect_ratio: int = 64,
-                  compiled: bool = True) -> dict:
+def model_summary(depth: int, vocab_size: int = DEFAULT_VOCAB_SIZE, max_seq_len: int = 2048,
+                  device_batch_size: int = 32, world_size: int = 1, total_batch_size: int = 524288,
+                  aspect_ratio: int = 64, compiled: bool = True) -> dict:
     """Sizes of the GPT at `depth`, counted from its shape (GPTConfig, held equal to the built model: no model is
     built, which took minutes at a depth of 100000), and per memory strategy the predicted peak memory per rank on
     CUDA (bench/nanochat/memory.py); the trainer's default, zero2, gives the totals."""

@@ -1,8 +1,8 @@
 """`nanochat-bench model | train | preflight | smoke`: the workload's size, a local training run, the
 communication pre-flight, the smoke test.
 
-- `model --depth D [--json]`: parameters, FLOPs per token, dimensions and a memory estimate, from a
-  model built on the meta device (no memory, no training).
+- `model --depth D [--json]`: parameters, FLOPs per token, dimensions and a memory estimate, counted
+  from the GPT's shape (GPTConfig): no model is built, nothing trained.
 - `train [--workload NAME] [--nproc N] [--run-dir DIR] -- <trainer flags>`: the workload's
   trainer on this machine (bench/launch/local.py; bench/workloads/).
 - `smoke`: data, tokenizer and a tiny 2-rank training run in seconds, with no GPU and no network

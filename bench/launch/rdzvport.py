@@ -14,7 +14,7 @@ from __future__ import annotations  # the hosts' python3 may be older than the a
 import socket
 import sys
 
-SPAN = 10  # ports tried after the planned one; a run's neighbours in the job's block of 100 (one per run)
+SPAN = 10  # ports tried, the planned one first; a run's neighbours in the job's block of 100 (one per run)
 
 
 def is_free(port: int) -> bool:

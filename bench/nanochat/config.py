@@ -105,12 +105,12 @@ class RunSettings:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name}={getattr(self, name)}: must be a positive integer")
 
-    def check_rates(self, *names: str) -> None:
+    def check_rates(self, *names: str, what: str = "") -> None:
         """Each named learning rate (or fraction of one) must be finite and > 0."""
         for name in names:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"--{name}={value!r}: must be a finite number > 0 "
+                raise ConfigError(f"--{name}={value!r}: {what}must be a finite number > 0 "
                                   f"(default {type(self).__dataclass_fields__[name].default})")
 
 
@@ -195,11 +195,7 @@ class TrainConfig(RunSettings):
         if self.target_flops < 0 and self.target_flops != -1:
             raise ConfigError(f"--target_flops={self.target_flops}: give FLOPs > 0, or -1 to turn it off")
         super().validate()
-        for name in LEARNING_RATES:
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"--{name}={value!r}: a learning rate must be a finite number > 0 "
-                                  f"(default {TrainConfig.__dataclass_fields__[name].default})")
+        self.check_rates(*LEARNING_RATES, what="a learning rate ")
         check_weight_decay(self.weight_decay)
         for name in SCHEDULE_FRACTIONS:  # nan ended the run in a traceback at step 0; < 0 or > 1 bent the LR curve
             value = getattr(self, name)

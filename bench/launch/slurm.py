@@ -43,6 +43,8 @@ def _run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProces
     try:
         return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
     except FileNotFoundError:
+        if cwd is not None and not Path(cwd).is_dir():  # subprocess names no file: the directory is as missing
+            raise SubmitError(f"{cwd}: no such directory, so {argv[0]} cannot run in it") from None
         raise SubmitError(f"{argv[0]} not found: run this on a Slurm login node (or install slurm-client)") from None
     except subprocess.TimeoutExpired:
         raise SlurmDidNotAnswer(f"{' '.join(argv)} did not answer within 120 s; is slurmctld up?") from None

@@ -178,6 +178,7 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
     raises SubmitError once every job was tried."""
     sweep_dir = Path(sweep_dir).absolute()
     record = read_sweep(sweep_dir)
+    refuse_moved(sweep_dir, record)
     new_ids, unread, rerun = [], [], []
     asked = 0
     for entry in record["jobs"]:
@@ -216,6 +217,18 @@ def resubmit(sweep_dir: Path, run_ids: set[str], backend, out: Callable[[str], N
                           f"can start over from (above); it is left as it is: restore it, or move the run directory "
                           f"away and submit its point as a new sweep")
     return new_ids
+
+
+def refuse_moved(sweep_dir: Path, record: dict) -> None:
+    """A job script names the paths of the sweep it was written for (its run directories, the sweep's .lib/): a
+    sweep moved or copied since would be resubmitted as the original's jobs, writing there, or not found at all."""
+    for entry in record["jobs"]:
+        script = Path(entry.get("script") or "")
+        if not script.resolve().is_relative_to(sweep_dir.resolve()):
+            raise ConfigError(f"{sweep_dir / SWEEP_JSON}: job {entry.get('name')}'s script is {script}, outside "
+                              f"{sweep_dir}: the sweep was moved or copied after submit wrote it, and its scripts "
+                              "name the paths they were written for; resubmit it where it was written, or submit "
+                              "its points again as a new sweep")
 
 
 def rerun_unasked(sweep_dir: Path, entry: dict, again: list[str]) -> str:

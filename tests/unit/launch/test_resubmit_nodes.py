@@ -4,6 +4,7 @@ The job is not run here (tests/integration/slurm/test_slurm_resubmit.py resubmit
 below only records what sbatch would have been asked."""
 
 import json
+import shutil
 from unittest import mock
 
 import pytest
@@ -198,3 +199,32 @@ def test_ctrl_c_while_sbatch_submits_stops_the_command_after_the_job_is_recorded
         signal.signal(signal.SIGINT, before)
     assert submit.read_sweep(tmp_path)["jobs"][0]["job_id"] == "101"
     assert contract.read_run_json(run)["slurm"]["job_id"] == "101"
+
+
+@pytest.mark.parametrize("how", ["copied", "moved"])
+def test_a_moved_or_copied_sweep_is_not_resubmitted_as_the_original(how, tmp_path):
+    """A copied sweep's `status --resubmit-failed` sbatch'ed the original's job script (its paths are absolute), so
+    the job wrote into the original sweep while the copy's run stayed pending; a moved one's failed as 'sbatch not
+    found', the job's directory being gone."""
+    first, second = tmp_path / "sweep", tmp_path / "elsewhere"
+    run = first / "n1-bare-r1"
+    run.mkdir(parents=True)
+    (run / "job.sbatch").write_text("#!/bin/bash\n")
+    contract.update_run_json(run, run_id="n1-bare-r1", status="pending", nodes=1)
+    contract.record_evidence(run, contract.Evidence(source="trainer", kind="exit", message="exit 1"))
+    submit.write_sweep(first, {"jobs": [{"name": "j", "job_id": "7", "runs": ["n1-bare-r1"],
+                                         "script": str(run / "job.sbatch")}]})
+    shutil.copytree(first, second) if how == "copied" else first.rename(second)
+    backend = Backend()
+    with pytest.raises(ConfigError) as refused:
+        submit.resubmit(second, {"n1-bare-r1"}, backend, out=lambda _: None)
+    assert str(refused.value).startswith(f"{second / 'sweep.json'}: job j's script is {run / 'job.sbatch'}, outside")
+    assert "moved or copied" in str(refused.value) and backend.calls == []
+    assert contract.read_run_json(second / "n1-bare-r1")["status"] == "failed"  # nothing reset for a resubmission
+    assert not (second / "n1-bare-r1" / "attempts").exists()
+
+
+def test_a_job_directory_that_is_gone_is_named_not_a_missing_sbatch(tmp_path):
+    """sbatch runs in the job's directory; subprocess's FileNotFoundError for a missing one read 'sbatch not found'."""
+    with pytest.raises(SubmitError, match=f"^{tmp_path / 'gone'}: no such directory, so sbatch cannot run in it$"):
+        slurm.SlurmCLI().submit(tmp_path / "gone" / "job.sbatch")

@@ -295,7 +295,13 @@ def site_of(args):
 
 def base_dir_of(args) -> str:
     """NANOCHAT_BASE_DIR on the nodes: --base-dir, else the environment's, else nanochat's default."""
-    return str(Path(paths.base_dir(getattr(args, "base_dir", None))).absolute())
+    given = getattr(args, "base_dir", None)
+    base = Path(paths.base_dir(given)).absolute()
+    if base.exists() and not base.is_dir():  # where it exists here: a login node may not see the nodes' one
+        where = "--base-dir" if given else paths.ENV_BASE_DIR if os.environ.get(paths.ENV_BASE_DIR) else "the default"
+        raise ConfigError(f"{where} {base}: a file, not a directory; give the directory of the shards, tokenizer and "
+                          "checkpoints (the nodes' NANOCHAT_BASE_DIR)")
+    return str(base)
 
 
 def data_shape(args) -> planmod.DataShape | None:
@@ -306,7 +312,8 @@ def data_shape(args) -> planmod.DataShape | None:
         return planmod.DataShape.from_counts(args.row_groups, args.shards)
     directory = Path(args.data_dir) if args.data_dir else Path(base_dir_of(args)) / paths.DATA_DIR
     if args.data_dir and not directory.is_dir():
-        raise ConfigError(f"--data-dir {directory}: no such directory")
+        raise ConfigError(f"--data-dir {directory}: " + ("a file, not a directory" if directory.exists() else
+                                                         "no such directory") + " (give the directory of the shards)")
     return planmod.DataShape.from_dir(directory)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from bench import paths, workloads
 from bench.commands import nonempty
 from bench.errors import ConfigError, os_reason
-from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE
+from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE, check_vocab_size
 from bench.contract import ENV_BASE_DIR, RUN_JSON, RunJsonError, read_run_json
 
 # The smoke run: tiny enough for two CPU ranks in a minute or two, big enough for the loss to fall.
@@ -135,6 +135,7 @@ def model_summary(depth: int, vocab_size: int = DEFAULT_VOCAB_SIZE, max_seq_len:
         if value < 1:
             raise ConfigError(f"--{name}={value}: must be >= 1")
     check_depth_limit(depth)
+    check_vocab_size(vocab_size)  # a model of a vocabulary no tokenizer here has is a typo, not one to size
     if problem := shape_problem(depth, aspect_ratio):  # the trainer's check: GPT() would only assert
         raise ConfigError(f"--depth={depth} --aspect_ratio={aspect_ratio}: {problem}")
     config = GPTConfig.from_depth(depth, vocab_size, max_seq_len, aspect_ratio)

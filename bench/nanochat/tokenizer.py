@@ -123,13 +123,18 @@ def build_encoding(ranks: dict[bytes, int]):
                              special_tokens=special)
 
 
-def check_settings(vocab_size: int, max_chars: int, doc_cap: int) -> None:
-    """The values training refuses, checked before any text is read (and by a flow's plan, before a job)."""
+def check_vocab_size(vocab_size: int) -> None:
+    """A vocabulary this tokenizer can have (and so a model of it: `nanochat-bench model --vocab_size`)."""
     if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
         raise ConfigError(f"--vocab_size={vocab_size}: must be at least {256 + len(SPECIAL_TOKENS) + 1} "
                           f"(256 byte tokens, >= 1 merge, {len(SPECIAL_TOKENS)} special tokens)")
     if vocab_size > MAX_VOCAB:
         raise ConfigError(f"--vocab_size={vocab_size}: must be at most {MAX_VOCAB:,} (upstream's is 65,536)")
+
+
+def check_settings(vocab_size: int, max_chars: int, doc_cap: int) -> None:
+    """The values training refuses, checked before any text is read (and by a flow's plan, before a job)."""
+    check_vocab_size(vocab_size)
     for flag, value in (("--max_chars", max_chars), ("--doc_cap", doc_cap)):
         if value < 1:  # a negative --doc_cap would cut the end off each document, silently
             raise ConfigError(f"{flag}={value}: must be >= 1 (characters)")

@@ -24,7 +24,13 @@ def test_generate_train_eval_offline(tmp_path, monkeypatch, capsys):
     assert tokenizer.get_tokenizer().get_vocab_size() == 300
     out = capsys.readouterr().out
     chars = int(re.search(r"on ([\d,]+) characters", out).group(1).replace(",", ""))
+    assert "is replaced" not in out  # none there before
     assert 100_000 < chars < 100_000 + 10_000  # stops after max_chars, each document capped at doc_cap
+
+    assert main(["tokenizer", "train", "--vocab_size", "280", "--max_chars", "100000"]) == 0
+    assert capsys.readouterr().out.startswith(  # a tokenizer replaced silently left checkpoints of another
+        f"tokenizer: the 300-token tokenizer in {tmp_path / 'tokenizer'} is replaced once this one is trained;")
+    assert tokenizer.get_tokenizer().get_vocab_size() == 280
 
     assert main(["tokenizer", "eval"]) == 0
     rows = {line.split()[0]: float(line.split()[-1]) for line in capsys.readouterr().out.splitlines()[2:]}

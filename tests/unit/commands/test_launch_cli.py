@@ -124,6 +124,10 @@ def test_render_refuses_an_impossible_point_as_submit_does(kind, capsys, tmp_pat
     # a batch script reads staged data: the count was ignored, silently
     (["render", "sbatch", "--download", "4"], "--download is the interactive guide's data step; render sbatch"),
     (["render", "compare", "--download", "4"], "render compare writes a batch job that reads staged data"),
+    # a file as the base directory was rendered into the job as NANOCHAT_BASE_DIR, its data checks passed unsaid
+    (["submit", "--dry-run", "--flow", "speedrun", "--base-dir", "/etc/passwd"],
+     "--base-dir /etc/passwd: a file, not a directory"),
+    (["plan", "--data-dir", "/etc/passwd"], "--data-dir /etc/passwd: a file, not a directory"),
 ])
 def test_bad_input_is_one_error_line_and_nothing_is_written(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -1239,3 +1243,10 @@ def test_a_shells_val_files_k_the_job_exports_over_is_noted(command, capsys, tmp
     monkeypatch.setenv("NANOCHAT_VAL_FILES_K", "5")  # --env's K is what the runs get, as the user asked
     code, out, err = run_cli([*argv, "--env=NANOCHAT_VAL_FILES_K=3", "--out", str(tmp_path / "env")], capsys)
     assert code == 0 and "NANOCHAT_VAL_FILES_K" not in out, err
+
+
+def test_a_base_directory_from_the_environment_that_is_a_file_is_named_so(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("NANOCHAT_BASE_DIR", "/etc/passwd")
+    code, _, err = run_cli(["render", "sbatch", "--out", str(tmp_path / "s")], capsys)
+    assert code == 1 and err.startswith("error: NANOCHAT_BASE_DIR /etc/passwd: a file, not a directory")
+    assert not (tmp_path / "s").exists()

@@ -144,3 +144,12 @@ def test_a_device_batch_far_beyond_the_total_is_refused_at_once(capsys):
     assert main(["model", "--depth", "2", "--device_batch_size", "10000000000"]) == 1
     err = capsys.readouterr().err
     assert "--device_batch_size=256 | 128 | 64 | 32 | 16 | 8 with --total_batch_size=524288" in err
+
+
+@pytest.mark.parametrize("vocab,message", [("99999999999999999999", "must be at most 16,777,216"),
+                                           ("100", "must be at least 266")])
+def test_a_vocabulary_no_tokenizer_has_is_refused(vocab, message, capsys):
+    """`model --vocab_size 99999999999999999999` printed a model of 2.56e26 parameters."""
+    assert main(["model", "--depth", "2", "--vocab_size", vocab]) == 1
+    assert capsys.readouterr().err == f"error: --vocab_size={vocab}: {message}" + (
+        " (upstream's is 65,536)\n" if "most" in message else " (256 byte tokens, >= 1 merge, 9 special tokens)\n")

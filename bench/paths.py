@@ -14,6 +14,7 @@ from bench.contract import ENV_BASE_DIR
 DEFAULT_BASE_DIR = Path("~") / ".cache" / "nanochat"  # karpathy/nanochat/nanochat/common.py get_base_dir
 # Its layout, as upstream's: the shards, their pre-tokenized copy (`data bin`, the NNTile runner's), the tokenizer
 DATA_DIR, BIN_DIR, TOKENIZER_DIR = "base_data", "base_data_bin", "tokenizer"
+MAX_SHARD = 1822  # upstream's FineWeb-Edu shards are 0..1822 (`data download`'s; a plan's advice stays below)
 # the folder under the base directory each phase's checkpoints live in (bench/nanochat/checkpoint.py writes them)
 PHASE_DIRS = {"base": "base_checkpoints", "mid": "mid_checkpoints", "sft": "chatsft_checkpoints"}
 # <name>.attempt-<time>: a stage's run directory or checkpoints that a rerun set aside, kept whole, never read again

@@ -1,6 +1,7 @@
 """`nanochat-bench data download|generate|info|bin`: the shards under $NANOCHAT_BASE_DIR/base_data, and
 their pre-tokenized .bin form (bench/nanochat/tokbin.py)."""
 
+from bench import paths
 from bench.commands import nonempty
 from bench.errors import ConfigError
 
@@ -62,7 +63,7 @@ def _download_flags(d) -> None:
     d.add_argument("--sha256", default=None, help="with --eval-bundle: the zip's expected SHA-256 (default: none "
                    "published upstream; the digest seen is recorded in eval_bundle/origin.json)")
     d.add_argument("-n", "--num-shards", type=int, default=None,
-                   help=f"shards 0..N-1 to fetch (-1 = all {download.MAX_SHARD + 1}); d20 needs ~240; required "
+                   help=f"shards 0..N-1 to fetch (-1 = all {paths.MAX_SHARD + 1}); d20 needs ~240; required "
                         "unless --chat or --eval-bundle")
     d.add_argument("-w", "--workers", type=int, default=None, help=f"parallel downloads (default: {download.WORKERS})")
     d.add_argument("--url", default=None, type=nonempty("--url", "a mirror's base URL"),

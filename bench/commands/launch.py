@@ -601,13 +601,11 @@ def cmd_render_flow(args) -> int:
 def refuse_bad_download(args) -> None:
     """--download is the guide's `data download -n N`: a count that command refuses would stop the data step
     inside the allocation (and 0 was taken for the default); a batch script has no data step to take it."""
-    from bench.nanochat.download import MAX_SHARD
-
     if args.download is not None and args.kind != "interactive":  # a batch job reads staged data, downloads none
         raise ConfigError(f"--download is the interactive guide's data step; render {args.kind} writes a batch job "
                           f"that reads staged data: stage it first with `nanochat-bench data download -n N`")
-    if args.download is not None and args.download != -1 and not 1 <= args.download <= MAX_SHARD + 1:
-        raise ConfigError(f"--download {args.download}: shards to download, 1 to {MAX_SHARD + 1} (or -1 for all)")
+    if args.download is not None and args.download != -1 and not 1 <= args.download <= paths.MAX_SHARD + 1:
+        raise ConfigError(f"--download {args.download}: shards to download, 1 to {paths.MAX_SHARD + 1} (or -1 for all)")
 
 
 def refuse_no_training_shard(download: int, job, data: planmod.DataShape | None) -> None:
@@ -638,11 +636,9 @@ def guide_shards(args, opts, job, needed: int | None, data: planmod.DataShape | 
     every one, counted so that the salloc's time covers them), else what the plan needs, else 8. The guide's salloc
     holds its download and tokenizer steps as well as the runs, so it can be over a partition the batch job fits:
     salloc would be refused or never start."""
-    from bench.nanochat.download import MAX_SHARD
-
     job.script_name = "interactive.sh"
     if args.download == -1:
-        shards = MAX_SHARD + 1, "every one (--download -1)"
+        shards = paths.MAX_SHARD + 1, "every one (--download -1)"
     elif args.download:
         refuse_no_training_shard(args.download, job, data)
         shards = args.download, "as --download asks"

@@ -40,6 +40,7 @@ import requests
 import urllib3
 from tqdm import tqdm
 
+from bench import paths
 from bench.errors import ConfigError, DataError, disk_full, first_line, os_reason, os_reason_and_remedy
 from bench.nanochat import data_origin
 from bench.nanochat.common import ELSEWHERE
@@ -48,7 +49,6 @@ from bench.runside.runclaim import NO_LOCKS
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"
-MAX_SHARD = 1822  # shards 0..1822 exist upstream
 WORKERS = 4  # parallel downloads: `data download`'s default too
 CHUNK_BYTES = 1 << 20  # a cut connection loses at most the chunk in flight; the rest resumes
 CONNECT_TIMEOUT_S = 10.0  # a TCP handshake takes milliseconds; 10 s covers a slow resolver and a far mirror
@@ -412,7 +412,7 @@ def download_shards(num_shards: int, workers: int = WORKERS, url: str | None = N
     """Shards 0..num_shards-1 (-1 = all 1823) into out_dir (default base_data/); DataError listing failures,
     or in one line when the mirror cannot be reached or stops answering. Generated shards in the way are
     a DataError naming them unless `overwrite` (then they are replaced by the downloads)."""
-    total = MAX_SHARD + 1
+    total = paths.MAX_SHARD + 1
     if num_shards == -1:
         num_shards = total
     if not 1 <= num_shards <= total:

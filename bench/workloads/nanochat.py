@@ -14,7 +14,7 @@ Trainer flags keep nanochat's names and defaults (bench.nanochat.config.TrainCon
 from dataclasses import replace
 from pathlib import Path
 
-from bench import contract
+from bench import contract, paths
 from bench.errors import DataError
 from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE
 from bench.contract import WORKLOAD as NANOCHAT_WORKLOAD
@@ -186,6 +186,8 @@ def data_line(sweep, tokens: str = "training tokens") -> str:
     shards = sweep.shards_needed()
     need = f"; download {shards} shard(s) ({tokens} at ~52M a shard, +10%, + K validation, and a row group " \
         "a rank in each split)" if shards else ""
+    if (shards or 0) > paths.MAX_SHARD + 1:  # the loader wraps around: the runs would read the training tokens again
+        need += f", more than the {paths.MAX_SHARD + 1:,} FineWeb-Edu has: the runs would read its training tokens more than once"
     if sweep.data is None:
         return ("K not planned: no shards found and no --row-groups given (the runs use "
                 f"{contract.ENV_VAL_FILES_K} or 1; give --data-dir or --row-groups N --shards M){need}")

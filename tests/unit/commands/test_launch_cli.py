@@ -44,6 +44,16 @@ def test_plan_chooses_validation_files_and_says_what_to_download(capsys):
     head = out.splitlines()[0].split()
     assert rows["16"][head.index("val_K")] == "2" and rows["32"][head.index("val_K")] == "3"
     assert "download 39 shard(s)" in out  # 200 steps x 8.4M tokens at 128 ranks: 36 shards (+10%), + K = 3
+    assert "more than" not in out
+
+
+def test_a_download_beyond_the_shards_fineweb_edu_has_is_said(capsys):
+    """At 8,192 ranks of weak scaling the advice was to download 2,426 shards, as if there were that many."""
+    code, out, _ = run_cli(["plan", "--nodes", "2048", "--gpus-per-node", "4", "--row-groups", "52",
+                            "--shards", "2000"], capsys)
+    assert code == 0
+    assert re.search(r"download (\d+) shard\(s\) \(.*\), more than the 1,823 FineWeb-Edu has: the runs would "
+                     r"read its training tokens more than once", out)
 
 
 def test_the_recipes_horizon_gets_hours_not_half_an_hour(capsys):

@@ -7,6 +7,8 @@ that root), so a table says the same on every machine it is copied to. It is inc
 keeps a fingerprint of its files (names, sizes, modification times), and a later collect into the
 same table re-reads only runs that are new or changed, and drops runs that are gone. It is
 idempotent: the same files give the same table, rows sorted by root and source.
+Collects into one table take turns: each holds its directory's TABLE_LOCK from reading the table to
+writing it, so a second one waits, saying so, then adds its runs to what the first one wrote.
 
 ReFrame's checks (bench/reframe_checks/checks.py) keep each case's run directory, which holds every column,
 in ReFrame's output directory, so a ReFrame run is collected as any other. ReFrame's perflog and run report
@@ -17,10 +19,13 @@ script's log saved beside the run directory it wrote): `load_table` and collect'
 log; the files keep both rows.
 """
 
+import contextlib
 import csv
+import fcntl
 import hashlib
 import io
 import os
+import socket
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +43,12 @@ from bench.analysis.rundir import LIVE_STATUSES, is_run_dir, never_ran, read_run
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError, os_reason
 from bench.contract import METRICS_JSONL, RUN_JSON, atomic_target
+from bench.runside.runclaim import NO_LOCKS
 
 LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs (read if they hold step lines)
 TABLE_PARQUET = "runs.parquet"
 TABLE_CSV = "runs.csv"
+TABLE_LOCK = ".collect.lock"  # in the table's directory: held by the collect updating its table
 # Bump when a row is computed differently: tables of an older version are then re-read in full.
 # 8: the model's identity (vocab_size, precision, data_origin, tokenizer_sha256, tiling) and num_params from
 #    run.json; ReFrame's perflog and report rows (source_kind reframe_*, reframe_partition) no longer made.
@@ -273,6 +280,44 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> list[Path]:
     return paths
 
 
+def _holds_table(out_dir: Path) -> bool:
+    return any((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
+
+
+@contextlib.contextmanager
+def one_collect_at_a_time(out_dir: Path | None):
+    """Hold the table directory's lock (flock, gone with the process) from reading its table to writing it anew,
+    making the directory to hold it: a second collect into it waits, saying so, then reads the table the first one
+    wrote and adds its rows to it."""
+    fd = None
+    if out_dir is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(out_dir / TABLE_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:  # read-only, or a file in the way: read unlocked, as no table is written there (write_table)
+            fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "its holder unknown"
+            print(f"waiting for another collect writing {out_dir} to end ({holder})", flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                raise
+            # a filesystem without flock (Lustre mounted noflock): collected unlocked, as before
+        with contextlib.suppress(OSError):  # who holds it, for a second collect's wait: never a failure (full disk)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _root(root: str | os.PathLike) -> Path:
     """A root as an absolute directory: a link given as the root is followed once, a loop is an error."""
     try:
@@ -300,26 +345,35 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
             found[(display_root(r), os.path.relpath(path, r))] = (str(r), path, kind, fp, names)
 
     out_dir = Path(out) if out is not None else None
-    # the table to update is runs.parquet, else runs.csv (one kept or copied alone): never replaced unread
-    kept_table = out_dir is not None and any((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
-    old = _read_table(out_dir) if kept_table else to_frame([])
-    keys = list(zip(old["root"].astype(object), old["source"].astype(object)))
-    now_fp = pd.Series([found[k][3] if k in found else None for k in keys], index=old.index, dtype="string")
-    same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)
-    reused = old[same]
-    gone = ~pd.Series([k in found for k in keys], index=old.index, dtype=bool).to_numpy()
-    # Rows of other roots collected into the same table stay; rows under these roots whose files went, go.
-    under = old["root"].isin({display_root(r) for r in roots}).to_numpy(bool)
-    kept = old[gone & ~under]
-    reused_keys = set(zip(reused["root"].astype(object), reused["source"].astype(object)))
-    rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers)
-    table = normalise(pd.concat([reused, kept, *([to_frame(rows)] if rows else [])], ignore_index=True))
-    result = CollectResult(table, read=len(rows), reused=len(reused), removed=int((gone & under).sum()))
-    # no rows and no table there before (a root one level off): nothing is written, out_dir is left as it was
-    if out_dir is not None and (kept_table or not table.empty):
-        unchanged = not rows and not result.removed and all((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
-        # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)
-        result.paths = [out_dir / TABLE_PARQUET, out_dir / TABLE_CSV] if unchanged else write_table(table, out_dir)
+    ready = None  # rows read before taking the lock: every run found, where out_dir held no table to reuse rows of
+    if out_dir is not None and not _holds_table(out_dir):
+        ready = read_rows(list(found.values()), workers)
+        if not ready:  # no rows and no table there (a root one level off): out_dir is left as it was, lock and all
+            return CollectResult(to_frame([]))
+    # the table is read and written anew under its directory's lock: two collects into one --out at once each read
+    # the table as it was, and the files of the later one to write held none of the other's rows
+    with one_collect_at_a_time(out_dir):
+        # the table to update is runs.parquet, else runs.csv (one kept or copied alone): never replaced unread
+        kept_table = out_dir is not None and _holds_table(out_dir)
+        old = _read_table(out_dir) if kept_table else to_frame([])
+        keys = list(zip(old["root"].astype(object), old["source"].astype(object)))
+        now_fp = pd.Series([found[k][3] if k in found else None for k in keys], index=old.index, dtype="string")
+        same = ((old["fingerprint"] == now_fp) & (old["row_version"] == ROW_VERSION)).fillna(False).to_numpy(bool)
+        reused = old[same]
+        gone = ~pd.Series([k in found for k in keys], index=old.index, dtype=bool).to_numpy()
+        # Rows of other roots collected into the same table stay; rows under these roots whose files went, go.
+        under = old["root"].isin({display_root(r) for r in roots}).to_numpy(bool)
+        kept = old[gone & ~under]
+        reused_keys = set(zip(reused["root"].astype(object), reused["source"].astype(object)))
+        rows = read_rows([item for key, item in found.items() if key not in reused_keys], workers) if ready is None \
+            else [row for row in ready if (row["root"], row["source"]) not in reused_keys]  # a table came meanwhile
+        table = normalise(pd.concat([reused, kept, *([to_frame(rows)] if rows else [])], ignore_index=True))
+        result = CollectResult(table, read=len(rows), reused=len(reused), removed=int((gone & under).sum()))
+        if out_dir is not None and (kept_table or not table.empty):
+            unchanged = not rows and not result.removed and all((out_dir / n).exists()
+                                                                for n in (TABLE_PARQUET, TABLE_CSV))
+            # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)
+            result.paths = [out_dir / TABLE_PARQUET, out_dir / TABLE_CSV] if unchanged else write_table(table, out_dir)
     return result
 
 

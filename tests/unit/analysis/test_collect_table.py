@@ -5,7 +5,11 @@ python -m pytest tests/unit/analysis/test_collect_table.py -q
 
 import json
 import math
+import os
 import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -115,6 +119,37 @@ def test_a_table_kept_as_csv_alone_keeps_its_rows(tmp_path):
     assert len(both.table) == 4 and len(load_table(out / TABLE_CSV)) == 4
 
 
+def test_two_collects_into_one_table_at_once_keep_each_others_rows(tmp_path, monkeypatch, capsys):
+    """`collect a --out t &` and `collect b --out t` each read the table as it was, and the files of the later one to
+    write held none of the other's rows, though both said they wrote it. The second waits for the first now, saying
+    so once, then reads the table the first wrote and adds its rows."""
+    out = tmp_path / "table"
+    for name, runtime in (("a", "bare"), ("b", "ce"), ("c", "pyxis")):
+        generate_sweep(tmp_path / name, SweepSpec(runtimes={runtime: 1.0}, world_sizes=(8,), repeats=1, steps=12))
+    collect([tmp_path / "c"], out)  # a table there: each collect reads its runs between reading it and writing it
+    read_rows, reading, go_on = collect_mod.read_rows, threading.Event(), threading.Event()
+
+    def first_stops_while_reading(items, workers=None):
+        if not reading.is_set():
+            reading.set()
+            assert go_on.wait(30)
+        return read_rows(items, workers)
+    monkeypatch.setattr(collect_mod, "read_rows", first_stops_while_reading)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(collect, [tmp_path / "a"], out)
+        assert reading.wait(30)
+        second = pool.submit(collect, [tmp_path / "b"], out)
+        said, deadline = "", time.monotonic() + 30
+        while not second.done() and "waiting" not in said and time.monotonic() < deadline:
+            time.sleep(0.05)
+            said += capsys.readouterr().out
+        go_on.set()
+        first.result(30), second.result(30)
+    said += capsys.readouterr().out
+    assert sorted(Path(root).name for root in load_table(out)["root"]) == ["a", "b", "c"]
+    assert said.count(f"waiting for another collect writing {out} to end (pid {os.getpid()} on ") == 1
+
+
 def test_row_version_change_rereads_everything(tmp_path, monkeypatch):
     generate_sweep(tmp_path / "r", SweepSpec(world_sizes=(8,), repeats=2, steps=12))
     collect([tmp_path / "r"], tmp_path / "t")
@@ -171,7 +206,8 @@ def test_a_table_that_cannot_be_written_whole_leaves_both_files_as_they_were(tmp
     with pytest.raises(AnalysisError, match="the table cannot be written there"):
         collect([tmp_path / "runs"], tmp_path / "table")
     assert {n: (tmp_path / "table" / n).read_bytes() for n in (TABLE_PARQUET, TABLE_CSV)} == before
-    assert sorted(p.name for p in (tmp_path / "table").iterdir()) == [TABLE_CSV, TABLE_PARQUET]  # no temporaries
+    # no temporaries: the table and its lock
+    assert sorted(p.name for p in (tmp_path / "table").iterdir()) == [collect_mod.TABLE_LOCK, TABLE_CSV, TABLE_PARQUET]
 
 
 @pytest.mark.parametrize("cut", ["mid_row", "mid_field"])

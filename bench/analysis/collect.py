@@ -99,7 +99,8 @@ class CollectResult:
     read: int = 0  # runs read (new or changed)
     reused: int = 0  # runs unchanged since the last collect
     removed: int = 0  # runs in the old table whose files are gone
-    paths: list[Path] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)  # the table's files, written or left as they were
+    written: bool = False  # the files were written anew; else nothing new was found and they were left as they were
 
     @property
     def table(self) -> pd.DataFrame:
@@ -374,6 +375,7 @@ def collect(roots: list[str | os.PathLike], out: str | os.PathLike | None = None
                                                                 for n in (TABLE_PARQUET, TABLE_CSV))
             # nothing new: leave the files as they are (idempotent, and their times still say when runs last changed)
             result.paths = [out_dir / TABLE_PARQUET, out_dir / TABLE_CSV] if unchanged else write_table(table, out_dir)
+            result.written = not unchanged
     return result
 
 

@@ -64,8 +64,8 @@ def cmd_collect(args) -> int:
         print(f"  {'copy':12s} {int(copy.sum())} (a run directory found twice, or a run's console log, counted once)")
     if t.empty:  # a path one level off, or runs not written yet: say what was looked for
         print(f"no run directory under {', '.join(map(str, args.roots))} ({RUNS_LOOKED_FOR})")
-    for p in result.paths:
-        print(f"wrote {p}")
+    for p in result.paths:  # an unchanged table is left as it was: no write claimed (a read-only --out takes none)
+        print(f"wrote {p}" if result.written else f"{p}: up to date")
     return 0
 
 

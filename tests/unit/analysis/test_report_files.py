@@ -3,7 +3,9 @@
 python -m pytest tests/unit/analysis/test_report_files.py -q
 """
 
+import errno
 import json
+import os
 import re
 
 import pandas as pd
@@ -112,6 +114,29 @@ def test_an_out_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {tmp_path / 'file'}") and "cannot be written" in err and "\n" not in err
     assert (tmp_path / "file").read_text() == "kept"
+
+
+def test_collect_of_an_unchanged_table_says_it_is_up_to_date_and_claims_no_write(tmp_path, capsys, monkeypatch):
+    """Collect again with nothing new leaves the table's files as they were, yet it said `wrote` for each: in a
+    read-only --out, writes that never happened, exit 0. It says the table is up to date; where the table has to be
+    written, a read-only --out is still one error line."""
+    from bench.analysis import collect as collect_mod
+
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8,), repeats=1, steps=12))
+    table, argv = tmp_path / "table", ["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]
+    assert main(argv) == 0
+    assert f"wrote {table / 'runs.parquet'}\nwrote {table / 'runs.csv'}\n" in capsys.readouterr().out
+
+    def read_only(path):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    monkeypatch.setattr(collect_mod, "atomic_target", read_only)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"{table / 'runs.parquet'}: up to date\n{table / 'runs.csv'}: up to date\n" in out and "wrote" not in out
+    generate_sweep(tmp_path / "runs", SweepSpec(runtimes={"podman": 0.9}, world_sizes=(8,), repeats=1, steps=12,
+                                               sweep_id="sweep1"))  # a new run: the table is to be written
+    assert main(argv) == 1
+    assert capsys.readouterr().err == f"error: {table}: the table cannot be written there: Read-only file system\n"
 
 
 def test_report_of_a_root_without_runs_keeps_the_earlier_report(tmp_path, capsys):

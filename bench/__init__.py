@@ -3,6 +3,7 @@
   breakdown.py     a run's start-up phases and steady step split, from its events
   cli.py           `nanochat-bench <command>`: parses and calls the library
   errors.py        expected failures (BenchError): one clear line, never a traceback
+  locks.py         one writer at a time into a shared directory (a flock'ed file): downloads, tables
   logline.py       nanochat's step line: formatter and parser side by side
   metrics.py       throughput and MFU maths, the one table of peak FLOPs
   nccl_log.py      which network NCCL really took, from its NCCL_DEBUG=INFO lines

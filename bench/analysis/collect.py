@@ -21,11 +21,9 @@ log; the files keep both rows.
 
 import contextlib
 import csv
-import fcntl
 import hashlib
 import io
 import os
-import socket
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from bench import locks
 from bench.analysis import DEFAULT_WORKERS, MAX_WORKERS
 from bench.analysis.columns import TYPES as COLUMNS  # the table's columns and their types, in order
 from bench.analysis.figures import finite
@@ -43,7 +42,6 @@ from bench.analysis.rundir import LIVE_STATUSES, is_run_dir, never_ran, read_run
 from bench.analysis.upstream import read_upstream_log
 from bench.errors import AnalysisError, os_reason
 from bench.contract import METRICS_JSONL, RUN_JSON, atomic_target
-from bench.runside.runclaim import NO_LOCKS
 
 LOG_SUFFIXES = (".log", ".txt", ".out")  # plain logs of upstream nanochat runs (read if they hold step lines)
 TABLE_PARQUET = "runs.parquet"
@@ -285,38 +283,15 @@ def _holds_table(out_dir: Path) -> bool:
     return any((out_dir / n).exists() for n in (TABLE_PARQUET, TABLE_CSV))
 
 
-@contextlib.contextmanager
 def one_collect_at_a_time(out_dir: Path | None):
-    """Hold the table directory's lock (flock, gone with the process) from reading its table to writing it anew,
-    making the directory to hold it: a second collect into it waits, saying so, then reads the table the first one
-    wrote and adds its rows to it."""
-    fd = None
-    if out_dir is not None:
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(out_dir / TABLE_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError:  # read-only, or a file in the way: read unlocked, as no table is written there (write_table)
-            fd = None
-    if fd is None:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "its holder unknown"
-            print(f"waiting for another collect writing {out_dir} to end ({holder})", flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            if e.errno not in NO_LOCKS:
-                raise
-            # a filesystem without flock (Lustre mounted noflock): collected unlocked, as before
-        with contextlib.suppress(OSError):  # who holds it, for a second collect's wait: never a failure (full disk)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        yield
-    finally:
-        os.close(fd)
+    """From reading the table to writing it anew: a second collect into one --out waits, then reads the table the
+    first one wrote and adds its rows to it. The directory is made to hold the lock (where it can be: a read-only
+    one is read unlocked, and write_table says why nothing can be written there)."""
+    if out_dir is None:
+        return contextlib.nullcontext()
+    with contextlib.suppress(OSError):
+        out_dir.mkdir(parents=True, exist_ok=True)
+    return locks.in_turn(out_dir / TABLE_LOCK, f"another collect writing {out_dir}")
 
 
 def _root(root: str | os.PathLike) -> Path:

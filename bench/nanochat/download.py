@@ -20,9 +20,7 @@ counted as FineWeb-Edu: the command refuses to run over one unless `overwrite`. 
 directory at a time (its DOWNLOAD_LOCK); a second one waits for it, then keeps the shards it left.
 """
 
-import contextlib
 import errno
-import fcntl
 import http.client
 import math
 import os
@@ -40,12 +38,11 @@ import requests
 import urllib3
 from tqdm import tqdm
 
-from bench import paths
+from bench import locks, paths
 from bench.errors import ConfigError, DataError, disk_full, first_line, os_reason, os_reason_and_remedy
 from bench.nanochat import data_origin
 from bench.nanochat.common import ELSEWHERE
 from bench.nanochat.dataset import data_dir, file_names, shard_name, text_column_problem
-from bench.runside.runclaim import NO_LOCKS
 
 ENV_DATA_URL = "NANOCHAT_DATA_URL"
 DEFAULT_BASE_URL = "https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main"
@@ -374,35 +371,10 @@ def generated_in_the_way(out: Path, num_shards: int) -> list[Path]:
 DOWNLOAD_LOCK = ".download.lock"  # in the shards' directory: held by the `data download` writing into it
 
 
-@contextlib.contextmanager
 def one_download_at_a_time(directory: Path):
-    """Hold the directory's download lock (flock, gone with the process) while downloading: two users staging one
-    shared base directory at once would each resume the other's half-written `<shard>.tmp` and mix their bytes.
-    The second waits, saying for whom, then finds the first one's shards there and keeps them."""
-    try:
-        fd = os.open(directory / DOWNLOAD_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:  # a read-only directory whose shards are all there needs no lock; a write into it says why
-        fd = None
-    if fd is None:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "its holder unknown"
-            print(f"waiting for another data download into {directory} to end ({holder})", flush=True)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            if e.errno not in NO_LOCKS:
-                raise
-            # a filesystem without flock (Lustre mounted noflock): downloaded unlocked, as before
-        with contextlib.suppress(OSError):  # who holds it, for a second download's wait: never a failure (full disk)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
-        yield
-    finally:
-        os.close(fd)
+    """Two users staging one shared base directory at once would each resume the other's half-written `<shard>.tmp`
+    and mix their bytes: the second waits, then finds the first one's shards there and keeps them."""
+    return locks.in_turn(directory / DOWNLOAD_LOCK, f"another data download into {directory}")
 
 
 def download_shards(num_shards: int, workers: int = WORKERS, url: str | None = None,

@@ -61,8 +61,9 @@ def register(subparsers) -> None:
     t.add_argument("--nproc", type=int, default=None, help="processes (default: number of GPUs, else 1; nntile: 1)")
     t.add_argument("--run-dir", default=None, type=nonempty("--run-dir", "a directory"),
                    help="run directory (default: ./runs/local/<timestamp>)")
-    t.add_argument("--overwrite", action="store_true", help="delete the run --run-dir already holds and train "
-                   "afresh there (without it such a directory is refused, unless --resume_from_step continues it)")
+    t.add_argument("--overwrite", action="store_true", help="delete the run --run-dir already holds (its files; "
+                   "anything else there is kept) and train afresh there (without it such a directory is refused, "
+                   "unless --resume_from_step continues it)")
     t.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then trainer flags (python -m bench.nanochat.train "
                    "--help; nntile: <NNTile python> bench/workloads/nntile/runner.py --help)")
     t.set_defaults(func=cmd_train, unrecognized_hint=functools.partial(trainer_flags_hint, t))
@@ -82,7 +83,8 @@ def register(subparsers) -> None:
     s.add_argument("--run-dir", default=None, type=nonempty("--run-dir", "a directory"),
                    help="run directory (default: ./runs/smoke/<timestamp>)")
     s.add_argument("--overwrite", action="store_true",
-                   help="delete the run --run-dir already holds and train afresh there")
+                   help="delete the run --run-dir already holds (its files; anything else there is kept) and "
+                        "train afresh there")
     s.add_argument("--nproc", type=int, default=None, help="ranks (default: number of GPUs, else 2)")
     s.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
     s.set_defaults(func=cmd_smoke)

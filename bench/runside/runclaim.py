@@ -9,10 +9,11 @@
   already holds a run (events in metrics.jsonl) is refused unless the new run resumes it
   (--resume_from_step), since appending would make two runs read as one. The trainer itself does not
   refuse one: a capacity sweep re-runs an interrupted probe in its own directory.
-- With `overwrite` (`nanochat-bench train --overwrite`), a directory that holds a run is emptied once the
-  lock is taken (everything but the lock itself), so the new run starts as in a fresh directory and no
-  file of the old one is read as the new one's. A directory holding no run (no run.json, no
-  metrics.jsonl) is left as it is: the flag never deletes files that are not a run's.
+- With `overwrite` (`nanochat-bench train --overwrite`), the files of the run a directory holds (RUN_ENTRIES,
+  RUN_FILES: what a run writes there) are deleted once the lock is taken, all but the lock itself, so the new
+  run starts as in a fresh directory and no file of the old one is read as the new one's. Anything else there
+  (a user's notes or analysis, another run's directory) is kept, and so is a directory holding no run (no
+  run.json, no metrics.jsonl): the flag never deletes files that are not a run's.
 - The per-run files of an earlier run (heartbeats) are removed when a run claims the directory, so no
   verdict of this run names a rank of the earlier one.
 Read-modify-writes of run.json between the processes of one run are serialised by the contract itself
@@ -21,6 +22,7 @@ Read-modify-writes of run.json between the processes of one run are serialised b
 
 import errno
 import fcntl
+import fnmatch
 import functools
 import json
 import os
@@ -31,11 +33,24 @@ from pathlib import Path
 from bench.errors import RunDirError, run_dir_error
 from bench.runside import heartbeat
 from bench.processes import ancestors_of
-from bench.contract import METRICS_JSONL, RUN_JSON
+from bench.contract import METRICS_JSONL, RUN_JSON, TRAIN_LOG
+from bench.contract.files import RESERVE
 
 LOCK = ".lock"  # held by the run writing the directory
 NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP)  # flock not offered by the filesystem
 _held: dict[str, int] = {}  # run directory -> the open lock file of this process
+# What a run writes into its directory, all that --overwrite deletes there (the lock is kept): the contract's
+# files, the heartbeats, the reserve (contract/files.py), NCCL's lines (nanochat/stagerun.py, launch/submit.py
+# NCCL_DIR), base_eval's CSV (nanochat/base_eval.py), smoke's report, and a Slurm run's job script, container
+# environment (runtimes/ce.py) and earlier attempts (launch/submit.py). Named here, not imported: those modules
+# load torch or the launchers.
+RUN_ENTRIES = (RUN_JSON, METRICS_JSONL, TRAIN_LOG, heartbeat.DIR, RESERVE, "nccl", "base_eval.csv", "report",
+               "job.sbatch", "interactive.sh", "environment.toml", "attempts")
+# ... and by pattern: a profiled step's files (nanochat/profile.py), a Slurm job's output (launch/job.py SLURM_LOG),
+# and what an atomic write of one of the above left where it was cut short (contract/files.py atomic_target)
+RUN_FILES = ("profile_step*.txt", "profile_step*.json", "slurm-*.log",
+             *(f".{name}.*.tmp" for name in (RUN_JSON, "base_eval.csv", "job.sbatch", "interactive.sh",
+                                             "environment.toml")))
 
 
 class RunDirBusy(RunDirError):
@@ -139,11 +154,12 @@ def release(run_dir: "str | os.PathLike") -> None:
 
 
 def _empty_run_dir(path: str) -> None:
-    """Delete every entry of a run directory but the lock this process holds; nothing where it holds no run."""
+    """Delete the run's entries of a run directory (RUN_ENTRIES, RUN_FILES) but the lock this process holds;
+    nothing where it holds no run, nor anything else there."""
     if not any(os.path.lexists(os.path.join(path, name)) for name in (RUN_JSON, METRICS_JSONL)):
         return
     for entry in os.scandir(path):
-        if entry.name == LOCK:
+        if entry.name not in RUN_ENTRIES and not any(fnmatch.fnmatchcase(entry.name, p) for p in RUN_FILES):
             continue
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path)

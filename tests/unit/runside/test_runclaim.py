@@ -61,6 +61,39 @@ def test_overwrite_empties_a_finished_run_but_keeps_its_lock(tmp_path):
     runclaim.release(run_dir)
 
 
+def test_overwrite_deletes_the_runs_files_and_keeps_what_else_is_there(tmp_path):
+    """--overwrite emptied the whole directory: a user's notes, an analysis folder and a sweep kept beside the run
+    went with the run's files."""
+    run_dir = tmp_path / "run"
+    runs = ["run.json", "metrics.jsonl", "train.log", ".reserve", "base_eval.csv", "profile_step12.txt",
+            "profile_step12.json", "slurm-4242.log", "job.sbatch", "environment.toml", ".run.json.x1y2.tmp",
+            f"{HEARTBEAT_DIR}/rank0.json", "nccl/rank0.log", "report/figures/01-x-step.png", "attempts/41/train.log"]
+    users = ["mynotes.txt", "analysis/plot.py", "sweep/point/run.json", "sweep/point/metrics.jsonl", ".envrc",
+             "train.log.bak"]
+    for name in runs + users:
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text("{}")
+    runclaim.claim(run_dir, refuse_finished=True, overwrite=True)
+    runclaim.release(run_dir)
+    left = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+    assert left == sorted([runclaim.LOCK, *users])
+    assert not (run_dir / "nccl").exists() and not (run_dir / "report").exists()
+
+
+def test_the_runs_files_are_the_ones_its_writers_name():
+    """What --overwrite deletes is named in runclaim beside the modules that write it: they agree."""
+    from fnmatch import fnmatchcase
+
+    from bench.contract.files import RESERVE
+    from bench.launch.job import SCRIPT_NAME, SLURM_LOG
+    from bench.launch.submit import NCCL_DIR
+    from bench.nanochat.base_eval import CSV_IN_RUN_DIR
+    from bench.runtimes.ce import EDF_NAME
+
+    assert {RESERVE, NCCL_DIR, CSV_IN_RUN_DIR, SCRIPT_NAME, EDF_NAME, HEARTBEAT_DIR} <= set(runclaim.RUN_ENTRIES)
+    assert any(fnmatchcase(SLURM_LOG.replace("%j", "4242"), p) for p in runclaim.RUN_FILES)
+
+
 def test_the_lock_goes_with_its_process(holder):
     run_dir, proc = holder
     proc.kill()

@@ -31,6 +31,10 @@ from bench.errors import AnalysisError, os_reason
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 FIGURES_DIR = "figures"
+# What a report writes into figures/ (`<config no.>-<config slug>-<figure>.png|svg`, config_group and plots.save),
+# whatever the figure: a figures/ folder holding nothing else is an earlier report's and is replaced whole; anything
+# else there is not ours.
+REPORT_FIGURE = re.compile(r"\d{2,}-[a-z0-9_-]+\.(png|svg)")
 METHODS = [
     STEADY_STATE_RULE,
     "MFU = FLOPs per token × steady tok/s / (GPUs × peak dense bf16 FLOP/s of the GPU recorded in run.json); "
@@ -361,6 +365,7 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
                  title: str = "nanochat-bench report", source: str = "") -> Path:
     """Write report.md, report.html and figures/ under out_dir; returns the HTML report's path."""
     out_dir = Path(out_dir)
+    refuse_foreign_figures(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         # Figures are drawn into a fresh folder that then replaces figures/, so none of an older report stays.
@@ -383,6 +388,23 @@ def write_report(table: pd.DataFrame, out_dir: str | os.PathLike, baseline: str 
     finally:
         shutil.rmtree(fig_dir, ignore_errors=True)  # drawn, but an error came before it replaced figures/
     return out_dir / REPORT_HTML
+
+
+def refuse_foreign_figures(out_dir: str | os.PathLike) -> None:
+    """An AnalysisError naming what out_dir/figures/ holds that no report wrote (REPORT_FIGURE): the new figures
+    replace the whole folder, so those files would be lost with it. Nothing where it holds only a report's."""
+    figures = Path(out_dir) / FIGURES_DIR
+    try:
+        foreign = sorted(e.name for e in os.scandir(figures)
+                         if not (REPORT_FIGURE.fullmatch(e.name) and e.is_file(follow_symlinks=False)))
+    except (FileNotFoundError, NotADirectoryError):
+        return  # no folder to replace; a file in the way is said where the report is written
+    except OSError as e:
+        raise AnalysisError(f"{figures}: cannot be read: {os_reason(e)}; the report would replace it") from None
+    if foreign:
+        listed = ", ".join(foreign) if len(foreign) <= 4 else f"{', '.join(foreign[:3])} … ({len(foreign)} entries)"
+        raise AnalysisError(f"{figures} holds what no report wrote ({listed}), and a report replaces that folder "
+                            f"whole: move them out of it, or give the report another --out")
 
 
 def publish(out_dir: Path, fig_dir: Path, texts: dict[str, str]) -> None:

@@ -70,12 +70,13 @@ def cmd_collect(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from bench.analysis.report import load_or_collect, write_report
+    from bench.analysis.report import load_or_collect, refuse_foreign_figures, write_report
     from bench.analysis.scaling import BASELINE_RUNTIME, UNKNOWN_RUNTIME
 
     source = Path(args.source)
     if not source.exists():
         raise AnalysisError(f"{source}: no such table or directory")
+    refuse_foreign_figures(args.out)  # before a root is collected into --out: a refusal leaves it as it was
     table = load_or_collect(source, args.out)
     if table.empty:  # a path one level off: a report of nothing would replace a good one in --out
         raise AnalysisError(f"{source}: no run directory in it ({RUNS_LOOKED_FOR}); no report written, "

@@ -71,6 +71,37 @@ def test_single_cpu_run(tmp_path, make_run):
     assert html.exists()
 
 
+def test_a_figures_folder_holding_what_no_report_wrote_is_refused_and_kept(tmp_path, capsys):
+    """The report swapped in its own figures/ folder whole, so files put there by hand were lost; an earlier
+    report's figures are still replaced."""
+    from bench.analysis.report import REPORT_FIGURE
+
+    generate_sweep(tmp_path / "runs", SweepSpec(world_sizes=(8, 16), repeats=1, steps=12))
+    assert main(["collect", str(tmp_path / "runs"), "--out", str(tmp_path / "table")]) == 0
+    rep = tmp_path / "rep"
+    for _ in range(2):  # the second replaces the first one's figures
+        assert main(["report", str(tmp_path / "table"), "--out", str(rep)]) == 0
+    written = sorted(p.name for p in (rep / "figures").iterdir())
+    assert written and all(REPORT_FIGURE.fullmatch(name) for name in written)
+    (rep / "figures" / "mine.png").write_text("keep")
+    (rep / "figures" / "notes").mkdir()
+    before = (rep / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "table"), "--out", str(rep)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {rep / 'figures'} holds what no report wrote (mine.png, notes)"), err
+    assert "--out" in err and "\n" not in err
+    assert (rep / "figures" / "mine.png").read_text() == "keep" and (rep / "report.md").read_text() == before
+    assert sorted(p.name for p in (rep / "figures").iterdir()) == sorted([*written, "mine.png", "notes"])
+
+    mine = tmp_path / "myout"  # a folder of the user's own, a root to collect: nothing is written into it
+    (mine / "figures").mkdir(parents=True)
+    (mine / "figures" / "mine.png").write_text("keep")
+    assert main(["report", str(tmp_path / "runs"), "--out", str(mine)]) == 1
+    assert "mine.png" in capsys.readouterr().err
+    assert sorted(p.relative_to(mine).as_posix() for p in mine.rglob("*")) == ["figures", "figures/mine.png"]
+
+
 def test_nothing_usable(tmp_path):
     (tmp_path / "runs").mkdir()
     summarize_runs(tmp_path / "runs", tmp_path / "out")

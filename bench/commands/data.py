@@ -38,7 +38,8 @@ def register(subparsers) -> None:
     i = sub.add_parser("info", help="list the shards, the train/val split and how many ranks each split allows")
     i.set_defaults(func=cmd_info)
 
-    b = sub.add_parser("bin", help="write train.bin/val.bin (flat uint16 tokens, NanoGPT/NNTile format) from the shards",
+    b = sub.add_parser("bin",
+                       help="write train.bin/val.bin (flat uint16 tokens, NanoGPT/NNTile format) from the shards",
                        description="Tokenize the train and val splits into train.bin and val.bin, with token_bytes.npy "
                                    "(for bits per byte) and meta.json (which tokenizer made them) beside them.")
     b.add_argument("--tokenizer", default="nanochat", choices=("nanochat", "gpt2"),
@@ -58,8 +59,8 @@ def _download_flags(d) -> None:
     d.add_argument("--chat", action="store_true", help="stage the chat data of mid-training, SFT and chat "
                    "evaluation instead (no -n; --url is then a Hugging Face mirror, default $HF_ENDPOINT)")
     d.add_argument("--eval-bundle", action="store_true",
-                   help="stage the CORE eval bundle of base_eval instead, into $NANOCHAT_BASE_DIR/eval_bundle (--url is "
-                        f"then the zip's URL, default ${evalstage.ENV_URL}, else upstream's)")
+                   help="stage the CORE eval bundle of base_eval instead, into $NANOCHAT_BASE_DIR/eval_bundle "
+                        f"(--url is then the zip's URL, default ${evalstage.ENV_URL}, else upstream's)")
     d.add_argument("--sha256", default=None, help="with --eval-bundle: the zip's expected SHA-256 (default: none "
                    "published upstream; the digest seen is recorded in eval_bundle/origin.json)")
     d.add_argument("-n", "--num-shards", type=int, default=None,

@@ -187,7 +187,8 @@ def data_line(sweep, tokens: str = "training tokens") -> str:
     need = f"; download {shards} shard(s) ({tokens} at ~52M a shard, +10%, + K validation, and a row group " \
         "a rank in each split)" if shards else ""
     if (shards or 0) > paths.MAX_SHARD + 1:  # the loader wraps around: the runs would read the training tokens again
-        need += f", more than the {paths.MAX_SHARD + 1:,} FineWeb-Edu has: the runs would read its training tokens more than once"
+        need += (f", more than the {paths.MAX_SHARD + 1:,} FineWeb-Edu has: the runs would read its training tokens "
+                 "more than once")
     if sweep.data is None:
         return ("K not planned: no shards found and no --row-groups given (the runs use "
                 f"{contract.ENV_VAL_FILES_K} or 1; give --data-dir or --row-groups N --shards M){need}")

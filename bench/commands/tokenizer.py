@@ -1,10 +1,6 @@
 """`nanochat-bench tokenizer train|eval`: the BPE tokenizer under $NANOCHAT_BASE_DIR/tokenizer."""
 
-import contextlib
-from pathlib import Path
-
-from bench import paths
-from bench.errors import BenchError, ConfigError
+from bench.errors import ConfigError
 from bench.nanochat import tokenizer
 from bench.nanochat.config import _Parser
 
@@ -49,11 +45,8 @@ def check_train_args(argv: list[str]) -> None:
 
 
 def cmd_train(args) -> int:
-    have = None  # none there, or a damaged one: nothing made with it to warn of
-    if (Path(paths.base_dir()) / paths.TOKENIZER_DIR / tokenizer.TOKENIZER_PKL).is_file():  # no base dir made here
-        with contextlib.suppress(BenchError):
-            have = tokenizer.get_tokenizer().get_vocab_size()
-    if have is not None:  # what was made with it (checkpoints, `data bin`) stops matching: said, as data generate says
+    # a tokenizer replaced silently left the checkpoints and `data bin` tokens made with it to be read with another
+    if (have := tokenizer.saved_vocab_size()) is not None:
         print(f"tokenizer: the {have:,}-token tokenizer in {tokenizer.tokenizer_dir()} is replaced once this one is "
               "trained; checkpoints and `data bin` tokens made with it do not match the new one")
     tokenizer.train_tokenizer(vocab_size=args.vocab_size, max_chars=args.max_chars, doc_cap=args.doc_cap,

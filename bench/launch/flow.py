@@ -39,7 +39,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from bench import contract, paths, workloads
-from bench.errors import BenchError, ConfigError, DataError, FlagValueError, UnknownFlags, run_dir_error
+from bench.errors import ConfigError, DataError, FlagValueError, UnknownFlags, run_dir_error
 from bench.launch import jobrecord
 from bench.launch import plan as planmod
 from bench.launch.job import (IMAGE_STEP_MINUTES, Job, LaunchOptions, Run, build_run, check_allow_network,
@@ -564,11 +564,9 @@ def _kept_vocabulary(tokenizer_args: tuple[str, ...]) -> str:
     """The kept tokenizer's vocabulary, and the one the flow's `tokenizer train` would make where the two differ: a
     tokenizer left by another use of the base directory (the README's CPU tour trains 8,192 tokens) is said, not
     silently trained with."""
-    from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE, get_tokenizer
+    from bench.nanochat.tokenizer import DEFAULT_VOCAB_SIZE, saved_vocab_size
 
-    try:
-        have = get_tokenizer().get_vocab_size()
-    except BenchError:
+    if (have := saved_vocab_size()) is None:
         return ""  # damaged: the first stage's own check names it
     asked = dict(arg.lstrip("-").split("=", 1) for arg in tokenizer_args)  # --key=value, as --tokenizer-arg gives
     want = int(asked.get("vocab_size", DEFAULT_VOCAB_SIZE))

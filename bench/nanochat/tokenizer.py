@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 
 from bench import paths
 from bench.contract import atomic_target
-from bench.errors import ConfigError, DataError, first_line, os_reason, os_remedy
+from bench.errors import BenchError, ConfigError, DataError, first_line, os_reason, os_remedy
 from bench.nanochat.common import ELSEWHERE as BASE_ELSEWHERE, get_base_dir
 
 SPLIT_PATTERN = (
@@ -311,6 +311,17 @@ def _encoding():
 def get_tokenizer() -> Tokenizer:
     """The trained tokenizer of $NANOCHAT_BASE_DIR (DataError naming the path if it is missing or damaged)."""
     return Tokenizer(_encoding())
+
+
+def saved_vocab_size() -> int | None:
+    """The vocabulary of the tokenizer $NANOCHAT_BASE_DIR holds; None where it holds none, or a damaged one (which
+    its users' own load names). A base directory that is not there is not made."""
+    if not (Path(paths.base_dir()) / paths.TOKENIZER_DIR / TOKENIZER_PKL).is_file():
+        return None
+    try:
+        return get_tokenizer().get_vocab_size()
+    except BenchError:
+        return None
 
 
 def refuse_raw_byte_counts(encoding, have: list[int], path: Path, command: str) -> None:
